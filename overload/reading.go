@@ -1,0 +1,95 @@
+package overload
+
+import "time"
+
+// ReadingVersion is the version of the Reading wire format, sent as "v".
+const ReadingVersion = 1
+
+// Input names one input of a Reading. A reading lists the inputs it could
+// not measure in Missing; a check whose input is missing counts as not
+// passed in that reading.
+type Input string
+
+// The inputs a Reading carries.
+const (
+	InputMemory         Input = "memory"          // MemTotal and MemAvailable
+	InputLoad           Input = "load"            // the 15-minute load average and the CPU count
+	InputConntrack      Input = "conntrack"       // conntrack entries and the table's max
+	InputConntrackDrops Input = "conntrack_drops" // connections dropped because the table was full
+	InputListenDrops    Input = "listen_drops"    // connections dropped by full listen queues
+	InputBandwidth      Input = "bandwidth"       // per-link rates and link speeds
+)
+
+// Reading is one report of one node at one instant.
+//
+// Counters that only grow in the kernel (drops, link bytes) are carried as
+// deltas since the previous reading; the probe computes them. Field names
+// in JSON are stable: they are the agent→platform wire format.
+type Reading struct {
+	// Version is the wire format version, ReadingVersion.
+	Version int `json:"v"`
+	// Node names the node the reading is of (may be empty when the
+	// receiver knows it from elsewhere).
+	Node string `json:"node,omitempty"`
+	// At is when the reading was taken.
+	At time.Time `json:"at"`
+
+	// MemoryUsedPercent is (MemTotal − MemAvailable) / MemTotal × 100.
+	MemoryUsedPercent float64 `json:"memory_used_percent"`
+	// Load15 is the 15-minute load average.
+	Load15 float64 `json:"load15"`
+	// CPUs is the number of CPUs the node's processes may run on.
+	CPUs int `json:"cpus"`
+
+	// ConntrackEntries is the number of entries in the conntrack table.
+	ConntrackEntries uint64 `json:"conntrack_entries"`
+	// ConntrackMax is the table's size (nf_conntrack_max).
+	ConntrackMax uint64 `json:"conntrack_max"`
+	// ConntrackDrops counts connections dropped because the table was
+	// full, since the previous reading.
+	ConntrackDrops uint64 `json:"conntrack_drops"`
+
+	// ListenDrops counts connections dropped by full listen (accept)
+	// queues since the previous reading.
+	ListenDrops uint64 `json:"listen_drops"`
+	// Listeners is an optional per-listener picture of the accept queues
+	// at the instant of the reading. It is information: no check uses it.
+	Listeners []Listener `json:"listeners,omitempty"`
+
+	// Links holds each network link's rate over the interval since the
+	// previous reading and its speed. Loopback and links that are down are
+	// left out.
+	Links []Link `json:"links,omitempty"`
+
+	// Missing lists the inputs that could not be measured for this
+	// reading, in no particular order.
+	Missing []Input `json:"missing,omitempty"`
+	// Notes says, in words, why inputs are missing or degraded (no
+	// CAP_NET_ADMIN, no conntrack module, first reading has no deltas).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Link is one network link in a Reading.
+type Link struct {
+	// Name is the link's name, e.g. "eth0".
+	Name string `json:"name"`
+	// RxBitsPerSecond and TxBitsPerSecond are the link's receive and
+	// transmit rates since the previous reading.
+	RxBitsPerSecond float64 `json:"rx_bps"`
+	TxBitsPerSecond float64 `json:"tx_bps"`
+	// SpeedMbps is the link's speed in Mbit/s (as in
+	// /sys/class/net/IF/speed, or given by the operator); 0 means unknown,
+	// and then the bandwidth check is not passed for this link.
+	SpeedMbps uint64 `json:"speed_mbps,omitempty"`
+}
+
+// Listener is one listening socket's accept queue.
+type Listener struct {
+	// Addr is the local address, host:port.
+	Addr string `json:"addr"`
+	// Queue is the number of connections waiting to be accepted
+	// (idiag_rqueue for a listener).
+	Queue uint32 `json:"queue"`
+	// Backlog is the accept queue's limit (idiag_wqueue for a listener).
+	Backlog uint32 `json:"backlog"`
+}
