@@ -1,0 +1,293 @@
+package overload
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Check names one of the checks a reading is evaluated against.
+type Check string
+
+// The checks, in the order notices name them.
+const (
+	CheckMemory         Check = "memory"          // memory used above MemoryPercent
+	CheckLoad           Check = "load"            // load15 above LoadPerCPU × CPUs
+	CheckConntrackFill  Check = "conntrack_fill"  // conntrack entries at or above ConntrackFillPercent of max
+	CheckConntrackDrops Check = "conntrack_drops" // more than ConntrackDrops dropped by a full table
+	CheckListenQueue    Check = "listen_queue"    // at least ListenDrops dropped by full listen queues
+	CheckBandwidth      Check = "bandwidth"       // a link above BandwidthPercent of its speed
+)
+
+// checks lists every check in notice order. It is a function, not a
+// variable, so no caller can change it.
+func checks() [numChecks]Check {
+	return [numChecks]Check{CheckMemory, CheckLoad, CheckConntrackFill, CheckConntrackDrops, CheckListenQueue, CheckBandwidth}
+}
+
+const numChecks = 6
+
+// Checks returns every check, in the order notices name them.
+func Checks() []Check {
+	c := checks()
+	return c[:]
+}
+
+// index returns c's position in notice order, or -1 for an unknown check.
+func (c Check) index() int {
+	for i, k := range checks() {
+		if k == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// input returns the reading input a check reads.
+func (c Check) input() Input {
+	switch c {
+	case CheckMemory:
+		return InputMemory
+	case CheckLoad:
+		return InputLoad
+	case CheckConntrackFill:
+		return InputConntrack
+	case CheckConntrackDrops:
+		return InputConntrackDrops
+	case CheckListenQueue:
+		return InputListenDrops
+	case CheckBandwidth:
+		return InputBandwidth
+	}
+	return ""
+}
+
+// Finding is one check passed in one reading, with its figures.
+type Finding struct {
+	// Check is the check that passed.
+	Check Check `json:"check"`
+	// Text says it in the notice's words and figures, e.g.
+	// "memory at 92 %" or "the connection table was full: 37 connections
+	// dropped".
+	Text string `json:"text"`
+	// At is the time of the reading the figures come from: the latest
+	// reading in which the check passed.
+	At time.Time `json:"at"`
+	// Value is the figure compared: memory used %, the load average, the
+	// conntrack table's fill %, a count of dropped connections, or a
+	// link's rate as % of its speed.
+	Value float64 `json:"value"`
+	// Limit is what Value was compared with: the threshold in the same
+	// unit (for the load check, LoadPerCPU × CPUs).
+	Limit float64 `json:"limit"`
+	// Link names the link, for the bandwidth check.
+	Link string `json:"link,omitempty"`
+}
+
+// Evaluate returns the checks that pass in this one reading, in notice
+// order, each with its figures. Zero fields of l mean their defaults. A
+// check whose input the reading lists as missing does not pass. Evaluate
+// does not validate r (figures that are NaN pass nothing); a [Tracker]
+// validates each reading before it evaluates it.
+//
+// For the bandwidth check, the finding names the link furthest above its
+// speed's limit (the first listed on a tie); a link whose speed is unknown
+// (0) is left out.
+func Evaluate(r Reading, l Limits) []Finding {
+	l = l.withDefaults()
+	missing := make(map[Input]bool, len(r.Missing))
+	for _, in := range r.Missing {
+		missing[in] = true
+	}
+	var out []Finding
+	for _, c := range checks() {
+		if missing[c.input()] {
+			continue
+		}
+		if f, ok := evaluate(c, r, l); ok {
+			f.At = r.At
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// evaluate applies one check to a reading.
+func evaluate(c Check, r Reading, l Limits) (Finding, bool) {
+	switch c {
+	case CheckMemory:
+		v := r.MemoryUsedPercent
+		if !(v > l.MemoryPercent) {
+			return Finding{}, false
+		}
+		return Finding{Check: c, Value: v, Limit: l.MemoryPercent,
+			Text: "memory at " + formatAbove(v, l.MemoryPercent, 0, true) + " %"}, true
+
+	case CheckLoad:
+		if r.CPUs < 1 {
+			return Finding{}, false
+		}
+		limit := l.LoadPerCPU * float64(r.CPUs)
+		v := r.Load15
+		if !(v > limit) {
+			return Finding{}, false
+		}
+		return Finding{Check: c, Value: v, Limit: limit,
+			Text: fmt.Sprintf("load average %s over 15 minutes, above %s %s",
+				formatAbove(v, limit, 1, true), timesWord(l.LoadPerCPU), cores(r.CPUs))}, true
+
+	case CheckConntrackFill:
+		if r.ConntrackMax == 0 {
+			return Finding{}, false
+		}
+		// Compare entries × 100 with limit × max, not a rounded ratio,
+		// so a table exactly at its limit passes.
+		if !(float64(r.ConntrackEntries)*100 >= l.ConntrackFillPercent*float64(r.ConntrackMax)) {
+			return Finding{}, false
+		}
+		v := float64(r.ConntrackEntries) * 100 / float64(r.ConntrackMax)
+		return Finding{Check: c, Value: v, Limit: l.ConntrackFillPercent,
+			Text: fmt.Sprintf("the connection table at %s %% (%d of %d)",
+				formatAbove(v, l.ConntrackFillPercent, 0, false), r.ConntrackEntries, r.ConntrackMax)}, true
+
+	case CheckConntrackDrops:
+		if r.ConntrackDrops <= l.ConntrackDrops {
+			return Finding{}, false
+		}
+		return Finding{Check: c, Value: float64(r.ConntrackDrops), Limit: float64(l.ConntrackDrops),
+			Text: "the connection table was full: " + dropped(r.ConntrackDrops)}, true
+
+	case CheckListenQueue:
+		if r.ListenDrops < l.ListenDrops {
+			return Finding{}, false
+		}
+		return Finding{Check: c, Value: float64(r.ListenDrops), Limit: float64(l.ListenDrops),
+			Text: "listen queues were full: " + dropped(r.ListenDrops)}, true
+
+	case CheckBandwidth:
+		var (
+			best     Finding
+			bestRate float64
+			found    bool
+		)
+		for _, k := range r.Links {
+			if k.SpeedMbps == 0 {
+				continue
+			}
+			rate := max(k.RxBitsPerSecond, k.TxBitsPerSecond)
+			if math.IsNaN(k.RxBitsPerSecond) || math.IsNaN(k.TxBitsPerSecond) {
+				continue
+			}
+			p := rate * 100 / (float64(k.SpeedMbps) * 1e6)
+			if !(p > l.BandwidthPercent) || (found && !(p > best.Value)) {
+				continue
+			}
+			best = Finding{Check: c, Value: p, Limit: l.BandwidthPercent, Link: k.Name}
+			bestRate = rate
+			found = true
+		}
+		if !found {
+			return Finding{}, false
+		}
+		k := best.Link
+		best.Text = fmt.Sprintf("bandwidth at %s, %s %% of the %s link %s",
+			formatRate(bestRate), formatAbove(best.Value, best.Limit, 0, true), formatSpeed(r.linkSpeed(k)), k)
+		return best, true
+	}
+	return Finding{}, false
+}
+
+// linkSpeed returns the speed of the first link named name.
+func (r Reading) linkSpeed(name string) uint64 {
+	for _, k := range r.Links {
+		if k.Name == name {
+			return k.SpeedMbps
+		}
+	}
+	return 0
+}
+
+// formatAbove formats a figure that passed a check against limit (strictly
+// above it when strict, else at or above it) so that the printed figure
+// passes too: the figure is truncated, never rounded up, to decimals
+// places, and more places are shown (up to decimals+2) while the
+// truncated figure would read as not passing. So a memory use of 90.4 %
+// against "over 90 %" reads "90.4", never "90"; 92.7 reads "92". When no
+// such short form exists the shortest exact form is printed.
+func formatAbove(v, limit float64, decimals int, strict bool) string {
+	passes := func(x float64) bool {
+		if strict {
+			return x > limit
+		}
+		return x >= limit
+	}
+	for d := decimals; d <= decimals+2; d++ {
+		scale := math.Pow(10, float64(d))
+		t := math.Floor(v*scale+1e-9) / scale // 1e-9: 91.99999999 from float division reads 92
+		if passes(t) {
+			return strconv.FormatFloat(t, 'f', d, 64)
+		}
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// timesWord says "LoadPerCPU times" in words: "twice the", "the",
+// "1.5 times the".
+func timesWord(f float64) string {
+	switch f {
+	case 1:
+		return "the"
+	case 2:
+		return "twice the"
+	case 3:
+		return "three times the"
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64) + " times the"
+}
+
+// cores says "8 CPU cores" or "1 CPU core".
+func cores(n int) string {
+	if n == 1 {
+		return "1 CPU core"
+	}
+	return strconv.Itoa(n) + " CPU cores"
+}
+
+// dropped says "37 connections dropped" or "1 connection dropped".
+func dropped(n uint64) string {
+	if n == 1 {
+		return "1 connection dropped"
+	}
+	return strconv.FormatUint(n, 10) + " connections dropped"
+}
+
+// formatSpeed formats a link speed given in Mbit/s: "100 Mbit/s",
+// "1 Gbit/s", "2.5 Gbit/s", "10 Gbit/s".
+func formatSpeed(mbps uint64) string {
+	if mbps >= 1000 {
+		return strconv.FormatFloat(float64(mbps)/1000, 'f', -1, 64) + " Gbit/s"
+	}
+	return strconv.FormatUint(mbps, 10) + " Mbit/s"
+}
+
+// formatRate formats a rate in bit/s, truncated: "870 Mbit/s",
+// "8.7 Gbit/s", "950 kbit/s", "12 bit/s".
+func formatRate(bps float64) string {
+	unit := []struct {
+		scale float64
+		name  string
+		dec   int
+	}{{1e9, "Gbit/s", 1}, {1e6, "Mbit/s", 0}, {1e3, "kbit/s", 0}, {1, "bit/s", 0}}
+	for _, u := range unit {
+		if bps >= u.scale || u.scale == 1 {
+			scale := math.Pow(10, float64(u.dec))
+			t := math.Floor(bps/u.scale*scale) / scale
+			s := strconv.FormatFloat(t, 'f', u.dec, 64)
+			s = strings.TrimSuffix(s, ".0")
+			return s + " " + u.name
+		}
+	}
+	return "" // not reached
+}

@@ -1,0 +1,157 @@
+package overload
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Limits are the thresholds of the checks and the rules of the window and
+// the notices. The zero value of every field means its default, the
+// platform's rule (see [DefaultLimits]); so Limits{} is the platform's
+// rule, and Limits{MemoryPercent: 95} changes one threshold only.
+type Limits struct {
+	// MemoryPercent: the memory check passes when memory used is above
+	// this percentage of MemTotal. Default 90.
+	MemoryPercent float64 `json:"memory_percent,omitempty"`
+	// LoadPerCPU: the load check passes when the 15-minute load average
+	// is above this many times the CPU count. Default 2.
+	LoadPerCPU float64 `json:"load_per_cpu,omitempty"`
+	// ConntrackFillPercent: the conntrack fill check passes when the
+	// table's entries are at or above this percentage of its max.
+	// Default 80.
+	ConntrackFillPercent float64 `json:"conntrack_fill_percent,omitempty"`
+	// ConntrackDrops: the conntrack drops check passes when more than
+	// this many connections were dropped because the table was full since
+	// the previous reading. Default 0 (any drop passes), which is also
+	// the zero value.
+	ConntrackDrops uint64 `json:"conntrack_drops,omitempty"`
+	// ListenDrops: the listen queue check passes when at least this many
+	// connections were dropped by full listen queues since the previous
+	// reading. Default 10; 0 means the default.
+	ListenDrops uint64 `json:"listen_drops,omitempty"`
+	// BandwidthPercent: the bandwidth check passes when, on any link, the
+	// larger of the receive and transmit rates is above this percentage
+	// of the link's speed (links are full duplex). Default 80.
+	BandwidthPercent float64 `json:"bandwidth_percent,omitempty"`
+
+	// Window is how many of the latest readings each check remembers.
+	// Default 5.
+	Window int `json:"window,omitempty"`
+	// Need is in how many readings of its window a check must have
+	// passed to hold. Default 3; at most Window.
+	Need int `json:"need,omitempty"`
+	// NoticeEvery is the least time between two notices for one node:
+	// a start less than this after the previous notice produces an event
+	// and no notice. Default one hour.
+	NoticeEvery time.Duration `json:"notice_every,omitempty"`
+	// MaxEvents bounds a tracker's event list; the oldest events are
+	// dropped first. Default 100.
+	MaxEvents int `json:"max_events,omitempty"`
+}
+
+// The defaults, the platform's rule as the operators' help states it.
+const (
+	defaultMemoryPercent        = 90
+	defaultLoadPerCPU           = 2
+	defaultConntrackFillPercent = 80
+	defaultConntrackDrops       = 0
+	defaultListenDrops          = 10
+	defaultBandwidthPercent     = 80
+	defaultWindow               = 5
+	defaultNeed                 = 3
+	defaultNoticeEvery          = time.Hour
+	defaultMaxEvents            = 100
+
+	// maxWindow bounds Window so a tracker's state stays small.
+	maxWindow = 1000
+)
+
+// DefaultLimits returns the platform's rule: memory over 90 %, a 15-minute
+// load average above twice the CPU cores, the connection table 80 % full,
+// any connection dropped by that table when full, 10 or more dropped by
+// full listen queues, bandwidth over 80 % of the link speed; 3 of 5
+// readings; one notice an hour; the latest 100 events.
+func DefaultLimits() Limits {
+	return Limits{
+		MemoryPercent:        defaultMemoryPercent,
+		LoadPerCPU:           defaultLoadPerCPU,
+		ConntrackFillPercent: defaultConntrackFillPercent,
+		ConntrackDrops:       defaultConntrackDrops,
+		ListenDrops:          defaultListenDrops,
+		BandwidthPercent:     defaultBandwidthPercent,
+		Window:               defaultWindow,
+		Need:                 defaultNeed,
+		NoticeEvery:          defaultNoticeEvery,
+		MaxEvents:            defaultMaxEvents,
+	}
+}
+
+// withDefaults returns l with every zero field replaced by its default.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MemoryPercent == 0 {
+		l.MemoryPercent = d.MemoryPercent
+	}
+	if l.LoadPerCPU == 0 {
+		l.LoadPerCPU = d.LoadPerCPU
+	}
+	if l.ConntrackFillPercent == 0 {
+		l.ConntrackFillPercent = d.ConntrackFillPercent
+	}
+	if l.ListenDrops == 0 {
+		l.ListenDrops = d.ListenDrops
+	}
+	if l.BandwidthPercent == 0 {
+		l.BandwidthPercent = d.BandwidthPercent
+	}
+	if l.Window == 0 {
+		l.Window = d.Window
+	}
+	if l.Need == 0 {
+		l.Need = min(d.Need, l.Window)
+	}
+	if l.NoticeEvery == 0 {
+		l.NoticeEvery = d.NoticeEvery
+	}
+	if l.MaxEvents == 0 {
+		l.MaxEvents = d.MaxEvents
+	}
+	return l
+}
+
+// Validate reports whether l, with its zero fields read as defaults, is a
+// usable rule: percentages in (0, 100], a positive finite load factor,
+// 1 ≤ Need ≤ Window ≤ 1000, and no negative durations or counts.
+func (l Limits) Validate() error {
+	l = l.withDefaults()
+	var errs []error
+	percent := func(name string, v float64) {
+		if math.IsNaN(v) || v <= 0 || v > 100 {
+			errs = append(errs, fmt.Errorf("%s is %v, want a percentage in (0, 100]", name, v))
+		}
+	}
+	percent("memory percent", l.MemoryPercent)
+	percent("conntrack fill percent", l.ConntrackFillPercent)
+	percent("bandwidth percent", l.BandwidthPercent)
+	if math.IsNaN(l.LoadPerCPU) || math.IsInf(l.LoadPerCPU, 0) || l.LoadPerCPU <= 0 {
+		errs = append(errs, fmt.Errorf("load per cpu is %v, want a positive number", l.LoadPerCPU))
+	}
+	if l.Window < 1 || l.Window > maxWindow {
+		errs = append(errs, fmt.Errorf("window is %d readings, want 1 to %d", l.Window, maxWindow))
+	}
+	if l.Need < 1 || l.Need > l.Window {
+		errs = append(errs, fmt.Errorf("need is %d readings, want 1 to the window's %d", l.Need, l.Window))
+	}
+	if l.NoticeEvery < 0 {
+		errs = append(errs, fmt.Errorf("notice every is %v, want zero (the default) or more", l.NoticeEvery))
+	}
+	if l.MaxEvents < 0 {
+		errs = append(errs, fmt.Errorf("max events is %d, want zero (the default) or more", l.MaxEvents))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("overload: invalid limits: %w", errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package overload
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// stateVersion is the version of a tracker's marshalled state, "v".
+const stateVersion = 1
+
+// trackerState is a Tracker's state as JSON.
+type trackerState struct {
+	Version    int                 `json:"v"`
+	Node       string              `json:"node,omitempty"`
+	Last       time.Time           `json:"last_reading,omitzero"`
+	Checks     map[Check]checkJSON `json:"checks,omitempty"`
+	Overloaded bool                `json:"overloaded"`
+	Since      time.Time           `json:"since,omitzero"`
+	LastNotice time.Time           `json:"last_notice,omitzero"`
+	Events     []Event             `json:"events,omitempty"`
+}
+
+// checkJSON is one check's window as JSON: "window" lists the readings
+// oldest first, "1" passed and "0" did not, e.g. "01101".
+type checkJSON struct {
+	Window string   `json:"window"`
+	Last   *Finding `json:"last,omitempty"`
+}
+
+// MarshalJSON encodes the tracker's state: node, the time of the latest
+// reading, each check's window and latest passing finding, whether the
+// node is overloaded and since when, the time of the latest notice, and
+// the event list. Limits are configuration, not state, and are left out.
+func (t *Tracker) MarshalJSON() ([]byte, error) {
+	s := trackerState{
+		Version:    stateVersion,
+		Node:       t.node,
+		Last:       t.last,
+		Overloaded: t.overloaded,
+		Since:      t.since,
+		LastNotice: t.lastNotice,
+		Events:     t.events,
+	}
+	for i, c := range checks() {
+		st := t.checks[i]
+		if len(st.window) == 0 && st.last == nil {
+			continue
+		}
+		w := make([]byte, len(st.window))
+		for j, p := range st.window {
+			w[j] = '0'
+			if p {
+				w[j] = '1'
+			}
+		}
+		if s.Checks == nil {
+			s.Checks = make(map[Check]checkJSON)
+		}
+		s.Checks[c] = checkJSON{Window: string(w), Last: st.last}
+	}
+	return json.Marshal(s)
+}
+
+// UnmarshalJSON restores a tracker's state from MarshalJSON's encoding,
+// replacing all of it but the limits (a zero Tracker's limits are the
+// defaults). It checks that the state is consistent and returns an error,
+// changing nothing, when it is not.
+func (t *Tracker) UnmarshalJSON(b []byte) error {
+	var s trackerState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("restore tracker state: %w", err)
+	}
+	n, err := s.tracker()
+	if err != nil {
+		return fmt.Errorf("restore tracker state of node %q: %w", s.Node, err)
+	}
+	n.limits = t.limits
+	*t = *n
+	return nil
+}
+
+// RestoreTracker returns the tracker whose state MarshalJSON encoded as
+// data, judging by l from now on.
+func RestoreTracker(data []byte, l Limits) (*Tracker, error) {
+	t := &Tracker{limits: l}
+	if err := t.UnmarshalJSON(data); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// tracker checks s and builds the tracker it describes.
+func (s *trackerState) tracker() (*Tracker, error) {
+	if s.Version != stateVersion {
+		return nil, fmt.Errorf("version %d, want %d", s.Version, stateVersion)
+	}
+	t := &Tracker{
+		node:       s.Node,
+		last:       s.Last,
+		overloaded: s.Overloaded,
+		since:      s.Since,
+		lastNotice: s.LastNotice,
+	}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	after := func(name string, at time.Time) {
+		if at.After(s.Last) {
+			bad("%s %v is after the latest reading %v", name, at, s.Last)
+		}
+	}
+	switch {
+	case s.Overloaded && s.Since.IsZero():
+		bad("overloaded without a start time")
+	case !s.Overloaded && !s.Since.IsZero():
+		bad("not overloaded but with a start time")
+	}
+	after("overload start", s.Since)
+	after("last notice", s.LastNotice)
+	for c, cj := range s.Checks {
+		i := c.index()
+		if i < 0 {
+			bad("unknown check %q", c)
+			continue
+		}
+		if len(cj.Window) > maxWindow {
+			bad("check %q: window of %d readings, more than %d", c, len(cj.Window), maxWindow)
+			continue
+		}
+		st := &t.checks[i]
+		st.window = make([]bool, len(cj.Window))
+		passed := false
+		for j, ch := range []byte(cj.Window) {
+			switch ch {
+			case '0':
+			case '1':
+				st.window[j], passed = true, true
+			default:
+				bad("check %q: window %q has %q, want only 0 and 1", c, cj.Window, ch)
+			}
+		}
+		if cj.Last != nil {
+			if cj.Last.Check != c {
+				bad("check %q: latest finding is of check %q", c, cj.Last.Check)
+			}
+			after(fmt.Sprintf("check %q: latest finding", c), cj.Last.At)
+			f := *cj.Last
+			st.last = &f
+		} else if passed {
+			bad("check %q: passed in its window but has no latest finding", c)
+		}
+	}
+	for i, e := range s.Events {
+		switch {
+		case e.Kind != Start && e.Kind != End:
+			bad("event %d: unknown kind %q", i, e.Kind)
+		case e.At.IsZero():
+			bad("event %d: no time", i)
+		case e.Lasted < 0:
+			bad("event %d: lasted %v", i, e.Lasted)
+		case i > 0 && e.At.Before(s.Events[i-1].At):
+			bad("event %d at %v is before the event before it", i, e.At)
+		}
+		after(fmt.Sprintf("event %d", i), e.At)
+		for _, f := range e.Findings {
+			if f.Check.index() < 0 {
+				bad("event %d: unknown check %q", i, f.Check)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	t.events = s.Events
+	return t, nil
+}

@@ -1,0 +1,277 @@
+package overload
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Errors a caller may branch on. They come wrapped, with context.
+var (
+	// ErrDuplicate: a reading at the same instant as the previous one. It
+	// is not counted.
+	ErrDuplicate = errors.New("duplicate reading")
+	// ErrOutOfOrder: a reading older than the previous one. It is not
+	// counted.
+	ErrOutOfOrder = errors.New("reading out of order")
+	// ErrInvalidReading: a reading whose figures cannot be true (NaN,
+	// negative, memory above 100 %), or in an unknown wire version.
+	ErrInvalidReading = errors.New("invalid reading")
+)
+
+// EventKind says whether an overload started or ended.
+type EventKind string
+
+// The event kinds.
+const (
+	Start EventKind = "start"
+	End   EventKind = "end"
+)
+
+// Event is a start or an end of an overload of one node. Every start and
+// end goes into the node's event list.
+type Event struct {
+	Kind EventKind `json:"kind"`
+	// At is the time of the reading that started or ended the overload.
+	At time.Time `json:"at"`
+	// Findings, for a start, are the checks that held, with figures.
+	Findings []Finding `json:"findings,omitempty"`
+	// Lasted, for an end, is how long the overload lasted: from the
+	// reading that started it to the reading that ended it.
+	Lasted time.Duration `json:"lasted_ns,omitempty"`
+}
+
+// Notice tells the node's operator that an overload started, and why, in
+// figures. A tracker produces at most one per NoticeEvery (an hour).
+type Notice struct {
+	Node string `json:"node,omitempty"`
+	// At is the time of the reading that started the overload.
+	At time.Time `json:"at"`
+	// Findings are the checks that held, in notice order.
+	Findings []Finding `json:"findings"`
+	// Text is the notice in words, e.g. "eu-01 is overloaded: memory at
+	// 92 %; the connection table was full: 37 connections dropped".
+	Text string `json:"text"`
+}
+
+// String returns n.Text.
+func (n Notice) String() string { return n.Text }
+
+// noticeText words a notice: the node and every finding, in order.
+func noticeText(node string, fs []Finding) string {
+	if node == "" {
+		node = "the node"
+	}
+	texts := make([]string, len(fs))
+	for i, f := range fs {
+		texts[i] = f.Text
+	}
+	return node + " is overloaded: " + strings.Join(texts, "; ")
+}
+
+// Result is what one reading did to a node's state.
+type Result struct {
+	// Overloaded says whether the node is overloaded after this reading.
+	Overloaded bool
+	// Findings are the checks that hold after this reading (passed in at
+	// least Need of their last Window readings), in notice order, each
+	// with the figures of the latest reading in which it passed.
+	Findings []Finding
+	// Event is the start or end this reading caused, or nil.
+	Event *Event
+	// Notice is the notice this reading caused, or nil: a start produces
+	// one unless the node's previous notice went out less than
+	// NoticeEvery before.
+	Notice *Notice
+}
+
+// Tracker follows one node's readings and decides when it is overloaded.
+//
+// Each check keeps its own window of the node's last Window readings
+// (readings received, in order, whatever the time between them). A check
+// holds when it passed in at least Need of them; the node is overloaded
+// while any check holds, and stays overloaded until none does.
+//
+// A Tracker's state marshals to JSON (see [Tracker.MarshalJSON]) so it
+// survives restarts; [RestoreTracker] reads it back. The zero Tracker is
+// usable: no node name and the default limits.
+//
+// A Tracker is not safe for concurrent use: callers that share one hold a
+// lock around its methods.
+type Tracker struct {
+	node   string
+	limits Limits
+
+	last       time.Time // the latest reading's time; zero before any
+	checks     [numChecks]checkState
+	overloaded bool
+	since      time.Time
+	lastNotice time.Time
+	events     []Event
+}
+
+// checkState is one check's window, and its latest passing finding (the
+// figures a notice names while the check holds).
+type checkState struct {
+	window []bool // oldest first, at most Window long
+	last   *Finding
+}
+
+// holds reports whether the check passed in at least need of its window.
+func (c *checkState) holds(need int) bool {
+	n := 0
+	for _, p := range c.window {
+		if p {
+			n++
+		}
+	}
+	return n >= need
+}
+
+// NewTracker returns a tracker for the node named node, judging by l
+// (zero fields are defaults). It does not validate l: Observe returns
+// l.Validate's error for every reading while l is invalid.
+func NewTracker(node string, l Limits) *Tracker {
+	return &Tracker{node: node, limits: l}
+}
+
+// Node returns the name of the tracker's node.
+func (t *Tracker) Node() string { return t.node }
+
+// Limits returns the limits the tracker judges by, as given (zero fields
+// mean their defaults).
+func (t *Tracker) Limits() Limits { return t.limits }
+
+// SetLimits changes the limits the tracker judges by from the next
+// reading on. Windows keep their readings; a smaller Window drops the
+// oldest at the next reading.
+func (t *Tracker) SetLimits(l Limits) { t.limits = l }
+
+// Overloaded reports whether the node is overloaded.
+func (t *Tracker) Overloaded() bool { return t.overloaded }
+
+// Since returns when the current overload started, or the zero time when
+// the node is not overloaded.
+func (t *Tracker) Since() time.Time { return t.since }
+
+// LastNotice returns when the node's latest notice went out, or the zero
+// time when none has.
+func (t *Tracker) LastNotice() time.Time { return t.lastNotice }
+
+// LastReading returns the time of the latest reading observed, or the
+// zero time when none has been.
+func (t *Tracker) LastReading() time.Time { return t.last }
+
+// Events returns a copy of the node's event list, newest last, at most
+// MaxEvents long.
+func (t *Tracker) Events() []Event {
+	out := make([]Event, len(t.events))
+	for i, e := range t.events {
+		e.Findings = slices.Clone(e.Findings)
+		out[i] = e
+	}
+	return out
+}
+
+// Findings returns the checks that hold now, in notice order, each with
+// the figures of the latest reading in which it passed.
+func (t *Tracker) Findings() []Finding {
+	return t.holding(t.limits.withDefaults().Need)
+}
+
+func (t *Tracker) holding(need int) []Finding {
+	var out []Finding
+	for i := range t.checks {
+		c := &t.checks[i]
+		if c.last != nil && c.holds(need) {
+			out = append(out, *c.last)
+		}
+	}
+	return out
+}
+
+// Observe takes the node's next reading and returns what it did: whether
+// the node is overloaded now, which checks hold, and the event and notice
+// it caused, if any.
+//
+// The reading must be newer than the previous one: one at the same
+// instant returns an error wrapping [ErrDuplicate], an older one an error
+// wrapping [ErrOutOfOrder]; an invalid one (see [Reading.Validate]) an
+// error wrapping [ErrInvalidReading]. A reading of another node (its Node
+// set and not the tracker's) is an error too. A reading that returns an
+// error changes nothing.
+func (t *Tracker) Observe(r Reading) (Result, error) {
+	if err := t.limits.Validate(); err != nil {
+		return Result{}, fmt.Errorf("observe reading of node %q: %w", t.node, err)
+	}
+	l := t.limits.withDefaults()
+	if err := r.Validate(); err != nil {
+		return Result{}, fmt.Errorf("observe reading of node %q at %v: %w", t.node, r.At, err)
+	}
+	if r.Node != "" && t.node != "" && r.Node != t.node {
+		return Result{}, fmt.Errorf("observe reading at %v: reading is of node %q, tracker is for node %q", r.At, r.Node, t.node)
+	}
+	if !t.last.IsZero() {
+		switch {
+		case r.At.Equal(t.last):
+			return Result{}, fmt.Errorf("observe reading of node %q at %v: %w: the previous reading has the same time", t.node, r.At, ErrDuplicate)
+		case r.At.Before(t.last):
+			return Result{}, fmt.Errorf("observe reading of node %q at %v: %w: the previous reading is at %v", t.node, r.At, ErrOutOfOrder, t.last)
+		}
+	}
+
+	passed := Evaluate(r, l)
+	for i := range t.checks {
+		c := &t.checks[i]
+		p := false
+		for _, f := range passed {
+			if f.Check.index() == i {
+				f := f
+				c.last = &f
+				p = true
+			}
+		}
+		c.window = append(c.window, p)
+		if n := len(c.window) - l.Window; n > 0 {
+			c.window = slices.Delete(c.window, 0, n)
+		}
+	}
+	t.last = r.At
+
+	res := Result{Findings: t.holding(l.Need)}
+	switch {
+	case !t.overloaded && len(res.Findings) > 0:
+		t.overloaded, t.since = true, r.At
+		e := Event{Kind: Start, At: r.At, Findings: slices.Clone(res.Findings)}
+		t.addEvent(e, l.MaxEvents)
+		res.Event = &e
+		if t.lastNotice.IsZero() || r.At.Sub(t.lastNotice) >= l.NoticeEvery {
+			t.lastNotice = r.At
+			res.Notice = &Notice{
+				Node:     t.node,
+				At:       r.At,
+				Findings: slices.Clone(res.Findings),
+				Text:     noticeText(t.node, res.Findings),
+			}
+		}
+	case t.overloaded && len(res.Findings) == 0:
+		e := Event{Kind: End, At: r.At, Lasted: r.At.Sub(t.since)}
+		t.overloaded, t.since = false, time.Time{}
+		t.addEvent(e, l.MaxEvents)
+		res.Event = &e
+	}
+	res.Overloaded = t.overloaded
+	return res, nil
+}
+
+// addEvent appends e to the event list, dropping the oldest beyond max.
+// The list keeps its own copy of e's findings.
+func (t *Tracker) addEvent(e Event, max int) {
+	e.Findings = slices.Clone(e.Findings)
+	t.events = append(t.events, e)
+	if n := len(t.events) - max; n > 0 {
+		t.events = slices.Delete(t.events, 0, n)
+	}
+}
