@@ -1,0 +1,314 @@
+// Command proxybench measures pinproxy against HAProxy and a direct
+// connection on loopback, in one run: bulk throughput, connections per
+// second, and memory per idle proxied connection. It prints the medians of
+// several interleaved rounds and the ratios pinproxy/HAProxy against the
+// targets of the issue.
+//
+//	go run ./internal/proxybench -rounds 5
+//
+// Every proxy runs as its own process, in front of a sink process (the
+// upstream); the clients run in this process. Go proxies are this binary
+// re-executed with -role.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+type options struct {
+	rounds     int
+	duration   time.Duration
+	streams    int
+	clients    int
+	idle       int
+	targets    []string
+	haproxyBin string
+	maxconn    int
+	cpuprofile string
+}
+
+func main() {
+	role := flag.String("role", "", "internal: run as a child process (sink, naive, pinproxy)")
+	upstreams := flag.String("upstreams", "", "internal: comma-separated upstreams of a proxy child")
+	var o options
+	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each measures every target once per metric, in rotated order")
+	flag.DurationVar(&o.duration, "duration", 2*time.Second, "length of each throughput and connection-rate measurement")
+	flag.IntVar(&o.streams, "streams", 4, "parallel streams of the throughput measurement")
+	flag.IntVar(&o.clients, "clients", 32, "concurrent clients of the connection-rate measurement")
+	flag.IntVar(&o.idle, "idle", 7000, "idle connections held open through each proxy for the memory measurement")
+	targets := flag.String("targets", "direct,haproxy,naive,pinproxy", "what to measure, comma-separated")
+	flag.StringVar(&o.haproxyBin, "haproxy", "haproxy", "HAProxy binary")
+	flag.IntVar(&o.maxconn, "maxconn", 7000, "HAProxy maxconn (it needs 2 fds per connection and pipes beside them; the fd limit here is 20,000)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "directory: write CPU profiles of the Go proxies' throughput and connection-rate phases")
+	flag.Parse()
+
+	if *role != "" {
+		var ups []string
+		if *upstreams != "" {
+			ups = strings.Split(*upstreams, ",")
+		}
+		if err := runRole(*role, ups); err != nil {
+			fmt.Fprintln(os.Stderr, "proxybench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	o.targets = strings.Split(*targets, ",")
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "proxybench:", err)
+		os.Exit(1)
+	}
+}
+
+// target is one thing clients connect through.
+type target struct {
+	name, label string
+	// idleMax is the most idle connections it can hold under the fd limit
+	// here; 0: memory is not measured (direct).
+	idleMax int
+	start   func(upstreams []string) (*running, error)
+}
+
+// running is a started target: the addresses clients dial, and the process
+// whose memory counts.
+type running struct {
+	addrs []string
+	pid   int    // 0: no process of its own
+	ctl   *child // a Go proxy's control channel; nil otherwise
+	stop  func()
+}
+
+func buildTargets(o options) ([]*target, error) {
+	var out []*target
+	for _, name := range o.targets {
+		switch name {
+		case "direct":
+			out = append(out, &target{name: name, label: "direct", start: func(ups []string) (*running, error) {
+				return &running{addrs: ups, stop: func() {}}, nil
+			}})
+		case "haproxy":
+			bin, err := exec.LookPath(o.haproxyBin)
+			if err != nil {
+				fmt.Printf("HAProxy skipped: %v (Debian: apt-get install haproxy)\n", err)
+				continue
+			}
+			out = append(out, &target{name: name, label: "HAProxy", idleMax: o.maxconn, start: func(ups []string) (*running, error) {
+				h, err := startHAProxy(bin, ups, o.maxconn)
+				if err != nil {
+					return nil, err
+				}
+				return &running{addrs: []string{h.addr}, pid: h.pid(), stop: h.stop}, nil
+			}})
+		case "naive", "pinproxy":
+			t := &target{name: name, label: "pinproxy", idleMax: o.idle}
+			if name == "naive" {
+				// 2 splice pipes held per idle connection: 6 fds each.
+				t.label, t.idleMax = "naive Go proxy, 2 goroutines/conn", 3000
+			}
+			t.start = func(ups []string) (*running, error) {
+				c, err := startChild(name, ups)
+				if err != nil {
+					return nil, err
+				}
+				return &running{addrs: c.ready, pid: c.pid(), ctl: c, stop: c.stop}, nil
+			}
+			out = append(out, t)
+		default:
+			return nil, fmt.Errorf("unknown target %q (want direct, haproxy, naive, pinproxy)", name)
+		}
+	}
+	return out, nil
+}
+
+// metric names, in printing order.
+const (
+	mThroughput = "throughput"
+	mConnRate   = "connrate"
+	mConnFailed = "connfailed"
+	mIdleN      = "idle-n"
+	mIdleRSS    = "idle-rss"
+	mIdleGo     = "idle-go"
+	mIdleFDs    = "idle-fds"
+	mIdleGs     = "idle-goroutines"
+)
+
+type results map[string]map[string][]float64 // metric → target → one value per round
+
+func (r results) add(metric, target string, v float64) {
+	if r[metric] == nil {
+		r[metric] = map[string][]float64{}
+	}
+	r[metric][target] = append(r[metric][target], v)
+}
+
+func run(o options) error {
+	targets, err := buildTargets(o)
+	if err != nil {
+		return err
+	}
+	if len(targets) == 0 {
+		return errors.New("nothing to measure")
+	}
+	if o.cpuprofile != "" {
+		if err := os.MkdirAll(o.cpuprofile, 0o755); err != nil {
+			return err
+		}
+	}
+	sk, err := startChild("sink", nil)
+	if err != nil {
+		return err
+	}
+	defer sk.stop()
+	if len(sk.ready) != 4 {
+		return fmt.Errorf("sink: want 4 addresses, got %q", sk.ready)
+	}
+	bulk, echo := sk.ready[:2], sk.ready[2:]
+
+	fmt.Printf("proxybench: %d rounds on loopback, %d CPUs, %s; targets %s\n",
+		o.rounds, runtime.NumCPU(), runtime.Version(), strings.Join(o.targets, ", "))
+	res := results{}
+	began := time.Now()
+	for round := range o.rounds {
+		order := append(slices.Clone(targets[round%len(targets):]), targets[:round%len(targets)]...)
+		for _, t := range order {
+			if err := measureThroughput(o, res, t, bulk, round); err != nil {
+				return fmt.Errorf("round %d, %s: %w", round+1, t.name, err)
+			}
+		}
+		for _, t := range order {
+			if err := measureConnRate(o, res, t, echo, round); err != nil {
+				return fmt.Errorf("round %d, %s: %w", round+1, t.name, err)
+			}
+		}
+		for _, t := range order {
+			if t.idleMax == 0 {
+				continue
+			}
+			if err := measureIdle(o, res, t, echo); err != nil {
+				return fmt.Errorf("round %d, %s: %w", round+1, t.name, err)
+			}
+		}
+		fmt.Printf("round %d done (%s)\n", round+1, time.Since(began).Round(time.Second))
+	}
+	report(os.Stdout, o, targets, res)
+	return nil
+}
+
+func profile(o options, r *running, name string, round int, phase string) func() {
+	if o.cpuprofile == "" || r.ctl == nil {
+		return func() {}
+	}
+	path := filepath.Join(o.cpuprofile, fmt.Sprintf("%s-%s-r%d.pprof", name, phase, round+1))
+	if _, err := r.ctl.call("cpuprofile " + path); err != nil {
+		fmt.Fprintln(os.Stderr, "proxybench: profile:", err)
+		return func() {}
+	}
+	return func() { r.ctl.call("stopprofile") }
+}
+
+func measureThroughput(o options, res results, t *target, bulk []string, round int) error {
+	r, err := t.start(bulk)
+	if err != nil {
+		return err
+	}
+	defer r.stop()
+	stop := profile(o, r, t.name, round, "throughput")
+	bps, err := throughput(r.addrs[0], o.streams, o.duration)
+	stop()
+	if err != nil {
+		return err
+	}
+	res.add(mThroughput, t.name, bps/(1<<20))
+	return nil
+}
+
+func measureConnRate(o options, res results, t *target, echo []string, round int) error {
+	r, err := t.start(echo)
+	if err != nil {
+		return err
+	}
+	defer r.stop()
+	stop := profile(o, r, t.name, round, "connrate")
+	rate, failed, err := connRate(r.addrs, o.clients, o.duration)
+	stop()
+	if err != nil {
+		return err
+	}
+	res.add(mConnRate, t.name, rate)
+	res.add(mConnFailed, t.name, float64(failed))
+	return nil
+}
+
+// measureIdle starts the target fresh, warms it with a few connections,
+// then holds n idle connections open through it and takes the growth of
+// its resident memory (VmRSS), open fds and, for a Go proxy, its own
+// heap+stack figures, per connection.
+func measureIdle(o options, res results, t *target, echo []string) error {
+	n := min(o.idle, t.idleMax)
+	r, err := t.start(echo)
+	if err != nil {
+		return err
+	}
+	defer r.stop()
+	warm, err := openIdle(r.addrs[0], 64, 16)
+	if err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	closeAll(warm)
+	time.Sleep(300 * time.Millisecond)
+	before, err := snapshot(r)
+	if err != nil {
+		return err
+	}
+	conns, err := openIdle(r.addrs[0], n, 64)
+	if err != nil {
+		return fmt.Errorf("%d idle connections: %w", n, err)
+	}
+	defer closeAll(conns)
+	time.Sleep(time.Second)
+	after, err := snapshot(r)
+	if err != nil {
+		return err
+	}
+	per := func(a, b float64) float64 { return (a - b) / float64(n) }
+	res.add(mIdleN, t.name, float64(n))
+	res.add(mIdleRSS, t.name, per(float64(after.rss), float64(before.rss))/1024)
+	res.add(mIdleFDs, t.name, per(float64(after.fds), float64(before.fds)))
+	if r.ctl != nil {
+		res.add(mIdleGo, t.name, per(float64(after.rt.HeapInuse+after.rt.StackInuse), float64(before.rt.HeapInuse+before.rt.StackInuse))/1024)
+		res.add(mIdleGs, t.name, per(float64(after.rt.Goroutines), float64(before.rt.Goroutines)))
+	}
+	return nil
+}
+
+type snap struct {
+	rss int64
+	fds int
+	rt  runtimeStats
+}
+
+func snapshot(r *running) (snap, error) {
+	var s snap
+	var err error
+	if s.rss, err = vmRSS(r.pid); err != nil {
+		return s, err
+	}
+	if s.fds, err = openFDs(r.pid); err != nil {
+		return s, err
+	}
+	if r.ctl != nil {
+		if s.rt, err = r.ctl.stats(); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// child is a harness child process (this binary with -role) that answers
+// commands on its stdin.
+type child struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	ready []string
+}
+
+func startChild(role string, upstreams []string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", role, err)
+	}
+	cmd := exec.Command(exe, "-role", role, "-upstreams", strings.Join(upstreams, ","))
+	cmd.Stderr = os.Stderr
+	setDeathSignal(cmd)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", role, err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", role, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", role, err)
+	}
+	c := &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	line, err := c.line()
+	if err != nil || !strings.HasPrefix(line, "ready ") {
+		c.stop()
+		return nil, fmt.Errorf("start %s: no ready line (%q): %v", role, line, err)
+	}
+	c.ready = strings.Fields(line)[1:]
+	return c, nil
+}
+
+func (c *child) line() (string, error) {
+	if !c.out.Scan() {
+		if err := c.out.Err(); err != nil {
+			return "", err
+		}
+		return "", io.ErrUnexpectedEOF
+	}
+	return c.out.Text(), nil
+}
+
+func (c *child) call(command string) (string, error) {
+	if _, err := fmt.Fprintln(c.in, command); err != nil {
+		return "", fmt.Errorf("%s: %w", command, err)
+	}
+	line, err := c.line()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", command, err)
+	}
+	if rest, ok := strings.CutPrefix(line, "error "); ok {
+		return "", fmt.Errorf("%s: %s", command, rest)
+	}
+	return line, nil
+}
+
+func (c *child) stats() (runtimeStats, error) {
+	var s runtimeStats
+	line, err := c.call("stats")
+	if err != nil {
+		return s, err
+	}
+	return s, json.Unmarshal([]byte(line), &s)
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// stop closes the child's stdin, which ends it, and kills it if it has not
+// ended within a few seconds.
+func (c *child) stop() {
+	c.in.Close()
+	waitOrKill(c.cmd, 5*time.Second)
+}
+
+func waitOrKill(cmd *exec.Cmd, d time.Duration) {
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+// haproxy is a running HAProxy process.
+type haproxy struct {
+	cmd    *exec.Cmd
+	dir    string
+	addr   string
+	output bytes.Buffer
+}
+
+// haproxyConfig is the configuration the issue names: mode tcp, balance
+// leastconn, two threads, kernel splicing both ways.
+const haproxyConfig = `global
+	maxconn %[1]d
+	nbthread 2
+
+defaults
+	mode tcp
+	option splice-auto
+	option splice-request
+	option splice-response
+	timeout connect 5s
+	timeout client 1h
+	timeout server 1h
+
+frontend bench
+	bind %[2]s
+	default_backend upstreams
+
+backend upstreams
+	balance leastconn
+%[3]s`
+
+func startHAProxy(bin string, upstreams []string, maxconn int) (*haproxy, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, fmt.Errorf("haproxy: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "proxybench-haproxy-")
+	if err != nil {
+		return nil, fmt.Errorf("haproxy: %w", err)
+	}
+	var servers strings.Builder
+	for i, u := range upstreams {
+		fmt.Fprintf(&servers, "\tserver up%d %s\n", i+1, u)
+	}
+	cfg := dir + "/haproxy.cfg"
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, maxconn, addr, servers.String()), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("haproxy: %w", err)
+	}
+	h := &haproxy{dir: dir, addr: addr}
+	h.cmd = exec.Command(bin, "-db", "-f", cfg)
+	h.cmd.Stdout, h.cmd.Stderr = &h.output, &h.output
+	setDeathSignal(h.cmd)
+	if err := h.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("haproxy: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { h.cmd.Process.Wait(); close(exited) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return h, nil
+		}
+		select {
+		case <-exited:
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("haproxy exited at start: %s", h.output.String())
+		case <-ctx.Done():
+			h.stop()
+			return nil, fmt.Errorf("haproxy did not listen on %s within 10s: %s", addr, h.output.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (h *haproxy) pid() int { return h.cmd.Process.Pid }
+
+func (h *haproxy) stop() {
+	h.cmd.Process.Kill()
+	h.cmd.Process.Wait()
+	os.RemoveAll(h.dir)
+}
+
+// freeAddr returns a loopback address with a port nobody listens on now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// vmRSS reads a process's resident set size, in bytes, from /proc.
+func vmRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, fmt.Errorf("/proc/%d/status: odd VmRSS line %q", pid, line)
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS line", pid)
+}
+
+// openFDs counts a process's open file descriptors.
+func openFDs(pid int) (int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, err
+	}
+	return len(ents), nil
+}
+
+var errSkip = errors.New("skipped")

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func report(w io.Writer, o options, targets []*target, res results) {
+	row := func(t *target, metric, format string) {
+		v := res[metric][t.name]
+		if len(v) == 0 {
+			return
+		}
+		var each []string
+		for _, x := range v {
+			each = append(each, fmt.Sprintf(format, x))
+		}
+		fmt.Fprintf(w, "  %-36s %10s   (%s)\n", t.label, fmt.Sprintf(format, median(v)), strings.Join(each, " "))
+	}
+	ratio := func(metric, name, of string, higherBetter bool, want float64) {
+		a, b := res[metric]["pinproxy"], res[metric][of]
+		if len(a) == 0 || len(b) == 0 || median(b) == 0 {
+			return
+		}
+		r := median(a) / median(b)
+		line := fmt.Sprintf("  pinproxy / %-25s %10.2f", name, r)
+		if want > 0 {
+			ok := r >= want
+			if !higherBetter {
+				ok = r <= want
+			}
+			line += fmt.Sprintf("   target %s %.1f: %s", map[bool]string{true: "≥", false: "≤"}[higherBetter], want, passMiss(ok))
+		}
+		fmt.Fprintln(w, line)
+	}
+
+	fmt.Fprintf(w, "\nthroughput, MiB/s: %d streams client→proxy→sink, %s each, median of %d rounds (each round)\n", o.streams, o.duration, o.rounds)
+	for _, t := range targets {
+		row(t, mThroughput, "%.0f")
+	}
+	ratio(mThroughput, "HAProxy", "haproxy", true, 1.2)
+	ratio(mThroughput, "direct", "direct", true, 0)
+
+	fmt.Fprintf(w, "\nconnection rate, conn/s: %d clients for %s; each connection: connect, write 1 byte, read the upstream's echo, close\n", o.clients, o.duration)
+	for _, t := range targets {
+		row(t, mConnRate, "%.0f")
+	}
+	ratio(mConnRate, "HAProxy", "haproxy", true, 1.0)
+	ratio(mConnRate, "direct", "direct", true, 0)
+	for _, t := range targets {
+		if f := res[mConnFailed][t.name]; slices.ContainsFunc(f, func(x float64) bool { return x > 0 }) {
+			fmt.Fprintf(w, "  %s: failed connections per round: %v\n", t.label, f)
+		}
+	}
+
+	fmt.Fprintf(w, "\nmemory per idle proxied connection, KiB: (VmRSS with N idle − before) / N; each connection echoed 1 byte first\n")
+	for _, t := range targets {
+		if len(res[mIdleN][t.name]) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  %s, N = %.0f\n", t.label, median(res[mIdleN][t.name]))
+		tt := *t
+		tt.label = "  VmRSS KiB/conn"
+		row(&tt, mIdleRSS, "%.1f")
+		tt.label = "  Go heap+stack in use KiB/conn"
+		row(&tt, mIdleGo, "%.1f")
+		tt.label = "  open fds/conn"
+		row(&tt, mIdleFDs, "%.2f")
+		tt.label = "  goroutines/conn"
+		row(&tt, mIdleGs, "%.2f")
+	}
+	if v := res[mIdleRSS]["pinproxy"]; len(v) > 0 {
+		fmt.Fprintf(w, "  pinproxy VmRSS per idle connection %10.1f KiB   target ≤ 10 KiB: %s\n", median(v), passMiss(median(v) <= 10))
+		ratio(mIdleRSS, "HAProxy", "haproxy", false, 0)
+	}
+}
+
+func passMiss(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
