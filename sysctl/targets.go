@@ -40,9 +40,9 @@ type Target struct {
 const (
 	// conntrackEntryBytes is what one conntrack entry costs: the nf_conn
 	// slab object (256 B on x86-64 6.18, /proc/slabinfo "nf_conntrack"),
-	// its extension area (NAT, accounting, timestamps: a kmalloc of 64–128
-	// B) and its share of the hash table (one 8 B bucket at most). The
-	// literature's "300–350 bytes per entry" lands here; we take the top.
+	// its extension area (NAT, accounting, timestamps: a kmalloc of 64–96
+	// B) and its bucket in the hash table (8 B, one bucket per entry). The
+	// usual "300–350 bytes per entry" lands here; we take the top.
 	conntrackEntryBytes = 352
 	// conntrackBytesPerEntry: one entry per 16 KiB of memory, i.e. 65,536
 	// entries per GiB, which costs 65,536 × 352 B = 22 MiB, 2.1 % of RAM.
@@ -53,9 +53,6 @@ const (
 	// kube-proxy's defaults (conntrack.maxPerCore, conntrack.min).
 	kubeProxyPerCore = 32768
 	kubeProxyMin     = 131072
-	// The kernel hashes at most this many entries into one bucket on
-	// average when it is sized the way kube-proxy sizes it (max/4).
-	conntrackEntriesPerBucket = 4
 )
 
 // ConntrackMax is the target for net.netfilter.nf_conntrack_max: the number
@@ -70,17 +67,20 @@ const (
 // whatever the memory: a 64 GiB node gets the same table as a 4 GiB one.
 //
 // kube-proxy sizes it as 32,768 entries per CPU core with a floor of
-// 131,072. Cilium sizes its BPF conntrack and NAT maps from a share of
-// memory, 0.25 % by default (bpf-map-dynamic-size-ratio=0.0025), because an
-// entry costs memory, not CPU. That ratio is for a pod host whose flows
-// are a side effect; on a node whose whole job is carrying other people's
-// flows the table deserves a larger share.
+// 131,072. Cilium sizes its own BPF conntrack map from memory instead,
+// because an entry costs memory, not CPU: 0.25 % of it by default
+// (bpf-map-dynamic-size-ratio=0.0025, shared with its NAT and other
+// maps), about 9,500 TCP entries per GiB (284,560 on a 30 GiB node), with
+// the same 131,072 floor. That share is for a pod host whose flows are a
+// side line; a node whose whole job is carrying other people's flows
+// gives the table a larger one.
 //
 // The target is one entry per 16 KiB of memory (65,536 per GiB, 2.1 % of
-// RAM at ~352 B an entry), never below kube-proxy's figures
-// (max(32768 × cpus, 131072)), and never above 5 % of memory
+// RAM at 352 B an entry; seven times Cilium's figure), never below
+// kube-proxy's (max(32768 × cpus, 131072)), and never above 5 % of memory
 // (memBytes / 20 / 352 B), which wins on small machines with many cores.
-// It is rounded down to a multiple of 1,024.
+// It is rounded down to a multiple of 1,024. With one bucket per entry
+// (ConntrackBuckets) the whole table stays within that 5 %.
 func ConntrackMax(memBytes uint64, cpus int) uint64 {
 	t := memBytes / conntrackBytesPerEntry
 	t = max(t, uint64(max(cpus, 1))*kubeProxyPerCore, kubeProxyMin)
@@ -89,18 +89,19 @@ func ConntrackMax(memBytes uint64, cpus int) uint64 {
 }
 
 // ConntrackBuckets is the target for net.netfilter.nf_conntrack_buckets,
-// the size of the conntrack hash table: ConntrackMax / 4, rounded up to a
-// power of two, at least 1,024 (the kernel's own minimum).
+// the size of the conntrack hash table: one bucket per entry of
+// ConntrackMax, the kernel's own ratio since 5.15, and at least 1,024 (the
+// kernel's minimum).
 //
-// A bucket is an 8 B list head. The kernel's default is one bucket per
-// entry; kube-proxy sets max/4, an average chain of at most 4 entries,
-// which keeps lookups short while the table itself costs at most 4 B per
-// entry (inside the 352 B counted for the entry). Since the package only
-// raises, a host keeps its 262,144 buckets until the table passes ~1 M
-// entries. Writable only from the host's network namespace.
+// Every entry is hashed twice, once per direction, so one bucket per
+// entry means chains of two on average when the table is full; the
+// netfilter maintainers chose that ratio when they made it the default
+// ("there should be at least twice as many buckets … than the maximum
+// number of conntrack objects", 2021). kube-proxy's max/4 would mean
+// chains of eight. A bucket is an 8 B list head, counted in the 352 B of
+// an entry. Writable only from the host's network namespace.
 func ConntrackBuckets(memBytes uint64, cpus int) uint64 {
-	b := ConntrackMax(memBytes, cpus) / conntrackEntriesPerBucket
-	return max(nextPow2(b), 1024)
+	return max(ConntrackMax(memBytes, cpus), 1024)
 }
 
 // Anchors for the listen backlogs.
@@ -209,7 +210,7 @@ func Targets(memBytes uint64, cpus int) []Target {
 	third := "- - " + u(buf)
 	return []Target{
 		{KeyConntrackMax, u(ctMax), "one entry per 16 KiB of memory, at least max(32768 × cpus, 131072) (kube-proxy), at most 5 % of memory at 352 B an entry"},
-		{KeyConntrackBuckets, u(ConntrackBuckets(memBytes, cpus)), "nf_conntrack_max / 4 (kube-proxy's ratio), rounded up to a power of two"},
+		{KeyConntrackBuckets, u(ConntrackBuckets(memBytes, cpus)), "one bucket per entry of nf_conntrack_max, the kernel's own ratio since 5.15"},
 		{KeySomaxconn, u(backlog), "4096 per GiB of memory, from 4096 (kernel default) to 65535"},
 		{KeyTCPMaxSynBacklog, u(TCPMaxSynBacklog(memBytes)), "as somaxconn: the SYN queue is also cut at the accept backlog"},
 		{KeyNetdevMaxBacklog, u(NetdevMaxBacklog(memBytes, cpus)), "all CPUs' queues full at 4 KiB a packet take at most 2 % of memory; 1000 to 65536"},
@@ -293,12 +294,3 @@ func formatFields(v []uint64) string {
 }
 
 func roundDown(v, m uint64) uint64 { return v / m * m }
-
-// nextPow2 returns the smallest power of two ≥ v (1 for 0).
-func nextPow2(v uint64) uint64 {
-	p := uint64(1)
-	for p < v && p < 1<<62 {
-		p <<= 1
-	}
-	return p
-}
