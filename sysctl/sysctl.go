@@ -206,15 +206,16 @@ func fileContent(keys []KeyResult) (string, int) {
 			continue
 		}
 		n++
-		found := k.Found
-		if found == "" {
-			found = "not visible to the agent; keep the host's value if it is higher"
-		}
 		why := k.Reason
 		if why == "" {
 			why = "lower than the target"
 		}
-		fmt.Fprintf(&b, "\n# found %s; %s\n%s = %s\n", found, oneLine(why), k.Key, k.Target)
+		if k.Found == "" {
+			fmt.Fprintf(&b, "\n# %s; the host's value is unknown here: drop this line if the host already holds more\n", oneLine(why))
+		} else {
+			fmt.Fprintf(&b, "\n# %s; found %s\n", oneLine(why), k.Found)
+		}
+		fmt.Fprintf(&b, "%s = %s\n", k.Key, k.Target)
 	}
 	return b.String(), n
 }
