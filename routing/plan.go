@@ -1,0 +1,351 @@
+package routing
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Alternatives answers the one question the move rule asks of the
+// platform's store. The platform implements it over its own data; [Index]
+// is an in-memory implementation.
+type Alternatives interface {
+	// Alternative returns a route that r's user holds with r's key
+	// through a node other than r.Node, in r.Country, at r.Price or less
+	// (see [IsAlternative]), and whether there is one. Routes already
+	// closed must not be returned.
+	Alternative(r Route) (Route, bool)
+}
+
+// IsAlternative reports whether alt lets r's user go on without connecting
+// again if r is closed: the same user holds the same route (same key)
+// through another node of the same country, at the same price or less.
+func IsAlternative(r, alt Route) bool {
+	return alt.User == r.User && alt.Key == r.Key && alt.Node != r.Node &&
+		alt.Country == r.Country && alt.Price <= r.Price && alt.ID != r.ID
+}
+
+// Action is one route the platform should close, with the reason. The
+// package closes nothing itself.
+type Action struct {
+	Route  Route  `json:"route"`
+	Reason Reason `json:"reason"`
+	// SinceTraffic is how long the route had moved no traffic (since its
+	// start if it never did).
+	SinceTraffic time.Duration `json:"since_traffic_ns"`
+	// Keeps, for ReasonMove, is the route the user goes on through.
+	Keeps Route `json:"keeps,omitzero"`
+}
+
+// String says what to do and why, e.g. "close route r17 of user u3:
+// unused for 2h30m0s; unused own route on an overloaded exit".
+func (a Action) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "close route %s of user %s: ", a.Route.ID, a.Route.User)
+	switch a.Reason {
+	case ReasonUnused, ReasonDrain:
+		fmt.Fprintf(&b, "unused for %v; %v", a.SinceTraffic, a.Reason)
+	case ReasonMove:
+		fmt.Fprintf(&b, "in use; the user keeps route %s through node %s (%s, price %d against %d)",
+			a.Keeps.ID, a.Keeps.Node, a.Keeps.Country, a.Keeps.Price, a.Route.Price)
+	default:
+		b.WriteString(a.Reason.String())
+	}
+	return b.String()
+}
+
+// Plan is the outcome of one plan round for one node.
+type Plan struct {
+	Node string    `json:"node"`
+	At   time.Time `json:"at"`
+	// Actions are the routes to close, unused ones first (longest unused
+	// first), then at most one route in use.
+	Actions []Action `json:"actions"`
+	// State is the node's state after the round: store it as the node's
+	// State for the next round, whether or not the actions are carried
+	// out.
+	State NodeState `json:"state"`
+}
+
+// Plan decides which of the node's routes to close at now. routes are the
+// node's live routes (each with Node == n.ID); alts answers whether a
+// route's user holds the same route elsewhere (nil: nobody does, so no
+// route in use is closed). The rules, from the seed:
+//
+//   - A node that is neither overloaded nor paused loses nothing. A full
+//     node (max_users) is not overloaded, and MaxUsers plays no part here.
+//   - Overloaded exit, not paused: users' own routes unused for UnusedAfter
+//     (2 h) are closed, longest unused first, within a budget of
+//     UnusedPerHour (5 %) of the node's sessions (len(routes)) an hour. The
+//     budget is a token bucket in n.State: it starts with one token, grows
+//     only while this rule applies, holds at most one hour's worth (at
+//     least one token), and is spent one token per closed route. So
+//     calling Plan every second closes no more than calling it every five
+//     minutes or every hour. Partner and extra-link routes are left.
+//   - Overloaded entry: nothing unused is closed.
+//   - Paused node, of either role: every route unused for UnusedAfter, of
+//     any kind, is closed at once, longest unused first.
+//   - Routes in use (not unused): once the overload has lasted MoveAfter
+//     (15 min) — or at once on a paused node — and while memory is above
+//     MoveMemoryPercent (80), at most one route is closed per MoveEvery
+//     (5 min), and only a route for which alts returns an alternative (see
+//     [IsAlternative]). The one chosen is the one that moved traffic least
+//     recently (then the older, then by ID). On a node that is overloaded
+//     but not paused only users' own routes are moved, since partner and
+//     extra-link routes "would be set up again on the same node"; a paused
+//     node moves routes of any kind.
+//
+// A route in use without an alternative — its user's only route — is never
+// closed. Plan does not modify routes. Between plans of different nodes
+// the platform must carry out (or at least record, e.g. [Index.Remove])
+// the closures, or two nodes may each close the route the other counted
+// on.
+func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (Plan, error) {
+	if err := p.Validate(); err != nil {
+		return Plan{}, err
+	}
+	if err := n.validate(); err != nil {
+		return Plan{}, err
+	}
+	st := n.State
+	if now.Before(st.PlannedAt) {
+		return Plan{}, fmt.Errorf("routing: plan node %q at %v: the previous plan was at %v: %w",
+			n.ID, now, st.PlannedAt, ErrOutOfOrder)
+	}
+	for i := range routes {
+		if err := validRoute(&routes[i], n.ID); err != nil {
+			return Plan{}, err
+		}
+	}
+	pl := planner{p: p, now: now, n: &n, routes: routes, unusedAfter: p.unusedAfter()}
+	switch {
+	case n.Paused:
+		pl.drain()
+	case n.Overloaded() && n.Role == RoleExit:
+		st.UnusedTokens, st.UnusedAccrued = pl.closeUnused(st.UnusedTokens, st.UnusedAccrued)
+	}
+	if pl.movesAllowed() && (st.LastMove.IsZero() || now.Sub(st.LastMove) >= p.moveEvery()) {
+		moved, err := pl.move(alts)
+		if err != nil {
+			return Plan{}, err
+		}
+		if moved {
+			st.LastMove = now
+		}
+	}
+	st.PlannedAt = now
+	return Plan{Node: n.ID, At: now, Actions: pl.actions, State: st}, nil
+}
+
+func (n *Node) validate() error {
+	switch {
+	case n.ID == "":
+		return fmt.Errorf("routing: node without an ID: %w", ErrInvalid)
+	case n.Role != RoleEntry && n.Role != RoleExit:
+		return fmt.Errorf("routing: node %q: role %v is neither entry nor exit: %w", n.ID, n.Role, ErrInvalid)
+	case math.IsNaN(n.MemoryPercent) || n.MemoryPercent < 0 || n.MemoryPercent > 100:
+		return fmt.Errorf("routing: node %q: memory at %v %%, want 0 to 100: %w", n.ID, n.MemoryPercent, ErrInvalid)
+	case math.IsNaN(n.State.UnusedTokens) || n.State.UnusedTokens < 0:
+		return fmt.Errorf("routing: node %q: state holds %v unused tokens: %w", n.ID, n.State.UnusedTokens, ErrInvalid)
+	}
+	return nil
+}
+
+func validRoute(r *Route, node string) error {
+	switch {
+	case r.ID == "":
+		return fmt.Errorf("routing: plan node %q: a route without an ID: %w", node, ErrInvalid)
+	case r.Node != node:
+		return fmt.Errorf("routing: plan node %q: route %q goes through node %q: %w", node, r.ID, r.Node, ErrInvalid)
+	case r.User == "":
+		return fmt.Errorf("routing: plan node %q: route %q has no user: %w", node, r.ID, ErrInvalid)
+	case !r.Kind.valid():
+		return fmt.Errorf("routing: plan node %q: route %q: unknown kind %v: %w", node, r.ID, r.Kind, ErrInvalid)
+	case r.Start.IsZero():
+		return fmt.Errorf("routing: plan node %q: route %q has no start: %w", node, r.ID, ErrInvalid)
+	}
+	return nil
+}
+
+// planner is one plan round's working set.
+type planner struct {
+	p           Policy
+	now         time.Time
+	n           *Node
+	routes      []Route
+	unusedAfter time.Duration
+	actions     []Action
+}
+
+// candidate is a route position with its last use in Unix nanoseconds.
+type candidate struct {
+	i    int32
+	last int64
+}
+
+func (pl *planner) unused(r *Route) (time.Duration, bool) {
+	d := pl.now.Sub(r.lastUse())
+	return d, d >= pl.unusedAfter
+}
+
+// before orders routes for closing: the longest unused first, then by ID.
+func (pl *planner) before(a, b candidate) int {
+	if c := cmp.Compare(a.last, b.last); c != 0 {
+		return c
+	}
+	return strings.Compare(pl.routes[a.i].ID, pl.routes[b.i].ID)
+}
+
+func (pl *planner) add(i int32, why Reason) {
+	r := &pl.routes[i]
+	d, _ := pl.unused(r)
+	pl.actions = append(pl.actions, Action{Route: *r, Reason: why, SinceTraffic: d})
+}
+
+// drain closes every unused route of a paused node.
+func (pl *planner) drain() {
+	var cs []candidate
+	for i := range pl.routes {
+		r := &pl.routes[i]
+		if _, ok := pl.unused(r); ok {
+			cs = append(cs, candidate{int32(i), r.lastUse().UnixNano()})
+		}
+	}
+	slices.SortFunc(cs, pl.before)
+	pl.actions = make([]Action, 0, len(cs)+1)
+	for _, c := range cs {
+		pl.add(c.i, ReasonDrain)
+	}
+}
+
+// closeUnused spends the unused-route budget of an overloaded exit and
+// returns the bucket's new level and accrual time.
+func (pl *planner) closeUnused(tokens float64, accrued time.Time) (float64, time.Time) {
+	sessions := float64(len(pl.routes))
+	share := pl.p.unusedPerHour()
+	if accrued.IsZero() {
+		tokens = 1
+	} else {
+		from := accrued
+		if from.Before(pl.n.OverloadedSince) {
+			from = pl.n.OverloadedSince // nothing grows between overloads
+		}
+		if d := pl.now.Sub(from); d > 0 {
+			tokens += share * sessions * d.Hours()
+		}
+	}
+	tokens = min(tokens, max(1, share*sessions))
+	// The epsilon absorbs the rounding of many small additions, so that
+	// twelve 30-second rounds at ten an hour make one whole token.
+	k := int(tokens + 1e-9)
+	closed := pl.pickUnused(k)
+	return max(0, tokens-float64(closed)), pl.now
+}
+
+// pickUnused closes up to k of the longest-unused own routes.
+func (pl *planner) pickUnused(k int) int {
+	if k <= 0 {
+		return 0
+	}
+	var cs []candidate
+	if k <= 4 {
+		// Few to pick, the usual case: k scans, no allocation but the
+		// actions.
+		var prev candidate
+		for j := 0; j < k; j++ {
+			best := candidate{i: -1}
+			for i := range pl.routes {
+				r := &pl.routes[i]
+				if r.Kind != KindOwn {
+					continue
+				}
+				if _, ok := pl.unused(r); !ok {
+					continue
+				}
+				c := candidate{int32(i), r.lastUse().UnixNano()}
+				if j > 0 && pl.before(c, prev) <= 0 {
+					continue
+				}
+				if best.i < 0 || pl.before(c, best) < 0 {
+					best = c
+				}
+			}
+			if best.i < 0 {
+				break
+			}
+			cs = append(cs, best)
+			prev = best
+		}
+	} else {
+		for i := range pl.routes {
+			r := &pl.routes[i]
+			if _, ok := pl.unused(r); ok && r.Kind == KindOwn {
+				cs = append(cs, candidate{int32(i), r.lastUse().UnixNano()})
+			}
+		}
+		slices.SortFunc(cs, pl.before)
+		cs = cs[:min(k, len(cs))]
+	}
+	if len(cs) == 0 {
+		return 0
+	}
+	pl.actions = make([]Action, 0, len(cs)+1)
+	for _, c := range cs {
+		pl.add(c.i, ReasonUnused)
+	}
+	return len(cs)
+}
+
+// movesAllowed: routes in use are moved while memory is above the mark,
+// on a paused node, or on one whose overload has lasted MoveAfter.
+func (pl *planner) movesAllowed() bool {
+	if pl.n.MemoryPercent <= pl.p.moveMemoryPercent() {
+		return false
+	}
+	if pl.n.Paused {
+		return true
+	}
+	return pl.n.Overloaded() && pl.now.Sub(pl.n.OverloadedSince) >= pl.p.moveAfter()
+}
+
+// move closes the route in use that moved traffic least recently among
+// those whose user holds an alternative.
+func (pl *planner) move(alts Alternatives) (bool, error) {
+	if alts == nil {
+		return false, nil
+	}
+	best := candidate{i: -1}
+	var keeps Route
+	for i := range pl.routes {
+		r := &pl.routes[i]
+		if _, ok := pl.unused(r); ok {
+			continue // not in use; the unused rules decide about it
+		}
+		if r.Kind != KindOwn && !pl.n.Paused {
+			continue
+		}
+		c := candidate{int32(i), r.lastUse().UnixNano()}
+		if best.i >= 0 && pl.before(c, best) >= 0 {
+			continue // no better than what we have: spare the lookup
+		}
+		alt, ok := alts.Alternative(*r)
+		if !ok {
+			continue
+		}
+		if !IsAlternative(*r, alt) {
+			return false, fmt.Errorf("routing: plan node %q: alternatives returned route %q (user %q, key %q, node %q, %s, price %d) for route %q (user %q, key %q, %s, price %d), which is not one: %w",
+				pl.n.ID, alt.ID, alt.User, alt.Key, alt.Node, alt.Country, alt.Price, r.ID, r.User, r.Key, r.Country, r.Price, ErrInvalid)
+		}
+		best, keeps = c, alt
+	}
+	if best.i < 0 {
+		return false, nil
+	}
+	r := &pl.routes[best.i]
+	d, _ := pl.unused(r)
+	pl.actions = append(pl.actions, Action{Route: *r, Reason: ReasonMove, SinceTraffic: d, Keeps: keeps})
+	return true, nil
+}
