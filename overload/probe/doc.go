@@ -1,0 +1,38 @@
+// Package probe takes readings of a Linux node for the overload checks:
+// memory used, the 15-minute load average against the CPUs, the kernel's
+// connection (conntrack) table and the connections it dropped when full,
+// connections dropped by full listen queues, and bandwidth against link
+// speed. One Read returns one [overload.Reading].
+//
+// A reading is only as good as its probe, and on a busy exit node a probe
+// that dumps sockets or the conntrack table costs more than the overload it
+// measures. So every source here costs the same with no connections or
+// 100,000: memory and load from procfs; the conntrack count and max from
+// /proc/sys/net/netfilter; drops from ctnetlink's per-CPU statistics (or
+// /proc/net/stat/nf_conntrack), never a table dump; listen drops from the
+// TcpExt counters, and the per-listener picture from an inet_diag request
+// for LISTEN sockets only; link bytes from one rtnetlink link dump. Every
+// netlink request has a deadline.
+//
+// Counters that only grow in the kernel become deltas between readings.
+// The first reading has none and says so; a counter that went back (a
+// reboot, a wrap, a module reload, a replaced link or namespace) gives no
+// delta for that reading, never a huge or negative one. A source that
+// cannot be read makes its input missing, with a note saying why, so a
+// probe without CAP_NET_ADMIN still reads everything procfs has.
+//
+//	p, err := probe.New(probe.Config{Node: "exit-fra-1"})
+//	if err != nil {
+//		return err
+//	}
+//	defer p.Close()
+//	for range time.Tick(30 * time.Second) {
+//		r, err := p.Read(ctx)
+//		if err != nil {
+//			return err
+//		}
+//		report(r) // r.Missing and r.Notes say what could not be measured
+//	}
+//
+// Off Linux, New returns an error wrapping errors.ErrUnsupported.
+package probe

@@ -1,0 +1,262 @@
+package probe
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/mdlayher/netlink"
+	"github.com/ti-mo/conntrack"
+	"golang.org/x/sys/unix"
+
+	"github.com/proofkit/nodekit/overload"
+)
+
+// errNoAnswer marks a netlink request that got no answer before its
+// deadline (the context's own deadline is reported as the context's error).
+var errNoAnswer = errors.New("no answer before the deadline")
+
+// exchange sends req on c and returns the replies. The request ends at
+// deadline or when ctx ends, whichever comes first; a blocked receive is
+// woken by moving the socket's deadline into the past.
+func exchange(ctx context.Context, c *netlink.Conn, deadline time.Time, req netlink.Message) ([]netlink.Message, error) {
+	if err := c.SetDeadline(deadline); err != nil {
+		return nil, fmt.Errorf("set deadline: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	msgs, err := c.Execute(req)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, errNoAnswer
+		}
+		return nil, err
+	}
+	return msgs, nil
+}
+
+// Netlink constants the probe needs that x/sys/unix does not name.
+const (
+	sockDiagByFamily = 20      // SOCK_DIAG_BY_FAMILY
+	tcpListenState   = 10      // TCP_LISTEN
+	tcpfListen       = 1 << 10 // TCPF_LISTEN: the idiag_states mask for listeners only
+	inetDiagReqLen   = 56      // sizeof(struct inet_diag_req_v2)
+	inetDiagMsgLen   = 72      // sizeof(struct inet_diag_msg)
+	ifInfoMsgLen     = 16      // sizeof(struct ifinfomsg)
+)
+
+// listenRequest builds an inet_diag dump request for TCP sockets of family
+// in LISTEN state only. With no other state in the mask the kernel walks
+// only the listening hash, never the established one, so the request costs
+// the same with 0 or 100,000 connections.
+func listenRequest(family uint8) netlink.Message {
+	b := make([]byte, inetDiagReqLen)
+	b[0] = family
+	b[1] = unix.IPPROTO_TCP
+	binary.NativeEndian.PutUint32(b[4:8], tcpfListen)
+	return netlink.Message{
+		Header: netlink.Header{Type: sockDiagByFamily, Flags: netlink.Request | netlink.Dump},
+		Data:   b,
+	}
+}
+
+// parseListener parses one inet_diag_msg of a listening socket. For a
+// listener the kernel puts the accept queue's length in idiag_rqueue and
+// its limit (the backlog) in idiag_wqueue.
+func parseListener(b []byte) (overload.Listener, error) {
+	if len(b) < inetDiagMsgLen {
+		return overload.Listener{}, fmt.Errorf("inet_diag message of %d bytes, want %d: %w", len(b), inetDiagMsgLen, errMalformed)
+	}
+	if b[1] != tcpListenState {
+		return overload.Listener{}, fmt.Errorf("inet_diag message for a socket in state %d, not LISTEN: %w", b[1], errMalformed)
+	}
+	port := binary.BigEndian.Uint16(b[4:6])
+	var addr netip.Addr
+	switch b[0] {
+	case unix.AF_INET:
+		addr = netip.AddrFrom4([4]byte(b[8:12]))
+	case unix.AF_INET6:
+		addr = netip.AddrFrom16([16]byte(b[8:24]))
+	default:
+		return overload.Listener{}, fmt.Errorf("inet_diag message of address family %d: %w", b[0], errMalformed)
+	}
+	return overload.Listener{
+		Addr:    netip.AddrPortFrom(addr, port).String(),
+		Queue:   binary.NativeEndian.Uint32(b[56:60]),
+		Backlog: binary.NativeEndian.Uint32(b[60:64]),
+	}, nil
+}
+
+// listeners returns the TCP listeners of the calling thread's network
+// namespace, IPv4 then IPv6, through req (listenRequest unless a test
+// swaps it).
+func listeners(ctx context.Context, deadline time.Time, req func(family uint8) netlink.Message) ([]overload.Listener, error) {
+	c, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, nil)
+	if err != nil {
+		return nil, fmt.Errorf("inet_diag: dial: %w", err)
+	}
+	defer c.Close()
+	var out []overload.Listener
+	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		msgs, err := exchange(ctx, c, deadline, req(fam))
+		if err != nil {
+			return nil, fmt.Errorf("inet_diag: family %d: %w", fam, err)
+		}
+		for _, m := range msgs {
+			l, err := parseListener(m.Data)
+			if err != nil {
+				return nil, fmt.Errorf("inet_diag: %w", err)
+			}
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// linkSample is one link's counters from netlink.
+type linkSample struct {
+	name    string
+	index   int32
+	addr    []byte
+	flags   uint32
+	rxBytes uint64
+	txBytes uint64
+}
+
+// counted reports whether a link takes part in the bandwidth check: up,
+// running and not loopback.
+func (l linkSample) counted() bool {
+	return l.flags&unix.IFF_LOOPBACK == 0 && l.flags&unix.IFF_UP != 0 && l.flags&unix.IFF_RUNNING != 0
+}
+
+// parseLink parses one RTM_NEWLINK message of a link dump.
+func parseLink(b []byte) (linkSample, error) {
+	if len(b) < ifInfoMsgLen {
+		return linkSample{}, fmt.Errorf("ifinfomsg of %d bytes: %w", len(b), errMalformed)
+	}
+	l := linkSample{
+		index: int32(binary.NativeEndian.Uint32(b[4:8])),
+		flags: binary.NativeEndian.Uint32(b[8:12]),
+	}
+	ad, err := netlink.NewAttributeDecoder(b[ifInfoMsgLen:])
+	if err != nil {
+		return linkSample{}, fmt.Errorf("link %d attributes: %w", l.index, err)
+	}
+	var stats64, stats32 []byte
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.IFLA_IFNAME:
+			l.name = ad.String()
+		case unix.IFLA_ADDRESS:
+			l.addr = ad.Bytes()
+		case unix.IFLA_STATS64:
+			stats64 = ad.Bytes()
+		case unix.IFLA_STATS:
+			stats32 = ad.Bytes()
+		}
+	}
+	if err := ad.Err(); err != nil {
+		return linkSample{}, fmt.Errorf("link %d attributes: %w", l.index, err)
+	}
+	switch {
+	case l.name == "" || len(l.name) >= unix.IFNAMSIZ || containsSlash(l.name):
+		return linkSample{}, fmt.Errorf("link %d: bad name %q: %w", l.index, l.name, errMalformed)
+	case len(stats64) >= 32: // rx_packets, tx_packets, rx_bytes, tx_bytes
+		l.rxBytes = binary.NativeEndian.Uint64(stats64[16:24])
+		l.txBytes = binary.NativeEndian.Uint64(stats64[24:32])
+	case len(stats32) >= 16:
+		l.rxBytes = uint64(binary.NativeEndian.Uint32(stats32[8:12]))
+		l.txBytes = uint64(binary.NativeEndian.Uint32(stats32[12:16]))
+	default:
+		return linkSample{}, fmt.Errorf("link %s: no byte counters: %w", l.name, errMalformed)
+	}
+	return l, nil
+}
+
+func containsSlash(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' || s[i] == 0 {
+			return true
+		}
+	}
+	return s == "." || s == ".."
+}
+
+// links dumps the links of the calling thread's network namespace with
+// their byte counters (RTM_GETLINK).
+func links(ctx context.Context, deadline time.Time) ([]linkSample, error) {
+	c, err := netlink.Dial(unix.NETLINK_ROUTE, nil)
+	if err != nil {
+		return nil, fmt.Errorf("rtnetlink: dial: %w", err)
+	}
+	defer c.Close()
+	req := netlink.Message{
+		Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request | netlink.Dump},
+		Data:   make([]byte, ifInfoMsgLen), // AF_UNSPEC: every link
+	}
+	msgs, err := exchange(ctx, c, deadline, req)
+	if err != nil {
+		return nil, fmt.Errorf("rtnetlink: links: %w", err)
+	}
+	out := make([]linkSample, 0, len(msgs))
+	for _, m := range msgs {
+		if m.Header.Type != unix.RTM_NEWLINK {
+			continue
+		}
+		l, err := parseLink(m.Data)
+		if err != nil {
+			return nil, fmt.Errorf("rtnetlink: %w", err)
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// conntrackDrops asks ctnetlink for the per-CPU statistics of the calling
+// thread's network namespace (one small message per CPU; the table itself
+// is never dumped) and returns, per CPU, Drop + EarlyDrop + InsertFailed.
+//
+// conntrack.Conn has no deadline of its own, so the connection is closed
+// when the deadline passes or ctx ends, which wakes the blocked receive.
+// (StatsGlobal is not used: on kernel 6.18 it never returns.)
+func conntrackDrops(ctx context.Context, deadline time.Time) (map[int]uint64, error) {
+	c, err := conntrack.Dial(nil)
+	if err != nil {
+		return nil, fmt.Errorf("ctnetlink: dial: %w", err)
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	stop := context.AfterFunc(rctx, func() { _ = c.Close() })
+	stats, err := c.Stats()
+	if !stop() {
+		// The deadline passed or ctx ended while asking.
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("ctnetlink: stats: %w", cerr)
+		}
+		return nil, fmt.Errorf("ctnetlink: stats: %w", errNoAnswer)
+	}
+	_ = c.Close()
+	if err != nil {
+		return nil, fmt.Errorf("ctnetlink: stats: %w", err)
+	}
+	if len(stats) == 0 {
+		return nil, fmt.Errorf("ctnetlink: stats: no CPU in the answer: %w", errMalformed)
+	}
+	out := make(map[int]uint64, len(stats))
+	for _, s := range stats {
+		out[int(s.CPUID)] = uint64(s.Drop) + uint64(s.EarlyDrop) + uint64(s.InsertFailed)
+	}
+	return out, nil
+}
+
+// permissionDenied reports whether err says the caller lacks a capability.
+func permissionDenied(err error) bool {
+	return errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, os.ErrPermission)
+}
