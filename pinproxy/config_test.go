@@ -1,0 +1,72 @@
+package pinproxy_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/proofkit/nodekit/pinproxy"
+)
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  pinproxy.Config
+		want string // in the error
+	}{
+		{"no upstreams", pinproxy.Config{}, "no upstreams"},
+		{"missing port", pinproxy.Config{Upstreams: []string{"a:1", "eu-01"}}, `upstream 2 "eu-01": missing port`},
+		{"empty", pinproxy.Config{Upstreams: []string{""}}, `upstream 1 "": missing port`},
+		{"missing host", pinproxy.Config{Upstreams: []string{":9333"}}, `upstream 1 ":9333": missing host`},
+		{"port zero", pinproxy.Config{Upstreams: []string{"a:0"}}, `upstream 1 "a:0": port "0"`},
+		{"port too big", pinproxy.Config{Upstreams: []string{"a:65536"}}, `port "65536"`},
+		{"named port", pinproxy.Config{Upstreams: []string{"a:http"}}, `port "http"`},
+		{"space", pinproxy.Config{Upstreams: []string{" a:1"}}, "space"},
+		{"too many colons", pinproxy.Config{Upstreams: []string{"::1:80"}}, "too many colons"},
+		{"twice", pinproxy.Config{Upstreams: []string{"a:1", "b:2", "a:1"}}, `upstream 3 "a:1": listed twice (also upstream 1)`},
+		{"negative dial timeout", pinproxy.Config{Upstreams: []string{"a:1"}, DialTimeout: -1}, "dial timeout"},
+		{"negative max conns", pinproxy.Config{Upstreams: []string{"a:1"}, MaxConns: -1}, "max conns -1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := pinproxy.New(tt.cfg)
+			if err == nil {
+				t.Fatalf("New(%+v) = %v, nil; want an error", tt.cfg, p)
+			}
+			if !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "pinproxy: ") {
+				t.Errorf("error %q does not say %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewAcceptsGoodUpstreams(t *testing.T) {
+	for _, addr := range []string{"eu-01:9333", "127.0.0.1:1", "[::1]:65535", "litecoin-fulcrum-eu-dev-01.example:9333"} {
+		p, err := pinproxy.New(pinproxy.Config{Upstreams: []string{addr}})
+		if err != nil {
+			t.Errorf("New with upstream %q: %v", addr, err)
+			continue
+		}
+		if s := p.Stats(); len(s) != 1 || s[0].Addr != addr || !s[0].Answered || s[0].Live != 0 {
+			t.Errorf("Stats of a new proxy with %q = %+v", addr, s)
+		}
+	}
+}
+
+// New never panics, and what it accepts SplitHostPort accepts.
+func FuzzNew(f *testing.F) {
+	for _, s := range []string{"a:1", "", ":", "[::1]:80", "a:0", "a:b:c", "[a]:1", " a:1", "a:65536", "a:-1", "a:+1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		p, err := pinproxy.New(pinproxy.Config{Upstreams: []string{addr}})
+		if err != nil {
+			if p != nil {
+				t.Fatal("non-nil proxy with an error")
+			}
+			return
+		}
+		if got := p.Stats()[0].Addr; got != addr {
+			t.Fatalf("upstream %q became %q", addr, got)
+		}
+	})
+}

@@ -1,0 +1,59 @@
+package pinproxy
+
+import (
+	"errors"
+	"io"
+	"net"
+)
+
+// This file is the data path: the bytes of one client connection and its
+// upstream. It is kept apart so it can be reworked and benchmarked
+// (internal/proxybench) without touching the routing logic. The contract
+// with proxy.go:
+//
+//   - splice is called once per connection, from the connection's own
+//     goroutine, after both conns are open; it returns when both
+//     directions have ended, and both conns are closed by then.
+//   - Other goroutines may Close either conn at any time (a rebalance round
+//     moving the connection, a forced Shutdown); splice must then return
+//     promptly.
+//   - up counts bytes from client to upstream, down the other way.
+
+// splice copies bytes both ways between client and upstream. When one
+// side ends its stream cleanly (EOF), the other side's write half is
+// closed, so a half-close is carried through and the reply still flows
+// back; an error in either direction closes both conns, which ends the
+// other direction too. io.Copy between two *net.TCPConn lets the runtime
+// use splice(2), so the conns must not be wrapped in anything that hides
+// their ReadFrom/WriteTo methods.
+func splice(client, upstream net.Conn) (up, down int64, err error) {
+	type result struct {
+		n   int64
+		err error
+	}
+	downc := make(chan result, 1)
+	go func() {
+		n, err := io.Copy(client, upstream)
+		endDirection(client, upstream, err)
+		downc <- result{n, err}
+	}()
+	up, errUp := io.Copy(upstream, client)
+	endDirection(upstream, client, errUp)
+	r := <-downc
+	client.Close()
+	upstream.Close()
+	return up, r.n, errors.Join(errUp, r.err)
+}
+
+// endDirection passes the end of src's stream on to dst: a clean end
+// becomes a half-close of dst's write side; an error, or a dst that cannot
+// half-close, closes both.
+func endDirection(dst, src net.Conn, err error) {
+	if err == nil {
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			return
+		}
+	}
+	dst.Close()
+	src.Close()
+}

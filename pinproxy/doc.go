@@ -1,0 +1,51 @@
+// Package pinproxy is a TCP proxy for long-lived connections pinned to a
+// few upstream nodes, such as an MWEB light client's P2P connections to
+// Litecoin nodes.
+//
+// Each accepted client connection goes to the upstream with the fewest live
+// connections; ties go to the upstream listed first. Upstream addresses are
+// host:port and are resolved at each dial. A dial that fails moves on to the
+// next upstream in that order, and an upstream that just failed is tried
+// last for a while (Config.FailedBackoff). When every upstream fails, the
+// client is closed.
+//
+// Because the connections are long-lived, a node that was down while its
+// clients connected elsewhere would stay empty once it is back. So once a
+// minute (Config.RebalanceInterval) the proxy runs a rebalance round: if one
+// upstream holds at least two connections more than another (two or more
+// against none is the case that matters), it test-connects to the
+// least-loaded upstream; if that answers, it closes the busiest upstream's
+// newest connection, and the client's redial goes, least-used first, to the
+// idle node. While the idle node does not answer nothing is closed, at most
+// one connection is closed per round, and with an even spread the round
+// makes no connection at all.
+//
+// Bytes are copied with io.Copy between *net.TCPConn, so Linux splices them
+// in the kernel; a half-close (CloseWrite) is carried through, and TCP
+// keepalive is on for both sides. Every decision is logged through the
+// Config.Logger, for example
+//
+//	level=INFO msg="answers again; moving a connection" from=usa-01:9333 to=eu-01:9333
+//
+// Usage:
+//
+//	p, err := pinproxy.New(pinproxy.Config{
+//		Upstreams: []string{"eu-01:9333", "usa-01:9333"},
+//		Logger:    slog.Default(),
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	ln, err := net.Listen("tcp", "127.0.0.1:9333")
+//	if err != nil {
+//		return err
+//	}
+//	go p.Serve(ln) // returns ErrProxyClosed after Shutdown
+//	...
+//	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+//	defer cancel()
+//	err = p.Shutdown(ctx) // stop accepting, drain, then close what is left
+//
+// Metrics for Prometheus are in the subpackage pinproxymetrics, which keeps
+// the Prometheus client out of programs that embed the proxy without it.
+package pinproxy

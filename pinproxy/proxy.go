@@ -1,0 +1,446 @@
+package pinproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ErrProxyClosed is returned by Serve and Rebalance once Shutdown has been
+// called.
+var ErrProxyClosed = errors.New("pinproxy: proxy closed")
+
+// Proxy forwards client connections to upstreams, least-used first, and
+// rebalances them. Create one with New; its methods are safe for concurrent
+// use.
+type Proxy struct {
+	cfg  Config
+	log  *slog.Logger
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// stopCtx ends when Shutdown is called: it stops the rebalance
+	// rounds and the accept loops' back-off sleeps. killCtx ends when
+	// Shutdown gives up waiting (or returns): it aborts dials in flight.
+	stopCtx  context.Context
+	stop     context.CancelFunc
+	killCtx  context.Context
+	kill     context.CancelFunc
+	handlers sync.WaitGroup // one per accepted client; Add only under mu while !closed
+	ticker   sync.WaitGroup // the rebalance goroutine; Add only under mu while !closed
+
+	active   atomic.Int64 // client connections being handled, for MaxConns
+	accepted atomic.Int64
+	rejected atomic.Int64
+	unrouted atomic.Int64
+
+	rebalanceMu sync.Mutex // one round at a time
+
+	mu            sync.Mutex
+	upstreams     []*upstream
+	listeners     map[net.Listener]struct{}
+	tickerStarted bool
+	closed        bool // Shutdown was called
+	forced        bool // Shutdown stopped waiting and closed what was left
+	moves         int64
+}
+
+// upstream is one configured upstream and its live connections. All fields
+// but addr are guarded by Proxy.mu.
+type upstream struct {
+	addr string
+
+	live    int   // connections established, linked into head..tail
+	dialing int   // dials in flight to it (counted as load too)
+	head    *conn // oldest
+	tail    *conn // newest
+
+	dials        int64
+	failures     int64
+	lastFailure  time.Time
+	lastError    string
+	answered     bool
+	backoffUntil time.Time
+	moved        int64
+	bytesUp      int64
+	bytesDown    int64
+}
+
+func (u *upstream) load() int { return u.live + u.dialing }
+
+// conn is one client pinned to one upstream.
+type conn struct {
+	client, upstream net.Conn
+	up               *upstream
+	prev, next       *conn // guarded by Proxy.mu
+	linked           bool  // guarded by Proxy.mu
+}
+
+// New checks cfg and returns a Proxy that is ready to Serve. The error
+// names the bad field or upstream entry.
+func New(cfg Config) (*Proxy, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		dial:      cfg.DialContext,
+		listeners: make(map[net.Listener]struct{}),
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.dial == nil {
+		d := &net.Dialer{KeepAlive: cfg.KeepAlive}
+		p.dial = d.DialContext
+	}
+	p.stopCtx, p.stop = context.WithCancel(context.Background())
+	p.killCtx, p.kill = context.WithCancel(context.Background())
+	p.upstreams = make([]*upstream, len(cfg.Upstreams))
+	for i, addr := range cfg.Upstreams {
+		p.upstreams[i] = &upstream{addr: addr, answered: true}
+	}
+	return p, nil
+}
+
+// Serve accepts client connections on ln and proxies each to an upstream
+// until Shutdown is called; then it returns ErrProxyClosed. Any other
+// accept error that is not temporary ends Serve with that error. Serve
+// closes ln when it returns. It may be called on several listeners at
+// once; the first call starts the rebalance rounds, which run every
+// Config.RebalanceInterval until Shutdown.
+func (p *Proxy) Serve(ln net.Listener) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		ln.Close()
+		return ErrProxyClosed
+	}
+	p.listeners[ln] = struct{}{}
+	if !p.tickerStarted && p.cfg.RebalanceInterval > 0 {
+		p.tickerStarted = true
+		p.ticker.Add(1)
+		go p.rebalanceLoop()
+	}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.listeners, ln)
+		p.mu.Unlock()
+		ln.Close()
+	}()
+
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if p.stopCtx.Err() != nil {
+				return ErrProxyClosed
+			}
+			if !temporary(err) {
+				return fmt.Errorf("pinproxy: accept on %s: %w", ln.Addr(), err)
+			}
+			// Out of file descriptors or memory: wait, as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "accept failed; retrying",
+				slog.String("listener", ln.Addr().String()), slog.Duration("in", delay), slog.Any("err", err))
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-p.stopCtx.Done():
+				t.Stop()
+				return ErrProxyClosed
+			}
+			continue
+		}
+		delay = 0
+		p.accept(c)
+	}
+}
+
+// temporary reports whether an accept error may go away by itself.
+func temporary(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) ||
+		errors.Is(err, syscall.ECONNABORTED)
+}
+
+// accept admits a client and starts its handler, or closes it when the
+// proxy is full or shutting down.
+func (p *Proxy) accept(client net.Conn) {
+	p.accepted.Add(1)
+	if limit := int64(p.cfg.MaxConns); limit > 0 {
+		for {
+			n := p.active.Load()
+			if n >= limit {
+				p.rejected.Add(1)
+				p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "too many connections; closing the client",
+					slog.String("client", client.RemoteAddr().String()), slog.Int64("max_conns", limit))
+				client.Close()
+				return
+			}
+			if p.active.CompareAndSwap(n, n+1) {
+				break
+			}
+		}
+	} else {
+		p.active.Add(1)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.active.Add(-1)
+		client.Close()
+		return
+	}
+	p.handlers.Add(1)
+	p.mu.Unlock()
+	go p.handle(client)
+}
+
+// handle pins one client to an upstream and copies bytes until both are done.
+func (p *Proxy) handle(client net.Conn) {
+	defer p.handlers.Done()
+	defer p.active.Add(-1)
+	p.setKeepAlive(client)
+	c := p.connect(client)
+	if c == nil {
+		client.Close()
+		return
+	}
+	up, down, err := splice(c.client, c.upstream)
+	p.mu.Lock()
+	p.unlinkLocked(c)
+	c.up.bytesUp += up
+	c.up.bytesDown += down
+	p.mu.Unlock()
+	if p.log.Enabled(p.stopCtx, slog.LevelDebug) {
+		attrs := []slog.Attr{
+			slog.String("client", client.RemoteAddr().String()), slog.String("upstream", c.up.addr),
+			slog.Int64("bytes_up", up), slog.Int64("bytes_down", down),
+		}
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			attrs = append(attrs, slog.Any("err", err))
+		}
+		p.log.LogAttrs(p.stopCtx, slog.LevelDebug, "connection closed", attrs...)
+	}
+}
+
+// connect dials upstreams, least-used first, until one answers, and links
+// the pair into that upstream's list. It returns nil when none answers or
+// the proxy is being torn down.
+func (p *Proxy) connect(client net.Conn) *conn {
+	n := len(p.upstreams)
+	var small [1]uint64
+	tried := small[:]
+	if n > 64 {
+		tried = make([]uint64, (n+63)/64)
+	}
+	for {
+		now := time.Now()
+		p.mu.Lock()
+		if p.forced {
+			p.mu.Unlock()
+			return nil
+		}
+		i, u := p.pickLocked(tried, now)
+		if u == nil {
+			p.mu.Unlock()
+			p.unrouted.Add(1)
+			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "no upstream answers; closing the client",
+				slog.String("client", client.RemoteAddr().String()), slog.Int("upstreams", n))
+			return nil
+		}
+		u.dialing++
+		u.dials++
+		p.mu.Unlock()
+		tried[i/64] |= 1 << (i % 64)
+
+		ctx, cancel := context.WithTimeout(p.killCtx, p.cfg.DialTimeout)
+		uc, err := p.dial(ctx, "tcp", u.addr)
+		cancel()
+
+		p.mu.Lock()
+		u.dialing--
+		if err != nil {
+			if p.killCtx.Err() != nil { // torn down, not the upstream's fault
+				p.mu.Unlock()
+				return nil
+			}
+			p.failedLocked(u, err)
+			p.mu.Unlock()
+			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "upstream does not answer; trying the next",
+				slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
+			continue
+		}
+		u.answered = true
+		u.backoffUntil = time.Time{}
+		if p.forced {
+			p.mu.Unlock()
+			uc.Close()
+			return nil
+		}
+		c := &conn{client: client, upstream: uc, up: u}
+		p.linkLocked(c)
+		live := u.live
+		p.mu.Unlock()
+		p.setKeepAlive(uc)
+		p.log.LogAttrs(p.stopCtx, slog.LevelDebug, "client pinned to upstream",
+			slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Int("live", live))
+		return c
+	}
+}
+
+// pickLocked returns the upstream not yet tried with the fewest live
+// connections, ties to the one listed first; upstreams in back-off come
+// after all others. It returns nil when every upstream was tried.
+func (p *Proxy) pickLocked(tried []uint64, now time.Time) (int, *upstream) {
+	best, bestLoad, bestBack := -1, 0, false
+	for i, u := range p.upstreams {
+		if tried[i/64]&(1<<(i%64)) != 0 {
+			continue
+		}
+		back := now.Before(u.backoffUntil)
+		load := u.load()
+		if best < 0 || (bestBack && !back) || (back == bestBack && load < bestLoad) {
+			best, bestLoad, bestBack = i, load, back
+		}
+	}
+	if best < 0 {
+		return -1, nil
+	}
+	return best, p.upstreams[best]
+}
+
+// failedLocked records a failed dial or test-connect to u.
+func (p *Proxy) failedLocked(u *upstream, err error) {
+	now := time.Now()
+	u.failures++
+	u.lastFailure = now
+	u.lastError = err.Error()
+	u.answered = false
+	if p.cfg.FailedBackoff > 0 {
+		u.backoffUntil = now.Add(p.cfg.FailedBackoff)
+	}
+}
+
+func (p *Proxy) linkLocked(c *conn) {
+	u := c.up
+	c.prev, c.next = u.tail, nil
+	if u.tail != nil {
+		u.tail.next = c
+	} else {
+		u.head = c
+	}
+	u.tail = c
+	u.live++
+	c.linked = true
+}
+
+func (p *Proxy) unlinkLocked(c *conn) {
+	if !c.linked {
+		return
+	}
+	u := c.up
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		u.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		u.tail = c.prev
+	}
+	c.prev, c.next = nil, nil
+	u.live--
+	c.linked = false
+}
+
+// setKeepAlive turns TCP keepalive on (or off) as configured.
+func (p *Proxy) setKeepAlive(c net.Conn) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	if p.cfg.KeepAlive < 0 {
+		tc.SetKeepAlive(false)
+		return
+	}
+	tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: p.cfg.KeepAlive, Interval: p.cfg.KeepAlive})
+}
+
+// Shutdown stops accepting (it closes every listener given to Serve), stops
+// the rebalance rounds, and waits for the live connections to end. If ctx
+// ends first, it closes the connections that are left, waits for their
+// handlers to return, and returns ctx's error; otherwise it returns nil.
+// After Shutdown, Serve and Rebalance return ErrProxyClosed.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.stop() // first, so Serve takes the listeners' close for a shutdown
+	p.mu.Lock()
+	p.closed = true
+	for ln := range p.listeners {
+		ln.Close()
+	}
+	p.mu.Unlock()
+	p.ticker.Wait()
+
+	drained := make(chan struct{})
+	go func() {
+		p.handlers.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+		p.kill()
+		return nil
+	case <-ctx.Done():
+	}
+
+	p.mu.Lock()
+	p.forced = true
+	var left []*conn
+	for _, u := range p.upstreams {
+		for c := u.head; c != nil; c = c.next {
+			left = append(left, c)
+		}
+	}
+	p.mu.Unlock()
+	p.kill() // dials in flight give up
+	for _, c := range left {
+		c.client.Close()
+		c.upstream.Close()
+	}
+	p.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown: stopped waiting; closed the connections left",
+		slog.Int("closed", len(left)), slog.Any("err", ctx.Err()))
+	<-drained
+	return ctx.Err()
+}
+
+// rebalanceLoop runs a rebalance round every RebalanceInterval until Shutdown.
+func (p *Proxy) rebalanceLoop() {
+	defer p.ticker.Done()
+	t := time.NewTicker(p.cfg.RebalanceInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopCtx.Done():
+			return
+		case <-t.C:
+			if err := p.Rebalance(p.stopCtx); err != nil && p.stopCtx.Err() == nil {
+				p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "rebalance failed", slog.Any("err", err))
+			}
+		}
+	}
+}

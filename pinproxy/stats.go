@@ -1,0 +1,74 @@
+package pinproxy
+
+import "time"
+
+// UpstreamStats is a snapshot of one upstream's state.
+type UpstreamStats struct {
+	Addr string // as listed in Config.Upstreams
+
+	// Live counts the connections open to this upstream, including
+	// dials in flight; it is the count least-used order and rebalance
+	// rounds compare.
+	Live int
+
+	Dials       int64     // connection attempts: clients' dials and rebalance test-connects
+	Failures    int64     // attempts that failed
+	LastFailure time.Time // zero if none failed
+	LastError   string    // the last failure's error; empty if none
+
+	// Answered reports whether the last dial or test-connect answered.
+	// It is true before the first attempt: nothing says otherwise yet.
+	Answered bool
+
+	Moved int64 // connections a rebalance round closed to move them away
+
+	// BytesUp and BytesDown count the bytes copied to and from this
+	// upstream by connections that have closed.
+	BytesUp, BytesDown int64
+}
+
+// Totals is a snapshot of counters for the whole proxy.
+type Totals struct {
+	Live     int   // client connections being handled, pinned or still dialing
+	Accepted int64 // client connections accepted, including those then closed
+	Rejected int64 // clients closed at once because MaxConns were being handled
+	Unrouted int64 // clients closed because no upstream answered
+	Moves    int64 // connections closed by rebalance rounds
+}
+
+// Stats returns a snapshot of every upstream, in the order of
+// Config.Upstreams.
+func (p *Proxy) Stats() []UpstreamStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]UpstreamStats, len(p.upstreams))
+	for i, u := range p.upstreams {
+		out[i] = UpstreamStats{
+			Addr:        u.addr,
+			Live:        u.load(),
+			Dials:       u.dials,
+			Failures:    u.failures,
+			LastFailure: u.lastFailure,
+			LastError:   u.lastError,
+			Answered:    u.answered,
+			Moved:       u.moved,
+			BytesUp:     u.bytesUp,
+			BytesDown:   u.bytesDown,
+		}
+	}
+	return out
+}
+
+// Totals returns a snapshot of the proxy-wide counters.
+func (p *Proxy) Totals() Totals {
+	p.mu.Lock()
+	moves := p.moves
+	p.mu.Unlock()
+	return Totals{
+		Live:     int(p.active.Load()),
+		Accepted: p.accepted.Load(),
+		Rejected: p.rejected.Load(),
+		Unrouted: p.unrouted.Load(),
+		Moves:    moves,
+	}
+}
