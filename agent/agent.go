@@ -1,0 +1,338 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proofkit/nodekit/overload"
+)
+
+// Source gives the agent its readings; *probe.Probe is one.
+type Source interface {
+	Read(ctx context.Context) (overload.Reading, error)
+}
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultInterval = 30 * time.Second
+	DefaultQueueMax = 120 // one hour of readings at the default interval
+)
+
+// Config configures an Agent. Zero fields take the documented defaults.
+type Config struct {
+	// Node names the node; empty means the host's name.
+	Node string
+	// Source takes the readings. Required.
+	Source Source
+	// Interval is the time between readings; 0 means DefaultInterval.
+	Interval time.Duration
+	// Limits are the overload limits; zero fields are overload's defaults.
+	Limits overload.Limits
+
+	// StateDir holds the tracker's state (state.json) and the report
+	// queue (reports.jsonl). It is created if missing (mode 0700). Empty
+	// means both live in memory only and a restart forgets them.
+	StateDir string
+	// QueueMax bounds the report queue, in readings; 0 means
+	// DefaultQueueMax. When full, the oldest report is dropped (and
+	// counted): the platform needs the latest state most.
+	QueueMax int
+
+	// ReportURL is where each reading is POSTed as JSON; empty means the
+	// agent only probes, evaluates, logs and serves its handlers.
+	ReportURL string
+	// Token is sent as "Authorization: Bearer <Token>" with each report.
+	Token string
+	// UserAgent is sent with each report; empty means "proofkit-agent".
+	UserAgent string
+	// HTTPClient sends the reports; nil means a client with a 10 s
+	// timeout per request and 5 s dial and TLS handshake timeouts.
+	HTTPClient *http.Client
+	// RetryMax caps the back-off between attempts while the platform does
+	// not answer (it starts at 1 s and doubles); 0 means Interval.
+	RetryMax time.Duration
+
+	// Registry receives the agent's metrics, served on /metrics; nil means
+	// a registry of the agent's own (with the process and Go collectors).
+	Registry *prometheus.Registry
+	// Logger receives the agent's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// Agent is a node agent: it takes a reading every interval, evaluates it
+// with an overload.Tracker, logs transitions and notices, persists its
+// state, and reports each reading to the platform through an on-disk
+// queue.
+type Agent struct {
+	node     string
+	src      Source
+	interval time.Duration
+	limits   overload.Limits
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	m        *metrics
+	rep      *reporter // nil when not reporting
+	q        *queue
+	state    string // path of state.json; empty when in memory
+
+	mu      sync.Mutex // guards tracker, last, result
+	tracker *overload.Tracker
+	last    *overload.Reading
+	result  overload.Result
+
+	saveMu sync.Mutex // serializes writes of state.json
+}
+
+// New returns an agent ready to Run. It creates StateDir, checks that it
+// can write there, and restores the tracker's state and the report queue
+// a previous run left.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("new agent: no reading source")
+	}
+	if cfg.Interval < 0 || cfg.QueueMax < 0 || cfg.RetryMax < 0 {
+		return nil, errors.New("new agent: negative interval, queue bound or retry cap")
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	a := &Agent{
+		node:     cfg.Node,
+		src:      cfg.Source,
+		interval: cfg.Interval,
+		limits:   cfg.Limits,
+		log:      cfg.Logger,
+		reg:      cfg.Registry,
+	}
+	if a.node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("new agent: no node name given and no hostname: %w", err)
+		}
+		a.node = h
+	}
+	if a.interval == 0 {
+		a.interval = DefaultInterval
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if a.reg == nil {
+		a.reg = prometheus.NewRegistry()
+		if err := registerProcess(a.reg); err != nil {
+			return nil, fmt.Errorf("new agent: register metrics: %w", err)
+		}
+	}
+	m, err := newMetrics(a.reg)
+	if err != nil {
+		return nil, fmt.Errorf("new agent: register metrics: %w", err)
+	}
+	a.m = m
+	queueMax := cfg.QueueMax
+	if queueMax == 0 {
+		queueMax = DefaultQueueMax
+	}
+
+	var queuePath string
+	if cfg.StateDir != "" {
+		if err := checkStateDir(cfg.StateDir); err != nil {
+			return nil, fmt.Errorf("new agent: %w", err)
+		}
+		a.state = filepath.Join(cfg.StateDir, stateFile)
+		queuePath = filepath.Join(cfg.StateDir, queueFile)
+	}
+	a.tracker = a.restore()
+
+	q, torn, dropped, err := openQueue(queuePath, queueMax)
+	if err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	a.q = q
+	if torn > 0 {
+		a.m.reportsDropped.WithLabelValues("torn").Add(float64(torn))
+		a.log.Warn("report queue had lines cut by a crash; skipped them", "lines", torn, "path", queuePath)
+	}
+	if dropped > 0 {
+		a.m.reportsDropped.WithLabelValues("overflow").Add(float64(dropped))
+		a.log.Warn("report queue held more than its bound; dropped the oldest", "dropped", dropped, "queue_max", queueMax)
+	}
+	a.m.reportsQueued.Set(float64(q.len()))
+
+	if cfg.ReportURL != "" {
+		client := cfg.HTTPClient
+		if client == nil {
+			client = defaultClient()
+		}
+		retryMax := cfg.RetryMax
+		if retryMax == 0 {
+			retryMax = a.interval
+		}
+		ua := cfg.UserAgent
+		if ua == "" {
+			ua = "proofkit-agent"
+		}
+		a.rep = &reporter{
+			url:       cfg.ReportURL,
+			token:     cfg.Token,
+			userAgent: ua,
+			client:    client,
+			q:         q,
+			log:       a.log,
+			m:         a.m,
+			retryMin:  min(time.Second, retryMax),
+			retryMax:  retryMax,
+			wake:      make(chan struct{}, 1),
+		}
+	} else if q.len() > 0 {
+		a.log.Warn("reports are queued but no report URL is set; they stay queued", "queued", q.len())
+	}
+	return a, nil
+}
+
+func defaultClient() *http.Client {
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ResponseHeaderTimeout: 10 * time.Second,
+			MaxIdleConns:          1,
+			IdleConnTimeout:       90 * time.Second,
+			ForceAttemptHTTP2:     true,
+		},
+	}
+}
+
+// Node returns the name of the agent's node.
+func (a *Agent) Node() string { return a.node }
+
+// Registry returns the registry holding the agent's metrics.
+func (a *Agent) Registry() *prometheus.Registry { return a.reg }
+
+// Run takes a reading at once and then every interval, and sends reports
+// in the background, until ctx ends. It then writes the state a last time
+// and returns nil; an error only when that write fails. Reports in flight
+// or queued stay on disk for the next run.
+func (a *Agent) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if a.rep != nil {
+		wg.Go(func() { a.rep.run(ctx) })
+	}
+	t := time.NewTicker(a.interval)
+	defer t.Stop()
+	for {
+		_, _ = a.Step(ctx)
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return a.Save()
+		case <-t.C:
+		}
+	}
+}
+
+// Step takes one reading, evaluates it, logs what changed, saves the state
+// and queues the reading as a report. Run calls it every interval; it is
+// exported for callers that drive the agent themselves.
+func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
+	r, err := a.src.Read(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return overload.Result{}, ctx.Err()
+		}
+		a.m.readingErrors.Inc()
+		a.log.Error("reading failed", "err", err)
+		return overload.Result{}, fmt.Errorf("take reading: %w", err)
+	}
+	r.Node = a.node
+	if r.Version == 0 {
+		r.Version = overload.ReadingVersion
+	}
+
+	a.mu.Lock()
+	res, err := a.tracker.Observe(r)
+	if err != nil {
+		a.mu.Unlock()
+		a.m.readingErrors.Inc()
+		a.log.Error("reading not evaluated", "err", err)
+		return overload.Result{}, fmt.Errorf("evaluate reading: %w", err)
+	}
+	a.last, a.result = &r, res
+	since := a.tracker.Since()
+	a.mu.Unlock()
+
+	a.m.observeReading(r)
+	a.m.overloaded.Set(b2f(res.Overloaded))
+	if res.Overloaded {
+		a.m.overloadedSince.Set(float64(since.Unix()))
+	} else {
+		a.m.overloadedSince.Set(0)
+	}
+	passed := make(map[overload.Check]bool)
+	for _, f := range overload.Evaluate(r, a.limits) {
+		passed[f.Check] = true
+	}
+	holding := make(map[overload.Check]bool)
+	for _, f := range res.Findings {
+		holding[f.Check] = true
+	}
+	for _, c := range overload.Checks() {
+		a.m.checkPassed.WithLabelValues(string(c)).Set(b2f(passed[c]))
+		a.m.checkHolding.WithLabelValues(string(c)).Set(b2f(holding[c]))
+	}
+	a.logResult(r, res)
+
+	if err := a.Save(); err != nil {
+		a.log.Error("could not save state", "err", err)
+	}
+	if a.rep != nil {
+		body, err := json.Marshal(r)
+		if err == nil {
+			err = a.rep.enqueue(body)
+		}
+		if err != nil {
+			a.log.Error("could not queue report", "err", err)
+		}
+	}
+	return res, nil
+}
+
+func (a *Agent) logResult(r overload.Reading, res overload.Result) {
+	a.log.Debug("reading", "at", r.At, "memory_used_percent", r.MemoryUsedPercent,
+		"load15", r.Load15, "cpus", r.CPUs, "conntrack_entries", r.ConntrackEntries,
+		"conntrack_max", r.ConntrackMax, "conntrack_drops", r.ConntrackDrops,
+		"listen_drops", r.ListenDrops, "missing", r.Missing, "overloaded", res.Overloaded)
+	if e := res.Event; e != nil {
+		switch e.Kind {
+		case overload.Start:
+			a.log.Warn("node overloaded", "node", a.node, "at", e.At, "findings", findingTexts(e.Findings))
+		case overload.End:
+			a.log.Info("overload ended", "node", a.node, "at", e.At, "lasted", e.Lasted.Round(time.Second))
+		}
+	}
+	if n := res.Notice; n != nil {
+		a.m.notices.Inc()
+		a.log.Warn("overload notice", "node", a.node, "at", n.At, "notice", n.String())
+	}
+}
+
+func findingTexts(fs []overload.Finding) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Text
+	}
+	return out
+}

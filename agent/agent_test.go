@@ -1,0 +1,499 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/proofkit/nodekit/overload"
+)
+
+// fakeSource gives readings one second apart, with the memory figure the
+// test sets. It stands in for the probe where the point is the agent's
+// own logic; the binary's tests use the real probe.
+type fakeSource struct {
+	mu  sync.Mutex
+	at  time.Time
+	mem float64
+	err error
+}
+
+func newFakeSource() *fakeSource {
+	return &fakeSource{at: time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC), mem: 40}
+}
+
+func (f *fakeSource) Read(context.Context) (overload.Reading, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return overload.Reading{}, f.err
+	}
+	f.at = f.at.Add(time.Second)
+	return overload.Reading{
+		Version: overload.ReadingVersion, At: f.at, MemoryUsedPercent: f.mem,
+		Load15: 0.5, CPUs: 2, ConntrackEntries: 10, ConntrackMax: 1000,
+		Links: []overload.Link{{Name: "eth0", RxBitsPerSecond: 8e6, TxBitsPerSecond: 1e6, SpeedMbps: 1000}},
+	}, nil
+}
+
+func (f *fakeSource) setMem(m float64) {
+	f.mu.Lock()
+	f.mem = m
+	f.mu.Unlock()
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// platform is a test platform that records the readings it accepts and
+// answers with the status its fail function gives.
+type platform struct {
+	mu    sync.Mutex
+	got   []overload.Reading
+	tries int
+	fail  func(try int) int // status to answer, 0 = accept
+	auth  []string
+}
+
+func (p *platform) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tries++
+	p.auth = append(p.auth, r.Header.Get("Authorization"))
+	if p.fail != nil {
+		if st := p.fail(p.tries); st != 0 {
+			w.WriteHeader(st)
+			return
+		}
+	}
+	var rd overload.Reading
+	if err := json.Unmarshal(b, &rd); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	p.got = append(p.got, rd)
+}
+
+func (p *platform) readings() []overload.Reading {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]overload.Reading(nil), p.got...)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		status int
+		want   outcome
+	}{
+		{200, accepted}, {202, accepted}, {204, accepted}, {409, accepted},
+		{400, rejected}, {413, rejected}, {422, rejected},
+		{401, retry}, {403, retry}, {404, retry}, {408, retry}, {429, retry},
+		{500, retry}, {502, retry}, {503, retry}, {302, retry},
+	}
+	for _, tt := range tests {
+		if got := classify(tt.status); got != tt.want {
+			t.Errorf("classify(%d) = %d, want %d", tt.status, got, tt.want)
+		}
+	}
+}
+
+func TestNextBackoff(t *testing.T) {
+	d := time.Duration(0)
+	var got []time.Duration
+	for range 6 {
+		d = nextBackoff(d, time.Second, 10*time.Second)
+		got = append(got, d)
+	}
+	want := []time.Duration{1, 2, 4, 8, 10, 10}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("back-off steps = %v, want %v seconds", got, want)
+		}
+	}
+}
+
+// TestReportsSurviveAnOutage: the platform answers 503 for a while; every
+// reading then arrives once, in order, and the queue empties.
+func TestReportsSurviveAnOutage(t *testing.T) {
+	p := &platform{fail: func(try int) int {
+		if try <= 6 {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	}}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	src := newFakeSource()
+	a, err := New(Config{
+		Node: "n1", Source: src, Interval: 20 * time.Millisecond, StateDir: t.TempDir(),
+		ReportURL: srv.URL, Token: "s3cret", RetryMax: 50 * time.Millisecond, Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	waitFor(t, "ten readings accepted", func() bool { return len(p.readings()) >= 10 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := p.readings()
+	for i := 1; i < len(got); i++ {
+		if !got[i].At.After(got[i-1].At) {
+			t.Fatalf("reading %d at %v is not after reading %d at %v", i, got[i].At, i-1, got[i-1].At)
+		}
+	}
+	if !got[0].At.Equal(time.Date(2026, 11, 30, 6, 0, 1, 0, time.UTC)) {
+		t.Errorf("first reading accepted is at %v, want the first one taken", got[0].At)
+	}
+	for _, r := range got {
+		if r.Node != "n1" || r.Version != 1 {
+			t.Fatalf("reading node %q version %d, want n1 1", r.Node, r.Version)
+		}
+	}
+	p.mu.Lock()
+	for _, h := range p.auth {
+		if h != "Bearer s3cret" {
+			t.Errorf("Authorization = %q", h)
+		}
+	}
+	p.mu.Unlock()
+	if v := testCounter(t, a, "proofkit_agent_report_failures_total"); v < 6 {
+		t.Errorf("report failures = %v, want at least 6", v)
+	}
+}
+
+// TestRejectedReportIsDropped: a 400 drops that report and the queue moves
+// on instead of sending it for ever.
+func TestRejectedReportIsDropped(t *testing.T) {
+	p := &platform{fail: func(try int) int {
+		if try == 1 {
+			return http.StatusBadRequest
+		}
+		return 0
+	}}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	a, err := New(Config{Node: "n1", Source: newFakeSource(), ReportURL: srv.URL, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 3 {
+		if _, err := a.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go a.rep.run(ctx)
+	waitFor(t, "queue drained", func() bool { return a.q.len() == 0 })
+	if n := len(p.readings()); n != 2 {
+		t.Errorf("platform accepted %d readings, want 2", n)
+	}
+	if v := testCounter(t, a, `proofkit_agent_reports_dropped_total{reason="rejected"}`); v != 1 {
+		t.Errorf("rejected = %v, want 1", v)
+	}
+}
+
+// TestRestartKeepsOverload: a new agent on the same state directory is
+// still overloaded, since the same time, and sends no second notice.
+func TestRestartKeepsOverload(t *testing.T) {
+	dir := t.TempDir()
+	src := newFakeSource()
+	src.setMem(95)
+	a, err := New(Config{Node: "n1", Source: src, StateDir: dir, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var notices int
+	for range 3 {
+		res, err := a.Step(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Notice != nil {
+			notices++
+		}
+	}
+	st := a.Status()
+	if !st.Overloaded || notices != 1 {
+		t.Fatalf("after 3 readings at 95 %%: overloaded %v, notices %d", st.Overloaded, notices)
+	}
+
+	b, err := New(Config{Node: "n1", Source: src, StateDir: dir, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2 := b.Status()
+	if !st2.Overloaded || !st2.Since.Equal(st.Since) || st2.Reading == nil || !st2.Reading.At.Equal(st.Reading.At) {
+		t.Fatalf("restored status = %+v, want overloaded since %v", st2, st.Since)
+	}
+	res, err := b.Step(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Notice != nil || res.Event != nil || !res.Overloaded {
+		t.Errorf("first reading after restart: %+v, want overloaded, no event, no notice", res)
+	}
+	if v := testCounter(t, b, "proofkit_agent_overloaded"); v != 1 {
+		t.Errorf("proofkit_agent_overloaded = %v", v)
+	}
+	src.setMem(40)
+	for range 3 {
+		if res, err = b.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res.Overloaded || res.Event == nil || res.Event.Kind != overload.End {
+		t.Errorf("after 3 calm readings: %+v, want the end event", res)
+	}
+	if ev := b.Events(); len(ev) != 2 {
+		t.Errorf("events = %+v, want start and end", ev)
+	}
+}
+
+func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
+	tests := []struct {
+		name    string
+		content func(t *testing.T, dir string) // writes state.json
+		bad     bool                           // kept as state.json.bad
+	}{
+		{"broken json", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, stateFile), []byte("{"), 0o600)
+		}, true},
+		{"unknown version", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, stateFile), []byte(`{"v":7}`), 0o600)
+		}, true},
+		{"another node", func(t *testing.T, dir string) {
+			src := newFakeSource()
+			src.setMem(95)
+			a, err := New(Config{Node: "other", Source: src, StateDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				a.Step(context.Background())
+			}
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tt.content(t, dir)
+			a, err := New(Config{Node: "n1", Source: newFakeSource(), StateDir: dir, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := a.Status(); st.Overloaded || st.Reading != nil {
+				t.Errorf("status = %+v, want a fresh node", st)
+			}
+			_, err = os.Stat(filepath.Join(dir, stateFile+".bad"))
+			if (err == nil) != tt.bad {
+				t.Errorf("state.json.bad exists: %v, want %v", err == nil, tt.bad)
+			}
+			if _, err := a.Step(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no source", Config{}, "no reading source"},
+		{"state dir under a file", Config{Source: newFakeSource(), StateDir: filepath.Join(file, "state")}, "state directory"},
+		{"bad limits", Config{Source: newFakeSource(), Limits: overload.Limits{Need: 9, Window: 5}}, "new agent"},
+		{"negative interval", Config{Source: newFakeSource(), Interval: -time.Second}, "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New: %v, want an error saying %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestReadingErrorIsCountedAndRunGoesOn(t *testing.T) {
+	src := newFakeSource()
+	src.err = errors.New("no /proc")
+	a, err := New(Config{Node: "n1", Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Step(context.Background()); err == nil || !strings.Contains(err.Error(), "no /proc") {
+		t.Errorf("Step: %v", err)
+	}
+	if v := testCounter(t, a, "proofkit_agent_reading_errors_total"); v != 1 {
+		t.Errorf("reading errors = %v", v)
+	}
+}
+
+func TestHandler(t *testing.T) {
+	src := newFakeSource()
+	src.setMem(95)
+	a, err := New(Config{Node: "n1", Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := a.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+
+	var st Status
+	getJSON(t, srv.URL+"/status", &st)
+	if st.Node != "n1" || !st.Overloaded || len(st.Findings) != 1 || st.Findings[0].Check != overload.CheckMemory ||
+		st.Reading == nil || st.Reading.MemoryUsedPercent != 95 {
+		t.Errorf("/status = %+v", st)
+	}
+	var ev []overload.Event
+	getJSON(t, srv.URL+"/events", &ev)
+	if len(ev) != 1 || ev[0].Kind != overload.Start {
+		t.Errorf("/events = %+v", ev)
+	}
+
+	fams := scrape(t, srv.URL+"/metrics")
+	for name, want := range map[string]float64{
+		"proofkit_agent_overloaded":        1,
+		"proofkit_agent_readings_total":    3,
+		"proofkit_agent_memory_used_ratio": 0.95,
+		"node_load15":                      0.5,
+		"node_nf_conntrack_entries":        10,
+		"node_nf_conntrack_entries_limit":  1000,
+	} {
+		f, ok := fams[name]
+		if !ok || len(f.Metric) != 1 {
+			t.Errorf("metric %s missing", name)
+			continue
+		}
+		m := f.Metric[0]
+		v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		if v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	for _, name := range []string{"proofkit_agent_check_passed", "proofkit_agent_reports_queued",
+		"proofkit_agent_reports_dropped_total", "proofkit_agent_report_failures_total",
+		"proofkit_agent_link_receive_bits_per_second", "node_network_speed_bytes", "process_resident_memory_bytes"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("metric %s missing", name)
+		}
+	}
+	if n := len(fams["proofkit_agent_check_passed"].GetMetric()); n != len(overload.Checks()) {
+		t.Errorf("check_passed has %d series, want one per check", n)
+	}
+
+	resp, err := http.Post(srv.URL+"/status", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /status: %s", resp.Status)
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s: Content-Type %q", url, ct)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+}
+
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
+// testCounter reads one series from the agent's registry, by its text
+// exposition name with labels.
+func testCounter(t *testing.T, a *Agent, series string) float64 {
+	t.Helper()
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			if err := json.Unmarshal([]byte(v), &f); err != nil {
+				t.Fatalf("series %s: value %q", series, v)
+			}
+			return f
+		}
+	}
+	t.Fatalf("series %s not in /metrics", series)
+	return 0
+}

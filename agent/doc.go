@@ -1,0 +1,42 @@
+// Package agent is the node agent's logic, so that cmd/proofkit-agent
+// stays a thin binary and other services can embed the agent.
+//
+// An Agent takes a reading of its node every interval (30 s by default)
+// from a Source (an *probe.Probe on Linux), evaluates it with an
+// overload.Tracker ("3 of 5 readings"), logs each overload start and end
+// and each notice, and keeps the tracker's state in a state directory, so
+// that a restart neither forgets an overload nor sends a second notice
+// within the hour.
+//
+// With a report URL, every reading is POSTed to the platform as the
+// overload.Reading JSON, "Authorization: Bearer <token>". Reports go
+// through a bounded on-disk queue (reports.jsonl in the state directory,
+// one reading a line, fsync'd appends, atomic rewrites): while the
+// platform does not answer they wait, in order, and are sent oldest first
+// when it answers again, with a back-off from 1 s capped at the interval.
+// Nothing is lost within the bound (120 readings, one hour, by default);
+// beyond it the oldest are dropped, counted and logged, since the platform
+// needs the node's latest state most. A 2xx (or 409, already held) removes
+// a report; 401, 403, 404, 408, 429 and 5xx keep it for a retry; any other
+// 4xx means the platform refuses that report itself, and it is dropped,
+// counted and logged rather than sent for ever. A crash between the
+// platform's answer and the queue's rewrite sends that report again: the
+// platform sees a duplicate, which its tracker rejects by time.
+//
+// Handler serves /metrics (Prometheus text format; node_exporter's names
+// where the value is the same, else proofkit_agent_*), /status and
+// /events.
+//
+//	p, err := probe.New(probe.Config{})
+//	if err != nil { … }
+//	a, err := agent.New(agent.Config{
+//		Source:    p,
+//		StateDir:  "/var/lib/proofkit-agent",
+//		ReportURL: "https://platform.example/api/v1/readings",
+//		Token:     token,
+//		Logger:    logger,
+//	})
+//	if err != nil { … }
+//	go http.ListenAndServe("127.0.0.1:9464", a.Handler())
+//	err = a.Run(ctx) // until ctx ends; saves state on the way out
+package agent

@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/proofkit/nodekit/overload"
+)
+
+// metrics are the agent's Prometheus metrics. Where a value is the same as
+// one node_exporter exports, the name is node_exporter's (node_load15,
+// node_nf_conntrack_entries, node_nf_conntrack_entries_limit,
+// node_network_speed_bytes); everything else is proofkit_agent_*.
+type metrics struct {
+	overloaded       prometheus.Gauge
+	overloadedSince  prometheus.Gauge
+	checkPassed      *prometheus.GaugeVec
+	checkHolding     *prometheus.GaugeVec
+	inputMissing     *prometheus.GaugeVec
+	readings         prometheus.Counter
+	readingErrors    prometheus.Counter
+	lastReading      prometheus.Gauge
+	memoryUsed       prometheus.Gauge
+	load15           prometheus.Gauge
+	cpus             prometheus.Gauge
+	conntrackEntries prometheus.Gauge
+	conntrackLimit   prometheus.Gauge
+	conntrackDrops   prometheus.Counter
+	listenDrops      prometheus.Counter
+	linkRx           *prometheus.GaugeVec
+	linkTx           *prometheus.GaugeVec
+	linkSpeed        *prometheus.GaugeVec
+	notices          prometheus.Counter
+	reportsQueued    prometheus.Gauge
+	reportsSent      prometheus.Counter
+	reportsDropped   *prometheus.CounterVec
+	reportFailures   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	gv := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	}
+	m := &metrics{
+		overloaded:       g("proofkit_agent_overloaded", "1 while the node is overloaded (a check passed in 3 of its last 5 readings), else 0."),
+		overloadedSince:  g("proofkit_agent_overloaded_since_seconds", "Unix time the current overload started; 0 when not overloaded."),
+		checkPassed:      gv("proofkit_agent_check_passed", "1 if the check's threshold was passed in the latest reading, else 0.", "check"),
+		checkHolding:     gv("proofkit_agent_check_holding", "1 if the check passed in enough of its window (3 of the last 5 readings by default) to hold, else 0.", "check"),
+		inputMissing:     gv("proofkit_agent_input_missing", "1 if the input could not be measured in the latest reading, else 0.", "input"),
+		readings:         c("proofkit_agent_readings_total", "Readings taken and evaluated."),
+		readingErrors:    c("proofkit_agent_reading_errors_total", "Readings that failed (probe error or rejected by the tracker)."),
+		lastReading:      g("proofkit_agent_last_reading_timestamp_seconds", "Unix time of the latest reading."),
+		memoryUsed:       g("proofkit_agent_memory_used_ratio", "Memory used, (MemTotal - MemAvailable) / MemTotal, 0 to 1."),
+		load15:           g("node_load15", "15m load average."),
+		cpus:             g("proofkit_agent_cpus", "CPUs the node's processes may run on."),
+		conntrackEntries: g("node_nf_conntrack_entries", "Number of currently allocated flow entries for connection tracking."),
+		conntrackLimit:   g("node_nf_conntrack_entries_limit", "Maximum size of connection tracking table."),
+		conntrackDrops:   c("proofkit_agent_conntrack_drops_total", "Connections dropped because the conntrack table was full, summed over readings since the agent started."),
+		listenDrops:      c("proofkit_agent_listen_drops_total", "Connections dropped by full listen queues, summed over readings since the agent started."),
+		linkRx:           gv("proofkit_agent_link_receive_bits_per_second", "Receive rate of the link over the latest reading's interval.", "device"),
+		linkTx:           gv("proofkit_agent_link_transmit_bits_per_second", "Transmit rate of the link over the latest reading's interval.", "device"),
+		linkSpeed:        gv("node_network_speed_bytes", "Link speed in bytes per second (known links only).", "device"),
+		notices:          c("proofkit_agent_notices_total", "Overload notices produced (at most one an hour for a node)."),
+		reportsQueued:    g("proofkit_agent_reports_queued", "Reports waiting to be accepted by the platform."),
+		reportsSent:      c("proofkit_agent_reports_sent_total", "Reports the platform accepted."),
+		reportsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proofkit_agent_reports_dropped_total",
+			Help: "Reports dropped: reason=overflow (queue full, oldest dropped), rejected (the platform refused the report), torn (a line cut by a crash).",
+		}, []string{"reason"}),
+		reportFailures: c("proofkit_agent_report_failures_total", "Report attempts that failed and will be retried."),
+	}
+	cs := []prometheus.Collector{
+		m.overloaded, m.overloadedSince, m.checkPassed, m.checkHolding, m.inputMissing, m.readings,
+		m.readingErrors, m.lastReading, m.memoryUsed, m.load15, m.cpus,
+		m.conntrackEntries, m.conntrackLimit, m.conntrackDrops, m.listenDrops,
+		m.linkRx, m.linkTx, m.linkSpeed, m.notices, m.reportsQueued, m.reportsSent,
+		m.reportsDropped, m.reportFailures,
+	}
+	for _, col := range cs {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
+	}
+	for _, reason := range []string{"overflow", "rejected", "torn"} {
+		m.reportsDropped.WithLabelValues(reason)
+	}
+	return m, nil
+}
+
+// registerProcess adds the process and Go runtime collectors (RSS, CPU,
+// goroutines) so the agent's own footprint is visible.
+func registerProcess(reg prometheus.Registerer) error {
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return err
+	}
+	return reg.Register(collectors.NewGoCollector())
+}
+
+// observeReading sets the gauges that mirror a reading.
+func (m *metrics) observeReading(r overload.Reading) {
+	m.readings.Inc()
+	m.lastReading.Set(float64(r.At.UnixNano()) / 1e9)
+	missing := make(map[overload.Input]bool, len(r.Missing))
+	for _, in := range r.Missing {
+		missing[in] = true
+	}
+	for _, in := range []overload.Input{
+		overload.InputMemory, overload.InputLoad, overload.InputConntrack,
+		overload.InputConntrackDrops, overload.InputListenDrops, overload.InputBandwidth,
+	} {
+		m.inputMissing.WithLabelValues(string(in)).Set(b2f(missing[in]))
+	}
+	if !missing[overload.InputMemory] {
+		m.memoryUsed.Set(r.MemoryUsedPercent / 100)
+	}
+	if !missing[overload.InputLoad] {
+		m.load15.Set(r.Load15)
+		m.cpus.Set(float64(r.CPUs))
+	}
+	if !missing[overload.InputConntrack] {
+		m.conntrackEntries.Set(float64(r.ConntrackEntries))
+		m.conntrackLimit.Set(float64(r.ConntrackMax))
+	}
+	m.conntrackDrops.Add(float64(r.ConntrackDrops))
+	m.listenDrops.Add(float64(r.ListenDrops))
+	m.linkRx.Reset()
+	m.linkTx.Reset()
+	m.linkSpeed.Reset()
+	for _, l := range r.Links {
+		m.linkRx.WithLabelValues(l.Name).Set(l.RxBitsPerSecond)
+		m.linkTx.WithLabelValues(l.Name).Set(l.TxBitsPerSecond)
+		if l.SpeedMbps > 0 {
+			m.linkSpeed.WithLabelValues(l.Name).Set(float64(l.SpeedMbps) * 1e6 / 8)
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

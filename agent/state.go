@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/proofkit/nodekit/overload"
+)
+
+// stateFile is the name of the agent's state in the state directory.
+const stateFile = "state.json"
+
+// savedState is what state.json holds: the tracker's state (windows,
+// overload start, last notice, events) and the latest reading, so a
+// restart neither forgets an overload nor sends a second notice within
+// the hour.
+type savedState struct {
+	Version int               `json:"v"`
+	Node    string            `json:"node"`
+	Tracker json.RawMessage   `json:"tracker"`
+	Last    *overload.Reading `json:"last,omitempty"`
+}
+
+// checkStateDir creates dir if needed and checks that a file can be
+// written and renamed there.
+func checkStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	probe := filepath.Join(dir, ".write-check")
+	if err := writeFileAtomic(probe, nil); err != nil {
+		return fmt.Errorf("state directory %s is not writable: %w", dir, err)
+	}
+	if err := os.Remove(probe); err != nil {
+		return fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// restore returns the tracker a previous run saved, or a new one when
+// there is none, it is another node's, or it cannot be read (then the bad
+// file is kept beside as state.json.bad and the agent starts afresh).
+func (a *Agent) restore() *overload.Tracker {
+	fresh := overload.NewTracker(a.node, a.limits)
+	if a.state == "" {
+		return fresh
+	}
+	b, err := os.ReadFile(a.state)
+	if errors.Is(err, os.ErrNotExist) {
+		return fresh
+	}
+	var s savedState
+	if err == nil {
+		err = json.Unmarshal(b, &s)
+	}
+	var t *overload.Tracker
+	if err == nil && s.Version != 1 {
+		err = fmt.Errorf("version %d, want 1", s.Version)
+	}
+	if err == nil {
+		t, err = overload.RestoreTracker(s.Tracker, a.limits)
+	}
+	if err != nil {
+		bad := a.state + ".bad"
+		_ = os.Rename(a.state, bad)
+		a.log.Error("could not read saved state; starting afresh", "err", err, "kept_as", bad)
+		return fresh
+	}
+	if s.Node != a.node || t.Node() != a.node {
+		a.log.Warn("saved state is of another node; starting afresh", "saved_node", s.Node, "node", a.node)
+		return fresh
+	}
+	a.last = s.Last
+	a.m.overloaded.Set(b2f(t.Overloaded()))
+	if t.Overloaded() {
+		a.m.overloadedSince.Set(float64(t.Since().Unix()))
+		a.log.Warn("restored state: node is overloaded", "since", t.Since(),
+			"findings", findingTexts(t.Findings()), "last_notice", t.LastNotice())
+	} else {
+		a.log.Info("restored state", "last_reading", t.LastReading(), "events", len(t.Events()))
+	}
+	a.result = overload.Result{Overloaded: t.Overloaded(), Findings: t.Findings()}
+	return t
+}
+
+// Save writes the agent's state to StateDir atomically (temp file, fsync,
+// rename). Run saves after every reading and when it stops.
+func (a *Agent) Save() error {
+	if a.state == "" {
+		return nil
+	}
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	a.mu.Lock()
+	tj, err := json.Marshal(a.tracker)
+	s := savedState{Version: 1, Node: a.node, Tracker: tj, Last: a.last}
+	a.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	if err := writeFileAtomic(a.state, b); err != nil {
+		return fmt.Errorf("save state to %s: %w", a.state, err)
+	}
+	return nil
+}
