@@ -211,11 +211,12 @@ func (r Reading) linkSpeed(name string) uint64 {
 
 // formatAbove formats a figure that passed a check against limit (strictly
 // above it when strict, else at or above it) so that the printed figure
-// passes too: the figure is truncated, never rounded up, to decimals
-// places, and more places are shown (up to decimals+2) while the
-// truncated figure would read as not passing. So a memory use of 90.4 %
-// against "over 90 %" reads "90.4", never "90"; 92.7 reads "92". When no
-// such short form exists the shortest exact form is printed.
+// passes too. The figure is rounded to the nearest, to decimals places (as
+// the design's "the connection table at 85 % (222822 of 262144)", which is
+// 84.9998 %), and more places are shown, up to decimals+2, while the
+// rounded figure would read as not passing: a memory use of 90.4 % against
+// "over 90 %" reads "90.4", never "90"; 92.7 reads "93". When no such
+// short form exists the shortest exact form is printed.
 func formatAbove(v, limit float64, decimals int, strict bool) string {
 	passes := func(x float64) bool {
 		if strict {
@@ -225,7 +226,7 @@ func formatAbove(v, limit float64, decimals int, strict bool) string {
 	}
 	for d := decimals; d <= decimals+2; d++ {
 		scale := math.Pow(10, float64(d))
-		t := math.Floor(v*scale+1e-9) / scale // 1e-9: 91.99999999 from float division reads 92
+		t := math.Round(v*scale) / scale
 		if passes(t) {
 			return strconv.FormatFloat(t, 'f', d, 64)
 		}
@@ -272,7 +273,7 @@ func formatSpeed(mbps uint64) string {
 	return strconv.FormatUint(mbps, 10) + " Mbit/s"
 }
 
-// formatRate formats a rate in bit/s, truncated: "870 Mbit/s",
+// formatRate formats a rate in bit/s, rounded: "870 Mbit/s",
 // "8.7 Gbit/s", "950 kbit/s", "12 bit/s".
 func formatRate(bps float64) string {
 	unit := []struct {
@@ -283,7 +284,7 @@ func formatRate(bps float64) string {
 	for _, u := range unit {
 		if bps >= u.scale || u.scale == 1 {
 			scale := math.Pow(10, float64(u.dec))
-			t := math.Floor(bps/u.scale*scale) / scale
+			t := math.Round(bps/u.scale*scale) / scale
 			s := strconv.FormatFloat(t, 'f', u.dec, 64)
 			s = strings.TrimSuffix(s, ".0")
 			return s + " " + u.name

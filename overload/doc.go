@@ -14,6 +14,28 @@
 // Start and End events, and a [Notice] that names every check that holds,
 // in figures ("memory at 92 %"), at most one an hour for a node.
 //
+// A check "holds" when it passed in at least 3 of its last 5 readings
+// (Limits.Need of Limits.Window); the node is overloaded while any check
+// holds, and stays overloaded until none does. A check whose input the
+// reading lists as missing counts as not passed. Figures in findings and
+// notices come from the latest reading in which that check passed, and
+// are rounded to whole percent (one decimal for the load average), with
+// more places shown when rounding would print the limit itself: memory at
+// 90.4 % against "over 90 %" reads "memory at 90.4 %", never "90 %".
+//
+//	tr := overload.NewTracker("eu-01", overload.Limits{}) // zero: the defaults
+//	for r := range readings { // one every 30 s, in order
+//		res, err := tr.Observe(r)
+//		if err != nil { // ErrDuplicate, ErrOutOfOrder, ErrInvalidReading
+//			log.Printf("reading refused: %v", err)
+//			continue
+//		}
+//		if res.Notice != nil {
+//			send(res.Notice.Text) // "eu-01 is overloaded: memory at 92 %"
+//		}
+//	}
+//	state, _ := json.Marshal(tr) // keep it; overload.RestoreTracker reads it back
+//
 // The package is pure: time comes in with each reading and nothing here
 // calls time.Now or does I/O, so the agent and the platform, which both
 // import it, reach the same verdict from the same readings.

@@ -1,0 +1,86 @@
+package overload_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/proofkit/nodekit/overload"
+)
+
+// A node's memory passes its limit in three readings 30 s apart, and its
+// connection table drops connections in the same three: the third
+// reading starts the overload, with one notice naming both.
+func Example() {
+	tr := overload.NewTracker("eu-01", overload.DefaultLimits())
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for i, mem := range []float64{91.2, 95, 92.4} {
+		r := overload.Reading{
+			Version:           overload.ReadingVersion,
+			At:                start.Add(time.Duration(i) * 30 * time.Second),
+			MemoryUsedPercent: mem,
+			Load15:            3.1,
+			CPUs:              8,
+			ConntrackEntries:  250000,
+			ConntrackMax:      262144,
+			ConntrackDrops:    uint64(12 + 25*i),
+			Missing:           []overload.Input{overload.InputBandwidth},
+		}
+		res, err := tr.Observe(r)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if res.Event != nil {
+			fmt.Println(res.Event.Kind, res.Event.At.Format(time.TimeOnly))
+		}
+		if res.Notice != nil {
+			fmt.Println(res.Notice)
+		}
+	}
+	// Output:
+	// start 12:01:00
+	// eu-01 is overloaded: memory at 92 %; the connection table at 95 % (250000 of 262144); the connection table was full: 62 connections dropped
+}
+
+// The platform decodes a reading from the wire and keeps each node's
+// tracker state in its database between readings.
+func ExampleRestoreTracker() {
+	var r overload.Reading
+	err := json.Unmarshal([]byte(`{"v":1,"node":"eu-01","at":"2026-11-30T12:00:00Z",
+		"memory_used_percent":94,"load15":0.5,"cpus":4,
+		"missing":["conntrack","conntrack_drops"]}`), &r)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	saved := []byte(`{"v":1,"node":"eu-01","last_reading":"2026-11-30T11:59:30Z",
+		"checks":{"memory":{"window":"011","last":{"check":"memory","text":"memory at 93 %","at":"2026-11-30T11:59:30Z","value":93.1,"limit":90}}},
+		"overloaded":false}`)
+	tr, err := overload.RestoreTracker(saved, overload.Limits{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res, err := tr.Observe(r)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Event.Kind, res.Notice)
+	state, err := json.Marshal(tr) // back to the database
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	again, err := overload.RestoreTracker(state, overload.Limits{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(again.Overloaded(), again.Since().Format(time.TimeOnly), again.LastNotice().Format(time.TimeOnly))
+	// Output:
+	// start eu-01 is overloaded: memory at 94 %
+	// true 12:00:00 12:00:00
+
+}

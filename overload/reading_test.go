@@ -1,0 +1,230 @@
+package overload
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// wire is a reading in the wire format, as an agent sends it.
+const wire = `{"v":1,"node":"eu-01","at":"2026-11-30T12:00:30Z",
+ "memory_used_percent":92.4,"load15":17.3,"cpus":8,
+ "conntrack_entries":222822,"conntrack_max":262144,"conntrack_drops":37,
+ "listen_drops":14,"listeners":[{"addr":"0.0.0.0:443","queue":128,"backlog":128}],
+ "links":[{"name":"eth0","rx_bps":870000000,"tx_bps":12000000,"speed_mbps":1000}],
+ "missing":["bandwidth"],"notes":["eth1: speed unknown"]}`
+
+func TestReadingJSON(t *testing.T) {
+	var r Reading
+	if err := json.Unmarshal([]byte(wire), &r); err != nil {
+		t.Fatal(err)
+	}
+	want := Reading{
+		Version: 1, Node: "eu-01", At: time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC),
+		MemoryUsedPercent: 92.4, Load15: 17.3, CPUs: 8,
+		ConntrackEntries: 222822, ConntrackMax: 262144, ConntrackDrops: 37,
+		ListenDrops: 14, Listeners: []Listener{{Addr: "0.0.0.0:443", Queue: 128, Backlog: 128}},
+		Links:   []Link{{Name: "eth0", RxBitsPerSecond: 870e6, TxBitsPerSecond: 12e6, SpeedMbps: 1000}},
+		Missing: []Input{InputBandwidth}, Notes: []string{"eth1: speed unknown"},
+	}
+	if !reflect.DeepEqual(r, want) {
+		t.Fatalf("decoded\n %+v\nwant\n %+v", r, want)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Reading
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, r) {
+		t.Fatalf("round trip: %v\n %+v", err, back)
+	}
+	// The wire names are stable: every one of them is in the encoding.
+	for _, name := range []string{`"v":1`, `"node"`, `"at"`, `"memory_used_percent"`, `"load15"`, `"cpus"`,
+		`"conntrack_entries"`, `"conntrack_max"`, `"conntrack_drops"`, `"listen_drops"`, `"listeners"`,
+		`"links"`, `"rx_bps"`, `"tx_bps"`, `"speed_mbps"`, `"missing"`, `"notes"`} {
+		if !strings.Contains(string(b), name) {
+			t.Errorf("encoding lacks %s: %s", name, b)
+		}
+	}
+	// A reading built in the process (Version 0) goes out as version 1.
+	r.Version = 0
+	b, _ = json.Marshal(r)
+	if !strings.HasPrefix(string(b), `{"v":1,`) {
+		t.Errorf("version 0 encoded as %.20s", b)
+	}
+	fs := Evaluate(want, Limits{})
+	var texts []string
+	for _, f := range fs {
+		texts = append(texts, f.Text)
+	}
+	if got, w := strings.Join(texts, "; "), "memory at 92 %; load average 17.3 over 15 minutes, above twice the 8 CPU cores; "+
+		"the connection table at 85 % (222822 of 262144); the connection table was full: 37 connections dropped; "+
+		"listen queues were full: 14 connections dropped"; got != w {
+		t.Errorf("findings\n %s\nwant\n %s", got, w)
+	}
+}
+
+func TestReadingJSONRefused(t *testing.T) {
+	ok := func(edit func(m map[string]any)) string {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(wire), &m); err != nil {
+			t.Fatal(err)
+		}
+		edit(m)
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	bad := map[string]string{
+		"empty":            ``,
+		"not json":         `{"v":1,`,
+		"array":            `[1]`,
+		"null fields":      `{"v":1,"at":null}`,
+		"no version":       ok(func(m map[string]any) { delete(m, "v") }),
+		"version 2":        ok(func(m map[string]any) { m["v"] = 2 }),
+		"version 0":        ok(func(m map[string]any) { m["v"] = 0 }),
+		"negative memory":  ok(func(m map[string]any) { m["memory_used_percent"] = -3 }),
+		"memory above 100": ok(func(m map[string]any) { m["memory_used_percent"] = 100.5 }),
+		"negative load":    ok(func(m map[string]any) { m["load15"] = -0.1 }),
+		"negative drops":   ok(func(m map[string]any) { m["conntrack_drops"] = -1 }),
+		"fractional cpus":  ok(func(m map[string]any) { m["cpus"] = 1.5 }),
+		"no cpus":          ok(func(m map[string]any) { m["cpus"] = 0 }),
+		"negative cpus":    ok(func(m map[string]any) { m["cpus"] = -8 }),
+		"no conntrack max": ok(func(m map[string]any) { m["conntrack_max"] = 0 }),
+		"bad time":         ok(func(m map[string]any) { m["at"] = "yesterday" }),
+		"no time":          ok(func(m map[string]any) { delete(m, "at") }),
+		"memory as string": ok(func(m map[string]any) { m["memory_used_percent"] = "92" }),
+		"unknown missing":  ok(func(m map[string]any) { m["missing"] = []string{"disk"} }),
+		"link no name":     ok(func(m map[string]any) { m["links"] = []map[string]any{{"rx_bps": 1}} }),
+		"link twice":       ok(func(m map[string]any) { m["links"] = []map[string]any{{"name": "a"}, {"name": "a"}} }),
+		"negative rate":    ok(func(m map[string]any) { m["links"] = []map[string]any{{"name": "a", "tx_bps": -1}} }),
+		"huge rate":        strings.Replace(wire, `"rx_bps":870000000`, `"rx_bps":1e400`, 1),
+	}
+	for name, s := range bad {
+		var r Reading
+		err := json.Unmarshal([]byte(s), &r)
+		if err == nil {
+			t.Errorf("%s: decoded %+v, want an error", name, r)
+			continue
+		}
+		var syntax *json.SyntaxError
+		if !errors.Is(err, ErrInvalidReading) && !errors.As(err, &syntax) {
+			t.Errorf("%s: err %v, want ErrInvalidReading", name, err)
+		}
+		if !reflect.DeepEqual(r, Reading{}) {
+			t.Errorf("%s: refused reading was stored: %+v", name, r)
+		}
+	}
+	// Inputs listed missing excuse their zero figures.
+	s := ok(func(m map[string]any) {
+		m["cpus"], m["conntrack_max"] = 0, 0
+		m["missing"] = []string{"load", "conntrack"}
+	})
+	var r Reading
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		t.Errorf("load and conntrack missing: %v", err)
+	}
+}
+
+func TestReadingValidateNaN(t *testing.T) {
+	for _, edit := range []func(*Reading){
+		func(r *Reading) { r.MemoryUsedPercent = math.NaN() },
+		func(r *Reading) { r.Load15 = math.NaN() },
+		func(r *Reading) { r.Load15 = math.Inf(1) },
+		func(r *Reading) { r.Links[0].TxBitsPerSecond = math.NaN() },
+		func(r *Reading) { r.Version = 3 },
+	} {
+		r := calm(t0)
+		edit(&r)
+		if err := r.Validate(); !errors.Is(err, ErrInvalidReading) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalidReading", r, err)
+		}
+		if _, err := json.Marshal(r); err == nil && r.Version != 3 {
+			t.Errorf("a NaN reading encoded without error")
+		}
+		// Evaluate does not validate, but a NaN figure passes nothing.
+		if math.IsInf(r.Load15, 0) {
+			continue
+		}
+		for _, f := range Evaluate(r, Limits{}) {
+			t.Errorf("NaN reading passed %s", f.Check)
+		}
+	}
+}
+
+// FuzzReadingJSON: any input decodes to a valid reading or an error,
+// never a panic; a decoded reading re-encodes to itself and can be
+// observed.
+func FuzzReadingJSON(f *testing.F) {
+	f.Add([]byte(wire))
+	f.Add([]byte(`{"v":1,"at":"2026-11-30T12:00:00Z","cpus":1,"conntrack_max":1}`))
+	f.Add([]byte(`{"v":1,"at":"2026-11-30T12:00:00Z","missing":["load","conntrack"],"links":[{"name":"x","speed_mbps":1,"rx_bps":1e300}]}`))
+	f.Add([]byte(`{"v":1,"at":"2026-11-30T12:00:00Z","memory_used_percent":1e309}`))
+	f.Add([]byte(`{"v":2}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`{"v":1,"at":"0001-01-01T00:00:00Z"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r Reading
+		if err := json.Unmarshal(b, &r); err != nil {
+			return
+		}
+		if err := r.Validate(); err != nil {
+			t.Fatalf("decoded an invalid reading: %v", err)
+		}
+		out, err := json.Marshal(r)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		var back Reading
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("decode of own encoding %s: %v", out, err)
+		}
+		tr := NewTracker(r.Node, Limits{})
+		res, err := tr.Observe(r)
+		if err != nil {
+			t.Fatalf("observe a valid reading: %v", err)
+		}
+		for _, f := range res.Findings {
+			if f.Text == "" || f.Check.index() < 0 {
+				t.Fatalf("finding %+v", f)
+			}
+		}
+	})
+}
+
+// FuzzTrackerState: any state decodes to a tracker or an error, never a
+// panic, and a decoded tracker observes readings without panicking.
+func FuzzTrackerState(f *testing.F) {
+	tr := NewTracker("eu-01", Limits{})
+	for i := range 4 {
+		tr.Observe(hot(t0.Add(time.Duration(i) * step)))
+	}
+	b, _ := json.Marshal(tr)
+	f.Add(b)
+	f.Add([]byte(`{"v":1}`))
+	f.Add([]byte(`{"v":1,"checks":{"memory":{"window":"111111111"}}}`))
+	f.Add([]byte(`{"v":1,"overloaded":true,"since":"2026-11-30T12:00:00Z","last_reading":"2026-11-30T12:00:00Z"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tr, err := RestoreTracker(b, Limits{})
+		if err != nil {
+			return
+		}
+		at := tr.LastReading().Add(step)
+		if tr.LastReading().IsZero() {
+			at = t0
+		}
+		for i := range 6 {
+			r := hot(at.Add(time.Duration(i) * step))
+			r.Node = tr.Node()
+			if _, err := tr.Observe(r); err != nil {
+				t.Fatalf("observe after restore: %v", err)
+			}
+		}
+		if !tr.Overloaded() {
+			t.Fatalf("6 hot readings after restore and not overloaded")
+		}
+	})
+}
