@@ -131,17 +131,18 @@ func (r Report) String() string {
 	return b.String()
 }
 
-const fileHeader = `# Written by the proofkit agent (nodekit/sysctl) at its start, because it
-# could not set these kernel values itself: /proc/sys is read-only in its
-# container, or the keys belong to the host and the agent runs in its own
-# network namespace. To apply them on the host:
+const fileHeader = `# Written by the proofkit agent (nodekit/sysctl) at its start: it could not
+# set these kernel values itself, because /proc/sys is read-only in its
+# container or the keys belong to the host and the agent runs in its own
+# network namespace. On the host, copy this file to /etc/sysctl.d/, run
+# sudo sysctl --system, then restart the agent:
 #
 #   sudo cp 99-proofkit-sysctl.conf /etc/sysctl.d/
 #   sudo sysctl --system
 #
-# then restart the agent. Every value here is a raise over what the agent
-# found; it never lowers a size the host holds higher. The agent rewrites
-# this file at each start and removes it when nothing is left to set.
+# Every value here is a raise over what the agent found; it never lowers a
+# size the host holds higher. The agent rewrites this file at each start
+# and removes it when nothing is left to set.
 `
 
 // WriteFile writes FileName in dir with every key of keys whose Action is

@@ -484,3 +484,43 @@ func FuzzApplyValue(f *testing.F) {
 		}
 	})
 }
+
+func TestWriteFile(t *testing.T) {
+	dir := t.TempDir()
+	keys := []KeyResult{
+		{Key: KeySomaxconn, Found: "4096", Target: "65535", Action: WouldRaise},
+		{Key: KeyTCPWmem, Found: "", Target: "- - 16777216", Action: CannotWrite}, // fields unknown: not written
+		{Key: KeyTCPRmem, Found: "x", Target: "1 2 3", Action: Malformed},
+		{Key: KeyRmemMax, Found: "1", Target: "2", Action: NotPresent},
+		{Key: "net.core.evil\nkernel.panic", Found: "1", Target: "2", Action: CannotWrite},
+	}
+	path, err := WriteFile(dir, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fileKeys(t, string(b)); !cmp.Equal(got, []string{"net.core.somaxconn = 65535"}) {
+		t.Errorf("file sets %q, want only somaxconn", got)
+	}
+	for _, line := range []string{"copy this file to /etc/sysctl.d/", "sudo cp 99-proofkit-sysctl.conf /etc/sysctl.d/", "sudo sysctl --system", "restart the agent"} {
+		if !strings.Contains(strings.ReplaceAll(string(b), "\n# ", " "), line) {
+			t.Errorf("header lacks %q:\n%s", line, b)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("directory holds %d entries, want the file alone (no temporary left)", len(ents))
+	}
+	// Nothing left to set: removed; removing again is no error.
+	for range 2 {
+		path, err := WriteFile(dir, keys[1:])
+		if err != nil || path != "" {
+			t.Fatalf("WriteFile with nothing to set = %q, %v", path, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("directory holds %v, want nothing", ents)
+	}
+}
