@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 )
 
 // The fake trees are sized for this machine: 8 GiB, 4 CPUs.
@@ -522,5 +523,36 @@ func TestWriteFile(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("directory holds %v, want nothing", ents)
+	}
+}
+
+func TestWriteReason(t *testing.T) {
+	hostOnly, perNetns := specOf(KeyRmemMax), specOf(KeySomaxconn)
+	tests := []struct {
+		spec keySpec
+		err  error
+		want string
+	}{
+		{perNetns, &fs.PathError{Op: "open", Path: "p", Err: unix.EROFS}, "read-only /proc/sys (EROFS)"},
+		{hostOnly, &fs.PathError{Op: "open", Path: "p", Err: unix.EROFS}, "read-only /proc/sys (EROFS)"},
+		{hostOnly, &fs.PathError{Op: "open", Path: "p", Err: unix.EACCES}, "host-only key: not writable from this network namespace or without CAP_NET_ADMIN on the host (permission denied)"},
+		{hostOnly, unix.EPERM, "host-only key"},
+		{perNetns, &fs.PathError{Op: "open", Path: "p", Err: unix.EPERM}, "no permission: needs root with CAP_NET_ADMIN (operation not permitted)"},
+		{perNetns, &fs.PathError{Op: "write", Path: "p", Err: unix.EINVAL}, "write failed: write p: invalid argument"},
+	}
+	for _, tt := range tests {
+		if got := writeReason(tt.spec, tt.err); !strings.Contains(got, tt.want) {
+			t.Errorf("writeReason(%v) = %q, want one with %q", tt.err, got, tt.want)
+		}
+	}
+}
+
+// BenchmarkPlan reads the live /proc/sys: what the agent pays at start.
+func BenchmarkPlan(b *testing.B) {
+	cfg := Config{Dir: b.TempDir()}
+	for b.Loop() {
+		if _, err := Plan(cfg); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
