@@ -185,8 +185,9 @@ const (
 //
 // Defaults: rmem_max and wmem_max are 212,992 B, too small for the UDP
 // tunnels VPN nodes carry (quic-go asks for 7 MiB and warns when it gets
-// 208 KiB); tcp_rmem's max is 6 MiB and tcp_wmem's 4 MiB, one bandwidth-
-// delay product of 384 Mbit/s or 256 Mbit/s at 128 ms. The target is
+// 208 KiB); tcp_rmem's max is 6 MiB (32 MiB since Linux 6.16, as on
+// this 6.18 host) and tcp_wmem's 4 MiB, one bandwidth-delay product of
+// 384 Mbit/s or 256 Mbit/s at 128 ms. The target is
 // 1/256 of memory (0.4 % for one socket), rounded down to a MiB, from
 // 4 MiB to 64 MiB: 16 MiB at 4 GiB carries 1 Gbit/s at 128 ms, 64 MiB
 // (from 16 GiB) 4 Gbit/s. This raises what one connection may hold, not
