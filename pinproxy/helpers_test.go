@@ -321,3 +321,24 @@ func stat(p *pinproxy.Proxy, addr string) pinproxy.UpstreamStats {
 	}
 	return pinproxy.UpstreamStats{}
 }
+
+// mustDial connects to addr; the conn is closed at cleanup.
+func mustDial(t testing.TB, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedConn reports whether the peer closed c (EOF or reset) before
+// sending anything.
+func closedConn(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(waitFor))
+	defer c.SetReadDeadline(time.Time{})
+	_, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}

@@ -1,0 +1,117 @@
+package pinproxy_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/pinproxy"
+)
+
+// Shutdown stops accepting, lets live connections finish, and returns once
+// they have.
+func TestShutdownDrains(t *testing.T) {
+	a := newNode(t, "A", lineNode)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ln) }()
+	cl, _ := dialClient(t, ln.Addr().String(), "c")
+
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(context.Background()) }()
+	if err := <-served; !errors.Is(err, pinproxy.ErrProxyClosed) {
+		t.Fatalf("Serve returned %v, want ErrProxyClosed", err)
+	}
+	// Not accepting any more, but the live connection still works.
+	if c, err := net.DialTimeout("tcp", ln.Addr().String(), waitFor); err == nil {
+		c.Close()
+		t.Error("the proxy still accepts after Shutdown")
+	}
+	if _, err := cl.ping(); err != nil {
+		t.Fatalf("live connection during the drain: %v", err)
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v while a connection was live", err)
+	default:
+	}
+	cl.c.Close()
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown after the drain: %v", err)
+	}
+	if err := p.Serve(ln); !errors.Is(err, pinproxy.ErrProxyClosed) {
+		t.Errorf("Serve after Shutdown = %v", err)
+	}
+	if err := p.Rebalance(context.Background()); !errors.Is(err, pinproxy.ErrProxyClosed) {
+		t.Errorf("Rebalance after Shutdown = %v", err)
+	}
+}
+
+// When ctx ends first, Shutdown closes what is left and says so.
+func TestShutdownForcesWhenContextEnds(t *testing.T) {
+	a := newNode(t, "A", lineNode)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ln) }()
+	cl, _ := dialClient(t, ln.Addr().String(), "c")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want context.DeadlineExceeded", err)
+	}
+	if !cl.closed() {
+		t.Fatal("the live connection was not closed")
+	}
+	if err := <-served; !errors.Is(err, pinproxy.ErrProxyClosed) {
+		t.Fatalf("Serve = %v", err)
+	}
+	if got := p.Totals().Live; got != 0 {
+		t.Errorf("%d connections live after a forced Shutdown", got)
+	}
+}
+
+// Serve may run on several listeners; Shutdown stops them all.
+func TestServeSeveralListeners(t *testing.T) {
+	a := newNode(t, "A", lineNode)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr}})
+	addr1, addr2 := serve(t, p), serve(t, p)
+	dialClient(t, addr1, "c1")
+	dialClient(t, addr2, "c2")
+	if got := p.Stats()[0].Live; got != 2 {
+		t.Fatalf("live = %d, want 2", got)
+	}
+}
+
+// Over MaxConns, a new client is closed at once; once one leaves, the next
+// gets through.
+func TestMaxConns(t *testing.T) {
+	a := newNode(t, "A", lineNode)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr}, MaxConns: 1, RebalanceInterval: -1})
+	addr := serve(t, p)
+	first, _ := dialClient(t, addr, "first")
+	if !closedConn(mustDial(t, addr)) {
+		t.Fatal("a client over MaxConns was not closed")
+	}
+	if tot := p.Totals(); tot.Rejected != 1 || tot.Accepted != 2 {
+		t.Fatalf("totals %+v, want 1 rejected of 2 accepted", tot)
+	}
+	if _, err := first.ping(); err != nil {
+		t.Fatalf("first client: %v", err)
+	}
+	first.c.Close()
+	waitUntil(t, func() bool { return p.Totals().Live == 0 })
+	if _, on := dialClient(t, addr, "next"); on != "A" {
+		t.Fatalf("next client on %q", on)
+	}
+}
