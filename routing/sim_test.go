@@ -2,6 +2,7 @@ package routing_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func TestOverloadedExitHour(t *testing.T) {
 	}
 	// Longest unused first: unused-59 has been unused longest.
 	for i, a := range unused {
-		if want := "unused-" + twoDigits(59-i); a.Route.ID != want {
+		if want := fmt.Sprintf("unused-%02d", 59-i); a.Route.ID != want {
 			t.Errorf("unused closure %d is %s, want %s (longest unused first)", i, a.Route.ID, want)
 		}
 	}
@@ -104,8 +105,6 @@ func TestOverloadedExitHour(t *testing.T) {
 	}
 	t.Logf("unused closed %d, moved %d", len(unused), moves)
 }
-
-func twoDigits(i int) string { return string([]byte{byte('0' + i/10), byte('0' + i%10)}) }
 
 func TestOverloadedEntryHourClosesNothingUnused(t *testing.T) {
 	f := overloadedScenario(routing.RoleEntry)

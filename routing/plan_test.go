@@ -1,0 +1,394 @@
+package routing_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/routing"
+)
+
+func exitNode(overloadedFor time.Duration, memory float64) routing.Node {
+	n := routing.Node{ID: "de-1", Role: routing.RoleExit, Country: "DE", Price: 100, MemoryPercent: memory}
+	if overloadedFor >= 0 {
+		n.OverloadedSince = t0.Add(-overloadedFor)
+	}
+	return n
+}
+
+func ids(p routing.Plan) []string {
+	var out []string
+	for _, a := range p.Actions {
+		out = append(out, a.Route.ID+":"+string(a.Reason))
+	}
+	return out
+}
+
+func mustPlan(t *testing.T, pol routing.Policy, now time.Time, n routing.Node, routes []routing.Route, alts routing.Alternatives) routing.Plan {
+	t.Helper()
+	p, err := pol.Plan(now, n, routes, alts)
+	if err != nil {
+		t.Fatalf("Plan: %v", err)
+	}
+	return p
+}
+
+// The unused rule's edges, one route at a time, on a fresh exit overloaded
+// for a minute (the bucket's first token closes one route).
+func TestUnusedRule(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		role   routing.Role
+		kind   routing.Kind
+		last   time.Duration // before t0; 0: never moved traffic
+		start  time.Duration // before t0
+		closed bool
+	}{
+		{"own, unused 2h", routing.RoleExit, routing.KindOwn, 2 * time.Hour, 3 * time.Hour, true},
+		{"own, unused 1h59m59s", routing.RoleExit, routing.KindOwn, 2*time.Hour - time.Second, 3 * time.Hour, false},
+		{"own, never moved traffic, started 2h ago", routing.RoleExit, routing.KindOwn, 0, 2 * time.Hour, true},
+		{"own, never moved traffic, started 1h ago", routing.RoleExit, routing.KindOwn, 0, time.Hour, false},
+		{"own, traffic a minute ago", routing.RoleExit, routing.KindOwn, time.Minute, 3 * time.Hour, false},
+		{"partner, unused 5h", routing.RoleExit, routing.KindPartner, 5 * time.Hour, 6 * time.Hour, false},
+		{"extra link, unused 5h", routing.RoleExit, routing.KindExtraLink, 5 * time.Hour, 6 * time.Hour, false},
+		{"own on an entry, unused 5h", routing.RoleEntry, routing.KindOwn, 5 * time.Hour, 6 * time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := exitNode(time.Minute, 95)
+			n.Role = tc.role
+			r := routing.Route{ID: "r", User: "u", Key: "k", Node: n.ID, Country: "DE", Price: 100, Kind: tc.kind, Start: t0.Add(-tc.start)}
+			if tc.last > 0 {
+				r.LastTraffic = t0.Add(-tc.last)
+			}
+			p := mustPlan(t, routing.Policy{}, t0, n, []routing.Route{r}, nil)
+			if got := len(p.Actions) == 1; got != tc.closed {
+				t.Fatalf("closed = %v (%v), want %v", got, ids(p), tc.closed)
+			}
+			if tc.closed {
+				want := tc.last
+				if want == 0 {
+					want = tc.start
+				}
+				if a := p.Actions[0]; a.Reason != routing.ReasonUnused || a.SinceTraffic != want {
+					t.Errorf("action %+v, want reason unused, %v since traffic", a, want)
+				}
+			}
+		})
+	}
+}
+
+// Nothing is closed on a node that is neither overloaded nor paused, at any
+// memory, however unused its routes and whatever alternatives its users
+// hold.
+func TestHealthyNodeLosesNothing(t *testing.T) {
+	f := overloadedScenario(routing.RoleExit)
+	f.nodes[0].OverloadedSince = time.Time{}
+	f.nodes[0].MemoryPercent = 99
+	f.run(t, routing.Policy{}, time.Minute, 2*time.Hour)
+	if a := f.actions("de-1"); len(a) != 0 {
+		t.Errorf("%d routes closed on a healthy node, e.g. %v", len(a), a[0])
+	}
+}
+
+// The move rule's conditions, each alone: the overload's age, memory, and
+// each part of "the same route through another node of the same country,
+// at the same price or less".
+func TestMoveRule(t *testing.T) {
+	busy := routing.Route{ID: "busy", User: "u", Key: "vpn-de", Node: "de-1", Country: "DE", Price: 100,
+		Kind: routing.KindOwn, LastTraffic: t0.Add(-time.Minute), Start: t0.Add(-time.Hour)}
+	alt := routing.Route{ID: "alt", User: "u", Key: "vpn-de", Node: "de-2", Country: "DE", Price: 100,
+		Kind: routing.KindOwn, LastTraffic: t0, Start: t0.Add(-time.Hour)}
+	for _, tc := range []struct {
+		name       string
+		overloaded time.Duration // -1: not overloaded
+		memory     float64
+		paused     bool
+		edit       func(busy, alt *routing.Route)
+		moved      bool
+	}{
+		{"15 min, 81 %, same price", 15 * time.Minute, 81, false, nil, true},
+		{"14m59s", 15*time.Minute - time.Second, 81, false, nil, false},
+		{"memory at 80 %", time.Hour, 80, false, nil, false},
+		{"memory at 80.01 %", time.Hour, 80.01, false, nil, true},
+		{"cheaper elsewhere", time.Hour, 90, false, func(b, a *routing.Route) { a.Price = 99 }, true},
+		{"dearer elsewhere", time.Hour, 90, false, func(b, a *routing.Route) { a.Price = 101 }, false},
+		{"other country", time.Hour, 90, false, func(b, a *routing.Route) { a.Country = "FR" }, false},
+		{"same node", time.Hour, 90, false, func(b, a *routing.Route) { a.Node = "de-1" }, false},
+		{"other route key", time.Hour, 90, false, func(b, a *routing.Route) { a.Key = "vpn-nl" }, false},
+		{"other user", time.Hour, 90, false, func(b, a *routing.Route) { a.User = "v" }, false},
+		{"alternative unused itself", time.Hour, 90, false, func(b, a *routing.Route) { a.LastTraffic = t0.Add(-5 * time.Hour) }, true},
+		{"partner route, overloaded", time.Hour, 90, false, func(b, a *routing.Route) { b.Kind = routing.KindPartner }, false},
+		{"extra link, overloaded", time.Hour, 90, false, func(b, a *routing.Route) { b.Kind = routing.KindExtraLink }, false},
+		{"partner route, paused", -1, 90, true, func(b, a *routing.Route) { b.Kind = routing.KindPartner }, true},
+		{"paused, not overloaded, 81 %", -1, 81, true, nil, true},
+		{"paused, not overloaded, 80 %", -1, 80, true, nil, false},
+		{"paused, overloaded 1 min, 81 %", time.Minute, 81, true, nil, true},
+		{"entry, 15 min, 81 %", 15 * time.Minute, 81, false, nil, true},
+		{"not overloaded, 99 %", -1, 99, false, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, a := busy, alt
+			if tc.edit != nil {
+				tc.edit(&b, &a)
+			}
+			n := exitNode(tc.overloaded, tc.memory)
+			n.Paused = tc.paused
+			if tc.name[:5] == "entry" {
+				n.Role = routing.RoleEntry
+			}
+			p := mustPlan(t, routing.Policy{}, t0, n, []routing.Route{b}, routing.NewIndex([]routing.Route{b, a}))
+			if got := len(p.Actions) == 1; got != tc.moved {
+				t.Fatalf("moved = %v (%v), want %v", got, ids(p), tc.moved)
+			}
+			if tc.moved {
+				act := p.Actions[0]
+				if act.Reason != routing.ReasonMove || act.Keeps.ID != "alt" || act.SinceTraffic != time.Minute {
+					t.Errorf("action %+v", act)
+				}
+			}
+		})
+	}
+}
+
+// One route in use per 5 minutes, whatever the number of plans; the one
+// that moved traffic least recently first.
+func TestMoveEveryFiveMinutes(t *testing.T) {
+	var routes, all []routing.Route
+	for i, last := range []time.Duration{time.Minute, 30 * time.Minute, 10 * time.Minute, time.Hour + 59*time.Minute} {
+		r := routing.Route{ID: string(rune('a' + i)), User: string(rune('a' + i)), Key: "k", Node: "de-1", Country: "DE",
+			Price: 10, Kind: routing.KindOwn, LastTraffic: t0.Add(-last), Start: t0.Add(-3 * time.Hour)}
+		routes = append(routes, r)
+		all = append(all, r, routing.Route{ID: r.ID + "-alt", User: r.User, Key: "k", Node: "de-2", Country: "DE",
+			Price: 10, Kind: routing.KindOwn, Start: t0})
+	}
+	ix := routing.NewIndex(all)
+	n := exitNode(time.Hour, 90)
+	var order []string
+	var at []time.Duration
+	for now := t0; now.Before(t0.Add(16 * time.Minute)); now = now.Add(10 * time.Second) {
+		p := mustPlan(t, routing.Policy{}, now, n, routes, ix)
+		n.State = p.State
+		for _, a := range p.Actions {
+			order = append(order, a.Route.ID)
+			at = append(at, now.Sub(t0))
+			ix.Remove(a.Route)
+			routes = slices.DeleteFunc(routes, func(r routing.Route) bool { return r.ID == a.Route.ID })
+		}
+	}
+	// Least recent traffic first: d (1h59m), b (30m), c (10m), a (1m).
+	if want := []string{"d", "b", "c", "a"}; !slices.Equal(order, want) {
+		t.Errorf("moved %v, want %v", order, want)
+	}
+	if want := []time.Duration{0, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute}; !slices.Equal(at, want) {
+		t.Errorf("moved at %v, want %v", at, want)
+	}
+}
+
+// A route in use that is its user's only route is never closed, and two
+// nodes that each hold one of a user's two routes do not both close theirs
+// when the platform records each plan's closures before the next plan.
+func TestOnlyRouteIsKept(t *testing.T) {
+	f := newFleet()
+	for _, id := range []string{"de-1", "de-2"} {
+		f.nodes = append(f.nodes, &routing.Node{ID: id, Role: routing.RoleExit, Country: "DE",
+			OverloadedSince: t0.Add(-time.Hour), MemoryPercent: 95})
+	}
+	f.add(route("a1", "alice", "k", "de-1", "DE", 10, routing.KindOwn, t0), true)
+	f.add(route("a2", "alice", "k", "de-2", "DE", 10, routing.KindOwn, t0), true)
+	f.add(route("b1", "bob", "k", "de-1", "DE", 10, routing.KindOwn, t0), true)
+	f.build()
+	f.run(t, routing.Policy{}, 30*time.Second, 2*time.Hour)
+	if a := f.actions("de-1"); len(a) != 1 || a[0].Route.ID != "a1" {
+		t.Errorf("de-1 closed %v, want alice's a1 only", a)
+	}
+	if a := f.actions("de-2"); len(a) != 0 {
+		t.Errorf("de-2 closed %v, alice's last route", a)
+	}
+}
+
+// An idle route that is its user's only route is closed on an overloaded
+// exit: the seed names no exception for unused routes (see the package
+// doc).
+func TestUnusedOnlyRouteIsClosed(t *testing.T) {
+	r := route("r", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0.Add(-3*time.Hour))
+	p := mustPlan(t, routing.Policy{}, t0, exitNode(0, 50), []routing.Route{r}, routing.NewIndex([]routing.Route{r}))
+	if got := ids(p); !slices.Equal(got, []string{"r:unused"}) {
+		t.Errorf("plan %v, want r:unused", got)
+	}
+}
+
+// unusedRoutes returns n own routes of n users, last used at last, each a
+// second before the previous.
+func unusedRoutes(n int, node string, last time.Time) []routing.Route {
+	var rs []routing.Route
+	for i := range n {
+		id := fmt.Sprintf("%s-%04d", node, i)
+		rs = append(rs, route(id, "u-"+id, "k", node, "DE", 10, routing.KindOwn, last.Add(-time.Duration(i)*time.Second)))
+	}
+	return rs
+}
+
+// The bucket holds at most one hour's worth: an exit overloaded for hours
+// with nothing unused closes no more than 5 % of its sessions at once when
+// routes turn unused.
+func TestUnusedBudgetIsCapped(t *testing.T) {
+	n := exitNode(0, 50)
+	var busy []routing.Route
+	for i := range 400 {
+		busy = append(busy, route(fmt.Sprintf("b%03d", i), fmt.Sprintf("u%03d", i), "k", "de-1", "DE", 10, routing.KindOwn, t0))
+	}
+	// Three hours with nothing unused.
+	for now := t0; now.Before(t0.Add(3 * time.Hour)); now = now.Add(time.Minute) {
+		for i := range busy {
+			busy[i].LastTraffic = now
+		}
+		p := mustPlan(t, routing.Policy{}, now, n, busy, nil)
+		if len(p.Actions) != 0 {
+			t.Fatalf("closed %v with nothing unused", ids(p))
+		}
+		n.State = p.State
+	}
+	// Then every route has been unused for 2 hours.
+	now := t0.Add(5 * time.Hour)
+	p := mustPlan(t, routing.Policy{}, now, n, busy, nil)
+	if got := len(p.Actions); got != 20 {
+		t.Errorf("closed %d at once, want 20 (one hour's worth: 5 %% of 400)", got)
+	}
+	// And the next minute only what a minute adds (20/60 of a token).
+	p = mustPlan(t, routing.Policy{}, now.Add(time.Minute), routing.Node{ID: n.ID, Role: n.Role, Country: "DE",
+		OverloadedSince: n.OverloadedSince, State: p.State}, busy[20:], nil)
+	if len(p.Actions) != 0 {
+		t.Errorf("closed %v a minute after the budget was spent", ids(p))
+	}
+}
+
+// The budget grows only while the node is an overloaded exit: a quiet
+// spell between two overloads adds nothing.
+func TestUnusedBudgetPausesBetweenOverloads(t *testing.T) {
+	rs := unusedRoutes(200, "de-1", t0.Add(-3*time.Hour))
+	n := exitNode(0, 50)
+	p := mustPlan(t, routing.Policy{}, t0, n, rs, nil) // first token
+	if len(p.Actions) != 1 {
+		t.Fatalf("first plan closed %v, want one route", ids(p))
+	}
+	n.State = p.State
+	// The overload ends at once; it restarts five hours later.
+	n.OverloadedSince, n.OverloadEnded = time.Time{}, t0
+	p = mustPlan(t, routing.Policy{}, t0.Add(time.Hour), n, rs[1:], nil)
+	if len(p.Actions) != 0 {
+		t.Fatalf("closed %v on a node no longer overloaded", ids(p))
+	}
+	n.State = p.State
+	n.OverloadedSince = t0.Add(5 * time.Hour)
+	p = mustPlan(t, routing.Policy{}, t0.Add(5*time.Hour+5*time.Minute), n, rs[1:], nil)
+	// 5 minutes of 5 % of 199 an hour: 0.83 of a token.
+	if len(p.Actions) != 0 {
+		t.Errorf("5 minutes into the second overload closed %v; the quiet hours must not count", ids(p))
+	}
+	if tok := p.State.UnusedTokens; math.Abs(tok-0.05*199*5/60) > 1e-9 {
+		t.Errorf("tokens %v, want %v", tok, 0.05*199*5/60)
+	}
+}
+
+// A Policy changes the figures.
+func TestPolicyFigures(t *testing.T) {
+	pol := routing.Policy{UnusedAfter: time.Hour, UnusedPerHour: 0.5, MoveAfter: time.Minute, MoveMemoryPercent: 50, MoveEvery: time.Minute}
+	rs := unusedRoutes(100, "de-1", t0.Add(-time.Hour))
+	n := exitNode(0, 60)
+	var closed int
+	for now := t0; now.Before(t0.Add(time.Hour)); now = now.Add(time.Minute) {
+		p := mustPlan(t, pol, now, n, rs, nil)
+		n.State = p.State
+		closed += len(p.Actions)
+		for _, a := range p.Actions {
+			rs = slices.DeleteFunc(rs, func(r routing.Route) bool { return r.ID == a.Route.ID })
+		}
+	}
+	// 1 + 50 % of ~(100 → 70) sessions over an hour: about 40.
+	if closed < 35 || closed > 45 {
+		t.Errorf("closed %d in an hour at 50 %%/h of 100, want about 40", closed)
+	}
+}
+
+func TestPlanRejects(t *testing.T) {
+	good := route("r", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0)
+	for _, tc := range []struct {
+		name  string
+		pol   routing.Policy
+		node  func(*routing.Node)
+		route func(*routing.Route)
+		want  error
+	}{
+		{"route of another node", routing.Policy{}, nil, func(r *routing.Route) { r.Node = "de-2" }, routing.ErrInvalid},
+		{"route without ID", routing.Policy{}, nil, func(r *routing.Route) { r.ID = "" }, routing.ErrInvalid},
+		{"route without user", routing.Policy{}, nil, func(r *routing.Route) { r.User = "" }, routing.ErrInvalid},
+		{"route without kind", routing.Policy{}, nil, func(r *routing.Route) { r.Kind = 0 }, routing.ErrInvalid},
+		{"route of kind 9", routing.Policy{}, nil, func(r *routing.Route) { r.Kind = 9 }, routing.ErrInvalid},
+		{"route without start", routing.Policy{}, nil, func(r *routing.Route) { r.Start = time.Time{} }, routing.ErrInvalid},
+		{"node without ID", routing.Policy{}, func(n *routing.Node) { n.ID = "" }, nil, routing.ErrInvalid},
+		{"node without role", routing.Policy{}, func(n *routing.Node) { n.Role = 0 }, nil, routing.ErrInvalid},
+		{"memory NaN", routing.Policy{}, func(n *routing.Node) { n.MemoryPercent = math.NaN() }, nil, routing.ErrInvalid},
+		{"memory 101", routing.Policy{}, func(n *routing.Node) { n.MemoryPercent = 101 }, nil, routing.ErrInvalid},
+		{"negative tokens", routing.Policy{}, func(n *routing.Node) { n.State.UnusedTokens = -1 }, nil, routing.ErrInvalid},
+		{"plan before the last", routing.Policy{}, func(n *routing.Node) { n.State.PlannedAt = t0.Add(time.Second) }, nil, routing.ErrOutOfOrder},
+		{"negative UnusedAfter", routing.Policy{UnusedAfter: -1}, nil, nil, routing.ErrInvalid},
+		{"negative MoveEvery", routing.Policy{MoveEvery: -1}, nil, nil, routing.ErrInvalid},
+		{"negative MoveAfter", routing.Policy{MoveAfter: -1}, nil, nil, routing.ErrInvalid},
+		{"share above 1", routing.Policy{UnusedPerHour: 1.5}, nil, nil, routing.ErrInvalid},
+		{"share NaN", routing.Policy{UnusedPerHour: math.NaN()}, nil, nil, routing.ErrInvalid},
+		{"memory mark 120", routing.Policy{MoveMemoryPercent: 120}, nil, nil, routing.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, r := exitNode(time.Hour, 90), good
+			if tc.node != nil {
+				tc.node(&n)
+			}
+			if tc.route != nil {
+				tc.route(&r)
+			}
+			_, err := tc.pol.Plan(t0, n, []routing.Route{r}, nil)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// lyingStore is a platform store that answers with a route that is not an
+// alternative.
+type lyingStore struct{ alt routing.Route }
+
+func (s lyingStore) Alternative(routing.Route) (routing.Route, bool) { return s.alt, true }
+
+func TestPlanRejectsAWrongAlternative(t *testing.T) {
+	r := route("r", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0)
+	for name, alt := range map[string]routing.Route{
+		"same node":     route("x", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0),
+		"dearer":        route("x", "u", "k", "de-2", "DE", 11, routing.KindOwn, t0),
+		"other country": route("x", "u", "k", "fr-1", "FR", 10, routing.KindOwn, t0),
+		"other user":    route("x", "v", "k", "de-2", "DE", 10, routing.KindOwn, t0),
+		"other key":     route("x", "u", "j", "de-2", "DE", 10, routing.KindOwn, t0),
+		"itself":        route("r", "u", "k", "de-2", "DE", 10, routing.KindOwn, t0),
+	} {
+		_, err := routing.Policy{}.Plan(t0, exitNode(time.Hour, 90), []routing.Route{r}, lyingStore{alt})
+		if !errors.Is(err, routing.ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// Plan reads its routes and never writes them.
+func TestPlanLeavesRoutesAlone(t *testing.T) {
+	f := overloadedScenario(routing.RoleExit)
+	f.nodes[0].Paused = true
+	in := f.live("de-1")
+	before := slices.Clone(in)
+	mustPlan(t, routing.Policy{}, t0.Add(time.Hour), *f.nodes[0], in, f.ix)
+	if !slices.Equal(in, before) {
+		t.Error("Plan changed its routes")
+	}
+}
