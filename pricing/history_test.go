@@ -279,3 +279,63 @@ func TestPrune(t *testing.T) {
 		t.Errorf("set after prune: %v", err)
 	}
 }
+
+// Queries do not modify a history: many goroutines may query one at once
+// (run with -race).
+func TestConcurrentQueries(t *testing.T) {
+	var changes []change
+	for i := range 500 {
+		changes = append(changes, change{time.Duration(i) * 17 * minute, Price(100 + (i*31)%40 - i/10)})
+	}
+	h := build(t, Config{}, changes...)
+	s, err := h.Lock(hours(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]Price, 200)
+	for i := range want {
+		want[i], _ = h.SessionPrice(s, hours(1+float64(i)/2))
+	}
+	done := make(chan error)
+	for range 4 {
+		go func() {
+			for i := range want {
+				p, err := h.SessionPrice(s, hours(1+float64(i)/2))
+				if err == nil && p != want[i] {
+					err = errors.New("a concurrent query answered differently")
+				}
+				if err == nil {
+					_, err = h.Charge(s, []Usage{{At: hours(2), Bytes: 1e9}})
+				}
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// Setting the price the node already asks changes no session's price.
+func TestSamePriceChangesNothing(t *testing.T) {
+	a := build(t, Config{}, change{0, 100}, change{hour, 80}, change{3 * hour, 90})
+	b := build(t, Config{}, change{0, 100}, change{30 * minute, 100}, change{hour, 80}, change{2 * hour, 80},
+		change{3 * hour, 90}, change{4 * hour, 90})
+	for start := 0.0; start < 6; start += 0.5 {
+		sa, _ := a.Lock(hours(start))
+		sb, _ := b.Lock(hours(start))
+		for at := start; at < 12; at += 0.25 {
+			pa, err1 := a.SessionPrice(sa, hours(at))
+			pb, err2 := b.SessionPrice(sb, hours(at))
+			if err1 != nil || err2 != nil || pa != pb {
+				t.Fatalf("session from %v h at %v h: %d (%v) without repeats, %d (%v) with", start, at, pa, err1, pb, err2)
+			}
+		}
+	}
+}
