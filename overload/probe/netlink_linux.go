@@ -31,7 +31,7 @@ func exchange(ctx context.Context, c *netlink.Conn, deadline time.Time, req netl
 	defer stop()
 	msgs, err := c.Execute(req)
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := ctxDone(ctx); cerr != nil {
 			return nil, cerr
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -237,7 +237,7 @@ func conntrackDrops(ctx context.Context, deadline time.Time) (map[int]uint64, er
 	stats, err := c.Stats()
 	if !stop() {
 		// The deadline passed or ctx ended while asking.
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := ctxDone(ctx); cerr != nil {
 			return nil, fmt.Errorf("ctnetlink: stats: %w", cerr)
 		}
 		return nil, fmt.Errorf("ctnetlink: stats: %w", errNoAnswer)

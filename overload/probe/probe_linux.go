@@ -147,7 +147,7 @@ func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
 		deadline = d
 	}
 	ns, err := p.inNetNS(ctx, func() netSample { return p.readNet(ctx, deadline) })
-	if cerr := ctx.Err(); cerr != nil {
+	if cerr := ctxDone(ctx); cerr != nil {
 		return overload.Reading{}, fmt.Errorf("probe: read: %w", cerr)
 	}
 	if err != nil {
@@ -283,6 +283,20 @@ func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
 	p.prev = cur
 	r.Missing, r.Notes = acc.missing, acc.notes
 	return r, nil
+}
+
+// ctxDone returns ctx's error, or context.DeadlineExceeded once ctx's
+// deadline has passed even if its timer has not fired yet: a netlink
+// request that ran into the context's deadline fails the reading, as the
+// context would a moment later.
+func ctxDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // prevMono returns the time of the previous reading, or the zero time.
@@ -448,7 +462,7 @@ func (p *Probe) readNet(ctx context.Context, deadline time.Time) netSample {
 		drops, err := conntrackDrops(ctx, deadline)
 		if err == nil {
 			ns.ctDrops, ns.ctDropsSource = drops, "ctnetlink"
-		} else if ctx.Err() == nil {
+		} else if ctxDone(ctx) == nil {
 			why := err.Error()
 			if permissionDenied(err) {
 				why = "no CAP_NET_ADMIN (" + why + ")"
@@ -476,10 +490,10 @@ func (p *Probe) readNet(ctx context.Context, deadline time.Time) netSample {
 			p.log.Debug("listen counters", "overflows", overflows, "drops", ns.listenDrops)
 		}
 	}
-	if ctx.Err() == nil {
+	if ctxDone(ctx) == nil {
 		ns.listeners, ns.diagErr = listeners(ctx, deadline, p.listenRequest)
 	}
-	if ctx.Err() == nil {
+	if ctxDone(ctx) == nil {
 		ns.links, ns.linksErr = links(ctx, deadline)
 	}
 	return ns

@@ -1,0 +1,219 @@
+package probe
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+// helperEnv names the environment variable that turns the test binary
+// into a helper process (see TestMain).
+const helperEnv = "NK_PROBE_HELPER"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "":
+		goleak.VerifyTestMain(m)
+	case "hold":
+		os.Exit(holdConnections())
+	case "nocap":
+		os.Exit(readWithoutNetAdmin())
+	default:
+		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
+		os.Exit(2)
+	}
+}
+
+// requireRoot skips t unless it runs as root with the given tools.
+func requireRoot(t testing.TB, tools ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root (network namespaces)")
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("skipping: needs %s in PATH", tool)
+		}
+	}
+}
+
+var netnsSeq atomic.Int64
+
+// newNetNS makes a fresh network namespace with loopback up, deleted when
+// t ends, and returns its name and path.
+func newNetNS(t testing.TB) (name, path string) {
+	t.Helper()
+	name = fmt.Sprintf("nk-probe-%d-%d", os.Getpid(), netnsSeq.Add(1))
+	run(t, "ip", "netns", "add", name)
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v: %s", name, err, out)
+		}
+	})
+	run(t, "ip", "-n", name, "link", "set", "lo", "up")
+	return name, filepath.Join("/var/run/netns", name)
+}
+
+// run runs a command and fails t if it fails.
+func run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// runStdin runs a command with stdin and fails t if it fails.
+func runStdin(t testing.TB, stdin, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// inNS runs fn on an OS thread inside the network namespace at path.
+// Sockets fn opens belong to that namespace and may be used from any
+// goroutine afterwards. The thread is thrown away when fn returns.
+func inNS(t testing.TB, path string, fn func() error) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", path, err)
+			return
+		}
+		errc <- fn()
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sink is a TCP listener that accepts and reads everything, closed when t
+// ends.
+type sink struct {
+	ln    net.Listener
+	got   atomic.Int64 // bytes received
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newSink(t testing.TB, nsPath, addr string) *sink {
+	t.Helper()
+	s := &sink{}
+	inNS(t, nsPath, func() (err error) {
+		s.ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := s.ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					s.got.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		s.ln.Close()
+		s.mu.Lock()
+		for _, c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+// waitBytes waits until s has received n bytes, for at most a minute.
+func (s *sink) waitBytes(t testing.TB, n int64) {
+	t.Helper()
+	for i := 0; s.got.Load() < n; i++ {
+		if i == 600 {
+			t.Fatalf("sink received %d bytes in a minute, want %d", s.got.Load(), n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// dialN opens n TCP connections to addr from inside the namespace at
+// nsPath, closed when t ends.
+func dialN(t testing.TB, nsPath, addr string, n int) []net.Conn {
+	t.Helper()
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	inNS(t, nsPath, func() error {
+		for i := 0; i < n; i++ {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("dial %s (%d of %d): %w", addr, i+1, n, err)
+			}
+			conns = append(conns, c)
+		}
+		return nil
+	})
+	return conns
+}
+
+// contains reports whether list holds v.
+func contains[T comparable](list []T, v T) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// notesWith returns the notes that contain sub.
+func notesWith(notes []string, sub string) []string {
+	var out []string
+	for _, n := range notes {
+		if strings.Contains(n, sub) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
