@@ -178,8 +178,7 @@ func (h *History) noPrice(what string, t time.Time) error {
 }
 
 // Prune drops the history that no session starting at or after before can
-// need: every change older than before − window except the last of them,
-// which gives the price asked from before − window on. Afterwards Lock and
+// need: every change before the one in effect at before − window. Afterwards Lock and
 // SessionPrice refuse sessions that started before before, and At refuses
 // instants before before − window, with ErrPruned; answers for everything
 // else are unchanged. Pruning to an earlier instant than a previous Prune

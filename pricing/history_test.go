@@ -339,3 +339,19 @@ func TestSamePriceChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A session whose locked price was agreed above what the node asks: a
+// lower price that began 2 hours before the start has stood 3 hours an
+// hour after it.
+func TestAgreedLockedPrice(t *testing.T) {
+	h := build(t, Config{}, change{-5 * hour, 100}, change{-2 * hour, 80})
+	s := Session{Start: t0, Locked: 100}
+	for _, c := range []struct {
+		at   time.Duration
+		want Price
+	}{{0, 100}, {hour - 1, 100}, {hour, 80}, {10 * hour, 80}} {
+		if p, err := h.SessionPrice(s, t0.Add(c.at)); err != nil || p != c.want {
+			t.Errorf("at %v: %d, %v; want %d", c.at, p, err, c.want)
+		}
+	}
+}

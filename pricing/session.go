@@ -14,7 +14,11 @@ import (
 type Session struct {
 	// Start is when the session started and locked its price.
 	Start time.Time `json:"start"`
-	// Locked is the price the node asked at Start.
+	// Locked is the price the session locked. Lock sets it to the price
+	// the node asked at Start. A price agreed otherwise may be set
+	// instead; the rule then applies as written, so a lower price the
+	// node has asked for a whole window, even one that began before Start,
+	// reaches the session.
 	Locked Price `json:"locked"`
 	// End is when the session ended (its route was closed); the zero
 	// time while it runs. A closed route earns nothing more: usage after
