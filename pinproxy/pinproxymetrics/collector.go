@@ -1,0 +1,101 @@
+// Package pinproxymetrics exports a pinproxy.Proxy's state to Prometheus.
+// It is kept apart from pinproxy so that programs embedding the proxy
+// without Prometheus do not link the Prometheus client.
+//
+// Register a Collector on a registry of your own:
+//
+//	reg := prometheus.NewRegistry()
+//	reg.MustRegister(pinproxymetrics.NewCollector(p))
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+package pinproxymetrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proofkit/nodekit/pinproxy"
+)
+
+// Source is what a Collector reads at each scrape; *pinproxy.Proxy is one.
+type Source interface {
+	Stats() []pinproxy.UpstreamStats
+	Totals() pinproxy.Totals
+}
+
+var _ Source = (*pinproxy.Proxy)(nil)
+
+// Collector is a prometheus.Collector that reads a proxy's Stats and
+// Totals at each scrape. Metrics per upstream carry the label
+// upstream="host:port".
+type Collector struct {
+	src Source
+
+	live, dials, failures, up, lastFailure, moved, sent, received *prometheus.Desc
+	clientsLive, accepted, rejected, unrouted, moves              *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a Collector for src, usually a *pinproxy.Proxy.
+func NewCollector(src Source) *Collector {
+	up := []string{"upstream"}
+	d := func(name, help string, labels []string) *prometheus.Desc {
+		return prometheus.NewDesc("pinproxy_"+name, help, labels, nil)
+	}
+	return &Collector{
+		src:         src,
+		live:        d("upstream_live_connections", "Connections open or being opened to the upstream.", up),
+		dials:       d("upstream_dials_total", "Connection attempts to the upstream, including rebalance test-connects.", up),
+		failures:    d("upstream_dial_failures_total", "Connection attempts to the upstream that failed.", up),
+		up:          d("upstream_up", "1 if the last dial or test-connect to the upstream answered (or none was made yet), else 0.", up),
+		lastFailure: d("upstream_last_failure_timestamp_seconds", "Unix time of the last failed attempt to the upstream; 0 if none.", up),
+		moved:       d("upstream_moved_connections_total", "Connections to the upstream that a rebalance round closed to move them away.", up),
+		sent:        d("upstream_sent_bytes_total", "Bytes copied from clients to the upstream, by connections that have closed.", up),
+		received:    d("upstream_received_bytes_total", "Bytes copied from the upstream to clients, by connections that have closed.", up),
+		clientsLive: d("client_connections", "Client connections being handled.", nil),
+		accepted:    d("client_connections_accepted_total", "Client connections accepted.", nil),
+		rejected:    d("client_connections_rejected_total", "Client connections closed at once because the connection limit was reached.", nil),
+		unrouted:    d("client_connections_unrouted_total", "Client connections closed because no upstream answered.", nil),
+		moves:       d("rebalance_moves_total", "Connections closed by rebalance rounds to move them to an idle upstream.", nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.live, c.dials, c.failures, c.up, c.lastFailure, c.moved, c.sent, c.received,
+		c.clientsLive, c.accepted, c.rejected, c.unrouted, c.moves,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.src.Stats() {
+		m := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, t, v, s.Addr)
+		}
+		m(c.live, prometheus.GaugeValue, float64(s.Live))
+		m(c.dials, prometheus.CounterValue, float64(s.Dials))
+		m(c.failures, prometheus.CounterValue, float64(s.Failures))
+		upV := 0.0
+		if s.Answered {
+			upV = 1
+		}
+		m(c.up, prometheus.GaugeValue, upV)
+		last := 0.0
+		if !s.LastFailure.IsZero() {
+			last = float64(s.LastFailure.UnixNano()) / 1e9
+		}
+		m(c.lastFailure, prometheus.GaugeValue, last)
+		m(c.moved, prometheus.CounterValue, float64(s.Moved))
+		m(c.sent, prometheus.CounterValue, float64(s.BytesUp))
+		m(c.received, prometheus.CounterValue, float64(s.BytesDown))
+	}
+	t := c.src.Totals()
+	ch <- prometheus.MustNewConstMetric(c.clientsLive, prometheus.GaugeValue, float64(t.Live))
+	ch <- prometheus.MustNewConstMetric(c.accepted, prometheus.CounterValue, float64(t.Accepted))
+	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(t.Rejected))
+	ch <- prometheus.MustNewConstMetric(c.unrouted, prometheus.CounterValue, float64(t.Unrouted))
+	ch <- prometheus.MustNewConstMetric(c.moves, prometheus.CounterValue, float64(t.Moves))
+}

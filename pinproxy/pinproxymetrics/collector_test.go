@@ -1,0 +1,141 @@
+package pinproxymetrics_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"go.uber.org/goleak"
+
+	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxymetrics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fixed is a Source with set figures.
+type fixed struct {
+	stats  []pinproxy.UpstreamStats
+	totals pinproxy.Totals
+}
+
+func (f fixed) Stats() []pinproxy.UpstreamStats { return f.stats }
+func (f fixed) Totals() pinproxy.Totals          { return f.totals }
+
+func TestCollectorFigures(t *testing.T) {
+	src := fixed{
+		stats: []pinproxy.UpstreamStats{
+			{Addr: "eu-01:9333", Live: 0, Dials: 4, Failures: 3, Answered: false,
+				LastFailure: time.Unix(1_800_000_000, 500_000_000), LastError: "connection refused"},
+			{Addr: "usa-01:9333", Live: 2, Dials: 2, Answered: true, Moved: 1, BytesUp: 10, BytesDown: 20},
+		},
+		totals: pinproxy.Totals{Live: 2, Accepted: 3, Rejected: 0, Unrouted: 0, Moves: 1},
+	}
+	c := pinproxymetrics.NewCollector(src)
+	want := `
+# HELP pinproxy_upstream_live_connections Connections open or being opened to the upstream.
+# TYPE pinproxy_upstream_live_connections gauge
+pinproxy_upstream_live_connections{upstream="eu-01:9333"} 0
+pinproxy_upstream_live_connections{upstream="usa-01:9333"} 2
+# HELP pinproxy_upstream_dial_failures_total Connection attempts to the upstream that failed.
+# TYPE pinproxy_upstream_dial_failures_total counter
+pinproxy_upstream_dial_failures_total{upstream="eu-01:9333"} 3
+pinproxy_upstream_dial_failures_total{upstream="usa-01:9333"} 0
+# HELP pinproxy_upstream_up 1 if the last dial or test-connect to the upstream answered (or none was made yet), else 0.
+# TYPE pinproxy_upstream_up gauge
+pinproxy_upstream_up{upstream="eu-01:9333"} 0
+pinproxy_upstream_up{upstream="usa-01:9333"} 1
+# HELP pinproxy_upstream_last_failure_timestamp_seconds Unix time of the last failed attempt to the upstream; 0 if none.
+# TYPE pinproxy_upstream_last_failure_timestamp_seconds gauge
+pinproxy_upstream_last_failure_timestamp_seconds{upstream="eu-01:9333"} 1.8000000005e+09
+pinproxy_upstream_last_failure_timestamp_seconds{upstream="usa-01:9333"} 0
+# HELP pinproxy_upstream_moved_connections_total Connections to the upstream that a rebalance round closed to move them away.
+# TYPE pinproxy_upstream_moved_connections_total counter
+pinproxy_upstream_moved_connections_total{upstream="eu-01:9333"} 0
+pinproxy_upstream_moved_connections_total{upstream="usa-01:9333"} 1
+# HELP pinproxy_rebalance_moves_total Connections closed by rebalance rounds to move them to an idle upstream.
+# TYPE pinproxy_rebalance_moves_total counter
+pinproxy_rebalance_moves_total 1
+# HELP pinproxy_client_connections Client connections being handled.
+# TYPE pinproxy_client_connections gauge
+pinproxy_client_connections 2
+`
+	got := scrape(t, c)
+	for _, line := range strings.Split(strings.TrimSpace(want), "\n") {
+		if !strings.Contains(got, line+"\n") {
+			t.Errorf("scrape lacks %q", line)
+		}
+	}
+	if n := strings.Count(got, "\npinproxy_"); n != 8*2+5 {
+		t.Errorf("%d samples, want %d:\n%s", n, 8*2+5, got)
+	}
+}
+
+// scrape registers c on a registry of its own and returns the text format.
+func scrape(t *testing.T, c prometheus.Collector) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+// Against a real proxy: a refused upstream shows as down with a failure.
+func TestCollectorReadsProxy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	p, err := pinproxy.New(pinproxy.Config{Upstreams: []string{down}, RebalanceInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(front) }()
+	defer func() {
+		p.Shutdown(context.Background())
+		<-done
+	}()
+	c, err := net.Dial("tcp", front.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.Read(make([]byte, 1)) // closed: nothing answers
+	c.Close()
+
+	col := pinproxymetrics.NewCollector(p)
+	want := `
+# HELP pinproxy_upstream_up 1 if the last dial or test-connect to the upstream answered (or none was made yet), else 0.
+# TYPE pinproxy_upstream_up gauge
+pinproxy_upstream_up{upstream="` + down + `"} 0
+# HELP pinproxy_client_connections_unrouted_total Client connections closed because no upstream answered.
+# TYPE pinproxy_client_connections_unrouted_total counter
+pinproxy_client_connections_unrouted_total 1
+`
+	got := scrape(t, col)
+	for _, line := range strings.Split(strings.TrimSpace(want), "\n") {
+		if !strings.Contains(got, line+"\n") {
+			t.Errorf("scrape lacks %q:\n%s", line, got)
+		}
+	}
+}
