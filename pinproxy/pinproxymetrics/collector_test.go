@@ -24,7 +24,7 @@ type fixed struct {
 }
 
 func (f fixed) Stats() []pinproxy.UpstreamStats { return f.stats }
-func (f fixed) Totals() pinproxy.Totals          { return f.totals }
+func (f fixed) Totals() pinproxy.Totals         { return f.totals }
 
 func TestCollectorFigures(t *testing.T) {
 	src := fixed{
