@@ -1,0 +1,384 @@
+// Command proofkit-agent is the node agent operators run on each node: it
+// sizes the kernel's connection table and buffers at start, takes a
+// reading every 30 seconds, decides locally whether the node is
+// overloaded, reports each reading to the platform, and serves /metrics,
+// /status and /events on 127.0.0.1:9464.
+//
+// Run with no flags it is standalone: it probes, evaluates, logs and
+// serves, and reports nothing. The logic is in package agent; this
+// command parses flags, wires the packages and handles signals.
+//
+//	proofkit-agent -report-url https://platform.example/api/v1/readings \
+//	    -token-file /etc/proofkit-agent/token -state-dir /var/lib/proofkit-agent
+//
+// Exit status: 0 on SIGTERM or SIGINT (state saved) and after -once; 2 for
+// a bad flag, an unreadable token file or an unwritable state directory,
+// with one line on stderr saying why; 1 when the agent cannot run (no
+// probe on this system, the listen address taken).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/proofkit/nodekit/agent"
+	"github.com/proofkit/nodekit/overload/probe"
+	"github.com/proofkit/nodekit/sysctl"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// options are the parsed flags.
+type options struct {
+	node       string
+	interval   time.Duration
+	reportURL  string
+	tokenFile  string
+	stateDir   string
+	queueMax   int
+	listen     string
+	sysctlMode string
+	sysctlDir  string
+	once       bool
+	procRoot   string
+	sysRoot    string
+	netns      string
+	linkSpeed  map[string]uint64
+	logFormat  string
+	logLevel   slog.Level
+}
+
+// usageError is a bad flag: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("proofkit-agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.node, "node", "", "node name sent with each reading (default: the host name)")
+	fs.DurationVar(&o.interval, "interval", agent.DefaultInterval, "time between readings")
+	fs.StringVar(&o.reportURL, "report-url", "", "platform URL each reading is POSTed to as JSON (default: none, standalone)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the platform's bearer token (required with -report-url)")
+	fs.StringVar(&o.stateDir, "state-dir", "state", "directory for the tracker's state and the report queue")
+	fs.IntVar(&o.queueMax, "queue-max", agent.DefaultQueueMax, "most reports kept while the platform does not answer (oldest dropped beyond)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:9464", `address for /metrics, /status and /events ("off" for none)`)
+	fs.StringVar(&o.sysctlMode, "sysctl", "apply", "at start: apply (raise kernel values, file for what cannot be set), file (only write the file), off")
+	fs.StringVar(&o.sysctlDir, "sysctl-dir", "config", "directory for "+sysctl.FileName)
+	fs.BoolVar(&o.once, "once", false, "take one reading (two, a second apart, for real deltas), print it as JSON and exit")
+	fs.StringVar(&o.procRoot, "proc", "/proc", "procfs root (a host's /proc mounted in a container)")
+	fs.StringVar(&o.sysRoot, "sys", "/sys", "sysfs root (a host's /sys mounted in a container)")
+	fs.StringVar(&o.netns, "netns", "", "network namespace to read connections and links from, e.g. /var/run/netns/x (default: the agent's own)")
+	linkSpeed := fs.String("link-speed", "", "link speeds the kernel does not know, in Mbit/s: eth0=1000,wg0=10000 (suffix G for Gbit/s: eth0=10G)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	fs.Usage = func() {} // a bad flag is one line on stderr; -h prints the flags
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\n")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return o, err
+		}
+		return o, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
+	}
+	if o.interval <= 0 {
+		return o, usageError{fmt.Sprintf("-interval %v: must be positive", o.interval)}
+	}
+	if o.queueMax < 1 {
+		return o, usageError{fmt.Sprintf("-queue-max %d: must be 1 or more", o.queueMax)}
+	}
+	switch o.sysctlMode {
+	case "apply", "file", "off":
+	default:
+		return o, usageError{fmt.Sprintf("-sysctl %q: want apply, file or off", o.sysctlMode)}
+	}
+	switch o.logFormat {
+	case "text", "json":
+	default:
+		return o, usageError{fmt.Sprintf("-log-format %q: want text or json", o.logFormat)}
+	}
+	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return o, usageError{fmt.Sprintf("-log-level %q: want debug, info, warn or error", *logLevel)}
+	}
+	if o.reportURL != "" {
+		u, err := url.Parse(o.reportURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return o, usageError{fmt.Sprintf("-report-url %q: want an http:// or https:// URL", o.reportURL)}
+		}
+		if o.tokenFile == "" {
+			return o, usageError{"-report-url needs -token-file (the token is never given as a flag value)"}
+		}
+	}
+	if o.listen == "off" {
+		o.listen = ""
+	}
+	if o.listen != "" {
+		if _, _, err := net.SplitHostPort(o.listen); err != nil {
+			return o, usageError{fmt.Sprintf("-listen %q: want host:port or off", o.listen)}
+		}
+	}
+	if o.stateDir == "" && !o.once {
+		return o, usageError{"-state-dir is empty"}
+	}
+	speeds, err := parseLinkSpeeds(*linkSpeed)
+	if err != nil {
+		return o, usageError{fmt.Sprintf("-link-speed %q: %v", *linkSpeed, err)}
+	}
+	o.linkSpeed = speeds
+	return o, nil
+}
+
+// parseLinkSpeeds parses "eth0=1000,wg0=10G" (Mbit/s, or Gbit/s with G).
+func parseLinkSpeeds(s string) (map[string]uint64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := make(map[string]uint64)
+	for item := range strings.SplitSeq(s, ",") {
+		name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || name == "" || v == "" {
+			return nil, fmt.Errorf("%q: want NAME=MBITS", item)
+		}
+		mult := uint64(1)
+		switch {
+		case strings.HasSuffix(v, "G"), strings.HasSuffix(v, "g"):
+			mult, v = 1000, v[:len(v)-1]
+		case strings.HasSuffix(v, "M"), strings.HasSuffix(v, "m"):
+			v = v[:len(v)-1]
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("%q: speed is not a positive whole number", item)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("link %q given twice", name)
+		}
+		out[name] = n * mult
+	}
+	return out, nil
+}
+
+func newLogger(o options, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: o.logLevel}
+	if o.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// readToken reads the bearer token: the file's content without surrounding
+// white space.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("-token-file %s: empty", path)
+	}
+	if strings.ContainsAny(tok, "\r\n") {
+		return "", fmt.Errorf("-token-file %s: more than one line", path)
+	}
+	return tok, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
+		return 2
+	}
+	log := newLogger(o, stderr)
+
+	if o.node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			fmt.Fprintf(stderr, "proofkit-agent: no -node given and no host name: %v\n", err)
+			return 2
+		}
+		o.node = h
+	}
+	pcfg := probe.Config{
+		ProcRoot: o.procRoot, SysRoot: o.sysRoot, NetNS: o.netns,
+		LinkSpeedMbps: o.linkSpeed, Node: o.node, Logger: log,
+	}
+
+	if o.once {
+		return once(ctx, pcfg, stdout, stderr)
+	}
+
+	var token string
+	if o.tokenFile != "" {
+		if token, err = readToken(o.tokenFile); err != nil {
+			fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
+			return 2
+		}
+	}
+
+	p, err := probe.New(pcfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
+		return 1
+	}
+	defer p.Close()
+
+	a, err := agent.New(agent.Config{
+		Node: o.node, Source: p, Interval: o.interval,
+		StateDir: o.stateDir, QueueMax: o.queueMax,
+		ReportURL: o.reportURL, Token: token, UserAgent: "proofkit-agent",
+		Logger: log,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
+		return 2
+	}
+
+	var srv *http.Server
+	if o.listen != "" {
+		ln, err := net.Listen("tcp", o.listen)
+		if err != nil {
+			fmt.Fprintf(stderr, "proofkit-agent: -listen: %v\n", err)
+			return 1
+		}
+		srv = &http.Server{
+			Handler:           a.Handler(),
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       60 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("serving /metrics stopped", "err", err)
+			}
+		}()
+		log.Info("serving /metrics, /status and /events", "addr", ln.Addr().String())
+	}
+
+	sizeKernel(o, log)
+
+	log.Info("agent started", "node", o.node, "interval", o.interval, "state_dir", o.stateDir,
+		"report_url", o.reportURL, "queue_max", o.queueMax)
+	err = a.Run(ctx)
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	if err != nil {
+		log.Error("stopping", "err", err)
+		return 1
+	}
+	log.Info("stopped; state saved", "state_dir", o.stateDir)
+	return 0
+}
+
+// sizeKernel runs sysctl as -sysctl says and logs each key's outcome once.
+// A failure is logged, never fatal: the agent still probes and reports.
+func sizeKernel(o options, log *slog.Logger) {
+	cfg := sysctl.Config{
+		Root:        filepath.Join(o.procRoot, "sys"),
+		Dir:         o.sysctlDir,
+		MemInfoPath: filepath.Join(o.procRoot, "meminfo"),
+	}
+	var (
+		rep sysctl.Report
+		err error
+	)
+	switch o.sysctlMode {
+	case "off":
+		return
+	case "apply":
+		rep, err = sysctl.Apply(cfg)
+	case "file":
+		rep, err = sysctl.Plan(cfg)
+		if err == nil {
+			rep.File, err = sysctl.WriteFile(o.sysctlDir, rep.Keys)
+		}
+	}
+	for _, k := range rep.Keys {
+		lvl := slog.LevelInfo
+		switch k.Action {
+		case sysctl.CannotWrite, sysctl.Malformed, sysctl.CannotRead:
+			lvl = slog.LevelWarn
+		}
+		log.Log(context.Background(), lvl, "sysctl", "key", k.Key, "found", k.Found, "target", k.Target,
+			"action", string(k.Action), "reason", k.Reason)
+	}
+	if err != nil {
+		log.Error("sysctl: sizing the kernel failed", "mode", o.sysctlMode, "err", err)
+	}
+	if rep.File != "" {
+		log.Warn("sysctl: some kernel values could not be set here; copy the file to /etc/sysctl.d/, run sudo sysctl --system, restart the agent",
+			"file", rep.File)
+	}
+}
+
+// once prints one reading: the second of two taken a second apart, so its
+// deltas (drops, link rates) are real.
+func once(ctx context.Context, cfg probe.Config, stdout, stderr io.Writer) int {
+	p, err := probe.New(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
+		return 1
+	}
+	defer p.Close()
+	if _, err := p.Read(ctx); err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
+		return 1
+	}
+	select {
+	case <-ctx.Done():
+		return 0
+	case <-time.After(time.Second):
+	}
+	r, err := p.Read(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
+		return 1
+	}
+	r.Node = cfg.Node
+	if err := r.Validate(); err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
+		return 1
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s\n", b)
+	return 0
+}
+
+var _ agent.Source = (*probe.Probe)(nil)

@@ -1,0 +1,521 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/proofkit/nodekit/agent"
+	"github.com/proofkit/nodekit/agent/agenttest"
+	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/sysctl"
+)
+
+// bin is the agent binary the tests run, built once in TestMain.
+var bin string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if runtime.GOOS != "linux" {
+		fmt.Println("skipping: the agent's probe reads Linux /proc and netlink")
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "nk-agent-bin-")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin = filepath.Join(dir, "proofkit-agent")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Printf("building the agent: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// node is a fake node tree the agent reads through -proc and -sys.
+func node(t *testing.T, n agenttest.Node) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := agenttest.WriteNode(dir, n); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// proc is one running agent.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	addr   chan string
+	done   chan struct{}
+}
+
+var addrRe = regexp.MustCompile(`msg="serving /metrics, /status and /events" addr=(\S+)`)
+
+// start runs the agent with args on the fake node dir, listening on a free
+// loopback port and never touching the real /proc/sys.
+func start(t *testing.T, dir string, args ...string) *proc {
+	t.Helper()
+	all := append([]string{
+		"-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir),
+		"-listen", "127.0.0.1:0", "-node", "node-1", "-log-level", "debug",
+	}, args...)
+	p := &proc{t: t, cmd: exec.Command(bin, all...), addr: make(chan string, 1), done: make(chan struct{})}
+	pr, pw := io.Pipe()
+	p.cmd.Stderr = pw
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.stderr.WriteString(line + "\n")
+			p.mu.Unlock()
+			if m := addrRe.FindStringSubmatch(line); m != nil {
+				p.addr <- m[1]
+			}
+		}
+	}()
+	go func() {
+		p.cmd.Wait()
+		pw.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("agent stderr:\n%s", p.log())
+		}
+	})
+	return p
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+func (p *proc) count(msg string) int {
+	return strings.Count(p.log(), `msg="`+msg+`"`) + strings.Count(p.log(), "msg="+msg+" ")
+}
+
+func (p *proc) url(path string) string {
+	p.t.Helper()
+	select {
+	case a := <-p.addr:
+		p.addr <- a
+		return "http://" + a + path
+	case <-time.After(20 * time.Second):
+		p.t.Fatalf("agent did not start listening; stderr:\n%s", p.log())
+		return ""
+	}
+}
+
+// stop sends SIGTERM and returns the exit status.
+func (p *proc) stop() int {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		p.t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		p.t.Fatal("agent did not stop on SIGTERM")
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *proc) status() agent.Status {
+	p.t.Helper()
+	var st agent.Status
+	resp, err := http.Get(p.url("/status"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		p.t.Fatal(err)
+	}
+	return st
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// testPlatform accepts readings on a loopback port that it can take down
+// (connections refused) and bring back.
+type testPlatform struct {
+	t    *testing.T
+	addr string
+	mu   sync.Mutex
+	got  []overload.Reading
+	auth map[string]bool
+	ln   net.Listener
+	srv  *http.Server
+}
+
+func newPlatform(t *testing.T) *testPlatform {
+	p := &testPlatform{t: t, auth: map[string]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.down)
+	return p
+}
+
+func (p *testPlatform) serve(ln net.Listener) {
+	p.ln = ln
+	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rd overload.Reading
+		if err := json.NewDecoder(r.Body).Decode(&rd); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		p.mu.Lock()
+		p.got = append(p.got, rd)
+		p.auth[r.Header.Get("Authorization")] = true
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	})}
+	go p.srv.Serve(ln)
+}
+
+func (p *testPlatform) down() {
+	p.srv.Close()
+}
+
+func (p *testPlatform) up() {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.serve(ln)
+}
+
+func (p *testPlatform) readings() []overload.Reading {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]overload.Reading(nil), p.got...)
+}
+
+func tokenFile(t *testing.T) string {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("tok-123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestReadingsReachThePlatformThroughAnOutage: readings arrive every
+// interval; while the platform is down they queue on disk; when it is
+// back it receives every one of them once, in order.
+func TestReadingsReachThePlatformThroughAnOutage(t *testing.T) {
+	dir := node(t, agenttest.Node{MemoryUsedPercent: 40})
+	plat := newPlatform(t)
+	state := t.TempDir()
+	a := start(t, dir, "-sysctl", "off", "-interval", "150ms", "-state-dir", state,
+		"-report-url", "http://"+plat.addr+"/readings", "-token-file", tokenFile(t))
+
+	waitFor(t, "three readings accepted", func() bool { return len(plat.readings()) >= 3 })
+	plat.down()
+	before := len(plat.readings())
+	waitFor(t, "five reports queued while the platform is down", func() bool {
+		return a.count("report not delivered; will retry") >= 2 && a.count("reading") >= before+5
+	})
+	plat.up()
+	waitFor(t, "the queue drained after the platform came back", func() bool {
+		n := len(plat.readings())
+		return n > before+5 && n >= a.count("reading")
+	})
+	if code := a.stop(); code != 0 {
+		t.Errorf("exit status after SIGTERM = %d, want 0", code)
+	}
+
+	got := plat.readings()
+	for i, r := range got {
+		if r.Node != "node-1" || r.Version != overload.ReadingVersion || r.MemoryUsedPercent < 39 || r.MemoryUsedPercent > 41 {
+			t.Fatalf("reading %d = %+v", i, r)
+		}
+		if i > 0 && !r.At.After(got[i-1].At) {
+			t.Fatalf("reading %d at %v is not after reading %d at %v (duplicate or out of order)", i, r.At, i-1, got[i-1].At)
+		}
+	}
+	// Every reading the agent took reached the platform or is still queued
+	// on disk (the one in flight at SIGTERM may be both).
+	left, err := os.ReadFile(filepath.Join(state, "reports.jsonl"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	seen := map[time.Time]bool{}
+	for _, r := range got {
+		seen[r.At] = true
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(left)), "\n") {
+		if line == "" {
+			continue
+		}
+		var r overload.Reading
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("queue line %q: %v", line, err)
+		}
+		seen[r.At] = true
+	}
+	if total := a.count("reading"); len(seen) != total {
+		t.Errorf("the platform received or the queue holds %d distinct readings; the agent took %d", len(seen), total)
+	}
+	plat.mu.Lock()
+	defer plat.mu.Unlock()
+	if len(plat.auth) != 1 || !plat.auth["Bearer tok-123"] {
+		t.Errorf("Authorization headers = %v, want only Bearer tok-123", plat.auth)
+	}
+}
+
+// TestRestartKeepsOverload: the node is driven into overload by rewriting
+// meminfo; after a restart the agent is still overloaded since the same
+// time and sends no second notice; the overload then ends.
+func TestRestartKeepsOverload(t *testing.T) {
+	dir := node(t, agenttest.Node{MemoryUsedPercent: 95})
+	state := t.TempDir()
+	a := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", state)
+	var st agent.Status
+	waitFor(t, "the node overloaded", func() bool { st = a.status(); return st.Overloaded })
+	if len(st.Findings) != 1 || st.Findings[0].Check != overload.CheckMemory || st.Findings[0].Text != "memory at 95 %" {
+		t.Errorf("findings = %+v, want memory at 95 %%", st.Findings)
+	}
+	if code := a.stop(); code != 0 {
+		t.Errorf("exit status after SIGTERM = %d, want 0", code)
+	}
+	if n := a.count("overload notice"); n != 1 {
+		t.Errorf("first run logged %d notices, want 1", n)
+	}
+
+	b := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", state)
+	st2 := b.status()
+	if !st2.Overloaded || !st2.Since.Equal(st.Since) {
+		t.Fatalf("after restart: overloaded %v since %v, want since %v", st2.Overloaded, st2.Since, st.Since)
+	}
+	waitFor(t, "three readings after the restart", func() bool { return b.count("reading") >= 3 })
+	if n := b.count("overload notice") + b.count("node overloaded"); n != 0 {
+		t.Errorf("second run logged %d starts or notices, want none", n)
+	}
+	if err := agenttest.WriteNode(dir, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the overload ended", func() bool { return b.count("overload ended") == 1 })
+	var ev []overload.Event
+	resp, err := http.Get(b.url("/events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&ev); err != nil {
+		t.Fatal(err)
+	}
+	if len(ev) != 2 || ev[0].Kind != overload.Start || ev[1].Kind != overload.End || !ev[0].At.Equal(st.Since) {
+		t.Errorf("/events = %+v, want the start at %v and its end", ev, st.Since)
+	}
+	if code := b.stop(); code != 0 {
+		t.Errorf("exit status after SIGTERM = %d, want 0", code)
+	}
+}
+
+// TestMetricsParse: /metrics is valid Prometheus text with the node's
+// figures under node_exporter's names.
+func TestMetricsParse(t *testing.T) {
+	dir := node(t, agenttest.Node{MemoryUsedPercent: 50, Load15: 0.25, ConntrackCount: 1000, ConntrackMax: 4096})
+	a := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", t.TempDir(), "-link-speed", "eth0=1G")
+	waitFor(t, "two readings", func() bool { return a.count("reading") >= 2 })
+	resp, err := http.Get(a.url("/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	for name, want := range map[string]float64{
+		"node_nf_conntrack_entries":        1000,
+		"node_nf_conntrack_entries_limit":  4096,
+		"node_load15":                      0.25,
+		"proofkit_agent_memory_used_ratio": 0.5,
+		"proofkit_agent_overloaded":        0,
+	} {
+		f := fams[name]
+		if f == nil || len(f.Metric) != 1 {
+			t.Errorf("%s missing", name)
+			continue
+		}
+		if v := f.Metric[0].GetGauge().GetValue(); v < want*0.99 || v > want*1.01 {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	if f := fams["proofkit_agent_readings_total"]; f == nil || f.Metric[0].GetCounter().GetValue() < 2 {
+		t.Errorf("proofkit_agent_readings_total = %v", f)
+	}
+	a.stop()
+}
+
+// TestOnce: -once prints one valid Reading and exits 0.
+func TestOnce(t *testing.T) {
+	dir := node(t, agenttest.Node{MemoryUsedPercent: 62.5, Load15: 1.5, ConntrackCount: 10, ConntrackMax: 1000})
+	cmd := exec.Command(bin, "-once", "-node", "n-once", "-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("-once: %v\n%s", err, stderr.String())
+	}
+	var r overload.Reading
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("-once printed %s: %v", out, err)
+	}
+	if err := r.Validate(); err != nil {
+		t.Fatalf("-once printed an invalid reading: %v", err)
+	}
+	if r.Node != "n-once" || r.MemoryUsedPercent != 62.5 || r.Load15 != 1.5 || r.ConntrackEntries != 10 || r.ConntrackMax != 1000 || r.CPUs < 1 {
+		t.Errorf("-once printed %+v", r)
+	}
+	for _, in := range r.Missing {
+		if in == overload.InputListenDrops {
+			t.Errorf("listen drops missing in the second reading: %v", r.Notes)
+		}
+	}
+}
+
+// TestBadFlags: each bad start exits 2 with one line naming the reason.
+func TestBadFlags(t *testing.T) {
+	dir := node(t, agenttest.Node{})
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	roots := []string{"-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir), "-sysctl", "off", "-listen", "off"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", []string{"-bogus"}, "flag provided but not defined: -bogus"},
+		{"zero interval", []string{"-interval", "0s"}, "-interval 0s: must be positive"},
+		{"bad duration", []string{"-interval", "soon"}, `invalid value "soon" for flag -interval`},
+		{"sysctl mode", []string{"-sysctl", "maybe"}, `-sysctl "maybe": want apply, file or off`},
+		{"log format", []string{"-log-format", "xml"}, `-log-format "xml": want text or json`},
+		{"report url without token", []string{"-report-url", "http://127.0.0.1:1/r"}, "-report-url needs -token-file"},
+		{"report url not http", []string{"-report-url", "ftp://x/r", "-token-file", file}, "want an http:// or https:// URL"},
+		{"token file missing", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", filepath.Join(dir, "nope")}, "-token-file: open"},
+		{"token file empty", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", file}, "empty"},
+		{"state dir unwritable", []string{"-state-dir", filepath.Join(file, "state")}, "state directory"},
+		{"link speed", []string{"-link-speed", "eth0=fast"}, `-link-speed "eth0=fast"`},
+		{"queue bound", []string{"-queue-max", "0"}, "-queue-max 0: must be 1 or more"},
+		{"listen address", []string{"-listen", "9464"}, `-listen "9464": want host:port or off`},
+		{"argument", []string{"now"}, `unexpected argument "now"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin, append(append([]string{}, roots...), tt.args...)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			code := cmd.ProcessState.ExitCode()
+			if code != 2 {
+				t.Fatalf("exit status %d (%v), want 2; stderr:\n%s", code, err, stderr.String())
+			}
+			msg := strings.TrimRight(stderr.String(), "\n")
+			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "proofkit-agent: ") || !strings.Contains(msg, tt.want) {
+				t.Errorf("stderr = %q, want one line saying %q", msg, tt.want)
+			}
+		})
+	}
+}
+
+// TestSysctlOnAFakeTree: -sysctl apply raises the keys of the fake
+// /proc/sys (never the real one) and logs each key once; -sysctl file
+// leaves them and writes the file instead.
+func TestSysctlOnAFakeTree(t *testing.T) {
+	for _, mode := range []string{"apply", "file"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := node(t, agenttest.Node{MemTotalKiB: 16 << 20})
+			if err := agenttest.WriteSysctl(dir, agenttest.KernelDefaults()); err != nil {
+				t.Fatal(err)
+			}
+			confDir := t.TempDir()
+			a := start(t, dir, "-sysctl", mode, "-sysctl-dir", confDir, "-interval", "1h", "-state-dir", t.TempDir())
+			waitFor(t, "the first reading", func() bool { return a.count("reading") >= 1 })
+			if code := a.stop(); code != 0 {
+				t.Errorf("exit status %d", code)
+			}
+			if n := a.count("sysctl"); n != 9 {
+				t.Errorf("logged %d sysctl lines, want one per key (9)", n)
+			}
+			got, err := agenttest.ReadSysctl(dir, sysctl.KeySomaxconn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, ferr := os.Stat(filepath.Join(confDir, sysctl.FileName))
+			switch mode {
+			case "apply":
+				if got == "4096" {
+					t.Errorf("somaxconn still 4096 after -sysctl apply")
+				}
+				if ferr == nil {
+					t.Errorf("apply on a writable tree left %s", sysctl.FileName)
+				}
+			case "file":
+				if got != "4096" {
+					t.Errorf("-sysctl file changed somaxconn to %s", got)
+				}
+				if ferr != nil {
+					t.Errorf("-sysctl file wrote no file: %v", ferr)
+				}
+			}
+		})
+	}
+}
