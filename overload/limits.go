@@ -40,7 +40,8 @@ type Limits struct {
 	// Default 5.
 	Window int `json:"window,omitempty"`
 	// Need is in how many readings of its window a check must have
-	// passed to hold. Default 3; at most Window.
+	// passed to hold. Default 3, or Window when Window is smaller; at
+	// most Window.
 	Need int `json:"need,omitempty"`
 	// NoticeEvery is the least time between two notices for one node:
 	// a start less than this after the previous notice produces an event
