@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
 // blackHole returns a loopback address whose SYNs are dropped, without
@@ -58,16 +59,16 @@ func blackHole(t *testing.T) string {
 // to the next upstream.
 func TestFailoverWhenUpstreamBlackHoles(t *testing.T) {
 	hole := blackHole(t)
-	b := newNode(t, "B", lineNode)
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
 	log, _ := testLogger(t)
 	p := newProxy(t, pinproxy.Config{
-		Upstreams:         []string{hole, b.addr},
+		Upstreams:         []string{hole, b.Addr},
 		DialTimeout:       300 * time.Millisecond,
 		RebalanceInterval: -1,
 		Logger:            log,
 	})
 	addr := serve(t, p)
-	if _, on := dialClient(t, addr, "c1"); on != "B" {
+	if _, on := pinproxytest.Dial(t, addr, "c1"); on != "B" {
 		t.Fatalf("c1 landed on %s, want B", on)
 	}
 	s := stat(p, hole)
@@ -75,7 +76,7 @@ func TestFailoverWhenUpstreamBlackHoles(t *testing.T) {
 		t.Fatalf("black hole after one dial: %+v, want a timeout failure", s)
 	}
 	// A rebalance round's test-connect to it times out too, and closes nothing.
-	if _, on := dialClient(t, addr, "c2"); on != "B" {
+	if _, on := pinproxytest.Dial(t, addr, "c2"); on != "B" {
 		t.Fatalf("c2 landed on %s, want B", on)
 	}
 	if err := p.Rebalance(t.Context()); err != nil {

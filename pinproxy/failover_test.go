@@ -6,89 +6,90 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
 // A refused dial moves on to the next upstream; the refusing upstream is
 // then tried last, but still tried when everything else fails.
 func TestFailoverWhenUpstreamRefuses(t *testing.T) {
-	a := downNode(t, "A", lineNode)
-	b := newNode(t, "B", lineNode)
+	a := pinproxytest.Down(t, "A", pinproxytest.Line)
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
 	log, _ := testLogger(t)
 	p := newProxy(t, pinproxy.Config{
-		Upstreams:         []string{a.addr, b.addr},
+		Upstreams:         []string{a.Addr, b.Addr},
 		RebalanceInterval: -1,
 		FailedBackoff:     time.Hour,
 		Logger:            log,
 	})
 	addr := serve(t, p)
 
-	c1, on := dialClient(t, addr, "c1")
+	c1, on := pinproxytest.Dial(t, addr, "c1")
 	if on != "B" {
 		t.Fatalf("c1 landed on %s, want B (A refuses)", on)
 	}
-	sa := stat(p, a.addr)
+	sa := stat(p, a.Addr)
 	if sa.Dials != 1 || sa.Failures != 1 || sa.Answered || sa.LastFailure.IsZero() ||
 		!strings.Contains(sa.LastError, "refused") {
 		t.Fatalf("A after a refused dial: %+v", sa)
 	}
 
 	// A just failed, so it comes after B although B is busier.
-	c2, on := dialClient(t, addr, "c2")
+	c2, on := pinproxytest.Dial(t, addr, "c2")
 	if on != "B" {
 		t.Fatalf("c2 landed on %s, want B", on)
 	}
-	if got := stat(p, a.addr).Dials; got != 1 {
+	if got := stat(p, a.Addr).Dials; got != 1 {
 		t.Fatalf("A was dialed again within its back-off (%d dials)", got)
 	}
 
 	// B goes down and A comes back: A is still in back-off, but it is
 	// tried once B refuses.
-	b.stop()
-	for _, cl := range []*client{c1, c2} {
-		if !cl.closed() { // the upstream's end reaches the client
-			t.Fatalf("client %s not closed when B went down", cl.id)
+	b.Stop()
+	for _, cl := range []*pinproxytest.Client{c1, c2} {
+		if !cl.Closed() { // the upstream's end reaches the client
+			t.Fatalf("client %s not closed when B went down", cl.ID)
 		}
-		cl.c.Close()
+		cl.Conn.Close()
 	}
-	waitUntil(t, func() bool { return stat(p, b.addr).Live == 0 })
-	a.start()
-	if _, on := dialClient(t, addr, "c3"); on != "A" {
+	waitUntil(t, func() bool { return stat(p, b.Addr).Live == 0 })
+	a.Start()
+	if _, on := pinproxytest.Dial(t, addr, "c3"); on != "A" {
 		t.Fatalf("c3 landed on %s, want A", on)
 	}
-	if sa, sb := stat(p, a.addr), stat(p, b.addr); !sa.Answered || sb.Answered || sb.Failures != 1 {
+	if sa, sb := stat(p, a.Addr), stat(p, b.Addr); !sa.Answered || sb.Answered || sb.Failures != 1 {
 		t.Fatalf("after the second failover: A %+v, B %+v", sa, sb)
 	}
 }
 
 // The back-off ends by itself.
 func TestFailedBackoffEnds(t *testing.T) {
-	a := downNode(t, "A", lineNode)
-	b := newNode(t, "B", lineNode)
+	a := pinproxytest.Down(t, "A", pinproxytest.Line)
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
 	p := newProxy(t, pinproxy.Config{
-		Upstreams:         []string{a.addr, b.addr},
+		Upstreams:         []string{a.Addr, b.Addr},
 		RebalanceInterval: -1,
 		FailedBackoff:     time.Millisecond,
 	})
 	addr := serve(t, p)
-	if _, on := dialClient(t, addr, "c1"); on != "B" {
+	if _, on := pinproxytest.Dial(t, addr, "c1"); on != "B" {
 		t.Fatalf("c1 landed on %s, want B", on)
 	}
-	a.start()
+	a.Start()
 	time.Sleep(10 * time.Millisecond) // past the 1 ms back-off
-	if _, on := dialClient(t, addr, "c2"); on != "A" {
+	if _, on := pinproxytest.Dial(t, addr, "c2"); on != "A" {
 		t.Fatalf("c2 landed on %s, want A once its back-off ended", on)
 	}
 }
 
 // When no upstream answers, the client is closed.
 func TestAllUpstreamsFailClosesClient(t *testing.T) {
-	a := downNode(t, "A", lineNode)
-	b := downNode(t, "B", lineNode)
+	a := pinproxytest.Down(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
 	log, logs := testLogger(t)
-	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr, b.addr}, RebalanceInterval: -1, Logger: log})
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1, Logger: log})
 	addr := serve(t, p)
 
-	if !closedConn(mustDial(t, addr)) {
+	if !pinproxytest.ClosedConn(mustDial(t, addr)) {
 		t.Fatal("client was not closed although no upstream answers")
 	}
 	if got := p.Totals().Unrouted; got != 1 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
 // hiddenTCP hides *net.TCPConn's ReadFrom and WriteTo, so the proxy copies
@@ -38,10 +39,10 @@ var dialers = []struct {
 func TestHalfCloseFromClient(t *testing.T) {
 	for _, d := range dialers {
 		t.Run(d.name, func(t *testing.T) {
-			up := newNode(t, "R", replyNode)
-			p := newProxy(t, pinproxy.Config{Upstreams: []string{up.addr}, RebalanceInterval: -1, DialContext: d.dial})
+			up := pinproxytest.New(t, "R", pinproxytest.Reply)
+			p := newProxy(t, pinproxy.Config{Upstreams: []string{up.Addr}, RebalanceInterval: -1, DialContext: d.dial})
 			c := mustDial(t, serve(t, p)).(*net.TCPConn)
-			c.SetDeadline(time.Now().Add(waitFor))
+			c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
 			if _, err := io.WriteString(c, "abc"); err != nil {
 				t.Fatal(err)
 			}
@@ -70,15 +71,15 @@ func TestHalfCloseFromUpstream(t *testing.T) {
 	for _, d := range dialers {
 		t.Run(d.name, func(t *testing.T) {
 			got := make(chan string, 1)
-			up := newNode(t, "U", func(_ *node, c net.Conn) {
+			up := pinproxytest.New(t, "U", func(_ *pinproxytest.Node, c net.Conn) {
 				io.WriteString(c, "bye")
 				c.(*net.TCPConn).CloseWrite()
 				b, _ := io.ReadAll(c)
 				got <- string(b)
 			})
-			p := newProxy(t, pinproxy.Config{Upstreams: []string{up.addr}, RebalanceInterval: -1, DialContext: d.dial})
+			p := newProxy(t, pinproxy.Config{Upstreams: []string{up.Addr}, RebalanceInterval: -1, DialContext: d.dial})
 			c := mustDial(t, serve(t, p))
-			c.SetDeadline(time.Now().Add(waitFor))
+			c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
 			b, err := io.ReadAll(c)
 			if err != nil || string(b) != "bye" {
 				t.Fatalf("client read %q, %v; want the upstream's bye, then EOF", b, err)
@@ -92,7 +93,7 @@ func TestHalfCloseFromUpstream(t *testing.T) {
 				if s != "still here" {
 					t.Fatalf("upstream read %q after its half-close", s)
 				}
-			case <-time.After(waitFor):
+			case <-time.After(pinproxytest.WaitFor):
 				t.Fatal("upstream never saw the end of the client's stream")
 			}
 		})

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
 // Many concurrent streams of random bytes come back byte-identical while
@@ -38,10 +39,10 @@ func TestIntegrityWhileUpstreamsRestart(t *testing.T) {
 	warmNetpoll(t)
 	fdsBefore := openSockets(t)
 
-	nodes := []*node{newNode(t, "A", echoNode), newNode(t, "B", echoNode), newNode(t, "C", echoNode)}
+	nodes := []*pinproxytest.Node{pinproxytest.New(t, "A", pinproxytest.Echo), pinproxytest.New(t, "B", pinproxytest.Echo), pinproxytest.New(t, "C", pinproxytest.Echo)}
 	var ups []string
 	for _, n := range nodes {
-		ups = append(ups, n.addr)
+		ups = append(ups, n.Addr)
 	}
 	log, _ := testLogger(t)
 	p := newProxy(t, pinproxy.Config{
@@ -72,10 +73,10 @@ func TestIntegrityWhileUpstreamsRestart(t *testing.T) {
 			case <-time.After(15 * time.Millisecond):
 			}
 			n := nodes[i%len(nodes)]
-			n.stop()
+			n.Stop()
 			kills++
 			time.Sleep(5 * time.Millisecond)
-			n.start()
+			n.Start()
 		}
 	}()
 
@@ -127,7 +128,7 @@ func TestIntegrityWhileUpstreamsRestart(t *testing.T) {
 		t.Errorf("Serve: %v", err)
 	}
 	for _, n := range nodes {
-		n.stop()
+		n.Stop()
 	}
 	if runtime.GOOS != "linux" {
 		return
@@ -140,12 +141,12 @@ func TestIntegrityWhileUpstreamsRestart(t *testing.T) {
 // echoStream sends data through the proxy, half-closes, and returns what
 // came back.
 func echoStream(addr string, data []byte) ([]byte, error) {
-	c, err := net.DialTimeout("tcp", addr, waitFor)
+	c, err := net.DialTimeout("tcp", addr, pinproxytest.WaitFor)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitFor))
+	c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
 	werr := make(chan error, 1)
 	go func() {
 		_, err := c.Write(data)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
 // recordingListener keeps the conns it accepts, unwrapped.
@@ -48,7 +49,7 @@ func keepAliveOf(t *testing.T, c net.Conn) (on, idle int) {
 
 // TCP keepalive is on, with the configured idle time, on both sides.
 func TestKeepAliveBothSides(t *testing.T) {
-	a := newNode(t, "A", lineNode)
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
 	var mu sync.Mutex
 	var ups []net.Conn
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -61,7 +62,7 @@ func TestKeepAliveBothSides(t *testing.T) {
 		}
 		return c, err
 	}
-	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr}, RebalanceInterval: -1, DialContext: dial})
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}, RebalanceInterval: -1, DialContext: dial})
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -73,8 +74,8 @@ func TestKeepAliveBothSides(t *testing.T) {
 		p.Shutdown(context.Background())
 		<-done
 	})
-	cl, _ := dialClient(t, inner.Addr().String(), "c")
-	defer cl.c.Close()
+	cl, _ := pinproxytest.Dial(t, inner.Addr().String(), "c")
+	defer cl.Conn.Close()
 
 	ln.mu.Lock()
 	client := ln.conns[0]

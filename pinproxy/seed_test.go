@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
 func TestMain(m *testing.M) {
@@ -21,26 +22,26 @@ func TestMain(m *testing.M) {
 // answers, exactly one connection (the newer) is closed, and the redial
 // lands on the recovered node.
 func TestSeedRebalanceMovesNewerConnectionOnceNodeAnswers(t *testing.T) {
-	a := newNode(t, "A", lineNode)
-	b := downNode(t, "B", lineNode)
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
 	log, logs := testLogger(t)
 	p := newProxy(t, pinproxy.Config{
-		Upstreams:         []string{a.addr, b.addr},
+		Upstreams:         []string{a.Addr, b.Addr},
 		RebalanceInterval: -1, // rounds run by hand below
 		Logger:            log,
 	})
 	addr := serve(t, p)
 	ctx := context.Background()
 
-	older, on := dialClient(t, addr, "older")
+	older, on := pinproxytest.Dial(t, addr, "older")
 	if on != "A" {
 		t.Fatalf("first client landed on %s, want A", on)
 	}
-	newer, on := dialClient(t, addr, "newer")
+	newer, on := pinproxytest.Dial(t, addr, "newer")
 	if on != "A" {
 		t.Fatalf("second client landed on %s while B is down, want A", on)
 	}
-	if got := stat(p, b.addr); got.Failures != 1 || got.Answered {
+	if got := stat(p, b.Addr); got.Failures != 1 || got.Answered {
 		t.Fatalf("B after the failed dial: %+v, want 1 failure, not answered", got)
 	}
 
@@ -48,12 +49,12 @@ func TestSeedRebalanceMovesNewerConnectionOnceNodeAnswers(t *testing.T) {
 	if err := p.Rebalance(ctx); err != nil {
 		t.Fatalf("Rebalance while B is down: %v", err)
 	}
-	for _, cl := range []*client{older, newer} {
-		if on, err := cl.ping(); err != nil || on != "A" {
-			t.Fatalf("client %s after a round with B down: on %q, %v; want still on A", cl.id, on, err)
+	for _, cl := range []*pinproxytest.Client{older, newer} {
+		if on, err := cl.Ping(); err != nil || on != "A" {
+			t.Fatalf("client %s after a round with B down: on %q, %v; want still on A", cl.ID, on, err)
 		}
 	}
-	if got := stat(p, b.addr); got.Failures != 2 {
+	if got := stat(p, b.Addr); got.Failures != 2 {
 		t.Fatalf("B after the round: %d failures, want 2 (the test-connect failed)", got.Failures)
 	}
 	if got := p.Totals().Moves; got != 0 {
@@ -61,29 +62,29 @@ func TestSeedRebalanceMovesNewerConnectionOnceNodeAnswers(t *testing.T) {
 	}
 
 	// B answers again: the next round closes exactly the newer connection.
-	b.start()
+	b.Start()
 	if err := p.Rebalance(ctx); err != nil {
 		t.Fatalf("Rebalance once B answers: %v", err)
 	}
-	if !newer.closed() {
+	if !newer.Closed() {
 		t.Fatal("the newer connection was not closed")
 	}
-	if on, err := older.ping(); err != nil || on != "A" {
+	if on, err := older.Ping(); err != nil || on != "A" {
 		t.Fatalf("older client after the move: on %q, %v; want still on A", on, err)
 	}
 	if got := p.Totals().Moves; got != 1 {
 		t.Fatalf("moves = %d, want 1", got)
 	}
-	want := fmt.Sprintf(`level=INFO msg="answers again; moving a connection" from=%s to=%s`, a.addr, b.addr)
+	want := fmt.Sprintf(`level=INFO msg="answers again; moving a connection" from=%s to=%s`, a.Addr, b.Addr)
 	if !strings.Contains(logs.String(), want) {
 		t.Errorf("log lacks %q", want)
 	}
 
 	// The client redials, and least-used order sends it to B.
-	if on := newer.redial(); on != "B" {
+	if on := newer.Redial(); on != "B" {
 		t.Fatalf("redial landed on %s, want B", on)
 	}
-	if !b.sawID("newer") {
+	if !b.SawID("newer") {
 		t.Fatal("B never saw the newer client")
 	}
 	for _, s := range p.Stats() {
@@ -93,47 +94,47 @@ func TestSeedRebalanceMovesNewerConnectionOnceNodeAnswers(t *testing.T) {
 	}
 
 	// Now the spread is even: another round makes no connection.
-	acceptsA, acceptsB := a.accepts.Load(), b.accepts.Load()
+	acceptsA, acceptsB := a.Accepts.Load(), b.Accepts.Load()
 	if err := p.Rebalance(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if a.accepts.Load() != acceptsA || b.accepts.Load() != acceptsB {
+	if a.Accepts.Load() != acceptsA || b.Accepts.Load() != acceptsB {
 		t.Errorf("a round with an even spread connected: A %d→%d, B %d→%d accepts",
-			acceptsA, a.accepts.Load(), acceptsB, b.accepts.Load())
+			acceptsA, a.Accepts.Load(), acceptsB, b.Accepts.Load())
 	}
 }
 
 // The seed's second case: with one connection per node, a rebalance leaves
 // everything alone and makes no connection.
 func TestSeedRebalanceLeavesEvenSpreadAlone(t *testing.T) {
-	a := newNode(t, "A", lineNode)
-	b := newNode(t, "B", lineNode)
-	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr, b.addr}, RebalanceInterval: -1})
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1})
 	addr := serve(t, p)
 
-	c1, on1 := dialClient(t, addr, "c1")
-	c2, on2 := dialClient(t, addr, "c2")
+	c1, on1 := pinproxytest.Dial(t, addr, "c1")
+	c2, on2 := pinproxytest.Dial(t, addr, "c2")
 	if on1 != "A" || on2 != "B" {
 		t.Fatalf("clients landed on %s and %s, want A then B", on1, on2)
 	}
-	acceptsA, acceptsB := a.accepts.Load(), b.accepts.Load()
-	dialsA, dialsB := stat(p, a.addr).Dials, stat(p, b.addr).Dials
+	acceptsA, acceptsB := a.Accepts.Load(), b.Accepts.Load()
+	dialsA, dialsB := stat(p, a.Addr).Dials, stat(p, b.Addr).Dials
 
 	for range 3 {
 		if err := p.Rebalance(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if a.accepts.Load() != acceptsA || b.accepts.Load() != acceptsB {
+	if a.Accepts.Load() != acceptsA || b.Accepts.Load() != acceptsB {
 		t.Errorf("rounds with one connection per node connected: A %d→%d, B %d→%d accepts",
-			acceptsA, a.accepts.Load(), acceptsB, b.accepts.Load())
+			acceptsA, a.Accepts.Load(), acceptsB, b.Accepts.Load())
 	}
-	if stat(p, a.addr).Dials != dialsA || stat(p, b.addr).Dials != dialsB {
+	if stat(p, a.Addr).Dials != dialsA || stat(p, b.Addr).Dials != dialsB {
 		t.Errorf("rounds with an even spread dialed")
 	}
-	for _, cl := range []*client{c1, c2} {
-		if _, err := cl.ping(); err != nil {
-			t.Errorf("client %s after the rounds: %v", cl.id, err)
+	for _, cl := range []*pinproxytest.Client{c1, c2} {
+		if _, err := cl.Ping(); err != nil {
+			t.Errorf("client %s after the rounds: %v", cl.ID, err)
 		}
 	}
 	if got := p.Totals().Moves; got != 0 {
@@ -143,40 +144,40 @@ func TestSeedRebalanceLeavesEvenSpreadAlone(t *testing.T) {
 
 // The rounds run by themselves while the proxy serves.
 func TestRebalanceRunsOnInterval(t *testing.T) {
-	a := newNode(t, "A", lineNode)
-	b := downNode(t, "B", lineNode)
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
 	p := newProxy(t, pinproxy.Config{
-		Upstreams:         []string{a.addr, b.addr},
+		Upstreams:         []string{a.Addr, b.Addr},
 		RebalanceInterval: 20 * time.Millisecond,
 		FailedBackoff:     time.Hour, // only a test-connect that answers lifts it
 	})
 	addr := serve(t, p)
-	dialClient(t, addr, "older")
-	newer, on := dialClient(t, addr, "newer")
+	pinproxytest.Dial(t, addr, "older")
+	newer, on := pinproxytest.Dial(t, addr, "newer")
 	if on != "A" {
 		t.Fatalf("second client on %s, want A", on)
 	}
-	b.start()
-	if !newer.closed() {
+	b.Start()
+	if !newer.Closed() {
 		t.Fatal("no round moved the newer connection")
 	}
-	if on := newer.redial(); on != "B" {
+	if on := newer.Redial(); on != "B" {
 		t.Fatalf("redial landed on %s, want B", on)
 	}
 }
 
 // Clients spread least-used first, ties to the upstream listed first.
 func TestLeastUsedOrder(t *testing.T) {
-	nodes := []*node{newNode(t, "A", lineNode), newNode(t, "B", lineNode), newNode(t, "C", lineNode)}
+	nodes := []*pinproxytest.Node{pinproxytest.New(t, "A", pinproxytest.Line), pinproxytest.New(t, "B", pinproxytest.Line), pinproxytest.New(t, "C", pinproxytest.Line)}
 	p := newProxy(t, pinproxy.Config{
-		Upstreams:         []string{nodes[0].addr, nodes[1].addr, nodes[2].addr},
+		Upstreams:         []string{nodes[0].Addr, nodes[1].Addr, nodes[2].Addr},
 		RebalanceInterval: -1,
 	})
 	addr := serve(t, p)
 	var got []string
-	clients := map[string]*client{}
+	clients := map[string]*pinproxytest.Client{}
 	for i := range 6 {
-		cl, on := dialClient(t, addr, fmt.Sprint(i))
+		cl, on := pinproxytest.Dial(t, addr, fmt.Sprint(i))
 		clients[fmt.Sprint(i)] = cl
 		got = append(got, on)
 	}
@@ -184,12 +185,12 @@ func TestLeastUsedOrder(t *testing.T) {
 		t.Fatalf("clients landed on %v, want %s", got, want)
 	}
 	// Close B's two clients: the next two go to B.
-	clients["1"].c.Close()
-	clients["4"].c.Close()
-	waitUntil(t, func() bool { return stat(p, nodes[1].addr).Live == 0 })
+	clients["1"].Conn.Close()
+	clients["4"].Conn.Close()
+	waitUntil(t, func() bool { return stat(p, nodes[1].Addr).Live == 0 })
 	got = got[:0]
 	for i := 6; i < 9; i++ {
-		_, on := dialClient(t, addr, fmt.Sprint(i))
+		_, on := pinproxytest.Dial(t, addr, fmt.Sprint(i))
 		got = append(got, on)
 	}
 	if want := "B B A"; strings.Join(got, " ") != want {
@@ -197,10 +198,10 @@ func TestLeastUsedOrder(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond; it fails the test if cond is still false after waitFor.
+// waitUntil polls cond; it fails the test if cond is still false after pinproxytest.WaitFor.
 func waitUntil(t testing.TB, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
+	deadline := time.Now().Add(pinproxytest.WaitFor)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met in time")

@@ -8,20 +8,21 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
 // Shutdown stops accepting, lets live connections finish, and returns once
 // they have.
 func TestShutdownDrains(t *testing.T) {
-	a := newNode(t, "A", lineNode)
-	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr}})
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- p.Serve(ln) }()
-	cl, _ := dialClient(t, ln.Addr().String(), "c")
+	cl, _ := pinproxytest.Dial(t, ln.Addr().String(), "c")
 
 	shut := make(chan error, 1)
 	go func() { shut <- p.Shutdown(context.Background()) }()
@@ -29,11 +30,11 @@ func TestShutdownDrains(t *testing.T) {
 		t.Fatalf("Serve returned %v, want ErrProxyClosed", err)
 	}
 	// Not accepting any more, but the live connection still works.
-	if c, err := net.DialTimeout("tcp", ln.Addr().String(), waitFor); err == nil {
+	if c, err := net.DialTimeout("tcp", ln.Addr().String(), pinproxytest.WaitFor); err == nil {
 		c.Close()
 		t.Error("the proxy still accepts after Shutdown")
 	}
-	if _, err := cl.ping(); err != nil {
+	if _, err := cl.Ping(); err != nil {
 		t.Fatalf("live connection during the drain: %v", err)
 	}
 	select {
@@ -41,7 +42,7 @@ func TestShutdownDrains(t *testing.T) {
 		t.Fatalf("Shutdown returned %v while a connection was live", err)
 	default:
 	}
-	cl.c.Close()
+	cl.Conn.Close()
 	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown after the drain: %v", err)
 	}
@@ -55,22 +56,22 @@ func TestShutdownDrains(t *testing.T) {
 
 // When ctx ends first, Shutdown closes what is left and says so.
 func TestShutdownForcesWhenContextEnds(t *testing.T) {
-	a := newNode(t, "A", lineNode)
-	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr}})
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- p.Serve(ln) }()
-	cl, _ := dialClient(t, ln.Addr().String(), "c")
+	cl, _ := pinproxytest.Dial(t, ln.Addr().String(), "c")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := p.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Shutdown = %v, want context.DeadlineExceeded", err)
 	}
-	if !cl.closed() {
+	if !cl.Closed() {
 		t.Fatal("the live connection was not closed")
 	}
 	if err := <-served; !errors.Is(err, pinproxy.ErrProxyClosed) {
@@ -83,11 +84,11 @@ func TestShutdownForcesWhenContextEnds(t *testing.T) {
 
 // Serve may run on several listeners; Shutdown stops them all.
 func TestServeSeveralListeners(t *testing.T) {
-	a := newNode(t, "A", lineNode)
-	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr}})
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}})
 	addr1, addr2 := serve(t, p), serve(t, p)
-	dialClient(t, addr1, "c1")
-	dialClient(t, addr2, "c2")
+	pinproxytest.Dial(t, addr1, "c1")
+	pinproxytest.Dial(t, addr2, "c2")
 	if got := p.Stats()[0].Live; got != 2 {
 		t.Fatalf("live = %d, want 2", got)
 	}
@@ -96,22 +97,22 @@ func TestServeSeveralListeners(t *testing.T) {
 // Over MaxConns, a new client is closed at once; once one leaves, the next
 // gets through.
 func TestMaxConns(t *testing.T) {
-	a := newNode(t, "A", lineNode)
-	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.addr}, MaxConns: 1, RebalanceInterval: -1})
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}, MaxConns: 1, RebalanceInterval: -1})
 	addr := serve(t, p)
-	first, _ := dialClient(t, addr, "first")
-	if !closedConn(mustDial(t, addr)) {
+	first, _ := pinproxytest.Dial(t, addr, "first")
+	if !pinproxytest.ClosedConn(mustDial(t, addr)) {
 		t.Fatal("a client over MaxConns was not closed")
 	}
 	if tot := p.Totals(); tot.Rejected != 1 || tot.Accepted != 2 {
 		t.Fatalf("totals %+v, want 1 rejected of 2 accepted", tot)
 	}
-	if _, err := first.ping(); err != nil {
+	if _, err := first.Ping(); err != nil {
 		t.Fatalf("first client: %v", err)
 	}
-	first.c.Close()
+	first.Conn.Close()
 	waitUntil(t, func() bool { return p.Totals().Live == 0 })
-	if _, on := dialClient(t, addr, "next"); on != "A" {
+	if _, on := pinproxytest.Dial(t, addr, "next"); on != "A" {
 		t.Fatalf("next client on %q", on)
 	}
 }

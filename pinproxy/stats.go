@@ -2,38 +2,40 @@ package pinproxy
 
 import "time"
 
-// UpstreamStats is a snapshot of one upstream's state.
+// UpstreamStats is a snapshot of one upstream's state. Its JSON form is
+// what cmd/pinproxy serves on /status.
 type UpstreamStats struct {
-	Addr string // as listed in Config.Upstreams
+	Addr string `json:"addr"` // as listed in Config.Upstreams
 
 	// Live counts the connections open to this upstream, including
 	// dials in flight; it is the count least-used order and rebalance
 	// rounds compare.
-	Live int
+	Live int `json:"live"`
 
-	Dials       int64     // connection attempts: clients' dials and rebalance test-connects
-	Failures    int64     // attempts that failed
-	LastFailure time.Time // zero if none failed
-	LastError   string    // the last failure's error; empty if none
+	Dials       int64     `json:"dials"`                 // connection attempts: clients' dials and rebalance test-connects
+	Failures    int64     `json:"failures"`              // attempts that failed
+	LastFailure time.Time `json:"last_failure,omitzero"` // zero if none failed
+	LastError   string    `json:"last_error,omitempty"`  // the last failure's error; empty if none
 
 	// Answered reports whether the last dial or test-connect answered.
 	// It is true before the first attempt: nothing says otherwise yet.
-	Answered bool
+	Answered bool `json:"answered"`
 
-	Moved int64 // connections a rebalance round closed to move them away
+	Moved int64 `json:"moved"` // connections a rebalance round closed to move them away
 
 	// BytesUp and BytesDown count the bytes copied to and from this
 	// upstream by connections that have closed.
-	BytesUp, BytesDown int64
+	BytesUp   int64 `json:"bytes_up"`
+	BytesDown int64 `json:"bytes_down"`
 }
 
 // Totals is a snapshot of counters for the whole proxy.
 type Totals struct {
-	Live     int   // client connections being handled, pinned or still dialing
-	Accepted int64 // client connections accepted, including those then closed
-	Rejected int64 // clients closed at once because MaxConns were being handled
-	Unrouted int64 // clients closed because no upstream answered
-	Moves    int64 // connections closed by rebalance rounds
+	Live     int   `json:"live"`     // client connections being handled, pinned or still dialing
+	Accepted int64 `json:"accepted"` // client connections accepted, including those then closed
+	Rejected int64 `json:"rejected"` // clients closed at once because MaxConns were being handled
+	Unrouted int64 `json:"unrouted"` // clients closed because no upstream answered
+	Moves    int64 `json:"moves"`    // connections closed by rebalance rounds
 }
 
 // Stats returns a snapshot of every upstream, in the order of
