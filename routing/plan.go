@@ -110,24 +110,27 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 	if err := n.validate(); err != nil {
 		return Plan{}, err
 	}
+	if !representable(now) {
+		return Plan{}, fmt.Errorf("routing: plan node %q at %v: out of range: %w", n.ID, now, ErrInvalid)
+	}
 	st := n.State
 	if now.Before(st.PlannedAt) {
 		return Plan{}, fmt.Errorf("routing: plan node %q at %v: the previous plan was at %v: %w",
 			n.ID, now, st.PlannedAt, ErrOutOfOrder)
 	}
-	for i := range routes {
-		if err := validRoute(&routes[i], n.ID); err != nil {
-			return Plan{}, err
-		}
+	pl := planner{p: p, now: now, n: &n, routes: routes}
+	unusedRule := n.Paused || (n.Overloaded() && n.Role == RoleExit)
+	moves := alts != nil && pl.movesAllowed() && (st.LastMove.IsZero() || now.Sub(st.LastMove) >= p.moveEvery())
+	if err := pl.collect(unusedRule, moves); err != nil {
+		return Plan{}, err
 	}
-	pl := planner{p: p, now: now, n: &n, routes: routes, unusedAfter: p.unusedAfter()}
 	switch {
 	case n.Paused:
 		pl.drain()
-	case n.Overloaded() && n.Role == RoleExit:
+	case unusedRule:
 		st.UnusedTokens, st.UnusedAccrued = pl.closeUnused(st.UnusedTokens, st.UnusedAccrued)
 	}
-	if pl.movesAllowed() && (st.LastMove.IsZero() || now.Sub(st.LastMove) >= p.moveEvery()) {
+	if moves {
 		moved, err := pl.move(alts)
 		if err != nil {
 			return Plan{}, err
@@ -154,6 +157,11 @@ func (n *Node) validate() error {
 	return nil
 }
 
+// representable: t has a Unix time in nanoseconds (years 1678 to 2262).
+func representable(t time.Time) bool {
+	return !t.Before(time.Unix(0, math.MinInt64)) && !t.After(time.Unix(0, math.MaxInt64))
+}
+
 func validRoute(r *Route, node string) error {
 	switch {
 	case r.ID == "":
@@ -166,29 +174,71 @@ func validRoute(r *Route, node string) error {
 		return fmt.Errorf("routing: plan node %q: route %q: unknown kind %v: %w", node, r.ID, r.Kind, ErrInvalid)
 	case r.Start.IsZero():
 		return fmt.Errorf("routing: plan node %q: route %q has no start: %w", node, r.ID, ErrInvalid)
+	case !representable(r.Start) || !representable(r.LastTraffic) && !r.LastTraffic.IsZero():
+		return fmt.Errorf("routing: plan node %q: route %q: start %v or last traffic %v out of range: %w",
+			node, r.ID, r.Start, r.LastTraffic, ErrInvalid)
 	}
 	return nil
 }
 
 // planner is one plan round's working set.
 type planner struct {
-	p           Policy
-	now         time.Time
-	n           *Node
-	routes      []Route
-	unusedAfter time.Duration
-	actions     []Action
+	p      Policy
+	now    time.Time
+	n      *Node
+	routes []Route
+	// unused and movable are the candidates for the unused rules and for
+	// moves, collected in one pass, in a single allocation.
+	unused, movable []candidate
+	actions         []Action
 }
 
-// candidate is a route position with its last use in Unix nanoseconds.
+// candidate is a route's position with its last use in Unix nanoseconds:
+// small, so the rules work on a compact slice, not on the routes.
 type candidate struct {
 	i    int32
 	last int64
 }
 
-func (pl *planner) unused(r *Route) (time.Duration, bool) {
-	d := pl.now.Sub(r.lastUse())
-	return d, d >= pl.unusedAfter
+// collect checks every route and sorts the candidates out: unused routes
+// the node's unused rule may close (any kind on a paused node, users' own
+// otherwise), and routes in use that may be moved (users' own unless the
+// node is paused).
+func (pl *planner) collect(unusedRule, moves bool) error {
+	n := len(pl.routes)
+	if n > math.MaxInt32 {
+		return fmt.Errorf("routing: plan node %q: %d routes, more than one node can hold: %w", pl.n.ID, n, ErrInvalid)
+	}
+	var buf []candidate
+	if unusedRule || moves {
+		buf = make([]candidate, n)
+	}
+	cut := pl.now.Add(-pl.p.unusedAfter()).UnixNano()
+	u, m := 0, n
+	for i := range pl.routes {
+		r := &pl.routes[i]
+		if err := validRoute(r, pl.n.ID); err != nil {
+			return err
+		}
+		if buf == nil {
+			continue
+		}
+		c := candidate{int32(i), r.lastUse().UnixNano()}
+		switch {
+		case c.last <= cut:
+			if unusedRule && (pl.n.Paused || r.Kind == KindOwn) {
+				buf[u] = c
+				u++
+			}
+		case moves && (pl.n.Paused || r.Kind == KindOwn):
+			m--
+			buf[m] = c
+		}
+	}
+	if buf != nil {
+		pl.unused, pl.movable = buf[:u:u], buf[m:]
+	}
+	return nil
 }
 
 // before orders routes for closing: the longest unused first, then by ID.
@@ -199,25 +249,20 @@ func (pl *planner) before(a, b candidate) int {
 	return strings.Compare(pl.routes[a.i].ID, pl.routes[b.i].ID)
 }
 
-func (pl *planner) add(i int32, why Reason) {
-	r := &pl.routes[i]
-	d, _ := pl.unused(r)
-	pl.actions = append(pl.actions, Action{Route: *r, Reason: why, SinceTraffic: d})
+func (pl *planner) add(c candidate, why Reason, keeps Route) {
+	if pl.actions == nil {
+		pl.actions = make([]Action, 0, 2)
+	}
+	pl.actions = append(pl.actions, Action{Route: pl.routes[c.i], Reason: why,
+		SinceTraffic: time.Duration(pl.now.UnixNano() - c.last), Keeps: keeps})
 }
 
 // drain closes every unused route of a paused node.
 func (pl *planner) drain() {
-	var cs []candidate
-	for i := range pl.routes {
-		r := &pl.routes[i]
-		if _, ok := pl.unused(r); ok {
-			cs = append(cs, candidate{int32(i), r.lastUse().UnixNano()})
-		}
-	}
-	slices.SortFunc(cs, pl.before)
-	pl.actions = make([]Action, 0, len(cs)+1)
-	for _, c := range cs {
-		pl.add(c.i, ReasonDrain)
+	slices.SortFunc(pl.unused, pl.before)
+	pl.actions = make([]Action, 0, len(pl.unused)+1)
+	for _, c := range pl.unused {
+		pl.add(c, ReasonDrain, Route{})
 	}
 }
 
@@ -240,63 +285,25 @@ func (pl *planner) closeUnused(tokens float64, accrued time.Time) (float64, time
 	tokens = min(tokens, max(1, share*sessions))
 	// The epsilon absorbs the rounding of many small additions, so that
 	// twelve 30-second rounds at ten an hour make one whole token.
-	k := int(tokens + 1e-9)
-	closed := pl.pickUnused(k)
-	return max(0, tokens-float64(closed)), pl.now
-}
-
-// pickUnused closes up to k of the longest-unused own routes.
-func (pl *planner) pickUnused(k int) int {
-	if k <= 0 {
-		return 0
-	}
-	var cs []candidate
-	if k <= 4 {
-		// Few to pick, the usual case: k scans, no allocation but the
-		// actions.
-		var prev candidate
-		for j := 0; j < k; j++ {
-			best := candidate{i: -1}
-			for i := range pl.routes {
-				r := &pl.routes[i]
-				if r.Kind != KindOwn {
-					continue
-				}
-				if _, ok := pl.unused(r); !ok {
-					continue
-				}
-				c := candidate{int32(i), r.lastUse().UnixNano()}
-				if j > 0 && pl.before(c, prev) <= 0 {
-					continue
-				}
-				if best.i < 0 || pl.before(c, best) < 0 {
-					best = c
-				}
-			}
-			if best.i < 0 {
-				break
-			}
-			cs = append(cs, best)
-			prev = best
-		}
+	k := min(int(tokens+1e-9), len(pl.unused))
+	if k > 4 && k < len(pl.unused) {
+		slices.SortFunc(pl.unused, pl.before)
 	} else {
-		for i := range pl.routes {
-			r := &pl.routes[i]
-			if _, ok := pl.unused(r); ok && r.Kind == KindOwn {
-				cs = append(cs, candidate{int32(i), r.lastUse().UnixNano()})
+		// Few to pick, the usual case: k passes over the candidates.
+		for j := range k {
+			best := j
+			for x := j + 1; x < len(pl.unused); x++ {
+				if pl.before(pl.unused[x], pl.unused[best]) < 0 {
+					best = x
+				}
 			}
+			pl.unused[j], pl.unused[best] = pl.unused[best], pl.unused[j]
 		}
-		slices.SortFunc(cs, pl.before)
-		cs = cs[:min(k, len(cs))]
 	}
-	if len(cs) == 0 {
-		return 0
+	for _, c := range pl.unused[:k] {
+		pl.add(c, ReasonUnused, Route{})
 	}
-	pl.actions = make([]Action, 0, len(cs)+1)
-	for _, c := range cs {
-		pl.add(c.i, ReasonUnused)
-	}
-	return len(cs)
+	return max(0, tokens-float64(k)), pl.now
 }
 
 // movesAllowed: routes in use are moved while memory is above the mark,
@@ -312,25 +319,21 @@ func (pl *planner) movesAllowed() bool {
 }
 
 // move closes the route in use that moved traffic least recently among
-// those whose user holds an alternative.
+// those whose user holds an alternative. The candidates come off a heap
+// in that order, and the store is asked only until one has an alternative:
+// linear in the routes, plus a lookup and a log n pop per candidate tried.
 func (pl *planner) move(alts Alternatives) (bool, error) {
-	if alts == nil {
-		return false, nil
+	h := pl.movable
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		pl.siftDown(h, i)
 	}
-	best := candidate{i: -1}
-	var keeps Route
-	for i := range pl.routes {
-		r := &pl.routes[i]
-		if _, ok := pl.unused(r); ok {
-			continue // not in use; the unused rules decide about it
-		}
-		if r.Kind != KindOwn && !pl.n.Paused {
-			continue
-		}
-		c := candidate{int32(i), r.lastUse().UnixNano()}
-		if best.i >= 0 && pl.before(c, best) >= 0 {
-			continue // no better than what we have: spare the lookup
-		}
+	for len(h) > 0 {
+		c := h[0]
+		h[0] = h[len(h)-1]
+		h = h[:len(h)-1]
+		pl.siftDown(h, 0)
+
+		r := &pl.routes[c.i]
 		alt, ok := alts.Alternative(*r)
 		if !ok {
 			continue
@@ -339,13 +342,27 @@ func (pl *planner) move(alts Alternatives) (bool, error) {
 			return false, fmt.Errorf("routing: plan node %q: alternatives returned route %q (user %q, key %q, node %q, %s, price %d) for route %q (user %q, key %q, %s, price %d), which is not one: %w",
 				pl.n.ID, alt.ID, alt.User, alt.Key, alt.Node, alt.Country, alt.Price, r.ID, r.User, r.Key, r.Country, r.Price, ErrInvalid)
 		}
-		best, keeps = c, alt
+		pl.add(c, ReasonMove, alt)
+		return true, nil
 	}
-	if best.i < 0 {
-		return false, nil
+	return false, nil
+}
+
+// siftDown restores the min-heap (by before) below position i.
+func (pl *planner) siftDown(h []candidate, i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && pl.before(h[r], h[l]) < 0 {
+			m = r
+		}
+		if pl.before(h[m], h[i]) >= 0 {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
 	}
-	r := &pl.routes[best.i]
-	d, _ := pl.unused(r)
-	pl.actions = append(pl.actions, Action{Route: *r, Reason: ReasonMove, SinceTraffic: d, Keeps: keeps})
-	return true, nil
 }

@@ -1,0 +1,176 @@
+package routing_test
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/routing"
+)
+
+// benchFleet is a platform's view of a fleet: nodes, their routes (one
+// slice, grouped by node), and an Index over them.
+type benchFleet struct {
+	nodes  []routing.Node
+	off    []int // node i's routes are routes[off[i]:off[i+1]]
+	routes []routing.Route
+	ix     *routing.Index
+	// bytesPerRoute is the heap the routes and the index hold, a route.
+	bytesPerRoute float64
+}
+
+// newBenchFleet builds nodes × perNode routes (on average). Nodes are in 20
+// countries, half exits, half entries; every node is overloaded for 20
+// minutes at 85 % memory (so every rule runs), one in 20 paused. Users hold
+// 2 or 3 routes, each further route on a node of the same country half the
+// time and with the same key half the time, so some routes in use have an
+// alternative and most do not. 30 % of routes are unused for 3 hours; 80 %
+// are users' own.
+func newBenchFleet(nodes, perNode int, now time.Time) *benchFleet {
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+
+	rng := rand.New(rand.NewPCG(1, uint64(nodes)))
+	f := &benchFleet{nodes: make([]routing.Node, nodes)}
+	countries := make([]string, 20)
+	for i := range countries {
+		countries[i] = "C" + strconv.Itoa(i)
+	}
+	for i := range f.nodes {
+		role := routing.RoleExit
+		if i%2 == 1 {
+			role = routing.RoleEntry
+		}
+		f.nodes[i] = routing.Node{ID: "node-" + strconv.Itoa(i), Role: role, Country: countries[i%20], Price: 200,
+			Paused: i%20 == 7, OverloadedSince: now.Add(-20 * time.Minute), MemoryPercent: 85}
+	}
+	keys := []string{"vpn-a", "vpn-b", "vpn-c"}
+	total := nodes * perNode
+	drawn := make([]routing.Route, 0, total)
+	at := make([]int32, 0, total) // node of each drawn route
+	for u := 0; len(drawn) < total; u++ {
+		user := "user-" + strconv.Itoa(u)
+		first := rng.IntN(nodes)
+		key := keys[rng.IntN(len(keys))]
+		for j := range 2 + rng.IntN(2) {
+			if len(drawn) == total {
+				break
+			}
+			n := first
+			if j > 0 {
+				if rng.IntN(2) == 0 {
+					n = (first + 20*(1+rng.IntN(nodes/20-1))) % nodes // same country
+				} else {
+					n = rng.IntN(nodes)
+				}
+				if rng.IntN(2) == 0 {
+					key = keys[rng.IntN(len(keys))]
+				}
+			}
+			kind := routing.KindOwn
+			switch rng.IntN(10) {
+			case 0:
+				kind = routing.KindPartner
+			case 1:
+				kind = routing.KindExtraLink
+			}
+			last := now.Add(-time.Duration(rng.IntN(600)) * time.Second)
+			if rng.IntN(10) < 3 {
+				last = now.Add(-3*time.Hour - time.Duration(rng.IntN(3600))*time.Second)
+			}
+			drawn = append(drawn, routing.Route{ID: "r" + strconv.Itoa(len(drawn)), User: user, Key: key,
+				Node: f.nodes[n].ID, Country: f.nodes[n].Country, Price: int64(100 + rng.IntN(200)), Kind: kind,
+				LastTraffic: last, Start: now.Add(-5 * time.Hour)})
+			at = append(at, int32(n))
+		}
+	}
+	// Group by node (a counting sort), as a platform's store would list
+	// them.
+	f.off = make([]int, nodes+1)
+	for _, n := range at {
+		f.off[n+1]++
+	}
+	for i := range nodes {
+		f.off[i+1] += f.off[i]
+	}
+	f.routes = make([]routing.Route, total)
+	next := slices.Clone(f.off[:nodes])
+	for i, n := range at {
+		f.routes[next[n]] = drawn[i]
+		next[n]++
+	}
+	drawn, at = nil, nil
+	f.ix = routing.NewIndex(f.routes)
+
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	// The nodes and offsets are the platform's, not routing's; they are
+	// counted too (they are small).
+	f.bytesPerRoute = float64(after.HeapAlloc-before.HeapAlloc) / float64(len(f.routes))
+	return f
+}
+
+// round plans every node once, from the state each node had at the start
+// (a fresh one: every bucket holds its first token and every move slot is
+// open, the most work a round can take), and returns how many routes the
+// plans would close.
+func (f *benchFleet) round(tb testing.TB, pol routing.Policy, now time.Time) int {
+	closed := 0
+	for i := range f.nodes {
+		p, err := pol.Plan(now, f.nodes[i], f.routes[f.off[i]:f.off[i+1]], f.ix)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		closed += len(p.Actions)
+	}
+	return closed
+}
+
+// BenchmarkPlanFleet plans a fleet of 1,000 nodes (100,000 routes) and of
+// 10,000 nodes (1,000,000 routes), once per node, and reports time and
+// allocation per route, and the heap the routes plus the Index hold per
+// route. Run with -cpu 1.
+func BenchmarkPlanFleet(b *testing.B) {
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	for _, size := range []struct{ nodes, perNode int }{{1000, 100}, {10000, 100}, {1000, 1000}} {
+		f := newBenchFleet(size.nodes, size.perNode, now)
+		name := "nodes=" + strconv.Itoa(size.nodes) + "/routes=" + strconv.Itoa(len(f.routes))
+		b.Run(name, func(b *testing.B) {
+			var pol routing.Policy
+			b.ReportAllocs()
+			closed := 0
+			for b.Loop() {
+				closed = f.round(b, pol, now)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(f.routes)), "ns/route")
+			b.ReportMetric(float64(closed), "closed/round")
+			b.ReportMetric(f.bytesPerRoute, "heap-B/route")
+		})
+	}
+}
+
+// BenchmarkPlanScaling times a round over 100,000 routes and over
+// 1,000,000 (ten times as many nodes), in the same run, and reports the
+// ratio of the two (the target is at most 11).
+func BenchmarkPlanScaling(b *testing.B) {
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	small := newBenchFleet(1000, 100, now)
+	large := newBenchFleet(10000, 100, now)
+	var pol routing.Policy
+	var ts, tl time.Duration
+	for b.Loop() {
+		start := time.Now()
+		small.round(b, pol, now)
+		mid := time.Now()
+		large.round(b, pol, now)
+		ts += mid.Sub(start)
+		tl += time.Since(mid)
+	}
+	b.ReportMetric(float64(tl)/float64(ts), "1M/100k")
+	b.ReportMetric(float64(tl.Nanoseconds())/float64(b.N)/1e9, "s/1M-round")
+}
