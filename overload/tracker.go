@@ -119,10 +119,12 @@ type checkState struct {
 	last   *Finding
 }
 
-// holds reports whether the check passed in at least need of its window.
-func (c *checkState) holds(need int) bool {
+// holds reports whether the check passed in at least need of the latest
+// window readings of its window (shorter than the window it was kept with
+// when the limits changed since).
+func (c *checkState) holds(need, window int) bool {
 	n := 0
-	for _, p := range c.window {
+	for _, p := range c.window[max(0, len(c.window)-window):] {
 		if p {
 			n++
 		}
@@ -178,14 +180,16 @@ func (t *Tracker) Events() []Event {
 // Findings returns the checks that hold now, in notice order, each with
 // the figures of the latest reading in which it passed.
 func (t *Tracker) Findings() []Finding {
-	return t.holding(t.limits.withDefaults().Need)
+	l := t.limits.withDefaults()
+	return t.holding(l.Need, l.Window)
 }
 
-func (t *Tracker) holding(need int) []Finding {
+// holding returns the latest passing finding of every check that holds.
+func (t *Tracker) holding(need, window int) []Finding {
 	var out []Finding
 	for i := range t.checks {
 		c := &t.checks[i]
-		if c.last != nil && c.holds(need) {
+		if c.last != nil && c.holds(need, window) {
 			out = append(out, *c.last)
 		}
 	}
@@ -240,7 +244,7 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 	}
 	t.last = r.At
 
-	res := Result{Findings: t.holding(l.Need)}
+	res := Result{Findings: t.holding(l.Need, l.Window)}
 	switch {
 	case !t.overloaded && len(res.Findings) > 0:
 		t.overloaded, t.since = true, r.At

@@ -444,6 +444,21 @@ func TestLimitsValidate(t *testing.T) {
 func TestSetLimitsShrinksWindow(t *testing.T) {
 	tr := NewTracker("eu-01", Limits{})
 	feed(t, tr, t0, "xx...")
+	if len(tr.Findings()) != 0 {
+		t.Fatalf("xx... holds: %v", tr.Findings())
+	}
+	tr.SetLimits(Limits{Window: 5, Need: 2})
+	if len(tr.Findings()) != 1 {
+		t.Fatalf("xx... with need 2: holds %v, want memory", tr.Findings())
+	}
+	// Before the next reading trims it, the kept window is read as the
+	// new, shorter one: the last 2 readings, neither passed.
+	tr.SetLimits(Limits{Window: 2, Need: 1})
+	if len(tr.Findings()) != 0 {
+		t.Fatalf("window 2 (..) holds %v", tr.Findings())
+	}
+	tr = NewTracker("eu-01", Limits{})
+	feed(t, tr, t0, "xx...")
 	tr.SetLimits(Limits{Window: 3, Need: 2})
 	res := observe(t, tr, hot(t0.Add(5*step)))
 	if res.Overloaded {
