@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -300,6 +301,9 @@ func TestIntegrationLinkBandwidth(t *testing.T) {
 // conntrack drops from procfs and says so.
 func TestIntegrationWithoutNetAdmin(t *testing.T) {
 	requireRoot(t, "ip", "setpriv")
+	if _, err := os.Stat("/proc/sys/net/netfilter/nf_conntrack_count"); err != nil {
+		t.Skipf("skipping: needs the nf_conntrack module loaded: %v", err)
+	}
 	_, nsPath := newNetNS(t)
 	exe, err := os.Executable()
 	if err != nil {
@@ -324,8 +328,37 @@ func TestIntegrationWithoutNetAdmin(t *testing.T) {
 	t.Logf("notes: %q", r.Notes)
 }
 
-// readWithoutNetAdmin is the helper process of TestIntegrationWithoutNetAdmin:
-// two readings, the second printed as JSON.
+// TestIntegrationWithoutSysAdmin: a probe that may not enter its network
+// namespace loses the network inputs, says why, and keeps procfs's.
+func TestIntegrationWithoutSysAdmin(t *testing.T) {
+	requireRoot(t, "ip", "setpriv")
+	_, nsPath := newNetNS(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=nocap", "NK_PROBE_NETNS="+nsPath)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper without CAP_SYS_ADMIN: %v: %s", err, out)
+	}
+	var r overload.Reading
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("helper output %q: %v", out, err)
+	}
+	for _, in := range []overload.Input{overload.InputConntrack, overload.InputConntrackDrops, overload.InputListenDrops, overload.InputBandwidth} {
+		if !contains(r.Missing, in) {
+			t.Errorf("without CAP_SYS_ADMIN: %s not missing (%v)", in, r.Missing)
+		}
+	}
+	if len(notesWith(r.Notes, "CAP_SYS_ADMIN")) == 0 || r.MemoryUsedPercent <= 0 || contains(r.Missing, overload.InputMemory) {
+		t.Fatalf("without CAP_SYS_ADMIN: %+v", r)
+	}
+}
+
+// readWithoutNetAdmin is the helper process of the tests without a
+// capability: two readings, the second printed as JSON.
 func readWithoutNetAdmin() int {
 	p, err := New(Config{NetNS: os.Getenv("NK_PROBE_NETNS")})
 	if err != nil {
@@ -344,4 +377,97 @@ func readWithoutNetAdmin() int {
 		return 1
 	}
 	return 0
+}
+
+// TestIntegrationConntrackFull: with the (host-global) table size at 100
+// for a moment, 150 connects in a namespace that tracks them: the next
+// reading counts the connections dropped. nf_conntrack_max is restored as
+// soon as the drops show, and in t.Cleanup whatever happens.
+func TestIntegrationConntrackFull(t *testing.T) {
+	requireRoot(t, "ip", "nft")
+	name, nsPath := newNetNS(t)
+	runStdin(t, `table inet nkprobe {
+	chain out {
+		type filter hook output priority 0;
+		ct state new accept
+	}
+}
+`, "ip", "netns", "exec", name, "nft", "-f", "-")
+	p := newProbe(t, Config{NetNS: nsPath})
+	read(t, p)
+	read(t, p)
+
+	var fds []int
+	t.Cleanup(func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	})
+	var port int
+	inNS(t, nsPath, func() error {
+		ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, ln)
+		if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			return err
+		}
+		if err := unix.Listen(ln, 512); err != nil {
+			return err
+		}
+		sa, err := unix.Getsockname(ln)
+		port = sa.(*unix.SockaddrInet4).Port
+		return err
+	})
+
+	const maxPath = "/proc/sys/net/netfilter/nf_conntrack_max"
+	old, err := os.ReadFile(maxPath)
+	if err != nil {
+		t.Skipf("skipping: no conntrack: %v", err)
+	}
+	restore := func() {
+		if err := os.WriteFile(maxPath, old, 0o644); err != nil {
+			t.Errorf("restore nf_conntrack_max to %s: %v", strings.TrimSpace(string(old)), err)
+		}
+	}
+	t.Cleanup(restore)
+	if err := os.WriteFile(maxPath, []byte("100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inNS(t, nsPath, func() error {
+		for i := 0; i < 150; i++ {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, fd)
+			_ = unix.Connect(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: port})
+		}
+		return nil
+	})
+	for i := 0; ; i++ {
+		var drops uint64
+		inNS(t, nsPath, func() error {
+			m, err := p.conntrackStatFile("/proc/thread-self/net/stat/nf_conntrack")
+			for _, v := range m {
+				drops += v
+			}
+			return err
+		})
+		if drops >= 50 {
+			break
+		}
+		if i == 50 {
+			t.Fatalf("conntrack drops in the namespace: %d after 5 s, want ≥ 50", drops)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	restore()
+
+	r := read(t, p)
+	if contains(r.Missing, overload.InputConntrackDrops) || r.ConntrackDrops < 50 {
+		t.Fatalf("reading after a full table: drops %d, missing %v, notes %q; want ≥ 50", r.ConntrackDrops, r.Missing, r.Notes)
+	}
+	t.Logf("conntrack %d of %d, %d dropped", r.ConntrackEntries, r.ConntrackMax, r.ConntrackDrops)
 }

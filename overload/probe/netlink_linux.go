@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/mdlayher/netlink"
@@ -117,6 +119,7 @@ func listeners(ctx context.Context, deadline time.Time, req func(family uint8) n
 			out = append(out, l)
 		}
 	}
+	slices.SortFunc(out, func(a, b overload.Listener) int { return strings.Compare(a.Addr, b.Addr) })
 	return out, nil
 }
 
