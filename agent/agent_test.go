@@ -33,7 +33,7 @@ type fakeSource struct {
 }
 
 func newFakeSource() *fakeSource {
-	return &fakeSource{at: time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC), mem: 40}
+	return &fakeSource{at: time.Date(2026, 1, 30, 6, 0, 0, 0, time.UTC), mem: 40}
 }
 
 func (f *fakeSource) Read(context.Context) (overload.Reading, error) {
@@ -179,7 +179,7 @@ func TestReportsSurviveAnOutage(t *testing.T) {
 			t.Fatalf("reading %d at %v is not after reading %d at %v", i, got[i].At, i-1, got[i-1].At)
 		}
 	}
-	if !got[0].At.Equal(time.Date(2026, 11, 30, 6, 0, 1, 0, time.UTC)) {
+	if !got[0].At.Equal(time.Date(2026, 1, 30, 6, 0, 1, 0, time.UTC)) {
 		t.Errorf("first reading accepted is at %v, want the first one taken", got[0].At)
 	}
 	for _, r := range got {
@@ -301,6 +301,18 @@ func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 		{"unknown version", func(t *testing.T, dir string) {
 			os.WriteFile(filepath.Join(dir, stateFile), []byte(`{"v":7}`), 0o600)
 		}, true},
+		{"from the future", func(t *testing.T, dir string) {
+			src := newFakeSource()
+			src.at = time.Now().Add(time.Hour)
+			src.setMem(95)
+			a, err := New(Config{Node: "n1", Source: src, StateDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				a.Step(context.Background())
+			}
+		}, false},
 		{"another node", func(t *testing.T, dir string) {
 			src := newFakeSource()
 			src.setMem(95)

@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/proofkit/nodekit/overload"
 )
+
+// maxClockSkew is how far ahead of the clock a saved state's latest
+// reading may be before the state is set aside.
+const maxClockSkew = time.Minute
 
 // stateFile is the name of the agent's state in the state directory.
 const stateFile = "state.json"
@@ -71,6 +76,14 @@ func (a *Agent) restore() *overload.Tracker {
 	}
 	if s.Node != a.node || t.Node() != a.node {
 		a.log.Warn("saved state is of another node; starting afresh", "saved_node", s.Node, "node", a.node)
+		return fresh
+	}
+	// A state whose latest reading is ahead of the clock (the clock was
+	// wrong, then corrected) would make the tracker refuse every reading
+	// as out of order until the clock caught up: start afresh instead.
+	if now := time.Now(); t.LastReading().After(now.Add(maxClockSkew)) {
+		a.log.Warn("saved state is from the future (the clock went back?); starting afresh",
+			"saved_last_reading", t.LastReading(), "now", now)
 		return fresh
 	}
 	a.last = s.Last
