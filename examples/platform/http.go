@@ -1,0 +1,187 @@
+package main
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/proofkit/nodekit/overload"
+)
+
+// maxBody bounds a request body; a reading is a few hundred bytes.
+const maxBody = 1 << 20
+
+// handler serves the platform's API. POSTs need "Authorization: Bearer
+// <token>"; GETs are open (an example: put it behind your own auth).
+func (p *platform) handler(token string) http.Handler {
+	mux := http.NewServeMux()
+	auth := func(h http.HandlerFunc) http.HandlerFunc {
+		want := []byte("Bearer " + token)
+		return func(w http.ResponseWriter, r *http.Request) {
+			got := []byte(r.Header.Get("Authorization"))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
+				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+			h(w, r)
+		}
+	}
+	mux.HandleFunc("POST /report", auth(p.handleReport))
+	mux.HandleFunc("POST /routes", auth(p.handleOpen))
+	mux.HandleFunc("POST /traffic", auth(p.handleTraffic))
+	mux.HandleFunc("POST /price", auth(p.handlePrice))
+	mux.HandleFunc("GET /admit", p.handleAdmit)
+	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, p.views()) })
+	mux.HandleFunc("GET /nodes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		v, err := p.view(r.PathValue("id"))
+		if err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+	mux.HandleFunc("GET /notices", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, p.noticesAll()) })
+	mux.HandleFunc("GET /plans", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, p.plans()) })
+	return mux
+}
+
+// handleReport takes one overload.Reading. The answers are chosen for the
+// agent's retry rules: 200 for a reading counted now or already counted
+// (a retry after a lost answer must not be retried for ever), 409 for one
+// older than the latest (the agent drops it), 400 for one that cannot be
+// true (dropped too), 401 for a bad token (kept and retried).
+func (p *platform) handleReport(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("reading body: %w", err))
+		return
+	}
+	var rd overload.Reading
+	if err := json.Unmarshal(body, &rd); err != nil { // validates, and checks "v"
+		writeError(w, http.StatusBadRequest, fmt.Errorf("reading: %w", err))
+		return
+	}
+	out, err := p.report(rd)
+	switch {
+	case errors.Is(err, errDuplicate):
+		writeJSON(w, http.StatusOK, struct {
+			reportOutcome
+			Duplicate bool `json:"duplicate"`
+		}{out, true})
+	case err != nil:
+		writeError(w, statusOf(err), err)
+	default:
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// admitAnswer is /admit's body.
+type admitAnswer struct {
+	Node   string `json:"node"`
+	Admit  bool   `json:"admit"`
+	Reason string `json:"reason,omitempty"` // paused, overloaded, cool-down, full
+	Why    string `json:"why,omitempty"`    // the reason in words
+}
+
+func (p *platform) handleAdmit(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("node")
+	ok, why, err := p.admit(id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	a := admitAnswer{Node: id, Admit: ok, Reason: string(why)}
+	if why != "" {
+		a.Why = why.String()
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
+func (p *platform) handleOpen(w http.ResponseWriter, r *http.Request) {
+	var req openRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	rt, err := p.open(req)
+	var ae admitError
+	if errors.As(err, &ae) {
+		writeJSON(w, http.StatusConflict, admitAnswer{Node: req.Node, Admit: false, Reason: string(ae.reason), Why: ae.reason.String()})
+		return
+	}
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, rt)
+}
+
+func (p *platform) handleTraffic(w http.ResponseWriter, r *http.Request) {
+	var req trafficRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	rt, err := p.traffic(req)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rt)
+}
+
+func (p *platform) handlePrice(w http.ResponseWriter, r *http.Request) {
+	var req priceRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if err := p.setPrice(req); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))
+		return false
+	}
+	return true
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, errUnknown):
+		return http.StatusNotFound
+	case errors.Is(err, errBadInput):
+		return http.StatusBadRequest
+	case errors.Is(err, errStale):
+		return http.StatusConflict
+	case errors.Is(err, errNotAdmit):
+		return http.StatusConflict
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	writeJSON(w, status, map[string]string{"error": strings.TrimSpace(err.Error())})
+}

@@ -1,0 +1,194 @@
+// Command platform is a small example of the platform's side of nodekit:
+// an HTTP service that takes the agents' readings, keeps one
+// overload.Tracker per node, answers whether a node takes new connections,
+// runs routing plan rounds over an in-memory route table, and prices each
+// route's session with the pricing package.
+//
+// It is an example, not a production control plane: one process, one lock,
+// one JSON file per node in -state-dir (written atomically after each
+// change, read back at start, so a restart loses nothing), a route table
+// seeded from a JSON file, and "carrying out" a plan means removing the
+// route from that table and logging it. A platform team copies the wiring
+// and puts its own database and route closing behind it.
+//
+//	go run ./examples/platform -token-file token -routes examples/platform/routes.json
+//
+// API (POSTs need "Authorization: Bearer <token>"):
+//
+//	POST /report          an overload.Reading, as the agent sends it
+//	GET  /admit?node=X    {"admit":false,"reason":"overloaded",…}
+//	POST /routes          {"node","user","key"} opens a route if admitted (409 if not)
+//	POST /traffic         {"route","bytes"} charges traffic at the session's price
+//	POST /price           {"node","price"} changes a node's price from now on
+//	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events
+//	GET  /notices         every notice, oldest first
+//	GET  /plans           each node's latest plan that closed something
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/proofkit/nodekit/pricing"
+	"github.com/proofkit/nodekit/routing"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type options struct {
+	listen    string
+	tokenFile string
+	stateDir  string
+	routes    string
+	planEvery time.Duration
+	logFormat string
+	cfg       config
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("platform", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: platform -token-file FILE [flags]
+
+An example platform: takes agents' readings (POST /report), keeps one
+overload tracker per node, answers GET /admit?node=X, closes routes by
+routing plans, prices sessions, shows per-node state at GET /nodes.
+An example, not a production control plane.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token agents and clients send (required)")
+	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node")
+	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
+	fs.DurationVar(&o.planEvery, "plan-every", 30*time.Second, "time between plan rounds (one also runs after each report)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	pol := &o.cfg.Policy
+	fs.DurationVar(&pol.CoolDown, "cool-down", routing.DefaultCoolDown, "after an overload ends, how long the node takes nobody new (negative: none)")
+	fs.DurationVar(&pol.UnusedAfter, "unused-after", routing.DefaultUnusedAfter, "a route that moved no traffic this long is unused")
+	fs.Float64Var(&pol.UnusedPerHour, "unused-per-hour", routing.DefaultUnusedPerHour, "share of an overloaded exit's sessions whose unused routes are closed an hour")
+	fs.DurationVar(&pol.MoveAfter, "move-after", routing.DefaultMoveAfter, "how long an overload lasts before routes in use are moved")
+	fs.Float64Var(&pol.MoveMemoryPercent, "move-memory", routing.DefaultMoveMemoryPercent, "routes in use are moved only while memory is above this %")
+	fs.DurationVar(&pol.MoveEvery, "move-every", routing.DefaultMoveEvery, "at most one route in use is closed per this interval")
+	fs.DurationVar(&o.cfg.Limits.NoticeEvery, "notice-every", time.Hour, "least time between two notices for one node")
+	fs.DurationVar(&o.cfg.Prices.Window, "price-window", pricing.DefaultWindow, "how long a lower price must stand before it reaches a running session")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))
+	}
+	if o.tokenFile == "" {
+		return o, errors.New("-token-file is required")
+	}
+	if o.planEvery <= 0 {
+		return o, fmt.Errorf("-plan-every %v: must be positive", o.planEvery)
+	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return o, fmt.Errorf("-log-format %q: want text or json", o.logFormat)
+	}
+	if o.cfg.Policy.CoolDown == 0 {
+		o.cfg.Policy.CoolDown = -1 // -cool-down 0 means none; the Policy reads 0 as the default
+	}
+	o.cfg.StateDir = o.stateDir
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "platform: %v\n", err)
+		return 2
+	}
+	var log *slog.Logger
+	if o.logFormat == "json" {
+		log = slog.New(slog.NewJSONHandler(stderr, nil))
+	} else {
+		log = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	o.cfg.Logger = log
+
+	tok, err := os.ReadFile(o.tokenFile)
+	token := strings.TrimSpace(string(tok))
+	if err == nil && token == "" {
+		err = errors.New("empty")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
+		return 2
+	}
+	var seed *seedFile
+	if o.routes != "" {
+		if seed, err = readSeed(o.routes); err != nil {
+			fmt.Fprintf(stderr, "platform: %v\n", err)
+			return 2
+		}
+	}
+	p, err := newPlatform(o.cfg, seed)
+	if err != nil {
+		fmt.Fprintf(stderr, "platform: %v\n", err)
+		return 2
+	}
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "platform: -listen: %v\n", err)
+		return 1
+	}
+	srv := &http.Server{
+		Handler:           p.handler(token),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("platform serving", "addr", ln.Addr().String(), "state_dir", o.stateDir,
+		"nodes", len(p.ids()), "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown)
+
+	tick := time.NewTicker(o.planEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			p.planRound()
+		case err := <-served:
+			log.Error("serving stopped", "err", err)
+			return 1
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := srv.Shutdown(sctx)
+			cancel()
+			if err != nil {
+				log.Warn("shutdown", "err", err)
+			}
+			log.Info("stopped; state is in the state directory", "state_dir", o.stateDir)
+			return 0
+		}
+	}
+}

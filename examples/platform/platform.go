@@ -1,0 +1,540 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"regexp"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/pricing"
+	"github.com/proofkit/nodekit/routing"
+)
+
+// config is what main hands the platform.
+type config struct {
+	// StateDir holds one JSON file per node. Required.
+	StateDir string
+	// Policy and Limits are the routing and overload rules; zero fields
+	// are the packages' defaults (the seed's figures).
+	Policy routing.Policy
+	Limits overload.Limits
+	// Prices configures each node's price history (zero: 3-hour window).
+	Prices pricing.Config
+	// Logger receives every decision; nil discards.
+	Logger *slog.Logger
+	// Now is the clock at the edges; nil means time.Now. The pure packages
+	// get the times it returns as arguments.
+	Now func() time.Time
+}
+
+// maxClosed and maxNotices bound what a node keeps for display.
+const (
+	maxClosed  = 200
+	maxNotices = 100
+)
+
+// platform keeps one node record per node, behind one lock: every request
+// and plan round runs under it, and every change is written to the node's
+// file before the lock is released, so what a client was told is on disk.
+type platform struct {
+	cfg config
+	log *slog.Logger
+	now func() time.Time
+
+	mu    sync.Mutex
+	nodes map[string]*node
+}
+
+// node is everything the platform knows of one node.
+type node struct {
+	info       routing.Node // Role zero: not registered (reports only, no plans)
+	tracker    *overload.Tracker
+	prices     *pricing.History
+	routes     map[string]*route // live routes by ID
+	closed     []closedRoute     // newest last, at most maxClosed
+	notices    []overload.Notice // newest last, at most maxNotices
+	lastPlan   *routing.Plan     // the latest plan that closed something
+	lastRead   *overload.Reading
+	nextRoute  int    // sequence for route IDs the platform gives out
+	savedBytes []byte // the file's content as last written
+}
+
+// route is a live route with its pricing session and what it has earned.
+type route struct {
+	Route   routing.Route   `json:"route"`
+	Session pricing.Session `json:"session"`
+	Earned  pricing.Charge  `json:"earned"`
+}
+
+// closedRoute is a route the platform closed because a plan said so.
+type closedRoute struct {
+	Action routing.Action `json:"action"`
+	At     time.Time      `json:"at"`
+	Earned pricing.Charge `json:"earned"`
+}
+
+// Errors the HTTP layer maps to status codes.
+var (
+	errUnknown   = errors.New("not found")
+	errBadInput  = errors.New("bad input")
+	errNotAdmit  = errors.New("not admitted")
+	errDuplicate = errors.New("already observed")
+	errStale     = errors.New("older than the latest reading")
+)
+
+var nodeIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func checkNodeID(id string) error {
+	if !nodeIDRe.MatchString(id) {
+		return fmt.Errorf("node %q: want 1 to 64 of A-Z a-z 0-9 . _ - (not starting with . _ -): %w", id, errBadInput)
+	}
+	return nil
+}
+
+// newPlatform validates cfg, loads the state directory and then the seed
+// (nodes and routes the state does not hold yet).
+func newPlatform(cfg config, seed *seedFile) (*platform, error) {
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
+	if _, err := pricing.NewHistory(cfg.Prices); err != nil {
+		return nil, fmt.Errorf("prices: %w", err)
+	}
+	p := &platform{cfg: cfg, log: cfg.Logger, now: cfg.Now, nodes: map[string]*node{}}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if err := p.load(); err != nil {
+		return nil, err
+	}
+	if seed != nil {
+		if err := p.applySeed(seed, p.now()); err != nil {
+			return nil, err
+		}
+	}
+	for _, id := range p.ids() {
+		if err := p.save(p.nodes[id]); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func (p *platform) newNode(id string) (*node, error) {
+	h, err := pricing.NewHistory(p.cfg.Prices)
+	if err != nil {
+		return nil, err
+	}
+	return &node{
+		info:    routing.Node{ID: id},
+		tracker: overload.NewTracker(id, p.cfg.Limits),
+		prices:  h,
+		routes:  map[string]*route{},
+	}, nil
+}
+
+// ids returns the node IDs in order, so rounds and listings are stable.
+func (p *platform) ids() []string {
+	return slices.Sorted(maps.Keys(p.nodes))
+}
+
+// reportOutcome is what one reading did.
+type reportOutcome struct {
+	Node       string           `json:"node"`
+	Overloaded bool             `json:"overloaded"`
+	Event      *overload.Event  `json:"event,omitempty"`
+	Notice     *overload.Notice `json:"notice,omitempty"`
+}
+
+// report observes one reading of the node it names, then runs a plan
+// round. A reading the node's tracker already counted returns errDuplicate
+// and an older one errStale; both change nothing.
+func (p *platform) report(r overload.Reading) (reportOutcome, error) {
+	if err := checkNodeID(r.Node); err != nil {
+		return reportOutcome{}, fmt.Errorf("report: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.nodes[r.Node]
+	if n == nil {
+		var err error
+		if n, err = p.newNode(r.Node); err != nil {
+			return reportOutcome{}, err
+		}
+		p.nodes[r.Node] = n
+		p.log.Warn("reports from a node the route table does not hold: tracked, admitted by load, never planned",
+			"node", r.Node)
+	}
+	res, err := n.tracker.Observe(r)
+	switch {
+	case errors.Is(err, overload.ErrDuplicate):
+		return reportOutcome{Node: r.Node, Overloaded: n.tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), errDuplicate)
+	case errors.Is(err, overload.ErrOutOfOrder):
+		return reportOutcome{Node: r.Node, Overloaded: n.tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), errStale)
+	case err != nil:
+		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errBadInput, err)
+	}
+	n.lastRead = &r
+	if !slices.Contains(r.Missing, overload.InputMemory) {
+		n.info.MemoryPercent = r.MemoryUsedPercent
+	}
+	n.info.OverloadedSince = n.tracker.Since()
+	if ev := res.Event; ev != nil {
+		switch ev.Kind {
+		case overload.Start:
+			p.log.Warn("overload started", "node", r.Node, "at", ev.At, "findings", findingTexts(ev.Findings))
+		case overload.End:
+			n.info.OverloadEnded = ev.At
+			p.log.Info("overload ended", "node", r.Node, "at", ev.At, "lasted", ev.Lasted,
+				"cool_down", p.cfg.Policy.CoolDown)
+		}
+	}
+	if res.Notice != nil {
+		n.notices = appendBounded(n.notices, *res.Notice, maxNotices)
+		p.log.Warn("notice", "node", r.Node, "text", res.Notice.Text)
+	}
+	if err := p.save(n); err != nil {
+		return reportOutcome{}, err
+	}
+	p.planRoundLocked(p.now())
+	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
+}
+
+func findingTexts(fs []overload.Finding) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Text
+	}
+	return out
+}
+
+// admit answers whether node id takes new connections now.
+func (p *platform) admit(id string) (bool, routing.Reason, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.nodes[id]
+	if n == nil {
+		return false, "", fmt.Errorf("admit %q: %w", id, errUnknown)
+	}
+	ok, why := p.cfg.Policy.Admit(n.info, p.now())
+	return ok, why, nil
+}
+
+// planRound runs one plan round over every registered node.
+func (p *platform) planRound() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.planRoundLocked(p.now())
+}
+
+// planRoundLocked plans the nodes one after another over one index of the
+// whole route table, recording each node's closures in the index before
+// the next node is planned, so two nodes never each close the route the
+// other counted on. The example "carries out" an action by removing the
+// route from its table, ending its pricing session and logging it.
+func (p *platform) planRoundLocked(now time.Time) {
+	var all []routing.Route
+	for _, id := range p.ids() {
+		n := p.nodes[id]
+		for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
+			rt := n.routes[rid]
+			rt.Route.Price = int64(p.sessionPrice(n, rt, now))
+			all = append(all, rt.Route)
+		}
+	}
+	idx := routing.NewIndex(all)
+	for _, id := range p.ids() {
+		n := p.nodes[id]
+		if n.info.Role == 0 {
+			continue
+		}
+		routes := make([]routing.Route, 0, len(n.routes))
+		for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
+			routes = append(routes, n.routes[rid].Route)
+		}
+		plan, err := p.cfg.Policy.Plan(now, n.info, routes, idx)
+		if err != nil {
+			p.log.Error("plan round", "node", id, "err", err)
+			continue
+		}
+		n.info.State = plan.State
+		for _, a := range plan.Actions {
+			rt := n.routes[a.Route.ID]
+			delete(n.routes, a.Route.ID)
+			idx.Remove(a.Route)
+			rt.Session.End = now
+			n.closed = appendBounded(n.closed, closedRoute{Action: a, At: now, Earned: rt.Earned}, maxClosed)
+			p.log.Warn("closing route", "node", id, "route", a.Route.ID, "user", a.Route.User,
+				"reason", string(a.Reason), "action", a.String())
+		}
+		if len(plan.Actions) > 0 {
+			n.lastPlan = &plan
+			n.info.LiveUsers = liveUsers(n)
+		}
+		if err := p.save(n); err != nil {
+			p.log.Error("saving node state", "node", id, "err", err)
+		}
+	}
+}
+
+// sessionPrice is what the route's user pays now; the locked price when
+// the history cannot say (it always can for sessions it locked).
+func (p *platform) sessionPrice(n *node, rt *route, now time.Time) pricing.Price {
+	if now.Before(rt.Session.Start) {
+		return rt.Session.Locked
+	}
+	pr, err := n.prices.SessionPrice(rt.Session, now)
+	if err != nil {
+		p.log.Error("session price", "node", n.info.ID, "route", rt.Route.ID, "err", err)
+		return rt.Session.Locked
+	}
+	return pr
+}
+
+func liveUsers(n *node) int {
+	users := map[string]bool{}
+	for _, rt := range n.routes {
+		users[rt.Route.User] = true
+	}
+	return len(users)
+}
+
+func appendBounded[T any](s []T, v T, max int) []T {
+	s = append(s, v)
+	if len(s) > max {
+		s = slices.Delete(s, 0, len(s)-max)
+	}
+	return s
+}
+
+// openRequest asks for a new route through a node.
+type openRequest struct {
+	Node string       `json:"node"`
+	User string       `json:"user"`
+	Key  string       `json:"key"`
+	Kind routing.Kind `json:"kind,omitempty"` // default own
+}
+
+// open sets up a route if the node is admitted: the session locks the
+// node's price now.
+func (p *platform) open(req openRequest) (route, error) {
+	if req.User == "" || req.Key == "" {
+		return route{}, fmt.Errorf("open route: user and key are required: %w", errBadInput)
+	}
+	if req.Kind == 0 {
+		req.Kind = routing.KindOwn
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.nodes[req.Node]
+	if n == nil || n.info.Role == 0 {
+		return route{}, fmt.Errorf("open route through %q: node %w", req.Node, errUnknown)
+	}
+	now := p.now()
+	if ok, why := p.cfg.Policy.Admit(n.info, now); !ok {
+		return route{}, admitError{node: req.Node, reason: why}
+	}
+	s, err := n.prices.Lock(now)
+	if err != nil {
+		return route{}, fmt.Errorf("open route through %s: %w: %w", req.Node, errBadInput, err)
+	}
+	n.nextRoute++
+	rt := &route{
+		Route: routing.Route{
+			ID: fmt.Sprintf("%s-%d", req.Node, n.nextRoute), User: req.User, Key: req.Key,
+			Node: req.Node, Country: n.info.Country, Price: int64(s.Locked), Kind: req.Kind, Start: now,
+		},
+		Session: s,
+	}
+	n.routes[rt.Route.ID] = rt
+	n.info.LiveUsers = liveUsers(n)
+	p.log.Info("route opened", "node", req.Node, "route", rt.Route.ID, "user", req.User, "price", s.Locked)
+	return *rt, p.save(n)
+}
+
+// admitError says why a node took nobody new.
+type admitError struct {
+	node   string
+	reason routing.Reason
+}
+
+func (e admitError) Error() string {
+	return fmt.Sprintf("node %s takes nobody new: %v", e.node, e.reason)
+}
+func (e admitError) Unwrap() error { return errNotAdmit }
+
+// trafficRequest records traffic a route carried.
+type trafficRequest struct {
+	Route string `json:"route"`
+	Bytes uint64 `json:"bytes"`
+}
+
+// traffic charges a route's traffic at its session's price now and marks
+// it in use. A closed route is not found: it earns nothing more.
+func (p *platform) traffic(req trafficRequest) (route, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range p.ids() {
+		n := p.nodes[id]
+		rt := n.routes[req.Route]
+		if rt == nil {
+			continue
+		}
+		now := p.now()
+		c, err := n.prices.Charge(rt.Session, []pricing.Usage{{At: now, Bytes: req.Bytes}})
+		if err != nil {
+			return route{}, fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
+		}
+		if rt.Earned, err = rt.Earned.Add(c); err != nil {
+			return route{}, fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
+		}
+		rt.Route.LastTraffic = now
+		rt.Route.Price = int64(p.sessionPrice(n, rt, now))
+		return *rt, p.save(n)
+	}
+	return route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
+}
+
+// priceRequest changes a node's asking price.
+type priceRequest struct {
+	Node  string        `json:"node"`
+	Price pricing.Price `json:"price"`
+}
+
+// setPrice records the node's new price from now on. Running sessions
+// keep their lock: a rise never reaches them, a drop once it has stood for
+// the window.
+func (p *platform) setPrice(req priceRequest) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.nodes[req.Node]
+	if n == nil || n.info.Role == 0 {
+		return fmt.Errorf("price of %q: node %w", req.Node, errUnknown)
+	}
+	if err := n.prices.Set(p.now(), req.Price); err != nil {
+		return fmt.Errorf("price of %s: %w: %w", req.Node, errBadInput, err)
+	}
+	n.info.Price = int64(req.Price)
+	p.log.Info("price changed", "node", req.Node, "price", req.Price)
+	return p.save(n)
+}
+
+// nodeView is what /nodes shows of a node.
+type nodeView struct {
+	ID            string             `json:"id"`
+	Registered    bool               `json:"registered"`
+	Role          string             `json:"role,omitempty"`
+	Country       string             `json:"country,omitempty"`
+	Paused        bool               `json:"paused"`
+	Overloaded    bool               `json:"overloaded"`
+	Since         time.Time          `json:"since,omitzero"`
+	OverloadEnded time.Time          `json:"overload_ended,omitzero"`
+	Findings      []overload.Finding `json:"findings"`
+	Admitted      bool               `json:"admitted"`
+	Reason        routing.Reason     `json:"reason,omitempty"`
+	Why           string             `json:"why,omitempty"`
+	MemoryPercent float64            `json:"memory_percent"`
+	LastReading   time.Time          `json:"last_reading,omitzero"`
+	Price         int64              `json:"price"`
+	MaxUsers      int                `json:"max_users"`
+	LiveUsers     int                `json:"live_users"`
+	Routes        []route            `json:"routes"`
+	PlanState     routing.NodeState  `json:"plan_state"`
+	LastPlan      *routing.Plan      `json:"last_plan,omitempty"`
+	Closed        []closedRoute      `json:"closed"`
+	Notices       int                `json:"notices"`
+	Events        []overload.Event   `json:"events"`
+}
+
+func (p *platform) views() []nodeView {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	out := make([]nodeView, 0, len(p.nodes))
+	for _, id := range p.ids() {
+		out = append(out, p.viewLocked(p.nodes[id], now))
+	}
+	return out
+}
+
+func (p *platform) view(id string) (nodeView, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.nodes[id]
+	if n == nil {
+		return nodeView{}, fmt.Errorf("node %q: %w", id, errUnknown)
+	}
+	return p.viewLocked(n, p.now()), nil
+}
+
+func (p *platform) viewLocked(n *node, now time.Time) nodeView {
+	ok, why := p.cfg.Policy.Admit(n.info, now)
+	v := nodeView{
+		ID: n.info.ID, Registered: n.info.Role != 0, Country: n.info.Country, Paused: n.info.Paused,
+		Overloaded: n.tracker.Overloaded(), Since: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
+		Findings: n.tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.info.MemoryPercent,
+		LastReading: n.tracker.LastReading(), Price: n.info.Price, MaxUsers: n.info.MaxUsers,
+		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,
+		Closed: slices.Clone(n.closed), Notices: len(n.notices), Events: n.tracker.Events(),
+		Routes: []route{},
+	}
+	if v.Findings == nil {
+		v.Findings = []overload.Finding{}
+	}
+	if v.Events == nil {
+		v.Events = []overload.Event{}
+	}
+	if v.Closed == nil {
+		v.Closed = []closedRoute{}
+	}
+	if why != "" {
+		v.Why = why.String()
+	}
+	if n.info.Role != 0 {
+		v.Role = n.info.Role.String()
+	}
+	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
+		rt := *n.routes[rid]
+		rt.Route.Price = int64(p.sessionPrice(n, &rt, now))
+		v.Routes = append(v.Routes, rt)
+	}
+	return v
+}
+
+// noticeView is one notice with its node, for /notices.
+func (p *platform) noticesAll() []overload.Notice {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := []overload.Notice{}
+	for _, id := range p.ids() {
+		out = append(out, p.nodes[id].notices...)
+	}
+	slices.SortStableFunc(out, func(a, b overload.Notice) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// plans returns each node's latest plan that closed something.
+func (p *platform) plans() []routing.Plan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := []routing.Plan{}
+	for _, id := range p.ids() {
+		if lp := p.nodes[id].lastPlan; lp != nil {
+			out = append(out, *lp)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b routing.Plan) int { return cmp.Compare(a.Node, b.Node) })
+	return out
+}

@@ -1,0 +1,412 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/routing"
+)
+
+const testToken = "s3cret"
+
+// clock is the platform's clock in these tests.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// testSeed is a fleet where the expected closures are known: on exit x1,
+// own routes idle for 3 h (r-idle3) and 5 h (r-idle5), a partner route idle
+// for 6 h (r-partner), a route in use whose user holds the same route
+// through x2 in DE for less (r-move), one whose alternative is in another
+// country (r-fr), and one that is its user's only route (r-only).
+func testSeed() *seedFile {
+	start := t0.Add(-8 * time.Hour)
+	route := func(id, user, key, node string, kind routing.Kind, idle time.Duration) routing.Route {
+		return routing.Route{ID: id, User: user, Key: key, Node: node, Kind: kind, Start: start, LastTraffic: t0.Add(-idle)}
+	}
+	return &seedFile{
+		Nodes: []routing.Node{
+			{ID: "x1", Role: routing.RoleExit, Country: "DE", Price: 100},
+			{ID: "x2", Role: routing.RoleExit, Country: "DE", Price: 80},
+			{ID: "f1", Role: routing.RoleExit, Country: "FR", Price: 50},
+		},
+		Routes: []routing.Route{
+			route("r-idle3", "u1", "vpn", "x1", routing.KindOwn, 3*time.Hour),
+			route("r-idle5", "u2", "vpn", "x1", routing.KindOwn, 5*time.Hour),
+			route("r-partner", "u3", "vpn", "x1", routing.KindPartner, 6*time.Hour),
+			route("r-move", "u4", "vpn", "x1", routing.KindOwn, time.Minute),
+			route("r-move-alt", "u4", "vpn", "x2", routing.KindOwn, time.Minute),
+			route("r-fr", "u5", "vpn", "x1", routing.KindOwn, time.Minute),
+			route("r-fr-alt", "u5", "vpn", "f1", routing.KindOwn, time.Minute),
+			route("r-only", "u6", "vpn", "x1", routing.KindOwn, time.Minute),
+		},
+	}
+}
+
+type testPlatform struct {
+	t     *testing.T
+	clock *clock
+	dir   string
+	p     *platform
+	srv   *httptest.Server
+}
+
+func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPlatform {
+	t.Helper()
+	p, err := newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t)}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p.handler(testToken))
+	t.Cleanup(srv.Close)
+	return &testPlatform{t: t, clock: c, dir: dir, p: p, srv: srv}
+}
+
+func (tp *testPlatform) do(method, path string, body any, out any) int {
+	tp.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			tp.t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, tp.srv.URL+path, rd)
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			tp.t.Fatalf("%s %s: %v: %s", method, path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// read sends a reading of node at the clock's time.
+func (tp *testPlatform) read(node string, mem float64) int {
+	tp.t.Helper()
+	return tp.do("POST", "/report", overload.Reading{Node: node, At: tp.clock.now(), MemoryUsedPercent: mem,
+		CPUs: 4, ConntrackMax: 262144}, nil)
+}
+
+func (tp *testPlatform) admit(node string) admitAnswer {
+	tp.t.Helper()
+	var a admitAnswer
+	if code := tp.do("GET", "/admit?node="+node, nil, &a); code != 200 {
+		tp.t.Fatalf("/admit?node=%s: %d", node, code)
+	}
+	return a
+}
+
+func (tp *testPlatform) node(id string) nodeView {
+	tp.t.Helper()
+	var v nodeView
+	if code := tp.do("GET", "/nodes/"+id, nil, &v); code != 200 {
+		tp.t.Fatalf("/nodes/%s: %d", id, code)
+	}
+	return v
+}
+
+func closedIDs(v nodeView) []string {
+	var ids []string
+	for _, c := range v.Closed {
+		ids = append(ids, c.Action.Route.ID+":"+string(c.Action.Reason))
+	}
+	return ids
+}
+
+// testLogger logs through t.Log, so a failing test shows the platform's log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, nil))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// TestOverloadLifecycle runs the seed's story with the seed's figures on a
+// fake clock: 3 of 5 readings over 90 % memory → overloaded, refused, one
+// notice, the longest-idle own route closed at once, the route in use with
+// a cheaper DE alternative moved after 15 minutes, nothing else; then the
+// overload ends and the node is admitted after the 10-minute cool-down.
+func TestOverloadLifecycle(t *testing.T) {
+	c := &clock{t: t0}
+	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+
+	if a := tp.admit("x1"); !a.Admit {
+		t.Fatalf("fresh node not admitted: %+v", a)
+	}
+	for i := range 3 {
+		if code := tp.read("x1", 95); code != 200 {
+			t.Fatalf("reading %d: status %d", i, code)
+		}
+		if a := tp.admit("x1"); a.Admit != (i < 2) {
+			t.Fatalf("after %d readings over 90 %%: admit %+v", i+1, a)
+		}
+		c.add(30 * time.Second)
+	}
+	if a := tp.admit("x1"); a.Reason != "overloaded" {
+		t.Fatalf("admit: %+v, want reason overloaded", a)
+	}
+	v := tp.node("x1")
+	if got, want := closedIDs(v), []string{"r-idle5:unused"}; !slices.Equal(got, want) {
+		t.Fatalf("closed at the start: %v, want %v", got, want)
+	}
+	// 15 minutes of readings every 30 s: the route in use goes at 15 min.
+	for range 30 {
+		if code := tp.read("x1", 95); code != 200 {
+			t.Fatalf("status %d", code)
+		}
+		c.add(30 * time.Second)
+	}
+	v = tp.node("x1")
+	if got, want := closedIDs(v), []string{"r-idle5:unused", "r-move:move"}; !slices.Equal(got, want) {
+		t.Fatalf("closed after 15 min: %v, want %v", got, want)
+	}
+	if v.LastPlan == nil || v.LastPlan.Actions[0].Keeps.ID != "r-move-alt" {
+		t.Fatalf("last plan: %+v, want the move keeping r-move-alt", v.LastPlan)
+	}
+	var notices []overload.Notice
+	tp.do("GET", "/notices", nil, &notices)
+	if len(notices) != 1 || notices[0].Node != "x1" || !strings.Contains(notices[0].Text, "memory at 95 %") {
+		t.Fatalf("notices: %+v, want one for x1 naming memory at 95 %%", notices)
+	}
+
+	// The overload ends after 3 readings under the limit (2 of 5 left).
+	for range 3 {
+		tp.read("x1", 40)
+		c.add(30 * time.Second)
+	}
+	if a := tp.admit("x1"); a.Admit || a.Reason != "cool-down" {
+		t.Fatalf("after the end: %+v, want cool-down", a)
+	}
+	c.add(10 * time.Minute)
+	if a := tp.admit("x1"); !a.Admit {
+		t.Fatalf("after the cool-down: %+v, want admitted", a)
+	}
+	v = tp.node("x1")
+	if len(v.Events) != 2 || v.Events[0].Kind != overload.Start || v.Events[1].Kind != overload.End {
+		t.Fatalf("events: %+v, want start and end", v.Events)
+	}
+	var routes []string
+	for _, r := range v.Routes {
+		routes = append(routes, r.Route.ID)
+	}
+	if want := []string{"r-fr", "r-idle3", "r-only", "r-partner"}; !slices.Equal(routes, want) {
+		t.Fatalf("routes left: %v, want %v", routes, want)
+	}
+
+	// A restart loses nothing.
+	tp2 := newTestPlatform(t, tp.dir, c, testSeed())
+	v2 := tp2.node("x1")
+	if !slices.Equal(closedIDs(v2), closedIDs(v)) || len(v2.Events) != 2 || v2.Notices != 1 || !tp2.admit("x1").Admit {
+		t.Fatalf("after restart: %+v", v2)
+	}
+	// and a new overload within the hour produces no second notice.
+	for range 3 {
+		tp2.read("x1", 95)
+		c.add(30 * time.Second)
+	}
+	tp2.do("GET", "/notices", nil, &notices)
+	if !tp2.node("x1").Overloaded || len(notices) != 1 {
+		t.Fatalf("second overload within the hour: overloaded %v, %d notices, want true and 1",
+			tp2.node("x1").Overloaded, len(notices))
+	}
+}
+
+// TestReportAnswers checks the status codes the agent's retry rules rely on.
+func TestReportAnswers(t *testing.T) {
+	c := &clock{t: t0}
+	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	r := overload.Reading{Node: "x1", At: t0, MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1}
+	post := func(token string, body []byte) int {
+		req, _ := http.NewRequest("POST", tp.srv.URL+"/report", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	good, _ := json.Marshal(r)
+	older := r
+	older.At = t0.Add(-time.Second)
+	old, _ := json.Marshal(older)
+	bad := bytes.Replace(good, []byte(`"memory_used_percent":95`), []byte(`"memory_used_percent":120`), 1)
+	other := r
+	other.Node = "../etc"
+	evil, _ := json.Marshal(other)
+	for _, tc := range []struct {
+		name  string
+		token string
+		body  []byte
+		want  int
+	}{
+		{"wrong token", "nope", good, 401},
+		{"first", testToken, good, 200},
+		{"same again: a retry", testToken, good, 200},
+		{"older", testToken, old, 409},
+		{"memory above 100 %", testToken, bad, 400},
+		{"not JSON", testToken, []byte("{"), 400},
+		{"no version", testToken, []byte(`{"node":"x1","at":"2026-11-30T13:00:00Z"}`), 400},
+		{"node name not a file name", testToken, evil, 400},
+	} {
+		if got := post(tc.token, tc.body); got != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	if got := len(tp.node("x1").Events); got != 0 {
+		t.Fatalf("events %d after one reading", got)
+	}
+	if tr := tp.p.nodes["x1"].tracker; !tr.LastReading().Equal(t0) {
+		t.Fatalf("tracker's latest reading %v, want %v (only one counted)", tr.LastReading(), t0)
+	}
+	// An unknown node is tracked but not planned.
+	if code := tp.read("new-node", 50); code != 200 {
+		t.Fatalf("unknown node: %d", code)
+	}
+	if v := tp.node("new-node"); v.Registered || !v.Admitted {
+		t.Fatalf("unknown node: %+v", v)
+	}
+	if code := tp.do("GET", "/admit?node=nobody", nil, nil); code != 404 {
+		t.Fatalf("admit of a node never seen: %d, want 404", code)
+	}
+}
+
+// TestPricing: a route opened on an admitted node locks the price; a rise
+// does not reach it, a drop does once it has stood 3 hours; traffic is
+// charged at the session's price then; a refused node opens nothing.
+func TestPricing(t *testing.T) {
+	c := &clock{t: t0}
+	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	var rt route
+	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
+		t.Fatalf("open: %d", code)
+	}
+	if rt.Session.Locked != 80 || rt.Route.Country != "DE" {
+		t.Fatalf("opened %+v, want locked at 80 in DE", rt)
+	}
+	c.add(time.Minute)
+	tp.do("POST", "/price", priceRequest{Node: "x2", Price: 120}, nil) // a rise
+	c.add(time.Minute)
+	tp.do("POST", "/price", priceRequest{Node: "x2", Price: 40}, nil) // a drop
+	charge := func() route {
+		var got route
+		if code := tp.do("POST", "/traffic", trafficRequest{Route: rt.Route.ID, Bytes: 2e9}, &got); code != 200 {
+			t.Fatalf("traffic: %d", code)
+		}
+		return got
+	}
+	if got := charge(); got.Earned.Total != 160 || got.Route.Price != 80 {
+		t.Fatalf("2 GB at once: earned %d at price %d, want 160 at 80", got.Earned.Total, got.Route.Price)
+	}
+	c.add(3 * time.Hour)
+	if got := charge(); got.Earned.Total != 160+80 || got.Route.Price != 40 {
+		t.Fatalf("2 GB 3 h after the drop: earned %d at price %d, want 240 at 40", got.Earned.Total, got.Route.Price)
+	}
+	// Overload x2: it opens nothing more.
+	for range 3 {
+		tp.read("x2", 95)
+		c.add(30 * time.Second)
+	}
+	code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u10", Key: "vpn"}, nil)
+	if code != http.StatusConflict {
+		t.Fatalf("open on an overloaded node: %d, want 409", code)
+	}
+	if code := tp.do("POST", "/traffic", trafficRequest{Route: "nope", Bytes: 1}, nil); code != 404 {
+		t.Fatalf("traffic of an unknown route: %d", code)
+	}
+}
+
+// TestStateFiles: one file per node, valid JSON, and a broken file stops
+// the start rather than losing the node silently.
+func TestStateFiles(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: t0}
+	newTestPlatform(t, dir, c, testSeed())
+	names, _ := filepath.Glob(filepath.Join(dir, "*"))
+	var base []string
+	for _, n := range names {
+		base = append(base, filepath.Base(n))
+	}
+	if want := []string{"f1.json", "x1.json", "x2.json"}; !slices.Equal(base, want) {
+		t.Fatalf("state files %v, want %v", base, want)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "x1.json"), []byte(`{"v":1,`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newPlatform(config{StateDir: dir, Now: c.now}, nil); err == nil || !strings.Contains(err.Error(), "x1.json") {
+		t.Fatalf("broken state file: err %v, want one naming x1.json", err)
+	}
+}
+
+func TestSeedErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*seedFile)
+		want string
+	}{
+		{"route of an unlisted node", func(s *seedFile) { s.Routes[0].Node = "zz" }, `routes of node "zz"`},
+		{"country mismatch", func(s *seedFile) { s.Routes[0].Country = "FR" }, "country"},
+		{"no role", func(s *seedFile) { s.Nodes[0].Role = 0 }, "role"},
+		{"duplicate route", func(s *seedFile) { s.Routes[1].ID = s.Routes[0].ID }, "twice"},
+		{"bad node name", func(s *seedFile) { s.Nodes[0].ID = "a/b" }, "node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testSeed()
+			tc.edit(s)
+			_, err := newPlatform(config{StateDir: t.TempDir(), Now: (&clock{t: t0}).now}, s)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(t.Context(), []string{"-h"}, &out); code != 0 || !strings.Contains(out.String(), "-cool-down") {
+		t.Fatalf("-h: exit %d, output %q", code, out.String())
+	}
+	for _, args := range [][]string{{}, {"-token-file", "/nonexistent"}, {"-token-file", "x", "-plan-every", "0s"}, {"extra"}} {
+		out.Reset()
+		if code := run(t.Context(), args, &out); code != 2 {
+			t.Errorf("%q: exit %d, want 2; %s", args, code, out.String())
+		}
+	}
+	o, err := parseFlags([]string{"-token-file", "t", "-cool-down", "0s"}, io.Discard)
+	if err != nil || o.cfg.Policy.CoolDown >= 0 {
+		t.Fatalf("-cool-down 0: %v %v, want no cool-down", o.cfg.Policy.CoolDown, err)
+	}
+}

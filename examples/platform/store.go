@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/pricing"
+	"github.com/proofkit/nodekit/routing"
+)
+
+// fileVersion is the version of a node file's layout.
+const fileVersion = 1
+
+// nodeFile is one node's file in the state directory: <id>.json.
+type nodeFile struct {
+	V             int               `json:"v"`
+	ID            string            `json:"id"`
+	Role          string            `json:"role,omitempty"` // "" while not registered
+	Country       string            `json:"country,omitempty"`
+	Paused        bool              `json:"paused,omitempty"`
+	MaxUsers      int               `json:"max_users,omitempty"`
+	MemoryPercent float64           `json:"memory_percent"`
+	OverloadEnded time.Time         `json:"overload_ended,omitzero"`
+	PlanState     routing.NodeState `json:"plan_state"`
+	Tracker       json.RawMessage   `json:"tracker"`
+	Prices        json.RawMessage   `json:"prices"`
+	Routes        []route           `json:"routes"`
+	Closed        []closedRoute     `json:"closed,omitempty"`
+	Notices       []overload.Notice `json:"notices,omitempty"`
+	LastPlan      *routing.Plan     `json:"last_plan,omitempty"`
+	LastReading   *overload.Reading `json:"last_reading,omitempty"`
+	NextRoute     int               `json:"next_route"`
+}
+
+func (p *platform) path(id string) string {
+	return filepath.Join(p.cfg.StateDir, id+".json")
+}
+
+// save writes n's file if it changed: temp file in the same directory,
+// fsync, rename, fsync of the directory. A reader (or a crash) sees the
+// old file or the new one, never half of one.
+func (p *platform) save(n *node) error {
+	f := nodeFile{
+		V: fileVersion, ID: n.info.ID, Country: n.info.Country, Paused: n.info.Paused,
+		MaxUsers: n.info.MaxUsers, MemoryPercent: n.info.MemoryPercent, OverloadEnded: n.info.OverloadEnded,
+		PlanState: n.info.State, Closed: n.closed, Notices: n.notices, LastPlan: n.lastPlan,
+		LastReading: n.lastRead, NextRoute: n.nextRoute, Routes: []route{},
+	}
+	if n.info.Role != 0 {
+		f.Role = n.info.Role.String()
+	}
+	var err error
+	if f.Tracker, err = json.Marshal(n.tracker); err != nil {
+		return fmt.Errorf("save node %s: tracker: %w", n.info.ID, err)
+	}
+	if f.Prices, err = json.Marshal(n.prices); err != nil {
+		return fmt.Errorf("save node %s: prices: %w", n.info.ID, err)
+	}
+	for _, id := range sortedKeys(n.routes) {
+		f.Routes = append(f.Routes, *n.routes[id])
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save node %s: %w", n.info.ID, err)
+	}
+	if bytes.Equal(b, n.savedBytes) {
+		return nil
+	}
+	if err := writeAtomic(p.path(n.info.ID), b); err != nil {
+		return fmt.Errorf("save node %s: %w", n.info.ID, err)
+	}
+	n.savedBytes = b
+	return nil
+}
+
+func writeAtomic(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// load reads every node file in the state directory, creating it if
+// missing. A file that cannot be read back stops the start: losing a
+// node's state silently is what the directory is there to prevent.
+func (p *platform) load() error {
+	if p.cfg.StateDir == "" {
+		return errors.New("state directory: none given")
+	}
+	if err := os.MkdirAll(p.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	names, err := filepath.Glob(filepath.Join(p.cfg.StateDir, "*.json"))
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	for _, name := range names {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("load %s: %w", name, err)
+		}
+		n, err := p.decodeNode(b)
+		if err != nil {
+			return fmt.Errorf("load %s: %w", name, err)
+		}
+		if want := strings.TrimSuffix(filepath.Base(name), ".json"); n.info.ID != want {
+			return fmt.Errorf("load %s: holds node %q", name, n.info.ID)
+		}
+		n.savedBytes = b
+		p.nodes[n.info.ID] = n
+	}
+	if len(names) > 0 {
+		p.log.Info("state loaded", "dir", p.cfg.StateDir, "nodes", len(names))
+	}
+	return nil
+}
+
+func (p *platform) decodeNode(b []byte) (*node, error) {
+	var f nodeFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, err
+	}
+	if f.V != fileVersion {
+		return nil, fmt.Errorf("version %d: want %d", f.V, fileVersion)
+	}
+	if err := checkNodeID(f.ID); err != nil {
+		return nil, err
+	}
+	tr, err := overload.RestoreTracker(f.Tracker, p.cfg.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("tracker: %w", err)
+	}
+	h, err := pricing.NewHistory(p.cfg.Prices)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.UnmarshalJSON(f.Prices); err != nil {
+		return nil, fmt.Errorf("prices: %w", err)
+	}
+	n := &node{
+		info: routing.Node{
+			ID: f.ID, Country: f.Country, Paused: f.Paused, MaxUsers: f.MaxUsers,
+			MemoryPercent: f.MemoryPercent, OverloadedSince: tr.Since(), OverloadEnded: f.OverloadEnded,
+			State: f.PlanState,
+		},
+		tracker: tr, prices: h, routes: map[string]*route{},
+		closed: f.Closed, notices: f.Notices, lastPlan: f.LastPlan, lastRead: f.LastReading,
+		nextRoute: f.NextRoute,
+	}
+	if f.Role != "" {
+		if err := n.info.Role.UnmarshalText([]byte(f.Role)); err != nil {
+			return nil, err
+		}
+	}
+	if ch := h.Changes(); len(ch) > 0 {
+		n.info.Price = int64(ch[len(ch)-1].Price)
+	}
+	for _, rt := range f.Routes {
+		if rt.Route.Node != f.ID || rt.Route.ID == "" {
+			return nil, fmt.Errorf("route %q: of node %q", rt.Route.ID, rt.Route.Node)
+		}
+		n.routes[rt.Route.ID] = &rt
+	}
+	n.info.LiveUsers = liveUsers(n)
+	return n, nil
+}
+
+// seedFile is the route table the platform starts from: nodes and their
+// routes. Nodes the state directory already holds keep their state; the
+// seed only adds nodes it does not hold (or registers a node that so far
+// only reported).
+type seedFile struct {
+	Nodes  []routing.Node  `json:"nodes"`
+	Routes []routing.Route `json:"routes"`
+}
+
+func readSeed(path string) (*seedFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("route table: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var s seedFile
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("route table %s: %w", path, err)
+	}
+	return &s, nil
+}
+
+// applySeed adds the seed's nodes and routes. Each node's price history
+// starts with its seed price at its oldest route's start (or now), and
+// each route's session locks it at the route's start.
+func (p *platform) applySeed(s *seedFile, now time.Time) error {
+	byNode := map[string][]routing.Route{}
+	seen := map[string]bool{}
+	for _, r := range s.Routes {
+		if r.ID == "" || seen[r.ID] {
+			return fmt.Errorf("route table: route %q: empty or listed twice: %w", r.ID, errBadInput)
+		}
+		seen[r.ID] = true
+		byNode[r.Node] = append(byNode[r.Node], r)
+	}
+	known := map[string]bool{}
+	for _, sn := range s.Nodes {
+		if err := checkNodeID(sn.ID); err != nil {
+			return fmt.Errorf("route table: %w", err)
+		}
+		if known[sn.ID] {
+			return fmt.Errorf("route table: node %s listed twice: %w", sn.ID, errBadInput)
+		}
+		known[sn.ID] = true
+		if sn.Role != routing.RoleEntry && sn.Role != routing.RoleExit {
+			return fmt.Errorf("route table: node %s: role must be entry or exit: %w", sn.ID, errBadInput)
+		}
+		if sn.Price < 0 {
+			return fmt.Errorf("route table: node %s: negative price: %w", sn.ID, errBadInput)
+		}
+		n := p.nodes[sn.ID]
+		if n != nil && n.info.Role != 0 {
+			continue // the state directory holds it: state wins
+		}
+		if n == nil {
+			var err error
+			if n, err = p.newNode(sn.ID); err != nil {
+				return err
+			}
+		}
+		n.info.Role, n.info.Country, n.info.Paused, n.info.MaxUsers = sn.Role, sn.Country, sn.Paused, sn.MaxUsers
+		n.info.Price = sn.Price
+		routes := byNode[sn.ID]
+		from := now
+		for _, r := range routes {
+			if r.Start.IsZero() {
+				return fmt.Errorf("route table: route %s: no start: %w", r.ID, errBadInput)
+			}
+			from = minTime(from, r.Start)
+		}
+		if ch := n.prices.Changes(); len(ch) == 0 {
+			if err := n.prices.Set(from, pricing.Price(sn.Price)); err != nil {
+				return fmt.Errorf("route table: node %s: %w", sn.ID, err)
+			}
+		}
+		for _, r := range routes {
+			if r.Country == "" {
+				r.Country = sn.Country
+			}
+			if r.Country != sn.Country {
+				return fmt.Errorf("route table: route %s: country %q, but node %s is in %q: %w", r.ID, r.Country, sn.ID, sn.Country, errBadInput)
+			}
+			if r.Kind == 0 {
+				r.Kind = routing.KindOwn
+			}
+			if r.User == "" || r.Key == "" {
+				return fmt.Errorf("route table: route %s: user and key are required: %w", r.ID, errBadInput)
+			}
+			sess, err := n.prices.Lock(r.Start)
+			if err != nil {
+				return fmt.Errorf("route table: route %s: %w", r.ID, err)
+			}
+			r.Price = int64(sess.Locked)
+			n.routes[r.ID] = &route{Route: r, Session: sess}
+		}
+		n.info.LiveUsers = liveUsers(n)
+		p.nodes[sn.ID] = n
+	}
+	for id := range byNode {
+		if !known[id] {
+			return fmt.Errorf("route table: routes of node %q, which it does not list: %w", id, errBadInput)
+		}
+	}
+	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
