@@ -265,6 +265,25 @@ func TestUnusedBudgetIsCapped(t *testing.T) {
 	}
 }
 
+// A budget of several routes closes the longest unused ones, in order.
+func TestUnusedLongestFirst(t *testing.T) {
+	for _, tokens := range []float64{1, 3, 7, 20} {
+		rs := unusedRoutes(400, "de-1", t0.Add(-3*time.Hour)) // the cap: 20
+		slices.Reverse(rs)                                    // oldest first in the input, to show the order is Plan's
+		rs = append(rs[200:], rs[:200]...)
+		n := exitNode(0, 50)
+		n.State = routing.NodeState{UnusedTokens: tokens, UnusedAccrued: t0, PlannedAt: t0}
+		p := mustPlan(t, routing.Policy{}, t0, n, rs, nil)
+		var want []string
+		for i := range int(tokens) {
+			want = append(want, fmt.Sprintf("de-1-%04d:unused", 399-i))
+		}
+		if got := ids(p); !slices.Equal(got, want) {
+			t.Errorf("%v tokens: closed %v, want %v", tokens, got, want)
+		}
+	}
+}
+
 // The budget grows only while the node is an overloaded exit: a quiet
 // spell between two overloads adds nothing.
 func TestUnusedBudgetPausesBetweenOverloads(t *testing.T) {

@@ -229,6 +229,48 @@ func checkPlan(t *rapid.T, pn *propNode, n routing.Node, now time.Time, in, all 
 	if moves > 1 {
 		t.Fatalf("%s: %d routes in use closed in one plan", where, moves)
 	}
+	// Order: unused routes longest unused first, and none left behind that
+	// was unused longer than one closed; the route moved is the one that
+	// moved traffic least recently among those with an alternative.
+	var oldestClosed time.Duration = -1
+	for i, a := range p.Actions {
+		if a.Reason == routing.ReasonMove {
+			continue
+		}
+		if i > 0 && a.SinceTraffic > p.Actions[i-1].SinceTraffic {
+			t.Fatalf("%s: %s (%v) closed after %s (%v)", where, a.Route.ID, a.SinceTraffic, p.Actions[i-1].Route.ID, p.Actions[i-1].SinceTraffic)
+		}
+		if oldestClosed < 0 || a.SinceTraffic < oldestClosed {
+			oldestClosed = a.SinceTraffic
+		}
+	}
+	for _, r := range in {
+		since := now.Sub(lastUse(r))
+		if seen[r.ID] || since < unusedAfter {
+			continue
+		}
+		if oldestClosed >= 0 && since > oldestClosed && (n.Paused || r.Kind == routing.KindOwn) {
+			t.Fatalf("%s: kept %s (unused %v), closed one unused %v", where, r.ID, since, oldestClosed)
+		}
+	}
+	for _, a := range p.Actions {
+		if a.Reason != routing.ReasonMove {
+			continue
+		}
+		for _, r := range in {
+			if r.ID == a.Route.ID || seen[r.ID] || now.Sub(lastUse(r)) >= unusedAfter || (r.Kind != routing.KindOwn && !n.Paused) {
+				continue
+			}
+			if lastUse(r).Before(lastUse(a.Route)) {
+				for _, o := range all {
+					if !closed[o.ID] && routing.IsAlternative(r, o) {
+						t.Fatalf("%s: moved %s (traffic %v ago) before %s (traffic %v ago), which has alternative %s",
+							where, a.Route.ID, a.SinceTraffic, r.ID, now.Sub(lastUse(r)), o.ID)
+					}
+				}
+			}
+		}
+	}
 	if n.Paused {
 		for _, r := range in {
 			if now.Sub(lastUse(r)) >= unusedAfter && !seen[r.ID] {
