@@ -97,30 +97,58 @@ func parseListener(b []byte) (overload.Listener, error) {
 }
 
 // listeners returns the TCP listeners of the calling thread's network
-// namespace, IPv4 then IPv6, through req (listenRequest unless a test
-// swaps it).
-func listeners(ctx context.Context, deadline time.Time, req func(family uint8) netlink.Message) ([]overload.Listener, error) {
+// namespace (at most maxListeners, the fullest) and how many there are,
+// asking through req (listenRequest unless a test swaps it).
+func listeners(ctx context.Context, deadline time.Time, req func(family uint8) netlink.Message) (shown []overload.Listener, total int, err error) {
 	c, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, nil)
 	if err != nil {
-		return nil, fmt.Errorf("inet_diag: dial: %w", err)
+		return nil, 0, fmt.Errorf("inet_diag: dial: %w", err)
 	}
 	defer c.Close()
 	var out []overload.Listener
 	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		msgs, err := exchange(ctx, c, deadline, req(fam))
+		if err != nil && fam == unix.AF_INET6 && ctxDone(ctx) == nil &&
+			(errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EINVAL)) {
+			break // a kernel without IPv6 has no IPv6 listeners
+		}
 		if err != nil {
-			return nil, fmt.Errorf("inet_diag: family %d: %w", fam, err)
+			return nil, 0, fmt.Errorf("inet_diag: family %d: %w", fam, err)
 		}
 		for _, m := range msgs {
 			l, err := parseListener(m.Data)
 			if err != nil {
-				return nil, fmt.Errorf("inet_diag: %w", err)
+				return nil, 0, fmt.Errorf("inet_diag: %w", err)
 			}
 			out = append(out, l)
 		}
 	}
-	slices.SortFunc(out, func(a, b overload.Listener) int { return strings.Compare(a.Addr, b.Addr) })
-	return out, nil
+	return fullest(out, maxListeners), len(out), nil
+}
+
+// maxListeners caps the listeners in a reading, which goes over the wire
+// every 30 s; a node with more keeps the fullest.
+const maxListeners = 1024
+
+// fullest returns at most n listeners, the fullest accept queues first
+// chosen, sorted by address.
+func fullest(ls []overload.Listener, n int) []overload.Listener {
+	if len(ls) > n {
+		slices.SortFunc(ls, func(a, b overload.Listener) int {
+			// Compare queue/backlog fill without division: a.Q/a.B vs b.Q/b.B.
+			fa, fb := uint64(a.Queue)*uint64(max(b.Backlog, 1)), uint64(b.Queue)*uint64(max(a.Backlog, 1))
+			switch {
+			case fa > fb:
+				return -1
+			case fa < fb:
+				return 1
+			}
+			return strings.Compare(a.Addr, b.Addr)
+		})
+		ls = ls[:n]
+	}
+	slices.SortFunc(ls, func(a, b overload.Listener) int { return strings.Compare(a.Addr, b.Addr) })
+	return ls
 }
 
 // linkSample is one link's counters from netlink.

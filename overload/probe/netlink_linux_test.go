@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -133,6 +134,24 @@ func TestParseLink(t *testing.T) {
 		if got.counted() != tt.counted {
 			t.Errorf("%s: counted = %v, want %v", tt.name, got.counted(), tt.counted)
 		}
+	}
+}
+
+func TestFullest(t *testing.T) {
+	ls := []overload.Listener{
+		{Addr: "d:1", Queue: 0, Backlog: 10},
+		{Addr: "c:1", Queue: 5, Backlog: 10},
+		{Addr: "b:1", Queue: 2, Backlog: 1},
+		{Addr: "a:1", Queue: 1, Backlog: 100},
+		{Addr: "e:1", Queue: 3, Backlog: 0},
+	}
+	got := fullest(slices.Clone(ls), 3)
+	want := []overload.Listener{ls[2], ls[1], ls[4]} // half full, over full, 3 on a 0 backlog; by address
+	if !slices.Equal(got, want) {
+		t.Fatalf("fullest = %+v, want %+v", got, want)
+	}
+	if got := fullest(slices.Clone(ls), 10); len(got) != 5 || got[0].Addr != "a:1" || got[4].Addr != "e:1" {
+		t.Fatalf("fullest under the cap = %+v, want all five by address", got)
 	}
 }
 

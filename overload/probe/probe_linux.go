@@ -205,6 +205,9 @@ func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
 	if ns.diagErr != nil {
 		acc.note("listeners: %v", ns.diagErr)
 	}
+	if ns.listenersSeen > len(ns.listeners) {
+		acc.note("listeners: the %d fullest of %d shown", len(ns.listeners), ns.listenersSeen)
+	}
 	r.Listeners = ns.listeners
 	switch {
 	case ns.netstatErr != nil:
@@ -379,10 +382,11 @@ type netSample struct {
 	ctDropsErr     error
 	ctDropsNote    string
 
-	listenDrops uint64
-	netstatErr  error
-	listeners   []overload.Listener
-	diagErr     error
+	listenDrops   uint64
+	netstatErr    error
+	listeners     []overload.Listener
+	listenersSeen int
+	diagErr       error
 
 	links    []linkSample
 	linksErr error
@@ -491,7 +495,7 @@ func (p *Probe) readNet(ctx context.Context, deadline time.Time) netSample {
 		}
 	}
 	if ctxDone(ctx) == nil {
-		ns.listeners, ns.diagErr = listeners(ctx, deadline, p.listenRequest)
+		ns.listeners, ns.listenersSeen, ns.diagErr = listeners(ctx, deadline, p.listenRequest)
 	}
 	if ctxDone(ctx) == nil {
 		ns.links, ns.linksErr = links(ctx, deadline)
