@@ -28,6 +28,11 @@
 //     on either role, at once; above 80 % memory routes in use are moved
 //     as above, without waiting 15 minutes.
 //
+// A node's overload comes from the overload package: [Node.SetOverload]
+// copies a Tracker's start, its latest end and the latest reading's memory
+// into a Node. The Node keeps them as plain fields, so a platform that
+// stores overload state its own way fills them itself.
+//
 // Readings of the seed where it is silent or could be read two ways:
 //
 //   - "A user's only route through your node is not closed" stands in the
