@@ -2,7 +2,7 @@
 // stays a thin binary and other services can embed the agent.
 //
 // An Agent takes a reading of its node every interval (30 s by default)
-// from a Source (an *probe.Probe on Linux), evaluates it with an
+// from a Source (a *probe.Probe on Linux), evaluates it with an
 // overload.Tracker ("3 of 5 readings"), logs each overload start and end
 // and each notice, and keeps the tracker's state in a state directory, so
 // that a restart neither forgets an overload nor sends a second notice
