@@ -314,6 +314,51 @@ func TestReadingsReachThePlatformThroughAnOutage(t *testing.T) {
 	}
 }
 
+// TestQueueOverflowDropsOldest: with the platform down past the queue's
+// bound, the oldest reports are dropped, counted and logged, and the
+// newest reach the platform, in order, when it is back.
+func TestQueueOverflowDropsOldest(t *testing.T) {
+	dir := node(t, agenttest.Node{MemoryUsedPercent: 40})
+	plat := newPlatform(t)
+	plat.down()
+	a := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", t.TempDir(), "-queue-max", "3",
+		"-report-url", "http://"+plat.addr+"/readings", "-token-file", tokenFile(t))
+	waitFor(t, "two overflows", func() bool { return a.count("report queue full; dropped the oldest reports") >= 2 })
+	plat.up()
+	waitFor(t, "the queue drained", func() bool {
+		n := len(plat.readings())
+		return n >= 3 && n+a.count("report queue full; dropped the oldest reports") >= a.count("reading")
+	})
+	resp, err := http.Get(a.url("/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped float64
+	for _, m := range fams["proofkit_agent_reports_dropped_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "reason" && l.GetValue() == "overflow" {
+				dropped = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if dropped < 2 {
+		t.Errorf("reports dropped on overflow = %v, want at least 2", dropped)
+	}
+	a.stop()
+	got := plat.readings()
+	for i := 1; i < len(got); i++ {
+		if !got[i].At.After(got[i-1].At) {
+			t.Fatalf("reading %d is not after reading %d", i, i-1)
+		}
+	}
+}
+
 // TestRestartKeepsOverload: the node is driven into overload by rewriting
 // meminfo; after a restart the agent is still overloaded since the same
 // time and sends no second notice; the overload then ends.
