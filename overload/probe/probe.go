@@ -11,6 +11,12 @@ type Config struct {
 	// ProcRoot is where procfs is mounted; "" means "/proc". An agent in a
 	// container reads the host's memory and load from a bind mount of the
 	// host's /proc (e.g. "/host/proc").
+	//
+	// The network files under it (/proc/sys/net/netfilter, the thread's
+	// net/netstat and net/stat/nf_conntrack) show the network namespace of
+	// the thread that opens them, whatever the mount: to read the host's
+	// from a container without host networking, set NetNS too (e.g.
+	// "/host/proc/1/ns/net").
 	ProcRoot string
 
 	// SysRoot is where sysfs is mounted; "" means "/sys". Link speeds are
@@ -24,7 +30,9 @@ type Config struct {
 	// NetNS is the path of a network namespace to read the network
 	// sources from: conntrack, listen queues and links, e.g.
 	// "/var/run/netns/x" or "/proc/PID/ns/net". "" means the caller's.
-	// Entering a namespace needs CAP_SYS_ADMIN.
+	// Each Read enters it on a thread of its own, which is thrown away
+	// afterwards. Entering a namespace needs CAP_SYS_ADMIN; without it the
+	// network inputs are missing from every reading, with a note.
 	NetNS string
 
 	// LinkSpeedMbps holds operator-given link speeds in Mbit/s, by link
