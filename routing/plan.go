@@ -81,7 +81,7 @@ type Plan struct {
 //     (2 h) are closed, longest unused first, within a budget of
 //     UnusedPerHour (5 %) of the node's sessions (len(routes)) an hour. The
 //     budget is a token bucket in n.State: it starts with one token, grows
-//     only while this rule applies, holds at most one hour's worth (at
+//     only while this rule applies (an overloaded exit, not paused), holds at most one hour's worth (at
 //     least one token), and is spent one token per closed route. So
 //     calling Plan every second closes no more than calling it every five
 //     minutes or every hour. Partner and extra-link routes are left.
@@ -93,16 +93,16 @@ type Plan struct {
 //     MoveMemoryPercent (80), at most one route is closed per MoveEvery
 //     (5 min), and only a route for which alts returns an alternative (see
 //     [IsAlternative]). The one chosen is the one that moved traffic least
-//     recently (then the older, then by ID). On a node that is overloaded
+//     recently (then by ID). On a node that is overloaded
 //     but not paused only users' own routes are moved, since partner and
 //     extra-link routes "would be set up again on the same node"; a paused
 //     node moves routes of any kind.
 //
 // A route in use without an alternative — its user's only route — is never
-// closed. Plan does not modify routes. Between plans of different nodes
-// the platform must carry out (or at least record, e.g. [Index.Remove])
-// the closures, or two nodes may each close the route the other counted
-// on.
+// closed. Plan does not modify routes, and takes route IDs as unique.
+// Between plans of different nodes the platform must carry out (or at
+// least record, e.g. [Index.Remove]) the closures, or two nodes may each
+// close the route the other counted on.
 func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (Plan, error) {
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
@@ -119,16 +119,25 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 			n.ID, now, st.PlannedAt, ErrOutOfOrder)
 	}
 	pl := planner{p: p, now: now, n: &n, routes: routes}
-	unusedRule := n.Paused || (n.Overloaded() && n.Role == RoleExit)
+	// The unused budget of an overloaded exit: how many may go now.
+	budget := 0
+	if !n.Paused && n.Overloaded() && n.Role == RoleExit {
+		st.UnusedTokens = p.refill(st.UnusedTokens, st.UnusedAccrued, n.OverloadedSince, now, len(routes))
+		st.UnusedAccrued = now
+		// The epsilon absorbs the rounding of many small additions, so
+		// that twelve 30-second rounds at ten an hour make one token.
+		budget = int(st.UnusedTokens + 1e-9)
+	}
 	moves := alts != nil && pl.movesAllowed() && (st.LastMove.IsZero() || now.Sub(st.LastMove) >= p.moveEvery())
-	if err := pl.collect(unusedRule, moves); err != nil {
+	if err := pl.collect(n.Paused || budget > 0, moves); err != nil {
 		return Plan{}, err
 	}
 	switch {
 	case n.Paused:
 		pl.drain()
-	case unusedRule:
-		st.UnusedTokens, st.UnusedAccrued = pl.closeUnused(st.UnusedTokens, st.UnusedAccrued)
+	case budget > 0:
+		closed := pl.closeUnused(budget)
+		st.UnusedTokens = max(0, st.UnusedTokens-float64(closed))
 	}
 	if moves {
 		moved, err := pl.move(alts)
@@ -151,7 +160,7 @@ func (n *Node) validate() error {
 		return fmt.Errorf("routing: node %q: role %v is neither entry nor exit: %w", n.ID, n.Role, ErrInvalid)
 	case math.IsNaN(n.MemoryPercent) || n.MemoryPercent < 0 || n.MemoryPercent > 100:
 		return fmt.Errorf("routing: node %q: memory at %v %%, want 0 to 100: %w", n.ID, n.MemoryPercent, ErrInvalid)
-	case math.IsNaN(n.State.UnusedTokens) || n.State.UnusedTokens < 0:
+	case math.IsNaN(n.State.UnusedTokens) || math.IsInf(n.State.UnusedTokens, 0) || n.State.UnusedTokens < 0:
 		return fmt.Errorf("routing: node %q: state holds %v unused tokens: %w", n.ID, n.State.UnusedTokens, ErrInvalid)
 	}
 	return nil
@@ -200,17 +209,17 @@ type candidate struct {
 	last int64
 }
 
-// collect checks every route and sorts the candidates out: unused routes
-// the node's unused rule may close (any kind on a paused node, users' own
-// otherwise), and routes in use that may be moved (users' own unless the
-// node is paused).
-func (pl *planner) collect(unusedRule, moves bool) error {
+// collect checks every route and sorts the candidates out: if unused,
+// unused routes the node's unused rule may close (any kind on a paused
+// node, users' own otherwise); if moves, routes in use that may be moved
+// (users' own unless the node is paused).
+func (pl *planner) collect(unused, moves bool) error {
 	n := len(pl.routes)
 	if n > math.MaxInt32 {
 		return fmt.Errorf("routing: plan node %q: %d routes, more than one node can hold: %w", pl.n.ID, n, ErrInvalid)
 	}
 	var buf []candidate
-	if unusedRule || moves {
+	if unused || moves {
 		buf = make([]candidate, n)
 	}
 	cut := pl.now.Add(-pl.p.unusedAfter()).UnixNano()
@@ -226,7 +235,7 @@ func (pl *planner) collect(unusedRule, moves bool) error {
 		c := candidate{int32(i), r.lastUse().UnixNano()}
 		switch {
 		case c.last <= cut:
-			if unusedRule && (pl.n.Paused || r.Kind == KindOwn) {
+			if unused && (pl.n.Paused || r.Kind == KindOwn) {
 				buf[u] = c
 				u++
 			}
@@ -266,26 +275,30 @@ func (pl *planner) drain() {
 	}
 }
 
-// closeUnused spends the unused-route budget of an overloaded exit and
-// returns the bucket's new level and accrual time.
-func (pl *planner) closeUnused(tokens float64, accrued time.Time) (float64, time.Time) {
-	sessions := float64(len(pl.routes))
-	share := pl.p.unusedPerHour()
+// refill returns the unused-route bucket's level at now: one token the
+// first time, then UnusedPerHour of the node's sessions an hour since it
+// last grew (not counting time before the current overload), at most one
+// hour's worth and at least one token.
+func (p Policy) refill(tokens float64, accrued, overloadedSince, now time.Time, sessions int) float64 {
+	perHour := p.unusedPerHour() * float64(sessions)
 	if accrued.IsZero() {
 		tokens = 1
 	} else {
 		from := accrued
-		if from.Before(pl.n.OverloadedSince) {
-			from = pl.n.OverloadedSince // nothing grows between overloads
+		if from.Before(overloadedSince) {
+			from = overloadedSince // nothing grows between overloads
 		}
-		if d := pl.now.Sub(from); d > 0 {
-			tokens += share * sessions * d.Hours()
+		if d := now.Sub(from); d > 0 {
+			tokens += perHour * d.Hours()
 		}
 	}
-	tokens = min(tokens, max(1, share*sessions))
-	// The epsilon absorbs the rounding of many small additions, so that
-	// twelve 30-second rounds at ten an hour make one whole token.
-	k := min(int(tokens+1e-9), len(pl.unused))
+	return min(tokens, max(1, perHour))
+}
+
+// closeUnused closes the k longest-unused candidates, or all of them if
+// there are fewer, and returns how many it closed.
+func (pl *planner) closeUnused(k int) int {
+	k = min(k, len(pl.unused))
 	if k > 4 && k < len(pl.unused) {
 		slices.SortFunc(pl.unused, pl.before)
 	} else {
@@ -303,7 +316,7 @@ func (pl *planner) closeUnused(tokens float64, accrued time.Time) (float64, time
 	for _, c := range pl.unused[:k] {
 		pl.add(c, ReasonUnused, Route{})
 	}
-	return max(0, tokens-float64(k)), pl.now
+	return k
 }
 
 // movesAllowed: routes in use are moved while memory is above the mark,
