@@ -1,0 +1,212 @@
+// Command embedded-proxy shows pinproxy embedded in a larger Go service
+// rather than run as its own binary: the service owns the listeners, the
+// logger, the signal handling and its own HTTP API, and the proxy is one
+// part of it.
+//
+// Here the "larger service" is a stand-in for, say, a wallet backend whose
+// light client keeps long-lived P2P connections pinned to a few nodes. It
+//
+//   - listens for those clients on -listen and hands the listener to
+//     pinproxy, which sends each to the least-used upstream (-upstream,
+//     repeated or comma-separated, in order of preference);
+//
+//   - serves its own HTTP API on -http: /healthz, and /proxy/stats with the
+//     proxy's Stats and Totals as JSON;
+//
+//   - logs the proxy's decisions through its own logger, tagged
+//     component=pinproxy, and logs Stats every -stats-every;
+//
+//   - on SIGTERM or SIGINT stops accepting, gives live connections -drain to
+//     finish, closes what is left, and exits 0.
+//
+//     go run ./examples/embedded-proxy -listen 127.0.0.1:9333 \
+//     -upstream eu-01.example:9333 -upstream usa-01.example:9333
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/proofkit/nodekit/pinproxy"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type options struct {
+	listen     string
+	httpAddr   string
+	upstreams  []string
+	statsEvery time.Duration
+	rebalance  time.Duration
+	drain      time.Duration
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("embedded-proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: embedded-proxy -upstream HOST:PORT [-upstream HOST:PORT …] [flags]
+
+A service that embeds pinproxy: clients on -listen go to the least-used
+upstream; the service's own API is on -http (/healthz, /proxy/stats).
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:9333", "address the proxy accepts clients on")
+	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8081", `address of the service's own API ("off" for none)`)
+	fs.Func("upstream", "upstream host:port, in order of preference (repeat, or comma-separate)", func(s string) error {
+		for u := range strings.SplitSeq(s, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				o.upstreams = append(o.upstreams, u)
+			}
+		}
+		return nil
+	})
+	fs.DurationVar(&o.statsEvery, "stats-every", 30*time.Second, "how often to log the proxy's Stats (0: never)")
+	fs.DurationVar(&o.rebalance, "rebalance-every", pinproxy.DefaultRebalanceInterval, "time between rebalance rounds (negative: none)")
+	fs.DurationVar(&o.drain, "drain", 10*time.Second, "on SIGTERM, how long live connections get to finish")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))
+	}
+	if len(o.upstreams) == 0 {
+		return o, errors.New("at least one -upstream is required")
+	}
+	if o.statsEvery < 0 || o.drain < 0 {
+		return o, errors.New("-stats-every and -drain must not be negative")
+	}
+	if o.rebalance == 0 {
+		o.rebalance = -1 // "0" on the command line means none; pinproxy reads 0 as the default
+	}
+	if o.httpAddr == "off" {
+		o.httpAddr = ""
+	}
+	return o, nil
+}
+
+// statsView is what /proxy/stats serves.
+type statsView struct {
+	Totals    pinproxy.Totals          `json:"totals"`
+	Upstreams []pinproxy.UpstreamStats `json:"upstreams"`
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "embedded-proxy: %v\n", err)
+		return 2
+	}
+	// The service's logger; the proxy gets a child of it.
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "wallet")
+
+	proxy, err := pinproxy.New(pinproxy.Config{
+		Upstreams:         o.upstreams,
+		RebalanceInterval: o.rebalance,
+		Logger:            log.With("component", "pinproxy"),
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "embedded-proxy: %v\n", err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "embedded-proxy: -listen: %v\n", err)
+		return 1
+	}
+	served := make(chan error, 1)
+	go func() { served <- proxy.Serve(ln) }()
+	log.Info("proxy listening", "addr", ln.Addr().String(), "upstreams", o.upstreams)
+
+	// The service's own API, beside the proxy.
+	var api *http.Server
+	if o.httpAddr != "" {
+		hl, err := net.Listen("tcp", o.httpAddr)
+		if err != nil {
+			proxy.Shutdown(context.Background())
+			fmt.Fprintf(stderr, "embedded-proxy: -http: %v\n", err)
+			return 1
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+		mux.HandleFunc("GET /proxy/stats", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(statsView{Totals: proxy.Totals(), Upstreams: proxy.Stats()})
+		})
+		api = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() {
+			if err := api.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("API stopped", "err", err)
+			}
+		}()
+		log.Info("http listening", "addr", hl.Addr().String())
+	}
+
+	var tick <-chan time.Time
+	if o.statsEvery > 0 {
+		t := time.NewTicker(o.statsEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-tick:
+			logStats(log, proxy)
+		case err := <-served:
+			log.Error("proxy stopped serving", "err", err)
+			return 1
+		case <-ctx.Done():
+			log.Info("stopping: no new clients; draining", "drain", o.drain, "live", proxy.Totals().Live)
+			if api != nil {
+				actx, cancel := context.WithTimeout(context.Background(), time.Second)
+				api.Shutdown(actx)
+				cancel()
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), o.drain)
+			err := proxy.Shutdown(dctx)
+			cancel()
+			<-served // returns ErrProxyClosed
+			logStats(log, proxy)
+			if err != nil {
+				log.Warn("drain time over; closed the connections left", "err", err)
+			}
+			log.Info("stopped")
+			return 0
+		}
+	}
+}
+
+func logStats(log *slog.Logger, p *pinproxy.Proxy) {
+	t := p.Totals()
+	log.Info("proxy stats", "live", t.Live, "accepted", t.Accepted, "unrouted", t.Unrouted, "moves", t.Moves)
+	for _, u := range p.Stats() {
+		log.Info("upstream stats", "upstream", u.Addr, "live", u.Live, "dials", u.Dials,
+			"failures", u.Failures, "answered", u.Answered, "moved", u.Moved,
+			"bytes_up", u.BytesUp, "bytes_down", u.BytesDown)
+	}
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is the service's stderr, read while it writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// upstream is a node that says its name to each client, then echoes.
+func upstream(t *testing.T, name string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				fmt.Fprintf(c, "%s\n", name)
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func waitAddr(t *testing.T, out *lockedBuffer, msg string) string {
+	t.Helper()
+	re := regexp.MustCompile(`msg="` + msg + `" .*?\baddr=(\S+)`)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no %q in the log:\n%s", msg, out.String())
+	return ""
+}
+
+// TestService runs the service in process: two clients land on the two
+// upstreams (least used first), /proxy/stats shows them, Stats are logged
+// on the timer, and cancelling (SIGTERM) drains and exits 0.
+func TestService(t *testing.T) {
+	a, b := upstream(t, "eu-01"), upstream(t, "usa-01")
+	out := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-http", "127.0.0.1:0",
+			"-upstream", a + "," + b, "-stats-every", "50ms", "-drain", "2s"}, out)
+	}()
+	proxyAddr := waitAddr(t, out, "proxy listening")
+	apiAddr := waitAddr(t, out, "http listening")
+
+	var names []string
+	for range 2 {
+		c, err := net.Dial("tcp", proxyAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		r := bufio.NewReader(c)
+		name, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, strings.TrimSpace(name))
+		fmt.Fprintf(c, "ping\n")
+		if echo, err := r.ReadString('\n'); err != nil || echo != "ping\n" {
+			t.Fatalf("echo %q %v", echo, err)
+		}
+	}
+	if names[0] != "eu-01" || names[1] != "usa-01" {
+		t.Fatalf("clients landed on %v, want [eu-01 usa-01] (least used, ties to the first listed)", names)
+	}
+
+	resp, err := http.Get("http://" + apiAddr + "/proxy/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st statsView
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Totals.Live != 2 || st.Upstreams[0].Live != 1 || st.Upstreams[1].Live != 1 {
+		t.Fatalf("stats %+v, want one live connection on each upstream", st)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), " upstream="+b+" live=1 ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats never logged:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	cancel() // as SIGTERM does
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d, want 0\n%s", code, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("did not stop")
+	}
+	if !strings.Contains(out.String(), `component=pinproxy`) || !strings.Contains(out.String(), `msg=stopped`) {
+		t.Fatalf("log lacks the proxy's decisions or the stop:\n%s", out.String())
+	}
+}
+
+func TestFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"-h"}, 0},
+		{nil, 2},
+		{[]string{"-upstream", "no-port"}, 2},
+		{[]string{"-upstream", "a:1", "x"}, 2},
+		{[]string{"-upstream", "a:1", "-drain", "-1s"}, 2},
+	} {
+		out := &lockedBuffer{}
+		if code := run(context.Background(), tc.args, out); code != tc.code {
+			t.Errorf("%q: exit %d, want %d\n%s", tc.args, code, tc.code, out)
+		}
+	}
+}
