@@ -242,6 +242,8 @@ func TestIntegrationLinkBandwidth(t *testing.T) {
 	run(t, "ip", "-n", nameB, "addr", "add", "10.77.0.2/24", "dev", "veth1")
 	run(t, "ip", "-n", nameA, "link", "set", "veth0", "up")
 	run(t, "ip", "-n", nameB, "link", "set", "veth1", "up")
+	waitUp(t, nameA, "veth0")
+	waitUp(t, nameB, "veth1")
 
 	// A sysfs mounted from inside namespace A shows A's links.
 	sysA := t.TempDir()
@@ -470,4 +472,43 @@ func TestIntegrationConntrackFull(t *testing.T) {
 		t.Fatalf("reading after a full table: drops %d, missing %v, notes %q; want ≥ 50", r.ConntrackDrops, r.Missing, r.Notes)
 	}
 	t.Logf("conntrack %d of %d, %d dropped", r.ConntrackEntries, r.ConntrackMax, r.ConntrackDrops)
+}
+
+// TestIntegrationLinkReplaced: a link deleted and made again under the
+// same name gives no rate for one reading (its counters restarted), and a
+// link that is down is left out.
+func TestIntegrationLinkReplaced(t *testing.T) {
+	requireRoot(t, "ip")
+	name, nsPath := newNetNS(t)
+	up := func() {
+		run(t, "ip", "-n", name, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")
+		run(t, "ip", "-n", name, "link", "set", "veth0", "up")
+		run(t, "ip", "-n", name, "link", "set", "veth1", "up")
+		waitUp(t, name, "veth0", "veth1")
+	}
+	up()
+	p := newProbe(t, Config{NetNS: nsPath, LinkSpeedMbps: map[string]uint64{"veth0": 100, "veth1": 100}})
+	read(t, p)
+	if r := read(t, p); len(r.Links) != 2 || contains(r.Missing, overload.InputBandwidth) {
+		t.Fatalf("two veths up: links %+v, missing %v, notes %q", r.Links, r.Missing, r.Notes)
+	}
+	run(t, "ip", "-n", name, "link", "del", "veth0")
+	up()
+	r := read(t, p)
+	if len(r.Links) != 0 || len(notesWith(r.Notes, "veth0: replaced")) == 0 || len(notesWith(r.Notes, "veth1: replaced")) == 0 {
+		t.Fatalf("after replacing the pair: links %+v, notes %q; want none and notes", r.Links, r.Notes)
+	}
+	if !contains(r.Missing, overload.InputBandwidth) {
+		t.Fatalf("after replacing the pair: bandwidth not missing: %v", r.Missing)
+	}
+	run(t, "ip", "-n", name, "link", "set", "veth1", "down") // veth0 loses its carrier too
+	if r := read(t, p); len(r.Links) != 0 || len(notesWith(r.Notes, "no link is up")) == 0 {
+		t.Fatalf("with the pair down: links %+v, notes %q", r.Links, r.Notes)
+	}
+	run(t, "ip", "-n", name, "link", "set", "veth1", "up")
+	waitUp(t, name, "veth0", "veth1")
+	read(t, p)
+	if r := read(t, p); len(r.Links) != 2 {
+		t.Fatalf("pair up again: links %+v, notes %q", r.Links, r.Notes)
+	}
 }

@@ -75,6 +75,20 @@ func run(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
+// waitUp waits until the link dev in namespace ns is operationally up (the
+// kernel sets that a moment after `ip link set up`), for at most 10 s.
+func waitUp(t testing.TB, ns string, devs ...string) {
+	t.Helper()
+	for _, dev := range devs {
+		for i := 0; !strings.Contains(run(t, "ip", "-n", ns, "-o", "link", "show", "dev", dev), "state UP"); i++ {
+			if i == 100 {
+				t.Fatalf("link %s in %s not up after 10 s", dev, ns)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
 // runStdin runs a command with stdin and fails t if it fails.
 func runStdin(t testing.TB, stdin, name string, args ...string) {
 	t.Helper()
