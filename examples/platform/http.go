@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/proofkit/nodekit/overload"
 )
@@ -87,18 +88,18 @@ type admitAnswer struct {
 	Admit  bool   `json:"admit"`
 	Reason string `json:"reason,omitempty"` // paused, overloaded, cool-down, full
 	Why    string `json:"why,omitempty"`    // the reason in words
+	// At is the instant the answer holds for; Until, during a cool-down,
+	// when the node is offered again (unless something else intervenes).
+	At    time.Time `json:"at"`
+	Until time.Time `json:"until,omitzero"`
 }
 
 func (p *platform) handleAdmit(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("node")
-	ok, why, err := p.admit(id)
+	a, err := p.admit(id)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
-	}
-	a := admitAnswer{Node: id, Admit: ok, Reason: string(why)}
-	if why != "" {
-		a.Why = why.String()
 	}
 	writeJSON(w, http.StatusOK, a)
 }
@@ -111,7 +112,7 @@ func (p *platform) handleOpen(w http.ResponseWriter, r *http.Request) {
 	rt, err := p.open(req)
 	var ae admitError
 	if errors.As(err, &ae) {
-		writeJSON(w, http.StatusConflict, admitAnswer{Node: req.Node, Admit: false, Reason: string(ae.reason), Why: ae.reason.String()})
+		writeJSON(w, http.StatusConflict, ae.answer)
 		return
 	}
 	if err != nil {

@@ -221,15 +221,30 @@ func findingTexts(fs []overload.Finding) []string {
 }
 
 // admit answers whether node id takes new connections now.
-func (p *platform) admit(id string) (bool, routing.Reason, error) {
+func (p *platform) admit(id string) (admitAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.nodes[id]
 	if n == nil {
-		return false, "", fmt.Errorf("admit %q: %w", id, errUnknown)
+		return admitAnswer{}, fmt.Errorf("admit %q: %w", id, errUnknown)
 	}
-	ok, why := p.cfg.Policy.Admit(n.info, p.now())
-	return ok, why, nil
+	return p.admitLocked(n, p.now()), nil
+}
+
+func (p *platform) admitLocked(n *node, now time.Time) admitAnswer {
+	ok, why := p.cfg.Policy.Admit(n.info, now)
+	a := admitAnswer{Node: n.info.ID, Admit: ok, Reason: string(why), At: now}
+	if why != "" {
+		a.Why = why.String()
+	}
+	if why == routing.ReasonCoolDown {
+		cd := p.cfg.Policy.CoolDown
+		if cd == 0 {
+			cd = routing.DefaultCoolDown
+		}
+		a.Until = n.info.OverloadEnded.Add(cd)
+	}
+	return a
 }
 
 // planRound runs one plan round over every registered node.
@@ -343,8 +358,8 @@ func (p *platform) open(req openRequest) (route, error) {
 		return route{}, fmt.Errorf("open route through %q: node %w", req.Node, errUnknown)
 	}
 	now := p.now()
-	if ok, why := p.cfg.Policy.Admit(n.info, now); !ok {
-		return route{}, admitError{node: req.Node, reason: why}
+	if a := p.admitLocked(n, now); !a.Admit {
+		return route{}, admitError{answer: a}
 	}
 	s, err := n.prices.Lock(now)
 	if err != nil {
@@ -365,13 +380,10 @@ func (p *platform) open(req openRequest) (route, error) {
 }
 
 // admitError says why a node took nobody new.
-type admitError struct {
-	node   string
-	reason routing.Reason
-}
+type admitError struct{ answer admitAnswer }
 
 func (e admitError) Error() string {
-	return fmt.Sprintf("node %s takes nobody new: %v", e.node, e.reason)
+	return fmt.Sprintf("node %s takes nobody new: %v", e.answer.Node, e.answer.Why)
 }
 func (e admitError) Unwrap() error { return errNotAdmit }
 

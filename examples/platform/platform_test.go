@@ -207,8 +207,9 @@ func TestOverloadLifecycle(t *testing.T) {
 		tp.read("x1", 40)
 		c.add(30 * time.Second)
 	}
-	if a := tp.admit("x1"); a.Admit || a.Reason != "cool-down" {
-		t.Fatalf("after the end: %+v, want cool-down", a)
+	a := tp.admit("x1")
+	if ended := tp.node("x1").OverloadEnded; a.Admit || a.Reason != "cool-down" || !a.Until.Equal(ended.Add(routing.DefaultCoolDown)) {
+		t.Fatalf("after the end at %v: %+v, want cool-down until 10 min later", ended, a)
 	}
 	c.add(10 * time.Minute)
 	if a := tp.admit("x1"); !a.Admit {
