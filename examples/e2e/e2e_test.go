@@ -1,0 +1,462 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/agent/agenttest"
+	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/routing"
+)
+
+// bins holds the binaries TestMain builds: proofkit-agent, platform and
+// pinproxy.
+var bins string
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	if runtime.GOOS != "linux" {
+		fmt.Println("skipping: the agent's probe reads Linux /proc and netlink")
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "nk-e2e-bin-")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bins = dir
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+		"github.com/proofkit/nodekit/cmd/proofkit-agent",
+		"github.com/proofkit/nodekit/examples/platform",
+		"github.com/proofkit/nodekit/cmd/pinproxy")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Printf("building the binaries: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// wait is how long any one condition may take to come true; generous, for
+// a loaded 2-core box. Conditions are polled, never slept on.
+const wait = 20 * time.Second
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", wait, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// proc is one running binary, its log kept for failures.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  bytes.Buffer
+	done chan struct{}
+}
+
+// start runs bins/name with args; the process is stopped (SIGTERM, then
+// killed) when the test ends, and its log shown if the test failed.
+func start(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(filepath.Join(bins, name), args...), done: make(chan struct{})}
+	pr, pw := io.Pipe()
+	p.cmd.Stderr, p.cmd.Stdout = pw, pw
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		p.cmd.Wait()
+		pw.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", p.name, p.output())
+		}
+	})
+	return p
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// addr waits for the log line with msg and returns its addr= value.
+func (p *proc) addr(t *testing.T, msg string) string {
+	t.Helper()
+	re := regexp.MustCompile(`msg="` + regexp.QuoteMeta(msg) + `".*? addr=(\S+)`)
+	var a string
+	waitFor(t, p.name+" to log "+msg, func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited: %s", p.name, p.output())
+		default:
+		}
+		m := re.FindStringSubmatch(p.output())
+		if m != nil {
+			a = m[1]
+		}
+		return m != nil
+	})
+	return a
+}
+
+// count counts the log lines with msg.
+func (p *proc) count(msg string) int {
+	return strings.Count(p.output(), `msg="`+msg+`"`) + strings.Count(p.output(), "msg="+msg+" ")
+}
+
+func writeJSONFile(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("GET %s: %v: %s", url, err, b)
+	}
+}
+
+// The parts of the platform's answers the test reads.
+type (
+	admitAnswer struct {
+		Admit  bool      `json:"admit"`
+		Reason string    `json:"reason"`
+		At     time.Time `json:"at"`
+		Until  time.Time `json:"until"`
+	}
+	nodeView struct {
+		Overloaded    bool             `json:"overloaded"`
+		OverloadEnded time.Time        `json:"overload_ended"`
+		LastReading   time.Time        `json:"last_reading"`
+		Admitted      bool             `json:"admitted"`
+		Reason        string           `json:"reason"`
+		Events        []overload.Event `json:"events"`
+		Routes        []struct {
+			Route routing.Route `json:"route"`
+		} `json:"routes"`
+		Closed []struct {
+			Action routing.Action `json:"action"`
+		} `json:"closed"`
+	}
+)
+
+func (v nodeView) closed() []string {
+	var out []string
+	for _, c := range v.Closed {
+		out = append(out, c.Action.Route.ID+":"+string(c.Action.Reason))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (v nodeView) routes() []string {
+	var out []string
+	for _, r := range v.Routes {
+		out = append(out, r.Route.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// coolDown is the platform's cool-down in this test: long enough that the
+// test sees it on a loaded box, short enough that the test runs in seconds.
+const coolDown = 5 * time.Second
+
+// TestOverloadEndToEnd: the agent reads a fake node, reports every 200 ms
+// to the platform; memory goes to 95 %, then back to 40 %.
+func TestOverloadEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "node")
+	if err := agenttest.WriteNode(fake, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("e2e-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// The route table. On node-1 (the agent's node, an exit in DE), with
+	// the seed's rules: one unused own route is closed at once (the
+	// longest unused; the 5 %-an-hour budget allows no second in
+	// seconds); the partner route is left; of the routes in use only
+	// r-move goes, because its user holds the same route through node-2
+	// in DE at a lower price; r-fr's other route is in FR, and r-only is
+	// its user's only route.
+	now := time.Now().UTC()
+	begun := now.Add(-8 * time.Hour)
+	rt := func(id, user, node string, kind routing.Kind, idle time.Duration) routing.Route {
+		return routing.Route{ID: id, User: user, Key: "vpn", Node: node, Kind: kind, Start: begun, LastTraffic: now.Add(-idle)}
+	}
+	writeJSONFile(t, filepath.Join(dir, "routes.json"), map[string]any{
+		"nodes": []routing.Node{
+			{ID: "node-1", Role: routing.RoleExit, Country: "DE", Price: 100},
+			{ID: "node-2", Role: routing.RoleExit, Country: "DE", Price: 80},
+			{ID: "node-3", Role: routing.RoleExit, Country: "FR", Price: 50},
+		},
+		"routes": []routing.Route{
+			rt("r-idle-5h", "u1", "node-1", routing.KindOwn, 5*time.Hour),
+			rt("r-idle-3h", "u2", "node-1", routing.KindOwn, 3*time.Hour),
+			rt("r-partner", "u3", "node-1", routing.KindPartner, 6*time.Hour),
+			rt("r-move", "u4", "node-1", routing.KindOwn, time.Minute),
+			rt("r-move-alt", "u4", "node-2", routing.KindOwn, time.Minute),
+			rt("r-fr", "u5", "node-1", routing.KindOwn, time.Minute),
+			rt("r-fr-alt", "u5", "node-3", routing.KindOwn, time.Minute),
+			rt("r-only", "u6", "node-1", routing.KindOwn, time.Minute),
+		},
+	})
+
+	platform := start(t, "platform", "-listen", "127.0.0.1:0", "-token-file", token,
+		"-state-dir", filepath.Join(dir, "platform-state"), "-routes", filepath.Join(dir, "routes.json"),
+		"-plan-every", "200ms", "-cool-down", coolDown.String(), "-move-after", "1s", "-move-every", "1h")
+	api := "http://" + platform.addr(t, "platform serving")
+
+	agent := start(t, "proofkit-agent", "-node", "node-1", "-interval", "200ms",
+		"-proc", agenttest.Proc(fake), "-sys", agenttest.Sys(fake), "-sysctl", "off", "-listen", "off",
+		"-state-dir", filepath.Join(dir, "agent-state"), "-report-url", api+"/report", "-token-file", token)
+
+	node := func() nodeView {
+		var v nodeView
+		getJSON(t, api+"/nodes/node-1", &v)
+		return v
+	}
+	admit := func() admitAnswer {
+		var a admitAnswer
+		getJSON(t, api+"/admit?node=node-1", &a)
+		return a
+	}
+	notices := func() []overload.Notice {
+		var ns []overload.Notice
+		getJSON(t, api+"/notices", &ns)
+		return ns
+	}
+	// readingsAfter waits until the platform has counted a reading taken
+	// after t0: the agent's latest state has reached it.
+	readingsAfter := func(t0 time.Time) {
+		waitFor(t, "a reading taken after "+t0.Format(time.StampMilli), func() bool { return node().LastReading.After(t0) })
+	}
+
+	readingsAfter(time.Time{})
+	if a := admit(); !a.Admit {
+		t.Fatalf("node-1 at 40 %% memory: %+v, want admitted", a)
+	}
+
+	// Memory to 95 %: overloaded after 3 readings (3 of 5).
+	if err := agenttest.WriteNode(fake, agenttest.Node{MemoryUsedPercent: 95}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node-1 overloaded", func() bool { return node().Overloaded })
+	if a := admit(); a.Admit || a.Reason != string(routing.ReasonOverloaded) {
+		t.Fatalf("overloaded node-1: %+v, want refused, reason overloaded", a)
+	}
+	if code := post(t, api+"/routes", "e2e-token", `{"node":"node-1","user":"u7","key":"vpn"}`); code != http.StatusConflict {
+		t.Fatalf("a new route through overloaded node-1: status %d, want 409", code)
+	}
+	if code := post(t, api+"/routes", "e2e-token", `{"node":"node-2","user":"u7","key":"vpn"}`); code != http.StatusCreated {
+		t.Fatalf("a new route through node-2: status %d, want 201", code)
+	}
+	v := node()
+	if len(v.Events) != 1 || v.Events[0].Kind != overload.Start || len(v.Events[0].Findings) != 1 ||
+		v.Events[0].Findings[0].Text != "memory at 95 %" {
+		t.Fatalf("events %+v, want one start: memory at 95 %%", v.Events)
+	}
+
+	// The closures: the longest-unused own route at once, r-move after
+	// the overload has lasted a second (memory above 80 %).
+	want := []string{"r-idle-5h:unused", "r-move:move"}
+	waitFor(t, fmt.Sprintf("closures %v", want), func() bool { return slices.Equal(node().closed(), want) })
+	// More readings and plan rounds change nothing more, and send no
+	// second notice.
+	readingsAfter(time.Now().Add(time.Second))
+	v = node()
+	if got := v.closed(); !slices.Equal(got, want) {
+		t.Fatalf("closed %v, want %v", got, want)
+	}
+	if got, want := v.routes(), []string{"r-fr", "r-idle-3h", "r-only", "r-partner"}; !slices.Equal(got, want) {
+		t.Fatalf("routes left on node-1 %v, want %v", got, want)
+	}
+	ns := notices()
+	if len(ns) != 1 || ns[0].Node != "node-1" || ns[0].Text != "node-1 is overloaded: memory at 95 %" {
+		t.Fatalf("notices %+v, want exactly one: node-1 is overloaded: memory at 95 %%", ns)
+	}
+	if n := platform.count("notice"); n != 1 {
+		t.Fatalf("platform logged %d notices, want 1", n)
+	}
+
+	// Memory back to 40 %: the overload ends, then the cool-down.
+	if err := agenttest.WriteNode(fake, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the overload of node-1 to end", func() bool { return !node().Overloaded })
+	a := admit()
+	if a.Admit || a.Reason != string(routing.ReasonCoolDown) || a.Until.IsZero() {
+		t.Fatalf("right after the overload: %+v, want refused, reason cool-down", a)
+	}
+	waitFor(t, "node-1 to be admitted after the cool-down", func() bool {
+		a = admit()
+		return a.Admit
+	})
+	if a.At.Before(a.Until) {
+		t.Fatalf("admitted at %v, before the cool-down ended at %v", a.At, a.Until)
+	}
+	v = node()
+	if len(v.Events) != 2 || v.Events[1].Kind != overload.End {
+		t.Fatalf("events %+v, want a start and an end", v.Events)
+	}
+	if n := len(notices()); n != 1 {
+		t.Fatalf("%d notices after the end, want 1", n)
+	}
+	if n := agent.count("node overloaded"); n != 1 {
+		t.Fatalf("the agent logged %d overload starts, want 1 (it judges the same readings)", n)
+	}
+}
+
+func post(t *testing.T, url, token, body string) int {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// echoNode stands for a node behind pinproxy: it names itself to each
+// client, then echoes.
+func echoNode(t *testing.T, name string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				fmt.Fprintf(c, "%s\n", name)
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// dialVia connects through the proxy and returns the connection and the
+// name of the node it landed on, after checking that bytes go both ways.
+func dialVia(t *testing.T, proxy string) (net.Conn, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", proxy, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(wait))
+	r := bufio.NewReader(c)
+	name, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the node's name through the proxy: %v", err)
+	}
+	if _, err := io.WriteString(c, "ping\n"); err != nil {
+		t.Fatal(err)
+	}
+	if echo, err := r.ReadString('\n'); err != nil || echo != "ping\n" {
+		t.Fatalf("echo through the proxy: %q, %v", echo, err)
+	}
+	return c, strings.TrimSpace(name)
+}
+
+// TestPinproxyLeastUsed: pinproxy in front of two nodes sends each new
+// client to the node with the fewest live connections.
+func TestPinproxyLeastUsed(t *testing.T) {
+	n1, n2 := echoNode(t, "node-1"), echoNode(t, "node-2")
+	px := start(t, "pinproxy", "-listen", "127.0.0.1:0", "-upstreams", n1+","+n2, "-rebalance-interval", "0")
+	addr := px.addr(t, "pinproxy listening")
+
+	_, on := dialVia(t, addr) // stays open until the test ends
+	if on != "node-1" {
+		t.Fatalf("first client on %s, want node-1 (a tie goes to the first listed)", on)
+	}
+	b, on := dialVia(t, addr)
+	if on != "node-2" {
+		t.Fatalf("second client on %s, want node-2, the least used", on)
+	}
+	b.Close()
+	// Once node-2's connection is gone (the proxy sees the close), the
+	// next client goes there again: node-1 still holds one.
+	waitFor(t, "node-2's connection to close", func() bool {
+		c, on := dialVia(t, addr)
+		c.Close()
+		return on == "node-2"
+	})
+}
