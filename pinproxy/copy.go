@@ -2,7 +2,6 @@ package pinproxy
 
 import (
 	"errors"
-	"io"
 	"net"
 )
 
@@ -23,9 +22,10 @@ import (
 // side ends its stream cleanly (EOF), the other side's write half is
 // closed, so a half-close is carried through and the reply still flows
 // back; an error in either direction closes both conns, which ends the
-// other direction too. io.Copy between two *net.TCPConn lets the runtime
-// use splice(2), so the conns must not be wrapped in anything that hides
-// their ReadFrom/WriteTo methods.
+// other direction too. Each direction is a pump (copy_linux.go): between
+// two *net.TCPConn the runtime splices the bytes in the kernel, as io.Copy
+// does, but an idle direction holds no splice pipe; so the conns must not be
+// wrapped in anything that hides *net.TCPConn.
 func splice(client, upstream net.Conn) (up, down int64, err error) {
 	type result struct {
 		n   int64
@@ -33,11 +33,11 @@ func splice(client, upstream net.Conn) (up, down int64, err error) {
 	}
 	downc := make(chan result, 1)
 	go func() {
-		n, err := io.Copy(client, upstream)
+		n, err := pump(client, upstream)
 		endDirection(client, upstream, err)
 		downc <- result{n, err}
 	}()
-	up, errUp := io.Copy(upstream, client)
+	up, errUp := pump(upstream, client)
 	endDirection(upstream, client, errUp)
 	r := <-downc
 	client.Close()
