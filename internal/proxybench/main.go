@@ -34,6 +34,7 @@ type options struct {
 	haproxyBin string
 	maxconn    int
 	cpuprofile string
+	metrics    map[string]bool
 }
 
 func main() {
@@ -45,7 +46,8 @@ func main() {
 	flag.IntVar(&o.streams, "streams", 4, "parallel streams of the throughput measurement")
 	flag.IntVar(&o.clients, "clients", 32, "concurrent clients of the connection-rate measurement")
 	flag.IntVar(&o.idle, "idle", 7000, "idle connections held open through each proxy for the memory measurement")
-	targets := flag.String("targets", "direct,haproxy,naive,pinproxy", "what to measure, comma-separated")
+	targets := flag.String("targets", "direct,haproxy,naive,pinproxy", "what to measure, comma-separated; exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
+	metrics := flag.String("metrics", "throughput,connrate,idle", "which measurements to run, comma-separated")
 	flag.StringVar(&o.haproxyBin, "haproxy", "haproxy", "HAProxy binary")
 	flag.IntVar(&o.maxconn, "maxconn", 7000, "HAProxy maxconn (it needs 2 fds per connection and pipes beside them; the fd limit here is 20,000)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "directory: write CPU profiles of the Go proxies' throughput and connection-rate phases")
@@ -63,6 +65,10 @@ func main() {
 		return
 	}
 	o.targets = strings.Split(*targets, ",")
+	o.metrics = map[string]bool{}
+	for _, m := range strings.Split(*metrics, ",") {
+		o.metrics[m] = true
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
 		os.Exit(1)
@@ -115,7 +121,7 @@ func buildTargets(o options) ([]*target, error) {
 				t.label, t.idleMax = "naive Go proxy, 2 goroutines/conn", 3000
 			}
 			t.start = func(ups []string) (*running, error) {
-				c, err := startChild(name, ups)
+				c, err := startChild("", name, ups)
 				if err != nil {
 					return nil, err
 				}
@@ -123,7 +129,17 @@ func buildTargets(o options) ([]*target, error) {
 			}
 			out = append(out, t)
 		default:
-			return nil, fmt.Errorf("unknown target %q (want direct, haproxy, naive, pinproxy)", name)
+			exe, ok := strings.CutPrefix(name, "exp:")
+			if !ok {
+				return nil, fmt.Errorf("unknown target %q (want direct, haproxy, naive, pinproxy, exp:PATH)", name)
+			}
+			out = append(out, &target{name: name, label: name, idleMax: o.idle, start: func(ups []string) (*running, error) {
+				c, err := startChild(exe, "pinproxy", ups)
+				if err != nil {
+					return nil, err
+				}
+				return &running{addrs: c.ready, pid: c.pid(), ctl: c, stop: c.stop}, nil
+			}})
 		}
 	}
 	return out, nil
@@ -134,9 +150,12 @@ const (
 	mThroughput = "throughput"
 	mConnRate   = "connrate"
 	mConnFailed = "connfailed"
+	mConnCPU    = "conncpu"
+	mBulkCPU    = "bulkcpu"
 	mIdleN      = "idle-n"
 	mIdleRSS    = "idle-rss"
 	mIdleGo     = "idle-go"
+	mIdleStack  = "idle-stack"
 	mIdleFDs    = "idle-fds"
 	mIdleGs     = "idle-goroutines"
 )
@@ -163,7 +182,7 @@ func run(o options) error {
 			return err
 		}
 	}
-	sk, err := startChild("sink", nil)
+	sk, err := startChild("", "sink", nil)
 	if err != nil {
 		return err
 	}
@@ -180,17 +199,23 @@ func run(o options) error {
 	for round := range o.rounds {
 		order := append(slices.Clone(targets[round%len(targets):]), targets[:round%len(targets)]...)
 		for _, t := range order {
+			if !o.metrics["throughput"] {
+				break
+			}
 			if err := measureThroughput(o, res, t, bulk, round); err != nil {
 				return fmt.Errorf("round %d, %s: %w", round+1, t.name, err)
 			}
 		}
 		for _, t := range order {
+			if !o.metrics["connrate"] {
+				break
+			}
 			if err := measureConnRate(o, res, t, echo, round); err != nil {
 				return fmt.Errorf("round %d, %s: %w", round+1, t.name, err)
 			}
 		}
 		for _, t := range order {
-			if t.idleMax == 0 {
+			if t.idleMax == 0 || !o.metrics["idle"] {
 				continue
 			}
 			if err := measureIdle(o, res, t, echo); err != nil {
@@ -222,12 +247,17 @@ func measureThroughput(o options, res results, t *target, bulk []string, round i
 	}
 	defer r.stop()
 	stop := profile(o, r, t.name, round, "throughput")
+	cpu := startCPU(r)
 	bps, err := throughput(r.addrs[0], o.streams, o.duration)
+	used, perSecond := cpu()
 	stop()
 	if err != nil {
 		return err
 	}
 	res.add(mThroughput, t.name, bps/(1<<20))
+	if used > 0 {
+		res.add(mBulkCPU, t.name, used.Seconds()*1000/(bps*perSecond.Seconds()/(1<<30)))
+	}
 	return nil
 }
 
@@ -238,14 +268,37 @@ func measureConnRate(o options, res results, t *target, echo []string, round int
 	}
 	defer r.stop()
 	stop := profile(o, r, t.name, round, "connrate")
+	cpu := startCPU(r)
 	rate, failed, err := connRate(r.addrs, o.clients, o.duration)
+	used, elapsed := cpu()
 	stop()
 	if err != nil {
 		return err
 	}
 	res.add(mConnRate, t.name, rate)
+	if used > 0 {
+		res.add(mConnCPU, t.name, float64(used.Microseconds())/(rate*elapsed.Seconds()))
+	}
 	res.add(mConnFailed, t.name, float64(failed))
 	return nil
+}
+
+// startCPU starts counting the CPU time of r's process; the function it
+// returns gives the CPU time used since, and the wall time that passed
+// (0, 0 for a target without a process of its own).
+func startCPU(r *running) func() (used, elapsed time.Duration) {
+	if r.pid == 0 {
+		return func() (time.Duration, time.Duration) { return 0, 0 }
+	}
+	before, err := cpuTime(r.pid)
+	start := time.Now()
+	return func() (time.Duration, time.Duration) {
+		after, err2 := cpuTime(r.pid)
+		if err != nil || err2 != nil {
+			return 0, 0
+		}
+		return after - before, time.Since(start)
+	}
 }
 
 // measureIdle starts the target fresh, warms it with a few connections,
@@ -285,6 +338,7 @@ func measureIdle(o options, res results, t *target, echo []string) error {
 	res.add(mIdleFDs, t.name, per(float64(after.fds), float64(before.fds)))
 	if r.ctl != nil {
 		res.add(mIdleGo, t.name, per(float64(after.rt.HeapInuse+after.rt.StackInuse), float64(before.rt.HeapInuse+before.rt.StackInuse))/1024)
+		res.add(mIdleStack, t.name, per(float64(after.rt.StackInuse), float64(before.rt.StackInuse))/1024)
 		res.add(mIdleGs, t.name, per(float64(after.rt.Goroutines), float64(before.rt.Goroutines)))
 	}
 	return nil

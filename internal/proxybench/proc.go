@@ -25,10 +25,13 @@ type child struct {
 	ready []string
 }
 
-func startChild(role string, upstreams []string) (*child, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", role, err)
+// startChild runs exe (empty: this binary) with -role role.
+func startChild(exe, role string, upstreams []string) (*child, error) {
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("start %s: %w", role, err)
+		}
 	}
 	cmd := exec.Command(exe, "-role", role, "-upstreams", strings.Join(upstreams, ","))
 	cmd.Stderr = os.Stderr
@@ -232,4 +235,27 @@ func openFDs(pid int) (int, error) {
 	return len(ents), nil
 }
 
-var errSkip = errors.New("skipped")
+// cpuTime reads the CPU time (user + system) a process has used so far,
+// from /proc/PID/stat, in clock ticks of 10 ms.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; the fields after it are
+	// plain. utime and stime are fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want ≥ 13", pid, len(f))
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}

@@ -54,6 +54,10 @@ func report(w io.Writer, o options, targets []*target, res results) {
 	}
 	ratio(mThroughput, "HAProxy", "haproxy", true, 1.2)
 	ratio(mThroughput, "direct", "direct", true, 0)
+	fmt.Fprintf(w, "  proxy CPU time per GiB moved, ms (user+system, /proc/PID/stat; steadier than MiB/s on a busy machine)\n")
+	for _, t := range targets {
+		row(t, mBulkCPU, "%.0f")
+	}
 
 	fmt.Fprintf(w, "\nconnection rate, conn/s: %d clients for %s; each connection: connect, write 1 byte, read the upstream's echo, close\n", o.clients, o.duration)
 	for _, t := range targets {
@@ -61,6 +65,10 @@ func report(w io.Writer, o options, targets []*target, res results) {
 	}
 	ratio(mConnRate, "HAProxy", "haproxy", true, 1.0)
 	ratio(mConnRate, "direct", "direct", true, 0)
+	fmt.Fprintf(w, "  proxy CPU time per connection, µs (user+system, /proc/PID/stat)\n")
+	for _, t := range targets {
+		row(t, mConnCPU, "%.0f")
+	}
 	for _, t := range targets {
 		if f := res[mConnFailed][t.name]; slices.ContainsFunc(f, func(x float64) bool { return x > 0 }) {
 			fmt.Fprintf(w, "  %s: failed connections per round: %v\n", t.label, f)
@@ -78,6 +86,8 @@ func report(w io.Writer, o options, targets []*target, res results) {
 		row(&tt, mIdleRSS, "%.1f")
 		tt.label = "  Go heap+stack in use KiB/conn"
 		row(&tt, mIdleGo, "%.1f")
+		tt.label = "  of which stacks KiB/conn"
+		row(&tt, mIdleStack, "%.1f")
 		tt.label = "  open fds/conn"
 		row(&tt, mIdleFDs, "%.2f")
 		tt.label = "  goroutines/conn"

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -101,5 +100,3 @@ func reply(err error) {
 	}
 	fmt.Println("ok")
 }
-
-var errNoPinproxy = errors.New("pinproxy is not built into this harness yet")
