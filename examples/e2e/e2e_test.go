@@ -119,6 +119,20 @@ func start(t *testing.T, name string, args ...string) *proc {
 	return p
 }
 
+// stop sends SIGTERM and returns the exit status.
+func (p *proc) stop(t *testing.T) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(wait):
+		t.Fatalf("%s did not stop on SIGTERM", p.name)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
 func (p *proc) output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -266,10 +280,14 @@ func TestOverloadEndToEnd(t *testing.T) {
 		},
 	})
 
-	platform := start(t, "platform", "-listen", "127.0.0.1:0", "-token-file", token,
-		"-state-dir", filepath.Join(dir, "platform-state"), "-routes", filepath.Join(dir, "routes.json"),
-		"-plan-every", "200ms", "-cool-down", coolDown.String(), "-move-after", "1s", "-move-every", "1h")
-	api := "http://" + platform.addr(t, "platform serving")
+	platformArgs := func(listen string) []string {
+		return []string{"-listen", listen, "-token-file", token,
+			"-state-dir", filepath.Join(dir, "platform-state"), "-routes", filepath.Join(dir, "routes.json"),
+			"-plan-every", "200ms", "-cool-down", coolDown.String(), "-move-after", "1s", "-move-every", "1h"}
+	}
+	platform := start(t, "platform", platformArgs("127.0.0.1:0")...)
+	listen := platform.addr(t, "platform serving")
+	api := "http://" + listen
 
 	agent := start(t, "proofkit-agent", "-node", "node-1", "-interval", "200ms",
 		"-proc", agenttest.Proc(fake), "-sys", agenttest.Sys(fake), "-sysctl", "off", "-listen", "off",
@@ -341,6 +359,24 @@ func TestOverloadEndToEnd(t *testing.T) {
 	}
 	if n := platform.count("notice"); n != 1 {
 		t.Fatalf("platform logged %d notices, want 1", n)
+	}
+
+	// A restart of the platform loses nothing: the agent's reports wait
+	// in its queue meanwhile, and the node is still overloaded, with the
+	// same closures and one notice, when they arrive.
+	if code := platform.stop(t); code != 0 {
+		t.Fatalf("platform exit status %d on SIGTERM, want 0", code)
+	}
+	platform = start(t, "platform", platformArgs(listen)...)
+	platform.addr(t, "platform serving")
+	readingsAfter(time.Now().Add(time.Second))
+	v = node()
+	if !v.Overloaded || !slices.Equal(v.closed(), want) || len(v.Events) != 1 || len(notices()) != 1 {
+		t.Fatalf("after a restart: overloaded %v, closed %v, %d events, %d notices; want true, %v, 1, 1",
+			v.Overloaded, v.closed(), len(v.Events), len(notices()), want)
+	}
+	if n := platform.count("notice"); n != 0 {
+		t.Fatalf("restarted platform logged %d notices, want 0", n)
 	}
 
 	// Memory back to 40 %: the overload ends, then the cool-down.
