@@ -245,8 +245,13 @@ func TestOverloadEndToEnd(t *testing.T) {
 	if err := agenttest.WriteNode(fake, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
 		t.Fatal(err)
 	}
-	token := filepath.Join(dir, "token")
-	if err := os.WriteFile(token, []byte("e2e-token\n"), 0o600); err != nil {
+	// The platform knows an operator's token and node-1's; the agent
+	// holds node-1's.
+	tokens, agentToken := filepath.Join(dir, "tokens"), filepath.Join(dir, "agent-token")
+	if err := os.WriteFile(tokens, []byte("e2e-operator\ne2e-node-1 node-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(agentToken, []byte("e2e-node-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -281,7 +286,7 @@ func TestOverloadEndToEnd(t *testing.T) {
 	})
 
 	platformArgs := func(listen string) []string {
-		return []string{"-listen", listen, "-token-file", token,
+		return []string{"-listen", listen, "-token-file", tokens,
 			"-state-dir", filepath.Join(dir, "platform-state"), "-routes", filepath.Join(dir, "routes.json"),
 			"-plan-every", "200ms", "-cool-down", coolDown.String(), "-move-after", "1s", "-move-every", "1h"}
 	}
@@ -291,7 +296,7 @@ func TestOverloadEndToEnd(t *testing.T) {
 
 	agent := start(t, "proofkit-agent", "-node", "node-1", "-interval", "200ms",
 		"-proc", agenttest.Proc(fake), "-sys", agenttest.Sys(fake), "-sysctl", "off", "-listen", "off",
-		"-state-dir", filepath.Join(dir, "agent-state"), "-report-url", api+"/report", "-token-file", token)
+		"-state-dir", filepath.Join(dir, "agent-state"), "-report-url", api+"/report", "-token-file", agentToken)
 
 	node := func() nodeView {
 		var v nodeView
@@ -327,10 +332,10 @@ func TestOverloadEndToEnd(t *testing.T) {
 	if a := admit(); a.Admit || a.Reason != string(routing.ReasonOverloaded) {
 		t.Fatalf("overloaded node-1: %+v, want refused, reason overloaded", a)
 	}
-	if code := post(t, api+"/routes", "e2e-token", `{"node":"node-1","user":"u7","key":"vpn"}`); code != http.StatusConflict {
+	if code := post(t, api+"/routes", "e2e-operator", `{"node":"node-1","user":"u7","key":"vpn"}`); code != http.StatusConflict {
 		t.Fatalf("a new route through overloaded node-1: status %d, want 409", code)
 	}
-	if code := post(t, api+"/routes", "e2e-token", `{"node":"node-2","user":"u7","key":"vpn"}`); code != http.StatusCreated {
+	if code := post(t, api+"/routes", "e2e-operator", `{"node":"node-2","user":"u7","key":"vpn"}`); code != http.StatusCreated {
 		t.Fatalf("a new route through node-2: status %d, want 201", code)
 	}
 	v := node()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,26 +16,31 @@ import (
 const maxBody = 1 << 20
 
 // handler serves the platform's API. POSTs need "Authorization: Bearer
-// <token>"; GETs are open (an example: put it behind your own auth).
-func (p *platform) handler(token string) http.Handler {
+// <token>": a node's token may only report for its node, an operator's
+// token (no node) may do anything. GETs are open (an example: put it
+// behind your own auth).
+func (p *platform) handler(toks tokens) http.Handler {
 	mux := http.NewServeMux()
-	auth := func(h http.HandlerFunc) http.HandlerFunc {
-		want := []byte("Bearer " + token)
+	auth := func(agentMay bool, h func(w http.ResponseWriter, r *http.Request, node string)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			got := []byte(r.Header.Get("Authorization"))
-			if subtle.ConstantTimeCompare(got, want) != 1 {
+			node, ok := toks.lookup(r.Header.Get("Authorization"))
+			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
 				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
 				return
 			}
+			if node != "" && !agentMay {
+				writeError(w, http.StatusForbidden, fmt.Errorf("the token of node %s may only report", node))
+				return
+			}
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-			h(w, r)
+			h(w, r, node)
 		}
 	}
-	mux.HandleFunc("POST /report", auth(p.handleReport))
-	mux.HandleFunc("POST /routes", auth(p.handleOpen))
-	mux.HandleFunc("POST /traffic", auth(p.handleTraffic))
-	mux.HandleFunc("POST /price", auth(p.handlePrice))
+	mux.HandleFunc("POST /report", auth(true, p.handleReport))
+	mux.HandleFunc("POST /routes", auth(false, p.handleOpen))
+	mux.HandleFunc("POST /traffic", auth(false, p.handleTraffic))
+	mux.HandleFunc("POST /price", auth(false, p.handlePrice))
 	mux.HandleFunc("GET /admit", p.handleAdmit)
 	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, p.views()) })
 	mux.HandleFunc("GET /nodes/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -52,12 +56,15 @@ func (p *platform) handler(token string) http.Handler {
 	return mux
 }
 
-// handleReport takes one overload.Reading. The answers are chosen for the
-// agent's retry rules: 200 for a reading counted now or already counted
-// (a retry after a lost answer must not be retried for ever), 409 for one
-// older than the latest (the agent drops it), 400 for one that cannot be
-// true (dropped too), 401 for a bad token (kept and retried).
-func (p *platform) handleReport(w http.ResponseWriter, r *http.Request) {
+// handleReport takes one overload.Reading. The node is the token's, or,
+// for an operator's token, the one the reading names. The answers are
+// chosen for the agent's retry rules: 200 for a reading counted now or
+// already counted (a retry after a lost answer must not be retried for
+// ever), 409 for one older than the latest (the agent drops it), 400 for
+// one that cannot be true (dropped too), 401 for a bad token and 403 for a
+// reading of another node than the token's (kept and retried: the
+// operator must fix the agent's configuration).
+func (p *platform) handleReport(w http.ResponseWriter, r *http.Request, tokenNode string) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("reading body: %w", err))
@@ -67,6 +74,13 @@ func (p *platform) handleReport(w http.ResponseWriter, r *http.Request) {
 	if err := json.Unmarshal(body, &rd); err != nil { // validates, and checks "v"
 		writeError(w, http.StatusBadRequest, fmt.Errorf("reading: %w", err))
 		return
+	}
+	if tokenNode != "" {
+		if rd.Node != "" && rd.Node != tokenNode {
+			writeError(w, http.StatusForbidden, fmt.Errorf("a reading of node %q with the token of node %s", rd.Node, tokenNode))
+			return
+		}
+		rd.Node = tokenNode
 	}
 	out, err := p.report(rd)
 	switch {
@@ -96,6 +110,10 @@ type admitAnswer struct {
 
 func (p *platform) handleAdmit(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("node")
+	if id == "" {
+		writeError(w, http.StatusBadRequest, errors.New("admit: ?node= is required"))
+		return
+	}
 	a, err := p.admit(id)
 	if err != nil {
 		writeError(w, statusOf(err), err)
@@ -104,7 +122,7 @@ func (p *platform) handleAdmit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a)
 }
 
-func (p *platform) handleOpen(w http.ResponseWriter, r *http.Request) {
+func (p *platform) handleOpen(w http.ResponseWriter, r *http.Request, _ string) {
 	var req openRequest
 	if !decode(w, r, &req) {
 		return
@@ -122,7 +140,7 @@ func (p *platform) handleOpen(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, rt)
 }
 
-func (p *platform) handleTraffic(w http.ResponseWriter, r *http.Request) {
+func (p *platform) handleTraffic(w http.ResponseWriter, r *http.Request, _ string) {
 	var req trafficRequest
 	if !decode(w, r, &req) {
 		return
@@ -135,7 +153,7 @@ func (p *platform) handleTraffic(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rt)
 }
 
-func (p *platform) handlePrice(w http.ResponseWriter, r *http.Request) {
+func (p *platform) handlePrice(w http.ResponseWriter, r *http.Request, _ string) {
 	var req priceRequest
 	if !decode(w, r, &req) {
 		return

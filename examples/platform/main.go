@@ -13,7 +13,8 @@
 //
 //	go run ./examples/platform -token-file token -routes examples/platform/routes.json
 //
-// API (POSTs need "Authorization: Bearer <token>"):
+// API (POSTs need "Authorization: Bearer <token>"; a node's token may only
+// report for that node):
 //
 //	POST /report          an overload.Reading, as the agent sends it
 //	GET  /admit?node=X    {"admit":false,"reason":"overloaded",…}
@@ -36,7 +37,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -78,7 +78,7 @@ Flags:
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
-	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token agents and clients send (required)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (operator: any node, every endpoint) or TOKEN NODE (that node's agent: reports only) (required)")
 	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node")
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
 	fs.DurationVar(&o.planEvery, "plan-every", 30*time.Second, "time between plan rounds (one also runs after each report)")
@@ -131,11 +131,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	o.cfg.Logger = log
 
-	tok, err := os.ReadFile(o.tokenFile)
-	token := strings.TrimSpace(string(tok))
-	if err == nil && token == "" {
-		err = errors.New("empty")
-	}
+	toks, err := readTokens(o.tokenFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
@@ -159,7 +155,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	srv := &http.Server{
-		Handler:           p.handler(token),
+		Handler:           p.handler(toks),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -191,4 +187,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+func readTokens(path string) (tokens, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseTokens(f)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -525,7 +524,7 @@ func (p *platform) viewLocked(n *node, now time.Time) nodeView {
 	return v
 }
 
-// noticeView is one notice with its node, for /notices.
+// noticesAll returns every node's notices, oldest first.
 func (p *platform) noticesAll() []overload.Notice {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -537,7 +536,7 @@ func (p *platform) noticesAll() []overload.Notice {
 	return out
 }
 
-// plans returns each node's latest plan that closed something.
+// plans returns each node's latest plan that closed something, by node.
 func (p *platform) plans() []routing.Plan {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -547,6 +546,5 @@ func (p *platform) plans() []routing.Plan {
 			out = append(out, *lp)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b routing.Plan) int { return cmp.Compare(a.Node, b.Node) })
 	return out
 }

@@ -75,7 +75,7 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPl
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(p.handler(testToken))
+	srv := httptest.NewServer(p.handler(tokens{testToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, dir: dir, p: p, srv: srv}
 }
@@ -302,6 +302,73 @@ func TestReportAnswers(t *testing.T) {
 	}
 	if code := tp.do("GET", "/admit?node=nobody", nil, nil); code != 404 {
 		t.Fatalf("admit of a node never seen: %d, want 404", code)
+	}
+	if code := tp.do("GET", "/admit", nil, nil); code != 400 {
+		t.Fatalf("admit of no node: %d, want 400", code)
+	}
+
+	// A node's token: its readings need not name the node, may not name
+	// another, and it may do nothing but report.
+	anon := r
+	anon.Node, anon.At = "", t0.Add(time.Second)
+	b, _ := json.Marshal(anon)
+	if got := post("x1-token", b); got != 200 {
+		t.Fatalf("x1's token, reading without a node: %d, want 200", got)
+	}
+	if tr := tp.p.nodes["x1"].tracker; !tr.LastReading().Equal(anon.At) {
+		t.Fatalf("x1's latest reading %v, want %v", tr.LastReading(), anon.At)
+	}
+	anon.Node, anon.At = "x2", t0.Add(2*time.Second)
+	b, _ = json.Marshal(anon)
+	if got := post("x1-token", b); got != 403 {
+		t.Fatalf("x1's token, reading of x2: %d, want 403", got)
+	}
+	req, _ := http.NewRequest("POST", tp.srv.URL+"/price", strings.NewReader(`{"node":"x1","price":1}`))
+	req.Header.Set("Authorization", "Bearer x1-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Fatalf("x1's token setting a price: %d, want 403", resp.StatusCode)
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want tokens
+		err  string
+	}{
+		{"op\n# comment\n\nagent1 x1\n", tokens{"op": "", "agent1": "x1"}, ""},
+		{"  op  \r\n", tokens{"op": ""}, ""},
+		{"", nil, "no token"},
+		{"a x1 extra", nil, "line 1"},
+		{"a\na x1", nil, "twice"},
+		{"a ../x", nil, "node"},
+	} {
+		got, err := parseTokens(strings.NewReader(tc.in))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || len(got) != len(tc.want) {
+			t.Errorf("%q: %v %v, want %v", tc.in, got, err, tc.want)
+		}
+		for k, v := range tc.want {
+			if got[k] != v {
+				t.Errorf("%q: token %s → %q, want %q", tc.in, k, got[k], v)
+			}
+		}
+	}
+	toks := tokens{"abc": "x1"}
+	for h, ok := range map[string]bool{"Bearer abc": true, "Bearer ab": false, "abc": false, "": false, "Bearer abcd": false} {
+		if _, got := toks.lookup(h); got != ok {
+			t.Errorf("lookup(%q) = %v, want %v", h, got, ok)
+		}
 	}
 }
 
