@@ -54,19 +54,28 @@ func BenchmarkRead(b *testing.B) {
 		perSS[n] = float64(ssTime.Nanoseconds())
 		b.Run("conns="+strconv.Itoa(n), func(b *testing.B) {
 			ctx := context.Background()
+			var times []time.Duration
 			for b.Loop() {
+				start := time.Now()
 				if _, err := p.Read(ctx); err != nil {
 					b.Fatal(err)
 				}
+				times = append(times, time.Since(start))
 			}
-			perRead[n] = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			// The median is the figure compared: the box is shared, and a
+			// neighbour's burst moves the mean more than the probe does.
+			slices.Sort(times)
+			perRead[n] = float64(times[len(times)/2].Nanoseconds())
+			b.ReportMetric(perRead[n], "p50-ns/read")
 			b.ReportMetric(perSS[n], "ss-ns/op")
 			b.ReportMetric(perSS[n]/perRead[n], "ss/read")
 		})
 	}
-	if perRead[0] > 0 {
-		b.Logf("Read with 50,000 connections costs %.2f× Read with none (%.0f µs vs %.0f µs); ss -tan costs %.0f× Read at 50,000 (%.1f ms)",
-			perRead[50000]/perRead[0], perRead[50000]/1e3, perRead[0]/1e3, perSS[50000]/perRead[50000], perSS[50000]/1e6)
+	if perRead[0] > 0 && perRead[50000] > 0 {
+		fmt.Printf("BenchmarkRead: median Read with 50,000 connections / with none = %.2f (%.0f µs / %.0f µs; 10,000: %.0f µs); "+
+			"ss -tan at 50,000 = %.1f ms = %.0f× Read\n",
+			perRead[50000]/perRead[0], perRead[50000]/1e3, perRead[0]/1e3, perRead[10000]/1e3,
+			perSS[50000]/1e6, perSS[50000]/perRead[50000])
 	}
 }
 
