@@ -204,10 +204,13 @@ func (p *platform) report(r overload.Reading) (reportOutcome, error) {
 		n.notices = appendBounded(n.notices, *res.Notice, maxNotices)
 		p.log.Warn("notice", "node", r.Node, "text", res.Notice.Text)
 	}
+	// Plan the node at once (the round writes its file if it closes
+	// something), then write what the reading changed (a no-op if the
+	// round just did): one write per report.
+	p.planRoundLocked(p.now(), r.Node)
 	if err := p.save(n); err != nil {
 		return reportOutcome{}, err
 	}
-	p.planRoundLocked(p.now())
 	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
 }
 
@@ -250,15 +253,20 @@ func (p *platform) admitLocked(n *node, now time.Time) admitAnswer {
 func (p *platform) planRound() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.planRoundLocked(p.now())
+	p.planRoundLocked(p.now(), "")
 }
 
-// planRoundLocked plans the nodes one after another over one index of the
-// whole route table, recording each node's closures in the index before
-// the next node is planned, so two nodes never each close the route the
-// other counted on. The example "carries out" an action by removing the
-// route from its table, ending its pricing session and logging it.
-func (p *platform) planRoundLocked(now time.Time) {
+// planRoundLocked plans the nodes one after another (only node `only` if
+// it is not empty) over one index of the whole route table, recording each
+// node's closures in the index before the next node is planned, so two
+// nodes never each close the route the other counted on. The example
+// "carries out" an action by removing the route from its table, ending its
+// pricing session and logging it.
+//
+// A node's file is written when the round closed something or changed its
+// budgets, not for a round that changed only the plan time: a quiet fleet
+// costs no disk writes.
+func (p *platform) planRoundLocked(now time.Time, only string) {
 	var all []routing.Route
 	for _, id := range p.ids() {
 		n := p.nodes[id]
@@ -271,7 +279,7 @@ func (p *platform) planRoundLocked(now time.Time) {
 	idx := routing.NewIndex(all)
 	for _, id := range p.ids() {
 		n := p.nodes[id]
-		if n.info.Role == 0 {
+		if n.info.Role == 0 || (only != "" && id != only) {
 			continue
 		}
 		routes := make([]routing.Route, 0, len(n.routes))
@@ -283,6 +291,7 @@ func (p *platform) planRoundLocked(now time.Time) {
 			p.log.Error("plan round", "node", id, "err", err)
 			continue
 		}
+		budgetsChanged := !sameBudgets(n.info.State, plan.State)
 		n.info.State = plan.State
 		for _, a := range plan.Actions {
 			rt := n.routes[a.Route.ID]
@@ -293,6 +302,9 @@ func (p *platform) planRoundLocked(now time.Time) {
 			p.log.Warn("closing route", "node", id, "route", a.Route.ID, "user", a.Route.User,
 				"reason", string(a.Reason), "action", a.String())
 		}
+		if len(plan.Actions) == 0 && !budgetsChanged {
+			continue
+		}
 		if len(plan.Actions) > 0 {
 			n.lastPlan = &plan
 			n.info.LiveUsers = liveUsers(n)
@@ -301,6 +313,13 @@ func (p *platform) planRoundLocked(now time.Time) {
 			p.log.Error("saving node state", "node", id, "err", err)
 		}
 	}
+}
+
+// sameBudgets reports whether two plan states hold the same budgets; the
+// plan time alone is not worth a write (losing it only lets a plan for an
+// earlier instant through once).
+func sameBudgets(a, b routing.NodeState) bool {
+	return a.UnusedTokens == b.UnusedTokens && a.UnusedAccrued.Equal(b.UnusedAccrued) && a.LastMove.Equal(b.LastMove)
 }
 
 // sessionPrice is what the route's user pays now; the locked price when

@@ -422,7 +422,7 @@ func TestPricing(t *testing.T) {
 func TestStateFiles(t *testing.T) {
 	dir := t.TempDir()
 	c := &clock{t: t0}
-	newTestPlatform(t, dir, c, testSeed())
+	tp := newTestPlatform(t, dir, c, testSeed())
 	names, _ := filepath.Glob(filepath.Join(dir, "*"))
 	var base []string
 	for _, n := range names {
@@ -430,6 +430,13 @@ func TestStateFiles(t *testing.T) {
 	}
 	if want := []string{"f1.json", "x1.json", "x2.json"}; !slices.Equal(base, want) {
 		t.Fatalf("state files %v, want %v", base, want)
+	}
+	// A plan round on a quiet fleet writes nothing.
+	before, _ := os.ReadFile(filepath.Join(dir, "x1.json"))
+	c.add(time.Minute)
+	tp.p.planRound()
+	if after, _ := os.ReadFile(filepath.Join(dir, "x1.json")); !bytes.Equal(before, after) {
+		t.Fatalf("a quiet plan round rewrote x1.json")
 	}
 	if err := os.WriteFile(filepath.Join(dir, "x1.json"), []byte(`{"v":1,`), 0o600); err != nil {
 		t.Fatal(err)
@@ -476,5 +483,30 @@ func TestFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-token-file", "t", "-cool-down", "0s"}, io.Discard)
 	if err != nil || o.cfg.Policy.CoolDown >= 0 {
 		t.Fatalf("-cool-down 0: %v %v, want no cool-down", o.cfg.Policy.CoolDown, err)
+	}
+}
+
+// BenchmarkReport measures one reading through the handler: decode,
+// observe, a plan round over the test seed's three nodes, and the atomic
+// write of the changed node files (fsync included, in the temp dir).
+func BenchmarkReport(b *testing.B) {
+	c := &clock{t: t0}
+	p, err := newPlatform(config{StateDir: b.TempDir(), Now: c.now}, testSeed())
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := p.handler(tokens{testToken: ""})
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.add(30 * time.Second)
+		body, _ := json.Marshal(overload.Reading{Node: "x1", At: c.now(), MemoryUsedPercent: float64(50 + 45*(i/5%2)),
+			CPUs: 4, ConntrackMax: 262144})
+		req := httptest.NewRequest("POST", "/report", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
 	}
 }
