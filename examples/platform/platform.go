@@ -38,6 +38,10 @@ const (
 	maxNotices = 100
 )
 
+// maxAhead is how far ahead of the platform's clock a reading may be
+// taken (clocks differ a little; a reading from next week is refused).
+const maxAhead = 5 * time.Minute
+
 // platform keeps one node record per node, behind one lock: every request
 // and plan round runs under it, and every change is written to the node's
 // file before the lock is released, so what a client was told is on disk.
@@ -166,15 +170,20 @@ func (p *platform) report(r overload.Reading) (reportOutcome, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := p.now()
+	if r.At.After(now.Add(maxAhead)) {
+		// Counted, it would make every honest reading after it "out of
+		// order" until the clock caught up.
+		return reportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",
+			r.Node, r.At.Format(time.RFC3339), maxAhead, errBadInput)
+	}
 	n := p.nodes[r.Node]
-	if n == nil {
+	isNew := n == nil
+	if isNew {
 		var err error
 		if n, err = p.newNode(r.Node); err != nil {
 			return reportOutcome{}, err
 		}
-		p.nodes[r.Node] = n
-		p.log.Warn("reports from a node the route table does not hold: tracked, admitted by load, never planned",
-			"node", r.Node)
 	}
 	res, err := n.tracker.Observe(r)
 	switch {
@@ -184,6 +193,11 @@ func (p *platform) report(r overload.Reading) (reportOutcome, error) {
 		return reportOutcome{Node: r.Node, Overloaded: n.tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), errStale)
 	case err != nil:
 		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errBadInput, err)
+	}
+	if isNew {
+		p.nodes[r.Node] = n
+		p.log.Warn("reports from a node the route table does not hold: tracked, admitted by load, never planned",
+			"node", r.Node)
 	}
 	n.lastRead = &r
 	if !slices.Contains(r.Missing, overload.InputMemory) {
@@ -207,7 +221,7 @@ func (p *platform) report(r overload.Reading) (reportOutcome, error) {
 	// Plan the node at once (the round writes its file if it closes
 	// something), then write what the reading changed (a no-op if the
 	// round just did): one write per report.
-	p.planRoundLocked(p.now(), r.Node)
+	p.planRoundLocked(now, r.Node)
 	if err := p.save(n); err != nil {
 		return reportOutcome{}, err
 	}

@@ -268,6 +268,9 @@ func TestReportAnswers(t *testing.T) {
 	other := r
 	other.Node = "../etc"
 	evil, _ := json.Marshal(other)
+	ahead := r
+	ahead.At = t0.Add(time.Hour)
+	future, _ := json.Marshal(ahead)
 	for _, tc := range []struct {
 		name  string
 		token string
@@ -282,6 +285,7 @@ func TestReportAnswers(t *testing.T) {
 		{"not JSON", testToken, []byte("{"), 400},
 		{"no version", testToken, []byte(`{"node":"x1","at":"2026-11-30T13:00:00Z"}`), 400},
 		{"node name not a file name", testToken, evil, 400},
+		{"an hour ahead of the clock", testToken, future, 400},
 	} {
 		if got := post(tc.token, tc.body); got != tc.want {
 			t.Errorf("%s: status %d, want %d", tc.name, got, tc.want)
