@@ -14,6 +14,23 @@
 // for LISTEN sockets only; link bytes from one rtnetlink link dump. Every
 // netlink request has a deadline.
 //
+// What fills each field of the Reading:
+//
+//   - MemoryUsedPercent: (MemTotal − MemAvailable) / MemTotal from meminfo.
+//   - Load15 from loadavg; CPUs: the CPUs this process may run on (its
+//     affinity mask), not the machine's count.
+//   - ConntrackEntries, ConntrackMax: nf_conntrack_count (of the namespace)
+//     and nf_conntrack_max (global).
+//   - ConntrackDrops: Drop + EarlyDrop + InsertFailed summed over CPUs.
+//   - ListenDrops: TcpExt ListenDrops, which counts every connection
+//     dropped at a listener: each accept-queue overflow (ListenOverflows)
+//     and the SYN-queue drops that ListenOverflows leaves out.
+//   - Listeners: each TCP listener's accept queue and backlog (at most the
+//     1,024 fullest), for information.
+//   - Links: bits per second each way for links that are up and running,
+//     loopback left out; the speed from SysRoot/class/net/IF/speed or
+//     Config.LinkSpeedMbps, 0 when unknown (with a note).
+//
 // Counters that only grow in the kernel become deltas between readings.
 // The first reading has none and says so; a counter that went back (a
 // reboot, a wrap, a module reload, a replaced link or namespace) gives no

@@ -25,8 +25,9 @@ import (
 // noteFirst is the note of a first reading, which has no deltas.
 const noteFirst = "first reading: no deltas yet"
 
-// Probe takes readings of the node it runs on. Its methods may be called
-// from any goroutine; readings are taken one at a time.
+// Probe takes readings of the node it runs on, keeping the previous
+// reading's counters for the next one's deltas. Its methods may be called
+// from any goroutine; readings are taken one at a time. Close it when done.
 type Probe struct {
 	cfg Config
 	fs  procfs.FS
@@ -285,6 +286,9 @@ func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
 
 	p.prev = cur
 	r.Missing, r.Notes = acc.missing, acc.notes
+	if len(r.Missing) > 0 {
+		p.log.Debug("reading with inputs missing", "missing", r.Missing, "notes", r.Notes)
+	}
 	return r, nil
 }
 
