@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/routing"
+)
+
+// The platform's decisions on an exit node whose memory stands at 93 % in
+// three readings, 30 seconds apart: it takes nobody new, its operator gets
+// one notice, and its longest-unused own route is closed.
+func Example() {
+	dir, err := os.MkdirTemp("", "platform-example-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	seed := &seedFile{
+		Nodes: []routing.Node{{ID: "de-fra-1", Role: routing.RoleExit, Country: "DE", Price: 300}},
+		Routes: []routing.Route{
+			{ID: "r1", User: "alice", Key: "vpn-de", Node: "de-fra-1", Kind: routing.KindOwn,
+				Start: now.Add(-5 * time.Hour), LastTraffic: now.Add(-4 * time.Hour)},
+			{ID: "r2", User: "bob", Key: "vpn-de", Node: "de-fra-1", Kind: routing.KindOwn,
+				Start: now.Add(-5 * time.Hour), LastTraffic: now.Add(-time.Minute)},
+		},
+	}
+	p, err := newPlatform(config{StateDir: dir, Now: func() time.Time { return now }}, seed)
+	if err != nil {
+		panic(err)
+	}
+	for range 3 {
+		out, err := p.report(overload.Reading{Node: "de-fra-1", At: now, MemoryUsedPercent: 93, CPUs: 4, ConntrackMax: 262144})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("overloaded:", out.Overloaded)
+		now = now.Add(30 * time.Second)
+	}
+	a, _ := p.admit("de-fra-1")
+	fmt.Printf("admit: %v (%s)\n", a.Admit, a.Why)
+	for _, n := range p.noticesAll() {
+		fmt.Println("notice:", n.Text)
+	}
+	v, _ := p.view("de-fra-1")
+	for _, c := range v.Closed {
+		fmt.Println(c.Action)
+	}
+	fmt.Println("routes left:", len(v.Routes))
+	// Output:
+	// overloaded: false
+	// overloaded: false
+	// overloaded: true
+	// admit: false (the node is overloaded)
+	// notice: de-fra-1 is overloaded: memory at 93 %
+	// close route r1 of user alice: unused for 4h1m0s; unused own route on an overloaded exit
+	// routes left: 1
+}
