@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bufio"
+	"crypto/subtle"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// tokens maps each bearer token to the node it may report for; "" means
+// an operator's token, which may report for any node (the reading names
+// it) and use every endpoint.
+type tokens map[string]string
+
+// parseTokens reads a token file: one token a line, optionally followed by
+// the node it belongs to; blank lines and lines starting with # are
+// skipped.
+//
+//	# operator (and agents that name their node in each reading)
+//	Zx9…
+//	# one node's agent
+//	Qm3… de-fra-1
+func parseTokens(r io.Reader) (tokens, error) {
+	t := tokens{}
+	sc := bufio.NewScanner(r)
+	for line := 1; sc.Scan(); line++ {
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		f := strings.Fields(s)
+		if len(f) > 2 {
+			return nil, fmt.Errorf("line %d: want TOKEN or TOKEN NODE", line)
+		}
+		if _, dup := t[f[0]]; dup {
+			return nil, fmt.Errorf("line %d: token listed twice", line)
+		}
+		node := ""
+		if len(f) == 2 {
+			if err := checkNodeID(f[1]); err != nil {
+				return nil, fmt.Errorf("line %d: %w", line, err)
+			}
+			node = f[1]
+		}
+		t[f[0]] = node
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(t) == 0 {
+		return nil, fmt.Errorf("no token in it")
+	}
+	return t, nil
+}
+
+// lookup returns the node the request's bearer token belongs to and
+// whether the token is known. Every token is compared in constant time.
+func (t tokens) lookup(header string) (node string, ok bool) {
+	got, found := strings.CutPrefix(header, "Bearer ")
+	if !found {
+		return "", false
+	}
+	for tok, n := range t {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
+			node, ok = n, true
+		}
+	}
+	return node, ok
+}
