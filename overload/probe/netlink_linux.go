@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"slices"
@@ -250,6 +251,25 @@ func links(ctx context.Context, deadline time.Time) ([]linkSample, error) {
 	return out, nil
 }
 
+// untilDeadline runs call, which uses c, and closes c if deadline passes
+// or ctx ends first: closing a netlink socket wakes a blocked receive. It
+// returns ctx's error or errNoAnswer in that case, else call's error.
+// It is the deadline of connections that have none of their own.
+func untilDeadline(ctx context.Context, deadline time.Time, c io.Closer, call func() error) error {
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	stop := context.AfterFunc(rctx, func() { _ = c.Close() })
+	err := call()
+	if !stop() {
+		// Closed because the deadline passed or ctx ended while asking.
+		if cerr := ctxDone(ctx); cerr != nil {
+			return cerr
+		}
+		return errNoAnswer
+	}
+	return err
+}
+
 // conntrackDrops asks ctnetlink for the per-CPU statistics of the calling
 // thread's network namespace (one small message per CPU; the table itself
 // is never dumped) and returns, per CPU, Drop + EarlyDrop + InsertFailed.
@@ -262,18 +282,12 @@ func conntrackDrops(ctx context.Context, deadline time.Time) (map[int]uint64, er
 	if err != nil {
 		return nil, fmt.Errorf("ctnetlink: dial: %w", err)
 	}
-	rctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	stop := context.AfterFunc(rctx, func() { _ = c.Close() })
-	stats, err := c.Stats()
-	if !stop() {
-		// The deadline passed or ctx ended while asking.
-		if cerr := ctxDone(ctx); cerr != nil {
-			return nil, fmt.Errorf("ctnetlink: stats: %w", cerr)
-		}
-		return nil, fmt.Errorf("ctnetlink: stats: %w", errNoAnswer)
-	}
-	_ = c.Close()
+	defer c.Close()
+	var stats []conntrack.Stats
+	err = untilDeadline(ctx, deadline, c, func() (err error) {
+		stats, err = c.Stats()
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("ctnetlink: stats: %w", err)
 	}

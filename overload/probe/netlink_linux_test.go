@@ -218,6 +218,42 @@ func TestExchangeDeadline(t *testing.T) {
 	}
 }
 
+func TestUntilDeadline(t *testing.T) {
+	dial := func() *netlink.Conn {
+		c, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	stall := func(c *netlink.Conn) func() error {
+		return func() error { _, err := c.Execute(noAnswer(0)); return err }
+	}
+
+	c := dial()
+	err := untilDeadline(context.Background(), time.Now().Add(50*time.Millisecond), c, stall(c))
+	if !errors.Is(err, errNoAnswer) {
+		t.Fatalf("untilDeadline past its deadline = %v, want errNoAnswer", err)
+	}
+
+	c = dial()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if err := untilDeadline(ctx, time.Now().Add(time.Hour), c, stall(c)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("untilDeadline with a canceled context = %v, want context.Canceled", err)
+	}
+
+	c = dial()
+	err = untilDeadline(context.Background(), time.Now().Add(time.Hour), c, func() error {
+		_, err := c.Execute(listenRequest(unix.AF_INET))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("untilDeadline with an answer: %v", err)
+	}
+}
+
 // TestReadDeadline: a netlink peer that never answers must not hang Read
 // beyond its context, nor beyond Config.Timeout when the context has no
 // deadline.
