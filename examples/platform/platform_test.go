@@ -514,3 +514,21 @@ func BenchmarkReport(b *testing.B) {
 		}
 	}
 }
+
+// TestSampleRoutes: the route table shipped beside the example loads.
+func TestSampleRoutes(t *testing.T) {
+	s, err := readSeed("routes.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newPlatform(config{StateDir: t.TempDir()}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(p.views()); got != 3 {
+		t.Fatalf("%d nodes, want 3", got)
+	}
+	if _, err := readSeed("testdata/nonexistent.json"); err == nil {
+		t.Fatal("a missing route table read without error")
+	}
+}
