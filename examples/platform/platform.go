@@ -211,7 +211,7 @@ func (p *platform) report(r overload.Reading) (reportOutcome, error) {
 		case overload.End:
 			n.info.OverloadEnded = ev.At
 			p.log.Info("overload ended", "node", r.Node, "at", ev.At, "lasted", ev.Lasted,
-				"cool_down", p.cfg.Policy.CoolDown)
+				"offered_again", ev.At.Add(p.coolDown()))
 		}
 	}
 	if res.Notice != nil {
@@ -254,13 +254,21 @@ func (p *platform) admitLocked(n *node, now time.Time) admitAnswer {
 		a.Why = why.String()
 	}
 	if why == routing.ReasonCoolDown {
-		cd := p.cfg.Policy.CoolDown
-		if cd == 0 {
-			cd = routing.DefaultCoolDown
-		}
-		a.Until = n.info.OverloadEnded.Add(cd)
+		a.Until = n.info.OverloadEnded.Add(p.coolDown())
 	}
 	return a
+}
+
+// coolDown is the policy's cool-down, its default filled in (none: 0).
+func (p *platform) coolDown() time.Duration {
+	switch cd := p.cfg.Policy.CoolDown; {
+	case cd == 0:
+		return routing.DefaultCoolDown
+	case cd < 0:
+		return 0
+	default:
+		return cd
+	}
 }
 
 // planRound runs one plan round over every registered node.
