@@ -79,12 +79,13 @@ type Plan struct {
 //     node (max_users) is not overloaded, and MaxUsers plays no part here.
 //   - Overloaded exit, not paused: users' own routes unused for UnusedAfter
 //     (2 h) are closed, longest unused first, within a budget of
-//     UnusedPerHour (5 %) of the node's sessions (len(routes)) an hour. The
-//     budget is a token bucket in n.State: it starts with one token, grows
-//     only while this rule applies (an overloaded exit, not paused), holds at most one hour's worth (at
-//     least one token), and is spent one token per closed route. So
-//     calling Plan every second closes no more than calling it every five
-//     minutes or every hour. Partner and extra-link routes are left.
+//     UnusedPerHour (5 %) of the node's sessions (len(routes)) an hour.
+//     The budget is a token bucket in n.State: it starts with one token,
+//     grows only while this rule applies (an overloaded exit, not paused),
+//     holds at most one hour's worth (at least one token), and is spent
+//     one token per closed route. The budget follows time, not the number
+//     of plans: planning every second closes no more than planning every
+//     five minutes or every hour. Partner and extra-link routes are left.
 //   - Overloaded entry: nothing unused is closed.
 //   - Paused node, of either role: every route unused for UnusedAfter, of
 //     any kind, is closed at once, longest unused first.
@@ -93,10 +94,10 @@ type Plan struct {
 //     MoveMemoryPercent (80), at most one route is closed per MoveEvery
 //     (5 min), and only a route for which alts returns an alternative (see
 //     [IsAlternative]). The one chosen is the one that moved traffic least
-//     recently (then by ID). On a node that is overloaded
-//     but not paused only users' own routes are moved, since partner and
-//     extra-link routes "would be set up again on the same node"; a paused
-//     node moves routes of any kind.
+//     recently (then by ID). On a node that is overloaded but not paused
+//     only users' own routes are moved, since partner and extra-link routes
+//     "would be set up again on the same node"; a paused node moves routes
+//     of any kind.
 //
 // A route in use without an alternative — its user's only route — is never
 // closed. Plan does not modify routes, and takes route IDs as unique.
