@@ -1,0 +1,425 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
+)
+
+// binary is the pinproxy command, built once by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pinproxy-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "pinproxy")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running pinproxy binary.
+type proc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	addr  string // where it accepts clients
+	admin string // where it serves /metrics and /status, if asked
+
+	mu    sync.Mutex
+	lines []string
+	grew  chan struct{} // closed and replaced when a line arrives
+	done  chan struct{} // closed when the process has exited
+	err   error         // Wait's error, once done
+}
+
+var addrRE = regexp.MustCompile(`msg="(pinproxy|admin) listening" addr=(\S+)`)
+
+// start runs the binary on a free loopback port, with args and env, and
+// waits until it listens. The process is killed at cleanup if still running.
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	args = append([]string{"-listen", "127.0.0.1:0", "-log-level", "debug"}, args...)
+	p := &proc{t: t, cmd: exec.Command(binary, args...), grew: make(chan struct{}), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.lines = append(p.lines, sc.Text())
+			close(p.grew)
+			p.grew = make(chan struct{})
+			p.mu.Unlock()
+		}
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("pinproxy's log:\n%s", strings.Join(p.log(), "\n"))
+		}
+	})
+	p.waitLines(func(lines []string) bool {
+		for _, l := range lines {
+			if m := addrRE.FindStringSubmatch(l); m != nil {
+				if m[1] == "pinproxy" {
+					p.addr = m[2]
+				} else {
+					p.admin = m[2]
+				}
+			}
+		}
+		return p.addr != ""
+	})
+	return p
+}
+
+func (p *proc) log() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.lines...)
+}
+
+// waitLines waits until cond holds for the log so far.
+func (p *proc) waitLines(cond func([]string) bool) {
+	p.t.Helper()
+	deadline := time.After(pinproxytest.WaitFor)
+	for {
+		p.mu.Lock()
+		lines, grew := append([]string(nil), p.lines...), p.grew
+		p.mu.Unlock()
+		if cond(lines) {
+			return
+		}
+		select {
+		case <-grew:
+		case <-p.done:
+			p.t.Fatalf("pinproxy exited (%v) while the test waited for its log", p.err)
+		case <-deadline:
+			p.t.Fatal("pinproxy's log did not show what the test waited for")
+		}
+	}
+}
+
+// count returns how many log lines contain s.
+func count(lines []string, s string) int {
+	n := 0
+	for _, l := range lines {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitRounds waits until n more log lines contain s.
+func (p *proc) waitRounds(s string, n int) {
+	p.t.Helper()
+	base := count(p.log(), s)
+	p.waitLines(func(lines []string) bool { return count(lines, s) >= base+n })
+}
+
+// exit waits for the process to end and returns its exit status.
+func (p *proc) exit() int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(pinproxytest.WaitFor):
+		p.t.Fatal("pinproxy did not exit")
+	}
+	if p.err == nil {
+		return 0
+	}
+	if ee, ok := p.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	p.t.Fatal(p.err)
+	return -1
+}
+
+const (
+	evenRound  = `msg="rebalance: spread is even; nothing to do"`
+	downRound  = `msg="idle node still does not answer; nothing moved"`
+	movedRound = `msg="answers again; moving a connection"`
+)
+
+// The seed's first case, through the binary: B is down, so both clients
+// land on A; rounds change nothing while B is down; once B answers, the
+// newer connection is closed and its redial lands on B; then the spread is
+// even and rounds make no connection.
+func TestBinarySeedMovesNewerConnectionOnceNodeAnswers(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
+	p := start(t, nil, "-upstreams", a.Addr+","+b.Addr, "-rebalance-interval", "200ms", "-dial-timeout", "2s")
+
+	older, on1 := pinproxytest.Dial(t, p.addr, "older")
+	newer, on2 := pinproxytest.Dial(t, p.addr, "newer")
+	if on1 != "A" || on2 != "A" {
+		t.Fatalf("clients landed on %s and %s while B is down, want A and A", on1, on2)
+	}
+	p.waitRounds(downRound, 2)
+	for _, cl := range []*pinproxytest.Client{older, newer} {
+		if on, err := cl.Ping(); err != nil || on != "A" {
+			t.Fatalf("client %s after rounds with B down: on %q, %v", cl.ID, on, err)
+		}
+	}
+	if n := count(p.log(), movedRound); n != 0 {
+		t.Fatalf("%d moves while B was down", n)
+	}
+
+	b.Start()
+	if !newer.Closed() {
+		t.Fatal("the newer connection was not closed once B answered")
+	}
+	want := fmt.Sprintf(`%s from=%s to=%s`, movedRound, a.Addr, b.Addr)
+	p.waitLines(func(l []string) bool { return count(l, want) == 1 }) // the log may trail the close
+	if on := newer.Redial(); on != "B" {
+		t.Fatalf("redial landed on %s, want B", on)
+	}
+	if on, err := older.Ping(); err != nil || on != "A" {
+		t.Fatalf("older client: on %q, %v; want still on A", on, err)
+	}
+
+	acceptsA, acceptsB := a.Accepts.Load(), b.Accepts.Load()
+	p.waitRounds(evenRound, 3)
+	if a.Accepts.Load() != acceptsA || b.Accepts.Load() != acceptsB {
+		t.Errorf("rounds with an even spread connected: A %d→%d, B %d→%d",
+			acceptsA, a.Accepts.Load(), acceptsB, b.Accepts.Load())
+	}
+	if n := count(p.log(), movedRound); n != 1 {
+		t.Errorf("%d moves in all, want 1", n)
+	}
+}
+
+// The seed's second case, through the binary: with one connection per
+// node, rounds leave everything alone and make no connection.
+func TestBinarySeedLeavesEvenSpreadAlone(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
+	p := start(t, []string{"PINPROXY_UPSTREAMS=" + a.Addr + "," + b.Addr, "PINPROXY_REBALANCE_INTERVAL=200ms"})
+
+	c1, on1 := pinproxytest.Dial(t, p.addr, "c1")
+	c2, on2 := pinproxytest.Dial(t, p.addr, "c2")
+	if on1 != "A" || on2 != "B" {
+		t.Fatalf("clients landed on %s and %s, want A and B", on1, on2)
+	}
+	acceptsA, acceptsB := a.Accepts.Load(), b.Accepts.Load()
+	p.waitRounds(evenRound, 3)
+	if a.Accepts.Load() != acceptsA || b.Accepts.Load() != acceptsB {
+		t.Errorf("rounds connected: A %d→%d, B %d→%d", acceptsA, a.Accepts.Load(), acceptsB, b.Accepts.Load())
+	}
+	for _, cl := range []*pinproxytest.Client{c1, c2} {
+		if _, err := cl.Ping(); err != nil {
+			t.Errorf("client %s: %v", cl.ID, err)
+		}
+	}
+	if n := count(p.log(), movedRound) + count(p.log(), downRound); n != 0 {
+		t.Errorf("%d rounds acted on an even spread", n)
+	}
+}
+
+// SIGTERM drains: the live connection keeps working until the client
+// closes it, then the process exits 0.
+func TestBinarySIGTERMDrains(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	p := start(t, nil, "-upstreams", a.Addr)
+	cl, _ := pinproxytest.Dial(t, p.addr, "c")
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLines(func(l []string) bool { return count(l, "signal received; draining") == 1 })
+	if on, err := cl.Ping(); err != nil || on != "A" {
+		t.Fatalf("live connection during the drain: %q, %v", on, err)
+	}
+	cl.Conn.Close()
+	if code := p.exit(); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM, want 0", code)
+	}
+}
+
+// When the drain takes longer than -shutdown-timeout, the connections left
+// are closed, and the exit status is still 0.
+func TestBinarySIGTERMClosesAfterTimeout(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	p := start(t, nil, "-upstreams", a.Addr, "-shutdown-timeout", "100ms")
+	cl, _ := pinproxytest.Dial(t, p.addr, "c")
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !cl.Closed() {
+		t.Fatal("the live connection was not closed after -shutdown-timeout")
+	}
+	if code := p.exit(); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+}
+
+// -admin serves /status (JSON) and /metrics (Prometheus).
+func TestBinaryAdmin(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
+	p := start(t, nil, "-upstreams", a.Addr+","+b.Addr, "-admin", "127.0.0.1:0", "-log-format", "text")
+	if p.admin == "" { // logged before "pinproxy listening"
+		t.Fatal("no admin address in the log")
+	}
+	pinproxytest.Dial(t, p.addr, "c1")
+	pinproxytest.Dial(t, p.addr, "c2")
+
+	var status struct {
+		Upstreams []pinproxy.UpstreamStats `json:"upstreams"`
+		Totals    pinproxy.Totals          `json:"totals"`
+	}
+	body := get(t, "http://"+p.admin+"/status")
+	if err := json.Unmarshal([]byte(body), &status); err != nil {
+		t.Fatalf("/status: %v\n%s", err, body)
+	}
+	if len(status.Upstreams) != 2 || status.Upstreams[0].Live != 2 || status.Upstreams[1].Live != 0 ||
+		status.Upstreams[1].Answered || status.Upstreams[1].Failures != 1 || status.Totals.Live != 2 {
+		t.Errorf("/status = %s", body)
+	}
+	metrics := get(t, "http://"+p.admin+"/metrics")
+	for _, want := range []string{
+		fmt.Sprintf(`pinproxy_upstream_live_connections{upstream="%s"} 2`, a.Addr),
+		fmt.Sprintf(`pinproxy_upstream_up{upstream="%s"} 0`, b.Addr),
+		fmt.Sprintf(`pinproxy_upstream_dial_failures_total{upstream="%s"} 1`, b.Addr),
+		"pinproxy_rebalance_moves_total 0",
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(metrics, "go_goroutines") {
+		t.Error("/metrics serves the global registry's Go metrics; want a registry of its own")
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	c := &http.Client{Timeout: pinproxytest.WaitFor}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v", url, resp.Status, err)
+	}
+	return string(b)
+}
+
+// Bad flags, environment values and addresses: exit status 2 and one line
+// on stderr that says what was wrong.
+func TestBinaryUsageErrors(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ok := []string{"-listen", "127.0.0.1:0", "-upstreams", "127.0.0.1:9"}
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"unknown flag", nil, append(ok, "-frobnicate"), "flag provided but not defined: -frobnicate"},
+		{"no upstreams", nil, []string{"-listen", "127.0.0.1:0"}, "-upstreams is required"},
+		{"no listen", nil, []string{"-upstreams", "a:1"}, "-listen is required"},
+		{"bad upstream", nil, []string{"-listen", "127.0.0.1:0", "-upstreams", "a:1,usa-01"}, `upstream 2 "usa-01": missing port`},
+		{"bad upstream port", nil, []string{"-listen", "127.0.0.1:0", "-upstreams", "a:99999"}, `upstream 1 "a:99999": port "99999"`},
+		{"empty upstream", nil, []string{"-listen", "127.0.0.1:0", "-upstreams", "a:1,,b:2"}, "entry 2 is empty"},
+		{"bad duration", nil, append(ok, "-rebalance-interval", "60"), `invalid value "60" for flag -rebalance-interval: parse error (want a duration`},
+		{"negative interval", nil, append(ok, "-rebalance-interval", "-1m"), "-rebalance-interval -1m0s: must not be negative"},
+		{"zero dial timeout", nil, append(ok, "-dial-timeout", "0s"), "-dial-timeout 0s: must be positive"},
+		{"bad max conns", nil, append(ok, "-max-conns", "-1"), "-max-conns -1"},
+		{"bad log format", nil, append(ok, "-log-format", "xml"), `-log-format "xml": want text or json`},
+		{"listen taken", nil, []string{"-listen", taken.Addr().String(), "-upstreams", "a:1"}, "-listen: cannot listen on " + taken.Addr().String()},
+		{"bad listen", nil, []string{"-listen", "localhost", "-upstreams", "a:1"}, `-listen "localhost": want host:port`},
+		{"admin taken", nil, append(ok, "-admin", taken.Addr().String()), "-admin: cannot listen on " + taken.Addr().String()},
+		{"bad env", []string{"PINPROXY_DIAL_TIMEOUT=5"}, ok, `PINPROXY_DIAL_TIMEOUT="5": parse error (want a duration`},
+		{"env upstream", []string{"PINPROXY_UPSTREAMS=nope"}, []string{"-listen", "127.0.0.1:0"}, `upstream 1 "nope": missing port`},
+		{"stray argument", nil, append(ok, "extra"), `unexpected argument "extra"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(binary, tt.args...)
+			cmd.Env = append(os.Environ(), tt.env...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			done := make(chan error, 1)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { done <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(pinproxytest.WaitFor):
+				cmd.Process.Kill()
+				<-done
+				t.Fatal("pinproxy started instead of refusing")
+			}
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+				t.Errorf("exit: %v, want status 2", err)
+			}
+			got := stderr.String()
+			if strings.Count(got, "\n") != 1 || !strings.HasPrefix(got, "pinproxy: ") || !strings.Contains(got, tt.want) {
+				t.Errorf("stderr %q, want one line with %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// Flags win over the environment.
+func TestFlagsOverrideEnvironment(t *testing.T) {
+	env := map[string]string{
+		"PINPROXY_LISTEN":             "127.0.0.1:1",
+		"PINPROXY_UPSTREAMS":          "env:1",
+		"PINPROXY_REBALANCE_INTERVAL": "0",
+		"PINPROXY_MAX_CONNS":          "7",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	o, err := parseFlags([]string{"-upstreams", "flag:1,flag:2", "-max-conns", "3"}, lookup, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.listen != "127.0.0.1:1" || strings.Join(o.upstreams, ",") != "flag:1,flag:2" || o.maxConns != 3 || o.rebalanceInterval != 0 {
+		t.Errorf("options %+v", o)
+	}
+	if cfg := o.config(nil); cfg.RebalanceInterval >= 0 {
+		t.Errorf("-rebalance-interval 0 became RebalanceInterval %v, want negative (off)", cfg.RebalanceInterval)
+	}
+}
