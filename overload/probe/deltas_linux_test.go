@@ -122,6 +122,9 @@ func TestReadDegrades(t *testing.T) {
 		{name: "conntrack max zero", change: func(root string) {
 			writeFile(t, filepath.Join(root, "sys", "net", "netfilter", "nf_conntrack_max"), "0\n")
 		}, missing: []overload.Input{overload.InputConntrack, overload.InputConntrackDrops}, note: "nf_conntrack_max is 0"},
+		{name: "no thread-self", change: func(root string) {
+			os.Remove(filepath.Join(root, "thread-self"))
+		}, missing: []overload.Input{overload.InputListenDrops}, note: "this thread's proc entry"},
 		{name: "netstat garbage", change: func(root string) {
 			writeFile(t, filepath.Join(root, "1", "task", "1", "net", "netstat"), "TcpExt: A B\nTcpExt: 1\n")
 		}, missing: []overload.Input{overload.InputListenDrops}, note: "listen drops"},

@@ -440,29 +440,25 @@ func (p *Probe) inNetNS(ctx context.Context, fn func() netSample) (netSample, er
 // namespace (see inNetNS).
 func (p *Probe) readNet(ctx context.Context, deadline time.Time) netSample {
 	var ns netSample
-	self, err := p.threadSelf()
-	if err != nil {
-		ns.netstatErr = err
-		ns.ctErr = err
-	} else {
+	// The thread's own proc directory holds the namespace's net files.
+	self, selfErr := p.threadSelf()
+	if selfErr == nil {
 		if link, err := os.Readlink(filepath.Join(p.cfg.ProcRoot, self, "ns", "net")); err == nil {
 			ns.netnsID = link
 		}
 	}
 
 	// Conntrack: count and max are sysctls of the opener's namespace.
+	dir := filepath.Join(p.cfg.ProcRoot, "sys", "net", "netfilter")
+	ns.ctCount, ns.ctErr = readUint(filepath.Join(dir, "nf_conntrack_count"))
 	if ns.ctErr == nil {
-		dir := filepath.Join(p.cfg.ProcRoot, "sys", "net", "netfilter")
-		ns.ctCount, ns.ctErr = readUint(filepath.Join(dir, "nf_conntrack_count"))
-		if ns.ctErr == nil {
-			ns.ctMax, ns.ctErr = readUint(filepath.Join(dir, "nf_conntrack_max"))
-		}
-		if ns.ctErr == nil && ns.ctMax == 0 {
-			ns.ctErr = fmt.Errorf("nf_conntrack_max is 0: %w", errMalformed)
-		}
-		if errors.Is(ns.ctErr, fs.ErrNotExist) {
-			ns.ctErr = fmt.Errorf("no conntrack in this kernel (module nf_conntrack not loaded): %w", ns.ctErr)
-		}
+		ns.ctMax, ns.ctErr = readUint(filepath.Join(dir, "nf_conntrack_max"))
+	}
+	if ns.ctErr == nil && ns.ctMax == 0 {
+		ns.ctErr = fmt.Errorf("nf_conntrack_max is 0: %w", errMalformed)
+	}
+	if errors.Is(ns.ctErr, fs.ErrNotExist) {
+		ns.ctErr = fmt.Errorf("no conntrack in this kernel (module nf_conntrack not loaded): %w", ns.ctErr)
 	}
 	if ns.ctErr == nil {
 		// Drops: ctnetlink first, /proc/net/stat/nf_conntrack when it fails
@@ -475,8 +471,10 @@ func (p *Probe) readNet(ctx context.Context, deadline time.Time) netSample {
 			if permissionDenied(err) {
 				why = "no CAP_NET_ADMIN (" + why + ")"
 			}
-			path := filepath.Join(p.cfg.ProcRoot, self, "net", "stat", "nf_conntrack")
-			drops, ferr := p.conntrackStatFile(path)
+			drops, ferr := map[int]uint64(nil), selfErr
+			if ferr == nil {
+				drops, ferr = p.conntrackStatFile(filepath.Join(p.cfg.ProcRoot, self, "net", "stat", "nf_conntrack"))
+			}
 			if ferr != nil {
 				ns.ctDropsErr = fmt.Errorf("%s; %w", why, ferr)
 			} else {
@@ -489,6 +487,7 @@ func (p *Probe) readNet(ctx context.Context, deadline time.Time) netSample {
 	}
 
 	// Listen queues.
+	ns.netstatErr = selfErr
 	if ns.netstatErr == nil {
 		var proc procfs.Proc
 		proc, ns.netstatErr = p.threadProc(self)
