@@ -169,7 +169,9 @@ func (n *Node) validate() error {
 
 // representable: t has a Unix time in nanoseconds (years 1678 to 2262).
 func representable(t time.Time) bool {
-	return !t.Before(time.Unix(0, math.MinInt64)) && !t.After(time.Unix(0, math.MaxInt64))
+	const limit = math.MaxInt64 / int64(time.Second)
+	s := t.Unix()
+	return s > -limit && s < limit
 }
 
 func validRoute(r *Route, node string) error {
@@ -300,7 +302,7 @@ func (p Policy) refill(tokens float64, accrued, overloadedSince, now time.Time, 
 // there are fewer, and returns how many it closed.
 func (pl *planner) closeUnused(k int) int {
 	k = min(k, len(pl.unused))
-	if k > 4 && k < len(pl.unused) {
+	if k > 4 {
 		slices.SortFunc(pl.unused, pl.before)
 	} else {
 		// Few to pick, the usual case: k passes over the candidates.

@@ -347,6 +347,8 @@ func TestPlanRejects(t *testing.T) {
 		{"route without kind", routing.Policy{}, nil, func(r *routing.Route) { r.Kind = 0 }, routing.ErrInvalid},
 		{"route of kind 9", routing.Policy{}, nil, func(r *routing.Route) { r.Kind = 9 }, routing.ErrInvalid},
 		{"route without start", routing.Policy{}, nil, func(r *routing.Route) { r.Start = time.Time{} }, routing.ErrInvalid},
+		{"route starting in 3000", routing.Policy{}, nil, func(r *routing.Route) { r.Start = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC) }, routing.ErrInvalid},
+		{"traffic in 1500", routing.Policy{}, nil, func(r *routing.Route) { r.LastTraffic = time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC) }, routing.ErrInvalid},
 		{"node without ID", routing.Policy{}, func(n *routing.Node) { n.ID = "" }, nil, routing.ErrInvalid},
 		{"node without role", routing.Policy{}, func(n *routing.Node) { n.Role = 0 }, nil, routing.ErrInvalid},
 		{"memory NaN", routing.Policy{}, func(n *routing.Node) { n.MemoryPercent = math.NaN() }, nil, routing.ErrInvalid},
@@ -374,6 +376,14 @@ func TestPlanRejects(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+func TestPlanRejectsATimeOutOfRange(t *testing.T) {
+	r := route("r", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0)
+	_, err := routing.Policy{}.Plan(time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), exitNode(time.Hour, 90), []routing.Route{r}, nil)
+	if !errors.Is(err, routing.ErrInvalid) {
+		t.Errorf("plan in 2300: err = %v, want ErrInvalid", err)
 	}
 }
 
