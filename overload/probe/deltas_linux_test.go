@@ -109,6 +109,7 @@ func TestReadDegrades(t *testing.T) {
 		change  func(root string)
 		missing []overload.Input
 		note    string
+		maybe   []overload.Input // missing or not, depending on the machine
 	}{
 		{name: "no MemAvailable", change: func(root string) {
 			writeFile(t, filepath.Join(root, "meminfo"), "MemTotal: 1000 kB\nMemFree: 10 kB\n")
@@ -124,7 +125,9 @@ func TestReadDegrades(t *testing.T) {
 		}, missing: []overload.Input{overload.InputConntrack, overload.InputConntrackDrops}, note: "nf_conntrack_max is 0"},
 		{name: "no thread-self", change: func(root string) {
 			os.Remove(filepath.Join(root, "thread-self"))
-		}, missing: []overload.Input{overload.InputListenDrops}, note: "this thread's proc entry"},
+		}, missing: []overload.Input{overload.InputListenDrops}, note: "this thread's proc entry",
+			// Without CAP_NET_ADMIN drops come from the thread's net files.
+			maybe: []overload.Input{overload.InputConntrackDrops}},
 		{name: "netstat garbage", change: func(root string) {
 			writeFile(t, filepath.Join(root, "1", "task", "1", "net", "netstat"), "TcpExt: A B\nTcpExt: 1\n")
 		}, missing: []overload.Input{overload.InputListenDrops}, note: "listen drops"},
@@ -144,8 +147,11 @@ func TestReadDegrades(t *testing.T) {
 			if len(notesWith(r.Notes, tt.note)) == 0 {
 				t.Errorf("notes %q lack %q", r.Notes, tt.note)
 			}
-			if len(r.Missing) > len(tt.missing)+1 { // + bandwidth, which depends on the machine's links
-				t.Errorf("missing %v, want only %v", r.Missing, tt.missing)
+			for _, in := range r.Missing {
+				// Bandwidth depends on the machine's links.
+				if !contains(tt.missing, in) && !contains(tt.maybe, in) && in != overload.InputBandwidth {
+					t.Errorf("%s missing too: %v (notes %q), want only %v", in, r.Missing, r.Notes, tt.missing)
+				}
 			}
 		})
 	}
