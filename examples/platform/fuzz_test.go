@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FuzzParseTokens: any token file either parses into tokens whose nodes
+// are valid node names, or is refused with an error; never a panic.
+func FuzzParseTokens(f *testing.F) {
+	for _, s := range []string{"op\n", "op\nagent x1\n", "# c\n\n a  b \n", "a b c", "a\na", "a ../x", "\x00 \xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		toks, err := parseTokens(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		if len(toks) == 0 {
+			t.Fatal("no error and no token")
+		}
+		for tok, node := range toks {
+			if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
+				t.Fatalf("token %q", tok)
+			}
+			if node != "" && checkNodeID(node) != nil {
+				t.Fatalf("node %q", node)
+			}
+		}
+	})
+}
+
+// FuzzReport: any body POSTed to /report gets 200, 400 or 409 (what the
+// agent's retry rules know), never a 500 or a panic.
+func FuzzReport(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","memory_used_percent":95,"cpus":4,"conntrack_max":1}`,
+		`{"v":1,"node":"x1","at":"2026-11-30T11:00:00Z","memory_used_percent":95,"cpus":4,"conntrack_max":1}`,
+		`{"v":1,"node":"new","at":"2026-11-30T12:00:00Z","cpus":1,"conntrack_max":1,"missing":["bandwidth"]}`,
+		`{"v":2}`, `{`, `null`, `[]`, `{"v":1,"node":"x1","at":"9999-01-01T00:00:00Z","cpus":1,"conntrack_max":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	c := &clock{t: t0.Add(time.Hour)}
+	p, err := newPlatform(config{StateDir: f.TempDir(), Now: c.now}, testSeed())
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := p.handler(tokens{testToken: ""})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := httptest.NewRequest("POST", "/report", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		switch w.Code {
+		case 200, 400, 409:
+		default:
+			t.Fatalf("status %d for %q: %s", w.Code, body, w.Body)
+		}
+	})
+}
