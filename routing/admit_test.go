@@ -1,6 +1,7 @@
 package routing_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -87,6 +88,31 @@ func TestReasonsInWords(t *testing.T) {
 		routing.ReasonFull, routing.ReasonUnused, routing.ReasonDrain, routing.ReasonMove} {
 		if s := r.String(); s == string(r) || len(s) < 15 {
 			t.Errorf("reason %q in words: %q", string(r), s)
+		}
+	}
+}
+
+// "Raising max_users does not help here … and lowering it does not unload
+// a node either": on an overloaded node max_users changes neither the
+// admission nor a single plan.
+func TestMaxUsersPlaysNoPartWhenOverloaded(t *testing.T) {
+	var plans [][]string
+	for _, max := range []int{1, 200, 1_000_000} {
+		f := overloadedScenario(routing.RoleExit)
+		f.nodes[0].MaxUsers = max
+		if ok, why := (routing.Policy{}).Admit(*f.nodes[0], t0.Add(time.Minute)); ok || why != routing.ReasonOverloaded {
+			t.Errorf("max_users %d: Admit = %v, %q; want overloaded", max, ok, why)
+		}
+		f.run(t, routing.Policy{}, time.Minute, time.Hour)
+		var ids []string
+		for _, a := range f.actions("de-1") {
+			ids = append(ids, a.Route.ID)
+		}
+		plans = append(plans, ids)
+	}
+	for i := 1; i < len(plans); i++ {
+		if !slices.Equal(plans[0], plans[i]) {
+			t.Errorf("plans differ with max_users: %v against %v", plans[0], plans[i])
 		}
 	}
 }
