@@ -1,0 +1,107 @@
+package pinproxy
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The least-used choice is one pass over the upstreams under the lock, with
+// no allocation up to 64 upstreams.
+func BenchmarkPick(b *testing.B) {
+	for _, n := range []int{2, 8, 64} {
+		b.Run(fmt.Sprint(n, "upstreams"), func(b *testing.B) {
+			ups := make([]string, n)
+			for i := range ups {
+				ups[i] = fmt.Sprintf("node-%d:9333", i)
+			}
+			p, err := New(Config{Upstreams: ups})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i, u := range p.upstreams {
+				u.live = n - i // the last one is least used
+			}
+			now := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				var tried [1]uint64
+				p.mu.Lock()
+				i, _ := p.pickLocked(tried[:], now)
+				p.mu.Unlock()
+				if i != n-1 {
+					b.Fatalf("picked %d", i)
+				}
+			}
+		})
+	}
+}
+
+func TestPickOrder(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name    string
+		live    []int
+		backoff []bool
+		tried   []int
+		want    int
+	}{
+		{"all equal: first listed", []int{0, 0, 0}, nil, nil, 0},
+		{"least used", []int{2, 1, 3}, nil, nil, 1},
+		{"tie between the least used: first listed", []int{2, 1, 1}, nil, nil, 1},
+		{"backed-off upstreams come last", []int{0, 5, 7}, []bool{true, false, false}, nil, 1},
+		{"backed-off but all else tried", []int{0, 5, 7}, []bool{true, false, false}, []int{1, 2}, 0},
+		{"among backed-off: least used", []int{3, 1, 0}, []bool{true, true, false}, []int{2}, 1},
+		{"everything tried", []int{0, 0}, nil, []int{0, 1}, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ups := make([]string, len(tt.live))
+			for i := range ups {
+				ups[i] = fmt.Sprintf("n%d:1", i)
+			}
+			p, err := New(Config{Upstreams: ups})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, u := range p.upstreams {
+				u.live = tt.live[i]
+				if tt.backoff != nil && tt.backoff[i] {
+					u.backoffUntil = now.Add(time.Minute)
+				}
+			}
+			tried := make([]uint64, 1)
+			for _, i := range tt.tried {
+				tried[0] |= 1 << i
+			}
+			if got, _ := p.pickLocked(tried, now); got != tt.want {
+				t.Errorf("picked %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// More than 64 upstreams use a larger tried set.
+func TestPickManyUpstreams(t *testing.T) {
+	ups := make([]string, 100)
+	for i := range ups {
+		ups[i] = fmt.Sprintf("n%d:1", i)
+	}
+	p, err := New(Config{Upstreams: ups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried := make([]uint64, 2)
+	seen := map[int]bool{}
+	for range 100 {
+		i, _ := p.pickLocked(tried, time.Now())
+		if i < 0 || seen[i] {
+			t.Fatalf("picked %d again or none", i)
+		}
+		seen[i] = true
+		tried[i/64] |= 1 << (i % 64)
+	}
+	if i, _ := p.pickLocked(tried, time.Now()); i != -1 {
+		t.Fatalf("picked %d with everything tried", i)
+	}
+}
