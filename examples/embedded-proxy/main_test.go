@@ -82,7 +82,7 @@ func TestService(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-http", "127.0.0.1:0",
-			"-upstream", a + "," + b, "-stats-every", "50ms", "-drain", "2s"}, out)
+			"-upstream", a + "," + b, "-stats-every", "50ms", "-drain", "500ms"}, out)
 	}()
 	proxyAddr := waitAddr(t, out, "proxy listening")
 	apiAddr := waitAddr(t, out, "http listening")
