@@ -140,6 +140,11 @@ func TestService(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("did not stop")
 	}
+	// The two clients were still connected: the drain time ran out and
+	// the service closed them.
+	if !strings.Contains(out.String(), `msg="drain time over; closed the connections left"`) {
+		t.Fatalf("log lacks the forced close after the drain:\n%s", out.String())
+	}
 	if !strings.Contains(out.String(), `component=pinproxy`) || !strings.Contains(out.String(), `msg=stopped`) {
 		t.Fatalf("log lacks the proxy's decisions or the stop:\n%s", out.String())
 	}
