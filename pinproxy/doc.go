@@ -48,4 +48,6 @@
 //
 // Metrics for Prometheus are in the subpackage pinproxymetrics, which keeps
 // the Prometheus client out of programs that embed the proxy without it.
+// The subpackage pinproxytest has loopback upstreams that go down and come
+// back, and clients that redial, for testing programs built on the proxy.
 package pinproxy
