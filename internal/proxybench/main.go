@@ -45,7 +45,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 2*time.Second, "length of each throughput and connection-rate measurement")
 	flag.IntVar(&o.streams, "streams", 4, "parallel streams of the throughput measurement")
 	flag.IntVar(&o.clients, "clients", 32, "concurrent clients of the connection-rate measurement")
-	flag.IntVar(&o.idle, "idle", 7000, "idle connections held open through each proxy for the memory measurement")
+	flag.IntVar(&o.idle, "idle", 9000, "idle connections held open through each proxy for the memory measurement (capped per proxy by the fds it needs: HAProxy at -maxconn, the naive proxy at 3000)")
 	targets := flag.String("targets", "direct,haproxy,naive,pinproxy", "what to measure, comma-separated; exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
 	metrics := flag.String("metrics", "throughput,connrate,idle", "which measurements to run, comma-separated")
 	flag.StringVar(&o.haproxyBin, "haproxy", "haproxy", "HAProxy binary")
