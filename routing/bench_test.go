@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -86,7 +87,7 @@ func newBenchFleet(nodes, perNode int, now time.Time) *benchFleet {
 				last = now.Add(-3*time.Hour - time.Duration(rng.IntN(3600))*time.Second)
 			}
 			drawn = append(drawn, routing.Route{ID: "r" + strconv.Itoa(len(drawn)), User: user, Key: key,
-				Node: f.nodes[n].ID, Country: f.nodes[n].Country, Price: int64(100 + rng.IntN(200)), Kind: kind,
+				Node: f.nodes[n].ID, Country: f.nodes[n].Country, Price: pricing.Price(100 + rng.IntN(200)), Kind: kind,
 				LastTraffic: last, Start: now.Add(-5 * time.Hour)})
 			at = append(at, int32(n))
 		}

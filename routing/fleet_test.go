@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -123,7 +124,7 @@ func (f *fleet) count(node string, why routing.Reason) int {
 	return n
 }
 
-func route(id, user, key, node, country string, price int64, kind routing.Kind, last time.Time) routing.Route {
+func route(id, user, key, node, country string, price pricing.Price, kind routing.Kind, last time.Time) routing.Route {
 	return routing.Route{ID: id, User: user, Key: key, Node: node, Country: country,
 		Price: price, Kind: kind, LastTraffic: last, Start: last.Add(-time.Hour)}
 }
@@ -164,7 +165,7 @@ func overloadedScenario(role routing.Role) *fleet {
 		}
 	}
 	busy("ok", 30, routing.KindOwn, func(i int, u string) []routing.Route {
-		return []routing.Route{route("alt-ok-"+u, u, "vpn-de", "de-2", "DE", int64(90+10*(i%2)), routing.KindOwn, t0)}
+		return []routing.Route{route("alt-ok-"+u, u, "vpn-de", "de-2", "DE", pricing.Price(90+10*(i%2)), routing.KindOwn, t0)}
 	})
 	busy("partner-ok", 10, routing.KindPartner, func(i int, u string) []routing.Route {
 		return []routing.Route{route("alt-pok-"+u, u, "vpn-de", "de-2", "DE", 100, routing.KindPartner, t0)}

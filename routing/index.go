@@ -1,6 +1,10 @@
 package routing
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+
+	"github.com/proofkit/nodekit/pricing"
+)
 
 // Index is an in-memory [Alternatives]: the routes of a fleet grouped by
 // user and route key. It reads the slice it was built from in place (it
@@ -29,7 +33,7 @@ type Index struct {
 // country. pos is its position in routes, complemented (^i) once the route
 // is removed.
 type member struct {
-	price         int64
+	price         pricing.Price
 	pos           int32
 	node, country uint32
 }

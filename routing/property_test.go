@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -103,7 +104,7 @@ func TestPropertyPlansKeepTheRules(t *testing.T) {
 				Key:     fmt.Sprintf("k%d", rapid.IntRange(0, 2).Draw(t, "key")),
 				Node:    n.node.ID,
 				Country: n.node.Country,
-				Price:   int64(rapid.IntRange(1, 3).Draw(t, "price")),
+				Price:   pricing.Price(rapid.IntRange(1, 3).Draw(t, "price")),
 				Kind:    rapid.SampledFrom([]routing.Kind{routing.KindOwn, routing.KindPartner, routing.KindExtraLink}).Draw(t, "kind"),
 				Start:   t0.Add(-time.Duration(rapid.IntRange(0, 400).Draw(t, "age")) * time.Minute),
 			}
@@ -309,7 +310,7 @@ func TestPropertyIndexFindsEveryAlternative(t *testing.T) {
 				Key:     fmt.Sprintf("k%d", rapid.IntRange(0, 1).Draw(t, "key")),
 				Node:    fmt.Sprintf("n%d", rapid.IntRange(0, 3).Draw(t, "node")),
 				Country: rapid.SampledFrom([]string{"DE", "FR"}).Draw(t, "country"),
-				Price:   int64(rapid.IntRange(1, 3).Draw(t, "price")),
+				Price:   pricing.Price(rapid.IntRange(1, 3).Draw(t, "price")),
 				Kind:    routing.KindOwn, Start: t0,
 			})
 		}
@@ -328,7 +329,7 @@ func TestPropertyIndexFindsEveryAlternative(t *testing.T) {
 		}
 		for _, r := range rs {
 			got, ok := ix.Alternative(r)
-			cheapest := int64(-1)
+			cheapest := pricing.Price(-1)
 			for _, o := range rs {
 				if !removed[o.ID] && routing.IsAlternative(r, o) && (cheapest < 0 || o.Price < cheapest) {
 					cheapest = o.Price

@@ -3,6 +3,8 @@ package routing
 import (
 	"fmt"
 	"time"
+
+	"github.com/proofkit/nodekit/pricing"
 )
 
 // Role is what a node is in a route: the entry a user connects to, or the
@@ -100,10 +102,10 @@ type Node struct {
 	ID      string `json:"id"`
 	Role    Role   `json:"role"`
 	Country string `json:"country"`
-	// Price is the node's asking price now, in the minor units the
-	// pricing package uses. New sessions lock it; the rules here compare
-	// the prices routes locked (Route.Price), not this one.
-	Price int64 `json:"price"`
+	// Price is the node's asking price now. New sessions lock it; the
+	// rules here compare the prices routes locked (Route.Price), not this
+	// one.
+	Price pricing.Price `json:"price"`
 	// Paused: the platform has paused routing to the node; it is being
 	// emptied until the platform approves it again.
 	Paused bool `json:"paused"`
@@ -143,9 +145,9 @@ type Route struct {
 	Node    string `json:"node"`
 	Country string `json:"country"`
 	// Price is what the user pays for the route: the price its session
-	// locked (pricing package), in minor units.
-	Price int64 `json:"price"`
-	Kind  Kind  `json:"kind"`
+	// locked (see the pricing package).
+	Price pricing.Price `json:"price"`
+	Kind  Kind          `json:"kind"`
 	// LastTraffic is the last time the route moved traffic; zero if it
 	// never did, in which case it counts as unused since Start.
 	LastTraffic time.Time `json:"last_traffic,omitzero"`
