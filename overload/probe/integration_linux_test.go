@@ -502,6 +502,7 @@ func TestIntegrationLinkReplaced(t *testing.T) {
 		t.Fatalf("after replacing the pair: bandwidth not missing: %v", r.Missing)
 	}
 	run(t, "ip", "-n", name, "link", "set", "veth1", "down") // veth0 loses its carrier too
+	waitDown(t, name, "veth0", "veth1")
 	if r := read(t, p); len(r.Links) != 0 || len(notesWith(r.Notes, "no link is up")) == 0 {
 		t.Fatalf("with the pair down: links %+v, notes %q", r.Links, r.Notes)
 	}

@@ -79,10 +79,22 @@ func run(t testing.TB, name string, args ...string) string {
 // kernel sets that a moment after `ip link set up`), for at most 10 s.
 func waitUp(t testing.TB, ns string, devs ...string) {
 	t.Helper()
+	waitState(t, ns, true, devs...)
+}
+
+// waitDown waits until the links in namespace ns are no longer
+// operationally up, for at most 10 s.
+func waitDown(t testing.TB, ns string, devs ...string) {
+	t.Helper()
+	waitState(t, ns, false, devs...)
+}
+
+func waitState(t testing.TB, ns string, up bool, devs ...string) {
+	t.Helper()
 	for _, dev := range devs {
-		for i := 0; !strings.Contains(run(t, "ip", "-n", ns, "-o", "link", "show", "dev", dev), "state UP"); i++ {
+		for i := 0; strings.Contains(run(t, "ip", "-n", ns, "-o", "link", "show", "dev", dev), "state UP") != up; i++ {
 			if i == 100 {
-				t.Fatalf("link %s in %s not up after 10 s", dev, ns)
+				t.Fatalf("link %s in %s: up is not %v after 10 s", dev, ns, up)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
