@@ -13,10 +13,11 @@
 // clients connected elsewhere would stay empty once it is back. So once a
 // minute (Config.RebalanceInterval) the proxy runs a rebalance round: if one
 // upstream holds at least two connections more than another (two or more
-// against none is the case that matters), it test-connects to the
-// least-loaded upstream; if that answers, it closes the busiest upstream's
-// newest connection, and the client's redial goes, least-used first, to the
-// idle node. While the idle node does not answer nothing is closed, at most
+// against none is the case that matters), it test-connects to the idle
+// upstream a redial would go to; if that answers, it closes the busiest
+// upstream's newest connection, and the client's redial goes, least-used
+// first, to the idle node. With several idle nodes still down, successive
+// rounds take turns among them. While the idle node does not answer nothing is closed, at most
 // one connection is closed per round, and with an even spread the round
 // makes no connection at all.
 //

@@ -42,16 +42,18 @@ func TestPickOrder(t *testing.T) {
 	tests := []struct {
 		name    string
 		live    []int
-		backoff []bool
+		backoff []int // minutes of back-off left; 0: none
 		tried   []int
 		want    int
 	}{
 		{"all equal: first listed", []int{0, 0, 0}, nil, nil, 0},
 		{"least used", []int{2, 1, 3}, nil, nil, 1},
 		{"tie between the least used: first listed", []int{2, 1, 1}, nil, nil, 1},
-		{"backed-off upstreams come last", []int{0, 5, 7}, []bool{true, false, false}, nil, 1},
-		{"backed-off but all else tried", []int{0, 5, 7}, []bool{true, false, false}, []int{1, 2}, 0},
-		{"among backed-off: least used", []int{3, 1, 0}, []bool{true, true, false}, []int{2}, 1},
+		{"backed-off upstreams come last", []int{0, 5, 7}, []int{1, 0, 0}, nil, 1},
+		{"backed-off but all else tried", []int{0, 5, 7}, []int{1, 0, 0}, []int{1, 2}, 0},
+		{"among backed-off: least used", []int{3, 1, 0}, []int{1, 1, 0}, []int{2}, 1},
+		{"among backed-off equals: oldest failure", []int{0, 0, 0}, []int{3, 2, 2}, nil, 1},
+		{"back-off over", []int{1, 0}, []int{-1, 0}, nil, 1},
 		{"everything tried", []int{0, 0}, nil, []int{0, 1}, -1},
 	}
 	for _, tt := range tests {
@@ -66,8 +68,8 @@ func TestPickOrder(t *testing.T) {
 			}
 			for i, u := range p.upstreams {
 				u.live = tt.live[i]
-				if tt.backoff != nil && tt.backoff[i] {
-					u.backoffUntil = now.Add(time.Minute)
+				if tt.backoff != nil && tt.backoff[i] != 0 {
+					u.backoffUntil = now.Add(time.Duration(tt.backoff[i]) * time.Minute)
 				}
 			}
 			tried := make([]uint64, 1)

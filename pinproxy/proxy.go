@@ -302,25 +302,40 @@ func (p *Proxy) connect(client net.Conn) *conn {
 	}
 }
 
-// pickLocked returns the upstream not yet tried with the fewest live
-// connections, ties to the one listed first; upstreams in back-off come
-// after all others. It returns nil when every upstream was tried.
+// pickLocked returns the upstream not yet tried that comes first in
+// least-used order (see before). It returns nil when every upstream was
+// tried.
 func (p *Proxy) pickLocked(tried []uint64, now time.Time) (int, *upstream) {
-	best, bestLoad, bestBack := -1, 0, false
+	best := -1
 	for i, u := range p.upstreams {
 		if tried[i/64]&(1<<(i%64)) != 0 {
 			continue
 		}
-		back := now.Before(u.backoffUntil)
-		load := u.load()
-		if best < 0 || (bestBack && !back) || (back == bestBack && load < bestLoad) {
-			best, bestLoad, bestBack = i, load, back
+		if best < 0 || before(u, p.upstreams[best], now) {
+			best = i
 		}
 	}
 	if best < 0 {
 		return -1, nil
 	}
 	return best, p.upstreams[best]
+}
+
+// before reports whether a comes before b in least-used order, given b is
+// listed before a: an upstream that did not just fail comes before one
+// that did; then fewer live connections; then, among upstreams that just
+// failed, the one whose failure is oldest (so that rounds and redials take
+// turns among them); then the one listed first. Both must be guarded by
+// Proxy.mu.
+func before(a, b *upstream, now time.Time) bool {
+	aBack, bBack := now.Before(a.backoffUntil), now.Before(b.backoffUntil)
+	if aBack != bBack {
+		return bBack
+	}
+	if la, lb := a.load(), b.load(); la != lb {
+		return la < lb
+	}
+	return aBack && a.backoffUntil.Before(b.backoffUntil)
 }
 
 // failedLocked records a failed dial or test-connect to u.

@@ -12,9 +12,14 @@ import (
 //
 //   - If the busiest upstream holds fewer than two connections more than
 //     the least-loaded one, it returns at once, having made no connection.
-//   - Otherwise it test-connects to the least-loaded upstream (ties: the
-//     one listed first) within Config.DialTimeout. If that fails, the
-//     upstream counts as just failed and nothing is closed.
+//   - Otherwise it test-connects, within Config.DialTimeout, to the idle
+//     upstream a redial would go to: among those holding at least two
+//     connections fewer than the busiest, the first in least-used order
+//     (one that did not just fail before one that did, then fewest
+//     connections, then, among those that just failed, the one that
+//     failed longest ago, then the one listed first). If that fails, the
+//     upstream counts as just failed and nothing is closed; the next
+//     round tries the next idle upstream that just failed, if any.
 //   - If it answers, the test connection is closed at once, and so is the
 //     newest connection of the busiest upstream (ties: the one listed
 //     first), both its client and upstream sides. The client is expected
@@ -33,12 +38,12 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 		p.mu.Unlock()
 		return ErrProxyClosed
 	}
-	busy, idle := p.spreadLocked()
-	if busy.load()-idle.load() < 2 {
-		max, min := busy.load(), idle.load()
+	busy, idle := p.spreadLocked(time.Now())
+	if idle == nil {
+		most := busy.load()
 		p.mu.Unlock()
 		p.log.LogAttrs(ctx, slog.LevelDebug, "rebalance: spread is even; nothing to do",
-			slog.Int("most", max), slog.Int("fewest", min))
+			slog.Int("most", most))
 		return nil
 	}
 	idle.dials++
@@ -68,7 +73,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 		return ErrProxyClosed
 	}
 	// Connections may have come and gone during the test-connect: look again.
-	busy = p.busiestLocked()
+	busy, _ = p.spreadLocked(time.Now())
 	c := busy.tail
 	if busy.load()-idle.load() < 2 || c == nil {
 		p.mu.Unlock()
@@ -88,22 +93,22 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 	return nil
 }
 
-// spreadLocked returns the busiest and the least-loaded upstream, each the
-// first listed among equals.
-func (p *Proxy) spreadLocked() (busy, idle *upstream) {
-	busy, idle = p.upstreams[0], p.upstreams[0]
+// spreadLocked returns the busiest upstream (the first listed among
+// equals) and the upstream a round moves a connection to: among those
+// holding at least two connections fewer, the first in least-used order,
+// which is where the moved client's redial goes. idle is nil when the
+// spread is even.
+func (p *Proxy) spreadLocked(now time.Time) (busy, idle *upstream) {
+	busy = p.upstreams[0]
 	for _, u := range p.upstreams[1:] {
 		if u.load() > busy.load() {
 			busy = u
 		}
-		if u.load() < idle.load() {
+	}
+	for _, u := range p.upstreams {
+		if u.load() <= busy.load()-2 && (idle == nil || before(u, idle, now)) {
 			idle = u
 		}
 	}
 	return busy, idle
-}
-
-func (p *Proxy) busiestLocked() *upstream {
-	busy, _ := p.spreadLocked()
-	return busy
 }

@@ -1,0 +1,93 @@
+package pinproxy_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
+)
+
+// With two idle nodes of which one is still down, the rounds take turns
+// between them, so the down node does not block the move to the one that
+// answers; and the redial lands where the round tested.
+func TestRebalanceTakesTurnsAmongIdleNodes(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
+	c := pinproxytest.Down(t, "C", pinproxytest.Line)
+	log, _ := testLogger(t)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams:         []string{b.Addr, c.Addr, a.Addr},
+		RebalanceInterval: -1,
+		Logger:            log,
+	})
+	addr := serve(t, p)
+	pinproxytest.Dial(t, addr, "c1") // B and C refuse: A
+	newer, on := pinproxytest.Dial(t, addr, "c2")
+	if on != "A" {
+		t.Fatalf("c2 landed on %s, want A", on)
+	}
+	c.Start()
+
+	// Round 1 tests B, which failed longer ago than C (B was dialed first).
+	if err := p.Rebalance(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Totals().Moves; got != 0 {
+		t.Fatalf("round 1 moved %d connections with B down", got)
+	}
+	if c.Accepts.Load() != 0 {
+		t.Fatal("round 1 tested C; want B, whose failure was older")
+	}
+	// Round 2 tests C, which answers: the newer connection moves there.
+	if err := p.Rebalance(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !newer.Closed() {
+		t.Fatal("round 2 did not move the newer connection")
+	}
+	if on := newer.Redial(); on != "C" {
+		t.Fatalf("redial landed on %s, want C", on)
+	}
+}
+
+// Three against one is a spread of two: one round moves one connection,
+// and then two against two is even.
+func TestRebalanceSpreadOfTwo(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams:         []string{a.Addr, b.Addr},
+		RebalanceInterval: -1,
+		FailedBackoff:     -1, // off: B is tried in plain least-used order
+	})
+	addr := serve(t, p)
+	var onA []*pinproxytest.Client
+	for _, id := range []string{"c1", "c2", "c3"} {
+		cl, on := pinproxytest.Dial(t, addr, id)
+		if on != "A" {
+			t.Fatalf("%s landed on %s while B is down", id, on)
+		}
+		onA = append(onA, cl)
+	}
+	b.Start()
+	if _, on := pinproxytest.Dial(t, addr, "c4"); on != "B" {
+		t.Fatalf("c4 landed on %s, want B", on)
+	}
+	if err := p.Rebalance(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !onA[2].Closed() {
+		t.Fatal("the newest of A's three connections was not moved")
+	}
+	if on := onA[2].Redial(); on != "B" {
+		t.Fatalf("redial landed on %s, want B", on)
+	}
+	accepts := b.Accepts.Load() + a.Accepts.Load()
+	if err := p.Rebalance(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Accepts.Load() + a.Accepts.Load(); got != accepts || p.Totals().Moves != 1 {
+		t.Fatalf("a round on two against two connected or moved (%d accepts → %d, %d moves)", accepts, got, p.Totals().Moves)
+	}
+}
