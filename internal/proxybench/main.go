@@ -158,6 +158,7 @@ const (
 	mIdleStack  = "idle-stack"
 	mIdleFDs    = "idle-fds"
 	mIdleGs     = "idle-goroutines"
+	mIdleGCRSS  = "idle-gc-rss"
 )
 
 type results map[string]map[string][]float64 // metric → target → one value per round
@@ -340,6 +341,14 @@ func measureIdle(o options, res results, t *target, echo []string) error {
 		res.add(mIdleGo, t.name, per(float64(after.rt.HeapInuse+after.rt.StackInuse), float64(before.rt.HeapInuse+before.rt.StackInuse))/1024)
 		res.add(mIdleStack, t.name, per(float64(after.rt.StackInuse), float64(before.rt.StackInuse))/1024)
 		res.add(mIdleGs, t.name, per(float64(after.rt.Goroutines), float64(before.rt.Goroutines)))
+		if _, err := r.ctl.call("gc"); err != nil {
+			return err
+		}
+		settled, err := snapshot(r)
+		if err != nil {
+			return err
+		}
+		res.add(mIdleGCRSS, t.name, per(float64(settled.rss), float64(before.rss))/1024)
 	}
 	return nil
 }

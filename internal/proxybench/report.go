@@ -92,6 +92,8 @@ func report(w io.Writer, o options, targets []*target, res results) {
 		row(&tt, mIdleFDs, "%.2f")
 		tt.label = "  goroutines/conn"
 		row(&tt, mIdleGs, "%.2f")
+		tt.label = "  VmRSS KiB/conn after 2 GCs, freed pages returned"
+		row(&tt, mIdleGCRSS, "%.1f")
 	}
 	if v := res[mIdleRSS]["pinproxy"]; len(v) > 0 {
 		fmt.Fprintf(w, "  pinproxy VmRSS per idle connection %10.1f KiB   target ≤ 10 KiB: %s\n", median(v), passMiss(median(v) <= 10))

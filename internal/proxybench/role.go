@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 )
@@ -69,6 +70,14 @@ func runRole(role string, upstreams []string) error {
 			runtime.ReadMemStats(&ms)
 			b, _ := json.Marshal(runtimeStats{ms.HeapInuse, ms.StackInuse, ms.Sys, runtime.NumGoroutine()})
 			fmt.Println(string(b))
+		case f[0] == "gc":
+			// What an idle proxy reaches by itself within minutes: the
+			// runtime forces a GC every 2 minutes (shrinking idle
+			// goroutines' stacks), and the scavenger returns freed pages.
+			runtime.GC()
+			runtime.GC()
+			debug.FreeOSMemory()
+			reply(nil)
 		case f[0] == "cpuprofile" && len(f) == 2:
 			reply(startProfile(f[1]))
 		case f[0] == "stopprofile":
