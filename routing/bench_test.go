@@ -126,6 +126,8 @@ func newBenchFleet(nodes, perNode int, now time.Time) *benchFleet {
 // (a fresh one: every bucket holds its first token and every move slot is
 // open, the most work a round can take), and returns how many routes the
 // plans would close.
+//
+// Rounds do not carry out their plans, so every round is the same.
 func (f *benchFleet) round(tb testing.TB, pol routing.Policy, now time.Time) int {
 	closed := 0
 	for i := range f.nodes {
@@ -171,11 +173,13 @@ func BenchmarkPlanFleet(b *testing.B) {
 // machine wall time counts the time other processes hold the CPU, and a
 // round of 100 ms is preempted far more often than one of 8 ms.
 //
-// Two ratios: "warm" plans each fleet straight after the previous round,
-// so the 100,000-route fleet (about 20 MB) plans from the CPU's last-level
-// cache while the 1,000,000-route one (200 MB) cannot; "cold" first reads
-// a buffer of 128 MB, evicting both, which is how a platform that plans
-// every 30 seconds and does other work in between finds them.
+// Three ratios. For the worst-case round: "warm" plans each fleet
+// straight after the previous round, so the 100,000-route fleet (about 25
+// MB) plans from the CPU's last-level cache while the 1,000,000-route one
+// (240 MB) cannot; "cold" first reads a buffer of 128 MB, evicting both,
+// which is how a platform that plans every 30 seconds and does other work
+// in between finds them. "steady" times ten rounds 30 s apart with state
+// carried (see benchFleet.steady).
 func BenchmarkPlanScaling(b *testing.B) {
 	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
 	small := newBenchFleet(1000, 100, now)
@@ -194,20 +198,49 @@ func BenchmarkPlanScaling(b *testing.B) {
 		f.round(b, pol, now)
 		return cpuTime(b) - start
 	}
-	var warmS, warmL, coldS, coldL time.Duration
+	steady := func(f *benchFleet) time.Duration {
+		start := cpuTime(b)
+		f.steady(b, pol, now)
+		return cpuTime(b) - start
+	}
+	var warmS, warmL, coldS, coldL, steadyS, steadyL time.Duration
 	for b.Loop() {
 		for range 10 {
 			warmS += timed(small, false)
 			coldS += timed(small, true)
+			steadyS += steady(small)
 		}
 		warmL += timed(large, false)
 		coldL += timed(large, true)
+		steadyL += steady(large)
 	}
 	runtime.KeepAlive(sink)
 	b.ReportMetric(10*float64(coldL)/float64(coldS), "1M/100k-cold")
 	b.ReportMetric(10*float64(warmL)/float64(warmS), "1M/100k-warm")
+	b.ReportMetric(10*float64(steadyL)/float64(steadyS), "1M/100k-steady")
 	b.ReportMetric(coldL.Seconds()/float64(b.N), "cpu-s/1M-round")
-	b.ReportMetric(coldS.Seconds()/float64(10*b.N), "cpu-s/100k-round")
+	b.ReportMetric(steadyL.Seconds()/float64(10*b.N), "cpu-s/1M-steady-round")
+}
+
+// steady plans ten rounds 30 seconds apart, as a platform planning at each
+// reading does, each node from the state its previous plan left: the
+// first round is the worst case above, then move slots stay closed for 5
+// minutes and buckets grow a fraction of a token a round. Closures are not
+// carried out.
+func (f *benchFleet) steady(tb testing.TB, pol routing.Policy, now time.Time) {
+	states := make([]routing.NodeState, len(f.nodes))
+	for r := range 10 {
+		at := now.Add(time.Duration(r) * 30 * time.Second)
+		for i := range f.nodes {
+			n := f.nodes[i]
+			n.State = states[i]
+			p, err := pol.Plan(at, n, f.routes[f.off[i]:f.off[i+1]], f.ix)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			states[i] = p.State
+		}
+	}
 }
 
 // cpuTime returns the CPU time the process has used, user and system.
