@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
+	"time"
 
 	"github.com/proofkit/nodekit/pinproxy"
 )
@@ -59,4 +62,99 @@ func ExampleProxy_Serve() {
 	// hello
 	// pinproxy: proxy closed
 	// 1 dial, 0 live
+}
+
+// The seed's case: node B is down while two clients connect, so both land
+// on A. Rounds close nothing while B is down; once B answers, one round
+// moves the newer connection, and the client's redial lands on B.
+func ExampleProxy_Rebalance() {
+	a := holdingNode("127.0.0.1:0")
+	defer a.Close()
+	b := holdingNode("127.0.0.1:0")
+	bAddr := b.Addr().String()
+	b.Close() // B is down
+
+	names := map[string]string{a.Addr().String(): "A", bAddr: "B"}
+	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, at slog.Attr) slog.Attr {
+			switch at.Key {
+			case slog.TimeKey, "err", "client":
+				return slog.Attr{}
+			case "from", "to", "upstream":
+				return slog.String(at.Key, names[at.Value.String()])
+			}
+			return at
+		},
+	}))
+	p, err := pinproxy.New(pinproxy.Config{
+		Upstreams:         []string{a.Addr().String(), bAddr},
+		RebalanceInterval: -1, // rounds by hand here
+		Logger:            log,
+	})
+	if err != nil {
+		panic(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ln) }()
+
+	var clients []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			panic(err)
+		}
+		clients = append(clients, c)
+		for p.Stats()[0].Live != len(clients) { // pinned to A
+			time.Sleep(time.Millisecond)
+		}
+	}
+	fmt.Println("A holds", p.Stats()[0].Live)
+
+	p.Rebalance(context.Background()) // B still down: nothing moves
+	b = holdingNode(bAddr)            // B answers again
+	defer b.Close()
+	p.Rebalance(context.Background())
+
+	_, err = clients[1].Read(make([]byte, 1))
+	fmt.Println("newer client:", err)
+	fmt.Println("A holds", p.Stats()[0].Live, "B holds", p.Stats()[1].Live)
+
+	for _, c := range clients {
+		c.Close()
+	}
+	p.Shutdown(context.Background())
+	<-done
+	// Output:
+	// level=WARN msg="upstream does not answer; trying the next" upstream=B
+	// A holds 2
+	// level=INFO msg="idle node still does not answer; nothing moved" from=A to=B
+	// level=INFO msg="answers again; moving a connection" from=A to=B
+	// newer client: EOF
+	// A holds 1 B holds 0
+}
+
+// holdingNode listens on addr and holds every connection open until the
+// peer closes it.
+func holdingNode(addr string) net.Listener {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		panic(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				io.Copy(io.Discard, c)
+				c.Close()
+			}()
+		}
+	}()
+	return ln
 }
