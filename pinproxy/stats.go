@@ -7,10 +7,11 @@ import "time"
 type UpstreamStats struct {
 	Addr string `json:"addr"` // as listed in Config.Upstreams
 
-	// Live counts the connections open to this upstream, including
-	// dials in flight; it is the count least-used order and rebalance
-	// rounds compare.
-	Live int `json:"live"`
+	// Live counts the connections open to this upstream, and Dialing
+	// the dials to it in flight. Least-used order and rebalance rounds
+	// compare their sum, so that clients accepted at once spread out.
+	Live    int `json:"live"`
+	Dialing int `json:"dialing"`
 
 	Dials       int64     `json:"dials"`                 // connection attempts: clients' dials and rebalance test-connects
 	Failures    int64     `json:"failures"`              // attempts that failed
@@ -47,7 +48,8 @@ func (p *Proxy) Stats() []UpstreamStats {
 	for i, u := range p.upstreams {
 		out[i] = UpstreamStats{
 			Addr:        u.addr,
-			Live:        u.load(),
+			Live:        u.live,
+			Dialing:     u.dialing,
 			Dials:       u.dials,
 			Failures:    u.failures,
 			LastFailure: u.lastFailure,

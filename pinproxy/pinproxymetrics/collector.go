@@ -43,7 +43,7 @@ func NewCollector(src Source) *Collector {
 	}
 	return &Collector{
 		src:         src,
-		live:        d("upstream_live_connections", "Connections open or being opened to the upstream.", up),
+		live:        d("upstream_live_connections", "Connections open to the upstream (dials in flight not counted).", up),
 		dials:       d("upstream_dials_total", "Connection attempts to the upstream, including rebalance test-connects.", up),
 		failures:    d("upstream_dial_failures_total", "Connection attempts to the upstream that failed.", up),
 		up:          d("upstream_up", "1 if the last dial or test-connect to the upstream answered (or none was made yet), else 0.", up),

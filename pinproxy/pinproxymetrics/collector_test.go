@@ -37,7 +37,7 @@ func TestCollectorFigures(t *testing.T) {
 	}
 	c := pinproxymetrics.NewCollector(src)
 	want := `
-# HELP pinproxy_upstream_live_connections Connections open or being opened to the upstream.
+# HELP pinproxy_upstream_live_connections Connections open to the upstream (dials in flight not counted).
 # TYPE pinproxy_upstream_live_connections gauge
 pinproxy_upstream_live_connections{upstream="eu-01:9333"} 0
 pinproxy_upstream_live_connections{upstream="usa-01:9333"} 2
