@@ -203,23 +203,28 @@ func BenchmarkPlanScaling(b *testing.B) {
 		f.steady(b, pol, now)
 		return cpuTime(b) - start
 	}
+	// Each iteration times each kind of round three times on the large
+	// fleet and thirty times on the small one, interleaved, so that one
+	// iteration already averages out some of a shared machine's noise.
 	var warmS, warmL, coldS, coldL, steadyS, steadyL time.Duration
 	for b.Loop() {
-		for range 10 {
-			warmS += timed(small, false)
-			coldS += timed(small, true)
-			steadyS += steady(small)
+		for range 3 {
+			for range 10 {
+				warmS += timed(small, false)
+				coldS += timed(small, true)
+				steadyS += steady(small)
+			}
+			warmL += timed(large, false)
+			coldL += timed(large, true)
+			steadyL += steady(large)
 		}
-		warmL += timed(large, false)
-		coldL += timed(large, true)
-		steadyL += steady(large)
 	}
 	runtime.KeepAlive(sink)
 	b.ReportMetric(10*float64(coldL)/float64(coldS), "1M/100k-cold")
 	b.ReportMetric(10*float64(warmL)/float64(warmS), "1M/100k-warm")
 	b.ReportMetric(10*float64(steadyL)/float64(steadyS), "1M/100k-steady")
-	b.ReportMetric(coldL.Seconds()/float64(b.N), "cpu-s/1M-round")
-	b.ReportMetric(steadyL.Seconds()/float64(10*b.N), "cpu-s/1M-steady-round")
+	b.ReportMetric(coldL.Seconds()/float64(3*b.N), "cpu-s/1M-round")
+	b.ReportMetric(steadyL.Seconds()/float64(30*b.N), "cpu-s/1M-steady-round")
 }
 
 // steady plans ten rounds 30 seconds apart, as a platform planning at each
