@@ -226,6 +226,7 @@ func run(o options) error {
 		fmt.Printf("round %d done (%s)\n", round+1, time.Since(began).Round(time.Second))
 	}
 	report(os.Stdout, o, targets, res)
+	summary(os.Stdout, targets, res)
 	return nil
 }
 

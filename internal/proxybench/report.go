@@ -107,3 +107,52 @@ func passMiss(ok bool) string {
 	}
 	return "MISS"
 }
+
+// summary prints the medians as one markdown table, for a README.
+func summary(w io.Writer, targets []*target, res results) {
+	type line struct {
+		name, metric, format string
+		want                 float64 // pinproxy/HAProxy target; 0: none
+		abs                  bool    // want is a limit on pinproxy's own figure, not a ratio
+	}
+	lines := []line{
+		{"throughput, MiB/s", mThroughput, "%.0f", 1.2, false},
+		{"CPU per GiB, ms", mBulkCPU, "%.0f", 0, false},
+		{"connections/s", mConnRate, "%.0f", 1.0, false},
+		{"CPU per connection, µs", mConnCPU, "%.0f", 0, false},
+		{"idle memory, KiB/conn (VmRSS)", mIdleRSS, "%.1f", 10, true},
+		{"idle fds/conn", mIdleFDs, "%.1f", 0, false},
+	}
+	fmt.Fprintf(w, "\n| medians |")
+	for _, t := range targets {
+		fmt.Fprintf(w, " %s |", t.label)
+	}
+	fmt.Fprintf(w, " pinproxy / HAProxy | target |\n|---|")
+	for range targets {
+		fmt.Fprintf(w, "---:|")
+	}
+	fmt.Fprintf(w, "---:|---|\n")
+	for _, l := range lines {
+		fmt.Fprintf(w, "| %s |", l.name)
+		for _, t := range targets {
+			if v := res[l.metric][t.name]; len(v) > 0 {
+				fmt.Fprintf(w, " "+l.format+" |", median(v))
+			} else {
+				fmt.Fprintf(w, " – |")
+			}
+		}
+		p, h := res[l.metric]["pinproxy"], res[l.metric]["haproxy"]
+		r := "–"
+		if len(p) > 0 && len(h) > 0 && median(h) != 0 {
+			r = fmt.Sprintf("%.2f", median(p)/median(h))
+		}
+		target := ""
+		switch {
+		case l.want > 0 && l.abs && len(p) > 0:
+			target = fmt.Sprintf("≤ %.0f KiB: %s", l.want, passMiss(median(p) <= l.want))
+		case l.want > 0 && r != "–":
+			target = fmt.Sprintf("≥ %.1f×: %s", l.want, passMiss(median(p)/median(h) >= l.want))
+		}
+		fmt.Fprintf(w, " %s | %s |\n", r, target)
+	}
+}
