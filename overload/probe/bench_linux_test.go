@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -23,7 +24,9 @@ const connsPerHelper = 5000
 // BenchmarkRead measures one Read of a namespace holding 0, 10,000 and
 // 50,000 established TCP connections (each a loopback connection with both
 // ends in the namespace, so twice as many established sockets), against
-// `ss -tan` in the same namespace. Run it as root:
+// `ss -tan` in the same namespace, then 0 again once the connections are
+// gone (reset, so no TIME_WAIT is left): the two runs at 0 bound how much
+// the shared box drifted meanwhile. Run it as root:
 //
 //	go test -run '^$' -bench BenchmarkRead -count 3 ./overload/probe/
 func BenchmarkRead(b *testing.B) {
@@ -36,23 +39,37 @@ func BenchmarkRead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	held := 0
-	perRead := map[int]float64{}
-	perSS := map[int]float64{}
-	for _, n := range []int{0, 10000, 50000} {
+	var helpers []*helper
+	perRead := map[string]float64{}
+	perSS := map[string]float64{}
+	stages := []struct {
+		name  string
+		conns int
+	}{{"conns=0", 0}, {"conns=10000", 10000}, {"conns=50000", 50000}, {"conns=0-after", 0}}
+	for _, st := range stages {
 		var starting []*helper
-		for ; held < n; held += connsPerHelper {
+		for held := len(helpers) * connsPerHelper; held < st.conns; held += connsPerHelper {
 			starting = append(starting, startHelper(b, exe, name, connsPerHelper))
 		}
 		for _, h := range starting {
 			h.waitReady(b)
 		}
-		out, ssTime := timeSS(b, nsPath)
-		if est := bytes.Count(out, []byte("ESTAB")); est != 2*n {
-			b.Fatalf("ss -tan shows %d established sockets, want %d", est, 2*n)
+		helpers = append(helpers, starting...)
+		if st.conns == 0 {
+			for _, h := range helpers {
+				h.stop(b)
+			}
+			helpers = nil
 		}
-		perSS[n] = float64(ssTime.Nanoseconds())
-		b.Run("conns="+strconv.Itoa(n), func(b *testing.B) {
+		out, ssTime := timeSS(b, nsPath)
+		if est := bytes.Count(out, []byte("ESTAB")); est != 2*st.conns {
+			b.Fatalf("ss -tan shows %d established sockets, want %d", est, 2*st.conns)
+		}
+		if lines := bytes.Count(out, []byte("\n")); lines > 2*st.conns+100 { // + the helpers' listeners
+			b.Fatalf("ss -tan shows %d sockets, want about %d", lines-1, 2*st.conns)
+		}
+		perSS[st.name] = float64(ssTime.Nanoseconds())
+		b.Run(st.name, func(b *testing.B) {
 			ctx := context.Background()
 			var times []time.Duration
 			for b.Loop() {
@@ -66,16 +83,16 @@ func BenchmarkRead(b *testing.B) {
 			// neighbour's burst moves the mean more than the probe does.
 			slices.Sort(times)
 			p50 := float64(times[len(times)/2].Nanoseconds())
-			if old, ok := perRead[n]; !ok || p50 < old {
-				perRead[n] = p50 // the least disturbed of -count runs
+			if old, ok := perRead[st.name]; !ok || p50 < old {
+				perRead[st.name] = p50 // the least disturbed of -count runs
 			}
 			b.ReportMetric(p50, "p50-ns/read")
-			b.ReportMetric(perSS[n], "ss-ns/op")
-			b.ReportMetric(perSS[n]/p50, "ss/read")
+			b.ReportMetric(perSS[st.name], "ss-ns/op")
+			b.ReportMetric(perSS[st.name]/p50, "ss/read")
 		})
 		// The one source that walks a socket hash: the LISTEN-only
 		// inet_diag dump, on its own.
-		b.Run("listeners/conns="+strconv.Itoa(n), func(b *testing.B) {
+		b.Run("listeners/"+st.name, func(b *testing.B) {
 			ctx := context.Background()
 			for b.Loop() {
 				ns, err := p.inNetNS(ctx, func() (ns netSample) {
@@ -91,11 +108,11 @@ func BenchmarkRead(b *testing.B) {
 			}
 		})
 	}
-	if perRead[0] > 0 && perRead[50000] > 0 {
-		fmt.Printf("BenchmarkRead: least median Read with 50,000 connections / with none = %.2f (%.0f µs / %.0f µs; 10,000: %.0f µs); "+
+	if r0, r50 := perRead["conns=0"], perRead["conns=50000"]; r0 > 0 && r50 > 0 {
+		fmt.Printf("BenchmarkRead: least median Read at 50,000 connections / at 0 = %.2f (%.0f µs / %.0f µs; at 0 again after: %.0f µs, so %.2f against that; 10,000: %.0f µs); "+
 			"ss -tan at 50,000 = %.1f ms = %.0f× Read\n",
-			perRead[50000]/perRead[0], perRead[50000]/1e3, perRead[0]/1e3, perRead[10000]/1e3,
-			perSS[50000]/1e6, perSS[50000]/perRead[50000])
+			r50/r0, r50/1e3, r0/1e3, perRead["conns=0-after"]/1e3, r50/perRead["conns=0-after"], perRead["conns=10000"]/1e3,
+			perSS["conns=50000"]/1e6, perSS["conns=50000"]/r50)
 	}
 }
 
@@ -126,6 +143,7 @@ type helper struct {
 	stdin  io.WriteCloser
 	stdout *bufio.Reader
 	stderr bytes.Buffer
+	once   sync.Once
 }
 
 func startHelper(b *testing.B, exe, netns string, conns int) *helper {
@@ -145,12 +163,7 @@ func startHelper(b *testing.B, exe, netns string, conns int) *helper {
 	if err := h.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		h.stdin.Close() // the helper exits at EOF
-		if err := h.cmd.Wait(); err != nil {
-			b.Errorf("helper: %v: %s", err, h.stderr.Bytes())
-		}
-	})
+	b.Cleanup(func() { h.stop(b) })
 	return h
 }
 
@@ -162,9 +175,20 @@ func (h *helper) waitReady(b *testing.B) {
 	}
 }
 
+// stop closes the helper's stdin, on which it resets its connections and
+// exits, and waits for it.
+func (h *helper) stop(b *testing.B) {
+	h.once.Do(func() {
+		h.stdin.Close()
+		if err := h.cmd.Wait(); err != nil {
+			b.Errorf("helper: %v: %s", err, h.stderr.Bytes())
+		}
+	})
+}
+
 // holdConnections is the helper process: it opens NK_PROBE_CONNS loopback
-// connections to its own listener, says "ready", and holds them until its
-// stdin closes.
+// connections to its own listener, says "ready", holds them until its
+// stdin closes, then resets them.
 func holdConnections() int {
 	n, err := strconv.Atoi(os.Getenv("NK_PROBE_CONNS"))
 	if err != nil || n <= 0 {
@@ -209,6 +233,9 @@ func holdConnections() int {
 	fmt.Println("ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	for _, c := range append(dialed, conns...) {
+		// Reset rather than close: no TIME_WAIT sockets stay behind to
+		// weigh on the next measurement.
+		_ = c.(*net.TCPConn).SetLinger(0)
 		c.Close()
 	}
 	return 0
