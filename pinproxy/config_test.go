@@ -1,6 +1,7 @@
 package pinproxy_test
 
 import (
+	"net"
 	"strings"
 	"testing"
 
@@ -67,6 +68,9 @@ func FuzzNew(f *testing.F) {
 		}
 		if got := p.Stats()[0].Addr; got != addr {
 			t.Fatalf("upstream %q became %q", addr, got)
+		}
+		if host, _, err := net.SplitHostPort(addr); err != nil || host == "" {
+			t.Fatalf("accepted %q, which is not host:port (%v)", addr, err)
 		}
 	})
 }

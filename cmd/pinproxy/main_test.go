@@ -423,3 +423,27 @@ func TestFlagsOverrideEnvironment(t *testing.T) {
 		t.Errorf("-rebalance-interval 0 became RebalanceInterval %v, want negative (off)", cfg.RebalanceInterval)
 	}
 }
+
+// The -upstreams list never panics the parser or New, and what they accept
+// is a list of trimmed, non-empty entries.
+func FuzzUpstreamsFlag(f *testing.F) {
+	for _, s := range []string{"a:1", "a:1,b:2", " a:1 , b:2 ", "a:1,,b:2", ",", "", "[::1]:9333,eu-01:9333", "a:1,a:1"} {
+		f.Add(s)
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	f.Fuzz(func(t *testing.T, list string) {
+		o, err := parseFlags([]string{"-listen", "127.0.0.1:0", "-upstreams", list}, noEnv, io.Discard)
+		if err != nil {
+			if _, ok := err.(usageError); !ok {
+				t.Fatalf("error of type %T: %v", err, err)
+			}
+			return
+		}
+		for _, u := range o.upstreams {
+			if u == "" || strings.TrimSpace(u) != u || strings.Contains(u, ",") {
+				t.Fatalf("entry %q from %q", u, list)
+			}
+		}
+		pinproxy.New(o.config(nil))
+	})
+}
