@@ -21,9 +21,10 @@
 // one connection is closed per round, and with an even spread the round
 // makes no connection at all.
 //
-// Bytes are copied with io.Copy between *net.TCPConn, so Linux splices them
-// in the kernel; a half-close (CloseWrite) is carried through, and TCP
-// keepalive is on for both sides. Every decision is logged through the
+// Between two *net.TCPConn the bytes move with splice(2) in the kernel, as
+// io.Copy does, and an idle connection holds no splice pipe (copy.go); a
+// half-close (CloseWrite) is carried through, and TCP keepalive is on for
+// both sides. Every decision is logged through the
 // Config.Logger, for example
 //
 //	level=INFO msg="answers again; moving a connection" from=usa-01:9333 to=eu-01:9333

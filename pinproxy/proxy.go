@@ -296,8 +296,10 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		live := u.live
 		p.mu.Unlock()
 		p.setKeepAlive(uc)
-		p.log.LogAttrs(p.stopCtx, slog.LevelDebug, "client pinned to upstream",
-			slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Int("live", live))
+		if p.log.Enabled(p.stopCtx, slog.LevelDebug) { // spare the address strings otherwise
+			p.log.LogAttrs(p.stopCtx, slog.LevelDebug, "client pinned to upstream",
+				slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Int("live", live))
+		}
 		return c
 	}
 }
