@@ -1,7 +1,10 @@
 package pinproxy_test
 
 import (
+	"context"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,5 +105,34 @@ func TestAllUpstreamsFailClosesClient(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `msg="no upstream answers; closing the client"`) {
 		t.Error("the decision to close the client was not logged")
+	}
+}
+
+// Upstreams are given by name and resolved at each dial: the dialer gets
+// the host:port as listed, every time.
+func TestUpstreamResolvedAtEachDial(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	_, port, _ := net.SplitHostPort(a.Addr)
+	byName := net.JoinHostPort("localhost", port)
+	var mu sync.Mutex
+	var dialed []string
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialed = append(dialed, network+" "+addr)
+		mu.Unlock()
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{byName}, RebalanceInterval: -1, DialContext: dial})
+	addr := serve(t, p)
+	for _, id := range []string{"c1", "c2"} {
+		if _, on := pinproxytest.Dial(t, addr, id); on != "A" {
+			t.Fatalf("%s landed on %q", id, on)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := "tcp " + byName; len(dialed) != 2 || dialed[0] != want || dialed[1] != want {
+		t.Fatalf("dialed %q, want %q twice", dialed, want)
 	}
 }
