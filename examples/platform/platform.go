@@ -294,7 +294,7 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 		n := p.nodes[id]
 		for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
 			rt := n.routes[rid]
-			rt.Route.Price = int64(p.sessionPrice(n, rt, now))
+			rt.Route.Price = p.sessionPrice(n, rt, now)
 			all = append(all, rt.Route)
 		}
 	}
@@ -409,7 +409,7 @@ func (p *platform) open(req openRequest) (route, error) {
 	rt := &route{
 		Route: routing.Route{
 			ID: fmt.Sprintf("%s-%d", req.Node, n.nextRoute), User: req.User, Key: req.Key,
-			Node: req.Node, Country: n.info.Country, Price: int64(s.Locked), Kind: req.Kind, Start: now,
+			Node: req.Node, Country: n.info.Country, Price: s.Locked, Kind: req.Kind, Start: now,
 		},
 		Session: s,
 	}
@@ -453,7 +453,7 @@ func (p *platform) traffic(req trafficRequest) (route, error) {
 			return route{}, fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
 		}
 		rt.Route.LastTraffic = now
-		rt.Route.Price = int64(p.sessionPrice(n, rt, now))
+		rt.Route.Price = p.sessionPrice(n, rt, now)
 		return *rt, p.save(n)
 	}
 	return route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
@@ -478,7 +478,7 @@ func (p *platform) setPrice(req priceRequest) error {
 	if err := n.prices.Set(p.now(), req.Price); err != nil {
 		return fmt.Errorf("price of %s: %w: %w", req.Node, errBadInput, err)
 	}
-	n.info.Price = int64(req.Price)
+	n.info.Price = req.Price
 	p.log.Info("price changed", "node", req.Node, "price", req.Price)
 	return p.save(n)
 }
@@ -499,7 +499,7 @@ type nodeView struct {
 	Why           string             `json:"why,omitempty"`
 	MemoryPercent float64            `json:"memory_percent"`
 	LastReading   time.Time          `json:"last_reading,omitzero"`
-	Price         int64              `json:"price"`
+	Price         pricing.Price      `json:"price"`
 	MaxUsers      int                `json:"max_users"`
 	LiveUsers     int                `json:"live_users"`
 	Routes        []route            `json:"routes"`
@@ -559,7 +559,7 @@ func (p *platform) viewLocked(n *node, now time.Time) nodeView {
 	}
 	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
 		rt := *n.routes[rid]
-		rt.Route.Price = int64(p.sessionPrice(n, &rt, now))
+		rt.Route.Price = p.sessionPrice(n, &rt, now)
 		v.Routes = append(v.Routes, rt)
 	}
 	return v

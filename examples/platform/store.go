@@ -183,7 +183,7 @@ func (p *platform) decodeNode(b []byte) (*node, error) {
 		}
 	}
 	if ch := h.Changes(); len(ch) > 0 {
-		n.info.Price = int64(ch[len(ch)-1].Price)
+		n.info.Price = ch[len(ch)-1].Price
 	}
 	for _, rt := range f.Routes {
 		if rt.Route.Node != f.ID || rt.Route.ID == "" {
@@ -267,7 +267,7 @@ func (p *platform) applySeed(s *seedFile, now time.Time) error {
 			from = minTime(from, r.Start)
 		}
 		if ch := n.prices.Changes(); len(ch) == 0 {
-			if err := n.prices.Set(from, pricing.Price(sn.Price)); err != nil {
+			if err := n.prices.Set(from, sn.Price); err != nil {
 				return fmt.Errorf("route table: node %s: %w", sn.ID, err)
 			}
 		}
@@ -288,7 +288,7 @@ func (p *platform) applySeed(s *seedFile, now time.Time) error {
 			if err != nil {
 				return fmt.Errorf("route table: route %s: %w", r.ID, err)
 			}
-			r.Price = int64(sess.Locked)
+			r.Price = sess.Locked
 			n.routes[r.ID] = &route{Route: r, Session: sess}
 		}
 		n.info.LiveUsers = liveUsers(n)
