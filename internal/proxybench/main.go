@@ -33,6 +33,7 @@ type options struct {
 	targets    []string
 	haproxyBin string
 	maxconn    int
+	pipesize   int
 	cpuprofile string
 	metrics    map[string]bool
 }
@@ -50,6 +51,7 @@ func main() {
 	metrics := flag.String("metrics", "throughput,connrate,idle", "which measurements to run, comma-separated")
 	flag.StringVar(&o.haproxyBin, "haproxy", "haproxy", "HAProxy binary")
 	flag.IntVar(&o.maxconn, "maxconn", 7000, "HAProxy maxconn (it needs 2 fds per connection and pipes beside them; the fd limit here is 20,000)")
+	flag.IntVar(&o.pipesize, "pipesize", 0, "HAProxy tune.pipesize in bytes (0: the system's default pipe size, as the issue's configuration has it)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "directory: write CPU profiles of the Go proxies' throughput and connection-rate phases")
 	flag.Parse()
 
@@ -108,7 +110,7 @@ func buildTargets(o options) ([]*target, error) {
 				continue
 			}
 			out = append(out, &target{name: name, label: "HAProxy", idleMax: o.maxconn, start: func(ups []string) (*running, error) {
-				h, err := startHAProxy(bin, ups, o.maxconn)
+				h, err := startHAProxy(bin, ups, o.maxconn, o.pipesize)
 				if err != nil {
 					return nil, err
 				}

@@ -123,7 +123,7 @@ type haproxy struct {
 const haproxyConfig = `global
 	maxconn %[1]d
 	nbthread 2
-
+%[4]s
 defaults
 	mode tcp
 	option splice-auto
@@ -141,7 +141,7 @@ backend upstreams
 	balance leastconn
 %[3]s`
 
-func startHAProxy(bin string, upstreams []string, maxconn int) (*haproxy, error) {
+func startHAProxy(bin string, upstreams []string, maxconn, pipesize int) (*haproxy, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, fmt.Errorf("haproxy: %w", err)
@@ -155,7 +155,11 @@ func startHAProxy(bin string, upstreams []string, maxconn int) (*haproxy, error)
 		fmt.Fprintf(&servers, "\tserver up%d %s\n", i+1, u)
 	}
 	cfg := dir + "/haproxy.cfg"
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, maxconn, addr, servers.String()), 0o644); err != nil {
+	tune := ""
+	if pipesize > 0 {
+		tune = fmt.Sprintf("\ttune.pipesize %d\n", pipesize)
+	}
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, maxconn, addr, servers.String(), tune), 0o644); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("haproxy: %w", err)
 	}
