@@ -12,9 +12,10 @@
 //	    -token-file /etc/proofkit-agent/token -state-dir /var/lib/proofkit-agent
 //
 // Exit status: 0 on SIGTERM or SIGINT (state saved) and after -once; 2 for
-// a bad flag, an unreadable token file or an unwritable state directory,
-// with one line on stderr saying why; 1 when the agent cannot run (no
-// probe on this system, the listen address taken).
+// a bad flag (a -proc without meminfo, a flag whose value is missing), an
+// unreadable token file or an unwritable state directory, with one line
+// on stderr saying why; 1 when the agent cannot run (no probe on this
+// system, the listen address taken).
 package main
 
 import (
@@ -106,6 +107,20 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
 	}
+	// "-node -once" sets the node to "-once" and runs the agent for good,
+	// sysctl and all: a value that is one of our own flags is a missing
+	// value, not a name.
+	var swallowed error
+	fs.Visit(func(f *flag.Flag) {
+		v := f.Value.String()
+		name, _, _ := strings.Cut(strings.TrimLeft(v, "-"), "=")
+		if swallowed == nil && strings.HasPrefix(v, "-") && name != "" && fs.Lookup(name) != nil {
+			swallowed = usageError{fmt.Sprintf("-%s %q: a value is missing (%s is a flag)", f.Name, v, v)}
+		}
+	})
+	if swallowed != nil {
+		return o, swallowed
+	}
 	if o.interval <= 0 {
 		return o, usageError{fmt.Sprintf("-interval %v: must be positive", o.interval)}
 	}
@@ -138,7 +153,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.listen = ""
 	}
 	if o.listen != "" {
-		if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		_, port, err := net.SplitHostPort(o.listen)
+		if err == nil {
+			_, err = net.LookupPort("tcp", port)
+		}
+		if err != nil {
 			return o, usageError{fmt.Sprintf("-listen %q: want host:port or off", o.listen)}
 		}
 	}
@@ -150,7 +169,30 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{fmt.Sprintf("-link-speed %q: %v", *linkSpeed, err)}
 	}
 	o.linkSpeed = speeds
+	if err := checkRoots(o); err != nil {
+		return o, err
+	}
 	return o, nil
+}
+
+// checkRoots catches a -proc, -sys or -netns that points at the wrong
+// place before the agent starts, so an operator sees one line and exit
+// status 2 rather than an agent that logs a failed reading every interval.
+func checkRoots(o options) error {
+	for _, f := range []string{"meminfo", "loadavg"} {
+		if fi, err := os.Stat(filepath.Join(o.procRoot, f)); err != nil || fi.IsDir() {
+			return usageError{fmt.Sprintf("-proc %s: no %s there; want the mount point of a procfs, such as /proc", o.procRoot, f)}
+		}
+	}
+	if fi, err := os.Stat(o.sysRoot); err != nil || !fi.IsDir() {
+		return usageError{fmt.Sprintf("-sys %s: not a directory; want the mount point of a sysfs, such as /sys", o.sysRoot)}
+	}
+	if o.netns != "" {
+		if _, err := os.Stat(o.netns); err != nil {
+			return usageError{fmt.Sprintf("-netns %s: %v", o.netns, errors.Unwrap(err))}
+		}
+	}
+	return nil
 }
 
 // parseLinkSpeeds parses "eth0=1000,wg0=10G" (Mbit/s, or Gbit/s with G).

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -502,10 +503,20 @@ func TestBadFlags(t *testing.T) {
 		{"queue bound", []string{"-queue-max", "0"}, "-queue-max 0: must be 1 or more"},
 		{"listen address", []string{"-listen", "9464"}, `-listen "9464": want host:port or off`},
 		{"argument", []string{"now"}, `unexpected argument "now"`},
+		{"value missing", []string{"-node", "-once"}, `-node "-once": a value is missing`},
+		{"proc without meminfo", []string{"-proc", dir}, "-proc " + dir + ": no meminfo there"},
+		{"proc without meminfo, once", []string{"-once", "-proc", dir}, "-proc " + dir + ": no meminfo there"},
+		{"sys missing", []string{"-sys", filepath.Join(dir, "nope")}, "-sys " + filepath.Join(dir, "nope") + ": not a directory"},
+		{"netns missing", []string{"-netns", filepath.Join(dir, "nope")}, "-netns " + filepath.Join(dir, "nope")},
+		{"listen port", []string{"-listen", "127.0.0.1:99999"}, `-listen "127.0.0.1:99999": want host:port or off`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.Command(bin, append(append([]string{}, roots...), tt.args...)...)
+			// A bad flag that slips through starts the agent for good:
+			// the deadline turns that into a failure, not a hang.
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, append(append([]string{}, roots...), tt.args...)...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()
