@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/overload"
+)
+
+// The operators' help: "Your agent reports its load every 30 seconds."
+// A Config that leaves Interval zero gets exactly that.
+func TestSeedReportsEvery30Seconds(t *testing.T) {
+	if DefaultInterval != 30*time.Second {
+		t.Errorf("DefaultInterval = %v, the seed says every 30 seconds", DefaultInterval)
+	}
+	a, err := New(Config{Node: "n1", Source: newFakeSource()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.interval != 30*time.Second {
+		t.Errorf("zero Config.Interval gives %v, want 30s", a.interval)
+	}
+}
+
+// lockedBuffer is a log sink a test may read while the agent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// "You get at most one an hour for a node; every start and end is in the
+// node's event list", and the notice "says what was passed, in figures":
+// two overloads a few seconds apart give two starts and an end in the
+// event list, one notice in the log with its figure, and a notice counter
+// of one.
+func TestSeedOneNoticeAnHourEveryEventListed(t *testing.T) {
+	var log lockedBuffer
+	src := newFakeSource()
+	a, err := New(Config{Node: "n1", Source: src, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	step := func(mem float64, n int) {
+		t.Helper()
+		src.setMem(mem)
+		for range n {
+			if _, err := a.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	step(95, 3) // start, notice
+	step(40, 3) // end
+	step(95, 3) // start again within the hour: no notice
+
+	var kinds []overload.EventKind
+	for _, e := range a.Events() {
+		kinds = append(kinds, e.Kind)
+	}
+	if want := []overload.EventKind{overload.Start, overload.End, overload.Start}; !equalKinds(kinds, want) {
+		t.Errorf("events %v, want %v", kinds, want)
+	}
+	if v := testCounter(t, a, "proofkit_agent_notices_total"); v != 1 {
+		t.Errorf("proofkit_agent_notices_total = %v, want 1 (at most one an hour)", v)
+	}
+	out := log.String()
+	if n := strings.Count(out, `msg="overload notice"`); n != 1 {
+		t.Errorf("logged %d notices, want 1:\n%s", n, out)
+	}
+	if !strings.Contains(out, `notice="n1 is overloaded: memory at 95 %"`) {
+		t.Errorf("the notice does not give its figure:\n%s", out)
+	}
+	if n := strings.Count(out, `msg="node overloaded"`); n != 2 {
+		t.Errorf("logged %d starts, want 2:\n%s", n, out)
+	}
+}
+
+func equalKinds(a, b []overload.EventKind) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
