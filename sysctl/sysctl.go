@@ -133,8 +133,9 @@ func (r Report) String() string {
 
 const fileHeader = `# Written by the proofkit agent (nodekit/sysctl) at its start: it could not
 # set these kernel values itself, because /proc/sys is read-only in its
-# container or the keys belong to the host and the agent runs in its own
-# network namespace. On the host, copy this file to /etc/sysctl.d/, run
+# container, the keys belong to the host and the agent runs in its own
+# network namespace, or it runs without root; the comment above each key
+# says which. On the host, copy this file to /etc/sysctl.d/, run
 # sudo sysctl --system, then restart the agent:
 #
 #   sudo cp 99-proofkit-sysctl.conf /etc/sysctl.d/
