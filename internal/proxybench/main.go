@@ -47,7 +47,7 @@ func main() {
 	flag.IntVar(&o.streams, "streams", 4, "parallel streams of the throughput measurement")
 	flag.IntVar(&o.clients, "clients", 32, "concurrent clients of the connection-rate measurement")
 	flag.IntVar(&o.idle, "idle", 9000, "idle connections held open through each proxy for the memory measurement (capped per proxy by the fds it needs: HAProxy at -maxconn, the naive proxy at 3000)")
-	targets := flag.String("targets", "direct,haproxy,naive,pinproxy", "what to measure, comma-separated; exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
+	targets := flag.String("targets", "direct,haproxy,haproxy-force,naive,pinproxy", "what to measure, comma-separated: haproxy is the issue's configuration (mode tcp, balance leastconn, nbthread 2, option splice-auto), the reference of the ratios; haproxy-force adds option splice-request and splice-response (splice every transfer); exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
 	metrics := flag.String("metrics", "throughput,connrate,idle", "which measurements to run, comma-separated")
 	flag.StringVar(&o.haproxyBin, "haproxy", "haproxy", "HAProxy binary")
 	flag.IntVar(&o.maxconn, "maxconn", 7000, "HAProxy maxconn (it needs 2 fds per connection and pipes beside them; the fd limit here is 20,000)")
@@ -103,14 +103,19 @@ func buildTargets(o options) ([]*target, error) {
 			out = append(out, &target{name: name, label: "direct", start: func(ups []string) (*running, error) {
 				return &running{addrs: ups, stop: func() {}}, nil
 			}})
-		case "haproxy":
+		case "haproxy", "haproxy-force":
 			bin, err := exec.LookPath(o.haproxyBin)
 			if err != nil {
-				fmt.Printf("HAProxy skipped: %v (Debian: apt-get install haproxy)\n", err)
+				fmt.Printf("%s skipped: %v (Debian: apt-get install haproxy)\n", name, err)
 				continue
 			}
-			out = append(out, &target{name: name, label: "HAProxy", idleMax: o.maxconn, start: func(ups []string) (*running, error) {
-				h, err := startHAProxy(bin, ups, o.maxconn, o.pipesize)
+			force := name == "haproxy-force"
+			label := "HAProxy"
+			if force {
+				label = "HAProxy, splice forced"
+			}
+			out = append(out, &target{name: name, label: label, idleMax: o.maxconn, start: func(ups []string) (*running, error) {
+				h, err := startHAProxy(bin, ups, o.maxconn, o.pipesize, force)
 				if err != nil {
 					return nil, err
 				}
@@ -133,7 +138,7 @@ func buildTargets(o options) ([]*target, error) {
 		default:
 			exe, ok := strings.CutPrefix(name, "exp:")
 			if !ok {
-				return nil, fmt.Errorf("unknown target %q (want direct, haproxy, naive, pinproxy, exp:PATH)", name)
+				return nil, fmt.Errorf("unknown target %q (want direct, haproxy, haproxy-force, naive, pinproxy, exp:PATH)", name)
 			}
 			out = append(out, &target{name: name, label: name, idleMax: o.idle, start: func(ups []string) (*running, error) {
 				c, err := startChild(exe, "pinproxy", ups)
