@@ -23,6 +23,10 @@ type Proxy struct {
 	cfg  Config
 	log  *slog.Logger
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ownDial: dial is the proxy's own net.Dialer, which sets keepalive
+	// as configured on each upstream conn, so connect need not set it again.
+	ownDial   bool
+	keepAlive net.KeepAliveConfig // what setKeepAlive sets, from cfg.KeepAlive
 
 	// stopCtx ends when Shutdown is called: it stops the rebalance
 	// rounds and the accept loops' back-off sleeps. killCtx ends when
@@ -97,9 +101,19 @@ func New(cfg Config) (*Proxy, error) {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
+	// Idle time and interval as configured; the probe count stays the
+	// kernel's (Count -1: one setsockopt fewer per socket).
+	p.keepAlive = net.KeepAliveConfig{Enable: true, Idle: cfg.KeepAlive, Interval: cfg.KeepAlive, Count: -1}
+	if cfg.KeepAlive < 0 {
+		p.keepAlive = net.KeepAliveConfig{Enable: false, Idle: -1, Interval: -1, Count: -1}
+	}
 	if p.dial == nil {
-		d := &net.Dialer{KeepAlive: cfg.KeepAlive}
+		// The dialer sets keepalive once, as configured (KeepAlive is
+		// ignored when KeepAliveConfig is enabled; -1 turns it off
+		// otherwise).
+		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive}
 		p.dial = d.DialContext
+		p.ownDial = true
 	}
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.killCtx, p.kill = context.WithCancel(context.Background())
@@ -314,7 +328,9 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		p.linkLocked(c)
 		live := u.live
 		p.mu.Unlock()
-		p.setKeepAlive(uc)
+		if !p.ownDial {
+			p.setKeepAlive(uc)
+		}
 		if p.log.Enabled(p.stopCtx, slog.LevelDebug) { // spare the address strings otherwise
 			p.log.LogAttrs(p.stopCtx, slog.LevelDebug, "client pinned to upstream",
 				slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Int("live", live))
@@ -404,17 +420,14 @@ func (p *Proxy) unlinkLocked(c *conn) {
 	c.linked = false
 }
 
-// setKeepAlive turns TCP keepalive on (or off) as configured.
+// setKeepAlive turns TCP keepalive on (or off) as configured. An accepted
+// conn gets it here even though Go's TCPListener has set its own default
+// (15 s) already: the listener is the caller's, and its settings cannot be
+// read back without as many syscalls as setting them.
 func (p *Proxy) setKeepAlive(c net.Conn) {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetKeepAliveConfig(p.keepAlive)
 	}
-	if p.cfg.KeepAlive < 0 {
-		tc.SetKeepAlive(false)
-		return
-	}
-	tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: p.cfg.KeepAlive, Interval: p.cfg.KeepAlive})
 }
 
 // Shutdown stops accepting (it closes every listener given to Serve), stops
