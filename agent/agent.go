@@ -21,13 +21,21 @@ import (
 
 // Source gives the agent its readings; *probe.Probe is one.
 type Source interface {
+	// Read takes one reading of the node now. Each reading must be newer
+	// than the one before: the agent's tracker refuses one that is not
+	// (counted as a reading error). Read should return promptly once ctx
+	// ends.
 	Read(ctx context.Context) (overload.Reading, error)
 }
 
 // Defaults for the zero fields of Config.
 const (
+	// DefaultInterval is the time between readings: "your agent reports
+	// its load every 30 seconds".
 	DefaultInterval = 30 * time.Second
-	DefaultQueueMax = 120 // one hour of readings at the default interval
+	// DefaultQueueMax is how many reports wait while the platform does not
+	// answer: one hour of readings at the default interval.
+	DefaultQueueMax = 120
 )
 
 // Config configures an Agent. Zero fields take the documented defaults.

@@ -13,12 +13,20 @@ import (
 // Status is what /status serves: the node, whether it is overloaded and
 // since when, the checks that hold, and the latest reading.
 type Status struct {
-	Node       string             `json:"node"`
-	Overloaded bool               `json:"overloaded"`
-	Since      time.Time          `json:"since,omitzero"`
-	Findings   []overload.Finding `json:"findings"`
-	LastNotice time.Time          `json:"last_notice,omitzero"`
-	Reading    *overload.Reading  `json:"reading,omitempty"`
+	// Node names the agent's node.
+	Node string `json:"node"`
+	// Overloaded says whether the node is overloaded now.
+	Overloaded bool `json:"overloaded"`
+	// Since is when the current overload started; zero when there is none.
+	Since time.Time `json:"since,omitzero"`
+	// Findings are the checks that hold now, with their figures (an empty
+	// list, never null, when none does).
+	Findings []overload.Finding `json:"findings"`
+	// LastNotice is when the node's latest notice went out; zero when none
+	// has.
+	LastNotice time.Time `json:"last_notice,omitzero"`
+	// Reading is the latest reading evaluated; nil before the first.
+	Reading *overload.Reading `json:"reading,omitempty"`
 	// ReportsQueued counts the reports not yet accepted by the platform.
 	ReportsQueued int `json:"reports_queued"`
 }

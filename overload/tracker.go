@@ -33,6 +33,7 @@ const (
 // Event is a start or an end of an overload of one node. Every start and
 // end goes into the node's event list.
 type Event struct {
+	// Kind is Start or End.
 	Kind EventKind `json:"kind"`
 	// At is the time of the reading that started or ended the overload.
 	At time.Time `json:"at"`
@@ -46,6 +47,7 @@ type Event struct {
 // Notice tells the node's operator that an overload started, and why, in
 // figures. A tracker produces at most one per NoticeEvery (an hour).
 type Notice struct {
+	// Node names the node that is overloaded (the tracker's node).
 	Node string `json:"node,omitempty"`
 	// At is the time of the reading that started the overload.
 	At time.Time `json:"at"`

@@ -11,8 +11,11 @@ import (
 
 // Usage is traffic a session carried: Bytes at the instant At.
 type Usage struct {
-	At    time.Time `json:"at"`
-	Bytes uint64    `json:"bytes"`
+	// At is when the traffic was carried; it prices the traffic at the
+	// session's price at that instant.
+	At time.Time `json:"at"`
+	// Bytes is how much traffic, in bytes (a GB is BytesPerGB bytes).
+	Bytes uint64 `json:"bytes"`
 }
 
 // Part is the usage a Charge priced at one price: a session's price only

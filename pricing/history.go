@@ -44,8 +44,10 @@ type Config struct {
 
 // Change is one price change of a node: from At on, the node asks Price.
 type Change struct {
-	At    time.Time `json:"at"`
-	Price Price     `json:"price"`
+	// At is when the node started asking Price.
+	At time.Time `json:"at"`
+	// Price is what the node asks from At until its next change.
+	Price Price `json:"price"`
 }
 
 // History is the price history of one node: its price changes in time
