@@ -3,6 +3,7 @@ package pinproxy
 import (
 	"errors"
 	"net"
+	"sync"
 )
 
 // This file is the data path: the bytes of one client connection and its
@@ -23,21 +24,22 @@ import (
 // closed, so a half-close is carried through and the reply still flows
 // back; an error in either direction closes both conns, which ends the
 // other direction too. Each direction is a pump (copy_linux.go): between
-// two *net.TCPConn the runtime splices the bytes in the kernel, as io.Copy
-// does, but an idle direction holds no splice pipe; so the conns must not be
+// two *net.TCPConn the runtime splices bulk bytes in the kernel, as io.Copy
+// does, but an idle direction holds no splice pipe (and short bursts move
+// through bufs, a pool of small buffers); so the conns must not be
 // wrapped in anything that hides *net.TCPConn.
-func splice(client, upstream net.Conn) (up, down int64, err error) {
+func splice(client, upstream net.Conn, bufs *sync.Pool) (up, down int64, err error) {
 	type result struct {
 		n   int64
 		err error
 	}
 	downc := make(chan result, 1)
 	go func() {
-		n, err := pump(client, upstream)
+		n, err := pump(client, upstream, bufs)
 		endDirection(client, upstream, err)
 		downc <- result{n, err}
 	}()
-	up, errUp := pump(upstream, client)
+	up, errUp := pump(upstream, client, bufs)
 	endDirection(upstream, client, errUp)
 	r := <-downc
 	client.Close()

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -11,23 +12,26 @@ import (
 )
 
 // pump copies src to dst until src's EOF (nil) or an error, as io.Copy
-// does, and between two *net.TCPConn it moves the bytes with splice(2), as
-// io.Copy does. The difference is what an idle direction holds. io.Copy
-// takes a splice pipe (two fds) from the runtime's pool and keeps it while
-// it waits for src to become readable (internal/poll.spliceDrain waits
-// inside Splice), so each idle direction holds one: 6 fds per idle
-// connection instead of 2, and only about 3,300 idle connections under an
-// open-file limit of 20,000. pump waits for readability without a pipe,
-// parked in the netpoller, then splices exactly the bytes already queued on
-// src, which never waits for a read, and the pipe goes back to the pool
-// when that burst has moved. A splice that cannot write (dst full) still
-// waits with its pipe, as io.Copy would: those bytes are in flight.
+// does, and between two *net.TCPConn it moves bulk bytes with splice(2), as
+// io.Copy does. The differences are what an idle direction holds and what
+// a short message costs. io.Copy takes a splice pipe (two fds) from the
+// runtime's pool and keeps it while it waits for src to become readable
+// (internal/poll.spliceDrain waits inside Splice), so each idle direction
+// holds one: 6 fds per idle connection instead of 2, and only about 3,300
+// idle connections under an open-file limit of 20,000. pump waits for
+// readability without a pipe or buffer, parked in the netpoller, then reads
+// what is queued into a pooled smallBurst buffer and writes it out; when
+// the buffer fills, it splices exactly the bytes queued behind it, which
+// never waits for a read, and the pipe goes back to the pool when that
+// burst has moved. A write or splice that cannot proceed (dst full) still
+// waits with its buffer or pipe, as io.Copy would: those bytes are in
+// flight.
 //
 // The waiting path is kept shallow (small frames, raw syscalls): an idle
 // connection's goroutines spend their life parked on it, and a goroutine
 // whose deepest call fits in the runtime's smallest stack keeps 2 KiB
 // instead of 4.
-func pump(dst, src net.Conn) (int64, error) {
+func pump(dst, src net.Conn, bufs *sync.Pool) (int64, error) {
 	d, ok := dst.(*net.TCPConn)
 	s, ok2 := src.(*net.TCPConn)
 	if !ok || !ok2 {
@@ -37,7 +41,7 @@ func pump(dst, src net.Conn) (int64, error) {
 	if err != nil {
 		return io.Copy(dst, src)
 	}
-	l := &looker{lr: io.LimitedReader{R: s}}
+	l := &looker{bufs: bufs, lr: io.LimitedReader{R: s}}
 	var written int64
 	for {
 		if err := rc.Read(l.look); err != nil {
@@ -46,58 +50,102 @@ func pump(dst, src net.Conn) (int64, error) {
 		if l.errno != 0 {
 			return written, readError(s, l.errno)
 		}
-		if l.queued == 0 {
+		if l.n == 0 {
 			return written, nil // EOF
 		}
-		// lr.N bytes are queued: Splice moves them and returns without
-		// waiting for more.
+		n, err := d.Write(l.buf[:l.n])
+		bufs.Put(l.buf)
+		l.buf = nil
+		written += int64(n)
+		if err != nil || l.queued == 0 {
+			if err != nil {
+				return written, err
+			}
+			continue
+		}
+		// The burst did not fit in the buffer: the l.queued bytes
+		// behind it are spliced, which never waits for more.
 		l.lr.N = int64(l.queued)
-		n, err := d.ReadFrom(&l.lr)
-		written += n
+		m, err := d.ReadFrom(&l.lr)
+		written += m
 		if err != nil {
 			return written, err
 		}
 	}
 }
 
+// smallBurst is the size of the pooled buffer a look reads into. A burst
+// that fits (a peer protocol's messages, a request) moves with one read and
+// one write, no pipe; a larger one moves its first smallBurst bytes that
+// way and the rest with splice, whose fixed cost (two splices, a pipe from
+// the runtime's pool) then pays for itself.
+const smallBurst = 16 << 10
+
+// newBurstBuf is the New function of the pool pump takes its buffers from.
+func newBurstBuf() any { return new([smallBurst]byte) }
+
 // looker holds one direction's state between looks, off the stack.
 type looker struct {
-	queued int
+	bufs   *sync.Pool
+	buf    *[smallBurst]byte // the burst just read, n bytes; nil while waiting
+	n      int
+	queued int // bytes still queued behind a full buf
 	errno  syscall.Errno
 	lr     io.LimitedReader
 }
 
-// look is the syscall.RawConn.Read callback: it returns false, so the
-// goroutine parks until the socket is readable, while nothing is queued.
+// look is the syscall.RawConn.Read callback. It reads what is queued on
+// the socket into a pooled buffer, which it gives back at once when
+// nothing is, so an idle direction holds no buffer; it returns false, so
+// the goroutine parks until the socket is readable, while nothing is
+// queued. On return l.n > 0 with l.buf holding the bytes (and l.queued the
+// bytes behind them when buf is full), or l.n == 0 at EOF, or l.errno set.
 func (l *looker) look(fd uintptr) bool {
-	l.queued, l.errno = queuedBytes(fd)
-	return l.errno != syscall.EAGAIN
+	b := l.bufs.Get().(*[smallBurst]byte)
+	n, errno := recvNow(fd, b[:])
+	if errno == syscall.EAGAIN {
+		l.bufs.Put(b)
+		return false
+	}
+	l.n, l.errno, l.queued = n, errno, 0
+	if errno != 0 || n == 0 {
+		l.n = 0
+		l.bufs.Put(b)
+		return true
+	}
+	l.buf = b
+	if n == len(b) {
+		l.queued = queuedBytes(fd)
+	}
+	return true
 }
 
-// queuedBytes returns how many bytes can be read from the socket fd now
-// without blocking: > 0 when data is queued, 0 at EOF, EAGAIN when there is
-// nothing yet, or the socket's pending error (ECONNRESET, …). The peek comes
-// first because it is the one call that tells all of these apart; the size
-// is asked only when there is data.
-func queuedBytes(fd uintptr) (int, syscall.Errno) {
-	var b byte
+// recvNow reads what is queued on the socket fd into b without waiting:
+// n > 0 bytes, 0 at EOF, EAGAIN when nothing is queued yet, or the socket's
+// pending error (ECONNRESET, …).
+func recvNow(fd uintptr, b []byte) (int, syscall.Errno) {
 	for {
-		m, _, e := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b)), 1,
-			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-		switch {
-		case e == syscall.EINTR:
+		n, _, e := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+			syscall.MSG_DONTWAIT, 0, 0)
+		if e == syscall.EINTR {
 			continue
-		case e != 0:
+		}
+		if e != 0 {
 			return 0, e
-		case m == 0:
-			return 0, 0 // EOF
 		}
-		var n int32
-		if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, unix.SIOCINQ, uintptr(unsafe.Pointer(&n))); e == 0 && n > 0 {
-			return int(n), 0
-		}
-		return 1, 0 // the peek saw a byte
+		return int(n), 0
 	}
+}
+
+// queuedBytes returns how many bytes are queued on the socket fd (SIOCINQ),
+// 0 if it cannot tell: a splice of 0 bytes would be wasted, and the next
+// look reads whatever is there.
+func queuedBytes(fd uintptr) int {
+	var n int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, unix.SIOCINQ, uintptr(unsafe.Pointer(&n))); e != 0 || n < 0 {
+		return 0
+	}
+	return int(n)
 }
 
 // readError reports a failed look at src as the read error it stands for.

@@ -21,9 +21,10 @@
 // one connection is closed per round, and with an even spread the round
 // makes no connection at all.
 //
-// Between two *net.TCPConn the bytes move with splice(2) in the kernel, as
-// io.Copy does, and an idle connection holds no splice pipe (copy.go); a
-// half-close (CloseWrite) is carried through, and TCP keepalive is on for
+// Between two *net.TCPConn bulk bytes move with splice(2) in the kernel, as
+// io.Copy does; bursts of up to 16 KiB move with one read and one write
+// through a pooled buffer, and an idle connection holds neither a splice
+// pipe nor a buffer (copy_linux.go); a half-close (CloseWrite) is carried through, and TCP keepalive is on for
 // both sides. Every decision is logged through the
 // Config.Logger, for example
 //

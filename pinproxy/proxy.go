@@ -27,6 +27,7 @@ type Proxy struct {
 	// as configured on each upstream conn, so connect need not set it again.
 	ownDial   bool
 	keepAlive net.KeepAliveConfig // what setKeepAlive sets, from cfg.KeepAlive
+	bufs      sync.Pool           // the data path's buffers for small bursts (copy_linux.go)
 
 	// stopCtx ends when Shutdown is called: it stops the rebalance
 	// rounds and the accept loops' back-off sleeps. killCtx ends when
@@ -115,6 +116,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.dial = d.DialContext
 		p.ownDial = true
 	}
+	p.bufs.New = newBurstBuf
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.killCtx, p.kill = context.WithCancel(context.Background())
 	p.upstreams = make([]*upstream, len(cfg.Upstreams))
@@ -245,7 +247,7 @@ func (p *Proxy) handle(client net.Conn) {
 // small (the bookkeeping and logging live in finish) so the goroutine
 // keeps its initial stack.
 func (p *Proxy) serveConn(c *conn) {
-	up, down, err := splice(c.client, c.upstream)
+	up, down, err := splice(c.client, c.upstream, &p.bufs)
 	p.finish(c, up, down, err)
 }
 
