@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // This file is the data path: the bytes of one client connection and its
@@ -34,13 +35,14 @@ func splice(client, upstream net.Conn, bufs *sync.Pool) (up, down int64, err err
 		err error
 	}
 	downc := make(chan result, 1)
+	var clean atomic.Int32 // directions that ended with EOF
 	go func() {
 		n, err := pump(client, upstream, bufs)
-		endDirection(client, upstream, err)
+		endDirection(client, upstream, err, &clean)
 		downc <- result{n, err}
 	}()
 	up, errUp := pump(upstream, client, bufs)
-	endDirection(upstream, client, errUp)
+	endDirection(upstream, client, errUp, &clean)
 	r := <-downc
 	client.Close()
 	upstream.Close()
@@ -49,9 +51,16 @@ func splice(client, upstream net.Conn, bufs *sync.Pool) (up, down int64, err err
 
 // endDirection passes the end of src's stream on to dst: a clean end
 // becomes a half-close of dst's write side; an error, or a dst that cannot
-// half-close, closes both.
-func endDirection(dst, src net.Conn, err error) {
+// half-close, closes both. When the other direction has ended cleanly too,
+// dst's FIN is left to the Close that follows at once in splice (one
+// shutdown(2) fewer per connection, the same packets: dst has nothing
+// unread, its own stream having ended, so the close sends a FIN, not a
+// reset).
+func endDirection(dst, src net.Conn, err error, clean *atomic.Int32) {
 	if err == nil {
+		if clean.Add(1) == 2 {
+			return
+		}
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 			return
 		}
