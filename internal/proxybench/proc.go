@@ -121,9 +121,9 @@ type haproxy struct {
 // haproxyConfig is the configuration the issue names: HAProxy (Debian
 // package haproxy, "mode tcp", "balance leastconn"), as in its reference
 // figures "HAProxy 2.6 (nbthread 2, splice-auto)": splicing is left to
-// HAProxy's own judgement (splice-auto splices once a buffer fills, so
-// short exchanges go through read/write). maxconn is capped by the fd limit
-// here. The timeouts are the ones HAProxy's documentation asks every tcp
+// HAProxy's own judgement (in the bulk measurement here it spliced nothing:
+// strace showed only recvfrom and sendto). maxconn is capped by the fd
+// limit here. The timeouts are the ones HAProxy's documentation asks every tcp
 // proxy to set (without them it warns at start); none is reached in a run.
 // %[5]s adds "option splice-request" and "option splice-response" for the
 // haproxy-force target: splicing every transfer, a configuration the issue
