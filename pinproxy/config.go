@@ -49,8 +49,11 @@ type Config struct {
 	MaxConns int
 
 	// KeepAlive is the TCP keepalive idle time and probe interval set on
-	// both the client and the upstream connection. Zero means
-	// DefaultKeepAlive (30 s); a negative value turns keepalive off.
+	// both the client and the upstream connection (rounded up to whole
+	// seconds; the probe count is the kernel's). A listener made by
+	// Proxy.Listen carries it for its clients; on another listener Serve
+	// sets it on each client. Zero means DefaultKeepAlive (30 s); a
+	// negative value turns keepalive off.
 	KeepAlive time.Duration
 
 	// DialContext dials an upstream. Nil means a net.Dialer with KeepAlive

@@ -39,7 +39,9 @@
 //	if err != nil {
 //		return err
 //	}
-//	ln, err := net.Listen("tcp", "127.0.0.1:9333")
+//	// Listen (rather than net.Listen) sets TCP keepalive once, on the
+//	// listening socket, instead of on each accepted client.
+//	ln, err := p.Listen(ctx, "tcp", "127.0.0.1:9333")
 //	if err != nil {
 //		return err
 //	}

@@ -2,10 +2,13 @@ package pinproxy_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
@@ -30,6 +33,13 @@ func (l *recordingListener) Accept() (net.Conn, error) {
 
 func keepAliveOf(t *testing.T, c net.Conn) (on, idle int) {
 	t.Helper()
+	on, idle, _ = keepAliveAll(t, c)
+	return on, idle
+}
+
+// keepAliveAll reads c's SO_KEEPALIVE, TCP_KEEPIDLE and TCP_KEEPINTVL.
+func keepAliveAll(t *testing.T, c net.Conn) (on, idle, intvl int) {
+	t.Helper()
 	rc, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
@@ -40,11 +50,82 @@ func keepAliveOf(t *testing.T, c net.Conn) (on, idle int) {
 		if serr == nil {
 			idle, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE)
 		}
+		if serr == nil {
+			intvl, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL)
+		}
 	})
 	if serr != nil {
 		t.Fatal(serr)
 	}
-	return on, idle
+	return on, idle, intvl
+}
+
+// A conn accepted from a listener made by Listen has keepalive as
+// configured (Serve leaves it as it comes), or none when it is turned off;
+// and Serve proxies through such a listener.
+func TestListenKeepAlive(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Echo)
+	for _, tc := range []struct {
+		name      string
+		keepAlive time.Duration
+		on        bool
+		secs      int
+	}{
+		{"default", 0, true, int(pinproxy.DefaultKeepAlive.Seconds())},
+		{"7s", 7 * time.Second, true, 7},
+		{"1500ms rounds up", 1500 * time.Millisecond, true, 2},
+		{"off", -1, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}, RebalanceInterval: -1, KeepAlive: tc.keepAlive})
+			ln, err := p.Listen(context.Background(), "tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			c := mustDial(t, ln.Addr().String())
+			sc, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sc.Close()
+			c.Close()
+			on, idle, intvl := keepAliveAll(t, sc)
+			if (on != 0) != tc.on || (tc.on && (idle != tc.secs || intvl != tc.secs)) {
+				t.Errorf("accepted conn: keepalive on=%d idle=%ds interval=%ds, want on=%v, %ds", on, idle, intvl, tc.on, tc.secs)
+			}
+
+			// Through Serve, end to end.
+			done := make(chan error, 1)
+			go func() { done <- p.Serve(ln) }()
+			cl := mustDial(t, ln.Addr().String())
+			if _, err := cl.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 1)
+			if _, err := io.ReadFull(cl, b); err != nil || b[0] != 'x' {
+				t.Fatalf("echo through Listen + Serve: %q, %v", b, err)
+			}
+			cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), pinproxytest.WaitFor)
+			defer cancel()
+			if err := p.Shutdown(ctx); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if err := <-done; !errors.Is(err, pinproxy.ErrProxyClosed) {
+				t.Errorf("Serve returned %v, want ErrProxyClosed", err)
+			}
+		})
+	}
+}
+
+// Listen refuses a network that is not TCP.
+func TestListenNotTCP(t *testing.T) {
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{"127.0.0.1:1"}})
+	if ln, err := p.Listen(context.Background(), "udp", "127.0.0.1:0"); err == nil {
+		ln.Close()
+		t.Fatal("Listen udp: no error")
+	}
 }
 
 // TCP keepalive is on, with the configured idle time, on both sides.

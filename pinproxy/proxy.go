@@ -49,6 +49,7 @@ type Proxy struct {
 	mu            sync.Mutex
 	upstreams     []*upstream
 	listeners     map[net.Listener]struct{}
+	presetKA      map[net.Listener]struct{} // made by Listen: accepted conns have keepalive set already
 	tickerStarted bool
 	closed        bool // Shutdown was called
 	forced        bool // Shutdown stopped waiting and closed what was left
@@ -98,6 +99,7 @@ func New(cfg Config) (*Proxy, error) {
 		log:       cfg.Logger,
 		dial:      cfg.DialContext,
 		listeners: make(map[net.Listener]struct{}),
+		presetKA:  make(map[net.Listener]struct{}),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -126,14 +128,42 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
+// Listen announces on the local address addr ("tcp", "tcp4" or "tcp6"
+// network, host:port), as net.Listen does, for Serve. Clients accepted
+// from it get TCP keepalive as Config.KeepAlive says from the listening
+// socket itself (on Linux, where accepted sockets inherit it) or from the
+// accept, so Serve need not set it again on each: fewer syscalls per
+// connection than a plain net.Listen. ctx bounds the call, not the
+// listener.
+func (p *Proxy) Listen(ctx context.Context, network, addr string) (net.Listener, error) {
+	switch network {
+	case "tcp", "tcp4", "tcp6":
+	default:
+		return nil, fmt.Errorf("pinproxy: listen on %s %s: network must be tcp, tcp4 or tcp6", network, addr)
+	}
+	lc := p.listenConfig()
+	ln, err := lc.Listen(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("pinproxy: %w", err)
+	}
+	p.mu.Lock()
+	p.presetKA[ln] = struct{}{}
+	p.mu.Unlock()
+	return ln, nil
+}
+
 // Serve accepts client connections on ln and proxies each to an upstream
 // until Shutdown is called; then it returns ErrProxyClosed. Any other
 // accept error that is not temporary ends Serve with that error. Serve
 // closes ln when it returns. It may be called on several listeners at
 // once; the first call starts the rebalance rounds, which run every
-// Config.RebalanceInterval until Shutdown.
+// Config.RebalanceInterval until Shutdown. Serve sets TCP keepalive, as
+// Config.KeepAlive says, on each client it accepts, unless ln came from
+// Listen, which set it already.
 func (p *Proxy) Serve(ln net.Listener) error {
 	p.mu.Lock()
+	_, preset := p.presetKA[ln]
+	delete(p.presetKA, ln)
 	if p.closed {
 		p.mu.Unlock()
 		ln.Close()
@@ -177,7 +207,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			continue
 		}
 		delay = 0
-		p.accept(c)
+		p.accept(c, preset)
 	}
 }
 
@@ -193,8 +223,9 @@ func temporary(err error) bool {
 }
 
 // accept admits a client and starts its handler, or closes it when the
-// proxy is full or shutting down.
-func (p *Proxy) accept(client net.Conn) {
+// proxy is full or shutting down. preset: the client's keepalive is set
+// already (it came from a listener made by Listen).
+func (p *Proxy) accept(client net.Conn, preset bool) {
 	p.accepted.Add(1)
 	if limit := int64(p.cfg.MaxConns); limit > 0 {
 		for {
@@ -222,12 +253,14 @@ func (p *Proxy) accept(client net.Conn) {
 	}
 	p.handlers.Add(1)
 	p.mu.Unlock()
-	go p.handle(client)
+	go p.handle(client, preset)
 }
 
 // handle pins one client to an upstream and copies bytes until both are done.
-func (p *Proxy) handle(client net.Conn) {
-	p.setKeepAlive(client)
+func (p *Proxy) handle(client net.Conn, preset bool) {
+	if !preset {
+		p.setKeepAlive(client)
+	}
 	c := p.connect(client)
 	if c == nil {
 		client.Close()
@@ -422,10 +455,11 @@ func (p *Proxy) unlinkLocked(c *conn) {
 	c.linked = false
 }
 
-// setKeepAlive turns TCP keepalive on (or off) as configured. An accepted
-// conn gets it here even though Go's TCPListener has set its own default
-// (15 s) already: the listener is the caller's, and its settings cannot be
-// read back without as many syscalls as setting them.
+// setKeepAlive turns TCP keepalive on (or off) as configured. A conn
+// accepted from a listener not made by Listen gets it here even though
+// Go's TCPListener has set its own default (15 s) already: the listener is
+// the caller's, and its settings cannot be read back without as many
+// syscalls as setting them.
 func (p *Proxy) setKeepAlive(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetKeepAliveConfig(p.keepAlive)

@@ -223,9 +223,14 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		fmt.Fprintf(stderr, "pinproxy: -upstreams: %s\n", strings.TrimPrefix(err.Error(), "pinproxy: "))
 		return 2
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	// The proxy's own listener: accepted clients come with keepalive set.
+	ln, err := p.Listen(ctx, "tcp", o.listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "pinproxy: -listen: cannot listen on %s: %v\n", o.listen, errors.Unwrap(err))
+		var oe *net.OpError
+		if errors.As(err, &oe) {
+			err = oe.Err // "bind: address already in use"
+		}
+		fmt.Fprintf(stderr, "pinproxy: -listen: cannot listen on %s: %v\n", o.listen, err)
 		return 2
 	}
 	var admin *http.Server

@@ -16,11 +16,7 @@ import (
 // startPinproxy runs pinproxy in this process in front of upstreams.
 func startPinproxy(t *testing.T, upstreams []string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, err := servePinproxy(ln, upstreams)
+	ln, stop, err := servePinproxy("127.0.0.1:0", upstreams)
 	if err != nil {
 		t.Fatal(err)
 	}

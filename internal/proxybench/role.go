@@ -38,20 +38,22 @@ func runRole(role string, upstreams []string) error {
 		if len(upstreams) == 0 {
 			return fmt.Errorf("%s: no upstreams", role)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return fmt.Errorf("%s: %w", role, err)
-		}
-		defer ln.Close()
+		var ln net.Listener
 		if role == "naive" {
+			var err error
+			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				return fmt.Errorf("%s: %w", role, err)
+			}
 			go serveNaive(ln, upstreams)
 		} else {
-			stop, err := servePinproxy(ln, upstreams)
-			if err != nil {
+			var stop func()
+			var err error
+			if ln, stop, err = servePinproxy("127.0.0.1:0", upstreams); err != nil {
 				return err
 			}
 			defer stop()
 		}
+		defer ln.Close()
 		ready = []string{ln.Addr().String()}
 	default:
 		return fmt.Errorf("unknown role %q", role)
