@@ -133,6 +133,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "embedded-proxy: %v\n", err)
 		return 2
 	}
+	// The service's own listener: any net.Listener works (one from systemd
+	// socket activation, say). proxy.Listen would give one that sets TCP
+	// keepalive once on the listening socket instead of on each client.
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "embedded-proxy: -listen: %v\n", err)
