@@ -1,5 +1,10 @@
 package pricing
 
+import (
+	"testing"
+	"time"
+)
+
 // Reference implementations: the rule as written, computed by brute force,
 // for the fast ones to be checked against.
 
@@ -53,4 +58,38 @@ func refSampled(h *History, locked Price, start, t, step int64) Price {
 		p = min(p, refHighest(h, u))
 	}
 	return p
+}
+
+// TestReferencesOnTheWorkedCase checks the references themselves on the
+// seed's case, so a wrong reference cannot make the property tests agree
+// with a wrong fast implementation: 100 from 0:00, 80 from 1:00; a session
+// locked at 0:00 pays 100 at 3:59 and 80 from 4:00.
+func TestReferencesOnTheWorkedCase(t *testing.T) {
+	t0 := time.Date(2026, 10, 26, 0, 0, 0, 0, time.UTC)
+	var h History
+	if err := h.Set(t0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Set(t0.Add(time.Hour), 80); err != nil {
+		t.Fatal(err)
+	}
+	start := t0.UnixNano()
+	for _, c := range []struct {
+		at   time.Duration
+		want Price
+	}{
+		{0, 100},
+		{time.Hour, 100},
+		{3*time.Hour + 59*time.Minute, 100},
+		{4 * time.Hour, 80},
+		{10 * time.Hour, 80},
+	} {
+		at := t0.Add(c.at).UnixNano()
+		if got := refSessionPrice(&h, 100, start, at); got != c.want {
+			t.Errorf("refSessionPrice at +%v = %d, want %d", c.at, got, c.want)
+		}
+		if got := refSampled(&h, 100, start, at, int64(time.Minute)); got != c.want {
+			t.Errorf("refSampled at +%v = %d, want %d", c.at, got, c.want)
+		}
+	}
 }
