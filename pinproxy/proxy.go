@@ -53,7 +53,6 @@ type Proxy struct {
 	tickerStarted bool
 	closed        bool // Shutdown was called
 	forced        bool // Shutdown stopped waiting and closed what was left
-	moves         int64
 }
 
 // upstream is one configured upstream and its live connections. All fields

@@ -83,7 +83,6 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 	}
 	p.unlinkLocked(c)
 	busy.moved++
-	p.moves++
 	p.mu.Unlock()
 
 	c.client.Close()

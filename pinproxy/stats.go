@@ -65,8 +65,11 @@ func (p *Proxy) Stats() []UpstreamStats {
 
 // Totals returns a snapshot of the proxy-wide counters.
 func (p *Proxy) Totals() Totals {
+	var moves int64 // the upstreams' Moved, summed: each move is counted on the upstream it left
 	p.mu.Lock()
-	moves := p.moves
+	for _, u := range p.upstreams {
+		moves += u.moved
+	}
 	p.mu.Unlock()
 	return Totals{
 		Live:     int(p.active.Load()),
