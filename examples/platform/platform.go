@@ -289,26 +289,23 @@ func (p *platform) planRound() {
 // budgets, not for a round that changed only the plan time: a quiet fleet
 // costs no disk writes.
 func (p *platform) planRoundLocked(now time.Time, only string) {
-	var all []routing.Route
-	for _, id := range p.ids() {
-		n := p.nodes[id]
-		for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
-			rt := n.routes[rid]
-			rt.Route.Price = p.sessionPrice(n, rt, now)
-			all = append(all, rt.Route)
-		}
+	alts := &fleetIndex{p: p, now: now}
+	ids := []string{only}
+	if only == "" {
+		ids = p.ids()
 	}
-	idx := routing.NewIndex(all)
-	for _, id := range p.ids() {
+	for _, id := range ids {
 		n := p.nodes[id]
-		if n.info.Role == 0 || (only != "" && id != only) {
+		if n.info.Role == 0 {
 			continue
 		}
 		routes := make([]routing.Route, 0, len(n.routes))
 		for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
-			routes = append(routes, n.routes[rid].Route)
+			rt := n.routes[rid]
+			rt.Route.Price = p.sessionPrice(n, rt, now)
+			routes = append(routes, rt.Route)
 		}
-		plan, err := p.cfg.Policy.Plan(now, n.info, routes, idx)
+		plan, err := p.cfg.Policy.Plan(now, n.info, routes, alts)
 		if err != nil {
 			p.log.Error("plan round", "node", id, "err", err)
 			continue
@@ -318,7 +315,7 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 		for _, a := range plan.Actions {
 			rt := n.routes[a.Route.ID]
 			delete(n.routes, a.Route.ID)
-			idx.Remove(a.Route)
+			alts.remove(a.Route)
 			rt.Session.End = now
 			n.closed = appendBounded(n.closed, closedRoute{Action: a, At: now, Earned: rt.Earned}, maxClosed)
 			p.log.Warn("closing route", "node", id, "route", a.Route.ID, "user", a.Route.User,
@@ -334,6 +331,40 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 		if err := p.save(n); err != nil {
 			p.log.Error("saving node state", "node", id, "err", err)
 		}
+	}
+}
+
+// fleetIndex is the index of the whole route table, each route at its
+// session's price at now, for one plan round. It is built when a plan
+// first asks for an alternative: only a node moving routes in use asks, so
+// a report from a quiet node prices its own routes, not the fleet's. Built
+// mid-round, it holds no route the round closed already.
+type fleetIndex struct {
+	p   *platform
+	now time.Time
+	idx *routing.Index
+}
+
+func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
+	if f.idx == nil {
+		var all []routing.Route
+		for _, id := range f.p.ids() {
+			n := f.p.nodes[id]
+			for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
+				rt := n.routes[rid]
+				rt.Route.Price = f.p.sessionPrice(n, rt, f.now)
+				all = append(all, rt.Route)
+			}
+		}
+		f.idx = routing.NewIndex(all)
+	}
+	return f.idx.Alternative(r)
+}
+
+// remove records a closure in the index, if it was built.
+func (f *fleetIndex) remove(r routing.Route) {
+	if f.idx != nil {
+		f.idx.Remove(r)
 	}
 }
 
