@@ -135,9 +135,11 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 	}
 	switch {
 	case n.Paused:
-		pl.drain()
+		// Every unused route goes at once, room made for a move too.
+		pl.actions = make([]Action, 0, len(pl.unused)+1)
+		pl.closeUnused(len(pl.unused), ReasonDrain)
 	case budget > 0:
-		closed := pl.closeUnused(budget)
+		closed := pl.closeUnused(budget, ReasonUnused)
 		st.UnusedTokens = max(0, st.UnusedTokens-float64(closed))
 	}
 	if moves {
@@ -269,15 +271,6 @@ func (pl *planner) add(c candidate, why Reason, keeps Route) {
 		SinceTraffic: time.Duration(pl.now.UnixNano() - c.last), Keeps: keeps})
 }
 
-// drain closes every unused route of a paused node.
-func (pl *planner) drain() {
-	slices.SortFunc(pl.unused, pl.before)
-	pl.actions = make([]Action, 0, len(pl.unused)+1)
-	for _, c := range pl.unused {
-		pl.add(c, ReasonDrain, Route{})
-	}
-}
-
 // refill returns the unused-route bucket's level at now: one token the
 // first time, then UnusedPerHour of the node's sessions an hour since it
 // last grew (not counting time before the current overload), at most one
@@ -299,8 +292,10 @@ func (p Policy) refill(tokens float64, accrued, overloadedSince, now time.Time, 
 }
 
 // closeUnused closes the k longest-unused candidates, or all of them if
-// there are fewer, and returns how many it closed.
-func (pl *planner) closeUnused(k int) int {
+// there are fewer, for the reason why (ReasonUnused within an overloaded
+// exit's budget, ReasonDrain for all of a paused node's), and returns how
+// many it closed.
+func (pl *planner) closeUnused(k int, why Reason) int {
 	k = min(k, len(pl.unused))
 	if k > 4 {
 		slices.SortFunc(pl.unused, pl.before)
@@ -317,7 +312,7 @@ func (pl *planner) closeUnused(k int) int {
 		}
 	}
 	for _, c := range pl.unused[:k] {
-		pl.add(c, ReasonUnused, Route{})
+		pl.add(c, why, Route{})
 	}
 	return k
 }
