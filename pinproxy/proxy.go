@@ -20,12 +20,12 @@ var ErrProxyClosed = errors.New("pinproxy: proxy closed")
 // rebalances them. Create one with New; its methods are safe for concurrent
 // use.
 type Proxy struct {
-	cfg  Config
-	log  *slog.Logger
-	dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// ownDial: dial is the proxy's own net.Dialer, which sets keepalive
-	// as configured on each upstream conn, so connect need not set it again.
-	ownDial   bool
+	cfg Config
+	log *slog.Logger
+	// dial is cfg.DialContext or, when that is nil, the proxy's own
+	// net.Dialer, which sets keepalive as configured on each upstream
+	// conn, so connect need not set it again.
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	keepAlive net.KeepAliveConfig // what setKeepAlive sets, from cfg.KeepAlive
 	bufs      sync.Pool           // the data path's buffers for small bursts (copy_linux.go)
 
@@ -115,7 +115,6 @@ func New(cfg Config) (*Proxy, error) {
 		// otherwise).
 		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive}
 		p.dial = d.DialContext
-		p.ownDial = true
 	}
 	p.bufs.New = newBurstBuf
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
@@ -362,7 +361,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		p.linkLocked(c)
 		live := u.live
 		p.mu.Unlock()
-		if !p.ownDial {
+		if p.cfg.DialContext != nil { // the proxy's own dialer has set it
 			p.setKeepAlive(uc)
 		}
 		if p.log.Enabled(p.stopCtx, slog.LevelDebug) { // spare the address strings otherwise
