@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -18,11 +16,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-)
 
-// connsPerHolder: both ends in one process, 10,000 descriptors of the
-// 20,000 a process may open here.
-const connsPerHolder = 5000
+	"github.com/proofkit/nodekit/internal/netnslab"
+)
 
 func main() {
 	hold := flag.Int("hold", 0, "internal: hold this many loopback connections until stdin closes")
@@ -32,7 +28,7 @@ func main() {
 	agentBin := flag.String("agent", "", "agent binary (default: go build ./cmd/proofkit-agent)")
 	flag.Parse()
 	if *hold > 0 {
-		os.Exit(holdConnections(*hold))
+		os.Exit(netnslab.Hold(*hold, os.Stdin, os.Stdout, os.Stderr))
 	}
 	if err := run(*connsFlag, *readings, *interval, *agentBin); err != nil {
 		fmt.Fprintf(os.Stderr, "agentbench: %v\n", err)
@@ -50,8 +46,8 @@ func run(connsFlag string, readings int, interval time.Duration, agentBin string
 	var counts []int
 	for s := range strings.SplitSeq(connsFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 0 || n%connsPerHolder != 0 {
-			return fmt.Errorf("-conns %q: want multiples of %d", connsFlag, connsPerHolder)
+		if err != nil || n < 0 || n%netnslab.PerHolder != 0 {
+			return fmt.Errorf("-conns %q: want multiples of %d", connsFlag, netnslab.PerHolder)
 		}
 		counts = append(counts, n)
 	}
@@ -100,17 +96,17 @@ func run(connsFlag string, readings int, interval time.Duration, agentBin string
 	fmt.Printf("agentbench: %s, interval %v, %d readings measured per row, connections %s\n\n",
 		agentBin, interval, readings, conntrack)
 	fmt.Printf("%-12s %10s %10s %14s %10s %18s\n", "connections", "VmHWM", "VmRSS", "CPU/reading", "readings", "conntrack entries")
-	var holders []*holder
+	var holders []*netnslab.Holder
 	defer func() {
 		for _, h := range holders {
-			h.stop()
+			h.Stop()
 		}
 	}()
 	held := 0
 	for _, n := range counts {
-		var starting []*holder
-		for ; held < n; held += connsPerHolder {
-			h, err := startHolder(self, ns, connsPerHolder)
+		var starting []*netnslab.Holder
+		for ; held < n; held += netnslab.PerHolder {
+			h, err := netnslab.Start(exec.Command("ip", "netns", "exec", ns, self, "-hold", strconv.Itoa(netnslab.PerHolder)))
 			if err != nil {
 				return err
 			}
@@ -118,7 +114,7 @@ func run(connsFlag string, readings int, interval time.Duration, agentBin string
 			holders = append(holders, h)
 		}
 		for _, h := range starting {
-			if err := h.waitReady(); err != nil {
+			if err := h.WaitReady(); err != nil {
 				return err
 			}
 		}
@@ -273,95 +269,4 @@ func newPlatform() (*platform, error) {
 	})}
 	go p.srv.Serve(ln)
 	return p, nil
-}
-
-// holder is this program re-executed in the namespace, holding
-// connections.
-type holder struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stdout *bufio.Reader
-	stderr bytes.Buffer
-}
-
-func startHolder(self, ns string, n int) (*holder, error) {
-	h := &holder{cmd: exec.Command("ip", "netns", "exec", ns, self, "-hold", strconv.Itoa(n))}
-	h.cmd.Stderr = &h.stderr
-	var err error
-	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	out, err := h.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	h.stdout = bufio.NewReader(out)
-	if err := h.cmd.Start(); err != nil {
-		return nil, err
-	}
-	return h, nil
-}
-
-func (h *holder) waitReady() error {
-	line, err := h.stdout.ReadString('\n')
-	if err != nil || line != "ready\n" {
-		return fmt.Errorf("holder said %q, %v: %s", line, err, h.stderr.Bytes())
-	}
-	return nil
-}
-
-func (h *holder) stop() {
-	h.stdin.Close()
-	done := make(chan struct{})
-	go func() { h.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		h.cmd.Process.Kill()
-		<-done
-	}
-}
-
-// holdConnections opens n loopback connections to its own listener, says
-// "ready", and holds them until stdin closes.
-func holdConnections(n int) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	accepted := make(chan []net.Conn, 1)
-	go func() {
-		conns := make([]net.Conn, 0, n)
-		for len(conns) < n {
-			c, err := ln.Accept()
-			if err != nil {
-				break
-			}
-			conns = append(conns, c)
-		}
-		accepted <- conns
-	}()
-	dialed := make([]net.Conn, 0, n)
-	ctx := context.Background()
-	var d net.Dialer
-	for i := range n {
-		c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "dial %d of %d: %v\n", i+1, n, err)
-			return 1
-		}
-		dialed = append(dialed, c)
-	}
-	conns := <-accepted
-	if len(conns) != n {
-		fmt.Fprintf(os.Stderr, "accepted %d of %d\n", len(conns), n)
-		return 1
-	}
-	fmt.Println("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	for _, c := range append(dialed, conns...) {
-		c.Close()
-	}
-	return 0
 }

@@ -1,25 +1,18 @@
 package probe
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
-)
 
-// connsPerHelper is how many connections one helper process holds: both
-// ends are its own, so 2 × 5,000 descriptors, under the 20,000 a process
-// may open here.
-const connsPerHelper = 5000
+	"github.com/proofkit/nodekit/internal/netnslab"
+)
 
 // BenchmarkRead measures one Read of a namespace holding 0, 10,000 and
 // 50,000 established TCP connections (each a loopback connection with both
@@ -39,7 +32,7 @@ func BenchmarkRead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var helpers []*helper
+	var helpers []*netnslab.Holder
 	perRead := map[string]float64{}
 	perSS := map[string]float64{}
 	stages := []struct {
@@ -47,17 +40,19 @@ func BenchmarkRead(b *testing.B) {
 		conns int
 	}{{"conns=0", 0}, {"conns=10000", 10000}, {"conns=50000", 50000}, {"conns=0-after", 0}}
 	for _, st := range stages {
-		var starting []*helper
-		for held := len(helpers) * connsPerHelper; held < st.conns; held += connsPerHelper {
-			starting = append(starting, startHelper(b, exe, name, connsPerHelper))
+		var starting []*netnslab.Holder
+		for held := len(helpers) * netnslab.PerHolder; held < st.conns; held += netnslab.PerHolder {
+			starting = append(starting, startHelper(b, exe, name, netnslab.PerHolder))
 		}
 		for _, h := range starting {
-			h.waitReady(b)
+			if err := h.WaitReady(); err != nil {
+				b.Fatal(err)
+			}
 		}
 		helpers = append(helpers, starting...)
 		if st.conns == 0 {
 			for _, h := range helpers {
-				h.stop(b)
+				stopHelper(b, h)
 			}
 			helpers = nil
 		}
@@ -137,106 +132,33 @@ func timeSS(b *testing.B, nsPath string) ([]byte, time.Duration) {
 	return out, times[len(times)/2]
 }
 
-// helper is a re-executed test binary holding connections in a namespace.
-type helper struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stdout *bufio.Reader
-	stderr bytes.Buffer
-	once   sync.Once
-}
-
-func startHelper(b *testing.B, exe, netns string, conns int) *helper {
+// startHelper starts the test binary in the namespace as a holder of
+// conns connections, stopped when b ends.
+func startHelper(b *testing.B, exe, netns string, conns int) *netnslab.Holder {
 	b.Helper()
-	h := &helper{cmd: exec.Command("ip", "netns", "exec", netns, exe, "-test.run=^$")}
-	h.cmd.Env = append(os.Environ(), helperEnv+"=hold", "NK_PROBE_CONNS="+strconv.Itoa(conns))
-	h.cmd.Stderr = &h.stderr
-	var err error
-	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
-		b.Fatal(err)
-	}
-	out, err := h.cmd.StdoutPipe()
+	cmd := exec.Command("ip", "netns", "exec", netns, exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=hold", "NK_PROBE_CONNS="+strconv.Itoa(conns))
+	h, err := netnslab.Start(cmd)
 	if err != nil {
 		b.Fatal(err)
 	}
-	h.stdout = bufio.NewReader(out)
-	if err := h.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { h.stop(b) })
+	b.Cleanup(func() { stopHelper(b, h) })
 	return h
 }
 
-func (h *helper) waitReady(b *testing.B) {
-	b.Helper()
-	line, err := h.stdout.ReadString('\n')
-	if err != nil || line != "ready\n" {
-		b.Fatalf("helper said %q, %v: %s", line, err, h.stderr.Bytes())
+func stopHelper(b *testing.B, h *netnslab.Holder) {
+	if err := h.Stop(); err != nil {
+		b.Error(err)
 	}
 }
 
-// stop closes the helper's stdin, on which it resets its connections and
-// exits, and waits for it.
-func (h *helper) stop(b *testing.B) {
-	h.once.Do(func() {
-		h.stdin.Close()
-		if err := h.cmd.Wait(); err != nil {
-			b.Errorf("helper: %v: %s", err, h.stderr.Bytes())
-		}
-	})
-}
-
-// holdConnections is the helper process: it opens NK_PROBE_CONNS loopback
-// connections to its own listener, says "ready", holds them until its
-// stdin closes, then resets them.
+// holdConnections is the helper process: it holds NK_PROBE_CONNS
+// connections until its stdin closes.
 func holdConnections() int {
 	n, err := strconv.Atoi(os.Getenv("NK_PROBE_CONNS"))
 	if err != nil || n <= 0 {
 		fmt.Fprintf(os.Stderr, "NK_PROBE_CONNS=%q: want a count\n", os.Getenv("NK_PROBE_CONNS"))
 		return 2
 	}
-	// No keepalives: 100,000 sockets probing every 15 s would load the box
-	// and time the softirqs, not the probe.
-	lc := net.ListenConfig{KeepAlive: -1}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	accepted := make(chan []net.Conn, 1)
-	go func() {
-		conns := make([]net.Conn, 0, n)
-		for len(conns) < n {
-			c, err := ln.Accept()
-			if err != nil {
-				break
-			}
-			conns = append(conns, c)
-		}
-		accepted <- conns
-	}()
-	d := net.Dialer{KeepAlive: -1}
-	dialed := make([]net.Conn, 0, n)
-	for i := 0; i < n; i++ {
-		c, err := d.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "dial %d of %d: %v\n", i+1, n, err)
-			return 1
-		}
-		dialed = append(dialed, c)
-	}
-	conns := <-accepted
-	if len(conns) != n {
-		fmt.Fprintf(os.Stderr, "accepted %d of %d\n", len(conns), n)
-		return 1
-	}
-	fmt.Println("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	for _, c := range append(dialed, conns...) {
-		// Reset rather than close: no TIME_WAIT sockets stay behind to
-		// weigh on the next measurement.
-		_ = c.(*net.TCPConn).SetLinger(0)
-		c.Close()
-	}
-	return 0
+	return netnslab.Hold(n, os.Stdin, os.Stdout, os.Stderr)
 }
