@@ -26,10 +26,9 @@ type fleet struct {
 
 // step is one plan and what the platform knew when it ran.
 type step struct {
-	at    time.Time
-	node  routing.Node // as given to Plan
-	input []routing.Route
-	plan  routing.Plan
+	at   time.Time
+	node routing.Node // as given to Plan
+	plan routing.Plan
 	// liveAlt: for each move, whether the kept route was live at that time.
 	liveAlt []bool
 }
@@ -78,7 +77,7 @@ func (f *fleet) round(t testing.TB, pol routing.Policy, now time.Time) {
 		if err != nil {
 			t.Fatalf("plan %s at %v: %v", n.ID, now.Sub(t0), err)
 		}
-		s := step{at: now, node: *n, input: in, plan: p}
+		s := step{at: now, node: *n, plan: p}
 		for _, a := range p.Actions {
 			if a.Reason == routing.ReasonMove {
 				s.liveAlt = append(s.liveAlt, !f.closed[a.Keeps.ID] && a.Keeps.ID != "")

@@ -66,6 +66,20 @@ func lastUse(r routing.Route) time.Time {
 	return r.Start
 }
 
+// fleetAlternative answers the move rule's question by brute force: the
+// cheapest route of all (the first among equals) that is an alternative to
+// r and not in gone (closed or removed).
+func fleetAlternative(r routing.Route, all []routing.Route, gone map[string]bool) (routing.Route, bool) {
+	var best routing.Route
+	found := false
+	for _, o := range all {
+		if !gone[o.ID] && routing.IsAlternative(r, o) && (!found || o.Price < best.Price) {
+			best, found = o, true
+		}
+	}
+	return best, found
+}
+
 // TestPropertyPlansKeepTheRules plans random fleets over random schedules,
 // carrying out every plan, and checks each plan against the seed's rules.
 func TestPropertyPlansKeepTheRules(t *testing.T) {
@@ -216,13 +230,7 @@ func checkPlan(t *rapid.T, pn *propNode, n routing.Node, now time.Time, in, all 
 		if !unused {
 			// Never a user's only route: checked against the fleet
 			// itself, not the index.
-			held := false
-			for _, o := range all {
-				if !closed[o.ID] && routing.IsAlternative(r, o) {
-					held = true
-				}
-			}
-			if !held {
+			if _, held := fleetAlternative(r, all, closed); !held {
 				t.Fatalf("%s: closed %s, in use and its user's only route", where, r.ID)
 			}
 		}
@@ -262,13 +270,12 @@ func checkPlan(t *rapid.T, pn *propNode, n routing.Node, now time.Time, in, all 
 			if r.ID == a.Route.ID || seen[r.ID] || now.Sub(lastUse(r)) >= unusedAfter || (r.Kind != routing.KindOwn && !n.Paused) {
 				continue
 			}
-			if lastUse(r).Before(lastUse(a.Route)) {
-				for _, o := range all {
-					if !closed[o.ID] && routing.IsAlternative(r, o) {
-						t.Fatalf("%s: moved %s (traffic %v ago) before %s (traffic %v ago), which has alternative %s",
-							where, a.Route.ID, a.SinceTraffic, r.ID, now.Sub(lastUse(r)), o.ID)
-					}
-				}
+			if !lastUse(r).Before(lastUse(a.Route)) {
+				continue
+			}
+			if o, ok := fleetAlternative(r, all, closed); ok {
+				t.Fatalf("%s: moved %s (traffic %v ago) before %s (traffic %v ago), which has alternative %s",
+					where, a.Route.ID, a.SinceTraffic, r.ID, now.Sub(lastUse(r)), o.ID)
 			}
 		}
 	}
@@ -329,17 +336,12 @@ func TestPropertyIndexFindsEveryAlternative(t *testing.T) {
 		}
 		for _, r := range rs {
 			got, ok := ix.Alternative(r)
-			cheapest := pricing.Price(-1)
-			for _, o := range rs {
-				if !removed[o.ID] && routing.IsAlternative(r, o) && (cheapest < 0 || o.Price < cheapest) {
-					cheapest = o.Price
-				}
+			want, exists := fleetAlternative(r, rs, removed)
+			if ok != exists {
+				t.Fatalf("Alternative(%s) found = %v, want %v", r.ID, ok, exists)
 			}
-			if ok != (cheapest >= 0) {
-				t.Fatalf("Alternative(%s) found = %v, want %v", r.ID, ok, cheapest >= 0)
-			}
-			if ok && (!routing.IsAlternative(r, got) || removed[got.ID] || got.Price != cheapest) {
-				t.Fatalf("Alternative(%s) = %+v, want an unremoved alternative at %d", r.ID, got, cheapest)
+			if ok && (!routing.IsAlternative(r, got) || removed[got.ID] || got.Price != want.Price) {
+				t.Fatalf("Alternative(%s) = %+v, want an unremoved alternative at %d", r.ID, got, want.Price)
 			}
 		}
 	})
