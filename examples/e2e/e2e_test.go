@@ -22,6 +22,7 @@ import (
 
 	"github.com/proofkit/nodekit/agent/agenttest"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -432,25 +433,12 @@ func post(t *testing.T, url, token, body string) int {
 // client, then echoes.
 func echoNode(t *testing.T, name string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				fmt.Fprintf(c, "%s\n", name)
-				io.Copy(c, c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return pinproxytest.New(t, name, namedEcho).Addr
+}
+
+func namedEcho(n *pinproxytest.Node, c net.Conn) {
+	fmt.Fprintf(c, "%s\n", n.Name)
+	io.Copy(c, c)
 }
 
 // dialVia connects through the proxy and returns the connection and the

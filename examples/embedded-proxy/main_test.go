@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
 // lockedBuffer is the service's stderr, read while it writes.
@@ -36,25 +38,12 @@ func (l *lockedBuffer) String() string {
 // upstream is a node that says its name to each client, then echoes.
 func upstream(t *testing.T, name string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				fmt.Fprintf(c, "%s\n", name)
-				io.Copy(c, c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return pinproxytest.New(t, name, namedEcho).Addr
+}
+
+func namedEcho(n *pinproxytest.Node, c net.Conn) {
+	fmt.Fprintf(c, "%s\n", n.Name)
+	io.Copy(c, c)
 }
 
 func waitAddr(t *testing.T, out *lockedBuffer, msg string) string {
