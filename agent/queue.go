@@ -20,7 +20,10 @@ const queueFile = "reports.jsonl"
 // On disk it is one file of JSON lines, one report per line, in the order
 // the readings were taken. A push appends one line and fsyncs it; removing
 // from the head (sent, or dropped on overflow) rewrites the whole file
-// atomically (temp file, fsync, rename, fsync of the directory). A crash
+// atomically (temp file, fsync, rename, fsync of the directory), except
+// that a queue left empty (the usual case: each reading sent before the
+// next) is only truncated, since a crash that undoes that sends the
+// removed reports again, which the platform takes as duplicates. A crash
 // therefore loses nothing that was pushed: at worst the last line is torn,
 // and a torn line is skipped (and counted) when the queue is opened again.
 // With the default bound (120 readings, about 150 KiB) a rewrite is cheap.
@@ -179,6 +182,14 @@ func (q *queue) appendLine(item []byte) error {
 
 func (q *queue) rewrite() error {
 	if q.path == "" {
+		return nil
+	}
+	if len(q.items) == 0 {
+		// Emptying needs no temp file, fsync or rename: a crash that
+		// brings the old lines back only sends them again.
+		if err := os.Truncate(q.path, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 		return nil
 	}
 	var buf bytes.Buffer
