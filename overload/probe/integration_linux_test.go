@@ -306,21 +306,7 @@ func TestIntegrationWithoutNetAdmin(t *testing.T) {
 	if _, err := os.Stat("/proc/sys/net/netfilter/nf_conntrack_count"); err != nil {
 		t.Skipf("skipping: needs the nf_conntrack module loaded: %v", err)
 	}
-	_, nsPath := newNetNS(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("setpriv", "--bounding-set=-net_admin", "--inh-caps=-net_admin", exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=nocap", "NK_PROBE_NETNS="+nsPath)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helper without CAP_NET_ADMIN: %v: %s", err, out)
-	}
-	var r overload.Reading
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("helper output %q: %v", out, err)
-	}
+	r := readWithout(t, "net_admin")
 	if contains(r.Missing, overload.InputConntrackDrops) || len(notesWith(r.Notes, "CAP_NET_ADMIN")) == 0 {
 		t.Fatalf("without CAP_NET_ADMIN: missing %v, notes %q; want drops from procfs and a note", r.Missing, r.Notes)
 	}
@@ -334,21 +320,7 @@ func TestIntegrationWithoutNetAdmin(t *testing.T) {
 // namespace loses the network inputs, says why, and keeps procfs's.
 func TestIntegrationWithoutSysAdmin(t *testing.T) {
 	requireRoot(t, "ip", "setpriv")
-	_, nsPath := newNetNS(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=nocap", "NK_PROBE_NETNS="+nsPath)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helper without CAP_SYS_ADMIN: %v: %s", err, out)
-	}
-	var r overload.Reading
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("helper output %q: %v", out, err)
-	}
+	r := readWithout(t, "sys_admin")
 	for _, in := range []overload.Input{overload.InputConntrack, overload.InputConntrackDrops, overload.InputListenDrops, overload.InputBandwidth} {
 		if !contains(r.Missing, in) {
 			t.Errorf("without CAP_SYS_ADMIN: %s not missing (%v)", in, r.Missing)
@@ -359,9 +331,32 @@ func TestIntegrationWithoutSysAdmin(t *testing.T) {
 	}
 }
 
-// readWithoutNetAdmin is the helper process of the tests without a
+// readWithout returns the second reading of a probe of a fresh namespace
+// in a helper process (readWithoutCap) started without capability
+// capName, e.g. "net_admin".
+func readWithout(t *testing.T, capName string) overload.Reading {
+	t.Helper()
+	_, nsPath := newNetNS(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("setpriv", "--bounding-set=-"+capName, "--inh-caps=-"+capName, exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=nocap", "NK_PROBE_NETNS="+nsPath)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper without CAP_%s: %v: %s", strings.ToUpper(capName), err, out)
+	}
+	var r overload.Reading
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("helper output %q: %v", out, err)
+	}
+	return r
+}
+
+// readWithoutCap is the helper process of the tests without a
 // capability: two readings, the second printed as JSON.
-func readWithoutNetAdmin() int {
+func readWithoutCap() int {
 	p, err := New(Config{NetNS: os.Getenv("NK_PROBE_NETNS")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	case "hold":
 		os.Exit(holdConnections())
 	case "nocap":
-		os.Exit(readWithoutNetAdmin())
+		os.Exit(readWithoutCap())
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
 		os.Exit(2)
