@@ -78,10 +78,11 @@ func NewIndex(routes []Route) *Index {
 	group := make([]int32, len(routes))
 	var count []int32
 	for i := range routes {
-		s := &x.table[x.find(x.hash(routes[i].User, routes[i].Key))]
+		h := x.hash(routes[i].User, routes[i].Key)
+		s := &x.table[x.find(h)]
 		if s.off == 0 {
 			count = append(count, 0)
-			s.hash, s.off = x.hash(routes[i].User, routes[i].Key), int32(len(count))
+			s.hash, s.off = h, int32(len(count))
 		}
 		group[i] = s.off - 1
 		count[s.off-1]++
