@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,7 +65,7 @@ func (p *platform) save(n *node) error {
 	if f.Prices, err = json.Marshal(n.prices); err != nil {
 		return fmt.Errorf("save node %s: prices: %w", n.info.ID, err)
 	}
-	for _, id := range sortedKeys(n.routes) {
+	for _, id := range slices.Sorted(maps.Keys(n.routes)) {
 		f.Routes = append(f.Routes, *n.routes[id])
 	}
 	b, err := json.MarshalIndent(f, "", "  ")
@@ -307,13 +308,4 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
