@@ -57,10 +57,10 @@ func pump(dst, src net.Conn, bufs *sync.Pool) (int64, error) {
 		bufs.Put(l.buf)
 		l.buf = nil
 		written += int64(n)
-		if err != nil || l.queued == 0 {
-			if err != nil {
-				return written, err
-			}
+		if err != nil {
+			return written, err
+		}
+		if l.queued == 0 {
 			continue
 		}
 		// The burst did not fit in the buffer: the l.queued bytes
@@ -107,9 +107,8 @@ func (l *looker) look(fd uintptr) bool {
 		l.bufs.Put(b)
 		return false
 	}
-	l.n, l.errno, l.queued = n, errno, 0
-	if errno != 0 || n == 0 {
-		l.n = 0
+	l.n, l.errno, l.queued = n, errno, 0 // recvNow's n is 0 with an errno
+	if n == 0 {
 		l.bufs.Put(b)
 		return true
 	}
