@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/proofkit/nodekit/internal/netnslab"
 )
 
@@ -129,15 +131,15 @@ func run(connsFlag string, readings int, interval time.Duration, agentBin string
 			_ = json.Unmarshal(*b, &last)
 		}
 		fmt.Printf("%-12d %6.1f MiB %6.1f MiB %11.2f ms %10d %18d\n", n,
-			float64(res.hwmKiB)/1024, float64(res.rssKiB)/1024, res.cpuPerReading.Seconds()*1e3, res.readings, last.ConntrackEntries)
+			float64(res.hwm)/(1<<20), float64(res.rss)/(1<<20), res.cpuPerReading.Seconds()*1e3, res.readings, last.ConntrackEntries)
 	}
 	return nil
 }
 
 type result struct {
-	hwmKiB, rssKiB uint64
-	cpuPerReading  time.Duration
-	readings       int64
+	hwm, rss      uint64 // bytes
+	cpuPerReading time.Duration
+	readings      int64
 }
 
 // measure runs one agent against the namespace: 3 readings of warm-up,
@@ -163,7 +165,10 @@ func measure(agentBin, ns, tmp string, plat *platform, interval time.Duration, r
 		cmd.Process.Signal(os.Interrupt)
 		cmd.Wait()
 	}()
-	pid := cmd.Process.Pid
+	agent, err := procfs.NewProc(cmd.Process.Pid)
+	if err != nil {
+		return result{}, err
+	}
 	start := plat.count.Load()
 	wait := func(n int64) error {
 		deadline := time.Now().Add(time.Duration(n)*interval*4 + 30*time.Second)
@@ -178,73 +183,40 @@ func measure(agentBin, ns, tmp string, plat *platform, interval time.Duration, r
 	if err := wait(3); err != nil {
 		return result{}, err
 	}
-	r0, cpu0, err := sample(pid, plat)
+	r0, cpu0, err := sample(agent, plat)
 	if err != nil {
 		return result{}, err
 	}
 	if err := wait(3 + int64(readings)); err != nil {
 		return result{}, err
 	}
-	r1, cpu1, err := sample(pid, plat)
+	r1, cpu1, err := sample(agent, plat)
 	if err != nil {
 		return result{}, err
 	}
 	res := result{readings: r1 - r0}
 	res.cpuPerReading = (cpu1 - cpu0) / time.Duration(res.readings)
-	res.hwmKiB, res.rssKiB, err = memory(pid)
+	status, err := agent.NewStatus()
+	if err != nil {
+		err = fmt.Errorf("agent's memory: %w", err)
+	}
+	res.hwm, res.rss = status.VmHWM, status.VmRSS
 	if strings.Contains(stderr.String(), "level=ERROR") {
 		return res, fmt.Errorf("agent logged errors: %s", stderr.Bytes())
 	}
 	return res, err
 }
 
-// sample returns the readings received so far and the agent's CPU time.
-func sample(pid int, plat *platform) (int64, time.Duration, error) {
+// sample returns the readings received so far and the agent's CPU time
+// (utime + stime).
+func sample(agent procfs.Proc, plat *platform) (int64, time.Duration, error) {
 	n := plat.count.Load()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := agent.Stat()
 	if err != nil {
-		return 0, 0, err
-	}
-	// Fields after the command name, which is in parentheses: utime and
-	// stime are the 14th and 15th fields of the whole line.
-	rest := b[bytes.LastIndexByte(b, ')')+2:]
-	f := strings.Fields(string(rest))
-	if len(f) < 13 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: short", pid)
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+		return 0, 0, fmt.Errorf("agent's CPU time: %w", err)
 	}
 	const clkTck = 100 // USER_HZ on Linux
-	return n, time.Duration(ut+st) * time.Second / clkTck, nil
-}
-
-// memory returns VmHWM and VmRSS in KiB.
-func memory(pid int) (hwm, rss uint64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		n, _ := strconv.ParseUint(f[0], 10, 64)
-		switch k {
-		case "VmHWM":
-			hwm = n
-		case "VmRSS":
-			rss = n
-		}
-	}
-	return hwm, rss, nil
+	return n, time.Duration(st.UTime+st.STime) * time.Second / clkTck, nil
 }
 
 // platform counts the readings the agent reports.
