@@ -71,20 +71,32 @@ func throughput(addr string, streams int, d time.Duration) (float64, error) {
 // ping makes one short connection: connect, write one byte, read the echo,
 // close. It is the unit of the connection rate.
 func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, ioTimeout)
+	c, err := dialEcho(addr)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	c.Close()
+	return nil
+}
+
+// dialEcho connects to addr, writes one byte and reads its echo, each step
+// bounded by ioTimeout; the deadline is left set.
+func dialEcho(addr string) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, ioTimeout)
+	if err != nil {
+		return nil, err
+	}
 	c.SetDeadline(time.Now().Add(ioTimeout))
 	b := [1]byte{'p'}
 	if _, err := c.Write(b[:]); err != nil {
-		return err
+		c.Close()
+		return nil, err
 	}
 	if _, err := io.ReadFull(c, b[:]); err != nil {
-		return err
+		c.Close()
+		return nil, err
 	}
-	return nil
+	return c, nil
 }
 
 // connRate runs clients concurrent loops of ping against addrs (client i
@@ -162,18 +174,8 @@ func openIdle(addr string, n, parallel int) ([]net.Conn, error) {
 }
 
 func openOne(addr string) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", addr, ioTimeout)
+	c, err := dialEcho(addr)
 	if err != nil {
-		return nil, err
-	}
-	c.SetDeadline(time.Now().Add(ioTimeout))
-	b := [1]byte{'i'}
-	if _, err := c.Write(b[:]); err != nil {
-		c.Close()
-		return nil, err
-	}
-	if _, err := io.ReadFull(c, b[:]); err != nil {
-		c.Close()
 		return nil, err
 	}
 	c.SetDeadline(time.Time{})
