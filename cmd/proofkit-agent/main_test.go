@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -157,6 +158,23 @@ func (p *proc) stop() int {
 		p.t.Fatal("agent did not stop on SIGTERM")
 	}
 	return p.cmd.ProcessState.ExitCode()
+}
+
+// metrics scrapes /metrics, failing the test unless it parses as
+// Prometheus text.
+func (p *proc) metrics() map[string]*dto.MetricFamily {
+	p.t.Helper()
+	resp, err := http.Get(p.url("/metrics"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		p.t.Fatalf("/metrics does not parse: %v", err)
+	}
+	return fams
 }
 
 func (p *proc) status() agent.Status {
@@ -330,18 +348,8 @@ func TestQueueOverflowDropsOldest(t *testing.T) {
 		n := len(plat.readings())
 		return n >= 3 && n+a.count("report queue full; dropped the oldest reports") >= a.count("reading")
 	})
-	resp, err := http.Get(a.url("/metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var dropped float64
-	for _, m := range fams["proofkit_agent_reports_dropped_total"].GetMetric() {
+	for _, m := range a.metrics()["proofkit_agent_reports_dropped_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "reason" && l.GetValue() == "overflow" {
 				dropped = m.GetCounter().GetValue()
@@ -415,16 +423,7 @@ func TestMetricsParse(t *testing.T) {
 	dir := node(t, agenttest.Node{MemoryUsedPercent: 50, Load15: 0.25, ConntrackCount: 1000, ConntrackMax: 4096})
 	a := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", t.TempDir(), "-link-speed", "eth0=1G")
 	waitFor(t, "two readings", func() bool { return a.count("reading") >= 2 })
-	resp, err := http.Get(a.url("/metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("/metrics does not parse: %v", err)
-	}
+	fams := a.metrics()
 	for name, want := range map[string]float64{
 		"node_nf_conntrack_entries":        1000,
 		"node_nf_conntrack_entries_limit":  4096,
