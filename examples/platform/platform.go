@@ -63,9 +63,8 @@ type node struct {
 	closed     []closedRoute     // newest last, at most maxClosed
 	notices    []overload.Notice // newest last, at most maxNotices
 	lastPlan   *routing.Plan     // the latest plan that closed something
-	lastRead   *overload.Reading
-	nextRoute  int    // sequence for route IDs the platform gives out
-	savedBytes []byte // the file's content as last written
+	nextRoute  int               // sequence for route IDs the platform gives out
+	savedBytes []byte            // the file's content as last written
 }
 
 // route is a live route with its pricing session and what it has earned.
@@ -199,7 +198,6 @@ func (p *platform) report(r overload.Reading) (reportOutcome, error) {
 		p.log.Warn("reports from a node the route table does not hold: tracked, admitted by load, never planned",
 			"node", r.Node)
 	}
-	n.lastRead = &r
 	if !slices.Contains(r.Missing, overload.InputMemory) {
 		n.info.MemoryPercent = r.MemoryUsedPercent
 	}

@@ -37,7 +37,6 @@ type nodeFile struct {
 	Closed        []closedRoute     `json:"closed,omitempty"`
 	Notices       []overload.Notice `json:"notices,omitempty"`
 	LastPlan      *routing.Plan     `json:"last_plan,omitempty"`
-	LastReading   *overload.Reading `json:"last_reading,omitempty"`
 	NextRoute     int               `json:"next_route"`
 }
 
@@ -53,7 +52,7 @@ func (p *platform) save(n *node) error {
 		V: fileVersion, ID: n.info.ID, Country: n.info.Country, Paused: n.info.Paused,
 		MaxUsers: n.info.MaxUsers, MemoryPercent: n.info.MemoryPercent, OverloadEnded: n.info.OverloadEnded,
 		PlanState: n.info.State, Closed: n.closed, Notices: n.notices, LastPlan: n.lastPlan,
-		LastReading: n.lastRead, NextRoute: n.nextRoute, Routes: []route{},
+		NextRoute: n.nextRoute, Routes: []route{},
 	}
 	if n.info.Role != 0 {
 		f.Role = n.info.Role.String()
@@ -175,7 +174,7 @@ func (p *platform) decodeNode(b []byte) (*node, error) {
 			State: f.PlanState,
 		},
 		tracker: tr, prices: h, routes: map[string]*route{},
-		closed: f.Closed, notices: f.Notices, lastPlan: f.LastPlan, lastRead: f.LastReading,
+		closed: f.Closed, notices: f.Notices, lastPlan: f.LastPlan,
 		nextRoute: f.NextRoute,
 	}
 	if f.Role != "" {
