@@ -95,10 +95,9 @@ type Agent struct {
 	q        *queue
 	state    string // path of state.json; empty when in memory
 
-	mu      sync.Mutex // guards tracker, last, result
+	mu      sync.Mutex // guards tracker, last
 	tracker *overload.Tracker
 	last    *overload.Reading
-	result  overload.Result
 
 	saveMu sync.Mutex // serializes writes of state.json
 }
@@ -278,7 +277,7 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 		a.log.Error("reading not evaluated", "err", err)
 		return overload.Result{}, fmt.Errorf("evaluate reading: %w", err)
 	}
-	a.last, a.result = &r, res
+	a.last = &r
 	since := a.tracker.Since()
 	a.mu.Unlock()
 

@@ -95,7 +95,6 @@ func (a *Agent) restore() *overload.Tracker {
 	} else {
 		a.log.Info("restored state", "last_reading", t.LastReading(), "events", len(t.Events()))
 	}
-	a.result = overload.Result{Overloaded: t.Overloaded(), Findings: t.Findings()}
 	return t
 }
 
