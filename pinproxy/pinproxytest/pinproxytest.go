@@ -150,12 +150,8 @@ func Line(n *Node, c net.Conn) {
 		}
 		line = strings.TrimSuffix(line, "\n")
 		if id, ok := strings.CutPrefix(line, "id "); ok {
-			n.mu.Lock()
-			ch, ok := n.ids[id]
-			if !ok {
-				ch = make(chan struct{})
-				n.ids[id] = ch
-			}
+			ch := n.idChan(id)
+			n.mu.Lock() // two clients may announce the same id at once
 			select {
 			case <-ch:
 			default:
