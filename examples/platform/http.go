@@ -21,9 +21,10 @@ const maxBody = 1 << 20
 // behind your own auth).
 func (p *platform) handler(toks tokens) http.Handler {
 	mux := http.NewServeMux()
+	idx := toks.index()
 	auth := func(agentMay bool, h func(w http.ResponseWriter, r *http.Request, node string)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			node, ok := toks.lookup(r.Header.Get("Authorization"))
+			node, ok := idx.lookup(r.Header.Get("Authorization"))
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
 				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
