@@ -169,7 +169,7 @@ func evaluate(c Check, r Reading, l Limits) (Finding, bool) {
 	case CheckBandwidth:
 		var (
 			best     Finding
-			bestRate float64
+			bestLink Link
 			found    bool
 		)
 		for _, k := range r.Links {
@@ -185,28 +185,18 @@ func evaluate(c Check, r Reading, l Limits) (Finding, bool) {
 				continue
 			}
 			best = Finding{Check: c, Value: p, Limit: l.BandwidthPercent, Link: k.Name}
-			bestRate = rate
+			bestLink = k
 			found = true
 		}
 		if !found {
 			return Finding{}, false
 		}
-		k := best.Link
 		best.Text = fmt.Sprintf("bandwidth at %s, %s %% of the %s link %s",
-			formatRate(bestRate), formatAbove(best.Value, best.Limit, 0, true), formatSpeed(r.linkSpeed(k)), k)
+			formatRate(max(bestLink.RxBitsPerSecond, bestLink.TxBitsPerSecond)), formatAbove(best.Value, best.Limit, 0, true),
+			formatSpeed(bestLink.SpeedMbps), bestLink.Name)
 		return best, true
 	}
 	return Finding{}, false
-}
-
-// linkSpeed returns the speed of the first link named name.
-func (r Reading) linkSpeed(name string) uint64 {
-	for _, k := range r.Links {
-		if k.Name == name {
-			return k.SpeedMbps
-		}
-	}
-	return 0
 }
 
 // formatAbove formats a figure that passed a check against limit (strictly

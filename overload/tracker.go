@@ -228,18 +228,16 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 		}
 	}
 
-	passed := Evaluate(r, l)
+	var passed [numChecks]*Finding
+	for _, f := range Evaluate(r, l) {
+		passed[f.Check.index()] = &f
+	}
 	for i := range t.checks {
 		c := &t.checks[i]
-		p := false
-		for _, f := range passed {
-			if f.Check.index() == i {
-				f := f
-				c.last = &f
-				p = true
-			}
+		if passed[i] != nil {
+			c.last = passed[i]
 		}
-		c.window = append(c.window, p)
+		c.window = append(c.window, passed[i] != nil)
 		if n := len(c.window) - l.Window; n > 0 {
 			c.window = slices.Delete(c.window, 0, n)
 		}
