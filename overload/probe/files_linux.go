@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -107,13 +108,11 @@ func parseConntrackStat(r io.Reader) ([]uint64, error) {
 	header := strings.Fields(sc.Text())
 	var cols []int
 	for i, name := range header {
-		for _, want := range ctStatColumns {
-			if name == want {
-				cols = append(cols, i)
-			}
+		if slices.Contains(ctStatColumns[:], name) {
+			cols = append(cols, i)
 		}
 	}
-	if !containsString(header, "drop") {
+	if !slices.Contains(header, "drop") {
 		return nil, fmt.Errorf("nf_conntrack stat: no drop column in header %q: %w", sc.Text(), errMalformed)
 	}
 	var sums []uint64
@@ -143,15 +142,6 @@ func parseConntrackStat(r io.Reader) ([]uint64, error) {
 		return nil, fmt.Errorf("nf_conntrack stat: no CPU lines: %w", errMalformed)
 	}
 	return sums, nil
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // readUint reads a file holding one unsigned decimal number, as the
