@@ -39,9 +39,11 @@ func (p *platform) handler(toks tokens) http.Handler {
 		}
 	}
 	mux.HandleFunc("POST /report", auth(true, p.handleReport))
-	mux.HandleFunc("POST /routes", auth(false, p.handleOpen))
-	mux.HandleFunc("POST /traffic", auth(false, p.handleTraffic))
-	mux.HandleFunc("POST /price", auth(false, p.handlePrice))
+	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, p.open)))
+	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, p.traffic)))
+	mux.HandleFunc("POST /price", auth(false, serve(http.StatusNoContent, func(req priceRequest) (struct{}, error) {
+		return struct{}{}, p.setPrice(req)
+	})))
 	mux.HandleFunc("GET /admit", p.handleAdmit)
 	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, p.views()) })
 	mux.HandleFunc("GET /nodes/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -123,47 +125,28 @@ func (p *platform) handleAdmit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a)
 }
 
-func (p *platform) handleOpen(w http.ResponseWriter, r *http.Request, _ string) {
-	var req openRequest
-	if !decode(w, r, &req) {
-		return
+// serve decodes an operator's request into a Req, does it and answers
+// with the result at status (204: no body), 409 with the admit answer for
+// a node that takes nobody new, or the error's status.
+func serve[Req, Resp any](status int, do func(Req) (Resp, error)) func(http.ResponseWriter, *http.Request, string) {
+	return func(w http.ResponseWriter, r *http.Request, _ string) {
+		var req Req
+		if !decode(w, r, &req) {
+			return
+		}
+		resp, err := do(req)
+		var ae admitError
+		switch {
+		case errors.As(err, &ae):
+			writeJSON(w, http.StatusConflict, ae.answer)
+		case err != nil:
+			writeError(w, statusOf(err), err)
+		case status == http.StatusNoContent:
+			w.WriteHeader(status)
+		default:
+			writeJSON(w, status, resp)
+		}
 	}
-	rt, err := p.open(req)
-	var ae admitError
-	if errors.As(err, &ae) {
-		writeJSON(w, http.StatusConflict, ae.answer)
-		return
-	}
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, rt)
-}
-
-func (p *platform) handleTraffic(w http.ResponseWriter, r *http.Request, _ string) {
-	var req trafficRequest
-	if !decode(w, r, &req) {
-		return
-	}
-	rt, err := p.traffic(req)
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	writeJSON(w, http.StatusOK, rt)
-}
-
-func (p *platform) handlePrice(w http.ResponseWriter, r *http.Request, _ string) {
-	var req priceRequest
-	if !decode(w, r, &req) {
-		return
-	}
-	if err := p.setPrice(req); err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
