@@ -127,29 +127,29 @@ func buildTargets(o options) ([]*target, error) {
 				// 2 splice pipes held per idle connection: 6 fds each.
 				t.label, t.idleMax = "naive Go proxy, 2 goroutines/conn", 3000
 			}
-			t.start = func(ups []string) (*running, error) {
-				c, err := startChild("", name, ups)
-				if err != nil {
-					return nil, err
-				}
-				return &running{addrs: c.ready, pid: c.pid(), ctl: c, stop: c.stop}, nil
-			}
+			t.start = startGoProxy("", name)
 			out = append(out, t)
 		default:
 			exe, ok := strings.CutPrefix(name, "exp:")
 			if !ok {
 				return nil, fmt.Errorf("unknown target %q (want direct, haproxy, haproxy-force, naive, pinproxy, exp:PATH)", name)
 			}
-			out = append(out, &target{name: name, label: name, idleMax: o.idle, start: func(ups []string) (*running, error) {
-				c, err := startChild(exe, "pinproxy", ups)
-				if err != nil {
-					return nil, err
-				}
-				return &running{addrs: c.ready, pid: c.pid(), ctl: c, stop: c.stop}, nil
-			}})
+			out = append(out, &target{name: name, label: name, idleMax: o.idle, start: startGoProxy(exe, "pinproxy")})
 		}
 	}
 	return out, nil
+}
+
+// startGoProxy is the start function of a Go proxy target: exe (empty:
+// this binary) run as a child with -role role.
+func startGoProxy(exe, role string) func(upstreams []string) (*running, error) {
+	return func(ups []string) (*running, error) {
+		c, err := startChild(exe, role, ups)
+		if err != nil {
+			return nil, err
+		}
+		return &running{addrs: c.ready, pid: c.pid(), ctl: c, stop: c.stop}, nil
+	}
 }
 
 // metric names, in printing order.
