@@ -3,6 +3,7 @@ package probe
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,7 +87,7 @@ func TestReadDeltas(t *testing.T) {
 	for _, s := range steps {
 		s.change()
 		r := read(t, p)
-		if got := contains(r.Missing, overload.InputListenDrops); got != s.missing {
+		if got := slices.Contains(r.Missing, overload.InputListenDrops); got != s.missing {
 			t.Fatalf("%s: listen_drops missing = %v, want %v (notes %q)", s.name, got, s.missing, r.Notes)
 		}
 		if r.ListenDrops != s.wantDrops {
@@ -140,7 +141,7 @@ func TestReadDegrades(t *testing.T) {
 			read(t, p)
 			r := read(t, p)
 			for _, in := range tt.missing {
-				if !contains(r.Missing, in) {
+				if !slices.Contains(r.Missing, in) {
 					t.Errorf("%s not missing: %v (notes %q)", in, r.Missing, r.Notes)
 				}
 			}
@@ -149,7 +150,7 @@ func TestReadDegrades(t *testing.T) {
 			}
 			for _, in := range r.Missing {
 				// Bandwidth depends on the machine's links.
-				if !contains(tt.missing, in) && !contains(tt.maybe, in) && in != overload.InputBandwidth {
+				if !slices.Contains(tt.missing, in) && !slices.Contains(tt.maybe, in) && in != overload.InputBandwidth {
 					t.Errorf("%s missing too: %v (notes %q), want only %v", in, r.Missing, r.Notes, tt.missing)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,18 +46,18 @@ func TestReadFirstAndSecond(t *testing.T) {
 		t.Fatalf("first reading header: %+v", r)
 	}
 	for _, in := range []overload.Input{overload.InputListenDrops, overload.InputBandwidth} {
-		if !contains(r.Missing, in) {
+		if !slices.Contains(r.Missing, in) {
 			t.Errorf("first reading: %s not missing: %v", in, r.Missing)
 		}
 	}
-	if !contains(r.Notes, noteFirst) {
+	if !slices.Contains(r.Notes, noteFirst) {
 		t.Errorf("first reading notes %q lack %q", r.Notes, noteFirst)
 	}
 	if r.MemoryUsedPercent <= 0 || r.MemoryUsedPercent > 100 || r.CPUs < 1 || r.Load15 < 0 {
 		t.Errorf("first reading: memory %v, cpus %d, load %v", r.MemoryUsedPercent, r.CPUs, r.Load15)
 	}
 	r2 := read(t, p)
-	if contains(r2.Missing, overload.InputListenDrops) || contains(r2.Notes, noteFirst) {
+	if slices.Contains(r2.Missing, overload.InputListenDrops) || slices.Contains(r2.Notes, noteFirst) {
 		t.Errorf("second reading: missing %v, notes %q", r2.Missing, r2.Notes)
 	}
 	if !r2.At.After(r.At) {
@@ -105,43 +106,10 @@ func TestIntegrationListenOverflow(t *testing.T) {
 	p := newProbe(t, Config{NetNS: nsPath})
 	read(t, p)
 
-	var port int
-	var fds []int
-	t.Cleanup(func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	})
-	inNS(t, nsPath, func() error {
-		ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		fds = append(fds, ln)
-		if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			return err
-		}
-		if err := unix.Listen(ln, 1); err != nil {
-			return err
-		}
-		sa, err := unix.Getsockname(ln)
-		if err != nil {
-			return err
-		}
-		port = sa.(*unix.SockaddrInet4).Port
-		for i := 0; i < 20; i++ {
-			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			fds = append(fds, fd)
-			err = unix.Connect(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: port})
-			if err != nil && err != unix.EINPROGRESS {
-				return fmt.Errorf("connect %d: %w", i, err)
-			}
-		}
-		return nil
-	})
+	port := listenInNS(t, nsPath, 1)
+	if err := connectInNS(t, nsPath, port, 20); err != nil {
+		t.Fatal(err)
+	}
 
 	// Wait for the kernel to count the overflows in that namespace (it
 	// does so as the SYNs arrive; this only guards against a slow box).
@@ -165,7 +133,7 @@ func TestIntegrationListenOverflow(t *testing.T) {
 	}
 
 	r := read(t, p)
-	if contains(r.Missing, overload.InputListenDrops) || r.ListenDrops < 10 {
+	if slices.Contains(r.Missing, overload.InputListenDrops) || r.ListenDrops < 10 {
 		t.Fatalf("reading after the flood: listen drops %d (missing %v, notes %q), want ≥ 10", r.ListenDrops, r.Missing, r.Notes)
 	}
 	want := fmt.Sprintf("127.0.0.1:%d", port)
@@ -208,7 +176,7 @@ func TestIntegrationConntrack(t *testing.T) {
 `, "ip", "netns", "exec", name, "nft", "-f", "-")
 	p := newProbe(t, Config{NetNS: nsPath})
 	r0 := read(t, p)
-	if contains(r0.Missing, overload.InputConntrack) {
+	if slices.Contains(r0.Missing, overload.InputConntrack) {
 		t.Fatalf("first reading: conntrack missing: %q", r0.Notes)
 	}
 	if r0.ConntrackEntries != 0 || r0.ConntrackMax == 0 {
@@ -221,7 +189,7 @@ func TestIntegrationConntrack(t *testing.T) {
 	if r.ConntrackEntries < 50 {
 		t.Fatalf("after 50 connections: conntrack entries %d, want ≥ 50 (notes %q)", r.ConntrackEntries, r.Notes)
 	}
-	if contains(r.Missing, overload.InputConntrackDrops) || r.ConntrackDrops != 0 {
+	if slices.Contains(r.Missing, overload.InputConntrackDrops) || r.ConntrackDrops != 0 {
 		t.Fatalf("second reading: conntrack drops %d, missing %v, notes %q; want 0 and present", r.ConntrackDrops, r.Missing, r.Notes)
 	}
 	if n := notesWith(r.Notes, "nf_conntrack"); len(n) != 0 {
@@ -289,7 +257,7 @@ func TestIntegrationLinkBandwidth(t *testing.T) {
 		if l.SpeedMbps != wantSpeed {
 			t.Errorf("%s: veth0 speed %d, want %d (notes %q)", k, l.SpeedMbps, wantSpeed, r.Notes)
 		}
-		if missing := contains(r.Missing, overload.InputBandwidth); missing != (wantSpeed == 0) {
+		if missing := slices.Contains(r.Missing, overload.InputBandwidth); missing != (wantSpeed == 0) {
 			t.Errorf("%s: bandwidth missing = %v with speed %d (notes %q)", k, missing, wantSpeed, r.Notes)
 		}
 		if wantSpeed == 0 && len(notesWith(r.Notes, "veth0: speed unknown")) == 0 {
@@ -307,10 +275,10 @@ func TestIntegrationWithoutNetAdmin(t *testing.T) {
 		t.Skipf("skipping: needs the nf_conntrack module loaded: %v", err)
 	}
 	r := readWithout(t, "net_admin")
-	if contains(r.Missing, overload.InputConntrackDrops) || len(notesWith(r.Notes, "CAP_NET_ADMIN")) == 0 {
+	if slices.Contains(r.Missing, overload.InputConntrackDrops) || len(notesWith(r.Notes, "CAP_NET_ADMIN")) == 0 {
 		t.Fatalf("without CAP_NET_ADMIN: missing %v, notes %q; want drops from procfs and a note", r.Missing, r.Notes)
 	}
-	if r.MemoryUsedPercent <= 0 || contains(r.Missing, overload.InputListenDrops) {
+	if r.MemoryUsedPercent <= 0 || slices.Contains(r.Missing, overload.InputListenDrops) {
 		t.Fatalf("without CAP_NET_ADMIN lost procfs inputs: %+v", r)
 	}
 	t.Logf("notes: %q", r.Notes)
@@ -322,11 +290,11 @@ func TestIntegrationWithoutSysAdmin(t *testing.T) {
 	requireRoot(t, "ip", "setpriv")
 	r := readWithout(t, "sys_admin")
 	for _, in := range []overload.Input{overload.InputConntrack, overload.InputConntrackDrops, overload.InputListenDrops, overload.InputBandwidth} {
-		if !contains(r.Missing, in) {
+		if !slices.Contains(r.Missing, in) {
 			t.Errorf("without CAP_SYS_ADMIN: %s not missing (%v)", in, r.Missing)
 		}
 	}
-	if len(notesWith(r.Notes, "CAP_SYS_ADMIN")) == 0 || r.MemoryUsedPercent <= 0 || contains(r.Missing, overload.InputMemory) {
+	if len(notesWith(r.Notes, "CAP_SYS_ADMIN")) == 0 || r.MemoryUsedPercent <= 0 || slices.Contains(r.Missing, overload.InputMemory) {
 		t.Fatalf("without CAP_SYS_ADMIN: %+v", r)
 	}
 }
@@ -394,29 +362,7 @@ func TestIntegrationConntrackFull(t *testing.T) {
 	read(t, p)
 	read(t, p)
 
-	var fds []int
-	t.Cleanup(func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	})
-	var port int
-	inNS(t, nsPath, func() error {
-		ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		fds = append(fds, ln)
-		if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			return err
-		}
-		if err := unix.Listen(ln, 512); err != nil {
-			return err
-		}
-		sa, err := unix.Getsockname(ln)
-		port = sa.(*unix.SockaddrInet4).Port
-		return err
-	})
+	port := listenInNS(t, nsPath, 512)
 
 	const maxPath = "/proc/sys/net/netfilter/nf_conntrack_max"
 	old, err := os.ReadFile(maxPath)
@@ -432,17 +378,7 @@ func TestIntegrationConntrackFull(t *testing.T) {
 	if err := os.WriteFile(maxPath, []byte("100\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	inNS(t, nsPath, func() error {
-		for i := 0; i < 150; i++ {
-			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			fds = append(fds, fd)
-			_ = unix.Connect(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: port})
-		}
-		return nil
-	})
+	_ = connectInNS(t, nsPath, port, 150) // connects the full table drops fail
 	for i := 0; ; i++ {
 		var drops uint64
 		inNS(t, nsPath, func() error {
@@ -463,7 +399,7 @@ func TestIntegrationConntrackFull(t *testing.T) {
 	restore()
 
 	r := read(t, p)
-	if contains(r.Missing, overload.InputConntrackDrops) || r.ConntrackDrops < 50 {
+	if slices.Contains(r.Missing, overload.InputConntrackDrops) || r.ConntrackDrops < 50 {
 		t.Fatalf("reading after a full table: drops %d, missing %v, notes %q; want ≥ 50", r.ConntrackDrops, r.Missing, r.Notes)
 	}
 	t.Logf("conntrack %d of %d, %d dropped", r.ConntrackEntries, r.ConntrackMax, r.ConntrackDrops)
@@ -484,7 +420,7 @@ func TestIntegrationLinkReplaced(t *testing.T) {
 	up()
 	p := newProbe(t, Config{NetNS: nsPath, LinkSpeedMbps: map[string]uint64{"veth0": 100, "veth1": 100}})
 	read(t, p)
-	if r := read(t, p); len(r.Links) != 2 || contains(r.Missing, overload.InputBandwidth) {
+	if r := read(t, p); len(r.Links) != 2 || slices.Contains(r.Missing, overload.InputBandwidth) {
 		t.Fatalf("two veths up: links %+v, missing %v, notes %q", r.Links, r.Missing, r.Notes)
 	}
 	run(t, "ip", "-n", name, "link", "del", "veth0")
@@ -493,7 +429,7 @@ func TestIntegrationLinkReplaced(t *testing.T) {
 	if len(r.Links) != 0 || len(notesWith(r.Notes, "veth0: replaced")) == 0 || len(notesWith(r.Notes, "veth1: replaced")) == 0 {
 		t.Fatalf("after replacing the pair: links %+v, notes %q; want none and notes", r.Links, r.Notes)
 	}
-	if !contains(r.Missing, overload.InputBandwidth) {
+	if !slices.Contains(r.Missing, overload.InputBandwidth) {
 		t.Fatalf("after replacing the pair: bandwidth not missing: %v", r.Missing)
 	}
 	run(t, "ip", "-n", name, "link", "set", "veth1", "down") // veth0 loses its carrier too

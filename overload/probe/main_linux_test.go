@@ -223,14 +223,55 @@ func dialN(t testing.TB, nsPath, addr string, n int) []net.Conn {
 	return conns
 }
 
-// contains reports whether list holds v.
-func contains[T comparable](list []T, v T) bool {
-	for _, x := range list {
-		if x == v {
-			return true
+// listenInNS opens a TCP listener on 127.0.0.1 in the namespace at
+// nsPath with the given backlog, never accepting, closed when t ends, and
+// returns its port.
+func listenInNS(t testing.TB, nsPath string, backlog int) int {
+	t.Helper()
+	var port int
+	inNS(t, nsPath, func() error {
+		ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
 		}
-	}
-	return false
+		t.Cleanup(func() { unix.Close(ln) })
+		if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			return err
+		}
+		if err := unix.Listen(ln, backlog); err != nil {
+			return err
+		}
+		sa, err := unix.Getsockname(ln)
+		if err != nil {
+			return err
+		}
+		port = sa.(*unix.SockaddrInet4).Port
+		return nil
+	})
+	return port
+}
+
+// connectInNS starts n non-blocking connects to 127.0.0.1:port from the
+// namespace at nsPath, their sockets closed when t ends. It returns the
+// first connect that failed outright (not merely in progress).
+func connectInNS(t testing.TB, nsPath string, port, n int) error {
+	t.Helper()
+	var first error
+	inNS(t, nsPath, func() error {
+		for i := 0; i < n; i++ {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			t.Cleanup(func() { unix.Close(fd) })
+			err = unix.Connect(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: port})
+			if err != nil && err != unix.EINPROGRESS && first == nil {
+				first = fmt.Errorf("connect %d: %w", i, err)
+			}
+		}
+		return nil
+	})
+	return first
 }
 
 // notesWith returns the notes that contain sub.
