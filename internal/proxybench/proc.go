@@ -5,15 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // child is a harness child process (this binary with -role) that answers
@@ -225,53 +225,37 @@ func freeAddr() (string, error) {
 
 // vmRSS reads a process's resident set size, in bytes, from /proc.
 func vmRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) != 2 || f[1] != "kB" {
-				return 0, fmt.Errorf("/proc/%d/status: odd VmRSS line %q", pid, line)
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb << 10, err
-		}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS line", pid)
+	return int64(st.VmRSS), nil
 }
 
 // openFDs counts a process's open file descriptors.
 func openFDs(pid int) (int, error) {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	return len(ents), nil
+	return p.FileDescriptorsLen()
 }
 
 // cpuTime reads the CPU time (user + system) a process has used so far,
 // from /proc/PID/stat, in clock ticks of 10 ms.
 func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) may hold spaces; the fields after it are
-	// plain. utime and stime are fields 14 and 15.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want ≥ 13", pid, len(f))
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+	const clkTck = 100 // USER_HZ on Linux
+	return time.Duration(st.UTime+st.STime) * time.Second / clkTck, nil
 }
