@@ -198,16 +198,15 @@ func (p *platform) report(r overload.Reading) (reportOutcome, error) {
 		p.log.Warn("reports from a node the route table does not hold: tracked, admitted by load, never planned",
 			"node", r.Node)
 	}
-	if !slices.Contains(r.Missing, overload.InputMemory) {
-		n.info.MemoryPercent = r.MemoryUsedPercent
-	}
-	n.info.OverloadedSince = n.tracker.Since()
+	// routing's own adapter: overload start and end from the tracker, and
+	// memory from this reading (0 when the reading lacks it, so a stale
+	// figure never counts as above the move threshold).
+	n.info.SetOverload(n.tracker, r)
 	if ev := res.Event; ev != nil {
 		switch ev.Kind {
 		case overload.Start:
 			p.log.Warn("overload started", "node", r.Node, "at", ev.At, "findings", findingTexts(ev.Findings))
 		case overload.End:
-			n.info.OverloadEnded = ev.At
 			p.log.Info("overload ended", "node", r.Node, "at", ev.At, "lasted", ev.Lasted,
 				"offered_again", ev.At.Add(p.coolDown()))
 		}

@@ -532,3 +532,26 @@ func TestSampleRoutes(t *testing.T) {
 		t.Fatal("a missing route table read without error")
 	}
 }
+
+// TestMemoryUnknownIsNotStale checks that a reading without memory clears
+// the node's memory figure rather than keeping the last one, so a stale
+// 95 % cannot make routes in use move.
+func TestMemoryUnknownIsNotStale(t *testing.T) {
+	c := &clock{t: t0}
+	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	if code := tp.read("x1", 95); code != 200 {
+		t.Fatalf("reading: status %d", code)
+	}
+	if got := tp.node("x1").MemoryPercent; got != 95 {
+		t.Fatalf("memory after a 95 %% reading = %v", got)
+	}
+	c.add(30 * time.Second)
+	r := overload.Reading{Node: "x1", At: c.now(), CPUs: 4, ConntrackMax: 262144,
+		Missing: []overload.Input{overload.InputMemory}}
+	if code := tp.do("POST", "/report", r, nil); code != 200 {
+		t.Fatalf("reading without memory: status %d", code)
+	}
+	if got := tp.node("x1").MemoryPercent; got != 0 {
+		t.Fatalf("memory after a reading without it = %v, want 0 (unknown)", got)
+	}
+}
