@@ -433,10 +433,16 @@ func (p *platform) open(req openRequest) (route, error) {
 	if err != nil {
 		return route{}, fmt.Errorf("open route through %s: %w: %w", req.Node, errBadInput, err)
 	}
-	n.nextRoute++
+	// Route IDs are global (traffic finds a route by ID alone): skip any a
+	// seeded route already holds.
+	id := ""
+	for id == "" || p.routeExists(id) {
+		n.nextRoute++
+		id = fmt.Sprintf("%s-%d", req.Node, n.nextRoute)
+	}
 	rt := &route{
 		Route: routing.Route{
-			ID: fmt.Sprintf("%s-%d", req.Node, n.nextRoute), User: req.User, Key: req.Key,
+			ID: id, User: req.User, Key: req.Key,
 			Node: req.Node, Country: n.info.Country, Price: s.Locked, Kind: req.Kind, Start: now,
 		},
 		Session: s,
@@ -485,6 +491,16 @@ func (p *platform) traffic(req trafficRequest) (route, error) {
 		return *rt, p.save(n)
 	}
 	return route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
+}
+
+// routeExists reports whether any node holds a route with this ID.
+func (p *platform) routeExists(id string) bool {
+	for _, n := range p.nodes {
+		if n.routes[id] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // priceRequest changes a node's asking price.

@@ -555,3 +555,29 @@ func TestMemoryUnknownIsNotStale(t *testing.T) {
 		t.Fatalf("memory after a reading without it = %v, want 0 (unknown)", got)
 	}
 }
+
+// TestOpenedRouteIDsAreUnique checks that a route opened through the API
+// never takes the ID of a seeded route (traffic finds routes by ID alone).
+func TestOpenedRouteIDsAreUnique(t *testing.T) {
+	seed := testSeed()
+	seed.Routes = append(seed.Routes, routing.Route{ID: "x2-1", User: "u7", Key: "vpn", Node: "x2",
+		Kind: routing.KindOwn, Start: t0.Add(-time.Hour), LastTraffic: t0})
+	tp := newTestPlatform(t, t.TempDir(), &clock{t: t0}, seed)
+	var rt route
+	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
+		t.Fatalf("open: status %d", code)
+	}
+	if rt.Route.ID == "x2-1" {
+		t.Fatalf("opened route took the seeded route's ID %q", rt.Route.ID)
+	}
+	ids := map[string]bool{}
+	for _, r := range tp.node("x2").Routes {
+		if ids[r.Route.ID] {
+			t.Fatalf("two routes on x2 share ID %q", r.Route.ID)
+		}
+		ids[r.Route.ID] = true
+	}
+	if !ids["x2-1"] || !ids[rt.Route.ID] {
+		t.Fatalf("x2 routes %v: want the seeded x2-1 and the opened %s", ids, rt.Route.ID)
+	}
+}
