@@ -289,7 +289,7 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 		a.m.overloadedSince.Set(0)
 	}
 	passed := make(map[overload.Check]bool)
-	for _, f := range overload.Evaluate(r, a.limits) {
+	for _, f := range res.Passed {
 		passed[f.Check] = true
 	}
 	holding := make(map[overload.Check]bool)

@@ -455,6 +455,38 @@ func TestHandler(t *testing.T) {
 	}
 }
 
+// TestCheckMetrics: proofkit_agent_check_passed says whether a check
+// passed in the latest reading, proofkit_agent_check_holding whether it
+// holds (3 of the last 5): a check may pass without holding, and hold
+// without passing.
+func TestCheckMetrics(t *testing.T) {
+	src := newFakeSource()
+	a, err := New(Config{Node: "n1", Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		mem             float64
+		passed, holding float64 // of the memory check
+	}{
+		{95, 1, 0}, {40, 0, 0}, {95, 1, 0}, {95, 1, 1}, {40, 0, 1}, {40, 0, 0},
+	}
+	for i, s := range steps {
+		src.setMem(s.mem)
+		if _, err := a.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		p := testCounter(t, a, `proofkit_agent_check_passed{check="memory"}`)
+		h := testCounter(t, a, `proofkit_agent_check_holding{check="memory"}`)
+		if p != s.passed || h != s.holding {
+			t.Errorf("reading %d (memory %v %%): check_passed %v, check_holding %v; want %v, %v", i+1, s.mem, p, h, s.passed, s.holding)
+		}
+		if v := testCounter(t, a, `proofkit_agent_check_passed{check="conntrack_fill"}`); v != 0 {
+			t.Errorf("reading %d: conntrack_fill passed = %v, want 0", i+1, v)
+		}
+	}
+}
+
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
 	resp, err := http.Get(url)

@@ -81,6 +81,12 @@ type Result struct {
 	// least Need of their last Window readings), in notice order, each
 	// with the figures of the latest reading in which it passed.
 	Findings []Finding
+	// Passed are the checks that passed in this reading alone, in notice
+	// order, each with this reading's figures: what Evaluate returns for
+	// it. A check may pass without holding yet (fewer than Need passes in
+	// its window) and hold without passing in this reading. Nil when no
+	// check passed; the slice is the caller's.
+	Passed []Finding
 	// Event is the start or end this reading caused, or nil.
 	Event *Event
 	// Notice is the notice this reading caused, or nil: a start produces
@@ -199,8 +205,8 @@ func (t *Tracker) holding(need, window int) []Finding {
 }
 
 // Observe takes the node's next reading and returns what it did: whether
-// the node is overloaded now, which checks hold, and the event and notice
-// it caused, if any.
+// the node is overloaded now, which checks hold, which passed in this
+// reading, and the event and notice it caused, if any.
 //
 // The reading must be newer than the previous one: one at the same
 // instant returns an error wrapping [ErrDuplicate], an older one an error
@@ -228,8 +234,9 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 		}
 	}
 
+	fs := Evaluate(r, l)
 	var passed [numChecks]*Finding
-	for _, f := range Evaluate(r, l) {
+	for _, f := range fs { // f is a copy: fs goes to the caller as Passed
 		passed[f.Check.index()] = &f
 	}
 	for i := range t.checks {
@@ -244,7 +251,7 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 	}
 	t.last = r.At
 
-	res := Result{Findings: t.holding(l.Need, l.Window)}
+	res := Result{Findings: t.holding(l.Need, l.Window), Passed: fs}
 	switch {
 	case !t.overloaded && len(res.Findings) > 0:
 		t.overloaded, t.since = true, r.At

@@ -172,6 +172,64 @@ func TestTwoChecksOneNotice(t *testing.T) {
 	}
 }
 
+// TestResultPassed: Result.Passed names the checks that passed in this
+// reading alone, with its figures, whether or not they hold; Findings
+// names those that hold. The caller owns Passed.
+func TestResultPassed(t *testing.T) {
+	tr := NewTracker("eu-01", Limits{})
+	checksOf := func(fs []Finding) []Check {
+		var out []Check
+		for _, f := range fs {
+			out = append(out, f.Check)
+		}
+		return out
+	}
+	tests := []struct {
+		name           string
+		mem            float64
+		drops          uint64
+		passed, holds  []Check
+		passedFirstFig string
+	}{
+		// Memory passes on its own: not yet 3 of 5, so it does not hold.
+		{"passes, does not hold", 95, 0, []Check{CheckMemory}, nil, "memory at 95 %"},
+		{"passes twice", 96, 0, []Check{CheckMemory}, nil, "memory at 96 %"},
+		// Two checks pass at once, in notice order; memory now holds.
+		{"two pass, one holds", 97, 37, []Check{CheckMemory, CheckConntrackDrops}, []Check{CheckMemory}, "memory at 97 %"},
+		// Nothing passes: Passed is nil while memory still holds.
+		{"holds, does not pass", 40, 0, nil, []Check{CheckMemory}, ""},
+	}
+	at := t0
+	for _, tt := range tests {
+		at = at.Add(step)
+		r := calm(at)
+		r.MemoryUsedPercent, r.ConntrackDrops = tt.mem, tt.drops
+		res := observe(t, tr, r)
+		if got := checksOf(res.Passed); !reflect.DeepEqual(got, tt.passed) {
+			t.Errorf("%s: Passed %v, want %v", tt.name, got, tt.passed)
+		}
+		if got := checksOf(res.Findings); !reflect.DeepEqual(got, tt.holds) {
+			t.Errorf("%s: Findings %v, want %v", tt.name, got, tt.holds)
+		}
+		if tt.passedFirstFig != "" && (len(res.Passed) == 0 || res.Passed[0].Text != tt.passedFirstFig || !res.Passed[0].At.Equal(at)) {
+			t.Errorf("%s: Passed %+v, want first %q at %v", tt.name, res.Passed, tt.passedFirstFig, at)
+		}
+		if want := Evaluate(r, Limits{}); !reflect.DeepEqual(res.Passed, want) {
+			t.Errorf("%s: Passed %+v, Evaluate gives %+v", tt.name, res.Passed, want)
+		}
+		// The tracker keeps its own copy: what the caller does to Passed
+		// does not reach the figures it names later.
+		for i := range res.Passed {
+			res.Passed[i].Text = "scribbled"
+		}
+		for _, f := range tr.Findings() {
+			if f.Text == "scribbled" {
+				t.Fatalf("%s: changing Result.Passed changed the tracker's finding %+v", tt.name, f)
+			}
+		}
+	}
+}
+
 // feed observes pattern (x hot, . calm) from start, one reading a step,
 // and returns the notices and events it produced and the time of the
 // next reading.
