@@ -39,7 +39,7 @@ type options struct {
 }
 
 func main() {
-	role := flag.String("role", "", "internal: run as a child process (sink, naive, pinproxy)")
+	role := flag.String("role", "", "internal: run as a child process (sink, naive, floor, pinproxy)")
 	upstreams := flag.String("upstreams", "", "internal: comma-separated upstreams of a proxy child")
 	var o options
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each measures every target once per metric, in rotated order")
@@ -47,7 +47,7 @@ func main() {
 	flag.IntVar(&o.streams, "streams", 4, "parallel streams of the throughput measurement")
 	flag.IntVar(&o.clients, "clients", 32, "concurrent clients of the connection-rate measurement")
 	flag.IntVar(&o.idle, "idle", 9000, "idle connections held open through each proxy for the memory measurement (capped per proxy by the fds it needs: HAProxy at -maxconn, the naive proxy at 3000)")
-	targets := flag.String("targets", "direct,haproxy,haproxy-force,naive,pinproxy", "what to measure, comma-separated: haproxy is the issue's configuration (mode tcp, balance leastconn, nbthread 2, option splice-auto), the reference of the ratios; haproxy-force adds option splice-request and splice-response (splice every transfer); exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
+	targets := flag.String("targets", "direct,haproxy,haproxy-force,naive,floor,pinproxy", "what to measure, comma-separated: haproxy is the issue's configuration (mode tcp, balance leastconn, nbthread 2, option splice-auto), the reference of the ratios; haproxy-force adds option splice-request and splice-response (splice every transfer); floor is the least a Go proxy can do per connection (an epoll loop per CPU, raw syscalls, no goroutine per connection; floor_linux.go); exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
 	metrics := flag.String("metrics", "throughput,connrate,idle", "which measurements to run, comma-separated")
 	flag.StringVar(&o.haproxyBin, "haproxy", "haproxy", "HAProxy binary")
 	flag.IntVar(&o.maxconn, "maxconn", 7000, "HAProxy maxconn (it needs 2 fds per connection and pipes beside them; the fd limit here is 20,000)")
@@ -121,6 +121,8 @@ func buildTargets(o options) ([]*target, error) {
 				}
 				return &running{addrs: []string{h.addr}, pid: h.pid(), stop: h.stop}, nil
 			}})
+		case "floor":
+			out = append(out, &target{name: name, label: "epoll floor (see floor_linux.go)", idleMax: o.idle, start: startGoProxy("", name)})
 		case "naive", "pinproxy":
 			t := &target{name: name, label: "pinproxy", idleMax: o.idle}
 			if name == "naive" {
@@ -132,7 +134,7 @@ func buildTargets(o options) ([]*target, error) {
 		default:
 			exe, ok := strings.CutPrefix(name, "exp:")
 			if !ok {
-				return nil, fmt.Errorf("unknown target %q (want direct, haproxy, haproxy-force, naive, pinproxy, exp:PATH)", name)
+				return nil, fmt.Errorf("unknown target %q (want direct, haproxy, haproxy-force, naive, floor, pinproxy, exp:PATH)", name)
 			}
 			out = append(out, &target{name: name, label: name, idleMax: o.idle, start: startGoProxy(exe, "pinproxy")})
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -24,6 +25,21 @@ func startPinproxy(t *testing.T, upstreams []string) string {
 	return ln.Addr().String()
 }
 
+// startFloor starts the epoll floor in front of upstreams and returns its
+// address; it skips the test where the floor does not run (not Linux).
+func startFloor(t *testing.T, upstreams []string) string {
+	t.Helper()
+	f, err := serveFloor(upstreams)
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("the epoll floor runs on Linux only")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.stop)
+	return f.addr()
+}
+
 // TestSmoke runs each measurement briefly, direct and through pinproxy, and
 // checks that it produced a figure; it asserts nothing about speed.
 func TestSmoke(t *testing.T) {
@@ -38,8 +54,12 @@ func TestSmoke(t *testing.T) {
 	}{
 		{"direct", s.bulkAddrs()[0], s.echoAddrs()[0]},
 		{"pinproxy", startPinproxy(t, s.bulkAddrs()), startPinproxy(t, s.echoAddrs())},
+		{"floor", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "floor" {
+				tc.bulk, tc.echo = startFloor(t, s.bulkAddrs()), startFloor(t, s.echoAddrs())
+			}
 			bps, err := throughput(tc.bulk, 2, 50*time.Millisecond)
 			if err != nil || bps <= 0 {
 				t.Errorf("throughput = %v, %v; want > 0, nil", bps, err)
@@ -100,22 +120,32 @@ func seeded(head []byte) io.Reader {
 	return rand.NewChaCha8([32]byte{0: byte(seed), 1: byte(seed >> 8), 2: byte(seed >> 16), 3: byte(seed >> 24)})
 }
 
-// TestIntegrity sends bursts with pauses between them through pinproxy (so
+// TestIntegrity sends bursts with pauses between them through pinproxy and the floor (so
 // each direction goes idle and wakes again, the path that matters for the
 // pipe-less copy), half-closes, and checks every byte both ways: the
 // upstream returns the hash of what it got and then a stream of its own.
 func TestIntegrity(t *testing.T) {
 	const down = 3<<20 + 17
-	addr := startPinproxy(t, []string{hashingUpstream(t, down)})
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Go(func() {
-			if err := integrityRun(addr, uint64(i), down); err != nil {
-				t.Errorf("connection %d: %v", i, err)
+	for _, tc := range []struct {
+		name  string
+		start func(*testing.T, []string) string
+	}{
+		{"pinproxy", startPinproxy},
+		{"floor", startFloor}, // the yardstick must move every byte too
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := tc.start(t, []string{hashingUpstream(t, down)})
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Go(func() {
+					if err := integrityRun(addr, uint64(i), down); err != nil {
+						t.Errorf("connection %d: %v", i, err)
+					}
+				})
 			}
+			wg.Wait()
 		})
 	}
-	wg.Wait()
 }
 
 func integrityRun(addr string, seed uint64, down int) error {

@@ -31,13 +31,15 @@ func report(w io.Writer, o options, targets []*target, res results) {
 		}
 		fmt.Fprintf(w, "  %-36s %10s   (%s)\n", t.label, fmt.Sprintf(format, median(v)), strings.Join(each, " "))
 	}
-	ratio := func(metric, name, of string, higherBetter bool, want float64) {
-		a, b := res[metric]["pinproxy"], res[metric][of]
+	// ratioOf prints num's median over of's, and PASS/MISS against want
+	// (0: no target).
+	ratioOf := func(metric, num, numLabel, name, of string, higherBetter bool, want float64) {
+		a, b := res[metric][num], res[metric][of]
 		if len(a) == 0 || len(b) == 0 || median(b) == 0 {
 			return
 		}
 		r := median(a) / median(b)
-		line := fmt.Sprintf("  pinproxy / %-29s %6.2f", name, r)
+		line := fmt.Sprintf("  %s / %-*s %6.2f", numLabel, 38-len(numLabel), name, r)
 		if want > 0 {
 			ok := r >= want
 			if !higherBetter {
@@ -46,6 +48,9 @@ func report(w io.Writer, o options, targets []*target, res results) {
 			line += fmt.Sprintf("   target %s %.1f: %s", map[bool]string{true: "≥", false: "≤"}[higherBetter], want, passMiss(ok))
 		}
 		fmt.Fprintln(w, line)
+	}
+	ratio := func(metric, name, of string, higherBetter bool, want float64) {
+		ratioOf(metric, "pinproxy", "pinproxy", name, of, higherBetter, want)
 	}
 
 	fmt.Fprintf(w, "\nthroughput, MiB/s: %d streams client→proxy→sink, %s each, median of %d rounds (each round)\n", o.streams, o.duration, o.rounds)
@@ -67,10 +72,14 @@ func report(w io.Writer, o options, targets []*target, res results) {
 	ratio(mConnRate, "HAProxy", "haproxy", true, 1.0)
 	ratio(mConnRate, "HAProxy, splice forced", "haproxy-force", true, 0)
 	ratio(mConnRate, "direct", "direct", true, 0)
+	ratioOf(mConnRate, "floor", "epoll floor", "HAProxy", "haproxy", true, 0)
+	ratioOf(mConnRate, "pinproxy", "pinproxy", "epoll floor", "floor", true, 0)
 	fmt.Fprintf(w, "  proxy CPU time per connection, µs (user+system, /proc/PID/stat)\n")
 	for _, t := range targets {
 		row(t, mConnCPU, "%.0f")
 	}
+	ratioOf(mConnCPU, "floor", "epoll floor", "HAProxy", "haproxy", false, 0)
+	ratioOf(mConnCPU, "pinproxy", "pinproxy", "epoll floor", "floor", false, 0)
 	for _, t := range targets {
 		if f := res[mConnFailed][t.name]; slices.ContainsFunc(f, func(x float64) bool { return x > 0 }) {
 			fmt.Fprintf(w, "  %s: failed connections per round: %v\n", t.label, f)

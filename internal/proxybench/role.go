@@ -34,6 +34,13 @@ func runRole(role string, upstreams []string) error {
 		}
 		defer s.close()
 		ready = append(s.bulkAddrs(), s.echoAddrs()...)
+	case "floor":
+		f, err := serveFloor(upstreams)
+		if err != nil {
+			return err
+		}
+		defer f.stop()
+		ready = []string{f.addr()}
 	case "naive", "pinproxy":
 		if len(upstreams) == 0 {
 			return fmt.Errorf("%s: no upstreams", role)
