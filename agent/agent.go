@@ -52,6 +52,13 @@ type Config struct {
 	// StateDir holds the tracker's state (state.json) and the report
 	// queue (reports.jsonl). It is created if missing (mode 0700). Empty
 	// means both live in memory only and a restart forgets them.
+	//
+	// An agent locks its state directory (flock(2) on agent.lock, which
+	// holds its pid) from New until Close or its process's exit, so that
+	// two agents never share one tracker's state: New fails with an error
+	// wrapping ErrLocked while another agent holds it. Locking needs
+	// Linux; elsewhere New fails for a StateDir with an error wrapping
+	// errors.ErrUnsupported.
 	StateDir string
 	// QueueMax bounds the report queue, in readings; 0 means
 	// DefaultQueueMax. When full, the oldest report is dropped (and
@@ -100,12 +107,15 @@ type Agent struct {
 	last    *overload.Reading
 
 	saveMu sync.Mutex // serializes writes of state.json
+
+	lockMu sync.Mutex // guards lock
+	lock   *os.File   // the state directory's lock; nil without one, or once closed
 }
 
-// New returns an agent ready to Run. It creates StateDir, checks that it
-// can write there, and restores the tracker's state and the report queue
-// a previous run left.
-func New(cfg Config) (*Agent, error) {
+// New returns an agent ready to Run. It creates StateDir, locks it,
+// checks that it can write there, and restores the tracker's state and
+// the report queue a previous run left. Close releases the lock.
+func New(cfg Config) (_ *Agent, err error) {
 	if cfg.Source == nil {
 		return nil, errors.New("new agent: no reading source")
 	}
@@ -154,6 +164,20 @@ func New(cfg Config) (*Agent, error) {
 
 	var queuePath string
 	if cfg.StateDir != "" {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("new agent: state directory: %w", err)
+		}
+		// Lock before anything reads or writes there: restore may set a
+		// bad state.json aside, which is not ours to do while another
+		// agent runs on it.
+		if a.lock, err = lockStateDir(cfg.StateDir); err != nil {
+			return nil, fmt.Errorf("new agent: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				a.Close()
+			}
+		}()
 		if err := checkStateDir(cfg.StateDir); err != nil {
 			return nil, fmt.Errorf("new agent: %w", err)
 		}

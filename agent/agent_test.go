@@ -256,11 +256,15 @@ func TestRestartKeepsOverload(t *testing.T) {
 	if !st.Overloaded || notices != 1 {
 		t.Fatalf("after 3 readings at 95 %%: overloaded %v, notices %d", st.Overloaded, notices)
 	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	b, err := New(Config{Node: "n1", Source: src, StateDir: dir, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer b.Close()
 	st2 := b.Status()
 	if !st2.Overloaded || !st2.Since.Equal(st.Since) || st2.Reading == nil || !st2.Reading.At.Equal(st.Reading.At) {
 		t.Fatalf("restored status = %+v, want overloaded since %v", st2, st.Since)
@@ -312,6 +316,7 @@ func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 			for range 3 {
 				a.Step(context.Background())
 			}
+			a.Close()
 		}, false},
 		{"another node", func(t *testing.T, dir string) {
 			src := newFakeSource()
@@ -323,6 +328,7 @@ func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 			for range 3 {
 				a.Step(context.Background())
 			}
+			a.Close()
 		}, false},
 	}
 	for _, tt := range tests {
@@ -333,6 +339,7 @@ func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer a.Close()
 			if st := a.Status(); st.Overloaded || st.Reading != nil {
 				t.Errorf("status = %+v, want a fresh node", st)
 			}

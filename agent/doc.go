@@ -6,7 +6,9 @@
 // overload.Tracker ("3 of 5 readings"), logs each overload start and end
 // and each notice, and keeps the tracker's state in a state directory, so
 // that a restart neither forgets an overload nor sends a second notice
-// within the hour.
+// within the hour. It locks that directory from New to Close: a second
+// agent on it fails at New (ErrLocked) instead of keeping a tracker of its
+// own and sending its own notices.
 //
 // With a report URL, every reading is POSTed to the platform as the
 // overload.Reading JSON, "Authorization: Bearer <token>". Reports go
@@ -36,7 +38,8 @@
 //		Token:     token,
 //		Logger:    logger,
 //	})
-//	if err != nil { … }
+//	if err != nil { … } // errors.Is(err, agent.ErrLocked): another agent runs there
+//	defer a.Close()
 //	go http.ListenAndServe("127.0.0.1:9464", a.Handler())
 //	err = a.Run(ctx) // until ctx ends; saves state on the way out
 package agent

@@ -15,7 +15,8 @@
 // a bad flag (a -proc without meminfo, a flag whose value is missing), an
 // unreadable token file or an unwritable state directory, with one line
 // on stderr saying why; 1 when the agent cannot run (no probe on this
-// system, the listen address taken).
+// system, the listen address taken, the state directory locked by another
+// agent: one line naming the directory and that agent's pid).
 package main
 
 import (
@@ -299,10 +300,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ReportURL: o.reportURL, Token: token, UserAgent: "proofkit-agent",
 		Logger: log,
 	})
+	if errors.Is(err, agent.ErrLocked) {
+		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
 		return 2
 	}
+	defer a.Close() // releases the state directory's lock; the exit would too
 
 	var srv *http.Server
 	if o.listen != "" {

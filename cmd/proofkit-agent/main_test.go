@@ -417,6 +417,43 @@ func TestRestartKeepsOverload(t *testing.T) {
 	}
 }
 
+// TestStateDirLocked: a second agent on a state directory in use exits 1
+// at start with one line naming the directory and the running agent's
+// pid, and the running one goes on; once it stops, a new one starts.
+func TestStateDirLocked(t *testing.T) {
+	dir := node(t, agenttest.Node{MemoryUsedPercent: 50})
+	state := t.TempDir()
+	a := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", state)
+	waitFor(t, "a reading", func() bool { return a.count("reading") >= 1 })
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir),
+		"-sysctl", "off", "-listen", "off", "-node", "node-1", "-state-dir", state)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("second agent: exit status %d (%v), want 1; stderr:\n%s", code, err, stderr.String())
+	}
+	msg := strings.TrimRight(stderr.String(), "\n")
+	want := fmt.Sprintf("proofkit-agent: new agent: state directory %s: locked by another agent (pid %d)", state, a.cmd.Process.Pid)
+	if msg != want {
+		t.Errorf("second agent's stderr = %q, want %q", msg, want)
+	}
+
+	n := a.count("reading")
+	waitFor(t, "the first agent reading on", func() bool { return a.count("reading") > n })
+	if code := a.stop(); code != 0 {
+		t.Errorf("first agent: exit status after SIGTERM = %d, want 0", code)
+	}
+	b := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", state)
+	waitFor(t, "a reading after the first agent stopped", func() bool { return b.count("reading") >= 1 })
+	if code := b.stop(); code != 0 {
+		t.Errorf("exit status after SIGTERM = %d, want 0", code)
+	}
+}
+
 // TestMetricsParse: /metrics is valid Prometheus text with the node's
 // figures under node_exporter's names.
 func TestMetricsParse(t *testing.T) {

@@ -1,0 +1,30 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrLocked means the state directory is locked by another agent: two
+// agents on one state directory would each keep their own tracker and
+// could each send a notice within the same hour. It comes wrapped, with
+// the directory and, when the lock file says it, the other agent's pid.
+var ErrLocked = errors.New("locked by another agent")
+
+// Close releases the state directory's lock, so that another agent may
+// use the directory. Call it once Run has returned (or the last Step);
+// the agent is not to be used after. Closing an agent that has no state
+// directory, or closing twice, does nothing.
+func (a *Agent) Close() error {
+	a.lockMu.Lock()
+	defer a.lockMu.Unlock()
+	if a.lock == nil {
+		return nil
+	}
+	err := a.lock.Close()
+	a.lock = nil
+	if err != nil {
+		return fmt.Errorf("close agent: release state directory lock: %w", err)
+	}
+	return nil
+}

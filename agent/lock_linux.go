@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockFile is the name of the state directory's lock file. It holds the
+// pid of the agent that locked it last; the lock itself is the kernel's
+// (flock), released when that agent closes it or exits, so a file left
+// by a crash locks nothing. The file is never removed: removing it while
+// another agent waits to lock it would let two agents lock two files.
+const lockFile = "agent.lock"
+
+// lockStateDir takes an exclusive lock on dir's lock file without waiting
+// (flock(2), LOCK_EX|LOCK_NB) and records this process's pid in it. The
+// lock lasts while the returned file is open; closing it, or the
+// process's exit, releases it. When another agent holds it, the error
+// wraps ErrLocked.
+func lockStateDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockFile)
+	// No O_TRUNC: the file holds the pid of an agent that may hold it.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state directory %s: lock: %w", dir, err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	switch {
+	case errors.Is(err, unix.EWOULDBLOCK):
+		if pid := readPID(f); pid > 0 {
+			err = fmt.Errorf("state directory %s: %w (pid %d)", dir, ErrLocked, pid)
+		} else {
+			err = fmt.Errorf("state directory %s: %w", dir, ErrLocked)
+		}
+	case err != nil:
+		err = fmt.Errorf("state directory %s: lock %s: %w", dir, path, err)
+	default:
+		if err = writePID(f); err != nil {
+			err = fmt.Errorf("state directory %s: lock %s: %w", dir, path, err)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// readPID reads the pid a lock file holds; 0 when there is none (the
+// holder may not have written it yet).
+func readPID(f *os.File) int {
+	b := make([]byte, 32)
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	if err != nil || pid < 1 {
+		return 0
+	}
+	return pid
+}
+
+// writePID records this process's pid in the lock file f, which it holds.
+func writePID(f *os.File) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return err
+}

@@ -1,0 +1,16 @@
+//go:build !linux
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// lockStateDir cannot lock a state directory off Linux: an agent there
+// runs with no StateDir (in memory) or not at all, rather than with a
+// directory another agent could share.
+func lockStateDir(dir string) (*os.File, error) {
+	return nil, fmt.Errorf("state directory %s: lock: %w", dir, errors.ErrUnsupported)
+}
