@@ -335,7 +335,9 @@ func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			tt.content(t, dir)
-			a, err := New(Config{Node: "n1", Source: newFakeSource(), StateDir: dir, Logger: testLogger(t)})
+			src := newFakeSource()
+			src.at = time.Now() // after any notice kept from a state from the future
+			a, err := New(Config{Node: "n1", Source: src, StateDir: dir, Logger: testLogger(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -349,6 +351,103 @@ func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 			}
 			if _, err := a.Step(context.Background()); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestFutureStateKeepsLastNotice: a saved state whose latest reading is
+// ahead of the clock (the clock was corrected since) is set aside, but
+// not its last notice: "at most one an hour" still holds after the
+// restart. A notice from the future counts as sent at the restart; one
+// from the past holds until an hour after it.
+func TestFutureStateKeepsLastNotice(t *testing.T) {
+	tests := []struct {
+		name string
+		// notice is when the first agent's notice goes out, from the
+		// time it starts; its last reading is then two hours ahead.
+		notice time.Duration
+	}{
+		{"notice from the future", 2 * time.Hour},
+		{"notice from the past", -20 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx := context.Background()
+			step := func(a *Agent, src *fakeSource, mem float64, n int) (notices int) {
+				t.Helper()
+				src.setMem(mem)
+				for range n {
+					res, err := a.Step(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Notice != nil {
+						notices++
+					}
+				}
+				return notices
+			}
+
+			// The first agent, on a clock two hours ahead, sends a notice.
+			base := time.Now()
+			src := newFakeSource()
+			src.at = base.Add(tt.notice).Add(-3 * time.Second) // the 3rd reading lands on base+notice
+			first, err := New(Config{Node: "n1", Source: src, StateDir: dir, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := step(first, src, 95, 3); n != 1 {
+				t.Fatalf("first agent sent %d notices, want 1", n)
+			}
+			src.at = base.Add(2 * time.Hour)
+			step(first, src, 40, 3) // ends the overload
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			// The clock is right again: the next agent starts afresh...
+			restart := time.Now()
+			src = newFakeSource()
+			src.at = restart
+			a, err := New(Config{Node: "n1", Source: src, StateDir: dir, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			after := time.Now()
+			if st := a.Status(); st.Reading != nil || st.Overloaded {
+				t.Fatalf("status after the restart = %+v, want a fresh node", st)
+			}
+			// ...but sends no notice until an hour after the last one,
+			// or after the restart when that one is in the future.
+			held := a.Status().LastNotice
+			if want := base.Add(tt.notice); want.Before(restart) {
+				if !held.Equal(want) {
+					t.Fatalf("last notice after the restart %v, want the saved one, %v", held, want)
+				}
+			} else if held.Before(restart) || held.After(after) {
+				t.Fatalf("last notice after the restart %v, want the restart's time (%v to %v)", held, restart, after)
+			}
+			if n := step(a, src, 95, 3); n != 0 {
+				t.Errorf("overloaded again %v after the restart: %d notices, want none within the hour of the last",
+					src.at.Sub(restart), n)
+			}
+			if ev := a.Events(); len(ev) != 1 || ev[0].Kind != overload.Start {
+				t.Errorf("events %+v, want the start (every start is listed, notice or not)", ev)
+			}
+			step(a, src, 40, 3)
+			src.at = held.Add(time.Hour).Add(-4 * time.Second)
+			if n := step(a, src, 95, 3); n != 0 {
+				t.Errorf("overloaded again a second before the hour: %d notices, want none", n)
+			}
+			step(a, src, 40, 3)
+			if n := step(a, src, 95, 3); n != 1 {
+				t.Errorf("overloaded again %v after the last notice: %d notices, want 1", src.at.Sub(held), n)
+			}
+			if v := testCounter(t, a, "proofkit_agent_notices_total"); v != 1 {
+				t.Errorf("proofkit_agent_notices_total = %v, want 1", v)
 			}
 		})
 	}

@@ -80,10 +80,18 @@ func (a *Agent) restore() *overload.Tracker {
 	}
 	// A state whose latest reading is ahead of the clock (the clock was
 	// wrong, then corrected) would make the tracker refuse every reading
-	// as out of order until the clock caught up: start afresh instead.
+	// as out of order until the clock caught up: start afresh instead,
+	// but keep the last notice, so no second one goes out within the hour
+	// ("at most one an hour"). A notice from the future counts as sent
+	// just now.
 	if now := time.Now(); t.LastReading().After(now.Add(maxClockSkew)) {
-		a.log.Warn("saved state is from the future (the clock went back?); starting afresh",
-			"saved_last_reading", t.LastReading(), "now", now)
+		notice := t.LastNotice()
+		if notice.After(now) {
+			notice = now
+		}
+		fresh.RecordNotice(notice)
+		a.log.Warn("saved state is from the future (the clock went back?); starting afresh, keeping the last notice",
+			"saved_last_reading", t.LastReading(), "saved_last_notice", t.LastNotice(), "last_notice", fresh.LastNotice(), "now", now)
 		return fresh
 	}
 	a.last = s.Last

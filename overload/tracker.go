@@ -174,6 +174,28 @@ func (t *Tracker) LastNotice() time.Time { return t.lastNotice }
 // zero time when none has been.
 func (t *Tracker) LastReading() time.Time { return t.last }
 
+// RecordNotice records that a notice for the node went out at at, so that
+// the tracker sends none before at plus NoticeEvery. It is for a tracker
+// that starts afresh but must not forget an earlier notice: one whose
+// saved state had to be set aside, say because its readings were ahead
+// of a clock since corrected.
+//
+// A time not after LastNotice changes nothing: the hold is never
+// shortened. As with a notice Observe sends, the notice goes with a
+// reading at at: when at is after LastReading, LastReading becomes at, so
+// a reading not newer than at is refused as out of order, and the state
+// still marshals to one RestoreTracker accepts. Windows, overload and
+// events are left as they are.
+func (t *Tracker) RecordNotice(at time.Time) {
+	if !at.After(t.lastNotice) {
+		return
+	}
+	t.lastNotice = at
+	if at.After(t.last) {
+		t.last = at
+	}
+}
+
 // Events returns a copy of the node's event list, newest last, at most
 // MaxEvents long.
 func (t *Tracker) Events() []Event {

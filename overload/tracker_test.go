@@ -349,6 +349,62 @@ func TestRestartKeepsTheHour(t *testing.T) {
 	}
 }
 
+// TestRecordNotice: a fresh tracker told of a notice at t0 sends none for
+// an overload within the hour after it, and one for an overload that
+// starts an hour after it; its state survives a restore; an earlier time
+// does not shorten the hold.
+func TestRecordNotice(t *testing.T) {
+	tr := NewTracker("eu-01", Limits{})
+	tr.RecordNotice(time.Time{})
+	if !tr.LastNotice().IsZero() || !tr.LastReading().IsZero() {
+		t.Fatalf("RecordNotice(zero time): last notice %v, last reading %v; want both zero", tr.LastNotice(), tr.LastReading())
+	}
+	tr.RecordNotice(t0)
+	tr.RecordNotice(t0.Add(-time.Hour)) // earlier: changes nothing
+	if !tr.LastNotice().Equal(t0) || !tr.LastReading().Equal(t0) {
+		t.Fatalf("after RecordNotice(t0): last notice %v, last reading %v; want both %v", tr.LastNotice(), tr.LastReading(), t0)
+	}
+	if _, err := tr.Observe(hot(t0)); !errors.Is(err, ErrDuplicate) {
+		t.Errorf("reading at the notice's time: err %v, want ErrDuplicate", err)
+	}
+	if _, err := tr.Observe(hot(t0.Add(-step))); !errors.Is(err, ErrOutOfOrder) {
+		t.Errorf("reading before the notice's time: err %v, want ErrOutOfOrder", err)
+	}
+
+	b, err := json.Marshal(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := RestoreTracker(b, Limits{})
+	if err != nil {
+		t.Fatalf("RestoreTracker(%s): %v", b, err)
+	}
+	if !back.LastNotice().Equal(t0) {
+		t.Errorf("restored last notice %v, want %v", back.LastNotice(), t0)
+	}
+
+	for _, tk := range []*Tracker{tr, back} {
+		n, e, _ := feed(t, tk, t0.Add(step), "xxx...")
+		if len(n) != 0 || len(e) != 2 || e[0].Kind != Start {
+			t.Fatalf("overload within the hour of a recorded notice: notices %v, events %+v; want a start, an end and no notice", n, e)
+		}
+		start := t0.Add(time.Hour).Add(-2 * step) // the 3rd hot reading lands on t0+1h
+		n, _, _ = feed(t, tk, start, "xxx")
+		if len(n) != 1 || !n[0].At.Equal(t0.Add(time.Hour)) {
+			t.Fatalf("overload an hour after a recorded notice: notices %v, want one at %v", n, t0.Add(time.Hour))
+		}
+	}
+
+	// On a tracker with readings after at, the latest reading stays.
+	tr = NewTracker("eu-01", Limits{})
+	feed(t, tr, t0, "x.")
+	tr.RecordNotice(t0)
+	if !tr.LastNotice().Equal(t0) || !tr.LastReading().Equal(t0.Add(step)) {
+		t.Errorf("RecordNotice before the latest reading: last notice %v, last reading %v; want %v, %v",
+			tr.LastNotice(), tr.LastReading(), t0, t0.Add(step))
+	}
+}
+
 // TestStateJSON checks the marshalled state's shape and that garbage is
 // refused without changing the tracker.
 func TestStateJSON(t *testing.T) {
