@@ -170,12 +170,16 @@ func (l *floorLoop) run() {
 			}
 			return
 		}
+		// New clients are taken after the batch: an accept could reuse the
+		// number of an fd closed earlier in the batch, and a later event of
+		// the batch for the old socket would then reach the new one.
+		accept := false
 		for _, ev := range evs[:n] {
 			switch int(ev.Fd) {
 			case l.stopfd:
 				return
 			case l.lfd:
-				l.accept()
+				accept = true
 				continue
 			}
 			c := l.conns[ev.Fd]
@@ -193,6 +197,9 @@ func (l *floorLoop) run() {
 			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				l.readFrom(c)
 			}
+		}
+		if accept {
+			l.accept()
 		}
 	}
 }
