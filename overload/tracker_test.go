@@ -298,14 +298,10 @@ func TestNoticeHourJustShort(t *testing.T) {
 	}
 }
 
-// TestRestartKeepsTheHour: a tracker restored from marshalled state keeps
-// its windows, its overload and the time of its last notice.
-func TestRestartKeepsTheHour(t *testing.T) {
-	tr := NewTracker("eu-01", Limits{})
-	_, _, next := feed(t, tr, t0, "xxx...xx")
-	if tr.Overloaded() {
-		t.Fatal("overloaded before the restart; the test wants a half-filled window")
-	}
+// roundTrip marshals tr and restores it, as a restart does; it returns
+// the restored tracker and the state it was restored from.
+func roundTrip(t *testing.T, tr *Tracker) (*Tracker, []byte) {
+	t.Helper()
 	b, err := json.Marshal(tr)
 	if err != nil {
 		t.Fatal(err)
@@ -314,6 +310,18 @@ func TestRestartKeepsTheHour(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RestoreTracker(%s): %v", b, err)
 	}
+	return back, b
+}
+
+// TestRestartKeepsTheHour: a tracker restored from marshalled state keeps
+// its windows, its overload and the time of its last notice.
+func TestRestartKeepsTheHour(t *testing.T) {
+	tr := NewTracker("eu-01", Limits{})
+	_, _, next := feed(t, tr, t0, "xxx...xx")
+	if tr.Overloaded() {
+		t.Fatal("overloaded before the restart; the test wants a half-filled window")
+	}
+	back, b := roundTrip(t, tr)
 	if !reflect.DeepEqual(back, tr) {
 		t.Fatalf("restored tracker differs:\n got %+v\nwant %+v", back, tr)
 	}
@@ -371,14 +379,7 @@ func TestRecordNotice(t *testing.T) {
 		t.Errorf("reading before the notice's time: err %v, want ErrOutOfOrder", err)
 	}
 
-	b, err := json.Marshal(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := RestoreTracker(b, Limits{})
-	if err != nil {
-		t.Fatalf("RestoreTracker(%s): %v", b, err)
-	}
+	back, _ := roundTrip(t, tr)
 	if !back.LastNotice().Equal(t0) {
 		t.Errorf("restored last notice %v, want %v", back.LastNotice(), t0)
 	}
