@@ -68,8 +68,19 @@ type Config struct {
 	// ReportURL is where each reading is POSTed as JSON; empty means the
 	// agent only probes, evaluates, logs and serves its handlers.
 	ReportURL string
-	// Token is sent as "Authorization: Bearer <Token>" with each report.
+	// Token is sent as "Authorization: Bearer <Token>" with each report,
+	// for as long as the agent runs. Give Token or TokenFile, not both.
 	Token string
+	// TokenFile names a file holding the token instead (its content
+	// without the white space around it; one line, not empty), so that the
+	// token can be rotated without a restart. New reads it and fails if it
+	// cannot. The agent reads it again when the platform answers 401 or 403
+	// (at most once an Interval), and when ReloadToken is called (which
+	// proofkit-agent does on SIGHUP); a report refused with the old token
+	// stays queued and goes again with the new one. A read that fails
+	// keeps the token the agent has and logs a warning naming the file and
+	// the reason, never the token.
+	TokenFile string
 	// UserAgent is sent with each report; empty means "proofkit-agent".
 	UserAgent string
 	// HTTPClient sends the reports; nil means a client with a 10 s
@@ -99,6 +110,7 @@ type Agent struct {
 	reg      *prometheus.Registry
 	m        *metrics
 	rep      *reporter // nil when not reporting
+	tok      *bearer   // the reports' token, fixed or from a file
 	q        *queue
 	state    string // path of state.json; empty when in memory
 
@@ -125,6 +137,9 @@ func New(cfg Config) (_ *Agent, err error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
+	if cfg.Token != "" && cfg.TokenFile != "" {
+		return nil, errors.New("new agent: both Token and TokenFile given; give one")
+	}
 	a := &Agent{
 		node:     cfg.Node,
 		src:      cfg.Source,
@@ -142,6 +157,11 @@ func New(cfg Config) (_ *Agent, err error) {
 	}
 	if a.interval == 0 {
 		a.interval = DefaultInterval
+	}
+	// Before the state directory is made or locked: a bad token file is
+	// the caller's to fix, and leaves nothing behind.
+	if a.tok, err = newBearer(cfg.Token, cfg.TokenFile, a.interval); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -216,7 +236,7 @@ func New(cfg Config) (_ *Agent, err error) {
 		}
 		a.rep = &reporter{
 			url:       cfg.ReportURL,
-			token:     cfg.Token,
+			tok:       a.tok,
 			userAgent: ua,
 			client:    client,
 			q:         q,

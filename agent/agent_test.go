@@ -121,7 +121,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{200, accepted}, {202, accepted}, {204, accepted}, {409, accepted},
 		{400, rejected}, {413, rejected}, {422, rejected},
-		{401, retry}, {403, retry}, {404, retry}, {408, retry}, {429, retry},
+		{401, refused}, {403, refused}, {404, retry}, {408, retry}, {429, retry},
 		{500, retry}, {502, retry}, {503, retry}, {302, retry},
 	}
 	for _, tt := range tests {

@@ -25,6 +25,16 @@
 // platform's answer and the queue's rewrite sends that report again: the
 // platform sees a duplicate, which its tracker rejects by time.
 //
+// The token is either fixed (Config.Token) or read from a file
+// (Config.TokenFile), so that operators can rotate it without a restart.
+// The agent reads the file again when the platform answers 401 or 403 (at
+// most once an interval) and when ReloadToken is called (proofkit-agent
+// does on SIGHUP); a report refused with the old token stays queued and
+// goes again, at once, with the new one. A read that fails (the file
+// missing, empty, or of more than one line) keeps the token the agent has
+// and is logged, naming the file and the reason; the token itself is
+// never logged.
+//
 // Handler serves /metrics (Prometheus text format; node_exporter's names
 // where the value is the same, else proofkit_agent_*), /status and
 // /events.
@@ -35,11 +45,12 @@
 //		Source:    p,
 //		StateDir:  "/var/lib/proofkit-agent",
 //		ReportURL: "https://platform.example/api/v1/readings",
-//		Token:     token,
+//		TokenFile: "/etc/proofkit-agent/token",
 //		Logger:    logger,
 //	})
 //	if err != nil { … } // errors.Is(err, agent.ErrLocked): another agent runs there
 //	defer a.Close()
 //	go http.ListenAndServe("127.0.0.1:9464", a.Handler())
+//	// on SIGHUP: if err := a.ReloadToken(); err != nil { log it; the old token stays }
 //	err = a.Run(ctx) // until ctx ends; saves state on the way out
 package agent

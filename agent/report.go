@@ -24,10 +24,16 @@ const (
 	// again, so it is dropped, logged and counted; the queue moves on.
 	rejected
 	// retry: the platform is down or busy (network error, timeout, 5xx,
-	// 408, 429), or the agent is not let in (401, 403, 404: a token or URL
-	// to fix, not the report's fault). The report stays at the head of the
-	// queue and is sent again after a back-off.
+	// 408, 429), or not found (404: a URL to fix, not the report's
+	// fault). The report stays at the head of the queue and is sent again
+	// after a back-off.
 	retry
+	// refused: the platform does not let the agent in (401, 403): most
+	// often a token rotated since the agent read it. The report stays at
+	// the head of the queue, as for retry; an agent with a token file
+	// reads it again first, and if that gives a new token the report goes
+	// again at once with it.
+	refused
 )
 
 // classify maps an HTTP status to an outcome.
@@ -35,8 +41,9 @@ func classify(status int) outcome {
 	switch {
 	case status >= 200 && status < 300, status == http.StatusConflict:
 		return accepted
+	case status == http.StatusUnauthorized, status == http.StatusForbidden:
+		return refused
 	case status == http.StatusRequestTimeout, status == http.StatusTooManyRequests,
-		status == http.StatusUnauthorized, status == http.StatusForbidden,
 		status == http.StatusNotFound:
 		return retry
 	case status >= 400 && status < 500:
@@ -51,7 +58,7 @@ func classify(status int) outcome {
 // answer.
 type reporter struct {
 	url       string
-	token     string
+	tok       *bearer
 	userAgent string
 	client    *http.Client
 	q         *queue
@@ -91,9 +98,21 @@ func (r *reporter) run(ctx context.Context) {
 				continue
 			}
 		}
-		out, detail, after := r.send(ctx, body)
+		// A token set while the last report waited is sent now: no
+		// need to cut a later back-off short for it.
+		select {
+		case <-r.tok.changed:
+		default:
+		}
+		token := r.tok.get()
+		out, detail, after := r.send(ctx, body, token)
 		if ctx.Err() != nil {
 			return
+		}
+		if out == refused && r.newToken(token, detail) {
+			r.m.reportFailures.Inc()
+			backoff = 0
+			continue
 		}
 		switch out {
 		case accepted:
@@ -109,7 +128,7 @@ func (r *reporter) run(ctx context.Context) {
 			if err := r.q.remove(seq); err != nil {
 				r.log.Error("could not trim the report queue", "err", err)
 			}
-		case retry:
+		case retry, refused:
 			r.m.reportFailures.Inc()
 			backoff = nextBackoff(backoff, r.retryMin, r.retryMax)
 			wait := jitter(backoff)
@@ -124,9 +143,40 @@ func (r *reporter) run(ctx context.Context) {
 				t.Stop()
 				return
 			case <-t.C:
+			case <-r.tok.changed: // ReloadToken: try the new token now
+				t.Stop()
+				backoff = 0
 			}
 		}
 		r.m.reportsQueued.Set(float64(r.q.len()))
+	}
+}
+
+// newToken is called when the platform refused a report sent with token
+// (401, 403). It says whether there is another token to send it with now:
+// one set by ReloadToken meanwhile, or one found by reading the token file
+// again, which a refusal does at most once per gap. A failed read keeps
+// the token and logs a warning.
+func (r *reporter) newToken(token, detail string) bool {
+	if r.tok.get() != token {
+		return true
+	}
+	reread, changed, err := r.tok.refused(time.Now())
+	switch {
+	case !reread:
+		return false
+	case err != nil:
+		r.log.Warn("the platform refused the token; could not read the token file again, keeping the current token",
+			"reason", detail, "err", err)
+		return false
+	case changed:
+		r.log.Info("the platform refused the token; read a new one from the token file, sending again with it",
+			"reason", detail, "file", r.tok.file)
+		return true
+	default:
+		r.log.Warn("the platform refused the token, and the token file still holds it; write the new token there",
+			"reason", detail, "file", r.tok.file)
+		return false
 	}
 }
 
@@ -136,13 +186,13 @@ const maxRetryAfter = 10 * time.Minute
 
 // send posts one report and says what its answer means, with the
 // platform's Retry-After when it gave one.
-func (r *reporter) send(ctx context.Context, body []byte) (outcome, string, time.Duration) {
+func (r *reporter) send(ctx context.Context, body []byte, token string) (outcome, string, time.Duration) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
 	if err != nil {
 		return retry, err.Error(), 0
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+r.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	if r.userAgent != "" {
 		req.Header.Set("User-Agent", r.userAgent)
 	}
@@ -159,7 +209,7 @@ func (r *reporter) send(ctx context.Context, body []byte) (outcome, string, time
 	}
 	out := classify(resp.StatusCode)
 	var after time.Duration
-	if out == retry {
+	if out == retry || out == refused {
 		after = retryAfter(resp.Header.Get("Retry-After"))
 	}
 	return out, detail, after

@@ -11,6 +11,12 @@
 //	proofkit-agent -report-url https://platform.example/api/v1/readings \
 //	    -token-file /etc/proofkit-agent/token -state-dir /var/lib/proofkit-agent
 //
+// SIGHUP reads the -token-file again (after the platform's token was
+// rotated) and logs "token reloaded", or, if the file is missing, empty or
+// of more than one line, a warning saying so: the agent then keeps the
+// token it has. Either way it runs on. It also reads the file again by
+// itself when the platform answers 401 or 403, at most once an interval.
+//
 // Exit status: 0 on SIGTERM or SIGINT (state saved) and after -once; 2 for
 // a bad flag (a -proc without meminfo, a flag whose value is missing), an
 // unreadable token file or an unwritable state directory, with one line
@@ -45,7 +51,11 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	// Caught from the start: SIGHUP's default action would end the agent.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, hup)
+	signal.Stop(hup)
 	stop()
 	os.Exit(code)
 }
@@ -234,24 +244,9 @@ func newLogger(o options, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// readToken reads the bearer token: the file's content without surrounding
-// white space.
-func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("-token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("-token-file %s: empty", path)
-	}
-	if strings.ContainsAny(tok, "\r\n") {
-		return "", fmt.Errorf("-token-file %s: more than one line", path)
-	}
-	return tok, nil
-}
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// run runs the agent until ctx ends; each value on hup (SIGHUP) reads the
+// token file again.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-chan os.Signal) int {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -279,14 +274,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return once(ctx, pcfg, stdout, stderr)
 	}
 
-	var token string
-	if o.tokenFile != "" {
-		if token, err = readToken(o.tokenFile); err != nil {
-			fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
-			return 2
-		}
-	}
-
 	p, err := probe.New(pcfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
@@ -297,18 +284,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a, err := agent.New(agent.Config{
 		Node: o.node, Source: p, Interval: o.interval,
 		StateDir: o.stateDir, QueueMax: o.queueMax,
-		ReportURL: o.reportURL, Token: token, UserAgent: "proofkit-agent",
+		ReportURL: o.reportURL, TokenFile: o.tokenFile, UserAgent: "proofkit-agent",
 		Logger: log,
 	})
 	if errors.Is(err, agent.ErrLocked) {
 		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
 		return 1
 	}
-	if err != nil {
+	if err != nil { // a bad token file or state directory
 		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
 		return 2
 	}
 	defer a.Close() // releases the state directory's lock; the exit would too
+
+	hupCtx, hupStop := context.WithCancel(ctx)
+	hupDone := make(chan struct{})
+	defer func() { hupStop(); <-hupDone }() // before Close
+	go func() {
+		defer close(hupDone)
+		for {
+			select {
+			case <-hupCtx.Done():
+				return
+			case <-hup:
+				reloadToken(a, o.tokenFile, log)
+			}
+		}
+	}()
 
 	var srv *http.Server
 	if o.listen != "" {
@@ -349,6 +351,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("stopped; state saved", "state_dir", o.stateDir)
 	return 0
+}
+
+// reloadToken reads the token file again, on SIGHUP.
+func reloadToken(a *agent.Agent, file string, log *slog.Logger) {
+	if file == "" {
+		log.Warn("SIGHUP: no -token-file to read again")
+		return
+	}
+	if err := a.ReloadToken(); err != nil {
+		log.Warn("token not reloaded; keeping the current one", "err", err)
+		return
+	}
+	log.Info("token reloaded", "file", file)
 }
 
 // sizeKernel runs sysctl as -sysctl says and logs each key's outcome once.
