@@ -240,6 +240,9 @@ func TestTokenRotation(t *testing.T) {
 			t.Fatalf("accepted reading %d is at %v, want %v (lost, duplicated or out of order)", i, at, want)
 		}
 	}
+	if n := strings.Count(log.String(), "report not delivered; will retry"); n != 0 {
+		t.Errorf("logged %d waits before a retry, want none: the refused report goes again at once with B", n)
+	}
 	if n := strings.Count(log.String(), "read a new one from the token file"); n != 1 {
 		t.Errorf("logged the new token %d times, want once", n)
 	}
@@ -364,6 +367,46 @@ func TestReloadToken(t *testing.T) {
 	want := "the platform refused the token, and the token file still holds it"
 	if c := strings.Count(log.String(), want); c != 1 {
 		t.Errorf("logged %q %d times, want once:\n%s", want, c, log.String())
+	}
+}
+
+// TestReloadTokenEndsTheWait: a report refused with a Retry-After of ten
+// minutes goes again as soon as ReloadToken sets a new token.
+func TestReloadTokenEndsTheWait(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, r.Header.Get("Authorization"))
+		if r.Header.Get("Authorization") != "Bearer tok-B" {
+			w.Header().Set("Retry-After", "600")
+			w.WriteHeader(http.StatusForbidden)
+		}
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "token")
+	writeToken(t, file, "tok-A\n")
+	a, err := New(Config{Node: "n1", Source: newFakeSource(), Interval: time.Hour, ReportURL: srv.URL, TokenFile: file, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if _, err := a.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go a.rep.run(ctx)
+	attempts := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
+	waitFor(t, "a refusal", func() bool { return len(attempts()) == 1 })
+	writeToken(t, file, "tok-B\n")
+	if err := a.ReloadToken(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the report sent again with B", func() bool { return len(attempts()) == 2 })
+	waitFor(t, "the queue empty", func() bool { return a.q.len() == 0 })
+	if g := attempts(); g[0] != "Bearer tok-A" || g[1] != "Bearer tok-B" {
+		t.Errorf("attempts carried %q, want A then B", g)
 	}
 }
 

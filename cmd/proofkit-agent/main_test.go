@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -205,13 +206,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // testPlatform accepts readings on a loopback port that it can take down
 // (connections refused) and bring back.
 type testPlatform struct {
-	t    *testing.T
-	addr string
-	mu   sync.Mutex
-	got  []overload.Reading
-	auth map[string]bool
-	ln   net.Listener
-	srv  *http.Server
+	t     *testing.T
+	addr  string
+	mu    sync.Mutex
+	got   []overload.Reading
+	auth  map[string]bool
+	auths []string // each report's Authorization, in order
+	ln    net.Listener
+	srv   *http.Server
 }
 
 func newPlatform(t *testing.T) *testPlatform {
@@ -237,6 +239,7 @@ func (p *testPlatform) serve(ln net.Listener) {
 		p.mu.Lock()
 		p.got = append(p.got, rd)
 		p.auth[r.Header.Get("Authorization")] = true
+		p.auths = append(p.auths, r.Header.Get("Authorization"))
 		p.mu.Unlock()
 		w.WriteHeader(http.StatusAccepted)
 	})}
@@ -259,6 +262,12 @@ func (p *testPlatform) readings() []overload.Reading {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]overload.Reading(nil), p.got...)
+}
+
+func (p *testPlatform) authorizations() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.auths...)
 }
 
 func tokenFile(t *testing.T) string {
@@ -330,6 +339,92 @@ func TestReadingsReachThePlatformThroughAnOutage(t *testing.T) {
 	defer plat.mu.Unlock()
 	if len(plat.auth) != 1 || !plat.auth["Bearer tok-123"] {
 		t.Errorf("Authorization headers = %v, want only Bearer tok-123", plat.auth)
+	}
+}
+
+// rewrite replaces the file's content the way operators should: a new
+// file renamed over the old, so no reader sees half of it.
+func rewrite(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSIGHUPReloadsToken: after the token file is rewritten, SIGHUP makes
+// the agent send the new token (the platform here takes both, so nothing
+// but the SIGHUP can make it switch) and it runs on; a SIGHUP that finds
+// the file empty keeps the token, logs a warning naming the file and the
+// reason, and the agent runs on; SIGTERM still stops it with status 0.
+func TestSIGHUPReloadsToken(t *testing.T) {
+	dir := node(t, agenttest.Node{MemoryUsedPercent: 40})
+	plat := newPlatform(t)
+	file := tokenFile(t) // tok-123
+	a := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", t.TempDir(),
+		"-report-url", "http://"+plat.addr+"/readings", "-token-file", file)
+	running := func(when string) {
+		t.Helper()
+		select {
+		case <-a.done:
+			t.Fatalf("the agent exited %s: %v", when, a.cmd.ProcessState)
+		default:
+		}
+	}
+	hup := func() {
+		t.Helper()
+		if err := a.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "two reports with the first token", func() bool { return len(plat.authorizations()) >= 2 })
+
+	rewrite(t, file, "tok-456\n")
+	hup()
+	waitFor(t, `"token reloaded"`, func() bool { running("on SIGHUP"); return a.count("token reloaded") == 1 })
+	n := len(plat.authorizations())
+	waitFor(t, "two reports after the reload", func() bool { return len(plat.authorizations()) >= n+2 })
+	running("on SIGHUP")
+	auths := plat.authorizations()
+	first := slices.Index(auths, "Bearer tok-456")
+	if first < 0 || first > n {
+		t.Fatalf("Authorization headers %q: want Bearer tok-456 from report %d on", auths, n)
+	}
+	for i, h := range auths {
+		want := "Bearer tok-123"
+		if i >= first {
+			want = "Bearer tok-456"
+		}
+		if h != want {
+			t.Errorf("report %d carried %q, want %q", i, h, want)
+		}
+	}
+
+	rewrite(t, file, "")
+	hup()
+	warn := "token not reloaded; keeping the current one"
+	waitFor(t, "the warning", func() bool { running("on a SIGHUP that found the file empty"); return a.count(warn) == 1 })
+	n = len(plat.authorizations())
+	waitFor(t, "two reports after the failed reload", func() bool { return len(plat.authorizations()) >= n+2 })
+	running("on a SIGHUP that found the file empty")
+	for i, h := range plat.authorizations()[n:] {
+		if h != "Bearer tok-456" {
+			t.Errorf("report %d after the failed reload carried %q, want the token kept", n+i, h)
+		}
+	}
+	for line := range strings.SplitSeq(a.log(), "\n") {
+		if strings.Contains(line, warn) && (!strings.Contains(line, "level=WARN") || !strings.Contains(line, "token file "+file+": empty")) {
+			t.Errorf("warning %q: want level WARN, naming %s and saying empty", line, file)
+		}
+	}
+	if code := a.stop(); code != 0 {
+		t.Errorf("exit status after SIGTERM = %d, want 0", code)
+	}
+	if strings.Contains(a.log(), "tok-") {
+		t.Errorf("the log carries the token:\n%s", a.log())
 	}
 }
 
@@ -519,6 +614,10 @@ func TestBadFlags(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	twoLines := filepath.Join(t.TempDir(), "two-lines")
+	if err := os.WriteFile(twoLines, []byte("tok-1\ntok-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	roots := []string{"-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir), "-sysctl", "off", "-listen", "off"}
 	tests := []struct {
 		name string
@@ -532,8 +631,10 @@ func TestBadFlags(t *testing.T) {
 		{"log format", []string{"-log-format", "xml"}, `-log-format "xml": want text or json`},
 		{"report url without token", []string{"-report-url", "http://127.0.0.1:1/r"}, "-report-url needs -token-file"},
 		{"report url not http", []string{"-report-url", "ftp://x/r", "-token-file", file}, "want an http:// or https:// URL"},
-		{"token file missing", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", filepath.Join(dir, "nope")}, "-token-file: open"},
-		{"token file empty", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", file}, "empty"},
+		{"token file missing", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", filepath.Join(dir, "nope")},
+			"token file " + filepath.Join(dir, "nope") + ": no such file or directory"},
+		{"token file empty", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", file}, "token file " + file + ": empty"},
+		{"token file of two lines", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", twoLines}, "token file " + twoLines + ": more than one line"},
 		{"state dir unwritable", []string{"-state-dir", filepath.Join(file, "state")}, "state directory"},
 		{"link speed", []string{"-link-speed", "eth0=fast"}, `-link-speed "eth0=fast"`},
 		{"queue bound", []string{"-queue-max", "0"}, "-queue-max 0: must be 1 or more"},
