@@ -51,6 +51,6 @@
 //	if err != nil { … } // errors.Is(err, agent.ErrLocked): another agent runs there
 //	defer a.Close()
 //	go http.ListenAndServe("127.0.0.1:9464", a.Handler())
-//	// on SIGHUP: if err := a.ReloadToken(); err != nil { log it; the old token stays }
+//	// on SIGHUP: if _, err := a.ReloadToken(); err != nil { log it; the old token stays }
 //	err = a.Run(ctx) // until ctx ends; saves state on the way out
 package agent

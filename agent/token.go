@@ -104,17 +104,20 @@ func (b *bearer) refused(now time.Time) (reread, changed bool, err error) {
 
 // ReloadToken reads Config.TokenFile again and, if it holds a token,
 // sends that one from the next report on; a report waiting out a back-off
-// after a refusal goes again at once. If the file cannot be read, is
-// empty or has more than one line, the agent keeps the token it has and
-// the error names the file and the reason (never the token). ReloadToken
-// does not log: its caller says what happened (proofkit-agent calls it on
-// SIGHUP and logs "token reloaded" or the error). It is safe to call
-// while Run runs. An agent given a fixed Config.Token has no file to read:
-// ReloadToken returns an error and changes nothing.
-func (a *Agent) ReloadToken() error {
-	changed, err := a.tok.reload()
+// after a refusal goes again at once. changed says whether the token
+// differs from the one the agent had (false when the file still holds the
+// same one, e.g. a copy made before the token was rotated). If the file
+// cannot be read, is empty or has more than one line, the agent keeps the
+// token it has and the error names the file and the reason (never the
+// token). ReloadToken does not log: its caller says what happened
+// (proofkit-agent calls it on SIGHUP and logs "token reloaded" or the
+// error). It is safe to call while Run runs. An agent given a fixed
+// Config.Token has no file to read: ReloadToken returns an error and
+// changes nothing.
+func (a *Agent) ReloadToken() (changed bool, err error) {
+	changed, err = a.tok.reload()
 	if err != nil {
-		return fmt.Errorf("reload token: %w", err)
+		return false, fmt.Errorf("reload token: %w", err)
 	}
 	if changed {
 		select {
@@ -122,5 +125,5 @@ func (a *Agent) ReloadToken() error {
 		default:
 		}
 	}
-	return nil
+	return changed, nil
 }

@@ -109,7 +109,7 @@ func TestNewTokenFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.ReloadToken(); err == nil || !strings.Contains(err.Error(), "no token file") {
+	if _, err := a.ReloadToken(); err == nil || !strings.Contains(err.Error(), "no token file") {
 		t.Errorf("ReloadToken with a fixed token: %v, want an error saying there is no token file", err)
 	}
 	if got := a.tok.get(); got != "tok-A" {
@@ -295,7 +295,7 @@ func TestTokenBadReread(t *testing.T) {
 			plat.take("tok-A")
 			waitFor(t, "the reading accepted with A", func() bool { return len(plat.accepted("tok-A")) == 1 })
 
-			if err := a.ReloadToken(); err == nil || err.Error() != "reload token: token file "+file+": "+tt.reason {
+			if _, err := a.ReloadToken(); err == nil || err.Error() != "reload token: token file "+file+": "+tt.reason {
 				t.Errorf("ReloadToken: %v, want %q", err, "reload token: token file "+file+": "+tt.reason)
 			}
 			if _, err := a.Step(ctx); err != nil {
@@ -357,8 +357,11 @@ func TestReloadToken(t *testing.T) {
 	if got := plat.accepted(""); len(got) != 0 {
 		t.Fatalf("accepted %v before ReloadToken: the file was read again within the interval", got)
 	}
-	if err := a.ReloadToken(); err != nil {
-		t.Fatal(err)
+	if changed, err := a.ReloadToken(); err != nil || !changed {
+		t.Fatalf("ReloadToken = %v, %v; want changed", changed, err)
+	}
+	if changed, err := a.ReloadToken(); err != nil || changed {
+		t.Fatalf("ReloadToken again = %v, %v; want unchanged", changed, err)
 	}
 	waitFor(t, "the reading accepted with B", func() bool { return len(plat.accepted("tok-B")) == 1 })
 	if got := plat.accepted("tok-B"); !got[0].Equal(time.Date(2026, 1, 30, 6, 0, 1, 0, time.UTC)) {
@@ -400,7 +403,7 @@ func TestReloadTokenEndsTheWait(t *testing.T) {
 	attempts := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
 	waitFor(t, "a refusal", func() bool { return len(attempts()) == 1 })
 	writeToken(t, file, "tok-B\n")
-	if err := a.ReloadToken(); err != nil {
+	if _, err := a.ReloadToken(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the report sent again with B", func() bool { return len(attempts()) == 2 })
@@ -441,7 +444,7 @@ func TestTokenConcurrentReload(t *testing.T) {
 		if err := os.Rename(tmp, file); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.ReloadToken(); err != nil {
+		if _, err := a.ReloadToken(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Millisecond)

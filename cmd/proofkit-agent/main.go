@@ -11,11 +11,12 @@
 //	proofkit-agent -report-url https://platform.example/api/v1/readings \
 //	    -token-file /etc/proofkit-agent/token -state-dir /var/lib/proofkit-agent
 //
-// SIGHUP reads the -token-file again (after the platform's token was
-// rotated) and logs "token reloaded", or, if the file is missing, empty or
-// of more than one line, a warning saying so: the agent then keeps the
-// token it has. Either way it runs on. It also reads the file again by
-// itself when the platform answers 401 or 403, at most once an interval.
+// SIGHUP (systemctl reload, with ExecReload=kill -HUP $MAINPID) reads the
+// -token-file again after the platform's token was rotated and logs
+// "token reloaded", or, if the file is missing, empty or of more than one
+// line, a warning saying so: the agent then keeps the token it has.
+// Either way it runs on. It also reads the file again by itself when the
+// platform answers 401 or 403, at most once an interval.
 //
 // Exit status: 0 on SIGTERM or SIGINT (state saved) and after -once; 2 for
 // a bad flag (a -proc without meminfo, a flag whose value is missing), an
@@ -307,7 +308,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 			case <-hupCtx.Done():
 				return
 			case <-hup:
-				reloadToken(a, o.tokenFile, log)
+				reloadToken(a, o.tokenFile, os.Getenv("CREDENTIALS_DIRECTORY"), log)
 			}
 		}
 	}()
@@ -353,17 +354,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	return 0
 }
 
-// reloadToken reads the token file again, on SIGHUP.
-func reloadToken(a *agent.Agent, file string, log *slog.Logger) {
+// reloadToken reads the token file again, on SIGHUP. credDir is systemd's
+// $CREDENTIALS_DIRECTORY, if any.
+func reloadToken(a *agent.Agent, file, credDir string, log *slog.Logger) {
 	if file == "" {
 		log.Warn("SIGHUP: no -token-file to read again")
 		return
 	}
-	if err := a.ReloadToken(); err != nil {
+	changed, err := a.ReloadToken()
+	if err != nil {
 		log.Warn("token not reloaded; keeping the current one", "err", err)
 		return
 	}
-	log.Info("token reloaded", "file", file)
+	log.Info("token reloaded", "file", file, "changed", changed)
+	if !changed && credDir != "" && strings.HasPrefix(filepath.Clean(file), filepath.Clean(credDir)+string(filepath.Separator)) {
+		// LoadCredential= copies the file when the service starts.
+		log.Warn("the token file is a systemd credential, copied when the service started: a token rotated in the original "+
+			"reaches the agent when systemd copies it again (at a restart, or at a reload where systemd refreshes credentials on reload)",
+			"file", file)
+	}
 }
 
 // sizeKernel runs sysctl as -sysctl says and logs each key's outcome once.

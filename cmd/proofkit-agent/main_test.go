@@ -84,11 +84,20 @@ var addrRe = regexp.MustCompile(`msg="serving /metrics, /status and /events" add
 // loopback port and never touching the real /proc/sys.
 func start(t *testing.T, dir string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, dir, args...)
+}
+
+// startEnv is start with these environment variables added.
+func startEnv(t *testing.T, env []string, dir string, args ...string) *proc {
+	t.Helper()
 	all := append([]string{
 		"-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir),
 		"-listen", "127.0.0.1:0", "-node", "node-1", "-log-level", "debug",
 	}, args...)
 	p := &proc{t: t, cmd: exec.Command(bin, all...), addr: make(chan string, 1), done: make(chan struct{})}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	pr, pw := io.Pipe()
 	p.cmd.Stderr = pw
 	if err := p.cmd.Start(); err != nil {
@@ -385,6 +394,9 @@ func TestSIGHUPReloadsToken(t *testing.T) {
 	rewrite(t, file, "tok-456\n")
 	hup()
 	waitFor(t, `"token reloaded"`, func() bool { running("on SIGHUP"); return a.count("token reloaded") == 1 })
+	if !strings.Contains(a.log(), "changed=true") {
+		t.Errorf(`"token reloaded" does not say changed=true`)
+	}
 	n := len(plat.authorizations())
 	waitFor(t, "two reports after the reload", func() bool { return len(plat.authorizations()) >= n+2 })
 	running("on SIGHUP")
@@ -425,6 +437,36 @@ func TestSIGHUPReloadsToken(t *testing.T) {
 	}
 	if strings.Contains(a.log(), "tok-") {
 		t.Errorf("the log carries the token:\n%s", a.log())
+	}
+}
+
+// TestSIGHUPCredentialCopy: under systemd's LoadCredential= the token
+// file is a copy made at the service's start, which a rotation of the
+// original does not reach; a SIGHUP that finds the same token there says
+// so, instead of only "token reloaded".
+func TestSIGHUPCredentialCopy(t *testing.T) {
+	dir := node(t, agenttest.Node{MemoryUsedPercent: 40})
+	plat := newPlatform(t)
+	file := tokenFile(t)
+	hint := "the token file is a systemd credential, copied when the service started"
+	for _, credDir := range []string{filepath.Dir(file), t.TempDir()} {
+		a := startEnv(t, []string{"CREDENTIALS_DIRECTORY=" + credDir}, dir, "-sysctl", "off", "-interval", "100ms",
+			"-state-dir", t.TempDir(), "-report-url", "http://"+plat.addr+"/readings", "-token-file", file)
+		waitFor(t, "a report", func() bool { return a.count("reading") >= 1 })
+		if err := a.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, `"token reloaded"`, func() bool { return a.count("token reloaded") == 1 })
+		if code := a.stop(); code != 0 {
+			t.Errorf("exit status after SIGTERM = %d, want 0", code)
+		}
+		if !strings.Contains(a.log(), "changed=false") {
+			t.Errorf("the reload of the same token does not say changed=false")
+		}
+		inCred := credDir == filepath.Dir(file)
+		if got := strings.Contains(a.log(), hint); got != inCred {
+			t.Errorf("token file in $CREDENTIALS_DIRECTORY %v: logged the credential hint %v, want %v", inCred, got, inCred)
+		}
 	}
 }
 
