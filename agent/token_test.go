@@ -26,6 +26,38 @@ func writeToken(t *testing.T, path, content string) {
 	}
 }
 
+// newTokenAgent serves h as the platform and makes an agent of node n1
+// that reports to it with a token file holding tok-A; cfg gives the rest
+// (Interval, RetryMax, Logger, StateDir). It returns the agent and the
+// token file's path; both go when the test ends.
+func newTokenAgent(t *testing.T, h http.Handler, cfg Config) (*Agent, string) {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	file := filepath.Join(t.TempDir(), "token")
+	writeToken(t, file, "tok-A\n")
+	cfg.Node, cfg.Source, cfg.ReportURL, cfg.TokenFile = "n1", newFakeSource(), srv.URL, file
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a, file
+}
+
+// reportOne takes one reading and starts a's reporter, which runs until
+// the test ends; it returns the context both run under.
+func reportOne(t *testing.T, a *Agent) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	if _, err := a.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go a.rep.run(ctx)
+	return ctx
+}
+
 func TestReadTokenFile(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct {
@@ -177,20 +209,11 @@ func (p *tokenPlatform) accepted(token string) []time.Time {
 // with B, and every reading reaches the platform once, in order.
 func TestTokenRotation(t *testing.T) {
 	plat := &tokenPlatform{accept: "Bearer tok-A"}
-	srv := httptest.NewServer(plat)
-	defer srv.Close()
-	file := filepath.Join(t.TempDir(), "token")
-	writeToken(t, file, "tok-A\n")
 	var log lockedBuffer
-	a, err := New(Config{
-		Node: "n1", Source: newFakeSource(), Interval: 20 * time.Millisecond, StateDir: t.TempDir(),
-		ReportURL: srv.URL, TokenFile: file, RetryMax: 20 * time.Millisecond,
+	a, file := newTokenAgent(t, plat, Config{
+		Interval: 20 * time.Millisecond, StateDir: t.TempDir(), RetryMax: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -269,28 +292,15 @@ func TestTokenBadReread(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			plat := &tokenPlatform{accept: "Bearer none yet"}
-			srv := httptest.NewServer(plat)
-			defer srv.Close()
-			file := filepath.Join(t.TempDir(), "token")
-			writeToken(t, file, "tok-A\n")
 			var log lockedBuffer
-			a, err := New(Config{
-				Node: "n1", Source: newFakeSource(), Interval: time.Hour, ReportURL: srv.URL,
-				TokenFile: file, RetryMax: 5 * time.Millisecond,
+			a, file := newTokenAgent(t, plat, Config{
+				Interval: time.Hour, RetryMax: 5 * time.Millisecond,
 				Logger: slog.New(slog.NewTextHandler(&log, nil)),
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
 			if err := tt.spoil(file); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			if _, err := a.Step(ctx); err != nil {
-				t.Fatal(err)
-			}
-			go a.rep.run(ctx)
+			ctx := reportOne(t, a)
 			waitFor(t, "five refusals", func() bool { return len(plat.attempts()) >= 5 })
 			plat.take("tok-A")
 			waitFor(t, "the reading accepted with A", func() bool { return len(plat.accepted("tok-A")) == 1 })
@@ -331,25 +341,12 @@ func TestTokenBadReread(t *testing.T) {
 // at once, and the waiting report goes with B.
 func TestReloadToken(t *testing.T) {
 	plat := &tokenPlatform{accept: "Bearer tok-B"}
-	srv := httptest.NewServer(plat)
-	defer srv.Close()
-	file := filepath.Join(t.TempDir(), "token")
-	writeToken(t, file, "tok-A\n")
 	var log lockedBuffer
-	a, err := New(Config{
-		Node: "n1", Source: newFakeSource(), Interval: time.Hour, ReportURL: srv.URL,
-		TokenFile: file, RetryMax: 5 * time.Millisecond,
+	a, file := newTokenAgent(t, plat, Config{
+		Interval: time.Hour, RetryMax: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&log, nil)),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	if _, err := a.Step(ctx); err != nil {
-		t.Fatal(err)
-	}
-	go a.rep.run(ctx)
+	reportOne(t, a)
 	waitFor(t, "three refusals", func() bool { return len(plat.attempts()) >= 3 })
 	writeToken(t, file, "tok-B\n")
 	n := len(plat.attempts())
@@ -378,7 +375,7 @@ func TestReloadToken(t *testing.T) {
 func TestReloadTokenEndsTheWait(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	a, file := newTokenAgent(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, r.Header.Get("Authorization"))
@@ -386,20 +383,8 @@ func TestReloadTokenEndsTheWait(t *testing.T) {
 			w.Header().Set("Retry-After", "600")
 			w.WriteHeader(http.StatusForbidden)
 		}
-	}))
-	defer srv.Close()
-	file := filepath.Join(t.TempDir(), "token")
-	writeToken(t, file, "tok-A\n")
-	a, err := New(Config{Node: "n1", Source: newFakeSource(), Interval: time.Hour, ReportURL: srv.URL, TokenFile: file, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	if _, err := a.Step(ctx); err != nil {
-		t.Fatal(err)
-	}
-	go a.rep.run(ctx)
+	}), Config{Interval: time.Hour, Logger: testLogger(t)})
+	reportOne(t, a)
 	attempts := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
 	waitFor(t, "a refusal", func() bool { return len(attempts()) == 1 })
 	writeToken(t, file, "tok-B\n")
@@ -418,18 +403,11 @@ func TestReloadTokenEndsTheWait(t *testing.T) {
 func TestTokenConcurrentReload(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	a, file := newTokenAgent(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seen[r.Header.Get("Authorization")]++
 		mu.Unlock()
-	}))
-	defer srv.Close()
-	file := filepath.Join(t.TempDir(), "token")
-	writeToken(t, file, "tok-A\n")
-	a, err := New(Config{Node: "n1", Source: newFakeSource(), Interval: time.Millisecond, ReportURL: srv.URL, TokenFile: file})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}), Config{Interval: time.Millisecond})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
