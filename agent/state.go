@@ -29,12 +29,9 @@ type savedState struct {
 	Last    *overload.Reading `json:"last,omitempty"`
 }
 
-// checkStateDir creates dir if needed and checks that a file can be
-// written and renamed there.
+// checkStateDir checks that a file can be written and renamed in dir,
+// which New has created.
 func checkStateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("state directory: %w", err)
-	}
 	probe := filepath.Join(dir, ".write-check")
 	if err := writeFileAtomic(probe, nil); err != nil {
 		return fmt.Errorf("state directory %s is not writable: %w", dir, err)
