@@ -294,6 +294,23 @@ func TestRestartKeepsOverload(t *testing.T) {
 }
 
 func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
+	// overloaded saves the state of node after three readings at 95 %,
+	// the first a second after start.
+	overloaded := func(node string, start time.Time) func(t *testing.T, dir string) {
+		return func(t *testing.T, dir string) {
+			src := newFakeSource()
+			src.at = start
+			src.setMem(95)
+			a, err := New(Config{Node: node, Source: src, StateDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				a.Step(context.Background())
+			}
+			a.Close()
+		}
+	}
 	tests := []struct {
 		name    string
 		content func(t *testing.T, dir string) // writes state.json
@@ -305,31 +322,8 @@ func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 		{"unknown version", func(t *testing.T, dir string) {
 			os.WriteFile(filepath.Join(dir, stateFile), []byte(`{"v":7}`), 0o600)
 		}, true},
-		{"from the future", func(t *testing.T, dir string) {
-			src := newFakeSource()
-			src.at = time.Now().Add(time.Hour)
-			src.setMem(95)
-			a, err := New(Config{Node: "n1", Source: src, StateDir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for range 3 {
-				a.Step(context.Background())
-			}
-			a.Close()
-		}, false},
-		{"another node", func(t *testing.T, dir string) {
-			src := newFakeSource()
-			src.setMem(95)
-			a, err := New(Config{Node: "other", Source: src, StateDir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for range 3 {
-				a.Step(context.Background())
-			}
-			a.Close()
-		}, false},
+		{"from the future", overloaded("n1", time.Now().Add(time.Hour)), false},
+		{"another node", overloaded("other", newFakeSource().at), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
