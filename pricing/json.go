@@ -79,21 +79,8 @@ func (s *Session) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &p); err != nil {
 		return fmt.Errorf("pricing: decode session: %w: %w", ErrInvalid, err)
 	}
-	start, err := toNanos(p.Start)
-	if err != nil {
-		return fmt.Errorf("pricing: decode session: start: %w", err)
-	}
-	if p.Locked < 0 {
-		return fmt.Errorf("pricing: decode session: negative locked price %d: %w", p.Locked, ErrInvalid)
-	}
-	if !p.End.IsZero() {
-		end, err := toNanos(p.End)
-		if err != nil {
-			return fmt.Errorf("pricing: decode session: end: %w", err)
-		}
-		if end < start {
-			return fmt.Errorf("pricing: decode session: ends at %v before it starts at %v: %w", p.End, p.Start, ErrInvalid)
-		}
+	if _, _, err := Session(p).span(); err != nil {
+		return fmt.Errorf("pricing: decode session: %w", err)
 	}
 	*s = Session(p)
 	return nil

@@ -72,6 +72,24 @@ func (h *History) SessionPrice(s Session, t time.Time) (Price, error) {
 // checkSession validates s against the history and returns its start and
 // end (math.MaxInt64 while it runs) in Unix nanoseconds.
 func (h *History) checkSession(s Session) (start, end int64, err error) {
+	if start, end, err = s.span(); err != nil {
+		return 0, 0, err
+	}
+	if h.pruned && start < h.prunedBefore {
+		return 0, 0, fmt.Errorf("session started at %v: history for sessions before %v was pruned: %w",
+			s.Start, fromNanos(h.prunedBefore), ErrPruned)
+	}
+	if h.lastAtOrBefore(start) < 0 {
+		return 0, 0, h.noPrice("session started at", s.Start)
+	}
+	return start, end, nil
+}
+
+// span validates s on its own (no negative locked price, a start within
+// the supported range, an end, when there is one, not before the start)
+// and returns its start and end (math.MaxInt64 while it runs) in Unix
+// nanoseconds.
+func (s Session) span() (start, end int64, err error) {
 	if s.Locked < 0 {
 		return 0, 0, fmt.Errorf("session started at %v: negative locked price %d: %w", s.Start, s.Locked, ErrInvalid)
 	}
@@ -87,13 +105,6 @@ func (h *History) checkSession(s Session) (start, end int64, err error) {
 		if end < start {
 			return 0, 0, fmt.Errorf("session ends at %v before it starts at %v: %w", s.End, s.Start, ErrInvalid)
 		}
-	}
-	if h.pruned && start < h.prunedBefore {
-		return 0, 0, fmt.Errorf("session started at %v: history for sessions before %v was pruned: %w",
-			s.Start, fromNanos(h.prunedBefore), ErrPruned)
-	}
-	if h.lastAtOrBefore(start) < 0 {
-		return 0, 0, h.noPrice("session started at", s.Start)
 	}
 	return start, end, nil
 }
