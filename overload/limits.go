@@ -1,6 +1,7 @@
 package overload
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -52,73 +53,44 @@ type Limits struct {
 	MaxEvents int `json:"max_events,omitempty"`
 }
 
-// The defaults, the platform's rule as the operators' help states it.
-const (
-	defaultMemoryPercent        = 90
-	defaultLoadPerCPU           = 2
-	defaultConntrackFillPercent = 80
-	defaultConntrackDrops       = 0
-	defaultListenDrops          = 10
-	defaultBandwidthPercent     = 80
-	defaultWindow               = 5
-	defaultNeed                 = 3
-	defaultNoticeEvery          = time.Hour
-	defaultMaxEvents            = 100
+// maxWindow bounds Window so a tracker's state stays small.
+const maxWindow = 1000
 
-	// maxWindow bounds Window so a tracker's state stays small.
-	maxWindow = 1000
-)
-
-// DefaultLimits returns the platform's rule: memory over 90 %, a 15-minute
-// load average above twice the CPU cores, the connection table 80 % full,
-// any connection dropped by that table when full, 10 or more dropped by
-// full listen queues, bandwidth over 80 % of the link speed; 3 of 5
-// readings; one notice an hour; the latest 100 events.
+// DefaultLimits returns the platform's rule, as the operators' help states
+// it: memory over 90 %, a 15-minute load average above twice the CPU
+// cores, the connection table 80 % full, any connection dropped by that
+// table when full, 10 or more dropped by full listen queues, bandwidth
+// over 80 % of the link speed; 3 of 5 readings; one notice an hour; the
+// latest 100 events.
 func DefaultLimits() Limits {
 	return Limits{
-		MemoryPercent:        defaultMemoryPercent,
-		LoadPerCPU:           defaultLoadPerCPU,
-		ConntrackFillPercent: defaultConntrackFillPercent,
-		ConntrackDrops:       defaultConntrackDrops,
-		ListenDrops:          defaultListenDrops,
-		BandwidthPercent:     defaultBandwidthPercent,
-		Window:               defaultWindow,
-		Need:                 defaultNeed,
-		NoticeEvery:          defaultNoticeEvery,
-		MaxEvents:            defaultMaxEvents,
+		MemoryPercent:        90,
+		LoadPerCPU:           2,
+		ConntrackFillPercent: 80,
+		ConntrackDrops:       0,
+		ListenDrops:          10,
+		BandwidthPercent:     80,
+		Window:               5,
+		Need:                 3,
+		NoticeEvery:          time.Hour,
+		MaxEvents:            100,
 	}
 }
 
-// withDefaults returns l with every zero field replaced by its default.
+// withDefaults returns l with every zero field replaced by its default
+// (ConntrackDrops's default is its zero value). Need's default is at most
+// Window.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
-	if l.MemoryPercent == 0 {
-		l.MemoryPercent = d.MemoryPercent
-	}
-	if l.LoadPerCPU == 0 {
-		l.LoadPerCPU = d.LoadPerCPU
-	}
-	if l.ConntrackFillPercent == 0 {
-		l.ConntrackFillPercent = d.ConntrackFillPercent
-	}
-	if l.ListenDrops == 0 {
-		l.ListenDrops = d.ListenDrops
-	}
-	if l.BandwidthPercent == 0 {
-		l.BandwidthPercent = d.BandwidthPercent
-	}
-	if l.Window == 0 {
-		l.Window = d.Window
-	}
-	if l.Need == 0 {
-		l.Need = min(d.Need, l.Window)
-	}
-	if l.NoticeEvery == 0 {
-		l.NoticeEvery = d.NoticeEvery
-	}
-	if l.MaxEvents == 0 {
-		l.MaxEvents = d.MaxEvents
-	}
+	l.MemoryPercent = cmp.Or(l.MemoryPercent, d.MemoryPercent)
+	l.LoadPerCPU = cmp.Or(l.LoadPerCPU, d.LoadPerCPU)
+	l.ConntrackFillPercent = cmp.Or(l.ConntrackFillPercent, d.ConntrackFillPercent)
+	l.ListenDrops = cmp.Or(l.ListenDrops, d.ListenDrops)
+	l.BandwidthPercent = cmp.Or(l.BandwidthPercent, d.BandwidthPercent)
+	l.Window = cmp.Or(l.Window, d.Window)
+	l.Need = cmp.Or(l.Need, min(d.Need, l.Window))
+	l.NoticeEvery = cmp.Or(l.NoticeEvery, d.NoticeEvery)
+	l.MaxEvents = cmp.Or(l.MaxEvents, d.MaxEvents)
 	return l
 }
 
