@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -75,7 +76,7 @@ func TestSeedOneNoticeAnHourEveryEventListed(t *testing.T) {
 	for _, e := range a.Events() {
 		kinds = append(kinds, e.Kind)
 	}
-	if want := []overload.EventKind{overload.Start, overload.End, overload.Start}; !equalKinds(kinds, want) {
+	if want := []overload.EventKind{overload.Start, overload.End, overload.Start}; !slices.Equal(kinds, want) {
 		t.Errorf("events %v, want %v", kinds, want)
 	}
 	if v := testCounter(t, a, "proofkit_agent_notices_total"); v != 1 {
@@ -91,16 +92,4 @@ func TestSeedOneNoticeAnHourEveryEventListed(t *testing.T) {
 	if n := strings.Count(out, `msg="node overloaded"`); n != 2 {
 		t.Errorf("logged %d starts, want 2:\n%s", n, out)
 	}
-}
-
-func equalKinds(a, b []overload.EventKind) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
