@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -429,63 +428,30 @@ func post(t *testing.T, url, token, body string) int {
 	return resp.StatusCode
 }
 
-// echoNode stands for a node behind pinproxy: it names itself to each
-// client, then echoes.
-func echoNode(t *testing.T, name string) string {
-	t.Helper()
-	return pinproxytest.New(t, name, namedEcho).Addr
-}
-
-func namedEcho(n *pinproxytest.Node, c net.Conn) {
-	fmt.Fprintf(c, "%s\n", n.Name)
-	io.Copy(c, c)
-}
-
-// dialVia connects through the proxy and returns the connection and the
-// name of the node it landed on, after checking that bytes go both ways.
-func dialVia(t *testing.T, proxy string) (net.Conn, string) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", proxy, wait)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(wait))
-	r := bufio.NewReader(c)
-	name, err := r.ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading the node's name through the proxy: %v", err)
-	}
-	if _, err := io.WriteString(c, "ping\n"); err != nil {
-		t.Fatal(err)
-	}
-	if echo, err := r.ReadString('\n'); err != nil || echo != "ping\n" {
-		t.Fatalf("echo through the proxy: %q, %v", echo, err)
-	}
-	return c, strings.TrimSpace(name)
-}
-
 // TestPinproxyLeastUsed: pinproxy in front of two nodes sends each new
 // client to the node with the fewest live connections.
 func TestPinproxyLeastUsed(t *testing.T) {
-	n1, n2 := echoNode(t, "node-1"), echoNode(t, "node-2")
-	px := start(t, "pinproxy", "-listen", "127.0.0.1:0", "-upstreams", n1+","+n2, "-rebalance-interval", "0")
+	// Each node answers a client's line with its name and the line, so a
+	// client learns where it landed once bytes went both ways.
+	n1 := pinproxytest.New(t, "node-1", pinproxytest.Line)
+	n2 := pinproxytest.New(t, "node-2", pinproxytest.Line)
+	px := start(t, "pinproxy", "-listen", "127.0.0.1:0", "-upstreams", n1.Addr+","+n2.Addr, "-rebalance-interval", "0")
 	addr := px.addr(t, "pinproxy listening")
 
-	_, on := dialVia(t, addr) // stays open until the test ends
+	_, on := pinproxytest.Dial(t, addr, "a") // stays open until the test ends
 	if on != "node-1" {
 		t.Fatalf("first client on %s, want node-1 (a tie goes to the first listed)", on)
 	}
-	b, on := dialVia(t, addr)
+	b, on := pinproxytest.Dial(t, addr, "b")
 	if on != "node-2" {
 		t.Fatalf("second client on %s, want node-2, the least used", on)
 	}
-	b.Close()
+	b.Conn.Close()
 	// Once node-2's connection is gone (the proxy sees the close), the
 	// next client goes there again: node-1 still holds one.
 	waitFor(t, "node-2's connection to close", func() bool {
-		c, on := dialVia(t, addr)
-		c.Close()
+		c, on := pinproxytest.Dial(t, addr, "c")
+		c.Conn.Close()
 		return on == "node-2"
 	})
 }

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -35,17 +31,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// upstream is a node that says its name to each client, then echoes.
-func upstream(t *testing.T, name string) string {
-	t.Helper()
-	return pinproxytest.New(t, name, namedEcho).Addr
-}
-
-func namedEcho(n *pinproxytest.Node, c net.Conn) {
-	fmt.Fprintf(c, "%s\n", n.Name)
-	io.Copy(c, c)
-}
-
 func waitAddr(t *testing.T, out *lockedBuffer, msg string) string {
 	t.Helper()
 	re := regexp.MustCompile(`msg="` + msg + `" .*?\baddr=(\S+)`)
@@ -64,7 +49,10 @@ func waitAddr(t *testing.T, out *lockedBuffer, msg string) string {
 // upstreams (least used first), /proxy/stats shows them, Stats are logged
 // on the timer, and cancelling (SIGTERM) drains and exits 0.
 func TestService(t *testing.T) {
-	a, b := upstream(t, "eu-01"), upstream(t, "usa-01")
+	// Each upstream answers a client's line with its name and the line, so
+	// a client learns where it landed once bytes went both ways.
+	a := pinproxytest.New(t, "eu-01", pinproxytest.Line).Addr
+	b := pinproxytest.New(t, "usa-01", pinproxytest.Line).Addr
 	out := &lockedBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -77,23 +65,9 @@ func TestService(t *testing.T) {
 	apiAddr := waitAddr(t, out, "http listening")
 
 	var names []string
-	for range 2 {
-		c, err := net.Dial("tcp", proxyAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		r := bufio.NewReader(c)
-		name, err := r.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, strings.TrimSpace(name))
-		fmt.Fprintf(c, "ping\n")
-		if echo, err := r.ReadString('\n'); err != nil || echo != "ping\n" {
-			t.Fatalf("echo %q %v", echo, err)
-		}
+	for _, id := range []string{"c1", "c2"} {
+		_, name := pinproxytest.Dial(t, proxyAddr, id) // open until the test ends
+		names = append(names, name)
 	}
 	if names[0] != "eu-01" || names[1] != "usa-01" {
 		t.Fatalf("clients landed on %v, want [eu-01 usa-01] (least used, ties to the first listed)", names)
