@@ -74,7 +74,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("pinproxy: no upstreams: at least one host:port is required")
 	}
 	seen := make(map[string]int, len(c.Upstreams))
-	ups := make([]string, len(c.Upstreams))
 	for i, addr := range c.Upstreams {
 		if err := checkHostPort(addr); err != nil {
 			return c, fmt.Errorf("pinproxy: upstream %d %q: %w", i+1, addr, err)
@@ -83,9 +82,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("pinproxy: upstream %d %q: listed twice (also upstream %d)", i+1, addr, j+1)
 		}
 		seen[addr] = i
-		ups[i] = addr
 	}
-	c.Upstreams = ups
 	switch {
 	case c.DialTimeout < 0:
 		return c, fmt.Errorf("pinproxy: dial timeout %v: must not be negative", c.DialTimeout)
