@@ -20,7 +20,9 @@ func median(v []float64) float64 {
 }
 
 func report(w io.Writer, o options, targets []*target, res results) {
-	row := func(t *target, metric, format string) {
+	// row prints t's median of metric under label, then each round's
+	// figure.
+	row := func(label string, t *target, metric, format string) {
 		v := res[metric][t.name]
 		if len(v) == 0 {
 			return
@@ -29,7 +31,12 @@ func report(w io.Writer, o options, targets []*target, res results) {
 		for _, x := range v {
 			each = append(each, fmt.Sprintf(format, x))
 		}
-		fmt.Fprintf(w, "  %-36s %10s   (%s)\n", t.label, fmt.Sprintf(format, median(v)), strings.Join(each, " "))
+		fmt.Fprintf(w, "  %-36s %10s   (%s)\n", label, fmt.Sprintf(format, median(v)), strings.Join(each, " "))
+	}
+	rows := func(metric, format string) {
+		for _, t := range targets {
+			row(t.label, t, metric, format)
+		}
 	}
 	// ratioOf prints num's median over of's, and PASS/MISS against want
 	// (0: no target).
@@ -54,30 +61,22 @@ func report(w io.Writer, o options, targets []*target, res results) {
 	}
 
 	fmt.Fprintf(w, "\nthroughput, MiB/s: %d streams client→proxy→sink, %s each, median of %d rounds (each round)\n", o.streams, o.duration, o.rounds)
-	for _, t := range targets {
-		row(t, mThroughput, "%.0f")
-	}
+	rows(mThroughput, "%.0f")
 	ratio(mThroughput, "HAProxy", "haproxy", true, 1.2)
 	ratio(mThroughput, "HAProxy, splice forced", "haproxy-force", true, 0)
 	ratio(mThroughput, "direct", "direct", true, 0)
 	fmt.Fprintf(w, "  proxy CPU time per GiB moved, ms (user+system, /proc/PID/stat; steadier than MiB/s on a busy machine)\n")
-	for _, t := range targets {
-		row(t, mBulkCPU, "%.0f")
-	}
+	rows(mBulkCPU, "%.0f")
 
 	fmt.Fprintf(w, "\nconnection rate, conn/s: %d clients for %s; each connection: connect, write 1 byte, read the upstream's echo, close\n", o.clients, o.duration)
-	for _, t := range targets {
-		row(t, mConnRate, "%.0f")
-	}
+	rows(mConnRate, "%.0f")
 	ratio(mConnRate, "HAProxy", "haproxy", true, 1.0)
 	ratio(mConnRate, "HAProxy, splice forced", "haproxy-force", true, 0)
 	ratio(mConnRate, "direct", "direct", true, 0)
 	ratioOf(mConnRate, "floor", "epoll floor", "HAProxy", "haproxy", true, 0)
 	ratioOf(mConnRate, "pinproxy", "pinproxy", "epoll floor", "floor", true, 0)
 	fmt.Fprintf(w, "  proxy CPU time per connection, µs (user+system, /proc/PID/stat)\n")
-	for _, t := range targets {
-		row(t, mConnCPU, "%.0f")
-	}
+	rows(mConnCPU, "%.0f")
 	ratioOf(mConnCPU, "floor", "epoll floor", "HAProxy", "haproxy", false, 0)
 	ratioOf(mConnCPU, "pinproxy", "pinproxy", "epoll floor", "floor", false, 0)
 	for _, t := range targets {
@@ -92,19 +91,16 @@ func report(w io.Writer, o options, targets []*target, res results) {
 			continue
 		}
 		fmt.Fprintf(w, "  %s, N = %.0f\n", t.label, median(res[mIdleN][t.name]))
-		tt := *t
-		tt.label = "  VmRSS KiB/conn"
-		row(&tt, mIdleRSS, "%.1f")
-		tt.label = "  Go heap+stack in use KiB/conn"
-		row(&tt, mIdleGo, "%.1f")
-		tt.label = "  of which stacks KiB/conn"
-		row(&tt, mIdleStack, "%.1f")
-		tt.label = "  open fds/conn"
-		row(&tt, mIdleFDs, "%.2f")
-		tt.label = "  goroutines/conn"
-		row(&tt, mIdleGs, "%.2f")
-		tt.label = "  VmRSS KiB/conn after 2 GCs, freed pages returned"
-		row(&tt, mIdleGCRSS, "%.1f")
+		for _, r := range []struct{ label, metric, format string }{
+			{"VmRSS KiB/conn", mIdleRSS, "%.1f"},
+			{"Go heap+stack in use KiB/conn", mIdleGo, "%.1f"},
+			{"of which stacks KiB/conn", mIdleStack, "%.1f"},
+			{"open fds/conn", mIdleFDs, "%.2f"},
+			{"goroutines/conn", mIdleGs, "%.2f"},
+			{"VmRSS KiB/conn after 2 GCs, freed pages returned", mIdleGCRSS, "%.1f"},
+		} {
+			row("  "+r.label, t, r.metric, r.format)
+		}
 	}
 	if v := res[mIdleRSS]["pinproxy"]; len(v) > 0 {
 		fmt.Fprintf(w, "  pinproxy VmRSS per idle connection %10.1f KiB   target ≤ 10 KiB: %s\n", median(v), passMiss(median(v) <= 10))
