@@ -129,11 +129,7 @@ func TestChargeOverflow(t *testing.T) {
 // in pieces and adding, changes nothing.
 func TestPropertyChargeExact(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := genHistory(t)
-		s, err := h.Lock(minutesAfter(t, t0, 3000, "start"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		h, s := genSession(t)
 		n := rapid.IntRange(0, 30).Draw(t, "records")
 		var usage []Usage
 		exact := new(big.Int)

@@ -30,6 +30,17 @@ func genHistory(t *rapid.T) *History {
 	return h
 }
 
+// genSession draws a history (genHistory) and a session locked in it,
+// starting a whole number of minutes after t0.
+func genSession(t *rapid.T) (*History, Session) {
+	h := genHistory(t)
+	s, err := h.Lock(minutesAfter(t, t0, 3000, "start"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, s
+}
+
 // minutesAfter draws an instant a whole number of minutes after from.
 func minutesAfter(t *rapid.T, from time.Time, max int, label string) time.Time {
 	return from.Add(time.Duration(rapid.IntRange(0, max).Draw(t, label)) * time.Minute)
@@ -38,11 +49,7 @@ func minutesAfter(t *rapid.T, from time.Time, max int, label string) time.Time {
 // The fast session price equals the rule sampled every minute.
 func TestPropertyMatchesSampledRule(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := genHistory(t)
-		s, err := h.Lock(minutesAfter(t, t0, 3000, "start"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		h, s := genSession(t)
 		at := minutesAfter(t, s.Start, 1500, "at")
 		got, err := h.SessionPrice(s, at)
 		if err != nil {
@@ -93,11 +100,7 @@ func TestPropertyMatchesRuleAnyInstant(t *testing.T) {
 // window.
 func TestPropertyNeverRises(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := genHistory(t)
-		s, err := h.Lock(minutesAfter(t, t0, 3000, "start"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		h, s := genSession(t)
 		w := h.win()
 		prev := s.Locked
 		lowerStood := false // the node asked less than locked during a whole window
