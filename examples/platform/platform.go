@@ -296,12 +296,7 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 		if n.info.Role == 0 {
 			continue
 		}
-		routes := make([]routing.Route, 0, len(n.routes))
-		for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
-			rt := n.routes[rid]
-			rt.Route.Price = p.sessionPrice(n, rt, now)
-			routes = append(routes, rt.Route)
-		}
+		routes := p.appendPricedRoutes(make([]routing.Route, 0, len(n.routes)), n, now)
 		plan, err := p.cfg.Policy.Plan(now, n.info, routes, alts)
 		if err != nil {
 			p.log.Error("plan round", "node", id, "err", err)
@@ -346,12 +341,7 @@ func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
 	if f.idx == nil {
 		var all []routing.Route
 		for _, id := range f.p.ids() {
-			n := f.p.nodes[id]
-			for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
-				rt := n.routes[rid]
-				rt.Route.Price = f.p.sessionPrice(n, rt, f.now)
-				all = append(all, rt.Route)
-			}
+			all = f.p.appendPricedRoutes(all, f.p.nodes[id], f.now)
 		}
 		f.idx = routing.NewIndex(all)
 	}
@@ -370,6 +360,18 @@ func (f *fleetIndex) remove(r routing.Route) {
 // earlier instant through once).
 func sameBudgets(a, b routing.NodeState) bool {
 	return a.UnusedTokens == b.UnusedTokens && a.UnusedAccrued.Equal(b.UnusedAccrued) && a.LastMove.Equal(b.LastMove)
+}
+
+// appendPricedRoutes appends n's routes in ID order, each at its session's
+// price at now. The price is stored back in the route, so the node's file
+// shows the one the last plan saw.
+func (p *platform) appendPricedRoutes(dst []routing.Route, n *node, now time.Time) []routing.Route {
+	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
+		rt := n.routes[rid]
+		rt.Route.Price = p.sessionPrice(n, rt, now)
+		dst = append(dst, rt.Route)
+	}
+	return dst
 }
 
 // sessionPrice is what the route's user pays now; the locked price when
