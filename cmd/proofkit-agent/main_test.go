@@ -187,17 +187,23 @@ func (p *proc) metrics() map[string]*dto.MetricFamily {
 	return fams
 }
 
-func (p *proc) status() agent.Status {
+// getJSON decodes the agent's answer to GET path into v.
+func (p *proc) getJSON(path string, v any) {
 	p.t.Helper()
-	var st agent.Status
-	resp, err := http.Get(p.url("/status"))
+	resp, err := http.Get(p.url(path))
 	if err != nil {
 		p.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		p.t.Fatal(err)
 	}
+}
+
+func (p *proc) status() agent.Status {
+	p.t.Helper()
+	var st agent.Status
+	p.getJSON("/status", &st)
 	return st
 }
 
@@ -534,14 +540,7 @@ func TestRestartKeepsOverload(t *testing.T) {
 	}
 	waitFor(t, "the overload ended", func() bool { return b.count("overload ended") == 1 })
 	var ev []overload.Event
-	resp, err := http.Get(b.url("/events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&ev); err != nil {
-		t.Fatal(err)
-	}
+	b.getJSON("/events", &ev)
 	if len(ev) != 2 || ev[0].Kind != overload.Start || ev[1].Kind != overload.End || !ev[0].At.Equal(st.Since) {
 		t.Errorf("/events = %+v, want the start at %v and its end", ev, st.Since)
 	}
