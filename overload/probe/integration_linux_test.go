@@ -167,13 +167,7 @@ func mustThreadSelf(p *Probe) string {
 func TestIntegrationConntrack(t *testing.T) {
 	requireRoot(t, "ip", "nft")
 	name, nsPath := newNetNS(t)
-	runStdin(t, `table inet nkprobe {
-	chain out {
-		type filter hook output priority 0;
-		ct state new accept
-	}
-}
-`, "ip", "netns", "exec", name, "nft", "-f", "-")
+	trackConnections(t, name)
 	p := newProbe(t, Config{NetNS: nsPath})
 	r0 := read(t, p)
 	if slices.Contains(r0.Missing, overload.InputConntrack) {
@@ -351,13 +345,7 @@ func readWithoutCap() int {
 func TestIntegrationConntrackFull(t *testing.T) {
 	requireRoot(t, "ip", "nft")
 	name, nsPath := newNetNS(t)
-	runStdin(t, `table inet nkprobe {
-	chain out {
-		type filter hook output priority 0;
-		ct state new accept
-	}
-}
-`, "ip", "netns", "exec", name, "nft", "-f", "-")
+	trackConnections(t, name)
 	p := newProbe(t, Config{NetNS: nsPath})
 	read(t, p)
 	read(t, p)

@@ -101,13 +101,22 @@ func waitState(t testing.TB, ns string, up bool, devs ...string) {
 	}
 }
 
-// runStdin runs a command with stdin and fails t if it fails.
-func runStdin(t testing.TB, stdin, name string, args ...string) {
+// trackConnections loads an nftables rule with a `ct state` match into
+// the namespace named ns, so that its connections go into the conntrack
+// table (the kernel tracks none while no rule asks for it).
+func trackConnections(t testing.TB, ns string) {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Stdin = strings.NewReader(stdin)
+	const rules = `table inet nkprobe {
+	chain out {
+		type filter hook output priority 0;
+		ct state new accept
+	}
+}
+`
+	cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		t.Fatalf("nft -f in %s: %v: %s", ns, err, out)
 	}
 }
 
