@@ -109,6 +109,21 @@ func needRoot(t *testing.T, tools ...string) {
 	}
 }
 
+// selfAndNS returns this test binary, for runChild, and the link of this
+// process's namespace of the kind ("mnt", "net"), by which the child
+// checks that it runs in a namespace of its own.
+func selfAndNS(t *testing.T, kind string) (exe, ns string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns, err = os.Readlink("/proc/self/ns/" + kind); err != nil {
+		t.Fatal(err)
+	}
+	return exe, ns
+}
+
 // runChild starts this test binary as a child and decodes its report.
 func runChild(t *testing.T, cmd *exec.Cmd, mode, dir, ns string) childOut {
 	t.Helper()
@@ -198,14 +213,7 @@ func checkHostUntouched(t *testing.T, before, after map[string]string, rep Repor
 // raise must land in the file, and nothing on the host changes.
 func TestIntegrationReadOnlyProcSys(t *testing.T) {
 	needRoot(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mntNS, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe, mntNS := selfAndNS(t, "mnt")
 	before := liveValues()
 	hostPlan, err := Plan(Config{})
 	if err != nil {
@@ -258,14 +266,7 @@ var netnsSeq atomic.Int32
 // raised there, and only there.
 func TestIntegrationNetns(t *testing.T) {
 	needRoot(t, "ip")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	netNS, err := os.Readlink("/proc/self/ns/net")
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe, netNS := selfAndNS(t, "net")
 	name := fmt.Sprintf("nk-sysctl-%d-%d", os.Getpid(), netnsSeq.Add(1))
 	if b, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", name, err, b)
