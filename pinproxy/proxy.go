@@ -31,7 +31,8 @@ type Proxy struct {
 
 	// stopCtx ends when Shutdown is called: it stops the rebalance
 	// rounds and the accept loops' back-off sleeps. killCtx ends when
-	// Shutdown gives up waiting (or returns): it aborts dials in flight.
+	// Shutdown gives up waiting (or returns): it aborts dials in flight,
+	// and connect, which checks it under mu, links no connection after it.
 	stopCtx  context.Context
 	stop     context.CancelFunc
 	killCtx  context.Context
@@ -52,7 +53,6 @@ type Proxy struct {
 	presetKA      map[net.Listener]struct{} // made by Listen: accepted conns have keepalive set already
 	tickerStarted bool
 	closed        bool // Shutdown was called
-	forced        bool // Shutdown stopped waiting and closed what was left
 }
 
 // upstream is one configured upstream and its live connections. All fields
@@ -316,7 +316,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 	for {
 		now := time.Now()
 		p.mu.Lock()
-		if p.forced {
+		if p.killCtx.Err() != nil {
 			p.mu.Unlock()
 			return nil
 		}
@@ -352,7 +352,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		}
 		u.answered = true
 		u.backoffUntil = time.Time{}
-		if p.forced {
+		if p.killCtx.Err() != nil {
 			p.mu.Unlock()
 			uc.Close()
 			return nil
@@ -491,8 +491,10 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 
+	// Dials in flight give up, and from here on connect links nothing
+	// (it checks killCtx under mu), so the list taken below is all there is.
+	p.kill()
 	p.mu.Lock()
-	p.forced = true
 	var left []*conn
 	for _, u := range p.upstreams {
 		for c := u.head; c != nil; c = c.next {
@@ -500,7 +502,6 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		}
 	}
 	p.mu.Unlock()
-	p.kill() // dials in flight give up
 	for _, c := range left {
 		c.client.Close()
 		c.upstream.Close()
