@@ -208,28 +208,21 @@ func run(o options) error {
 	began := time.Now()
 	for round := range o.rounds {
 		order := append(slices.Clone(targets[round%len(targets):]), targets[:round%len(targets)]...)
-		for _, t := range order {
-			if !o.metrics["throughput"] {
-				break
-			}
-			if err := measureThroughput(o, res, t, bulk, round); err != nil {
-				return fmt.Errorf("round %d, %s: %w", round+1, t.name, err)
-			}
-		}
-		for _, t := range order {
-			if !o.metrics["connrate"] {
-				break
-			}
-			if err := measureConnRate(o, res, t, echo, round); err != nil {
-				return fmt.Errorf("round %d, %s: %w", round+1, t.name, err)
-			}
-		}
-		for _, t := range order {
-			if t.idleMax == 0 || !o.metrics["idle"] {
+		for _, m := range []struct {
+			name    string // as -metrics names it
+			measure func(*target) error
+		}{
+			{"throughput", func(t *target) error { return measureThroughput(o, res, t, bulk, round) }},
+			{"connrate", func(t *target) error { return measureConnRate(o, res, t, echo, round) }},
+			{"idle", func(t *target) error { return measureIdle(o, res, t, echo) }},
+		} {
+			if !o.metrics[m.name] {
 				continue
 			}
-			if err := measureIdle(o, res, t, echo); err != nil {
-				return fmt.Errorf("round %d, %s: %w", round+1, t.name, err)
+			for _, t := range order {
+				if err := m.measure(t); err != nil {
+					return fmt.Errorf("round %d, %s: %w", round+1, t.name, err)
+				}
 			}
 		}
 		fmt.Printf("round %d done (%s)\n", round+1, time.Since(began).Round(time.Second))
@@ -251,38 +244,49 @@ func profile(o options, r *running, name string, round int, phase string) func()
 	return func() { r.ctl.call("stopprofile") }
 }
 
-func measureThroughput(o options, res results, t *target, bulk []string, round int) error {
-	r, err := t.start(bulk)
+// timed starts t in front of upstreams and runs f against it, profiling
+// t's process for phase (-cpuprofile) meanwhile. It returns the CPU time
+// that process used during f and the wall time that passed (0, 0 for a
+// target without a process of its own).
+func timed(o options, t *target, upstreams []string, round int, phase string, f func(*running) error) (used, elapsed time.Duration, err error) {
+	r, err := t.start(upstreams)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer r.stop()
-	stop := profile(o, r, t.name, round, "throughput")
+	stop := profile(o, r, t.name, round, phase)
 	cpu := startCPU(r)
-	bps, err := throughput(r.addrs[0], o.streams, o.duration)
-	used, perSecond := cpu()
+	err = f(r)
+	used, elapsed = cpu()
 	stop()
+	return used, elapsed, err
+}
+
+func measureThroughput(o options, res results, t *target, bulk []string, round int) error {
+	var bps float64
+	used, elapsed, err := timed(o, t, bulk, round, "throughput", func(r *running) (err error) {
+		bps, err = throughput(r.addrs[0], o.streams, o.duration)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	res.add(mThroughput, t.name, bps/(1<<20))
 	if used > 0 {
-		res.add(mBulkCPU, t.name, used.Seconds()*1000/(bps*perSecond.Seconds()/(1<<30)))
+		res.add(mBulkCPU, t.name, used.Seconds()*1000/(bps*elapsed.Seconds()/(1<<30)))
 	}
 	return nil
 }
 
 func measureConnRate(o options, res results, t *target, echo []string, round int) error {
-	r, err := t.start(echo)
-	if err != nil {
+	var (
+		rate   float64
+		failed int64
+	)
+	used, elapsed, err := timed(o, t, echo, round, "connrate", func(r *running) (err error) {
+		rate, failed, err = connRate(r.addrs, o.clients, o.duration)
 		return err
-	}
-	defer r.stop()
-	stop := profile(o, r, t.name, round, "connrate")
-	cpu := startCPU(r)
-	rate, failed, err := connRate(r.addrs, o.clients, o.duration)
-	used, elapsed := cpu()
-	stop()
+	})
 	if err != nil {
 		return err
 	}
@@ -315,8 +319,12 @@ func startCPU(r *running) func() (used, elapsed time.Duration) {
 // measureIdle starts the target fresh, warms it with a few connections,
 // then holds n idle connections open through it and takes the growth of
 // its resident memory (VmRSS), open fds and, for a Go proxy, its own
-// heap+stack figures, per connection.
+// heap+stack figures, per connection. A target without a process of its
+// own (direct) is skipped.
 func measureIdle(o options, res results, t *target, echo []string) error {
+	if t.idleMax == 0 {
+		return nil
+	}
 	n := min(o.idle, t.idleMax)
 	r, err := t.start(echo)
 	if err != nil {
