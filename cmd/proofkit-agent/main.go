@@ -439,7 +439,6 @@ func once(ctx context.Context, cfg probe.Config, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
 		return 1
 	}
-	r.Node = cfg.Node
 	if err := r.Validate(); err != nil {
 		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
 		return 1
