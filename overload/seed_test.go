@@ -1,8 +1,8 @@
 package overload
 
 import (
-	"strings"
 	"testing"
+	"time"
 )
 
 // "A node becomes overloaded when any check passed in at least 3 of its
@@ -20,35 +20,19 @@ func TestSeedStaysOverloadedUntilNoCheckHolds(t *testing.T) {
 		events     = "  S      E "
 	)
 	tr := NewTracker("eu-01", Limits{})
-	at := t0
-	var over, ev strings.Builder
-	notices := 0
-	for _, c := range readings {
-		at = at.Add(step)
+	over, ev, notices := trace(t, tr, readings, func(c rune, at time.Time) Reading {
 		r := calm(at)
-		if c == 'm' {
+		switch c {
+		case 'm':
 			r.MemoryUsedPercent = 92
-		}
-		if c == 'l' {
+		case 'l':
 			r.ListenDrops = 14
 		}
-		res := observe(t, tr, r)
-		over.WriteByte("-O"[b2i(res.Overloaded)])
-		switch {
-		case res.Event == nil:
-			ev.WriteByte(' ')
-		case res.Event.Kind == Start:
-			ev.WriteByte('S')
-		default:
-			ev.WriteByte('E')
-		}
-		if res.Notice != nil {
-			notices++
-		}
-	}
-	if over.String() != overloaded || ev.String() != events {
+		return r
+	})
+	if over != overloaded || ev != events {
 		t.Errorf("readings   %q\noverloaded %q, want %q\nevents     %q, want %q",
-			readings, over.String(), overloaded, ev.String(), events)
+			readings, over, overloaded, ev, events)
 	}
 	if notices != 1 {
 		t.Errorf("%d notices, want the one of the start", notices)

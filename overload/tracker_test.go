@@ -49,42 +49,52 @@ func TestWindow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := NewTracker("eu-01", Limits{})
-			at := t0
-			var over, ev strings.Builder
-			for _, c := range tt.readings {
-				at = at.Add(step)
-				r := calm(at)
+			over, ev, _ := trace(t, NewTracker("eu-01", Limits{}), tt.readings, func(c rune, at time.Time) Reading {
 				if c == 'x' {
-					r = hot(at)
+					return hot(at)
 				}
-				res := observe(t, tr, r)
-				if res.Overloaded != tr.Overloaded() {
-					t.Fatalf("result says overloaded=%v, tracker %v", res.Overloaded, tr.Overloaded())
-				}
-				over.WriteByte("-O"[b2i(res.Overloaded)])
-				switch {
-				case res.Event == nil:
-					ev.WriteByte(' ')
-				case res.Event.Kind == Start:
-					ev.WriteByte('S')
-				case res.Event.Kind == End:
-					ev.WriteByte('E')
-				}
-			}
-			if over.String() != tt.overloaded || ev.String() != tt.events {
+				return calm(at)
+			})
+			if over != tt.overloaded || ev != tt.events {
 				t.Errorf("readings   %q\noverloaded %q, want %q\nevents     %q, want %q",
-					tt.readings, over.String(), tt.overloaded, ev.String(), tt.events)
+					tt.readings, over, tt.overloaded, ev, tt.events)
 			}
 		})
 	}
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
+// trace observes one reading per character of readings, made by reading
+// from the character, a step apart from t0 + step on. It returns, after
+// each reading, whether the node is overloaded (O or -) and the event it
+// produced (S start, E end, space none), and how many notices went out.
+func trace(t *testing.T, tr *Tracker, readings string, reading func(c rune, at time.Time) Reading) (overloaded, events string, notices int) {
+	t.Helper()
+	at := t0
+	var over, ev strings.Builder
+	for _, c := range readings {
+		at = at.Add(step)
+		res := observe(t, tr, reading(c, at))
+		if res.Overloaded != tr.Overloaded() {
+			t.Fatalf("result says overloaded=%v, tracker %v", res.Overloaded, tr.Overloaded())
+		}
+		if res.Overloaded {
+			over.WriteByte('O')
+		} else {
+			over.WriteByte('-')
+		}
+		switch {
+		case res.Event == nil:
+			ev.WriteByte(' ')
+		case res.Event.Kind == Start:
+			ev.WriteByte('S')
+		case res.Event.Kind == End:
+			ev.WriteByte('E')
+		}
+		if res.Notice != nil {
+			notices++
+		}
 	}
-	return 0
+	return over.String(), ev.String(), notices
 }
 
 // TestChecksKeepOwnWindows: two checks that each pass in 2 of 5 readings,
