@@ -180,11 +180,12 @@ func (h *History) noPrice(what string, t time.Time) error {
 }
 
 // Prune drops the history that no session starting at or after before can
-// need: every change before the one in effect at before − window. Afterwards Lock and
-// SessionPrice refuse sessions that started before before, and At refuses
-// instants before before − window, with ErrPruned; answers for everything
-// else are unchanged. Pruning to an earlier instant than a previous Prune
-// does nothing. Prune costs O(n).
+// need: every change before the one in effect at before − window.
+// Afterwards Lock and SessionPrice refuse sessions that started before
+// before, and At refuses instants before before − window, with ErrPruned;
+// answers for everything else are unchanged. Pruning to an earlier instant
+// than a previous Prune does nothing. Prune costs O(n log n) in the
+// changes it keeps: it pushes each of them into fresh range trees.
 func (h *History) Prune(before time.Time) error {
 	b, err := toNanos(before)
 	if err != nil {
