@@ -47,23 +47,41 @@ func testLogger(t testing.TB) (*slog.Logger, *syncBuffer) {
 // checking that Serve returned ErrProxyClosed.
 func serve(t testing.TB, p *pinproxy.Proxy) string {
 	t.Helper()
+	ln, served := listenAndServe(t, p)
+	t.Cleanup(func() { shutdown(t, p, served) })
+	return ln.Addr().String()
+}
+
+// listenAndServe starts p on a loopback listener and returns it with
+// Serve's result; the test shuts p down itself.
+func listenAndServe(t testing.TB, p *pinproxy.Proxy) (net.Listener, <-chan error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), pinproxytest.WaitFor)
-		defer cancel()
-		if err := p.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-done; !errors.Is(err, pinproxy.ErrProxyClosed) {
-			t.Errorf("Serve returned %v, want ErrProxyClosed", err)
-		}
-	})
-	return ln.Addr().String()
+	return ln, serveOn(p, ln)
+}
+
+// serveOn runs p.Serve(ln) and returns its result.
+func serveOn(p *pinproxy.Proxy, ln net.Listener) <-chan error {
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ln) }()
+	return served
+}
+
+// shutdown shuts p down, checking that the live connections drained
+// within pinproxytest.WaitFor and that Serve returned ErrProxyClosed.
+func shutdown(t testing.TB, p *pinproxy.Proxy, served <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), pinproxytest.WaitFor)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-served; !errors.Is(err, pinproxy.ErrProxyClosed) {
+		t.Errorf("Serve returned %v, want ErrProxyClosed", err)
+	}
 }
 
 func newProxy(t testing.TB, cfg pinproxy.Config) *pinproxy.Proxy {

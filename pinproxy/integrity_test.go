@@ -53,13 +53,8 @@ func TestIntegrityWhileUpstreamsRestart(t *testing.T) {
 		FailedBackoff:     20 * time.Millisecond,
 		Logger:            log,
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, served := listenAndServe(t, p)
 	addr := ln.Addr().String()
-	served := make(chan error, 1)
-	go func() { served <- p.Serve(ln) }()
 
 	// Kill and restart one upstream at a time while the streams run, up to
 	// maxKills times, so that on a slow machine the streams still get
@@ -127,12 +122,7 @@ func TestIntegrityWhileUpstreamsRestart(t *testing.T) {
 		t.Error("no upstream was killed during the streams")
 	}
 
-	if err := p.Shutdown(t.Context()); err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
-	if err := <-served; !errors.Is(err, pinproxy.ErrProxyClosed) {
-		t.Errorf("Serve: %v", err)
-	}
+	shutdown(t, p, served)
 	for _, n := range nodes {
 		n.Stop()
 	}

@@ -2,7 +2,6 @@ package pinproxy_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -31,14 +30,8 @@ func (l *recordingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-func keepAliveOf(t *testing.T, c net.Conn) (on, idle int) {
-	t.Helper()
-	on, idle, _ = keepAliveAll(t, c)
-	return on, idle
-}
-
-// keepAliveAll reads c's SO_KEEPALIVE, TCP_KEEPIDLE and TCP_KEEPINTVL.
-func keepAliveAll(t *testing.T, c net.Conn) (on, idle, intvl int) {
+// keepAliveOf reads c's SO_KEEPALIVE, TCP_KEEPIDLE and TCP_KEEPINTVL.
+func keepAliveOf(t *testing.T, c net.Conn) (on, idle, intvl int) {
 	t.Helper()
 	rc, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
@@ -90,14 +83,13 @@ func TestListenKeepAlive(t *testing.T) {
 			}
 			defer sc.Close()
 			c.Close()
-			on, idle, intvl := keepAliveAll(t, sc)
+			on, idle, intvl := keepAliveOf(t, sc)
 			if (on != 0) != tc.on || (tc.on && (idle != tc.secs || intvl != tc.secs)) {
 				t.Errorf("accepted conn: keepalive on=%d idle=%ds interval=%ds, want on=%v, %ds", on, idle, intvl, tc.on, tc.secs)
 			}
 
 			// Through Serve, end to end.
-			done := make(chan error, 1)
-			go func() { done <- p.Serve(ln) }()
+			served := serveOn(p, ln)
 			cl := mustDial(t, ln.Addr().String())
 			if _, err := cl.Write([]byte("x")); err != nil {
 				t.Fatal(err)
@@ -107,14 +99,7 @@ func TestListenKeepAlive(t *testing.T) {
 				t.Fatalf("echo through Listen + Serve: %q, %v", b, err)
 			}
 			cl.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), pinproxytest.WaitFor)
-			defer cancel()
-			if err := p.Shutdown(ctx); err != nil {
-				t.Errorf("Shutdown: %v", err)
-			}
-			if err := <-done; !errors.Is(err, pinproxy.ErrProxyClosed) {
-				t.Errorf("Serve returned %v, want ErrProxyClosed", err)
-			}
+			shutdown(t, p, served)
 		})
 	}
 }
@@ -149,11 +134,10 @@ func TestKeepAliveBothSides(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln := &recordingListener{Listener: inner}
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ln) }()
+	served := serveOn(p, ln)
 	t.Cleanup(func() {
 		p.Shutdown(context.Background())
-		<-done
+		<-served
 	})
 	cl, _ := pinproxytest.Dial(t, inner.Addr().String(), "c")
 	defer cl.Conn.Close()
@@ -166,7 +150,7 @@ func TestKeepAliveBothSides(t *testing.T) {
 	mu.Unlock()
 	want := int(pinproxy.DefaultKeepAlive.Seconds())
 	for side, c := range map[string]net.Conn{"client": client, "upstream": upstream} {
-		if on, idle := keepAliveOf(t, c); on == 0 || idle != want {
+		if on, idle, _ := keepAliveOf(t, c); on == 0 || idle != want {
 			t.Errorf("%s side: keepalive on=%d idle=%ds, want on, %ds", side, on, idle, want)
 		}
 	}

@@ -16,12 +16,7 @@ import (
 func TestShutdownDrains(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
 	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- p.Serve(ln) }()
+	ln, served := listenAndServe(t, p)
 	cl, _ := pinproxytest.Dial(t, ln.Addr().String(), "c")
 
 	shut := make(chan error, 1)
@@ -58,12 +53,7 @@ func TestShutdownDrains(t *testing.T) {
 func TestShutdownForcesWhenContextEnds(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
 	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- p.Serve(ln) }()
+	ln, served := listenAndServe(t, p)
 	cl, _ := pinproxytest.Dial(t, ln.Addr().String(), "c")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
