@@ -11,14 +11,7 @@ import (
 func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{2, 8, 64} {
 		b.Run(fmt.Sprint(n, "upstreams"), func(b *testing.B) {
-			ups := make([]string, n)
-			for i := range ups {
-				ups[i] = fmt.Sprintf("node-%d:9333", i)
-			}
-			p, err := New(Config{Upstreams: ups})
-			if err != nil {
-				b.Fatal(err)
-			}
+			p := newWithUpstreams(b, n)
 			for i, u := range p.upstreams {
 				u.live = n - i // the last one is least used
 			}
@@ -58,14 +51,7 @@ func TestPickOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ups := make([]string, len(tt.live))
-			for i := range ups {
-				ups[i] = fmt.Sprintf("n%d:1", i)
-			}
-			p, err := New(Config{Upstreams: ups})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := newWithUpstreams(t, len(tt.live))
 			for i, u := range p.upstreams {
 				u.live = tt.live[i]
 				if tt.backoff != nil && tt.backoff[i] != 0 {
@@ -85,14 +71,7 @@ func TestPickOrder(t *testing.T) {
 
 // More than 64 upstreams use a larger tried set.
 func TestPickManyUpstreams(t *testing.T) {
-	ups := make([]string, 100)
-	for i := range ups {
-		ups[i] = fmt.Sprintf("n%d:1", i)
-	}
-	p, err := New(Config{Upstreams: ups})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newWithUpstreams(t, 100)
 	tried := make([]uint64, 2)
 	seen := map[int]bool{}
 	for range 100 {
@@ -106,4 +85,19 @@ func TestPickManyUpstreams(t *testing.T) {
 	if i, _ := p.pickLocked(tried, time.Now()); i != -1 {
 		t.Fatalf("picked %d with everything tried", i)
 	}
+}
+
+// newWithUpstreams returns a proxy with n upstreams, n0:1 to n<n-1>:1, that
+// is not serving.
+func newWithUpstreams(tb testing.TB, n int) *Proxy {
+	tb.Helper()
+	ups := make([]string, n)
+	for i := range ups {
+		ups[i] = fmt.Sprintf("n%d:1", i)
+	}
+	p, err := New(Config{Upstreams: ups})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }
