@@ -1,7 +1,6 @@
 package pinproxy_test
 
 import (
-	"errors"
 	"net"
 	"os"
 	"strings"
@@ -44,8 +43,7 @@ func blackHole(t *testing.T) string {
 			t.Fatal("the listen queue of a backlog-1 listener never filled")
 		}
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
+		if pinproxytest.IsTimeout(err) {
 			return addr
 		}
 		if err != nil {
