@@ -16,7 +16,6 @@ import (
 type runtimeStats struct {
 	HeapInuse  uint64 `json:"heap_inuse"`
 	StackInuse uint64 `json:"stack_inuse"`
-	Sys        uint64 `json:"sys"`
 	Goroutines int    `json:"goroutines"`
 }
 
@@ -77,7 +76,7 @@ func runRole(role string, upstreams []string) error {
 		case f[0] == "stats":
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
-			b, _ := json.Marshal(runtimeStats{ms.HeapInuse, ms.StackInuse, ms.Sys, runtime.NumGoroutine()})
+			b, _ := json.Marshal(runtimeStats{ms.HeapInuse, ms.StackInuse, runtime.NumGoroutine()})
 			fmt.Println(string(b))
 		case f[0] == "gc":
 			// What an idle proxy reaches by itself within minutes: the
