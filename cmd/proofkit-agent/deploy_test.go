@@ -47,8 +47,9 @@ func TestDeployUnitFlags(t *testing.T) {
 		t.Errorf("ExecStart runs %s, want /usr/local/bin/proofkit-agent (where the unit's comment installs it)", args[0])
 	}
 	// systemd sets STATE_DIRECTORY from StateDirectory=.
+	state := t.TempDir()
 	for i, a := range args {
-		args[i] = strings.ReplaceAll(a, "${STATE_DIRECTORY}", t.TempDir())
+		args[i] = strings.ReplaceAll(a, "${STATE_DIRECTORY}", state)
 	}
 	o, err := parseFlags(args[1:], io.Discard)
 	if err != nil {
