@@ -38,7 +38,7 @@ func (t *Tracker) MarshalJSON() ([]byte, error) {
 		Version:    stateVersion,
 		Node:       t.node,
 		Last:       t.last,
-		Overloaded: t.overloaded,
+		Overloaded: t.Overloaded(),
 		Since:      t.since,
 		LastNotice: t.lastNotice,
 		Events:     t.events,
@@ -99,8 +99,7 @@ func (s *trackerState) tracker() (*Tracker, error) {
 	t := &Tracker{
 		node:       s.Node,
 		last:       s.Last,
-		overloaded: s.Overloaded,
-		since:      s.Since,
+		since:      s.Since, // Overloaded is checked against it below
 		lastNotice: s.LastNotice,
 	}
 	var errs []error

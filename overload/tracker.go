@@ -114,8 +114,7 @@ type Tracker struct {
 
 	last       time.Time // the latest reading's time; zero before any
 	checks     [numChecks]checkState
-	overloaded bool
-	since      time.Time
+	since      time.Time // the current overload's start; zero when not overloaded
 	lastNotice time.Time
 	events     []Event
 }
@@ -160,7 +159,7 @@ func (t *Tracker) Limits() Limits { return t.limits }
 func (t *Tracker) SetLimits(l Limits) { t.limits = l }
 
 // Overloaded reports whether the node is overloaded.
-func (t *Tracker) Overloaded() bool { return t.overloaded }
+func (t *Tracker) Overloaded() bool { return !t.since.IsZero() }
 
 // Since returns when the current overload started, or the zero time when
 // the node is not overloaded.
@@ -275,8 +274,8 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 
 	res := Result{Findings: t.holding(l.Need, l.Window), Passed: fs}
 	switch {
-	case !t.overloaded && len(res.Findings) > 0:
-		t.overloaded, t.since = true, r.At
+	case !t.Overloaded() && len(res.Findings) > 0:
+		t.since = r.At // never zero: Validate refuses a reading without a time
 		e := Event{Kind: Start, At: r.At, Findings: slices.Clone(res.Findings)}
 		t.addEvent(e, l.MaxEvents)
 		res.Event = &e
@@ -289,13 +288,13 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 				Text:     noticeText(t.node, res.Findings),
 			}
 		}
-	case t.overloaded && len(res.Findings) == 0:
+	case t.Overloaded() && len(res.Findings) == 0:
 		e := Event{Kind: End, At: r.At, Lasted: r.At.Sub(t.since)}
-		t.overloaded, t.since = false, time.Time{}
+		t.since = time.Time{}
 		t.addEvent(e, l.MaxEvents)
 		res.Event = &e
 	}
-	res.Overloaded = t.overloaded
+	res.Overloaded = t.Overloaded()
 	return res, nil
 }
 
