@@ -121,16 +121,13 @@ func buildTargets(o options) ([]*target, error) {
 				}
 				return &running{addrs: []string{h.addr}, pid: h.pid(), stop: h.stop}, nil
 			}})
+		case "naive":
+			// 2 splice pipes held per idle connection: 6 fds each.
+			out = append(out, &target{name: name, label: "naive Go proxy, 2 goroutines/conn", idleMax: 3000, start: startGoProxy("", name)})
 		case "floor":
 			out = append(out, &target{name: name, label: "epoll floor (see floor_linux.go)", idleMax: o.idle, start: startGoProxy("", name)})
-		case "naive", "pinproxy":
-			t := &target{name: name, label: "pinproxy", idleMax: o.idle}
-			if name == "naive" {
-				// 2 splice pipes held per idle connection: 6 fds each.
-				t.label, t.idleMax = "naive Go proxy, 2 goroutines/conn", 3000
-			}
-			t.start = startGoProxy("", name)
-			out = append(out, t)
+		case "pinproxy":
+			out = append(out, &target{name: name, label: "pinproxy", idleMax: o.idle, start: startGoProxy("", name)})
 		default:
 			exe, ok := strings.CutPrefix(name, "exp:")
 			if !ok {

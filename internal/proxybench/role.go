@@ -40,25 +40,26 @@ func runRole(role string, upstreams []string) error {
 		}
 		defer f.stop()
 		ready = []string{f.addr()}
-	case "naive", "pinproxy":
+	case "naive":
 		if len(upstreams) == 0 {
 			return fmt.Errorf("%s: no upstreams", role)
 		}
-		var ln net.Listener
-		if role == "naive" {
-			var err error
-			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-				return fmt.Errorf("%s: %w", role, err)
-			}
-			go serveNaive(ln, upstreams)
-		} else {
-			var stop func()
-			var err error
-			if ln, stop, err = servePinproxy("127.0.0.1:0", upstreams); err != nil {
-				return err
-			}
-			defer stop()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("%s: %w", role, err)
 		}
+		defer ln.Close()
+		go serveNaive(ln, upstreams)
+		ready = []string{ln.Addr().String()}
+	case "pinproxy":
+		if len(upstreams) == 0 {
+			return fmt.Errorf("%s: no upstreams", role)
+		}
+		ln, stop, err := servePinproxy("127.0.0.1:0", upstreams)
+		if err != nil {
+			return err
+		}
+		defer stop()
 		defer ln.Close()
 		ready = []string{ln.Addr().String()}
 	default:
