@@ -53,8 +53,7 @@ type sample struct {
 	hasListen     bool
 	ctDrops       map[int]uint64 // per CPU
 	ctDropsSource string
-	links         map[string]linkSample
-	hasLinks      bool
+	links         map[string]linkSample // nil when the links could not be read
 }
 
 // New returns a Probe reading from cfg's roots and network namespace. It
@@ -231,7 +230,7 @@ func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
 	if ns.linksErr != nil {
 		acc.miss(overload.InputBandwidth, "bandwidth: %v", ns.linksErr)
 	} else {
-		cur.links, cur.hasLinks = make(map[string]linkSample), true
+		cur.links = make(map[string]linkSample)
 		checkable := 0
 		for _, l := range ns.links {
 			if !l.counted() {
@@ -243,7 +242,7 @@ func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
 			}
 			pl, ok := prev.links[l.name]
 			switch {
-			case !prev.hasLinks || !ok:
+			case !ok: // also when the previous reading had no links at all
 				acc.note("link %s: new since the previous reading: no rate yet", l.name)
 				continue
 			case pl.index != l.index:
