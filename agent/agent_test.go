@@ -70,21 +70,19 @@ func (w tWriter) Write(p []byte) (int, error) {
 // platform is a test platform that records the readings it accepts and
 // answers with the status its fail function gives.
 type platform struct {
-	mu    sync.Mutex
-	got   []overload.Reading
-	tries int
-	fail  func(try int) int // status to answer, 0 = accept
-	auth  []string
+	mu   sync.Mutex
+	got  []overload.Reading
+	fail func(try int) int // status to answer to the try-th request (from 1), 0 = accept
+	auth []string          // each request's Authorization, in order
 }
 
 func (p *platform) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.tries++
 	p.auth = append(p.auth, r.Header.Get("Authorization"))
 	if p.fail != nil {
-		if st := p.fail(p.tries); st != 0 {
+		if st := p.fail(len(p.auth)); st != 0 {
 			w.WriteHeader(st)
 			return
 		}
