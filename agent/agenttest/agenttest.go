@@ -128,8 +128,7 @@ func KernelDefaults() map[string]string {
 // /proc/sys shows it (net.core.somaxconn → proc/sys/net/core/somaxconn).
 func WriteSysctl(dir string, values map[string]string) error {
 	for k, v := range values {
-		path := filepath.Join(Proc(dir), "sys", filepath.FromSlash(strings.ReplaceAll(k, ".", "/")))
-		if err := writeFile(path, v+"\n"); err != nil {
+		if err := writeFile(sysctlPath(dir, k), v+"\n"); err != nil {
 			return fmt.Errorf("write sysctl %s: %w", k, err)
 		}
 	}
@@ -139,11 +138,16 @@ func WriteSysctl(dir string, values map[string]string) error {
 // ReadSysctl returns a key's value under dir's proc/sys, without the
 // trailing newline.
 func ReadSysctl(dir, key string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(Proc(dir), "sys", filepath.FromSlash(strings.ReplaceAll(key, ".", "/"))))
+	b, err := os.ReadFile(sysctlPath(dir, key))
 	if err != nil {
 		return "", fmt.Errorf("read sysctl %s: %w", key, err)
 	}
 	return strings.TrimRight(string(b), "\n"), nil
+}
+
+// sysctlPath is where dir's proc/sys shows key.
+func sysctlPath(dir, key string) string {
+	return filepath.Join(Proc(dir), "sys", filepath.FromSlash(strings.ReplaceAll(key, ".", "/")))
 }
 
 func writeFile(path, content string) error {
