@@ -189,10 +189,8 @@ func (l *floorLoop) run() {
 			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				c.ended = true
 			}
-			if ev.Events&unix.EPOLLOUT != 0 {
-				if !l.writable(c, ev.Events) {
-					continue
-				}
+			if ev.Events&unix.EPOLLOUT != 0 && !l.writable(c, ev.Events) {
+				continue
 			}
 			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				l.readFrom(c)
@@ -309,7 +307,7 @@ func (l *floorLoop) send(c *floorConn, b []byte) bool {
 // waits here.) It reports whether c is still open.
 func (l *floorLoop) writable(c *floorConn, events uint32) bool {
 	switch {
-	case c.connecting:
+	case c.connecting: // nothing is pending yet: the peer is not read until the connect ends
 		if events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 			l.closePair(c)
 			return false
@@ -317,8 +315,7 @@ func (l *floorLoop) writable(c *floorConn, events uint32) bool {
 		c.connecting = false
 	case len(c.pending) == 0:
 		return true // nothing waited for room
-	}
-	if len(c.pending) > 0 {
+	default:
 		b := c.pending
 		c.pending = nil
 		if !l.send(c, b) {
