@@ -79,11 +79,14 @@ func (p Policy) moveMemoryPercent() float64 {
 	return p.MoveMemoryPercent
 }
 
-func (p Policy) coolDown() time.Duration {
+// OfferedAgain is when a node whose overload ended at ended takes new
+// connections again: ended plus the cool-down (CoolDown, or its default;
+// ended itself when CoolDown is negative).
+func (p Policy) OfferedAgain(ended time.Time) time.Time {
 	if p.CoolDown < 0 {
-		return 0
+		return ended
 	}
-	return orDuration(p.CoolDown, DefaultCoolDown)
+	return ended.Add(orDuration(p.CoolDown, DefaultCoolDown))
 }
 
 func orDuration(d, def time.Duration) time.Duration {
@@ -179,7 +182,7 @@ func (p Policy) Admit(n Node, now time.Time) (bool, Reason) {
 		return false, ReasonPaused
 	case n.Overloaded():
 		return false, ReasonOverloaded
-	case !n.OverloadEnded.IsZero() && now.Before(n.OverloadEnded.Add(p.coolDown())):
+	case !n.OverloadEnded.IsZero() && now.Before(p.OfferedAgain(n.OverloadEnded)):
 		return false, ReasonCoolDown
 	case n.MaxUsers > 0 && n.LiveUsers >= n.MaxUsers:
 		return false, ReasonFull

@@ -208,7 +208,7 @@ func (p *platform) report(r overload.Reading) (reportOutcome, error) {
 			p.log.Warn("overload started", "node", r.Node, "at", ev.At, "findings", findingTexts(ev.Findings))
 		case overload.End:
 			p.log.Info("overload ended", "node", r.Node, "at", ev.At, "lasted", ev.Lasted,
-				"offered_again", ev.At.Add(p.coolDown()))
+				"offered_again", p.cfg.Policy.OfferedAgain(ev.At))
 		}
 	}
 	if res.Notice != nil {
@@ -251,21 +251,9 @@ func (p *platform) admitLocked(n *node, now time.Time) admitAnswer {
 		a.Why = why.String()
 	}
 	if why == routing.ReasonCoolDown {
-		a.Until = n.info.OverloadEnded.Add(p.coolDown())
+		a.Until = p.cfg.Policy.OfferedAgain(n.info.OverloadEnded)
 	}
 	return a
-}
-
-// coolDown is the policy's cool-down, its default filled in (none: 0).
-func (p *platform) coolDown() time.Duration {
-	switch cd := p.cfg.Policy.CoolDown; {
-	case cd == 0:
-		return routing.DefaultCoolDown
-	case cd < 0:
-		return 0
-	default:
-		return cd
-	}
 }
 
 // planRound runs one plan round over every registered node.
