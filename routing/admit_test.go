@@ -116,3 +116,21 @@ func TestMaxUsersPlaysNoPartWhenOverloaded(t *testing.T) {
 		}
 	}
 }
+
+// TestOfferedAgain: the end of an overload plus the cool-down, the default
+// when none is set, none when it is negative.
+func TestOfferedAgain(t *testing.T) {
+	ended := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		cd   time.Duration
+		want time.Time
+	}{
+		{0, ended.Add(routing.DefaultCoolDown)},
+		{time.Minute, ended.Add(time.Minute)},
+		{-1, ended},
+	} {
+		if got := (routing.Policy{CoolDown: tc.cd}).OfferedAgain(ended); !got.Equal(tc.want) {
+			t.Errorf("CoolDown %v: OfferedAgain = %v, want %v", tc.cd, got, tc.want)
+		}
+	}
+}
