@@ -101,6 +101,23 @@ func (p *platform) readings() []overload.Reading {
 	return append([]overload.Reading(nil), p.got...)
 }
 
+// steps sets src's memory figure to mem and takes n readings with a; it
+// returns how many notices they produced.
+func steps(t *testing.T, a *Agent, src *fakeSource, mem float64, n int) (notices int) {
+	t.Helper()
+	src.setMem(mem)
+	for range n {
+		res, err := a.Step(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Notice != nil {
+			notices++
+		}
+	}
+	return notices
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -240,16 +257,7 @@ func TestRestartKeepsOverload(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	var notices int
-	for range 3 {
-		res, err := a.Step(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Notice != nil {
-			notices++
-		}
-	}
+	notices := steps(t, a, src, 95, 3)
 	st := a.Status()
 	if !st.Overloaded || notices != 1 {
 		t.Fatalf("after 3 readings at 95 %%: overloaded %v, notices %d", st.Overloaded, notices)
@@ -366,21 +374,6 @@ func TestFutureStateKeepsLastNotice(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			ctx := context.Background()
-			step := func(a *Agent, src *fakeSource, mem float64, n int) (notices int) {
-				t.Helper()
-				src.setMem(mem)
-				for range n {
-					res, err := a.Step(ctx)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if res.Notice != nil {
-						notices++
-					}
-				}
-				return notices
-			}
 
 			// The first agent, on a clock two hours ahead, sends a notice.
 			base := time.Now()
@@ -390,11 +383,11 @@ func TestFutureStateKeepsLastNotice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := step(first, src, 95, 3); n != 1 {
+			if n := steps(t, first, src, 95, 3); n != 1 {
 				t.Fatalf("first agent sent %d notices, want 1", n)
 			}
 			src.at = base.Add(2 * time.Hour)
-			step(first, src, 40, 3) // ends the overload
+			steps(t, first, src, 40, 3) // ends the overload
 			if err := first.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -422,20 +415,20 @@ func TestFutureStateKeepsLastNotice(t *testing.T) {
 			} else if held.Before(restart) || held.After(after) {
 				t.Fatalf("last notice after the restart %v, want the restart's time (%v to %v)", held, restart, after)
 			}
-			if n := step(a, src, 95, 3); n != 0 {
+			if n := steps(t, a, src, 95, 3); n != 0 {
 				t.Errorf("overloaded again %v after the restart: %d notices, want none within the hour of the last",
 					src.at.Sub(restart), n)
 			}
 			if ev := a.Events(); len(ev) != 1 || ev[0].Kind != overload.Start {
 				t.Errorf("events %+v, want the start (every start is listed, notice or not)", ev)
 			}
-			step(a, src, 40, 3)
+			steps(t, a, src, 40, 3)
 			src.at = held.Add(time.Hour).Add(-4 * time.Second)
-			if n := step(a, src, 95, 3); n != 0 {
+			if n := steps(t, a, src, 95, 3); n != 0 {
 				t.Errorf("overloaded again a second before the hour: %d notices, want none", n)
 			}
-			step(a, src, 40, 3)
-			if n := step(a, src, 95, 3); n != 1 {
+			steps(t, a, src, 40, 3)
+			if n := steps(t, a, src, 95, 3); n != 1 {
 				t.Errorf("overloaded again %v after the last notice: %d notices, want 1", src.at.Sub(held), n)
 			}
 			if v := testCounter(t, a, "proofkit_agent_notices_total"); v != 1 {

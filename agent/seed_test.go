@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"slices"
 	"strings"
@@ -58,19 +57,9 @@ func TestSeedOneNoticeAnHourEveryEventListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	step := func(mem float64, n int) {
-		t.Helper()
-		src.setMem(mem)
-		for range n {
-			if _, err := a.Step(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	step(95, 3) // start, notice
-	step(40, 3) // end
-	step(95, 3) // start again within the hour: no notice
+	steps(t, a, src, 95, 3) // start, notice
+	steps(t, a, src, 40, 3) // end
+	steps(t, a, src, 95, 3) // start again within the hour: no notice
 
 	var kinds []overload.EventKind
 	for _, e := range a.Events() {
