@@ -63,12 +63,16 @@ func Down(t testing.TB, name string, h Handler) *Node {
 	return n
 }
 
-// Start listens on the node's address.
+// Start listens on the node's address. It may be called from any
+// goroutine (tests restart nodes from background loops): a failure to
+// listen is reported with t.Errorf, which, unlike t.Fatalf, is safe off
+// the test's goroutine, and the node stays stopped.
 func (n *Node) Start() {
 	n.t.Helper()
 	ln, err := net.Listen("tcp", n.Addr)
 	if err != nil {
-		n.t.Fatalf("node %s: %v", n.Name, err)
+		n.t.Errorf("node %s: %v", n.Name, err)
+		return
 	}
 	n.mu.Lock()
 	n.ln = ln
