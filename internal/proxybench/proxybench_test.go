@@ -49,26 +49,25 @@ func TestSmoke(t *testing.T) {
 	}
 	t.Cleanup(s.close)
 	for _, tc := range []struct {
-		name       string
-		bulk, echo string
+		name string
+		// start returns the address that leads to upstreams.
+		start func(t *testing.T, upstreams []string) string
 	}{
-		{"direct", s.bulkAddrs()[0], s.echoAddrs()[0]},
-		{"pinproxy", startPinproxy(t, s.bulkAddrs()), startPinproxy(t, s.echoAddrs())},
-		{"floor", "", ""},
+		{"direct", func(_ *testing.T, upstreams []string) string { return upstreams[0] }},
+		{"pinproxy", startPinproxy},
+		{"floor", startFloor},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "floor" {
-				tc.bulk, tc.echo = startFloor(t, s.bulkAddrs()), startFloor(t, s.echoAddrs())
-			}
-			bps, err := throughput(tc.bulk, 2, 50*time.Millisecond)
+			bulk, echo := tc.start(t, s.bulkAddrs()), tc.start(t, s.echoAddrs())
+			bps, err := throughput(bulk, 2, 50*time.Millisecond)
 			if err != nil || bps <= 0 {
 				t.Errorf("throughput = %v, %v; want > 0, nil", bps, err)
 			}
-			rate, failed, err := connRate([]string{tc.echo}, 2, 50*time.Millisecond)
+			rate, failed, err := connRate([]string{echo}, 2, 50*time.Millisecond)
 			if err != nil || rate <= 0 || failed != 0 {
 				t.Errorf("connRate = %v, %d failed, %v; want > 0, 0, nil", rate, failed, err)
 			}
-			conns, err := openIdle(tc.echo, 20, 4)
+			conns, err := openIdle(echo, 20, 4)
 			if err != nil {
 				t.Fatalf("openIdle: %v", err)
 			}
