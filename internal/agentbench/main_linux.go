@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/proofkit/nodekit/internal/netnslab"
+	"github.com/proofkit/nodekit/overload"
 )
 
 func main() {
@@ -124,9 +125,7 @@ func run(connsFlag string, readings int, interval time.Duration, agentBin string
 		if err != nil {
 			return fmt.Errorf("%d connections: %w", n, err)
 		}
-		var last struct {
-			ConntrackEntries uint64 `json:"conntrack_entries"`
-		}
+		var last overload.Reading
 		if b := plat.last.Load(); b != nil {
 			_ = json.Unmarshal(*b, &last)
 		}
