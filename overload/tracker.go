@@ -169,6 +169,18 @@ func (t *Tracker) Since() time.Time { return t.since }
 // time when none has.
 func (t *Tracker) LastNotice() time.Time { return t.lastNotice }
 
+// LastEnd returns when the node's latest overload ended (the At of the
+// newest End event), or the zero time when none has. Unlike a search of
+// Events, it copies nothing.
+func (t *Tracker) LastEnd() time.Time {
+	for i := len(t.events) - 1; i >= 0; i-- {
+		if t.events[i].Kind == End {
+			return t.events[i].At
+		}
+	}
+	return time.Time{}
+}
+
 // LastReading returns the time of the latest reading observed, or the
 // zero time when none has been.
 func (t *Tracker) LastReading() time.Time { return t.last }

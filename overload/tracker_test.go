@@ -603,3 +603,27 @@ func TestZeroTracker(t *testing.T) {
 		t.Fatalf("zero tracker notices %v", n)
 	}
 }
+
+// TestLastEnd: zero before any overload ended and during the first one;
+// the newest End's time after, also while a later overload runs.
+func TestLastEnd(t *testing.T) {
+	tr := NewTracker("eu-01", Limits{})
+	if !tr.LastEnd().IsZero() {
+		t.Fatalf("fresh tracker: LastEnd %v, want zero", tr.LastEnd())
+	}
+	_, _, next := feed(t, tr, t0, "xxx")
+	if !tr.Overloaded() || !tr.LastEnd().IsZero() {
+		t.Fatalf("first overload running: overloaded %v, LastEnd %v; want true, zero", tr.Overloaded(), tr.LastEnd())
+	}
+	_, _, next = feed(t, tr, next, "...")
+	_, _, _ = feed(t, tr, next, "xxx")
+	var want time.Time
+	for _, e := range tr.Events() {
+		if e.Kind == End {
+			want = e.At
+		}
+	}
+	if want.IsZero() || !tr.Overloaded() || !tr.LastEnd().Equal(want) {
+		t.Errorf("second overload running: LastEnd %v, want the End event's %v", tr.LastEnd(), want)
+	}
+}

@@ -18,12 +18,8 @@ func (n *Node) SetOverload(t *overload.Tracker, latest overload.Reading) {
 	if t.Overloaded() {
 		n.OverloadedSince = t.Since()
 	}
-	events := t.Events()
-	for i := len(events) - 1; i >= 0; i-- {
-		if events[i].Kind == overload.End {
-			n.OverloadEnded = events[i].At
-			break
-		}
+	if end := t.LastEnd(); !end.IsZero() {
+		n.OverloadEnded = end
 	}
 	n.MemoryPercent = latest.MemoryUsedPercent
 	if slices.Contains(latest.Missing, overload.InputMemory) {
