@@ -203,7 +203,10 @@ func (l *floorLoop) run() {
 }
 
 // rawCall is a syscall that never blocks (non-blocking sockets), made
-// without telling the scheduler, as an event loop in C makes it.
+// without telling the scheduler, as an event loop in C makes it. It is for
+// calls whose arguments hold no pointer: one that passes a Go pointer must
+// call syscall.RawSyscall6 itself, with the uintptr(unsafe.Pointer(…))
+// conversion in that call's arguments, so the object stays put and alive.
 func rawCall(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, syscall.Errno) {
 	r, _, e := syscall.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
 	return r, e
@@ -211,7 +214,7 @@ func rawCall(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, syscall.Errno) {
 
 func setInt(fd int32, level, opt, v int) {
 	v32 := int32(v)
-	rawCall(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&v32)), 4, 0)
+	syscall.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&v32)), 4, 0)
 }
 
 // accept takes every pending client and starts its upstream's connect.
@@ -235,7 +238,7 @@ func (l *floorLoop) accept() {
 		setInt(ufd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, floorKeepAlive)
 		sa := &l.ups[l.next%len(l.ups)]
 		l.next++
-		_, e = rawCall(unix.SYS_CONNECT, uintptr(ufd), uintptr(unsafe.Pointer(sa)), unsafe.Sizeof(*sa), 0, 0, 0)
+		_, _, e = syscall.RawSyscall(unix.SYS_CONNECT, uintptr(ufd), uintptr(unsafe.Pointer(sa)), unsafe.Sizeof(*sa))
 		if e != 0 && e != unix.EINPROGRESS {
 			rawCall(unix.SYS_CLOSE, uintptr(cfd), 0, 0, 0, 0, 0)
 			rawCall(unix.SYS_CLOSE, uintptr(ufd), 0, 0, 0, 0, 0)
@@ -257,7 +260,7 @@ func (l *floorLoop) accept() {
 func (l *floorLoop) readFrom(c *floorConn) {
 	p := c.peer
 	for !c.eof && !p.connecting && len(p.pending) == 0 {
-		r, e := rawCall(unix.SYS_RECVFROM, uintptr(c.fd), uintptr(unsafe.Pointer(&l.buf[0])), uintptr(len(l.buf)), 0, 0, 0)
+		r, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, uintptr(c.fd), uintptr(unsafe.Pointer(&l.buf[0])), uintptr(len(l.buf)), 0, 0, 0)
 		switch {
 		case e == unix.EAGAIN:
 			return
@@ -287,7 +290,7 @@ func (l *floorLoop) readFrom(c *floorConn) {
 // was closed on an error.
 func (l *floorLoop) send(c *floorConn, b []byte) bool {
 	for len(b) > 0 {
-		r, e := rawCall(unix.SYS_SENDTO, uintptr(c.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT, 0, 0)
+		r, _, e := syscall.RawSyscall6(unix.SYS_SENDTO, uintptr(c.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT, 0, 0)
 		if e == unix.EAGAIN {
 			c.pending = append(c.pending[:0], b...)
 			return false
@@ -316,8 +319,11 @@ func (l *floorLoop) writable(c *floorConn, events uint32) bool {
 	case len(c.pending) == 0:
 		return true // nothing waited for room
 	default:
+		// send keeps what the socket does not take in c.pending again,
+		// moved to the front of the same array: no allocation per
+		// EAGAIN.
 		b := c.pending
-		c.pending = nil
+		c.pending = c.pending[:0]
 		if !l.send(c, b) {
 			return l.conns[c.fd] == c
 		}
