@@ -198,8 +198,8 @@ func TestReportsSurviveAnOutage(t *testing.T) {
 		t.Errorf("first reading accepted is at %v, want the first one taken", got[0].At)
 	}
 	for _, r := range got {
-		if r.Node != "n1" || r.Version != 1 {
-			t.Fatalf("reading node %q version %d, want n1 1", r.Node, r.Version)
+		if r.Node != "n1" || r.Version != overload.ReadingVersion {
+			t.Fatalf("reading node %q version %d, want n1 %d", r.Node, r.Version, overload.ReadingVersion)
 		}
 	}
 	p.mu.Lock()

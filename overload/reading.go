@@ -2,8 +2,37 @@ package overload
 
 import "time"
 
-// ReadingVersion is the version of the Reading wire format, sent as "v".
-const ReadingVersion = 1
+// ReadingVersion is the version of the Reading wire format an agent of
+// this package sends, as "v".
+//
+// Version 2 adds "run" and "seq", which make delivery idempotent and
+// ordering independent of the node's wall clock:
+//
+//   - run names one agent state: a random id the agent makes when it starts
+//     with no saved state and keeps with that state, across restarts. A
+//     new run means the node's history was lost (new disk, state deleted).
+//   - seq numbers the readings of a run, 1, 2, 3, … with no reading taken
+//     twice under one number. The agent saves the next number with its
+//     state, so a restart goes on where it stopped; a gap means readings
+//     were dropped (and the agent counted them as dropped).
+//   - at stays the instant the reading was taken, but the agent spaces it
+//     by the monotonic clock: each reading's at is the later of the wall
+//     clock and the previous reading's at plus the monotonic time elapsed
+//     since it (one second, across a restart). A wall clock stepped back
+//     therefore never dates a reading before the previous one, and a step
+//     forward is taken as it comes.
+//
+// A receiver (the platform; [Tracker.Observe]) orders a version 2 reading
+// by seq within its run, not by at: a reading whose seq is not above the
+// last one observed in the same run is a duplicate (a retry after a lost
+// answer), acknowledged and not counted again; a reading of another run is
+// counted as the start of that run, whatever its at, and its at is moved
+// to just after the last observed reading when it lies before it, so
+// events and the notice hour never run backwards.
+//
+// Version 1 readings (no run, no seq) keep version 1's meaning: they are
+// ordered by at, and one not newer than the last is refused.
+const ReadingVersion = 2
 
 // Input names one input of a Reading. A reading lists the inputs it could
 // not measure in Missing; a check whose input is missing counts as not
@@ -31,8 +60,14 @@ type Reading struct {
 	// Node names the node the reading is of (may be empty when the
 	// receiver knows it from elsewhere).
 	Node string `json:"node,omitempty"`
-	// At is when the reading was taken.
+	// At is when the reading was taken (see ReadingVersion for how the
+	// agent keeps it from running backwards).
 	At time.Time `json:"at"`
+	// Run names the agent state the reading belongs to (version 2; empty
+	// in version 1). See ReadingVersion.
+	Run string `json:"run,omitempty"`
+	// Seq numbers the readings of a run from 1 (version 2; 0 in version 1).
+	Seq uint64 `json:"seq,omitempty"`
 
 	// MemoryUsedPercent is (MemTotal − MemAvailable) / MemTotal × 100.
 	MemoryUsedPercent float64 `json:"memory_used_percent"`

@@ -1,0 +1,77 @@
+// Package testkit holds the helpers nodekit's tests share: waiting for a
+// condition, a log sink safe to read while a logger writes, and the skip
+// for tests that need root. It is imported only by _test.go files.
+package testkit
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Timeout is how long WaitFor waits. It is generous because the build
+// machines are shared and noisy; a test that passes waits far less.
+const Timeout = 30 * time.Second
+
+// WaitFor polls cond every 10 ms until it holds, and fails t with "timed
+// out waiting for WHAT" after Timeout.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	WaitForWithin(t, Timeout, what, cond)
+}
+
+// WaitForWithin is WaitFor with its own timeout.
+func WaitForWithin(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// LogBuffer is an io.Writer a test may read (String) while another
+// goroutine writes to it, e.g. as the sink of a slog.Logger.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// NeedRoot skips t, with a one-line reason, unless it runs as root and
+// every named tool is in PATH.
+func NeedRoot(t testing.TB, tools ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root")
+	}
+	NeedTools(t, tools...)
+}
+
+// NeedTools skips t unless every named tool is in PATH.
+func NeedTools(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("skipping: needs %s in PATH", tool)
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package testkit
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestWaitFor(t *testing.T) {
+	start := time.Now()
+	WaitFor(t, "a tenth of a second", func() bool { return time.Since(start) > 100*time.Millisecond })
+	if time.Since(start) < 100*time.Millisecond {
+		t.Fatal("WaitFor returned before the condition held")
+	}
+}
+
+func TestLogBuffer(t *testing.T) {
+	var b LogBuffer
+	log := slog.New(slog.NewTextHandler(&b, nil))
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			log.Info(fmt.Sprint("line ", i))
+			_ = b.String()
+		}()
+	}
+	wg.Wait()
+	if n := strings.Count(b.String(), "\n"); n != 8 {
+		t.Fatalf("%d lines, want 8", n)
+	}
+}
