@@ -1,0 +1,64 @@
+// Package cmdkit holds what nodekit's two binaries do the same way:
+// flags read also from the environment under one prefix per binary, and
+// the log handler both use (durations as "1m30s", never nanoseconds).
+package cmdkit
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// EnvName is the environment variable for a flag: EnvName("PINPROXY_",
+// "dial-timeout") is "PINPROXY_DIAL_TIMEOUT".
+func EnvName(prefix, flagName string) string {
+	return prefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// FromEnv sets every flag of fs not given on the command line from the
+// environment variable EnvName(prefix, name), if it is set. fs must have
+// been parsed. The error names the variable and its value.
+func FromEnv(fs *flag.FlagSet, prefix string, lookupEnv func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		name := EnvName(prefix, f.Name)
+		if v, ok := lookupEnv(name); ok {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, serr)
+			}
+		}
+	})
+	return err
+}
+
+// NewLogger returns the logger both binaries use: JSON when json is true,
+// else logfmt-style text, at level, with every time.Duration attribute
+// written as a Go duration string ("1m30s") rather than nanoseconds.
+func NewLogger(w io.Writer, json bool, level slog.Leveler) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: ReplaceAttr}
+	if json {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// ReplaceAttr writes durations as strings; use it in a slog.HandlerOptions.
+func ReplaceAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	if a.Value.Kind() == slog.KindAny {
+		if d, ok := a.Value.Any().(time.Duration); ok {
+			return slog.String(a.Key, d.String())
+		}
+	}
+	return a
+}

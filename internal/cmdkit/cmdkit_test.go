@@ -1,0 +1,47 @@
+package cmdkit
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFromEnv(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	a := fs.String("listen-addr", "", "")
+	b := fs.Duration("dial-timeout", time.Second, "")
+	if err := fs.Parse([]string{"-listen-addr", "cli"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"X_LISTEN_ADDR": "env", "X_DIAL_TIMEOUT": "3s"}
+	look := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	if err := FromEnv(fs, "X_", look); err != nil {
+		t.Fatal(err)
+	}
+	if *a != "cli" || *b != 3*time.Second {
+		t.Fatalf("listen-addr %q dial-timeout %v; want the flag to win and the env to fill in", *a, *b)
+	}
+	env["X_DIAL_TIMEOUT"] = "soon"
+	fs2 := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs2.Duration("dial-timeout", time.Second, "")
+	_ = fs2.Parse(nil)
+	err := FromEnv(fs2, "X_", look)
+	if err == nil || !strings.Contains(err.Error(), `X_DIAL_TIMEOUT="soon"`) {
+		t.Fatalf("error %v does not name the variable and value", err)
+	}
+}
+
+func TestLoggerDurations(t *testing.T) {
+	var b bytes.Buffer
+	NewLogger(&b, true, nil).Info("x", "lasted", 90*time.Second, "any", any(2*time.Millisecond))
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["lasted"] != "1m30s" || m["any"] != "2ms" {
+		t.Fatalf("logged %s; want durations as strings", b.String())
+	}
+}
