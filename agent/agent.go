@@ -1,14 +1,15 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -81,10 +83,14 @@ type Config struct {
 	// keeps the token the agent has and logs a warning naming the file and
 	// the reason, never the token.
 	TokenFile string
-	// UserAgent is sent with each report; empty means "proofkit-agent".
+	// UserAgent is sent with each report; empty means
+	// "proofkit-agent/<version> (<commit>; <go version>)".
 	UserAgent string
 	// HTTPClient sends the reports; nil means a client with a 10 s
-	// timeout per request and 5 s dial and TLS handshake timeouts.
+	// timeout per request and 5 s dial and TLS handshake timeouts. The
+	// agent uses a copy whose CheckRedirect never follows a redirect: a
+	// 3xx leaves the report queued and is retried with a warning naming
+	// its Location.
 	HTTPClient *http.Client
 	// RetryMax caps the back-off between attempts while the platform does
 	// not answer (it starts at 1 s and doubles); 0 means Interval.
@@ -114,9 +120,20 @@ type Agent struct {
 	q        *queue
 	state    string // path of state.json; empty when in memory
 
-	mu      sync.Mutex // guards tracker, last
+	dm      *deliveryMetrics
+	reading chan struct{} // holds a token while the source's Read runs
+
+	mu      sync.Mutex // guards tracker, last, run, seq, lastAt, lastMono
 	tracker *overload.Tracker
 	last    *overload.Reading
+	// run and seq are the wire format's run id and the seq of the latest
+	// reading taken (0 before the first of the run); lastAt is that
+	// reading's at, and lastMono the monotonic instant it was taken in
+	// this process (zero after a restart).
+	run      string
+	seq      uint64
+	lastAt   time.Time
+	lastMono time.Time
 
 	saveMu sync.Mutex // serializes writes of state.json
 
@@ -128,58 +145,33 @@ type Agent struct {
 // checks that it can write there, and restores the tracker's state and
 // the report queue a previous run left. Close releases the lock.
 func New(cfg Config) (_ *Agent, err error) {
-	if cfg.Source == nil {
-		return nil, errors.New("new agent: no reading source")
-	}
-	if cfg.Interval < 0 || cfg.QueueMax < 0 || cfg.RetryMax < 0 {
-		return nil, errors.New("new agent: negative interval, queue bound or retry cap")
-	}
-	if err := cfg.Limits.Validate(); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	if cfg.Token != "" && cfg.TokenFile != "" {
-		return nil, errors.New("new agent: both Token and TokenFile given; give one")
-	}
 	a := &Agent{
-		node:     cfg.Node,
 		src:      cfg.Source,
-		interval: cfg.Interval,
+		interval: cmp.Or(cfg.Interval, DefaultInterval),
 		limits:   cfg.Limits,
-		log:      cfg.Logger,
-		reg:      cfg.Registry,
+		log:      cmp.Or(cfg.Logger, discardLogger),
+		reading:  make(chan struct{}, 1),
 	}
-	if a.node == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("new agent: no node name given and no hostname: %w", err)
-		}
-		a.node = h
-	}
-	if a.interval == 0 {
-		a.interval = DefaultInterval
+	if a.node, err = nodeName(cfg.Node); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	// Before the state directory is made or locked: a bad token file is
 	// the caller's to fix, and leaves nothing behind.
 	if a.tok, err = newBearer(cfg.Token, cfg.TokenFile, a.interval); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	if a.log == nil {
-		a.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if a.reg == nil {
-		a.reg = prometheus.NewRegistry()
-		if err := registerProcess(a.reg); err != nil {
-			return nil, fmt.Errorf("new agent: register metrics: %w", err)
-		}
-	}
-	m, err := newMetrics(a.reg)
-	if err != nil {
+	warnCredentials(a.log, cfg)
+	if a.reg, err = registry(cfg.Registry); err != nil {
 		return nil, fmt.Errorf("new agent: register metrics: %w", err)
 	}
-	a.m = m
-	queueMax := cfg.QueueMax
-	if queueMax == 0 {
-		queueMax = DefaultQueueMax
+	if a.m, err = newMetrics(a.reg); err != nil {
+		return nil, fmt.Errorf("new agent: register metrics: %w", err)
+	}
+	if a.dm, err = newDeliveryMetrics(a.reg); err != nil {
+		return nil, fmt.Errorf("new agent: register metrics: %w", err)
 	}
 
 	var queuePath string
@@ -205,51 +197,120 @@ func New(cfg Config) (_ *Agent, err error) {
 		queuePath = filepath.Join(cfg.StateDir, queueFile)
 	}
 	a.tracker = a.restore()
-
-	q, torn, dropped, err := openQueue(queuePath, queueMax)
-	if err != nil {
+	if a.q, err = a.openQueue(queuePath, cmp.Or(cfg.QueueMax, DefaultQueueMax)); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	a.q = q
-	if torn > 0 {
-		a.m.reportsDropped.WithLabelValues("torn").Add(float64(torn))
-		a.log.Warn("report queue had lines cut by a crash; skipped them", "lines", torn, "path", queuePath)
+	if cfg.ReportURL != "" {
+		a.rep = a.newReporter(cfg)
+	} else if a.q.len() > 0 {
+		a.log.Warn("reports are queued but no report URL is set; they stay queued", "queued", a.q.len())
+	}
+	return a, nil
+}
+
+// check says which field of cfg is wrong, one error per field.
+func (cfg Config) check() error {
+	switch {
+	case cfg.Source == nil:
+		return errors.New("no reading source (Config.Source)")
+	case cfg.Interval < 0:
+		return fmt.Errorf("Config.Interval %v is negative", cfg.Interval)
+	case cfg.QueueMax < 0:
+		return fmt.Errorf("Config.QueueMax %d is negative", cfg.QueueMax)
+	case cfg.RetryMax < 0:
+		return fmt.Errorf("Config.RetryMax %v is negative", cfg.RetryMax)
+	case cfg.Token != "" && cfg.TokenFile != "":
+		return errors.New("both Token and TokenFile given; give one")
+	}
+	if cfg.ReportURL != "" {
+		u, err := url.Parse(cfg.ReportURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("Config.ReportURL %q: want an http:// or https:// URL", RedactURL(cfg.ReportURL))
+		}
+	}
+	return cfg.Limits.Validate()
+}
+
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// nodeName is name, or the host's name when name is empty.
+func nodeName(name string) (string, error) {
+	if name != "" {
+		return name, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("no node name given and no hostname: %w", err)
+	}
+	return h, nil
+}
+
+// registry is reg, or a registry of the agent's own with the process and
+// Go collectors when reg is nil.
+func registry(reg *prometheus.Registry) (*prometheus.Registry, error) {
+	if reg != nil {
+		return reg, nil
+	}
+	reg = prometheus.NewRegistry()
+	if err := registerProcess(reg); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// openQueue opens the report queue at path, logs and counts what it had
+// to skip or drop, and makes sure the next seq of this run is above every
+// seq the queue holds (in case the state's last save failed).
+func (a *Agent) openQueue(path string, max int) (*queue, error) {
+	q, skipped, dropped, err := openQueue(path, max)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range skipped {
+		a.m.reportsDropped.WithLabelValues("torn").Inc()
+		a.log.Warn("report queue: skipped a line that is not one report (cut by a crash or a full disk?); the lines after it are kept",
+			"path", path, "offset", s.offset, "length", s.length, "reason", s.reason)
 	}
 	if dropped > 0 {
 		a.m.reportsDropped.WithLabelValues("overflow").Add(float64(dropped))
-		a.log.Warn("report queue held more than its bound; dropped the oldest", "dropped", dropped, "queue_max", queueMax)
+		a.log.Warn("report queue held more than its bound; dropped the oldest", "dropped", dropped, "queue_max", max)
+	}
+	if seq := q.maxSeq(a.run); seq > a.seq {
+		a.seq = seq
 	}
 	a.m.reportsQueued.Set(float64(q.len()))
+	return q, nil
+}
 
-	if cfg.ReportURL != "" {
-		client := cfg.HTTPClient
-		if client == nil {
-			client = defaultClient()
-		}
-		retryMax := cfg.RetryMax
-		if retryMax == 0 {
-			retryMax = a.interval
-		}
-		ua := cfg.UserAgent
-		if ua == "" {
-			ua = "proofkit-agent"
-		}
-		a.rep = &reporter{
-			url:       cfg.ReportURL,
-			tok:       a.tok,
-			userAgent: ua,
-			client:    client,
-			q:         q,
-			log:       a.log,
-			m:         a.m,
-			retryMin:  min(time.Second, retryMax),
-			retryMax:  retryMax,
-			wake:      make(chan struct{}, 1),
-		}
-	} else if q.len() > 0 {
-		a.log.Warn("reports are queued but no report URL is set; they stay queued", "queued", q.len())
+// newReporter returns the reporter of cfg.ReportURL.
+func (a *Agent) newReporter(cfg Config) *reporter {
+	retryMax := cmp.Or(cfg.RetryMax, a.interval)
+	return &reporter{
+		url:       cfg.ReportURL,
+		tok:       a.tok,
+		userAgent: cmp.Or(cfg.UserAgent, buildinfo.Read().UserAgent("proofkit-agent")),
+		client:    noRedirects(cfg.HTTPClient),
+		q:         a.q,
+		log:       a.log,
+		m:         a.m,
+		dm:        a.dm,
+		retryMin:  min(time.Second, retryMax),
+		retryMax:  retryMax,
+		wake:      make(chan struct{}, 1),
 	}
-	return a, nil
+}
+
+// noRedirects returns a copy of c (or of the default client when c is
+// nil) that never follows a redirect: a client that follows one sends a
+// report's POST on as a GET without its body and takes the answer to that
+// for the report's.
+func noRedirects(c *http.Client) *http.Client {
+	if c == nil {
+		c = defaultClient()
+	}
+	cc := *c
+	cc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &cc
 }
 
 func defaultClient() *http.Client {
@@ -298,8 +359,19 @@ func (a *Agent) Run(ctx context.Context) error {
 // Step takes one reading, evaluates it, logs what changed, saves the state
 // and queues the reading as a report. Run calls it every interval; it is
 // exported for callers that drive the agent themselves.
+//
+// The reading goes out as the wire format's version 2: Step sets its run
+// and the next seq, and dates it by the later of the source's At (the
+// wall clock) and the previous reading's at plus the monotonic time since
+// it (one second after a restart), so at never runs backwards when the
+// wall clock is stepped back; see overload.ReadingVersion. The seq is
+// saved with the state before the report is queued, so a crash in between
+// leaves a gap, never one seq on two readings.
+//
+// Step returns once ctx ends even if the source's Read does not: the read
+// is then left to finish on its own, and the next Step waits for it.
 func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
-	r, err := a.src.Read(ctx)
+	r, err := a.read(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return overload.Result{}, ctx.Err()
@@ -309,18 +381,29 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 		return overload.Result{}, fmt.Errorf("take reading: %w", err)
 	}
 	r.Node = a.node
-	if r.Version == 0 {
-		r.Version = overload.ReadingVersion
-	}
+	r.Version = overload.ReadingVersion
 
 	a.mu.Lock()
+	mono := time.Now()
+	elapsed := time.Second // across a restart
+	if !a.lastMono.IsZero() {
+		elapsed = mono.Sub(a.lastMono)
+	}
+	if r.At.IsZero() {
+		r.At = mono
+	}
+	r.At = nextAt(r.At, a.lastAt, elapsed)
+	r.Run, r.Seq = a.run, a.seq+1
 	res, err := a.tracker.Observe(r)
 	if err != nil {
 		a.mu.Unlock()
+		reason := dropReason(err)
 		a.m.readingErrors.Inc()
-		a.log.Error("reading not evaluated", "err", err)
+		a.dm.readingsDropped.WithLabelValues(reason).Inc()
+		a.log.Error("reading not evaluated; dropped", "reason", reason, "at", r.At, "err", err)
 		return overload.Result{}, fmt.Errorf("evaluate reading: %w", err)
 	}
+	a.seq, a.lastAt, a.lastMono = r.Seq, r.At, mono
 	a.last = &r
 	since := a.tracker.Since()
 	a.mu.Unlock()
@@ -344,8 +427,8 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 		a.m.checkPassed.WithLabelValues(string(c)).Set(b2f(passed[c]))
 		a.m.checkHolding.WithLabelValues(string(c)).Set(b2f(holding[c]))
 	}
-	a.logResult(r, res)
 
+	// The state (with this seq) first, then the queue: see above.
 	if err := a.Save(); err != nil {
 		a.log.Error("could not save state", "err", err)
 	}
@@ -355,14 +438,72 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 			err = a.rep.enqueue(body)
 		}
 		if err != nil {
-			a.log.Error("could not queue report", "err", err)
+			a.log.Error("could not write the report to the queue on disk; it is kept in memory and sent while the agent runs",
+				"run", r.Run, "seq", r.Seq, "err", err)
 		}
 	}
+	a.logResult(r, res)
 	return res, nil
 }
 
+// read calls the source's Read, returning when ctx ends even if Read does
+// not. Only one Read runs at a time.
+func (a *Agent) read(ctx context.Context) (overload.Reading, error) {
+	select {
+	case a.reading <- struct{}{}:
+	case <-ctx.Done():
+		return overload.Reading{}, ctx.Err()
+	}
+	type result struct {
+		r   overload.Reading
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer func() { <-a.reading }()
+		r, err := a.src.Read(ctx)
+		ch <- result{r, err}
+	}()
+	select {
+	case res := <-ch:
+		return res.r, res.err
+	case <-ctx.Done():
+		return overload.Reading{}, ctx.Err()
+	}
+}
+
+// nextAt dates a reading whose wall-clock time is wall, taken elapsed
+// (monotonic) after the previous reading, dated last (zero for the first
+// reading of a run): the later of wall and last+elapsed, and always after
+// last. A wall clock stepped back is so absorbed; one stepped forward is
+// taken as it comes.
+func nextAt(wall, last time.Time, elapsed time.Duration) time.Time {
+	wall = wall.Round(0) // no monotonic reading: at is a wall-clock instant
+	if last.IsZero() {
+		return wall
+	}
+	floor := last.Add(max(elapsed, time.Nanosecond))
+	if wall.Before(floor) {
+		return floor
+	}
+	return wall
+}
+
+// dropReason names why the agent's own tracker refused a reading, as the
+// reason label of proofkit_agent_readings_dropped_total.
+func dropReason(err error) string {
+	switch {
+	case errors.Is(err, overload.ErrDuplicate):
+		return "duplicate"
+	case errors.Is(err, overload.ErrOutOfOrder):
+		return "older"
+	default:
+		return "invalid"
+	}
+}
+
 func (a *Agent) logResult(r overload.Reading, res overload.Result) {
-	a.log.Debug("reading", "at", r.At, "memory_used_percent", r.MemoryUsedPercent,
+	a.log.Debug("reading", "run", r.Run, "seq", r.Seq, "at", r.At, "memory_used_percent", r.MemoryUsedPercent,
 		"load15", r.Load15, "cpus", r.CPUs, "conntrack_entries", r.ConntrackEntries,
 		"conntrack_max", r.ConntrackMax, "conntrack_drops", r.ConntrackDrops,
 		"listen_drops", r.ListenDrops, "missing", r.Missing, "overloaded", res.Overloaded)

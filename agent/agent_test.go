@@ -134,10 +134,11 @@ func TestClassify(t *testing.T) {
 		status int
 		want   outcome
 	}{
-		{200, accepted}, {202, accepted}, {204, accepted}, {409, accepted},
-		{400, rejected}, {413, rejected}, {422, rejected},
-		{401, refused}, {403, refused}, {404, retry}, {408, retry}, {429, retry},
-		{500, retry}, {502, retry}, {503, retry}, {302, retry},
+		{200, delivered}, {201, delivered}, {202, delivered}, {204, delivered},
+		{409, refused}, {400, refused}, {413, refused}, {422, refused},
+		{401, unauthorized}, {403, unauthorized}, {404, retry}, {408, retry}, {429, retry},
+		{500, retry}, {502, retry}, {503, retry},
+		{301, redirected}, {302, redirected}, {307, redirected}, {308, redirected},
 	}
 	for _, tt := range tests {
 		if got := classify(tt.status); got != tt.want {

@@ -1,32 +1,42 @@
 package agent
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"path/filepath"
 	"sync"
+
+	"github.com/proofkit/nodekit/internal/atomicfile"
 )
 
 // queueFile is the name of the report queue in the state directory.
 const queueFile = "reports.jsonl"
 
+// maxQueueLine bounds one line of the queue file: a report is a few
+// hundred bytes to a few KiB, so a longer line is not one.
+const maxQueueLine = 16 << 20
+
 // A queue holds the reports not yet accepted by the platform, oldest first,
 // bounded to max entries.
 //
 // On disk it is one file of JSON lines, one report per line, in the order
-// the readings were taken. A push appends one line and fsyncs it; removing
-// from the head (sent, or dropped on overflow) rewrites the whole file
-// atomically (temp file, fsync, rename, fsync of the directory), except
-// that a queue left empty (the usual case: each reading sent before the
-// next) is only truncated, since a crash that undoes that sends the
-// removed reports again, which the platform takes as duplicates. A crash
-// therefore loses nothing that was pushed: at worst the last line is torn,
-// and a torn line is skipped (and counted) when the queue is opened again.
-// With the default bound (120 readings, about 150 KiB) a rewrite is cheap.
+// the readings were taken. A push appends one line and fsyncs it; an
+// append that fails (a full disk) cuts the file back to its length before
+// it, so no part of a line stays to be glued to the next, and the next
+// push rewrites the whole file. Removing from the head (sent, or dropped
+// on overflow) rewrites the whole file atomically (internal/atomicfile),
+// except that a queue left empty (the usual case: each reading sent before
+// the next) is only truncated, since a crash that undoes that sends the
+// removed reports again, which the platform acknowledges as duplicates
+// (same run, seq not above its last). A crash therefore loses nothing that
+// was pushed: at worst the last line is torn. When the queue is opened
+// again, a line that is not one JSON value (torn, or longer than 16 MiB)
+// is skipped alone, and reported with its byte offset; every line after it
+// is kept. With the default bound (120 readings, about 150 KiB) a rewrite
+// is cheap.
 //
 // A queue whose path is empty lives in memory only.
 type queue struct {
@@ -34,115 +44,145 @@ type queue struct {
 	path  string
 	max   int
 	items []queued
-	next  uint64 // sequence number of the next push
+	next  uint64 // id of the next push
+	dirty bool   // the file lacks an item (a failed append): rewrite it at the next push
 }
 
-// queued is one report in the queue; seq identifies it while it is sent.
+// queued is one report in the queue; id identifies it while it is sent,
+// run and seq are the reading's own (empty for a report without them).
 type queued struct {
-	seq  uint64
+	id   uint64
 	body []byte
+	run  string
+	seq  uint64
+}
+
+// badLine is a line of a queue file that is not one report.
+type badLine struct {
+	offset int64  // byte offset of the line in the file
+	length int    // its length in bytes, without the newline
+	reason string // "not JSON", "longer than 16 MiB"
 }
 
 // openQueue opens (or creates) the queue at path, keeping at most max
-// reports. It returns the number of lines it could not read (torn by a
-// crash) and the number of old reports dropped because the file held more
-// than max.
-func openQueue(path string, max int) (q *queue, torn, dropped int, err error) {
+// reports. It returns the lines it could not read (torn by a crash or a
+// full disk) and the number of old reports dropped because the file held
+// more than max.
+func openQueue(path string, max int) (q *queue, bad []badLine, dropped int, err error) {
 	if max < 1 {
-		return nil, 0, 0, fmt.Errorf("open report queue: bound %d is less than 1", max)
+		return nil, nil, 0, fmt.Errorf("open report queue: bound %d is less than 1", max)
 	}
 	q = &queue{path: path, max: max}
 	if path == "" {
-		return q, 0, 0, nil
+		return q, nil, 0, nil
 	}
+	_ = atomicfile.RemoveTemps(path) // left by a crash during a rewrite
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, 0, 0, fmt.Errorf("open report queue: %w", err)
+		return nil, nil, 0, fmt.Errorf("open report queue: %w", err)
 	}
 	var bodies [][]byte
-	bodies, torn = parseQueue(b)
+	bodies, bad = parseQueue(b)
 	for _, body := range bodies {
-		q.items = append(q.items, queued{seq: q.next, body: body})
-		q.next++
+		q.items = append(q.items, q.item(body))
 	}
 	if n := len(q.items) - max; n > 0 {
 		q.items = q.items[n:]
 		dropped = n
 	}
-	if torn > 0 || dropped > 0 || (err == nil && len(b) > 0 && b[len(b)-1] != '\n') {
+	if len(bad) > 0 || dropped > 0 || (err == nil && len(b) > 0 && b[len(b)-1] != '\n') {
 		if err := q.rewrite(); err != nil {
-			return nil, 0, 0, fmt.Errorf("open report queue: %w", err)
+			return nil, nil, 0, fmt.Errorf("open report queue: %w", err)
 		}
 	}
-	return q, torn, dropped, nil
+	return q, bad, dropped, nil
 }
 
-// parseQueue splits a queue file into its reports, skipping lines that are
-// not one complete JSON value (a line torn by a crash mid-append).
-func parseQueue(b []byte) (items [][]byte, torn int) {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64*1024), 16<<20)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
+// parseQueue splits a queue file into its reports. A line that is not one
+// complete JSON value (torn by a crash mid-append), or is longer than
+// maxQueueLine, is skipped on its own; blank lines are ignored.
+func parseQueue(b []byte) (items [][]byte, bad []badLine) {
+	var off int64
+	for len(b) > 0 {
+		line, rest, _ := bytes.Cut(b, []byte{'\n'})
+		start := off
+		off += int64(len(line)) + 1
+		b = rest
+		trimmed := bytes.TrimSpace(line)
+		switch {
+		case len(trimmed) == 0:
+		case len(line) > maxQueueLine:
+			bad = append(bad, badLine{start, len(line), "longer than 16 MiB"})
+		case !json.Valid(trimmed):
+			bad = append(bad, badLine{start, len(line), "not JSON"})
+		default:
+			items = append(items, bytes.Clone(trimmed))
 		}
-		if !json.Valid(line) {
-			torn++
-			continue
-		}
-		items = append(items, bytes.Clone(line))
 	}
-	if sc.Err() != nil {
-		// A line longer than the scanner's limit: count the rest as torn.
-		torn++
+	return items, bad
+}
+
+// item makes the queue entry of body, with the next id.
+func (q *queue) item(body []byte) queued {
+	var id struct {
+		Run string `json:"run"`
+		Seq uint64 `json:"seq"`
 	}
-	return items, torn
+	_ = json.Unmarshal(body, &id) // a report without them is still sent
+	it := queued{id: q.next, body: body, run: id.Run, seq: id.Seq}
+	q.next++
+	return it
 }
 
 // push adds a report at the tail. When the queue is full the oldest
 // reports go to make room: the platform needs the latest state more than
-// the oldest. It returns how many were dropped.
-func (q *queue) push(report []byte) (dropped int, err error) {
+// the oldest. It returns the reports dropped. On a write error the report
+// stays queued in memory (and is sent while the process runs); the file
+// is left as it was before.
+func (q *queue) push(report []byte) (dropped []queued, err error) {
 	if !json.Valid(report) || bytes.ContainsAny(report, "\n") {
-		return 0, errors.New("push report: not a single-line JSON value")
+		return nil, errors.New("push report: not a single-line JSON value")
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	item := queued{seq: q.next, body: bytes.Clone(report)}
-	q.next++
-	if len(q.items) >= q.max {
-		dropped = len(q.items) - q.max + 1
-		q.items = append(q.items[dropped:], item)
+	item := q.item(bytes.Clone(report))
+	if n := len(q.items) - q.max + 1; n > 0 {
+		dropped = append(dropped, q.items[:n]...)
+		q.items = append(q.items[n:], item)
 		if err := q.rewrite(); err != nil {
 			return dropped, fmt.Errorf("push report: %w", err)
 		}
 		return dropped, nil
 	}
 	q.items = append(q.items, item)
-	if err := q.appendLine(item.body); err != nil {
-		return 0, fmt.Errorf("push report: %w", err)
+	if q.dirty {
+		err = q.rewrite()
+	} else {
+		err = q.appendLine(item.body)
 	}
-	return 0, nil
+	if err != nil {
+		q.dirty = true
+		return nil, fmt.Errorf("push report: %w", err)
+	}
+	return nil, nil
 }
 
-// head returns the oldest report and its sequence number; ok is false when
-// the queue is empty.
-func (q *queue) head() (seq uint64, body []byte, ok bool) {
+// head returns the oldest report; ok is false when the queue is empty.
+func (q *queue) head() (it queued, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.items) == 0 {
-		return 0, nil, false
+		return queued{}, false
 	}
-	return q.items[0].seq, q.items[0].body, true
+	return q.items[0], true
 }
 
-// remove takes the report seq off the head of the queue if it is still
+// remove takes the report id off the head of the queue if it is still
 // there (an overflow may have dropped it while it was being sent).
-func (q *queue) remove(seq uint64) error {
+func (q *queue) remove(id uint64) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.items) == 0 || q.items[0].seq != seq {
+	if len(q.items) == 0 || q.items[0].id != id {
 		return nil
 	}
 	q.items[0] = queued{}
@@ -160,6 +200,22 @@ func (q *queue) len() int {
 	return len(q.items)
 }
 
+// maxSeq returns the highest seq of run among the queued reports.
+func (q *queue) maxSeq(run string) uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var m uint64
+	for _, it := range q.items {
+		if it.run == run {
+			m = max(m, it.seq)
+		}
+	}
+	return m
+}
+
+// appendLine appends item and a newline and fsyncs. If the write or the
+// fsync fails, the file is cut back to its length before, so a short
+// write leaves no part of a line behind.
 func (q *queue) appendLine(item []byte) error {
 	if q.path == "" {
 		return nil
@@ -168,12 +224,20 @@ func (q *queue) appendLine(item []byte) error {
 	if err != nil {
 		return err
 	}
-	line := append(bytes.Clone(item), '\n')
-	if _, err := f.Write(line); err != nil {
+	good, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
+	line := append(bytes.Clone(item), '\n')
+	_, err = f.Write(line)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		if terr := f.Truncate(good); terr != nil {
+			err = fmt.Errorf("%w (and cutting the file back to %d bytes: %v)", err, good, terr)
+		}
 		f.Close()
 		return err
 	}
@@ -190,6 +254,7 @@ func (q *queue) rewrite() error {
 		if err := os.Truncate(q.path, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
+		q.dirty = false
 		return nil
 	}
 	var buf bytes.Buffer
@@ -197,54 +262,11 @@ func (q *queue) rewrite() error {
 		buf.Write(it.body)
 		buf.WriteByte('\n')
 	}
-	return writeFileAtomic(q.path, buf.Bytes())
-}
-
-// writeFileAtomic replaces path with data so that a crash leaves either the
-// old file or the new one: temp file in the same directory, fsync, rename,
-// fsync of the directory.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	// Until a rewrite succeeds the file may lack the newest items.
+	q.dirty = true
+	if err := atomicfile.WriteFile(q.path, buf.Bytes(), 0o600); err != nil {
 		return err
 	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	return syncDir(dir)
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	q.dirty = false
+	return nil
 }

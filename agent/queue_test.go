@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,12 +15,12 @@ func drain(t *testing.T, q *queue) []string {
 	t.Helper()
 	var out []string
 	for {
-		seq, b, ok := q.head()
+		it, ok := q.head()
 		if !ok {
 			return out
 		}
-		out = append(out, string(b))
-		if err := q.remove(seq); err != nil {
+		out = append(out, string(it.body))
+		if err := q.remove(it.id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -36,13 +37,13 @@ func TestQueueKeepsOrderAcrossReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	seq, _, _ := q.head()
-	if err := q.remove(seq); err != nil {
+	it, _ := q.head()
+	if err := q.remove(it.id); err != nil {
 		t.Fatal(err)
 	}
-	q2, torn, dropped, err := openQueue(path, 10)
-	if err != nil || torn != 0 || dropped != 0 {
-		t.Fatalf("reopen: torn %d dropped %d err %v", torn, dropped, err)
+	q2, bad, dropped, err := openQueue(path, 10)
+	if err != nil || len(bad) != 0 || dropped != 0 {
+		t.Fatalf("reopen: bad lines %v dropped %d err %v", bad, dropped, err)
 	}
 	got := strings.Join(drain(t, q2), " ")
 	if want := `{"n":1} {"n":2} {"n":3} {"n":4}`; got != want {
@@ -74,7 +75,7 @@ func TestQueueOverflowDropsOldest(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				total += d
+				total += len(d)
 			}
 			if total != 2 {
 				t.Errorf("dropped %d, want 2", total)
@@ -95,17 +96,21 @@ func TestQueueOverflowDropsOldest(t *testing.T) {
 
 func TestQueueOpen(t *testing.T) {
 	tests := []struct {
-		name                string
-		file                string
-		max                 int
-		want                string // after opening and pushing {"n":9}
-		wantTorn, wantDrops int
+		name      string
+		file      string
+		max       int
+		want      string  // after opening and pushing {"n":9}
+		wantBad   []int64 // offsets of the lines skipped
+		wantDrops int
 	}{
-		{"missing file", "", 5, `{"n":9}`, 0, 0},
-		{"torn last line", "{\"n\":0}\n{\"n\":1}\n{\"n\":", 5, `{"n":0} {"n":1} {"n":9}`, 1, 0},
-		{"garbage line in the middle", "{\"n\":0}\nxx\n{\"n\":2}\n", 5, `{"n":0} {"n":2} {"n":9}`, 1, 0},
-		{"blank lines", "\n{\"n\":0}\n\n", 5, `{"n":0} {"n":9}`, 0, 0},
-		{"more than the bound", "{\"n\":0}\n{\"n\":1}\n{\"n\":2}\n", 2, `{"n":2} {"n":9}`, 0, 1},
+		{"missing file", "", 5, `{"n":9}`, nil, 0},
+		{"torn last line", "{\"n\":0}\n{\"n\":1}\n{\"n\":", 5, `{"n":0} {"n":1} {"n":9}`, []int64{16}, 0},
+		{"garbage line in the middle", "{\"n\":0}\nxx\n{\"n\":2}\n", 5, `{"n":0} {"n":2} {"n":9}`, []int64{8}, 0},
+		{"report glued to a torn line", "{\"n\":0}\n{\"n\":{\"n\":2}\n{\"n\":3}\n", 5, `{"n":0} {"n":3} {"n":9}`, []int64{8}, 0},
+		{"blank lines", "\n{\"n\":0}\n\n", 5, `{"n":0} {"n":9}`, nil, 0},
+		{"more than the bound", "{\"n\":0}\n{\"n\":1}\n{\"n\":2}\n", 2, `{"n":2} {"n":9}`, nil, 1},
+		{"line over 16 MiB", "{\"n\":0}\n\"" + strings.Repeat("x", maxQueueLine) + "\"\n{\"n\":2}\n{\"n\":3}\n", 5,
+			`{"n":0} {"n":2} {"n":3} {"n":9}`, []int64{8}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,12 +120,16 @@ func TestQueueOpen(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			q, torn, dropped, err := openQueue(path, tt.max)
+			q, bad, dropped, err := openQueue(path, tt.max)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if torn != tt.wantTorn || dropped != tt.wantDrops {
-				t.Errorf("torn %d dropped %d, want %d %d", torn, dropped, tt.wantTorn, tt.wantDrops)
+			var offsets []int64
+			for _, b := range bad {
+				offsets = append(offsets, b.offset)
+			}
+			if !slices.Equal(offsets, tt.wantBad) || dropped != tt.wantDrops {
+				t.Errorf("bad lines at %v, dropped %d; want %v, %d", offsets, dropped, tt.wantBad, tt.wantDrops)
 			}
 			// A push after a torn line must start on a line of its own.
 			if _, err := q.push(body(9)); err != nil {
@@ -157,9 +166,11 @@ func FuzzParseQueue(f *testing.F) {
 	f.Add([]byte("{\"n\":0}\n{\"n"))
 	f.Add([]byte("\n\n[1,2]\nnull\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		items, torn := parseQueue(b)
-		if torn < 0 {
-			t.Fatal("negative torn count")
+		items, bad := parseQueue(b)
+		for _, l := range bad {
+			if l.offset < 0 || l.offset+int64(l.length) > int64(len(b)) {
+				t.Fatalf("bad line %+v outside the %d bytes", l, len(b))
+			}
 		}
 		for _, it := range items {
 			if len(it) == 0 || strings.ContainsRune(string(it), '\n') {
@@ -167,4 +178,50 @@ func FuzzParseQueue(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestQueueFailedAppendLeavesNoPart: an append that fails (here: the file
+// cannot grow past its limit, as on a full disk) leaves the file as it was,
+// the report stays queued in memory, and the next push writes both.
+func TestQueueFailedAppendLeavesNoPart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), queueFile)
+	q, _, _, err := openQueue(path, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.push(body(0)); err != nil {
+		t.Fatal(err)
+	}
+	good, _ := os.ReadFile(path)
+	// A directory in the file's place makes the append fail after the
+	// file is gone; a read-only file does for root only with a full disk,
+	// which TestIntegrationQueueDiskFull covers.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.push(body(1)); err == nil {
+		t.Fatal("push into a directory succeeded")
+	}
+	if q.len() != 2 || !q.dirty {
+		t.Fatalf("after a failed append: len %d dirty %v, want 2 true", q.len(), q.dirty)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.push(body(2)); err != nil {
+		t.Fatal(err)
+	}
+	q2, bad, _, err := openQueue(path, 10)
+	if err != nil || len(bad) > 0 {
+		t.Fatalf("reopen: %v %v", bad, err)
+	}
+	if got, want := strings.Join(drain(t, q2), " "), `{"n":0} {"n":1} {"n":2}`; got != want {
+		t.Errorf("queue on disk = %s, want %s", got, want)
+	}
 }

@@ -3,54 +3,108 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
-// outcome is what the platform's answer means for a report.
+// outcome is what the platform's answer means for a report (the report
+// protocol of overload.ReadingVersion 2).
 type outcome int
 
 const (
-	// accepted: 2xx, or 409 (the platform already holds this reading, e.g.
-	// sent before a crash that came before the queue was trimmed).
-	accepted outcome = iota
-	// rejected: the platform refuses this report itself (400, 413, 422 and
-	// other 4xx not listed under retry). Sending it again would be refused
-	// again, so it is dropped, logged and counted; the queue moves on.
-	rejected
+	// delivered: 2xx. The platform counted the reading, now or (with a
+	// body {"duplicate": true}, or a 409 whose reason is "duplicate")
+	// before: a retry after a lost answer. The report leaves the queue.
+	delivered outcome = iota
+	// refused: the platform refuses this report itself (409 "older",
+	// 400/413/422 "invalid"/"too_large", and any other 4xx not listed
+	// below). Sending it again would be refused again, so it is dropped,
+	// logged and counted by reason, never counted as sent.
+	refused
 	// retry: the platform is down or busy (network error, timeout, 5xx,
 	// 408, 429), or not found (404: a URL to fix, not the report's
 	// fault). The report stays at the head of the queue and is sent again
 	// after a back-off.
 	retry
-	// refused: the platform does not let the agent in (401, 403): most
-	// often a token rotated since the agent read it. The report stays at
-	// the head of the queue, as for retry; an agent with a token file
+	// redirected: 3xx. A redirect is never followed (a POST followed as a
+	// GET arrives without its report); the report stays queued, is sent
+	// again after a back-off, and a warning names the Location.
+	redirected
+	// unauthorized: the platform does not let the agent in (401, 403):
+	// most often a token rotated since the agent read it. The report stays
+	// at the head of the queue, as for retry; an agent with a token file
 	// reads it again first, and if that gives a new token the report goes
 	// again at once with it.
-	refused
+	unauthorized
 )
 
 // classify maps an HTTP status to an outcome.
 func classify(status int) outcome {
 	switch {
-	case status >= 200 && status < 300, status == http.StatusConflict:
-		return accepted
+	case status >= 200 && status < 300:
+		return delivered
+	case status >= 300 && status < 400:
+		return redirected
 	case status == http.StatusUnauthorized, status == http.StatusForbidden:
-		return refused
+		return unauthorized
 	case status == http.StatusRequestTimeout, status == http.StatusTooManyRequests,
 		status == http.StatusNotFound:
 		return retry
 	case status >= 400 && status < 500:
-		return rejected
-	default: // 5xx, and 1xx/3xx that the client did not follow
+		return refused
+	default: // 5xx, 1xx
 		return retry
 	}
+}
+
+// refusalReasons are the reason words of the report protocol; a refusal
+// whose body gives another word (or none) is counted under its status's
+// word (refusalReason).
+var refusalReasons = map[string]bool{
+	"older": true, "duplicate": true, "invalid": true,
+	"unauthorized": true, "too_large": true, "unknown_node": true,
+}
+
+// answer is the JSON body of the platform's answer, when it has one.
+type answer struct {
+	Error     string `json:"error"`
+	Reason    string `json:"reason"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// refusalReason is the reason a refused report is counted under: the
+// body's, when it is one of the protocol's words, else the status's.
+func refusalReason(status int, body string) string {
+	if refusalReasons[body] {
+		return body
+	}
+	switch status {
+	case http.StatusConflict:
+		return "older"
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	default:
+		return "invalid"
+	}
+}
+
+// reply is what send learnt from one attempt.
+type reply struct {
+	out       outcome
+	duplicate bool          // delivered, and the platform had it already
+	reason    string        // a refusal's reason word
+	detail    string        // status and the platform's text, or the error, for the log
+	location  string        // a redirect's Location (userinfo redacted)
+	after     time.Duration // the platform's Retry-After
 }
 
 // reporter sends the queued reports to the platform, oldest first, one at
@@ -64,18 +118,28 @@ type reporter struct {
 	q         *queue
 	log       *slog.Logger
 	m         *metrics
+	dm        *deliveryMetrics
 	retryMin  time.Duration
 	retryMax  time.Duration
 	wake      chan struct{}
+
+	// The current outage, for the line that says delivery recovered:
+	// failedAt is the first failed attempt since the queue was last
+	// drained (zero: none), okAt the first delivery after the latest
+	// failure, sent the reports delivered since failedAt.
+	failedAt time.Time
+	okAt     time.Time
+	sent     int
 }
 
 // enqueue stores a report and wakes the sender.
 func (r *reporter) enqueue(body []byte) error {
 	dropped, err := r.q.push(body)
-	if dropped > 0 {
-		r.m.reportsDropped.WithLabelValues("overflow").Add(float64(dropped))
+	if len(dropped) > 0 {
+		r.m.reportsDropped.WithLabelValues("overflow").Add(float64(len(dropped)))
 		r.log.Warn("report queue full; dropped the oldest reports",
-			"dropped", dropped, "queue_max", r.q.max)
+			"dropped", len(dropped), "queue_max", r.q.max, "reason", "overflow",
+			"run", dropped[0].run, "seqs", seqs(dropped))
 	}
 	r.m.reportsQueued.Set(float64(r.q.len()))
 	select {
@@ -85,11 +149,23 @@ func (r *reporter) enqueue(body []byte) error {
 	return err
 }
 
+// seqs lists the seqs of items, for the log.
+func seqs(items []queued) string {
+	var b strings.Builder
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatUint(it.seq, 10))
+	}
+	return b.String()
+}
+
 // run sends until ctx ends. A report in flight when ctx ends stays queued.
 func (r *reporter) run(ctx context.Context) {
 	backoff := time.Duration(0)
 	for {
-		seq, body, ok := r.q.head()
+		it, ok := r.q.head()
 		if !ok {
 			select {
 			case <-ctx.Done():
@@ -105,38 +181,50 @@ func (r *reporter) run(ctx context.Context) {
 		default:
 		}
 		token := r.tok.get()
-		out, detail, after := r.send(ctx, body, token)
+		rep := r.send(ctx, it.body, token)
 		if ctx.Err() != nil {
 			return
 		}
-		if out == refused && r.newToken(token, detail) {
+		if rep.out == unauthorized && r.newToken(token, rep.detail) {
 			r.m.reportFailures.Inc()
+			r.failed()
 			backoff = 0
 			continue
 		}
-		switch out {
-		case accepted:
+		switch rep.out {
+		case delivered:
 			backoff = 0
 			r.m.reportsSent.Inc()
-			if err := r.q.remove(seq); err != nil {
-				r.log.Error("could not trim the report queue", "err", err)
+			if rep.duplicate {
+				r.dm.reportsDuplicate.Inc()
+				r.log.Info("platform already had this report (a retry); taken as delivered",
+					"run", it.run, "seq", it.seq)
 			}
-		case rejected:
+			r.remove(it)
+			r.delivered()
+		case refused:
 			backoff = 0
 			r.m.reportsDropped.WithLabelValues("rejected").Inc()
-			r.log.Error("platform rejected a report; dropped it", "reason", detail, "report", string(body))
-			if err := r.q.remove(seq); err != nil {
-				r.log.Error("could not trim the report queue", "err", err)
-			}
-		case retry, refused:
+			r.dm.reportsRefused.WithLabelValues(rep.reason).Inc()
+			r.log.Error("platform refused a report; dropped it", "reason", rep.reason,
+				"answer", rep.detail, "run", it.run, "seq", it.seq)
+			r.remove(it)
+			r.delivered() // the platform answers again
+		case retry, unauthorized, redirected:
 			r.m.reportFailures.Inc()
+			r.failed()
 			backoff = nextBackoff(backoff, r.retryMin, r.retryMax)
 			wait := jitter(backoff)
-			if after > wait {
-				wait = min(after, maxRetryAfter)
+			if rep.after > wait {
+				wait = min(rep.after, maxRetryAfter)
 			}
-			r.log.Warn("report not delivered; will retry", "reason", detail,
-				"queued", r.q.len(), "retry_in", wait.Round(time.Millisecond))
+			args := []any{"reason", rep.detail, "queued", r.q.len(), "retry_in", wait.Round(time.Millisecond)}
+			if rep.out == redirected {
+				r.log.Warn("the report URL answers with a redirect, which the agent does not follow; fix the URL (report kept, will retry)",
+					append(args, "location", rep.location)...)
+			} else {
+				r.log.Warn("report not delivered; will retry", args...)
+			}
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -150,6 +238,39 @@ func (r *reporter) run(ctx context.Context) {
 		}
 		r.m.reportsQueued.Set(float64(r.q.len()))
 	}
+}
+
+func (r *reporter) remove(it queued) {
+	if err := r.q.remove(it.id); err != nil {
+		r.log.Error("could not trim the report queue", "err", err)
+	}
+}
+
+// failed notes a failed attempt.
+func (r *reporter) failed() {
+	if r.failedAt.IsZero() {
+		r.failedAt = time.Now()
+	}
+	r.okAt = time.Time{}
+}
+
+// delivered notes an answer that took a report off the queue, and once
+// the queue is empty after an outage says so in one line.
+func (r *reporter) delivered() {
+	if r.failedAt.IsZero() {
+		return
+	}
+	if r.okAt.IsZero() {
+		r.okAt = time.Now()
+	}
+	r.sent++
+	if r.q.len() > 0 {
+		return
+	}
+	outage := r.okAt.Sub(r.failedAt).Round(time.Second)
+	r.log.Info(fmt.Sprintf("reports delivered again after %v; %d queued reports sent", outage, r.sent),
+		"outage", outage, "sent", r.sent)
+	r.failedAt, r.okAt, r.sent = time.Time{}, time.Time{}, 0
 }
 
 // newToken is called when the platform refused a report sent with token
@@ -184,12 +305,11 @@ func (r *reporter) newToken(token, detail string) bool {
 // queue.
 const maxRetryAfter = 10 * time.Minute
 
-// send posts one report and says what its answer means, with the
-// platform's Retry-After when it gave one.
-func (r *reporter) send(ctx context.Context, body []byte, token string) (outcome, string, time.Duration) {
+// send posts one report and says what the answer means.
+func (r *reporter) send(ctx context.Context, body []byte, token string) reply {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
 	if err != nil {
-		return retry, err.Error(), 0
+		return reply{out: retry, detail: redactErr(err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -198,21 +318,48 @@ func (r *reporter) send(ctx context.Context, body []byte, token string) (outcome
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
-		return retry, err.Error(), 0
+		return reply{out: retry, detail: redactErr(err)}
 	}
 	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	detail := resp.Status
-	if m := bytes.TrimSpace(msg); len(m) > 0 {
-		detail = fmt.Sprintf("%s: %s", resp.Status, m)
+	msg = bytes.TrimSpace(msg)
+	var ans answer
+	_ = json.Unmarshal(msg, &ans) // a body that is not the protocol's JSON says nothing more
+	rep := reply{out: classify(resp.StatusCode), detail: resp.Status}
+	if len(msg) > 0 {
+		rep.detail = fmt.Sprintf("%s: %s", resp.Status, strings.ToValidUTF8(string(msg[:min(len(msg), 512)]), "?"))
 	}
-	out := classify(resp.StatusCode)
-	var after time.Duration
-	if out == retry || out == refused {
-		after = retryAfter(resp.Header.Get("Retry-After"))
+	switch rep.out {
+	case delivered:
+		rep.duplicate = ans.Duplicate
+	case refused:
+		rep.reason = refusalReason(resp.StatusCode, ans.Reason)
+		if rep.reason == "duplicate" { // counted before: delivered
+			rep.out, rep.duplicate = delivered, true
+		}
+	case redirected:
+		rep.location = RedactURL(resp.Header.Get("Location"))
+		if rep.location == "" {
+			rep.location = "(none given)"
+		}
+		rep.after = retryAfter(resp.Header.Get("Retry-After"))
+	default:
+		rep.after = retryAfter(resp.Header.Get("Retry-After"))
 	}
-	return out, detail, after
+	return rep
+}
+
+// redactErr is err's text with the userinfo of any URL in it redacted
+// (net/http's client errors quote the request's URL).
+func redactErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		c := *ue
+		c.URL = RedactURL(ue.URL)
+		return c.Error()
+	}
+	return err.Error()
 }
 
 // retryAfter parses a Retry-After header given in seconds.

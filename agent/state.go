@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/atomicfile"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -21,19 +24,32 @@ const stateFile = "state.json"
 // savedState is what state.json holds: the tracker's state (windows,
 // overload start, last notice, events) and the latest reading, so a
 // restart neither forgets an overload nor sends a second notice within
-// the hour.
+// the hour; and the run id, the latest seq and its at, so the readings of
+// a restarted agent go on in the same run (see overload.ReadingVersion).
+// A state without a run (saved by an agent before version 2 readings)
+// keeps its tracker and starts a run.
 type savedState struct {
 	Version int               `json:"v"`
 	Node    string            `json:"node"`
 	Tracker json.RawMessage   `json:"tracker"`
 	Last    *overload.Reading `json:"last,omitempty"`
+	Run     string            `json:"run,omitempty"`
+	Seq     uint64            `json:"seq,omitempty"`
+	At      time.Time         `json:"at,omitzero"`
+}
+
+// newRun returns a fresh run id: 32 hex digits from crypto/rand.
+func newRun() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand.Read)
+	return hex.EncodeToString(b[:])
 }
 
 // checkStateDir checks that a file can be written and renamed in dir,
 // which New has created.
 func checkStateDir(dir string) error {
 	probe := filepath.Join(dir, ".write-check")
-	if err := writeFileAtomic(probe, nil); err != nil {
+	if err := atomicfile.WriteFile(probe, nil, 0o600); err != nil {
 		return fmt.Errorf("state directory %s is not writable: %w", dir, err)
 	}
 	if err := os.Remove(probe); err != nil {
@@ -44,8 +60,11 @@ func checkStateDir(dir string) error {
 
 // restore returns the tracker a previous run saved, or a new one when
 // there is none, it is another node's, or it cannot be read (then the bad
-// file is kept beside as state.json.bad and the agent starts afresh).
+// file is kept beside as state.json.bad and the agent starts afresh). It
+// sets the agent's run, seq and last at: those saved with the tracker, or
+// a new run when the agent starts afresh.
 func (a *Agent) restore() *overload.Tracker {
+	a.run, a.seq, a.lastAt = newRun(), 0, time.Time{}
 	fresh := overload.NewTracker(a.node, a.limits)
 	if a.state == "" {
 		return fresh
@@ -92,6 +111,9 @@ func (a *Agent) restore() *overload.Tracker {
 		return fresh
 	}
 	a.last = s.Last
+	if s.Run != "" {
+		a.run, a.seq, a.lastAt = s.Run, s.Seq, s.At
+	}
 	a.m.overloaded.Set(b2f(t.Overloaded()))
 	if t.Overloaded() {
 		a.m.overloadedSince.Set(float64(t.Since().Unix()))
@@ -113,7 +135,7 @@ func (a *Agent) Save() error {
 	defer a.saveMu.Unlock()
 	a.mu.Lock()
 	tj, err := json.Marshal(a.tracker)
-	s := savedState{Version: 1, Node: a.node, Tracker: tj, Last: a.last}
+	s := savedState{Version: 1, Node: a.node, Tracker: tj, Last: a.last, Run: a.run, Seq: a.seq, At: a.lastAt}
 	a.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
@@ -122,7 +144,7 @@ func (a *Agent) Save() error {
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	if err := writeFileAtomic(a.state, b); err != nil {
+	if err := atomicfile.WriteFile(a.state, b, 0o600); err != nil {
 		return fmt.Errorf("save state to %s: %w", a.state, err)
 	}
 	return nil
