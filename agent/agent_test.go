@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -118,17 +119,6 @@ func steps(t *testing.T, a *Agent, src *fakeSource, mem float64, n int) (notices
 	return notices
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestClassify(t *testing.T) {
 	tests := []struct {
 		status int
@@ -184,7 +174,7 @@ func TestReportsSurviveAnOutage(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	waitFor(t, "ten readings accepted", func() bool { return len(p.readings()) >= 10 })
+	testkit.WaitFor(t, "ten readings accepted", func() bool { return len(p.readings()) >= 10 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -238,7 +228,7 @@ func TestRejectedReportIsDropped(t *testing.T) {
 		}
 	}
 	go a.rep.run(ctx)
-	waitFor(t, "queue drained", func() bool { return a.q.len() == 0 })
+	testkit.WaitFor(t, "queue drained", func() bool { return a.q.len() == 0 })
 	if n := len(p.readings()); n != 2 {
 		t.Errorf("platform accepted %d readings, want 2", n)
 	}
@@ -452,7 +442,11 @@ func TestNewRejects(t *testing.T) {
 		{"no source", Config{}, "no reading source"},
 		{"state dir under a file", Config{Source: newFakeSource(), StateDir: filepath.Join(file, "state")}, "state directory"},
 		{"bad limits", Config{Source: newFakeSource(), Limits: overload.Limits{Need: 9, Window: 5}}, "new agent"},
-		{"negative interval", Config{Source: newFakeSource(), Interval: -time.Second}, "negative"},
+		{"negative interval", Config{Source: newFakeSource(), Interval: -time.Second}, "Config.Interval -1s is negative"},
+		{"negative queue bound", Config{Source: newFakeSource(), QueueMax: -1}, "Config.QueueMax -1 is negative"},
+		{"negative retry cap", Config{Source: newFakeSource(), RetryMax: -time.Second}, "Config.RetryMax -1s is negative"},
+		{"token twice", Config{Source: newFakeSource(), Token: "a", TokenFile: file}, "both Token and TokenFile"},
+		{"report URL not http", Config{Source: newFakeSource(), ReportURL: "ftp://joe:pw@x/"}, `Config.ReportURL "ftp://xxxxx@x/"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

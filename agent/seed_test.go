@@ -1,14 +1,13 @@
 package agent
 
 import (
-	"bytes"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -27,31 +26,13 @@ func TestSeedReportsEvery30Seconds(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log sink a test may read while the agent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // "You get at most one an hour for a node; every start and end is in the
 // node's event list", and the notice "says what was passed, in figures":
 // two overloads a few seconds apart give two starts and an end in the
 // event list, one notice in the log with its figure, and a notice counter
 // of one.
 func TestSeedOneNoticeAnHourEveryEventListed(t *testing.T) {
-	var log lockedBuffer
+	var log testkit.LogBuffer
 	src := newFakeSource()
 	a, err := New(Config{Node: "n1", Source: src, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -209,7 +210,7 @@ func (p *tokenPlatform) accepted(token string) []time.Time {
 // with B, and every reading reaches the platform once, in order.
 func TestTokenRotation(t *testing.T) {
 	plat := &tokenPlatform{accept: "Bearer tok-A"}
-	var log lockedBuffer
+	var log testkit.LogBuffer
 	a, file := newTokenAgent(t, plat, Config{
 		Interval: 20 * time.Millisecond, StateDir: t.TempDir(), RetryMax: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -218,10 +219,10 @@ func TestTokenRotation(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 
-	waitFor(t, "three readings accepted with A", func() bool { return len(plat.accepted("tok-A")) >= 3 })
+	testkit.WaitFor(t, "three readings accepted with A", func() bool { return len(plat.accepted("tok-A")) >= 3 })
 	writeToken(t, file, "tok-B\n")
 	plat.take("tok-B")
-	waitFor(t, "three readings accepted with B", func() bool { return len(plat.accepted("tok-B")) >= 3 })
+	testkit.WaitFor(t, "three readings accepted with B", func() bool { return len(plat.accepted("tok-B")) >= 3 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -292,7 +293,7 @@ func TestTokenBadReread(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			plat := &tokenPlatform{accept: "Bearer none yet"}
-			var log lockedBuffer
+			var log testkit.LogBuffer
 			a, file := newTokenAgent(t, plat, Config{
 				Interval: time.Hour, RetryMax: 5 * time.Millisecond,
 				Logger: slog.New(slog.NewTextHandler(&log, nil)),
@@ -301,9 +302,9 @@ func TestTokenBadReread(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := reportOne(t, a)
-			waitFor(t, "five refusals", func() bool { return len(plat.attempts()) >= 5 })
+			testkit.WaitFor(t, "five refusals", func() bool { return len(plat.attempts()) >= 5 })
 			plat.take("tok-A")
-			waitFor(t, "the reading accepted with A", func() bool { return len(plat.accepted("tok-A")) == 1 })
+			testkit.WaitFor(t, "the reading accepted with A", func() bool { return len(plat.accepted("tok-A")) == 1 })
 
 			if _, err := a.ReloadToken(); err == nil || err.Error() != "reload token: token file "+file+": "+tt.reason {
 				t.Errorf("ReloadToken: %v, want %q", err, "reload token: token file "+file+": "+tt.reason)
@@ -311,7 +312,7 @@ func TestTokenBadReread(t *testing.T) {
 			if _, err := a.Step(ctx); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the second reading accepted with A", func() bool { return len(plat.accepted("tok-A")) == 2 })
+			testkit.WaitFor(t, "the second reading accepted with A", func() bool { return len(plat.accepted("tok-A")) == 2 })
 
 			for i, at := range plat.attempts() {
 				if at.auth != "Bearer tok-A" {
@@ -341,16 +342,16 @@ func TestTokenBadReread(t *testing.T) {
 // at once, and the waiting report goes with B.
 func TestReloadToken(t *testing.T) {
 	plat := &tokenPlatform{accept: "Bearer tok-B"}
-	var log lockedBuffer
+	var log testkit.LogBuffer
 	a, file := newTokenAgent(t, plat, Config{
 		Interval: time.Hour, RetryMax: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&log, nil)),
 	})
 	reportOne(t, a)
-	waitFor(t, "three refusals", func() bool { return len(plat.attempts()) >= 3 })
+	testkit.WaitFor(t, "three refusals", func() bool { return len(plat.attempts()) >= 3 })
 	writeToken(t, file, "tok-B\n")
 	n := len(plat.attempts())
-	waitFor(t, "three more refusals", func() bool { return len(plat.attempts()) >= n+3 })
+	testkit.WaitFor(t, "three more refusals", func() bool { return len(plat.attempts()) >= n+3 })
 	if got := plat.accepted(""); len(got) != 0 {
 		t.Fatalf("accepted %v before ReloadToken: the file was read again within the interval", got)
 	}
@@ -360,7 +361,7 @@ func TestReloadToken(t *testing.T) {
 	if changed, err := a.ReloadToken(); err != nil || changed {
 		t.Fatalf("ReloadToken again = %v, %v; want unchanged", changed, err)
 	}
-	waitFor(t, "the reading accepted with B", func() bool { return len(plat.accepted("tok-B")) == 1 })
+	testkit.WaitFor(t, "the reading accepted with B", func() bool { return len(plat.accepted("tok-B")) == 1 })
 	if got := plat.accepted("tok-B"); !got[0].Equal(time.Date(2026, 1, 30, 6, 0, 1, 0, time.UTC)) {
 		t.Errorf("accepted the reading at %v, want the one refused", got[0])
 	}
@@ -386,13 +387,13 @@ func TestReloadTokenEndsTheWait(t *testing.T) {
 	}), Config{Interval: time.Hour, Logger: testLogger(t)})
 	reportOne(t, a)
 	attempts := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
-	waitFor(t, "a refusal", func() bool { return len(attempts()) == 1 })
+	testkit.WaitFor(t, "a refusal", func() bool { return len(attempts()) == 1 })
 	writeToken(t, file, "tok-B\n")
 	if _, err := a.ReloadToken(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the report sent again with B", func() bool { return len(attempts()) == 2 })
-	waitFor(t, "the queue empty", func() bool { return a.q.len() == 0 })
+	testkit.WaitFor(t, "the report sent again with B", func() bool { return len(attempts()) == 2 })
+	testkit.WaitFor(t, "the queue empty", func() bool { return a.q.len() == 0 })
 	if g := attempts(); g[0] != "Bearer tok-A" || g[1] != "Bearer tok-B" {
 		t.Errorf("attempts carried %q, want A then B", g)
 	}
