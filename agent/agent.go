@@ -96,6 +96,13 @@ type Config struct {
 	// not answer (it starts at 1 s and doubles); 0 means Interval.
 	RetryMax time.Duration
 
+	// Now is the wall clock: a saved state whose latest reading is more
+	// than a minute ahead of it is from the future (the clock was wrong,
+	// then corrected) and the agent starts afresh, in a new run; a reading
+	// whose source gave no At is dated by it. nil means time.Now. The
+	// readings' own times come from the Source.
+	Now func() time.Time
+
 	// Registry receives the agent's metrics, served on /metrics; nil means
 	// a registry of the agent's own (with the process and Go collectors).
 	Registry *prometheus.Registry
@@ -122,6 +129,7 @@ type Agent struct {
 
 	dm      *deliveryMetrics
 	reading chan struct{} // holds a token while the source's Read runs
+	now     func() time.Time
 
 	mu      sync.Mutex // guards tracker, last, run, seq, lastAt, lastMono
 	tracker *overload.Tracker
@@ -154,6 +162,10 @@ func New(cfg Config) (_ *Agent, err error) {
 		limits:   cfg.Limits,
 		log:      cmp.Or(cfg.Logger, discardLogger),
 		reading:  make(chan struct{}, 1),
+		now:      cfg.Now,
+	}
+	if a.now == nil {
+		a.now = time.Now
 	}
 	if a.node, err = nodeName(cfg.Node); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
@@ -390,7 +402,7 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 		elapsed = mono.Sub(a.lastMono)
 	}
 	if r.At.IsZero() {
-		r.At = mono
+		r.At = a.now()
 	}
 	r.At = nextAt(r.At, a.lastAt, elapsed)
 	r.Run, r.Seq = a.run, a.seq+1

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/proofkit/nodekit/internal/atomicfile"
@@ -46,6 +47,10 @@ type queue struct {
 	items []queued
 	next  uint64 // id of the next push
 	dirty bool   // the file lacks an item (a failed append): rewrite it at the next push
+	// sending is set while the head is being sent: an overflow then
+	// drops the oldest of the others, since the platform may be counting
+	// the head at that moment.
+	sending bool
 }
 
 // queued is one report in the queue; id identifies it while it is sent,
@@ -136,7 +141,9 @@ func (q *queue) item(body []byte) queued {
 
 // push adds a report at the tail. When the queue is full the oldest
 // reports go to make room: the platform needs the latest state more than
-// the oldest. It returns the reports dropped. On a write error the report
+// the oldest. The head is kept while it is being sent, so for that time
+// the queue may hold one more than its bound. It returns the reports
+// dropped. On a write error the report
 // stays queued in memory (and is sent while the process runs); the file
 // is left as it was before.
 func (q *queue) push(report []byte) (dropped []queued, err error) {
@@ -147,8 +154,13 @@ func (q *queue) push(report []byte) (dropped []queued, err error) {
 	defer q.mu.Unlock()
 	item := q.item(bytes.Clone(report))
 	if n := len(q.items) - q.max + 1; n > 0 {
-		dropped = append(dropped, q.items[:n]...)
-		q.items = append(q.items[n:], item)
+		keep := 0 // the head, while it is being sent
+		if q.sending {
+			keep = 1
+		}
+		n = min(n, len(q.items)-keep)
+		dropped = slices.Clone(q.items[keep : keep+n])
+		q.items = append(slices.Delete(q.items, keep, keep+n), item)
 		if err := q.rewrite(); err != nil {
 			return dropped, fmt.Errorf("push report: %w", err)
 		}
@@ -175,6 +187,14 @@ func (q *queue) head() (it queued, ok bool) {
 		return queued{}, false
 	}
 	return q.items[0], true
+}
+
+// send marks the head as being sent (true) or no longer (false); see
+// queue.sending.
+func (q *queue) send(on bool) {
+	q.mu.Lock()
+	q.sending = on
+	q.mu.Unlock()
 }
 
 // remove takes the report id off the head of the queue if it is still

@@ -225,3 +225,30 @@ func TestQueueFailedAppendLeavesNoPart(t *testing.T) {
 		t.Errorf("queue on disk = %s, want %s", got, want)
 	}
 }
+
+// TestQueueOverflowKeepsTheReportInFlight: while the head is being sent
+// (the platform may be counting it), an overflow drops the oldest of the
+// others, so a report is never both delivered and logged as dropped.
+func TestQueueOverflowKeepsTheReportInFlight(t *testing.T) {
+	q, _, _, err := openQueue(filepath.Join(t.TempDir(), queueFile), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := q.push(body(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.send(true)
+	dropped, err := q.push(body(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.send(false)
+	if len(dropped) != 1 || string(dropped[0].body) != `{"n":1}` {
+		t.Errorf("dropped %v, want the oldest after the one in flight, {\"n\":1}", dropped)
+	}
+	if got, want := strings.Join(drain(t, q), " "), `{"n":0} {"n":2} {"n":3}`; got != want {
+		t.Errorf("queue = %s, want %s", got, want)
+	}
+}

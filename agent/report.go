@@ -181,7 +181,9 @@ func (r *reporter) run(ctx context.Context) {
 		default:
 		}
 		token := r.tok.get()
+		r.q.send(true)
 		rep := r.send(ctx, it.body, token)
+		r.q.send(false)
 		if ctx.Err() != nil {
 			return
 		}

@@ -100,7 +100,7 @@ func (a *Agent) restore() *overload.Tracker {
 	// but keep the last notice, so no second one goes out within the hour
 	// ("at most one an hour"). A notice from the future counts as sent
 	// just now.
-	if now := time.Now(); t.LastReading().After(now.Add(maxClockSkew)) {
+	if now := a.now(); t.LastReading().After(now.Add(maxClockSkew)) {
 		notice := t.LastNotice()
 		if notice.After(now) {
 			notice = now

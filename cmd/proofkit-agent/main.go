@@ -50,8 +50,19 @@ import (
 	"github.com/proofkit/nodekit/sysctl"
 )
 
+// stopGrace is how long the agent may take to stop after SIGTERM or
+// SIGINT before it exits anyway (status 1), whatever it is blocked on (a
+// probe read of a file that never answers, a disk that does not).
+const stopGrace = time.Second
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-ctx.Done()
+		time.Sleep(stopGrace)
+		fmt.Fprintf(os.Stderr, "proofkit-agent: did not stop within %v of the signal; exiting without waiting\n", stopGrace)
+		os.Exit(1)
+	}()
 	// Caught from the start: SIGHUP's default action would end the agent.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -155,7 +166,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.reportURL != "" {
 		u, err := url.Parse(o.reportURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return o, usageError{fmt.Sprintf("-report-url %q: want an http:// or https:// URL", o.reportURL)}
+			return o, usageError{fmt.Sprintf("-report-url %q: want an http:// or https:// URL", agent.RedactURL(o.reportURL))}
 		}
 		if o.tokenFile == "" {
 			return o, usageError{"-report-url needs -token-file (the token is never given as a flag value)"}
@@ -282,10 +293,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	}
 	defer p.Close()
 
+	src, now := testClock(p)
 	a, err := agent.New(agent.Config{
-		Node: o.node, Source: p, Interval: o.interval,
+		Node: o.node, Source: src, Now: now, Interval: o.interval,
 		StateDir: o.stateDir, QueueMax: o.queueMax,
-		ReportURL: o.reportURL, TokenFile: o.tokenFile, UserAgent: "proofkit-agent",
+		ReportURL: o.reportURL, TokenFile: o.tokenFile,
 		Logger: log,
 	})
 	if errors.Is(err, agent.ErrLocked) {
@@ -339,10 +351,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	sizeKernel(o, log)
 
 	log.Info("agent started", "node", o.node, "interval", o.interval, "state_dir", o.stateDir,
-		"report_url", o.reportURL, "queue_max", o.queueMax)
+		"report_url", agent.RedactURL(o.reportURL), "queue_max", o.queueMax)
 	err = a.Run(ctx)
 	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), stopGrace/2)
 		_ = srv.Shutdown(sctx)
 		cancel()
 	}

@@ -1,0 +1,562 @@
+package agent_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/agent/agenttest"
+	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/overload"
+)
+
+// buildAgent builds cmd/proofkit-agent with the test clock (testclock.go)
+// into a temporary directory.
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("skipping: the agent's probe reads Linux /proc and netlink")
+	}
+	bin := filepath.Join(t.TempDir(), "proofkit-agent")
+	out, err := exec.Command("go", "build", "-tags", "proofkit_testclock", "-o", bin,
+		"github.com/proofkit/nodekit/cmd/proofkit-agent").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building the agent: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// faultPlatform is a platform on a real loopback socket that follows the
+// report protocol (overload.ReadingVersion 2: duplicates by run and seq,
+// a new run's at moved after the last) while its mode is "ok", and
+// otherwise answers every report with that mode's fault.
+type faultPlatform struct {
+	t    *testing.T
+	addr string
+	srv  *http.Server
+
+	mu       sync.Mutex
+	mode     string
+	changed  chan struct{} // closed when mode changes
+	ln       net.Listener  // nil while the platform is gone
+	tracker  *overload.Tracker
+	counted  []overload.Reading // counted readings, in order, at as observed
+	verdicts []verdict
+	count    map[runSeq]int
+	lastRun  string
+	lastSeq  uint64
+	lastAt   time.Time
+	dups     int
+	answers  map[string]int // mode -> requests answered in it
+	followed int            // requests to the redirect target
+}
+
+type runSeq struct {
+	run string
+	seq uint64
+}
+
+type verdict struct {
+	overloaded bool
+	event      string
+}
+
+func newFaultPlatform(t *testing.T) *faultPlatform {
+	p := &faultPlatform{
+		t: t, mode: "ok", changed: make(chan struct{}),
+		tracker: overload.NewTracker("n1", overload.Limits{}),
+		count:   make(map[runSeq]int), answers: make(map[string]int),
+	}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.ln = ln
+	go p.srv.Serve(ln)
+	t.Cleanup(func() { p.setMode("ok"); p.srv.Close() })
+	return p
+}
+
+// setMode switches the platform's answer. "gone" closes the listening
+// socket (connections are refused) until the next mode opens it again on
+// the same port.
+func (p *faultPlatform) setMode(mode string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if mode == p.mode {
+		return
+	}
+	p.mode = mode
+	close(p.changed)
+	p.changed = make(chan struct{})
+	if mode == "gone" && p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	if mode != "gone" && p.ln == nil {
+		for i := 0; ; i++ {
+			ln, err := net.Listen("tcp", p.addr)
+			if err == nil {
+				p.ln = ln
+				go p.srv.Serve(ln)
+				break
+			}
+			if i == 100 {
+				p.t.Errorf("platform cannot listen again on %s: %v", p.addr, err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func (p *faultPlatform) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	p.mu.Lock()
+	if r.URL.Path == "/elsewhere" {
+		p.followed++
+		p.mu.Unlock()
+		return
+	}
+	mode, changed := p.mode, p.changed
+	p.answers[mode]++
+	p.mu.Unlock()
+	refuse := func(status int, reason string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"error": "refused in mode %s", "reason": %q}`, mode, reason)
+	}
+	if mode == "older" || mode == "invalid" || mode == "unauthorized" {
+		// A platform answers a reading it counted already as such
+		// before it judges it.
+		var r overload.Reading
+		if json.Unmarshal(body, &r) == nil && p.duplicate(r) {
+			fmt.Fprint(w, `{"duplicate": true}`)
+			return
+		}
+	}
+	switch mode {
+	case "ok":
+		p.observe(w, body)
+	case "redirect":
+		w.Header().Set("Location", "/elsewhere")
+		w.WriteHeader(http.StatusFound)
+	case "older":
+		refuse(http.StatusConflict, "older")
+	case "invalid":
+		refuse(http.StatusBadRequest, "invalid")
+	case "unauthorized":
+		refuse(http.StatusUnauthorized, "unauthorized")
+	case "busy":
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	case "hang": // no answer until the mode changes; then the connection just ends
+		select {
+		case <-changed:
+		case <-r.Context().Done():
+		}
+		resetConn(w)
+	default: // "reset", and "gone" for a connection made before
+		resetConn(w)
+	}
+}
+
+// resetConn ends the request's connection with a TCP reset.
+func resetConn(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	conn.Close()
+}
+
+func (p *faultPlatform) duplicate(r overload.Reading) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.Run == p.lastRun && r.Seq <= p.lastSeq {
+		p.dups++
+		return true
+	}
+	return false
+}
+
+// observe is the platform's side of the protocol for one report.
+func (p *faultPlatform) observe(w http.ResponseWriter, body []byte) {
+	var r overload.Reading
+	if err := json.Unmarshal(body, &r); err != nil || r.Run == "" || r.Seq == 0 {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error": "not a version 2 reading", "reason": "invalid"}`)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.Run == p.lastRun && r.Seq <= p.lastSeq {
+		p.dups++
+		fmt.Fprint(w, `{"duplicate": true}`)
+		return
+	}
+	if !r.At.After(p.lastAt) && !p.lastAt.IsZero() {
+		r.At = p.lastAt.Add(time.Millisecond)
+	}
+	res, err := p.tracker.Observe(r)
+	if err != nil {
+		p.t.Errorf("platform tracker refused run %s seq %d: %v", r.Run, r.Seq, err)
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprintf(w, `{"error": %q, "reason": "invalid"}`, err.Error())
+		return
+	}
+	p.lastRun, p.lastSeq, p.lastAt = r.Run, r.Seq, r.At
+	p.count[runSeq{r.Run, r.Seq}]++
+	p.counted = append(p.counted, r)
+	p.verdicts = append(p.verdicts, verdictOf(res))
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func verdictOf(res overload.Result) verdict {
+	v := verdict{overloaded: res.Overloaded}
+	if res.Event != nil {
+		v.event = string(res.Event.Kind)
+	}
+	return v
+}
+
+// agentProc is one run of the agent binary.
+type agentProc struct {
+	cmd  *exec.Cmd
+	log  testkit.LogBuffer
+	addr chan string
+	done chan struct{}
+}
+
+var faultAddrRe = regexp.MustCompile(`msg="serving /metrics, /status and /events" addr=(\S+)`)
+
+func startAgent(t *testing.T, bin string, env []string, args ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{cmd: exec.Command(bin, args...), addr: make(chan string, 1), done: make(chan struct{})}
+	a.cmd.Env = append(os.Environ(), env...)
+	pr, pw := io.Pipe()
+	a.cmd.Stderr = pw
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			a.log.Write([]byte(line + "\n"))
+			if m := faultAddrRe.FindStringSubmatch(line); m != nil {
+				a.addr <- m[1]
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		a.cmd.Wait()
+		pw.Close()
+		close(a.done)
+	}()
+	t.Cleanup(func() {
+		a.cmd.Process.Kill()
+		<-a.done
+	})
+	return a
+}
+
+func (a *agentProc) kill() {
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+}
+
+// scrape returns the value of each series of the agent's /metrics whose
+// name starts with prefix, keyed by the series as written.
+func (a *agentProc) scrape(t *testing.T, prefix string) map[string]float64 {
+	t.Helper()
+	var addr string
+	select {
+	case addr = <-a.addr:
+		a.addr <- addr
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the agent serves no /metrics:\n%s", a.log.String())
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := make(map[string]float64)
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+var (
+	takenRe    = regexp.MustCompile(`msg=reading run=(\w+) seq=(\d+)`)
+	refusedRe  = regexp.MustCompile(`msg="platform refused a report; dropped it" reason=(\w+) .* run=(\w+) seq=(\d+)`)
+	overflowRe = regexp.MustCompile(`msg="report queue full; dropped the oldest reports" .* reason=overflow run=(\w+) seqs=([\d,]+)`)
+)
+
+// TestFaultInjection runs the built agent against a platform that answers
+// every class in turn (2xx, 3xx, 409, other 4xx, 401, 5xx, hangs, resets,
+// goes away for a while), kills it with SIGKILL at random points and
+// steps its wall clock, and checks the invariant: every reading taken is
+// counted once by the platform, or still queued on disk, or named in the
+// log (and the last run's metrics) as dropped with its reason; none is
+// counted twice; and the platform's verdicts equal those of a tracker fed
+// the same readings in order.
+//
+// The clock is stepped through the binary's test clock (built with -tags
+// proofkit_testclock; see cmd/proofkit-agent/testclock.go): the agent's
+// wall clock and its readings' times are shifted by what the test writes
+// in a file, since the host's clock is not the test's to step. Interval
+// 200 ms, so a 4 s outage stands for 10 minutes at the default 30 s.
+func TestFaultInjection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: the fault suite runs for about 40 s")
+	}
+	bin := buildAgent(t)
+	dir := t.TempDir()
+	nodeDir := filepath.Join(dir, "node")
+	stateDir := filepath.Join(dir, "state")
+	clockFile := filepath.Join(dir, "clock")
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := agenttest.WriteNode(nodeDir, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
+		t.Fatal(err)
+	}
+	p := newFaultPlatform(t)
+	env := []string{"PROOFKIT_AGENT_TEST_CLOCK_FILE=" + clockFile}
+	args := []string{
+		"-proc", agenttest.Proc(nodeDir), "-sys", agenttest.Sys(nodeDir), "-sysctl", "off",
+		"-listen", "127.0.0.1:0", "-node", "n1", "-log-level", "debug",
+		"-interval", "200ms", "-queue-max", "30", "-state-dir", stateDir,
+		"-report-url", "http://" + p.addr + "/readings", "-token-file", tokenFile,
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 42))
+
+	type phase struct {
+		mode  string
+		secs  float64
+		clock string // "" leaves the clock as it is
+		mem   float64
+	}
+	// Kills happen during the first part; the last part, with no kill,
+	// ends in one agent whose metrics are checked against its log.
+	killing := []phase{
+		{"ok", 1.5, "", 40}, {"redirect", 1, "", 95}, {"ok", 1, "290s", 95}, {"older", 0.6, "", 95},
+		{"ok", 1, "", 40}, {"invalid", 0.6, "", 40}, {"busy", 1.5, "-1h", 40}, {"ok", 1, "", 95},
+		{"hang", 2, "", 95}, {"ok", 1, "", 95}, {"reset", 1, "", 40}, {"ok", 1, "0s", 40},
+		{"gone", 8, "", 95}, {"ok", 1.5, "", 95}, {"unauthorized", 1, "", 40}, {"ok", 1, "-30m", 40},
+	}
+	calm := []phase{
+		{"older", 0.6, "", 95}, {"ok", 1, "", 95}, {"invalid", 0.6, "0s", 95}, {"redirect", 0.6, "", 40},
+		{"gone", 8, "", 40}, {"ok", 3, "", 40},
+	}
+
+	var procs []*agentProc
+	cur := startAgent(t, bin, env, args...)
+	procs = append(procs, cur)
+	kills, steps := 0, 0
+	run := func(ph phase, kill bool) {
+		p.setMode(ph.mode)
+		if ph.clock != "" {
+			steps++
+			if err := os.WriteFile(clockFile, []byte(ph.clock), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := agenttest.WriteNode(nodeDir, agenttest.Node{MemoryUsedPercent: ph.mem}); err != nil {
+			t.Fatal(err)
+		}
+		end := time.Now().Add(time.Duration(ph.secs * float64(time.Second)))
+		for time.Now().Before(end) {
+			if !kill || rng.IntN(4) != 0 {
+				time.Sleep(min(time.Until(end), 500*time.Millisecond))
+				continue
+			}
+			// SIGKILL at a random point, then start again.
+			time.Sleep(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
+			cur.kill()
+			kills++
+			cur = startAgent(t, bin, env, args...)
+			procs = append(procs, cur)
+		}
+	}
+	for _, ph := range killing {
+		run(ph, true)
+	}
+	// The last agent sees the calm part from its start.
+	cur.kill()
+	kills++
+	cur = startAgent(t, bin, env, args...)
+	procs = append(procs, cur)
+	for _, ph := range calm {
+		run(ph, false)
+	}
+	last := cur.scrape(t, "proofkit_agent_")
+	cur.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-cur.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent did not stop on SIGTERM")
+	}
+
+	// What each reading became.
+	taken := make(map[runSeq]bool)
+	dropped := make(map[runSeq]string)
+	var logs strings.Builder
+	for _, a := range procs {
+		logs.WriteString(a.log.String())
+	}
+	all := logs.String()
+	if strings.Contains(all, "s3cret-token") {
+		t.Error("the token is in the agent's log")
+	}
+	for _, m := range takenRe.FindAllStringSubmatch(all, -1) {
+		seq, _ := strconv.ParseUint(m[2], 10, 64)
+		taken[runSeq{m[1], seq}] = true
+	}
+	for _, m := range refusedRe.FindAllStringSubmatch(all, -1) {
+		seq, _ := strconv.ParseUint(m[3], 10, 64)
+		dropped[runSeq{m[2], seq}] = m[1]
+	}
+	for _, m := range overflowRe.FindAllStringSubmatch(all, -1) {
+		for _, s := range strings.Split(m[2], ",") {
+			seq, _ := strconv.ParseUint(s, 10, 64)
+			dropped[runSeq{m[1], seq}] = "overflow"
+		}
+	}
+	queued := make(map[runSeq]bool)
+	b, _ := os.ReadFile(filepath.Join(stateDir, "reports.jsonl"))
+	for line := range bytes.SplitSeq(bytes.TrimSpace(b), []byte("\n")) {
+		var r overload.Reading
+		if len(line) > 0 && json.Unmarshal(line, &r) == nil {
+			queued[runSeq{r.Run, r.Seq}] = true
+		}
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k := range p.count {
+		taken[k] = true
+	}
+	for k := range queued {
+		taken[k] = true
+	}
+	byReason := make(map[string]int)
+	var delivered, onDisk, lost int
+	for k := range taken {
+		n, why, q := p.count[k], dropped[k], queued[k]
+		switch {
+		case n > 1:
+			t.Errorf("run %s seq %d counted %d times", k.run, k.seq, n)
+		case n == 1 && why != "":
+			t.Errorf("run %s seq %d counted and also logged as dropped (%s)", k.run, k.seq, why)
+		case n == 1:
+			delivered++
+		case why != "":
+			byReason[why]++
+		case q:
+			onDisk++
+		default:
+			lost++
+			t.Errorf("run %s seq %d was taken but is neither counted, queued nor named as dropped", k.run, k.seq)
+		}
+	}
+	if p.followed > 0 {
+		t.Errorf("the agent followed a redirect %d times", p.followed)
+	}
+
+	// The same readings, in order, through a tracker of our own.
+	ref := overload.NewTracker("n1", overload.Limits{})
+	order := slices.Clone(p.counted)
+	runOrder := make(map[string]int)
+	for _, r := range p.counted {
+		if _, ok := runOrder[r.Run]; !ok {
+			runOrder[r.Run] = len(runOrder)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		if order[i].Run != order[j].Run {
+			return runOrder[order[i].Run] < runOrder[order[j].Run]
+		}
+		return order[i].Seq < order[j].Seq
+	})
+	overloadedReadings := 0
+	for i, r := range order {
+		res, err := ref.Observe(r)
+		if err != nil {
+			t.Fatalf("reference tracker: reading %d (run %s seq %d): %v", i, r.Run, r.Seq, err)
+		}
+		if got := verdictOf(res); got != p.verdicts[i] {
+			t.Errorf("reading %d (run %s seq %d): platform's verdict %+v, the tracker's %+v", i, r.Run, r.Seq, p.verdicts[i], got)
+		}
+		if res.Overloaded {
+			overloadedReadings++
+		}
+	}
+
+	// The last agent's metrics say what its log says.
+	lastLog := cur.log.String()
+	for _, reason := range []string{"older", "invalid"} {
+		logged := strings.Count(lastLog, `msg="platform refused a report; dropped it" reason=`+reason)
+		if got := last[`proofkit_agent_reports_refused_total{reason="`+reason+`"}`]; got != float64(logged) {
+			t.Errorf("last agent: refused{%s} = %v, its log names %d", reason, got, logged)
+		}
+	}
+	loggedOverflow := 0
+	for _, m := range overflowRe.FindAllStringSubmatch(lastLog, -1) {
+		loggedOverflow += len(strings.Split(m[2], ","))
+	}
+	if got := last[`proofkit_agent_reports_dropped_total{reason="overflow"}`]; got != float64(loggedOverflow) {
+		t.Errorf("last agent: dropped{overflow} = %v, its log names %d", got, loggedOverflow)
+	}
+	if byReason["overflow"] == 0 || byReason["older"] == 0 || byReason["invalid"] == 0 {
+		t.Errorf("the run exercised too little: dropped by reason %v", byReason)
+	}
+	if n := strings.Count(all, "reports delivered again after "); n == 0 {
+		t.Error("no line said that delivery recovered")
+	}
+	runs := len(runOrder)
+	t.Logf("tally: taken %d, delivered %d (platform acknowledged %d duplicates), queued %d, dropped %v, unaccounted %d; "+
+		"%d agents (%d SIGKILLs), %d clock steps, %d runs, %d readings overloaded; answers by mode %v",
+		len(taken), delivered, p.dups, onDisk, byReason, lost, len(procs), kills, steps, runs, overloadedReadings, p.answers)
+	fmt.Printf("fault injection tally: taken %d, delivered %d, queued %d, dropped %v (duplicates acknowledged %d; %d SIGKILLs, %d clock steps)\n",
+		len(taken), delivered, onDisk, byReason, p.dups, kills, steps)
+}
