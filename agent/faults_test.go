@@ -560,3 +560,34 @@ func TestFaultInjection(t *testing.T) {
 	fmt.Printf("fault injection tally: taken %d, delivered %d, queued %d, dropped %v (duplicates acknowledged %d; %d SIGKILLs, %d clock steps)\n",
 		len(taken), delivered, onDisk, byReason, p.dups, kills, steps)
 }
+
+// TestSIGTERMWithABlockedProbe: a /proc file that blocks (a FIFO in place
+// of loadavg) holds a reading for ever; SIGTERM still stops the agent
+// within a second (the test allows three, for a loaded machine).
+func TestSIGTERMWithABlockedProbe(t *testing.T) {
+	bin := buildAgent(t)
+	dir := t.TempDir()
+	if err := agenttest.WriteNode(dir, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgent(t, bin, nil, "-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir), "-sysctl", "off",
+		"-listen", "127.0.0.1:0", "-node", "n1", "-log-level", "debug", "-interval", "100ms",
+		"-state-dir", filepath.Join(dir, "state"))
+	testkit.WaitFor(t, "a first reading", func() bool { return strings.Contains(a.log.String(), "msg=reading ") })
+	loadavg := filepath.Join(agenttest.Proc(dir), "loadavg")
+	if err := os.Remove(loadavg); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(loadavg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // a reading is now blocked on the FIFO
+	start := time.Now()
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(3 * time.Second):
+		t.Fatalf("the agent did not stop within 3 s of SIGTERM with a blocked probe:\n%s", a.log.String())
+	}
+	t.Logf("stopped %v after SIGTERM, exit status %d", time.Since(start).Round(time.Millisecond), a.cmd.ProcessState.ExitCode())
+}

@@ -53,7 +53,7 @@ import (
 // stopGrace is how long the agent may take to stop after SIGTERM or
 // SIGINT before it exits anyway (status 1), whatever it is blocked on (a
 // probe read of a file that never answers, a disk that does not).
-const stopGrace = time.Second
+const stopGrace = 900 * time.Millisecond
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
