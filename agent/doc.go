@@ -11,19 +11,33 @@
 // own and sending its own notices.
 //
 // With a report URL, every reading is POSTed to the platform as the
-// overload.Reading JSON, "Authorization: Bearer <token>". Reports go
-// through a bounded on-disk queue (reports.jsonl in the state directory,
-// one reading a line, fsync'd appends, atomic rewrites): while the
-// platform does not answer they wait, in order, and are sent oldest first
-// when it answers again, with a back-off from 1 s capped at the interval.
-// Nothing is lost within the bound (120 readings, one hour, by default);
-// beyond it the oldest are dropped, counted and logged, since the platform
-// needs the node's latest state most. A 2xx (or 409, already held) removes
-// a report; 401, 403, 404, 408, 429 and 5xx keep it for a retry; any other
-// 4xx means the platform refuses that report itself, and it is dropped,
-// counted and logged rather than sent for ever. A crash between the
-// platform's answer and the queue's rewrite sends that report again: the
-// platform sees a duplicate, which its tracker rejects by time.
+// overload.Reading JSON, version 2, "Authorization: Bearer <token>": each
+// carries the agent's run id and a seq, saved in the state directory, so
+// the platform orders readings and recognises a retry by them, not by the
+// node's clock (see overload.ReadingVersion). Reports go through a bounded
+// on-disk queue (reports.jsonl in the state directory, one reading a line,
+// fsync'd appends cut back to the last whole line when one fails, atomic
+// rewrites): while the platform does not answer they wait, in order, and
+// are sent oldest first when it answers again, with a back-off from 1 s
+// capped at the interval. Nothing is lost within the bound (120 readings,
+// one hour, by default); beyond it the oldest are dropped, counted and
+// logged, since the platform needs the node's latest state most.
+//
+// The platform's answer decides a report's fate. A 2xx removes it (one
+// that says {"duplicate": true} was counted before, and is counted as
+// such). A 409, 400, 413, 422 or other 4xx means the platform refuses the
+// report itself: it is dropped, logged with its run and seq, and counted
+// by the reason the answer gives (proofkit_agent_reports_refused_total),
+// never as sent. A redirect is never followed: the report stays, and a
+// warning names the Location. 401, 403, 404, 408, 429, 5xx and network
+// errors keep it for a retry. A crash between the platform's answer and
+// the queue's rewrite sends that report again, and the platform answers
+// that it has it. One line says when delivery recovers after failures.
+//
+// Every reading taken is therefore counted once by the platform, or still
+// queued on disk, or logged and counted as dropped with its reason; the
+// package's fault-injection test checks exactly that against the built
+// proofkit-agent, with SIGKILLs, clock steps and every class of answer.
 //
 // The token is either fixed (Config.Token) or read from a file
 // (Config.TokenFile), so that operators can rotate it without a restart.
