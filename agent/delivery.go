@@ -22,7 +22,7 @@ func newDeliveryMetrics(reg prometheus.Registerer) (*deliveryMetrics, error) {
 	dm := &deliveryMetrics{
 		reportsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proofkit_agent_reports_refused_total",
-			Help: "Reports the platform refused and the agent dropped, by the platform's reason: older (409), invalid (400, 422, other 4xx), too_large (413), unknown_node. Never counted as sent.",
+			Help: "Answers refusing a report, by the platform's reason: older (409), invalid (400, 422, other 4xx), too_large (413), unknown_node: the report is dropped; unauthorized (401, 403): it is kept and sent again. Never counted as sent.",
 		}, []string{"reason"}),
 		reportsDuplicate: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "proofkit_agent_reports_duplicate_total",
@@ -38,7 +38,7 @@ func newDeliveryMetrics(reg prometheus.Registerer) (*deliveryMetrics, error) {
 			return nil, err
 		}
 	}
-	for _, r := range []string{"older", "invalid", "too_large", "unknown_node"} {
+	for _, r := range []string{"older", "invalid", "too_large", "unknown_node", "unauthorized"} {
 		dm.reportsRefused.WithLabelValues(r)
 	}
 	dm.readingsDropped.WithLabelValues("invalid")

@@ -28,20 +28,43 @@ import (
 	"github.com/proofkit/nodekit/overload"
 )
 
-// buildAgent builds cmd/proofkit-agent with the test clock (testclock.go)
-// into a temporary directory.
+// The agent binary the tests run, built once, on first use, with the
+// test clock (cmd/proofkit-agent/testclock.go).
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	binErr    error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 func buildAgent(t *testing.T) string {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("skipping: the agent's probe reads Linux /proc and netlink")
 	}
-	bin := filepath.Join(t.TempDir(), "proofkit-agent")
-	out, err := exec.Command("go", "build", "-tags", "proofkit_testclock", "-o", bin,
-		"github.com/proofkit/nodekit/cmd/proofkit-agent").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building the agent: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "nk-agent-faults-"); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "proofkit-agent")
+		out, err := exec.Command("go", "build", "-tags", "proofkit_testclock", "-o", binPath,
+			"github.com/proofkit/nodekit/cmd/proofkit-agent").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("building the agent: %v", binErr)
 	}
-	return bin
+	return binPath
 }
 
 // faultPlatform is a platform on a real loopback socket that follows the
@@ -590,4 +613,34 @@ func TestSIGTERMWithABlockedProbe(t *testing.T) {
 		t.Fatalf("the agent did not stop within 3 s of SIGTERM with a blocked probe:\n%s", a.log.String())
 	}
 	t.Logf("stopped %v after SIGTERM, exit status %d", time.Since(start).Round(time.Millisecond), a.cmd.ProcessState.ExitCode())
+}
+
+// TestStartupRedactsTheReportURL: the report URL's user and password are
+// not in the binary's log, and its warnings say what is wrong.
+func TestStartupRedactsTheReportURL(t *testing.T) {
+	bin := buildAgent(t)
+	dir := t.TempDir()
+	if err := agenttest.WriteNode(dir, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgent(t, bin, nil, "-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir), "-sysctl", "off",
+		"-listen", "off", "-node", "n1", "-state-dir", filepath.Join(dir, "state"),
+		"-report-url", "http://joe:hunter2@192.0.2.1:9/readings", "-token-file", tokenFile)
+	testkit.WaitFor(t, "the start-up line", func() bool { return strings.Contains(a.log.String(), `msg="agent started"`) })
+	a.kill()
+	out := a.log.String()
+	for _, secret := range []string{"hunter2", "joe", "s3cret-token"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("%q is in the log:\n%s", secret, out)
+		}
+	}
+	for _, want := range []string{"report_url=http://xxxxx@192.0.2.1:9/readings", "can be read by other users", "plain http"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
 }

@@ -187,6 +187,9 @@ func (r *reporter) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if rep.out == unauthorized {
+			r.dm.reportsRefused.WithLabelValues("unauthorized").Inc()
+		}
 		if rep.out == unauthorized && r.newToken(token, rep.detail) {
 			r.m.reportFailures.Inc()
 			r.failed()

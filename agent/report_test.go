@@ -199,6 +199,11 @@ func TestRefusalIsDroppedAndCounted(t *testing.T) {
 			if v := testCounter(t, a, "proofkit_agent_reports_sent_total"); v != float64(len(seqs)) {
 				t.Errorf("sent = %v, want %d", v, len(seqs))
 			}
+			if tt.status == 401 {
+				if v := testCounter(t, a, `proofkit_agent_reports_refused_total{reason="unauthorized"}`); v != 1 {
+					t.Errorf("refused{unauthorized} = %v, want 1 (kept, but counted)", v)
+				}
+			}
 			if tt.reason == "" {
 				return
 			}

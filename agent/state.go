@@ -113,6 +113,8 @@ func (a *Agent) restore() *overload.Tracker {
 	a.last = s.Last
 	if s.Run != "" {
 		a.run, a.seq, a.lastAt = s.Run, s.Seq, s.At
+	} else { // saved before version 2: a new run, dated after the last reading
+		a.lastAt = t.LastReading()
 	}
 	a.m.overloaded.Set(b2f(t.Overloaded()))
 	if t.Overloaded() {
