@@ -135,11 +135,16 @@ type reporter struct {
 // enqueue stores a report and wakes the sender.
 func (r *reporter) enqueue(body []byte) error {
 	dropped, err := r.q.push(body)
-	if len(dropped) > 0 {
-		r.m.reportsDropped.WithLabelValues("overflow").Add(float64(len(dropped)))
+	r.m.reportsDropped.WithLabelValues("overflow").Add(float64(len(dropped)))
+	for len(dropped) > 0 { // one line per run
+		n := 1
+		for n < len(dropped) && dropped[n].run == dropped[0].run {
+			n++
+		}
 		r.log.Warn("report queue full; dropped the oldest reports",
-			"dropped", len(dropped), "queue_max", r.q.max, "reason", "overflow",
-			"run", dropped[0].run, "seqs", seqs(dropped))
+			"dropped", n, "queue_max", r.q.max, "reason", "overflow",
+			"run", dropped[0].run, "seqs", seqs(dropped[:n]))
+		dropped = dropped[n:]
 	}
 	r.m.reportsQueued.Set(float64(r.q.len()))
 	select {
