@@ -447,3 +447,37 @@ func TestCredentialWarnings(t *testing.T) {
 		})
 	}
 }
+
+// TestBadQueueLineIsNamed: a line of the queue file that is not one
+// report is skipped alone, with a warning naming its byte offset, and the
+// reports after it are sent.
+func TestBadQueueLineIsNamed(t *testing.T) {
+	dir := t.TempDir()
+	old, _ := newFakeSource().Read(context.Background())
+	old.At, old.Run, old.Seq = old.At.Add(-time.Hour), "r0", 1
+	good, _ := json.Marshal(old)
+	bad := `{"v":2,"node":"n1","at":"2026-01-30T05:`
+	old.Seq, old.At = 2, old.At.Add(time.Second)
+	next, _ := json.Marshal(old)
+	file := string(good) + "\n" + bad + "\n" + string(next) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, queueFile), []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log testkit.LogBuffer
+	p := &protoPlatform{}
+	a, _ := reportingAgent(t, p, &log, Config{StateDir: dir})
+	if !strings.Contains(log.String(), fmt.Sprintf("offset=%d length=%d", len(good)+1, len(bad))) {
+		t.Errorf("no warning naming the bad line's offset:\n%s", log.String())
+	}
+	sendAll(t, a, 1)
+	var got []string
+	for _, r := range p.readings() {
+		got = append(got, fmt.Sprintf("%s/%d", r.Run[:2], r.Seq))
+	}
+	if len(got) != 3 || got[0] != "r0/1" || got[1] != "r0/2" {
+		t.Errorf("platform counted %v, want r0/1, r0/2 and the new reading", got)
+	}
+	if v := testCounter(t, a, `proofkit_agent_reports_dropped_total{reason="torn"}`); v != 1 {
+		t.Errorf("dropped{torn} = %v, want 1", v)
+	}
+}
