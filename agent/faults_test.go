@@ -240,8 +240,8 @@ func (p *faultPlatform) observe(w http.ResponseWriter, body []byte) {
 		fmt.Fprint(w, `{"duplicate": true}`)
 		return
 	}
-	if !r.At.After(p.lastAt) && !p.lastAt.IsZero() {
-		r.At = p.lastAt.Add(time.Millisecond)
+	if !r.At.After(p.lastAt) && !p.lastAt.IsZero() { // as overload.Tracker counts it
+		r.At = p.lastAt.Add(time.Second)
 	}
 	res, err := p.tracker.Observe(r)
 	if err != nil {
