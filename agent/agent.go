@@ -68,7 +68,11 @@ type Config struct {
 	QueueMax int
 
 	// ReportURL is where each reading is POSTed as JSON; empty means the
-	// agent only probes, evaluates, logs and serves its handlers.
+	// agent only probes, evaluates, logs and serves its handlers. A user
+	// and password in it are never sent (the agent sends its bearer token)
+	// and are redacted wherever the URL is logged (RedactURL); New warns
+	// of them, and of a token sent over plain http:// to a host that is
+	// not loopback.
 	ReportURL string
 	// Token is sent as "Authorization: Bearer <Token>" with each report,
 	// for as long as the agent runs. Give Token or TokenFile, not both.
