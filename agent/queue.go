@@ -189,11 +189,23 @@ func (q *queue) head() (it queued, ok bool) {
 	return q.items[0], true
 }
 
-// send marks the head as being sent (true) or no longer (false); see
-// queue.sending.
-func (q *queue) send(on bool) {
+// begin returns the head, as head does, and marks it as being sent until
+// end is called (see queue.sending); both in one step, so no overflow
+// drops it in between.
+func (q *queue) begin() (it queued, ok bool) {
 	q.mu.Lock()
-	q.sending = on
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return queued{}, false
+	}
+	q.sending = true
+	return q.items[0], true
+}
+
+// end says the head is no longer being sent.
+func (q *queue) end() {
+	q.mu.Lock()
+	q.sending = false
 	q.mu.Unlock()
 }
 

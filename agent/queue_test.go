@@ -239,12 +239,14 @@ func TestQueueOverflowKeepsTheReportInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q.send(true)
+	if it, _ := q.begin(); string(it.body) != `{"n":0}` {
+		t.Fatalf("begin gave %s, want the head", it.body)
+	}
 	dropped, err := q.push(body(3))
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.send(false)
+	q.end()
 	if len(dropped) != 1 || string(dropped[0].body) != `{"n":1}` {
 		t.Errorf("dropped %v, want the oldest after the one in flight, {\"n\":1}", dropped)
 	}

@@ -170,7 +170,7 @@ func seqs(items []queued) string {
 func (r *reporter) run(ctx context.Context) {
 	backoff := time.Duration(0)
 	for {
-		it, ok := r.q.head()
+		it, ok := r.q.begin()
 		if !ok {
 			select {
 			case <-ctx.Done():
@@ -186,9 +186,8 @@ func (r *reporter) run(ctx context.Context) {
 		default:
 		}
 		token := r.tok.get()
-		r.q.send(true)
 		rep := r.send(ctx, it.body, token)
-		r.q.send(false)
+		r.q.end()
 		if ctx.Err() != nil {
 			return
 		}

@@ -69,6 +69,7 @@ func (a *Agent) restore() *overload.Tracker {
 	if a.state == "" {
 		return fresh
 	}
+	_ = atomicfile.RemoveTemps(a.state) // left by a crash during a save
 	b, err := os.ReadFile(a.state)
 	if errors.Is(err, os.ErrNotExist) {
 		return fresh
