@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/sysctl"
 )
 
 // Source gives the agent its readings; *probe.Probe is one.
@@ -90,9 +91,6 @@ type Config struct {
 	// not answer (it starts at 1 s and doubles); 0 means Interval.
 	RetryMax time.Duration
 
-	// Registry receives the agent's metrics, served on /metrics; nil means
-	// a registry of the agent's own (with the process and Go collectors).
-	Registry *prometheus.Registry
 	// Logger receives the agent's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -120,6 +118,12 @@ type Agent struct {
 
 	saveMu sync.Mutex // serializes writes of state.json
 
+	hist       history          // the last hour of readings, for / and the health handlers
+	hmu        sync.Mutex       // guards saveErr, lastNotice, sysctl
+	saveErr    error            // the latest Save's error
+	lastNotice *overload.Notice // the latest notice of this process
+	sysctl     *sysctl.Report   // the kernel sizing at start, if given
+
 	lockMu sync.Mutex // guards lock
 	lock   *os.File   // the state directory's lock; nil without one, or once closed
 }
@@ -146,7 +150,6 @@ func New(cfg Config) (_ *Agent, err error) {
 		interval: cfg.Interval,
 		limits:   cfg.Limits,
 		log:      cfg.Logger,
-		reg:      cfg.Registry,
 	}
 	if a.node == "" {
 		h, err := os.Hostname()
@@ -166,11 +169,9 @@ func New(cfg Config) (_ *Agent, err error) {
 	if a.log == nil {
 		a.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if a.reg == nil {
-		a.reg = prometheus.NewRegistry()
-		if err := registerProcess(a.reg); err != nil {
-			return nil, fmt.Errorf("new agent: register metrics: %w", err)
-		}
+	a.reg = prometheus.NewRegistry()
+	if err := registerProcess(a.reg); err != nil {
+		return nil, fmt.Errorf("new agent: register metrics: %w", err)
 	}
 	m, err := newMetrics(a.reg)
 	if err != nil {
@@ -270,9 +271,6 @@ func defaultClient() *http.Client {
 // Node returns the name of the agent's node.
 func (a *Agent) Node() string { return a.node }
 
-// Registry returns the registry holding the agent's metrics.
-func (a *Agent) Registry() *prometheus.Registry { return a.reg }
-
 // Run takes a reading at once and then every interval, and sends reports
 // in the background, until ctx ends. It then writes the state a last time
 // and returns nil; an error only when that write fails. Reports in flight
@@ -346,8 +344,10 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	}
 	a.logResult(r, res)
 
-	if err := a.Save(); err != nil {
-		a.log.Error("could not save state", "err", err)
+	saveErr := a.Save()
+	a.noteStep(r, res, saveErr)
+	if saveErr != nil {
+		a.log.Error("could not save state", "err", saveErr)
 	}
 	if a.rep != nil {
 		body, err := json.Marshal(r)
