@@ -48,7 +48,9 @@ func TestVersionLdflags(t *testing.T) {
 	if labels["version"] != "v0.5.0" || labels["revision"] != "0123456789abcdef0123" || !strings.HasPrefix(labels["goversion"], "go1.") {
 		t.Errorf("proofkit_agent_build_info labels %v", labels)
 	}
-	testkit.WaitFor(t, "the start-up line", func() bool { return strings.Contains(p.log(), `msg="agent started" version=v0.5.0 commit=0123456789abcdef0123`) })
+	testkit.WaitFor(t, "the start-up line", func() bool {
+		return strings.Contains(p.log(), `msg="agent started" version=v0.5.0 commit=0123456789abcdef0123`)
+	})
 	for name := range fams {
 		if strings.HasPrefix(name, "node_") {
 			t.Errorf("/metrics has %s: node_ names are node_exporter's", name)
