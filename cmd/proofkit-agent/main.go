@@ -1,8 +1,8 @@
 // Command proofkit-agent is the node agent operators run on each node: it
 // sizes the kernel's connection table and buffers at start, takes a
 // reading every 30 seconds, decides locally whether the node is
-// overloaded, reports each reading to the platform, and serves /metrics,
-// /status and /events on 127.0.0.1:9464.
+// overloaded, reports each reading to the platform, and serves a page at
+// /, /metrics, /status, /events, /healthz and /readyz on 127.0.0.1:9464.
 //
 // Run with no flags it is standalone: it probes, evaluates, logs and
 // serves, and reports nothing. The logic is in package agent; this
