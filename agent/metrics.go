@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,7 @@ type metrics struct {
 	buildInfo        *prometheus.GaugeVec
 
 	// prevAt is the time of the previous reading, for the byte counters.
+	prevMu sync.Mutex
 	prevAt time.Time
 }
 
@@ -150,10 +152,12 @@ func (m *metrics) observeReading(r overload.Reading) {
 	// counters add rate × the time since the previous reading, which is
 	// that interval give or take the time a reading takes.
 	var dt float64
+	m.prevMu.Lock()
 	if !m.prevAt.IsZero() && r.At.After(m.prevAt) {
 		dt = r.At.Sub(m.prevAt).Seconds()
 	}
 	m.prevAt = r.At
+	m.prevMu.Unlock()
 	m.linkSpeed.Reset()
 	for _, l := range r.Links {
 		m.linkRx.WithLabelValues(l.Name).Add(max(l.RxBitsPerSecond, 0) / 8 * dt)
