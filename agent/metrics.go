@@ -90,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Reports dropped: reason=overflow (queue full, oldest dropped), rejected (the platform refused the report), torn (a line cut by a crash).",
 		}, []string{"reason"}),
 		reportFailures: c("proofkit_agent_report_failures_total", "Report attempts that failed and will be retried."),
-		buildInfo:      gv("proofkit_agent_build_info", "1, with the agent's version, commit (revision) and Go version as labels.", "version", "revision", "goversion"),
+		buildInfo:      gv("proofkit_agent_build_info", "Always 1; the labels say the version, commit and Go version of the running agent (as pinproxy_build_info).", "version", "commit", "goversion"),
 	}
 	cs := []prometheus.Collector{
 		m.overloaded, m.overloadedSince, m.checkPassed, m.checkHolding, m.inputMissing, m.readings,

@@ -45,7 +45,7 @@ func TestVersionLdflags(t *testing.T) {
 	for _, l := range f.GetMetric()[0].GetLabel() {
 		labels[l.GetName()] = l.GetValue()
 	}
-	if labels["version"] != "v0.5.0" || labels["revision"] != "0123456789abcdef0123" || !strings.HasPrefix(labels["goversion"], "go1.") {
+	if labels["version"] != "v0.5.0" || labels["commit"] != "0123456789abcdef0123" || !strings.HasPrefix(labels["goversion"], "go1.") {
 		t.Errorf("proofkit_agent_build_info labels %v", labels)
 	}
 	testkit.WaitFor(t, "the start-up line", func() bool {
