@@ -419,7 +419,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	bi := buildinfo.Read()
 	log.Info("agent started", "version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion,
 		"node", o.node, "interval", o.interval, "state_dir", absPath(o.stateDir),
-		"report_url", redactURL(o.reportURL), "queue_max", o.queueMax)
+		"report_url", o.reportURL, "queue_max", o.queueMax)
 	notifyDone := notifyReady(ctx, a, o.interval, log)
 	err = a.Run(ctx)
 	<-notifyDone
@@ -434,14 +434,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	}
 	log.Info("stopped; state saved", "state_dir", o.stateDir)
 	return 0
-}
-
-// redactURL hides a password in a URL's user info, for the log.
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
-	}
-	return s
 }
 
 // absPath is p made absolute, for the log: the defaults are relative to
