@@ -13,7 +13,7 @@ import (
 // health handlers: the reading's figures in the hour's history, the notice
 // it produced, and whether its state was saved.
 func (a *Agent) noteStep(r overload.Reading, res overload.Result, saveErr error) {
-	a.hist.add(r, res, a.limits, time.Now())
+	a.hist.add(r, res, time.Now())
 	a.hmu.Lock()
 	defer a.hmu.Unlock()
 	a.saveErr = saveErr

@@ -38,7 +38,7 @@ type history struct {
 	pts []point
 }
 
-func (h *history) add(r overload.Reading, res overload.Result, _ overload.Limits, taken time.Time) {
+func (h *history) add(r overload.Reading, res overload.Result, taken time.Time) {
 	p := point{at: r.At, taken: taken, passed: map[overload.Check]bool{}, reading: r,
 		memory: math.NaN(), fill: math.NaN(), bandwidth: math.NaN()}
 	for _, f := range res.Passed {

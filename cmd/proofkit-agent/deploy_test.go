@@ -189,3 +189,23 @@ func TestDockerignore(t *testing.T) {
 		}
 	}
 }
+
+// TestComposeTranslation: where no compose plugin is installed, the
+// container test runs the compose file's service through docker run;
+// the translation keeps every key that matters to the agent.
+func TestComposeTranslation(t *testing.T) {
+	svc, secrets := parseCompose(t, readDeploy(t, "docker-compose.yml"), "proofkit-agent")
+	args := strings.Join(dockerRun(t, svc, secrets, "p", "/srv/p", "img", "", map[string]string{"PROOFKIT_AGENT_LISTEN": "127.0.0.1:1"}), " ")
+	for _, want := range []string{
+		"--network host", "--cap-add NET_ADMIN", "--security-opt no-new-privileges:true", "--read-only",
+		"--stop-signal SIGTERM", "--stop-timeout 20", "--memory 64m",
+		"-e PROOFKIT_AGENT_LISTEN=127.0.0.1:1",
+		"-v /proc:/host/proc:ro", "-v /sys:/host/sys:ro", "-v /srv/p/config:/config",
+		"-v p_agent-state:/var/lib/proofkit-agent", "-v /srv/p/token:/run/secrets/proofkit_token:ro",
+		" img -report-url=https://platform.example/api/v1/readings -token-file=/run/secrets/proofkit_token",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("docker run %s\nlacks %q", args, want)
+		}
+	}
+}
