@@ -19,6 +19,7 @@ import (
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/sysctl"
 )
 
 // Source gives the agent its readings; *probe.Probe is one.
@@ -107,9 +108,6 @@ type Config struct {
 	// readings' own times come from the Source.
 	Now func() time.Time
 
-	// Registry receives the agent's metrics, served on /metrics; nil means
-	// a registry of the agent's own (with the process and Go collectors).
-	Registry *prometheus.Registry
 	// Logger receives the agent's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -149,6 +147,12 @@ type Agent struct {
 
 	saveMu sync.Mutex // serializes writes of state.json
 
+	hist       history          // the last hour of readings, for / and the health handlers
+	hmu        sync.Mutex       // guards saveErr, lastNotice, sysctl
+	saveErr    error            // the latest Save's error
+	lastNotice *overload.Notice // the latest notice of this process
+	sysctl     *sysctl.Report   // the kernel sizing at start, if given
+
 	lockMu sync.Mutex // guards lock
 	lock   *os.File   // the state directory's lock; nil without one, or once closed
 }
@@ -180,7 +184,7 @@ func New(cfg Config) (_ *Agent, err error) {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	warnCredentials(a.log, cfg)
-	if a.reg, err = registry(cfg.Registry); err != nil {
+	if a.reg, err = registry(); err != nil {
 		return nil, fmt.Errorf("new agent: register metrics: %w", err)
 	}
 	if a.m, err = newMetrics(a.reg); err != nil {
@@ -261,13 +265,9 @@ func nodeName(name string) (string, error) {
 	return h, nil
 }
 
-// registry is reg, or a registry of the agent's own with the process and
-// Go collectors when reg is nil.
-func registry(reg *prometheus.Registry) (*prometheus.Registry, error) {
-	if reg != nil {
-		return reg, nil
-	}
-	reg = prometheus.NewRegistry()
+// registry is the agent's own registry, with the process and Go collectors.
+func registry() (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
 	if err := registerProcess(reg); err != nil {
 		return nil, err
 	}
@@ -346,9 +346,6 @@ func defaultClient() *http.Client {
 
 // Node returns the name of the agent's node.
 func (a *Agent) Node() string { return a.node }
-
-// Registry returns the registry holding the agent's metrics.
-func (a *Agent) Registry() *prometheus.Registry { return a.reg }
 
 // Run takes a reading at once and then every interval, and sends reports
 // in the background, until ctx ends. It then writes the state a last time
@@ -445,8 +442,10 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	}
 
 	// The state (with this seq) first, then the queue: see above.
-	if err := a.Save(); err != nil {
-		a.log.Error("could not save state", "err", err)
+	saveErr := a.Save()
+	a.noteStep(r, res, saveErr)
+	if saveErr != nil {
+		a.log.Error("could not save state", "err", saveErr)
 	}
 	if a.rep != nil {
 		body, err := json.Marshal(r)

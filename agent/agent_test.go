@@ -502,12 +502,12 @@ func TestHandler(t *testing.T) {
 
 	fams := scrape(t, srv.URL+"/metrics")
 	for name, want := range map[string]float64{
-		"proofkit_agent_overloaded":        1,
-		"proofkit_agent_readings_total":    3,
-		"proofkit_agent_memory_used_ratio": 0.95,
-		"node_load15":                      0.5,
-		"node_nf_conntrack_entries":        10,
-		"node_nf_conntrack_entries_limit":  1000,
+		"proofkit_agent_overloaded":                 1,
+		"proofkit_agent_readings_total":             3,
+		"proofkit_agent_memory_used_ratio":          0.95,
+		"proofkit_agent_load15":                     0.5,
+		"proofkit_agent_nf_conntrack_entries":       10,
+		"proofkit_agent_nf_conntrack_entries_limit": 1000,
 	} {
 		f, ok := fams[name]
 		if !ok || len(f.Metric) != 1 {
@@ -522,7 +522,7 @@ func TestHandler(t *testing.T) {
 	}
 	for _, name := range []string{"proofkit_agent_check_passed", "proofkit_agent_reports_queued",
 		"proofkit_agent_reports_dropped_total", "proofkit_agent_report_failures_total",
-		"proofkit_agent_link_receive_bits_per_second", "node_network_speed_bytes", "process_resident_memory_bytes"} {
+		"proofkit_agent_network_receive_bytes_total", "proofkit_agent_network_speed_bytes", "proofkit_agent_build_info", "process_resident_memory_bytes"} {
 		if _, ok := fams[name]; !ok {
 			t.Errorf("metric %s missing", name)
 		}

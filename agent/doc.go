@@ -49,9 +49,9 @@
 // and is logged, naming the file and the reason; the token itself is
 // never logged.
 //
-// Handler serves /metrics (Prometheus text format; node_exporter's names
-// where the value is the same, else proofkit_agent_*), /status and
-// /events.
+// Handler serves a page at / (HTML, no script), /metrics (Prometheus
+// text format, every series proofkit_agent_*), /status, /events, /healthz
+// and /readyz.
 //
 //	p, err := probe.New(probe.Config{})
 //	if err != nil { … }

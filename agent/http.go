@@ -61,10 +61,15 @@ func (a *Agent) Events() []overload.Event {
 	return a.tracker.Events()
 }
 
-// Handler serves /metrics (Prometheus text format), /status (JSON, see
-// Status) and /events (JSON list of overload.Event).
+// Handler serves the agent's page at / (HTML, no script, no external
+// assets), /metrics (Prometheus text format), /status (JSON, see Status),
+// /events (JSON list of overload.Event), /healthz (see Healthy) and
+// /readyz (see Ready).
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", a.servePage)
+	mux.HandleFunc("GET /healthz", healthHandler(a.Healthy))
+	mux.HandleFunc("GET /readyz", healthHandler(a.Ready))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, a.Status())

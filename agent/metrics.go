@@ -1,16 +1,24 @@
 package agent
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/overload"
 )
 
-// metrics are the agent's Prometheus metrics. Where a value is the same as
-// one node_exporter exports, the name is node_exporter's (node_load15,
-// node_nf_conntrack_entries, node_nf_conntrack_entries_limit,
-// node_network_speed_bytes); everything else is proofkit_agent_*.
+// metrics are the agent's Prometheus metrics, all under proofkit_agent_,
+// so that a host scraped by node_exporter and by the agent has no series
+// twice. The names follow node_exporter's conventions: base units
+// (bytes, seconds, ratios), _total for counters, _timestamp_seconds for
+// instants, and byte counters where node_exporter has one (rules take
+// rate() of them). Where node_exporter exports the same value, the name
+// is node_exporter's with proofkit_agent_ for node_ (proofkit_agent_load15
+// beside node_load15).
 type metrics struct {
 	overloaded       prometheus.Gauge
 	overloadedSince  prometheus.Gauge
@@ -27,14 +35,19 @@ type metrics struct {
 	conntrackLimit   prometheus.Gauge
 	conntrackDrops   prometheus.Counter
 	listenDrops      prometheus.Counter
-	linkRx           *prometheus.GaugeVec
-	linkTx           *prometheus.GaugeVec
+	linkRx           *prometheus.CounterVec
+	linkTx           *prometheus.CounterVec
 	linkSpeed        *prometheus.GaugeVec
 	notices          prometheus.Counter
 	reportsQueued    prometheus.Gauge
 	reportsSent      prometheus.Counter
 	reportsDropped   *prometheus.CounterVec
 	reportFailures   prometheus.Counter
+	buildInfo        *prometheus.GaugeVec
+
+	// prevAt is the time of the previous reading, for the byte counters.
+	prevMu sync.Mutex
+	prevAt time.Time
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,9 +60,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	gv := func(name, help string, labels ...string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 	}
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
 	m := &metrics{
 		overloaded:       g("proofkit_agent_overloaded", "1 while the node is overloaded (a check passed in 3 of its last 5 readings), else 0."),
-		overloadedSince:  g("proofkit_agent_overloaded_since_seconds", "Unix time the current overload started; 0 when not overloaded."),
+		overloadedSince:  g("proofkit_agent_overload_start_timestamp_seconds", "Unix time the current overload started; 0 when not overloaded."),
 		checkPassed:      gv("proofkit_agent_check_passed", "1 if the check's threshold was passed in the latest reading, else 0.", "check"),
 		checkHolding:     gv("proofkit_agent_check_holding", "1 if the check passed in enough of its window (3 of the last 5 readings by default) to hold, else 0.", "check"),
 		inputMissing:     gv("proofkit_agent_input_missing", "1 if the input could not be measured in the latest reading, else 0.", "input"),
@@ -57,15 +73,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		readingErrors:    c("proofkit_agent_reading_errors_total", "Readings that failed (probe error or rejected by the tracker)."),
 		lastReading:      g("proofkit_agent_last_reading_timestamp_seconds", "Unix time of the latest reading."),
 		memoryUsed:       g("proofkit_agent_memory_used_ratio", "Memory used, (MemTotal - MemAvailable) / MemTotal, 0 to 1."),
-		load15:           g("node_load15", "15m load average."),
+		load15:           g("proofkit_agent_load15", "15m load average (as node_load15)."),
 		cpus:             g("proofkit_agent_cpus", "CPUs the node's processes may run on."),
-		conntrackEntries: g("node_nf_conntrack_entries", "Number of currently allocated flow entries for connection tracking."),
-		conntrackLimit:   g("node_nf_conntrack_entries_limit", "Maximum size of connection tracking table."),
+		conntrackEntries: g("proofkit_agent_nf_conntrack_entries", "Number of currently allocated flow entries for connection tracking, in the agent's network namespace (as node_nf_conntrack_entries)."),
+		conntrackLimit:   g("proofkit_agent_nf_conntrack_entries_limit", "Maximum size of connection tracking table (as node_nf_conntrack_entries_limit)."),
 		conntrackDrops:   c("proofkit_agent_conntrack_drops_total", "Connections dropped because the conntrack table was full, summed over readings since the agent started."),
 		listenDrops:      c("proofkit_agent_listen_drops_total", "Connections dropped by full listen queues, summed over readings since the agent started."),
-		linkRx:           gv("proofkit_agent_link_receive_bits_per_second", "Receive rate of the link over the latest reading's interval.", "device"),
-		linkTx:           gv("proofkit_agent_link_transmit_bits_per_second", "Transmit rate of the link over the latest reading's interval.", "device"),
-		linkSpeed:        gv("node_network_speed_bytes", "Link speed in bytes per second (known links only).", "device"),
+		linkRx:           cv("proofkit_agent_network_receive_bytes_total", "Bytes received on the link, summed over the readings since the agent started (each reading's rate times the time since the previous reading; loopback and links that are down are left out).", "device"),
+		linkTx:           cv("proofkit_agent_network_transmit_bytes_total", "Bytes transmitted on the link, summed as proofkit_agent_network_receive_bytes_total.", "device"),
+		linkSpeed:        gv("proofkit_agent_network_speed_bytes", "Link speed in bytes per second, known links only (as node_network_speed_bytes).", "device"),
 		notices:          c("proofkit_agent_notices_total", "Overload notices produced (at most one an hour for a node)."),
 		reportsQueued:    g("proofkit_agent_reports_queued", "Reports waiting to be accepted by the platform."),
 		reportsSent:      c("proofkit_agent_reports_sent_total", "Reports the platform accepted."),
@@ -74,13 +90,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Reports dropped: reason=overflow (queue full, oldest dropped), rejected (the platform refused the report), torn (a line cut by a crash).",
 		}, []string{"reason"}),
 		reportFailures: c("proofkit_agent_report_failures_total", "Report attempts that failed and will be retried."),
+		buildInfo:      gv("proofkit_agent_build_info", "Always 1; the labels say the version, commit and Go version of the running agent (as pinproxy_build_info).", "version", "commit", "goversion"),
 	}
 	cs := []prometheus.Collector{
 		m.overloaded, m.overloadedSince, m.checkPassed, m.checkHolding, m.inputMissing, m.readings,
 		m.readingErrors, m.lastReading, m.memoryUsed, m.load15, m.cpus,
 		m.conntrackEntries, m.conntrackLimit, m.conntrackDrops, m.listenDrops,
 		m.linkRx, m.linkTx, m.linkSpeed, m.notices, m.reportsQueued, m.reportsSent,
-		m.reportsDropped, m.reportFailures,
+		m.reportsDropped, m.reportFailures, m.buildInfo,
 	}
 	for _, col := range cs {
 		if err := reg.Register(col); err != nil {
@@ -90,6 +107,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, reason := range []string{"overflow", "rejected", "torn"} {
 		m.reportsDropped.WithLabelValues(reason)
 	}
+	bi := buildinfo.Read()
+	m.buildInfo.WithLabelValues(bi.Version, bi.Commit, bi.GoVersion).Set(1)
 	return m, nil
 }
 
@@ -129,12 +148,20 @@ func (m *metrics) observeReading(r overload.Reading) {
 	}
 	m.conntrackDrops.Add(float64(r.ConntrackDrops))
 	m.listenDrops.Add(float64(r.ListenDrops))
-	m.linkRx.Reset()
-	m.linkTx.Reset()
+	// The reading carries each link's rate over the probe's interval; the
+	// counters add rate × the time since the previous reading, which is
+	// that interval give or take the time a reading takes.
+	var dt float64
+	m.prevMu.Lock()
+	if !m.prevAt.IsZero() && r.At.After(m.prevAt) {
+		dt = r.At.Sub(m.prevAt).Seconds()
+	}
+	m.prevAt = r.At
+	m.prevMu.Unlock()
 	m.linkSpeed.Reset()
 	for _, l := range r.Links {
-		m.linkRx.WithLabelValues(l.Name).Set(l.RxBitsPerSecond)
-		m.linkTx.WithLabelValues(l.Name).Set(l.TxBitsPerSecond)
+		m.linkRx.WithLabelValues(l.Name).Add(max(l.RxBitsPerSecond, 0) / 8 * dt)
+		m.linkTx.WithLabelValues(l.Name).Add(max(l.TxBitsPerSecond, 0) / 8 * dt)
 		if l.SpeedMbps > 0 {
 			m.linkSpeed.WithLabelValues(l.Name).Set(float64(l.SpeedMbps) * 1e6 / 8)
 		}

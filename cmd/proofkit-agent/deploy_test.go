@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -115,11 +116,96 @@ func TestDeployDockerFlags(t *testing.T) {
 	for i, a := range args {
 		args[i] = repl.Replace(a)
 	}
-	o, err := parseFlags(args, io.Discard)
+	// The service's environment: PROOFKIT_AGENT_* stand for flags.
+	svc, _ := parseCompose(t, readDeploy(t, "docker-compose.yml"), "proofkit-agent")
+	lookup := func(k string) (string, bool) { v, ok := svc.env[k]; return v, ok }
+	o, err := parseFlagsEnv(args, io.Discard, lookup)
 	if err != nil {
-		t.Fatalf("the image's ENTRYPOINT and compose's command do not parse: %v\nargs: %q", err, args)
+		t.Fatalf("the image's ENTRYPOINT and compose's command and environment do not parse: %v\nargs: %q\nenvironment: %v", err, args, svc.env)
 	}
 	if o.tokenFile != "/run/secrets/proofkit_token" {
 		t.Errorf("-token-file %q, want the compose secret /run/secrets/proofkit_token", o.tokenFile)
+	}
+	if host, _, _ := strings.Cut(o.listen, ":"); host != "127.0.0.1" {
+		t.Errorf("the container listens on %q: the metrics page stays on loopback", o.listen)
+	}
+	flags := helpFlags(t)
+	for name := range svc.env {
+		flagName := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, envPrefix), "_", "-"))
+		if !strings.HasPrefix(name, envPrefix) || !slices.Contains(flags, flagName) {
+			t.Errorf("environment %s: not a PROOFKIT_AGENT_ variable of one of the agent's flags %v", name, flags)
+		}
+	}
+	// The image's health check is the agent itself (no curl in the image)
+	// and asks the address the environment gives.
+	if !strings.Contains(dockerfile, `HEALTHCHECK `) || !strings.Contains(dockerfile, `CMD ["/usr/local/bin/proofkit-agent", "-healthcheck"]`) {
+		t.Error("Dockerfile: no HEALTHCHECK running proofkit-agent -healthcheck")
+	}
+	for _, a := range args {
+		if strings.HasPrefix(a, "-listen") {
+			t.Errorf("the listen address is in the command (%s): the HEALTHCHECK would not see it; set PROOFKIT_AGENT_LISTEN", a)
+		}
+	}
+	if !filepath.IsAbs(o.stateDir) || !filepath.IsAbs(o.sysctlDir) {
+		t.Errorf("-state-dir %q, -sysctl-dir %q: the image gives absolute directories", o.stateDir, o.sysctlDir)
+	}
+}
+
+// helpFlags returns the names of the flags proofkit-agent -h lists.
+func helpFlags(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command(bin, "-h").CombinedOutput()
+	if err != nil {
+		t.Fatalf("proofkit-agent -h: %v\n%s", err, out)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(string(out), -1) {
+		names = append(names, m[1])
+	}
+	if len(names) < 10 {
+		t.Fatalf("proofkit-agent -h lists %d flags:\n%s", len(names), out)
+	}
+	return names
+}
+
+func TestDeployUnitNotifies(t *testing.T) {
+	unit := readDeploy(t, "proofkit-agent.service")
+	for _, want := range []string{"\nType=notify\n", "\nNotifyAccess=main\n"} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("proofkit-agent.service lacks %q", strings.TrimSpace(want))
+		}
+	}
+}
+
+func TestDockerignore(t *testing.T) {
+	b, err := os.ReadFile("../../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	for _, want := range []string{".git", "**/state", "**/token"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf(".dockerignore lacks %s", want)
+		}
+	}
+}
+
+// TestComposeTranslation: where no compose plugin is installed, the
+// container test runs the compose file's service through docker run;
+// the translation keeps every key that matters to the agent.
+func TestComposeTranslation(t *testing.T) {
+	svc, secrets := parseCompose(t, readDeploy(t, "docker-compose.yml"), "proofkit-agent")
+	args := strings.Join(dockerRun(t, svc, secrets, "p", "/srv/p", "img", "", map[string]string{"PROOFKIT_AGENT_LISTEN": "127.0.0.1:1"}), " ")
+	for _, want := range []string{
+		"--network host", "--cap-add NET_ADMIN", "--security-opt no-new-privileges:true", "--read-only",
+		"--stop-signal SIGTERM", "--stop-timeout 20", "--memory 64m",
+		"-e PROOFKIT_AGENT_LISTEN=127.0.0.1:1",
+		"-v /proc:/host/proc:ro", "-v /sys:/host/sys:ro", "-v /srv/p/config:/config",
+		"-v p_agent-state:/var/lib/proofkit-agent", "-v /srv/p/token:/run/secrets/proofkit_token:ro",
+		" img -report-url=https://platform.example/api/v1/readings -token-file=/run/secrets/proofkit_token",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("docker run %s\nlacks %q", args, want)
+		}
 	}
 }

@@ -1,8 +1,8 @@
 // Command proofkit-agent is the node agent operators run on each node: it
 // sizes the kernel's connection table and buffers at start, takes a
 // reading every 30 seconds, decides locally whether the node is
-// overloaded, reports each reading to the platform, and serves /metrics,
-// /status and /events on 127.0.0.1:9464.
+// overloaded, reports each reading to the platform, and serves a page at
+// /, /metrics, /status, /events, /healthz and /readyz on 127.0.0.1:9464.
 //
 // Run with no flags it is standalone: it probes, evaluates, logs and
 // serves, and reports nothing. The logic is in package agent; this
@@ -17,6 +17,26 @@
 // line, a warning saying so: the agent then keeps the token it has.
 // Either way it runs on. It also reads the file again by itself when the
 // platform answers 401 or 403, at most once an interval.
+//
+// Every flag can also be given in the environment, as PROOFKIT_AGENT_ and
+// the flag's name in capitals with "-" as "_": PROOFKIT_AGENT_REPORT_URL,
+// PROOFKIT_AGENT_TOKEN_FILE, PROOFKIT_AGENT_STATE_DIR, PROOFKIT_AGENT_LISTEN,
+// PROOFKIT_AGENT_LINK_SPEED and so on. A flag on the command line wins over
+// its variable. The defaults of -state-dir (state) and -sysctl-dir (config)
+// are relative to the working directory; the shipped systemd unit and
+// container image give absolute ones.
+//
+// -version prints the version, commit and Go version and exits. The
+// version is the module's (go install …@v0.5.0) or the linker's
+// (-ldflags "-X github.com/proofkit/nodekit/internal/buildinfo.version=v0.5.0").
+//
+// -healthcheck asks the running agent's /healthz at -listen (or
+// PROOFKIT_AGENT_LISTEN) and exits 0 when it answers 200, else 1: a
+// container's HEALTHCHECK, in an image that has no curl.
+//
+// Under systemd with Type=notify the agent sends READY=1 to
+// $NOTIFY_SOCKET once its first reading is taken and its state written,
+// and STOPPING=1 when it stops.
 //
 // Exit status: 0 on SIGTERM or SIGINT (state saved) and after -once; 2 for
 // a bad flag (a -proc without meminfo, a flag whose value is missing), an
@@ -46,6 +66,9 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/agent"
+	"github.com/proofkit/nodekit/internal/buildinfo"
+	"github.com/proofkit/nodekit/internal/cmdkit"
+	"github.com/proofkit/nodekit/internal/sdnotify"
 	"github.com/proofkit/nodekit/overload/probe"
 	"github.com/proofkit/nodekit/sysctl"
 )
@@ -90,14 +113,27 @@ type options struct {
 	linkSpeed  map[string]uint64
 	logFormat  string
 	logLevel   slog.Level
+
+	version     bool
+	healthcheck bool
 }
+
+// envPrefix is the prefix of the environment variables that stand for
+// flags: PROOFKIT_AGENT_REPORT_URL for -report-url.
+const envPrefix = "PROOFKIT_AGENT_"
 
 // usageError is a bad flag: exit status 2.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// parseFlags parses the command line, and the environment for the flags
+// the command line does not give.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
+	return parseFlagsEnv(args, stderr, os.LookupEnv)
+}
+
+func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("proofkit-agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -105,11 +141,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.interval, "interval", agent.DefaultInterval, "time between readings")
 	fs.StringVar(&o.reportURL, "report-url", "", "platform URL each reading is POSTed to as JSON (default: none, standalone)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the platform's bearer token (required with -report-url)")
-	fs.StringVar(&o.stateDir, "state-dir", "state", "directory for the tracker's state and the report queue")
+	fs.StringVar(&o.stateDir, "state-dir", "state", "directory for the tracker's state and the report queue, relative to the working directory unless absolute")
 	fs.IntVar(&o.queueMax, "queue-max", agent.DefaultQueueMax, "most reports kept while the platform does not answer (oldest dropped beyond)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:9464", `address for /metrics, /status and /events ("off" for none)`)
 	fs.StringVar(&o.sysctlMode, "sysctl", "apply", "at start: apply (raise kernel values, file for what cannot be set), file (only write the file), off")
-	fs.StringVar(&o.sysctlDir, "sysctl-dir", "config", "directory for "+sysctl.FileName)
+	fs.StringVar(&o.sysctlDir, "sysctl-dir", "config", "directory for "+sysctl.FileName+", relative to the working directory unless absolute")
 	fs.BoolVar(&o.once, "once", false, "take one reading (two, a second apart, for real deltas), print it as JSON and exit")
 	fs.StringVar(&o.procRoot, "proc", "/proc", "procfs root (a host's /proc mounted in a container)")
 	fs.StringVar(&o.sysRoot, "sys", "/sys", "sysfs root (a host's /sys mounted in a container)")
@@ -117,10 +153,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	linkSpeed := fs.String("link-speed", "", "link speeds the kernel does not know, in Mbit/s: eth0=1000,wg0=10000 (suffix G for Gbit/s: eth0=10G)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version and exit")
+	fs.BoolVar(&o.healthcheck, "healthcheck", false, "ask the agent running at -listen for /healthz; exit 0 if healthy, else 1 (for a container's HEALTHCHECK)")
 	fs.Usage = func() {} // a bad flag is one line on stderr; -h prints the flags
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\n")
+			fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\nEvery flag may also be set in the environment as %s<NAME>\n(-report-url as %s); the command line wins.\n\n",
+				envPrefix, cmdkit.EnvName(envPrefix, "report-url"))
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 			return o, err
@@ -129,6 +168,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
+	}
+	if err := cmdkit.FromEnv(fs, envPrefix, lookupEnv); err != nil {
+		return o, usageError{err.Error()}
+	}
+	if o.version {
+		return o, nil
 	}
 	// "-node -once" sets the node to "-once" and runs the agent for good,
 	// sysctl and all: a value that is one of our own flags is a missing
@@ -174,6 +219,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.listen == "off" {
 		o.listen = ""
+	}
+	if o.healthcheck {
+		if o.listen == "" {
+			return o, usageError{"-healthcheck: -listen is off, so there is no /healthz to ask"}
+		}
+		return o, nil
 	}
 	if o.listen != "" {
 		_, port, err := net.SplitHostPort(o.listen)
@@ -249,11 +300,29 @@ func parseLinkSpeeds(s string) (map[string]uint64, error) {
 }
 
 func newLogger(o options, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: o.logLevel}
-	if o.logFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+	return cmdkit.NewLogger(w, o.logFormat == "json", o.logLevel)
+}
+
+// healthcheck asks the agent at listen for /healthz, within 5 s.
+func healthcheck(listen string, stdout, stderr io.Writer) int {
+	host, port, _ := net.SplitHostPort(listen)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1" // a wildcard listen answers on loopback too
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
+	if err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: healthcheck: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "proofkit-agent: healthcheck: %s: %s\n", resp.Status, strings.TrimSpace(string(body)))
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s", body)
+	return 0
 }
 
 // run runs the agent until ctx ends; each value on hup (SIGHUP) reads the
@@ -266,6 +335,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	if err != nil {
 		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
 		return 2
+	}
+	if o.version {
+		fmt.Fprintf(stdout, "proofkit-agent %s\n", buildinfo.Read())
+		return 0
+	}
+	if o.healthcheck {
+		return healthcheck(o.listen, stdout, stderr)
 	}
 	log := newLogger(o, stderr)
 
@@ -348,11 +424,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		log.Info("serving /metrics, /status and /events", "addr", ln.Addr().String())
 	}
 
-	sizeKernel(o, log)
+	if rep, ran := sizeKernel(o, log); ran {
+		a.SetSysctl(rep)
+	}
 
-	log.Info("agent started", "node", o.node, "interval", o.interval, "state_dir", o.stateDir,
+	bi := buildinfo.Read()
+	log.Info("agent started", "version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion,
+		"node", o.node, "interval", o.interval, "state_dir", absPath(o.stateDir),
 		"report_url", agent.RedactURL(o.reportURL), "queue_max", o.queueMax)
+	notifyDone := notifyReady(ctx, a, o.interval, log)
 	err = a.Run(ctx)
+	<-notifyDone
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), stopGrace/2)
 		_ = srv.Shutdown(sctx)
@@ -364,6 +446,47 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	}
 	log.Info("stopped; state saved", "state_dir", o.stateDir)
 	return 0
+}
+
+// absPath is p made absolute, for the log: the defaults are relative to
+// the working directory.
+func absPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}
+
+// notifyReady tells systemd (Type=notify) READY=1 once the agent is ready
+// (its first reading taken, its state written) and STOPPING=1 when ctx
+// ends; without $NOTIFY_SOCKET it does nothing. The channel closes when
+// it is done.
+func notifyReady(ctx context.Context, a *agent.Agent, interval time.Duration, log *slog.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	sock := os.Getenv("NOTIFY_SOCKET")
+	if sock == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for a.Ready() != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		if err := sdnotify.Notify(sock, "READY=1\nSTATUS=taking a reading every "+interval.String()); err != nil {
+			log.Warn("could not tell systemd the agent is ready", "socket", sock, "err", err)
+			return
+		}
+		<-ctx.Done()
+		_ = sdnotify.Notify(sock, "STOPPING=1")
+	}()
+	return done
 }
 
 // reloadToken reads the token file again, on SIGHUP. credDir is systemd's
@@ -387,9 +510,10 @@ func reloadToken(a *agent.Agent, file, credDir string, log *slog.Logger) {
 	}
 }
 
-// sizeKernel runs sysctl as -sysctl says and logs each key's outcome once.
-// A failure is logged, never fatal: the agent still probes and reports.
-func sizeKernel(o options, log *slog.Logger) {
+// sizeKernel runs sysctl as -sysctl says and logs each key's outcome once;
+// it returns the report, and false for -sysctl off. A failure is logged,
+// never fatal: the agent still probes and reports.
+func sizeKernel(o options, log *slog.Logger) (sysctl.Report, bool) {
 	cfg := sysctl.Config{
 		Root:        filepath.Join(o.procRoot, "sys"),
 		Dir:         o.sysctlDir,
@@ -401,7 +525,7 @@ func sizeKernel(o options, log *slog.Logger) {
 	)
 	switch o.sysctlMode {
 	case "off":
-		return
+		return rep, false
 	case "apply":
 		rep, err = sysctl.Apply(cfg)
 	case "file":
@@ -426,6 +550,7 @@ func sizeKernel(o options, log *slog.Logger) {
 		log.Warn("sysctl: some kernel values could not be set here; copy the file to /etc/sysctl.d/, run sudo sysctl --system, restart the agent",
 			"file", rep.File)
 	}
+	return rep, true
 }
 
 // once prints one reading: the second of two taken a second apart, so its

@@ -594,11 +594,11 @@ func TestMetricsParse(t *testing.T) {
 	waitFor(t, "two readings", func() bool { return a.count("reading") >= 2 })
 	fams := a.metrics()
 	for name, want := range map[string]float64{
-		"node_nf_conntrack_entries":        1000,
-		"node_nf_conntrack_entries_limit":  4096,
-		"node_load15":                      0.25,
-		"proofkit_agent_memory_used_ratio": 0.5,
-		"proofkit_agent_overloaded":        0,
+		"proofkit_agent_nf_conntrack_entries":       1000,
+		"proofkit_agent_nf_conntrack_entries_limit": 4096,
+		"proofkit_agent_load15":                     0.25,
+		"proofkit_agent_memory_used_ratio":          0.5,
+		"proofkit_agent_overloaded":                 0,
 	} {
 		f := fams[name]
 		if f == nil || len(f.Metric) != 1 {

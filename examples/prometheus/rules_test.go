@@ -138,7 +138,7 @@ func TestRulesMatchDefaultLimits(t *testing.T) {
 	passed := map[overload.Check]string{
 		overload.CheckMemory:         fmt.Sprintf("> bool %v", l.MemoryPercent),
 		overload.CheckLoad:           fmt.Sprintf("> bool %v * instance:nodekit_cpus:count", l.LoadPerCPU),
-		overload.CheckConntrackFill:  fmt.Sprintf("* 100 >= bool node_nf_conntrack_entries_limit * %v", l.ConntrackFillPercent),
+		overload.CheckConntrackFill:  fmt.Sprintf("* 100 >= bool proofkit_agent_nf_conntrack_entries_limit{job=\"proofkit-agent\"} * %v", l.ConntrackFillPercent),
 		overload.CheckConntrackDrops: fmt.Sprintf("> bool %d", l.ConntrackDrops),
 		overload.CheckListenQueue:    fmt.Sprintf(">= bool %d", l.ListenDrops),
 		overload.CheckBandwidth:      fmt.Sprintf("> bool %v", l.BandwidthPercent),
