@@ -370,7 +370,7 @@ func TestIntegrationConntrackFull(t *testing.T) {
 	for i := 0; ; i++ {
 		var drops uint64
 		inNS(t, nsPath, func() error {
-			m, err := p.conntrackStatFile("/proc/thread-self/net/stat/nf_conntrack")
+			m, err := conntrackStatFile(context.Background(), "/proc/thread-self/net/stat/nf_conntrack")
 			for _, v := range m {
 				drops += v
 			}
