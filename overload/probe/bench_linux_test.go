@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proofkit/nodekit/internal/netnslab"
+	"github.com/proofkit/nodekit/internal/testkit"
 )
 
 // BenchmarkRead measures one Read of a namespace holding 0, 10,000 and
@@ -26,7 +27,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkRead -count 3 ./overload/probe/
 func BenchmarkRead(b *testing.B) {
-	requireRoot(b, "ip", "ss")
+	testkit.NeedRoot(b, "ip", "ss")
 	name, nsPath := newNetNS(b)
 	p := newProbe(b, Config{NetNS: nsPath})
 	read(b, p)
