@@ -378,11 +378,7 @@ func reloadToken(a *agent.Agent, file, credDir string, log *slog.Logger) {
 // sizeKernel runs sysctl as -sysctl says and logs each key's outcome once.
 // A failure is logged, never fatal: the agent still probes and reports.
 func sizeKernel(o options, log *slog.Logger) {
-	cfg := sysctl.Config{
-		Root:        filepath.Join(o.procRoot, "sys"),
-		Dir:         o.sysctlDir,
-		MemInfoPath: filepath.Join(o.procRoot, "meminfo"),
-	}
+	cfg := sysctl.Config{ProcRoot: o.procRoot, Dir: o.sysctlDir}
 	var (
 		rep sysctl.Report
 		err error
