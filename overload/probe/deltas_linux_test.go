@@ -285,3 +285,35 @@ func TestDeltas(t *testing.T) {
 		})
 	}
 }
+
+// TestSourcesOnePerInput: every input the overload checks read has one
+// source, and no input two. A new input in overload fails here until it
+// has its entry in sources.
+func TestSourcesOnePerInput(t *testing.T) {
+	want := []overload.Input{overload.InputMemory, overload.InputLoad, overload.InputConntrack,
+		overload.InputConntrackDrops, overload.InputListenDrops, overload.InputBandwidth}
+	seen := map[overload.Input]int{}
+	for _, src := range sources {
+		seen[src.input]++
+		if src.read == nil || src.fill == nil {
+			t.Errorf("source of %s: read or fill missing", src.input)
+		}
+	}
+	for _, in := range want {
+		if seen[in] != 1 {
+			t.Errorf("input %s has %d sources, want 1", in, seen[in])
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("sources for %d inputs, want %d: %v", len(seen), len(want), seen)
+	}
+	// A reading from samples that found nothing lists exactly the
+	// sources' inputs as missing.
+	r := deltas(nil, &sample{memoryErr: errMalformed, loadErr: errMalformed, ctErr: errMalformed, listenErr: errMalformed, linksErr: errMalformed})
+	got := slices.Clone(r.Missing)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("a reading that found nothing misses %v, want %v", r.Missing, want)
+	}
+}
