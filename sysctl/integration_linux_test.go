@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proofkit/nodekit/internal/testkit"
 )
 
 // The privileged tests re-execute this test binary as a child inside a
@@ -95,18 +97,6 @@ func liveValues() map[string]string {
 		m[tg.Key] = oneLine(string(b))
 	}
 	return m
-}
-
-func needRoot(t *testing.T, tools ...string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root (mount and network namespaces)")
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: needs %s (Debian package iproute2)", tool)
-		}
-	}
 }
 
 // selfAndNS returns this test binary, for runChild, and the link of this
@@ -212,7 +202,7 @@ func checkHostUntouched(t *testing.T, before, after map[string]string, rep Repor
 // read-only bind mount, as in a Docker container: every key that needs a
 // raise must land in the file, and nothing on the host changes.
 func TestIntegrationReadOnlyProcSys(t *testing.T) {
-	needRoot(t)
+	testkit.NeedRoot(t)
 	exe, mntNS := selfAndNS(t, "mnt")
 	before := liveValues()
 	hostPlan, err := Plan(Config{})
@@ -265,7 +255,7 @@ var netnsSeq atomic.Int32
 // keys are reported as such and go into the file; per-namespace keys are
 // raised there, and only there.
 func TestIntegrationNetns(t *testing.T) {
-	needRoot(t, "ip")
+	testkit.NeedRoot(t, "ip")
 	exe, netNS := selfAndNS(t, "net")
 	name := fmt.Sprintf("nk-sysctl-%d-%d", os.Getpid(), netnsSeq.Add(1))
 	if b, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {

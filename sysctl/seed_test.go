@@ -23,7 +23,7 @@ func TestSeedFileInConfigBesideCompose(t *testing.T) {
 	compose := t.TempDir()
 	t.Chdir(compose)
 
-	rep, err := Apply(Config{Root: root, MemBytes: testMem, CPUs: testCPUs})
+	rep, err := Apply(Config{ProcRoot: procOf(root), MemBytes: testMem, CPUs: testCPUs})
 	if err != nil {
 		t.Fatal(err)
 	}

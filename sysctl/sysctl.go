@@ -1,53 +1,72 @@
 package sysctl
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/proofkit/nodekit/internal/atomicfile"
 )
 
 // FileName is the name of the fallback file, for /etc/sysctl.d/.
 const FileName = "99-proofkit-sysctl.conf"
 
 // Config says where to read and write. Its zero value is the agent's
-// default: the live /proc/sys, the file in "config" (relative to the
-// working directory, beside the compose file), memory from /proc/meminfo
+// default: the live /proc (its sys/ tree and meminfo), the file in
+// "config" (relative to the working directory, beside the compose file)
 // and the CPUs this process may run on.
 type Config struct {
-	// Root is the /proc/sys tree; "" means "/proc/sys". Tests point it at
-	// a copy in testdata, an agent at a host's /proc/sys mounted elsewhere.
-	Root string
+	// ProcRoot is where procfs is mounted; "" means "/proc", as for
+	// probe.Config. The keys are read and written under ProcRoot/sys, the
+	// memory size from ProcRoot/meminfo. Tests point it at a copy in
+	// testdata, an agent in a container at the host's /proc mounted
+	// elsewhere.
+	ProcRoot string
 	// Dir is where Apply writes FileName; "" means "config".
 	Dir string
-	// MemBytes is the machine's memory; 0 means MemTotal from MemInfoPath.
+	// MemBytes is the machine's memory; 0 means MemTotal from
+	// ProcRoot/meminfo.
 	MemBytes uint64
-	// MemInfoPath is read when MemBytes is 0; "" means "/proc/meminfo".
-	MemInfoPath string
 	// CPUs is the CPU count for the per-core anchors; 0 means
 	// runtime.NumCPU().
 	CPUs int
 }
 
 func (c Config) withDefaults() Config {
-	if c.Root == "" {
-		c.Root = "/proc/sys"
+	if c.ProcRoot == "" {
+		c.ProcRoot = "/proc"
 	}
 	if c.Dir == "" {
 		c.Dir = "config"
-	}
-	if c.MemInfoPath == "" {
-		c.MemInfoPath = "/proc/meminfo"
 	}
 	if c.CPUs <= 0 {
 		c.CPUs = runtime.NumCPU()
 	}
 	return c
+}
+
+// Plan reads every key under ProcRoot/sys and says what Apply would do,
+// with WouldRaise for a key it would raise and CannotWrite for one it
+// could not (mode 0444, a read-only mount, no permission). It writes
+// nothing. Off Linux it returns an error wrapping errors.ErrUnsupported.
+func Plan(cfg Config) (Report, error) {
+	return run(cfg, false)
+}
+
+// Apply raises every key under ProcRoot/sys that is lower than its target
+// and can be written, reads each back, and then writes FileName in
+// cfg.Dir for the keys it could not set (or removes the file when there
+// are none). It writes only its own keys, and never a key whose value it
+// could not parse. The error is about the run as a whole (memory unknown,
+// no /proc/sys, the file not written); per-key failures are in the
+// Report. Off Linux it returns an error wrapping errors.ErrUnsupported.
+func Apply(cfg Config) (Report, error) {
+	return run(cfg, true)
 }
 
 // Action is what was done, or in a Plan what would be done, with one key.
@@ -152,8 +171,8 @@ const fileHeader = `# Written by the proofkit agent (nodekit/sysctl) at its star
 // left out, so a malformed value is never written over. With no such key
 // it removes any file an earlier start left and returns "".
 //
-// The file is written atomically (a temporary file in dir, then rename)
-// with mode 0644: a comment line per key with the value found and why the
+// The file is written atomically (internal/atomicfile: a reader sees the
+// old file or the new one, never a part) with mode 0644: a comment line per key with the value found and why the
 // agent could not set it, then "key = value".
 func WriteFile(dir string, keys []KeyResult) (string, error) {
 	if dir == "" {
@@ -170,30 +189,8 @@ func WriteFile(dir string, keys []KeyResult) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("making directory for %s: %w", FileName, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+FileName+".*")
-	if err != nil {
-		return "", fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	_, err = tmp.WriteString(content)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return "", fmt.Errorf("writing %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil { // make the rename durable
-		_ = d.Sync()
-		_ = d.Close()
+	if err := atomicfile.WriteFile(path, []byte(content), 0o644); err != nil {
+		return "", err
 	}
 	return path, nil
 }
@@ -243,40 +240,50 @@ func validLine(key, value string) bool {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// memTotal reads MemTotal, in bytes, from a /proc/meminfo file.
-func memTotal(path string) (uint64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("reading memory size: %w", err)
+// decide is the pure step of a key: from the fields found, the target
+// (Targets' form: "-" for a field left as found) and the key file's
+// permission bits, what to do and the full value to hold. It returns
+//
+//   - AlreadyHigher (keep) when every sized field holds its target or
+//     more, with the target in full form: the fields found, sized fields
+//     at their targets;
+//   - WouldRaise (raise) when a sized field is lower, with the fields
+//     found and each lower one raised;
+//   - CannotWrite when a raise is due but the file is read-only, which is
+//     how the kernel marks a host-only key inside a network namespace
+//     (root ignores file modes elsewhere, not here);
+//   - Malformed when the target does not fit the fields found.
+func decide(spec keySpec, found []uint64, target string, perm fs.FileMode) (action Action, value, reason string) {
+	tv, set, err := parseTarget(target)
+	if err != nil || len(tv) != len(found) {
+		// Targets and specOf disagree: a bug here, not on the host.
+		return Malformed, target, fmt.Sprintf("target %q does not fit %d fields", target, len(found))
 	}
-	defer f.Close()
-	v, err := parseMemTotal(f)
-	if err != nil {
-		return 0, fmt.Errorf("reading memory size from %s: %w", path, err)
+	want := make([]uint64, len(found))
+	raise := false
+	for i := range found {
+		want[i] = found[i]
+		if set[i] && found[i] < tv[i] {
+			want[i], raise = tv[i], true
+		}
 	}
-	return v, nil
+	if !raise {
+		for i := range tv {
+			if set[i] {
+				want[i] = tv[i]
+			}
+		}
+		return AlreadyHigher, formatFields(want), ""
+	}
+	if perm&0o222 == 0 {
+		return CannotWrite, formatFields(want), readOnlyReason(spec, perm)
+	}
+	return WouldRaise, formatFields(want), ""
 }
 
-// parseMemTotal finds "MemTotal: N kB" in meminfo text.
-func parseMemTotal(r io.Reader) (uint64, error) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("MemTotal line %q: want \"MemTotal: N kB\"", sc.Text())
-		}
-		kb, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil || kb == 0 || kb > 1<<54 {
-			return 0, fmt.Errorf("MemTotal line %q: not a memory size", sc.Text())
-		}
-		return kb << 10, nil
+func readOnlyReason(spec keySpec, perm fs.FileMode) string {
+	if spec.hostOnly {
+		return fmt.Sprintf("host-only key: read-only inside a network namespace (mode %04o)", uint32(perm))
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, errors.New("no MemTotal line")
+	return fmt.Sprintf("read-only key (mode %04o)", uint32(perm))
 }

@@ -3,48 +3,37 @@ package sysctl
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 )
 
-// Plan reads every key under cfg.Root and says what Apply would do, with
-// WouldRaise for a key it would raise and CannotWrite for one it could not
-// (mode 0444, a read-only mount, no permission). It writes nothing.
-func Plan(cfg Config) (Report, error) {
-	return run(cfg, false)
-}
-
-// Apply raises every key under cfg.Root that is lower than its target and
-// can be written, reads each back, and then writes FileName in cfg.Dir for
-// the keys it could not set (or removes the file when there are none).
-// It writes only its own keys, and never a key whose value it could not
-// parse. The error is about the run as a whole (memory unknown, no
-// /proc/sys, the file not written); per-key failures are in the Report.
-func Apply(cfg Config) (Report, error) {
-	return run(cfg, true)
-}
-
 func run(cfg Config, apply bool) (Report, error) {
 	cfg = cfg.withDefaults()
+	if fi, err := os.Stat(cfg.ProcRoot); err == nil && !fi.IsDir() {
+		return Report{}, fmt.Errorf("proc root %s is not a directory", cfg.ProcRoot)
+	}
 	mem := cfg.MemBytes
 	if mem == 0 {
 		var err error
-		if mem, err = memTotal(cfg.MemInfoPath); err != nil {
+		if mem, err = memTotal(cfg.ProcRoot); err != nil {
 			return Report{}, err
 		}
 	}
-	if fi, err := os.Stat(cfg.Root); err != nil {
+	root := filepath.Join(cfg.ProcRoot, "sys")
+	if fi, err := os.Stat(root); err != nil {
 		return Report{}, fmt.Errorf("reading sysctl root: %w", err)
 	} else if !fi.IsDir() {
-		return Report{}, fmt.Errorf("sysctl root %s is not a directory", cfg.Root)
+		return Report{}, fmt.Errorf("sysctl root %s is not a directory", root)
 	}
 	var r Report
 	for _, t := range Targets(mem, cfg.CPUs) {
-		r.Keys = append(r.Keys, setKey(cfg.Root, t, apply))
+		r.Keys = append(r.Keys, setKey(root, t, apply))
 	}
 	if !apply {
 		return r, nil
@@ -54,100 +43,159 @@ func run(cfg Config, apply bool) (Report, error) {
 	return r, err
 }
 
-// setKey reads one key and, when apply is set, raises it.
+// setKey reads one key, decides (decide) and, when apply is set and a
+// raise is due, writes it and reads it back.
 func setKey(root string, t Target, apply bool) KeyResult {
 	spec := specOf(t.Key)
 	res := KeyResult{Key: t.Key, Target: t.Value}
 	path := filepath.Join(root, filepath.FromSlash(strings.ReplaceAll(t.Key, ".", "/")))
 
-	fi, err := os.Stat(path)
+	raw, perm, err := readKeyFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return absent(res, spec, path)
+	case errors.Is(err, errNotRegular):
+		res.Action, res.Reason = Malformed, err.Error()
+		return res
 	case err != nil:
 		res.Action, res.Reason = CannotRead, err.Error()
 		return res
-	case !fi.Mode().IsRegular():
-		res.Action, res.Reason = Malformed, fmt.Sprintf("%s is not a file", path)
-		return res
 	}
-	raw, err := os.ReadFile(path)
+	found, err := parseValue(raw, spec.fields)
 	if err != nil {
-		res.Action, res.Reason = CannotRead, err.Error()
-		return res
-	}
-	found, err := parseValue(string(raw), spec.fields)
-	if err != nil {
-		res.Found = oneLine(string(raw))
+		res.Found = oneLine(raw)
 		res.Action, res.Reason = Malformed, err.Error()
 		return res
 	}
 	res.Found = formatFields(found)
-	tv, set, err := parseTarget(t.Value)
-	if err != nil || len(tv) != len(found) {
-		// Targets and specOf disagree: a bug here, not on the host.
-		res.Action, res.Reason = Malformed, fmt.Sprintf("target %q does not fit %d fields", t.Value, len(found))
-		return res
-	}
-	want := make([]uint64, len(found))
-	raise := false
-	for i := range found {
-		want[i] = found[i]
-		if set[i] && found[i] < tv[i] {
-			want[i], raise = tv[i], true
-		}
-	}
-	if !raise {
-		// Show the target in full form: the fields found, sized fields
-		// at their targets.
-		for i := range tv {
-			if set[i] {
-				want[i] = tv[i]
-			}
-		}
-		res.Target = formatFields(want)
-		res.Action = AlreadyHigher
-		return res
-	}
-	res.Target = formatFields(want)
-
-	// A read-only mode is how the kernel marks a host-only key inside a
-	// network namespace; root ignores file modes elsewhere, not here.
-	if fi.Mode().Perm()&0o222 == 0 {
-		res.Action, res.Reason = CannotWrite, readOnlyReason(spec, fi.Mode().Perm())
+	res.Action, res.Target, res.Reason = decide(spec, found, t.Value, perm)
+	if res.Action != WouldRaise {
 		return res
 	}
 	if !apply {
 		if err := unix.Access(path, unix.W_OK); err != nil {
 			res.Action, res.Reason = CannotWrite, writeReason(spec, err)
-			return res
 		}
-		res.Action = WouldRaise
 		return res
 	}
-	if err := writeValue(path, res.Target); err != nil {
-		res.Action, res.Reason = CannotWrite, writeReason(spec, err)
-		return res
-	}
-	raw, err = os.ReadFile(path)
-	if err != nil {
-		res.Action, res.Reason = CannotWrite, fmt.Sprintf("wrote %s but cannot read it back: %v", res.Target, err)
-		return res
-	}
-	now, err := parseValue(string(raw), spec.fields)
-	if err == nil {
-		for i := range now {
-			if set[i] && now[i] < tv[i] {
-				err = errors.New("lower")
-			}
-		}
-	}
-	if err != nil {
-		res.Action, res.Reason = CannotWrite, fmt.Sprintf("wrote %s but the kernel holds %q", res.Target, oneLine(string(raw)))
-		return res
-	}
-	res.Action = Raised
+	res.Action, res.Reason = write(path, spec, res.Target, t.Value, perm)
 	return res
+}
+
+// write writes value to the key at path and reads it back: Raised when the
+// kernel now holds the target (decide says keep), else CannotWrite and why.
+func write(path string, spec keySpec, value, target string, perm fs.FileMode) (Action, string) {
+	if err := writeValue(path, value); err != nil {
+		return CannotWrite, writeReason(spec, err)
+	}
+	raw, _, err := readKeyFile(path)
+	if err != nil {
+		return CannotWrite, fmt.Sprintf("wrote %s but cannot read it back: %v", value, err)
+	}
+	now, err := parseValue(raw, spec.fields)
+	if err != nil {
+		return CannotWrite, fmt.Sprintf("wrote %s but the kernel holds %q", value, oneLine(raw))
+	}
+	if a, _, _ := decide(spec, now, target, perm); a != AlreadyHigher {
+		return CannotWrite, fmt.Sprintf("wrote %s but the kernel holds %q", value, oneLine(raw))
+	}
+	return Raised, ""
+}
+
+// errNotRegular marks a key or meminfo path that is not a regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// maxKeySize bounds a key's file: a few numbers.
+const maxKeySize = 4 << 10
+
+// readKeyFile reads a /proc/sys file and returns its text and permission
+// bits. It opens the file without blocking and refuses anything but a
+// regular file (a FIFO in a -proc tree would block the read), naming the
+// path.
+func readKeyFile(path string) (string, fs.FileMode, error) {
+	f, err := openRegular(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", 0, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxKeySize))
+	if err != nil {
+		return "", 0, err
+	}
+	return string(b), fi.Mode().Perm(), nil
+}
+
+// openRegular opens path for reading without blocking and fails unless
+// it is a regular file.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a file but %s: %w", path, fileKind(fi.Mode()), errNotRegular)
+	}
+	return f, nil
+}
+
+// fileKind names a mode's file type for an error.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "of type " + m.Type().String()
+}
+
+// memTotal reads MemTotal, in bytes, from procRoot's meminfo with procfs.
+func memTotal(procRoot string) (uint64, error) {
+	path := filepath.Join(procRoot, "meminfo")
+	f, err := openRegular(path) // before procfs opens it, which would block on a FIFO
+	if err != nil {
+		return 0, fmt.Errorf("reading memory size: %w", err)
+	}
+	f.Close()
+	pfs, err := procfs.NewFS(procRoot)
+	if err != nil {
+		return 0, fmt.Errorf("reading memory size: %w", err)
+	}
+	mi, err := pfs.Meminfo()
+	if err == nil {
+		var v uint64
+		if v, err = memTotalBytes(mi); err == nil {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("reading memory size from %s: %w", path, err)
+}
+
+// memTotalBytes checks meminfo's MemTotal and returns it in bytes.
+func memTotalBytes(mi procfs.Meminfo) (uint64, error) {
+	switch {
+	case mi.MemTotal == nil:
+		return 0, errors.New("no MemTotal line")
+	case mi.MemTotalBytes == nil || *mi.MemTotalBytes != *mi.MemTotal<<10:
+		return 0, fmt.Errorf("MemTotal %d without kB: want \"MemTotal: N kB\"", *mi.MemTotal)
+	case *mi.MemTotal == 0 || *mi.MemTotal > 1<<54:
+		return 0, fmt.Errorf("MemTotal %d kB: not a memory size", *mi.MemTotal)
+	}
+	return *mi.MemTotal << 10, nil
 }
 
 // absent explains a key the tree does not have.
@@ -175,13 +223,6 @@ func dirHasFiles(dir string) bool {
 	defer f.Close()
 	names, _ := f.Readdirnames(1)
 	return len(names) > 0
-}
-
-func readOnlyReason(spec keySpec, perm fs.FileMode) string {
-	if spec.hostOnly {
-		return fmt.Sprintf("host-only key: read-only inside a network namespace (mode %04o)", uint32(perm))
-	}
-	return fmt.Sprintf("read-only key (mode %04o)", uint32(perm))
 }
 
 func writeReason(spec keySpec, err error) string {

@@ -7,12 +7,11 @@ import (
 	"fmt"
 )
 
-// Plan reads the kernel's settings; only Linux has them.
-func Plan(cfg Config) (Report, error) {
-	return Report{}, fmt.Errorf("sysctl plan: %w", errors.ErrUnsupported)
-}
-
-// Apply raises the kernel's settings; only Linux has them.
-func Apply(cfg Config) (Report, error) {
-	return Report{}, fmt.Errorf("sysctl apply: %w", errors.ErrUnsupported)
+// run fails off Linux: only Linux has the kernel's settings.
+func run(_ Config, apply bool) (Report, error) {
+	op := "plan"
+	if apply {
+		op = "apply"
+	}
+	return Report{}, fmt.Errorf("sysctl %s: %w", op, errors.ErrUnsupported)
 }

@@ -21,8 +21,9 @@ const (
 	testCPUs = 4
 )
 
-// copyTree copies a testdata /proc/sys tree into a temporary directory, so
-// Apply may write to it.
+// copyTree copies a testdata /proc/sys tree into a temporary directory's
+// sys/, so Apply may write to it, and returns that sys/; its parent is the
+// tree's ProcRoot (see procOf).
 func copyTree(t *testing.T, name string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "sys")
@@ -31,6 +32,9 @@ func copyTree(t *testing.T, name string) string {
 	}
 	return dst
 }
+
+// procOf returns the ProcRoot of a tree from copyTree.
+func procOf(sysTree string) string { return filepath.Dir(sysTree) }
 
 // snapshot returns every file under root with its content.
 func snapshot(t *testing.T, root string) map[string]string {
@@ -83,7 +87,7 @@ func TestApplyRaisesKernelDefaults(t *testing.T) {
 	}
 	before := snapshot(t, root)
 
-	plan, err := Plan(Config{Root: root, Dir: dir, MemBytes: testMem, CPUs: testCPUs})
+	plan, err := Plan(Config{ProcRoot: procOf(root), Dir: dir, MemBytes: testMem, CPUs: testCPUs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +101,7 @@ func TestApplyRaisesKernelDefaults(t *testing.T) {
 		t.Errorf("Plan reports file %q, want none", plan.File)
 	}
 
-	rep, err := Apply(Config{Root: root, Dir: dir, MemBytes: testMem, CPUs: testCPUs})
+	rep, err := Apply(Config{ProcRoot: procOf(root), Dir: dir, MemBytes: testMem, CPUs: testCPUs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +150,7 @@ func TestApplyRaisesKernelDefaults(t *testing.T) {
 func TestApplyKeepsHigherValues(t *testing.T) {
 	root := copyTree(t, "tuned")
 	before := snapshot(t, root)
-	rep, err := Apply(Config{Root: root, Dir: t.TempDir(), MemBytes: testMem, CPUs: testCPUs})
+	rep, err := Apply(Config{ProcRoot: procOf(root), Dir: t.TempDir(), MemBytes: testMem, CPUs: testCPUs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +194,7 @@ func TestApplyMultiValueFieldByField(t *testing.T) {
 			if err := os.WriteFile(p, []byte(tt.found), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := Apply(Config{Root: root, Dir: t.TempDir(), MemBytes: testMem, CPUs: testCPUs})
+			rep, err := Apply(Config{ProcRoot: procOf(root), Dir: t.TempDir(), MemBytes: testMem, CPUs: testCPUs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,7 +226,7 @@ func TestApplyMixedTree(t *testing.T) {
 	}
 	before := snapshot(t, root)
 	dir := filepath.Join(t.TempDir(), "config") // does not exist yet
-	cfg := Config{Root: root, Dir: dir, MemBytes: testMem, CPUs: testCPUs}
+	cfg := Config{ProcRoot: procOf(root), Dir: dir, MemBytes: testMem, CPUs: testCPUs}
 
 	plan, err := Plan(cfg)
 	if err != nil {
@@ -343,15 +347,25 @@ func TestRunErrors(t *testing.T) {
 	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A meminfo procfs parses, without MemTotal.
+	garbage := t.TempDir()
+	if err := os.WriteFile(filepath.Join(garbage, "meminfo"), []byte("MemFree: 1 kB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := procOf(copyTree(t, "defaults"))
+	if err := unix.Mkfifo(filepath.Join(fifo, "meminfo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		cfg  Config
 		want string
 	}{
-		{"no root", Config{Root: filepath.Join(root, "nope"), MemBytes: testMem}, "reading sysctl root"},
-		{"root is a file", Config{Root: notDir, MemBytes: testMem}, "is not a directory"},
-		{"no meminfo", Config{Root: root, MemInfoPath: filepath.Join(root, "nope")}, "reading memory size"},
-		{"meminfo garbage", Config{Root: root, MemInfoPath: filepath.Join(root, "net/core/somaxconn")}, "no MemTotal line"},
+		{"no root", Config{ProcRoot: filepath.Join(root, "nope"), MemBytes: testMem}, "reading sysctl root"},
+		{"root is a file", Config{ProcRoot: notDir, MemBytes: testMem}, "is not a directory"},
+		{"no meminfo", Config{ProcRoot: procOf(root)}, "reading memory size"},
+		{"meminfo garbage", Config{ProcRoot: garbage}, "no MemTotal line"},
+		{"meminfo a FIFO", Config{ProcRoot: fifo}, "meminfo is not a file but a named pipe (FIFO)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -366,7 +380,7 @@ func TestRunErrors(t *testing.T) {
 
 	// The file cannot be written: the report is still there.
 	mixed := copyTree(t, "mixed")
-	rep, err := Apply(Config{Root: mixed, Dir: notDir, MemBytes: testMem, CPUs: testCPUs})
+	rep, err := Apply(Config{ProcRoot: procOf(mixed), Dir: notDir, MemBytes: testMem, CPUs: testCPUs})
 	if err == nil || !strings.Contains(err.Error(), FileName) {
 		t.Errorf("error %v, want one naming %s", err, FileName)
 	}
@@ -377,7 +391,8 @@ func TestRunErrors(t *testing.T) {
 
 func TestMemInfoFromFile(t *testing.T) {
 	root := copyTree(t, "defaults")
-	rep, err := Plan(Config{Root: root, MemInfoPath: "testdata/meminfo", CPUs: 2})
+	copyFile(t, "testdata/meminfo", filepath.Join(procOf(root), "meminfo"))
+	rep, err := Plan(Config{ProcRoot: procOf(root), CPUs: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +407,19 @@ func TestMemInfoFromFile(t *testing.T) {
 	}
 }
 
-func TestParseMemTotal(t *testing.T) {
+func copyFile(t testing.TB, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMemTotal: MemTotal from a meminfo procfs parses, in bytes.
+func TestMemTotal(t *testing.T) {
 	tests := []struct {
 		in   string
 		want uint64
@@ -400,27 +427,39 @@ func TestParseMemTotal(t *testing.T) {
 	}{
 		{"MemTotal:       24684096 kB\nMemFree: 1 kB\n", 24684096 << 10, ""},
 		{"MemFree: 1 kB\nMemTotal: 1024 kB\n", 1 << 20, ""},
-		{"MemTotal: 1024 MB\n", 0, "want"},
-		{"MemTotal: x kB\n", 0, "not a memory size"},
+		{"MemTotal: 1024 MB\n", 0, "nsupported unit"},
+		{"MemTotal: 1024\n", 0, "want \"MemTotal: N kB\""},
+		{"MemTotal: x kB\n", 0, "invalid syntax"},
 		{"MemTotal: 0 kB\n", 0, "not a memory size"},
+		{"MemTotal: 18446744073709551615 kB\n", 0, "not a memory size"},
 		{"", 0, "no MemTotal line"},
 	}
 	for _, tt := range tests {
-		got, err := parseMemTotal(strings.NewReader(tt.in))
+		got, err := memTotal(memRoot(t, tt.in))
 		if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), tt.err)) {
-			t.Errorf("parseMemTotal(%q) = %d, %v; want %d, error with %q", tt.in, got, err, tt.want, tt.err)
+			t.Errorf("memTotal(%q) = %d, %v; want %d, error with %q", tt.in, got, err, tt.want, tt.err)
 		}
 	}
 }
 
-func FuzzParseMemTotal(f *testing.F) {
+// memRoot returns a ProcRoot whose meminfo is s.
+func memRoot(t testing.TB, s string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "meminfo"), []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func FuzzMemTotal(f *testing.F) {
 	f.Add("MemTotal:       24684096 kB\n")
 	f.Add("MemTotal: 18446744073709551615 kB\n")
 	f.Add("MemTotal:\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		v, err := parseMemTotal(strings.NewReader(s))
+		v, err := memTotal(memRoot(t, s))
 		if err == nil && (v == 0 || v%1024 != 0) {
-			t.Errorf("parseMemTotal(%q) = %d, not a whole number of kB", s, v)
+			t.Errorf("memTotal(%q) = %d, not a whole number of kB", s, v)
 		}
 	})
 }
@@ -459,7 +498,7 @@ func FuzzApplyValue(f *testing.F) {
 		if err := os.WriteFile(p, content, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		rep, err := Apply(Config{Root: root, Dir: t.TempDir(), MemBytes: testMem, CPUs: testCPUs})
+		rep, err := Apply(Config{ProcRoot: procOf(root), Dir: t.TempDir(), MemBytes: testMem, CPUs: testCPUs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -553,6 +592,64 @@ func BenchmarkPlan(b *testing.B) {
 	for b.Loop() {
 		if _, err := Plan(cfg); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestDecide: the pure step of a key, from the fields found and the
+// target to keep, raise or cannot.
+func TestDecide(t *testing.T) {
+	one := keySpec{fields: 1}
+	host := keySpec{fields: 1, hostOnly: true}
+	three := keySpec{fields: 3}
+	tests := []struct {
+		name   string
+		spec   keySpec
+		found  []uint64
+		target string
+		perm   fs.FileMode
+		action Action
+		value  string
+		reason string
+	}{
+		{"lower: raise", one, []uint64{4096}, "65535", 0o644, WouldRaise, "65535", ""},
+		{"equal: keep", one, []uint64{65535}, "65535", 0o644, AlreadyHigher, "65535", ""},
+		{"higher: keep, never lower", one, []uint64{1 << 20}, "65535", 0o644, AlreadyHigher, "65535", ""},
+		{"lower, read-only: cannot", host, []uint64{4096}, "65535", 0o444, CannotWrite, "65535", "host-only key: read-only inside a network namespace (mode 0444)"},
+		{"lower, read-only, not host-only", one, []uint64{4096}, "65535", 0o444, CannotWrite, "65535", "read-only key (mode 0444)"},
+		{"higher, read-only: keep", host, []uint64{1 << 20}, "65535", 0o444, AlreadyHigher, "65535", ""},
+		{"max field lower: raise it alone", three, []uint64{4096, 131072, 6291456}, "- - 16777216", 0o644, WouldRaise, "4096 131072 16777216", ""},
+		{"max field higher: keep, found fields shown", three, []uint64{8192, 1, 1 << 25}, "- - 16777216", 0o644, AlreadyHigher, "8192 1 16777216", ""},
+		{"target does not fit", three, []uint64{1}, "- - 16777216", 0o644, Malformed, "- - 16777216", `target "- - 16777216" does not fit 1 fields`},
+	}
+	for _, tt := range tests {
+		action, value, reason := decide(tt.spec, tt.found, tt.target, tt.perm)
+		if action != tt.action || value != tt.value || reason != tt.reason {
+			t.Errorf("%s: decide = %s, %q, %q; want %s, %q, %q", tt.name, action, value, reason, tt.action, tt.value, tt.reason)
+		}
+	}
+}
+
+// TestKeyFIFO: a key that is a named pipe (a FIFO left in a -proc tree)
+// is reported as malformed, naming its path, and never blocks the run.
+func TestKeyFIFO(t *testing.T) {
+	root := copyTree(t, "defaults")
+	path := filepath.Join(root, "net/core/somaxconn")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []func(Config) (Report, error){Plan, Apply} {
+		rep, err := f(Config{ProcRoot: procOf(root), Dir: t.TempDir(), MemBytes: testMem, CPUs: testCPUs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range rep.Keys {
+			if k.Key == KeySomaxconn && (k.Action != Malformed || !strings.Contains(k.Reason, path+" is not a file but a named pipe")) {
+				t.Errorf("somaxconn as a FIFO: %v", k)
+			}
 		}
 	}
 }

@@ -25,6 +25,10 @@
 //	agenttest.WriteNode(dir, agenttest.Node{MemoryUsedPercent: 40})
 //	// run: proofkit-agent -proc dir/proc -sys dir/sys -sysctl off …
 //	agenttest.WriteNode(dir, agenttest.Node{MemoryUsedPercent: 95}) // overloaded in 3 readings
+//
+// [FIFO] puts a named pipe that nobody writes in place of one of the
+// tree's files, to check that a reading refuses it and ends by its
+// deadline.
 package agenttest
 
 import (
@@ -32,6 +36,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/proofkit/nodekit/internal/atomicfile"
 )
 
 // Node is the state a fake tree shows. Zero fields take the defaults
@@ -154,9 +160,5 @@ func writeFile(path, content string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteFile(path, []byte(content), 0o644)
 }

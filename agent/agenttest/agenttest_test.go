@@ -48,3 +48,24 @@ func TestSysctlRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestFIFO(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteNode(dir, Node{}); err != nil {
+		t.Fatal(err)
+	}
+	path, err := FIFO(dir, "meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("%s: %v, %v; want a named pipe", path, fi, err)
+	}
+	// WriteNode puts the regular file back.
+	if err := WriteNode(dir, Node{MemoryUsedPercent: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("%s after WriteNode: %v, %v; want a regular file", path, fi, err)
+	}
+}

@@ -514,11 +514,7 @@ func reloadToken(a *agent.Agent, file, credDir string, log *slog.Logger) {
 // it returns the report, and false for -sysctl off. A failure is logged,
 // never fatal: the agent still probes and reports.
 func sizeKernel(o options, log *slog.Logger) (sysctl.Report, bool) {
-	cfg := sysctl.Config{
-		Root:        filepath.Join(o.procRoot, "sys"),
-		Dir:         o.sysctlDir,
-		MemInfoPath: filepath.Join(o.procRoot, "meminfo"),
-	}
+	cfg := sysctl.Config{ProcRoot: o.procRoot, Dir: o.sysctlDir}
 	var (
 		rep sysctl.Report
 		err error

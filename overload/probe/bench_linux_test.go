@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/proofkit/nodekit/internal/netnslab"
+	"github.com/proofkit/nodekit/internal/testkit"
 )
 
 // BenchmarkRead measures one Read of a namespace holding 0, 10,000 and
@@ -23,7 +27,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkRead -count 3 ./overload/probe/
 func BenchmarkRead(b *testing.B) {
-	requireRoot(b, "ip", "ss")
+	testkit.NeedRoot(b, "ip", "ss")
 	name, nsPath := newNetNS(b)
 	p := newProbe(b, Config{NetNS: nsPath})
 	read(b, p)
@@ -90,14 +94,18 @@ func BenchmarkRead(b *testing.B) {
 		b.Run("listeners/"+st.name, func(b *testing.B) {
 			ctx := context.Background()
 			for b.Loop() {
-				ns, err := p.inNetNS(ctx, func() (ns netSample) {
-					_, _, ns.diagErr = listeners(ctx, time.Now().Add(time.Second), listenRequest)
-					return ns
-				})
-				if err == nil {
-					err = ns.diagErr
-				}
-				if err != nil {
+				// As a Read does: a fresh thread in the namespace each time.
+				errc := make(chan error, 1)
+				go func() {
+					runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+					if err := unix.Setns(int(p.ns.Fd()), unix.CLONE_NEWNET); err != nil {
+						errc <- err
+						return
+					}
+					_, _, err := listeners(ctx, time.Now().Add(time.Second), dialNetlink, listenRequest)
+					errc <- err
+				}()
+				if err := <-errc; err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,12 +1,16 @@
 package probe
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/proofkit/nodekit/overload"
 )
@@ -155,5 +159,161 @@ func TestReadDegrades(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDeltas: the pure step from two samples to a reading, on its own.
+func TestDeltas(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	up := uint32(unix.IFF_UP | unix.IFF_RUNNING)
+	// base is a sample with every source read; change edits a copy.
+	base := func(at time.Duration, change func(s *sample)) *sample {
+		s := &sample{
+			mono: t0.Add(at), bootID: "boot-1", netnsID: "net:[1]",
+			memory: 40, load15: 1.5, cpus: 4,
+			ctCount: 10, ctMax: 100,
+			ctDrops: map[int]uint64{0: 5, 1: 7}, ctDropsSource: "ctnetlink",
+			listenDrops: 100,
+			links:       []linkSample{{name: "eth0", index: 2, flags: up, rxBytes: 1000, txBytes: 2000, speedMbps: 1000}},
+		}
+		if change != nil {
+			change(s)
+		}
+		return s
+	}
+	netInputs := []overload.Input{overload.InputConntrackDrops, overload.InputListenDrops, overload.InputBandwidth}
+	tests := []struct {
+		name      string
+		prev, cur *sample
+		missing   []overload.Input
+		note      string
+		check     func(t *testing.T, r overload.Reading)
+	}{
+		{name: "first reading", cur: base(0, nil), missing: netInputs, note: noteFirst,
+			check: func(t *testing.T, r overload.Reading) {
+				if r.MemoryUsedPercent != 40 || r.Load15 != 1.5 || r.CPUs != 4 || r.ConntrackEntries != 10 || r.ConntrackMax != 100 {
+					t.Errorf("values of a first reading: %+v", r)
+				}
+				if len(r.Links) != 0 || r.ListenDrops != 0 || r.ConntrackDrops != 0 {
+					t.Errorf("deltas in a first reading: %+v", r)
+				}
+			}},
+		{name: "growth", prev: base(0, nil), cur: base(10*time.Second, func(s *sample) {
+			s.listenDrops, s.ctDrops[1] = 137, 10
+			s.links[0].rxBytes, s.links[0].txBytes = 1000+1250, 2000+2500
+		}), check: func(t *testing.T, r overload.Reading) {
+			if r.ListenDrops != 37 || r.ConntrackDrops != 3 {
+				t.Errorf("listen drops %d, conntrack drops %d; want 37, 3", r.ListenDrops, r.ConntrackDrops)
+			}
+			want := []overload.Link{{Name: "eth0", RxBitsPerSecond: 1000, TxBitsPerSecond: 2000, SpeedMbps: 1000}}
+			if !slices.Equal(r.Links, want) {
+				t.Errorf("links %+v, want %+v", r.Links, want)
+			}
+			if len(r.Notes) != 0 {
+				t.Errorf("notes %q, want none", r.Notes)
+			}
+		}},
+		{name: "listen drops went back", prev: base(0, nil), cur: base(time.Second, func(s *sample) { s.listenDrops = 5 }),
+			missing: []overload.Input{overload.InputListenDrops}, note: "ListenDrops went back"},
+		{name: "a per-CPU drop counter went back", prev: base(0, nil), cur: base(time.Second, func(s *sample) { s.ctDrops[0] = 1 }),
+			missing: []overload.Input{overload.InputConntrackDrops}, note: "per-CPU counter went back"},
+		{name: "a CPU came online", prev: base(0, nil), cur: base(time.Second, func(s *sample) { s.ctDrops[2] = 0 }),
+			missing: []overload.Input{overload.InputConntrackDrops}, note: "per-CPU counter went back"},
+		{name: "drops from another source", prev: base(0, nil), cur: base(time.Second, func(s *sample) {
+			s.ctDropsSource, s.ctDropsNote = "procfs", "conntrack drops read from /proc/net/stat/nf_conntrack: no CAP_NET_ADMIN"
+		}), missing: []overload.Input{overload.InputConntrackDrops}, note: "no previous count from procfs"},
+		{name: "link byte counters went back", prev: base(0, nil), cur: base(time.Second, func(s *sample) { s.links[0].rxBytes = 1 }),
+			missing: []overload.Input{overload.InputBandwidth}, note: "link eth0: byte counters went back"},
+		{name: "reboot", prev: base(0, nil), cur: base(time.Second, func(s *sample) { s.bootID, s.listenDrops = "boot-2", 3 }),
+			missing: netInputs, note: "rebooted",
+			check: func(t *testing.T, r overload.Reading) {
+				if slices.Contains(r.Notes, noteFirst) {
+					t.Errorf("a reading after a reboot says it is the first: %q", r.Notes)
+				}
+			}},
+		{name: "namespace replaced", prev: base(0, nil), cur: base(time.Second, func(s *sample) { s.netnsID = "net:[2]" }),
+			missing: netInputs, note: "network namespace was replaced"},
+		{name: "new link", prev: base(0, nil), cur: base(time.Second, func(s *sample) {
+			s.links = append(s.links, linkSample{name: "eth1", index: 3, flags: up, rxBytes: 1 << 40, speedMbps: 1000})
+		}), note: "link eth1: new since the previous reading",
+			check: func(t *testing.T, r overload.Reading) {
+				if len(r.Links) != 1 || r.Links[0].Name != "eth0" {
+					t.Errorf("links %+v, want eth0 only", r.Links)
+				}
+			}},
+		{name: "link replaced", prev: base(0, nil), cur: base(time.Second, func(s *sample) { s.links[0].index = 9 }),
+			missing: []overload.Input{overload.InputBandwidth}, note: "link eth0: replaced since the previous reading (index 9, was 2)"},
+		{name: "speed unknown", prev: base(0, nil), cur: base(time.Second, func(s *sample) {
+			s.links[0].speedMbps, s.links[0].speedWhy = 0, "the kernel does not know it (speed -1)"
+		}), missing: []overload.Input{overload.InputBandwidth}, note: "link eth0: speed unknown, the kernel does not know it"},
+		{name: "no link up", prev: base(0, nil), cur: base(time.Second, func(s *sample) { s.links = nil }),
+			missing: []overload.Input{overload.InputBandwidth}, note: "no link is up besides loopback"},
+		{name: "links unreadable before", prev: base(0, func(s *sample) { s.links, s.linksErr = nil, errNoAnswer }), cur: base(time.Second, nil),
+			missing: []overload.Input{overload.InputBandwidth}, note: "link eth0: new since the previous reading"},
+		{name: "listen drops unreadable before", prev: base(0, func(s *sample) { s.listenErr = errMalformed }), cur: base(time.Second, nil),
+			missing: []overload.Input{overload.InputListenDrops}, note: "listen drops: no previous count"},
+		{name: "no conntrack", prev: base(0, nil), cur: base(time.Second, func(s *sample) { s.ctErr, s.ctDrops = errMalformed, nil }),
+			missing: []overload.Input{overload.InputConntrack, overload.InputConntrackDrops}, note: "conntrack: malformed"},
+		{name: "namespace not entered", prev: base(0, nil), cur: &sample{mono: t0.Add(time.Second), memory: 40, load15: 1, cpus: 4,
+			netErr: errors.New("network namespace /x: enter: operation not permitted")},
+			missing: []overload.Input{overload.InputConntrack, overload.InputConntrackDrops, overload.InputListenDrops, overload.InputBandwidth},
+			note:    "network namespace /x: enter",
+			check: func(t *testing.T, r overload.Reading) {
+				if r.MemoryUsedPercent != 40 || slices.Contains(r.Notes, noteFirst) {
+					t.Errorf("reading without the namespace: %+v", r)
+				}
+			}},
+		{name: "memory and load unreadable", cur: base(0, func(s *sample) { s.memoryErr, s.loadErr = errMalformed, errMalformed }),
+			missing: append([]overload.Input{overload.InputMemory, overload.InputLoad}, netInputs...), note: "memory: malformed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := deltas(tt.prev, tt.cur)
+			got := slices.Clone(r.Missing)
+			want := slices.Clone(tt.missing)
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("missing %v, want %v (notes %q)", r.Missing, tt.missing, r.Notes)
+			}
+			if tt.note != "" && len(notesWith(r.Notes, tt.note)) == 0 {
+				t.Errorf("notes %q lack %q", r.Notes, tt.note)
+			}
+			if tt.check != nil {
+				tt.check(t, r)
+			}
+		})
+	}
+}
+
+// TestSourcesOnePerInput: every input the overload checks read has one
+// source, and no input two. A new input in overload fails here until it
+// has its entry in sources.
+func TestSourcesOnePerInput(t *testing.T) {
+	want := []overload.Input{overload.InputMemory, overload.InputLoad, overload.InputConntrack,
+		overload.InputConntrackDrops, overload.InputListenDrops, overload.InputBandwidth}
+	seen := map[overload.Input]int{}
+	for _, src := range sources {
+		seen[src.input]++
+		if src.read == nil || src.fill == nil {
+			t.Errorf("source of %s: read or fill missing", src.input)
+		}
+	}
+	for _, in := range want {
+		if seen[in] != 1 {
+			t.Errorf("input %s has %d sources, want 1", in, seen[in])
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("sources for %d inputs, want %d: %v", len(seen), len(want), seen)
+	}
+	// A reading from samples that found nothing lists exactly the
+	// sources' inputs as missing.
+	r := deltas(nil, &sample{memoryErr: errMalformed, loadErr: errMalformed, ctErr: errMalformed, listenErr: errMalformed, linksErr: errMalformed})
+	got := slices.Clone(r.Missing)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("a reading that found nothing misses %v, want %v", r.Missing, want)
 	}
 }

@@ -38,6 +38,16 @@
 // cannot be read makes its input missing, with a note saying why, so a
 // probe without CAP_NET_ADMIN still reads everything procfs has.
 //
+// Read never waits past its context's deadline. Every file is opened
+// without blocking and refused, with an error naming its path, unless it
+// is a regular file: a FIFO or a device left in a -proc or -sys tree
+// makes its input missing instead of hanging the reading.
+//
+// Inside, a reading is two steps: each input's source reads raw values
+// and counters into a sample, then a pure step turns the previous sample
+// and the current one into the Reading. The sources are one table
+// (sources_linux.go), one entry per [overload.Input].
+//
 //	p, err := probe.New(probe.Config{Node: "exit-fra-1"})
 //	if err != nil {
 //		return err

@@ -3,9 +3,11 @@ package probe
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,10 +16,89 @@ import (
 	"strings"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // errMalformed marks a file whose content the probe cannot use.
 var errMalformed = errors.New("malformed")
+
+// errNotRegular marks a path that is not a regular file: a FIFO, a device
+// or a socket left in a -proc or -sys tree, whose read would block.
+var errNotRegular = errors.New("not a regular file")
+
+// maxFileSize bounds a kernel file read whole; the probe's are a few
+// hundred bytes, /proc/net/stat/nf_conntrack a line per CPU.
+const maxFileSize = 4 << 20
+
+// openRegular opens path for reading without blocking, and refuses it
+// unless it is a regular file (as every procfs and sysfs file the probe
+// reads is): opening a FIFO for reading blocks until a writer comes, and
+// reading one until it writes. The error names the path. ctx ending
+// before the open fails it.
+func openRegular(ctx context.Context, path string) (*os.File, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is %s, not a regular file: %w", path, fileKind(fi.Mode()), errNotRegular)
+	}
+	return f, nil
+}
+
+// fileKind names a mode's file type for an error.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "of type " + m.Type().String()
+}
+
+// readFile reads a small kernel file whole, refusing anything but a
+// regular file (see openRegular).
+func readFile(ctx context.Context, path string) ([]byte, error) {
+	f, err := openRegular(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxFileSize {
+		return nil, fmt.Errorf("%s is over %d bytes: %w", path, maxFileSize, errMalformed)
+	}
+	return b, nil
+}
+
+// checkRegular fails unless path is a regular file, before procfs, which
+// opens files itself, reads it.
+func checkRegular(ctx context.Context, path string) error {
+	f, err := openRegular(ctx, path)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
 
 // memoryUsedPercent returns (MemTotal − MemAvailable) / MemTotal × 100 from
 // fs's meminfo.
@@ -146,8 +227,8 @@ func parseConntrackStat(r io.Reader) ([]uint64, error) {
 
 // readUint reads a file holding one unsigned decimal number, as the
 // nf_conntrack_count and nf_conntrack_max sysctls.
-func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
+func readUint(ctx context.Context, path string) (uint64, error) {
+	b, err := readFile(ctx, path)
 	if err != nil {
 		return 0, err
 	}
@@ -177,9 +258,9 @@ func parseSpeed(b []byte) (uint64, error) {
 // address): a sysfs mounted in another network namespace may hold a
 // different link of the same name. It returns 0 and a reason when the
 // speed is unknown.
-func linkSpeed(sysRoot string, l linkSample) (uint64, string) {
+func linkSpeed(ctx context.Context, sysRoot string, l linkSample) (uint64, string) {
 	dir := filepath.Join(sysRoot, "class", "net", l.name)
-	idx, err := readUint(filepath.Join(dir, "ifindex"))
+	idx, err := readUint(ctx, filepath.Join(dir, "ifindex"))
 	if err != nil {
 		return 0, fmt.Sprintf("no sysfs entry: %v", err)
 	}
@@ -187,13 +268,13 @@ func linkSpeed(sysRoot string, l linkSample) (uint64, string) {
 		return 0, fmt.Sprintf("%s is another link (index %d, not %d): SysRoot is not of this network namespace", dir, idx, l.index)
 	}
 	if len(l.addr) > 0 {
-		b, err := os.ReadFile(filepath.Join(dir, "address"))
+		b, err := readFile(ctx, filepath.Join(dir, "address"))
 		if err == nil && !strings.EqualFold(string(bytes.TrimSpace(b)), hexColon(l.addr)) {
 			return 0, fmt.Sprintf("%s is another link (address %s, not %s): SysRoot is not of this network namespace",
 				dir, bytes.TrimSpace(b), hexColon(l.addr))
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "speed"))
+	b, err := readFile(ctx, filepath.Join(dir, "speed"))
 	if err != nil {
 		// Loopback, ifb, tun and links without carrier give EINVAL.
 		return 0, fmt.Sprintf("the kernel does not know it (%v)", err)
@@ -219,4 +300,21 @@ func hexColon(b []byte) string {
 		out = append(out, digits[c>>4], digits[c&0xf])
 	}
 	return string(out)
+}
+
+// conntrackStatFile reads /proc/net/stat/nf_conntrack as per-CPU drops.
+func conntrackStatFile(ctx context.Context, path string) (map[int]uint64, error) {
+	b, err := readFile(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	sums, err := parseConntrackStat(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]uint64, len(sums))
+	for i, s := range sums {
+		out[i] = s
+	}
+	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -101,7 +102,7 @@ func TestReadProcRootUnreadable(t *testing.T) {
 // accepts, flooded with connects, shows in the next reading's listen
 // drops and as a full accept queue.
 func TestIntegrationListenOverflow(t *testing.T) {
-	requireRoot(t, "ip")
+	testkit.NeedRoot(t, "ip")
 	_, nsPath := newNetNS(t)
 	p := newProbe(t, Config{NetNS: nsPath})
 	read(t, p)
@@ -113,7 +114,7 @@ func TestIntegrationListenOverflow(t *testing.T) {
 
 	// Wait for the kernel to count the overflows in that namespace (it
 	// does so as the SYNs arrive; this only guards against a slow box).
-	for i := 0; ; i++ {
+	testkit.WaitFor(t, "ListenOverflows ≥ 10 in the namespace", func() bool {
 		var overflows uint64
 		inNS(t, nsPath, func() error {
 			proc, err := p.threadProc(mustThreadSelf(p))
@@ -123,14 +124,8 @@ func TestIntegrationListenOverflow(t *testing.T) {
 			overflows, _, err = listenCounters(proc)
 			return err
 		})
-		if overflows >= 10 {
-			break
-		}
-		if i == 100 {
-			t.Fatalf("ListenOverflows in the namespace is %d after 10 s, want ≥ 10", overflows)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return overflows >= 10
+	})
 
 	r := read(t, p)
 	if slices.Contains(r.Missing, overload.InputListenDrops) || r.ListenDrops < 10 {
@@ -165,7 +160,7 @@ func mustThreadSelf(p *Probe) string {
 // rule show in the namespace's conntrack entry count, and drops have
 // deltas from the second reading on.
 func TestIntegrationConntrack(t *testing.T) {
-	requireRoot(t, "ip", "nft")
+	testkit.NeedRoot(t, "ip", "nft")
 	name, nsPath := newNetNS(t)
 	trackConnections(t, name)
 	p := newProbe(t, Config{NetNS: nsPath})
@@ -196,7 +191,7 @@ func TestIntegrationConntrack(t *testing.T) {
 // sysfs of the namespace, an operator's figure, or is unknown, never
 // another namespace's.
 func TestIntegrationLinkBandwidth(t *testing.T) {
-	requireRoot(t, "ip")
+	testkit.NeedRoot(t, "ip")
 	nameA, pathA := newNetNS(t)
 	nameB, pathB := newNetNS(t)
 	run(t, "ip", "-n", nameA, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", nameB)
@@ -264,7 +259,7 @@ func TestIntegrationLinkBandwidth(t *testing.T) {
 // TestIntegrationWithoutNetAdmin: without CAP_NET_ADMIN the probe takes
 // conntrack drops from procfs and says so.
 func TestIntegrationWithoutNetAdmin(t *testing.T) {
-	requireRoot(t, "ip", "setpriv")
+	testkit.NeedRoot(t, "ip", "setpriv")
 	if _, err := os.Stat("/proc/sys/net/netfilter/nf_conntrack_count"); err != nil {
 		t.Skipf("skipping: needs the nf_conntrack module loaded: %v", err)
 	}
@@ -281,7 +276,7 @@ func TestIntegrationWithoutNetAdmin(t *testing.T) {
 // TestIntegrationWithoutSysAdmin: a probe that may not enter its network
 // namespace loses the network inputs, says why, and keeps procfs's.
 func TestIntegrationWithoutSysAdmin(t *testing.T) {
-	requireRoot(t, "ip", "setpriv")
+	testkit.NeedRoot(t, "ip", "setpriv")
 	r := readWithout(t, "sys_admin")
 	for _, in := range []overload.Input{overload.InputConntrack, overload.InputConntrackDrops, overload.InputListenDrops, overload.InputBandwidth} {
 		if !slices.Contains(r.Missing, in) {
@@ -343,7 +338,7 @@ func readWithoutCap() int {
 // reading counts the connections dropped. nf_conntrack_max is restored as
 // soon as the drops show, and in t.Cleanup whatever happens.
 func TestIntegrationConntrackFull(t *testing.T) {
-	requireRoot(t, "ip", "nft")
+	testkit.NeedRoot(t, "ip", "nft")
 	name, nsPath := newNetNS(t)
 	trackConnections(t, name)
 	p := newProbe(t, Config{NetNS: nsPath})
@@ -367,23 +362,17 @@ func TestIntegrationConntrackFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = connectInNS(t, nsPath, port, 150) // connects the full table drops fail
-	for i := 0; ; i++ {
+	testkit.WaitFor(t, "conntrack drops ≥ 50 in the namespace", func() bool {
 		var drops uint64
 		inNS(t, nsPath, func() error {
-			m, err := p.conntrackStatFile("/proc/thread-self/net/stat/nf_conntrack")
+			m, err := conntrackStatFile(context.Background(), "/proc/thread-self/net/stat/nf_conntrack")
 			for _, v := range m {
 				drops += v
 			}
 			return err
 		})
-		if drops >= 50 {
-			break
-		}
-		if i == 50 {
-			t.Fatalf("conntrack drops in the namespace: %d after 5 s, want ≥ 50", drops)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return drops >= 50
+	})
 	restore()
 
 	r := read(t, p)
@@ -397,7 +386,7 @@ func TestIntegrationConntrackFull(t *testing.T) {
 // same name gives no rate for one reading (its counters restarted), and a
 // link that is down is left out.
 func TestIntegrationLinkReplaced(t *testing.T) {
-	requireRoot(t, "ip")
+	testkit.NeedRoot(t, "ip")
 	name, nsPath := newNetNS(t)
 	up := func() {
 		run(t, "ip", "-n", name, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")

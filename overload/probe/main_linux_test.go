@@ -11,10 +11,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/proofkit/nodekit/internal/testkit"
 )
 
 // helperEnv names the environment variable that turns the test binary
@@ -32,19 +33,6 @@ func TestMain(m *testing.M) {
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
 		os.Exit(2)
-	}
-}
-
-// requireRoot skips t unless it runs as root with the given tools.
-func requireRoot(t testing.TB, tools ...string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root (network namespaces)")
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: needs %s in PATH", tool)
-		}
 	}
 }
 
@@ -75,15 +63,15 @@ func run(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
-// waitUp waits until the link dev in namespace ns is operationally up (the
-// kernel sets that a moment after `ip link set up`), for at most 10 s.
+// waitUp waits until the links devs in namespace ns are operationally up
+// (the kernel sets that a moment after `ip link set up`).
 func waitUp(t testing.TB, ns string, devs ...string) {
 	t.Helper()
 	waitState(t, ns, true, devs...)
 }
 
 // waitDown waits until the links in namespace ns are no longer
-// operationally up, for at most 10 s.
+// operationally up.
 func waitDown(t testing.TB, ns string, devs ...string) {
 	t.Helper()
 	waitState(t, ns, false, devs...)
@@ -92,12 +80,9 @@ func waitDown(t testing.TB, ns string, devs ...string) {
 func waitState(t testing.TB, ns string, up bool, devs ...string) {
 	t.Helper()
 	for _, dev := range devs {
-		for i := 0; strings.Contains(run(t, "ip", "-n", ns, "-o", "link", "show", "dev", dev), "state UP") != up; i++ {
-			if i == 100 {
-				t.Fatalf("link %s in %s: up is not %v after 10 s", dev, ns, up)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		testkit.WaitFor(t, fmt.Sprintf("link %s in %s to be up=%v", dev, ns, up), func() bool {
+			return strings.Contains(run(t, "ip", "-n", ns, "-o", "link", "show", "dev", dev), "state UP") == up
+		})
 	}
 }
 
@@ -198,15 +183,10 @@ func newSink(t testing.TB, nsPath, addr string) *sink {
 	return s
 }
 
-// waitBytes waits until s has received n bytes, for at most a minute.
+// waitBytes waits until s has received n bytes.
 func (s *sink) waitBytes(t testing.TB, n int64) {
 	t.Helper()
-	for i := 0; s.got.Load() < n; i++ {
-		if i == 600 {
-			t.Fatalf("sink received %d bytes in a minute, want %d", s.got.Load(), n)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.WaitFor(t, fmt.Sprintf("the sink to receive %d bytes", n), func() bool { return s.got.Load() >= n })
 }
 
 // dialN opens n TCP connections to addr from inside the namespace at

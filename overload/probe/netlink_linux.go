@@ -23,10 +23,31 @@ import (
 // deadline (the context's own deadline is reported as the context's error).
 var errNoAnswer = errors.New("no answer before the deadline")
 
+// netlinkConn is the part of a *netlink.Conn the inet_diag and rtnetlink
+// requests use. Probe.dial gives one per request; tests give connections
+// from nltest, whose replies and errors they choose.
+type netlinkConn interface {
+	Execute(m netlink.Message) ([]netlink.Message, error)
+	SetDeadline(t time.Time) error
+	Close() error
+}
+
+var _ netlinkConn = (*netlink.Conn)(nil)
+
+// dialNetlink opens a netlink socket of family in the calling thread's
+// network namespace.
+func dialNetlink(family int) (netlinkConn, error) {
+	c, err := netlink.Dial(family, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // exchange sends req on c and returns the replies. The request ends at
 // deadline or when ctx ends, whichever comes first; a blocked receive is
 // woken by moving the socket's deadline into the past.
-func exchange(ctx context.Context, c *netlink.Conn, deadline time.Time, req netlink.Message) ([]netlink.Message, error) {
+func exchange(ctx context.Context, c netlinkConn, deadline time.Time, req netlink.Message) ([]netlink.Message, error) {
 	if err := c.SetDeadline(deadline); err != nil {
 		return nil, fmt.Errorf("set deadline: %w", err)
 	}
@@ -99,9 +120,12 @@ func parseListener(b []byte) (overload.Listener, error) {
 
 // listeners returns the TCP listeners of the calling thread's network
 // namespace (at most maxListeners, the fullest) and how many there are,
-// asking through req (listenRequest unless a test swaps it).
-func listeners(ctx context.Context, deadline time.Time, req func(family uint8) netlink.Message) (shown []overload.Listener, total int, err error) {
-	c, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, nil)
+// asking on a connection from dial through req (dialNetlink and
+// listenRequest unless a test swaps them). A kernel without IPv6 answers
+// the IPv6 request with ENOENT, EAFNOSUPPORT or EINVAL: it has no IPv6
+// listeners, and the IPv4 ones stand.
+func listeners(ctx context.Context, deadline time.Time, dial func(int) (netlinkConn, error), req func(family uint8) netlink.Message) (shown []overload.Listener, total int, err error) {
+	c, err := dial(unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return nil, 0, fmt.Errorf("inet_diag: dial: %w", err)
 	}
@@ -160,6 +184,11 @@ type linkSample struct {
 	flags   uint32
 	rxBytes uint64
 	txBytes uint64
+
+	// Set by the bandwidth source for a counted link: the speed in Mbit/s
+	// (0 when unknown) and, when unknown, why.
+	speedMbps uint64
+	speedWhy  string
 }
 
 // counted reports whether a link takes part in the bandwidth check: up,
@@ -222,9 +251,9 @@ func containsSlash(s string) bool {
 }
 
 // links dumps the links of the calling thread's network namespace with
-// their byte counters (RTM_GETLINK).
-func links(ctx context.Context, deadline time.Time) ([]linkSample, error) {
-	c, err := netlink.Dial(unix.NETLINK_ROUTE, nil)
+// their byte counters (RTM_GETLINK), on a connection from dial.
+func links(ctx context.Context, deadline time.Time, dial func(int) (netlinkConn, error)) ([]linkSample, error) {
+	c, err := dial(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("rtnetlink: dial: %w", err)
 	}

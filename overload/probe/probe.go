@@ -1,8 +1,14 @@
 package probe
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"sync"
 	"time"
+
+	"github.com/proofkit/nodekit/overload"
 )
 
 // Config says where a Probe reads from. The zero value reads the caller's
@@ -76,4 +82,89 @@ func (cfg Config) withDefaults() Config {
 	}
 	cfg.LinkSpeedMbps = speeds
 	return cfg
+}
+
+// validate checks the fields New cannot default.
+func (cfg Config) validate() error {
+	if cfg.Timeout < 0 {
+		return fmt.Errorf("negative Timeout %v", cfg.Timeout)
+	}
+	for name, v := range cfg.LinkSpeedMbps {
+		if v == 0 {
+			return fmt.Errorf("LinkSpeedMbps[%q] is 0; leave the link out to mean unknown", name)
+		}
+	}
+	return nil
+}
+
+// Probe takes readings of the node it runs on, keeping the previous
+// reading's counters for the next one's deltas. Its methods may be called
+// from any goroutine; readings are taken one at a time. Close it when done.
+// Probing needs Linux.
+type Probe struct {
+	cfg Config
+
+	mu     sync.Mutex
+	closed bool
+	state  // the per-OS part: procfs, the namespace, the previous sample
+}
+
+// New returns a Probe reading from cfg's roots and network namespace. It
+// fails when ProcRoot is not a directory or NetNS is not a network
+// namespace; sources that are missing later only degrade readings. Off
+// Linux it returns an error wrapping errors.ErrUnsupported.
+func New(cfg Config) (*Probe, error) {
+	if err := unsupported("new"); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("probe: new: %w", err)
+	}
+	p := &Probe{cfg: cfg.withDefaults()}
+	if err := p.open(); err != nil {
+		return nil, fmt.Errorf("probe: new: %w", err)
+	}
+	return p, nil
+}
+
+// Read takes one reading. Counters that only grow (conntrack drops, listen
+// drops, link bytes) become deltas since the previous Read; the first Read
+// has none and lists those inputs as missing. A source that cannot be
+// read makes its input missing, with a note that says why; Read itself
+// fails only when ctx ends, the Probe is closed, or ProcRoot cannot be
+// read at all. Read returns by ctx's deadline whatever a file or netlink
+// socket does; a file that is not a regular one (a FIFO left in a -proc
+// tree) is refused, naming its path. Off Linux it returns an error
+// wrapping errors.ErrUnsupported.
+func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
+	if err := unsupported("read"); err != nil {
+		return overload.Reading{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return overload.Reading{}, fmt.Errorf("probe: read: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return overload.Reading{}, fmt.Errorf("probe: read: %w", os.ErrClosed)
+	}
+	r, err := p.read(ctx)
+	if err != nil {
+		return overload.Reading{}, fmt.Errorf("probe: read: %w", err)
+	}
+	return r, nil
+}
+
+// Close releases the network namespace handle. Read fails after Close.
+func (p *Probe) Close() error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	return p.close()
 }

@@ -11,18 +11,19 @@ import (
 	"github.com/proofkit/nodekit/overload"
 )
 
-// Probe takes readings of the node it runs on. Probing needs Linux.
-type Probe struct{}
+// state is empty off Linux: New never returns a Probe.
+type state struct{}
 
-// New returns an error wrapping errors.ErrUnsupported: probing needs Linux.
-func New(cfg Config) (*Probe, error) {
-	return nil, fmt.Errorf("probe: new on %s: %w", runtime.GOOS, errors.ErrUnsupported)
+// unsupported returns an error wrapping errors.ErrUnsupported: probing
+// needs Linux.
+func unsupported(op string) error {
+	return fmt.Errorf("probe: %s on %s: %w", op, runtime.GOOS, errors.ErrUnsupported)
 }
 
-// Read returns an error wrapping errors.ErrUnsupported.
-func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
-	return overload.Reading{}, fmt.Errorf("probe: read on %s: %w", runtime.GOOS, errors.ErrUnsupported)
+func (p *Probe) open() error { return unsupported("new") }
+
+func (p *Probe) read(context.Context) (overload.Reading, error) {
+	return overload.Reading{}, unsupported("read")
 }
 
-// Close does nothing off Linux.
-func (p *Probe) Close() error { return nil }
+func (p *Probe) close() error { return nil }
