@@ -8,10 +8,10 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-// calm returns a valid reading in which no check passes.
+// calm returns a valid version 1 reading in which no check passes.
 func calm(at time.Time) Reading {
 	return Reading{
-		Version:           ReadingVersion,
+		Version:           1,
 		Node:              "eu-01",
 		At:                at,
 		MemoryUsedPercent: 40,

@@ -17,6 +17,8 @@ func Example() {
 	for i, mem := range []float64{91.2, 95, 92.4} {
 		r := overload.Reading{
 			Version:           overload.ReadingVersion,
+			Run:               "5f0c1e2a9b7d4c3e8a6f1b2d3c4e5f60", // the agent's, kept with its state
+			Seq:               uint64(i + 1),
 			At:                start.Add(time.Duration(i) * 30 * time.Second),
 			MemoryUsedPercent: mem,
 			Load15:            3.1,
