@@ -21,12 +21,13 @@ const (
 	CheckBandwidth      Check = "bandwidth"       // a link above BandwidthPercent of its speed
 )
 
-// A check is one table entry: its name, the reading input it reads, what
-// in that input's figures cannot be true, and how it is evaluated and
-// worded. Everything else (notice order, windows, state, validation of
-// Missing) follows from the table, so a new check is one entry here, plus
-// its threshold in Limits, its figures in Reading and a source in the
-// probe.
+// checkDef is one check, one entry of checkTable: its name, the input it
+// reads, what in that input's figures cannot be true, and how it is
+// evaluated and worded. Everything else (notice order, windows, state,
+// validation of Missing) follows from the table, so a new check is its
+// Check name and one entry here, plus its threshold in Limits, its
+// figures in Reading (with an Input name when it reads a new one) and a
+// source in the probe.
 type checkDef struct {
 	check Check
 	input Input

@@ -92,7 +92,7 @@ type Result struct {
 	Findings []Finding
 	// Passed are the checks that passed in this reading alone, in notice
 	// order, each with this reading's figures: what Evaluate returns for
-	// it. A check may pass without holding yet (fewer than Need passes in
+	// it, dated At. A check may pass without holding yet (fewer than Need passes in
 	// its window) and hold without passing in this reading. Nil when no
 	// check passed; the slice is the caller's.
 	Passed []Finding
