@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -63,13 +64,7 @@ func later(a, b time.Time) time.Time {
 // their true times, and dates events and notices in order, at most one
 // notice an hour of counted time.
 func TestClockSteps(t *testing.T) {
-	// Events at the reading of that index, before it is taken: +/-
-	// step the wall clock by the duration, R restart (a minute down), L
-	// restart with the state lost.
-	type happening struct {
-		kind string
-		d    time.Duration
-	}
+	// What happens before the reading of each index.
 	script := map[int][]happening{
 		7:   {{"+", 290 * time.Second}}, // the NTP step
 		9:   {{"-", 290 * time.Second}},
@@ -92,92 +87,133 @@ func TestClockSteps(t *testing.T) {
 
 	for _, restoreEach := range []bool{false, true} {
 		t.Run(fmt.Sprintf("restore state each reading %v", restoreEach), func(t *testing.T) {
-			node := NewTracker("eu-01", Limits{NoticeEvery: 10 * time.Minute})
-			ref := NewTracker("eu-01", Limits{NoticeEvery: 10 * time.Minute})
-			clock := &agentClock{real: t0}
-			var (
-				lastAt     time.Time
-				lastNotice time.Time
-				counted    int
-			)
-			for i, c := range pattern {
-				d := step
-				for _, h := range script[i] {
-					switch h.kind {
-					case "+":
-						clock.offset += h.d
-					case "-":
-						clock.offset -= h.d
-					case "R":
-						clock.restart()
-						d += time.Minute
-					case "L":
-						clock.loseState()
-						d += time.Minute
-					}
-				}
-				run, seq, at := clock.next(d)
-				r := calm(at)
-				if c == 'x' {
-					r = hot(at)
-				}
-				r.Version, r.Run, r.Seq = ReadingVersion, run, seq
-				truth := calm(clock.real)
-				if c == 'x' {
-					truth = hot(clock.real)
-				}
-
-				res, err := node.Observe(r)
-				if err != nil {
-					t.Fatalf("reading %d (run %s seq %d at %v, true %v): %v", i, run, seq, at, clock.real, err)
-				}
-				counted++
-				want := observe(t, ref, truth)
-				if res.Overloaded != want.Overloaded || (res.Event == nil) != (want.Event == nil) ||
-					(res.Event != nil && res.Event.Kind != want.Event.Kind) {
-					t.Fatalf("reading %d: overloaded %v event %+v; at true times: overloaded %v event %+v",
-						i, res.Overloaded, res.Event, want.Overloaded, want.Event)
-				}
-				if !res.At.After(lastAt) {
-					t.Fatalf("reading %d counted at %v, not after the previous %v", i, res.At, lastAt)
-				}
-				if res.At.Before(r.At) {
-					t.Fatalf("reading %d counted at %v, before its own at %v", i, res.At, r.At)
-				}
-				lastAt = res.At
-				if res.Event != nil && !res.Event.At.Equal(res.At) {
-					t.Fatalf("reading %d: event at %v, reading counted at %v", i, res.Event.At, res.At)
-				}
-				if n := res.Notice; n != nil {
-					if !lastNotice.IsZero() && n.At.Sub(lastNotice) < 10*time.Minute {
-						t.Fatalf("reading %d: notice at %v, %v after the previous", i, n.At, n.At.Sub(lastNotice))
-					}
-					lastNotice = n.At
-				}
-
-				// The retry of a reading whose answer was lost.
-				before, _ := json.Marshal(node)
-				if _, err := node.Observe(r); !errors.Is(err, ErrDuplicate) {
-					t.Fatalf("reading %d again: err %v, want ErrDuplicate", i, err)
-				}
-				if after, _ := json.Marshal(node); string(after) != string(before) {
-					t.Fatalf("reading %d: a duplicate changed the state", i)
-				}
-				if restoreEach {
-					node, _ = roundTrip(t, node)
-				}
-			}
-			if counted != len(pattern) || clock.runs != 3 {
-				t.Fatalf("%d readings counted of %d, %d runs", counted, len(pattern), clock.runs)
-			}
-			evs := node.Events()
-			for i := 1; i < len(evs); i++ {
-				if evs[i].At.Before(evs[i-1].At) {
-					t.Fatalf("event %d at %v before event %d at %v", i, evs[i].At, i-1, evs[i-1].At)
-				}
+			if runs := clockScript(t, script, pattern, restoreEach); runs != 3 {
+				t.Fatalf("%d runs, want 3", runs)
 			}
 		})
 	}
+}
+
+// TestClockStepsRandom: as TestClockSteps, for random scripts: steps of
+// up to an hour either way, restarts, lost state, at random readings.
+func TestClockStepsRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(14, 2))
+	kinds := []string{"+", "-", "R", "L"}
+	for i := range 200 {
+		script := map[int][]happening{}
+		for range rng.IntN(12) {
+			k, at := kinds[rng.IntN(len(kinds))], rng.IntN(120)
+			script[at] = append(script[at], happening{k, time.Duration(rng.Int64N(int64(time.Hour))) + time.Second})
+		}
+		var pattern strings.Builder
+		for range 120 {
+			pattern.WriteByte(".x"[rng.IntN(2)])
+		}
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			clockScript(t, script, pattern.String(), i%2 == 0)
+		})
+	}
+}
+
+// happening is what happens to the agent before a reading: +/- step
+// the wall clock by d, R restart (a minute down), L restart with the
+// state lost.
+type happening struct {
+	kind string
+	d    time.Duration
+}
+
+// clockScript feeds a tracker the readings of pattern (x hot, . calm)
+// as an agent takes them under script, each delivered twice, and checks
+// them against a tracker fed the same readings at their true times. It
+// returns how many runs the agent had.
+func clockScript(t *testing.T, script map[int][]happening, pattern string, restoreEach bool) int {
+	t.Helper()
+	node := NewTracker("eu-01", Limits{NoticeEvery: 10 * time.Minute})
+	ref := NewTracker("eu-01", Limits{NoticeEvery: 10 * time.Minute})
+	clock := &agentClock{real: t0}
+	var (
+		lastAt     time.Time
+		lastNotice time.Time
+		counted    int
+	)
+	for i, c := range pattern {
+		d := step
+		for _, h := range script[i] {
+			switch h.kind {
+			case "+":
+				clock.offset += h.d
+			case "-":
+				clock.offset -= h.d
+			case "R":
+				clock.restart()
+				d += time.Minute
+			case "L":
+				clock.loseState()
+				d += time.Minute
+			}
+		}
+		run, seq, at := clock.next(d)
+		r := calm(at)
+		if c == 'x' {
+			r = hot(at)
+		}
+		r.Version, r.Run, r.Seq = ReadingVersion, run, seq
+		truth := calm(clock.real)
+		if c == 'x' {
+			truth = hot(clock.real)
+		}
+
+		res, err := node.Observe(r)
+		if err != nil {
+			t.Fatalf("reading %d (run %s seq %d at %v, true %v): %v", i, run, seq, at, clock.real, err)
+		}
+		counted++
+		want := observe(t, ref, truth)
+		if res.Overloaded != want.Overloaded || (res.Event == nil) != (want.Event == nil) ||
+			(res.Event != nil && res.Event.Kind != want.Event.Kind) {
+			t.Fatalf("reading %d: overloaded %v event %+v; at true times: overloaded %v event %+v",
+				i, res.Overloaded, res.Event, want.Overloaded, want.Event)
+		}
+		if !res.At.After(lastAt) {
+			t.Fatalf("reading %d counted at %v, not after the previous %v", i, res.At, lastAt)
+		}
+		if res.At.Before(r.At) {
+			t.Fatalf("reading %d counted at %v, before its own at %v", i, res.At, r.At)
+		}
+		lastAt = res.At
+		if res.Event != nil && !res.Event.At.Equal(res.At) {
+			t.Fatalf("reading %d: event at %v, reading counted at %v", i, res.Event.At, res.At)
+		}
+		if n := res.Notice; n != nil {
+			if !lastNotice.IsZero() && n.At.Sub(lastNotice) < 10*time.Minute {
+				t.Fatalf("reading %d: notice at %v, %v after the previous", i, n.At, n.At.Sub(lastNotice))
+			}
+			lastNotice = n.At
+		}
+
+		// The retry of a reading whose answer was lost.
+		before, _ := json.Marshal(node)
+		if _, err := node.Observe(r); !errors.Is(err, ErrDuplicate) {
+			t.Fatalf("reading %d again: err %v, want ErrDuplicate", i, err)
+		}
+		if after, _ := json.Marshal(node); string(after) != string(before) {
+			t.Fatalf("reading %d: a duplicate changed the state", i)
+		}
+		if restoreEach {
+			node, _ = roundTrip(t, node)
+		}
+	}
+	if counted != len(pattern) {
+		t.Fatalf("%d readings counted of %d", counted, len(pattern))
+	}
+	evs := node.Events()
+	for i := 1; i < len(evs); i++ {
+		if evs[i].At.Before(evs[i-1].At) {
+			t.Fatalf("event %d at %v before event %d at %v", i, evs[i].At, i-1, evs[i-1].At)
+		}
+	}
+	return clock.runs
 }
 
 // TestVersion2Order: within a run, seq orders, not at; an older seq is a
