@@ -268,7 +268,9 @@ func (t *Tracker) holding(need, window int) []Finding {
 // An invalid reading (see [Reading.Validate]) returns an error wrapping
 // [ErrInvalidReading]; a reading of another node (its Node set and not
 // the tracker's) is an error too. A reading that returns an error changes
-// nothing.
+// nothing. Observe has no clock: a receiver that has one checks a reading
+// with [Reading.ValidateAt] first, so that one dated next year does not
+// hold the node's later readings behind it.
 func (t *Tracker) Observe(r Reading) (Result, error) {
 	if err := t.limits.Validate(); err != nil {
 		return Result{}, fmt.Errorf("observe reading of node %q: %w", t.node, err)
