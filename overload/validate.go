@@ -168,7 +168,7 @@ func figure(name string, v, ceiling float64, unit string) []error {
 	case v < 0:
 		return []error{fmt.Errorf("%s: %v, want zero or more", name, v)}
 	case v > ceiling:
-		return []error{fmt.Errorf("%s: %v, above %v%s", name, v, ceiling, unit)}
+		return []error{fmt.Errorf("%s: %v, above %s%s", name, v, strconv.FormatFloat(ceiling, 'g', 8, 64), unit)}
 	}
 	return nil
 }
