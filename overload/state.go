@@ -84,9 +84,10 @@ type checkJSON struct {
 
 // MarshalJSON encodes the tracker's state: node, the time of the latest
 // reading (and, for a version 2 reading, its run and seq), each check's
-// window and latest passing finding, whether the
-// node is overloaded and since when, the time of the latest notice, and
-// the event list. Limits are configuration, not state, and are left out.
+// window and latest passing finding, whether the node is overloaded and
+// since when, the time of the latest notice, and the event list (each
+// end's Lasted a duration string, as [Event.MarshalJSON] writes it).
+// Limits are configuration, not state, and are left out.
 func (t *Tracker) MarshalJSON() ([]byte, error) {
 	s := trackerState{
 		Version:    stateVersion,

@@ -92,9 +92,9 @@ type Result struct {
 	Findings []Finding
 	// Passed are the checks that passed in this reading alone, in notice
 	// order, each with this reading's figures: what Evaluate returns for
-	// it, dated At. A check may pass without holding yet (fewer than Need passes in
-	// its window) and hold without passing in this reading. Nil when no
-	// check passed; the slice is the caller's.
+	// it, dated At. A check may pass without holding yet (fewer than Need
+	// passes in its window) and hold without passing in this reading. Nil
+	// when no check passed; the slice is the caller's.
 	Passed []Finding
 	// Event is the start or end this reading caused, or nil.
 	Event *Event
