@@ -21,13 +21,140 @@ const (
 	CheckBandwidth      Check = "bandwidth"       // a link above BandwidthPercent of its speed
 )
 
+// checkDef is one check, one entry of checkTable: its name, the input it
+// reads, what in that input's figures cannot be true, and how it is
+// evaluated and worded. Everything else (notice order, windows, state,
+// validation of Missing) follows from the table, so a new check is its
+// Check name and one entry here, plus its threshold in Limits, its
+// figures in Reading (with an Input name when it reads a new one) and a
+// source in the probe.
+type checkDef struct {
+	check Check
+	input Input
+	// invalid reports, one error each, the figures of the check's input
+	// in r that cannot be true. missing says whether r lists the input as
+	// missing: a figure that is required only when the input was measured
+	// (a CPU count, a table's size) is excused then, but no figure may be
+	// non-finite or absurd either way.
+	invalid func(r Reading, missing bool) []error
+	// evaluate applies the check to a reading whose input is not missing,
+	// by l (defaults filled in), and words the finding: Check, Value,
+	// Limit, Text and Link; Evaluate sets At.
+	evaluate func(r Reading, l Limits) (Finding, bool)
+}
+
+// checkTable lists every check in notice order.
+var checkTable = [...]checkDef{
+	{
+		check: CheckMemory, input: InputMemory,
+		invalid: func(r Reading, _ bool) []error {
+			return figure("memory_used_percent", r.MemoryUsedPercent, 100, " %")
+		},
+		evaluate: func(r Reading, l Limits) (Finding, bool) {
+			v := r.MemoryUsedPercent
+			if !(v > l.MemoryPercent) {
+				return Finding{}, false
+			}
+			return Finding{Check: CheckMemory, Value: v, Limit: l.MemoryPercent,
+				Text: "memory at " + formatAbove(v, l.MemoryPercent, 0, true) + " %"}, true
+		},
+	},
+	{
+		check: CheckLoad, input: InputLoad,
+		invalid: func(r Reading, missing bool) []error {
+			errs := figure("load15", r.Load15, maxLoad, "")
+			switch {
+			case r.CPUs < 0 || r.CPUs > maxCPUs:
+				errs = append(errs, fmt.Errorf("cpus: %d, want 1 to %d", r.CPUs, maxCPUs))
+			case r.CPUs == 0 && !missing:
+				errs = append(errs, fmt.Errorf("cpus: 0, want 1 or more (or load listed as missing)"))
+			}
+			return errs
+		},
+		evaluate: func(r Reading, l Limits) (Finding, bool) {
+			if r.CPUs < 1 {
+				return Finding{}, false
+			}
+			limit := l.LoadPerCPU * float64(r.CPUs)
+			v := r.Load15
+			if !(v > limit) {
+				return Finding{}, false
+			}
+			return Finding{Check: CheckLoad, Value: v, Limit: limit,
+				Text: fmt.Sprintf("load average %s over 15 minutes, above %s %s",
+					formatAbove(v, limit, 1, true), timesWord(l.LoadPerCPU), cores(r.CPUs))}, true
+		},
+	},
+	{
+		check: CheckConntrackFill, input: InputConntrack,
+		invalid: func(r Reading, missing bool) []error {
+			var errs []error
+			switch {
+			case r.ConntrackMax > maxConntrackMax:
+				errs = append(errs, fmt.Errorf("conntrack_max: %d, above any kernel's %d", r.ConntrackMax, uint64(maxConntrackMax)))
+			case r.ConntrackMax == 0 && !missing:
+				errs = append(errs, fmt.Errorf("conntrack_max: 0 (list conntrack as missing when the table is unknown)"))
+			case r.ConntrackMax > 0 && r.ConntrackEntries/conntrackOverMax >= r.ConntrackMax:
+				errs = append(errs, fmt.Errorf("conntrack_entries: %d, %d times the table's max of %d or more",
+					r.ConntrackEntries, conntrackOverMax, r.ConntrackMax))
+			}
+			return errs
+		},
+		evaluate: func(r Reading, l Limits) (Finding, bool) {
+			if r.ConntrackMax == 0 {
+				return Finding{}, false
+			}
+			// Compare entries × 100 with limit × max, not a rounded ratio,
+			// so a table exactly at its limit passes.
+			if !(float64(r.ConntrackEntries)*100 >= l.ConntrackFillPercent*float64(r.ConntrackMax)) {
+				return Finding{}, false
+			}
+			v := float64(r.ConntrackEntries) * 100 / float64(r.ConntrackMax)
+			return Finding{Check: CheckConntrackFill, Value: v, Limit: l.ConntrackFillPercent,
+				Text: fmt.Sprintf("the connection table at %s %% (%d of %d)",
+					formatAbove(v, l.ConntrackFillPercent, 0, false), r.ConntrackEntries, r.ConntrackMax)}, true
+		},
+	},
+	{
+		check: CheckConntrackDrops, input: InputConntrackDrops,
+		invalid: func(r Reading, _ bool) []error { return count("conntrack_drops", r.ConntrackDrops) },
+		evaluate: func(r Reading, l Limits) (Finding, bool) {
+			if r.ConntrackDrops <= l.ConntrackDrops {
+				return Finding{}, false
+			}
+			return Finding{Check: CheckConntrackDrops, Value: float64(r.ConntrackDrops), Limit: float64(l.ConntrackDrops),
+				Text: "the connection table was full: " + dropped(r.ConntrackDrops)}, true
+		},
+	},
+	{
+		check: CheckListenQueue, input: InputListenDrops,
+		invalid: func(r Reading, _ bool) []error { return count("listen_drops", r.ListenDrops) },
+		evaluate: func(r Reading, l Limits) (Finding, bool) {
+			if r.ListenDrops < l.ListenDrops {
+				return Finding{}, false
+			}
+			return Finding{Check: CheckListenQueue, Value: float64(r.ListenDrops), Limit: float64(l.ListenDrops),
+				Text: "listen queues were full: " + dropped(r.ListenDrops)}, true
+		},
+	},
+	{
+		check: CheckBandwidth, input: InputBandwidth,
+		invalid:  func(r Reading, _ bool) []error { return invalidLinks(r.Links) },
+		evaluate: evaluateBandwidth,
+	},
+}
+
+const numChecks = len(checkTable)
+
 // checks lists every check in notice order. It is a function, not a
 // variable, so no caller can change it.
 func checks() [numChecks]Check {
-	return [numChecks]Check{CheckMemory, CheckLoad, CheckConntrackFill, CheckConntrackDrops, CheckListenQueue, CheckBandwidth}
+	var out [numChecks]Check
+	for i, d := range &checkTable {
+		out[i] = d.check
+	}
+	return out
 }
-
-const numChecks = 6
 
 // Checks returns every check, in the order notices name them.
 func Checks() []Check {
@@ -37,31 +164,22 @@ func Checks() []Check {
 
 // index returns c's position in notice order, or -1 for an unknown check.
 func (c Check) index() int {
-	for i, k := range checks() {
-		if k == c {
+	for i := range checkTable {
+		if checkTable[i].check == c {
 			return i
 		}
 	}
 	return -1
 }
 
-// input returns the reading input a check reads.
-func (c Check) input() Input {
-	switch c {
-	case CheckMemory:
-		return InputMemory
-	case CheckLoad:
-		return InputLoad
-	case CheckConntrackFill:
-		return InputConntrack
-	case CheckConntrackDrops:
-		return InputConntrackDrops
-	case CheckListenQueue:
-		return InputListenDrops
-	case CheckBandwidth:
-		return InputBandwidth
+// known reports whether some check reads the input in.
+func (in Input) known() bool {
+	for i := range checkTable {
+		if checkTable[i].input == in {
+			return true
+		}
 	}
-	return ""
+	return false
 }
 
 // Finding is one check passed in one reading, with its figures.
@@ -102,11 +220,12 @@ func Evaluate(r Reading, l Limits) []Finding {
 		missing[in] = true
 	}
 	var out []Finding
-	for _, c := range checks() {
-		if missing[c.input()] {
+	for i := range checkTable {
+		d := &checkTable[i]
+		if missing[d.input] {
 			continue
 		}
-		if f, ok := evaluate(c, r, l); ok {
+		if f, ok := d.evaluate(r, l); ok {
 			f.At = r.At
 			out = append(out, f)
 		}
@@ -114,89 +233,38 @@ func Evaluate(r Reading, l Limits) []Finding {
 	return out
 }
 
-// evaluate applies one check to a reading.
-func evaluate(c Check, r Reading, l Limits) (Finding, bool) {
-	switch c {
-	case CheckMemory:
-		v := r.MemoryUsedPercent
-		if !(v > l.MemoryPercent) {
-			return Finding{}, false
+// evaluateBandwidth is the bandwidth check: the link furthest above its
+// speed's limit (the first listed on a tie), leaving out links whose speed
+// is unknown.
+func evaluateBandwidth(r Reading, l Limits) (Finding, bool) {
+	var (
+		best     Finding
+		bestLink Link
+		found    bool
+	)
+	for _, k := range r.Links {
+		if k.SpeedMbps == 0 {
+			continue
 		}
-		return Finding{Check: c, Value: v, Limit: l.MemoryPercent,
-			Text: "memory at " + formatAbove(v, l.MemoryPercent, 0, true) + " %"}, true
-
-	case CheckLoad:
-		if r.CPUs < 1 {
-			return Finding{}, false
+		rate := max(k.RxBitsPerSecond, k.TxBitsPerSecond)
+		if math.IsNaN(k.RxBitsPerSecond) || math.IsNaN(k.TxBitsPerSecond) {
+			continue
 		}
-		limit := l.LoadPerCPU * float64(r.CPUs)
-		v := r.Load15
-		if !(v > limit) {
-			return Finding{}, false
+		p := rate * 100 / (float64(k.SpeedMbps) * 1e6)
+		if !(p > l.BandwidthPercent) || (found && !(p > best.Value)) {
+			continue
 		}
-		return Finding{Check: c, Value: v, Limit: limit,
-			Text: fmt.Sprintf("load average %s over 15 minutes, above %s %s",
-				formatAbove(v, limit, 1, true), timesWord(l.LoadPerCPU), cores(r.CPUs))}, true
-
-	case CheckConntrackFill:
-		if r.ConntrackMax == 0 {
-			return Finding{}, false
-		}
-		// Compare entries × 100 with limit × max, not a rounded ratio,
-		// so a table exactly at its limit passes.
-		if !(float64(r.ConntrackEntries)*100 >= l.ConntrackFillPercent*float64(r.ConntrackMax)) {
-			return Finding{}, false
-		}
-		v := float64(r.ConntrackEntries) * 100 / float64(r.ConntrackMax)
-		return Finding{Check: c, Value: v, Limit: l.ConntrackFillPercent,
-			Text: fmt.Sprintf("the connection table at %s %% (%d of %d)",
-				formatAbove(v, l.ConntrackFillPercent, 0, false), r.ConntrackEntries, r.ConntrackMax)}, true
-
-	case CheckConntrackDrops:
-		if r.ConntrackDrops <= l.ConntrackDrops {
-			return Finding{}, false
-		}
-		return Finding{Check: c, Value: float64(r.ConntrackDrops), Limit: float64(l.ConntrackDrops),
-			Text: "the connection table was full: " + dropped(r.ConntrackDrops)}, true
-
-	case CheckListenQueue:
-		if r.ListenDrops < l.ListenDrops {
-			return Finding{}, false
-		}
-		return Finding{Check: c, Value: float64(r.ListenDrops), Limit: float64(l.ListenDrops),
-			Text: "listen queues were full: " + dropped(r.ListenDrops)}, true
-
-	case CheckBandwidth:
-		var (
-			best     Finding
-			bestLink Link
-			found    bool
-		)
-		for _, k := range r.Links {
-			if k.SpeedMbps == 0 {
-				continue
-			}
-			rate := max(k.RxBitsPerSecond, k.TxBitsPerSecond)
-			if math.IsNaN(k.RxBitsPerSecond) || math.IsNaN(k.TxBitsPerSecond) {
-				continue
-			}
-			p := rate * 100 / (float64(k.SpeedMbps) * 1e6)
-			if !(p > l.BandwidthPercent) || (found && !(p > best.Value)) {
-				continue
-			}
-			best = Finding{Check: c, Value: p, Limit: l.BandwidthPercent, Link: k.Name}
-			bestLink = k
-			found = true
-		}
-		if !found {
-			return Finding{}, false
-		}
-		best.Text = fmt.Sprintf("bandwidth at %s, %s %% of the %s link %s",
-			formatRate(max(bestLink.RxBitsPerSecond, bestLink.TxBitsPerSecond)), formatAbove(best.Value, best.Limit, 0, true),
-			formatSpeed(bestLink.SpeedMbps), bestLink.Name)
-		return best, true
+		best = Finding{Check: CheckBandwidth, Value: p, Limit: l.BandwidthPercent, Link: k.Name}
+		bestLink = k
+		found = true
 	}
-	return Finding{}, false
+	if !found {
+		return Finding{}, false
+	}
+	best.Text = fmt.Sprintf("bandwidth at %s, %s %% of the %s link %s",
+		formatRate(max(bestLink.RxBitsPerSecond, bestLink.TxBitsPerSecond)), formatAbove(best.Value, best.Limit, 0, true),
+		formatSpeed(bestLink.SpeedMbps), bestLink.Name)
+	return best, true
 }
 
 // formatAbove formats a figure that passed a check against limit (strictly

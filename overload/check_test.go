@@ -8,10 +8,10 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-// calm returns a valid reading in which no check passes.
+// calm returns a valid version 1 reading in which no check passes.
 func calm(at time.Time) Reading {
 	return Reading{
-		Version:           ReadingVersion,
+		Version:           1,
 		Node:              "eu-01",
 		At:                at,
 		MemoryUsedPercent: 40,
@@ -199,5 +199,37 @@ func TestFormat(t *testing.T) {
 	}
 	if got := formatAbove(math.Nextafter(90, 91), 90, 0, true); got == "90" || got == "90.00" {
 		t.Errorf("formatAbove just above 90 = %q, reads as the limit", got)
+	}
+}
+
+// TestCheckTable: the table names each check once, in the order of
+// Checks, each reading an input no other check reads, with both its
+// functions; every input constant is read by a check.
+func TestCheckTable(t *testing.T) {
+	want := []Check{CheckMemory, CheckLoad, CheckConntrackFill, CheckConntrackDrops, CheckListenQueue, CheckBandwidth}
+	got := Checks()
+	if len(got) != len(want) || numChecks != len(want) {
+		t.Fatalf("Checks() = %v, want %v", got, want)
+	}
+	inputs := map[Input]Check{}
+	for i, d := range checkTable {
+		if got[i] != want[i] || d.check.index() != i {
+			t.Errorf("check %d is %q, want %q", i, got[i], want[i])
+		}
+		if d.invalid == nil || d.evaluate == nil || d.input == "" {
+			t.Errorf("check %q: incomplete entry", d.check)
+		}
+		if c, ok := inputs[d.input]; ok {
+			t.Errorf("input %q read by %q and %q", d.input, c, d.check)
+		}
+		inputs[d.input] = d.check
+	}
+	for _, in := range []Input{InputMemory, InputLoad, InputConntrack, InputConntrackDrops, InputListenDrops, InputBandwidth} {
+		if !in.known() {
+			t.Errorf("input %q: no check reads it", in)
+		}
+	}
+	if Input("disk").known() || Check("disk").index() >= 0 {
+		t.Errorf("an unknown input or check is known")
 	}
 }

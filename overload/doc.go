@@ -6,7 +6,10 @@
 // (conntrack) table and the connections it dropped when full, connections
 // dropped by full listen queues, and bandwidth against link speed. It is
 // also the wire format between the node agent and the platform (JSON,
-// `"v": 1`).
+// `"v": 2`, with a run and a seq that order readings whatever the node's
+// clock does; version 1 readings are still accepted, see
+// [ReadingVersion]). [Reading.Validate] refuses figures that cannot be
+// true, naming the field.
 //
 // A node is overloaded when a threshold is passed "and it stays that way in
 // 3 of 5 readings": each check keeps its own window of the last five
@@ -26,7 +29,7 @@
 //	tr := overload.NewTracker("eu-01", overload.Limits{}) // zero: the defaults
 //	for r := range readings { // one every 30 s, in order
 //		res, err := tr.Observe(r)
-//		if err != nil { // ErrDuplicate, ErrOutOfOrder, ErrInvalidReading
+//		if err != nil { // ErrDuplicate (a retry), ErrOutOfOrder, ErrInvalidReading
 //			log.Printf("reading refused: %v", err)
 //			continue
 //		}

@@ -2,6 +2,7 @@ package overload_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,8 @@ func Example() {
 	for i, mem := range []float64{91.2, 95, 92.4} {
 		r := overload.Reading{
 			Version:           overload.ReadingVersion,
+			Run:               "5f0c1e2a9b7d4c3e8a6f1b2d3c4e5f60", // the agent's, kept with its state
+			Seq:               uint64(i + 1),
 			At:                start.Add(time.Duration(i) * 30 * time.Second),
 			MemoryUsedPercent: mem,
 			Load15:            3.1,
@@ -83,4 +86,42 @@ func ExampleRestoreTracker() {
 	// start eu-01 is overloaded: memory at 94 %
 	// true 12:00:00 12:00:00
 
+}
+
+// A platform counts version 2 readings by run and seq: the retry of a
+// reading whose answer was lost is a duplicate, acknowledged and not
+// counted again, and a reading dated before the previous one (the node's
+// clock was stepped back and its agent started afresh) is counted just
+// after it.
+func ExampleTracker_Observe_retry() {
+	tr := overload.NewTracker("eu-01", overload.Limits{})
+	reading := func(run string, seq uint64, h, m, s int) overload.Reading {
+		return overload.Reading{
+			Version: overload.ReadingVersion, Run: run, Seq: seq,
+			At:                time.Date(2026, 11, 30, h, m, s, 0, time.UTC),
+			MemoryUsedPercent: 40, Load15: 0.5, CPUs: 4,
+			Missing: []overload.Input{overload.InputConntrack, overload.InputConntrackDrops, overload.InputBandwidth},
+		}
+	}
+	for _, r := range []overload.Reading{
+		reading("9b1f40c2d8e7a6b5c4d3e2f1a0b9c8d7", 1, 12, 0, 0),
+		reading("9b1f40c2d8e7a6b5c4d3e2f1a0b9c8d7", 2, 12, 0, 30),
+		reading("9b1f40c2d8e7a6b5c4d3e2f1a0b9c8d7", 2, 12, 0, 30), // a retry
+		reading("0e6c2a8f4b1d9e7c5a3f1b8d6e4c2a0f", 1, 11, 1, 0),  // a new run, its clock an hour behind
+	} {
+		res, err := tr.Observe(r)
+		switch {
+		case errors.Is(err, overload.ErrDuplicate):
+			fmt.Println("seq", r.Seq, "again: already counted")
+		case err != nil:
+			fmt.Println(err)
+		default:
+			fmt.Println("seq", r.Seq, "counted at", res.At.Format(time.TimeOnly))
+		}
+	}
+	// Output:
+	// seq 1 counted at 12:00:00
+	// seq 2 counted at 12:00:30
+	// seq 2 again: already counted
+	// seq 1 counted at 12:00:31
 }

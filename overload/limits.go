@@ -1,7 +1,9 @@
 package overload
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -46,8 +48,9 @@ type Limits struct {
 	Need int `json:"need,omitempty"`
 	// NoticeEvery is the least time between two notices for one node:
 	// a start less than this after the previous notice produces an event
-	// and no notice. Default one hour.
-	NoticeEvery time.Duration `json:"notice_every,omitempty"`
+	// and no notice. Default one hour. In JSON it is a Go duration
+	// string, "notice_every": "1h0m0s" (see [Limits.MarshalJSON]).
+	NoticeEvery time.Duration `json:"-"`
 	// MaxEvents bounds a tracker's event list; the oldest events are
 	// dropped first. Default 100.
 	MaxEvents int `json:"max_events,omitempty"`
@@ -126,5 +129,56 @@ func (l Limits) Validate() error {
 	if len(errs) > 0 {
 		return fmt.Errorf("overload: invalid limits: %w", errors.Join(errs...))
 	}
+	return nil
+}
+
+// limitsFields has Limits' fields without its methods.
+type limitsFields Limits
+
+// MarshalJSON encodes l with NoticeEvery as a Go duration string,
+// "notice_every": "1h0m0s", left out when zero (the default).
+func (l Limits) MarshalJSON() ([]byte, error) {
+	v := struct {
+		limitsFields
+		NoticeEvery string `json:"notice_every,omitempty"`
+	}{limitsFields: limitsFields(l)}
+	if l.NoticeEvery != 0 {
+		v.NoticeEvery = l.NoticeEvery.String()
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON decodes MarshalJSON's encoding. A number for
+// "notice_every" is read as nanoseconds, as limits were written before
+// durations were strings.
+func (l *Limits) UnmarshalJSON(b []byte) error {
+	var v struct {
+		limitsFields
+		NoticeEvery json.RawMessage `json:"notice_every"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("decode limits: %w", err)
+	}
+	out := Limits(v.limitsFields)
+	switch raw := bytes.TrimSpace(v.NoticeEvery); {
+	case len(raw) == 0 || string(raw) == "null":
+	case raw[0] == '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return fmt.Errorf("decode limits: notice_every: %w", err)
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("decode limits: notice_every: %w", err)
+		}
+		out.NoticeEvery = d
+	default:
+		var ns int64
+		if err := json.Unmarshal(raw, &ns); err != nil {
+			return fmt.Errorf("decode limits: notice_every: %s, want a duration such as \"1h\": %w", raw, err)
+		}
+		out.NoticeEvery = time.Duration(ns)
+	}
+	*l = out
 	return nil
 }

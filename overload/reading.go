@@ -25,13 +25,29 @@ import "time"
 // A receiver (the platform; [Tracker.Observe]) orders a version 2 reading
 // by seq within its run, not by at: a reading whose seq is not above the
 // last one observed in the same run is a duplicate (a retry after a lost
-// answer), acknowledged and not counted again; a reading of another run is
-// counted as the start of that run, whatever its at, and its at is moved
-// to just after the last observed reading when it lies before it, so
-// events and the notice hour never run backwards.
+// answer), acknowledged and not counted again ([ErrDuplicate]); a reading
+// of another run is counted as the start of that run, whatever its at,
+// and so is one with a higher seq in the same run, a gap included. Either
+// is counted at its own at or, when that is not after the last observed
+// reading's, one second after the last observed reading (the agent's own
+// step across a restart), so events and the notice hour never run
+// backwards; [Result.At] says which. While a node's readings are counted
+// so, its times advance a second a reading: an overload lasts, and the
+// notice hour passes, by the counted times, so a notice is held back
+// rather than sent early.
+//
+// The receiver keeps the last run and seq with the node's state ("last_run"
+// and "last_seq" in a [Tracker]'s JSON), so a retry is a duplicate after
+// a restart too. A version 1 reading in between forgets them: the next
+// version 2 reading starts a run.
 //
 // Version 1 readings (no run, no seq) keep version 1's meaning: they are
-// ordered by at, and one not newer than the last is refused.
+// ordered by at, and one not newer than the last is refused (one at the
+// same instant as a duplicate, an older one as out of order). A receiver
+// accepts both versions; an agent sends version 2. A reading without a
+// run is ordered as version 1 whatever its "v" (a probe fills in a
+// reading before the agent numbers it); [Reading.Validate] checks that
+// run and seq come together.
 const ReadingVersion = 2
 
 // Input names one input of a Reading. A reading lists the inputs it could
@@ -55,7 +71,8 @@ const (
 // deltas since the previous reading; the probe computes them. Field names
 // in JSON are stable: they are the agent→platform wire format.
 type Reading struct {
-	// Version is the wire format version, ReadingVersion.
+	// Version is the wire format version: ReadingVersion (2), or 1 for a
+	// reading of an agent that predates it.
 	Version int `json:"v"`
 	// Node names the node the reading is of (may be empty when the
 	// receiver knows it from elsewhere).

@@ -84,7 +84,11 @@ func TestReadingJSONRefused(t *testing.T) {
 		"array":            `[1]`,
 		"null fields":      `{"v":1,"at":null}`,
 		"no version":       ok(func(m map[string]any) { delete(m, "v") }),
-		"version 2":        ok(func(m map[string]any) { m["v"] = 2 }),
+		"version 3":        ok(func(m map[string]any) { m["v"] = 3 }),
+		"version 1 run":    ok(func(m map[string]any) { m["run"], m["seq"] = "abc", 1 }),
+		"seq without run":  ok(func(m map[string]any) { m["v"], m["seq"] = 2, 1 }),
+		"run without seq":  ok(func(m map[string]any) { m["v"], m["run"] = 2, "abc" }),
+		"before 2000":      ok(func(m map[string]any) { m["at"] = "1970-01-01T00:00:00Z" }),
 		"version 0":        ok(func(m map[string]any) { m["v"] = 0 }),
 		"negative memory":  ok(func(m map[string]any) { m["memory_used_percent"] = -3 }),
 		"memory above 100": ok(func(m map[string]any) { m["memory_used_percent"] = 100.5 }),
@@ -164,6 +168,9 @@ func FuzzReadingJSON(f *testing.F) {
 	f.Add([]byte(`{"v":1,"at":"2026-11-30T12:00:00Z","missing":["load","conntrack"],"links":[{"name":"x","speed_mbps":1,"rx_bps":1e300}]}`))
 	f.Add([]byte(`{"v":1,"at":"2026-11-30T12:00:00Z","memory_used_percent":1e309}`))
 	f.Add([]byte(`{"v":2}`))
+	f.Add([]byte(`{"v":2,"run":"0123456789abcdef0123456789abcdef","seq":7,"at":"2026-11-30T12:00:00Z","cpus":1,"conntrack_max":1}`))
+	f.Add([]byte(`{"v":1,"at":"2199-12-31T23:59:59.999999999Z","cpus":65536,"load15":4194304,"conntrack_max":4294967295,"conntrack_entries":42949672949}`))
+	f.Add([]byte(`{"v":1,"at":"2026-11-30T12:00:00Z","cpus":1,"conntrack_max":1,"links":[{"name":"x","speed_mbps":100000000,"rx_bps":1e14}]}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"v":1,"at":"0001-01-01T00:00:00Z"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -192,6 +199,14 @@ func FuzzReadingJSON(f *testing.F) {
 				t.Fatalf("finding %+v", f)
 			}
 		}
+		// Nothing a valid reading carries can make the state unsavable.
+		state, err := json.Marshal(tr)
+		if err != nil {
+			t.Fatalf("marshal the state after %s: %v", b, err)
+		}
+		if _, err := RestoreTracker(state, Limits{}); err != nil {
+			t.Fatalf("restore %s: %v", state, err)
+		}
 	})
 }
 
@@ -216,6 +231,9 @@ func FuzzTrackerState(f *testing.F) {
 		if tr.LastReading().IsZero() {
 			at = t0
 		}
+		if at.Before(minReadingTime) || !at.Add(6*step).Before(maxReadingTime) {
+			return // no valid reading can follow a state restored with such a time
+		}
 		for i := range 6 {
 			r := hot(at.Add(time.Duration(i) * step))
 			r.Node = tr.Node()
@@ -227,4 +245,126 @@ func FuzzTrackerState(f *testing.F) {
 			t.Fatalf("6 hot readings after restore and not overloaded")
 		}
 	})
+}
+
+// TestReadingBounds: figures that cannot be true of any machine are
+// refused, each named by its wire field; figures at the edge of the
+// possible are kept.
+func TestReadingBounds(t *testing.T) {
+	tests := []struct {
+		name  string
+		edit  func(*Reading)
+		field string // in the error; "" when the reading is valid
+	}{
+		{"the issue's 1e307 bit/s on 1 Mbit/s", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 1e307, SpeedMbps: 1} }, "links[0].rx_bps"},
+		{"rate 1000 times the speed", func(r *Reading) { r.Links[0] = Link{Name: "eth0", TxBitsPerSecond: 1.0001e9, SpeedMbps: 1} }, "links[0].tx_bps"},
+		{"rate 999 times the speed", func(r *Reading) { r.Links[0] = Link{Name: "eth0", TxBitsPerSecond: 999e6, SpeedMbps: 1} }, ""},
+		{"rate absurd, speed unknown", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 2e14} }, "links[0].rx_bps"},
+		{"rate 100 Tbit/s, speed unknown", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 1e14} }, ""},
+		{"speed unknown read as unsigned", func(r *Reading) { r.Links[0].SpeedMbps = 1<<32 - 1 }, "links[0] (eth0).speed_mbps"},
+		{"second link", func(r *Reading) { r.Links = append(r.Links, Link{Name: "eth1", RxBitsPerSecond: -1}) }, "links[1].rx_bps"},
+		{"conntrack entries ten times the max", func(r *Reading) { r.ConntrackEntries, r.ConntrackMax = 1000, 100 }, "conntrack_entries"},
+		{"conntrack entries over the max", func(r *Reading) { r.ConntrackEntries, r.ConntrackMax = 999, 100 }, ""},
+		{"conntrack max beyond the kernel", func(r *Reading) { r.ConntrackMax = 1 << 33 }, "conntrack_max"},
+		{"conntrack drops wrapped", func(r *Reading) { r.ConntrackDrops = 1<<64 - 5 }, "conntrack_drops"},
+		{"listen drops wrapped", func(r *Reading) { r.ListenDrops = 1<<64 - 5 }, "listen_drops"},
+		{"listen drops many", func(r *Reading) { r.ListenDrops = 1e9 }, ""},
+		{"load beyond any machine", func(r *Reading) { r.Load15 = 5e6 }, "load15"},
+		{"load of a hung NFS mount", func(r *Reading) { r.Load15 = 20000 }, ""},
+		{"cpus beyond Linux", func(r *Reading) { r.CPUs = 1 << 20 }, "cpus"},
+		{"memory NaN", func(r *Reading) { r.MemoryUsedPercent = math.NaN() }, "memory_used_percent"},
+		{"memory negative", func(r *Reading) { r.MemoryUsedPercent = -1 }, "memory_used_percent"},
+		{"memory missing, NaN", func(r *Reading) {
+			r.MemoryUsedPercent, r.Missing = math.NaN(), []Input{InputMemory}
+		}, "memory_used_percent"},
+		{"before 2000", func(r *Reading) { r.At = time.Date(1999, 12, 31, 23, 59, 59, 0, time.UTC) }, "at"},
+		{"1970", func(r *Reading) { r.At = time.Unix(0, 0) }, "at"},
+		{"2000", func(r *Reading) { r.At = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC) }, ""},
+		{"year 2200", func(r *Reading) { r.At = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC) }, "at"},
+		{"year 10000", func(r *Reading) { r.At = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "at"},
+		{"unknown missing", func(r *Reading) { r.Missing = []Input{"disk"} }, "missing"},
+		{"version 2 without run", func(r *Reading) { r.Version, r.Seq = 2, 1 }, "run"},
+		{"version 2 without seq", func(r *Reading) { r.Version, r.Run = 2, "abc" }, "seq"},
+		{"version 2 without run and seq", func(r *Reading) { r.Version = 2 }, ""},
+		{"version 2", func(r *Reading) { r.Version, r.Run, r.Seq = 2, "0123456789abcdef0123456789abcdef", 1 }, ""},
+		{"version 1 with run", func(r *Reading) { r.Run, r.Seq = "abc", 1 }, "run"},
+		{"version 0 with run only", func(r *Reading) { r.Version, r.Run = 0, "abc" }, "run"},
+		{"version 0 with run and seq", func(r *Reading) { r.Version, r.Run, r.Seq = 0, "abc", 9 }, ""},
+		{"run with a space", func(r *Reading) { r.Version, r.Run, r.Seq = 2, "a b", 1 }, "run"},
+		{"run too long", func(r *Reading) { r.Version, r.Run, r.Seq = 2, strings.Repeat("a", 65), 1 }, "run"},
+		{"version 3", func(r *Reading) { r.Version = 3 }, "v:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := calm(t0)
+			tt.edit(&r)
+			err := r.Validate()
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				tr := NewTracker("eu-01", Limits{})
+				observe(t, tr, r)
+				if _, err := json.Marshal(tr); err != nil {
+					t.Fatalf("state of a valid reading: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidReading) || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("Validate = %v, want ErrInvalidReading naming %s", err, tt.field)
+			}
+			tr := NewTracker("eu-01", Limits{})
+			if _, err := tr.Observe(r); !errors.Is(err, ErrInvalidReading) {
+				t.Fatalf("Observe = %v, want ErrInvalidReading", err)
+			}
+		})
+	}
+}
+
+// TestValidateAt: a reading dated more than a day after the receiver's
+// clock is refused; one an hour or fourteen ahead, or a week old, is not.
+func TestValidateAt(t *testing.T) {
+	now := t0
+	for _, tt := range []struct {
+		at time.Time
+		ok bool
+	}{
+		{now.Add(time.Hour), true},
+		{now.Add(14 * time.Hour), true},
+		{now.Add(-7 * 24 * time.Hour), true},
+		{now.Add(25 * time.Hour), false},
+		{now.AddDate(1, 0, 0), false},
+	} {
+		err := calm(tt.at).ValidateAt(now)
+		if (err == nil) != tt.ok || (err != nil && (!errors.Is(err, ErrInvalidReading) || !strings.Contains(err.Error(), "at:"))) {
+			t.Errorf("reading at now%+v: ValidateAt = %v, want ok %v", tt.at.Sub(now), err, tt.ok)
+		}
+	}
+	r := calm(now.Add(48 * time.Hour))
+	r.MemoryUsedPercent = -1
+	if err := r.ValidateAt(now); err == nil || !strings.Contains(err.Error(), "memory_used_percent") || !strings.Contains(err.Error(), "at:") {
+		t.Errorf("ValidateAt = %v, want both faults named", err)
+	}
+}
+
+// TestOneBadNodeStateSaves: the reading of issue 14 (1e307 bit/s on a
+// 1 Mbit/s link) is refused, and the node's state still marshals.
+func TestOneBadNodeStateSaves(t *testing.T) {
+	tr := NewTracker("eu-01", Limits{})
+	observe(t, tr, hot(t0))
+	s := strings.Replace(wire, `"rx_bps":870000000`, `"rx_bps":1e307`, 1)
+	s = strings.Replace(s, `"speed_mbps":1000`, `"speed_mbps":1`, 1)
+	var r Reading
+	err := json.Unmarshal([]byte(s), &r)
+	if !errors.Is(err, ErrInvalidReading) || !strings.Contains(err.Error(), "links[0].rx_bps") {
+		t.Fatalf("decode: %v, want ErrInvalidReading naming links[0].rx_bps", err)
+	}
+	bad := calm(t0.Add(step))
+	bad.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 1e307, SpeedMbps: 1}
+	if _, err := tr.Observe(bad); !errors.Is(err, ErrInvalidReading) {
+		t.Fatalf("Observe: %v", err)
+	}
+	if _, err := json.Marshal(tr); err != nil {
+		t.Fatalf("state after a refused reading: %v", err)
+	}
 }

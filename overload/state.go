@@ -15,11 +15,64 @@ type trackerState struct {
 	Version    int                 `json:"v"`
 	Node       string              `json:"node,omitempty"`
 	Last       time.Time           `json:"last_reading,omitzero"`
+	Run        string              `json:"last_run,omitempty"`
+	Seq        uint64              `json:"last_seq,omitempty"`
 	Checks     map[Check]checkJSON `json:"checks,omitempty"`
 	Overloaded bool                `json:"overloaded"`
 	Since      time.Time           `json:"since,omitzero"`
 	LastNotice time.Time           `json:"last_notice,omitzero"`
-	Events     []Event             `json:"events,omitempty"`
+	Events     []eventJSON         `json:"events,omitempty"`
+}
+
+// eventJSON is an Event as JSON: Lasted as a Go duration string. Events
+// written before durations were strings carry "lasted_ns", nanoseconds;
+// they are read, never written.
+type eventJSON struct {
+	Kind     EventKind `json:"kind"`
+	At       time.Time `json:"at"`
+	Findings []Finding `json:"findings,omitempty"`
+	Lasted   string    `json:"lasted,omitempty"`
+	LastedNS int64     `json:"lasted_ns,omitempty"`
+}
+
+func (e Event) toJSON() eventJSON {
+	j := eventJSON{Kind: e.Kind, At: e.At, Findings: e.Findings}
+	if e.Lasted != 0 {
+		j.Lasted = e.Lasted.String()
+	}
+	return j
+}
+
+func (j eventJSON) event() (Event, error) {
+	e := Event{Kind: j.Kind, At: j.At, Findings: j.Findings, Lasted: time.Duration(j.LastedNS)}
+	if j.Lasted != "" {
+		d, err := time.ParseDuration(j.Lasted)
+		if err != nil {
+			return Event{}, fmt.Errorf("lasted: %w", err)
+		}
+		e.Lasted = d
+	}
+	return e, nil
+}
+
+// MarshalJSON encodes e with Lasted as a Go duration string, e.g.
+// {"kind":"end","at":"2026-11-30T12:03:30Z","lasted":"3m30s"}; Lasted is
+// left out when zero (every start).
+func (e Event) MarshalJSON() ([]byte, error) { return json.Marshal(e.toJSON()) }
+
+// UnmarshalJSON decodes MarshalJSON's encoding, and also an event written
+// before durations were strings, whose "lasted_ns" is in nanoseconds.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var j eventJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	ev, err := j.event()
+	if err != nil {
+		return fmt.Errorf("decode event: %w", err)
+	}
+	*e = ev
+	return nil
 }
 
 // checkJSON is one check's window as JSON: "window" lists the readings
@@ -30,18 +83,27 @@ type checkJSON struct {
 }
 
 // MarshalJSON encodes the tracker's state: node, the time of the latest
-// reading, each check's window and latest passing finding, whether the
-// node is overloaded and since when, the time of the latest notice, and
-// the event list. Limits are configuration, not state, and are left out.
+// reading (and, for a version 2 reading, its run and seq), each check's
+// window and latest passing finding, whether the node is overloaded and
+// since when, the time of the latest notice, and the event list (each
+// end's Lasted a duration string, as [Event.MarshalJSON] writes it).
+// Limits are configuration, not state, and are left out.
 func (t *Tracker) MarshalJSON() ([]byte, error) {
 	s := trackerState{
 		Version:    stateVersion,
 		Node:       t.node,
 		Last:       t.last,
+		Run:        t.run,
+		Seq:        t.seq,
 		Overloaded: t.Overloaded(),
 		Since:      t.since,
 		LastNotice: t.lastNotice,
-		Events:     t.events,
+	}
+	if len(t.events) > 0 {
+		s.Events = make([]eventJSON, len(t.events))
+		for i, e := range t.events {
+			s.Events[i] = e.toJSON()
+		}
 	}
 	for i, c := range checks() {
 		st := t.checks[i]
@@ -99,6 +161,8 @@ func (s *trackerState) tracker() (*Tracker, error) {
 	t := &Tracker{
 		node:       s.Node,
 		last:       s.Last,
+		run:        s.Run,
+		seq:        s.Seq,
 		since:      s.Since, // Overloaded is checked against it below
 		lastNotice: s.LastNotice,
 	}
@@ -108,6 +172,14 @@ func (s *trackerState) tracker() (*Tracker, error) {
 		if at.After(s.Last) {
 			bad("%s %v is after the latest reading %v", name, at, s.Last)
 		}
+	}
+	switch {
+	case s.Run != "" && !validRun(s.Run):
+		bad("last run %.80q is not a run id", s.Run)
+	case (s.Run == "") != (s.Seq == 0):
+		bad("last run %q and last seq %d: want both or neither", s.Run, s.Seq)
+	case s.Run != "" && s.Last.IsZero():
+		bad("last run %q without a latest reading", s.Run)
 	}
 	switch {
 	case s.Overloaded && s.Since.IsZero():
@@ -150,7 +222,14 @@ func (s *trackerState) tracker() (*Tracker, error) {
 			bad("check %q: passed in its window but has no latest finding", c)
 		}
 	}
-	for i, e := range s.Events {
+	events := make([]Event, len(s.Events))
+	for i, j := range s.Events {
+		e, err := j.event()
+		if err != nil {
+			bad("event %d: %v", i, err)
+			continue
+		}
+		events[i] = e
 		switch {
 		case e.Kind != Start && e.Kind != End:
 			bad("event %d: unknown kind %q", i, e.Kind)
@@ -171,6 +250,8 @@ func (s *trackerState) tracker() (*Tracker, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	t.events = s.Events
+	if len(events) > 0 {
+		t.events = events
+	}
 	return t, nil
 }

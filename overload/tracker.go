@@ -10,14 +10,17 @@ import (
 
 // Errors a caller may branch on. They come wrapped, with context.
 var (
-	// ErrDuplicate: a reading at the same instant as the previous one. It
-	// is not counted.
+	// ErrDuplicate: a reading already counted. For version 2, a reading
+	// whose seq is not above the latest of its run: a retry, which the
+	// receiver acknowledges. For version 1, a reading at the same instant
+	// as the previous one. It is not counted again.
 	ErrDuplicate = errors.New("duplicate reading")
-	// ErrOutOfOrder: a reading older than the previous one. It is not
-	// counted.
+	// ErrOutOfOrder: a version 1 reading older than the previous one. It
+	// is not counted.
 	ErrOutOfOrder = errors.New("reading out of order")
 	// ErrInvalidReading: a reading whose figures cannot be true (NaN,
-	// negative, memory above 100 %), or in an unknown wire version.
+	// negative, beyond any machine, memory above 100 %, a time before
+	// 2000), or in an unknown wire version. The error names the field.
 	ErrInvalidReading = errors.New("invalid reading")
 )
 
@@ -40,8 +43,9 @@ type Event struct {
 	// Findings, for a start, are the checks that held, with figures.
 	Findings []Finding `json:"findings,omitempty"`
 	// Lasted, for an end, is how long the overload lasted: from the
-	// reading that started it to the reading that ended it.
-	Lasted time.Duration `json:"lasted_ns,omitempty"`
+	// reading that started it to the reading that ended it. In JSON it is
+	// a Go duration string, "lasted": "3m30s" (see [Event.MarshalJSON]).
+	Lasted time.Duration
 }
 
 // Notice tells the node's operator that an overload started, and why, in
@@ -75,6 +79,11 @@ func noticeText(node string, fs []Finding) string {
 
 // Result is what one reading did to a node's state.
 type Result struct {
+	// At is the time the reading was counted at: its own At, or, for a
+	// version 2 reading dated at or before the previous reading, one
+	// second after that one (see ReadingVersion). Event and Notice carry
+	// this time.
+	At time.Time
 	// Overloaded says whether the node is overloaded after this reading.
 	Overloaded bool
 	// Findings are the checks that hold after this reading (passed in at
@@ -83,9 +92,9 @@ type Result struct {
 	Findings []Finding
 	// Passed are the checks that passed in this reading alone, in notice
 	// order, each with this reading's figures: what Evaluate returns for
-	// it. A check may pass without holding yet (fewer than Need passes in
-	// its window) and hold without passing in this reading. Nil when no
-	// check passed; the slice is the caller's.
+	// it, dated At. A check may pass without holding yet (fewer than Need
+	// passes in its window) and hold without passing in this reading. Nil
+	// when no check passed; the slice is the caller's.
 	Passed []Finding
 	// Event is the start or end this reading caused, or nil.
 	Event *Event
@@ -112,7 +121,9 @@ type Tracker struct {
 	node   string
 	limits Limits
 
-	last       time.Time // the latest reading's time; zero before any
+	last       time.Time // the latest reading's time (as counted); zero before any
+	run        string    // the latest version 2 reading's run; empty when none, or a version 1 reading came after it
+	seq        uint64    // the latest version 2 reading's seq in run
 	checks     [numChecks]checkState
 	since      time.Time // the current overload's start; zero when not overloaded
 	lastNotice time.Time
@@ -194,9 +205,10 @@ func (t *Tracker) LastReading() time.Time { return t.last }
 // A time not after LastNotice changes nothing: the hold is never
 // shortened. As with a notice Observe sends, the notice goes with a
 // reading at at: when at is after LastReading, LastReading becomes at, so
-// a reading not newer than at is refused as out of order, and the state
-// still marshals to one RestoreTracker accepts. Windows, overload and
-// events are left as they are.
+// a version 1 reading not newer than at is refused as out of order (a
+// version 2 reading is counted after it), and the state still marshals to
+// one RestoreTracker accepts. Windows, overload and events are left as
+// they are.
 func (t *Tracker) RecordNotice(at time.Time) {
 	if !at.After(t.lastNotice) {
 		return
@@ -241,12 +253,24 @@ func (t *Tracker) holding(need, window int) []Finding {
 // the node is overloaded now, which checks hold, which passed in this
 // reading, and the event and notice it caused, if any.
 //
-// The reading must be newer than the previous one: one at the same
-// instant returns an error wrapping [ErrDuplicate], an older one an error
-// wrapping [ErrOutOfOrder]; an invalid one (see [Reading.Validate]) an
-// error wrapping [ErrInvalidReading]. A reading of another node (its Node
-// set and not the tracker's) is an error too. A reading that returns an
-// error changes nothing.
+// A version 2 reading (one with a run; see [ReadingVersion]) is ordered
+// by its seq within its run: one whose seq is not above the latest
+// observed of the same run returns an error wrapping [ErrDuplicate] (a
+// retry: it was counted already). Any other is counted, a seq gap or a
+// new run included, whatever its time; when it is dated at or before the
+// previous reading, it is counted one second after that one (Result.At),
+// so events and the notice hour never run backwards.
+//
+// A version 1 reading must be newer than the previous one: one at the
+// same instant returns an error wrapping [ErrDuplicate], an older one an
+// error wrapping [ErrOutOfOrder].
+//
+// An invalid reading (see [Reading.Validate]) returns an error wrapping
+// [ErrInvalidReading]; a reading of another node (its Node set and not
+// the tracker's) is an error too. A reading that returns an error changes
+// nothing. Observe has no clock: a receiver that has one checks a reading
+// with [Reading.ValidateAt] first, so that one dated next year does not
+// hold the node's later readings behind it.
 func (t *Tracker) Observe(r Reading) (Result, error) {
 	if err := t.limits.Validate(); err != nil {
 		return Result{}, fmt.Errorf("observe reading of node %q: %w", t.node, err)
@@ -258,16 +282,15 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 	if r.Node != "" && t.node != "" && r.Node != t.node {
 		return Result{}, fmt.Errorf("observe reading at %v: reading is of node %q, tracker is for node %q", r.At, r.Node, t.node)
 	}
-	if !t.last.IsZero() {
-		switch {
-		case r.At.Equal(t.last):
-			return Result{}, fmt.Errorf("observe reading of node %q at %v: %w: the previous reading has the same time", t.node, r.At, ErrDuplicate)
-		case r.At.Before(t.last):
-			return Result{}, fmt.Errorf("observe reading of node %q at %v: %w: the previous reading is at %v", t.node, r.At, ErrOutOfOrder, t.last)
-		}
+	at, err := t.order(r)
+	if err != nil {
+		return Result{}, err
 	}
 
 	fs := Evaluate(r, l)
+	for i := range fs {
+		fs[i].At = at
+	}
 	var passed [numChecks]*Finding
 	for _, f := range fs { // f is a copy: fs goes to the caller as Passed
 		passed[f.Check.index()] = &f
@@ -282,32 +305,56 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 			c.window = slices.Delete(c.window, 0, n)
 		}
 	}
-	t.last = r.At
+	t.last, t.run, t.seq = at, r.Run, r.Seq
 
-	res := Result{Findings: t.holding(l.Need, l.Window), Passed: fs}
+	res := Result{At: at, Findings: t.holding(l.Need, l.Window), Passed: fs}
 	switch {
 	case !t.Overloaded() && len(res.Findings) > 0:
-		t.since = r.At // never zero: Validate refuses a reading without a time
-		e := Event{Kind: Start, At: r.At, Findings: slices.Clone(res.Findings)}
+		t.since = at // never zero: Validate refuses a reading without a time
+		e := Event{Kind: Start, At: at, Findings: slices.Clone(res.Findings)}
 		t.addEvent(e, l.MaxEvents)
 		res.Event = &e
-		if t.lastNotice.IsZero() || r.At.Sub(t.lastNotice) >= l.NoticeEvery {
-			t.lastNotice = r.At
+		if t.lastNotice.IsZero() || at.Sub(t.lastNotice) >= l.NoticeEvery {
+			t.lastNotice = at
 			res.Notice = &Notice{
 				Node:     t.node,
-				At:       r.At,
+				At:       at,
 				Findings: slices.Clone(res.Findings),
 				Text:     noticeText(t.node, res.Findings),
 			}
 		}
 	case t.Overloaded() && len(res.Findings) == 0:
-		e := Event{Kind: End, At: r.At, Lasted: r.At.Sub(t.since)}
+		e := Event{Kind: End, At: at, Lasted: at.Sub(t.since)}
 		t.since = time.Time{}
 		t.addEvent(e, l.MaxEvents)
 		res.Event = &e
 	}
 	res.Overloaded = t.Overloaded()
 	return res, nil
+}
+
+// order decides where r goes in the node's readings: it returns the
+// time r is counted at, or the error that refuses it (a duplicate, or a
+// version 1 reading out of order).
+func (t *Tracker) order(r Reading) (time.Time, error) {
+	if r.Run == "" { // version 1: ordered by time
+		switch {
+		case t.last.IsZero():
+		case r.At.Equal(t.last):
+			return time.Time{}, fmt.Errorf("observe reading of node %q at %v: %w: the previous reading has the same time", t.node, r.At, ErrDuplicate)
+		case r.At.Before(t.last):
+			return time.Time{}, fmt.Errorf("observe reading of node %q at %v: %w: the previous reading is at %v", t.node, r.At, ErrOutOfOrder, t.last)
+		}
+		return r.At, nil
+	}
+	if r.Run == t.run && r.Seq <= t.seq {
+		return time.Time{}, fmt.Errorf("observe reading of node %q at %v: %w: seq %d of run %s, the latest observed is %d",
+			t.node, r.At, ErrDuplicate, r.Seq, r.Run, t.seq)
+	}
+	if !t.last.IsZero() && !r.At.After(t.last) {
+		return t.last.Add(time.Second), nil
+	}
+	return r.At, nil
 }
 
 // addEvent appends e to the event list, dropping the oldest beyond max.

@@ -627,3 +627,52 @@ func TestLastEnd(t *testing.T) {
 		t.Errorf("second overload running: LastEnd %v, want the End event's %v", tr.LastEnd(), want)
 	}
 }
+
+// TestDurationsJSON: durations in events and limits are Go duration
+// strings; nanoseconds written before that still decode.
+func TestDurationsJSON(t *testing.T) {
+	e := Event{Kind: End, At: t0, Lasted: 210 * time.Second}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"kind":"end","at":"2026-11-30T12:00:00Z","lasted":"3m30s"}`; string(b) != want {
+		t.Errorf("end event %s, want %s", b, want)
+	}
+	for _, s := range []string{string(b), `{"kind":"end","at":"2026-11-30T12:00:00Z","lasted_ns":210000000000}`} {
+		var back Event
+		if err := json.Unmarshal([]byte(s), &back); err != nil || !reflect.DeepEqual(back, e) {
+			t.Errorf("decode %s: %+v, %v; want %+v", s, back, err, e)
+		}
+	}
+	if err := json.Unmarshal([]byte(`{"kind":"end","lasted":"soon"}`), new(Event)); err == nil {
+		t.Errorf("lasted \"soon\" decoded")
+	}
+	if b, _ := json.Marshal(Event{Kind: Start, At: t0}); strings.Contains(string(b), "lasted") {
+		t.Errorf("start event %s has a lasted", b)
+	}
+
+	l := Limits{MemoryPercent: 95, NoticeEvery: 90 * time.Minute}
+	b, err = json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"memory_percent":95,"notice_every":"1h30m0s"}`; string(b) != want {
+		t.Errorf("limits %s, want %s", b, want)
+	}
+	for _, s := range []string{string(b), `{"memory_percent":95,"notice_every":5400000000000}`} {
+		var back Limits
+		if err := json.Unmarshal([]byte(s), &back); err != nil || back != l {
+			t.Errorf("decode %s: %+v, %v; want %+v", s, back, err, l)
+		}
+	}
+	var zero Limits
+	if b, _ := json.Marshal(zero); string(b) != `{}` {
+		t.Errorf("zero limits %s, want {}", b)
+	}
+	for _, s := range []string{`{"notice_every":"hourly"}`, `{"notice_every":true}`, `{"memory_percent":"x"}`} {
+		if err := json.Unmarshal([]byte(s), &zero); err == nil {
+			t.Errorf("limits %s decoded", s)
+		}
+	}
+}
