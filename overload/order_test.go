@@ -232,14 +232,14 @@ func TestVersion2Order(t *testing.T) {
 		wantAt time.Time
 	}{
 		{v2(a, 1, t0), nil, t0},
-		{v2(a, 1, t0.Add(step)), ErrDuplicate, time.Time{}}, // same seq, other time: still the same reading
+		{v2(a, 1, t0), ErrDuplicate, time.Time{}}, // a retry: the same reading again
 		{v2(a, 5, t0.Add(step)), nil, t0.Add(step)},         // a gap of three
-		{v2(a, 3, t0.Add(2*step)), ErrDuplicate, time.Time{}},
+		{v2(a, 3, t0.Add(step)), ErrDuplicate, time.Time{}},
 		{v2(a, 6, t0), nil, t0.Add(step + time.Second)}, // dated before the last: counted just after it
 		{v2(b, 1, t0.Add(-time.Hour)), nil, t0.Add(step + 2*time.Second)},
 		{v2(b, 2, t0.Add(time.Hour)), nil, t0.Add(time.Hour)},
 		{v2(a, 7, t0.Add(time.Hour+step)), nil, t0.Add(time.Hour + step)}, // back to run a: another run
-		{v2(a, 7, t0.Add(time.Hour+2*step)), ErrDuplicate, time.Time{}},
+		{v2(a, 7, t0.Add(time.Hour+step)), ErrDuplicate, time.Time{}},
 	}
 	for i, s := range steps {
 		res, err := tr.Observe(s.r)
@@ -271,7 +271,7 @@ func TestVersion2Order(t *testing.T) {
 	if !strings.Contains(string(b2), `"last_run":"`+a+`","last_seq":7`) {
 		t.Errorf("state %s lacks last_run and last_seq", b2)
 	}
-	if _, err := back.Observe(v2(a, 7, t0.Add(2*time.Hour))); !errors.Is(err, ErrDuplicate) {
+	if _, err := back.Observe(v2(a, 7, t0.Add(time.Hour+step))); !errors.Is(err, ErrDuplicate) {
 		t.Errorf("retry after restore: err %v, want ErrDuplicate", err)
 	}
 
@@ -358,5 +358,40 @@ func TestReadingJSONVersion2(t *testing.T) {
 	r.Run, r.Seq = "", 0
 	if b, _ := json.Marshal(r); !strings.HasPrefix(string(b), `{"v":1,`) || strings.Contains(string(b), `"run"`) {
 		t.Errorf("without a run encoded %s", b)
+	}
+}
+
+// TestVersion2Rollback: a node rolled back to a snapshot goes on from an
+// older seq of the same run, dated now. Its readings are no retries (a
+// retry is never dated after the last counted reading), so they are
+// counted at once rather than refused as duplicates until the seq passes
+// the old last one, which would blind the window for as long as the
+// snapshot is old.
+func TestVersion2Rollback(t *testing.T) {
+	tr := NewTracker("eu-01", Limits{})
+	run := strings.Repeat("c", 32)
+	v2 := func(seq uint64, at time.Time) Reading {
+		r := hot(at)
+		r.Version, r.Run, r.Seq = ReadingVersion, run, seq
+		return r
+	}
+	for i := uint64(1); i <= 100; i++ {
+		observe(t, tr, v2(i, t0.Add(time.Duration(i)*step)))
+	}
+	last := tr.LastReading()
+	// Rolled back to seq 40, a day later.
+	for i := uint64(41); i <= 45; i++ {
+		at := last.Add(24*time.Hour + time.Duration(i)*step)
+		res := observe(t, tr, v2(i, at))
+		if !res.At.Equal(at) {
+			t.Fatalf("seq %d after the rollback counted at %v, want %v", i, res.At, at)
+		}
+	}
+	// Its own retries are still duplicates.
+	if _, err := tr.Observe(v2(45, last.Add(24*time.Hour+45*step))); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("retry after the rollback: err %v, want ErrDuplicate", err)
+	}
+	if !tr.Overloaded() {
+		t.Fatal("readings after the rollback did not keep the node overloaded")
 	}
 }

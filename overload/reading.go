@@ -25,7 +25,11 @@ import "time"
 // A receiver (the platform; [Tracker.Observe]) orders a version 2 reading
 // by seq within its run, not by at: a reading whose seq is not above the
 // last one observed in the same run is a duplicate (a retry after a lost
-// answer), acknowledged and not counted again ([ErrDuplicate]); a reading
+// answer), acknowledged and not counted again ([ErrDuplicate]), unless it
+// is dated after the last observed reading: a retry repeats a reading
+// whole and is never dated so, so such a reading comes from a node rolled
+// back to a snapshot, and it is counted and its run goes on from its seq;
+// a reading
 // of another run is counted as the start of that run, whatever its at,
 // and so is one with a higher seq in the same run, a gap included. Either
 // is counted at its own at or, when that is not after the last observed

@@ -347,7 +347,13 @@ func (t *Tracker) order(r Reading) (time.Time, error) {
 		}
 		return r.At, nil
 	}
-	if r.Run == t.run && r.Seq <= t.seq {
+	// A retry repeats a reading whole, so it is never dated after the
+	// last counted reading (counted times only move forward). A seq not
+	// above the run's last that is dated after it is no retry: the node
+	// was rolled back (a VM snapshot, a state directory restored from a
+	// backup) and goes on from an older seq. It is counted, and the run
+	// goes on from that seq, so a rollback never blinds the window.
+	if r.Run == t.run && r.Seq <= t.seq && !r.At.After(t.last) {
 		return time.Time{}, fmt.Errorf("observe reading of node %q at %v: %w: seq %d of run %s, the latest observed is %d",
 			t.node, r.At, ErrDuplicate, r.Seq, r.Run, t.seq)
 	}
