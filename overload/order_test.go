@@ -232,8 +232,8 @@ func TestVersion2Order(t *testing.T) {
 		wantAt time.Time
 	}{
 		{v2(a, 1, t0), nil, t0},
-		{v2(a, 1, t0), ErrDuplicate, time.Time{}}, // a retry: the same reading again
-		{v2(a, 5, t0.Add(step)), nil, t0.Add(step)},         // a gap of three
+		{v2(a, 1, t0), ErrDuplicate, time.Time{}},   // a retry: the same reading again
+		{v2(a, 5, t0.Add(step)), nil, t0.Add(step)}, // a gap of three
 		{v2(a, 3, t0.Add(step)), ErrDuplicate, time.Time{}},
 		{v2(a, 6, t0), nil, t0.Add(step + time.Second)}, // dated before the last: counted just after it
 		{v2(b, 1, t0.Add(-time.Hour)), nil, t0.Add(step + 2*time.Second)},
