@@ -47,7 +47,7 @@ func TestNewAcceptsGoodUpstreams(t *testing.T) {
 			t.Errorf("New with upstream %q: %v", addr, err)
 			continue
 		}
-		if s := p.Stats(); len(s) != 1 || s[0].Addr != addr || !s[0].Answered || s[0].Live != 0 {
+		if s := p.Stats(); len(s) != 1 || s[0].Addr != addr || s[0].Answered || s[0].State != "unknown" || s[0].Live != 0 {
 			t.Errorf("Stats of a new proxy with %q = %+v", addr, s)
 		}
 	}
