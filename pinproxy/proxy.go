@@ -41,13 +41,14 @@ type Proxy struct {
 	handlers sync.WaitGroup // one per accepted client; Add only under mu while !closed
 	ticker   sync.WaitGroup // the rebalance, drain and check goroutines; Add only under mu while !closed
 
-	active      atomic.Int64 // client connections being handled, for MaxConns
-	accepted    atomic.Int64
-	rejected    atomic.Int64
-	unrouted    atomic.Int64
-	localErrors atomic.Int64 // accepts and dials that failed for want of local resources
-	localLogged atomic.Int64 // when a local error was last logged, Unix ns
-	localQuiet  atomic.Int64 // local errors not logged since then
+	active       atomic.Int64 // client connections being handled, for MaxConns
+	accepted     atomic.Int64
+	rejected     atomic.Int64
+	unrouted     atomic.Int64
+	localErrors  atomic.Int64 // accepts and dials that failed for want of local resources
+	localLogged  atomic.Int64 // when a local error was last logged, Unix ns
+	localQuiet   atomic.Int64 // local errors not logged since then
+	rejectLogged atomic.Int64 // when a client closed at MaxConns was last logged, Unix ns
 
 	rebalanceMu sync.Mutex // one round at a time
 
@@ -313,6 +314,19 @@ func (p *Proxy) logLocal(msg string, attrs ...slog.Attr) {
 	p.log.LogAttrs(p.stopCtx, slog.LevelWarn, msg, attrs...)
 }
 
+// logRejected logs a client closed at the connection cap, at most once a
+// second, with the number closed since the last line.
+func (p *Proxy) logRejected(client net.Conn, limit int64) {
+	now := time.Now().UnixNano()
+	last := p.rejectLogged.Load()
+	if now-last < int64(time.Second) || !p.rejectLogged.CompareAndSwap(last, now) {
+		return
+	}
+	p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "too many connections; closing the client",
+		slog.String("client", client.RemoteAddr().String()), slog.Int64("max_conns", limit),
+		slog.Int64("rejected_total", p.rejected.Load()))
+}
+
 // accept admits a client and starts its handler, or closes it when the
 // proxy is full or shutting down. preset: the client's keepalive is set
 // already (it came from a listener made by Listen).
@@ -323,8 +337,7 @@ func (p *Proxy) accept(client net.Conn, preset bool) {
 			n := p.active.Load()
 			if n >= limit {
 				p.rejected.Add(1)
-				p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "too many connections; closing the client",
-					slog.String("client", client.RemoteAddr().String()), slog.Int64("max_conns", limit))
+				p.logRejected(client, limit)
 				client.Close()
 				return
 			}
