@@ -427,12 +427,17 @@ func (p *Proxy) finish(c *conn, up, down int64, err error) {
 	}
 }
 
-// closeLocked closes c from outside its goroutine, for reason; its
-// goroutine then finishes it. Call with p.mu held.
-func (p *Proxy) closeLocked(c *conn, reason endReason) {
+// endLocked records why c is about to be closed from outside its
+// goroutine (see closeConn), for its log line. Call with p.mu held.
+func (p *Proxy) endLocked(c *conn, reason endReason) {
 	if c.reason == endClosed {
 		c.reason = reason
 	}
+}
+
+// closeConn closes both sides of c from outside its goroutine, which then
+// finishes it. Call it without p.mu held, after endLocked.
+func (p *Proxy) closeConn(c *conn) {
 	c.client.Close()
 	c.upstream.Close()
 }
@@ -725,16 +730,19 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	// (it checks killCtx under mu), so the list taken below is all there is.
 	p.kill()
 	p.mu.Lock()
-	var left int
+	var left []*conn
 	for _, u := range slices.Concat(p.upstreams, p.leaving) {
 		for c := u.head; c != nil; c = c.next {
-			p.closeLocked(c, endDrained)
-			left++
+			p.endLocked(c, endDrained)
+			left = append(left, c)
 		}
 	}
 	p.mu.Unlock()
+	for _, c := range left {
+		p.closeConn(c)
+	}
 	p.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown: stopped waiting; closed the connections left",
-		slog.Int("closed", left), slog.Any("err", ctx.Err()))
+		slog.Int("closed", len(left)), slog.Any("err", ctx.Err()))
 	<-drained
 	return ctx.Err()
 }

@@ -36,10 +36,14 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 	p.rebalanceMu.Lock()
 	defer p.rebalanceMu.Unlock()
 
-	type move struct{ from, to string }
+	type move struct {
+		c        *conn
+		from, to string
+	}
 	var moves []move
-	defer func() {
+	defer func() { // closed and logged without p.mu held
 		for _, m := range moves {
+			p.closeConn(m.c)
 			p.log.LogAttrs(ctx, slog.LevelInfo, "answers again; moving a connection",
 				slog.String("from", m.from), slog.String("to", m.to))
 		}
@@ -74,8 +78,8 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			busy.moved++
 			p.moves++
 			planned[idle]++
-			p.closeLocked(c, endRebalanced)
-			moves = append(moves, move{busy.addr, idle.addr})
+			p.endLocked(c, endRebalanced)
+			moves = append(moves, move{c, busy.addr, idle.addr})
 			continue
 		}
 		idle.dials++

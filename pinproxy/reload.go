@@ -125,8 +125,9 @@ func (p *Proxy) drainRemoved(ctx context.Context) error {
 	p.unlinkLocked(c)
 	from.moved++
 	p.moves++
-	p.closeLocked(c, endDrained)
+	p.endLocked(c, endDrained)
 	p.mu.Unlock()
+	p.closeConn(c)
 	p.log.LogAttrs(ctx, slog.LevelInfo, "removed upstream; moving a connection",
 		slog.String("from", from.addr), slog.String("to", to.addr))
 	return nil
