@@ -109,7 +109,9 @@ type Config struct {
 
 	// SlowStart, when positive, ramps the share of new clients of an
 	// upstream that comes back up (from down) linearly over SlowStart,
-	// so that it is not handed every new client at once. Zero means off.
+	// so that it is not handed every new client at once; rebalance rounds
+	// move no connection to it until its slow start is over. Zero means
+	// off.
 	SlowStart time.Duration
 
 	// SendProxy, when 1 or 2, sends a PROXY protocol header of that

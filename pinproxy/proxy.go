@@ -493,6 +493,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		p.mu.Lock()
 		u.dialing--
 		if err != nil {
+			p.forgetLocked(u)
 			if p.killCtx.Err() != nil { // torn down, not the upstream's fault
 				p.mu.Unlock()
 				return nil
@@ -683,6 +684,12 @@ func (p *Proxy) unlinkLocked(c *conn) {
 	c.prev, c.next = nil, nil
 	u.live--
 	c.linked = false
+	p.forgetLocked(u)
+}
+
+// forgetLocked drops a removed upstream from p.leaving once nothing is
+// left on it: no connection, no dial in flight.
+func (p *Proxy) forgetLocked(u *upstream) {
 	if u.removed && u.load() == 0 {
 		p.leaving = slices.DeleteFunc(p.leaving, func(v *upstream) bool { return v == u })
 	}

@@ -120,7 +120,9 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 // holding at least two connections fewer, the first in least-used order,
 // which is where the moved client's redial goes. planned counts the
 // redials already on their way to each upstream. idle is nil when the
-// spread is even. An upstream the health checks mark down is never idle.
+// spread is even. An upstream the health checks mark down is never idle,
+// nor one in slow start: moving connections to it at once is what slow
+// start is there to prevent.
 func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, idle *upstream) {
 	load := func(u *upstream) int { return u.load() + planned[u] }
 	busy = p.upstreams[0]
@@ -130,8 +132,8 @@ func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, id
 		}
 	}
 	for _, u := range p.upstreams {
-		if p.cfg.CheckInterval > 0 && u.state == healthDown {
-			continue
+		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 {
+			continue // down by the checks, or in slow start
 		}
 		if load(u) <= load(busy)-2 && (idle == nil || p.before(u, idle, now)) {
 			idle = u
