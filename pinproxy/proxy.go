@@ -449,12 +449,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 	var small [1]uint64
 	tried := small[:]
 	var triedUps []*upstream // the same set by pointer, should SetUpstreams reorder the list
-	p.mu.Lock()
-	gen := p.gen
-	if n := len(p.upstreams); n > 64 {
-		tried = make([]uint64, (n+63)/64)
-	}
-	p.mu.Unlock()
+	gen := -1                // the list's generation tried is for; -1: none yet
 	for {
 		now := time.Now()
 		p.mu.Lock()
@@ -462,7 +457,10 @@ func (p *Proxy) connect(client net.Conn) *conn {
 			p.mu.Unlock()
 			return nil
 		}
-		if p.gen != gen { // the list changed under us: carry the tried set over
+		if gen < 0 && len(p.upstreams) <= 64 {
+			gen = p.gen
+		}
+		if p.gen != gen { // first, with many upstreams, or the list changed: (re)build tried
 			gen = p.gen
 			tried = make([]uint64, (len(p.upstreams)+63)/64)
 			for i, u := range p.upstreams {
