@@ -89,11 +89,13 @@ type Config struct {
 	// large skew over in fewer rounds.
 	RebalanceMaxMoves int
 
-	// DrainRemoved, when positive, is the time between moves off an
-	// upstream that SetUpstreams removed: each time, if an upstream in the
-	// list answers a test-connect, the removed upstream's newest
-	// connection is closed so that its client redials into the list.
-	// Zero leaves those connections until they close by themselves.
+	// DrainRemoved, when positive, is how long the connections of an
+	// upstream that SetUpstreams removed are left alone; after that, each
+	// rebalance round moves one of them as it moves a connection back to
+	// an idle node: if the upstream in the list that a redial would go to
+	// answers a test-connect, the removed upstream's newest connection is
+	// closed, and its client redials into the list. Zero leaves those
+	// connections until they close by themselves.
 	DrainRemoved time.Duration
 
 	// CheckInterval, when positive, turns on active health checks: every

@@ -93,7 +93,8 @@ type upstream struct {
 	upSince    time.Time
 	rise, fall int
 
-	removed bool // taken out by SetUpstreams; kept while connections are left
+	removed   bool      // taken out by SetUpstreams; kept while connections are left
+	removedAt time.Time // when
 }
 
 func (u *upstream) load() int { return u.live + u.dialing }
@@ -230,10 +231,6 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		if p.cfg.RebalanceInterval > 0 {
 			p.ticker.Add(1)
 			go p.every(p.cfg.RebalanceInterval, "rebalance", p.Rebalance)
-		}
-		if p.cfg.DrainRemoved > 0 {
-			p.ticker.Add(1)
-			go p.every(p.cfg.DrainRemoved, "drain", p.drainRemoved)
 		}
 		if p.cfg.CheckInterval > 0 {
 			p.ticker.Add(1)

@@ -25,6 +25,10 @@ import (
 //     first), both its client and upstream sides. The client is expected
 //     to redial; least-used order then sends it to the idle upstream.
 //
+// With Config.DrainRemoved, a round first moves one connection off an
+// upstream that SetUpstreams removed at least that long ago, if the
+// upstream its redial would go to answers a test-connect.
+//
 // At most Config.RebalanceMaxMoves connections (default one) are closed
 // per round, each only once its idle upstream answered a test-connect in
 // that round, and never more than evens out the spread: each move counts
@@ -35,6 +39,7 @@ import (
 func (p *Proxy) Rebalance(ctx context.Context) error {
 	p.rebalanceMu.Lock()
 	defer p.rebalanceMu.Unlock()
+	p.drainRemoved(ctx)
 
 	type move struct {
 		c        *conn

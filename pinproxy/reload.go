@@ -14,8 +14,8 @@ import (
 // place. Upstreams in both lists keep their connections and counters;
 // added ones take new clients at once (least-used order sends new clients
 // to them first); removed ones take no new clients, and their live
-// connections stay until they close, or, with Config.DrainRemoved, are
-// moved one at a time. The new order is the new order of preference.
+// connections stay until they close, or, Config.DrainRemoved after the
+// removal, are moved one per rebalance round. The new order is the new order of preference.
 func (p *Proxy) SetUpstreams(addrs []string) error {
 	if err := checkUpstreams(addrs); err != nil {
 		return err
@@ -46,6 +46,9 @@ func (p *Proxy) SetUpstreams(addrs []string) error {
 		if !u.removed {
 			removed = append(removed, u.addr)
 		}
+		if !u.removed {
+			u.removedAt = time.Now()
+		}
 		u.removed = true
 		if u.load() > 0 {
 			p.leaving = append(p.leaving, u)
@@ -69,26 +72,37 @@ func (p *Proxy) SetUpstreams(addrs []string) error {
 	return nil
 }
 
-// drainRemoved moves one connection off a removed upstream (the first by
-// address, its newest connection) once an upstream in the list answers a
-// test-connect: the one its client's redial would go to.
-func (p *Proxy) drainRemoved(ctx context.Context) error {
-	p.rebalanceMu.Lock()
-	defer p.rebalanceMu.Unlock()
+// drainRemoved moves one connection off a removed upstream whose
+// Config.DrainRemoved has passed (the first by address, its newest
+// connection) once an upstream in the list answers a test-connect: the
+// one its client's redial would go to. A rebalance round calls it, under
+// rebalanceMu.
+func (p *Proxy) drainRemoved(ctx context.Context) {
+	if p.cfg.DrainRemoved <= 0 {
+		return
+	}
+	now := time.Now()
 	p.mu.Lock()
-	if len(p.leaving) == 0 {
+	var from *upstream
+	for _, u := range p.leaving {
+		if u.tail != nil && now.Sub(u.removedAt) >= p.cfg.DrainRemoved {
+			from = u
+			break
+		}
+	}
+	if from == nil {
 		p.mu.Unlock()
-		return nil
+		return
 	}
 	var small [1]uint64
 	tried := small[:]
 	if n := len(p.upstreams); n > 64 {
 		tried = make([]uint64, (n+63)/64)
 	}
-	_, to := p.pickLocked(tried, time.Now())
+	_, to := p.pickLocked(tried, now)
 	if to == nil {
 		p.mu.Unlock()
-		return nil
+		return
 	}
 	to.dials++
 	p.mu.Unlock()
@@ -98,30 +112,23 @@ func (p *Proxy) drainRemoved(ctx context.Context) error {
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil || localError(err) {
-			return nil
+			return
 		}
 		p.mu.Lock()
 		p.failedLocked(to, err, false)
 		p.mu.Unlock()
 		p.log.LogAttrs(ctx, slog.LevelInfo, "drain: upstream does not answer; nothing moved",
-			slog.String("to", to.addr), slog.Any("err", err))
-		return nil
+			slog.String("from", from.addr), slog.String("to", to.addr), slog.Any("err", err))
+		return
 	}
 	tc.Close()
 	p.mu.Lock()
 	p.answeredLocked(to, false)
-	var from *upstream
-	for _, u := range p.leaving {
-		if u.tail != nil {
-			from = u
-			break
-		}
-	}
-	if from == nil {
-		p.mu.Unlock()
-		return nil
-	}
 	c := from.tail
+	if c == nil || p.closed {
+		p.mu.Unlock()
+		return
+	}
 	p.unlinkLocked(c)
 	from.moved++
 	p.moves++
@@ -130,7 +137,6 @@ func (p *Proxy) drainRemoved(ctx context.Context) error {
 	p.closeConn(c)
 	p.log.LogAttrs(ctx, slog.LevelInfo, "removed upstream; moving a connection",
 		slog.String("from", from.addr), slog.String("to", to.addr))
-	return nil
 }
 
 // warnDuplicates resolves addrs and warns about any two that resolve to

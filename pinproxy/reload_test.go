@@ -2,6 +2,7 @@ package pinproxy_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,14 +68,14 @@ func TestSetUpstreams(t *testing.T) {
 	}
 }
 
-// With DrainRemoved, a removed upstream's connections are moved one per
-// round, each logged as drained.
+// With DrainRemoved, a removed upstream's connections are left alone for
+// that long, then moved one per rebalance round, each logged as drained.
 func TestDrainRemoved(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
 	b := pinproxytest.New(t, "B", pinproxytest.Line)
 	log, logs := testLogger(t)
 	p := newProxy(t, pinproxy.Config{
-		Upstreams: []string{a.Addr}, RebalanceInterval: -1, DrainRemoved: 20 * time.Millisecond,
+		Upstreams: []string{a.Addr}, RebalanceInterval: -1, DrainRemoved: 200 * time.Millisecond,
 		Logger: log, LogConnections: true,
 	})
 	addr := serve(t, p)
@@ -85,7 +86,17 @@ func TestDrainRemoved(t *testing.T) {
 	if err := p.SetUpstreams([]string{b.Addr}); err != nil {
 		t.Fatal(err)
 	}
-	for _, cl := range cls {
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); len(s) != 2 || s[1].Live != 3 {
+		t.Fatalf("a round before DrainRemoved passed moved something: %+v", s)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, cl := range slices.Backward(cls) { // newest first
+		if err := p.Rebalance(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 		if !cl.Closed() {
 			t.Fatalf("%s on the removed upstream was not moved", cl.ID)
 		}

@@ -10,7 +10,8 @@
 // Instead of -upstreams, -upstreams-file names a file with one host:port a
 // line ("#" starts a comment). SIGHUP re-reads it: added upstreams take
 // new clients at once, removed ones take none and keep their connections
-// until they close (or, with -drain-removed, are moved one at a time). A
+// until they close (or, -drain-removed after the reload, are moved one
+// per rebalance round). A
 // bad file keeps the current list and logs the line at fault. Without a
 // file, SIGHUP is logged and ignored.
 //
@@ -108,7 +109,7 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.StringVar(&o.upstreamsFile, "upstreams-file", "", "file of upstreams, one host:port a line, # comments; SIGHUP re-reads it")
 	fs.DurationVar(&o.rebalanceInterval, "rebalance-interval", pinproxy.DefaultRebalanceInterval, "time between rebalance rounds (0 turns them off)")
 	fs.IntVar(&o.rebalanceMaxMoves, "rebalance-max-moves", 1, "most connections a rebalance round moves")
-	fs.DurationVar(&o.drainRemoved, "drain-removed", 0, "after a reload, move a removed upstream's connections one per this interval (0: leave them)")
+	fs.DurationVar(&o.drainRemoved, "drain-removed", 0, "this long after a reload removed an upstream, move its connections, one per rebalance round (0: leave them)")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", pinproxy.DefaultDialTimeout, "bound on each dial to an upstream")
 	fs.DurationVar(&o.checkInterval, "check-interval", 0, "time between active health checks, TCP connects (0: off, health from clients' dials)")
 	fs.IntVar(&o.checkRise, "check-rise", pinproxy.DefaultCheckRise, "checks in a row that must answer to mark a down upstream up")
