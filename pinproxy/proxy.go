@@ -39,7 +39,7 @@ type Proxy struct {
 	killCtx  context.Context
 	kill     context.CancelFunc
 	handlers sync.WaitGroup // one per accepted client; Add only under mu while !closed
-	ticker   sync.WaitGroup // the rebalance, drain and check goroutines; Add only under mu while !closed
+	ticker   sync.WaitGroup // the rebalance, check and duplicate-warning goroutines; Add only under mu while !closed
 
 	active       atomic.Int64 // client connections being handled, for MaxConns
 	accepted     atomic.Int64
