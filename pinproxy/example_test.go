@@ -183,3 +183,23 @@ func ExampleMaxConnsForFiles() {
 	// 20000 9500
 	// 65536 31130
 }
+
+// A reload: the new list is the new order of preference; an upstream taken
+// out stays in Stats, marked removed, while it has connections, and a bad
+// list changes nothing.
+func ExampleProxy_SetUpstreams() {
+	p, err := pinproxy.New(pinproxy.Config{Upstreams: []string{"eu-01:9333", "usa-01:9333"}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(p.SetUpstreams([]string{"usa-01:9333", "eu-02:9333"}))
+	fmt.Println(p.SetUpstreams([]string{"usa-01:9333", "usa-01:9333"}))
+	for _, u := range p.Stats() {
+		fmt.Println(u.Addr, u.State, u.Removed)
+	}
+	// Output:
+	// <nil>
+	// pinproxy: upstream 2 "usa-01:9333": listed twice (also upstream 1)
+	// usa-01:9333 unknown false
+	// eu-02:9333 unknown false
+}
