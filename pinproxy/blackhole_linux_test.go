@@ -1,12 +1,18 @@
 package pinproxy_test
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proofkit/nodekit/internal/testkit"
 
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
@@ -83,4 +89,92 @@ func TestFailoverWhenUpstreamBlackHoles(t *testing.T) {
 	if s := stat(p, hole); s.Failures != 2 || p.Totals().Moves != 0 {
 		t.Fatalf("round against the black hole: %+v, %d moves", s, p.Totals().Moves)
 	}
+}
+
+// One client probes an upstream whose back-off ended while it still does
+// not answer; the others go to the upstream that answers without waiting.
+func TestBlackHoleProbedByOneClient(t *testing.T) {
+	hole := blackHole(t)
+	probeAfterBackoff(t, hole)
+}
+
+func probeAfterBackoff(t *testing.T, hole string) {
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
+	log, _ := testLogger(t)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams: []string{hole, b.Addr}, DialTimeout: 3 * time.Second,
+		FailedBackoff: 100 * time.Millisecond, RebalanceInterval: -1, Logger: log,
+	})
+	addr := serve(t, p)
+	if _, on := pinproxytest.Dial(t, addr, "first"); on != "B" { // fails over after one timeout
+		t.Fatalf("first landed on %s", on)
+	}
+	time.Sleep(200 * time.Millisecond) // the back-off is over
+	const clients = 50
+	var mu sync.Mutex
+	var slow int
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() {
+			start := time.Now()
+			pinproxytest.Dial(t, addr, fmt.Sprint("c", i))
+			if time.Since(start) > 2*time.Second { // waited on the black hole
+				mu.Lock()
+				slow++
+				mu.Unlock()
+			}
+		})
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Wait()
+	if slow > 1 {
+		t.Fatalf("%d of %d clients waited on the black hole, want at most one", slow, clients)
+	}
+	if d := stat(p, hole).Dials; d > 3 {
+		t.Fatalf("%d dials to the black hole, want the first and one probe per back-off", d)
+	}
+}
+
+// The same against a host whose firewall drops the SYNs: an address in a
+// network namespace of the test's own, behind a veth pair, with an nft
+// rule dropping TCP to it.
+func TestIntegrationBlackHoleNftProbedByOneClient(t *testing.T) {
+	testkit.NeedRoot(t, "ip", "nft")
+	probeAfterBackoff(t, nftBlackHole(t))
+}
+
+// nftBlackHole returns an address whose SYNs an nft rule drops.
+func nftBlackHole(t *testing.T) string {
+	t.Helper()
+	pid := os.Getpid()
+	ns := fmt.Sprintf("proxyctl-bh-%d", pid)
+	host, peer := fmt.Sprintf("pxch%d", pid%100000), fmt.Sprintf("pxcn%d", pid%100000)
+	// 10.233.X.0/30 with X from the pid, so parallel runs do not clash.
+	x := pid % 250
+	hostIP, nsIP := fmt.Sprintf("10.233.%d.1", x), fmt.Sprintf("10.233.%d.2", x)
+	run := func(args ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("ip", "netns", "add", ns)
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "del", host).Run()
+		exec.Command("ip", "netns", "del", ns).Run()
+	})
+	run("ip", "link", "add", host, "type", "veth", "peer", "name", peer, "netns", ns)
+	run("ip", "addr", "add", hostIP+"/30", "dev", host)
+	run("ip", "link", "set", host, "up")
+	run("ip", "-n", ns, "addr", "add", nsIP+"/30", "dev", peer)
+	run("ip", "-n", ns, "link", "set", peer, "up")
+	run("ip", "-n", ns, "link", "set", "lo", "up")
+	run("ip", "netns", "exec", ns, "nft", "add table inet bh; add chain inet bh in { type filter hook input priority 0; }; add rule inet bh in tcp dport 9333 drop")
+	addr := net.JoinHostPort(nsIP, "9333")
+	if _, err := net.DialTimeout("tcp", addr, 300*time.Millisecond); !pinproxytest.IsTimeout(err) {
+		t.Fatalf("dial to the dropped address: %v, want a timeout", err)
+	}
+	return addr
 }

@@ -1,14 +1,18 @@
 package pinproxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Defaults for the zero values of Config.
@@ -17,7 +21,37 @@ const (
 	DefaultRebalanceInterval = time.Minute
 	DefaultFailedBackoff     = 30 * time.Second
 	DefaultKeepAlive         = 30 * time.Second
+
+	// HAProxy's defaults for its inter, rise and fall.
+	DefaultCheckRise = 2
+	DefaultCheckFall = 3
 )
+
+// ErrNoUpstreams is returned by New and SetUpstreams for an empty list.
+var ErrNoUpstreams = errors.New("pinproxy: no upstreams: at least one host:port is required")
+
+// UpstreamError reports a bad entry in a list of upstreams, from New,
+// SetUpstreams or ParseUpstreams.
+type UpstreamError struct {
+	Index int    // the entry's position in the list, from 1
+	Line  int    // its line in an upstreams file (ParseUpstreams); 0 otherwise
+	Addr  string // the entry as given
+	Err   error  // what is wrong with it
+}
+
+func (e *UpstreamError) Error() string { return "pinproxy: " + e.Detail() }
+
+// Detail is the message without the package's prefix, for a program that
+// names the flag or file itself: `upstream 2 "a b:1": host has a space`
+// or, from a file, `line 3: "a b:1": host has a space`.
+func (e *UpstreamError) Detail() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %q: %v", e.Line, e.Addr, e.Err)
+	}
+	return fmt.Sprintf("upstream %d %q: %v", e.Index, e.Addr, e.Err)
+}
+
+func (e *UpstreamError) Unwrap() error { return e.Err }
 
 // Config configures a Proxy. Only Upstreams is required; every other zero
 // value means the default documented on the field.
@@ -46,7 +80,52 @@ type Config struct {
 
 	// MaxConns caps the client connections handled at once; a client
 	// accepted over the cap is closed at once. Zero means no limit.
+	// MaxConnsForFiles gives a cap that fits the process's open-file
+	// limit.
 	MaxConns int
+
+	// RebalanceMaxMoves is the most connections a rebalance round closes.
+	// Zero means one, the pin-proxy pull request's rule; more moves a
+	// large skew over in fewer rounds.
+	RebalanceMaxMoves int
+
+	// DrainRemoved, when positive, is how long the connections of an
+	// upstream that SetUpstreams removed are left alone; after that, each
+	// rebalance round moves one of them as it moves a connection back to
+	// an idle node: if the upstream in the list that a redial would go to
+	// answers a test-connect, the removed upstream's newest connection is
+	// closed, and its client redials into the list. Zero leaves those
+	// connections until they close by themselves.
+	DrainRemoved time.Duration
+
+	// CheckInterval, when positive, turns on active health checks: every
+	// CheckInterval each upstream is test-connected (within the lesser
+	// of DialTimeout and CheckInterval). After CheckFall failed checks in
+	// a row an upstream is down: it takes no clients and no rebalance
+	// moves, and only the checks connect to it, until CheckRise checks
+	// in a row answer. An upstream not checked yet takes clients. Zero
+	// means off: health is passive, from clients' dials.
+	CheckInterval time.Duration
+	CheckRise     int // zero means DefaultCheckRise (2)
+	CheckFall     int // zero means DefaultCheckFall (3)
+
+	// SlowStart, when positive, ramps the share of new clients of an
+	// upstream that comes back up (from down) linearly over SlowStart,
+	// so that it is not handed every new client at once; rebalance rounds
+	// move no connection to it until its slow start is over. Zero means
+	// off.
+	SlowStart time.Duration
+
+	// SendProxy, when 1 or 2, sends a PROXY protocol header of that
+	// version (HAProxy's text v1 or binary v2) to each upstream before the
+	// client's bytes, so that the upstream sees the client's address.
+	// Zero means none.
+	SendProxy int
+
+	// LogConnections logs each connection's end at Info level rather
+	// than Debug: client, upstream, duration, bytes each way, and why it
+	// ended (client closed, upstream closed, rebalanced, drained, error).
+	LogConnections bool
 
 	// KeepAlive is the TCP keepalive idle time and probe interval set on
 	// both the client and the upstream connection (rounded up to whole
@@ -70,19 +149,10 @@ type Config struct {
 
 // withDefaults checks c and returns a copy with defaults filled in.
 func (c Config) withDefaults() (Config, error) {
-	if len(c.Upstreams) == 0 {
-		return c, errors.New("pinproxy: no upstreams: at least one host:port is required")
+	if err := checkUpstreams(c.Upstreams); err != nil {
+		return c, err
 	}
-	seen := make(map[string]int, len(c.Upstreams))
-	for i, addr := range c.Upstreams {
-		if err := checkHostPort(addr); err != nil {
-			return c, fmt.Errorf("pinproxy: upstream %d %q: %w", i+1, addr, err)
-		}
-		if j, dup := seen[addr]; dup {
-			return c, fmt.Errorf("pinproxy: upstream %d %q: listed twice (also upstream %d)", i+1, addr, j+1)
-		}
-		seen[addr] = i
-	}
+	c.Upstreams = slices.Clone(c.Upstreams)
 	switch {
 	case c.DialTimeout < 0:
 		return c, fmt.Errorf("pinproxy: dial timeout %v: must not be negative", c.DialTimeout)
@@ -101,7 +171,84 @@ func (c Config) withDefaults() (Config, error) {
 	if c.KeepAlive == 0 {
 		c.KeepAlive = DefaultKeepAlive
 	}
+	if c.RebalanceMaxMoves < 0 {
+		return c, fmt.Errorf("pinproxy: rebalance max moves %d: must not be negative (0 means 1)", c.RebalanceMaxMoves)
+	}
+	if c.RebalanceMaxMoves == 0 {
+		c.RebalanceMaxMoves = 1
+	}
+	if c.CheckRise < 0 || c.CheckFall < 0 {
+		return c, fmt.Errorf("pinproxy: check rise %d, fall %d: must not be negative", c.CheckRise, c.CheckFall)
+	}
+	if c.CheckRise == 0 {
+		c.CheckRise = DefaultCheckRise
+	}
+	if c.CheckFall == 0 {
+		c.CheckFall = DefaultCheckFall
+	}
+	if c.SendProxy < 0 || c.SendProxy > 2 {
+		return c, fmt.Errorf("pinproxy: send proxy %d: want 0 (off), 1 or 2", c.SendProxy)
+	}
 	return c, nil
+}
+
+// checkUpstreams checks a list of upstreams: at least one, each host:port,
+// none twice.
+func checkUpstreams(ups []string) error {
+	if len(ups) == 0 {
+		return ErrNoUpstreams
+	}
+	seen := make(map[string]int, len(ups))
+	for i, addr := range ups {
+		if err := checkHostPort(addr); err != nil {
+			return &UpstreamError{Index: i + 1, Addr: addr, Err: err}
+		}
+		if j, dup := seen[addr]; dup {
+			return &UpstreamError{Index: i + 1, Addr: addr, Err: listedTwice{j + 1, "upstream"}}
+		}
+		seen[addr] = i
+	}
+	return nil
+}
+
+// listedTwice is the error of an entry listed before, as entry or line also.
+type listedTwice struct {
+	also int
+	as   string
+}
+
+func (e listedTwice) Error() string { return fmt.Sprintf("listed twice (also %s %d)", e.as, e.also) }
+
+// ParseUpstreams reads an upstreams file: one host:port a line, in order
+// of preference; blank lines and everything from a "#" on are ignored.
+// A bad entry is an *UpstreamError that names its line.
+func ParseUpstreams(r io.Reader) ([]string, error) {
+	var ups []string
+	var lines []int
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		ups = append(ups, line)
+		lines = append(lines, n)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("pinproxy: reading upstreams: %w", err)
+	}
+	if err := checkUpstreams(ups); err != nil {
+		var ue *UpstreamError
+		if errors.As(err, &ue) {
+			ue.Line = lines[ue.Index-1]
+			if lt, ok := ue.Err.(listedTwice); ok {
+				ue.Err = listedTwice{lines[lt.also-1], "line"}
+			}
+		}
+		return nil, err
+	}
+	return ups, nil
 }
 
 // checkHostPort reports what is wrong with an upstream address, if anything.
@@ -119,6 +266,9 @@ func checkHostPort(addr string) error {
 	}
 	if host == "" {
 		return errors.New("missing host, want host:port")
+	}
+	if strings.ContainsFunc(host, unicode.IsSpace) {
+		return errors.New("host has a space in it")
 	}
 	n, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || n == 0 {

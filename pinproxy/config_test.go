@@ -1,6 +1,7 @@
 package pinproxy_test
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -47,7 +48,7 @@ func TestNewAcceptsGoodUpstreams(t *testing.T) {
 			t.Errorf("New with upstream %q: %v", addr, err)
 			continue
 		}
-		if s := p.Stats(); len(s) != 1 || s[0].Addr != addr || !s[0].Answered || s[0].Live != 0 {
+		if s := p.Stats(); len(s) != 1 || s[0].Addr != addr || s[0].Answered || s[0].State != "unknown" || s[0].Live != 0 {
 			t.Errorf("Stats of a new proxy with %q = %+v", addr, s)
 		}
 	}
@@ -71,6 +72,32 @@ func FuzzNew(f *testing.F) {
 		}
 		if host, _, err := net.SplitHostPort(addr); err != nil || host == "" {
 			t.Fatalf("accepted %q, which is not host:port (%v)", addr, err)
+		}
+	})
+}
+
+// ParseUpstreams never panics; what it accepts New accepts, with no
+// comment or space left in an entry; what it refuses names a line.
+func FuzzParseUpstreams(f *testing.F) {
+	for _, s := range []string{"a:1\n", "# x\na:1 # y\n\nb:2", "a:1\na:1\n", "a b:1\n", "\n\n", "a:1\r\nb:2\r\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, file string) {
+		ups, err := pinproxy.ParseUpstreams(strings.NewReader(file))
+		if err != nil {
+			var ue *pinproxy.UpstreamError
+			if errors.As(err, &ue) && ue.Line < 1 {
+				t.Fatalf("error %v names no line", err)
+			}
+			return
+		}
+		for _, u := range ups {
+			if strings.ContainsAny(u, "# \t\r\n") {
+				t.Fatalf("entry %q from %q", u, file)
+			}
+		}
+		if _, err := pinproxy.New(pinproxy.Config{Upstreams: ups}); err != nil {
+			t.Fatalf("New refused what ParseUpstreams accepted: %v", err)
 		}
 	})
 }

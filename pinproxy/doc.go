@@ -51,6 +51,16 @@
 //	defer cancel()
 //	err = p.Shutdown(ctx) // stop accepting, drain, then close what is left
 //
+// For running beside HAProxy, each off by default: SetUpstreams replaces
+// the list without dropping a connection (a reload; ParseUpstreams reads
+// a file of them); active health checks (Config.CheckInterval, CheckRise,
+// CheckFall); slow start for a returning upstream (Config.SlowStart);
+// more than one move per round (Config.RebalanceMaxMoves); a PROXY
+// protocol header to upstreams (Config.SendProxy); and a log line per
+// connection at Info (Config.LogConnections). Running out of file
+// descriptors or memory never counts against an upstream;
+// MaxConnsForFiles gives a MaxConns that leaves room for them.
+//
 // Metrics for Prometheus are in the subpackage pinproxymetrics, which keeps
 // the Prometheus client out of programs that embed the proxy without it.
 // The subpackage pinproxytest has loopback upstreams that go down and come

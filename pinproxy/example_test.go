@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/proofkit/nodekit/pinproxy"
@@ -157,4 +158,48 @@ func holdingNode(addr string) net.Listener {
 		}
 	}()
 	return ln
+}
+
+// An upstreams file, as -upstreams-file and a reload read it; a bad entry
+// names its line.
+func ExampleParseUpstreams() {
+	ups, err := pinproxy.ParseUpstreams(strings.NewReader("# MWEB peers\neu-01:9333\nusa-01:9333  # fallback\n"))
+	fmt.Println(ups, err)
+	_, err = pinproxy.ParseUpstreams(strings.NewReader("eu-01:9333\nusa 01:9333\n"))
+	fmt.Println(err)
+	// Output:
+	// [eu-01:9333 usa-01:9333] <nil>
+	// pinproxy: line 2: "usa 01:9333": host has a space in it
+}
+
+// The connection cap that fits an open-file limit: two descriptors a
+// client, and a reserve for everything else.
+func ExampleMaxConnsForFiles() {
+	for _, n := range []uint64{1024, 20000, 65536} {
+		fmt.Println(n, pinproxy.MaxConnsForFiles(n))
+	}
+	// Output:
+	// 1024 486
+	// 20000 9500
+	// 65536 31130
+}
+
+// A reload: the new list is the new order of preference; an upstream taken
+// out stays in Stats, marked removed, while it has connections, and a bad
+// list changes nothing.
+func ExampleProxy_SetUpstreams() {
+	p, err := pinproxy.New(pinproxy.Config{Upstreams: []string{"eu-01:9333", "usa-01:9333"}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(p.SetUpstreams([]string{"usa-01:9333", "eu-02:9333"}))
+	fmt.Println(p.SetUpstreams([]string{"usa-01:9333", "usa-01:9333"}))
+	for _, u := range p.Stats() {
+		fmt.Println(u.Addr, u.State, u.Removed)
+	}
+	// Output:
+	// <nil>
+	// pinproxy: upstream 2 "usa-01:9333": listed twice (also upstream 1)
+	// usa-01:9333 unknown false
+	// eu-02:9333 unknown false
 }

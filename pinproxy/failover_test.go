@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
@@ -54,7 +55,7 @@ func TestFailoverWhenUpstreamRefuses(t *testing.T) {
 		}
 		cl.Conn.Close()
 	}
-	waitUntil(t, func() bool { return stat(p, b.Addr).Live == 0 })
+	testkit.WaitFor(t, "B's connections to close", func() bool { return stat(p, b.Addr).Live == 0 })
 	a.Start()
 	if _, on := pinproxytest.Dial(t, addr, "c3"); on != "A" {
 		t.Fatalf("c3 landed on %s, want A", on)

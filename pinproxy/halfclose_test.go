@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
@@ -57,7 +58,7 @@ func TestHalfCloseFromClient(t *testing.T) {
 				t.Fatalf("got %q, want the reply to the half-closed request", got)
 			}
 			c.Close()
-			waitUntil(t, func() bool { return p.Stats()[0].Live == 0 })
+			testkit.WaitFor(t, "the connection to end", func() bool { return p.Stats()[0].Live == 0 })
 			if s := p.Stats()[0]; s.BytesUp != 3 || s.BytesDown != 9 {
 				t.Errorf("bytes up/down = %d/%d, want 3/9", s.BytesUp, s.BytesDown)
 			}

@@ -1,40 +1,21 @@
 package pinproxy_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net"
-	"sync"
 	"testing"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // testLogger logs at debug level into a buffer that is printed if the
 // test fails.
-func testLogger(t testing.TB) (*slog.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
+func testLogger(t testing.TB) (*slog.Logger, *testkit.LogBuffer) {
+	buf := &testkit.LogBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("proxy log:\n%s", buf)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -38,17 +39,24 @@ type Proxy struct {
 	killCtx  context.Context
 	kill     context.CancelFunc
 	handlers sync.WaitGroup // one per accepted client; Add only under mu while !closed
-	ticker   sync.WaitGroup // the rebalance goroutine; Add only under mu while !closed
+	ticker   sync.WaitGroup // the rebalance, check and duplicate-warning goroutines; Add only under mu while !closed
 
-	active   atomic.Int64 // client connections being handled, for MaxConns
-	accepted atomic.Int64
-	rejected atomic.Int64
-	unrouted atomic.Int64
+	active       atomic.Int64 // client connections being handled, for MaxConns
+	accepted     atomic.Int64
+	rejected     atomic.Int64
+	unrouted     atomic.Int64
+	localErrors  atomic.Int64 // accepts and dials that failed for want of local resources
+	localLogged  atomic.Int64 // when a local error was last logged, Unix ns
+	localQuiet   atomic.Int64 // local errors not logged since then
+	rejectLogged atomic.Int64 // when a client closed at MaxConns was last logged, Unix ns
 
 	rebalanceMu sync.Mutex // one round at a time
 
 	mu            sync.Mutex
-	upstreams     []*upstream
+	upstreams     []*upstream // the current list, in order of preference
+	leaving       []*upstream // removed by SetUpstreams, with connections left
+	gen           int         // bumped by SetUpstreams, so connect knows its tried set is stale
+	moves         int64       // connections closed by rebalance rounds and drains
 	listeners     map[net.Listener]struct{}
 	presetKA      map[net.Listener]struct{} // made by Listen: accepted conns have keepalive set already
 	tickerStarted bool
@@ -69,21 +77,71 @@ type upstream struct {
 	failures     int64
 	lastFailure  time.Time
 	lastError    string
-	answered     bool
+	answered     bool // the last attempt (dial, test-connect or check) answered
+	lastFailed   bool // the last attempt failed: the next dial to it is a probe
 	backoffUntil time.Time
 	moved        int64
 	bytesUp      int64
 	bytesDown    int64
+
+	// state is what Stats and the metrics call up, down or unknown: the
+	// checks' verdict when Config.CheckInterval is set, else the last
+	// attempt's. upSince is when it last went from down to up (slow
+	// start); rise and fall count the checks in a row that answered and
+	// failed.
+	state      health
+	upSince    time.Time
+	rise, fall int
+
+	removed   bool      // taken out by SetUpstreams; kept while connections are left
+	removedAt time.Time // when
 }
 
 func (u *upstream) load() int { return u.live + u.dialing }
+
+// health is an upstream's state as the operator sees it.
+type health int8
+
+const (
+	healthUnknown health = iota // nothing has answered or failed yet
+	healthUp
+	healthDown
+)
+
+func (h health) String() string {
+	switch h {
+	case healthUp:
+		return "up"
+	case healthDown:
+		return "down"
+	}
+	return "unknown"
+}
 
 // conn is one client pinned to one upstream.
 type conn struct {
 	client, upstream net.Conn
 	up               *upstream
-	prev, next       *conn // guarded by Proxy.mu
-	linked           bool  // guarded by Proxy.mu
+	start            time.Time
+	prev, next       *conn     // guarded by Proxy.mu
+	linked           bool      // guarded by Proxy.mu
+	reason           endReason // guarded by Proxy.mu; set by whoever closes it from outside
+}
+
+// endReason says why a connection ended, in its log line.
+type endReason int8
+
+const (
+	endClosed     endReason = iota // both sides ended their streams
+	endClient                      // the client closed first
+	endUpstream                    // the upstream closed first
+	endRebalanced                  // a rebalance round moved it
+	endDrained                     // its upstream was removed and drained, or Shutdown stopped waiting
+	endError                       // a copy failed
+)
+
+func (r endReason) String() string {
+	return [...]string{"closed", "client closed", "upstream closed", "rebalanced", "drained", "error"}[r]
 }
 
 // New checks cfg and returns a Proxy that is ready to Serve. The error
@@ -121,7 +179,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.killCtx, p.kill = context.WithCancel(context.Background())
 	p.upstreams = make([]*upstream, len(cfg.Upstreams))
 	for i, addr := range cfg.Upstreams {
-		p.upstreams[i] = &upstream{addr: addr, answered: true}
+		p.upstreams[i] = &upstream{addr: addr}
 	}
 	return p, nil
 }
@@ -168,10 +226,18 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		return ErrProxyClosed
 	}
 	p.listeners[ln] = struct{}{}
-	if !p.tickerStarted && p.cfg.RebalanceInterval > 0 {
+	if !p.tickerStarted {
 		p.tickerStarted = true
+		if p.cfg.RebalanceInterval > 0 {
+			p.ticker.Add(1)
+			go p.every(p.cfg.RebalanceInterval, "rebalance", p.Rebalance)
+		}
+		if p.cfg.CheckInterval > 0 {
+			p.ticker.Add(1)
+			go p.checkLoop()
+		}
 		p.ticker.Add(1)
-		go p.rebalanceLoop()
+		go p.warnDuplicates(p.upstreamAddrsLocked())
 	}
 	p.mu.Unlock()
 	defer func() {
@@ -193,8 +259,13 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			}
 			// Out of file descriptors or memory: wait, as net/http does.
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "accept failed; retrying",
-				slog.String("listener", ln.Addr().String()), slog.Duration("in", delay), slog.Any("err", err))
+			if localError(err) {
+				p.logLocal("accept failed for want of local resources; retrying",
+					slog.String("listener", ln.Addr().String()), slog.Duration("in", delay), slog.Any("err", err))
+			} else {
+				p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "accept failed; retrying",
+					slog.String("listener", ln.Addr().String()), slog.Duration("in", delay), slog.Any("err", err))
+			}
 			t := time.NewTimer(delay)
 			select {
 			case <-t.C:
@@ -215,9 +286,42 @@ func temporary(err error) bool {
 	if errors.As(err, &ne) && ne.Timeout() {
 		return true
 	}
+	return localError(err) || errors.Is(err, syscall.ECONNABORTED)
+}
+
+// localError reports whether err says this host ran out of something (file
+// descriptors, buffers, memory): not an upstream's fault.
+func localError(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
-		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) ||
-		errors.Is(err, syscall.ECONNABORTED)
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// logLocal counts a local error and logs it, at most once a second, with
+// the number left unlogged since the last line: a proxy out of file
+// descriptors would otherwise write a line per client.
+func (p *Proxy) logLocal(msg string, attrs ...slog.Attr) {
+	p.localErrors.Add(1)
+	now := time.Now().UnixNano()
+	last := p.localLogged.Load()
+	if now-last < int64(time.Second) || !p.localLogged.CompareAndSwap(last, now) {
+		p.localQuiet.Add(1)
+		return
+	}
+	attrs = append(attrs, slog.Int64("not_logged_since", p.localQuiet.Swap(0)))
+	p.log.LogAttrs(p.stopCtx, slog.LevelWarn, msg, attrs...)
+}
+
+// logRejected logs a client closed at the connection cap, at most once a
+// second, with the number closed since the last line.
+func (p *Proxy) logRejected(client net.Conn, limit int64) {
+	now := time.Now().UnixNano()
+	last := p.rejectLogged.Load()
+	if now-last < int64(time.Second) || !p.rejectLogged.CompareAndSwap(last, now) {
+		return
+	}
+	p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "too many connections; closing the client",
+		slog.String("client", client.RemoteAddr().String()), slog.Int64("max_conns", limit),
+		slog.Int64("rejected_total", p.rejected.Load()))
 }
 
 // accept admits a client and starts its handler, or closes it when the
@@ -230,8 +334,7 @@ func (p *Proxy) accept(client net.Conn, preset bool) {
 			n := p.active.Load()
 			if n >= limit {
 				p.rejected.Add(1)
-				p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "too many connections; closing the client",
-					slog.String("client", client.RemoteAddr().String()), slog.Int64("max_conns", limit))
+				p.logRejected(client, limit)
 				client.Close()
 				return
 			}
@@ -266,6 +369,14 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 		p.handlers.Done()
 		return
 	}
+	if p.cfg.SendProxy != 0 {
+		if err := p.sendProxyHeader(c); err != nil {
+			c.client.Close()
+			c.upstream.Close()
+			p.finish(c, 0, 0, err)
+			return
+		}
+	}
 	// The dial (resolver, connect) grew this goroutine's stack to about
 	// 8 KiB, and a goroutine keeps its stack for life: hand the
 	// connection to a fresh goroutine, which stays at 2 KiB while the
@@ -290,29 +401,52 @@ func (p *Proxy) finish(c *conn, up, down int64, err error) {
 	p.unlinkLocked(c)
 	c.up.bytesUp += up
 	c.up.bytesDown += down
+	reason := c.reason
 	p.mu.Unlock()
-	if p.log.Enabled(p.stopCtx, slog.LevelDebug) {
+	if reason == endClosed && err != nil && !errors.Is(err, net.ErrClosed) {
+		reason = endError
+	}
+	level := slog.LevelDebug
+	if p.cfg.LogConnections {
+		level = slog.LevelInfo
+	}
+	if p.log.Enabled(p.stopCtx, level) {
 		attrs := []slog.Attr{
 			slog.String("client", c.client.RemoteAddr().String()), slog.String("upstream", c.up.addr),
+			slog.Duration("duration", time.Since(c.start)),
 			slog.Int64("bytes_up", up), slog.Int64("bytes_down", down),
+			slog.String("reason", reason.String()),
 		}
 		if err != nil && !errors.Is(err, net.ErrClosed) {
 			attrs = append(attrs, slog.Any("err", err))
 		}
-		p.log.LogAttrs(p.stopCtx, slog.LevelDebug, "connection closed", attrs...)
+		p.log.LogAttrs(p.stopCtx, level, "connection ended", attrs...)
 	}
+}
+
+// endLocked records why c is about to be closed from outside its
+// goroutine (see closeConn), for its log line. Call with p.mu held.
+func (p *Proxy) endLocked(c *conn, reason endReason) {
+	if c.reason == endClosed {
+		c.reason = reason
+	}
+}
+
+// closeConn closes both sides of c from outside its goroutine, which then
+// finishes it. Call it without p.mu held, after endLocked.
+func (p *Proxy) closeConn(c *conn) {
+	c.client.Close()
+	c.upstream.Close()
 }
 
 // connect dials upstreams, least-used first, until one answers, and links
 // the pair into that upstream's list. It returns nil when none answers or
 // the proxy is being torn down.
 func (p *Proxy) connect(client net.Conn) *conn {
-	n := len(p.upstreams)
 	var small [1]uint64
 	tried := small[:]
-	if n > 64 {
-		tried = make([]uint64, (n+63)/64)
-	}
+	var triedUps []*upstream // the same set by pointer, should SetUpstreams reorder the list
+	gen := -1                // the list's generation tried is for; -1: none yet
 	for {
 		now := time.Now()
 		p.mu.Lock()
@@ -320,8 +454,21 @@ func (p *Proxy) connect(client net.Conn) *conn {
 			p.mu.Unlock()
 			return nil
 		}
+		if gen < 0 && len(p.upstreams) <= 64 {
+			gen = p.gen
+		}
+		if p.gen != gen { // first, with many upstreams, or the list changed: (re)build tried
+			gen = p.gen
+			tried = make([]uint64, (len(p.upstreams)+63)/64)
+			for i, u := range p.upstreams {
+				if slices.Contains(triedUps, u) {
+					tried[i/64] |= 1 << (i % 64)
+				}
+			}
+		}
 		i, u := p.pickLocked(tried, now)
 		if u == nil {
+			n := len(p.upstreams)
 			p.mu.Unlock()
 			p.unrouted.Add(1)
 			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "no upstream answers; closing the client",
@@ -332,6 +479,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		u.dials++
 		p.mu.Unlock()
 		tried[i/64] |= 1 << (i % 64)
+		triedUps = append(triedUps, u)
 
 		ctx, cancel := context.WithTimeout(p.killCtx, p.cfg.DialTimeout)
 		uc, err := p.dial(ctx, "tcp", u.addr)
@@ -340,24 +488,30 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		p.mu.Lock()
 		u.dialing--
 		if err != nil {
+			p.forgetLocked(u)
 			if p.killCtx.Err() != nil { // torn down, not the upstream's fault
 				p.mu.Unlock()
 				return nil
 			}
-			p.failedLocked(u, err)
+			if localError(err) { // nor is this: every upstream would fail the same way
+				p.mu.Unlock()
+				p.logLocal("cannot dial for want of local resources; closing the client",
+					slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
+				return nil
+			}
+			p.failedLocked(u, err, false)
 			p.mu.Unlock()
 			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "upstream does not answer; trying the next",
 				slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
 			continue
 		}
-		u.answered = true
-		u.backoffUntil = time.Time{}
+		p.answeredLocked(u, false)
 		if p.killCtx.Err() != nil {
 			p.mu.Unlock()
 			uc.Close()
 			return nil
 		}
-		c := &conn{client: client, upstream: uc, up: u}
+		c := &conn{client: client, upstream: uc, up: u, start: now}
 		p.linkLocked(c)
 		live := u.live
 		p.mu.Unlock()
@@ -374,14 +528,15 @@ func (p *Proxy) connect(client net.Conn) *conn {
 
 // pickLocked returns the upstream not yet tried that comes first in
 // least-used order (see before). It returns nil when every upstream was
-// tried.
+// tried. With health checks on, an upstream they mark down is never picked.
 func (p *Proxy) pickLocked(tried []uint64, now time.Time) (int, *upstream) {
 	best := -1
+	checks := p.cfg.CheckInterval > 0
 	for i, u := range p.upstreams {
-		if tried[i/64]&(1<<(i%64)) != 0 {
+		if tried[i/64]&(1<<(i%64)) != 0 || checks && u.state == healthDown {
 			continue
 		}
-		if best < 0 || before(u, p.upstreams[best], now) {
+		if best < 0 || p.before(u, p.upstreams[best], now) {
 			best = i
 		}
 	}
@@ -393,31 +548,104 @@ func (p *Proxy) pickLocked(tried []uint64, now time.Time) (int, *upstream) {
 
 // before reports whether a comes before b in least-used order, given b is
 // listed before a: an upstream that did not just fail comes before one
-// that did; then fewer live connections; then, among upstreams that just
-// failed, the one whose failure is oldest (so that rounds and redials take
-// turns among them); then the one listed first. Both must be guarded by
-// Proxy.mu.
-func before(a, b *upstream, now time.Time) bool {
-	aBack, bBack := now.Before(a.backoffUntil), now.Before(b.backoffUntil)
+// that did; then fewer live connections (weighed by slow start); then,
+// among upstreams that just failed, the one whose failure is oldest (so
+// that rounds and redials take turns among them); then the one listed
+// first. An upstream whose back-off is over but whose last attempt failed
+// counts as just failed while a dial to it is in flight: one client
+// probes it, and the others do not wait on it too. Both must be guarded
+// by Proxy.mu.
+func (p *Proxy) before(a, b *upstream, now time.Time) bool {
+	aBack, bBack := a.backingOff(now), b.backingOff(now)
 	if aBack != bBack {
 		return bBack
 	}
-	if la, lb := a.load(), b.load(); la != lb {
+	la, lb := a.load(), b.load()
+	if wa, wb := p.weight(a, now), p.weight(b, now); wa != 1 || wb != 1 {
+		// Compare (la+1)/wa with (lb+1)/wb: an upstream at a tenth of
+		// its weight takes a client only when the other holds ten
+		// times its load.
+		fa, fb := float64(la+1)*wb, float64(lb+1)*wa
+		if fa != fb {
+			return fa < fb
+		}
+	} else if la != lb {
 		return la < lb
 	}
 	return aBack && a.backoffUntil.Before(b.backoffUntil)
 }
 
-// failedLocked records a failed dial or test-connect to u.
-func (p *Proxy) failedLocked(u *upstream, err error) {
+// backingOff reports whether u counts as just failed; see before.
+func (u *upstream) backingOff(now time.Time) bool {
+	return now.Before(u.backoffUntil) || u.lastFailed && u.dialing > 0
+}
+
+// weight is u's share of new clients during slow start, from just above 0
+// when it comes back up to 1 once Config.SlowStart has passed.
+func (p *Proxy) weight(u *upstream, now time.Time) float64 {
+	if p.cfg.SlowStart <= 0 || u.upSince.IsZero() {
+		return 1
+	}
+	since := now.Sub(u.upSince)
+	if since >= p.cfg.SlowStart {
+		return 1
+	}
+	return max(float64(since)/float64(p.cfg.SlowStart), 0.01)
+}
+
+// failedLocked records a failed attempt to u: a client's dial, a rebalance
+// test-connect, or (check) a health check.
+func (p *Proxy) failedLocked(u *upstream, err error, check bool) {
 	now := time.Now()
 	u.failures++
 	u.lastFailure = now
 	u.lastError = err.Error()
 	u.answered = false
+	u.lastFailed = true
 	if p.cfg.FailedBackoff > 0 {
 		u.backoffUntil = now.Add(p.cfg.FailedBackoff)
 	}
+	switch {
+	case p.cfg.CheckInterval <= 0:
+		u.state = healthDown
+	case check:
+		u.rise = 0
+		u.fall++
+		if u.state != healthDown && u.fall >= p.cfg.CheckFall {
+			u.state = healthDown
+			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "health check: upstream down",
+				slog.String("upstream", u.addr), slog.Int("failed_checks", u.fall), slog.Any("err", err))
+		}
+	}
+}
+
+// answeredLocked records an attempt to u that answered.
+func (p *Proxy) answeredLocked(u *upstream, check bool) {
+	u.answered = true
+	u.lastFailed = false
+	u.backoffUntil = time.Time{}
+	switch {
+	case p.cfg.CheckInterval <= 0:
+		p.upLocked(u)
+	case check:
+		u.fall = 0
+		u.rise++
+		if u.state == healthUnknown || u.state == healthDown && u.rise >= p.cfg.CheckRise {
+			if u.state == healthDown {
+				p.log.LogAttrs(p.stopCtx, slog.LevelInfo, "health check: upstream up",
+					slog.String("upstream", u.addr), slog.Int("passed_checks", u.rise))
+			}
+			p.upLocked(u)
+		}
+	}
+}
+
+// upLocked marks u up; coming back from down starts its slow start.
+func (p *Proxy) upLocked(u *upstream) {
+	if u.state == healthDown {
+		u.upSince = time.Now()
+	}
+	u.state = healthUp
 }
 
 func (p *Proxy) linkLocked(c *conn) {
@@ -451,6 +679,15 @@ func (p *Proxy) unlinkLocked(c *conn) {
 	c.prev, c.next = nil, nil
 	u.live--
 	c.linked = false
+	p.forgetLocked(u)
+}
+
+// forgetLocked drops a removed upstream from p.leaving once nothing is
+// left on it: no connection, no dial in flight.
+func (p *Proxy) forgetLocked(u *upstream) {
+	if u.removed && u.load() == 0 {
+		p.leaving = slices.DeleteFunc(p.leaving, func(v *upstream) bool { return v == u })
+	}
 }
 
 // setKeepAlive turns TCP keepalive on (or off) as configured. A conn
@@ -496,15 +733,15 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.kill()
 	p.mu.Lock()
 	var left []*conn
-	for _, u := range p.upstreams {
+	for _, u := range slices.Concat(p.upstreams, p.leaving) {
 		for c := u.head; c != nil; c = c.next {
+			p.endLocked(c, endDrained)
 			left = append(left, c)
 		}
 	}
 	p.mu.Unlock()
 	for _, c := range left {
-		c.client.Close()
-		c.upstream.Close()
+		p.closeConn(c)
 	}
 	p.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown: stopped waiting; closed the connections left",
 		slog.Int("closed", len(left)), slog.Any("err", ctx.Err()))
@@ -512,18 +749,18 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// rebalanceLoop runs a rebalance round every RebalanceInterval until Shutdown.
-func (p *Proxy) rebalanceLoop() {
+// every runs round every d until Shutdown, logging its errors as what's.
+func (p *Proxy) every(d time.Duration, what string, round func(context.Context) error) {
 	defer p.ticker.Done()
-	t := time.NewTicker(p.cfg.RebalanceInterval)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-p.stopCtx.Done():
 			return
 		case <-t.C:
-			if err := p.Rebalance(p.stopCtx); err != nil && p.stopCtx.Err() == nil {
-				p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "rebalance failed", slog.Any("err", err))
+			if err := round(p.stopCtx); err != nil && p.stopCtx.Err() == nil {
+				p.log.LogAttrs(p.stopCtx, slog.LevelWarn, what+" failed", slog.Any("err", err))
 			}
 		}
 	}

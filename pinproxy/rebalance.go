@@ -25,87 +25,122 @@ import (
 //     first), both its client and upstream sides. The client is expected
 //     to redial; least-used order then sends it to the idle upstream.
 //
-// At most one connection is closed per round, and rounds do not overlap.
+// With Config.DrainRemoved, a round first moves one connection off an
+// upstream that SetUpstreams removed at least that long ago, if the
+// upstream its redial would go to answers a test-connect.
+//
+// At most Config.RebalanceMaxMoves connections (default one) are closed
+// per round, each only once its idle upstream answered a test-connect in
+// that round, and never more than evens out the spread: each move counts
+// as a connection already on the idle upstream. Rounds do not overlap.
 // Every outcome is logged. Deciding to close nothing is not an error:
 // Rebalance returns an error only when ctx ends during the test-connect,
 // or ErrProxyClosed after Shutdown.
 func (p *Proxy) Rebalance(ctx context.Context) error {
 	p.rebalanceMu.Lock()
 	defer p.rebalanceMu.Unlock()
+	p.drainRemoved(ctx)
 
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return ErrProxyClosed
+	type move struct {
+		c        *conn
+		from, to string
 	}
-	busy, idle := p.spreadLocked(time.Now())
-	if idle == nil {
-		most := busy.load()
-		p.mu.Unlock()
-		p.log.LogAttrs(ctx, slog.LevelDebug, "rebalance: spread is even; nothing to do",
-			slog.Int("most", most))
-		return nil
-	}
-	idle.dials++
-	p.mu.Unlock()
-
-	dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-	tc, err := p.dial(dctx, "tcp", idle.addr)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, ctx.Err())
+	var moves []move
+	defer func() { // closed and logged without p.mu held
+		for _, m := range moves {
+			p.closeConn(m.c)
+			p.log.LogAttrs(ctx, slog.LevelInfo, "answers again; moving a connection",
+				slog.String("from", m.from), slog.String("to", m.to))
 		}
-		p.mu.Lock()
-		p.failedLocked(idle, err)
-		p.mu.Unlock()
-		p.log.LogAttrs(ctx, slog.LevelInfo, "idle node still does not answer; nothing moved",
-			slog.String("from", busy.addr), slog.String("to", idle.addr), slog.Any("err", err))
-		return nil
-	}
-	tc.Close()
+	}()
+	planned := make(map[*upstream]int) // redials each move sends to its idle upstream
+	tested := make(map[*upstream]bool) // idle upstreams that answered this round
 
 	p.mu.Lock()
-	idle.answered = true
-	idle.backoffUntil = time.Time{}
-	if p.closed {
+	for len(moves) < p.cfg.RebalanceMaxMoves {
+		if p.closed {
+			p.mu.Unlock()
+			return ErrProxyClosed
+		}
+		busy, idle := p.spreadLocked(time.Now(), planned)
+		if idle == nil || tested[idle] && busy.tail == nil {
+			most := busy.load()
+			p.mu.Unlock()
+			switch {
+			case len(moves) > 0:
+			case len(tested) > 0:
+				p.log.LogAttrs(ctx, slog.LevelDebug, "rebalance: spread evened out during the test-connect; nothing moved",
+					slog.String("to", busy.addr))
+			default:
+				p.log.LogAttrs(ctx, slog.LevelDebug, "rebalance: spread is even; nothing to do",
+					slog.Int("most", most))
+			}
+			return nil
+		}
+		if tested[idle] {
+			c := busy.tail
+			p.unlinkLocked(c)
+			busy.moved++
+			p.moves++
+			planned[idle]++
+			p.endLocked(c, endRebalanced)
+			moves = append(moves, move{c, busy.addr, idle.addr})
+			continue
+		}
+		idle.dials++
 		p.mu.Unlock()
-		return ErrProxyClosed
-	}
-	// Connections may have come and gone during the test-connect: look again.
-	busy, _ = p.spreadLocked(time.Now())
-	c := busy.tail
-	if busy.load()-idle.load() < 2 || c == nil {
-		p.mu.Unlock()
-		p.log.LogAttrs(ctx, slog.LevelDebug, "rebalance: spread evened out during the test-connect; nothing moved",
-			slog.String("to", idle.addr))
-		return nil
-	}
-	p.unlinkLocked(c)
-	busy.moved++
-	p.mu.Unlock()
 
-	c.client.Close()
-	c.upstream.Close()
-	p.log.LogAttrs(ctx, slog.LevelInfo, "answers again; moving a connection",
-		slog.String("from", busy.addr), slog.String("to", idle.addr))
+		dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+		tc, err := p.dial(dctx, "tcp", idle.addr)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, ctx.Err())
+			}
+			if localError(err) {
+				p.logLocal("rebalance: cannot test-connect for want of local resources; nothing moved",
+					slog.String("to", idle.addr), slog.Any("err", err))
+				return nil
+			}
+			p.mu.Lock()
+			p.failedLocked(idle, err, false)
+			p.mu.Unlock()
+			p.log.LogAttrs(ctx, slog.LevelInfo, "idle node still does not answer; nothing moved",
+				slog.String("from", busy.addr), slog.String("to", idle.addr), slog.Any("err", err))
+			return nil
+		}
+		tc.Close()
+		p.mu.Lock()
+		p.answeredLocked(idle, false)
+		tested[idle] = true
+		// Connections may have come and gone during the test-connect:
+		// the loop looks again.
+	}
+	p.mu.Unlock()
 	return nil
 }
 
 // spreadLocked returns the busiest upstream (the first listed among
 // equals) and the upstream a round moves a connection to: among those
 // holding at least two connections fewer, the first in least-used order,
-// which is where the moved client's redial goes. idle is nil when the
-// spread is even.
-func (p *Proxy) spreadLocked(now time.Time) (busy, idle *upstream) {
+// which is where the moved client's redial goes. planned counts the
+// redials already on their way to each upstream. idle is nil when the
+// spread is even. An upstream the health checks mark down is never idle,
+// nor one in slow start: moving connections to it at once is what slow
+// start is there to prevent.
+func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, idle *upstream) {
+	load := func(u *upstream) int { return u.load() + planned[u] }
 	busy = p.upstreams[0]
 	for _, u := range p.upstreams[1:] {
-		if u.load() > busy.load() {
+		if load(u) > load(busy) {
 			busy = u
 		}
 	}
 	for _, u := range p.upstreams {
-		if u.load() <= busy.load()-2 && (idle == nil || before(u, idle, now)) {
+		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 {
+			continue // down by the checks, or in slow start
+		}
+		if load(u) <= load(busy)-2 && (idle == nil || p.before(u, idle, now)) {
 			idle = u
 		}
 	}

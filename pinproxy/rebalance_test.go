@@ -2,8 +2,10 @@ package pinproxy_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
@@ -90,4 +92,25 @@ func TestRebalanceSpreadOfTwo(t *testing.T) {
 	if got := b.Accepts.Load() + a.Accepts.Load(); got != accepts || p.Totals().Moves != 1 {
 		t.Fatalf("a round on two against two connected or moved (%d accepts → %d, %d moves)", accepts, got, p.Totals().Moves)
 	}
+}
+
+// A moved connection's log line says it was rebalanced, with its bytes.
+func TestRebalanceLogsReason(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
+	log, logs := testLogger(t)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1, Logger: log, LogConnections: true})
+	addr := serve(t, p)
+	pinproxytest.Dial(t, addr, "older")
+	newer, _ := pinproxytest.Dial(t, addr, "newer")
+	b.Start()
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !newer.Closed() {
+		t.Fatal("the newer connection was not moved")
+	}
+	testkit.WaitFor(t, "the moved connection's line", func() bool {
+		return strings.Contains(logs.String(), "bytes_up=14 bytes_down=7 reason=rebalanced")
+	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
@@ -187,7 +188,7 @@ func TestLeastUsedOrder(t *testing.T) {
 	// Close B's two clients: the next two go to B.
 	clients["1"].Conn.Close()
 	clients["4"].Conn.Close()
-	waitUntil(t, func() bool { return stat(p, nodes[1].Addr).Live == 0 })
+	testkit.WaitFor(t, "the second node's connections to close", func() bool { return stat(p, nodes[1].Addr).Live == 0 })
 	got = got[:0]
 	for i := 6; i < 9; i++ {
 		_, on := pinproxytest.Dial(t, addr, fmt.Sprint(i))
@@ -195,17 +196,5 @@ func TestLeastUsedOrder(t *testing.T) {
 	}
 	if want := "B B A"; strings.Join(got, " ") != want {
 		t.Fatalf("after B's clients left, new clients landed on %v, want %s", got, want)
-	}
-}
-
-// waitUntil polls cond; it fails the test if cond is still false after pinproxytest.WaitFor.
-func waitUntil(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(pinproxytest.WaitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

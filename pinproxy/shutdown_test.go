@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
@@ -101,7 +102,7 @@ func TestMaxConns(t *testing.T) {
 		t.Fatalf("first client: %v", err)
 	}
 	first.Conn.Close()
-	waitUntil(t, func() bool { return p.Totals().Live == 0 })
+	testkit.WaitFor(t, "the live connections to end", func() bool { return p.Totals().Live == 0 })
 	if _, on := pinproxytest.Dial(t, addr, "next"); on != "A" {
 		t.Fatalf("next client on %q", on)
 	}

@@ -1,6 +1,9 @@
 package pinproxy
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // UpstreamStats is a snapshot of one upstream's state. Its JSON form is
 // what cmd/pinproxy serves on /status.
@@ -18,9 +21,18 @@ type UpstreamStats struct {
 	LastFailure time.Time `json:"last_failure,omitzero"` // zero if none failed
 	LastError   string    `json:"last_error,omitempty"`  // the last failure's error; empty if none
 
-	// Answered reports whether the last dial or test-connect answered.
-	// It is true before the first attempt: nothing says otherwise yet.
+	// Answered reports whether the last dial, test-connect or health
+	// check answered. It is false before the first attempt.
 	Answered bool `json:"answered"`
+
+	// State is "up", "down" or "unknown" (nothing answered or failed
+	// yet): the health checks' verdict when Config.CheckInterval is set,
+	// else the last attempt's.
+	State string `json:"state"`
+
+	// Removed is true for an upstream that SetUpstreams took out of the
+	// list and that still has connections; Stats lists these last.
+	Removed bool `json:"removed,omitempty"`
 
 	Moved int64 `json:"moved"` // connections a rebalance round closed to move them away
 
@@ -36,16 +48,23 @@ type Totals struct {
 	Accepted int64 `json:"accepted"` // client connections accepted, including those then closed
 	Rejected int64 `json:"rejected"` // clients closed at once because MaxConns were being handled
 	Unrouted int64 `json:"unrouted"` // clients closed because no upstream answered
-	Moves    int64 `json:"moves"`    // connections closed by rebalance rounds
+	Moves    int64 `json:"moves"`    // connections closed by rebalance rounds and drains of removed upstreams
+
+	// LocalErrors counts accepts, dials and checks that failed for want
+	// of local resources (EMFILE, ENFILE, ENOBUFS, ENOMEM); these never
+	// count against an upstream.
+	LocalErrors int64 `json:"local_errors"`
 }
 
 // Stats returns a snapshot of every upstream, in the order of
-// Config.Upstreams.
+// Config.Upstreams (or of the last SetUpstreams), then the removed
+// upstreams that still have connections.
 func (p *Proxy) Stats() []UpstreamStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]UpstreamStats, len(p.upstreams))
-	for i, u := range p.upstreams {
+	all := slices.Concat(p.upstreams, p.leaving)
+	out := make([]UpstreamStats, len(all))
+	for i, u := range all {
 		out[i] = UpstreamStats{
 			Addr:        u.addr,
 			Live:        u.live,
@@ -55,6 +74,8 @@ func (p *Proxy) Stats() []UpstreamStats {
 			LastFailure: u.lastFailure,
 			LastError:   u.lastError,
 			Answered:    u.answered,
+			State:       u.state.String(),
+			Removed:     u.removed,
 			Moved:       u.moved,
 			BytesUp:     u.bytesUp,
 			BytesDown:   u.bytesDown,
@@ -65,11 +86,8 @@ func (p *Proxy) Stats() []UpstreamStats {
 
 // Totals returns a snapshot of the proxy-wide counters.
 func (p *Proxy) Totals() Totals {
-	var moves int64 // the upstreams' Moved, summed: each move is counted on the upstream it left
 	p.mu.Lock()
-	for _, u := range p.upstreams {
-		moves += u.moved
-	}
+	moves := p.moves
 	p.mu.Unlock()
 	return Totals{
 		Live:     int(p.active.Load()),
@@ -77,5 +95,25 @@ func (p *Proxy) Totals() Totals {
 		Rejected: p.rejected.Load(),
 		Unrouted: p.unrouted.Load(),
 		Moves:    moves,
+
+		LocalErrors: p.localErrors.Load(),
 	}
+}
+
+// Ready reports whether the proxy is serving (at least one listener, and
+// Shutdown not called) and at least one upstream is up; with health
+// checks off, an upstream not tried yet counts as up, since only clients
+// would try it.
+func (p *Proxy) Ready() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.listeners) == 0 {
+		return false
+	}
+	for _, u := range p.upstreams {
+		if u.state == healthUp || u.state == healthUnknown && p.cfg.CheckInterval <= 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -7,18 +7,33 @@
 //
 //	pinproxy -listen 127.0.0.1:9333 -upstreams eu-01:9333,usa-01:9333 -admin 127.0.0.1:9334
 //
+// Instead of -upstreams, -upstreams-file names a file with one host:port a
+// line ("#" starts a comment). SIGHUP re-reads it: added upstreams take
+// new clients at once, removed ones take none and keep their connections
+// until they close (or, -drain-removed after the reload, are moved one
+// per rebalance round). A
+// bad file keeps the current list and logs the line at fault. Without a
+// file, SIGHUP is logged and ignored.
+//
 // Every flag can also be set in the environment as PINPROXY_ and the flag
 // name in capitals with "_" for "-" (PINPROXY_LISTEN, PINPROXY_UPSTREAMS,
 // PINPROXY_REBALANCE_INTERVAL, ...); a flag given on the command line
 // wins over the environment.
 //
-// With -admin, it serves Prometheus metrics on /metrics and each
-// upstream's state (live connections, dials, failures) as JSON on /status.
+// -max-conns defaults to what the open-file limit (RLIMIT_NOFILE) allows:
+// two descriptors a client, and a reserve for the admin server and the
+// checks; the start-up line says the figure. -max-conns 0 means no limit.
+//
+// With -admin, it serves Prometheus metrics on /metrics, each upstream's
+// state (live connections, dials, failures, up/down/unknown) as JSON on
+// /status, /healthz (200 while the process serves) and /readyz (200 while
+// it listens and at least one upstream is up).
 //
 // Exit status: 0 after SIGTERM or SIGINT, once the live connections have
-// closed or -shutdown-timeout has passed (then they are closed); 2 for a
-// bad flag or environment value, or an address it cannot listen on, with
-// one line on stderr saying which; 1 if serving fails later.
+// closed or -shutdown-timeout has passed (then they are closed; a second
+// SIGTERM or SIGINT closes them at once); 2 for a bad flag or environment
+// value, or an address it cannot listen on, with one line on stderr
+// saying which; 1 if serving fails later.
 package main
 
 import (
@@ -40,28 +55,44 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/proofkit/nodekit/internal/buildinfo"
+	"github.com/proofkit/nodekit/internal/cmdkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxymetrics"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	code := run(ctx, os.Args[1:], os.LookupEnv, os.Stderr)
-	stop()
-	os.Exit(code)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)
+	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr, sigs))
 }
+
+// envPrefix is the environment variables' prefix: -dial-timeout is
+// PINPROXY_DIAL_TIMEOUT.
+const envPrefix = "PINPROXY_"
 
 // options are the parsed flags.
 type options struct {
 	listen            string
 	upstreams         []string
+	upstreamsFile     string
 	rebalanceInterval time.Duration
+	rebalanceMaxMoves int
+	drainRemoved      time.Duration
 	dialTimeout       time.Duration
+	checkInterval     time.Duration
+	checkRise         int
+	checkFall         int
+	slowStart         time.Duration
+	sendProxy         int
 	maxConns          int
+	maxConnsFrom      string // what set maxConns: "-max-conns" or the open-file limit
 	admin             string
 	logFormat         string
 	logLevel          slog.Level
+	logConnections    bool
 	shutdownTimeout   time.Duration
+	version           bool
 }
 
 // usageError is a bad flag or environment value: exit status 2.
@@ -69,32 +100,37 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-// envName is the environment variable for a flag: -dial-timeout →
-// PINPROXY_DIAL_TIMEOUT.
-func envName(flag string) string {
-	return "PINPROXY_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
-
 func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("pinproxy", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.listen, "listen", "", "address to accept clients on, host:port (required)")
-	upstreams := fs.String("upstreams", "", "upstreams in order of preference, host:port,host:port (at least one)")
+	upstreams := fs.String("upstreams", "", "upstreams in order of preference, host:port,host:port (this or -upstreams-file)")
+	fs.StringVar(&o.upstreamsFile, "upstreams-file", "", "file of upstreams, one host:port a line, # comments; SIGHUP re-reads it")
 	fs.DurationVar(&o.rebalanceInterval, "rebalance-interval", pinproxy.DefaultRebalanceInterval, "time between rebalance rounds (0 turns them off)")
+	fs.IntVar(&o.rebalanceMaxMoves, "rebalance-max-moves", 1, "most connections a rebalance round moves")
+	fs.DurationVar(&o.drainRemoved, "drain-removed", 0, "this long after a reload removed an upstream, move its connections, one per rebalance round (0: leave them)")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", pinproxy.DefaultDialTimeout, "bound on each dial to an upstream")
-	fs.IntVar(&o.maxConns, "max-conns", 0, "most client connections at once; over it a new client is closed at once (0: no limit)")
-	fs.StringVar(&o.admin, "admin", "", "address for /metrics and /status, host:port (default: off)")
+	fs.DurationVar(&o.checkInterval, "check-interval", 0, "time between active health checks, TCP connects (0: off, health from clients' dials)")
+	fs.IntVar(&o.checkRise, "check-rise", pinproxy.DefaultCheckRise, "checks in a row that must answer to mark a down upstream up")
+	fs.IntVar(&o.checkFall, "check-fall", pinproxy.DefaultCheckFall, "checks in a row that must fail to mark an upstream down")
+	fs.DurationVar(&o.slowStart, "slow-start", 0, "ramp a returning upstream's share of new clients over this time (0: off)")
+	sendProxy := fs.String("send-proxy", "", "send a PROXY protocol header to upstreams: v1 or v2 (default: none)")
+	fs.IntVar(&o.maxConns, "max-conns", 0, "most client connections at once; over it a new client is closed at once (0: no limit; default: from the open-file limit)")
+	fs.StringVar(&o.admin, "admin", "", "address for /metrics, /status, /healthz and /readyz, host:port (default: off)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error (debug logs every connection)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.logConnections, "log-connections", true, "log each connection's end at info level (false: at debug)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long to wait for live connections before closing them")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "usage: pinproxy -listen host:port -upstreams host:port[,host:port...] [flags]\n\n")
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
-			fmt.Fprintf(stderr, "\nEach flag may be set in the environment as PINPROXY_NAME (e.g. PINPROXY_UPSTREAMS); flags win.\n")
+			fmt.Fprintf(stderr, "\nEach flag may be set in the environment as %sNAME (e.g. %s); flags win.\n",
+				envPrefix, cmdkit.EnvName(envPrefix, "upstreams"))
 			return o, err
 		}
 		return o, usageError{err.Error() + hint(fs, err.Error())}
@@ -102,23 +138,35 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	if fs.NArg() > 0 {
 		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
 	}
-	// The environment fills in the flags not given on the command line.
+	if o.version {
+		return o, nil
+	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || envErr != nil {
-			return
+	// The environment fills in the flags not given on the command line.
+	if err := cmdkit.FromEnv(fs, envPrefix, lookupEnv); err != nil {
+		msg := err.Error()
+		if strings.Contains(msg, "parse error") {
+			var name string // the flag the variable is for
+			fs.VisitAll(func(f *flag.Flag) {
+				if strings.HasPrefix(msg, cmdkit.EnvName(envPrefix, f.Name)+"=") {
+					name = f.Name
+				}
+			})
+			msg += hint(fs, "flag -"+name+": parse error")
 		}
-		if v, ok := lookupEnv(envName(f.Name)); ok {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = usageError{fmt.Sprintf("%s=%q: %v", envName(f.Name), v, err) + hint(fs, "flag -"+f.Name+": "+err.Error())}
-			}
-		}
-	})
-	if envErr != nil {
-		return o, envErr
+		return o, usageError{msg}
 	}
+	// One of -upstreams and -upstreams-file given on the command line
+	// wins over the other from the environment.
+	switch {
+	case given["upstreams"] && !given["upstreams-file"]:
+		o.upstreamsFile = ""
+	case given["upstreams-file"] && !given["upstreams"]:
+		*upstreams = ""
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true }) // the command line or the environment
 
 	if o.listen == "" {
 		return o, usageError{"-listen is required (or PINPROXY_LISTEN): the host:port to accept clients on"}
@@ -126,24 +174,65 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return o, usageError{fmt.Sprintf("-listen %q: want host:port", o.listen)}
 	}
-	if strings.TrimSpace(*upstreams) == "" {
-		return o, usageError{"-upstreams is required (or PINPROXY_UPSTREAMS): at least one host:port"}
-	}
-	for i, u := range strings.Split(*upstreams, ",") {
-		u = strings.TrimSpace(u)
-		if u == "" {
-			return o, usageError{fmt.Sprintf("-upstreams %q: entry %d is empty", *upstreams, i+1)}
+	switch {
+	case o.upstreamsFile != "" && strings.TrimSpace(*upstreams) != "":
+		return o, usageError{"-upstreams and -upstreams-file: give one, not both"}
+	case o.upstreamsFile != "":
+		ups, err := readUpstreams(o.upstreamsFile)
+		if err != nil {
+			return o, usageError{err.Error()}
 		}
-		o.upstreams = append(o.upstreams, u)
+		o.upstreams = ups
+	case strings.TrimSpace(*upstreams) == "":
+		return o, usageError{"-upstreams is required (or PINPROXY_UPSTREAMS, or -upstreams-file): at least one host:port"}
+	default:
+		for i, u := range strings.Split(*upstreams, ",") {
+			u = strings.TrimSpace(u)
+			if u == "" {
+				return o, usageError{fmt.Sprintf("-upstreams %q: entry %d is empty", *upstreams, i+1)}
+			}
+			o.upstreams = append(o.upstreams, u)
+		}
 	}
 	if o.rebalanceInterval < 0 {
 		return o, usageError{fmt.Sprintf("-rebalance-interval %v: must not be negative (0 turns rounds off)", o.rebalanceInterval)}
 	}
+	if o.rebalanceMaxMoves < 1 {
+		return o, usageError{fmt.Sprintf("-rebalance-max-moves %d: must be at least 1", o.rebalanceMaxMoves)}
+	}
+	if o.drainRemoved < 0 {
+		return o, usageError{fmt.Sprintf("-drain-removed %v: must not be negative (0: leave removed upstreams' connections)", o.drainRemoved)}
+	}
 	if o.dialTimeout <= 0 {
 		return o, usageError{fmt.Sprintf("-dial-timeout %v: must be positive", o.dialTimeout)}
 	}
+	if o.checkInterval < 0 {
+		return o, usageError{fmt.Sprintf("-check-interval %v: must not be negative (0: off)", o.checkInterval)}
+	}
+	if o.checkRise < 1 || o.checkFall < 1 {
+		return o, usageError{fmt.Sprintf("-check-rise %d, -check-fall %d: must be at least 1", o.checkRise, o.checkFall)}
+	}
+	if o.slowStart < 0 {
+		return o, usageError{fmt.Sprintf("-slow-start %v: must not be negative (0: off)", o.slowStart)}
+	}
+	switch *sendProxy {
+	case "":
+	case "v1":
+		o.sendProxy = 1
+	case "v2":
+		o.sendProxy = 2
+	default:
+		return o, usageError{fmt.Sprintf("-send-proxy %q: want v1 or v2", *sendProxy)}
+	}
 	if o.maxConns < 0 {
 		return o, usageError{fmt.Sprintf("-max-conns %d: must not be negative (0: no limit)", o.maxConns)}
+	}
+	o.maxConnsFrom = "-max-conns"
+	if !set["max-conns"] {
+		if n, ok := fileLimit(); ok {
+			o.maxConns = pinproxy.MaxConnsForFiles(n)
+			o.maxConnsFrom = fmt.Sprintf("RLIMIT_NOFILE %d", n)
+		}
 	}
 	if o.admin != "" {
 		if _, _, err := net.SplitHostPort(o.admin); err != nil {
@@ -164,6 +253,27 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	return o, nil
 }
 
+// readUpstreams reads an upstreams file; the error names the file and,
+// for a bad entry, its line.
+func readUpstreams(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("-upstreams-file: %w", err)
+	}
+	defer f.Close()
+	ups, err := pinproxy.ParseUpstreams(f)
+	var ue *pinproxy.UpstreamError
+	switch {
+	case errors.As(err, &ue):
+		return nil, fmt.Errorf("-upstreams-file %s: %s", path, ue.Detail())
+	case errors.Is(err, pinproxy.ErrNoUpstreams):
+		return nil, fmt.Errorf("-upstreams-file %s: no upstreams in it: at least one host:port line is required", path)
+	case err != nil:
+		return nil, fmt.Errorf("-upstreams-file %s: %w", path, err)
+	}
+	return ups, nil
+}
+
 // hint says what a flag wants when the flag package could not parse its
 // value (its message is only "parse error").
 func hint(fs *flag.FlagSet, msg string) string {
@@ -181,6 +291,8 @@ func hint(fs *flag.FlagSet, msg string) string {
 		return " (want a duration such as 5s or 1m)"
 	case int:
 		return " (want a whole number)"
+	case bool:
+		return " (want true or false)"
 	}
 	return ""
 }
@@ -191,7 +303,15 @@ func (o options) config(log *slog.Logger) pinproxy.Config {
 		Upstreams:         o.upstreams,
 		DialTimeout:       o.dialTimeout,
 		RebalanceInterval: o.rebalanceInterval,
+		RebalanceMaxMoves: o.rebalanceMaxMoves,
+		DrainRemoved:      o.drainRemoved,
+		CheckInterval:     o.checkInterval,
+		CheckRise:         o.checkRise,
+		CheckFall:         o.checkFall,
+		SlowStart:         o.slowStart,
+		SendProxy:         o.sendProxy,
 		MaxConns:          o.maxConns,
+		LogConnections:    o.logConnections,
 		Logger:            log,
 	}
 	if o.rebalanceInterval == 0 {
@@ -200,8 +320,9 @@ func (o options) config(log *slog.Logger) pinproxy.Config {
 	return cfg
 }
 
-// run is the whole command; it returns the exit status.
-func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stderr io.Writer) int {
+// run is the whole command; it returns the exit status. sigs delivers
+// SIGTERM, SIGINT and SIGHUP.
+func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	o, err := parseFlags(args, lookupEnv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -210,19 +331,24 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		fmt.Fprintf(stderr, "pinproxy: %v\n", err)
 		return 2
 	}
-	opts := &slog.HandlerOptions{Level: o.logLevel}
-	var log *slog.Logger
-	if o.logFormat == "json" {
-		log = slog.New(slog.NewJSONHandler(stderr, opts))
-	} else {
-		log = slog.New(slog.NewTextHandler(stderr, opts))
+	bi := buildinfo.Read()
+	if o.version {
+		fmt.Fprintf(stdout, "pinproxy %s\n", bi)
+		return 0
 	}
+	log := cmdkit.NewLogger(stderr, o.logFormat == "json", o.logLevel)
 
 	p, err := pinproxy.New(o.config(log))
-	if err != nil { // names the bad upstream
-		fmt.Fprintf(stderr, "pinproxy: -upstreams: %s\n", strings.TrimPrefix(err.Error(), "pinproxy: "))
+	var ue *pinproxy.UpstreamError
+	if errors.As(err, &ue) { // names the bad upstream
+		fmt.Fprintf(stderr, "pinproxy: -upstreams: %s\n", ue.Detail())
 		return 2
 	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pinproxy: %v\n", err)
+		return 2
+	}
+	ctx := context.Background()
 	// The proxy's own listener: accepted clients come with keepalive set.
 	ln, err := p.Listen(ctx, "tcp", o.listen)
 	if err != nil {
@@ -242,30 +368,57 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 			fmt.Fprintf(stderr, "pinproxy: -admin: cannot listen on %s: %v\n", o.admin, errors.Unwrap(err))
 			return 2
 		}
-		admin = &http.Server{Handler: adminHandler(p), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		admin = newAdminServer(p, bi, log)
 	}
 
 	served := make(chan error, 2)
 	go func() { served <- p.Serve(ln) }()
 	if admin != nil {
 		go func() { served <- admin.Serve(adminLn) }()
-		log.Info("admin listening", "addr", adminLn.Addr().String(), "paths", "/metrics /status")
+		log.Info("admin listening", "addr", adminLn.Addr().String(), "paths", "/metrics /status /healthz /readyz")
 	}
-	log.Info("pinproxy listening", "addr", ln.Addr().String(), "upstreams", strings.Join(o.upstreams, ","),
-		"rebalance_interval", o.rebalanceInterval, "dial_timeout", o.dialTimeout, "max_conns", o.maxConns)
+	log.Info("pinproxy listening", "addr", ln.Addr().String(), "version", bi.Version, "commit", bi.Commit,
+		"upstreams", strings.Join(o.upstreams, ","), "upstreams_file", o.upstreamsFile,
+		"rebalance_interval", o.rebalanceInterval, "dial_timeout", o.dialTimeout,
+		"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "check_interval", o.checkInterval)
 
 	code := 0
-	select {
-	case <-ctx.Done():
-		log.Info("signal received; draining", "live", p.Totals().Live, "timeout", o.shutdownTimeout)
-	case err := <-served:
-		log.Error("serving failed", "err", err)
-		code = 1
+wait:
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				reload(p, o.upstreamsFile, log)
+				continue
+			}
+			log.Info("signal received; draining", "signal", sig.String(), "live", p.Totals().Live, "timeout", o.shutdownTimeout)
+			break wait
+		case err := <-served:
+			log.Error("serving failed", "err", err)
+			code = 1
+			break wait
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
-	if err := p.Shutdown(sctx); err != nil {
-		log.Warn("drain timed out; closed the connections left", "err", err)
+	drained := make(chan error, 1)
+	go func() { drained <- p.Shutdown(sctx) }()
+drain:
+	for {
+		select {
+		case err := <-drained:
+			if err != nil {
+				log.Warn("drain ended; closed the connections left", "err", err)
+			}
+			break drain
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				log.Info("SIGHUP during the drain; ignored")
+				continue
+			}
+			log.Info("second signal; closing the connections left now", "signal", sig.String())
+			cancel()
+		}
 	}
 	if admin != nil {
 		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -276,11 +429,33 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	return code
 }
 
-// adminHandler serves /metrics (Prometheus, from a registry of its own)
-// and /status (JSON).
-func adminHandler(p *pinproxy.Proxy) http.Handler {
+// reload re-reads the upstreams file into p. A bad file keeps the current
+// list; either way it logs one line.
+func reload(p *pinproxy.Proxy, path string, log *slog.Logger) {
+	if path == "" {
+		log.Warn("SIGHUP without -upstreams-file; nothing to reload, ignored")
+		return
+	}
+	ups, err := readUpstreams(path)
+	if err == nil {
+		err = p.SetUpstreams(ups) // logs the new list
+	}
+	if err != nil {
+		log.Error("reload failed; keeping the current upstreams", "err", err)
+	}
+}
+
+// newAdminServer serves /metrics (Prometheus, from a registry of its own),
+// /status (JSON), /healthz and /readyz, with timeouts that close idle and
+// slow connections: the admin port shares the proxy's file descriptors.
+func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger) *http.Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(pinproxymetrics.NewCollector(p))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "pinproxy_build_info",
+		Help:        "Always 1; the labels say the version, commit and Go version of the running pinproxy.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Commit, "goversion": bi.GoVersion},
+	}, func() float64 { return 1 }))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
@@ -288,9 +463,28 @@ func adminHandler(p *pinproxy.Proxy) http.Handler {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.Encode(struct {
+			Version   string                   `json:"version"`
 			Upstreams []pinproxy.UpstreamStats `json:"upstreams"`
 			Totals    pinproxy.Totals          `json:"totals"`
-		}{p.Stats(), p.Totals()})
+		}{bi.Version, p.Stats(), p.Totals()})
 	})
-	return mux
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !p.Ready() {
+			http.Error(w, "not ready: not listening, or no upstream up", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute, // idle keep-alive connections closed within two minutes
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }

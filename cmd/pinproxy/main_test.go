@@ -56,15 +56,22 @@ type proc struct {
 	err   error         // Wait's error, once done
 }
 
-var addrRE = regexp.MustCompile(`msg="(pinproxy|admin) listening" addr=(\S+)`)
+var addrRE = regexp.MustCompile(`msg="(pinproxy|admin) listening" addr=(\S+)|"msg":"(pinproxy|admin) listening","addr":"([^"]+)"`)
 
 // start runs the binary on a free loopback port, with args and env, and
 // waits until it listens. The process is killed at cleanup if still running.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	args = append([]string{"-listen", "127.0.0.1:0", "-log-level", "debug"}, args...)
-	p := &proc{t: t, cmd: exec.Command(binary, args...), grew: make(chan struct{}), done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return launch(t, cmd)
+}
+
+// launch starts cmd, a pinproxy binary, and waits until it listens.
+func launch(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: cmd, grew: make(chan struct{}), done: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -94,10 +101,11 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	p.waitLines(func(lines []string) bool {
 		for _, l := range lines {
 			if m := addrRE.FindStringSubmatch(l); m != nil {
-				if m[1] == "pinproxy" {
-					p.addr = m[2]
+				who, addr := m[1]+m[3], m[2]+m[4]
+				if who == "pinproxy" {
+					p.addr = addr
 				} else {
-					p.admin = m[2]
+					p.admin = addr
 				}
 			}
 		}
@@ -349,6 +357,10 @@ func TestBinaryUsageErrors(t *testing.T) {
 	}
 	defer taken.Close()
 	ok := []string{"-listen", "127.0.0.1:0", "-upstreams", "127.0.0.1:9"}
+	badFile := filepath.Join(t.TempDir(), "upstreams")
+	if err := os.WriteFile(badFile, []byte("eu-01:9333\n# usa next\nusa-01\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		env  []string
@@ -372,6 +384,14 @@ func TestBinaryUsageErrors(t *testing.T) {
 		{"bad env", []string{"PINPROXY_DIAL_TIMEOUT=5"}, ok, `PINPROXY_DIAL_TIMEOUT="5": parse error (want a duration`},
 		{"env upstream", []string{"PINPROXY_UPSTREAMS=nope"}, []string{"-listen", "127.0.0.1:0"}, `upstream 1 "nope": missing port`},
 		{"stray argument", nil, append(ok, "extra"), `unexpected argument "extra"`},
+		{"space in host", nil, []string{"-listen", "127.0.0.1:0", "-upstreams", "eu 01:9333"}, `upstream 1 "eu 01:9333": host has a space in it`},
+		{"both lists", nil, append(ok, "-upstreams-file", badFile), "give one, not both"},
+		{"bad file", nil, []string{"-listen", "127.0.0.1:0", "-upstreams-file", badFile}, `-upstreams-file ` + badFile + `: line 3: "usa-01": missing port`},
+		{"no file", nil, []string{"-listen", "127.0.0.1:0", "-upstreams-file", badFile + ".none"}, "-upstreams-file: open " + badFile + ".none: no such file"},
+		{"bad send-proxy", nil, append(ok, "-send-proxy", "v3"), `-send-proxy "v3": want v1 or v2`},
+		{"bad max moves", nil, append(ok, "-rebalance-max-moves", "0"), "-rebalance-max-moves 0: must be at least 1"},
+		{"bad check fall", nil, append(ok, "-check-fall", "0"), "-check-fall 0: must be at least 1"},
+		{"bad bool env", []string{"PINPROXY_LOG_CONNECTIONS=maybe"}, ok, `PINPROXY_LOG_CONNECTIONS="maybe": parse error (want true or false)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

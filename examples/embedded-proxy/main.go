@@ -209,7 +209,7 @@ func logStats(log *slog.Logger, p *pinproxy.Proxy) {
 	log.Info("proxy stats", "live", t.Live, "accepted", t.Accepted, "unrouted", t.Unrouted, "moves", t.Moves)
 	for _, u := range p.Stats() {
 		log.Info("upstream stats", "upstream", u.Addr, "live", u.Live, "dials", u.Dials,
-			"failures", u.Failures, "answered", u.Answered, "moved", u.Moved,
+			"failures", u.Failures, "state", u.State, "moved", u.Moved,
 			"bytes_up", u.BytesUp, "bytes_down", u.BytesDown)
 	}
 }

@@ -6,35 +6,17 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
-// lockedBuffer is the service's stderr, read while it writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func waitAddr(t *testing.T, out *lockedBuffer, msg string) string {
+func waitAddr(t *testing.T, out *testkit.LogBuffer, msg string) string {
 	t.Helper()
 	re := regexp.MustCompile(`msg="` + msg + `" .*?\baddr=(\S+)`)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testkit.Timeout)
 	for time.Now().Before(deadline) {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
 			return m[1]
@@ -53,7 +35,7 @@ func TestService(t *testing.T) {
 	// a client learns where it landed once bytes went both ways.
 	a := pinproxytest.New(t, "eu-01", pinproxytest.Line).Addr
 	b := pinproxytest.New(t, "usa-01", pinproxytest.Line).Addr
-	out := &lockedBuffer{}
+	out := &testkit.LogBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
@@ -86,7 +68,7 @@ func TestService(t *testing.T) {
 	if st.Totals.Live != 2 || st.Upstreams[0].Live != 1 || st.Upstreams[1].Live != 1 {
 		t.Fatalf("stats %+v, want one live connection on each upstream", st)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testkit.Timeout)
 	for !strings.Contains(out.String(), " upstream="+b+" live=1 ") {
 		if time.Now().After(deadline) {
 			t.Fatalf("stats never logged:\n%s", out.String())
@@ -124,7 +106,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"-upstream", "a:1", "x"}, 2},
 		{[]string{"-upstream", "a:1", "-drain", "-1s"}, 2},
 	} {
-		out := &lockedBuffer{}
+		out := &testkit.LogBuffer{}
 		if code := run(context.Background(), tc.args, out); code != tc.code {
 			t.Errorf("%q: exit %d, want %d\n%s", tc.args, code, tc.code, out)
 		}

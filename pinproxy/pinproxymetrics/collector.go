@@ -46,7 +46,7 @@ func NewCollector(src Source) *Collector {
 		live:        d("upstream_live_connections", "Connections open to the upstream (dials in flight not counted).", up),
 		dials:       d("upstream_dials_total", "Connection attempts to the upstream, including rebalance test-connects.", up),
 		failures:    d("upstream_dial_failures_total", "Connection attempts to the upstream that failed.", up),
-		up:          d("upstream_up", "1 if the last dial or test-connect to the upstream answered (or none was made yet), else 0.", up),
+		up:          d("upstream_up", "1 if the upstream is up (health checks when on, else the last dial or test-connect answered); 0 if down or not known yet.", up),
 		lastFailure: d("upstream_last_failure_timestamp_seconds", "Unix time of the last failed attempt to the upstream; 0 if none.", up),
 		moved:       d("upstream_moved_connections_total", "Connections to the upstream that a rebalance round closed to move them away.", up),
 		sent:        d("upstream_sent_bytes_total", "Bytes copied from clients to the upstream, by connections that have closed.", up),
@@ -79,7 +79,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		m(c.dials, prometheus.CounterValue, float64(s.Dials))
 		m(c.failures, prometheus.CounterValue, float64(s.Failures))
 		upV := 0.0
-		if s.Answered {
+		if s.State == "up" {
 			upV = 1
 		}
 		m(c.up, prometheus.GaugeValue, upV)

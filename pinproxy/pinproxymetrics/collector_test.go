@@ -31,7 +31,7 @@ func TestCollectorFigures(t *testing.T) {
 		stats: []pinproxy.UpstreamStats{
 			{Addr: "eu-01:9333", Live: 0, Dials: 4, Failures: 3, Answered: false,
 				LastFailure: time.Unix(1_800_000_000, 500_000_000), LastError: "connection refused"},
-			{Addr: "usa-01:9333", Live: 2, Dials: 2, Answered: true, Moved: 1, BytesUp: 10, BytesDown: 20},
+			{Addr: "usa-01:9333", Live: 2, Dials: 2, Answered: true, State: "up", Moved: 1, BytesUp: 10, BytesDown: 20},
 		},
 		totals: pinproxy.Totals{Live: 2, Accepted: 3, Rejected: 0, Unrouted: 0, Moves: 1},
 	}
@@ -45,7 +45,7 @@ pinproxy_upstream_live_connections{upstream="usa-01:9333"} 2
 # TYPE pinproxy_upstream_dial_failures_total counter
 pinproxy_upstream_dial_failures_total{upstream="eu-01:9333"} 3
 pinproxy_upstream_dial_failures_total{upstream="usa-01:9333"} 0
-# HELP pinproxy_upstream_up 1 if the last dial or test-connect to the upstream answered (or none was made yet), else 0.
+# HELP pinproxy_upstream_up 1 if the upstream is up (health checks when on, else the last dial or test-connect answered); 0 if down or not known yet.
 # TYPE pinproxy_upstream_up gauge
 pinproxy_upstream_up{upstream="eu-01:9333"} 0
 pinproxy_upstream_up{upstream="usa-01:9333"} 1
@@ -125,7 +125,7 @@ func TestCollectorReadsProxy(t *testing.T) {
 
 	col := pinproxymetrics.NewCollector(p)
 	want := `
-# HELP pinproxy_upstream_up 1 if the last dial or test-connect to the upstream answered (or none was made yet), else 0.
+# HELP pinproxy_upstream_up 1 if the upstream is up (health checks when on, else the last dial or test-connect answered); 0 if down or not known yet.
 # TYPE pinproxy_upstream_up gauge
 pinproxy_upstream_up{upstream="` + down + `"} 0
 # HELP pinproxy_client_connections_unrouted_total Client connections closed because no upstream answered.

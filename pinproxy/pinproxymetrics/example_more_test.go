@@ -35,6 +35,6 @@ func ExampleNewCollector() {
 	// Output:
 	// pinproxy_upstream_live_connections{upstream="eu-01:9333"} 0
 	// pinproxy_upstream_live_connections{upstream="usa-01:9333"} 0
-	// pinproxy_upstream_up{upstream="eu-01:9333"} 1
-	// pinproxy_upstream_up{upstream="usa-01:9333"} 1
+	// pinproxy_upstream_up{upstream="eu-01:9333"} 0
+	// pinproxy_upstream_up{upstream="usa-01:9333"} 0
 }

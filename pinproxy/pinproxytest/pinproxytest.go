@@ -13,11 +13,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/proofkit/nodekit/internal/testkit"
 )
 
 // WaitFor bounds every wait in these helpers. It is a safety net against a
-// hang, not a speed assertion.
-const WaitFor = 10 * time.Second
+// hang, not a speed assertion: the bound nodekit's own tests use.
+const WaitFor = testkit.Timeout
 
 // Handler serves one connection accepted by a Node.
 type Handler func(n *Node, c net.Conn)
