@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/dockerlab"
 	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/sysctl"
 )
@@ -24,112 +25,6 @@ import (
 // has it: the image's ENTRYPOINT and HEALTHCHECK, the compose file's
 // service, /proc/sys read-only as Docker gives it, and
 // config/99-proofkit-sysctl.conf beside the compose file.
-
-// docker is a Docker daemon the test talks to.
-type docker struct {
-	t    *testing.T
-	host string // DOCKER_HOST
-}
-
-func (d *docker) cmd(ctx context.Context, args ...string) *exec.Cmd {
-	c := exec.CommandContext(ctx, "docker", args...)
-	c.Env = append(os.Environ(), "DOCKER_HOST="+d.host)
-	return c
-}
-
-// run runs docker with args within two minutes and returns its output,
-// failing the test on an error.
-func (d *docker) run(args ...string) string {
-	d.t.Helper()
-	out, err := d.try(args...)
-	if err != nil {
-		d.t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-func (d *docker) try(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := d.cmd(ctx, args...).CombinedOutput()
-	return string(out), err
-}
-
-// startDocker returns a running daemon: the host's if one answers, else
-// one the test starts with its own data root, exec root, pid file and
-// socket in a temporary directory (no bridge, no iptables rules: the
-// agent runs on the host network), stopped at the end. It skips the test,
-// with the reason, when no daemon can run.
-func startDocker(t *testing.T) *docker {
-	t.Helper()
-	testkit.NeedRoot(t, "docker", "dockerd", "nsenter")
-	if h := os.Getenv("DOCKER_HOST"); h != "" {
-		d := &docker{t: t, host: h}
-		if _, err := d.try("info"); err == nil {
-			return d
-		}
-	}
-	if _, err := os.Stat("/var/run/docker.sock"); err == nil {
-		d := &docker{t: t, host: "unix:///var/run/docker.sock"}
-		if _, err := d.try("info"); err == nil {
-			return d
-		}
-	}
-	// Short: a unix socket's path must fit in 108 bytes.
-	dir, err := os.MkdirTemp("", "nk-ops-dockerd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "docker.sock")
-	logf, err := os.Create(filepath.Join(dir, "dockerd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command("dockerd",
-		"--data-root", filepath.Join(dir, "data"), "--exec-root", filepath.Join(dir, "exec"),
-		"--pidfile", filepath.Join(dir, "dockerd.pid"), "-H", "unix://"+sock,
-		"--bridge=none", "--iptables=false", "--ip6tables=false", "--storage-driver=vfs")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Skipf("skipping: dockerd does not start: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	d := &docker{t: t, host: "unix://" + sock}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := d.try("info"); err == nil {
-			return d
-		}
-		select {
-		case <-done:
-			b, _ := os.ReadFile(logf.Name())
-			t.Skipf("skipping: dockerd exited at start: %s", lastLine(string(b)))
-		default:
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logf.Name())
-			t.Skipf("skipping: dockerd did not answer within 60 s: %s", lastLine(string(b)))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
 
 // service is one service of a compose file, as far as the shipped file
 // uses compose's keys.
@@ -290,25 +185,13 @@ func dockerRun(t *testing.T, svc service, secrets map[string]string, project, di
 }
 
 // imageLines returns the shipped Dockerfile's final stage without its
-// FROM and COPY lines (continuations joined): the VOLUME, HEALTHCHECK and
-// ENTRYPOINT a test image built FROM scratch must share.
+// FROM and COPY lines: the VOLUME, HEALTHCHECK and ENTRYPOINT a test
+// image built FROM scratch must share.
 func imageLines(t *testing.T) []string {
 	t.Helper()
-	text := strings.ReplaceAll(readDeploy(t, "Dockerfile"), "\\\n", " ")
-	var stage []string
-	for line := range strings.SplitSeq(text, "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(line, "FROM "):
-			stage = nil
-		case line == "", strings.HasPrefix(line, "#"), strings.HasPrefix(line, "COPY "):
-		default:
-			stage = append(stage, line)
-		}
-	}
-	if !slices.ContainsFunc(stage, func(l string) bool { return strings.HasPrefix(l, "ENTRYPOINT ") }) ||
-		!slices.ContainsFunc(stage, func(l string) bool { return strings.HasPrefix(l, "HEALTHCHECK ") }) {
-		t.Fatalf("Dockerfile: the final stage has no ENTRYPOINT or no HEALTHCHECK: %q", stage)
+	stage := dockerlab.FinalStage(t, "Dockerfile", readDeploy(t, "Dockerfile"))
+	if !dockerlab.HasInstruction(stage, "HEALTHCHECK") {
+		t.Fatalf("Dockerfile: the final stage has no HEALTHCHECK: %q", stage)
 	}
 	return stage
 }
@@ -381,9 +264,9 @@ func freePort(t *testing.T) string {
 // next start; applied on the host (and restored after), the file is
 // removed at the next start.
 func TestIntegrationContainer(t *testing.T) {
-	d := startDocker(t)
+	d := dockerlab.Start(t, "nsenter")
 	compose := "" // "docker compose" or "docker-compose" when installed
-	if _, err := d.try("compose", "version"); err == nil {
+	if _, err := d.Try("compose", "version"); err == nil {
 		compose = "docker compose"
 	} else if _, err := exec.LookPath("docker-compose"); err == nil {
 		compose = "docker-compose"
@@ -393,19 +276,7 @@ func TestIntegrationContainer(t *testing.T) {
 	}
 
 	// The image: a static binary, FROM scratch, no registry.
-	ctxDir := t.TempDir()
-	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(ctxDir, "proofkit-agent"), ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("static build: %v\n%s", err, out)
-	}
-	dockerfile := "FROM scratch\nCOPY proofkit-agent /usr/local/bin/proofkit-agent\n" + strings.Join(imageLines(t), "\n") + "\n"
-	if err := os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	image := fmt.Sprintf("nk-ops-proofkit-agent:%d", os.Getpid())
-	d.run("build", "-q", "-t", image, ctxDir)
-	t.Cleanup(func() { d.try("rmi", "-f", image) })
+	image := d.BuildScratch(t, ".", "proofkit-agent", "/usr/local/bin/proofkit-agent", nil, imageLines(t))
 
 	// The project: the compose file and a token, as an operator has them.
 	project := fmt.Sprintf("nkops%d", os.Getpid())
@@ -426,9 +297,9 @@ func TestIntegrationContainer(t *testing.T) {
 	}
 	container := project + "-proofkit-agent-1"
 	t.Cleanup(func() {
-		d.try("rm", "-f", container)
-		d.try("rm", "-f", project+"-netns")
-		d.try("volume", "rm", "-f", project+"_agent-state")
+		d.Try("rm", "-f", container)
+		d.Try("rm", "-f", project+"-netns")
+		d.Try("volume", "rm", "-f", project+"_agent-state")
 	})
 
 	// up starts the service on network (empty: the compose file's) and
@@ -436,7 +307,7 @@ func TestIntegrationContainer(t *testing.T) {
 	listen := freePort(t) // 9464 may be taken on this host
 	up := func(network string) string {
 		t.Helper()
-		d.try("rm", "-f", container)
+		d.Try("rm", "-f", container)
 		env := map[string]string{"PROOFKIT_AGENT_LISTEN": listen}
 		if compose != "" && network == "" {
 			override := fmt.Sprintf("services:\n  proofkit-agent:\n    image: %s\n    container_name: %s\n    environment:\n      PROOFKIT_AGENT_LISTEN: %q\n", image, container, listen)
@@ -448,17 +319,17 @@ func TestIntegrationContainer(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			c := exec.CommandContext(ctx, args[0], args[1:]...)
-			c.Env = append(os.Environ(), "DOCKER_HOST="+d.host)
+			c.Env = append(os.Environ(), "DOCKER_HOST="+d.Host)
 			if out, err := c.CombinedOutput(); err != nil {
 				t.Fatalf("%s up: %v\n%s", compose, err, out)
 			}
 		} else {
-			d.run(dockerRun(t, svc, secrets, project, dir, image, network, env)...)
+			d.Run(dockerRun(t, svc, secrets, project, dir, image, network, env)...)
 		}
 		var log string
 		testkit.WaitFor(t, "the agent's start-up line in the container's log", func() bool {
-			log, _ = d.try("logs", container)
-			if st, _ := d.try("inspect", "-f", "{{.State.Status}}", container); strings.TrimSpace(st) == "exited" {
+			log, _ = d.Try("logs", container)
+			if st, _ := d.Try("inspect", "-f", "{{.State.Status}}", container); strings.TrimSpace(st) == "exited" {
 				t.Fatalf("the container exited:\n%s", log)
 			}
 			return strings.Contains(log, `msg="agent started"`)
@@ -493,20 +364,20 @@ func TestIntegrationContainer(t *testing.T) {
 	}
 	// The image's HEALTHCHECK is the agent's own -healthcheck, and it
 	// passes in the running container.
-	if hc := d.run("inspect", "-f", "{{json .Config.Healthcheck.Test}}", container); !strings.Contains(hc, `"/usr/local/bin/proofkit-agent","-healthcheck"`) {
+	if hc := d.Run("inspect", "-f", "{{json .Config.Healthcheck.Test}}", container); !strings.Contains(hc, `"/usr/local/bin/proofkit-agent","-healthcheck"`) {
 		t.Errorf("image HEALTHCHECK %s", hc)
 	}
 	testkit.WaitFor(t, "the healthcheck to pass in the container", func() bool {
-		_, err := d.try("exec", container, "/usr/local/bin/proofkit-agent", "-healthcheck")
+		_, err := d.Try("exec", container, "/usr/local/bin/proofkit-agent", "-healthcheck")
 		return err == nil
 	})
 	if compose == "" {
 		testkit.WaitFor(t, "Docker to call the container healthy", func() bool {
-			st, _ := d.try("inspect", "-f", "{{.State.Health.Status}}", container)
+			st, _ := d.Try("inspect", "-f", "{{.State.Health.Status}}", container)
 			return strings.TrimSpace(st) == "healthy"
 		})
 	}
-	if out, err := d.try("exec", container, "/usr/local/bin/proofkit-agent", "-version"); err != nil || !strings.HasPrefix(out, "proofkit-agent ") {
+	if out, err := d.Try("exec", container, "/usr/local/bin/proofkit-agent", "-version"); err != nil || !strings.HasPrefix(out, "proofkit-agent ") {
 		t.Errorf("-version in the container: %v %q", err, out)
 	}
 	t.Logf("read-only /proc/sys refused %d keys: %v", len(refusedKeys), refusedKeys)
@@ -514,9 +385,9 @@ func TestIntegrationContainer(t *testing.T) {
 	// 2. A network namespace (a container's, held by a second container):
 	// apply the file there; the keys a namespace holds take, the host's
 	// do not. The agent restarted in it leaves only those in the file.
-	d.run("run", "-d", "--name", project+"-netns", "--network", "none", "--tmpfs", "/tmp",
+	d.Run("run", "-d", "--name", project+"-netns", "--network", "none", "--tmpfs", "/tmp",
 		"--entrypoint", "/usr/local/bin/proofkit-agent", image, "-sysctl", "off", "-listen", "off", "-state-dir", "/tmp/state")
-	pid := strings.TrimSpace(d.run("inspect", "-f", "{{.State.Pid}}", project+"-netns"))
+	pid := strings.TrimSpace(d.Run("inspect", "-f", "{{.State.Pid}}", project+"-netns"))
 	// Debian's sysctl -w exits 0 even where the kernel refuses a key, so
 	// each write is a shell redirection, checked by reading it back.
 	var took, hostOnly []string
@@ -583,10 +454,10 @@ func TestIntegrationContainer(t *testing.T) {
 	if keys := refused(log); len(keys) != 0 {
 		t.Errorf("after applying the file on the host the agent still refuses %v", keys)
 	}
-	if code := d.run("stop", container); code == "" {
+	if code := d.Run("stop", container); code == "" {
 		t.Error("docker stop printed nothing")
 	}
-	if st := strings.TrimSpace(d.run("inspect", "-f", "{{.State.ExitCode}}", container)); st != "0" {
+	if st := strings.TrimSpace(d.Run("inspect", "-f", "{{.State.ExitCode}}", container)); st != "0" {
 		t.Errorf("exit code after docker stop (SIGTERM): %s, want 0", st)
 	}
 }
