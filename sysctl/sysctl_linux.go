@@ -1,9 +1,9 @@
 package sysctl
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/proofkit/nodekit/internal/procfile"
 )
 
 func run(cfg Config, apply bool) (Report, error) {
@@ -54,7 +56,7 @@ func setKey(root string, t Target, apply bool) KeyResult {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return absent(res, spec, path)
-	case errors.Is(err, errNotRegular):
+	case errors.Is(err, procfile.ErrNotRegular), errors.Is(err, procfile.ErrTooLarge):
 		res.Action, res.Reason = Malformed, err.Error()
 		return res
 	case err != nil:
@@ -102,75 +104,28 @@ func write(path string, spec keySpec, value, target string, perm fs.FileMode) (A
 	return Raised, ""
 }
 
-// errNotRegular marks a key or meminfo path that is not a regular file.
-var errNotRegular = errors.New("not a regular file")
-
 // maxKeySize bounds a key's file: a few numbers.
 const maxKeySize = 4 << 10
 
 // readKeyFile reads a /proc/sys file and returns its text and permission
 // bits. It opens the file without blocking and refuses anything but a
-// regular file (a FIFO in a -proc tree would block the read), naming the
-// path.
+// regular file (a FIFO in a -proc tree would block the read) and a file
+// over maxKeySize, naming the path (see procfile.Read).
 func readKeyFile(path string) (string, fs.FileMode, error) {
-	f, err := openRegular(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", 0, err
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxKeySize))
+	b, fi, err := procfile.Read(context.Background(), path, maxKeySize)
 	if err != nil {
 		return "", 0, err
 	}
 	return string(b), fi.Mode().Perm(), nil
 }
 
-// openRegular opens path for reading without blocking and fails unless
-// it is a regular file.
-func openRegular(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("%s is not a file but %s: %w", path, fileKind(fi.Mode()), errNotRegular)
-	}
-	return f, nil
-}
-
-// fileKind names a mode's file type for an error.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m.IsDir():
-		return "a directory"
-	}
-	return "of type " + m.Type().String()
-}
-
 // memTotal reads MemTotal, in bytes, from procRoot's meminfo with procfs.
 func memTotal(procRoot string) (uint64, error) {
 	path := filepath.Join(procRoot, "meminfo")
-	f, err := openRegular(path) // before procfs opens it, which would block on a FIFO
-	if err != nil {
+	// Before procfs opens it, which would block on a FIFO.
+	if err := procfile.Check(context.Background(), path); err != nil {
 		return 0, fmt.Errorf("reading memory size: %w", err)
 	}
-	f.Close()
 	pfs, err := procfs.NewFS(procRoot)
 	if err != nil {
 		return 0, fmt.Errorf("reading memory size: %w", err)

@@ -365,7 +365,7 @@ func TestRunErrors(t *testing.T) {
 		{"root is a file", Config{ProcRoot: notDir, MemBytes: testMem}, "is not a directory"},
 		{"no meminfo", Config{ProcRoot: procOf(root)}, "reading memory size"},
 		{"meminfo garbage", Config{ProcRoot: garbage}, "no MemTotal line"},
-		{"meminfo a FIFO", Config{ProcRoot: fifo}, "meminfo is not a file but a named pipe (FIFO)"},
+		{"meminfo a FIFO", Config{ProcRoot: fifo}, "meminfo is a named pipe (FIFO), not a regular file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -647,7 +647,7 @@ func TestKeyFIFO(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, k := range rep.Keys {
-			if k.Key == KeySomaxconn && (k.Action != Malformed || !strings.Contains(k.Reason, path+" is not a file but a named pipe")) {
+			if k.Key == KeySomaxconn && (k.Action != Malformed || !strings.Contains(k.Reason, path+" is a named pipe (FIFO), not a regular file")) {
 				t.Errorf("somaxconn as a FIFO: %v", k)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proofkit/nodekit/agent/agenttest"
+	"github.com/proofkit/nodekit/internal/procfile"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -97,41 +98,24 @@ func TestReadRefusesFIFO(t *testing.T) {
 		p := newProbe(t, Config{ProcRoot: agenttest.Proc(dir)})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := p.Read(ctx); !errors.Is(err, errNotRegular) {
-			t.Fatalf("Read with meminfo and loadavg FIFOs = %v, want errNotRegular", err)
+		if _, err := p.Read(ctx); !errors.Is(err, procfile.ErrNotRegular) {
+			t.Fatalf("Read with meminfo and loadavg FIFOs = %v, want procfile.ErrNotRegular", err)
 		}
 	})
 }
 
-// TestReadFileRefuses: readFile takes regular files only, and not after
-// its context ended.
-func TestReadFileRefuses(t *testing.T) {
-	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo")
-	if err := mkfifo(fifo); err != nil {
+// TestReadFileTooLarge: a file over maxFileSize is malformed to the
+// probe. (procfile's tests cover FIFOs, devices and cancelled contexts.)
+func TestReadFileTooLarge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(path, make([]byte, maxFileSize+1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct {
-		path string
-		is   error
-	}{
-		{fifo, errNotRegular},
-		{dir, errNotRegular},
-		{"/dev/null", errNotRegular},
-		{filepath.Join(dir, "nope"), os.ErrNotExist},
+	if _, err := readFile(context.Background(), path); !errors.Is(err, errMalformed) || !errors.Is(err, procfile.ErrTooLarge) {
+		t.Errorf("readFile of %d bytes = %v, want errMalformed", maxFileSize+1, err)
 	}
-	for _, tt := range tests {
-		if _, err := readFile(context.Background(), tt.path); !errors.Is(err, tt.is) {
-			t.Errorf("readFile(%s) = %v, want %v", tt.path, err, tt.is)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := readFile(ctx, "testdata/proc/meminfo"); !errors.Is(err, context.Canceled) {
-		t.Errorf("readFile after cancel = %v, want context.Canceled", err)
-	}
-	if b, err := readFile(context.Background(), "testdata/proc/meminfo"); err != nil || len(b) == 0 {
-		t.Errorf("readFile(testdata/proc/meminfo) = %d bytes, %v", len(b), err)
+	if _, err := readFile(context.Background(), filepath.Join(t.TempDir(), "nope")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("readFile of a missing file = %v, want os.ErrNotExist", err)
 	}
 }
 

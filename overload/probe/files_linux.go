@@ -7,97 +7,32 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/prometheus/procfs"
-	"golang.org/x/sys/unix"
+
+	"github.com/proofkit/nodekit/internal/procfile"
 )
 
 // errMalformed marks a file whose content the probe cannot use.
 var errMalformed = errors.New("malformed")
 
-// errNotRegular marks a path that is not a regular file: a FIFO, a device
-// or a socket left in a -proc or -sys tree, whose read would block.
-var errNotRegular = errors.New("not a regular file")
-
 // maxFileSize bounds a kernel file read whole; the probe's are a few
 // hundred bytes, /proc/net/stat/nf_conntrack a line per CPU.
 const maxFileSize = 4 << 20
 
-// openRegular opens path for reading without blocking, and refuses it
-// unless it is a regular file (as every procfs and sysfs file the probe
-// reads is): opening a FIFO for reading blocks until a writer comes, and
-// reading one until it writes. The error names the path. ctx ending
-// before the open fails it.
-func openRegular(ctx context.Context, path string) (*os.File, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("%s is %s, not a regular file: %w", path, fileKind(fi.Mode()), errNotRegular)
-	}
-	return f, nil
-}
-
-// fileKind names a mode's file type for an error.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m.IsDir():
-		return "a directory"
-	}
-	return "of type " + m.Type().String()
-}
-
 // readFile reads a small kernel file whole, refusing anything but a
-// regular file (see openRegular).
+// regular file and anything over maxFileSize (see procfile.Read).
 func readFile(ctx context.Context, path string) ([]byte, error) {
-	f, err := openRegular(ctx, path)
-	if err != nil {
-		return nil, err
+	b, _, err := procfile.Read(ctx, path, maxFileSize)
+	if errors.Is(err, procfile.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %w", err, errMalformed)
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("%s is over %d bytes: %w", path, maxFileSize, errMalformed)
-	}
-	return b, nil
-}
-
-// checkRegular fails unless path is a regular file, before procfs, which
-// opens files itself, reads it.
-func checkRegular(ctx context.Context, path string) error {
-	f, err := openRegular(ctx, path)
-	if err != nil {
-		return err
-	}
-	return f.Close()
+	return b, err
 }
 
 // memoryUsedPercent returns (MemTotal − MemAvailable) / MemTotal × 100 from

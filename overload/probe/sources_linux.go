@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
+	"github.com/proofkit/nodekit/internal/procfile"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -41,7 +42,7 @@ var sources = [...]source{
 // Memory: (MemTotal − MemAvailable) / MemTotal from meminfo.
 
 func readMemory(ctx context.Context, p *Probe, _ *readEnv, s *sample) {
-	if s.memoryErr = checkRegular(ctx, filepath.Join(p.cfg.ProcRoot, "meminfo")); s.memoryErr != nil {
+	if s.memoryErr = procfile.Check(ctx, filepath.Join(p.cfg.ProcRoot, "meminfo")); s.memoryErr != nil {
 		s.memoryErr = fmt.Errorf("meminfo: %w", s.memoryErr)
 		return
 	}
@@ -61,7 +62,7 @@ func fillMemory(_, cur *sample, r *overload.Reading, acc *accumulator) {
 
 func readLoad(ctx context.Context, p *Probe, _ *readEnv, s *sample) {
 	s.cpus = cpus()
-	if s.loadErr = checkRegular(ctx, filepath.Join(p.cfg.ProcRoot, "loadavg")); s.loadErr != nil {
+	if s.loadErr = procfile.Check(ctx, filepath.Join(p.cfg.ProcRoot, "loadavg")); s.loadErr != nil {
 		s.loadErr = fmt.Errorf("loadavg: %w", s.loadErr)
 		return
 	}
@@ -166,7 +167,7 @@ func fillConntrackDrops(prev, cur *sample, r *overload.Reading, acc *accumulator
 func readListen(ctx context.Context, p *Probe, env *readEnv, s *sample) {
 	s.listenErr = env.selfErr
 	if s.listenErr == nil {
-		s.listenErr = checkRegular(ctx, filepath.Join(p.cfg.ProcRoot, env.self, "net", "netstat"))
+		s.listenErr = procfile.Check(ctx, filepath.Join(p.cfg.ProcRoot, env.self, "net", "netstat"))
 		if s.listenErr != nil {
 			s.listenErr = fmt.Errorf("netstat: %w", s.listenErr)
 		}
