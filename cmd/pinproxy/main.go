@@ -239,14 +239,11 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 			return o, usageError{fmt.Sprintf("-admin %q: want host:port", o.admin)}
 		}
 	}
-	switch o.logFormat {
-	case "text", "json":
-	default:
-		return o, usageError{fmt.Sprintf("-log-format %q: want text or json", o.logFormat)}
+	level, err := cmdkit.ParseLogFlags(o.logFormat, *logLevel)
+	if err != nil {
+		return o, usageError{err.Error()}
 	}
-	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
-		return o, usageError{fmt.Sprintf("-log-level %q: want debug, info, warn or error", *logLevel)}
-	}
+	o.logLevel = level
 	if o.shutdownTimeout < 0 {
 		return o, usageError{fmt.Sprintf("-shutdown-timeout %v: must not be negative", o.shutdownTimeout)}
 	}

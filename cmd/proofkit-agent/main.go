@@ -200,14 +200,11 @@ func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (stri
 	default:
 		return o, usageError{fmt.Sprintf("-sysctl %q: want apply, file or off", o.sysctlMode)}
 	}
-	switch o.logFormat {
-	case "text", "json":
-	default:
-		return o, usageError{fmt.Sprintf("-log-format %q: want text or json", o.logFormat)}
+	level, err := cmdkit.ParseLogFlags(o.logFormat, *logLevel)
+	if err != nil {
+		return o, usageError{err.Error()}
 	}
-	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
-		return o, usageError{fmt.Sprintf("-log-level %q: want debug, info, warn or error", *logLevel)}
-	}
+	o.logLevel = level
 	if o.reportURL != "" {
 		u, err := url.Parse(o.reportURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -62,3 +62,19 @@ func ReplaceAttr(_ []string, a slog.Attr) slog.Attr {
 	}
 	return a
 }
+
+// ParseLogFlags checks the -log-format (text or json) and -log-level
+// (debug, info, warn or error) flags both binaries take, and returns the
+// level. The error names the flag, its value and what it wants.
+func ParseLogFlags(format, level string) (slog.Level, error) {
+	switch format {
+	case "text", "json":
+	default:
+		return 0, fmt.Errorf("-log-format %q: want text or json", format)
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return 0, fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
+	}
+	return l, nil
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -43,5 +44,31 @@ func TestLoggerDurations(t *testing.T) {
 	}
 	if m["lasted"] != "1m30s" || m["any"] != "2ms" {
 		t.Fatalf("logged %s; want durations as strings", b.String())
+	}
+}
+
+func TestParseLogFlags(t *testing.T) {
+	tests := []struct {
+		format, level string
+		want          slog.Level
+		err           string
+	}{
+		{"text", "info", slog.LevelInfo, ""},
+		{"json", "debug", slog.LevelDebug, ""},
+		{"json", "WARN", slog.LevelWarn, ""},
+		{"logfmt", "info", 0, `-log-format "logfmt": want text or json`},
+		{"text", "loud", 0, `-log-level "loud": want debug, info, warn or error`},
+	}
+	for _, tt := range tests {
+		got, err := ParseLogFlags(tt.format, tt.level)
+		if tt.err != "" {
+			if err == nil || err.Error() != tt.err {
+				t.Errorf("ParseLogFlags(%q, %q) = %v, want %q", tt.format, tt.level, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("ParseLogFlags(%q, %q) = %v, %v; want %v", tt.format, tt.level, got, err, tt.want)
+		}
 	}
 }
