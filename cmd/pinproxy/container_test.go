@@ -3,13 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/proofkit/nodekit/internal/deploytest"
 	"github.com/proofkit/nodekit/internal/dockerlab"
 	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
@@ -28,15 +28,15 @@ import (
 // the later wins).
 func TestIntegrationContainer(t *testing.T) {
 	d := dockerlab.Start(t)
-	stage := dockerlab.FinalStage(t, "pinproxy.Dockerfile", readDeploy(t, "pinproxy.Dockerfile"))
-	entry := entrypoint(t, stage)
+	stage := dockerlab.FinalStage(t, "pinproxy.Dockerfile", deploytest.Read(t, "pinproxy.Dockerfile"))
+	entry := deploytest.Entrypoint(t, "pinproxy.Dockerfile", strings.Join(stage, "\n"))
 	if entry[0] != "/usr/local/bin/pinproxy" || !slices.Contains(entry, "/etc/pinproxy/upstreams") {
 		t.Fatalf("pinproxy.Dockerfile ENTRYPOINT %q: want /usr/local/bin/pinproxy reading /etc/pinproxy/upstreams", entry)
 	}
 	// gcr.io/distroless/static-debian12:nonroot runs as uid 65532.
 	stage = append(stage, "USER 65532:65532")
 	image := d.BuildScratch(t, ".", "pinproxy", "/usr/local/bin/pinproxy",
-		map[string]string{"/etc/pinproxy/upstreams": filepath.Join(deployDir, "pinproxy-upstreams")}, stage)
+		map[string]string{"/etc/pinproxy/upstreams": deploytest.Path(t, "pinproxy-upstreams")}, stage)
 
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
 	b := pinproxytest.New(t, "B", pinproxytest.Line)
@@ -51,7 +51,7 @@ func TestIntegrationContainer(t *testing.T) {
 	}
 	write("# the test's node\n" + a.Addr + "\n")
 
-	listen, admin := freeAddr(t), freeAddr(t)
+	listen, admin := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	name := fmt.Sprintf("nk-pinproxy-%d", os.Getpid())
 	t.Cleanup(func() { d.Try("rm", "-f", name) })
 	d.Run("run", "-d", "--name", name, "--network", "host",
@@ -117,32 +117,4 @@ func TestIntegrationContainer(t *testing.T) {
 	if !strings.Contains(logs(), "signal received; draining") {
 		t.Error("no drain line in the log after docker stop")
 	}
-}
-
-// entrypoint returns the JSON-array ENTRYPOINT of a stage from
-// dockerlab.FinalStage.
-func entrypoint(t *testing.T, stage []string) []string {
-	t.Helper()
-	for _, l := range stage {
-		if v, ok := strings.CutPrefix(l, "ENTRYPOINT "); ok {
-			var args []string
-			if err := json.Unmarshal([]byte(v), &args); err != nil || len(args) == 0 {
-				t.Fatalf("ENTRYPOINT %s: %v", v, err)
-			}
-			return args
-		}
-	}
-	t.Fatal("no ENTRYPOINT")
-	return nil
-}
-
-// freeAddr returns a loopback address nothing listens on just now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
+	"github.com/proofkit/nodekit/internal/deploytest"
 	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
@@ -22,13 +23,8 @@ import (
 
 // -version says the version a release build was given with -ldflags -X.
 func TestBinaryVersion(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "pinproxy")
-	const p = "github.com/proofkit/nodekit/internal/buildinfo"
-	out, err := exec.Command("go", "build", "-o", bin, "-ldflags", "-X "+p+".version=v0.5.0 -X "+p+".commit=0123456789abcdef", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	out, err = exec.Command(bin, "-version").Output()
+	bin := deploytest.BuildStamped(t, "pinproxy", "v0.5.0", "0123456789abcdef")
+	out, err := exec.Command(bin, "-version").Output()
 	if err != nil || !strings.HasPrefix(string(out), "pinproxy v0.5.0 (commit 0123456789ab") {
 		t.Fatalf("-version: %q, %v", out, err)
 	}

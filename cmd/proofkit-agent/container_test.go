@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -244,16 +243,6 @@ func sortedKeys(m map[string]string) []string {
 	return ks
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestIntegrationContainer builds a FROM scratch image of a static agent
 // binary with the shipped Dockerfile's ENTRYPOINT and HEALTHCHECK, runs
 // it as the shipped compose file says (through docker compose when the
@@ -304,7 +293,7 @@ func TestIntegrationContainer(t *testing.T) {
 
 	// up starts the service on network (empty: the compose file's) and
 	// waits for its start-up line; it returns the container's log so far.
-	listen := freePort(t) // 9464 may be taken on this host
+	listen := testkit.FreeAddr(t) // 9464 may be taken on this host
 	up := func(network string) string {
 		t.Helper()
 		d.Try("rm", "-f", container)

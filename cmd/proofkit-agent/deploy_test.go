@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -10,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/proofkit/nodekit/internal/deploytest"
 )
 
 // The files in examples/deploy are what operators copy. These tests keep
@@ -17,33 +18,11 @@ import (
 // the agent parses its own, and the systemd unit must pass
 // systemd-analyze verify.
 
-const deployDir = "../../examples/deploy"
-
-// unitExecStart returns the arguments of the unit's ExecStart= line (its
-// backslash continuations joined), the binary first.
-func unitExecStart(t *testing.T, unit string) []string {
-	t.Helper()
-	joined := strings.ReplaceAll(unit, "\\\n", " ")
-	for line := range strings.SplitSeq(joined, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "ExecStart="); ok {
-			return strings.Fields(v)
-		}
-	}
-	t.Fatal("proofkit-agent.service: no ExecStart= line")
-	return nil
-}
-
-func readDeploy(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(deployDir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
+// readDeploy returns the deployment file name's text.
+func readDeploy(t *testing.T, name string) string { return deploytest.Read(t, name) }
 
 func TestDeployUnitFlags(t *testing.T) {
-	args := unitExecStart(t, readDeploy(t, "proofkit-agent.service"))
+	args := strings.Fields(deploytest.UnitValue(t, "proofkit-agent.service", readDeploy(t, "proofkit-agent.service"), "ExecStart"))
 	if args[0] != "/usr/local/bin/proofkit-agent" {
 		t.Errorf("ExecStart runs %s, want /usr/local/bin/proofkit-agent (where the unit's comment installs it)", args[0])
 	}
@@ -62,35 +41,15 @@ func TestDeployUnitFlags(t *testing.T) {
 }
 
 func TestDeployUnitVerifies(t *testing.T) {
-	analyze, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("systemd-analyze not installed")
-	}
-	// verify checks that ExecStart's binary exists: point it at the one
-	// TestMain built.
-	unit := strings.Replace(readDeploy(t, "proofkit-agent.service"), "ExecStart=/usr/local/bin/proofkit-agent", "ExecStart="+bin, 1)
-	path := filepath.Join(t.TempDir(), "proofkit-agent.service")
-	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
-	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
-		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
-	}
+	// ExecStart is pointed at the binary TestMain built.
+	deploytest.VerifyUnit(t, "proofkit-agent.service", "/usr/local/bin/proofkit-agent", bin)
 }
 
 func TestDeployDockerFlags(t *testing.T) {
 	// The image's ENTRYPOINT (a JSON array over continuation lines) and
 	// the compose file's command: list together are the agent's arguments.
 	dockerfile := strings.ReplaceAll(readDeploy(t, "Dockerfile"), "\\\n", " ")
-	m := regexp.MustCompile(`(?m)^ENTRYPOINT\s+(\[.*\])\s*$`).FindStringSubmatch(dockerfile)
-	if m == nil {
-		t.Fatal("Dockerfile: no ENTRYPOINT [...] line")
-	}
-	var entry []string
-	if err := json.Unmarshal([]byte(m[1]), &entry); err != nil {
-		t.Fatalf("Dockerfile ENTRYPOINT %s: %v", m[1], err)
-	}
+	entry := deploytest.Entrypoint(t, "Dockerfile", dockerfile)
 	var command []string
 	in := false
 	for line := range strings.SplitSeq(readDeploy(t, "docker-compose.yml"), "\n") {

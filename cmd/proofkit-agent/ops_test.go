@@ -11,20 +11,15 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/agent/agenttest"
+	"github.com/proofkit/nodekit/internal/deploytest"
 	"github.com/proofkit/nodekit/internal/testkit"
 )
 
 // TestVersionLdflags: a build stamped with -ldflags -X reports that
 // version in -version, in /metrics and in the start-up line.
 func TestVersionLdflags(t *testing.T) {
-	stamped := filepath.Join(t.TempDir(), "proofkit-agent")
-	const pkg = "github.com/proofkit/nodekit/internal/buildinfo"
-	out, err := exec.Command("go", "build", "-o", stamped,
-		"-ldflags", "-X "+pkg+".version=v0.5.0 -X "+pkg+".commit=0123456789abcdef0123", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	out, err = exec.Command(stamped, "-version").CombinedOutput()
+	stamped := deploytest.BuildStamped(t, "proofkit-agent", "v0.5.0", "0123456789abcdef0123")
+	out, err := exec.Command(stamped, "-version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("-version: %v\n%s", err, out)
 	}

@@ -5,6 +5,7 @@ package testkit
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -74,4 +75,16 @@ func NeedTools(t testing.TB, tools ...string) {
 			t.Skipf("skipping: needs %s in PATH", tool)
 		}
 	}
+}
+
+// FreeAddr returns a loopback TCP address (127.0.0.1:port) nothing
+// listens on just now, for a process the test starts to listen on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

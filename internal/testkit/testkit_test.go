@@ -3,6 +3,7 @@ package testkit
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -33,4 +34,13 @@ func TestLogBuffer(t *testing.T) {
 	if n := strings.Count(b.String(), "\n"); n != 8 {
 		t.Fatalf("%d lines, want 8", n)
 	}
+}
+
+func TestFreeAddr(t *testing.T) {
+	addr := FreeAddr(t)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listening on FreeAddr's %s: %v", addr, err)
+	}
+	ln.Close()
 }
