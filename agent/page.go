@@ -1,11 +1,11 @@
 package agent
 
 import (
-	"cmp"
 	"fmt"
 	"html/template"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,14 +55,8 @@ func (h *history) add(r overload.Reading, res overload.Result, taken time.Time) 
 		p.fill = 100 * float64(r.ConntrackEntries) / float64(r.ConntrackMax)
 	}
 	if !missing[overload.InputBandwidth] {
-		for _, l := range r.Links {
-			if l.SpeedMbps == 0 {
-				continue
-			}
-			u := 100 * max(l.RxBitsPerSecond, l.TxBitsPerSecond) / (float64(l.SpeedMbps) * 1e6)
-			if math.IsNaN(p.bandwidth) || u > p.bandwidth {
-				p.bandwidth, p.link = u, l.Name
-			}
+		if u, link, ok := overload.BusiestLink(r.Links); ok {
+			p.bandwidth, p.link = u, link
 		}
 	}
 	h.mu.Lock()
@@ -97,19 +91,6 @@ func (a *Agent) SetSysctl(rep sysctl.Report) {
 	a.hmu.Lock()
 	defer a.hmu.Unlock()
 	a.sysctl = &rep
-}
-
-// limitsOrDefault fills l's zero thresholds with the platform's defaults,
-// as the tracker reads them.
-func limitsOrDefault(l overload.Limits) overload.Limits {
-	d := overload.DefaultLimits()
-	l.MemoryPercent = cmp.Or(l.MemoryPercent, d.MemoryPercent)
-	l.LoadPerCPU = cmp.Or(l.LoadPerCPU, d.LoadPerCPU)
-	l.ConntrackFillPercent = cmp.Or(l.ConntrackFillPercent, d.ConntrackFillPercent)
-	l.ListenDrops = cmp.Or(l.ListenDrops, d.ListenDrops)
-	l.BandwidthPercent = cmp.Or(l.BandwidthPercent, d.BandwidthPercent)
-	l.Window = cmp.Or(l.Window, d.Window)
-	return l
 }
 
 // pageCheck is one row of the page's table.
@@ -147,7 +128,7 @@ type pageData struct {
 
 func (a *Agent) pageData(now time.Time) pageData {
 	st := a.Status()
-	l := limitsOrDefault(a.limits)
+	l := a.limits.WithDefaults()
 	pts := a.hist.points()
 	d := pageData{
 		Node: a.node, Version: buildinfo.Read().String(), Now: now, Status: st,
@@ -209,62 +190,22 @@ func (a *Agent) pageData(now time.Time) pageData {
 	return d
 }
 
+// isMissing reports whether r lists c's input as missing.
 func isMissing(c overload.Check, r overload.Reading) bool {
-	in := map[overload.Check]overload.Input{
-		overload.CheckMemory: overload.InputMemory, overload.CheckLoad: overload.InputLoad,
-		overload.CheckConntrackFill: overload.InputConntrack, overload.CheckConntrackDrops: overload.InputConntrackDrops,
-		overload.CheckListenQueue: overload.InputListenDrops, overload.CheckBandwidth: overload.InputBandwidth,
-	}[c]
-	for _, m := range r.Missing {
-		if m == in {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(r.Missing, c.Input())
 }
 
 // figure returns the latest reading's figure for c and the limit it is
 // compared with, in words.
 func figure(c overload.Check, p *point, l overload.Limits) (fig, limit string, missing bool) {
-	switch c {
-	case overload.CheckMemory:
-		limit = fmt.Sprintf("above %g %%", l.MemoryPercent)
-	case overload.CheckLoad:
-		limit = fmt.Sprintf("above %g × CPUs", l.LoadPerCPU)
-	case overload.CheckConntrackFill:
-		limit = fmt.Sprintf("%g %% or more", l.ConntrackFillPercent)
-	case overload.CheckConntrackDrops:
-		limit = fmt.Sprintf("more than %d dropped", l.ConntrackDrops)
-	case overload.CheckListenQueue:
-		limit = fmt.Sprintf("%d or more dropped", l.ListenDrops)
-	case overload.CheckBandwidth:
-		limit = fmt.Sprintf("above %g %% of a link", l.BandwidthPercent)
-	}
 	if p == nil {
+		_, limit = c.Describe(nil, l)
 		return "no reading yet", limit, false
 	}
+	fig, limit = c.Describe(&p.reading, l)
 	if isMissing(c, p.reading) {
+		_, limit = c.Describe(nil, l)
 		return "unknown (input missing)", limit, true
-	}
-	r := p.reading
-	switch c {
-	case overload.CheckMemory:
-		fig = fmt.Sprintf("%.1f %%", r.MemoryUsedPercent)
-	case overload.CheckLoad:
-		fig = fmt.Sprintf("%.2f on %d CPUs", r.Load15, r.CPUs)
-		limit = fmt.Sprintf("above %g (%g × %d CPUs)", l.LoadPerCPU*float64(r.CPUs), l.LoadPerCPU, r.CPUs)
-	case overload.CheckConntrackFill:
-		fig = fmt.Sprintf("%.1f %% (%d of %d)", p.fill, r.ConntrackEntries, r.ConntrackMax)
-	case overload.CheckConntrackDrops:
-		fig = fmt.Sprintf("%d dropped", r.ConntrackDrops)
-	case overload.CheckListenQueue:
-		fig = fmt.Sprintf("%d dropped", r.ListenDrops)
-	case overload.CheckBandwidth:
-		if math.IsNaN(p.bandwidth) {
-			fig = "no link with a known speed"
-		} else {
-			fig = fmt.Sprintf("%.1f %% on %s", p.bandwidth, p.link)
-		}
 	}
 	return fig, limit, false
 }

@@ -41,6 +41,10 @@ type checkDef struct {
 	// by l (defaults filled in), and words the finding: Check, Value,
 	// Limit, Text and Link; Evaluate sets At.
 	evaluate func(r Reading, l Limits) (Finding, bool)
+	// describe words the figure the check compares in r and the limit l
+	// (defaults filled in) sets for it, for [Check.Describe]; r is nil
+	// before the first reading, and then figure is "".
+	describe func(r *Reading, l Limits) (figure, limit string)
 }
 
 // checkTable lists every check in notice order.
@@ -57,6 +61,10 @@ var checkTable = [...]checkDef{
 			}
 			return Finding{Check: CheckMemory, Value: v, Limit: l.MemoryPercent,
 				Text: "memory at " + formatAbove(v, l.MemoryPercent, 0, true) + " %"}, true
+		},
+		describe: func(r *Reading, l Limits) (string, string) {
+			return with(r, func(r Reading) string { return fmt.Sprintf("%.1f %%", r.MemoryUsedPercent) }),
+				fmt.Sprintf("above %g %%", l.MemoryPercent)
 		},
 	},
 	{
@@ -83,6 +91,13 @@ var checkTable = [...]checkDef{
 			return Finding{Check: CheckLoad, Value: v, Limit: limit,
 				Text: fmt.Sprintf("load average %s over 15 minutes, above %s %s",
 					formatAbove(v, limit, 1, true), timesWord(l.LoadPerCPU), cores(r.CPUs))}, true
+		},
+		describe: func(r *Reading, l Limits) (string, string) {
+			if r == nil {
+				return "", fmt.Sprintf("above %g × CPUs", l.LoadPerCPU)
+			}
+			return fmt.Sprintf("%.2f on %d CPUs", r.Load15, r.CPUs),
+				fmt.Sprintf("above %g (%g × %d CPUs)", l.LoadPerCPU*float64(r.CPUs), l.LoadPerCPU, r.CPUs)
 		},
 	},
 	{
@@ -114,6 +129,15 @@ var checkTable = [...]checkDef{
 				Text: fmt.Sprintf("the connection table at %s %% (%d of %d)",
 					formatAbove(v, l.ConntrackFillPercent, 0, false), r.ConntrackEntries, r.ConntrackMax)}, true
 		},
+		describe: func(r *Reading, l Limits) (string, string) {
+			return with(r, func(r Reading) string {
+				fill := math.NaN()
+				if r.ConntrackMax > 0 {
+					fill = 100 * float64(r.ConntrackEntries) / float64(r.ConntrackMax)
+				}
+				return fmt.Sprintf("%.1f %% (%d of %d)", fill, r.ConntrackEntries, r.ConntrackMax)
+			}), fmt.Sprintf("%g %% or more", l.ConntrackFillPercent)
+		},
 	},
 	{
 		check: CheckConntrackDrops, input: InputConntrackDrops,
@@ -124,6 +148,10 @@ var checkTable = [...]checkDef{
 			}
 			return Finding{Check: CheckConntrackDrops, Value: float64(r.ConntrackDrops), Limit: float64(l.ConntrackDrops),
 				Text: "the connection table was full: " + dropped(r.ConntrackDrops)}, true
+		},
+		describe: func(r *Reading, l Limits) (string, string) {
+			return with(r, func(r Reading) string { return fmt.Sprintf("%d dropped", r.ConntrackDrops) }),
+				fmt.Sprintf("more than %d dropped", l.ConntrackDrops)
 		},
 	},
 	{
@@ -136,11 +164,23 @@ var checkTable = [...]checkDef{
 			return Finding{Check: CheckListenQueue, Value: float64(r.ListenDrops), Limit: float64(l.ListenDrops),
 				Text: "listen queues were full: " + dropped(r.ListenDrops)}, true
 		},
+		describe: func(r *Reading, l Limits) (string, string) {
+			return with(r, func(r Reading) string { return fmt.Sprintf("%d dropped", r.ListenDrops) }),
+				fmt.Sprintf("%d or more dropped", l.ListenDrops)
+		},
 	},
 	{
 		check: CheckBandwidth, input: InputBandwidth,
 		invalid:  func(r Reading, _ bool) []error { return invalidLinks(r.Links) },
 		evaluate: evaluateBandwidth,
+		describe: func(r *Reading, l Limits) (string, string) {
+			return with(r, func(r Reading) string {
+				if u, link, ok := BusiestLink(r.Links); ok && !math.IsNaN(u) {
+					return fmt.Sprintf("%.1f %% on %s", u, link)
+				}
+				return "no link with a known speed"
+			}), fmt.Sprintf("above %g %% of a link", l.BandwidthPercent)
+		},
 	},
 }
 
@@ -171,6 +211,62 @@ func (c Check) index() int {
 	}
 	return -1
 }
+
+// Input returns the input c reads: a reading that lists it as missing
+// does not pass c. An unknown check reads no input ("").
+func (c Check) Input() Input {
+	if i := c.index(); i >= 0 {
+		return checkTable[i].input
+	}
+	return ""
+}
+
+// Describe words, as a status page shows them, the figure c compares in
+// r and the limit l sets for it: ("95.0 %", "above 90 %") for memory,
+// ("17.30 on 8 CPUs", "above 16 (2 × 8 CPUs)") for load. Zero fields of
+// l mean their defaults. With r nil (no reading yet) the figure is ""
+// and the limit is worded without a reading ("above 2 × CPUs"). Describe
+// does not look at r.Missing: a figure whose input is missing (see
+// [Check.Input]) means nothing, and the caller says so instead. An
+// unknown check returns "", "".
+func (c Check) Describe(r *Reading, l Limits) (figure, limit string) {
+	i := c.index()
+	if i < 0 {
+		return "", ""
+	}
+	return checkTable[i].describe(r, l.withDefaults())
+}
+
+// with returns "" for no reading, else fig(*r).
+func with(r *Reading, fig func(Reading) string) string {
+	if r == nil {
+		return ""
+	}
+	return fig(*r)
+}
+
+// BusiestLink returns, of the links whose speed is known, the one whose
+// larger rate (receive or transmit) is the highest share of its speed,
+// with that share in percent; the first listed wins a tie. ok is false
+// when no link has a known speed.
+func BusiestLink(links []Link) (percent float64, name string, ok bool) {
+	percent = math.NaN()
+	for _, l := range links {
+		if l.SpeedMbps == 0 {
+			continue
+		}
+		u := 100 * max(l.RxBitsPerSecond, l.TxBitsPerSecond) / (float64(l.SpeedMbps) * 1e6)
+		if !ok || math.IsNaN(percent) || u > percent {
+			percent, name, ok = u, l.Name, true
+		}
+	}
+	return percent, name, ok
+}
+
+// WithDefaults returns l with every zero field replaced by its default,
+// as a [Tracker] reads it (ConntrackDrops's default is its zero value;
+// Need's is at most Window).
+func (l Limits) WithDefaults() Limits { return l.withDefaults() }
 
 // known reports whether some check reads the input in.
 func (in Input) known() bool {

@@ -233,3 +233,72 @@ func TestCheckTable(t *testing.T) {
 		t.Errorf("an unknown input or check is known")
 	}
 }
+
+// TestCheckDescribe: every check reads a known input and words its
+// figure and limit, with and without a reading; the page's wording.
+func TestCheckDescribe(t *testing.T) {
+	r := calm(t0)
+	r.MemoryUsedPercent, r.Load15, r.CPUs = 95, 17.3, 8
+	r.ConntrackEntries, r.ConntrackMax, r.ConntrackDrops, r.ListenDrops = 222822, 262144, 37, 14
+	r.Links = []Link{{Name: "eth1", SpeedMbps: 0, RxBitsPerSecond: 9e9},
+		{Name: "eth0", SpeedMbps: 1000, RxBitsPerSecond: 300e6, TxBitsPerSecond: 10e6}}
+	want := map[Check][3]string{ // figure, limit, limit without a reading
+		CheckMemory:         {"95.0 %", "above 90 %", "above 90 %"},
+		CheckLoad:           {"17.30 on 8 CPUs", "above 16 (2 × 8 CPUs)", "above 2 × CPUs"},
+		CheckConntrackFill:  {"85.0 % (222822 of 262144)", "80 % or more", "80 % or more"},
+		CheckConntrackDrops: {"37 dropped", "more than 0 dropped", "more than 0 dropped"},
+		CheckListenQueue:    {"14 dropped", "10 or more dropped", "10 or more dropped"},
+		CheckBandwidth:      {"30.0 % on eth0", "above 80 % of a link", "above 80 % of a link"},
+	}
+	for _, c := range Checks() {
+		if !c.Input().known() {
+			t.Errorf("%s reads input %q, which no check lists", c, c.Input())
+		}
+		fig, limit := c.Describe(&r, Limits{})
+		_, none := c.Describe(nil, Limits{})
+		if w := want[c]; fig != w[0] || limit != w[1] || none != w[2] {
+			t.Errorf("%s: Describe = %q, %q; without a reading %q; want %q", c, fig, limit, none, w)
+		}
+	}
+	if c := Check("disk"); c.Input() != "" {
+		t.Errorf("unknown check's input %q", c.Input())
+	}
+	if fig, limit := Check("disk").Describe(&r, Limits{}); fig != "" || limit != "" {
+		t.Errorf("unknown check's Describe = %q, %q", fig, limit)
+	}
+	r.Links = []Link{{Name: "lo"}}
+	if fig, _ := CheckBandwidth.Describe(&r, Limits{}); fig != "no link with a known speed" {
+		t.Errorf("bandwidth without a known speed: %q", fig)
+	}
+	if _, limit := CheckMemory.Describe(&r, Limits{MemoryPercent: 95}); limit != "above 95 %" {
+		t.Errorf("memory limit with MemoryPercent 95: %q", limit)
+	}
+}
+
+func TestBusiestLink(t *testing.T) {
+	tests := []struct {
+		links []Link
+		want  float64
+		name  string
+		ok    bool
+	}{
+		{nil, math.NaN(), "", false},
+		{[]Link{{Name: "ifb0", RxBitsPerSecond: 1e9}}, math.NaN(), "", false},
+		{[]Link{{Name: "a", SpeedMbps: 100, TxBitsPerSecond: 50e6}, {Name: "b", SpeedMbps: 1000, RxBitsPerSecond: 900e6}}, 90, "b", true},
+		{[]Link{{Name: "a", SpeedMbps: 100, TxBitsPerSecond: 50e6}, {Name: "b", SpeedMbps: 1000, RxBitsPerSecond: 500e6}}, 50, "a", true},
+	}
+	for _, tt := range tests {
+		got, name, ok := BusiestLink(tt.links)
+		if ok != tt.ok || name != tt.name || (ok && math.Abs(got-tt.want) > 1e-9) || (!ok && !math.IsNaN(got)) {
+			t.Errorf("BusiestLink(%v) = %v, %q, %v; want %v, %q, %v", tt.links, got, name, ok, tt.want, tt.name, tt.ok)
+		}
+	}
+}
+
+func TestWithDefaults(t *testing.T) {
+	got := Limits{MemoryPercent: 95, Window: 2}.WithDefaults()
+	d := DefaultLimits()
+	if got.MemoryPercent != 95 || got.Window != 2 || got.Need != 2 || got.LoadPerCPU != d.LoadPerCPU || got.NoticeEvery != d.NoticeEvery {
+		t.Errorf("WithDefaults = %+v", got)
+	}
+}

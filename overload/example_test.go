@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/proofkit/nodekit/overload"
@@ -124,4 +125,26 @@ func ExampleTracker_Observe_retry() {
 	// seq 2 counted at 12:00:30
 	// seq 2 again: already counted
 	// seq 1 counted at 12:00:31
+}
+
+// A status page lists each check's latest figure against its limit
+// from the check table, so a new check needs no page code.
+func ExampleCheck_Describe() {
+	r := overload.Reading{MemoryUsedPercent: 92.4, Load15: 3.1, CPUs: 4,
+		ConntrackEntries: 1200, ConntrackMax: 262144, ListenDrops: 2,
+		Missing: []overload.Input{overload.InputConntrackDrops, overload.InputBandwidth}}
+	for _, c := range overload.Checks() {
+		fig, limit := c.Describe(&r, overload.Limits{})
+		if slices.Contains(r.Missing, c.Input()) {
+			fig = "unknown"
+		}
+		fmt.Printf("%-15s %-24s %s\n", c, fig, limit)
+	}
+	// Output:
+	// memory          92.4 %                   above 90 %
+	// load            3.10 on 4 CPUs           above 8 (2 × 4 CPUs)
+	// conntrack_fill  0.5 % (1200 of 262144)   80 % or more
+	// conntrack_drops unknown                  more than 0 dropped
+	// listen_queue    2 dropped                10 or more dropped
+	// bandwidth       unknown                  above 80 % of a link
 }
