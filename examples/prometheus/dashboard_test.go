@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/proofkit/nodekit/agent"
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxymetrics"
@@ -115,7 +117,10 @@ func (s *linkSource) Read(context.Context) (overload.Reading, error) {
 
 // knownNames are the series a Prometheus scraping the agent and the proxy
 // and evaluating the rules holds: the agent's /metrics as it serves it,
-// the pinproxymetrics collector's descriptions, and the rules' records.
+// the pinproxymetrics collector's descriptions (the per-upstream series a
+// proxy serves once it has upstreams), the pinproxy binary's /metrics as
+// it serves it (pinproxy_build_info is the binary's, not the
+// collector's), and the rules' records.
 func knownNames(t *testing.T) map[string]bool {
 	t.Helper()
 	known := map[string]bool{}
@@ -153,6 +158,9 @@ func knownNames(t *testing.T) map[string]bool {
 			known[m[1]] = true
 		}
 	}
+	for _, name := range proxyMetrics(t) {
+		known[name] = true
+	}
 	rules, _ := parseRules(t, rulesFile)
 	for _, r := range rules {
 		if r.kind == "record" {
@@ -160,6 +168,50 @@ func knownNames(t *testing.T) map[string]bool {
 		}
 	}
 	return known
+}
+
+// proxyMetrics builds cmd/pinproxy, runs it on loopback with an upstream
+// nobody listens on, and returns the metric names its admin port's
+// /metrics serves.
+func proxyMetrics(t *testing.T) []string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "pinproxy")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/pinproxy").CombinedOutput(); err != nil {
+		t.Fatalf("go build cmd/pinproxy: %v\n%s", err, out)
+	}
+	admin := testkit.FreeAddr(t)
+	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-upstreams", testkit.FreeAddr(t), "-admin", admin)
+	var log testkit.LogBuffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	var names []string
+	testkit.WaitFor(t, "pinproxy's /metrics", func() bool {
+		c := &http.Client{Timeout: 5 * time.Second}
+		resp, err := c.Get("http://" + admin + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(resp.Body)
+		if err != nil {
+			t.Fatalf("pinproxy's /metrics: %v\n%s", err, log.String())
+		}
+		for name := range fams {
+			names = append(names, name)
+		}
+		return true
+	})
+	if !slices.Contains(names, "pinproxy_build_info") {
+		t.Fatalf("pinproxy's /metrics lacks pinproxy_build_info: %q", names)
+	}
+	return names
 }
 
 // TestDashboardQueries: every query of the Grafana dashboard parses (by
@@ -186,6 +238,11 @@ func TestDashboardQueries(t *testing.T) {
 		}
 		if strings.Contains(q, "proofkit_agent_") && !strings.Contains(q, `job="proofkit-agent"`) {
 			t.Errorf("query %q does not select the agent's job", q)
+		}
+	}
+	for _, want := range []string{"proofkit_agent_build_info", "pinproxy_build_info"} {
+		if !slices.ContainsFunc(queries, func(q string) bool { return slices.Contains(metricNames(q), want) }) {
+			t.Errorf("%s: no panel shows %s, the version each instance runs", dashboardFile, want)
 		}
 	}
 	if !sawAgent || !sawProxy {
