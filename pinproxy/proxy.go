@@ -28,6 +28,7 @@ type Proxy struct {
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	keepAlive net.KeepAliveConfig // what setKeepAlive sets, from cfg.KeepAlive
 	bufs      sync.Pool           // the data path's buffers for small bursts (copy_linux.go)
+	park      *parker             // parks idle connections (park_linux.go); nil: never
 
 	// stopCtx ends when Shutdown is called: it stops the rebalance
 	// rounds and the accept loops' back-off sleeps. killCtx ends when
@@ -72,8 +73,7 @@ type upstream struct {
 	answered     bool
 	backoffUntil time.Time
 	moved        int64
-	bytesUp      int64
-	bytesDown    int64
+	bytes        byteCounters // live, not guarded by mu
 }
 
 func (u *upstream) load() int { return u.live + u.dialing }
@@ -117,6 +117,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.dial = d.DialContext
 	}
 	p.bufs.New = newBurstBuf
+	p.park = newParker(cfg.ParkAfter)
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.killCtx, p.kill = context.WithCancel(context.Background())
 	p.upstreams = make([]*upstream, len(cfg.Upstreams))
@@ -274,30 +275,28 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 	go p.serveConn(c)
 }
 
-// serveConn spends the connection's life in splice. Its frame must stay
-// small (the bookkeeping and logging live in finish) so the goroutine
-// keeps its initial stack.
+// serveConn spends the connection's life in splice (until it parks:
+// then splice returns early and finish runs later in the goroutine that
+// woke it). Its frame must stay small (the bookkeeping and logging live in
+// finish) so the goroutine keeps its initial stack.
 func (p *Proxy) serveConn(c *conn) {
-	up, down, err := splice(c.client, c.upstream, &p.bufs)
-	p.finish(c, up, down, err)
+	splice(c.client, c.upstream, &p.bufs, p.park, &c.up.bytes, func(r spliceResult) { p.finish(c, r) })
 }
 
 // finish unlinks a connection whose copying ended and logs it.
-func (p *Proxy) finish(c *conn, up, down int64, err error) {
+func (p *Proxy) finish(c *conn, r spliceResult) {
 	defer p.handlers.Done()
 	defer p.active.Add(-1)
 	p.mu.Lock()
 	p.unlinkLocked(c)
-	c.up.bytesUp += up
-	c.up.bytesDown += down
 	p.mu.Unlock()
 	if p.log.Enabled(p.stopCtx, slog.LevelDebug) {
 		attrs := []slog.Attr{
 			slog.String("client", c.client.RemoteAddr().String()), slog.String("upstream", c.up.addr),
-			slog.Int64("bytes_up", up), slog.Int64("bytes_down", down),
+			slog.Int64("bytes_up", r.up), slog.Int64("bytes_down", r.down),
 		}
-		if err != nil && !errors.Is(err, net.ErrClosed) {
-			attrs = append(attrs, slog.Any("err", err))
+		if r.err != nil && !errors.Is(r.err, net.ErrClosed) {
+			attrs = append(attrs, slog.Any("err", r.err))
 		}
 		p.log.LogAttrs(p.stopCtx, slog.LevelDebug, "connection closed", attrs...)
 	}
@@ -503,8 +502,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	for _, c := range left {
-		c.client.Close()
-		c.upstream.Close()
+		p.park.closePair(c.client, c.upstream)
 	}
 	p.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown: stopped waiting; closed the connections left",
 		slog.Int("closed", len(left)), slog.Any("err", ctx.Err()))

@@ -85,8 +85,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 	busy.moved++
 	p.mu.Unlock()
 
-	c.client.Close()
-	c.upstream.Close()
+	p.park.closePair(c.client, c.upstream)
 	p.log.LogAttrs(ctx, slog.LevelInfo, "answers again; moving a connection",
 		slog.String("from", busy.addr), slog.String("to", idle.addr))
 	return nil
