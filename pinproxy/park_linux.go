@@ -52,21 +52,22 @@ type parker struct {
 	tick  time.Duration // time between sweeps
 	epoch time.Time     // sweeps measure time from here
 
-	mu      sync.Mutex
-	head    *link // every parkable link, for the sweeps
-	timer   *time.Timer
-	armed   bool     // timer will run a sweep
-	epf     *os.File // the epoll set; nil while nothing is parked
-	epfd    int      // epf's fd (epf.Fd would make it blocking)
-	erc     syscall.RawConn
-	slots   []slot             // parked links by slot, for events
-	free    []uint32           // free slots
-	byConn  map[net.Conn]*link // parked links by client conn, for closePair
-	parked  int
-	looping bool      // the event goroutine runs
-	waved   int       // links parked since the last return of memory
-	freed   time.Time // when memory was last returned to the kernel
-	sweep   []*link   // the sweep's scratch list
+	mu        sync.Mutex
+	head      *link // every parkable link, for the sweeps
+	timer     *time.Timer
+	armed     bool     // timer will run a sweep
+	epf       *os.File // the epoll set; nil while nothing is parked
+	epfd      int      // epf's fd (epf.Fd would make it blocking)
+	erc       syscall.RawConn
+	slots     []slot             // parked links by slot, for events
+	free      []uint32           // free slots
+	byConn    map[net.Conn]*link // parked links by client conn, for closePair
+	parked    int
+	looping   bool      // the event goroutine runs
+	waved     int       // links parked since the last return of memory
+	wavedSeen int       // waved at the last sweep
+	freed     time.Time // when memory was last returned to the kernel
+	sweep     []*link   // the sweep's scratch list
 }
 
 type slot struct {
@@ -433,15 +434,22 @@ func (pk *parker) loop(f *os.File, rc syscall.RawConn) {
 	}
 }
 
-// returnMemory gives the memory of a large park wave back to the kernel:
-// the stacks of the goroutines that ended are freed only by a GC, and the
-// scavenger would return them only down to twice the live heap. It runs
-// at most once a minute, after at least 1,000 links parked.
+// returnMemory gives the memory of a park wave back to the kernel once
+// the wave has settled (no link parked since the last sweep): the stacks
+// of the goroutines that ended are freed only by a GC, which an idle
+// process runs every two minutes, and the scavenger then returns them
+// only down to about twice the live heap. Measured with
+// internal/proxybench, 9,000 connections parked by the default 30 s:
+// 7.4 KiB of VmRSS per connection a minute after they opened without
+// this, 3.6 with it. It runs at most once a minute, after at least 1,000
+// links parked.
 func (pk *parker) returnMemory() {
 	pk.mu.Lock()
-	due := pk.waved >= 1000 && time.Since(pk.freed) >= time.Minute
+	settled := pk.waved == pk.wavedSeen
+	pk.wavedSeen = pk.waved
+	due := settled && pk.waved >= 1000 && time.Since(pk.freed) >= time.Minute
 	if due {
-		pk.waved = 0
+		pk.waved, pk.wavedSeen = 0, 0
 		pk.freed = time.Now()
 	}
 	pk.mu.Unlock()
