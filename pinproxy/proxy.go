@@ -280,11 +280,11 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 // woke it). Its frame must stay small (the bookkeeping and logging live in
 // finish) so the goroutine keeps its initial stack.
 func (p *Proxy) serveConn(c *conn) {
-	splice(c.client, c.upstream, &p.bufs, p.park, &c.up.bytes, func(r spliceResult) { p.finish(c, r) })
+	splice(c.client, c.upstream, &p.bufs, p.park, &c.up.bytes, func(r spliceResult) { p.finish(c, r.up, r.down, r.err) })
 }
 
 // finish unlinks a connection whose copying ended and logs it.
-func (p *Proxy) finish(c *conn, r spliceResult) {
+func (p *Proxy) finish(c *conn, up, down int64, err error) {
 	defer p.handlers.Done()
 	defer p.active.Add(-1)
 	p.mu.Lock()
@@ -293,10 +293,10 @@ func (p *Proxy) finish(c *conn, r spliceResult) {
 	if p.log.Enabled(p.stopCtx, slog.LevelDebug) {
 		attrs := []slog.Attr{
 			slog.String("client", c.client.RemoteAddr().String()), slog.String("upstream", c.up.addr),
-			slog.Int64("bytes_up", r.up), slog.Int64("bytes_down", r.down),
+			slog.Int64("bytes_up", up), slog.Int64("bytes_down", down),
 		}
-		if r.err != nil && !errors.Is(r.err, net.ErrClosed) {
-			attrs = append(attrs, slog.Any("err", r.err))
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			attrs = append(attrs, slog.Any("err", err))
 		}
 		p.log.LogAttrs(p.stopCtx, slog.LevelDebug, "connection closed", attrs...)
 	}

@@ -172,6 +172,7 @@ const (
 	mParkedGo   = "parked-go"
 	mParkedStk  = "parked-stack"
 	mParkedGs   = "parked-goroutines"
+	mParkedPoll = "parked-other-sys"
 )
 
 type results map[string]map[string][]float64 // metric → target → one value per round
@@ -377,6 +378,7 @@ func measureIdle(o options, res results, t *target, echo []string) error {
 			res.add(mParkedGo, t.name, per(float64(parked.rt.HeapInuse+parked.rt.StackInuse), float64(before.rt.HeapInuse+before.rt.StackInuse))/1024)
 			res.add(mParkedStk, t.name, per(float64(parked.rt.StackInuse), float64(before.rt.StackInuse))/1024)
 			res.add(mParkedGs, t.name, per(float64(parked.rt.Goroutines), float64(before.rt.Goroutines)))
+			res.add(mParkedPoll, t.name, per(float64(parked.rt.OtherSys), float64(before.rt.OtherSys))/1024)
 		}
 		if _, err := r.ctl.call("gc"); err != nil {
 			return err

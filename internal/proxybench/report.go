@@ -102,6 +102,7 @@ func report(w io.Writer, o options, targets []*target, res results) {
 			{"parked: Go heap+stack in use KiB/conn", mParkedGo, "%.1f"},
 			{"parked: of which stacks KiB/conn", mParkedStk, "%.1f"},
 			{"parked: goroutines/conn", mParkedGs, "%.2f"},
+			{"parked: runtime off-heap (pollDescs) KiB/conn", mParkedPoll, "%.2f"},
 		} {
 			row("  "+r.label, t, r.metric, r.format)
 		}
