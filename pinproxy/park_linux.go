@@ -210,8 +210,14 @@ func (pk *parker) sweepNow() {
 		pk.wake(l, 0)
 	}
 	pk.returnMemory()
-	// The next sweep, if anything is listed; sweeps never overlap.
+	// The next sweep, if anything is listed; sweeps never overlap. With
+	// nothing parked the event goroutine is told to end (it lingers a
+	// sweep, so that one connection parking and waking does not make and
+	// close an epoll set each time).
 	pk.mu.Lock()
+	if pk.parked == 0 && pk.epf != nil {
+		pk.epf.SetReadDeadline(aLongTimeAgo)
+	}
 	if pk.head != nil {
 		pk.timer.Reset(pk.tick)
 	} else {
@@ -347,9 +353,6 @@ func (pk *parker) wake(l *link, key uint64) {
 	pk.freeSlotLocked(uint32(l.key))
 	delete(pk.byConn, l.client)
 	pk.parked--
-	if pk.parked == 0 && pk.epf != nil {
-		pk.epf.SetReadDeadline(aLongTimeAgo) // the event goroutine may end
-	}
 	l.rcs, l.key = [2]syscall.RawConn{}, 0
 	pk.mu.Unlock()
 	l.mu.Unlock()
@@ -389,7 +392,8 @@ func (pk *parker) closed(client net.Conn) {
 }
 
 // loop waits for events on the epoll set f and wakes the links they are
-// for, until nothing is parked; then it closes f.
+// for, until a sweep finds nothing parked and sets a deadline on f; then
+// it closes f.
 func (pk *parker) loop(f *os.File, rc syscall.RawConn) {
 	events := make([]unix.EpollEvent, 128)
 	var woken []*link
@@ -420,7 +424,7 @@ func (pk *parker) loop(f *os.File, rc syscall.RawConn) {
 		clear(woken)
 		woken, keys = woken[:0], keys[:0]
 		pk.mu.Lock()
-		if pk.parked == 0 {
+		if err != nil && pk.parked == 0 {
 			pk.looping = false
 			pk.epf, pk.erc = nil, nil
 			pk.mu.Unlock()
