@@ -52,7 +52,7 @@ func report(w io.Writer, o options, targets []*target, res results) {
 			if !higherBetter {
 				ok = r <= want
 			}
-			line += fmt.Sprintf("   target %s %.1f: %s", map[bool]string{true: "≥", false: "≤"}[higherBetter], want, passMiss(ok))
+			line += fmt.Sprintf("   target %s %g: %s", map[bool]string{true: "≥", false: "≤"}[higherBetter], want, passMiss(ok))
 		}
 		fmt.Fprintln(w, line)
 	}
@@ -187,7 +187,7 @@ func summary(w io.Writer, targets []*target, res results) {
 		case l.want > 0 && l.abs && len(p) > 0:
 			target = fmt.Sprintf("≤ %g KiB: %s", l.want, passMiss(median(p) <= l.want))
 		case l.want > 0 && r != "–":
-			target = fmt.Sprintf("≥ %.1f×: %s", l.want, passMiss(median(p)/median(h) >= l.want))
+			target = fmt.Sprintf("≥ %g×: %s", l.want, passMiss(median(p)/median(h) >= l.want))
 		}
 		fmt.Fprintf(w, " %s | %s |", r, target)
 		if forced {
