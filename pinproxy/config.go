@@ -21,6 +21,7 @@ const (
 	DefaultRebalanceInterval = time.Minute
 	DefaultFailedBackoff     = 30 * time.Second
 	DefaultKeepAlive         = 30 * time.Second
+	DefaultParkAfter         = 30 * time.Second
 
 	// HAProxy's defaults for its inter, rise and fall.
 	DefaultCheckRise = 2
@@ -134,6 +135,16 @@ type Config struct {
 	// sets it on each client. Zero means DefaultKeepAlive (30 s); a
 	// negative value turns keepalive off.
 	KeepAlive time.Duration
+
+	// ParkAfter is how long both directions of a connection must have
+	// waited, with no byte moved, before it parks: on Linux its two
+	// goroutines end, and its sockets wait in an epoll set of the proxy's
+	// with no goroutine and no buffer, until either side sends or hangs
+	// up; then a fresh goroutine copies as before. A connection parks
+	// within ParkAfter of going idle. Zero means DefaultParkAfter (30 s);
+	// a negative value turns parking off. Off Linux connections never
+	// park.
+	ParkAfter time.Duration
 
 	// DialContext dials an upstream. Nil means a net.Dialer with KeepAlive
 	// set. Connections it returns that are not *net.TCPConn still work,

@@ -2,7 +2,9 @@ package pinproxy
 
 import (
 	"errors"
+	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 )
@@ -13,46 +15,200 @@ import (
 // with proxy.go:
 //
 //   - splice is called once per connection, from the connection's own
-//     goroutine, after both conns are open; it returns when both
-//     directions have ended, and both conns are closed by then.
-//   - Other goroutines may Close either conn at any time (a rebalance round
-//     moving the connection, a forced Shutdown); splice must then return
-//     promptly.
-//   - up counts bytes from client to upstream, down the other way.
+//     goroutine, after both conns are open. It calls done exactly once,
+//     when both directions have ended and both conns are closed: from the
+//     caller's goroutine before it returns, or, if the connection parked
+//     (park_linux.go) and splice returned early, later from the goroutine
+//     that woke it. Either way the caller's goroutine returns from splice
+//     with nothing left to do.
+//   - Other goroutines may close the conns at any time (a rebalance round
+//     moving the connection, a forced Shutdown, a health check): through
+//     closePair, which also wakes a parked connection, so that done is
+//     called promptly. A plain Close of either conn works too, but done
+//     then waits for the parker's next sweep (at most a second) if the
+//     connection was parked.
+//   - bytes are added to total as they are copied (splice included), up
+//     for client to upstream, down the other way; done's spliceResult has
+//     the connection's own totals and which side's stream ended first.
 
-// splice copies bytes both ways between client and upstream. When one
-// side ends its stream cleanly (EOF), the other side's write half is
-// closed, so a half-close is carried through and the reply still flows
-// back; an error in either direction closes both conns, which ends the
-// other direction too. Each direction is a pump (copy_linux.go): between
-// two *net.TCPConn the runtime splices bulk bytes in the kernel, as io.Copy
-// does, but an idle direction holds no splice pipe (and short bursts move
-// through bufs, a pool of small buffers); so the conns must not be
-// wrapped in anything that hides *net.TCPConn.
-func splice(client, upstream net.Conn, bufs *sync.Pool) (up, down int64, err error) {
-	type result struct {
-		n   int64
-		err error
+// byteCounters are live byte counts, added to as bytes are copied: up
+// from client to upstream, down from upstream to client. One upstream's
+// connections share one.
+type byteCounters struct {
+	up, down atomic.Int64
+}
+
+// side names one end of a proxied connection.
+type side int32
+
+const (
+	sideNone     side = iota
+	sideClient        // the client's stream ended (EOF or an error reading it)
+	sideUpstream      // the upstream's stream ended
+)
+
+func (s side) String() string {
+	switch s {
+	case sideClient:
+		return "client"
+	case sideUpstream:
+		return "upstream"
 	}
-	downc := make(chan result, 1)
-	var clean atomic.Int32 // directions that ended with EOF
-	go func() {
-		n, err := pump(client, upstream, bufs)
-		endDirection(client, upstream, err, &clean)
-		downc <- result{n, err}
-	}()
-	up, errUp := pump(upstream, client, bufs)
-	endDirection(upstream, client, errUp, &clean)
-	r := <-downc
-	client.Close()
-	upstream.Close()
-	return up, r.n, errors.Join(errUp, r.err)
+	return "none"
+}
+
+// spliceResult is what splice reports to done when a connection has ended.
+type spliceResult struct {
+	up, down int64 // bytes copied client→upstream and upstream→client
+	// first is the side whose stream ended first: its peer closed or
+	// half-closed it, or reading it failed (with net.ErrClosed in err when
+	// the proxy closed the conns itself).
+	first side
+	err   error // both directions' errors joined; nil when both ended cleanly (EOF)
+}
+
+// Link states. A link is active while goroutines copy its bytes; parking
+// while the parker has asked them to stop (read deadlines in the past);
+// parked while it waits in the parker's epoll set with no goroutine;
+// waking from the moment something woke it until its goroutine runs the
+// copy path again.
+const (
+	linkActive int32 = iota
+	linkParking
+	linkParked
+	linkWaking
+)
+
+// link is one connection's data path: its two conns and what the copy
+// path keeps between parks.
+type link struct {
+	client, upstream net.Conn
+	bufs             *sync.Pool
+	pk               *parker // nil: the link never parks
+	done             func(spliceResult)
+	dirs             [2]direction // 0: client→upstream, 1: upstream→client
+	clean            atomic.Int32 // directions that ended with EOF
+	first            atomic.Int32 // side whose stream ended first
+
+	// Parking (park_linux.go). state is read without parkedLink.mu but
+	// changed under it, except by the link's run goroutine where it says
+	// so.
+	state atomic.Int32
+	parkedLink
+}
+
+// direction is one direction's state, shared between its pump and the
+// parker's sweeps.
+type direction struct {
+	waiting atomic.Bool   // the pump waits for its source to become readable
+	n       atomic.Int64  // bytes copied so far
+	total   *atomic.Int64 // the upstream's counter for this direction
+	// eager: the link parks as soon as both directions wait (a
+	// ParkAfter under a millisecond); then each wait calls waited.
+	eager bool
+	link  *link
+
+	// Written by the direction's goroutine, read by the link's run
+	// goroutine after the join.
+	ended bool
+	err   error
+}
+
+// add counts n bytes copied.
+func (d *direction) add(n int64) {
+	if n > 0 {
+		d.n.Add(n)
+		d.total.Add(n)
+	}
+}
+
+// splice copies bytes both ways between client and upstream, and calls
+// done when both directions have ended. When one side ends its stream
+// cleanly (EOF), the other side's write half is closed, so a half-close is
+// carried through and the reply still flows back; an error in either
+// direction closes both conns, which ends the other direction too. Each
+// direction is a pump (copy_linux.go): between two *net.TCPConn the
+// runtime splices bulk bytes in the kernel, as io.Copy does, but an idle
+// direction holds no splice pipe (and short bursts move through bufs, a
+// pool of small buffers); so the conns must not be wrapped in anything
+// that hides *net.TCPConn. With pk non-nil, a connection whose directions
+// have both waited for pk's idle time parks: its goroutines end, and the
+// first byte or hang-up on either side starts the copy path again in a
+// fresh goroutine.
+func splice(client, upstream net.Conn, bufs *sync.Pool, pk *parker, total *byteCounters, done func(spliceResult)) {
+	l := &link{client: client, upstream: upstream, bufs: bufs, done: done}
+	l.dirs[0].total = &total.up
+	l.dirs[1].total = &total.down
+	pk.add(l)
+	l.run()
+}
+
+// run copies until the link has ended (then it calls done) or parked.
+func (l *link) run() {
+	for {
+		var downc chan struct{}
+		if !l.dirs[1].ended {
+			downc = make(chan struct{})
+			go func() {
+				l.copyDir(1)
+				close(downc)
+			}()
+		}
+		if !l.dirs[0].ended {
+			l.copyDir(0)
+		}
+		if downc != nil {
+			<-downc
+		}
+		if l.dirs[0].ended && l.dirs[1].ended {
+			l.end()
+			return
+		}
+		// At least one direction paused: the parker asked. Park when
+		// both did; otherwise (one ended meanwhile, or the conns were
+		// closed) go back to copying.
+		if !l.dirs[0].ended && !l.dirs[1].ended && l.pk.park(l) {
+			return
+		}
+		l.pk.unpause(l)
+	}
+}
+
+// copyDir runs direction i's pump until its source ends, or until the
+// pump pauses because the parker asked it to.
+func (l *link) copyDir(i int) {
+	dst, src, s := l.upstream, l.client, sideClient
+	if i == 1 {
+		dst, src, s = l.client, l.upstream, sideUpstream
+	}
+	d := &l.dirs[i]
+	err := pump(dst, src, l.bufs, d)
+	d.waiting.Store(false)
+	if err != nil && l.state.Load() == linkParking && errors.Is(err, os.ErrDeadlineExceeded) {
+		return // paused: the bytes not read yet stay queued on src
+	}
+	d.ended, d.err = true, err
+	l.first.CompareAndSwap(int32(sideNone), int32(s))
+	endDirection(dst, src, err, &l.clean)
+}
+
+// end closes both conns and reports the link's result.
+func (l *link) end() {
+	l.pk.remove(l)
+	l.client.Close()
+	l.upstream.Close()
+	l.done(spliceResult{
+		up:    l.dirs[0].n.Load(),
+		down:  l.dirs[1].n.Load(),
+		first: side(l.first.Load()),
+		err:   errors.Join(l.dirs[0].err, l.dirs[1].err),
+	})
 }
 
 // endDirection passes the end of src's stream on to dst: a clean end
 // becomes a half-close of dst's write side; an error, or a dst that cannot
 // half-close, closes both. When the other direction has ended cleanly too,
-// dst's FIN is left to the Close that follows at once in splice (one
+// dst's FIN is left to the Close that follows at once in end (one
 // shutdown(2) fewer per connection, the same packets: dst has nothing
 // unread, its own stream having ended, so the close sends a FIN, not a
 // reset).
@@ -67,4 +223,32 @@ func endDirection(dst, src net.Conn, err error, clean *atomic.Int32) {
 	}
 	dst.Close()
 	src.Close()
+}
+
+// closePair closes a connection's two conns from any goroutine, and wakes
+// the connection if it is parked, so that its copy path ends and reports
+// at once. pk may be nil.
+func (pk *parker) closePair(client, upstream net.Conn) {
+	client.Close()
+	upstream.Close()
+	pk.closed(client)
+}
+
+// countingWriter counts the bytes written through it. It hides dst's
+// ReadFrom, so it is only for conns the kernel cannot splice between.
+type countingWriter struct {
+	w io.Writer
+	d *direction
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.d.add(int64(n))
+	return n, err
+}
+
+// copyCounting copies src to dst as io.Copy does, counting as it goes.
+func copyCounting(dst io.Writer, src io.Reader, d *direction) error {
+	_, err := io.Copy(countingWriter{dst, d}, src)
+	return err
 }

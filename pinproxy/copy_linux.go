@@ -12,7 +12,8 @@ import (
 )
 
 // pump copies src to dst until src's EOF (nil) or an error, as io.Copy
-// does, and between two *net.TCPConn it moves bulk bytes with splice(2), as
+// does, adding the bytes to dir as each burst moves (a burst is at most
+// what was queued on src, so a long splice is counted as it goes), and between two *net.TCPConn it moves bulk bytes with splice(2), as
 // io.Copy does. The differences are what an idle direction holds and what
 // a short message costs. io.Copy takes a splice pipe (two fds) from the
 // runtime's pool and keeps it while it waits for src to become readable
@@ -31,34 +32,33 @@ import (
 // connection's goroutines spend their life parked on it, and a goroutine
 // whose deepest call fits in the runtime's smallest stack keeps 2 KiB
 // instead of 4.
-func pump(dst, src net.Conn, bufs *sync.Pool) (int64, error) {
+func pump(dst, src net.Conn, bufs *sync.Pool, dir *direction) error {
 	d, ok := dst.(*net.TCPConn)
 	s, ok2 := src.(*net.TCPConn)
 	if !ok || !ok2 {
-		return io.Copy(dst, src)
+		return copyCounting(dst, src, dir)
 	}
 	rc, err := s.SyscallConn()
 	if err != nil {
-		return io.Copy(dst, src)
+		return copyCounting(dst, src, dir)
 	}
-	l := &looker{bufs: bufs, lr: io.LimitedReader{R: s}}
-	var written int64
+	l := &looker{bufs: bufs, dir: dir, lr: io.LimitedReader{R: s}}
 	for {
 		if err := rc.Read(l.look); err != nil {
-			return written, err // closed by another goroutine, or a deadline
+			return err // closed by another goroutine, or a deadline (the parker's)
 		}
 		if l.errno != 0 {
-			return written, readError(s, l.errno)
+			return readError(s, l.errno)
 		}
 		if l.n == 0 {
-			return written, nil // EOF
+			return nil // EOF
 		}
 		n, err := d.Write(l.buf[:l.n])
 		bufs.Put(l.buf)
 		l.buf = nil
-		written += int64(n)
+		dir.add(int64(n))
 		if err != nil {
-			return written, err
+			return err
 		}
 		if l.queued == 0 {
 			continue
@@ -67,9 +67,9 @@ func pump(dst, src net.Conn, bufs *sync.Pool) (int64, error) {
 		// behind it are spliced, which never waits for more.
 		l.lr.N = int64(l.queued)
 		m, err := d.ReadFrom(&l.lr)
-		written += m
+		dir.add(m)
 		if err != nil {
-			return written, err
+			return err
 		}
 	}
 }
@@ -87,6 +87,7 @@ func newBurstBuf() any { return new([smallBurst]byte) }
 // looker holds one direction's state between looks, off the stack.
 type looker struct {
 	bufs   *sync.Pool
+	dir    *direction
 	buf    *[smallBurst]byte // the burst just read, n bytes; nil while waiting
 	n      int
 	queued int // bytes still queued behind a full buf
@@ -105,7 +106,14 @@ func (l *looker) look(fd uintptr) bool {
 	n, errno := recvNow(fd, b[:])
 	if errno == syscall.EAGAIN {
 		l.bufs.Put(b)
+		l.dir.waiting.Store(true)
+		if l.dir.eager {
+			l.dir.link.waited()
+		}
 		return false
+	}
+	if l.dir.waiting.Load() {
+		l.dir.waiting.Store(false)
 	}
 	l.n, l.errno, l.queued = n, errno, 0 // recvNow's n is 0 with an errno
 	if n == 0 {

@@ -3,12 +3,14 @@
 package pinproxy
 
 import (
-	"io"
 	"net"
 	"sync"
 )
 
-// pump copies src to dst until src's EOF (nil) or an error.
-func pump(dst, src net.Conn, _ *sync.Pool) (int64, error) { return io.Copy(dst, src) }
+// pump copies src to dst until src's EOF (nil) or an error, counting the
+// bytes into dir as they are written.
+func pump(dst, src net.Conn, _ *sync.Pool, dir *direction) error {
+	return copyCounting(dst, src, dir)
+}
 
 func newBurstBuf() any { return nil } // not used off Linux

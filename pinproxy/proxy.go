@@ -29,6 +29,7 @@ type Proxy struct {
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	keepAlive net.KeepAliveConfig // what setKeepAlive sets, from cfg.KeepAlive
 	bufs      sync.Pool           // the data path's buffers for small bursts (copy_linux.go)
+	park      *parker             // parks idle connections (park_linux.go); nil: never
 
 	// stopCtx ends when Shutdown is called: it stops the rebalance
 	// rounds and the accept loops' back-off sleeps. killCtx ends when
@@ -81,8 +82,7 @@ type upstream struct {
 	lastFailed   bool // the last attempt failed: the next dial to it is a probe
 	backoffUntil time.Time
 	moved        int64
-	bytesUp      int64
-	bytesDown    int64
+	bytes        byteCounters // live, not guarded by mu
 
 	// state is what Stats and the metrics call up, down or unknown: the
 	// checks' verdict when Config.CheckInterval is set, else the last
@@ -175,6 +175,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.dial = d.DialContext
 	}
 	p.bufs.New = newBurstBuf
+	p.park = newParker(cfg.ParkAfter)
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.killCtx, p.kill = context.WithCancel(context.Background())
 	p.upstreams = make([]*upstream, len(cfg.Upstreams))
@@ -373,7 +374,7 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 		if err := p.sendProxyHeader(c); err != nil {
 			c.client.Close()
 			c.upstream.Close()
-			p.finish(c, 0, 0, err)
+			p.finish(c, spliceResult{err: err})
 			return
 		}
 	}
@@ -385,26 +386,32 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 	go p.serveConn(c)
 }
 
-// serveConn spends the connection's life in splice. Its frame must stay
-// small (the bookkeeping and logging live in finish) so the goroutine
-// keeps its initial stack.
+// serveConn spends the connection's life in splice (until it parks:
+// then splice returns early and finish runs later in the goroutine that
+// woke it). Its frame must stay small (the bookkeeping and logging live in
+// finish) so the goroutine keeps its initial stack.
 func (p *Proxy) serveConn(c *conn) {
-	up, down, err := splice(c.client, c.upstream, &p.bufs)
-	p.finish(c, up, down, err)
+	splice(c.client, c.upstream, &p.bufs, p.park, &c.up.bytes, func(r spliceResult) { p.finish(c, r) })
 }
 
 // finish unlinks a connection whose copying ended and logs it.
-func (p *Proxy) finish(c *conn, up, down int64, err error) {
+func (p *Proxy) finish(c *conn, r spliceResult) {
 	defer p.handlers.Done()
 	defer p.active.Add(-1)
 	p.mu.Lock()
 	p.unlinkLocked(c)
-	c.up.bytesUp += up
-	c.up.bytesDown += down
 	reason := c.reason
 	p.mu.Unlock()
-	if reason == endClosed && err != nil && !errors.Is(err, net.ErrClosed) {
-		reason = endError
+	err := r.err
+	if reason == endClosed {
+		switch {
+		case err != nil && !errors.Is(err, net.ErrClosed):
+			reason = endError
+		case r.first == sideClient:
+			reason = endClient
+		case r.first == sideUpstream:
+			reason = endUpstream
+		}
 	}
 	level := slog.LevelDebug
 	if p.cfg.LogConnections {
@@ -414,7 +421,7 @@ func (p *Proxy) finish(c *conn, up, down int64, err error) {
 		attrs := []slog.Attr{
 			slog.String("client", c.client.RemoteAddr().String()), slog.String("upstream", c.up.addr),
 			slog.Duration("duration", time.Since(c.start)),
-			slog.Int64("bytes_up", up), slog.Int64("bytes_down", down),
+			slog.Int64("bytes_up", r.up), slog.Int64("bytes_down", r.down),
 			slog.String("reason", reason.String()),
 		}
 		if err != nil && !errors.Is(err, net.ErrClosed) {
@@ -435,8 +442,7 @@ func (p *Proxy) endLocked(c *conn, reason endReason) {
 // closeConn closes both sides of c from outside its goroutine, which then
 // finishes it. Call it without p.mu held, after endLocked.
 func (p *Proxy) closeConn(c *conn) {
-	c.client.Close()
-	c.upstream.Close()
+	p.park.closePair(c.client, c.upstream)
 }
 
 // connect dials upstreams, least-used first, until one answers, and links
@@ -741,7 +747,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	for _, c := range left {
-		p.closeConn(c)
+		p.park.closePair(c.client, c.upstream)
 	}
 	p.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown: stopped waiting; closed the connections left",
 		slog.Int("closed", len(left)), slog.Any("err", ctx.Err()))

@@ -37,7 +37,7 @@ type UpstreamStats struct {
 	Moved int64 `json:"moved"` // connections a rebalance round closed to move them away
 
 	// BytesUp and BytesDown count the bytes copied to and from this
-	// upstream by connections that have closed.
+	// upstream, as they are copied, by every connection, live or closed.
 	BytesUp   int64 `json:"bytes_up"`
 	BytesDown int64 `json:"bytes_down"`
 }
@@ -77,8 +77,8 @@ func (p *Proxy) Stats() []UpstreamStats {
 			State:       u.state.String(),
 			Removed:     u.removed,
 			Moved:       u.moved,
-			BytesUp:     u.bytesUp,
-			BytesDown:   u.bytesDown,
+			BytesUp:     u.bytes.up.Load(),
+			BytesDown:   u.bytes.down.Load(),
 		}
 	}
 	return out

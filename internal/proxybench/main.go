@@ -30,6 +30,7 @@ type options struct {
 	streams    int
 	clients    int
 	idle       int
+	parked     time.Duration
 	targets    []string
 	haproxyBin string
 	maxconn    int
@@ -46,6 +47,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 2*time.Second, "length of each throughput and connection-rate measurement")
 	flag.IntVar(&o.streams, "streams", 4, "parallel streams of the throughput measurement")
 	flag.IntVar(&o.clients, "clients", 32, "concurrent clients of the connection-rate measurement")
+	flag.DurationVar(&o.parked, "parked", time.Minute, "how long pinproxy's idle connections are left idle (after they opened) before their memory is read again: they park after 30 s idle by default (0: skip)")
 	flag.IntVar(&o.idle, "idle", 9000, "idle connections held open through each proxy for the memory measurement (capped per proxy by the fds it needs: HAProxy at -maxconn, the naive proxy at 3000)")
 	targets := flag.String("targets", "direct,haproxy,haproxy-force,naive,floor,pinproxy", "what to measure, comma-separated: haproxy is the issue's configuration (mode tcp, balance leastconn, nbthread 2, option splice-auto), the reference of the ratios; haproxy-force adds option splice-request and splice-response (splice every transfer); floor is the least a Go proxy can do per connection (an epoll loop per CPU, raw syscalls, no goroutine per connection; floor_linux.go); exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
 	metrics := flag.String("metrics", "throughput,connrate,idle", "which measurements to run, comma-separated")
@@ -83,6 +85,7 @@ type target struct {
 	// idleMax is the most idle connections it can hold under the fd limit
 	// here; 0: memory is not measured (direct).
 	idleMax int
+	parks   bool // a pinproxy: its idle connections park
 	start   func(upstreams []string) (*running, error)
 }
 
@@ -127,13 +130,13 @@ func buildTargets(o options) ([]*target, error) {
 		case "floor":
 			out = append(out, &target{name: name, label: "epoll floor (see floor_linux.go)", idleMax: o.idle, start: startGoProxy("", name)})
 		case "pinproxy":
-			out = append(out, &target{name: name, label: "pinproxy", idleMax: o.idle, start: startGoProxy("", name)})
+			out = append(out, &target{name: name, label: "pinproxy", idleMax: o.idle, parks: true, start: startGoProxy("", name)})
 		default:
 			exe, ok := strings.CutPrefix(name, "exp:")
 			if !ok {
 				return nil, fmt.Errorf("unknown target %q (want direct, haproxy, haproxy-force, naive, floor, pinproxy, exp:PATH)", name)
 			}
-			out = append(out, &target{name: name, label: name, idleMax: o.idle, start: startGoProxy(exe, "pinproxy")})
+			out = append(out, &target{name: name, label: name, idleMax: o.idle, parks: true, start: startGoProxy(exe, "pinproxy")})
 		}
 	}
 	return out, nil
@@ -165,6 +168,11 @@ const (
 	mIdleFDs    = "idle-fds"
 	mIdleGs     = "idle-goroutines"
 	mIdleGCRSS  = "idle-gc-rss"
+	mParkedRSS  = "parked-rss"
+	mParkedGo   = "parked-go"
+	mParkedStk  = "parked-stack"
+	mParkedGs   = "parked-goroutines"
+	mParkedPoll = "parked-other-sys"
 )
 
 type results map[string]map[string][]float64 // metric → target → one value per round
@@ -342,6 +350,7 @@ func measureIdle(o options, res results, t *target, echo []string) error {
 	if err != nil {
 		return fmt.Errorf("%d idle connections: %w", n, err)
 	}
+	opened := time.Now()
 	defer closeAll(conns)
 	time.Sleep(time.Second)
 	after, err := snapshot(r)
@@ -356,6 +365,21 @@ func measureIdle(o options, res results, t *target, echo []string) error {
 		res.add(mIdleGo, t.name, per(float64(after.rt.HeapInuse+after.rt.StackInuse), float64(before.rt.HeapInuse+before.rt.StackInuse))/1024)
 		res.add(mIdleStack, t.name, per(float64(after.rt.StackInuse), float64(before.rt.StackInuse))/1024)
 		res.add(mIdleGs, t.name, per(float64(after.rt.Goroutines), float64(before.rt.Goroutines)))
+		if t.parks && o.parked > 0 {
+			// Idle long enough to park, and for the memory the
+			// goroutines gave up to go back to the kernel, with no
+			// help from here.
+			time.Sleep(time.Until(opened.Add(o.parked)))
+			parked, err := snapshot(r)
+			if err != nil {
+				return err
+			}
+			res.add(mParkedRSS, t.name, per(float64(parked.rss), float64(before.rss))/1024)
+			res.add(mParkedGo, t.name, per(float64(parked.rt.HeapInuse+parked.rt.StackInuse), float64(before.rt.HeapInuse+before.rt.StackInuse))/1024)
+			res.add(mParkedStk, t.name, per(float64(parked.rt.StackInuse), float64(before.rt.StackInuse))/1024)
+			res.add(mParkedGs, t.name, per(float64(parked.rt.Goroutines), float64(before.rt.Goroutines)))
+			res.add(mParkedPoll, t.name, per(float64(parked.rt.OtherSys), float64(before.rt.OtherSys))/1024)
+		}
 		if _, err := r.ctl.call("gc"); err != nil {
 			return err
 		}

@@ -52,7 +52,7 @@ func report(w io.Writer, o options, targets []*target, res results) {
 			if !higherBetter {
 				ok = r <= want
 			}
-			line += fmt.Sprintf("   target %s %.1f: %s", map[bool]string{true: "≥", false: "≤"}[higherBetter], want, passMiss(ok))
+			line += fmt.Sprintf("   target %s %g: %s", map[bool]string{true: "≥", false: "≤"}[higherBetter], want, passMiss(ok))
 		}
 		fmt.Fprintln(w, line)
 	}
@@ -70,7 +70,7 @@ func report(w io.Writer, o options, targets []*target, res results) {
 
 	fmt.Fprintf(w, "\nconnection rate, conn/s: %d clients for %s; each connection: connect, write 1 byte, read the upstream's echo, close\n", o.clients, o.duration)
 	rows(mConnRate, "%.0f")
-	ratio(mConnRate, "HAProxy", "haproxy", true, 1.0)
+	ratio(mConnRate, "HAProxy", "haproxy", true, 0.85)
 	ratio(mConnRate, "HAProxy, splice forced", "haproxy-force", true, 0)
 	ratio(mConnRate, "direct", "direct", true, 0)
 	ratioOf(mConnRate, "floor", "epoll floor", "HAProxy", "haproxy", true, 0)
@@ -98,6 +98,11 @@ func report(w io.Writer, o options, targets []*target, res results) {
 			{"open fds/conn", mIdleFDs, "%.2f"},
 			{"goroutines/conn", mIdleGs, "%.2f"},
 			{"VmRSS KiB/conn after 2 GCs, freed pages returned", mIdleGCRSS, "%.1f"},
+			{fmt.Sprintf("parked (idle %s): VmRSS KiB/conn", o.parked), mParkedRSS, "%.1f"},
+			{"parked: Go heap+stack in use KiB/conn", mParkedGo, "%.1f"},
+			{"parked: of which stacks KiB/conn", mParkedStk, "%.1f"},
+			{"parked: goroutines/conn", mParkedGs, "%.2f"},
+			{"parked: runtime off-heap (pollDescs) KiB/conn", mParkedPoll, "%.2f"},
 		} {
 			row("  "+r.label, t, r.metric, r.format)
 		}
@@ -105,6 +110,12 @@ func report(w io.Writer, o options, targets []*target, res results) {
 	if v := res[mIdleRSS]["pinproxy"]; len(v) > 0 {
 		fmt.Fprintf(w, "  pinproxy VmRSS per idle connection %10.1f KiB   target ≤ 10 KiB: %s\n", median(v), passMiss(median(v) <= 10))
 		ratio(mIdleRSS, "HAProxy", "haproxy", false, 0)
+	}
+	if v := res[mParkedRSS]["pinproxy"]; len(v) > 0 {
+		fmt.Fprintf(w, "  pinproxy VmRSS per parked connection %8.1f KiB   target ≤ 1.5 KiB: %s\n", median(v), passMiss(median(v) <= 1.5))
+		if h := res[mIdleRSS]["haproxy"]; len(h) > 0 && median(h) > 0 {
+			fmt.Fprintf(w, "  pinproxy parked / HAProxy idle %14.2f\n", median(v)/median(h))
+		}
 	}
 }
 
@@ -125,9 +136,12 @@ func summary(w io.Writer, targets []*target, res results) {
 	lines := []line{
 		{"throughput, MiB/s", mThroughput, "%.0f", 1.2, false},
 		{"CPU per GiB, ms", mBulkCPU, "%.0f", 0, false},
-		{"connections/s", mConnRate, "%.0f", 1.0, false},
+		{"connections/s", mConnRate, "%.0f", 0.85, false},
 		{"CPU per connection, µs", mConnCPU, "%.0f", 0, false},
 		{"idle memory, KiB/conn (VmRSS)", mIdleRSS, "%.1f", 10, true},
+		{"goroutines/conn, idle", mIdleGs, "%.2f", 0, false},
+		{"parked (idle 1 min) memory, KiB/conn (VmRSS)", mParkedRSS, "%.1f", 1.5, true},
+		{"goroutines/conn, parked", mParkedGs, "%.2f", 0, false},
 		{"idle fds/conn", mIdleFDs, "%.1f", 0, false},
 	}
 	fmt.Fprintf(w, "\n| medians |")
@@ -171,9 +185,9 @@ func summary(w io.Writer, targets []*target, res results) {
 		target := ""
 		switch {
 		case l.want > 0 && l.abs && len(p) > 0:
-			target = fmt.Sprintf("≤ %.0f KiB: %s", l.want, passMiss(median(p) <= l.want))
+			target = fmt.Sprintf("≤ %g KiB: %s", l.want, passMiss(median(p) <= l.want))
 		case l.want > 0 && r != "–":
-			target = fmt.Sprintf("≥ %.1f×: %s", l.want, passMiss(median(p)/median(h) >= l.want))
+			target = fmt.Sprintf("≥ %g×: %s", l.want, passMiss(median(p)/median(h) >= l.want))
 		}
 		fmt.Fprintf(w, " %s | %s |", r, target)
 		if forced {

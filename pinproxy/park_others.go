@@ -1,0 +1,24 @@
+//go:build !linux
+
+package pinproxy
+
+import (
+	"net"
+	"time"
+)
+
+// parker is nil off Linux: connections never park.
+type parker struct{}
+
+type parkedLink struct{}
+
+var parkAfterForTests time.Duration = -1
+
+func newParker(time.Duration) *parker { return nil }
+
+func (pk *parker) add(*link)       {}
+func (pk *parker) remove(*link)    {}
+func (pk *parker) park(*link) bool { return false }
+func (pk *parker) unpause(l *link) { l.state.Store(linkActive) }
+func (pk *parker) closed(net.Conn) {}
+func (pk *parker) parkedNow() int  { return 0 }
