@@ -2,8 +2,11 @@ package pinproxy_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
@@ -113,4 +116,52 @@ func TestRebalanceLogsReason(t *testing.T) {
 	testkit.WaitFor(t, "the moved connection's line", func() bool {
 		return strings.Contains(logs.String(), "bytes_up=14 bytes_down=7 reason=rebalanced")
 	})
+}
+
+// A connection's log line says which side closed first.
+func TestConnectionLogSaysWhoClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		upCloses   bool
+		wantReason string
+	}{
+		{"client", false, `reason="client closed"`},
+		{"upstream", true, `reason="upstream closed"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					if tc.upCloses {
+						c.Write([]byte("bye\n"))
+						c.Close()
+						continue
+					}
+					go func() { io.Copy(io.Discard, c); c.Close() }()
+				}
+			}()
+			log, logs := testLogger(t)
+			p := newProxy(t, pinproxy.Config{Upstreams: []string{ln.Addr().String()}, RebalanceInterval: -1, Logger: log, LogConnections: true})
+			addr := serve(t, p)
+			c := mustDial(t, addr)
+			if tc.upCloses {
+				io.Copy(io.Discard, c)
+			} else {
+				c.Write([]byte("hello\n"))
+				time.Sleep(50 * time.Millisecond)
+			}
+			c.Close()
+			testkit.WaitFor(t, "the connection's line with "+tc.wantReason, func() bool {
+				return strings.Contains(logs.String(), tc.wantReason)
+			})
+		})
+	}
 }
