@@ -75,7 +75,7 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPl
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(p.handler(tokens{testToken: "", "x1-token": "x1"}))
+	srv := httptest.NewServer(handler(p, tokens{testToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, dir: dir, p: p, srv: srv}
 }
@@ -438,7 +438,7 @@ func TestStateFiles(t *testing.T) {
 	// A plan round on a quiet fleet writes nothing.
 	before, _ := os.ReadFile(filepath.Join(dir, "x1.json"))
 	c.add(time.Minute)
-	tp.p.planRound()
+	tp.p.planRound(t.Context())
 	if after, _ := os.ReadFile(filepath.Join(dir, "x1.json")); !bytes.Equal(before, after) {
 		t.Fatalf("a quiet plan round rewrote x1.json")
 	}
@@ -499,7 +499,7 @@ func BenchmarkReport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := p.handler(tokens{testToken: ""})
+	h := handler(p, tokens{testToken: ""})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.add(30 * time.Second)
@@ -525,7 +525,8 @@ func TestSampleRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(p.views()); got != 3 {
+	if vs, _ := p.views(t.Context()); len(vs) != 3 {
+		got := len(vs)
 		t.Fatalf("%d nodes, want 3", got)
 	}
 	if _, err := readSeed("testdata/nonexistent.json"); err == nil {
