@@ -181,16 +181,16 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 	var state []byte
 	err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1 FOR UPDATE`, id).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) && create {
-		fresh, err := p.newNode(id)
-		if err != nil {
-			return nil, err
+		fresh, ferr := p.newNode(id)
+		if ferr != nil {
+			return nil, ferr
 		}
-		b, err := encodeNode(fresh, false)
-		if err != nil {
-			return nil, err
+		b, ferr := encodeNode(fresh, false)
+		if ferr != nil {
+			return nil, ferr
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO nodes (id, state) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, b); err != nil {
-			return nil, err
+		if _, ferr := tx.Exec(ctx, `INSERT INTO nodes (id, state) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, b); ferr != nil {
+			return nil, ferr
 		}
 		err = tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1 FOR UPDATE`, id).Scan(&state)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/pgtest"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -65,7 +66,8 @@ type testPlatform struct {
 	t     *testing.T
 	clock *clock
 	dir   string
-	p     *platform
+	p     *platform // the file store; nil for PostgreSQL
+	svc   service
 	srv   *httptest.Server
 }
 
@@ -75,9 +77,32 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPl
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(handler(p, tokens{testToken: "", "x1-token": "x1"}))
+	tp := serveTest(t, c, p)
+	tp.dir, tp.p = dir, p
+	return tp
+}
+
+func serveTest(t *testing.T, c *clock, svc service) *testPlatform {
+	srv := httptest.NewServer(handler(svc, tokens{testToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
-	return &testPlatform{t: t, clock: c, dir: dir, p: p, srv: srv}
+	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
+}
+
+// opener starts a platform on a subtest's store; called again, it starts
+// another on the same store (a restart, or a second replica).
+type opener func(c *clock, seed *seedFile) *testPlatform
+
+// eachStore runs test on the file store and on PostgreSQL (skipped
+// without it): the same API, the same verdicts.
+func eachStore(t *testing.T, test func(t *testing.T, open opener)) {
+	t.Run("file", func(t *testing.T) {
+		dir := t.TempDir()
+		test(t, func(c *clock, seed *seedFile) *testPlatform { return newTestPlatform(t, dir, c, seed) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.Need(t, cluster).NewDatabase(t)
+		test(t, func(c *clock, seed *seedFile) *testPlatform { return newPGTestPlatform(t, url, c, seed) })
+	})
 }
 
 func (tp *testPlatform) do(method, path string, body any, out any) int {
@@ -159,9 +184,11 @@ func (w tWriter) Write(b []byte) (int, error) {
 // notice, the longest-idle own route closed at once, the route in use with
 // a cheaper DE alternative moved after 15 minutes, nothing else; then the
 // overload ends and the node is admitted after the 10-minute cool-down.
-func TestOverloadLifecycle(t *testing.T) {
+func TestOverloadLifecycle(t *testing.T) { eachStore(t, testOverloadLifecycle) }
+
+func testOverloadLifecycle(t *testing.T, open opener) {
 	c := &clock{t: t0}
-	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	tp := open(c, testSeed())
 
 	if a := tp.admit("x1"); !a.Admit {
 		t.Fatalf("fresh node not admitted: %+v", a)
@@ -228,7 +255,7 @@ func TestOverloadLifecycle(t *testing.T) {
 	}
 
 	// A restart loses nothing.
-	tp2 := newTestPlatform(t, tp.dir, c, testSeed())
+	tp2 := open(c, testSeed())
 	v2 := tp2.node("x1")
 	if !slices.Equal(closedIDs(v2), closedIDs(v)) || len(v2.Events) != 2 || v2.Notices != 1 || !tp2.admit("x1").Admit {
 		t.Fatalf("after restart: %+v", v2)
@@ -246,9 +273,11 @@ func TestOverloadLifecycle(t *testing.T) {
 }
 
 // TestReportAnswers checks the status codes the agent's retry rules rely on.
-func TestReportAnswers(t *testing.T) {
+func TestReportAnswers(t *testing.T) { eachStore(t, testReportAnswers) }
+
+func testReportAnswers(t *testing.T, open opener) {
 	c := &clock{t: t0}
-	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	tp := open(c, testSeed())
 	r := overload.Reading{Node: "x1", At: t0, MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1}
 	post := func(token string, body []byte) int {
 		req, _ := http.NewRequest("POST", tp.srv.URL+"/report", bytes.NewReader(body))
@@ -294,8 +323,8 @@ func TestReportAnswers(t *testing.T) {
 	if got := len(tp.node("x1").Events); got != 0 {
 		t.Fatalf("events %d after one reading", got)
 	}
-	if tr := tp.p.nodes["x1"].tracker; !tr.LastReading().Equal(t0) {
-		t.Fatalf("tracker's latest reading %v, want %v (only one counted)", tr.LastReading(), t0)
+	if v := tp.node("x1"); !v.LastReading.Equal(t0) || v.Readings != 1 {
+		t.Fatalf("tracker's latest reading %v, %d counted; want %v, 1", v.LastReading, v.Readings, t0)
 	}
 	// An unknown node is tracked but not planned.
 	if code := tp.read("new-node", 50); code != 200 {
@@ -319,8 +348,8 @@ func TestReportAnswers(t *testing.T) {
 	if got := post("x1-token", b); got != 200 {
 		t.Fatalf("x1's token, reading without a node: %d, want 200", got)
 	}
-	if tr := tp.p.nodes["x1"].tracker; !tr.LastReading().Equal(anon.At) {
-		t.Fatalf("x1's latest reading %v, want %v", tr.LastReading(), anon.At)
+	if last := tp.node("x1").LastReading; !last.Equal(anon.At) {
+		t.Fatalf("x1's latest reading %v, want %v", last, anon.At)
 	}
 	anon.Node, anon.At = "x2", t0.Add(2*time.Second)
 	b, _ = json.Marshal(anon)
@@ -379,9 +408,11 @@ func TestParseTokens(t *testing.T) {
 // TestPricing: a route opened on an admitted node locks the price; a rise
 // does not reach it, a drop does once it has stood 3 hours; traffic is
 // charged at the session's price then; a refused node opens nothing.
-func TestPricing(t *testing.T) {
+func TestPricing(t *testing.T) { eachStore(t, testPricing) }
+
+func testPricing(t *testing.T, open opener) {
 	c := &clock{t: t0}
-	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	tp := open(c, testSeed())
 	var rt route
 	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: %d", code)
@@ -537,9 +568,11 @@ func TestSampleRoutes(t *testing.T) {
 // TestMemoryUnknownIsNotStale checks that a reading without memory clears
 // the node's memory figure rather than keeping the last one, so a stale
 // 95 % cannot make routes in use move.
-func TestMemoryUnknownIsNotStale(t *testing.T) {
+func TestMemoryUnknownIsNotStale(t *testing.T) { eachStore(t, testMemoryUnknownIsNotStale) }
+
+func testMemoryUnknownIsNotStale(t *testing.T, open opener) {
 	c := &clock{t: t0}
-	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	tp := open(c, testSeed())
 	if code := tp.read("x1", 95); code != 200 {
 		t.Fatalf("reading: status %d", code)
 	}
@@ -559,11 +592,13 @@ func TestMemoryUnknownIsNotStale(t *testing.T) {
 
 // TestOpenedRouteIDsAreUnique checks that a route opened through the API
 // never takes the ID of a seeded route (traffic finds routes by ID alone).
-func TestOpenedRouteIDsAreUnique(t *testing.T) {
+func TestOpenedRouteIDsAreUnique(t *testing.T) { eachStore(t, testOpenedRouteIDsAreUnique) }
+
+func testOpenedRouteIDsAreUnique(t *testing.T, open opener) {
 	seed := testSeed()
 	seed.Routes = append(seed.Routes, routing.Route{ID: "x2-1", User: "u7", Key: "vpn", Node: "x2",
 		Kind: routing.KindOwn, Start: t0.Add(-time.Hour), LastTraffic: t0})
-	tp := newTestPlatform(t, t.TempDir(), &clock{t: t0}, seed)
+	tp := open(&clock{t: t0}, seed)
 	var rt route
 	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: status %d", code)
