@@ -50,7 +50,8 @@ func openPG(ctx context.Context, url string, cfg config, planEvery time.Duration
 		return nil, fmt.Errorf("-db: %w", err)
 	}
 	p := &pgPlatform{rules: c, db: db, planEvery: planEvery}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Migrating and seeding a fleet's nodes: minutes at most.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	from, to, err := migrate(sctx, db)
 	if err != nil {
@@ -76,15 +77,56 @@ func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) 
 	if err != nil {
 		return err
 	}
-	for _, sn := range s.Nodes {
-		err := p.withNode(ctx, sn.ID, true, func(tx pgx.Tx, n *pgNode) error {
-			if n.info.Role != 0 {
-				return nil // the database holds it: state wins
+	// A few hundred nodes a transaction: a fleet's seed loads in seconds,
+	// and the nodes the database holds already are skipped in one query.
+	for chunk := range slices.Chunk(s.Nodes, 500) {
+		ids := make([]string, len(chunk))
+		for i, sn := range chunk {
+			ids[i] = sn.ID
+		}
+		known := map[string]bool{}
+		rows, err := p.db.Query(ctx, `SELECT id FROM nodes WHERE role IS NOT NULL AND id = ANY($1)`, ids)
+		if err != nil {
+			return classify(err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return classify(err)
 			}
-			return p.seedNode(n.node, sn, byNode[sn.ID], now)
+			known[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return classify(err)
+		}
+		if len(known) == len(chunk) {
+			continue
+		}
+		err = p.inTx(ctx, func(tx pgx.Tx) error {
+			for _, sn := range chunk {
+				if known[sn.ID] {
+					continue
+				}
+				n, err := p.lockNode(ctx, tx, sn.ID, true)
+				if err != nil {
+					return fmt.Errorf("route table: node %s: %w", sn.ID, err)
+				}
+				if n.info.Role != 0 {
+					continue // the database holds it: state wins
+				}
+				if err := p.seedNode(n.node, sn, byNode[sn.ID], now); err != nil {
+					return err
+				}
+				if err := p.saveNode(ctx, tx, n); err != nil {
+					return fmt.Errorf("route table: node %s: %w", sn.ID, err)
+				}
+			}
+			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("route table: node %s: %w", sn.ID, err)
+			return err
 		}
 	}
 	return nil

@@ -188,18 +188,27 @@ func (c *Cluster) URL(name string) string {
 // NewDatabase creates a fresh database and returns its URL.
 func (c *Cluster) NewDatabase(t testing.TB) string {
 	t.Helper()
+	url, err := c.CreateDatabase()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return url
+}
+
+// CreateDatabase creates a fresh database and returns its URL.
+func (c *Cluster) CreateDatabase() (string, error) {
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), c.seq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, c.URL("postgres"))
 	if err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return "", err
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return "", err
 	}
-	return c.URL(name)
+	return c.URL(name), nil
 }
 
 // Restart restarts the cluster (pg_ctl restart -m fast): every
