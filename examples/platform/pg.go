@@ -148,8 +148,6 @@ type pgNode struct {
 // again from the start.
 var errConflict = errors.New("concurrent change")
 
-const nodeColumns = `id, state`
-
 // withNode runs fn on node id in one transaction holding the node's row
 // lock, and writes back what fn changed. With create, a node the database
 // does not hold is created (and, if fn fails, not kept). A transaction

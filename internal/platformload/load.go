@@ -106,8 +106,7 @@ func runLoad(ctx context.Context, cfg loadConfig) (*result, error) {
 
 	// send delivers a's queue in order, one reading at a time, retrying
 	// each until it is acknowledged or refused.
-	var send func(a *agent)
-	send = func(a *agent) {
+	send := func(a *agent) {
 		defer wg.Done()
 		for {
 			a.mu.Lock()
