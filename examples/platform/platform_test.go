@@ -617,3 +617,96 @@ func testOpenedRouteIDsAreUnique(t *testing.T, open opener) {
 		t.Fatalf("x2 routes %v: want the seeded x2-1 and the opened %s", ids, rt.Route.ID)
 	}
 }
+
+// TestRefusalReasons: every refusal is {"error", "reason"} with the report
+// protocol's words, and a retry of a counted reading is 200 duplicate.
+func TestRefusalReasons(t *testing.T) { eachStore(t, testRefusalReasons) }
+
+func testRefusalReasons(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	tp := open(c, testSeed())
+	send := func(token string, body []byte) (int, map[string]any) {
+		req, _ := http.NewRequest("POST", tp.srv.URL+"/report", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var ans map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+			t.Fatalf("answer %d is not JSON: %v", resp.StatusCode, err)
+		}
+		return resp.StatusCode, ans
+	}
+	r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: 1, At: t0,
+		MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
+	good, _ := json.Marshal(r)
+	v1 := overload.Reading{Node: "x1", At: t0.Add(-time.Minute), MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
+	older, _ := json.Marshal(v1)
+	big := append([]byte(`{"v":1,"node":"`), bytes.Repeat([]byte("x"), maxBody)...)
+	other, _ := json.Marshal(overload.Reading{Node: "x2", At: t0, CPUs: 4, ConntrackMax: 1})
+	for _, tc := range []struct {
+		name   string
+		token  string
+		body   []byte
+		status int
+		reason string
+		dup    bool
+	}{
+		{"counted", testToken, good, 200, "", false},
+		{"a retry", testToken, good, 200, "", true},
+		{"older", testToken, older, 409, reasonOlder, false},
+		{"cannot be true", testToken, []byte(`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","memory_used_percent":300}`), 400, reasonInvalid, false},
+		{"too large", testToken, big, 413, reasonTooLarge, false},
+		{"wrong token", "nope", good, 401, reasonUnauthorized, false},
+		{"another node's reading", "x1-token", other, 403, reasonUnauthorized, false},
+	} {
+		code, ans := send(tc.token, tc.body)
+		reason, _ := ans["reason"].(string)
+		dup, _ := ans["duplicate"].(bool)
+		if code != tc.status || reason != tc.reason || dup != tc.dup {
+			t.Errorf("%s: %d reason %q duplicate %v, want %d %q %v (%v)", tc.name, code, reason, dup, tc.status, tc.reason, tc.dup, ans)
+		}
+		if code >= 400 && ans["error"] == "" {
+			t.Errorf("%s: no error text: %v", tc.name, ans)
+		}
+	}
+	if v := tp.node("x1"); v.Readings != 1 {
+		t.Fatalf("%d readings counted, want 1", v.Readings)
+	}
+}
+
+// TestReadsNeedOperatorToken: the endpoints that show users' routes, keys
+// and prices answer only an operator's token; /healthz answers anyone.
+func TestReadsNeedOperatorToken(t *testing.T) { eachStore(t, testReadsNeedOperatorToken) }
+
+func testReadsNeedOperatorToken(t *testing.T, open opener) {
+	tp := open(&clock{t: t0}, testSeed())
+	get := func(path, token string) int {
+		req, _ := http.NewRequest("GET", tp.srv.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, path := range []string{"/nodes", "/nodes/x1", "/nodes/x1/events", "/notices", "/plans", "/admit?node=x1"} {
+		if code := get(path, ""); code != 401 {
+			t.Errorf("GET %s without a token: %d, want 401", path, code)
+		}
+		if code := get(path, "x1-token"); code != 403 {
+			t.Errorf("GET %s with a node's token: %d, want 403", path, code)
+		}
+		if code := get(path, testToken); code != 200 {
+			t.Errorf("GET %s with the operator's token: %d, want 200", path, code)
+		}
+	}
+	if code := get("/healthz", ""); code != 200 {
+		t.Errorf("GET /healthz without a token: %d, want 200", code)
+	}
+}
