@@ -215,6 +215,17 @@ func (c *Cluster) CreateDatabase() (string, error) {
 // connection is cut, and the server is back when it returns.
 func (c *Cluster) Restart() error { return c.pgctl("restart", "-m", "fast") }
 
+// ServerPID is the postmaster's process ID (the first line of its
+// postmaster.pid), for measuring the server's CPU.
+func (c *Cluster) ServerPID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	return strconv.Atoi(string(bytes.TrimSpace(line)))
+}
+
 // Log is the server's log so far.
 func (c *Cluster) Log() string {
 	b, _ := os.ReadFile(filepath.Join(c.dir, "log"))

@@ -32,6 +32,8 @@ type loadConfig struct {
 	// overloadEvery: every overloadEvery-th node's memory goes over 90 %
 	// for 3 readings in 6 and back, so it enters overload and leaves it.
 	overloadEvery int
+	// atMeasure, if set, is called when the measured time begins.
+	atMeasure func()
 	// inFlight bounds concurrent requests (a generator that cannot keep up
 	// says so: its readings go late, which the latencies count).
 	inFlight int
@@ -54,6 +56,9 @@ type result struct {
 	P50, P99, Max   time.Duration
 	// perNode: for the fault tests, readings acknowledged by node.
 	perNode []atomic.Int64
+	// platformCPU and serverCPU: the replicas' and PostgreSQL's CPU over
+	// the measured time (filled in by oneRun).
+	platformCPU, serverCPU time.Duration
 }
 
 func (r *result) rate() float64 { return float64(r.Acked) / r.Seconds }
@@ -157,8 +162,15 @@ func runLoad(ctx context.Context, cfg loadConfig) (*result, error) {
 	tick := time.NewTicker(min(step*time.Duration(max(1, cfg.nodes/1000)), 10*time.Millisecond))
 	defer tick.Stop()
 	next := 0 // index of the next slot, over all nodes and rounds
+	measuring := false
 	for time.Now().Before(end) && ctx.Err() == nil {
 		now := time.Now()
+		if !measuring && !now.Before(measureFrom) {
+			measuring = true
+			if cfg.atMeasure != nil {
+				cfg.atMeasure()
+			}
+		}
 		for ; ; next++ {
 			slot := start.Add(time.Duration(next) * step)
 			if slot.After(now) || !slot.Before(end) {

@@ -104,7 +104,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		defer cluster.Stop()
 	}
-	fmt.Fprintf(stdout, "store     replicas   nodes  reports/s    p50     p99     max  retries  late  refused  load avg (1m) before→after\n")
+	fmt.Fprintf(stdout, "store     replicas   nodes  reports/s    p50     p99     max  retries  late  refused  CPU/report platform+postgres  load avg (1m) before→after\n")
 	for _, r := range reps {
 		for _, n := range nodes {
 			if ctx.Err() != nil {
@@ -120,14 +120,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			for _, c := range res.Refused {
 				refused += c
 			}
-			fmt.Fprintf(stdout, "%-9s %8d %7d %10.0f %6s %7s %7s %8d %5d %8d  %s→%s\n", *store, r, n, res.rate(),
-				ms(res.P50), ms(res.P99), ms(res.Max), res.Retries, res.Late, refused, before, loadAvg())
+			fmt.Fprintf(stdout, "%-9s %8d %7d %10.0f %6s %7s %7s %8d %5d %8d  %s+%s  %s→%s\n", *store, r, n, res.rate(),
+				ms(res.P50), ms(res.P99), ms(res.Max), res.Retries, res.Late, refused,
+				perReport(res.platformCPU, res.Acked), perReport(res.serverCPU, res.Acked), before, loadAvg())
 			if res.P99 > *p99 || res.Acked < res.Sent*99/100 {
 				break
 			}
 		}
 	}
 	return nil
+}
+
+func perReport(cpu time.Duration, n int64) string {
+	if n == 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.2fms", float64(cpu)/float64(n)/float64(time.Millisecond))
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond)) }
@@ -174,7 +182,22 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 		reps = append(reps, r)
 		cfg.urls = append(cfg.urls, r.URL)
 	}
+	var pids []int
+	for _, r := range reps {
+		pids = append(pids, r.cmd.Process.Pid)
+	}
+	server := 0
+	if cluster != nil {
+		server, _ = cluster.ServerPID()
+	}
+	// The CPU of the measured part: from the end of the warm-up to the
+	// end of the run.
+	var p0, s0 time.Duration
+	cfg.atMeasure = func() { p0, s0 = cpuTime(pids, false), cpuTime([]int{server}, true) }
 	res, err := runLoad(ctx, cfg)
+	if res != nil {
+		res.platformCPU, res.serverCPU = cpuTime(pids, false)-p0, cpuTime([]int{server}, true)-s0
+	}
 	for _, r := range reps {
 		if serr := r.stop(); serr != nil && err == nil {
 			err = fmt.Errorf("replica %s: %w", r.URL, serr)
