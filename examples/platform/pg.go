@@ -218,8 +218,7 @@ func classify(err error) error {
 
 // lockNode loads node id with its row locked, creating it if asked.
 func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create bool) (*pgNode, error) {
-	var state []byte
-	err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1 FOR UPDATE`, id).Scan(&state)
+	n, err := p.lockedLoad(ctx, tx, id)
 	if errors.Is(err, pgx.ErrNoRows) && create {
 		fresh, ferr := p.newNode(id)
 		if ferr != nil {
@@ -232,19 +231,70 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 		if _, ferr := tx.Exec(ctx, `INSERT INTO nodes (id, state) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, b); ferr != nil {
 			return nil, ferr
 		}
-		err = tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1 FOR UPDATE`, id).Scan(&state)
+		n, err = p.lockedLoad(ctx, tx, id)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("node %q: %w", id, errUnknownNode)
 	}
+	return n, err
+}
+
+// lockedLoad locks node id's row and loads it with its live routes in one
+// query; pgx.ErrNoRows if there is no such node.
+func (p *pgPlatform) lockedLoad(ctx context.Context, tx pgx.Tx, id string) (*pgNode, error) {
+	rows, err := tx.Query(ctx, `SELECT n.state, r.body, r.relied_on FROM nodes n
+		LEFT JOIN routes r ON r.node = n.id AND r.closed_at IS NULL
+		WHERE n.id = $1 FOR UPDATE OF n`, id)
 	if err != nil {
 		return nil, err
 	}
-	return p.loadNode(ctx, tx, id, state)
+	defer rows.Close()
+	var n *pgNode
+	for rows.Next() {
+		var state, body []byte
+		var relied *time.Time
+		if err := rows.Scan(&state, &body, &relied); err != nil {
+			return nil, err
+		}
+		if n == nil {
+			nd, err := p.decodeNode(state)
+			if err != nil {
+				return nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
+			}
+			n = &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
+		}
+		if body != nil {
+			if err := n.addRoute(body, relied); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if n == nil {
+		return nil, pgx.ErrNoRows
+	}
+	n.info.LiveUsers = liveUsers(n.node)
+	return n, nil
 }
 
-// loadNode decodes a node's state and loads its live routes. A route
-// another node's move relies on counts as used from that instant.
+// addRoute adds a live route as stored. A route another node's move
+// relies on counts as used from that instant.
+func (n *pgNode) addRoute(body []byte, relied *time.Time) error {
+	var rt route
+	if err := json.Unmarshal(body, &rt); err != nil {
+		return fmt.Errorf("node %s: stored route: %w: %w", n.info.ID, errUnsaved, err)
+	}
+	n.bodies[rt.Route.ID] = body
+	if relied != nil && relied.After(rt.Route.LastTraffic) {
+		rt.Route.LastTraffic = *relied
+	}
+	n.routes[rt.Route.ID] = &rt
+	return nil
+}
+
+// loadNode decodes a node's state and loads its live routes, for reads.
 func (p *pgPlatform) loadNode(ctx context.Context, tx pgx.Tx, id string, state []byte) (*pgNode, error) {
 	nd, err := p.decodeNode(state)
 	if err != nil {
@@ -262,15 +312,9 @@ func (p *pgPlatform) loadNode(ctx context.Context, tx pgx.Tx, id string, state [
 		if err := rows.Scan(&body, &relied); err != nil {
 			return nil, err
 		}
-		var rt route
-		if err := json.Unmarshal(body, &rt); err != nil {
-			return nil, fmt.Errorf("node %s: stored route: %w: %w", id, errUnsaved, err)
+		if err := n.addRoute(body, relied); err != nil {
+			return nil, err
 		}
-		if relied != nil && relied.After(rt.Route.LastTraffic) {
-			rt.Route.LastTraffic = *relied
-		}
-		n.routes[rt.Route.ID] = &rt
-		n.bodies[rt.Route.ID] = body
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -854,7 +898,7 @@ func (p *pgPlatform) plans(ctx context.Context) ([]routing.Plan, error) {
 	out := []routing.Plan{}
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		out = out[:0]
-		rows, err := tx.Query(ctx, `SELECT state->'last_plan' FROM nodes WHERE state ? 'last_plan' ORDER BY id`)
+		rows, err := tx.Query(ctx, `SELECT state->'last_plan' FROM nodes WHERE state->'last_plan' IS NOT NULL ORDER BY id`)
 		if err != nil {
 			return err
 		}

@@ -17,7 +17,7 @@ CREATE TABLE nodes (
 	id           text PRIMARY KEY,
 	role         text,                  -- NULL: reports only, never planned
 	country      text NOT NULL DEFAULT '',
-	state        jsonb NOT NULL,        -- tracker, prices, plan budgets (a node file without routes)
+	state        json NOT NULL,         -- tracker, prices, plan budgets (a node file without routes); json, not jsonb: kept as written, so a write-back is compared byte for byte and not parsed
 	readings     bigint NOT NULL DEFAULT 0,
 	overloaded   boolean NOT NULL DEFAULT false,
 	next_plan_at timestamptz NOT NULL DEFAULT '-infinity',
@@ -35,9 +35,9 @@ CREATE TABLE routes (
 	price        bigint NOT NULL,       -- the session's price when the node was last saved
 	last_traffic timestamptz,
 	relied_on    timestamptz,           -- a move on another node relies on this route since
-	body         jsonb NOT NULL,        -- route, session, earned
+	body         json NOT NULL,         -- route, session, earned
 	closed_at    timestamptz,
-	closed_by    jsonb                  -- the plan's action
+	closed_by    json                   -- the plan's action
 );
 CREATE INDEX routes_live_by_node ON routes (node) WHERE closed_at IS NULL;
 CREATE INDEX routes_alternatives ON routes (user_id, key, country, price) WHERE closed_at IS NULL;

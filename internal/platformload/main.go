@@ -175,7 +175,7 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 		}
 	}()
 	for range replicas {
-		r, err := startReplica(bin, args...)
+		r, err := startReplica(ctx, bin, args...)
 		if err != nil {
 			return nil, err
 		}

@@ -42,7 +42,7 @@ func TestKillReplicaMidLoad(t *testing.T) {
 	args := []string{"-token-file", tokens, "-routes", routes, "-db", url, "-plan-every", "1s"}
 	var reps []*replica
 	for range 2 {
-		r, err := startReplica(bin, args...)
+		r, err := startReplica(t.Context(), bin, args...)
 		if err != nil {
 			t.Fatal(err)
 		}

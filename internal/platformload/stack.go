@@ -93,7 +93,7 @@ type replica struct {
 
 // startReplica runs the platform binary with args and waits for it to
 // serve (its "platform serving" log line, which names its address).
-func startReplica(bin string, args ...string) (*replica, error) {
+func startReplica(ctx context.Context, bin string, args ...string) (*replica, error) {
 	r := &replica{cmd: exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-log-format", "json"}, args...)...), done: make(chan struct{})}
 	pr, pw := io.Pipe()
 	r.cmd.Stdout, r.cmd.Stderr = pw, pw
@@ -137,6 +137,9 @@ func startReplica(bin string, args ...string) (*replica, error) {
 	case <-time.After(5 * time.Minute):
 		r.kill()
 		return nil, fmt.Errorf("platform did not start serving in 5 minutes: %s", r.output())
+	case <-ctx.Done():
+		r.kill()
+		return nil, ctx.Err()
 	}
 }
 
