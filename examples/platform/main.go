@@ -61,6 +61,7 @@ type options struct {
 	tokenFile string
 	stateDir  string
 	db        string
+	dbBatch   int
 	routes    string
 	planEvery time.Duration
 	logFormat string
@@ -87,6 +88,7 @@ Flags:
 	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (operator: any node, every endpoint) or TOKEN NODE (that node's agent: reports only) (required)")
 	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
+	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
 	fs.DurationVar(&o.planEvery, "plan-every", 30*time.Second, "time between plan rounds (one also runs after each report)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -153,7 +155,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	var svc service
 	where := []any{"state_dir", o.stateDir}
 	if o.db != "" {
-		pg, err := openPG(ctx, o.db, o.cfg, o.planEvery, seed)
+		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch}, seed)
 		if err != nil {
 			fmt.Fprintf(stderr, "platform: %v\n", err)
 			return 2

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,11 +30,28 @@ type pgPlatform struct {
 	rules
 	db        *pgxpool.Pool
 	planEvery time.Duration
+	jobs      chan *reportJob // to the batch workers; nil: a transaction a report
+	stop      chan struct{}
+	workers   sync.WaitGroup
 }
+
+// pgOptions are the PostgreSQL store's own settings.
+type pgOptions struct {
+	// PlanEvery is the time between a node's plan rounds.
+	PlanEvery time.Duration
+	// Batch is the most reports one transaction takes (group commit:
+	// under load, reports arriving together share a transaction and its
+	// commit); 0 or 1: a transaction a report.
+	Batch int
+}
+
+// batchWorkers is how many batches are in flight at once.
+const batchWorkers = 4
 
 // openPG connects to the database at url, brings its schema up to date and
 // adds the seed's nodes the database does not hold yet.
-func openPG(ctx context.Context, url string, cfg config, planEvery time.Duration, seed *seedFile) (*pgPlatform, error) {
+func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *seedFile) (*pgPlatform, error) {
+	planEvery := opt.PlanEvery
 	c, err := newRules(cfg)
 	if err != nil {
 		return nil, err
@@ -67,10 +85,23 @@ func openPG(ctx context.Context, url string, cfg config, planEvery time.Duration
 			return nil, err
 		}
 	}
+	if opt.Batch > 1 {
+		p.jobs, p.stop = make(chan *reportJob), make(chan struct{})
+		for range batchWorkers {
+			p.workers.Add(1)
+			go p.batchWorker(opt.Batch)
+		}
+	}
 	return p, nil
 }
 
-func (p *pgPlatform) close() { p.db.Close() }
+func (p *pgPlatform) close() {
+	if p.stop != nil {
+		close(p.stop)
+		p.workers.Wait()
+	}
+	p.db.Close()
+}
 
 func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) error {
 	byNode, err := checkSeed(s)
@@ -142,6 +173,7 @@ type pgNode struct {
 	closing []closedRoute     // this transaction's closures
 	notice  *overload.Notice  // the notice this transaction sends
 	event   *overload.Event   // the event this transaction adds
+	created bool              // this transaction created the node's row
 }
 
 // errConflict: what a transaction relied on changed under it; it is run
@@ -219,7 +251,9 @@ func classify(err error) error {
 // lockNode loads node id with its row locked, creating it if asked.
 func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create bool) (*pgNode, error) {
 	n, err := p.lockedLoad(ctx, tx, id)
+	created := false
 	if errors.Is(err, pgx.ErrNoRows) && create {
+		created = true
 		fresh, ferr := p.newNode(id)
 		if ferr != nil {
 			return nil, ferr
@@ -235,6 +269,9 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("node %q: %w", id, errUnknownNode)
+	}
+	if n != nil {
+		n.created = created
 	}
 	return n, err
 }
@@ -541,29 +578,66 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 	if err := checkNodeID(r.Node); err != nil {
 		return reportOutcome{}, fmt.Errorf("report: %w", err)
 	}
+	if p.jobs == nil {
+		return p.reportAlone(ctx, r)
+	}
+	j := &reportJob{r: r, done: make(chan struct{})}
+	select {
+	case p.jobs <- j:
+	case <-ctx.Done():
+		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errUnavailable, ctx.Err())
+	}
+	select {
+	case <-j.done:
+		return j.out, j.err
+	case <-ctx.Done():
+		// The batch may still commit it: the agent's retry is then a
+		// duplicate.
+		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errUnavailable, ctx.Err())
+	}
+}
+
+// reportAlone takes one report in a transaction of its own.
+func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (reportOutcome, error) {
 	var out reportOutcome
 	var refused error
-	var saved *pgNode
-	err := p.withNode(ctx, r.Node, true, func(tx pgx.Tx, n *pgNode) error {
-		saved = n
-		now := p.now()
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		out, err = p.observe(n.node, r, now)
-		if err != nil {
-			refused = err
-			return err
-		}
-		n.event, n.notice = out.Event, out.Notice
-		return p.plan(ctx, tx, n, now)
+		out, refused, err = p.reportIn(ctx, tx, r)
+		return err
 	})
-	if refused != nil {
-		return out, refused
-	}
 	if err != nil {
 		return reportOutcome{}, err
 	}
-	out.Notice = saved.notice // nil if the database refused it
-	return out, nil
+	return out, refused
+}
+
+// reportIn takes reading r in tx: lock its node (created if new), count
+// the reading, plan the node, write it all back. A reading refused
+// (duplicate, older, invalid) writes nothing and is returned as refused.
+func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading) (out reportOutcome, refused, err error) {
+	n, err := p.lockNode(ctx, tx, r.Node, true)
+	if err != nil {
+		return out, nil, err
+	}
+	now := p.now()
+	if out, refused = p.observe(n.node, r, now); refused != nil {
+		if n.created { // a node is kept from its first counted reading
+			if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, r.Node); err != nil {
+				return out, nil, err
+			}
+		}
+		return out, refused, nil
+	}
+	n.event, n.notice = out.Event, out.Notice
+	if err := p.plan(ctx, tx, n, now); err != nil {
+		return out, nil, err
+	}
+	if err := p.saveNode(ctx, tx, n); err != nil {
+		return out, nil, err
+	}
+	out.Notice = n.notice // nil if the database refused it
+	return out, nil, nil
 }
 
 func (p *pgPlatform) admit(ctx context.Context, id string) (admitAnswer, error) {

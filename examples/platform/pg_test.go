@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &cluster)) }
 // an httptest server; called twice on one url, two replicas.
 func newPGTestPlatform(t *testing.T, url string, c *clock, seed *seedFile) *testPlatform {
 	t.Helper()
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, 30*time.Second, seed)
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8}, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 func TestPGEventsKeepEveryOne(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Limits: overload.Limits{MaxEvents: 2}}, 30*time.Second, testSeed())
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Limits: overload.Limits{MaxEvents: 2}}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
