@@ -324,8 +324,8 @@ func (n *pgNode) addRoute(body []byte, relied *time.Time) error {
 		return fmt.Errorf("node %s: stored route: %w: %w", n.info.ID, errUnsaved, err)
 	}
 	n.bodies[rt.Route.ID] = body
-	if relied != nil && relied.After(rt.Route.LastTraffic) {
-		rt.Route.LastTraffic = *relied
+	if relied != nil {
+		rt.ReliedOn = *relied
 	}
 	n.routes[rt.Route.ID] = &rt
 	return nil
@@ -549,6 +549,18 @@ func (a *pgAlternatives) Alternative(r routing.Route) (routing.Route, bool) {
 		return routing.Route{}, false
 	}
 	return rt.Route, routing.IsAlternative(r, rt.Route)
+}
+
+// Record: the closures and reliance are written by saveNode, after Plan.
+func (a *pgAlternatives) Record(time.Time, routing.Action) {}
+
+// ReliedOn answers for the planned node's own routes, as loaded (the
+// relied_on column).
+func (a *pgAlternatives) ReliedOn(r routing.Route) time.Time {
+	if rt := a.n.routes[r.ID]; rt != nil {
+		return rt.ReliedOn
+	}
+	return time.Time{}
 }
 
 // plan runs a plan round for n in tx and records what it closed and what

@@ -103,6 +103,10 @@ type route struct {
 	Route   routing.Route   `json:"route"`
 	Session pricing.Session `json:"session"`
 	Earned  pricing.Charge  `json:"earned"`
+	// ReliedOn is when a move on another node last relied on this route
+	// (its user was moved onto it). From then on it counts as in use for
+	// the unused-route rule: the user is about to send traffic through it.
+	ReliedOn time.Time `json:"relied_on,omitzero"`
 }
 
 // closedRoute is a route the platform closed because a plan said so.
@@ -337,6 +341,17 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 		}
 		for _, a := range plan.Actions {
 			alts.remove(a.Route)
+			// The route the move relies on counts as in use from now,
+			// saved with its node.
+			if keeps, ok := reliesOn(a); ok {
+				if kn := p.nodes[keeps.Node]; kn != nil && kn.routes[keeps.ID] != nil {
+					kn.routes[keeps.ID].ReliedOn = now
+					if err := p.save(kn); err != nil {
+						p.log.Error("saving node state", "node", kn.info.ID, "err", err)
+						p.revert(kn)
+					}
+				}
+			}
 		}
 		if !changed {
 			continue
@@ -401,6 +416,30 @@ func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
 	return f.idx.Alternative(r)
 }
 
+// Record and ReliedOn are the methods routing's Alternatives gains with
+// the reliance it tracks itself: the platform records closures and
+// reliance after Plan returns (planRoundLocked), and answers from the
+// routes' ReliedOn.
+func (f *fleetIndex) Record(time.Time, routing.Action) {}
+
+func (f *fleetIndex) ReliedOn(r routing.Route) time.Time {
+	if n := f.p.nodes[r.Node]; n != nil && n.routes[r.ID] != nil {
+		return n.routes[r.ID].ReliedOn
+	}
+	return time.Time{}
+}
+
+// reliance is what routing's coming Alternatives asks beyond Alternative.
+type reliance interface {
+	Record(at time.Time, a routing.Action)
+	ReliedOn(r routing.Route) time.Time
+}
+
+var (
+	_ reliance = (*fleetIndex)(nil)
+	_ reliance = (*pgAlternatives)(nil)
+)
+
 // remove records a closure in the index, if it was built.
 func (f *fleetIndex) remove(r routing.Route) {
 	if f.idx != nil {
@@ -422,7 +461,11 @@ func (p *rules) appendPricedRoutes(dst []routing.Route, n *node, now time.Time) 
 	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
 		rt := n.routes[rid]
 		rt.Route.Price = p.sessionPrice(n, rt, now)
-		dst = append(dst, rt.Route)
+		r := rt.Route
+		if rt.ReliedOn.After(r.LastTraffic) {
+			r.LastTraffic = rt.ReliedOn
+		}
+		dst = append(dst, r)
 	}
 	return dst
 }

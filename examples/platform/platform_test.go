@@ -710,3 +710,43 @@ func testReadsNeedOperatorToken(t *testing.T, open opener) {
 		t.Errorf("GET /healthz without a token: %d, want 200", code)
 	}
 }
+
+// TestMovedUserKeepsTheAlternative: x1 moves u4's route in use because u4
+// holds the same route through x2; that copy has moved no traffic for
+// hours. When x2 is then overloaded too, its plan must not close that copy
+// as unused: the user was just moved onto it.
+func TestMovedUserKeepsTheAlternative(t *testing.T) { eachStore(t, testMovedUserKeepsTheAlternative) }
+
+func testMovedUserKeepsTheAlternative(t *testing.T, open opener) {
+	seed := testSeed()
+	for i := range seed.Routes {
+		if seed.Routes[i].ID == "r-move-alt" {
+			seed.Routes[i].LastTraffic = t0.Add(-5 * time.Hour)
+		}
+	}
+	c := &clock{t: t0}
+	tp := open(c, seed)
+	for range 40 { // 20 minutes over 90 %: r-move goes at 15
+		if code := tp.read("x1", 95); code != 200 {
+			t.Fatalf("x1: %d", code)
+		}
+		c.add(30 * time.Second)
+	}
+	if got := closedIDs(tp.node("x1")); !slices.Contains(got, "r-move:move") {
+		t.Fatalf("x1 closed %v, want r-move moved", got)
+	}
+	for range 10 {
+		tp.do("POST", "/report", overload.Reading{Node: "x2", At: c.now(), MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 262144}, nil)
+		c.add(30 * time.Second)
+	}
+	v := tp.node("x2")
+	if !v.Overloaded {
+		t.Fatal("x2 not overloaded")
+	}
+	for _, r := range v.Routes {
+		if r.Route.ID == "r-move-alt" {
+			return
+		}
+	}
+	t.Fatalf("x2 closed %v: u4's copy it was moved onto is gone", closedIDs(v))
+}
