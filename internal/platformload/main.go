@@ -192,11 +192,17 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 	}
 	// The CPU of the measured part: from the end of the warm-up to the
 	// end of the run.
+	serverCPU := func() time.Duration {
+		if server == 0 {
+			return 0
+		}
+		return cpuTime([]int{server}, true)
+	}
 	var p0, s0 time.Duration
-	cfg.atMeasure = func() { p0, s0 = cpuTime(pids, false), cpuTime([]int{server}, true) }
+	cfg.atMeasure = func() { p0, s0 = cpuTime(pids, false), serverCPU() }
 	res, err := runLoad(ctx, cfg)
 	if res != nil {
-		res.platformCPU, res.serverCPU = cpuTime(pids, false)-p0, cpuTime([]int{server}, true)-s0
+		res.platformCPU, res.serverCPU = cpuTime(pids, false)-p0, serverCPU()-s0
 	}
 	for _, r := range reps {
 		if serr := r.stop(); serr != nil && err == nil {
