@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/agent/agenttest"
+	"github.com/proofkit/nodekit/internal/pgtest"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 	"github.com/proofkit/nodekit/routing"
@@ -52,8 +53,17 @@ func testMain(m *testing.M) int {
 		fmt.Printf("building the binaries: %v\n%s", err, out)
 		return 1
 	}
-	return m.Run()
+	// A throwaway PostgreSQL cluster for the platform's replicas (the
+	// tests needing it skip without it).
+	return pgtest.Main(m, &cluster)
 }
+
+// cluster is the tests' PostgreSQL cluster; nil without PostgreSQL.
+var cluster *pgtest.Cluster
+
+// operatorToken is the platform's operator token in these tests: the
+// GETs that show users' data need it.
+const operatorToken = "e2e-operator"
 
 // wait is how long any one condition may take to come true; generous, for
 // a loaded 2-core box. Conditions are polled, never slept on.
@@ -177,7 +187,12 @@ func writeJSONFile(t *testing.T, path string, v any) {
 
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,8 +253,20 @@ func (v nodeView) routes() []string {
 const coolDown = 5 * time.Second
 
 // TestOverloadEndToEnd: the agent reads a fake node, reports every 200 ms
-// to the platform; memory goes to 95 %, then back to 40 %.
+// to the platform; memory goes to 95 %, then back to 40 %. The platform is
+// one process on its file store, then two replicas on PostgreSQL: the
+// agent reports to the first, the test reads through the second, and both
+// run plan rounds.
 func TestOverloadEndToEnd(t *testing.T) {
+	t.Run("file", func(t *testing.T) { testOverloadEndToEnd(t, "") })
+	t.Run("postgres", func(t *testing.T) {
+		testOverloadEndToEnd(t, pgtest.Need(t, cluster).NewDatabase(t))
+	})
+}
+
+// testOverloadEndToEnd runs the test on the file store, or with db on two
+// replicas on that database.
+func testOverloadEndToEnd(t *testing.T, db string) {
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "node")
 	if err := agenttest.WriteNode(fake, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
@@ -286,17 +313,27 @@ func TestOverloadEndToEnd(t *testing.T) {
 	})
 
 	platformArgs := func(listen string) []string {
-		return []string{"-listen", listen, "-token-file", tokens,
-			"-state-dir", filepath.Join(dir, "platform-state"), "-routes", filepath.Join(dir, "routes.json"),
-			"-plan-every", "200ms", "-cool-down", coolDown.String(), "-move-after", "1s", "-move-every", "1h"}
+		store := []string{"-state-dir", filepath.Join(dir, "platform-state")}
+		if db != "" {
+			store = []string{"-db", db}
+		}
+		return append([]string{"-listen", listen, "-token-file", tokens, "-routes", filepath.Join(dir, "routes.json"),
+			"-plan-every", "200ms", "-cool-down", coolDown.String(), "-move-after", "1s", "-move-every", "1h"}, store...)
 	}
 	platform := start(t, "platform", platformArgs("127.0.0.1:0")...)
 	listen := platform.addr(t, "platform serving")
+	// The agent reports to api; the test reads through api, or, with two
+	// replicas, through the second.
 	api := "http://" + listen
+	if db != "" {
+		second := start(t, "platform", platformArgs("127.0.0.1:0")...)
+		api = "http://" + second.addr(t, "platform serving")
+	}
+	reportURL := "http://" + listen + "/report"
 
 	agent := start(t, "proofkit-agent", "-node", "node-1", "-interval", "200ms",
 		"-proc", agenttest.Proc(fake), "-sys", agenttest.Sys(fake), "-sysctl", "off", "-listen", "off",
-		"-state-dir", filepath.Join(dir, "agent-state"), "-report-url", api+"/report", "-token-file", agentToken)
+		"-state-dir", filepath.Join(dir, "agent-state"), "-report-url", reportURL, "-token-file", agentToken)
 
 	node := func() nodeView {
 		var v nodeView
@@ -332,10 +369,10 @@ func TestOverloadEndToEnd(t *testing.T) {
 	if a := admit(); a.Admit || a.Reason != string(routing.ReasonOverloaded) {
 		t.Fatalf("overloaded node-1: %+v, want refused, reason overloaded", a)
 	}
-	if code := post(t, api+"/routes", "e2e-operator", `{"node":"node-1","user":"u7","key":"vpn"}`); code != http.StatusConflict {
+	if code := post(t, api+"/routes", operatorToken, `{"node":"node-1","user":"u7","key":"vpn"}`); code != http.StatusConflict {
 		t.Fatalf("a new route through overloaded node-1: status %d, want 409", code)
 	}
-	if code := post(t, api+"/routes", "e2e-operator", `{"node":"node-2","user":"u7","key":"vpn"}`); code != http.StatusCreated {
+	if code := post(t, api+"/routes", operatorToken, `{"node":"node-2","user":"u7","key":"vpn"}`); code != http.StatusCreated {
 		t.Fatalf("a new route through node-2: status %d, want 201", code)
 	}
 	v := node()

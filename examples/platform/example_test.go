@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -19,6 +20,7 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
+	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	seed := &seedFile{
 		Nodes: []routing.Node{{ID: "de-fra-1", Role: routing.RoleExit, Country: "DE", Price: 300}},
@@ -34,19 +36,20 @@ func Example() {
 		panic(err)
 	}
 	for range 3 {
-		out, err := p.report(overload.Reading{Node: "de-fra-1", At: now, MemoryUsedPercent: 93, CPUs: 4, ConntrackMax: 262144})
+		out, err := p.report(ctx, overload.Reading{Node: "de-fra-1", At: now, MemoryUsedPercent: 93, CPUs: 4, ConntrackMax: 262144})
 		if err != nil {
 			panic(err)
 		}
 		fmt.Println("overloaded:", out.Overloaded)
 		now = now.Add(30 * time.Second)
 	}
-	a, _ := p.admit("de-fra-1")
+	a, _ := p.admit(ctx, "de-fra-1")
 	fmt.Printf("admit: %v (%s)\n", a.Admit, a.Why)
-	for _, n := range p.noticesAll() {
+	notices, _ := p.noticesAll(ctx)
+	for _, n := range notices {
 		fmt.Println("notice:", n.Text)
 	}
-	v, _ := p.view("de-fra-1")
+	v, _ := p.view(ctx, "de-fra-1")
 	for _, c := range v.Closed {
 		fmt.Println(c.Action)
 	}

@@ -1,25 +1,68 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/routing"
 )
 
 // maxBody bounds a request body; a reading is a few hundred bytes.
 const maxBody = 1 << 20
 
-// handler serves the platform's API. POSTs need "Authorization: Bearer
-// <token>": a node's token may only report for its node, an operator's
-// token (no node) may do anything. GETs are open (an example: put it
-// behind your own auth).
-func (p *platform) handler(toks tokens) http.Handler {
+// requestTimeout bounds the work of one request, every store call in it
+// included.
+const requestTimeout = 10 * time.Second
+
+// service is what the HTTP API serves: the file store (*platform) or the
+// PostgreSQL store (*pgPlatform).
+type service interface {
+	report(ctx context.Context, r overload.Reading) (reportOutcome, error)
+	admit(ctx context.Context, id string) (admitAnswer, error)
+	open(ctx context.Context, req openRequest) (route, error)
+	traffic(ctx context.Context, req trafficRequest) (route, error)
+	setPrice(ctx context.Context, req priceRequest) error
+	views(ctx context.Context) ([]json.RawMessage, error)
+	view(ctx context.Context, id string) (nodeView, error)
+	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
+	noticesAll(ctx context.Context) ([]overload.Notice, error)
+	plans(ctx context.Context) ([]routing.Plan, error)
+	planRound(ctx context.Context) error
+}
+
+var (
+	_ service = (*platform)(nil)
+	_ service = (*pgPlatform)(nil)
+)
+
+// Refusal reasons, the "reason" word of every error body (the report
+// protocol's words, and a few of the operator endpoints').
+const (
+	reasonOlder        = "older"
+	reasonInvalid      = "invalid"
+	reasonUnauthorized = "unauthorized"
+	reasonTooLarge     = "too_large"
+	reasonUnknownNode  = "unknown_node"
+	reasonNotFound     = "not_found"
+	reasonNotAdmitted  = "not_admitted"
+	reasonUnsaved      = "unsaved"
+	reasonUnavailable  = "unavailable"
+	reasonInternal     = "internal"
+)
+
+// handler serves the platform's API. Every endpoint but GET /healthz needs
+// "Authorization: Bearer <token>": a node's token may only report for its
+// node; an operator's token (no node) may do anything, and only it may
+// read the endpoints that show users' routes, keys and prices.
+func handler(svc service, toks tokens) http.Handler {
 	mux := http.NewServeMux()
 	idx := toks.index()
 	auth := func(agentMay bool, h func(w http.ResponseWriter, r *http.Request, node string)) http.HandlerFunc {
@@ -27,65 +70,100 @@ func (p *platform) handler(toks tokens) http.Handler {
 			node, ok := idx.lookup(r.Header.Get("Authorization"))
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
-				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+				writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
 				return
 			}
 			if node != "" && !agentMay {
-				writeError(w, http.StatusForbidden, fmt.Errorf("the token of node %s may only report", node))
+				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the token of node %s may only report", node))
 				return
 			}
+			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 			h(w, r, node)
 		}
 	}
-	mux.HandleFunc("POST /report", auth(true, p.handleReport))
-	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, p.open)))
-	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, p.traffic)))
-	mux.HandleFunc("POST /price", auth(false, serve(http.StatusNoContent, func(req priceRequest) (struct{}, error) {
-		return struct{}{}, p.setPrice(req)
-	})))
-	mux.HandleFunc("GET /admit", p.handleAdmit)
-	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, p.views()) })
-	mux.HandleFunc("GET /nodes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		v, err := p.view(r.PathValue("id"))
-		if err != nil {
-			writeError(w, statusOf(err), err)
-			return
-		}
-		writeJSON(w, http.StatusOK, v)
+	get := func(do func(r *http.Request) (any, error)) http.HandlerFunc {
+		return auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
+			v, err := do(r)
+			if err != nil {
+				writeFailure(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, v)
+		})
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})
-	mux.HandleFunc("GET /notices", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, p.noticesAll()) })
-	mux.HandleFunc("GET /plans", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, p.plans()) })
+	mux.HandleFunc("POST /report", auth(true, func(w http.ResponseWriter, r *http.Request, node string) {
+		handleReport(svc, w, r, node)
+	}))
+	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, svc.open)))
+	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, svc.traffic)))
+	mux.HandleFunc("POST /price", auth(false, serve(http.StatusNoContent, func(ctx context.Context, req priceRequest) (struct{}, error) {
+		return struct{}{}, svc.setPrice(ctx, req)
+	})))
+	mux.HandleFunc("GET /admit", get(func(r *http.Request) (any, error) {
+		id := r.URL.Query().Get("node")
+		if id == "" {
+			return nil, fmt.Errorf("admit: ?node= is required: %w", errBadInput)
+		}
+		return svc.admit(r.Context(), id)
+	}))
+	mux.HandleFunc("GET /nodes", get(func(r *http.Request) (any, error) { return svc.views(r.Context()) }))
+	mux.HandleFunc("GET /nodes/{id}", get(func(r *http.Request) (any, error) { return svc.view(r.Context(), r.PathValue("id")) }))
+	mux.HandleFunc("GET /nodes/{id}/events", get(func(r *http.Request) (any, error) {
+		q := r.URL.Query()
+		after, limit := int64(0), 100
+		var err error
+		if s := q.Get("after"); s != "" {
+			if after, err = strconv.ParseInt(s, 10, 64); err != nil || after < 0 {
+				return nil, fmt.Errorf("events: after=%q: want an event id, 0 or more: %w", s, errBadInput)
+			}
+		}
+		if s := q.Get("limit"); s != "" {
+			if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > 1000 {
+				return nil, fmt.Errorf("events: limit=%q: want 1 to 1000: %w", s, errBadInput)
+			}
+		}
+		return svc.events(r.Context(), r.PathValue("id"), after, limit)
+	}))
+	mux.HandleFunc("GET /notices", get(func(r *http.Request) (any, error) { return svc.noticesAll(r.Context()) }))
+	mux.HandleFunc("GET /plans", get(func(r *http.Request) (any, error) { return svc.plans(r.Context()) }))
 	return mux
 }
 
 // handleReport takes one overload.Reading. The node is the token's, or,
-// for an operator's token, the one the reading names. The answers are
-// chosen for the agent's retry rules: 200 for a reading counted now or
-// already counted (a retry after a lost answer must not be retried for
-// ever), 409 for one older than the latest (the agent drops it), 400 for
-// one that cannot be true (dropped too), 401 for a bad token and 403 for a
-// reading of another node than the token's (kept and retried: the
-// operator must fix the agent's configuration).
-func (p *platform) handleReport(w http.ResponseWriter, r *http.Request, tokenNode string) {
+// for an operator's token, the one the reading names. The answers follow
+// the report protocol: 200 for a reading counted now, and 200 with
+// "duplicate": true for one already counted (a retry after a lost answer,
+// acknowledged so it is not retried for ever); 409 "older" for a version 1
+// reading not newer than the latest and 400 "invalid" for one that cannot
+// be true (the agent drops both); 413 "too_large"; 401/403 "unauthorized"
+// (kept and retried: the operator must fix the agent's configuration);
+// 503 while the store is unavailable and 500 when this node's state
+// cannot be saved (both retried).
+func handleReport(svc service, w http.ResponseWriter, r *http.Request, tokenNode string) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("reading body: %w", err))
+		writeError(w, http.StatusRequestEntityTooLarge, reasonTooLarge, fmt.Errorf("reading body: %w", err))
 		return
 	}
 	var rd overload.Reading
 	if err := json.Unmarshal(body, &rd); err != nil { // validates, and checks "v"
-		writeError(w, http.StatusBadRequest, fmt.Errorf("reading: %w", err))
+		writeError(w, http.StatusBadRequest, reasonInvalid, fmt.Errorf("reading: %w", err))
 		return
 	}
 	if tokenNode != "" {
 		if rd.Node != "" && rd.Node != tokenNode {
-			writeError(w, http.StatusForbidden, fmt.Errorf("a reading of node %q with the token of node %s", rd.Node, tokenNode))
+			writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("a reading of node %q with the token of node %s", rd.Node, tokenNode))
 			return
 		}
 		rd.Node = tokenNode
 	}
-	out, err := p.report(rd)
+	out, err := svc.report(r.Context(), rd)
 	switch {
 	case errors.Is(err, errDuplicate):
 		writeJSON(w, http.StatusOK, struct {
@@ -93,7 +171,7 @@ func (p *platform) handleReport(w http.ResponseWriter, r *http.Request, tokenNod
 			Duplicate bool `json:"duplicate"`
 		}{out, true})
 	case err != nil:
-		writeError(w, statusOf(err), err)
+		writeFailure(w, err)
 	default:
 		writeJSON(w, http.StatusOK, out)
 	}
@@ -111,36 +189,25 @@ type admitAnswer struct {
 	Until time.Time `json:"until,omitzero"`
 }
 
-func (p *platform) handleAdmit(w http.ResponseWriter, r *http.Request) {
-	id := r.URL.Query().Get("node")
-	if id == "" {
-		writeError(w, http.StatusBadRequest, errors.New("admit: ?node= is required"))
-		return
-	}
-	a, err := p.admit(id)
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	writeJSON(w, http.StatusOK, a)
-}
-
 // serve decodes an operator's request into a Req, does it and answers
 // with the result at status (204: no body), 409 with the admit answer for
 // a node that takes nobody new, or the error's status.
-func serve[Req, Resp any](status int, do func(Req) (Resp, error)) func(http.ResponseWriter, *http.Request, string) {
+func serve[Req, Resp any](status int, do func(context.Context, Req) (Resp, error)) func(http.ResponseWriter, *http.Request, string) {
 	return func(w http.ResponseWriter, r *http.Request, _ string) {
 		var req Req
 		if !decode(w, r, &req) {
 			return
 		}
-		resp, err := do(req)
+		resp, err := do(r.Context(), req)
 		var ae admitError
 		switch {
 		case errors.As(err, &ae):
-			writeJSON(w, http.StatusConflict, ae.answer)
+			writeJSON(w, http.StatusConflict, struct {
+				admitAnswer
+				Error string `json:"error"`
+			}{ae.answer, ae.Error()})
 		case err != nil:
-			writeError(w, statusOf(err), err)
+			writeFailure(w, err)
 		case status == http.StatusNoContent:
 			w.WriteHeader(status)
 		default:
@@ -153,31 +220,51 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, reasonTooLarge, fmt.Errorf("request body: %w", err))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, reasonInvalid, fmt.Errorf("request body: %w", err))
 		return false
 	}
 	return true
 }
 
-func statusOf(err error) int {
+// statusOf maps an error of the platform to its status and reason word.
+func statusOf(err error) (int, string) {
 	switch {
+	case errors.Is(err, errUnknownNode):
+		return http.StatusNotFound, reasonUnknownNode
 	case errors.Is(err, errUnknown):
-		return http.StatusNotFound
+		return http.StatusNotFound, reasonNotFound
 	case errors.Is(err, errBadInput):
-		return http.StatusBadRequest
+		return http.StatusBadRequest, reasonInvalid
 	case errors.Is(err, errStale):
-		return http.StatusConflict
+		return http.StatusConflict, reasonOlder
 	case errors.Is(err, errNotAdmit):
-		return http.StatusConflict
+		return http.StatusConflict, reasonNotAdmitted
+	case errors.Is(err, errUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, reasonUnavailable
+	case errors.Is(err, errUnsaved):
+		return http.StatusInternalServerError, reasonUnsaved
 	default:
-		return http.StatusInternalServerError
+		return http.StatusInternalServerError, reasonInternal
 	}
+}
+
+func writeFailure(w http.ResponseWriter, err error) {
+	status, reason := statusOf(err)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeError(w, status, reason, err)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		writeError(w, http.StatusInternalServerError, reasonInternal, fmt.Errorf("answer: %w", err))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -185,6 +272,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-func writeError(w http.ResponseWriter, status int, err error) {
-	writeJSON(w, status, map[string]string{"error": strings.TrimSpace(err.Error())})
+// writeError answers {"error": "...", "reason": "..."}.
+func writeError(w http.ResponseWriter, status int, reason string, err error) {
+	b, _ := json.Marshal(map[string]string{"error": strings.TrimSpace(err.Error()), "reason": reason})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
 }

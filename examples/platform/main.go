@@ -4,17 +4,19 @@
 // runs routing plan rounds over an in-memory route table, and prices each
 // route's session with the pricing package.
 //
-// It is an example, not a production control plane: one process, one lock,
-// one JSON file per node in -state-dir (written atomically after each
-// change, read back at start, so a restart loses nothing), a route table
-// seeded from a JSON file, and "carrying out" a plan means removing the
-// route from that table and logging it. A platform team copies the wiring
-// and puts its own database and route closing behind it.
+// Its embedded store is one process, one lock and one JSON file per node in
+// -state-dir (written atomically after each change, read back at start, so
+// a restart loses nothing). With -db postgres://… the state lives in
+// PostgreSQL instead, and several replicas may serve one fleet (see the
+// README's "Running the platform at fleet scale"). The route table is
+// seeded from a JSON file, and "carrying out" a plan means closing the
+// route in that table and logging it.
 //
 //	go run ./examples/platform -token-file token -routes examples/platform/routes.json
 //
-// API (POSTs need "Authorization: Bearer <token>"; a node's token may only
-// report for that node):
+// API (everything but /healthz needs "Authorization: Bearer <token>"; a
+// node's token may only report for that node; the GETs, which show users'
+// routes, keys and prices, need an operator's token):
 //
 //	POST /report          an overload.Reading, as the agent sends it
 //	GET  /admit?node=X    {"admit":false,"reason":"overloaded",…}
@@ -22,7 +24,9 @@
 //	POST /traffic         {"route","bytes"} charges traffic at the session's price
 //	POST /price           {"node","price"} changes a node's price from now on
 //	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events
+//	GET  /nodes/X/events  the node's events, oldest first: ?after=ID&limit=N
 //	GET  /notices         every notice, oldest first
+//	GET  /healthz         {"ok":true}, no token
 //	GET  /plans           each node's latest plan that closed something
 package main
 
@@ -35,6 +39,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -55,6 +60,8 @@ type options struct {
 	listen    string
 	tokenFile string
 	stateDir  string
+	db        string
+	dbBatch   int
 	routes    string
 	planEvery time.Duration
 	logFormat string
@@ -79,7 +86,9 @@ Flags:
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (operator: any node, every endpoint) or TOKEN NODE (that node's agent: reports only) (required)")
-	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node")
+	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
+	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
+	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
 	fs.DurationVar(&o.planEvery, "plan-every", 30*time.Second, "time between plan rounds (one also runs after each report)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -143,10 +152,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			return 2
 		}
 	}
-	p, err := newPlatform(o.cfg, seed)
-	if err != nil {
-		fmt.Fprintf(stderr, "platform: %v\n", err)
-		return 2
+	var svc service
+	where := []any{"state_dir", o.stateDir}
+	if o.db != "" {
+		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch}, seed)
+		if err != nil {
+			fmt.Fprintf(stderr, "platform: %v\n", err)
+			return 2
+		}
+		defer pg.close()
+		svc, where = pg, []any{"db", redactURL(o.db)}
+	} else {
+		p, err := newPlatform(o.cfg, seed)
+		if err != nil {
+			fmt.Fprintf(stderr, "platform: %v\n", err)
+			return 2
+		}
+		svc = p
 	}
 
 	ln, err := net.Listen("tcp", o.listen)
@@ -155,7 +177,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	srv := &http.Server{
-		Handler:           p.handler(toks),
+		Handler:           handler(svc, toks),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -164,15 +186,19 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("platform serving", "addr", ln.Addr().String(), "state_dir", o.stateDir,
-		"nodes", len(p.ids()), "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown)
+	log.Info("platform serving", append([]any{"addr", ln.Addr().String()},
+		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown)...)...)
 
 	tick := time.NewTicker(o.planEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-tick.C:
-			p.planRound()
+			rctx, cancel := context.WithTimeout(ctx, o.planEvery)
+			if err := svc.planRound(rctx); err != nil {
+				log.Warn("plan round", "err", err)
+			}
+			cancel()
 		case err := <-served:
 			log.Error("serving stopped", "err", err)
 			return 1
@@ -183,7 +209,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			if err != nil {
 				log.Warn("shutdown", "err", err)
 			}
-			log.Info("stopped; state is in the state directory", "state_dir", o.stateDir)
+			log.Info("stopped", where...)
 			return 0
 		}
 	}
@@ -196,4 +222,13 @@ func readTokens(path string) (tokens, error) {
 	}
 	defer f.Close()
 	return parseTokens(f)
+}
+
+// redactURL is a database URL with its password left out, for logs.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(a database URL that does not parse)"
+	}
+	return u.Redacted()
 }

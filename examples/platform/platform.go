@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,12 +48,39 @@ const maxAhead = 5 * time.Minute
 // and plan round runs under it, and every change is written to the node's
 // file before the lock is released, so what a client was told is on disk.
 type platform struct {
-	cfg config
-	log *slog.Logger
-	now func() time.Time
+	rules
 
 	mu    sync.Mutex
 	nodes map[string]*node
+}
+
+// rules is what both stores share: the configuration and the per-node
+// steps (observe a reading, plan a round, show a node), each run with the
+// node locked by the store.
+type rules struct {
+	cfg config
+	log *slog.Logger
+	now func() time.Time
+}
+
+func newRules(cfg config) (rules, error) {
+	if err := validatePolicy(cfg.Policy); err != nil {
+		return rules{}, fmt.Errorf("policy: %w", err)
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return rules{}, fmt.Errorf("limits: %w", err)
+	}
+	if _, err := pricing.NewHistory(cfg.Prices); err != nil {
+		return rules{}, fmt.Errorf("prices: %w", err)
+	}
+	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c, nil
 }
 
 // node is everything the platform knows of one node.
@@ -64,6 +93,8 @@ type node struct {
 	notices    []overload.Notice // newest last, at most maxNotices
 	lastPlan   *routing.Plan     // the latest plan that closed something
 	nextRoute  int               // sequence for route IDs the platform gives out
+	readings   int64             // readings counted (not duplicates, not refused)
+	eventsSeen int64             // events the tracker produced, kept or not
 	savedBytes []byte            // the file's content as last written
 }
 
@@ -72,6 +103,10 @@ type route struct {
 	Route   routing.Route   `json:"route"`
 	Session pricing.Session `json:"session"`
 	Earned  pricing.Charge  `json:"earned"`
+	// ReliedOn is when a move on another node last relied on this route
+	// (its user was moved onto it). From then on it counts as in use for
+	// the unused-route rule: the user is about to send traffic through it.
+	ReliedOn time.Time `json:"relied_on,omitzero"`
 }
 
 // closedRoute is a route the platform closed because a plan said so.
@@ -79,15 +114,24 @@ type closedRoute struct {
 	Action routing.Action `json:"action"`
 	At     time.Time      `json:"at"`
 	Earned pricing.Charge `json:"earned"`
+
+	session pricing.Session // the ended session, for the PostgreSQL store's route row
 }
 
 // Errors the HTTP layer maps to status codes.
 var (
-	errUnknown   = errors.New("not found")
-	errBadInput  = errors.New("bad input")
-	errNotAdmit  = errors.New("not admitted")
-	errDuplicate = errors.New("already observed")
-	errStale     = errors.New("older than the latest reading")
+	errUnknown     = errors.New("not found")
+	errUnknownNode = errors.New("unknown node")
+	errBadInput    = errors.New("bad input")
+	errNotAdmit    = errors.New("not admitted")
+	errDuplicate   = errors.New("already observed")
+	errStale       = errors.New("older than the latest reading")
+	// errUnsaved: the node's state could not be saved; only that node's
+	// requests fail, and what it was told is what is stored.
+	errUnsaved = errors.New("node state not saved")
+	// errUnavailable: the store cannot be reached now (the database is
+	// restarting); the request may be retried.
+	errUnavailable = errors.New("store unavailable")
 )
 
 var nodeIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -102,22 +146,11 @@ func checkNodeID(id string) error {
 // newPlatform validates cfg, loads the state directory and then the seed
 // (nodes and routes the state does not hold yet).
 func newPlatform(cfg config, seed *seedFile) (*platform, error) {
-	if err := cfg.Policy.Validate(); err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+	c, err := newRules(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Limits.Validate(); err != nil {
-		return nil, fmt.Errorf("limits: %w", err)
-	}
-	if _, err := pricing.NewHistory(cfg.Prices); err != nil {
-		return nil, fmt.Errorf("prices: %w", err)
-	}
-	p := &platform{cfg: cfg, log: cfg.Logger, now: cfg.Now, nodes: map[string]*node{}}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	if p.now == nil {
-		p.now = time.Now
-	}
+	p := &platform{rules: c, nodes: map[string]*node{}}
 	if err := p.load(); err != nil {
 		return nil, err
 	}
@@ -134,7 +167,7 @@ func newPlatform(cfg config, seed *seedFile) (*platform, error) {
 	return p, nil
 }
 
-func (p *platform) newNode(id string) (*node, error) {
+func (p *rules) newNode(id string) (*node, error) {
 	h, err := pricing.NewHistory(p.cfg.Prices)
 	if err != nil {
 		return nil, err
@@ -162,20 +195,16 @@ type reportOutcome struct {
 
 // report observes one reading of the node it names, then runs a plan
 // round. A reading the node's tracker already counted returns errDuplicate
-// and an older one errStale; both change nothing.
-func (p *platform) report(r overload.Reading) (reportOutcome, error) {
+// and an older one errStale; both change nothing. A node whose state
+// cannot be saved gets errUnsaved, and its record goes back to what is on
+// disk: the next request sees what the last answered one left.
+func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome, error) {
 	if err := checkNodeID(r.Node); err != nil {
 		return reportOutcome{}, fmt.Errorf("report: %w", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
-	if r.At.After(now.Add(maxAhead)) {
-		// Counted, it would make every honest reading after it "out of
-		// order" until the clock caught up.
-		return reportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",
-			r.Node, r.At.Format(time.RFC3339), maxAhead, errBadInput)
-	}
 	n := p.nodes[r.Node]
 	isNew := n == nil
 	if isNew {
@@ -183,6 +212,38 @@ func (p *platform) report(r overload.Reading) (reportOutcome, error) {
 		if n, err = p.newNode(r.Node); err != nil {
 			return reportOutcome{}, err
 		}
+	}
+	out, err := p.observe(n, r, now)
+	if err != nil {
+		return out, err
+	}
+	if isNew {
+		p.nodes[r.Node] = n
+		p.log.Warn("reports from a node the route table does not hold: tracked, admitted by load, never planned",
+			"node", r.Node)
+	}
+	if out.Notice != nil {
+		n.notices = appendBounded(n.notices, *out.Notice, maxNotices)
+	}
+	// Plan the node at once (the round writes its file if it closes
+	// something), then write what the reading changed (a no-op if the
+	// round just did): one write per report.
+	p.planRoundLocked(now, r.Node)
+	if err := p.save(n); err != nil {
+		p.revert(n)
+		return reportOutcome{}, err
+	}
+	return out, nil
+}
+
+// observe counts reading r in n's tracker and copies its verdict into the
+// node routing plans; both stores call it with the node locked.
+func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutcome, error) {
+	if r.At.After(now.Add(maxAhead)) {
+		// Counted, it would make every honest reading after it "out of
+		// order" until the clock caught up.
+		return reportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",
+			r.Node, r.At.Format(time.RFC3339), maxAhead, errBadInput)
 	}
 	res, err := n.tracker.Observe(r)
 	switch {
@@ -193,34 +254,25 @@ func (p *platform) report(r overload.Reading) (reportOutcome, error) {
 	case err != nil:
 		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errBadInput, err)
 	}
-	if isNew {
-		p.nodes[r.Node] = n
-		p.log.Warn("reports from a node the route table does not hold: tracked, admitted by load, never planned",
-			"node", r.Node)
+	n.readings++
+	if res.Event != nil {
+		n.eventsSeen++
 	}
 	// routing's own adapter: overload start and end from the tracker, and
 	// memory from this reading (0 when the reading lacks it, so a stale
 	// figure never counts as above the move threshold).
-	n.info.SetOverload(n.tracker, r)
+	setOverload(&n.info, n.tracker, r)
 	if ev := res.Event; ev != nil {
 		switch ev.Kind {
 		case overload.Start:
-			p.log.Warn("overload started", "node", r.Node, "at", ev.At, "findings", findingTexts(ev.Findings))
+			c.log.Warn("overload started", "node", r.Node, "at", ev.At, "findings", findingTexts(ev.Findings))
 		case overload.End:
-			p.log.Info("overload ended", "node", r.Node, "at", ev.At, "lasted", ev.Lasted,
-				"offered_again", p.cfg.Policy.OfferedAgain(ev.At))
+			c.log.Info("overload ended", "node", r.Node, "at", ev.At, "lasted", ev.Lasted,
+				"offered_again", offeredAgain(c.cfg.Policy, ev.At))
 		}
 	}
 	if res.Notice != nil {
-		n.notices = appendBounded(n.notices, *res.Notice, maxNotices)
-		p.log.Warn("notice", "node", r.Node, "text", res.Notice.Text)
-	}
-	// Plan the node at once (the round writes its file if it closes
-	// something), then write what the reading changed (a no-op if the
-	// round just did): one write per report.
-	p.planRoundLocked(now, r.Node)
-	if err := p.save(n); err != nil {
-		return reportOutcome{}, err
+		c.log.Warn("notice", "node", r.Node, "text", res.Notice.Text)
 	}
 	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
 }
@@ -234,33 +286,34 @@ func findingTexts(fs []overload.Finding) []string {
 }
 
 // admit answers whether node id takes new connections now.
-func (p *platform) admit(id string) (admitAnswer, error) {
+func (p *platform) admit(_ context.Context, id string) (admitAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.nodes[id]
 	if n == nil {
-		return admitAnswer{}, fmt.Errorf("admit %q: %w", id, errUnknown)
+		return admitAnswer{}, fmt.Errorf("admit %q: %w", id, errUnknownNode)
 	}
 	return p.admitLocked(n, p.now()), nil
 }
 
-func (p *platform) admitLocked(n *node, now time.Time) admitAnswer {
-	ok, why := p.cfg.Policy.Admit(n.info, now)
+func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
+	ok, why := admitNode(p.cfg.Policy, n.info, now)
 	a := admitAnswer{Node: n.info.ID, Admit: ok, Reason: string(why), At: now}
 	if why != "" {
 		a.Why = why.String()
 	}
 	if why == routing.ReasonCoolDown {
-		a.Until = p.cfg.Policy.OfferedAgain(n.info.OverloadEnded)
+		a.Until = offeredAgain(p.cfg.Policy, n.info.OverloadEnded)
 	}
 	return a
 }
 
 // planRound runs one plan round over every registered node.
-func (p *platform) planRound() {
+func (p *platform) planRound(_ context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.planRoundLocked(p.now(), "")
+	return nil
 }
 
 // planRoundLocked plans the nodes one after another (only node `only` if
@@ -281,37 +334,64 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 	}
 	for _, id := range ids {
 		n := p.nodes[id]
-		if n.info.Role == 0 {
-			continue
-		}
-		routes := p.appendPricedRoutes(make([]routing.Route, 0, len(n.routes)), n, now)
-		plan, err := p.cfg.Policy.Plan(now, n.info, routes, alts)
+		plan, changed, err := p.planOne(now, n, alts)
 		if err != nil {
 			p.log.Error("plan round", "node", id, "err", err)
 			continue
 		}
-		budgetsChanged := !sameBudgets(n.info.State, plan.State)
-		n.info.State = plan.State
 		for _, a := range plan.Actions {
-			rt := n.routes[a.Route.ID]
-			delete(n.routes, a.Route.ID)
 			alts.remove(a.Route)
-			rt.Session.End = now
-			n.closed = appendBounded(n.closed, closedRoute{Action: a, At: now, Earned: rt.Earned}, maxClosed)
-			p.log.Warn("closing route", "node", id, "route", a.Route.ID, "user", a.Route.User,
-				"reason", string(a.Reason), "action", a.String())
+			// The route the move relies on counts as in use from now,
+			// saved with its node.
+			if keeps, ok := reliesOn(a); ok {
+				if kn := p.nodes[keeps.Node]; kn != nil && kn.routes[keeps.ID] != nil {
+					kn.routes[keeps.ID].ReliedOn = now
+					if err := p.save(kn); err != nil {
+						p.log.Error("saving node state", "node", kn.info.ID, "err", err)
+						p.revert(kn)
+					}
+				}
+			}
 		}
-		if len(plan.Actions) == 0 && !budgetsChanged {
+		if !changed {
 			continue
-		}
-		if len(plan.Actions) > 0 {
-			n.lastPlan = &plan
-			n.info.LiveUsers = liveUsers(n)
 		}
 		if err := p.save(n); err != nil {
 			p.log.Error("saving node state", "node", id, "err", err)
+			p.revert(n)
 		}
 	}
+}
+
+// planOne plans node n at now and carries out the plan in n: its closed
+// routes leave n.routes, their sessions end, and n's budgets move on.
+// It reports whether n changed in a way worth saving (a round that
+// changed only the plan time is not: losing it only lets a plan for an
+// earlier instant through once). An unregistered node is not planned.
+func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (routing.Plan, bool, error) {
+	if n.info.Role == 0 {
+		return routing.Plan{}, false, nil
+	}
+	routes := c.appendPricedRoutes(make([]routing.Route, 0, len(n.routes)), n, now)
+	plan, err := planNode(c.cfg.Policy, now, n.info, routes, alts)
+	if err != nil {
+		return routing.Plan{}, false, err
+	}
+	budgetsChanged := !sameBudgets(n.info.State, plan.State)
+	n.info.State = plan.State
+	for _, a := range plan.Actions {
+		rt := n.routes[a.Route.ID]
+		delete(n.routes, a.Route.ID)
+		rt.Session.End = now
+		n.closed = appendBounded(n.closed, closedRoute{Action: a, At: now, Earned: rt.Earned}, maxClosed)
+		c.log.Warn("closing route", "node", n.info.ID, "route", a.Route.ID, "user", a.Route.User,
+			"reason", string(a.Reason), "action", a.String())
+	}
+	if len(plan.Actions) > 0 {
+		n.lastPlan = &plan
+		n.info.LiveUsers = liveUsers(n)
+	}
+	return plan, len(plan.Actions) > 0 || budgetsChanged, nil
 }
 
 // fleetIndex is the index of the whole route table, each route at its
@@ -322,7 +402,7 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 type fleetIndex struct {
 	p   *platform
 	now time.Time
-	idx *routing.Index
+	idx *memIndex
 }
 
 func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
@@ -331,10 +411,34 @@ func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
 		for _, id := range f.p.ids() {
 			all = f.p.appendPricedRoutes(all, f.p.nodes[id], f.now)
 		}
-		f.idx = routing.NewIndex(all)
+		f.idx = newMemIndex(all)
 	}
 	return f.idx.Alternative(r)
 }
+
+// Record and ReliedOn are the methods routing's Alternatives gains with
+// the reliance it tracks itself: the platform records closures and
+// reliance after Plan returns (planRoundLocked), and answers from the
+// routes' ReliedOn.
+func (f *fleetIndex) Record(time.Time, routing.Action) {}
+
+func (f *fleetIndex) ReliedOn(r routing.Route) time.Time {
+	if n := f.p.nodes[r.Node]; n != nil && n.routes[r.ID] != nil {
+		return n.routes[r.ID].ReliedOn
+	}
+	return time.Time{}
+}
+
+// reliance is what routing's coming Alternatives asks beyond Alternative.
+type reliance interface {
+	Record(at time.Time, a routing.Action)
+	ReliedOn(r routing.Route) time.Time
+}
+
+var (
+	_ reliance = (*fleetIndex)(nil)
+	_ reliance = (*pgAlternatives)(nil)
+)
 
 // remove records a closure in the index, if it was built.
 func (f *fleetIndex) remove(r routing.Route) {
@@ -353,18 +457,22 @@ func sameBudgets(a, b routing.NodeState) bool {
 // appendPricedRoutes appends n's routes in ID order, each at its session's
 // price at now. The price is stored back in the route, so the node's file
 // shows the one the last plan saw.
-func (p *platform) appendPricedRoutes(dst []routing.Route, n *node, now time.Time) []routing.Route {
+func (p *rules) appendPricedRoutes(dst []routing.Route, n *node, now time.Time) []routing.Route {
 	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
 		rt := n.routes[rid]
 		rt.Route.Price = p.sessionPrice(n, rt, now)
-		dst = append(dst, rt.Route)
+		r := rt.Route
+		if rt.ReliedOn.After(r.LastTraffic) {
+			r.LastTraffic = rt.ReliedOn
+		}
+		dst = append(dst, r)
 	}
 	return dst
 }
 
 // sessionPrice is what the route's user pays now; the locked price when
 // the history cannot say (it always can for sessions it locked).
-func (p *platform) sessionPrice(n *node, rt *route, now time.Time) pricing.Price {
+func (p *rules) sessionPrice(n *node, rt *route, now time.Time) pricing.Price {
 	if now.Before(rt.Session.Start) {
 		return rt.Session.Locked
 	}
@@ -402,7 +510,7 @@ type openRequest struct {
 
 // open sets up a route if the node is admitted: the session locks the
 // node's price now.
-func (p *platform) open(req openRequest) (route, error) {
+func (p *platform) open(_ context.Context, req openRequest) (route, error) {
 	if req.User == "" || req.Key == "" {
 		return route{}, fmt.Errorf("open route: user and key are required: %w", errBadInput)
 	}
@@ -413,7 +521,7 @@ func (p *platform) open(req openRequest) (route, error) {
 	defer p.mu.Unlock()
 	n := p.nodes[req.Node]
 	if n == nil || n.info.Role == 0 {
-		return route{}, fmt.Errorf("open route through %q: node %w", req.Node, errUnknown)
+		return route{}, fmt.Errorf("open route through %q: %w", req.Node, errUnknownNode)
 	}
 	now := p.now()
 	if a := p.admitLocked(n, now); !a.Admit {
@@ -440,7 +548,11 @@ func (p *platform) open(req openRequest) (route, error) {
 	n.routes[rt.Route.ID] = rt
 	n.info.LiveUsers = liveUsers(n)
 	p.log.Info("route opened", "node", req.Node, "route", rt.Route.ID, "user", req.User, "price", s.Locked)
-	return *rt, p.save(n)
+	if err := p.save(n); err != nil {
+		p.revert(n)
+		return route{}, err
+	}
+	return *rt, nil
 }
 
 // admitError says why a node took nobody new.
@@ -459,7 +571,7 @@ type trafficRequest struct {
 
 // traffic charges a route's traffic at its session's price now and marks
 // it in use. A closed route is not found: it earns nothing more.
-func (p *platform) traffic(req trafficRequest) (route, error) {
+func (p *platform) traffic(_ context.Context, req trafficRequest) (route, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, id := range p.ids() {
@@ -478,7 +590,11 @@ func (p *platform) traffic(req trafficRequest) (route, error) {
 		}
 		rt.Route.LastTraffic = now
 		rt.Route.Price = p.sessionPrice(n, rt, now)
-		return *rt, p.save(n)
+		if err := p.save(n); err != nil {
+			p.revert(n)
+			return route{}, err
+		}
+		return *rt, nil
 	}
 	return route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
 }
@@ -502,19 +618,23 @@ type priceRequest struct {
 // setPrice records the node's new price from now on. Running sessions
 // keep their lock: a rise never reaches them, a drop once it has stood for
 // the window.
-func (p *platform) setPrice(req priceRequest) error {
+func (p *platform) setPrice(_ context.Context, req priceRequest) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.nodes[req.Node]
 	if n == nil || n.info.Role == 0 {
-		return fmt.Errorf("price of %q: node %w", req.Node, errUnknown)
+		return fmt.Errorf("price of %q: %w", req.Node, errUnknownNode)
 	}
 	if err := n.prices.Set(p.now(), req.Price); err != nil {
 		return fmt.Errorf("price of %s: %w: %w", req.Node, errBadInput, err)
 	}
 	n.info.Price = req.Price
 	p.log.Info("price changed", "node", req.Node, "price", req.Price)
-	return p.save(n)
+	if err := p.save(n); err != nil {
+		p.revert(n)
+		return err
+	}
+	return nil
 }
 
 // nodeView is what /nodes shows of a node.
@@ -541,39 +661,95 @@ type nodeView struct {
 	LastPlan      *routing.Plan      `json:"last_plan,omitempty"`
 	Closed        []closedRoute      `json:"closed"`
 	Notices       int                `json:"notices"`
+	Readings      int64              `json:"readings"`
 	Events        []overload.Event   `json:"events"`
 }
 
-func (p *platform) views() []nodeView {
+// eventPage is one page of a node's events, oldest first; Next, when not
+// zero, is the after= of the next page.
+type eventPage struct {
+	Node   string          `json:"node"`
+	Events []numberedEvent `json:"events"`
+	Next   int64           `json:"next,omitempty"`
+}
+
+// numberedEvent is an event with its place in the node's event list.
+type numberedEvent struct {
+	ID int64 `json:"id"`
+	overload.Event
+}
+
+// views shows every node. A node that cannot be shown (its state does
+// not marshal) is listed with its error alone: one node's bad state never
+// takes the fleet's view down.
+func (p *platform) views(_ context.Context) ([]json.RawMessage, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
-	out := make([]nodeView, 0, len(p.nodes))
+	out := make([]json.RawMessage, 0, len(p.nodes))
 	for _, id := range p.ids() {
-		out = append(out, p.viewLocked(p.nodes[id], now))
+		out = append(out, marshalView(id, p.viewLocked(p.nodes[id], now)))
 	}
-	return out
+	return out, nil
 }
 
-func (p *platform) view(id string) (nodeView, error) {
+// marshalView is v in JSON, or, if it cannot be, {"id","error"}.
+func marshalView(id string, v nodeView) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"id": id, "error": fmt.Sprintf("node %s cannot be shown: %v", id, err)})
+	}
+	return b
+}
+
+func (p *platform) view(_ context.Context, id string) (nodeView, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.nodes[id]
 	if n == nil {
-		return nodeView{}, fmt.Errorf("node %q: %w", id, errUnknown)
+		return nodeView{}, fmt.Errorf("node %q: %w", id, errUnknownNode)
 	}
 	return p.viewLocked(n, p.now()), nil
 }
 
-func (p *platform) viewLocked(n *node, now time.Time) nodeView {
-	ok, why := p.cfg.Policy.Admit(n.info, now)
+// events pages through node id's events (the tracker keeps the newest
+// MaxEvents; the PostgreSQL store keeps every one): those after the
+// after-th, at most limit.
+func (p *platform) events(_ context.Context, id string, after int64, limit int) (eventPage, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.nodes[id]
+	if n == nil {
+		return eventPage{}, fmt.Errorf("events of node %q: %w", id, errUnknownNode)
+	}
+	evs := n.tracker.Events()
+	// Number the kept events by their place among every event the node
+	// had, so a page's cursor stays valid as old ones fall off.
+	first := n.eventsSeen - int64(len(evs)) + 1
+	page := eventPage{Node: id, Events: []numberedEvent{}}
+	for i, e := range evs {
+		seq := first + int64(i)
+		if seq <= after {
+			continue
+		}
+		if len(page.Events) == limit {
+			page.Next = page.Events[len(page.Events)-1].ID
+			break
+		}
+		page.Events = append(page.Events, numberedEvent{ID: seq, Event: e})
+	}
+	return page, nil
+}
+
+func (p *rules) viewLocked(n *node, now time.Time) nodeView {
+	ok, why := admitNode(p.cfg.Policy, n.info, now)
 	v := nodeView{
 		ID: n.info.ID, Registered: n.info.Role != 0, Country: n.info.Country, Paused: n.info.Paused,
 		Overloaded: n.tracker.Overloaded(), Since: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
 		Findings: n.tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.info.MemoryPercent,
 		LastReading: n.tracker.LastReading(), Price: n.info.Price, MaxUsers: n.info.MaxUsers,
 		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,
-		Closed: slices.Clone(n.closed), Notices: len(n.notices), Events: n.tracker.Events(),
+		Closed: slices.Clone(n.closed), Notices: len(n.notices), Readings: n.readings, Events: n.tracker.Events(),
 		Routes: []route{},
 	}
 	if v.Findings == nil {
@@ -600,7 +776,7 @@ func (p *platform) viewLocked(n *node, now time.Time) nodeView {
 }
 
 // noticesAll returns every node's notices, oldest first.
-func (p *platform) noticesAll() []overload.Notice {
+func (p *platform) noticesAll(_ context.Context) ([]overload.Notice, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := []overload.Notice{}
@@ -608,11 +784,11 @@ func (p *platform) noticesAll() []overload.Notice {
 		out = append(out, p.nodes[id].notices...)
 	}
 	slices.SortStableFunc(out, func(a, b overload.Notice) int { return a.At.Compare(b.At) })
-	return out
+	return out, nil
 }
 
 // plans returns each node's latest plan that closed something, by node.
-func (p *platform) plans() []routing.Plan {
+func (p *platform) plans(_ context.Context) ([]routing.Plan, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := []routing.Plan{}
@@ -621,5 +797,5 @@ func (p *platform) plans() []routing.Plan {
 			out = append(out, *lp)
 		}
 	}
-	return out
+	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/pgtest"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -65,7 +66,8 @@ type testPlatform struct {
 	t     *testing.T
 	clock *clock
 	dir   string
-	p     *platform
+	p     *platform // the file store; nil for PostgreSQL
+	svc   service
 	srv   *httptest.Server
 }
 
@@ -75,9 +77,32 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPl
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(p.handler(tokens{testToken: "", "x1-token": "x1"}))
+	tp := serveTest(t, c, p)
+	tp.dir, tp.p = dir, p
+	return tp
+}
+
+func serveTest(t *testing.T, c *clock, svc service) *testPlatform {
+	srv := httptest.NewServer(handler(svc, tokens{testToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
-	return &testPlatform{t: t, clock: c, dir: dir, p: p, srv: srv}
+	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
+}
+
+// opener starts a platform on a subtest's store; called again, it starts
+// another on the same store (a restart, or a second replica).
+type opener func(c *clock, seed *seedFile) *testPlatform
+
+// eachStore runs test on the file store and on PostgreSQL (skipped
+// without it): the same API, the same verdicts.
+func eachStore(t *testing.T, test func(t *testing.T, open opener)) {
+	t.Run("file", func(t *testing.T) {
+		dir := t.TempDir()
+		test(t, func(c *clock, seed *seedFile) *testPlatform { return newTestPlatform(t, dir, c, seed) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.Need(t, cluster).NewDatabase(t)
+		test(t, func(c *clock, seed *seedFile) *testPlatform { return newPGTestPlatform(t, url, c, seed) })
+	})
 }
 
 func (tp *testPlatform) do(method, path string, body any, out any) int {
@@ -159,9 +184,11 @@ func (w tWriter) Write(b []byte) (int, error) {
 // notice, the longest-idle own route closed at once, the route in use with
 // a cheaper DE alternative moved after 15 minutes, nothing else; then the
 // overload ends and the node is admitted after the 10-minute cool-down.
-func TestOverloadLifecycle(t *testing.T) {
+func TestOverloadLifecycle(t *testing.T) { eachStore(t, testOverloadLifecycle) }
+
+func testOverloadLifecycle(t *testing.T, open opener) {
 	c := &clock{t: t0}
-	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	tp := open(c, testSeed())
 
 	if a := tp.admit("x1"); !a.Admit {
 		t.Fatalf("fresh node not admitted: %+v", a)
@@ -228,7 +255,7 @@ func TestOverloadLifecycle(t *testing.T) {
 	}
 
 	// A restart loses nothing.
-	tp2 := newTestPlatform(t, tp.dir, c, testSeed())
+	tp2 := open(c, testSeed())
 	v2 := tp2.node("x1")
 	if !slices.Equal(closedIDs(v2), closedIDs(v)) || len(v2.Events) != 2 || v2.Notices != 1 || !tp2.admit("x1").Admit {
 		t.Fatalf("after restart: %+v", v2)
@@ -246,9 +273,11 @@ func TestOverloadLifecycle(t *testing.T) {
 }
 
 // TestReportAnswers checks the status codes the agent's retry rules rely on.
-func TestReportAnswers(t *testing.T) {
+func TestReportAnswers(t *testing.T) { eachStore(t, testReportAnswers) }
+
+func testReportAnswers(t *testing.T, open opener) {
 	c := &clock{t: t0}
-	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	tp := open(c, testSeed())
 	r := overload.Reading{Node: "x1", At: t0, MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1}
 	post := func(token string, body []byte) int {
 		req, _ := http.NewRequest("POST", tp.srv.URL+"/report", bytes.NewReader(body))
@@ -294,8 +323,8 @@ func TestReportAnswers(t *testing.T) {
 	if got := len(tp.node("x1").Events); got != 0 {
 		t.Fatalf("events %d after one reading", got)
 	}
-	if tr := tp.p.nodes["x1"].tracker; !tr.LastReading().Equal(t0) {
-		t.Fatalf("tracker's latest reading %v, want %v (only one counted)", tr.LastReading(), t0)
+	if v := tp.node("x1"); !v.LastReading.Equal(t0) || v.Readings != 1 {
+		t.Fatalf("tracker's latest reading %v, %d counted; want %v, 1", v.LastReading, v.Readings, t0)
 	}
 	// An unknown node is tracked but not planned.
 	if code := tp.read("new-node", 50); code != 200 {
@@ -319,8 +348,8 @@ func TestReportAnswers(t *testing.T) {
 	if got := post("x1-token", b); got != 200 {
 		t.Fatalf("x1's token, reading without a node: %d, want 200", got)
 	}
-	if tr := tp.p.nodes["x1"].tracker; !tr.LastReading().Equal(anon.At) {
-		t.Fatalf("x1's latest reading %v, want %v", tr.LastReading(), anon.At)
+	if last := tp.node("x1").LastReading; !last.Equal(anon.At) {
+		t.Fatalf("x1's latest reading %v, want %v", last, anon.At)
 	}
 	anon.Node, anon.At = "x2", t0.Add(2*time.Second)
 	b, _ = json.Marshal(anon)
@@ -379,9 +408,11 @@ func TestParseTokens(t *testing.T) {
 // TestPricing: a route opened on an admitted node locks the price; a rise
 // does not reach it, a drop does once it has stood 3 hours; traffic is
 // charged at the session's price then; a refused node opens nothing.
-func TestPricing(t *testing.T) {
+func TestPricing(t *testing.T) { eachStore(t, testPricing) }
+
+func testPricing(t *testing.T, open opener) {
 	c := &clock{t: t0}
-	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	tp := open(c, testSeed())
 	var rt route
 	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: %d", code)
@@ -438,7 +469,7 @@ func TestStateFiles(t *testing.T) {
 	// A plan round on a quiet fleet writes nothing.
 	before, _ := os.ReadFile(filepath.Join(dir, "x1.json"))
 	c.add(time.Minute)
-	tp.p.planRound()
+	tp.p.planRound(t.Context())
 	if after, _ := os.ReadFile(filepath.Join(dir, "x1.json")); !bytes.Equal(before, after) {
 		t.Fatalf("a quiet plan round rewrote x1.json")
 	}
@@ -499,7 +530,7 @@ func BenchmarkReport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := p.handler(tokens{testToken: ""})
+	h := handler(p, tokens{testToken: ""})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.add(30 * time.Second)
@@ -525,7 +556,8 @@ func TestSampleRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(p.views()); got != 3 {
+	if vs, _ := p.views(t.Context()); len(vs) != 3 {
+		got := len(vs)
 		t.Fatalf("%d nodes, want 3", got)
 	}
 	if _, err := readSeed("testdata/nonexistent.json"); err == nil {
@@ -536,9 +568,11 @@ func TestSampleRoutes(t *testing.T) {
 // TestMemoryUnknownIsNotStale checks that a reading without memory clears
 // the node's memory figure rather than keeping the last one, so a stale
 // 95 % cannot make routes in use move.
-func TestMemoryUnknownIsNotStale(t *testing.T) {
+func TestMemoryUnknownIsNotStale(t *testing.T) { eachStore(t, testMemoryUnknownIsNotStale) }
+
+func testMemoryUnknownIsNotStale(t *testing.T, open opener) {
 	c := &clock{t: t0}
-	tp := newTestPlatform(t, t.TempDir(), c, testSeed())
+	tp := open(c, testSeed())
 	if code := tp.read("x1", 95); code != 200 {
 		t.Fatalf("reading: status %d", code)
 	}
@@ -558,11 +592,13 @@ func TestMemoryUnknownIsNotStale(t *testing.T) {
 
 // TestOpenedRouteIDsAreUnique checks that a route opened through the API
 // never takes the ID of a seeded route (traffic finds routes by ID alone).
-func TestOpenedRouteIDsAreUnique(t *testing.T) {
+func TestOpenedRouteIDsAreUnique(t *testing.T) { eachStore(t, testOpenedRouteIDsAreUnique) }
+
+func testOpenedRouteIDsAreUnique(t *testing.T, open opener) {
 	seed := testSeed()
 	seed.Routes = append(seed.Routes, routing.Route{ID: "x2-1", User: "u7", Key: "vpn", Node: "x2",
 		Kind: routing.KindOwn, Start: t0.Add(-time.Hour), LastTraffic: t0})
-	tp := newTestPlatform(t, t.TempDir(), &clock{t: t0}, seed)
+	tp := open(&clock{t: t0}, seed)
 	var rt route
 	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: status %d", code)
@@ -580,4 +616,137 @@ func TestOpenedRouteIDsAreUnique(t *testing.T) {
 	if !ids["x2-1"] || !ids[rt.Route.ID] {
 		t.Fatalf("x2 routes %v: want the seeded x2-1 and the opened %s", ids, rt.Route.ID)
 	}
+}
+
+// TestRefusalReasons: every refusal is {"error", "reason"} with the report
+// protocol's words, and a retry of a counted reading is 200 duplicate.
+func TestRefusalReasons(t *testing.T) { eachStore(t, testRefusalReasons) }
+
+func testRefusalReasons(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	tp := open(c, testSeed())
+	send := func(token string, body []byte) (int, map[string]any) {
+		req, _ := http.NewRequest("POST", tp.srv.URL+"/report", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var ans map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+			t.Fatalf("answer %d is not JSON: %v", resp.StatusCode, err)
+		}
+		return resp.StatusCode, ans
+	}
+	r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: 1, At: t0,
+		MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
+	good, _ := json.Marshal(r)
+	v1 := overload.Reading{Node: "x1", At: t0.Add(-time.Minute), MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
+	older, _ := json.Marshal(v1)
+	big := append([]byte(`{"v":1,"node":"`), bytes.Repeat([]byte("x"), maxBody)...)
+	other, _ := json.Marshal(overload.Reading{Node: "x2", At: t0, CPUs: 4, ConntrackMax: 1})
+	for _, tc := range []struct {
+		name   string
+		token  string
+		body   []byte
+		status int
+		reason string
+		dup    bool
+	}{
+		{"counted", testToken, good, 200, "", false},
+		{"a retry", testToken, good, 200, "", true},
+		{"older", testToken, older, 409, reasonOlder, false},
+		{"cannot be true", testToken, []byte(`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","memory_used_percent":300}`), 400, reasonInvalid, false},
+		{"too large", testToken, big, 413, reasonTooLarge, false},
+		{"wrong token", "nope", good, 401, reasonUnauthorized, false},
+		{"another node's reading", "x1-token", other, 403, reasonUnauthorized, false},
+	} {
+		code, ans := send(tc.token, tc.body)
+		reason, _ := ans["reason"].(string)
+		dup, _ := ans["duplicate"].(bool)
+		if code != tc.status || reason != tc.reason || dup != tc.dup {
+			t.Errorf("%s: %d reason %q duplicate %v, want %d %q %v (%v)", tc.name, code, reason, dup, tc.status, tc.reason, tc.dup, ans)
+		}
+		if code >= 400 && ans["error"] == "" {
+			t.Errorf("%s: no error text: %v", tc.name, ans)
+		}
+	}
+	if v := tp.node("x1"); v.Readings != 1 {
+		t.Fatalf("%d readings counted, want 1", v.Readings)
+	}
+}
+
+// TestReadsNeedOperatorToken: the endpoints that show users' routes, keys
+// and prices answer only an operator's token; /healthz answers anyone.
+func TestReadsNeedOperatorToken(t *testing.T) { eachStore(t, testReadsNeedOperatorToken) }
+
+func testReadsNeedOperatorToken(t *testing.T, open opener) {
+	tp := open(&clock{t: t0}, testSeed())
+	get := func(path, token string) int {
+		req, _ := http.NewRequest("GET", tp.srv.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, path := range []string{"/nodes", "/nodes/x1", "/nodes/x1/events", "/notices", "/plans", "/admit?node=x1"} {
+		if code := get(path, ""); code != 401 {
+			t.Errorf("GET %s without a token: %d, want 401", path, code)
+		}
+		if code := get(path, "x1-token"); code != 403 {
+			t.Errorf("GET %s with a node's token: %d, want 403", path, code)
+		}
+		if code := get(path, testToken); code != 200 {
+			t.Errorf("GET %s with the operator's token: %d, want 200", path, code)
+		}
+	}
+	if code := get("/healthz", ""); code != 200 {
+		t.Errorf("GET /healthz without a token: %d, want 200", code)
+	}
+}
+
+// TestMovedUserKeepsTheAlternative: x1 moves u4's route in use because u4
+// holds the same route through x2; that copy has moved no traffic for
+// hours. When x2 is then overloaded too, its plan must not close that copy
+// as unused: the user was just moved onto it.
+func TestMovedUserKeepsTheAlternative(t *testing.T) { eachStore(t, testMovedUserKeepsTheAlternative) }
+
+func testMovedUserKeepsTheAlternative(t *testing.T, open opener) {
+	seed := testSeed()
+	for i := range seed.Routes {
+		if seed.Routes[i].ID == "r-move-alt" {
+			seed.Routes[i].LastTraffic = t0.Add(-5 * time.Hour)
+		}
+	}
+	c := &clock{t: t0}
+	tp := open(c, seed)
+	for range 40 { // 20 minutes over 90 %: r-move goes at 15
+		if code := tp.read("x1", 95); code != 200 {
+			t.Fatalf("x1: %d", code)
+		}
+		c.add(30 * time.Second)
+	}
+	if got := closedIDs(tp.node("x1")); !slices.Contains(got, "r-move:move") {
+		t.Fatalf("x1 closed %v, want r-move moved", got)
+	}
+	for range 10 {
+		tp.do("POST", "/report", overload.Reading{Node: "x2", At: c.now(), MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 262144}, nil)
+		c.add(30 * time.Second)
+	}
+	v := tp.node("x2")
+	if !v.Overloaded {
+		t.Fatal("x2 not overloaded")
+	}
+	for _, r := range v.Routes {
+		if r.Route.ID == "r-move-alt" {
+			return
+		}
+	}
+	t.Fatalf("x2 closed %v: u4's copy it was moved onto is gone", closedIDs(v))
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/atomicfile"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
@@ -38,76 +39,88 @@ type nodeFile struct {
 	Notices       []overload.Notice `json:"notices,omitempty"`
 	LastPlan      *routing.Plan     `json:"last_plan,omitempty"`
 	NextRoute     int               `json:"next_route"`
+	Readings      int64             `json:"readings,omitempty"`
+	EventsSeen    int64             `json:"events_seen,omitempty"`
 }
 
 func (p *platform) path(id string) string {
 	return filepath.Join(p.cfg.StateDir, id+".json")
 }
 
-// save writes n's file if it changed: temp file in the same directory,
-// fsync, rename, fsync of the directory. A reader (or a crash) sees the
-// old file or the new one, never half of one.
+// save writes n's file if it changed, atomically (internal/atomicfile):
+// a reader, or a crash, sees the old file or the new one, never half of
+// one. An error wraps errUnsaved.
 func (p *platform) save(n *node) error {
+	b, err := encodeNode(n, true)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(b, n.savedBytes) {
+		return nil
+	}
+	if err := atomicfile.WriteFile(p.path(n.info.ID), b, 0o600); err != nil {
+		return fmt.Errorf("save node %s: %w: %w", n.info.ID, errUnsaved, err)
+	}
+	n.savedBytes = b
+	return nil
+}
+
+// encodeNode is n as a node file; with full false, without its routes,
+// closures and notices (the PostgreSQL store keeps those in tables). An
+// error wraps errUnsaved.
+func encodeNode(n *node, full bool) ([]byte, error) {
 	f := nodeFile{
 		V: fileVersion, ID: n.info.ID, Country: n.info.Country, Paused: n.info.Paused,
 		MaxUsers: n.info.MaxUsers, MemoryPercent: n.info.MemoryPercent, OverloadEnded: n.info.OverloadEnded,
-		PlanState: n.info.State, Closed: n.closed, Notices: n.notices, LastPlan: n.lastPlan,
-		NextRoute: n.nextRoute, Routes: []route{},
+		PlanState: n.info.State, LastPlan: n.lastPlan,
+		NextRoute: n.nextRoute, Routes: []route{}, Readings: n.readings, EventsSeen: n.eventsSeen,
+	}
+	if full {
+		f.Closed, f.Notices = n.closed, n.notices
+		for _, id := range slices.Sorted(maps.Keys(n.routes)) {
+			f.Routes = append(f.Routes, *n.routes[id])
+		}
 	}
 	if n.info.Role != 0 {
 		f.Role = n.info.Role.String()
 	}
 	var err error
 	if f.Tracker, err = json.Marshal(n.tracker); err != nil {
-		return fmt.Errorf("save node %s: tracker: %w", n.info.ID, err)
+		return nil, fmt.Errorf("save node %s: tracker: %w: %w", n.info.ID, errUnsaved, err)
 	}
 	if f.Prices, err = json.Marshal(n.prices); err != nil {
-		return fmt.Errorf("save node %s: prices: %w", n.info.ID, err)
+		return nil, fmt.Errorf("save node %s: prices: %w: %w", n.info.ID, errUnsaved, err)
 	}
-	for _, id := range slices.Sorted(maps.Keys(n.routes)) {
-		f.Routes = append(f.Routes, *n.routes[id])
+	var b []byte
+	if full {
+		b, err = json.MarshalIndent(f, "", "  ")
+	} else {
+		b, err = json.Marshal(f)
 	}
-	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
-		return fmt.Errorf("save node %s: %w", n.info.ID, err)
+		return nil, fmt.Errorf("save node %s: %w: %w", n.info.ID, errUnsaved, err)
 	}
-	if bytes.Equal(b, n.savedBytes) {
-		return nil
-	}
-	if err := writeAtomic(p.path(n.info.ID), b); err != nil {
-		return fmt.Errorf("save node %s: %w", n.info.ID, err)
-	}
-	n.savedBytes = b
-	return nil
+	return b, nil
 }
 
-func writeAtomic(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
+// revert puts n back as its file holds it, after a change that could not
+// be saved: memory never holds what the disk does not, so one node whose
+// state cannot be saved fails its own requests and nothing else (a node
+// never saved is forgotten).
+func (p *platform) revert(n *node) {
+	id := n.info.ID
+	if n.savedBytes == nil {
+		delete(p.nodes, id)
+		return
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
+	old, err := p.decodeNode(n.savedBytes)
+	if err != nil { // it was written by save: cannot happen, but say so
+		p.log.Error("node state: the saved copy does not read back", "node", id, "err", err)
+		delete(p.nodes, id)
+		return
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	old.savedBytes = n.savedBytes
+	p.nodes[id] = old
 }
 
 // load reads every node file in the state directory, creating it if
@@ -145,7 +158,7 @@ func (p *platform) load() error {
 	return nil
 }
 
-func (p *platform) decodeNode(b []byte) (*node, error) {
+func (p *rules) decodeNode(b []byte) (*node, error) {
 	var f nodeFile
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, err
@@ -175,7 +188,7 @@ func (p *platform) decodeNode(b []byte) (*node, error) {
 		},
 		tracker: tr, prices: h, routes: map[string]*route{},
 		closed: f.Closed, notices: f.Notices, lastPlan: f.LastPlan,
-		nextRoute: f.NextRoute,
+		nextRoute: f.NextRoute, readings: f.Readings, eventsSeen: max(f.EventsSeen, int64(len(tr.Events()))),
 	}
 	if f.Role != "" {
 		if err := n.info.Role.UnmarshalText([]byte(f.Role)); err != nil {
@@ -222,11 +235,36 @@ func readSeed(path string) (*seedFile, error) {
 // starts with its seed price at its oldest route's start (or now), and
 // each route's session locks it at the route's start.
 func (p *platform) applySeed(s *seedFile, now time.Time) error {
+	byNode, err := checkSeed(s)
+	if err != nil {
+		return err
+	}
+	for _, sn := range s.Nodes {
+		n := p.nodes[sn.ID]
+		if n != nil && n.info.Role != 0 {
+			continue // the state directory holds it: state wins
+		}
+		if n == nil {
+			if n, err = p.newNode(sn.ID); err != nil {
+				return err
+			}
+		}
+		if err := p.seedNode(n, sn, byNode[sn.ID], now); err != nil {
+			return err
+		}
+		p.nodes[sn.ID] = n
+	}
+	return nil
+}
+
+// checkSeed checks the seed's nodes and routes as a whole and returns the
+// routes by node.
+func checkSeed(s *seedFile) (map[string][]routing.Route, error) {
 	byNode := map[string][]routing.Route{}
 	seen := map[string]bool{}
 	for _, r := range s.Routes {
 		if r.ID == "" || seen[r.ID] {
-			return fmt.Errorf("route table: route %q: empty or listed twice: %w", r.ID, errBadInput)
+			return nil, fmt.Errorf("route table: route %q: empty or listed twice: %w", r.ID, errBadInput)
 		}
 		seen[r.ID] = true
 		byNode[r.Node] = append(byNode[r.Node], r)
@@ -234,71 +272,64 @@ func (p *platform) applySeed(s *seedFile, now time.Time) error {
 	known := map[string]bool{}
 	for _, sn := range s.Nodes {
 		if err := checkNodeID(sn.ID); err != nil {
-			return fmt.Errorf("route table: %w", err)
+			return nil, fmt.Errorf("route table: %w", err)
 		}
 		if known[sn.ID] {
-			return fmt.Errorf("route table: node %s listed twice: %w", sn.ID, errBadInput)
+			return nil, fmt.Errorf("route table: node %s listed twice: %w", sn.ID, errBadInput)
 		}
 		known[sn.ID] = true
 		if sn.Role != routing.RoleEntry && sn.Role != routing.RoleExit {
-			return fmt.Errorf("route table: node %s: role must be entry or exit: %w", sn.ID, errBadInput)
+			return nil, fmt.Errorf("route table: node %s: role must be entry or exit: %w", sn.ID, errBadInput)
 		}
 		if sn.Price < 0 {
-			return fmt.Errorf("route table: node %s: negative price: %w", sn.ID, errBadInput)
+			return nil, fmt.Errorf("route table: node %s: negative price: %w", sn.ID, errBadInput)
 		}
-		n := p.nodes[sn.ID]
-		if n != nil && n.info.Role != 0 {
-			continue // the state directory holds it: state wins
-		}
-		if n == nil {
-			var err error
-			if n, err = p.newNode(sn.ID); err != nil {
-				return err
-			}
-		}
-		n.info.Role, n.info.Country, n.info.Paused, n.info.MaxUsers = sn.Role, sn.Country, sn.Paused, sn.MaxUsers
-		n.info.Price = sn.Price
-		routes := byNode[sn.ID]
-		from := now
-		for _, r := range routes {
-			if r.Start.IsZero() {
-				return fmt.Errorf("route table: route %s: no start: %w", r.ID, errBadInput)
-			}
-			from = minTime(from, r.Start)
-		}
-		if ch := n.prices.Changes(); len(ch) == 0 {
-			if err := n.prices.Set(from, sn.Price); err != nil {
-				return fmt.Errorf("route table: node %s: %w", sn.ID, err)
-			}
-		}
-		for _, r := range routes {
-			if r.Country == "" {
-				r.Country = sn.Country
-			}
-			if r.Country != sn.Country {
-				return fmt.Errorf("route table: route %s: country %q, but node %s is in %q: %w", r.ID, r.Country, sn.ID, sn.Country, errBadInput)
-			}
-			if r.Kind == 0 {
-				r.Kind = routing.KindOwn
-			}
-			if r.User == "" || r.Key == "" {
-				return fmt.Errorf("route table: route %s: user and key are required: %w", r.ID, errBadInput)
-			}
-			sess, err := n.prices.Lock(r.Start)
-			if err != nil {
-				return fmt.Errorf("route table: route %s: %w", r.ID, err)
-			}
-			r.Price = sess.Locked
-			n.routes[r.ID] = &route{Route: r, Session: sess}
-		}
-		n.info.LiveUsers = liveUsers(n)
-		p.nodes[sn.ID] = n
 	}
 	for id := range byNode {
 		if !known[id] {
-			return fmt.Errorf("route table: routes of node %q, which it does not list: %w", id, errBadInput)
+			return nil, fmt.Errorf("route table: routes of node %q, which it does not list: %w", id, errBadInput)
 		}
 	}
+	return byNode, nil
+}
+
+// seedNode registers n as the seed lists it, with its routes.
+func (p *rules) seedNode(n *node, sn routing.Node, routes []routing.Route, now time.Time) error {
+	n.info.Role, n.info.Country, n.info.Paused, n.info.MaxUsers = sn.Role, sn.Country, sn.Paused, sn.MaxUsers
+	n.info.Price = sn.Price
+	from := now
+	for _, r := range routes {
+		if r.Start.IsZero() {
+			return fmt.Errorf("route table: route %s: no start: %w", r.ID, errBadInput)
+		}
+		from = minTime(from, r.Start)
+	}
+	if ch := n.prices.Changes(); len(ch) == 0 {
+		if err := n.prices.Set(from, sn.Price); err != nil {
+			return fmt.Errorf("route table: node %s: %w", sn.ID, err)
+		}
+	}
+	for _, r := range routes {
+		if r.Country == "" {
+			r.Country = sn.Country
+		}
+		if r.Country != sn.Country {
+			return fmt.Errorf("route table: route %s: country %q, but node %s is in %q: %w", r.ID, r.Country, sn.ID, sn.Country, errBadInput)
+		}
+		if r.Kind == 0 {
+			r.Kind = routing.KindOwn
+		}
+		if r.User == "" || r.Key == "" {
+			return fmt.Errorf("route table: route %s: user and key are required: %w", r.ID, errBadInput)
+		}
+		sess, err := n.prices.Lock(r.Start)
+		if err != nil {
+			return fmt.Errorf("route table: route %s: %w", r.ID, err)
+		}
+		r.Price = sess.Locked
+		n.routes[r.ID] = &route{Route: r, Session: sess}
+	}
+	n.info.LiveUsers = liveUsers(n)
 	return nil
 }
 

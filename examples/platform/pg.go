@@ -1,0 +1,1056 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/pricing"
+	"github.com/proofkit/nodekit/routing"
+)
+
+// pgPlatform keeps the platform's state in PostgreSQL, so that several
+// replicas can serve one fleet. Every request that changes a node is one
+// transaction that starts by locking the node's row (SELECT … FOR
+// UPDATE): two replicas given the same node's readings apply them one
+// after the other, as one tracker would. What the node's tracker, price
+// history and plan budgets hold is one JSON value in that row; routes,
+// events and notices are rows of their own.
+type pgPlatform struct {
+	rules
+	db        *pgxpool.Pool
+	planEvery time.Duration
+	jobs      chan *reportJob // to the batch workers; nil: a transaction a report
+	stop      chan struct{}
+	workers   sync.WaitGroup
+}
+
+// pgOptions are the PostgreSQL store's own settings.
+type pgOptions struct {
+	// PlanEvery is the time between a node's plan rounds.
+	PlanEvery time.Duration
+	// Batch is the most reports one transaction takes (group commit:
+	// under load, reports arriving together share a transaction and its
+	// commit); 0 or 1: a transaction a report.
+	Batch int
+}
+
+// batchWorkers is how many batches are in flight at once.
+const batchWorkers = 4
+
+// openPG connects to the database at url, brings its schema up to date and
+// adds the seed's nodes the database does not hold yet.
+func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *seedFile) (*pgPlatform, error) {
+	planEvery := opt.PlanEvery
+	c, err := newRules(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("-db: %w", err)
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > 5*time.Second {
+		pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	db, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("-db: %w", err)
+	}
+	p := &pgPlatform{rules: c, db: db, planEvery: planEvery}
+	// Migrating and seeding a fleet's nodes: minutes at most.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	from, to, err := migrate(sctx, db)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("database schema: %w", err)
+	}
+	if from != to {
+		p.log.Info("database schema migrated", "from", from, "to", to)
+	}
+	if seed != nil {
+		if err := p.applySeed(sctx, seed, p.now()); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	if opt.Batch > 1 {
+		p.jobs, p.stop = make(chan *reportJob), make(chan struct{})
+		for range batchWorkers {
+			p.workers.Add(1)
+			go p.batchWorker(opt.Batch)
+		}
+	}
+	return p, nil
+}
+
+func (p *pgPlatform) close() {
+	if p.stop != nil {
+		close(p.stop)
+		p.workers.Wait()
+	}
+	p.db.Close()
+}
+
+func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) error {
+	byNode, err := checkSeed(s)
+	if err != nil {
+		return err
+	}
+	// A few hundred nodes a transaction: a fleet's seed loads in seconds,
+	// and the nodes the database holds already are skipped in one query.
+	for chunk := range slices.Chunk(s.Nodes, 500) {
+		ids := make([]string, len(chunk))
+		for i, sn := range chunk {
+			ids[i] = sn.ID
+		}
+		known := map[string]bool{}
+		rows, err := p.db.Query(ctx, `SELECT id FROM nodes WHERE role IS NOT NULL AND id = ANY($1)`, ids)
+		if err != nil {
+			return classify(err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return classify(err)
+			}
+			known[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return classify(err)
+		}
+		if len(known) == len(chunk) {
+			continue
+		}
+		err = p.inTx(ctx, func(tx pgx.Tx) error {
+			for _, sn := range chunk {
+				if known[sn.ID] {
+					continue
+				}
+				n, err := p.lockNode(ctx, tx, sn.ID, true)
+				if err != nil {
+					return fmt.Errorf("route table: node %s: %w", sn.ID, err)
+				}
+				if n.info.Role != 0 {
+					continue // the database holds it: state wins
+				}
+				if err := p.seedNode(n.node, sn, byNode[sn.ID], now); err != nil {
+					return err
+				}
+				if err := p.saveNode(ctx, tx, n); err != nil {
+					return fmt.Errorf("route table: node %s: %w", sn.ID, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pgNode is a node as loaded in a transaction, with what is needed to
+// write back only what changed.
+type pgNode struct {
+	*node
+	state   []byte            // the state column as loaded
+	bodies  map[string][]byte // each live route's body as loaded
+	relied  []routing.Route   // routes of other nodes the round's moves rely on
+	closing []closedRoute     // this transaction's closures
+	notice  *overload.Notice  // the notice this transaction sends
+	event   *overload.Event   // the event this transaction adds
+	created bool              // this transaction created the node's row
+}
+
+// errConflict: what a transaction relied on changed under it; it is run
+// again from the start.
+var errConflict = errors.New("concurrent change")
+
+// withNode runs fn on node id in one transaction holding the node's row
+// lock, and writes back what fn changed. With create, a node the database
+// does not hold is created (and, if fn fails, not kept). A transaction
+// that conflicts with another (a deadlock, or a route a move relies on
+// closed meanwhile) is run again.
+func (p *pgPlatform) withNode(ctx context.Context, id string, create bool, fn func(pgx.Tx, *pgNode) error) error {
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		n, err := p.lockNode(ctx, tx, id, create)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx, n); err != nil {
+			return err
+		}
+		return p.saveNode(ctx, tx, n)
+	})
+}
+
+// inTx runs fn in a transaction, again (up to 5 times) when it conflicts
+// with another, and maps the database's errors to the platform's.
+func (p *pgPlatform) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	var err error
+	for range 5 {
+		err = pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{}, fn)
+		if !retryable(err) {
+			break
+		}
+	}
+	return classify(err)
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40001" || pe.Code == "40P01" // serialization failure, deadlock
+	}
+	return errors.Is(err, errConflict)
+}
+
+// classify maps a database error to the platform's: the server refusing
+// one node's write (a constraint, a trigger) fails that node's request
+// (errUnsaved, 500); the database unreachable, restarting or out of time
+// is errUnavailable (503: the agent retries). The platform's own errors
+// pass as they are.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, e := range []error{errUnknown, errUnknownNode, errBadInput, errNotAdmit, errDuplicate, errStale, errUnsaved} {
+		if errors.Is(err, e) {
+			return err
+		}
+	}
+	var ae admitError
+	if errors.As(err, &ae) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code[:2] {
+		case "08", "57", "53", "40": // connection, operator intervention (shutdown), resources, conflicts
+			return fmt.Errorf("%w: %w", errUnavailable, err)
+		}
+		return fmt.Errorf("%w: %w", errUnsaved, err)
+	}
+	return fmt.Errorf("%w: %w", errUnavailable, err)
+}
+
+// lockNode loads node id with its row locked, creating it if asked.
+func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create bool) (*pgNode, error) {
+	n, err := p.lockedLoad(ctx, tx, id)
+	created := false
+	if errors.Is(err, pgx.ErrNoRows) && create {
+		created = true
+		fresh, ferr := p.newNode(id)
+		if ferr != nil {
+			return nil, ferr
+		}
+		b, ferr := encodeNode(fresh, false)
+		if ferr != nil {
+			return nil, ferr
+		}
+		if _, ferr := tx.Exec(ctx, `INSERT INTO nodes (id, state) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, b); ferr != nil {
+			return nil, ferr
+		}
+		n, err = p.lockedLoad(ctx, tx, id)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("node %q: %w", id, errUnknownNode)
+	}
+	if n != nil {
+		n.created = created
+	}
+	return n, err
+}
+
+// lockedLoad locks node id's row and loads it with its live routes in one
+// query; pgx.ErrNoRows if there is no such node.
+func (p *pgPlatform) lockedLoad(ctx context.Context, tx pgx.Tx, id string) (*pgNode, error) {
+	rows, err := tx.Query(ctx, `SELECT n.state, r.body, r.relied_on FROM nodes n
+		LEFT JOIN routes r ON r.node = n.id AND r.closed_at IS NULL
+		WHERE n.id = $1 FOR UPDATE OF n`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var n *pgNode
+	for rows.Next() {
+		var state, body []byte
+		var relied *time.Time
+		if err := rows.Scan(&state, &body, &relied); err != nil {
+			return nil, err
+		}
+		if n == nil {
+			nd, err := p.decodeNode(state)
+			if err != nil {
+				return nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
+			}
+			n = &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
+		}
+		if body != nil {
+			if err := n.addRoute(body, relied); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if n == nil {
+		return nil, pgx.ErrNoRows
+	}
+	n.info.LiveUsers = liveUsers(n.node)
+	return n, nil
+}
+
+// addRoute adds a live route as stored. A route another node's move
+// relies on counts as used from that instant.
+func (n *pgNode) addRoute(body []byte, relied *time.Time) error {
+	var rt route
+	if err := json.Unmarshal(body, &rt); err != nil {
+		return fmt.Errorf("node %s: stored route: %w: %w", n.info.ID, errUnsaved, err)
+	}
+	n.bodies[rt.Route.ID] = body
+	if relied != nil {
+		rt.ReliedOn = *relied
+	}
+	n.routes[rt.Route.ID] = &rt
+	return nil
+}
+
+// loadNode decodes a node's state and loads its live routes, for reads.
+func (p *pgPlatform) loadNode(ctx context.Context, tx pgx.Tx, id string, state []byte) (*pgNode, error) {
+	nd, err := p.decodeNode(state)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
+	}
+	n := &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
+	rows, err := tx.Query(ctx, `SELECT body, relied_on FROM routes WHERE node = $1 AND closed_at IS NULL`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var body []byte
+		var relied *time.Time
+		if err := rows.Scan(&body, &relied); err != nil {
+			return nil, err
+		}
+		if err := n.addRoute(body, relied); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	n.info.LiveUsers = liveUsers(n.node)
+	return n, nil
+}
+
+// saveNode writes back what changed in n: the node's row (its version
+// goes up by one), new and changed routes, closures with the routes the
+// moves rely on, the event and the notice.
+func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
+	id := n.info.ID
+	now := p.now()
+	// Lock every route the round closes or relies on, in ID order (so two
+	// nodes' rounds never deadlock), and check what the plan relied on
+	// still holds: the alternative is open, and a route closed as unused
+	// was not made another move's alternative meanwhile.
+	if len(n.closing) > 0 {
+		var ids []string
+		for _, c := range n.closing {
+			ids = append(ids, c.Action.Route.ID)
+		}
+		for _, r := range n.relied {
+			ids = append(ids, r.ID)
+		}
+		slices.Sort(ids)
+		rows, err := tx.Query(ctx, `SELECT id, closed_at IS NOT NULL, relied_on FROM routes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+		if err != nil {
+			return err
+		}
+		type lockedRoute struct {
+			closed bool
+			relied *time.Time
+		}
+		locked := map[string]lockedRoute{}
+		for rows.Next() {
+			var rid string
+			var lr lockedRoute
+			if err := rows.Scan(&rid, &lr.closed, &lr.relied); err != nil {
+				rows.Close()
+				return err
+			}
+			locked[rid] = lr
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		unusedAfter := p.cfg.Policy.UnusedAfter
+		if unusedAfter <= 0 {
+			unusedAfter = routing.DefaultUnusedAfter
+		}
+		for _, r := range n.relied {
+			if lr, ok := locked[r.ID]; !ok || lr.closed {
+				return fmt.Errorf("node %s: the alternative %s was closed meanwhile: %w", id, r.ID, errConflict)
+			}
+		}
+		for _, c := range n.closing {
+			lr := locked[c.Action.Route.ID]
+			if _, relies := reliesOn(c.Action); !relies && lr.relied != nil && now.Sub(*lr.relied) < unusedAfter {
+				return fmt.Errorf("node %s: route %s became another move's alternative meanwhile: %w", id, c.Action.Route.ID, errConflict)
+			}
+		}
+		for _, r := range n.relied {
+			if _, err := tx.Exec(ctx, `UPDATE routes SET relied_on = $2 WHERE id = $1`, r.ID, now); err != nil {
+				return err
+			}
+		}
+		for _, c := range n.closing {
+			body, err := json.Marshal(route{Route: c.Action.Route, Session: c.session, Earned: c.Earned})
+			if err != nil {
+				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, errUnsaved, err)
+			}
+			action, err := json.Marshal(c.Action)
+			if err != nil {
+				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, errUnsaved, err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE routes SET closed_at = $2, closed_by = $3, body = $4 WHERE id = $1`,
+				c.Action.Route.ID, c.At, action, body); err != nil {
+				return err
+			}
+		}
+	}
+	// Live routes: new ones inserted, changed ones (price, traffic,
+	// earnings) updated.
+	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
+		rt := n.routes[rid]
+		body, err := json.Marshal(rt)
+		if err != nil {
+			return fmt.Errorf("node %s: route %s: %w: %w", id, rid, errUnsaved, err)
+		}
+		old, had := n.bodies[rid]
+		switch {
+		case !had:
+			tag, err := tx.Exec(ctx, `INSERT INTO routes (id, node, user_id, key, country, price, last_traffic, body)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING`,
+				rid, id, rt.Route.User, rt.Route.Key, rt.Route.Country, int64(rt.Route.Price), nullTime(rt.Route.LastTraffic), body)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("route %s: another route holds its ID: %w", rid, errBadInput)
+			}
+		case string(old) != string(body):
+			if _, err := tx.Exec(ctx, `UPDATE routes SET price = $2, last_traffic = $3, body = $4 WHERE id = $1`,
+				rid, int64(rt.Route.Price), nullTime(rt.Route.LastTraffic), body); err != nil {
+				return err
+			}
+		}
+	}
+	if n.event != nil {
+		b, err := json.Marshal(n.event)
+		if err != nil {
+			return fmt.Errorf("node %s: event: %w: %w", id, errUnsaved, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO events (node, kind, at, body) VALUES ($1, $2, $3, $4)`, id, string(n.event.Kind), n.event.At, b); err != nil {
+			return err
+		}
+	}
+	if n.notice != nil {
+		// The hour is decided here too, not only by the tracker: no notice
+		// goes into the table within NoticeEvery of the node's last one.
+		b, err := json.Marshal(n.notice)
+		if err != nil {
+			return fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
+		}
+		every := n.tracker.Limits().NoticeEvery
+		if every <= 0 {
+			every = overload.DefaultLimits().NoticeEvery
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO notices (node, at, body) SELECT $1, $2, $3
+			WHERE NOT EXISTS (SELECT 1 FROM notices WHERE node = $1 AND at > $2::timestamptz - $4::interval)`,
+			id, n.notice.At, b, every)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			p.log.Warn("notice not sent: the node had one within the hour", "node", id, "at", n.notice.At)
+			n.notice = nil
+		}
+	}
+	state, err := encodeNode(n.node, false)
+	if err != nil {
+		return err
+	}
+	role := (*string)(nil)
+	if n.info.Role != 0 {
+		s := n.info.Role.String()
+		role = &s
+	}
+	_, err = tx.Exec(ctx, `UPDATE nodes SET role = $2, country = $3, state = $4, readings = $5, overloaded = $6,
+		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
+		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
+	return err
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// pgAlternatives answers routing's Alternatives by a query, in the
+// round's transaction: the cheapest live route of the same user and key
+// through another node of the same country, at the same price or less.
+// Prices are the sessions' prices when each route's node was last saved
+// (a node reports every 30 s, and a price drop reaches a session only
+// after hours). The routes the round's moves relied on are kept in n.
+type pgAlternatives struct {
+	ctx context.Context
+	tx  pgx.Tx
+	n   *pgNode
+	err error
+}
+
+func (a *pgAlternatives) Alternative(r routing.Route) (routing.Route, bool) {
+	if a.err != nil {
+		return routing.Route{}, false
+	}
+	var body []byte
+	err := a.tx.QueryRow(a.ctx, `SELECT body FROM routes
+		WHERE user_id = $1 AND key = $2 AND country = $3 AND price <= $4 AND node <> $5 AND id <> $6 AND closed_at IS NULL
+		ORDER BY price, id LIMIT 1`, r.User, r.Key, r.Country, int64(r.Price), r.Node, r.ID).Scan(&body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return routing.Route{}, false
+	}
+	var rt route
+	if err == nil {
+		err = json.Unmarshal(body, &rt)
+	}
+	if err != nil {
+		a.err = err
+		return routing.Route{}, false
+	}
+	return rt.Route, routing.IsAlternative(r, rt.Route)
+}
+
+// Record: the closures and reliance are written by saveNode, after Plan.
+func (a *pgAlternatives) Record(time.Time, routing.Action) {}
+
+// ReliedOn answers for the planned node's own routes, as loaded (the
+// relied_on column).
+func (a *pgAlternatives) ReliedOn(r routing.Route) time.Time {
+	if rt := a.n.routes[r.ID]; rt != nil {
+		return rt.ReliedOn
+	}
+	return time.Time{}
+}
+
+// plan runs a plan round for n in tx and records what it closed and what
+// its moves rely on, to be written by saveNode in the same transaction.
+func (p *pgPlatform) plan(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
+	before := maps.Clone(n.routes)
+	alts := &pgAlternatives{ctx: ctx, tx: tx, n: n}
+	plan, _, err := p.planOne(now, n.node, alts)
+	if alts.err != nil {
+		return alts.err
+	}
+	if err != nil {
+		p.log.Error("plan round", "node", n.info.ID, "err", err)
+		return nil
+	}
+	for _, a := range plan.Actions {
+		rt := before[a.Route.ID]
+		n.closing = append(n.closing, closedRoute{Action: a, At: now, Earned: rt.Earned, session: rt.Session})
+		if keeps, ok := reliesOn(a); ok {
+			n.relied = append(n.relied, keeps)
+		}
+	}
+	return nil
+}
+
+func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutcome, error) {
+	if err := checkNodeID(r.Node); err != nil {
+		return reportOutcome{}, fmt.Errorf("report: %w", err)
+	}
+	if p.jobs == nil {
+		return p.reportAlone(ctx, r)
+	}
+	j := &reportJob{r: r, done: make(chan struct{})}
+	select {
+	case p.jobs <- j:
+	case <-ctx.Done():
+		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errUnavailable, ctx.Err())
+	}
+	select {
+	case <-j.done:
+		return j.out, j.err
+	case <-ctx.Done():
+		// The batch may still commit it: the agent's retry is then a
+		// duplicate.
+		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errUnavailable, ctx.Err())
+	}
+}
+
+// reportAlone takes one report in a transaction of its own.
+func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (reportOutcome, error) {
+	var out reportOutcome
+	var refused error
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, refused, err = p.reportIn(ctx, tx, r)
+		return err
+	})
+	if err != nil {
+		return reportOutcome{}, err
+	}
+	return out, refused
+}
+
+// reportIn takes reading r in tx: lock its node (created if new), count
+// the reading, plan the node, write it all back. A reading refused
+// (duplicate, older, invalid) writes nothing and is returned as refused.
+func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading) (out reportOutcome, refused, err error) {
+	n, err := p.lockNode(ctx, tx, r.Node, true)
+	if err != nil {
+		return out, nil, err
+	}
+	now := p.now()
+	if out, refused = p.observe(n.node, r, now); refused != nil {
+		if n.created { // a node is kept from its first counted reading
+			if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, r.Node); err != nil {
+				return out, nil, err
+			}
+		}
+		return out, refused, nil
+	}
+	n.event, n.notice = out.Event, out.Notice
+	if err := p.plan(ctx, tx, n, now); err != nil {
+		return out, nil, err
+	}
+	if err := p.saveNode(ctx, tx, n); err != nil {
+		return out, nil, err
+	}
+	out.Notice = n.notice // nil if the database refused it
+	return out, nil, nil
+}
+
+func (p *pgPlatform) admit(ctx context.Context, id string) (admitAnswer, error) {
+	n, err := p.readNode(ctx, id)
+	if err != nil {
+		return admitAnswer{}, fmt.Errorf("admit %q: %w", id, err)
+	}
+	return p.admitLocked(n.node, p.now()), nil
+}
+
+// readNode loads a node without locking it, for reads.
+func (p *pgPlatform) readNode(ctx context.Context, id string) (*pgNode, error) {
+	var n *pgNode
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		var state []byte
+		err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1`, id).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("node %q: %w", id, errUnknownNode)
+		}
+		if err != nil {
+			return err
+		}
+		n, err = p.loadNode(ctx, tx, id, state)
+		return err
+	})
+	return n, err
+}
+
+func (p *pgPlatform) open(ctx context.Context, req openRequest) (route, error) {
+	if req.User == "" || req.Key == "" {
+		return route{}, fmt.Errorf("open route: user and key are required: %w", errBadInput)
+	}
+	if req.Kind == 0 {
+		req.Kind = routing.KindOwn
+	}
+	if err := checkNodeID(req.Node); err != nil {
+		return route{}, fmt.Errorf("open route: %w", err)
+	}
+	var opened route
+	err := p.withNode(ctx, req.Node, false, func(tx pgx.Tx, n *pgNode) error {
+		if n.info.Role == 0 {
+			return fmt.Errorf("open route through %q: %w", req.Node, errUnknownNode)
+		}
+		now := p.now()
+		if a := p.admitLocked(n.node, now); !a.Admit {
+			return admitError{answer: a}
+		}
+		s, err := n.prices.Lock(now)
+		if err != nil {
+			return fmt.Errorf("open route through %s: %w: %w", req.Node, errBadInput, err)
+		}
+		id := ""
+		for taken := true; taken; {
+			n.nextRoute++
+			id = fmt.Sprintf("%s-%d", req.Node, n.nextRoute)
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM routes WHERE id = $1)`, id).Scan(&taken); err != nil {
+				return err
+			}
+		}
+		rt := &route{
+			Route: routing.Route{
+				ID: id, User: req.User, Key: req.Key,
+				Node: req.Node, Country: n.info.Country, Price: s.Locked, Kind: req.Kind, Start: now,
+			},
+			Session: s,
+		}
+		n.routes[id] = rt
+		n.info.LiveUsers = liveUsers(n.node)
+		opened = *rt
+		return nil
+	})
+	if err != nil {
+		return route{}, err
+	}
+	p.log.Info("route opened", "node", req.Node, "route", opened.Route.ID, "user", req.User, "price", opened.Session.Locked)
+	return opened, nil
+}
+
+func (p *pgPlatform) traffic(ctx context.Context, req trafficRequest) (route, error) {
+	var nodeID string
+	err := p.db.QueryRow(ctx, `SELECT node FROM routes WHERE id = $1 AND closed_at IS NULL`, req.Route).Scan(&nodeID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
+	}
+	if err != nil {
+		return route{}, classify(err)
+	}
+	var out route
+	err = p.withNode(ctx, nodeID, false, func(tx pgx.Tx, n *pgNode) error {
+		rt := n.routes[req.Route]
+		if rt == nil {
+			return fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
+		}
+		now := p.now()
+		c, err := n.prices.Charge(rt.Session, []pricing.Usage{{At: now, Bytes: req.Bytes}})
+		if err != nil {
+			return fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
+		}
+		if rt.Earned, err = rt.Earned.Add(c); err != nil {
+			return fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
+		}
+		rt.Route.LastTraffic = now
+		rt.Route.Price = p.sessionPrice(n.node, rt, now)
+		out = *rt
+		return nil
+	})
+	return out, err
+}
+
+func (p *pgPlatform) setPrice(ctx context.Context, req priceRequest) error {
+	if err := checkNodeID(req.Node); err != nil {
+		return fmt.Errorf("price: %w", err)
+	}
+	err := p.withNode(ctx, req.Node, false, func(tx pgx.Tx, n *pgNode) error {
+		if n.info.Role == 0 {
+			return fmt.Errorf("price of %q: %w", req.Node, errUnknownNode)
+		}
+		if err := n.prices.Set(p.now(), req.Price); err != nil {
+			return fmt.Errorf("price of %s: %w: %w", req.Node, errBadInput, err)
+		}
+		n.info.Price = req.Price
+		return nil
+	})
+	if err == nil {
+		p.log.Info("price changed", "node", req.Node, "price", req.Price)
+	}
+	return err
+}
+
+// views shows every node, each from its row and live routes; a node whose
+// stored state cannot be read is listed with its error alone.
+func (p *pgPlatform) views(ctx context.Context) ([]json.RawMessage, error) {
+	out := []json.RawMessage{}
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		out = out[:0]
+		type row struct {
+			id    string
+			state []byte
+		}
+		var nodes []row
+		rows, err := tx.Query(ctx, `SELECT id, state FROM nodes ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var r row
+			if err := rows.Scan(&r.id, &r.state); err != nil {
+				rows.Close()
+				return err
+			}
+			nodes = append(nodes, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		routes, err := liveRoutes(ctx, tx)
+		if err != nil {
+			return err
+		}
+		notices, err := noticeCounts(ctx, tx)
+		if err != nil {
+			return err
+		}
+		now := p.now()
+		for _, r := range nodes {
+			nd, err := p.decodeNode(r.state)
+			if err != nil {
+				b, _ := json.Marshal(map[string]string{"id": r.id, "error": fmt.Sprintf("node %s: stored state: %v", r.id, err)})
+				out = append(out, b)
+				continue
+			}
+			for _, rt := range routes[r.id] {
+				nd.routes[rt.Route.ID] = rt
+			}
+			nd.info.LiveUsers = liveUsers(nd)
+			v := p.viewLocked(nd, now)
+			v.Notices = notices[r.id]
+			out = append(out, marshalView(r.id, v))
+		}
+		return nil
+	})
+	return out, err
+}
+
+func liveRoutes(ctx context.Context, tx pgx.Tx) (map[string][]*route, error) {
+	rows, err := tx.Query(ctx, `SELECT node, body FROM routes WHERE closed_at IS NULL`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]*route{}
+	for rows.Next() {
+		var node string
+		var body []byte
+		if err := rows.Scan(&node, &body); err != nil {
+			return nil, err
+		}
+		var rt route
+		if err := json.Unmarshal(body, &rt); err != nil {
+			continue // shown by the node's own view as an error
+		}
+		out[node] = append(out[node], &rt)
+	}
+	return out, rows.Err()
+}
+
+func noticeCounts(ctx context.Context, tx pgx.Tx) (map[string]int, error) {
+	rows, err := tx.Query(ctx, `SELECT node, count(*) FROM notices GROUP BY node`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var node string
+		var n int
+		if err := rows.Scan(&node, &n); err != nil {
+			return nil, err
+		}
+		out[node] = n
+	}
+	return out, rows.Err()
+}
+
+func (p *pgPlatform) view(ctx context.Context, id string) (nodeView, error) {
+	var v nodeView
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		var state []byte
+		err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1`, id).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("node %q: %w", id, errUnknownNode)
+		}
+		if err != nil {
+			return err
+		}
+		n, err := p.loadNode(ctx, tx, id, state)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT closed_by, closed_at, body FROM routes WHERE node = $1 AND closed_at IS NOT NULL
+			ORDER BY closed_at DESC, id DESC LIMIT $2`, id, maxClosed)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var action, body []byte
+			var c closedRoute
+			var rt route
+			if err := rows.Scan(&action, &c.At, &body); err != nil {
+				rows.Close()
+				return err
+			}
+			if json.Unmarshal(action, &c.Action) == nil && json.Unmarshal(body, &rt) == nil {
+				c.Earned = rt.Earned
+				n.closed = append(n.closed, c)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		slices.Reverse(n.closed)
+		v = p.viewLocked(n.node, p.now())
+		return tx.QueryRow(ctx, `SELECT count(*) FROM notices WHERE node = $1`, id).Scan(&v.Notices)
+	})
+	return v, err
+}
+
+// events pages through every event of node id, oldest first.
+func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit int) (eventPage, error) {
+	page := eventPage{Node: id, Events: []numberedEvent{}}
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		page.Events, page.Next = page.Events[:0], 0
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1)`, id).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return fmt.Errorf("events of node %q: %w", id, errUnknownNode)
+		}
+		rows, err := tx.Query(ctx, `SELECT id, body FROM events WHERE node = $1 AND id > $2 ORDER BY id LIMIT $3`, id, after, limit+1)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e numberedEvent
+			var body []byte
+			if err := rows.Scan(&e.ID, &body); err != nil {
+				return err
+			}
+			if err := json.Unmarshal(body, &e.Event); err != nil {
+				return fmt.Errorf("event %d of node %s: %w", e.ID, id, err)
+			}
+			if len(page.Events) == limit {
+				page.Next = page.Events[limit-1].ID
+				break
+			}
+			page.Events = append(page.Events, e)
+		}
+		return rows.Err()
+	})
+	return page, err
+}
+
+func (p *pgPlatform) noticesAll(ctx context.Context) ([]overload.Notice, error) {
+	out := []overload.Notice{}
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		out = out[:0]
+		rows, err := tx.Query(ctx, `SELECT body FROM notices ORDER BY at, id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var body []byte
+			var n overload.Notice
+			if err := rows.Scan(&body); err != nil {
+				return err
+			}
+			if json.Unmarshal(body, &n) == nil {
+				out = append(out, n)
+			}
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+func (p *pgPlatform) plans(ctx context.Context) ([]routing.Plan, error) {
+	out := []routing.Plan{}
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		out = out[:0]
+		rows, err := tx.Query(ctx, `SELECT state->'last_plan' FROM nodes WHERE state->'last_plan' IS NOT NULL ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var body []byte
+			var pl routing.Plan
+			if err := rows.Scan(&body); err != nil {
+				return err
+			}
+			if json.Unmarshal(body, &pl) == nil {
+				out = append(out, pl)
+			}
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// planRound plans every registered node whose plan is due (not planned by
+// a report or a round for planEvery), one transaction per node. A node
+// another replica is planning or reporting is skipped (FOR UPDATE SKIP
+// LOCKED), so replicas share the round without planning a node twice.
+func (p *pgPlatform) planRound(ctx context.Context) error {
+	failed := []string{} // nodes whose plan could not be saved this round
+	for {
+		found := false
+		var id string
+		err := p.inTx(ctx, func(tx pgx.Tx) error {
+			found, id = false, ""
+			now := p.now()
+			var state []byte
+			err := tx.QueryRow(ctx, `SELECT id, state FROM nodes WHERE role IS NOT NULL AND next_plan_at <= $1
+				AND NOT (id = ANY($2)) ORDER BY next_plan_at LIMIT 1 FOR UPDATE SKIP LOCKED`, now, failed).Scan(&id, &state)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			found = true
+			n, err := p.loadNode(ctx, tx, id, state)
+			if err != nil {
+				// One node's bad state does not stop the round: push its
+				// plan back and go on.
+				p.log.Error("plan round", "node", id, "err", err)
+				_, err = tx.Exec(ctx, `UPDATE nodes SET next_plan_at = $2 WHERE id = $1`, id, now.Add(p.planEvery))
+				return err
+			}
+			if err := p.plan(ctx, tx, n, now); err != nil {
+				return err
+			}
+			return p.saveNode(ctx, tx, n)
+		})
+		if errors.Is(err, errUnsaved) && id != "" {
+			// One node's state that cannot be saved does not stop the
+			// round: the others are planned.
+			p.log.Error("plan round: node state not saved", "node", id, "err", err)
+			failed = append(failed, id)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !found {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/proofkit/nodekit/internal/pgtest"
+	"github.com/proofkit/nodekit/overload"
+)
+
+// cluster is the throwaway PostgreSQL cluster of this package's tests; nil
+// without PostgreSQL (the tests needing it skip).
+var cluster *pgtest.Cluster
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &cluster)) }
+
+// newPGTestPlatform starts a platform on the database at url, served by
+// an httptest server; called twice on one url, two replicas.
+func newPGTestPlatform(t *testing.T, url string, c *clock, seed *seedFile) *testPlatform {
+	t.Helper()
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	return serveTest(t, c, p)
+}
+
+// pgExec runs sql on the database at url.
+func pgExec(t *testing.T, url, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// post sends body to path with the operator's token and returns the
+// status and the body's reason and duplicate fields.
+func (tp *testPlatform) post(path string, body any) (int, string, bool) {
+	tp.t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	req, err := http.NewRequest("POST", tp.srv.URL+path, bytes.NewReader(b))
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error(), false
+	}
+	defer resp.Body.Close()
+	var ans struct {
+		Reason    string `json:"reason"`
+		Duplicate bool   `json:"duplicate"`
+	}
+	json.NewDecoder(resp.Body).Decode(&ans)
+	return resp.StatusCode, ans.Reason, ans.Duplicate
+}
+
+// allEvents pages through node id's events, limit at a time.
+func (tp *testPlatform) allEvents(id string, limit int) []numberedEvent {
+	tp.t.Helper()
+	var all []numberedEvent
+	after := int64(0)
+	for {
+		var page eventPage
+		if code := tp.do("GET", fmt.Sprintf("/nodes/%s/events?after=%d&limit=%d", id, after, limit), nil, &page); code != 200 {
+			tp.t.Fatalf("events of %s after %d: %d", id, after, code)
+		}
+		if len(page.Events) > limit {
+			tp.t.Fatalf("a page of %d events, limit %d", len(page.Events), limit)
+		}
+		all = append(all, page.Events...)
+		if page.Next == 0 {
+			return all
+		}
+		after = page.Next
+	}
+}
+
+// memoryPattern is the memory of reading i in the tests below: over 90 %
+// in 3 of every 7 readings, so the node goes in and out of overload.
+func memoryPattern(i int) float64 {
+	if i%7 < 3 {
+		return 95
+	}
+	return 40
+}
+
+// TestPGTwoReplicasOneTracker: every reading of a node sent to two
+// replicas at once (a retry racing the original) is counted once, and the
+// events and notices are those of one tracker fed the readings in order.
+func TestPGTwoReplicasOneTracker(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	a, b := newPGTestPlatform(t, url, c, testSeed()), newPGTestPlatform(t, url, c, testSeed())
+	ref := overload.NewTracker("x1", overload.Limits{})
+	var wantEvents []overload.Event
+	wantNotices := 0
+	const n = 60
+	for i := range n {
+		r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: uint64(i + 1),
+			At: c.now(), MemoryUsedPercent: memoryPattern(i), CPUs: 4, ConntrackMax: 262144}
+		res, err := ref.Observe(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Event != nil {
+			wantEvents = append(wantEvents, *res.Event)
+		}
+		if res.Notice != nil {
+			wantNotices++
+		}
+		type answer struct {
+			code int
+			dup  bool
+		}
+		answers := make(chan answer, 2)
+		for _, tp := range []*testPlatform{a, b} {
+			go func() {
+				code, _, dup := tp.post("/report", r)
+				answers <- answer{code, dup}
+			}()
+		}
+		x, y := <-answers, <-answers
+		if x.code != 200 || y.code != 200 || x.dup == y.dup {
+			t.Fatalf("reading %d to both replicas: %+v and %+v, want 200 twice, one a duplicate", i, x, y)
+		}
+		c.add(30 * time.Second)
+	}
+	if v := a.node("x1"); v.Readings != n {
+		t.Fatalf("%d readings counted, want %d", v.Readings, n)
+	}
+	got := b.allEvents("x1", 3)
+	if len(got) != len(wantEvents) {
+		t.Fatalf("%d events, want %d: %+v", len(got), len(wantEvents), got)
+	}
+	for i, e := range got {
+		if e.Kind != wantEvents[i].Kind || !e.At.Equal(wantEvents[i].At) {
+			t.Fatalf("event %d: %s at %v, want %s at %v", i, e.Kind, e.At, wantEvents[i].Kind, wantEvents[i].At)
+		}
+	}
+	var notices []overload.Notice
+	a.do("GET", "/notices", nil, &notices)
+	if len(notices) != wantNotices {
+		t.Fatalf("%d notices, want %d (one an hour)", len(notices), wantNotices)
+	}
+}
+
+// TestPGEventsKeepEveryOne: the events table keeps every start and end,
+// beyond the tracker's own list, paged oldest first.
+func TestPGEventsKeepEveryOne(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Limits: overload.Limits{MaxEvents: 2}}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	tp := serveTest(t, c, p)
+	for i := range 70 {
+		if code := tp.read("x1", memoryPattern(i)); code != 200 {
+			t.Fatalf("reading %d: %d", i, code)
+		}
+		c.add(30 * time.Second)
+	}
+	if got := len(tp.node("x1").Events); got != 2 {
+		t.Fatalf("the tracker keeps %d events, want 2", got)
+	}
+	evs := tp.allEvents("x1", 3)
+	if len(evs) != 20 {
+		t.Fatalf("%d events in the table, want 20 (10 overloads)", len(evs))
+	}
+	for i, e := range evs {
+		if want := []overload.EventKind{overload.Start, overload.End}[i%2]; e.Kind != want {
+			t.Fatalf("event %d is %s, want %s", i, e.Kind, want)
+		}
+	}
+	if code := tp.do("GET", "/nodes/nobody/events", nil, nil); code != 404 {
+		t.Fatalf("events of an unknown node: %d, want 404", code)
+	}
+	if code := tp.do("GET", "/nodes/x1/events?limit=0", nil, nil); code != 400 {
+		t.Fatalf("limit=0: %d, want 400", code)
+	}
+}
+
+// TestUnsavableNode: a node whose state cannot be saved fails its own
+// requests, with a clear error, and nothing else: other nodes report, the
+// fleet's views answer, plan rounds go on.
+func TestUnsavableNode(t *testing.T) {
+	check := func(t *testing.T, tp *testPlatform) {
+		code, reason, _ := tp.post("/report", overload.Reading{Node: "x2", At: tp.clock.now(), MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1})
+		if code != 500 || reason != reasonUnsaved {
+			t.Fatalf("report of the unsavable node: %d %q, want 500 %q", code, reason, reasonUnsaved)
+		}
+		if code := tp.read("x1", 95); code != 200 {
+			t.Fatalf("report of another node: %d, want 200", code)
+		}
+		for _, path := range []string{"/nodes", "/notices", "/plans", "/nodes/x1", "/admit?node=x1"} {
+			if code := tp.do("GET", path, nil, nil); code != 200 {
+				t.Fatalf("GET %s: %d, want 200", path, code)
+			}
+		}
+		if v := tp.node("x2"); v.Readings != 0 {
+			t.Fatalf("x2 shows %d readings; the one that was not saved must not count", v.Readings)
+		}
+		tp.clock.add(time.Minute)
+		if err := tp.svc.planRound(t.Context()); err != nil {
+			t.Fatalf("plan round: %v", err)
+		}
+	}
+	t.Run("file", func(t *testing.T) {
+		dir := t.TempDir()
+		tp := newTestPlatform(t, dir, &clock{t: t0}, testSeed())
+		// x2's file becomes a directory that is not empty: renaming over
+		// it fails.
+		path := filepath.Join(dir, "x2.json")
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(path, "in-the-way"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		check(t, tp)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.Need(t, cluster).NewDatabase(t)
+		tp := newPGTestPlatform(t, url, &clock{t: t0}, testSeed())
+		pgExec(t, url, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN RAISE EXCEPTION 'node % refused by the test', NEW.id; END $$;
+			CREATE TRIGGER refuse_x2 BEFORE UPDATE ON nodes FOR EACH ROW WHEN (NEW.id = 'x2') EXECUTE FUNCTION refuse()`)
+		check(t, tp)
+	})
+}
+
+// TestPGRestart: while PostgreSQL restarts (pg_ctl restart), reports get
+// 503 and are retried; the platform recovers by itself, and every reading
+// is counted once.
+func TestPGRestart(t *testing.T) {
+	cl := pgtest.Need(t, cluster)
+	url := cl.NewDatabase(t)
+	c := &clock{t: t0}
+	tp := newPGTestPlatform(t, url, c, testSeed())
+	statuses := map[int]int{}
+	sent := 0
+	restarted := make(chan error, 1)
+	deadline := time.Now().Add(2 * time.Minute)
+	for i := 0; ; i++ {
+		if i == 20 {
+			go func() { restarted <- cl.Restart() }()
+		}
+		r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: uint64(i + 1),
+			At: c.now(), MemoryUsedPercent: memoryPattern(i), CPUs: 4, ConntrackMax: 262144}
+		for {
+			code, reason, _ := tp.post("/report", r)
+			statuses[code]++
+			if code == 200 {
+				break
+			}
+			if code != 503 || reason != reasonUnavailable {
+				t.Fatalf("reading %d: %d %q, want 200, or 503 %q while the database restarts", i, code, reason, reasonUnavailable)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no recovery within 2 minutes: %v", statuses)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		sent++
+		c.add(30 * time.Second)
+		if i > 20 && len(restarted) > 0 && statuses[503] > 0 {
+			break
+		}
+		if i > 20 && len(restarted) > 0 && i > 2000 {
+			t.Fatalf("the restart gave no 503: %v", statuses)
+		}
+	}
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	// Once more after the restart: answered at the first attempt.
+	for i := range 5 {
+		r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: uint64(sent + 1),
+			At: c.now(), MemoryUsedPercent: memoryPattern(sent), CPUs: 4, ConntrackMax: 262144}
+		code, reason, _ := tp.post("/report", r)
+		if code == 503 && i == 0 { // a connection cut by the restart, found by this request
+			code, reason, _ = tp.post("/report", r)
+		}
+		if code != 200 {
+			t.Fatalf("after the restart: %d %q", code, reason)
+		}
+		sent++
+		c.add(30 * time.Second)
+	}
+	if v := tp.node("x1"); v.Readings != int64(sent) {
+		t.Fatalf("%d readings counted, %d sent and acknowledged", v.Readings, sent)
+	}
+	t.Logf("answers: %v", statuses)
+}

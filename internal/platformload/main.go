@@ -1,0 +1,214 @@
+// Command platformload measures the example platform at fleet scale: it
+// simulates N agents, each reporting every 30 s over real HTTP with the
+// real wire format (version 2 readings, run and seq) and its own node
+// token, to 1 or 2 replicas of the built examples/platform on one local
+// PostgreSQL (a throwaway cluster it starts), or to the file store. Some
+// nodes' readings go over 90 % memory in 3 of every 6 readings, so they
+// enter overload and leave it (events, notices, plan closures).
+//
+// An agent sends its readings one at a time, in order, retrying a reading
+// after a 5xx or a connection error (on the next replica, as behind a load
+// balancer); a reading whose slot comes while the previous one is still
+// unanswered waits, as in the agent's queue. Latency runs from a reading's
+// slot to its acknowledgement, retries and waiting included.
+//
+// It is a benchmark harness, not a test: run it alone, under the lock the
+// machine's benchmarks share:
+//
+//	flock /tmp/bench.lock go run ./internal/platformload -nodes 1000,10000 -replicas 1,2
+//	flock /tmp/bench.lock go run ./internal/platformload -store file -nodes 1000,2000
+//
+// For each store and replica count it runs each N (stopping at the first
+// whose p99 is over -p99) and prints one line per run: reports/s acknowledged,
+// p50, p99 and max latency, retries, late readings, and the machine's load
+// average before and after.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/proofkit/nodekit/internal/pgtest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "platformload: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q: want positive whole numbers, comma-separated", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("platformload", flag.ContinueOnError)
+	nodesFlag := fs.String("nodes", "1000,2000,5000,10000,20000,50000,100000", "fleet sizes to run, in order")
+	replicasFlag := fs.String("replicas", "1,2", "replica counts to run (postgres store)")
+	store := fs.String("store", "postgres", "store: postgres or file")
+	interval := fs.Duration("interval", 30*time.Second, "time between one node's readings")
+	measure := fs.Duration("measure", 60*time.Second, "time measured, after one interval of warm-up")
+	p99 := fs.Duration("p99", 250*time.Millisecond, "the p99 a fleet size must hold; larger sizes are not run once one fails")
+	overloadEvery := fs.Int("overload-every", 10, "every this many-th node goes in and out of overload")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	nodes, err := ints(*nodesFlag)
+	if err != nil {
+		return fmt.Errorf("-nodes %w", err)
+	}
+	reps, err := ints(*replicasFlag)
+	if err != nil {
+		return fmt.Errorf("-replicas %w", err)
+	}
+	if *store != "postgres" && *store != "file" {
+		return fmt.Errorf("-store %q: want postgres or file", *store)
+	}
+	if *store == "file" {
+		reps = []int{1} // the file store is one process
+	}
+	dir, err := os.MkdirTemp("", "nk-platformload-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin, err := buildPlatform(dir)
+	if err != nil {
+		return err
+	}
+	var cluster *pgtest.Cluster
+	if *store == "postgres" {
+		if cluster, err = pgtest.Start(); err != nil {
+			return err
+		}
+		defer cluster.Stop()
+	}
+	fmt.Fprintf(stdout, "store     replicas   nodes  reports/s    p50     p99     max  retries  late  refused  CPU/report platform+postgres  load avg (1m) before→after\n")
+	for _, r := range reps {
+		for _, n := range nodes {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			before := loadAvg()
+			res, err := oneRun(ctx, bin, cluster, filepath.Join(dir, fmt.Sprintf("run-%d-%d", r, n)), r, n,
+				loadConfig{nodes: n, interval: *interval, warm: *interval, measure: *measure, overloadEvery: *overloadEvery})
+			if err != nil {
+				return fmt.Errorf("%s, %d replicas, %d nodes: %w", *store, r, n, err)
+			}
+			refused := int64(0)
+			for _, c := range res.Refused {
+				refused += c
+			}
+			fmt.Fprintf(stdout, "%-9s %8d %7d %10.0f %6s %7s %7s %8d %5d %8d  %s+%s  %s→%s\n", *store, r, n, res.rate(),
+				ms(res.P50), ms(res.P99), ms(res.Max), res.Retries, res.Late, refused,
+				perReport(res.platformCPU, res.Acked), perReport(res.serverCPU, res.Acked), before, loadAvg())
+			if res.P99 > *p99 || res.Acked < res.Sent*99/100 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+func perReport(cpu time.Duration, n int64) string {
+	if n == 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.2fms", float64(cpu)/float64(n)/float64(time.Millisecond))
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond)) }
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
+}
+
+// oneRun starts the replicas on a fresh database (or state directory),
+// runs the load and stops them.
+func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig) (*result, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	tokens, routes, err := writeFleet(dir, nodes, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-token-file", tokens, "-routes", routes}
+	if cluster != nil {
+		url, err := cluster.CreateDatabase()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "-db", url+"&pool_max_conns=32")
+	} else {
+		args = append(args, "-state-dir", filepath.Join(dir, "state"))
+	}
+	var reps []*replica
+	defer func() {
+		for _, r := range reps {
+			r.kill()
+		}
+	}()
+	for range replicas {
+		r, err := startReplica(ctx, bin, args...)
+		if err != nil {
+			return nil, err
+		}
+		reps = append(reps, r)
+		cfg.urls = append(cfg.urls, r.URL)
+	}
+	var pids []int
+	for _, r := range reps {
+		pids = append(pids, r.cmd.Process.Pid)
+	}
+	server := 0
+	if cluster != nil {
+		server, _ = cluster.ServerPID()
+	}
+	// The CPU of the measured part: from the end of the warm-up to the
+	// end of the run.
+	serverCPU := func() time.Duration {
+		if server == 0 {
+			return 0
+		}
+		return cpuTime([]int{server}, true)
+	}
+	var p0, s0 time.Duration
+	cfg.atMeasure = func() { p0, s0 = cpuTime(pids, false), serverCPU() }
+	res, err := runLoad(ctx, cfg)
+	if res != nil {
+		res.platformCPU, res.serverCPU = cpuTime(pids, false)-p0, serverCPU()-s0
+	}
+	for _, r := range reps {
+		if serr := r.stop(); serr != nil && err == nil {
+			err = fmt.Errorf("replica %s: %w", r.URL, serr)
+		}
+	}
+	reps = nil
+	return res, err
+}
