@@ -2,6 +2,7 @@ package routing
 
 import (
 	"hash/maphash"
+	"time"
 
 	"github.com/proofkit/nodekit/pricing"
 )
@@ -10,8 +11,10 @@ import (
 // user and route key. It reads the slice it was built from in place (it
 // copies no route): the fields it compares (ID, User, Key, Node, Country,
 // Price) must not change while the index is in use, while LastTraffic may.
-// Record closures with [Index.Remove]. An Index is not safe for concurrent
-// use while Remove is called.
+// [Policy.Plan] records its actions in it ([Index.Record]); record other
+// closures with [Index.Remove]. Keep one Index across plan rounds: it
+// holds which routes moves rely on, and a fresh one knows of none. An
+// Index is not safe for concurrent use while Record or Remove is called.
 type Index struct {
 	routes []Route
 	seed   maphash.Seed
@@ -26,6 +29,9 @@ type Index struct {
 	// lookup reads one run of flat, and reads a route only when its
 	// member already looks like an alternative.
 	flat []member
+	// relied holds, by route ID, when a move last relied on the route
+	// ([Index.Record]).
+	relied map[string]time.Time
 }
 
 // member is a route in a group, with what [IsAlternative] needs to rule
@@ -144,7 +150,8 @@ func (x *Index) Alternative(r Route) (Route, bool) {
 
 // Remove records that route r (found by its ID among the routes of its
 // user and key) is closed, so it is no longer anybody's alternative. It
-// reports whether r was indexed and not yet removed.
+// reports whether r was indexed and not yet removed. A route removed is no
+// longer relied on either.
 func (x *Index) Remove(r Route) bool {
 	m := x.members(r.User, r.Key)
 	for j := range m {
@@ -154,10 +161,31 @@ func (x *Index) Remove(r Route) bool {
 		}
 		if o := &x.routes[i]; o.ID == r.ID && o.User == r.User && o.Key == r.Key {
 			m[j].pos = ^i
+			delete(x.relied, r.ID)
 			return true
 		}
 	}
 	return false
 }
+
+// Record records a plan's action at: a.Route is removed, and for a move
+// a.Keeps is relied on from at (if that is later than a move before). A
+// relied-on route that is removed is forgotten.
+func (x *Index) Record(at time.Time, a Action) {
+	x.Remove(a.Route)
+	if a.Reason != ReasonMove || a.Keeps.ID == "" {
+		return
+	}
+	if x.relied == nil {
+		x.relied = make(map[string]time.Time)
+	}
+	if prev, ok := x.relied[a.Keeps.ID]; !ok || at.After(prev) {
+		x.relied[a.Keeps.ID] = at
+	}
+}
+
+// ReliedOn returns when a move last relied on route r (by its ID), or the
+// zero time.
+func (x *Index) ReliedOn(r Route) time.Time { return x.relied[r.ID] }
 
 var _ Alternatives = (*Index)(nil)
