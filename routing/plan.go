@@ -2,6 +2,7 @@ package routing
 
 import (
 	"cmp"
+	"container/heap"
 	"fmt"
 	"math"
 	"slices"
@@ -401,28 +402,16 @@ func (pl *planner) relied(c candidate) bool {
 // within an overloaded exit's pace, ReasonDrain for all of a paused
 // node's), and returns how many it closed.
 func (pl *planner) closeUnused(k int, why Reason) int {
-	c := pl.unused
-	sorted := k > 4
-	if sorted {
-		slices.SortFunc(c, pl.before)
-	}
+	slices.SortFunc(pl.unused, pl.before)
 	closed := 0
-	for j := 0; j < len(c) && closed < k; j++ {
-		if !sorted {
-			// Few to pick, the usual case: one pass over the
-			// candidates per route closed.
-			best := j
-			for x := j + 1; x < len(c); x++ {
-				if pl.before(c[x], c[best]) < 0 {
-					best = x
-				}
-			}
-			c[j], c[best] = c[best], c[j]
+	for _, c := range pl.unused {
+		if closed == k {
+			break
 		}
-		if pl.relied(c[j]) {
+		if pl.relied(c) {
 			continue
 		}
-		pl.add(c[j], why, Route{})
+		pl.add(c, why, Route{})
 		closed++
 	}
 	return closed
@@ -445,16 +434,10 @@ func (pl *planner) movesAllowed() bool {
 // in that order, and the store is asked only until one has an alternative:
 // linear in the routes, plus a lookup and a log n pop per candidate tried.
 func (pl *planner) move() (bool, error) {
-	h := pl.movable
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		pl.siftDown(h, i)
-	}
-	for len(h) > 0 {
-		c := h[0]
-		h[0] = h[len(h)-1]
-		h = h[:len(h)-1]
-		pl.siftDown(h, 0)
-
+	h := &candidates{pl: pl, c: pl.movable}
+	heap.Init(h)
+	for h.Len() > 0 {
+		c := heap.Pop(h).(candidate)
 		if pl.relied(c) {
 			continue
 		}
@@ -473,21 +456,18 @@ func (pl *planner) move() (bool, error) {
 	return false, nil
 }
 
-// siftDown restores the min-heap (by before) below position i.
-func (pl *planner) siftDown(h []candidate, i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		m := l
-		if r := l + 1; r < len(h) && pl.before(h[r], h[l]) < 0 {
-			m = r
-		}
-		if pl.before(h[m], h[i]) >= 0 {
-			return
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
+// candidates is a min-heap of candidates by [planner.before].
+type candidates struct {
+	pl *planner
+	c  []candidate
+}
+
+func (h *candidates) Len() int           { return len(h.c) }
+func (h *candidates) Less(i, j int) bool { return h.pl.before(h.c[i], h.c[j]) < 0 }
+func (h *candidates) Swap(i, j int)      { h.c[i], h.c[j] = h.c[j], h.c[i] }
+func (h *candidates) Push(x any)         { h.c = append(h.c, x.(candidate)) }
+func (h *candidates) Pop() any {
+	c := h.c[len(h.c)-1]
+	h.c = h.c[:len(h.c)-1]
+	return c
 }

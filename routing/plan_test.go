@@ -210,7 +210,7 @@ func TestOnlyRouteIsKept(t *testing.T) {
 }
 
 // An idle route that is its user's only route is closed on an overloaded
-// exit: the seed names no exception for unused routes (see the package
+// exit: the help page names no exception for unused routes (see the package
 // doc).
 func TestUnusedOnlyRouteIsClosed(t *testing.T) {
 	r := route("r", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0.Add(-3*time.Hour))

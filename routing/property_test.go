@@ -83,7 +83,7 @@ func fleetAlternative(r routing.Route, all []routing.Route, gone map[string]bool
 }
 
 // TestPropertyPlansKeepTheRules plans random fleets over random schedules,
-// carrying out every plan, and checks each plan against the seed's rules.
+// carrying out every plan, and checks each plan against the help page's rules.
 func TestPropertyPlansKeepTheRules(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		pol := routing.Policy{
