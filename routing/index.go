@@ -13,8 +13,9 @@ import (
 // Price) must not change while the index is in use, while LastTraffic may.
 // [Policy.Plan] records its actions in it ([Index.Record]); record other
 // closures with [Index.Remove]. Keep one Index across plan rounds: it
-// holds which routes moves rely on, and a fresh one knows of none. An
-// Index is not safe for concurrent use while Record or Remove is called.
+// holds which routes moves rely on, and a fresh one knows of none (carry
+// them over with [Index.Rely]). An Index is not safe for concurrent use
+// while Record, Rely or Remove is called.
 type Index struct {
 	routes []Route
 	seed   maphash.Seed
@@ -142,18 +143,24 @@ func (x *Index) Remove(r Route) bool {
 }
 
 // Record records a plan's action at: a.Route is removed, and for a move
-// a.Keeps is relied on from at (if that is later than a move before). A
-// relied-on route that is removed is forgotten.
+// a.Keeps is relied on from at ([Index.Rely]).
 func (x *Index) Record(at time.Time, a Action) {
 	x.Remove(a.Route)
-	if a.Reason != ReasonMove || a.Keeps.ID == "" {
-		return
+	if a.Reason == ReasonMove && a.Keeps.ID != "" {
+		x.Rely(a.Keeps, at)
 	}
+}
+
+// Rely records that a move relied on route r (by its ID) at at, unless a
+// later move did. Record calls it; a platform that builds a new Index (its
+// routes changed) calls it to carry over what it kept of the old one's
+// ReliedOn.
+func (x *Index) Rely(r Route, at time.Time) {
 	if x.relied == nil {
 		x.relied = make(map[string]time.Time)
 	}
-	if prev, ok := x.relied[a.Keeps.ID]; !ok || at.After(prev) {
-		x.relied[a.Keeps.ID] = at
+	if prev, ok := x.relied[r.ID]; !ok || at.After(prev) {
+		x.relied[r.ID] = at
 	}
 }
 

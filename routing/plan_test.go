@@ -513,3 +513,62 @@ func TestPlanLeavesRoutesAlone(t *testing.T) {
 		t.Error("Plan changed its routes")
 	}
 }
+
+// Ann's case from the issue: x1 moves her route in use because she holds
+// the same route on x2; x2, an overloaded exit where that copy has been
+// unused for five hours, is planned next and must not close it, nor may a
+// paused x2 drain it, for two hours after the move, though nothing but
+// Plan told the store. A new Index carries it over with Rely.
+func TestTheRouteAMoveKeepsStaysInUse(t *testing.T) {
+	ann1 := route("ann-x1", "ann", "vpn", "x1", "DE", 100, routing.KindOwn, t0)
+	ann2 := route("ann-x2", "ann", "vpn", "x2", "DE", 100, routing.KindOwn, t0.Add(-5*time.Hour))
+	x1 := routing.Node{ID: "x1", Role: routing.RoleExit, Country: "DE", OverloadedSince: t0.Add(-time.Hour), MemoryPercent: 95}
+	x2 := x1
+	x2.ID = "x2"
+	all := []routing.Route{ann1, ann2}
+	ix := routing.NewIndex(all)
+	p := mustPlan(t, routing.Policy{}, t0, x1, []routing.Route{ann1}, ix)
+	if got := ids(p); !slices.Equal(got, []string{"ann-x1:move"}) || p.Actions[0].Keeps.ID != "ann-x2" {
+		t.Fatalf("x1 planned %v, want ann-x1 moved onto ann-x2", got)
+	}
+	if at := ix.ReliedOn(ann2); !at.Equal(t0) {
+		t.Fatalf("ReliedOn(ann-x2) = %v, want the move's time", at)
+	}
+	for _, tc := range []struct {
+		name   string
+		after  time.Duration
+		paused bool
+		closed bool
+	}{
+		{"overloaded, at once", 0, false, false},
+		{"overloaded, 1h59m later", 2*time.Hour - time.Minute, false, false},
+		{"paused, 1h later", time.Hour, true, false},
+		{"overloaded, 2h later", 2 * time.Hour, false, true},
+	} {
+		n := x2
+		n.Paused = tc.paused
+		p := mustPlan(t, routing.Policy{}, t0.Add(tc.after), n, []routing.Route{ann2}, readOnly{ix})
+		if got := len(p.Actions) == 1; got != tc.closed {
+			t.Errorf("%s: x2 planned %v, closed %v, want %v", tc.name, ids(p), got, tc.closed)
+		}
+	}
+	// Nor is it moved, though ann holds the route on x3 too and now sends
+	// traffic through x2.
+	busy2 := ann2
+	busy2.LastTraffic = t0.Add(time.Minute)
+	ann3 := route("ann-x3", "ann", "vpn", "x3", "DE", 100, routing.KindOwn, t0)
+	three := routing.NewIndex([]routing.Route{ann1, busy2, ann3})
+	three.Rely(busy2, t0)
+	if p := mustPlan(t, routing.Policy{}, t0.Add(time.Minute), x2, []routing.Route{busy2}, three); len(p.Actions) != 0 {
+		t.Errorf("x2 moved %v, the route a move relied on a minute before", ids(p))
+	}
+	// A new Index knows nothing of the move until told.
+	fresh := routing.NewIndex(all)
+	if p := mustPlan(t, routing.Policy{}, t0, x2, []routing.Route{ann2}, readOnly{fresh}); len(p.Actions) != 1 {
+		t.Errorf("fresh index: x2 planned %v, want ann-x2 closed as unused", ids(p))
+	}
+	fresh.Rely(ann2, ix.ReliedOn(ann2))
+	if p := mustPlan(t, routing.Policy{}, t0, x2, []routing.Route{ann2}, fresh); len(p.Actions) != 0 {
+		t.Errorf("index told with Rely: x2 planned %v, want nothing closed", ids(p))
+	}
+}
