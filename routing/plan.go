@@ -51,7 +51,11 @@ type Action struct {
 	// SinceTraffic is how long the route had moved no traffic (since its
 	// start if it never did).
 	SinceTraffic time.Duration `json:"since_traffic_ns"`
-	// Keeps, for ReasonMove, is the route the user goes on through.
+	// Keeps, for ReasonMove, is the route the user goes on through: the
+	// alternative the move relies on. Plan has recorded it in its
+	// Alternatives (Record), and from the move on it counts as in use
+	// for UnusedAfter ([Alternatives.ReliedOn]). A platform whose store
+	// is rebuilt between rounds keeps the move's time with this route.
 	Keeps Route `json:"keeps,omitzero"`
 }
 
