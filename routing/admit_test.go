@@ -1,7 +1,10 @@
 package routing_test
 
 import (
+	"errors"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,9 +44,9 @@ func TestAdmit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := base
 			tc.edit(&n)
-			ok, why := tc.pol.Admit(n, now)
-			if ok != tc.ok || why != tc.why {
-				t.Errorf("Admit = %v, %q (%v); want %v, %q", ok, why, why, tc.ok, tc.why)
+			ok, why, err := tc.pol.Admit(n, now)
+			if err != nil || ok != tc.ok || why != tc.why {
+				t.Errorf("Admit = %v, %q (%v), %v; want %v, %q", ok, why, why, err, tc.ok, tc.why)
 			}
 		})
 	}
@@ -55,15 +58,15 @@ func TestAdmit(t *testing.T) {
 func TestAdmitAgain(t *testing.T) {
 	var pol routing.Policy
 	n := routing.Node{ID: "n", Role: routing.RoleEntry, Paused: true, MaxUsers: 2, LiveUsers: 2}
-	if ok, why := pol.Admit(n, t0); ok || why != routing.ReasonPaused {
+	if ok, why := admit(t, pol, n, t0); ok || why != routing.ReasonPaused {
 		t.Fatalf("paused node: %v %q", ok, why)
 	}
 	n.Paused = false
-	if ok, why := pol.Admit(n, t0); ok || why != routing.ReasonFull {
+	if ok, why := admit(t, pol, n, t0); ok || why != routing.ReasonFull {
 		t.Fatalf("full node: %v %q", ok, why)
 	}
 	n.LiveUsers = 1
-	if ok, why := pol.Admit(n, t0); !ok {
+	if ok, why := admit(t, pol, n, t0); !ok {
 		t.Fatalf("a user left, pause lifted this instant: refused (%q)", why)
 	}
 }
@@ -78,7 +81,7 @@ func TestFullNodeIsNotAnOverload(t *testing.T) {
 	if a := f.actions("de-1"); len(a) != 0 {
 		t.Errorf("a full node lost %d routes, e.g. %v", len(a), a[0])
 	}
-	if ok, why := (routing.Policy{}).Admit(*n, t0); ok || why != routing.ReasonFull {
+	if ok, why := admit(t, routing.Policy{}, *n, t0); ok || why != routing.ReasonFull {
 		t.Errorf("Admit = %v, %q; want false, full", ok, why)
 	}
 }
@@ -100,7 +103,7 @@ func TestMaxUsersPlaysNoPartWhenOverloaded(t *testing.T) {
 	for _, max := range []int{1, 200, 1_000_000} {
 		f := overloadedScenario(routing.RoleExit)
 		f.nodes[0].MaxUsers = max
-		if ok, why := (routing.Policy{}).Admit(*f.nodes[0], t0.Add(time.Minute)); ok || why != routing.ReasonOverloaded {
+		if ok, why := admit(t, routing.Policy{}, *f.nodes[0], t0.Add(time.Minute)); ok || why != routing.ReasonOverloaded {
 			t.Errorf("max_users %d: Admit = %v, %q; want overloaded", max, ok, why)
 		}
 		f.run(t, routing.Policy{}, time.Minute, time.Hour)
@@ -132,5 +135,67 @@ func TestOfferedAgain(t *testing.T) {
 		if got := (routing.Policy{CoolDown: tc.cd}).OfferedAgain(ended); !got.Equal(tc.want) {
 			t.Errorf("CoolDown %v: OfferedAgain = %v, want %v", tc.cd, got, tc.want)
 		}
+	}
+}
+
+// admit is Admit for a node the test knows to be valid.
+func admit(t *testing.T, pol routing.Policy, n routing.Node, now time.Time) (bool, routing.Reason) {
+	t.Helper()
+	ok, why, err := pol.Admit(n, now)
+	if err != nil {
+		t.Fatalf("Admit(%+v): %v", n, err)
+	}
+	return ok, why
+}
+
+// A node that cannot be true is an error naming the field, from Admit and
+// Plan alike, never a verdict.
+func TestNodeValidate(t *testing.T) {
+	base := routing.Node{ID: "n", Role: routing.RoleExit, Country: "DE", MaxUsers: 10, LiveUsers: 3,
+		State: routing.NodeState{PlannedAt: t0}}
+	for _, tc := range []struct {
+		name, field string
+		edit        func(n *routing.Node)
+	}{
+		{"zero node", "ID", func(n *routing.Node) { *n = routing.Node{} }},
+		{"no ID", "ID", func(n *routing.Node) { n.ID = "" }},
+		{"no role", "Role", func(n *routing.Node) { n.Role = 0 }},
+		{"role 7", "Role", func(n *routing.Node) { n.Role = 7 }},
+		{"memory NaN", "MemoryPercent", func(n *routing.Node) { n.MemoryPercent = math.NaN() }},
+		{"memory -1", "MemoryPercent", func(n *routing.Node) { n.MemoryPercent = -1 }},
+		{"memory 101", "MemoryPercent", func(n *routing.Node) { n.MemoryPercent = 101 }},
+		{"negative MaxUsers", "MaxUsers", func(n *routing.Node) { n.MaxUsers = -1 }},
+		{"negative LiveUsers", "LiveUsers", func(n *routing.Node) { n.LiveUsers = -5 }},
+		{"negative Sessions", "Sessions", func(n *routing.Node) { n.Sessions = -1 }},
+		{"last move in 2126", "State.LastMove", func(n *routing.Node) { n.State.LastMove = t0.AddDate(100, 0, 0) }},
+		{"last move without a plan", "State.LastMove", func(n *routing.Node) { n.State = routing.NodeState{LastMove: t0} }},
+		{"recent closure after the plan", "State.UnusedRecent[0].At", func(n *routing.Node) {
+			n.State.UnusedRecent = []routing.Closures{{At: t0.Add(time.Second), Count: 1}}
+		}},
+		{"recent closure of none", "State.UnusedRecent[1].Count", func(n *routing.Node) {
+			n.State.UnusedRecent = []routing.Closures{{At: t0, Count: 1}, {At: t0, Count: 0}}
+		}},
+		{"recent closures out of order", "State.UnusedRecent[1].At", func(n *routing.Node) {
+			n.State.UnusedRecent = []routing.Closures{{At: t0, Count: 1}, {At: t0.Add(-time.Minute), Count: 2}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := base
+			tc.edit(&n)
+			err := n.Validate()
+			if !errors.Is(err, routing.ErrInvalid) || !strings.Contains(err.Error(), " "+tc.field+" ") {
+				t.Fatalf("Validate = %v, want ErrInvalid naming %s", err, tc.field)
+			}
+			if ok, why, err := (routing.Policy{}).Admit(n, t0.Add(time.Hour)); ok || why != "" || !errors.Is(err, routing.ErrInvalid) {
+				t.Errorf("Admit = %v, %q, %v; want false, no reason, ErrInvalid", ok, why, err)
+			}
+			if _, err := (routing.Policy{}).Plan(t0.Add(time.Hour), n, nil, nil); !errors.Is(err, routing.ErrInvalid) {
+				t.Errorf("Plan: err = %v, want ErrInvalid", err)
+			}
+			t.Log(err)
+		})
+	}
+	if err := base.Validate(); err != nil {
+		t.Errorf("a valid node: %v", err)
 	}
 }

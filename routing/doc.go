@@ -8,22 +8,27 @@
 // is paused, overloaded, or cooling down after an overload ("the
 // marketplace waits before offering it again"), nor while its max_users is
 // filled with live users — the operator's cap, not an overload: no notice,
-// no event, no route closed, no cool-down.
+// no event, no route closed, no cool-down. A node that cannot be true (no
+// ID, no role, negative counts: [Node.Validate]) is an error, not a
+// verdict.
 //
 // [Policy.Plan] returns the routes to close, each with its reason, and the
-// node's new [NodeState] (budgets, JSON-marshallable, stored by the
+// node's new [NodeState] (the pacing, JSON-marshallable, stored by the
 // platform between rounds):
 //
 //   - On an overloaded exit, users' own routes that moved no traffic for
-//     two hours, longest unused first, about 5 % of the node's sessions an
-//     hour. Routes of a partner's subscription and of an account's extra
-//     links are left: they would be set up again on the same node.
+//     two hours, longest unused first, a few at a time: about 5 % of the
+//     node's sessions within any hour, no more than ceil(5 % / 12) + 1 of
+//     them within any five minutes. Routes of a partner's subscription and
+//     of an account's extra links are left: they would be set up again on
+//     the same node.
 //   - On an overloaded entry nothing unused is closed.
 //   - Once the overload has lasted 15 minutes and memory is above 80 %,
 //     one route in use every 5 minutes, and only a route whose user
 //     already holds the same route (same user, same route key) through
 //     another node of the same country at the same price or less, asked of
-//     the platform through [Alternatives].
+//     the platform through [Alternatives]. The move reports that route
+//     (Action.Keeps); from then on it counts as in use.
 //   - On a paused node every route unused for two hours, of any kind and
 //     on either role, at once; above 80 % memory routes in use are moved
 //     as above, without waiting 15 minutes.
@@ -33,35 +38,58 @@
 // into a Node. The Node keeps them as plain fields, so a platform that
 // stores overload state its own way fills them itself.
 //
-// Readings of the seed where it is silent or could be read two ways:
+// Readings of the help page where it is silent or could be read two ways:
 //
 //   - "A user's only route through your node is not closed" stands in the
-//     seed's paragraph on routes in use, and is what its rule already
+//     page's paragraph on routes in use, and is what its rule already
 //     implies: a route in use is closed only when its user holds the same
-//     route through another node, which the platform must not have closed
-//     (plan nodes one after another and record each plan's closures, e.g.
-//     with [Index.Remove], before planning the next). So a route in use
-//     that is its user's only route with that key is never in a plan.
-//     Unused routes are closed as the seed says even when they are the
-//     user's only one: the seed closes "a route whose user has moved no
+//     route through another node, which must not have been closed. Plan
+//     records every action in the [Alternatives] it is given before it
+//     returns, so planning the nodes one after another over one store
+//     (an [Index] kept across rounds) never closes both copies. So a route
+//     in use that is its user's only route with that key is never in a
+//     plan. Unused routes are closed as the page says even when they are
+//     the user's only one: it closes "a route whose user has moved no
 //     traffic for two hours" and, on a paused node, "every route nobody
 //     has used for two hours", with no such exception, and such a route
 //     carries nothing the user is using.
+//   - "So that user goes on without connecting again": the route a move
+//     keeps is about to carry the user's traffic, though its own traffic
+//     may be hours old. For two hours (Policy.UnusedAfter) after the move
+//     it counts as in use: no plan closes it as unused, drains it or moves
+//     it ([Alternatives.ReliedOn]). The platform does not mark it: Plan
+//     records it in the store.
 //   - The partner and extra-link exception is kept for routes in use too
-//     while the node is overloaded but not paused: the seed's reason ("they
+//     while the node is overloaded but not paused: the page's reason ("they
 //     would be set up again on the same node") does not depend on traffic.
 //     A paused node is being emptied, and moves routes of any kind.
-//   - "Sessions" are the routes on the node when the plan runs. The budget
-//     for unused routes is a token bucket (as in golang.org/x/time/rate)
-//     that starts with one token, so the first unused route goes at once;
-//     it grows only while the node is an overloaded exit and holds at most
-//     one hour's worth. Routes in use: one per 5 minutes, measured from the
-//     last one closed.
+//   - "Sessions" are Node.Sessions, or the routes given to Plan when it is
+//     zero. "About 5 % … an hour" and "a few at a time" are a pace, not a
+//     budget that fills: the next unused route is due one interval (an
+//     hour / (5 % of the sessions)) after the last, the pace never lags
+//     more than five minutes behind the plan nor starts before the
+//     overload, and catches up to now when there was nothing more to
+//     close. So whatever the plan period, an hour of overload closes about
+//     5 % (at most 13/12 of it, plus one), five minutes no more than
+//     ceil(5 % / 12) + 1 (counted in the state), and a new overload starts
+//     with one route, as the first did. Plans more than five minutes apart
+//     are each held to the five-minute figure, and so close less in an
+//     hour. Routes in use: one per 5 minutes, measured from the last one
+//     closed.
+//   - A stored state that says it moved a route after its own last plan
+//     (a last_move in 2126) is refused, not clamped; the pace's due time,
+//     in the future by nature, is brought back to at most one interval
+//     from now.
 //
-// Typical use, once per round per node (e.g. at each 30-second reading):
+// Typical use, once per round per node (e.g. at each 30-second reading),
+// over one Index of the fleet's routes kept across rounds:
 //
-//	var pol routing.Policy // the seed's figures
-//	if ok, why := pol.Admit(node, now); !ok {
+//	var pol routing.Policy // the help page's figures
+//	ok, why, err := pol.Admit(node, now)
+//	if err != nil {
+//		return err // a node that cannot be true
+//	}
+//	if !ok {
 //		log.Printf("not offering %s: %v", node.ID, why)
 //	}
 //	plan, err := pol.Plan(now, node, routesOf(node.ID), store)
@@ -69,7 +97,7 @@
 //		return err
 //	}
 //	for _, a := range plan.Actions {
-//		closeRoute(a.Route.ID, a.Reason) // and store.Remove(a.Route)
+//		closeRoute(a.Route.ID, a.Reason) // Plan recorded it in store
 //	}
 //	node.State = plan.State // persist it with the node
 package routing

@@ -7,7 +7,7 @@ import (
 	"github.com/proofkit/nodekit/routing"
 )
 
-// The seed's example: an exit whose memory stood at 91 % in 3 of 5
+// The operators' help page's example: an exit whose memory stood at 91 % in 3 of 5
 // readings, with 200 sessions, planned every 30 seconds for an hour.
 func Example() {
 	start := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
@@ -33,8 +33,12 @@ func Example() {
 	store := routing.NewIndex(all)
 	closed := map[string]bool{}
 
-	var pol routing.Policy // the seed's figures
-	ok, why := pol.Admit(node, start)
+	var pol routing.Policy // the figures of the operators' help page
+	ok, why, err := pol.Admit(node, start)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Printf("Memory 91%% in 3 of 5 readings:\n  new connections  admitted %v: %v\n", ok, why)
 
 	moved, unused := 0, 0
@@ -51,8 +55,7 @@ func Example() {
 			return
 		}
 		for _, a := range plan.Actions {
-			closed[a.Route.ID] = true
-			store.Remove(a.Route)
+			closed[a.Route.ID] = true // Plan recorded it in the store
 			switch a.Reason {
 			case routing.ReasonMove:
 				moved++
@@ -78,16 +81,22 @@ func Example() {
 func ExamplePolicy_Admit() {
 	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
 	pol := routing.Policy{} // cool-down 10 minutes
+	exit := routing.RoleExit
 	for _, n := range []routing.Node{
-		{ID: "healthy", MaxUsers: 50, LiveUsers: 20},
-		{ID: "full", MaxUsers: 50, LiveUsers: 50},
-		{ID: "overloaded", OverloadedSince: now.Add(-time.Minute)},
-		{ID: "recovered", OverloadEnded: now.Add(-4 * time.Minute)},
-		{ID: "paused", Paused: true},
+		{ID: "healthy", Role: exit, MaxUsers: 50, LiveUsers: 20},
+		{ID: "full", Role: exit, MaxUsers: 50, LiveUsers: 50},
+		{ID: "overloaded", Role: exit, OverloadedSince: now.Add(-time.Minute)},
+		{ID: "recovered", Role: exit, OverloadEnded: now.Add(-4 * time.Minute)},
+		{ID: "paused", Role: exit, Paused: true},
+		{ID: "unknown"}, // no role: never registered
 	} {
-		if ok, why := pol.Admit(n, now); ok {
+		ok, why, err := pol.Admit(n, now)
+		switch {
+		case err != nil:
+			fmt.Printf("%-10s error: %v\n", n.ID, err)
+		case ok:
 			fmt.Printf("%-10s admitted\n", n.ID)
-		} else {
+		default:
 			fmt.Printf("%-10s refused: %s\n", n.ID, string(why))
 		}
 	}
@@ -97,6 +106,7 @@ func ExamplePolicy_Admit() {
 	// overloaded refused: overloaded
 	// recovered  refused: cool-down
 	// paused     refused: paused
+	// unknown    error: routing: node "unknown": Role is Role(0), neither entry nor exit: invalid input
 }
 
 // A paused node is being emptied: every route unused for two hours goes at

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"hash/maphash"
+	"time"
 
 	"github.com/proofkit/nodekit/pricing"
 )
@@ -10,22 +11,26 @@ import (
 // user and route key. It reads the slice it was built from in place (it
 // copies no route): the fields it compares (ID, User, Key, Node, Country,
 // Price) must not change while the index is in use, while LastTraffic may.
-// Record closures with [Index.Remove]. An Index is not safe for concurrent
-// use while Remove is called.
+// [Policy.Plan] records its actions in it ([Index.Record]); record other
+// closures with [Index.Remove]. Keep one Index across plan rounds: it
+// holds which routes moves rely on, and a fresh one knows of none (carry
+// them over with [Index.Rely]). An Index is not safe for concurrent use
+// while Record, Rely or Remove is called.
 type Index struct {
 	routes []Route
 	seed   maphash.Seed
-	// table maps the hash of a user and a route key to its group in
-	// flat: open addressing, linear probing, at most half full, so a
-	// lookup usually reads one cache line (a Go map reads two). Two pairs
-	// whose hashes collide share a group, which is harmless: every lookup
-	// compares users and keys.
-	table []slot
+	// groups maps the hash of a user and a route key to its group's
+	// offset in flat. Two pairs whose hashes collide share a group,
+	// which is harmless: every lookup compares users and keys.
+	groups map[uint64]int32
 	// flat holds the groups one after another: at a group's offset a
 	// member whose pos is the group's length n, then its n members. A
 	// lookup reads one run of flat, and reads a route only when its
 	// member already looks like an alternative.
 	flat []member
+	// relied holds, by route ID, when a move last relied on the route
+	// ([Index.Record]).
+	relied map[string]time.Time
 }
 
 // member is a route in a group, with what [IsAlternative] needs to rule
@@ -38,13 +43,6 @@ type member struct {
 	node, country uint32
 }
 
-// slot is one entry of the table: a hash and its group's offset in flat
-// (plus one; zero marks an empty slot).
-type slot struct {
-	hash uint64
-	off  int32
-}
-
 func (x *Index) short(s string) uint32 { return uint32(maphash.String(x.seed, s)) }
 
 func (x *Index) hash(user, key string) uint64 {
@@ -53,39 +51,24 @@ func (x *Index) hash(user, key string) uint64 {
 	return maphash.String(x.seed, user) ^ maphash.String(x.seed, key)*0x9e3779b97f4a7c15
 }
 
-// find returns the table position of h: its slot, or the empty slot where
-// it belongs.
-func (x *Index) find(h uint64) int {
-	mask := len(x.table) - 1
-	for i := int(h) & mask; ; i = (i + 1) & mask {
-		if s := &x.table[i]; s.off == 0 || s.hash == h {
-			return i
-		}
-	}
-}
-
-// NewIndex indexes routes by user and route key. It costs about 70 bytes a
+// NewIndex indexes routes by user and route key. It costs about 76 bytes a
 // route beside the routes themselves (measured at a million routes, 2.5 a
 // user).
 func NewIndex(routes []Route) *Index {
-	size := 2
-	for size < len(routes)*2 {
-		size *= 2
-	}
-	x := &Index{routes: routes, seed: maphash.MakeSeed(), table: make([]slot, size)}
-	// First the group of each route (its number, plus one, in the
-	// slots), then each group's offset in flat.
+	x := &Index{routes: routes, seed: maphash.MakeSeed(), groups: make(map[uint64]int32, len(routes))}
+	// First the group of each route, then each group's offset in flat.
 	group := make([]int32, len(routes))
 	var count []int32
 	for i := range routes {
 		h := x.hash(routes[i].User, routes[i].Key)
-		s := &x.table[x.find(h)]
-		if s.off == 0 {
+		g, ok := x.groups[h]
+		if !ok {
+			g = int32(len(count))
 			count = append(count, 0)
-			s.hash, s.off = h, int32(len(count))
+			x.groups[h] = g
 		}
-		group[i] = s.off - 1
-		count[s.off-1]++
+		group[i] = g
+		count[g]++
 	}
 	off := make([]int32, len(count))
 	next := int32(0)
@@ -93,10 +76,8 @@ func NewIndex(routes []Route) *Index {
 		off[g] = next
 		next += 1 + c
 	}
-	for i := range x.table {
-		if s := &x.table[i]; s.off != 0 {
-			s.off = off[s.off-1] + 1
-		}
+	for h, g := range x.groups {
+		x.groups[h] = off[g]
 	}
 	x.flat = make([]member, next)
 	for i, g := range group {
@@ -110,11 +91,10 @@ func NewIndex(routes []Route) *Index {
 
 // members returns the group of user and key.
 func (x *Index) members(user, key string) []member {
-	s := x.table[x.find(x.hash(user, key))]
-	if s.off == 0 {
+	o, ok := x.groups[x.hash(user, key)]
+	if !ok {
 		return nil
 	}
-	o := s.off - 1
 	return x.flat[o+1 : o+1+x.flat[o].pos]
 }
 
@@ -144,7 +124,8 @@ func (x *Index) Alternative(r Route) (Route, bool) {
 
 // Remove records that route r (found by its ID among the routes of its
 // user and key) is closed, so it is no longer anybody's alternative. It
-// reports whether r was indexed and not yet removed.
+// reports whether r was indexed and not yet removed. A route removed is no
+// longer relied on either.
 func (x *Index) Remove(r Route) bool {
 	m := x.members(r.User, r.Key)
 	for j := range m {
@@ -154,10 +135,37 @@ func (x *Index) Remove(r Route) bool {
 		}
 		if o := &x.routes[i]; o.ID == r.ID && o.User == r.User && o.Key == r.Key {
 			m[j].pos = ^i
+			delete(x.relied, r.ID)
 			return true
 		}
 	}
 	return false
 }
+
+// Record records a plan's action at: a.Route is removed, and for a move
+// a.Keeps is relied on from at ([Index.Rely]).
+func (x *Index) Record(at time.Time, a Action) {
+	x.Remove(a.Route)
+	if a.Reason == ReasonMove && a.Keeps.ID != "" {
+		x.Rely(a.Keeps, at)
+	}
+}
+
+// Rely records that a move relied on route r (by its ID) at at, unless a
+// later move did. Record calls it; a platform that builds a new Index (its
+// routes changed) calls it to carry over what it kept of the old one's
+// ReliedOn.
+func (x *Index) Rely(r Route, at time.Time) {
+	if x.relied == nil {
+		x.relied = make(map[string]time.Time)
+	}
+	if prev, ok := x.relied[r.ID]; !ok || at.After(prev) {
+		x.relied[r.ID] = at
+	}
+}
+
+// ReliedOn returns when a move last relied on route r (by its ID), or the
+// zero time.
+func (x *Index) ReliedOn(r Route) time.Time { return x.relied[r.ID] }
 
 var _ Alternatives = (*Index)(nil)

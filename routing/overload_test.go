@@ -18,8 +18,10 @@ func TestSetOverloadFromTracker(t *testing.T) {
 	routes := []routing.Route{route("r", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0)}
 	ix := routing.NewIndex(append(routes, route("r2", "u", "k", "de-2", "DE", 10, routing.KindOwn, t0)))
 
+	var seq uint64
 	read := func(at time.Time, memory float64) overload.Reading {
-		r := overload.Reading{Version: 1, Node: "de-1", At: at, MemoryUsedPercent: memory, Load15: 0.5, CPUs: 4,
+		seq++
+		r := overload.Reading{Version: overload.ReadingVersion, Run: "run-1", Seq: seq, Node: "de-1", At: at, MemoryUsedPercent: memory, Load15: 0.5, CPUs: 4,
 			ConntrackEntries: 10, ConntrackMax: 1000}
 		if _, err := tr.Observe(r); err != nil {
 			t.Fatalf("observe %v: %v", at.Sub(t0), err)
@@ -46,7 +48,7 @@ func TestSetOverloadFromTracker(t *testing.T) {
 	if want := t0.Add(time.Minute); !n.OverloadedSince.Equal(want) || n.MemoryPercent != 91 {
 		t.Fatalf("overloaded since %v at memory %v, want since the third reading (%v) at 91", n.OverloadedSince, n.MemoryPercent, want)
 	}
-	if ok, why := pol.Admit(n, at); ok || why != routing.ReasonOverloaded {
+	if ok, why := admit(t, pol, n, at); ok || why != routing.ReasonOverloaded {
 		t.Errorf("Admit = %v, %q while overloaded", ok, why)
 	}
 	if want := 16 * time.Minute; moved != want {
@@ -60,14 +62,14 @@ func TestSetOverloadFromTracker(t *testing.T) {
 	if n.Overloaded() || n.OverloadEnded.IsZero() {
 		t.Fatalf("after 5 readings at 40 %%: overloaded %v, ended %v", n.Overloaded(), n.OverloadEnded)
 	}
-	if ok, why := pol.Admit(n, at); ok || why != routing.ReasonCoolDown {
+	if ok, why := admit(t, pol, n, at); ok || why != routing.ReasonCoolDown {
 		t.Errorf("Admit just after the end = %v, %q; want the cool-down", ok, why)
 	}
-	if ok, _ := pol.Admit(n, n.OverloadEnded.Add(routing.DefaultCoolDown)); !ok {
+	if ok, _ := admit(t, pol, n, n.OverloadEnded.Add(routing.DefaultCoolDown)); !ok {
 		t.Error("not admitted once the cool-down is over")
 	}
 	// Unknown memory never counts as high.
-	r := overload.Reading{Version: 1, At: at.Add(time.Minute), Load15: 0.5, CPUs: 4, ConntrackMax: 1000,
+	r := overload.Reading{Version: overload.ReadingVersion, Run: "run-1", Seq: seq + 1, Node: "de-1", At: at.Add(time.Minute), Load15: 0.5, CPUs: 4, ConntrackMax: 1000,
 		MemoryUsedPercent: 99, Missing: []overload.Input{overload.InputMemory}}
 	if _, err := tr.Observe(r); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"cmp"
+	"container/heap"
 	"fmt"
 	"math"
 	"slices"
@@ -9,15 +10,29 @@ import (
 	"time"
 )
 
-// Alternatives answers the one question the move rule asks of the
-// platform's store. The platform implements it over its own data; [Index]
-// is an in-memory implementation.
+// Alternatives is what the move rule needs of the platform's store of
+// routes: whether a route's user holds the same route elsewhere, and what
+// earlier plans decided. The platform implements it over its own data;
+// [Index] is an in-memory implementation.
 type Alternatives interface {
 	// Alternative returns a route that r's user holds with r's key
 	// through a node other than r.Node, in r.Country, at r.Price or less
 	// (see [IsAlternative]), and whether there is one. Routes already
-	// closed must not be returned.
+	// closed, or recorded as closed, must not be returned.
 	Alternative(r Route) (Route, bool)
+	// Record is told of every action of a plan, by [Policy.Plan] itself
+	// before it returns: from then on a.Route must not be returned as an
+	// alternative, and for a move (ReasonMove), ReliedOn(a.Keeps) must
+	// return at (or a later time of a later move). A store that a plan
+	// outlives (one built per round) must keep this in the platform's
+	// own data, or a later round undoes it.
+	Record(at time.Time, a Action)
+	// ReliedOn returns when a move last relied on route r (the latest at
+	// given to Record with r, found by its ID, as a.Keeps), or the zero
+	// time if none did. For UnusedAfter from then on, Plan counts r as in
+	// use, whatever its traffic, and does not move it either: the user
+	// moved onto it is about to send traffic through it.
+	ReliedOn(r Route) time.Time
 }
 
 // IsAlternative reports whether alt lets r's user go on without connecting
@@ -36,7 +51,11 @@ type Action struct {
 	// SinceTraffic is how long the route had moved no traffic (since its
 	// start if it never did).
 	SinceTraffic time.Duration `json:"since_traffic_ns"`
-	// Keeps, for ReasonMove, is the route the user goes on through.
+	// Keeps, for ReasonMove, is the route the user goes on through: the
+	// alternative the move relies on. Plan has recorded it in its
+	// Alternatives (Record), and from the move on it counts as in use
+	// for UnusedAfter ([Alternatives.ReliedOn]). A platform whose store
+	// is rebuilt between rounds keeps the move's time with this route.
 	Keeps Route `json:"keeps,omitzero"`
 }
 
@@ -71,21 +90,25 @@ type Plan struct {
 }
 
 // Plan decides which of the node's routes to close at now. routes are the
-// node's live routes (each with Node == n.ID); alts answers whether a
-// route's user holds the same route elsewhere (nil: nobody does, so no
-// route in use is closed). The rules, from the seed:
+// node's live routes (each with Node == n.ID); n.Sessions, if set, is how
+// many sessions the node carries when routes are only some of them. alts
+// answers whether a route's user holds the same route elsewhere (nil:
+// nobody does, so no route in use is closed, and no move relies on any
+// route). The rules of the operators' help page:
 //
 //   - A node that is neither overloaded nor paused loses nothing. A full
 //     node (max_users) is not overloaded, and MaxUsers plays no part here.
 //   - Overloaded exit, not paused: users' own routes unused for UnusedAfter
-//     (2 h) are closed, longest unused first, within a budget of
-//     UnusedPerHour (5 %) of the node's sessions (len(routes)) an hour.
-//     The budget is a token bucket in n.State: it starts with one token,
-//     grows only while this rule applies (an overloaded exit, not paused),
-//     holds at most one hour's worth (at least one token), and is spent
-//     one token per closed route. The budget follows time, not the number
-//     of plans: planning every second closes no more than planning every
-//     five minutes or every hour. Partner and extra-link routes are left.
+//     (2 h) are closed, longest unused first, "a few at a time … about 5 %
+//     of the node's sessions an hour": within any hour of overload about
+//     UnusedPerHour of the sessions (n.Sessions, or len(routes) when it is
+//     zero), and within any five minutes no more than ceil(that / 12) + 1.
+//     The pace follows time, not the number of plans, and nothing is saved
+//     up: not while there was nothing to close, nor from one overload to
+//     the next, which starts with the same single route as the first. Its
+//     state is n.State (see [NodeState]). Plans more than five minutes
+//     apart are held to the five-minute figure each, so they close less
+//     in an hour. Partner and extra-link routes are left.
 //   - Overloaded entry: nothing unused is closed.
 //   - Paused node, of either role: every route unused for UnusedAfter, of
 //     any kind, is closed at once, longest unused first.
@@ -98,17 +121,23 @@ type Plan struct {
 //     only users' own routes are moved, since partner and extra-link routes
 //     "would be set up again on the same node"; a paused node moves routes
 //     of any kind.
+//   - The route a move relies on (Action.Keeps) counts as in use from the
+//     move on: for UnusedAfter after it, no plan closes it as unused,
+//     drains it or moves it ([Alternatives.ReliedOn]).
 //
 // A route in use without an alternative — its user's only route — is never
 // closed. Plan does not modify routes, and takes route IDs as unique.
-// Between plans of different nodes the platform must carry out (or at
-// least record, e.g. [Index.Remove]) the closures, or two nodes may each
-// close the route the other counted on.
+// Before it returns, Plan records each action with alts.Record, so the
+// next node's plan neither moves a user onto a route just closed nor closes
+// the route a move relies on: plan the nodes one after another over the
+// same alts. A Node that [Node.Validate] refuses is an error wrapping
+// [ErrInvalid]; a State whose PlannedAt is after now, one wrapping
+// [ErrOutOfOrder].
 func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (Plan, error) {
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
 	}
-	if err := n.validate(); err != nil {
+	if err := n.Validate(); err != nil {
 		return Plan{}, err
 	}
 	if !representable(now) {
@@ -119,18 +148,23 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 		return Plan{}, fmt.Errorf("routing: plan node %q at %v: the previous plan was at %v: %w",
 			n.ID, now, st.PlannedAt, ErrOutOfOrder)
 	}
-	pl := planner{p: p, now: now, n: &n, routes: routes}
-	// The unused budget of an overloaded exit: how many may go now.
-	budget := 0
-	if !n.Paused && n.Overloaded() && n.Role == RoleExit {
-		st.UnusedTokens = p.refill(st.UnusedTokens, st.UnusedAccrued, n.OverloadedSince, now, len(routes))
-		st.UnusedAccrued = now
-		// The epsilon absorbs the rounding of many small additions, so
-		// that twelve 30-second rounds at ten an hour make one token.
-		budget = int(st.UnusedTokens + 1e-9)
+	sessions := n.Sessions
+	if sessions == 0 {
+		sessions = len(routes)
+	} else if sessions < len(routes) {
+		return Plan{}, fmt.Errorf("routing: plan node %q: Sessions is %d, fewer than the %d routes given: %w",
+			n.ID, sessions, len(routes), ErrInvalid)
+	}
+	pl := planner{p: p, now: now, n: &n, routes: routes, alts: alts}
+	st.UnusedRecent = recentSince(st.UnusedRecent, now.Add(-unusedWindow))
+	// The pace of an overloaded exit: how many unused routes may go now.
+	var pace unusedPace
+	paced := !n.Paused && n.Overloaded() && n.Role == RoleExit
+	if paced {
+		pace = p.unusedPace(st, now, n.OverloadedSince, sessions)
 	}
 	moves := alts != nil && pl.movesAllowed() && (st.LastMove.IsZero() || now.Sub(st.LastMove) >= p.moveEvery())
-	if err := pl.collect(n.Paused || budget > 0, moves); err != nil {
+	if err := pl.collect(n.Paused || pace.allowed > 0, moves); err != nil {
 		return Plan{}, err
 	}
 	switch {
@@ -138,12 +172,15 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 		// Every unused route goes at once, room made for a move too.
 		pl.actions = make([]Action, 0, len(pl.unused)+1)
 		pl.closeUnused(len(pl.unused), ReasonDrain)
-	case budget > 0:
-		closed := pl.closeUnused(budget, ReasonUnused)
-		st.UnusedTokens = max(0, st.UnusedTokens-float64(closed))
+	case paced:
+		closed := 0
+		if pace.allowed > 0 {
+			closed = pl.closeUnused(pace.allowed, ReasonUnused)
+		}
+		st = pace.after(st, now, closed)
 	}
 	if moves {
-		moved, err := pl.move(alts)
+		moved, err := pl.move()
 		if err != nil {
 			return Plan{}, err
 		}
@@ -152,21 +189,103 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 		}
 	}
 	st.PlannedAt = now
+	if alts != nil {
+		for _, a := range pl.actions {
+			alts.Record(now, a)
+		}
+	}
 	return Plan{Node: n.ID, At: now, Actions: pl.actions, State: st}, nil
 }
 
-func (n *Node) validate() error {
-	switch {
-	case n.ID == "":
-		return fmt.Errorf("routing: node without an ID: %w", ErrInvalid)
-	case n.Role != RoleEntry && n.Role != RoleExit:
-		return fmt.Errorf("routing: node %q: role %v is neither entry nor exit: %w", n.ID, n.Role, ErrInvalid)
-	case math.IsNaN(n.MemoryPercent) || n.MemoryPercent < 0 || n.MemoryPercent > 100:
-		return fmt.Errorf("routing: node %q: memory at %v %%, want 0 to 100: %w", n.ID, n.MemoryPercent, ErrInvalid)
-	case math.IsNaN(n.State.UnusedTokens) || math.IsInf(n.State.UnusedTokens, 0) || n.State.UnusedTokens < 0:
-		return fmt.Errorf("routing: node %q: state holds %v unused tokens: %w", n.ID, n.State.UnusedTokens, ErrInvalid)
+// unusedWindow is the span of "a few at a time": no five minutes close
+// more than ceil(rate / 12) + 1 unused routes, where rate is the hourly
+// figure. It is also how far the pace may lag behind now, so that plans
+// up to five minutes apart close as many in an hour as frequent ones,
+// while no hour closes more than 13/12 of the rate, plus one.
+const unusedWindow = 5 * time.Minute
+
+// unusedPace is one plan's pacing of unused closures on an overloaded
+// exit.
+type unusedPace struct {
+	interval time.Duration // between two closures: an hour / rate
+	due      time.Time     // the pace's next closure, brought into range
+	// allowed is how many may close now: those due (dueCount), within
+	// the five-minute cap.
+	allowed, dueCount int
+}
+
+// unusedPace returns how many unused routes may close at now: those whose
+// turn (due, then one interval after another) is not after now, counting
+// from no earlier than five minutes ago and the overload's start, and no
+// more than the five-minute cap leaves after the closures of the last
+// five minutes (st.UnusedRecent, already trimmed to them).
+func (p Policy) unusedPace(st NodeState, now, since time.Time, sessions int) unusedPace {
+	rate := p.unusedPerHour() * float64(sessions)
+	if rate <= 0 {
+		return unusedPace{}
 	}
-	return nil
+	// At most 100,000 hours: a rate too small to close one route in a
+	// lifetime, and still a Duration.
+	iv := time.Duration(min(float64(time.Hour)/rate, float64(100_000*time.Hour)))
+	due := st.UnusedDue
+	if from := now.Add(-unusedWindow); due.Before(from) {
+		due = from
+	}
+	if due.Before(since) {
+		due = since
+	}
+	if latest := now.Add(iv); due.After(latest) {
+		due = latest
+	}
+	pc := unusedPace{interval: iv, due: due}
+	if !due.After(now) {
+		pc.dueCount = int(now.Sub(due)/iv) + 1
+	}
+	recent := 0
+	for _, c := range st.UnusedRecent {
+		recent += c.Count
+	}
+	pc.allowed = max(0, min(pc.dueCount, fewAtATime(rate)-recent))
+	return pc
+}
+
+// fewAtATime is the most unused routes that any five minutes may close at
+// rate an hour: ceil(rate / 12) + 1. The epsilon keeps a product such as
+// 0.05 × 1200 = 60.000000000000007 from rounding up to one more.
+func fewAtATime(rate float64) int {
+	return int(math.Ceil(rate*float64(unusedWindow)/float64(time.Hour)-1e-9)) + 1
+}
+
+// after returns the state once closed routes went: the pace moves on one
+// interval a route, and up to now if the plan closed fewer than were
+// allowed for want of routes to close (nothing is saved up); the closures
+// join the five-minute list.
+func (pc unusedPace) after(st NodeState, now time.Time, closed int) NodeState {
+	if pc.interval == 0 {
+		return st
+	}
+	due := pc.due.Add(time.Duration(closed) * pc.interval)
+	if closed < pc.allowed && due.Before(now) {
+		due = now
+	}
+	st.UnusedDue = due
+	if closed > 0 {
+		st.UnusedRecent = append(slices.Clip(st.UnusedRecent), Closures{At: now, Count: closed})
+	}
+	return st
+}
+
+// recentSince returns the entries of cs after from (cs is oldest first),
+// or nil if there are none.
+func recentSince(cs []Closures, from time.Time) []Closures {
+	i := 0
+	for i < len(cs) && !cs[i].At.After(from) {
+		i++
+	}
+	if i == len(cs) {
+		return nil
+	}
+	return cs[i:]
 }
 
 // representable: t has a Unix time in nanoseconds (years 1678 to 2262).
@@ -201,6 +320,7 @@ type planner struct {
 	now    time.Time
 	n      *Node
 	routes []Route
+	alts   Alternatives
 	// unused and movable are the candidates for the unused rules and for
 	// moves, collected in one pass, in a single allocation.
 	unused, movable []candidate
@@ -271,50 +391,34 @@ func (pl *planner) add(c candidate, why Reason, keeps Route) {
 		SinceTraffic: time.Duration(pl.now.UnixNano() - c.last), Keeps: keeps})
 }
 
-// refill returns the unused-route bucket's level at now: one token the
-// first time, then UnusedPerHour of the node's sessions an hour since it
-// last grew (not counting time before the current overload), at most one
-// hour's worth and at least one token.
-func (p Policy) refill(tokens float64, accrued, overloadedSince, now time.Time, sessions int) float64 {
-	perHour := p.unusedPerHour() * float64(sessions)
-	if accrued.IsZero() {
-		tokens = 1
-	} else {
-		from := accrued
-		if from.Before(overloadedSince) {
-			from = overloadedSince // nothing grows between overloads
-		}
-		if d := now.Sub(from); d > 0 {
-			tokens += perHour * d.Hours()
-		}
+// relied reports whether a move relied on the route less than UnusedAfter
+// ago, so it counts as in use and is not moved either.
+func (pl *planner) relied(c candidate) bool {
+	if pl.alts == nil {
+		return false
 	}
-	return min(tokens, max(1, perHour))
+	at := pl.alts.ReliedOn(pl.routes[c.i])
+	return !at.IsZero() && pl.now.Sub(at) < pl.p.unusedAfter()
 }
 
-// closeUnused closes the k longest-unused candidates, or all of them if
-// there are fewer, for the reason why (ReasonUnused within an overloaded
-// exit's budget, ReasonDrain for all of a paused node's), and returns how
-// many it closed.
+// closeUnused closes the k longest-unused candidates that no move relies
+// on, or all of them if there are fewer, for the reason why (ReasonUnused
+// within an overloaded exit's pace, ReasonDrain for all of a paused
+// node's), and returns how many it closed.
 func (pl *planner) closeUnused(k int, why Reason) int {
-	k = min(k, len(pl.unused))
-	if k > 4 {
-		slices.SortFunc(pl.unused, pl.before)
-	} else {
-		// Few to pick, the usual case: k passes over the candidates.
-		for j := range k {
-			best := j
-			for x := j + 1; x < len(pl.unused); x++ {
-				if pl.before(pl.unused[x], pl.unused[best]) < 0 {
-					best = x
-				}
-			}
-			pl.unused[j], pl.unused[best] = pl.unused[best], pl.unused[j]
+	slices.SortFunc(pl.unused, pl.before)
+	closed := 0
+	for _, c := range pl.unused {
+		if closed == k {
+			break
 		}
-	}
-	for _, c := range pl.unused[:k] {
+		if pl.relied(c) {
+			continue
+		}
 		pl.add(c, why, Route{})
+		closed++
 	}
-	return k
+	return closed
 }
 
 // movesAllowed: routes in use are moved while memory is above the mark,
@@ -333,19 +437,16 @@ func (pl *planner) movesAllowed() bool {
 // those whose user holds an alternative. The candidates come off a heap
 // in that order, and the store is asked only until one has an alternative:
 // linear in the routes, plus a lookup and a log n pop per candidate tried.
-func (pl *planner) move(alts Alternatives) (bool, error) {
-	h := pl.movable
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		pl.siftDown(h, i)
-	}
-	for len(h) > 0 {
-		c := h[0]
-		h[0] = h[len(h)-1]
-		h = h[:len(h)-1]
-		pl.siftDown(h, 0)
-
+func (pl *planner) move() (bool, error) {
+	h := &candidates{pl: pl, c: pl.movable}
+	heap.Init(h)
+	for h.Len() > 0 {
+		c := heap.Pop(h).(candidate)
+		if pl.relied(c) {
+			continue
+		}
 		r := &pl.routes[c.i]
-		alt, ok := alts.Alternative(*r)
+		alt, ok := pl.alts.Alternative(*r)
 		if !ok {
 			continue
 		}
@@ -359,21 +460,18 @@ func (pl *planner) move(alts Alternatives) (bool, error) {
 	return false, nil
 }
 
-// siftDown restores the min-heap (by before) below position i.
-func (pl *planner) siftDown(h []candidate, i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		m := l
-		if r := l + 1; r < len(h) && pl.before(h[r], h[l]) < 0 {
-			m = r
-		}
-		if pl.before(h[m], h[i]) >= 0 {
-			return
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
+// candidates is a min-heap of candidates by [planner.before].
+type candidates struct {
+	pl *planner
+	c  []candidate
+}
+
+func (h *candidates) Len() int           { return len(h.c) }
+func (h *candidates) Less(i, j int) bool { return h.pl.before(h.c[i], h.c[j]) < 0 }
+func (h *candidates) Swap(i, j int)      { h.c[i], h.c[j] = h.c[j], h.c[i] }
+func (h *candidates) Push(x any)         { h.c = append(h.c, x.(candidate)) }
+func (h *candidates) Pop() any {
+	c := h.c[len(h.c)-1]
+	h.c = h.c[:len(h.c)-1]
+	return c
 }

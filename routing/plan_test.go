@@ -37,7 +37,7 @@ func mustPlan(t *testing.T, pol routing.Policy, now time.Time, n routing.Node, r
 }
 
 // The unused rule's edges, one route at a time, on a fresh exit overloaded
-// for a minute (the bucket's first token closes one route).
+// for a minute (the first unused route goes at once).
 func TestUnusedRule(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -210,7 +210,7 @@ func TestOnlyRouteIsKept(t *testing.T) {
 }
 
 // An idle route that is its user's only route is closed on an overloaded
-// exit: the seed names no exception for unused routes (see the package
+// exit: the help page names no exception for unused routes (see the package
 // doc).
 func TestUnusedOnlyRouteIsClosed(t *testing.T) {
 	r := route("r", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0.Add(-3*time.Hour))
@@ -231,84 +231,174 @@ func unusedRoutes(n int, node string, last time.Time) []routing.Route {
 	return rs
 }
 
-// The bucket holds at most one hour's worth: an exit overloaded for hours
-// with nothing unused closes no more than 5 % of its sessions at once when
-// routes turn unused.
-func TestUnusedBudgetIsCapped(t *testing.T) {
-	n := exitNode(0, 50)
-	var busy []routing.Route
-	for i := range 400 {
-		busy = append(busy, route(fmt.Sprintf("b%03d", i), fmt.Sprintf("u%03d", i), "k", "de-1", "DE", 10, routing.KindOwn, t0))
-	}
-	// Three hours with nothing unused.
-	for now := t0; now.Before(t0.Add(3 * time.Hour)); now = now.Add(time.Minute) {
-		for i := range busy {
-			busy[i].LastTraffic = now
+// closedPerWindow returns the most closures that any span of length d held
+// (half-open, starting at a closure), given the closures by plan time.
+func closedPerWindow(at []time.Time, count []int, d time.Duration) int {
+	most := 0
+	for i := range at {
+		n := 0
+		for j := i; j < len(at) && at[j].Before(at[i].Add(d)); j++ {
+			n += count[j]
 		}
-		p := mustPlan(t, routing.Policy{}, now, n, busy, nil)
-		if len(p.Actions) != 0 {
-			t.Fatalf("closed %v with nothing unused", ids(p))
-		}
-		n.State = p.State
+		most = max(most, n)
 	}
-	// Then every route has been unused for 2 hours.
-	now := t0.Add(5 * time.Hour)
-	p := mustPlan(t, routing.Policy{}, now, n, busy, nil)
-	if got := len(p.Actions); got != 20 {
-		t.Errorf("closed %d at once, want 20 (one hour's worth: 5 %% of 400)", got)
-	}
-	// And the next minute only what a minute adds (20/60 of a token).
-	p = mustPlan(t, routing.Policy{}, now.Add(time.Minute), routing.Node{ID: n.ID, Role: n.Role, Country: "DE",
-		OverloadedSince: n.OverloadedSince, State: p.State}, busy[20:], nil)
-	if len(p.Actions) != 0 {
-		t.Errorf("closed %v a minute after the budget was spent", ids(p))
+	return most
+}
+
+// The issue's case: an exit with 1,000 sessions, overloaded for three
+// hours with every route in use, whose routes then cross two hours unused
+// together. The old bucket, full after the quiet hours, closed 49 in one
+// round and 96 within the hour; a few at a time is at most
+// ceil(50 / 12) + 1 = 6 in any 5 minutes, and about 50 in the hour. A
+// second overload, after one that had nothing to close, starts with one.
+func TestUnusedPaceAfterQuietHours(t *testing.T) {
+	for _, every := range []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute, 10 * time.Minute} {
+		t.Run(every.String(), func(t *testing.T) {
+			n := exitNode(0, 50)
+			routes := unusedRoutes(1000, "de-1", t0)
+			plan := func(now time.Time, last time.Time) routing.Plan {
+				for i := range routes {
+					routes[i].LastTraffic = last
+				}
+				p := mustPlan(t, routing.Policy{}, now, n, routes, nil)
+				n.State = p.State
+				return p
+			}
+			for now := t0; now.Before(t0.Add(3 * time.Hour)); now = now.Add(every) {
+				if p := plan(now, now); len(p.Actions) != 0 {
+					t.Fatalf("closed %v with nothing unused", ids(p))
+				}
+			}
+			// From 3h on, every route has been unused for two hours.
+			var at []time.Time
+			var count []int
+			start := t0.Add(3 * time.Hour)
+			for now := start; now.Before(start.Add(time.Hour)); now = now.Add(every) {
+				p := plan(now, now.Add(-2*time.Hour))
+				if len(p.Actions) > 0 {
+					at, count = append(at, now), append(count, len(p.Actions))
+				}
+				// Closed routes leave; new users take their place, so
+				// the node keeps its 1,000 sessions.
+				for _, a := range p.Actions {
+					i := slices.IndexFunc(routes, func(r routing.Route) bool { return r.ID == a.Route.ID })
+					routes[i].ID += "+"
+				}
+			}
+			if len(count) == 0 || count[0] > 1+int(every/(72*time.Second)) && count[0] > 6 {
+				t.Errorf("first round closed %v", count)
+			}
+			if most := closedPerWindow(at, count, 5*time.Minute); most > 6 {
+				t.Errorf("%d closed within 5 minutes, want at most 6", most)
+			}
+			total := 0
+			for _, c := range count {
+				total += c
+			}
+			// Plans 10 minutes apart are held to 5 minutes' worth each.
+			lo, hi := 44, 56
+			if every > 5*time.Minute {
+				lo = 6 * (50/12 + 1)
+			}
+			if total < lo || total > hi {
+				t.Errorf("%d closed in the hour, want %d to %d", total, lo, hi)
+			}
+			t.Logf("every %v: first round %d, hour %d, most in 5 minutes %d", every, count[0], total, closedPerWindow(at, count, 5*time.Minute))
+
+			// The overload ends, and another starts an hour later.
+			end := start.Add(time.Hour)
+			n.OverloadedSince, n.OverloadEnded = time.Time{}, end
+			plan(end, end.Add(-3*time.Hour))
+			n.OverloadedSince = end.Add(time.Hour)
+			if p := plan(n.OverloadedSince, end.Add(-3*time.Hour)); len(p.Actions) != 1 {
+				t.Errorf("second overload's first round closed %d, want 1 as the first's", len(p.Actions))
+			}
+		})
 	}
 }
 
-// A budget of several routes closes the longest unused ones, in order.
+// The pace closes the longest unused routes first, however many are due.
 func TestUnusedLongestFirst(t *testing.T) {
-	for _, tokens := range []float64{1, 3, 7, 20} {
-		rs := unusedRoutes(400, "de-1", t0.Add(-3*time.Hour)) // the cap: 20
-		slices.Reverse(rs)                                    // oldest first in the input, to show the order is Plan's
+	for _, k := range []int{1, 3, 7, 20} {
+		rs := unusedRoutes(400, "de-1", t0.Add(-3*time.Hour))
+		slices.Reverse(rs) // oldest first in the input, to show the order is Plan's
 		rs = append(rs[200:], rs[:200]...)
-		n := exitNode(0, 50)
-		n.State = routing.NodeState{UnusedTokens: tokens, UnusedAccrued: t0, PlannedAt: t0}
+		n := exitNode(time.Hour, 50)
+		// 4,800 sessions: 240 an hour, one every 15 s, 21 in 5 minutes.
+		n.Sessions = 4800
+		n.State = routing.NodeState{PlannedAt: t0, UnusedDue: t0.Add(-time.Duration(k-1)*15*time.Second - 5*time.Second)}
 		p := mustPlan(t, routing.Policy{}, t0, n, rs, nil)
 		var want []string
-		for i := range int(tokens) {
+		for i := range k {
 			want = append(want, fmt.Sprintf("de-1-%04d:unused", 399-i))
 		}
 		if got := ids(p); !slices.Equal(got, want) {
-			t.Errorf("%v tokens: closed %v, want %v", tokens, got, want)
+			t.Errorf("%d due: closed %v, want %v", k, got, want)
 		}
 	}
 }
 
-// The budget grows only while the node is an overloaded exit: a quiet
-// spell between two overloads adds nothing.
-func TestUnusedBudgetPausesBetweenOverloads(t *testing.T) {
+// "About 5 % of the node's sessions": the sessions are Node.Sessions when
+// set, so a platform that passes only some routes (here a tenth: the
+// unused ones) closes as many as one that passes them all; without it the
+// base is the routes given.
+func TestSessionsIsTheBase(t *testing.T) {
+	run := func(sessions int, routes []routing.Route) int {
+		n := exitNode(0, 50)
+		n.Sessions = sessions
+		closed := 0
+		for now := t0; now.Before(t0.Add(time.Hour)); now = now.Add(30 * time.Second) {
+			p := mustPlan(t, routing.Policy{}, now, n, routes, nil)
+			n.State = p.State
+			closed += len(p.Actions)
+		}
+		return closed
+	}
+	var all []routing.Route
+	for i := range 2000 {
+		r := route(fmt.Sprintf("r%04d", i), fmt.Sprintf("u%04d", i), "k", "de-1", "DE", 10, routing.KindOwn, t0)
+		if i%10 == 0 {
+			r.LastTraffic = t0.Add(-3*time.Hour - time.Duration(i)*time.Second)
+			r.Start = r.LastTraffic
+		}
+		all = append(all, r)
+	}
+	var unused []routing.Route
+	for i := 0; i < len(all); i += 10 {
+		unused = append(unused, all[i])
+	}
+	full, part, explicit := run(0, all), run(0, unused), run(2000, unused)
+	if full < 90 || full > 110 || explicit != full {
+		t.Errorf("closed %d of all 2,000 routes and %d of 200 with Sessions 2000; want the same, about 100", full, explicit)
+	}
+	if part < 9 || part > 11 {
+		t.Errorf("closed %d of 200 routes given without Sessions, want about 10 (5 %% of 200)", part)
+	}
+	_, err := routing.Policy{}.Plan(t0, routing.Node{ID: "de-1", Role: routing.RoleExit, Sessions: 100}, all, nil)
+	if !errors.Is(err, routing.ErrInvalid) {
+		t.Errorf("Sessions 100 with 2,000 routes: err = %v, want ErrInvalid", err)
+	}
+}
+
+// A stored state from the future: a last move in 2126 is refused; an
+// UnusedDue far ahead is brought back to one interval after now.
+func TestStateFromTheFuture(t *testing.T) {
 	rs := unusedRoutes(200, "de-1", t0.Add(-3*time.Hour))
-	n := exitNode(0, 50)
-	p := mustPlan(t, routing.Policy{}, t0, n, rs, nil) // first token
-	if len(p.Actions) != 1 {
-		t.Fatalf("first plan closed %v, want one route", ids(p))
+	n := exitNode(time.Hour, 50)
+	n.State = routing.NodeState{PlannedAt: t0, LastMove: t0.AddDate(100, 0, 0)}
+	if _, err := (routing.Policy{}).Plan(t0, n, rs, nil); !errors.Is(err, routing.ErrInvalid) {
+		t.Errorf("last move in 2126: err = %v, want ErrInvalid", err)
 	}
-	n.State = p.State
-	// The overload ends at once; it restarts five hours later.
-	n.OverloadedSince, n.OverloadEnded = time.Time{}, t0
-	p = mustPlan(t, routing.Policy{}, t0.Add(time.Hour), n, rs[1:], nil)
-	if len(p.Actions) != 0 {
-		t.Fatalf("closed %v on a node no longer overloaded", ids(p))
+	// 200 sessions: 10 an hour, one every 6 minutes.
+	n.State = routing.NodeState{PlannedAt: t0, UnusedDue: t0.AddDate(100, 0, 0)}
+	closed := 0
+	for now := t0; now.Before(t0.Add(time.Hour)); now = now.Add(30 * time.Second) {
+		p := mustPlan(t, routing.Policy{}, now, n, rs, nil)
+		n.State = p.State
+		closed += len(p.Actions)
 	}
-	n.State = p.State
-	n.OverloadedSince = t0.Add(5 * time.Hour)
-	p = mustPlan(t, routing.Policy{}, t0.Add(5*time.Hour+5*time.Minute), n, rs[1:], nil)
-	// 5 minutes of 5 % of 199 an hour: 0.83 of a token.
-	if len(p.Actions) != 0 {
-		t.Errorf("5 minutes into the second overload closed %v; the quiet hours must not count", ids(p))
-	}
-	if tok := p.State.UnusedTokens; math.Abs(tok-0.05*199*5/60) > 1e-9 {
-		t.Errorf("tokens %v, want %v", tok, 0.05*199*5/60)
+	if closed < 9 || closed > 10 {
+		t.Errorf("closed %d in the hour after a due time in 2126, want 9 or 10", closed)
 	}
 }
 
@@ -353,7 +443,7 @@ func TestPlanRejects(t *testing.T) {
 		{"node without role", routing.Policy{}, func(n *routing.Node) { n.Role = 0 }, nil, routing.ErrInvalid},
 		{"memory NaN", routing.Policy{}, func(n *routing.Node) { n.MemoryPercent = math.NaN() }, nil, routing.ErrInvalid},
 		{"memory 101", routing.Policy{}, func(n *routing.Node) { n.MemoryPercent = 101 }, nil, routing.ErrInvalid},
-		{"negative tokens", routing.Policy{}, func(n *routing.Node) { n.State.UnusedTokens = -1 }, nil, routing.ErrInvalid},
+		{"fewer sessions than routes", routing.Policy{}, func(n *routing.Node) { n.Sessions = 0; n.Sessions--; n.Sessions += 1 }, nil, nil},
 		{"plan before the last", routing.Policy{}, func(n *routing.Node) { n.State.PlannedAt = t0.Add(time.Second) }, nil, routing.ErrOutOfOrder},
 		{"negative UnusedAfter", routing.Policy{UnusedAfter: -1}, nil, nil, routing.ErrInvalid},
 		{"negative MoveEvery", routing.Policy{MoveEvery: -1}, nil, nil, routing.ErrInvalid},
@@ -392,6 +482,8 @@ func TestPlanRejectsATimeOutOfRange(t *testing.T) {
 type lyingStore struct{ alt routing.Route }
 
 func (s lyingStore) Alternative(routing.Route) (routing.Route, bool) { return s.alt, true }
+func (lyingStore) Record(time.Time, routing.Action)                  {}
+func (lyingStore) ReliedOn(routing.Route) time.Time                  { return time.Time{} }
 
 func TestPlanRejectsAWrongAlternative(t *testing.T) {
 	r := route("r", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0)
@@ -419,5 +511,64 @@ func TestPlanLeavesRoutesAlone(t *testing.T) {
 	mustPlan(t, routing.Policy{}, t0.Add(time.Hour), *f.nodes[0], in, f.ix)
 	if !slices.Equal(in, before) {
 		t.Error("Plan changed its routes")
+	}
+}
+
+// Ann's case from the issue: x1 moves her route in use because she holds
+// the same route on x2; x2, an overloaded exit where that copy has been
+// unused for five hours, is planned next and must not close it, nor may a
+// paused x2 drain it, for two hours after the move, though nothing but
+// Plan told the store. A new Index carries it over with Rely.
+func TestTheRouteAMoveKeepsStaysInUse(t *testing.T) {
+	ann1 := route("ann-x1", "ann", "vpn", "x1", "DE", 100, routing.KindOwn, t0)
+	ann2 := route("ann-x2", "ann", "vpn", "x2", "DE", 100, routing.KindOwn, t0.Add(-5*time.Hour))
+	x1 := routing.Node{ID: "x1", Role: routing.RoleExit, Country: "DE", OverloadedSince: t0.Add(-time.Hour), MemoryPercent: 95}
+	x2 := x1
+	x2.ID = "x2"
+	all := []routing.Route{ann1, ann2}
+	ix := routing.NewIndex(all)
+	p := mustPlan(t, routing.Policy{}, t0, x1, []routing.Route{ann1}, ix)
+	if got := ids(p); !slices.Equal(got, []string{"ann-x1:move"}) || p.Actions[0].Keeps.ID != "ann-x2" {
+		t.Fatalf("x1 planned %v, want ann-x1 moved onto ann-x2", got)
+	}
+	if at := ix.ReliedOn(ann2); !at.Equal(t0) {
+		t.Fatalf("ReliedOn(ann-x2) = %v, want the move's time", at)
+	}
+	for _, tc := range []struct {
+		name   string
+		after  time.Duration
+		paused bool
+		closed bool
+	}{
+		{"overloaded, at once", 0, false, false},
+		{"overloaded, 1h59m later", 2*time.Hour - time.Minute, false, false},
+		{"paused, 1h later", time.Hour, true, false},
+		{"overloaded, 2h later", 2 * time.Hour, false, true},
+	} {
+		n := x2
+		n.Paused = tc.paused
+		p := mustPlan(t, routing.Policy{}, t0.Add(tc.after), n, []routing.Route{ann2}, readOnly{ix})
+		if got := len(p.Actions) == 1; got != tc.closed {
+			t.Errorf("%s: x2 planned %v, closed %v, want %v", tc.name, ids(p), got, tc.closed)
+		}
+	}
+	// Nor is it moved, though ann holds the route on x3 too and now sends
+	// traffic through x2.
+	busy2 := ann2
+	busy2.LastTraffic = t0.Add(time.Minute)
+	ann3 := route("ann-x3", "ann", "vpn", "x3", "DE", 100, routing.KindOwn, t0)
+	three := routing.NewIndex([]routing.Route{ann1, busy2, ann3})
+	three.Rely(busy2, t0)
+	if p := mustPlan(t, routing.Policy{}, t0.Add(time.Minute), x2, []routing.Route{busy2}, three); len(p.Actions) != 0 {
+		t.Errorf("x2 moved %v, the route a move relied on a minute before", ids(p))
+	}
+	// A new Index knows nothing of the move until told.
+	fresh := routing.NewIndex(all)
+	if p := mustPlan(t, routing.Policy{}, t0, x2, []routing.Route{ann2}, readOnly{fresh}); len(p.Actions) != 1 {
+		t.Errorf("fresh index: x2 planned %v, want ann-x2 closed as unused", ids(p))
+	}
+	fresh.Rely(ann2, ix.ReliedOn(ann2))
+	if p := mustPlan(t, routing.Policy{}, t0, x2, []routing.Route{ann2}, fresh); len(p.Actions) != 0 {
+		t.Errorf("index told with Rely: x2 planned %v, want nothing closed", ids(p))
 	}
 }

@@ -18,26 +18,27 @@ var (
 	ErrOutOfOrder = errors.New("plan out of order")
 )
 
-// The seed's figures, used where a Policy field is zero.
+// The figures of the operators' help page, used where a Policy field is
+// zero.
 const (
 	DefaultUnusedAfter       = 2 * time.Hour
 	DefaultUnusedPerHour     = 0.05
 	DefaultMoveAfter         = 15 * time.Minute
 	DefaultMoveMemoryPercent = 80.0
 	DefaultMoveEvery         = 5 * time.Minute
-	// DefaultCoolDown is not a seed figure: the seed says only that "the
-	// marketplace waits before offering it again". Ten minutes is twenty
-	// readings at the agent's 30-second interval, four whole 3-of-5
-	// windows without an overload, so a node whose overload flaps is not
-	// handed new users between two overloads; and it is shorter than the
-	// 15 minutes an overload must last before routes in use are moved, so
-	// a node that recovered is offered again before the platform would
-	// have started moving its users.
+	// DefaultCoolDown is not a figure of the help page, which says only
+	// that "the marketplace waits before offering it again". Ten minutes
+	// is twenty readings at the agent's 30-second interval, four whole
+	// 3-of-5 windows without an overload, so a node whose overload flaps
+	// is not handed new users between two overloads; and it is shorter
+	// than the 15 minutes an overload must last before routes in use are
+	// moved, so a node that recovered is offered again before the
+	// platform would have started moving its users.
 	DefaultCoolDown = 10 * time.Minute
 )
 
 // Policy holds the rule's durations and rates. The zero value is the
-// seed's rules; a zero field means its default.
+// rules of the operators' help page; a zero field means its default.
 type Policy struct {
 	// UnusedAfter: a route that moved no traffic for this long is unused
 	// (default 2 h).
@@ -176,7 +177,18 @@ func (r Reason) String() string {
 // (MaxUsers > 0 and LiveUsers >= MaxUsers). A full node is admitted again
 // as soon as a user leaves; a node whose pause is lifted at once ("routing
 // comes back once the platform approves the node again").
-func (p Policy) Admit(n Node, now time.Time) (bool, Reason) {
+//
+// A node that [Node.Validate] refuses is not admitted: Admit returns its
+// error, which wraps [ErrInvalid], and no reason.
+func (p Policy) Admit(n Node, now time.Time) (bool, Reason, error) {
+	if err := n.Validate(); err != nil {
+		return false, "", err
+	}
+	ok, why := p.admit(n, now)
+	return ok, why, nil
+}
+
+func (p Policy) admit(n Node, now time.Time) (bool, Reason) {
 	switch {
 	case n.Paused:
 		return false, ReasonPaused

@@ -2,7 +2,9 @@ package routing_test
 
 import (
 	"fmt"
+	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,10 +21,10 @@ type propNode struct {
 	overloaded bool
 	from, to   time.Duration // overloaded in [from, to)
 	// What the checks remember between rounds.
-	lastMove    time.Time
-	lastAccrual time.Time // last plan at which the unused rule applied
-	accrued     float64   // upper bound on tokens ever granted
-	unusedCount int
+	lastMove time.Time
+	// unusedAt and unusedCount: the plans that closed unused routes.
+	unusedAt    []time.Time
+	unusedCount []int
 }
 
 func (pn *propNode) at(now time.Time) routing.Node {
@@ -81,7 +83,7 @@ func fleetAlternative(r routing.Route, all []routing.Route, gone map[string]bool
 }
 
 // TestPropertyPlansKeepTheRules plans random fleets over random schedules,
-// carrying out every plan, and checks each plan against the seed's rules.
+// carrying out every plan, and checks each plan against the help page's rules.
 func TestPropertyPlansKeepTheRules(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		pol := routing.Policy{
@@ -133,6 +135,7 @@ func TestPropertyPlansKeepTheRules(t *testing.T) {
 		}
 		ix := routing.NewIndex(all)
 		closed := map[string]bool{}
+		relied := map[string]time.Time{} // the model's: by route ID, the last move that kept it
 
 		now := t0
 		for round := range rapid.IntRange(1, 40).Draw(t, "rounds") {
@@ -160,10 +163,15 @@ func TestPropertyPlansKeepTheRules(t *testing.T) {
 				if err != nil || !reflect.DeepEqual(p, again) {
 					t.Fatalf("plan %s at %v differs when asked twice", n.ID, now.Sub(t0))
 				}
-				checkPlan(t, pn, n, now, in, all, closed, p, unusedAfter, share, moveAfter, moveEvery, mark)
+				checkPlan(t, pn, n, now, in, all, closed, relied, p, unusedAfter, share, moveAfter, moveEvery, mark)
 				for _, a := range p.Actions {
 					closed[a.Route.ID] = true
-					ix.Remove(a.Route)
+					if ix.Remove(a.Route) {
+						t.Fatalf("plan %s at %v did not record closing %s", n.ID, now.Sub(t0), a.Route.ID)
+					}
+					if a.Reason == routing.ReasonMove {
+						relied[a.Keeps.ID] = now
+					}
 				}
 				pn.node.State = p.State
 			}
@@ -172,10 +180,16 @@ func TestPropertyPlansKeepTheRules(t *testing.T) {
 }
 
 func checkPlan(t *rapid.T, pn *propNode, n routing.Node, now time.Time, in, all []routing.Route, closed map[string]bool,
-	p routing.Plan, unusedAfter time.Duration, share float64, moveAfter, moveEvery time.Duration, mark float64) {
+	relied map[string]time.Time, p routing.Plan, unusedAfter time.Duration, share float64, moveAfter, moveEvery time.Duration, mark float64) {
 	where := fmt.Sprintf("node %s (%v, paused %v, overloaded since %v, memory %v) at %v",
 		n.ID, n.Role, n.Paused, n.OverloadedSince.Sub(t0), n.MemoryPercent, now.Sub(t0))
 	overloaded := n.Overloaded()
+	// A route a move relied on counts as in use for unusedAfter, and is
+	// not moved either.
+	isRelied := func(r routing.Route) bool {
+		at, ok := relied[r.ID]
+		return ok && now.Sub(at) < unusedAfter
+	}
 	byID := map[string]routing.Route{}
 	for _, r := range in {
 		byID[r.ID] = r
@@ -191,6 +205,9 @@ func checkPlan(t *rapid.T, pn *propNode, n routing.Node, now time.Time, in, all 
 			t.Fatalf("%s: route %s twice in one plan", where, r.ID)
 		}
 		seen[r.ID] = true
+		if isRelied(r) {
+			t.Fatalf("%s: closed %s (%s), which a move relied on at %v", where, r.ID, a.Reason, relied[r.ID].Sub(t0))
+		}
 		since := now.Sub(lastUse(r))
 		unused := since >= unusedAfter
 		if a.SinceTraffic != since {
@@ -201,7 +218,6 @@ func checkPlan(t *rapid.T, pn *propNode, n routing.Node, now time.Time, in, all 
 		}
 		switch a.Reason {
 		case routing.ReasonUnused:
-			pn.unusedCount++
 			if n.Role != routing.RoleExit || !overloaded || n.Paused || r.Kind != routing.KindOwn || !unused {
 				t.Fatalf("%s: %s (%v, unused %v) closed as unused", where, r.ID, r.Kind, since)
 			}
@@ -255,7 +271,7 @@ func checkPlan(t *rapid.T, pn *propNode, n routing.Node, now time.Time, in, all 
 	}
 	for _, r := range in {
 		since := now.Sub(lastUse(r))
-		if seen[r.ID] || since < unusedAfter {
+		if seen[r.ID] || since < unusedAfter || isRelied(r) {
 			continue
 		}
 		if oldestClosed >= 0 && since > oldestClosed && (n.Paused || r.Kind == routing.KindOwn) {
@@ -267,7 +283,7 @@ func checkPlan(t *rapid.T, pn *propNode, n routing.Node, now time.Time, in, all 
 			continue
 		}
 		for _, r := range in {
-			if r.ID == a.Route.ID || seen[r.ID] || now.Sub(lastUse(r)) >= unusedAfter || (r.Kind != routing.KindOwn && !n.Paused) {
+			if r.ID == a.Route.ID || seen[r.ID] || now.Sub(lastUse(r)) >= unusedAfter || (r.Kind != routing.KindOwn && !n.Paused) || isRelied(r) {
 				continue
 			}
 			if !lastUse(r).Before(lastUse(a.Route)) {
@@ -281,27 +297,30 @@ func checkPlan(t *rapid.T, pn *propNode, n routing.Node, now time.Time, in, all 
 	}
 	if n.Paused {
 		for _, r := range in {
-			if now.Sub(lastUse(r)) >= unusedAfter && !seen[r.ID] {
+			if now.Sub(lastUse(r)) >= unusedAfter && !seen[r.ID] && !isRelied(r) {
 				t.Fatalf("%s: paused node kept unused route %s", where, r.ID)
 			}
 		}
 	}
-	// The unused budget: one token at the start, then share × sessions an
-	// hour while the rule applies.
-	if n.Role == routing.RoleExit && overloaded && !n.Paused {
-		if pn.lastAccrual.IsZero() {
-			pn.accrued = 1
-		} else {
-			from := pn.lastAccrual
-			if from.Before(n.OverloadedSince) {
-				from = n.OverloadedSince
-			}
-			pn.accrued += share * float64(len(in)) * now.Sub(from).Hours()
+	// A few at a time: with this plan's closures, no five minutes close
+	// more than ceil(share × sessions / 12) + 1 unused routes.
+	unused := 0
+	for _, a := range p.Actions {
+		if a.Reason == routing.ReasonUnused {
+			unused++
 		}
-		pn.lastAccrual = now
 	}
-	if float64(pn.unusedCount) > pn.accrued+1e-6 {
-		t.Fatalf("%s: %d unused routes closed, the budget granted %.3f", where, pn.unusedCount, pn.accrued)
+	if unused > 0 {
+		pn.unusedAt, pn.unusedCount = append(pn.unusedAt, now), append(pn.unusedCount, unused)
+	}
+	recent := 0
+	for i, at := range pn.unusedAt {
+		if now.Sub(at) < 5*time.Minute {
+			recent += pn.unusedCount[i]
+		}
+	}
+	if few := int(math.Ceil(share*float64(len(in))/12-1e-9)) + 1; recent > few {
+		t.Fatalf("%s: %d unused routes closed within 5 minutes, more than %d (%v of %d sessions an hour)", where, recent, few, share, len(in))
 	}
 }
 
@@ -342,6 +361,129 @@ func TestPropertyIndexFindsEveryAlternative(t *testing.T) {
 			}
 			if ok && (!routing.IsAlternative(r, got) || removed[got.ID] || got.Price != want.Price) {
 				t.Fatalf("Alternative(%s) = %+v, want an unremoved alternative at %d", r.ID, got, want.Price)
+			}
+		}
+	})
+}
+
+// TestPropertyUnusedPace plans an overloaded exit of a fixed number of
+// sessions (Node.Sessions; only the unused candidates are passed) at a
+// drawn period, regular or not: an overload that first has nothing to
+// close, then always more unused routes than it may close; a spell
+// without overload; a second overload. It checks the help page's "a few
+// at a time … about 5 % of the node's sessions an hour":
+//
+//   - no 5 minutes close more than ceil(5 % × sessions / 12) + 1;
+//   - no hour closes more than 5 % × sessions + 10 %, plus one;
+//   - every hour of overload with routes to close, planned at most 5
+//     minutes apart, closes at least 5 % × sessions − 10 %, minus one;
+//   - nothing is saved up: the first round with something to close, after
+//     rounds with nothing, and the first round of the second overload,
+//     close no more than the time since the round before (at most 5
+//     minutes) is worth, plus one.
+//
+// The token bucket this replaced fails the first and the last: after the
+// quiet hours it held an hour's worth and spent it in one round.
+func TestPropertyUnusedPace(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		sessions := rapid.IntRange(1, 5000).Draw(t, "sessions")
+		every := rapid.SampledFrom([]time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute, 10 * time.Minute, 0}).Draw(t, "every")
+		minutes := func(name string, lo, hi int) time.Duration {
+			return time.Duration(rapid.IntRange(lo, hi).Draw(t, name)) * time.Minute
+		}
+		quiet, busy, gap, second := minutes("quiet", 0, 120), minutes("busy", 60, 100), minutes("gap", 1, 90), minutes("second", 1, 60)
+		rate := 0.05 * float64(sessions)
+		few := (sessions+239)/240 + 1 // ceil(5 % × sessions / 12) + 1, exactly
+		busyFrom, end1 := t0.Add(quiet), t0.Add(quiet+busy)
+		start2 := end1.Add(gap)
+		end := start2.Add(second)
+
+		n := routing.Node{ID: "x", Role: routing.RoleExit, Country: "DE", Sessions: sessions, MemoryPercent: 50}
+		var cands []routing.Route
+		next := 0
+		type closure struct {
+			at    time.Time
+			count int
+		}
+		var log []closure
+		var prev time.Time
+		for now := t0; now.Before(end); {
+			overloaded := now.Before(end1) || !now.Before(start2)
+			n.OverloadedSince = time.Time{}
+			switch {
+			case now.Before(end1):
+				n.OverloadedSince = t0
+			case !now.Before(start2):
+				n.OverloadedSince = start2
+			default:
+				n.OverloadEnded = end1
+			}
+			hasWork := overloaded && !now.Before(busyFrom)
+			if !hasWork {
+				cands = cands[:0]
+			}
+			for hasWork && len(cands) < few+2 && len(cands) < sessions {
+				cands = append(cands, route(fmt.Sprintf("r%d", next), fmt.Sprintf("u%d", next), "k", "x", "DE", 10, routing.KindOwn, now.Add(-3*time.Hour)))
+				next++
+			}
+			p, err := routing.Policy{}.Plan(now, n, cands, nil)
+			if err != nil {
+				t.Fatalf("plan at %v: %v", now.Sub(t0), err)
+			}
+			n.State = p.State
+			if k := len(p.Actions); k > 0 {
+				if !overloaded {
+					t.Fatalf("closed %d at %v, not overloaded", k, now.Sub(t0))
+				}
+				// The first round with work after rounds without, and
+				// the second overload's first: no more than the time
+				// since the last round is worth, plus one.
+				firstOfBusy := !prev.IsZero() && prev.Before(busyFrom) && !now.Before(busyFrom)
+				firstOf2 := !now.Before(start2) && prev.Before(start2)
+				if firstOfBusy || firstOf2 {
+					since := min(now.Sub(prev), 5*time.Minute)
+					if firstOf2 {
+						since = min(now.Sub(start2), 5*time.Minute)
+					}
+					if most := int(rate*since.Hours()+1e-6) + 1; k > most {
+						t.Fatalf("first round of work at %v closed %d, more than the %v since the round before allow (%d)", now.Sub(t0), k, since, most)
+					}
+				}
+				log = append(log, closure{now, k})
+				for _, a := range p.Actions {
+					cands = slices.DeleteFunc(cands, func(r routing.Route) bool { return r.ID == a.Route.ID })
+				}
+			}
+			prev = now
+			step := every
+			if step == 0 {
+				step = time.Duration(rapid.IntRange(1, 720).Draw(t, "step")) * time.Second
+			}
+			now = now.Add(step)
+		}
+		within := func(from time.Time, d time.Duration) int {
+			c := 0
+			for _, e := range log {
+				if !e.at.Before(from) && e.at.Before(from.Add(d)) {
+					c += e.count
+				}
+			}
+			return c
+		}
+		for _, e := range log {
+			if c := within(e.at, 5*time.Minute); c > few {
+				t.Fatalf("%d closed within 5 minutes from %v, more than %d (%d sessions)", c, e.at.Sub(t0), few, sessions)
+			}
+			if c := within(e.at, time.Hour); float64(c) > 1.1*rate+1 {
+				t.Fatalf("%d closed within an hour from %v, more than %.1f (5 %% of %d sessions, +10 %%, +1)", c, e.at.Sub(t0), 1.1*rate+1, sessions)
+			}
+		}
+		if every == 0 || every > 5*time.Minute {
+			return
+		}
+		for from := busyFrom; !from.Add(time.Hour).After(end1); from = from.Add(every) {
+			if c := within(from, time.Hour); float64(c) < 0.9*rate-1 {
+				t.Fatalf("%d closed within the hour from %v, fewer than %.1f (5 %% of %d sessions, -10 %%, -1)", c, from.Sub(t0), 0.9*rate-1, sessions)
 			}
 		}
 	})

@@ -2,6 +2,8 @@ package routing
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/proofkit/nodekit/pricing"
@@ -50,9 +52,9 @@ func (r *Role) UnmarshalText(b []byte) error {
 }
 
 // Kind says on whose behalf a route was set up. It matters because the
-// seed leaves the routes of a partner's subscription and of an account's
-// extra links alone while a node is overloaded: "they would be set up
-// again on the same node".
+// operators' help page leaves the routes of a partner's subscription and
+// of an account's extra links alone while a node is overloaded: "they
+// would be set up again on the same node".
 type Kind uint8
 
 // The kinds. The zero Kind is invalid.
@@ -114,6 +116,12 @@ type Node struct {
 	// it is not overloaded: no notice, no event, no route closed.
 	MaxUsers  int `json:"max_users"`
 	LiveUsers int `json:"live_users"`
+	// Sessions is the number of sessions the node carries: the base of
+	// "about 5 % of the node's sessions an hour" for unused routes. Zero
+	// means the routes given to [Policy.Plan], which is right when they
+	// are all of the node's routes; set it when Plan is given only some
+	// of them (e.g. only the candidates), or the rate changes with them.
+	Sessions int `json:"sessions,omitempty"`
 	// OverloadedSince is the start of the current overload (the overload
 	// package's Start event, or Tracker.Since while Tracker.Overloaded);
 	// zero when the node is not overloaded.
@@ -127,6 +135,45 @@ type Node struct {
 	// State is what [Policy.Plan] carries from one round to the next;
 	// store the Plan's State back here. The zero value is a fresh node.
 	State NodeState `json:"state"`
+}
+
+// Validate reports the first field of n that cannot be true, in an error
+// that wraps [ErrInvalid] and names the field: no ID, a role that is
+// neither entry nor exit, memory outside 0 to 100 %, a negative MaxUsers,
+// LiveUsers or Sessions, or a State that says something happened after
+// its own PlannedAt (see [NodeState]). [Policy.Admit] and [Policy.Plan]
+// call it.
+func (n Node) Validate() error {
+	bad := func(field string, format string, args ...any) error {
+		return fmt.Errorf("routing: node %q: %s %s: %w", n.ID, field, fmt.Sprintf(format, args...), ErrInvalid)
+	}
+	switch {
+	case n.ID == "":
+		return fmt.Errorf("routing: node: ID is empty: %w", ErrInvalid)
+	case n.Role != RoleEntry && n.Role != RoleExit:
+		return bad("Role", "is %v, neither entry nor exit", n.Role)
+	case math.IsNaN(n.MemoryPercent) || n.MemoryPercent < 0 || n.MemoryPercent > 100:
+		return bad("MemoryPercent", "is %v, want 0 to 100", n.MemoryPercent)
+	case n.MaxUsers < 0:
+		return bad("MaxUsers", "is %d, below zero", n.MaxUsers)
+	case n.LiveUsers < 0:
+		return bad("LiveUsers", "is %d, below zero", n.LiveUsers)
+	case n.Sessions < 0:
+		return bad("Sessions", "is %d, below zero", n.Sessions)
+	case n.State.LastMove.After(n.State.PlannedAt):
+		return bad("State.LastMove", "is %v, after the state's PlannedAt %v", n.State.LastMove, n.State.PlannedAt)
+	}
+	for i, c := range n.State.UnusedRecent {
+		switch {
+		case c.At.After(n.State.PlannedAt):
+			return bad(fmt.Sprintf("State.UnusedRecent[%d].At", i), "is %v, after the state's PlannedAt %v", c.At, n.State.PlannedAt)
+		case c.Count <= 0:
+			return bad(fmt.Sprintf("State.UnusedRecent[%d].Count", i), "is %d, want at least 1", c.Count)
+		case i > 0 && c.At.Before(n.State.UnusedRecent[i-1].At):
+			return bad(fmt.Sprintf("State.UnusedRecent[%d].At", i), "is %v, before the entry ahead of it", c.At)
+		}
+	}
+	return nil
 }
 
 // Overloaded reports whether the node is overloaded.
@@ -164,22 +211,46 @@ func (r *Route) lastUse() time.Time {
 }
 
 // NodeState is what carries over between plan rounds for one node: the
-// budgets. It is a plain value that marshals to JSON, so the platform keeps
-// one per node in its own store. The zero value is a fresh node.
+// pacing of closures. It is a plain value that marshals to JSON, so the
+// platform keeps one per node in its own store. The zero value is a fresh
+// node.
+//
+// Plan refuses a state that says something happened after its own
+// PlannedAt (LastMove, an entry of UnusedRecent), which no plan writes: a
+// stored last_move in 2126 would otherwise block moves for a century.
+// UnusedDue is in the future by nature; Plan brings one that lies more
+// than one closure interval after now back to that.
 type NodeState struct {
 	// PlannedAt is the time of the last plan; a plan for an earlier
 	// time is refused with [ErrOutOfOrder].
 	PlannedAt time.Time `json:"planned_at,omitzero"`
-	// UnusedTokens is the budget for closing unused routes on an
-	// overloaded exit: one token closes one route. It grows at
-	// Policy.UnusedPerHour of the node's sessions an hour while the rule
-	// applies, up to one hour's worth, and is kept between overloads.
-	UnusedTokens float64 `json:"unused_tokens,omitzero"`
-	// UnusedAccrued is the time up to which UnusedTokens has grown; zero
-	// until the rule first applied, and the bucket then starts with one
-	// token.
-	UnusedAccrued time.Time `json:"unused_accrued,omitzero"`
+	// UnusedDue paces the closing of unused routes on an overloaded
+	// exit: the next may be closed at this time, and each closure moves
+	// it on by one interval (an hour divided by Policy.UnusedPerHour of
+	// the node's sessions). Plan never lets it lag more than five
+	// minutes behind now, nor start before the current overload, and
+	// brings it up to now when a plan had nothing more to close, so
+	// nothing is saved up.
+	UnusedDue time.Time `json:"unused_due,omitzero"`
+	// UnusedRecent lists the plans of the last five minutes that closed
+	// unused routes, oldest first, so that no five minutes close more
+	// than a few (see [Policy.Plan]).
+	UnusedRecent []Closures `json:"unused_recent,omitempty"`
 	// LastMove is when a route in use was last closed; the next may go
 	// Policy.MoveEvery later.
 	LastMove time.Time `json:"last_move,omitzero"`
+}
+
+// Closures is how many unused routes one plan closed, and when.
+type Closures struct {
+	At    time.Time `json:"at"`
+	Count int       `json:"count"`
+}
+
+// Equal reports whether s and t hold the same times and closures.
+func (s NodeState) Equal(t NodeState) bool {
+	return s.PlannedAt.Equal(t.PlannedAt) && s.UnusedDue.Equal(t.UnusedDue) && s.LastMove.Equal(t.LastMove) &&
+		slices.EqualFunc(s.UnusedRecent, t.UnusedRecent, func(a, b Closures) bool {
+			return a.At.Equal(b.At) && a.Count == b.Count
+		})
 }
