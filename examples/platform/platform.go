@@ -219,7 +219,7 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 	}
 	if isNew {
 		p.nodes[r.Node] = n
-		p.log.Warn("reports from a node the route table does not hold: tracked, admitted by load, never planned",
+		p.log.Warn("reports from a node the route table does not hold: tracked, not admitted until it is, never planned",
 			"node", r.Node)
 	}
 	if out.Notice != nil {
@@ -297,8 +297,12 @@ func (p *platform) admit(_ context.Context, id string) (admitAnswer, error) {
 }
 
 func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
-	ok, why := admitNode(p.cfg.Policy, n.info, now)
+	ok, why, err := admitNode(p.cfg.Policy, n.info, now)
 	a := admitAnswer{Node: n.info.ID, Admit: ok, Reason: string(why), At: now}
+	if err != nil {
+		a.Why = err.Error()
+		return a
+	}
 	if why != "" {
 		a.Why = why.String()
 	}
@@ -445,13 +449,6 @@ func (f *fleetIndex) remove(r routing.Route) {
 	if f.idx != nil {
 		f.idx.Remove(r)
 	}
-}
-
-// sameBudgets reports whether two plan states hold the same budgets; the
-// plan time alone is not worth a write (losing it only lets a plan for an
-// earlier instant through once).
-func sameBudgets(a, b routing.NodeState) bool {
-	return a.UnusedTokens == b.UnusedTokens && a.UnusedAccrued.Equal(b.UnusedAccrued) && a.LastMove.Equal(b.LastMove)
 }
 
 // appendPricedRoutes appends n's routes in ID order, each at its session's
@@ -742,7 +739,7 @@ func (p *platform) events(_ context.Context, id string, after int64, limit int) 
 }
 
 func (p *rules) viewLocked(n *node, now time.Time) nodeView {
-	ok, why := admitNode(p.cfg.Policy, n.info, now)
+	ok, why, admitErr := admitNode(p.cfg.Policy, n.info, now)
 	v := nodeView{
 		ID: n.info.ID, Registered: n.info.Role != 0, Country: n.info.Country, Paused: n.info.Paused,
 		Overloaded: n.tracker.Overloaded(), Since: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
@@ -751,6 +748,9 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,
 		Closed: slices.Clone(n.closed), Notices: len(n.notices), Readings: n.readings, Events: n.tracker.Events(),
 		Routes: []route{},
+	}
+	if admitErr != nil { // not registered (no role), or invalid: not admitted
+		v.Why = admitErr.Error()
 	}
 	if v.Findings == nil {
 		v.Findings = []overload.Finding{}

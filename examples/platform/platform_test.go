@@ -326,11 +326,12 @@ func testReportAnswers(t *testing.T, open opener) {
 	if v := tp.node("x1"); !v.LastReading.Equal(t0) || v.Readings != 1 {
 		t.Fatalf("tracker's latest reading %v, %d counted; want %v, 1", v.LastReading, v.Readings, t0)
 	}
-	// An unknown node is tracked but not planned.
+	// An unknown node is tracked but not admitted (routing refuses a node
+	// with no role) and not planned.
 	if code := tp.read("new-node", 50); code != 200 {
 		t.Fatalf("unknown node: %d", code)
 	}
-	if v := tp.node("new-node"); v.Registered || !v.Admitted {
+	if v := tp.node("new-node"); v.Registered || v.Admitted || !strings.Contains(v.Why, "Role") {
 		t.Fatalf("unknown node: %+v", v)
 	}
 	if code := tp.do("GET", "/admit?node=nobody", nil, nil); code != 404 {

@@ -11,8 +11,18 @@ import (
 )
 
 // admitNode answers whether n takes new connections at now, and why not.
-func admitNode(pol routing.Policy, n routing.Node, now time.Time) (bool, routing.Reason) {
+// A node that is not registered yet (no role) or is invalid is an error,
+// which the platform shows as not admitted with the error's words.
+func admitNode(pol routing.Policy, n routing.Node, now time.Time) (bool, routing.Reason, error) {
 	return pol.Admit(n, now)
+}
+
+// sameBudgets reports whether two plan states hold the same budgets; the
+// plan time alone is not worth a write (losing it only lets a plan for an
+// earlier instant through once).
+func sameBudgets(a, b routing.NodeState) bool {
+	a.PlannedAt, b.PlannedAt = time.Time{}, time.Time{}
+	return a.Equal(b)
 }
 
 // offeredAgain is when a node whose overload ended at ended is offered
