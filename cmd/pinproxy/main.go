@@ -84,6 +84,7 @@ type options struct {
 	checkRise         int
 	checkFall         int
 	slowStart         time.Duration
+	parkAfter         time.Duration
 	sendProxy         int
 	maxConns          int
 	maxConnsFrom      string // what set maxConns: "-max-conns" or the open-file limit
@@ -115,6 +116,7 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.IntVar(&o.checkRise, "check-rise", pinproxy.DefaultCheckRise, "checks in a row that must answer to mark a down upstream up")
 	fs.IntVar(&o.checkFall, "check-fall", pinproxy.DefaultCheckFall, "checks in a row that must fail to mark an upstream down")
 	fs.DurationVar(&o.slowStart, "slow-start", 0, "ramp a returning upstream's share of new clients over this time (0: off)")
+	fs.DurationVar(&o.parkAfter, "park-after", pinproxy.DefaultParkAfter, "park a connection idle both ways this long: no goroutine, no buffer (Linux; negative: never)")
 	sendProxy := fs.String("send-proxy", "", "send a PROXY protocol header to upstreams: v1 or v2 (default: none)")
 	fs.IntVar(&o.maxConns, "max-conns", 0, "most client connections at once; over it a new client is closed at once (0: no limit; default: from the open-file limit)")
 	fs.StringVar(&o.admin, "admin", "", "address for /metrics, /status, /healthz and /readyz, host:port (default: off)")
@@ -212,6 +214,9 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	if o.checkRise < 1 || o.checkFall < 1 {
 		return o, usageError{fmt.Sprintf("-check-rise %d, -check-fall %d: must be at least 1", o.checkRise, o.checkFall)}
 	}
+	if o.parkAfter == 0 {
+		return o, usageError{"-park-after 0: give how long a connection waits before it parks, or a negative duration for never"}
+	}
 	if o.slowStart < 0 {
 		return o, usageError{fmt.Sprintf("-slow-start %v: must not be negative (0: off)", o.slowStart)}
 	}
@@ -306,6 +311,7 @@ func (o options) config(log *slog.Logger) pinproxy.Config {
 		CheckRise:         o.checkRise,
 		CheckFall:         o.checkFall,
 		SlowStart:         o.slowStart,
+		ParkAfter:         o.parkAfter,
 		SendProxy:         o.sendProxy,
 		MaxConns:          o.maxConns,
 		LogConnections:    o.logConnections,

@@ -467,3 +467,27 @@ func FuzzUpstreamsFlag(f *testing.F) {
 		pinproxy.New(o.config(nil))
 	})
 }
+
+// -park-after reaches the proxy's Config; 0 is refused rather than read as
+// the library's "default".
+func TestParkAfterFlag(t *testing.T) {
+	noEnv := func(string) (string, bool) { return "", false }
+	base := []string{"-listen", "127.0.0.1:0", "-upstreams", "a:1"}
+	o, err := parseFlags(base, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := o.config(nil); cfg.ParkAfter != pinproxy.DefaultParkAfter {
+		t.Errorf("default ParkAfter %v, want %v", cfg.ParkAfter, pinproxy.DefaultParkAfter)
+	}
+	o, err = parseFlags(append(base, "-park-after", "-1s"), noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := o.config(nil); cfg.ParkAfter >= 0 {
+		t.Errorf("-park-after -1s became ParkAfter %v, want negative (never)", cfg.ParkAfter)
+	}
+	if _, err := parseFlags(append(base, "-park-after", "0"), noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "-park-after 0") {
+		t.Errorf("-park-after 0: err %v, want one naming the flag", err)
+	}
+}
