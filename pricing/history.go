@@ -20,7 +20,7 @@ const (
 	BytesPerGB = 1_000_000_000
 
 	// DefaultWindow is how long a lower price must stand before it reaches
-	// a running session: the seed's 3 hours.
+	// a running session: the operators' help page's 3 hours.
 	DefaultWindow = 3 * time.Hour
 	// MaxWindow is the longest window a History accepts.
 	MaxWindow = 366 * 24 * time.Hour
@@ -34,7 +34,7 @@ const (
 	maxNanos = 7258118400 * int64(time.Second)
 )
 
-// Config configures a History. The zero value is the seed's rule.
+// Config configures a History. The zero value is the help page's rule (3 hours).
 type Config struct {
 	// Window is how long a lower price must stand before it reaches a
 	// running session. Zero means DefaultWindow (3 hours); it must not be

@@ -27,6 +27,7 @@ import (
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/agent/agenttest"
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/sysctl"
 )
@@ -207,17 +208,6 @@ func (p *proc) status() agent.Status {
 	return st
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // testPlatform accepts readings on a loopback port that it can take down
 // (connections refused) and bring back.
 type testPlatform struct {
@@ -301,14 +291,14 @@ func TestReadingsReachThePlatformThroughAnOutage(t *testing.T) {
 	a := start(t, dir, "-sysctl", "off", "-interval", "150ms", "-state-dir", state,
 		"-report-url", "http://"+plat.addr+"/readings", "-token-file", tokenFile(t))
 
-	waitFor(t, "three readings accepted", func() bool { return len(plat.readings()) >= 3 })
+	testkit.WaitFor(t, "three readings accepted", func() bool { return len(plat.readings()) >= 3 })
 	plat.down()
 	before := len(plat.readings())
-	waitFor(t, "five reports queued while the platform is down", func() bool {
+	testkit.WaitFor(t, "five reports queued while the platform is down", func() bool {
 		return a.count("report not delivered; will retry") >= 2 && a.count("reading") >= before+5
 	})
 	plat.up()
-	waitFor(t, "the queue drained after the platform came back", func() bool {
+	testkit.WaitFor(t, "the queue drained after the platform came back", func() bool {
 		n := len(plat.readings())
 		return n > before+5 && n >= a.count("reading")
 	})
@@ -391,16 +381,16 @@ func TestSIGHUPReloadsToken(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "two reports with the first token", func() bool { return len(plat.authorizations()) >= 2 })
+	testkit.WaitFor(t, "two reports with the first token", func() bool { return len(plat.authorizations()) >= 2 })
 
 	rewrite(t, file, "tok-456\n")
 	hup()
-	waitFor(t, `"token reloaded"`, func() bool { running("on SIGHUP"); return a.count("token reloaded") == 1 })
+	testkit.WaitFor(t, `"token reloaded"`, func() bool { running("on SIGHUP"); return a.count("token reloaded") == 1 })
 	if !strings.Contains(a.log(), "changed=true") {
 		t.Errorf(`"token reloaded" does not say changed=true`)
 	}
 	n := len(plat.authorizations())
-	waitFor(t, "two reports after the reload", func() bool { return len(plat.authorizations()) >= n+2 })
+	testkit.WaitFor(t, "two reports after the reload", func() bool { return len(plat.authorizations()) >= n+2 })
 	running("on SIGHUP")
 	auths := plat.authorizations()
 	first := slices.Index(auths, "Bearer tok-456")
@@ -420,9 +410,9 @@ func TestSIGHUPReloadsToken(t *testing.T) {
 	rewrite(t, file, "")
 	hup()
 	warn := "token not reloaded; keeping the current one"
-	waitFor(t, "the warning", func() bool { running("on a SIGHUP that found the file empty"); return a.count(warn) == 1 })
+	testkit.WaitFor(t, "the warning", func() bool { running("on a SIGHUP that found the file empty"); return a.count(warn) == 1 })
 	n = len(plat.authorizations())
-	waitFor(t, "two reports after the failed reload", func() bool { return len(plat.authorizations()) >= n+2 })
+	testkit.WaitFor(t, "two reports after the failed reload", func() bool { return len(plat.authorizations()) >= n+2 })
 	running("on a SIGHUP that found the file empty")
 	for i, h := range plat.authorizations()[n:] {
 		if h != "Bearer tok-456" {
@@ -454,11 +444,11 @@ func TestSIGHUPCredentialCopy(t *testing.T) {
 	for _, credDir := range []string{filepath.Dir(file), t.TempDir()} {
 		a := startEnv(t, []string{"CREDENTIALS_DIRECTORY=" + credDir}, dir, "-sysctl", "off", "-interval", "100ms",
 			"-state-dir", t.TempDir(), "-report-url", "http://"+plat.addr+"/readings", "-token-file", file)
-		waitFor(t, "a report", func() bool { return a.count("reading") >= 1 })
+		testkit.WaitFor(t, "a report", func() bool { return a.count("reading") >= 1 })
 		if err := a.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, `"token reloaded"`, func() bool { return a.count("token reloaded") == 1 })
+		testkit.WaitFor(t, `"token reloaded"`, func() bool { return a.count("token reloaded") == 1 })
 		if code := a.stop(); code != 0 {
 			t.Errorf("exit status after SIGTERM = %d, want 0", code)
 		}
@@ -481,9 +471,9 @@ func TestQueueOverflowDropsOldest(t *testing.T) {
 	plat.down()
 	a := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", t.TempDir(), "-queue-max", "3",
 		"-report-url", "http://"+plat.addr+"/readings", "-token-file", tokenFile(t))
-	waitFor(t, "two overflows", func() bool { return a.count("report queue full; dropped the oldest reports") >= 2 })
+	testkit.WaitFor(t, "two overflows", func() bool { return a.count("report queue full; dropped the oldest reports") >= 2 })
 	plat.up()
-	waitFor(t, "the queue drained", func() bool {
+	testkit.WaitFor(t, "the queue drained", func() bool {
 		n := len(plat.readings())
 		return n >= 3 && n+a.count("report queue full; dropped the oldest reports") >= a.count("reading")
 	})
@@ -515,7 +505,7 @@ func TestRestartKeepsOverload(t *testing.T) {
 	state := t.TempDir()
 	a := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", state)
 	var st agent.Status
-	waitFor(t, "the node overloaded", func() bool { st = a.status(); return st.Overloaded })
+	testkit.WaitFor(t, "the node overloaded", func() bool { st = a.status(); return st.Overloaded })
 	if len(st.Findings) != 1 || st.Findings[0].Check != overload.CheckMemory || st.Findings[0].Text != "memory at 95 %" {
 		t.Errorf("findings = %+v, want memory at 95 %%", st.Findings)
 	}
@@ -531,14 +521,14 @@ func TestRestartKeepsOverload(t *testing.T) {
 	if !st2.Overloaded || !st2.Since.Equal(st.Since) {
 		t.Fatalf("after restart: overloaded %v since %v, want since %v", st2.Overloaded, st2.Since, st.Since)
 	}
-	waitFor(t, "three readings after the restart", func() bool { return b.count("reading") >= 3 })
+	testkit.WaitFor(t, "three readings after the restart", func() bool { return b.count("reading") >= 3 })
 	if n := b.count("overload notice") + b.count("node overloaded"); n != 0 {
 		t.Errorf("second run logged %d starts or notices, want none", n)
 	}
 	if err := agenttest.WriteNode(dir, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the overload ended", func() bool { return b.count("overload ended") == 1 })
+	testkit.WaitFor(t, "the overload ended", func() bool { return b.count("overload ended") == 1 })
 	var ev []overload.Event
 	b.getJSON("/events", &ev)
 	if len(ev) != 2 || ev[0].Kind != overload.Start || ev[1].Kind != overload.End || !ev[0].At.Equal(st.Since) {
@@ -556,7 +546,7 @@ func TestStateDirLocked(t *testing.T) {
 	dir := node(t, agenttest.Node{MemoryUsedPercent: 50})
 	state := t.TempDir()
 	a := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", state)
-	waitFor(t, "a reading", func() bool { return a.count("reading") >= 1 })
+	testkit.WaitFor(t, "a reading", func() bool { return a.count("reading") >= 1 })
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -575,12 +565,12 @@ func TestStateDirLocked(t *testing.T) {
 	}
 
 	n := a.count("reading")
-	waitFor(t, "the first agent reading on", func() bool { return a.count("reading") > n })
+	testkit.WaitFor(t, "the first agent reading on", func() bool { return a.count("reading") > n })
 	if code := a.stop(); code != 0 {
 		t.Errorf("first agent: exit status after SIGTERM = %d, want 0", code)
 	}
 	b := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", state)
-	waitFor(t, "a reading after the first agent stopped", func() bool { return b.count("reading") >= 1 })
+	testkit.WaitFor(t, "a reading after the first agent stopped", func() bool { return b.count("reading") >= 1 })
 	if code := b.stop(); code != 0 {
 		t.Errorf("exit status after SIGTERM = %d, want 0", code)
 	}
@@ -591,7 +581,7 @@ func TestStateDirLocked(t *testing.T) {
 func TestMetricsParse(t *testing.T) {
 	dir := node(t, agenttest.Node{MemoryUsedPercent: 50, Load15: 0.25, ConntrackCount: 1000, ConntrackMax: 4096})
 	a := start(t, dir, "-sysctl", "off", "-interval", "100ms", "-state-dir", t.TempDir(), "-link-speed", "eth0=1G")
-	waitFor(t, "two readings", func() bool { return a.count("reading") >= 2 })
+	testkit.WaitFor(t, "two readings", func() bool { return a.count("reading") >= 2 })
 	fams := a.metrics()
 	for name, want := range map[string]float64{
 		"proofkit_agent_nf_conntrack_entries":       1000,
@@ -718,7 +708,7 @@ func TestSysctlOnAFakeTree(t *testing.T) {
 			}
 			confDir := t.TempDir()
 			a := start(t, dir, "-sysctl", mode, "-sysctl-dir", confDir, "-interval", "1h", "-state-dir", t.TempDir())
-			waitFor(t, "the first reading", func() bool { return a.count("reading") >= 1 })
+			testkit.WaitFor(t, "the first reading", func() bool { return a.count("reading") >= 1 })
 			if code := a.stop(); code != 0 {
 				t.Errorf("exit status %d", code)
 			}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/proofkit/nodekit/agent/agenttest"
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/sysctl"
 )
 
@@ -32,7 +33,7 @@ func TestSeedSizesAtEveryStartByDefault(t *testing.T) {
 
 	for start1 := range 2 { // every start: the second finds the raised values
 		a := start(t, dir, "-interval", "1h", "-state-dir", filepath.Join(compose, "state"))
-		waitFor(t, "the first reading", func() bool { return a.count("reading") >= 1 })
+		testkit.WaitFor(t, "the first reading", func() bool { return a.count("reading") >= 1 })
 		if code := a.stop(); code != 0 {
 			t.Fatalf("start %d: exit status %d", start1+1, code)
 		}

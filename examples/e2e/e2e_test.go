@@ -21,6 +21,7 @@ import (
 
 	"github.com/proofkit/nodekit/agent/agenttest"
 	"github.com/proofkit/nodekit/internal/pgtest"
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 	"github.com/proofkit/nodekit/routing"
@@ -68,17 +69,6 @@ const operatorToken = "e2e-operator"
 // wait is how long any one condition may take to come true; generous, for
 // a loaded 2-core box. Conditions are polled, never slept on.
 const wait = 20 * time.Second
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", wait, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
 
 // proc is one running binary, its log kept for failures.
 type proc struct {
@@ -154,7 +144,7 @@ func (p *proc) addr(t *testing.T, msg string) string {
 	t.Helper()
 	re := regexp.MustCompile(`msg="` + regexp.QuoteMeta(msg) + `".*? addr=(\S+)`)
 	var a string
-	waitFor(t, p.name+" to log "+msg, func() bool {
+	testkit.WaitFor(t, p.name+" to log "+msg, func() bool {
 		select {
 		case <-p.done:
 			t.Fatalf("%s exited: %s", p.name, p.output())
@@ -353,7 +343,7 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 	// readingsAfter waits until the platform has counted a reading taken
 	// after t0: the agent's latest state has reached it.
 	readingsAfter := func(t0 time.Time) {
-		waitFor(t, "a reading taken after "+t0.Format(time.StampMilli), func() bool { return node().LastReading.After(t0) })
+		testkit.WaitFor(t, "a reading taken after "+t0.Format(time.StampMilli), func() bool { return node().LastReading.After(t0) })
 	}
 
 	readingsAfter(time.Time{})
@@ -365,7 +355,7 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 	if err := agenttest.WriteNode(fake, agenttest.Node{MemoryUsedPercent: 95}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "node-1 overloaded", func() bool { return node().Overloaded })
+	testkit.WaitFor(t, "node-1 overloaded", func() bool { return node().Overloaded })
 	if a := admit(); a.Admit || a.Reason != string(routing.ReasonOverloaded) {
 		t.Fatalf("overloaded node-1: %+v, want refused, reason overloaded", a)
 	}
@@ -384,7 +374,7 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 	// The closures: the longest-unused own route at once, r-move after
 	// the overload has lasted a second (memory above 80 %).
 	want := []string{"r-idle-5h:unused", "r-move:move"}
-	waitFor(t, fmt.Sprintf("closures %v", want), func() bool { return slices.Equal(node().closed(), want) })
+	testkit.WaitFor(t, fmt.Sprintf("closures %v", want), func() bool { return slices.Equal(node().closed(), want) })
 	// More readings and plan rounds change nothing more, and send no
 	// second notice.
 	readingsAfter(time.Now().Add(time.Second))
@@ -425,12 +415,12 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 	if err := agenttest.WriteNode(fake, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the overload of node-1 to end", func() bool { return !node().Overloaded })
+	testkit.WaitFor(t, "the overload of node-1 to end", func() bool { return !node().Overloaded })
 	a := admit()
 	if a.Admit || a.Reason != string(routing.ReasonCoolDown) || a.Until.IsZero() {
 		t.Fatalf("right after the overload: %+v, want refused, reason cool-down", a)
 	}
-	waitFor(t, "node-1 to be admitted after the cool-down", func() bool {
+	testkit.WaitFor(t, "node-1 to be admitted after the cool-down", func() bool {
 		a = admit()
 		return a.Admit
 	})
@@ -486,7 +476,7 @@ func TestPinproxyLeastUsed(t *testing.T) {
 	b.Conn.Close()
 	// Once node-2's connection is gone (the proxy sees the close), the
 	// next client goes there again: node-1 still holds one.
-	waitFor(t, "node-2's connection to close", func() bool {
+	testkit.WaitFor(t, "node-2's connection to close", func() bool {
 		c, on := pinproxytest.Dial(t, addr, "c")
 		c.Conn.Close()
 		return on == "node-2"
