@@ -957,46 +957,34 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 }
 
 func (p *pgPlatform) noticesAll(ctx context.Context) ([]overload.Notice, error) {
-	out := []overload.Notice{}
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		out = out[:0]
-		rows, err := tx.Query(ctx, `SELECT body FROM notices ORDER BY at, id`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var body []byte
-			var n overload.Notice
-			if err := rows.Scan(&body); err != nil {
-				return err
-			}
-			if json.Unmarshal(body, &n) == nil {
-				out = append(out, n)
-			}
-		}
-		return rows.Err()
-	})
-	return out, err
+	return queryJSON[overload.Notice](ctx, p, `SELECT body FROM notices ORDER BY at, id`)
 }
 
 func (p *pgPlatform) plans(ctx context.Context) ([]routing.Plan, error) {
-	out := []routing.Plan{}
+	return queryJSON[routing.Plan](ctx, p, `SELECT state->'last_plan' FROM nodes WHERE state->'last_plan' IS NOT NULL ORDER BY id`)
+}
+
+// queryJSON runs query, whose one column is a JSON document, in a
+// transaction and decodes each row into a T. A row that does not decode
+// is left out (it was written by this program, so that is a stored value
+// of an older shape, not the whole answer's fault).
+func queryJSON[T any](ctx context.Context, p *pgPlatform, query string) ([]T, error) {
+	out := []T{}
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		out = out[:0]
-		rows, err := tx.Query(ctx, `SELECT state->'last_plan' FROM nodes WHERE state->'last_plan' IS NOT NULL ORDER BY id`)
+		rows, err := tx.Query(ctx, query)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var body []byte
-			var pl routing.Plan
+			var v T
 			if err := rows.Scan(&body); err != nil {
 				return err
 			}
-			if json.Unmarshal(body, &pl) == nil {
-				out = append(out, pl)
+			if json.Unmarshal(body, &v) == nil {
+				out = append(out, v)
 			}
 		}
 		return rows.Err()
