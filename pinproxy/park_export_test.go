@@ -1,7 +1,9 @@
 package pinproxy
 
 import (
+	"fmt"
 	"os"
+	"testing"
 	"time"
 )
 
@@ -12,11 +14,33 @@ import (
 //	PINPROXY_TEST_PARK=0 go test -race ./pinproxy
 func init() {
 	if v, ok := os.LookupEnv("PINPROXY_TEST_PARK"); ok {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			panic("PINPROXY_TEST_PARK=" + v + ": want a duration ≥ 0")
+		d, err := parseTestPark(v)
+		if err != nil {
+			panic(err)
 		}
 		parkAfterForTests = d
+	}
+}
+
+// parseTestPark reads PINPROXY_TEST_PARK's value.
+func parseTestPark(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("PINPROXY_TEST_PARK=%s: want a duration ≥ 0", v)
+	}
+	return d, nil
+}
+
+func TestParseTestPark(t *testing.T) {
+	for v, want := range map[string]time.Duration{"0": 0, "0s": 0, "250ms": 250 * time.Millisecond} {
+		if d, err := parseTestPark(v); err != nil || d != want {
+			t.Errorf("parseTestPark(%q) = %v, %v; want %v", v, d, err, want)
+		}
+	}
+	for _, v := range []string{"", "-1s", "soon"} {
+		if _, err := parseTestPark(v); err == nil {
+			t.Errorf("parseTestPark(%q) accepted", v)
+		}
 	}
 }
 
