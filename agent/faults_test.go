@@ -267,50 +267,23 @@ func verdictOf(res overload.Result) verdict {
 
 // agentProc is one run of the agent binary.
 type agentProc struct {
-	cmd  *exec.Cmd
-	log  testkit.LogBuffer
+	*testkit.Proc
 	addr chan string
-	done chan struct{}
 }
 
 var faultAddrRe = regexp.MustCompile(`msg="serving /metrics, /status and /events" addr=(\S+)`)
 
 func startAgent(t *testing.T, bin string, env []string, args ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{cmd: exec.Command(bin, args...), addr: make(chan string, 1), done: make(chan struct{})}
-	a.cmd.Env = append(os.Environ(), env...)
-	pr, pw := io.Pipe()
-	a.cmd.Stderr = pw
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			a.log.Write([]byte(line + "\n"))
-			if m := faultAddrRe.FindStringSubmatch(line); m != nil {
-				a.addr <- m[1]
-			}
+	a := &agentProc{addr: make(chan string, 1)}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	a.Proc = testkit.StartProc(t, cmd, func(line string) {
+		if m := faultAddrRe.FindStringSubmatch(line); m != nil {
+			a.addr <- m[1]
 		}
-		io.Copy(io.Discard, pr)
-	}()
-	go func() {
-		a.cmd.Wait()
-		pw.Close()
-		close(a.done)
-	}()
-	t.Cleanup(func() {
-		a.cmd.Process.Kill()
-		<-a.done
 	})
 	return a
-}
-
-func (a *agentProc) kill() {
-	a.cmd.Process.Signal(syscall.SIGKILL)
-	<-a.done
 }
 
 // scrape returns the value of each series of the agent's /metrics whose
@@ -322,7 +295,7 @@ func (a *agentProc) scrape(t *testing.T, prefix string) map[string]float64 {
 	case addr = <-a.addr:
 		a.addr <- addr
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the agent serves no /metrics:\n%s", a.log.String())
+		t.Fatalf("the agent serves no /metrics:\n%s", a.Log.String())
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -435,7 +408,7 @@ func TestFaultInjection(t *testing.T) {
 			}
 			// SIGKILL at a random point, then start again.
 			time.Sleep(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
-			cur.kill()
+			cur.Kill()
 			kills++
 			cur = startAgent(t, bin, env, args...)
 			procs = append(procs, cur)
@@ -445,7 +418,7 @@ func TestFaultInjection(t *testing.T) {
 		run(ph, true)
 	}
 	// The last agent sees the calm part from its start.
-	cur.kill()
+	cur.Kill()
 	kills++
 	cur = startAgent(t, bin, env, args...)
 	procs = append(procs, cur)
@@ -453,9 +426,9 @@ func TestFaultInjection(t *testing.T) {
 		run(ph, false)
 	}
 	last := cur.scrape(t, "proofkit_agent_")
-	cur.cmd.Process.Signal(syscall.SIGTERM)
+	cur.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-cur.done:
+	case <-cur.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the agent did not stop on SIGTERM")
 	}
@@ -465,7 +438,7 @@ func TestFaultInjection(t *testing.T) {
 	dropped := make(map[runSeq]string)
 	var logs strings.Builder
 	for _, a := range procs {
-		logs.WriteString(a.log.String())
+		logs.WriteString(a.Log.String())
 	}
 	all := logs.String()
 	if strings.Contains(all, "s3cret-token") {
@@ -556,7 +529,7 @@ func TestFaultInjection(t *testing.T) {
 	}
 
 	// The last agent's metrics say what its log says.
-	lastLog := cur.log.String()
+	lastLog := cur.Log.String()
 	for _, reason := range []string{"older", "invalid"} {
 		logged := strings.Count(lastLog, `msg="platform refused a report; dropped it" reason=`+reason)
 		if got := last[`proofkit_agent_reports_refused_total{reason="`+reason+`"}`]; got != float64(logged) {
@@ -596,7 +569,7 @@ func TestSIGTERMWithABlockedProbe(t *testing.T) {
 	a := startAgent(t, bin, nil, "-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir), "-sysctl", "off",
 		"-listen", "127.0.0.1:0", "-node", "n1", "-log-level", "debug", "-interval", "100ms",
 		"-state-dir", filepath.Join(dir, "state"))
-	testkit.WaitFor(t, "a first reading", func() bool { return strings.Contains(a.log.String(), "msg=reading ") })
+	testkit.WaitFor(t, "a first reading", func() bool { return strings.Contains(a.Log.String(), "msg=reading ") })
 	loadavg := filepath.Join(agenttest.Proc(dir), "loadavg")
 	if err := os.Remove(loadavg); err != nil {
 		t.Fatal(err)
@@ -606,13 +579,13 @@ func TestSIGTERMWithABlockedProbe(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // a reading is now blocked on the FIFO
 	start := time.Now()
-	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-a.done:
+	case <-a.Done():
 	case <-time.After(3 * time.Second):
-		t.Fatalf("the agent did not stop within 3 s of SIGTERM with a blocked probe:\n%s", a.log.String())
+		t.Fatalf("the agent did not stop within 3 s of SIGTERM with a blocked probe:\n%s", a.Log.String())
 	}
-	t.Logf("stopped %v after SIGTERM, exit status %d", time.Since(start).Round(time.Millisecond), a.cmd.ProcessState.ExitCode())
+	t.Logf("stopped %v after SIGTERM, exit status %d", time.Since(start).Round(time.Millisecond), a.Cmd.ProcessState.ExitCode())
 }
 
 // TestStartupRedactsTheReportURL: the report URL's user and password are
@@ -630,9 +603,9 @@ func TestStartupRedactsTheReportURL(t *testing.T) {
 	a := startAgent(t, bin, nil, "-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir), "-sysctl", "off",
 		"-listen", "off", "-node", "n1", "-state-dir", filepath.Join(dir, "state"),
 		"-report-url", "http://joe:hunter2@192.0.2.1:9/readings", "-token-file", tokenFile)
-	testkit.WaitFor(t, "the start-up line", func() bool { return strings.Contains(a.log.String(), `msg="agent started"`) })
-	a.kill()
-	out := a.log.String()
+	testkit.WaitFor(t, "the start-up line", func() bool { return strings.Contains(a.Log.String(), `msg="agent started"`) })
+	a.Kill()
+	out := a.Log.String()
 	for _, secret := range []string{"hunter2", "joe", "s3cret-token"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("%q is in the log:\n%s", secret, out)

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,7 +12,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,71 +70,38 @@ const wait = 20 * time.Second
 // proc is one running binary, its log kept for failures.
 type proc struct {
 	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  bytes.Buffer
-	done chan struct{}
+	*testkit.Proc
 }
 
 // start runs bins/name with args; the process is stopped (SIGTERM, then
 // killed) when the test ends, and its log shown if the test failed.
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(filepath.Join(bins, name), args...), done: make(chan struct{})}
-	pr, pw := io.Pipe()
-	p.cmd.Stderr, p.cmd.Stdout = pw, pw
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-		}
-		io.Copy(io.Discard, pr)
-	}()
-	go func() {
-		p.cmd.Wait()
-		pw.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.done
-		}
+	p := &proc{name: name}
+	t.Cleanup(func() { // runs after the process is stopped
 		if t.Failed() {
 			t.Logf("%s log:\n%s", p.name, p.output())
 		}
 	})
+	p.Proc = testkit.StartProc(t, exec.Command(filepath.Join(bins, name), args...), nil)
 	return p
 }
 
 // stop sends SIGTERM and returns the exit status.
 func (p *proc) stop(t *testing.T) int {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(wait):
 		t.Fatalf("%s did not stop on SIGTERM", p.name)
 	}
-	return p.cmd.ProcessState.ExitCode()
+	return p.Cmd.ProcessState.ExitCode()
 }
 
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
+func (p *proc) output() string { return p.Log.String() }
 
 // addr waits for the log line with msg and returns its addr= value.
 func (p *proc) addr(t *testing.T, msg string) string {
@@ -146,7 +110,7 @@ func (p *proc) addr(t *testing.T, msg string) string {
 	var a string
 	testkit.WaitFor(t, p.name+" to log "+msg, func() bool {
 		select {
-		case <-p.done:
+		case <-p.Done():
 			t.Fatalf("%s exited: %s", p.name, p.output())
 		default:
 		}

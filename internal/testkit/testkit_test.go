@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -43,4 +44,19 @@ func TestFreeAddr(t *testing.T) {
 		t.Fatalf("listening on FreeAddr's %s: %v", addr, err)
 	}
 	ln.Close()
+}
+
+func TestStartProc(t *testing.T) {
+	var lines []string
+	p := StartProc(t, exec.Command("sh", "-c", "echo one; echo two >&2; exec sleep 60"), func(l string) { lines = append(lines, l) })
+	WaitFor(t, "both lines", func() bool { return strings.Count(p.Log.String(), "\n") == 2 })
+	p.Kill()
+	if len(lines) != 2 || !strings.Contains(p.Log.String(), "one\n") || !strings.Contains(p.Log.String(), "two\n") {
+		t.Fatalf("lines %q, log %q", lines, p.Log.String())
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("Done not closed after Kill")
+	}
 }

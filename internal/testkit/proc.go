@@ -1,0 +1,71 @@
+package testkit
+
+import (
+	"bufio"
+	"io"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Proc is a child process a test runs, its output kept while it runs.
+type Proc struct {
+	Cmd *exec.Cmd
+	// Log holds every line the process wrote to stdout or stderr.
+	Log  LogBuffer
+	done chan struct{}
+}
+
+// StartProc starts cmd with its stdout and stderr going, line by line,
+// into the Proc's Log and to onLine (nil: none), which runs on the
+// reading goroutine. When t ends the process is sent SIGTERM, killed if
+// it has not ended 10 s later, and waited for.
+func StartProc(t testing.TB, cmd *exec.Cmd, onLine func(line string)) *Proc {
+	t.Helper()
+	p := &Proc{Cmd: cmd, done: make(chan struct{})}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.Log.Write([]byte(line + "\n"))
+			if onLine != nil {
+				onLine(line)
+			}
+		}
+		io.Copy(io.Discard, pr) // a line over the limit: keep the pipe flowing
+	}()
+	go func() {
+		cmd.Wait()
+		pw.Close()
+		<-read
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// Done is closed once the process has ended and its output is read.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Kill sends SIGKILL and waits for the process to end.
+func (p *Proc) Kill() {
+	p.Cmd.Process.Kill()
+	<-p.done
+}
