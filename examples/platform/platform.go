@@ -40,8 +40,12 @@ const (
 	maxNotices = 100
 )
 
-// maxAhead is how far ahead of the platform's clock a reading may be
-// taken (clocks differ a little; a reading from next week is refused).
+// maxAhead is how far ahead of the platform's clock a version 1 reading
+// may be taken. Version 1 readings are ordered by time, so one from the
+// future, counted, would make every honest reading after it "out of
+// order" until the clock caught up. Version 2 readings are ordered by
+// their run and seq, so a node whose clock stepped ahead loses nothing;
+// for them only overload's own bound (Reading.ValidateAt) applies.
 const maxAhead = 5 * time.Minute
 
 // platform keeps one node record per node, behind one lock: every request
@@ -239,11 +243,12 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 // observe counts reading r in n's tracker and copies its verdict into the
 // node routing plans; both stores call it with the node locked.
 func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutcome, error) {
-	if r.At.After(now.Add(maxAhead)) {
-		// Counted, it would make every honest reading after it "out of
-		// order" until the clock caught up.
+	if r.Run == "" && r.At.After(now.Add(maxAhead)) {
 		return reportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",
 			r.Node, r.At.Format(time.RFC3339), maxAhead, errBadInput)
+	}
+	if err := r.ValidateAt(now); err != nil {
+		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errBadInput, err)
 	}
 	res, err := n.tracker.Observe(r)
 	switch {

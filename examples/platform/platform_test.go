@@ -751,3 +751,39 @@ func testMovedUserKeepsTheAlternative(t *testing.T, open opener) {
 	}
 	t.Fatalf("x2 closed %v: u4's copy it was moved onto is gone", closedIDs(v))
 }
+
+// A version 2 reading dated an hour ahead of the platform's clock (the
+// node's clock stepped forward) is counted: v2 readings are ordered by run
+// and seq, so the 5-minute bound of version 1 does not apply to them, and
+// the honest readings after it are counted too.
+func TestVersion2ClockAhead(t *testing.T) { eachStore(t, testVersion2ClockAhead) }
+
+func testVersion2ClockAhead(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	tp := open(c, testSeed())
+	run := strings.Repeat("d", 32)
+	post := func(seq uint64, at time.Time) int {
+		r := overload.Reading{Version: overload.ReadingVersion, Run: run, Seq: seq, Node: "x1", At: at, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
+		body, _ := json.Marshal(r)
+		req, _ := http.NewRequest("POST", tp.srv.URL+"/report", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post(1, t0.Add(time.Hour)); got != 200 {
+		t.Fatalf("v2 reading an hour ahead: status %d, want 200", got)
+	}
+	if got := post(2, t0.Add(30*time.Second)); got != 200 {
+		t.Fatalf("the honest reading after it: status %d, want 200", got)
+	}
+	if got := post(3, t0.Add(48*time.Hour)); got != 400 {
+		t.Fatalf("v2 reading two days ahead: status %d, want 400", got)
+	}
+	if v := tp.node("x1"); v.Readings != 2 {
+		t.Fatalf("%d readings counted, want 2", v.Readings)
+	}
+}
