@@ -197,6 +197,7 @@ func TestBinaryFileLimit(t *testing.T) {
 		if !explicit {
 			p.waitLines(func(l []string) bool { return count(l, `max_conns=84 max_conns_from="RLIMIT_NOFILE 200"`) == 1 })
 		}
+		start := time.Now()
 		var conns []net.Conn
 		for range 150 {
 			c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
@@ -206,21 +207,31 @@ func TestBinaryFileLimit(t *testing.T) {
 			conns = append(conns, c)
 			t.Cleanup(func() { c.Close() })
 		}
-		time.Sleep(500 * time.Millisecond)
-		if explicit { // out of descriptors, the admin port cannot accept either
-			for _, c := range conns {
-				c.Close()
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
 		var status struct {
 			Upstreams []pinproxy.UpstreamStats
 			Totals    pinproxy.Totals
 		}
-		body := get(t, "http://"+p.admin+"/status")
-		if err := json.Unmarshal([]byte(body), &status); err != nil {
-			t.Fatal(err)
+		var body string
+		if explicit { // out of descriptors, the admin port cannot accept either
+			time.Sleep(500 * time.Millisecond)
+			for _, c := range conns {
+				c.Close()
+			}
 		}
+		// The proxy takes the clients at its own pace on a loaded machine:
+		// wait for the verdict (rejections at the cap; local errors
+		// without one) rather than for a fixed time.
+		testkit.WaitFor(t, "the proxy to have taken the 150 clients", func() bool {
+			body = get(t, "http://"+p.admin+"/status")
+			if err := json.Unmarshal([]byte(body), &status); err != nil {
+				t.Fatal(err)
+			}
+			if explicit {
+				return status.Totals.LocalErrors > 0 || count(p.log(), "for want of local resources") > 0
+			}
+			return status.Totals.Rejected > 0
+		})
+		took := time.Since(start)
 		t.Logf("explicit=%v: %s", explicit, strings.Join(strings.Fields(body), " "))
 		u := status.Upstreams[0]
 		if u.Failures != 0 || u.State == "down" {
@@ -230,11 +241,8 @@ func TestBinaryFileLimit(t *testing.T) {
 			t.Fatalf("at the cap: %s, want clients rejected and at most 84 live", body)
 		}
 		if explicit {
-			if status.Totals.LocalErrors == 0 && count(p.log(), "for want of local resources") == 0 {
-				t.Fatalf("no local errors with -max-conns 0 and 150 clients: %s", body)
-			}
-			if n := count(p.log(), "for want of local resources"); n > 5 {
-				t.Fatalf("%d lines of local errors in about a second, want at most one a second", n)
+			if n, most := count(p.log(), "for want of local resources"), 2+int(took.Seconds()); n > most {
+				t.Fatalf("%d lines of local errors in %v, want at most one a second", n, took)
 			}
 		}
 		for _, c := range conns {
