@@ -276,12 +276,16 @@ func TestVersion2Order(t *testing.T) {
 	}
 
 	// A version 1 reading after version 2 ones is ordered by time, as
-	// version 1 always was; a version 2 reading after it starts a run.
+	// version 1 always was; a version 2 reading after it goes on with its
+	// run, whose retries stay duplicates.
 	if _, err := back.Observe(hot(t0.Add(time.Hour))); !errors.Is(err, ErrOutOfOrder) {
 		t.Errorf("version 1 reading older than the last: err %v, want ErrOutOfOrder", err)
 	}
 	observe(t, back, hot(t0.Add(2*time.Hour)))
-	if res := observe(t, back, v2(a, 7, t0.Add(2*time.Hour))); !res.At.Equal(t0.Add(2*time.Hour + time.Second)) {
+	if _, err := back.Observe(v2(a, 7, t0.Add(time.Hour+step))); !errors.Is(err, ErrDuplicate) {
+		t.Errorf("retry of run a after a version 1 reading: err %v, want ErrDuplicate", err)
+	}
+	if res := observe(t, back, v2(a, 8, t0.Add(2*time.Hour))); !res.At.Equal(t0.Add(2*time.Hour + time.Second)) {
 		t.Errorf("version 2 after version 1: counted at %v", res.At)
 	}
 }
@@ -393,5 +397,83 @@ func TestVersion2Rollback(t *testing.T) {
 	}
 	if !tr.Overloaded() {
 		t.Fatal("readings after the rollback did not keep the node overloaded")
+	}
+}
+
+// TestVersion2LateRetryFromEarlierRun: the answer to seq 7 of run A is
+// lost, the node's state is lost with it and the agent starts run B;
+// then A's seq 7 comes again (through another replica, or a queue
+// restored from a backup). It was counted already, so it is a duplicate,
+// and it does not make B's next reading look like the start of a run;
+// a reading of A above its seq (two agents with one identity, or a node
+// rolled back to before B) is still counted. The earlier runs survive a
+// restart of the receiver.
+func TestVersion2LateRetryFromEarlierRun(t *testing.T) {
+	tr := NewTracker("eu-01", Limits{})
+	runA, runB := strings.Repeat("a", 32), strings.Repeat("b", 32)
+	v2 := func(run string, seq uint64, at time.Time) Reading {
+		r := hot(at)
+		r.Version, r.Run, r.Seq = ReadingVersion, run, seq
+		return r
+	}
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * step) }
+	for i := 1; i <= 7; i++ {
+		observe(t, tr, v2(runA, uint64(i), at(i)))
+	}
+	for i := 1; i <= 3; i++ {
+		observe(t, tr, v2(runB, uint64(i), at(7+i)))
+	}
+	b, err := json.Marshal(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"earlier_runs":[{"run":"`+runA+`","seq":7}]`) {
+		t.Fatalf("state %s does not keep run A at seq 7", b)
+	}
+	tr, err = RestoreTracker(b, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 7; seq++ {
+		if _, err := tr.Observe(v2(runA, seq, at(int(seq)))); !errors.Is(err, ErrDuplicate) {
+			t.Fatalf("late retry of run A seq %d: err %v, want ErrDuplicate", seq, err)
+		}
+	}
+	res := observe(t, tr, v2(runB, 4, at(11)))
+	if !res.At.Equal(at(11)) {
+		t.Fatalf("run B seq 4 counted at %v, want %v", res.At, at(11))
+	}
+	if _, err := tr.Observe(v2(runB, 2, at(9))); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("retry of run B seq 2: err %v, want ErrDuplicate", err)
+	}
+	// Run A above its seq is no retry: counted, and B becomes an earlier
+	// run whose retries are duplicates.
+	observe(t, tr, v2(runA, 8, at(12)))
+	if _, err := tr.Observe(v2(runB, 4, at(11))); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("retry of run B seq 4 after run A went on: err %v, want ErrDuplicate", err)
+	}
+	// Only the latest few runs are kept.
+	for i := range 2 * maxEarlierRuns {
+		observe(t, tr, v2(fmt.Sprintf("%032d", i), 1, at(13+i)))
+	}
+	if n := len(tr.earlier); n != maxEarlierRuns {
+		t.Fatalf("%d earlier runs kept, want %d", n, maxEarlierRuns)
+	}
+}
+
+// Bad earlier runs in a saved state are refused with what is wrong.
+func TestRestoreBadEarlierRuns(t *testing.T) {
+	run := strings.Repeat("a", 32)
+	base := `{"v":1,"node":"n","last_reading":"2026-11-30T12:00:00Z","last_run":"` + run + `","last_seq":3,"overloaded":false,"earlier_runs":`
+	for _, tt := range []struct{ earlier, want string }{
+		{`[{"run":"no spaces please","seq":1}]`, "is not a run id"},
+		{`[{"run":"` + strings.Repeat("b", 32) + `","seq":0}]`, "seq 0"},
+		{`[{"run":"` + run + `","seq":1}]`, "listed twice"},
+		{`[{"run":"b1","seq":1},{"run":"b2","seq":1},{"run":"b3","seq":1},{"run":"b4","seq":1},{"run":"b5","seq":1}]`, "more than 4"},
+	} {
+		_, err := RestoreTracker([]byte(base+tt.earlier+"}"), Limits{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("earlier_runs %s: err %v, want one naming %q", tt.earlier, err, tt.want)
+		}
 	}
 }

@@ -29,7 +29,9 @@ import "time"
 // is dated after the last observed reading: a retry repeats a reading
 // whole and is never dated so, so such a reading comes from a node rolled
 // back to a snapshot, and it is counted and its run goes on from its seq;
-// a reading
+// the same holds within each of the four runs observed before the
+// latest, so a late retry from a run the node has left is a duplicate
+// too. A reading
 // of another run is counted as the start of that run, whatever its at,
 // and so is one with a higher seq in the same run, a gap included. Either
 // is counted at its own at or, when that is not after the last observed
@@ -41,9 +43,10 @@ import "time"
 // rather than sent early.
 //
 // The receiver keeps the last run and seq with the node's state ("last_run"
-// and "last_seq" in a [Tracker]'s JSON), so a retry is a duplicate after
-// a restart too. A version 1 reading in between forgets them: the next
-// version 2 reading starts a run.
+// and "last_seq" in a [Tracker]'s JSON, the earlier runs' in
+// "earlier_runs"), so a retry is a duplicate after a restart too. A
+// version 1 reading in between makes the last run an earlier one: the
+// next version 2 reading above its seq goes on with it.
 //
 // Version 1 readings (no run, no seq) keep version 1's meaning: they are
 // ordered by at, and one not newer than the last is refused (one at the

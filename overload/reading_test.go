@@ -220,6 +220,7 @@ func FuzzTrackerState(f *testing.F) {
 	b, _ := json.Marshal(tr)
 	f.Add(b)
 	f.Add([]byte(`{"v":1}`))
+	f.Add([]byte(`{"v":1,"last_reading":"2026-11-30T12:00:00Z","last_run":"b","last_seq":2,"earlier_runs":[{"run":"a","seq":7}]}`))
 	f.Add([]byte(`{"v":1,"checks":{"memory":{"window":"111111111"}}}`))
 	f.Add([]byte(`{"v":1,"overloaded":true,"since":"2026-11-30T12:00:00Z","last_reading":"2026-11-30T12:00:00Z"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {

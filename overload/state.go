@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -17,11 +18,18 @@ type trackerState struct {
 	Last       time.Time           `json:"last_reading,omitzero"`
 	Run        string              `json:"last_run,omitempty"`
 	Seq        uint64              `json:"last_seq,omitempty"`
+	Earlier    []runJSON           `json:"earlier_runs,omitempty"`
 	Checks     map[Check]checkJSON `json:"checks,omitempty"`
 	Overloaded bool                `json:"overloaded"`
 	Since      time.Time           `json:"since,omitzero"`
 	LastNotice time.Time           `json:"last_notice,omitzero"`
 	Events     []eventJSON         `json:"events,omitempty"`
+}
+
+// runJSON is an earlier run and the latest seq observed of it.
+type runJSON struct {
+	Run string `json:"run"`
+	Seq uint64 `json:"seq"`
 }
 
 // eventJSON is an Event as JSON: Lasted as a Go duration string. Events
@@ -83,7 +91,8 @@ type checkJSON struct {
 }
 
 // MarshalJSON encodes the tracker's state: node, the time of the latest
-// reading (and, for a version 2 reading, its run and seq), each check's
+// reading (and, for a version 2 reading, its run and seq, and the latest
+// seq of each of the few runs before it), each check's
 // window and latest passing finding, whether the node is overloaded and
 // since when, the time of the latest notice, and the event list (each
 // end's Lasted a duration string, as [Event.MarshalJSON] writes it).
@@ -98,6 +107,9 @@ func (t *Tracker) MarshalJSON() ([]byte, error) {
 		Overloaded: t.Overloaded(),
 		Since:      t.since,
 		LastNotice: t.lastNotice,
+	}
+	for _, m := range t.earlier {
+		s.Earlier = append(s.Earlier, runJSON{Run: m.run, Seq: m.seq})
 	}
 	if len(t.events) > 0 {
 		s.Events = make([]eventJSON, len(t.events))
@@ -180,6 +192,21 @@ func (s *trackerState) tracker() (*Tracker, error) {
 		bad("last run %q and last seq %d: want both or neither", s.Run, s.Seq)
 	case s.Run != "" && s.Last.IsZero():
 		bad("last run %q without a latest reading", s.Run)
+	}
+	if len(s.Earlier) > maxEarlierRuns {
+		bad("%d earlier runs, more than %d", len(s.Earlier), maxEarlierRuns)
+	}
+	for i, m := range s.Earlier {
+		switch {
+		case !validRun(m.Run):
+			bad("earlier run %d: %.80q is not a run id", i, m.Run)
+		case m.Seq == 0:
+			bad("earlier run %d (%s): seq 0", i, m.Run)
+		case m.Run == s.Run || slices.ContainsFunc(s.Earlier[:i], func(e runJSON) bool { return e.Run == m.Run }):
+			bad("earlier run %d (%s) is listed twice", i, m.Run)
+		default:
+			t.earlier = append(t.earlier, runMark{m.Run, m.Seq})
+		}
 	}
 	switch {
 	case s.Overloaded && s.Since.IsZero():

@@ -124,10 +124,21 @@ type Tracker struct {
 	last       time.Time // the latest reading's time (as counted); zero before any
 	run        string    // the latest version 2 reading's run; empty when none, or a version 1 reading came after it
 	seq        uint64    // the latest version 2 reading's seq in run
+	earlier    []runMark // the runs before run, newest last, at most maxEarlierRuns
 	checks     [numChecks]checkState
 	since      time.Time // the current overload's start; zero when not overloaded
 	lastNotice time.Time
 	events     []Event
+}
+
+// maxEarlierRuns is how many runs before the latest a tracker remembers,
+// so that a late retry from one of them is known for a retry.
+const maxEarlierRuns = 4
+
+// runMark is an earlier run and the latest seq observed of it.
+type runMark struct {
+	run string
+	seq uint64
 }
 
 // checkState is one check's window, and its latest passing finding (the
@@ -256,7 +267,8 @@ func (t *Tracker) holding(need, window int) []Finding {
 // A version 2 reading (one with a run; see [ReadingVersion]) is ordered
 // by its seq within its run: one whose seq is not above the latest
 // observed of the same run returns an error wrapping [ErrDuplicate] (a
-// retry: it was counted already). Any other is counted, a seq gap or a
+// retry: it was counted already), and so does one of the four runs
+// before the latest. Any other is counted, a seq gap or a
 // new run included, whatever its time; when it is dated at or before the
 // previous reading, it is counted one second after that one (Result.At),
 // so events and the notice hour never run backwards.
@@ -304,6 +316,9 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 		if n := len(c.window) - l.Window; n > 0 {
 			c.window = slices.Delete(c.window, 0, n)
 		}
+	}
+	if r.Run != t.run {
+		t.earlier = rememberRun(t.earlier, t.run, t.seq, r.Run)
 	}
 	t.last, t.run, t.seq = at, r.Run, r.Seq
 
@@ -357,10 +372,34 @@ func (t *Tracker) order(r Reading) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("observe reading of node %q at %v: %w: seq %d of run %s, the latest observed is %d",
 			t.node, r.At, ErrDuplicate, r.Seq, r.Run, t.seq)
 	}
+	// The same holds of the few runs before the latest: a retry of one
+	// that arrives after a new run began (its answer lost, then sent
+	// again through another replica) was counted already.
+	for _, m := range t.earlier {
+		if r.Run == m.run && r.Seq <= m.seq && !r.At.After(t.last) {
+			return time.Time{}, fmt.Errorf("observe reading of node %q at %v: %w: seq %d of the earlier run %s, whose latest observed is %d",
+				t.node, r.At, ErrDuplicate, r.Seq, r.Run, m.seq)
+		}
+	}
 	if !t.last.IsZero() && !r.At.After(t.last) {
 		return t.last.Add(time.Second), nil
 	}
 	return r.At, nil
+}
+
+// rememberRun returns earlier with the run being left (run, at seq)
+// added as the newest, and next, the run taking over, taken out: a run
+// is either the latest or an earlier one. It keeps at most
+// maxEarlierRuns, dropping the oldest.
+func rememberRun(earlier []runMark, run string, seq uint64, next string) []runMark {
+	earlier = slices.DeleteFunc(earlier, func(m runMark) bool { return m.run == next || m.run == run })
+	if run != "" {
+		earlier = append(earlier, runMark{run, seq})
+	}
+	if n := len(earlier) - maxEarlierRuns; n > 0 {
+		earlier = slices.Delete(earlier, 0, n)
+	}
+	return earlier
 }
 
 // addEvent appends e to the event list, dropping the oldest beyond max.
