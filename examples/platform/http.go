@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,9 @@ import (
 
 // maxBody bounds a request body; a reading is a few hundred bytes.
 const maxBody = 1 << 20
+
+// maxNodesPage is the most nodes one page of GET /nodes lists.
+const maxNodesPage = 1000
 
 // requestTimeout bounds the work of one request, every store call in it
 // included.
@@ -30,7 +34,7 @@ type service interface {
 	open(ctx context.Context, req openRequest) (route, error)
 	traffic(ctx context.Context, req trafficRequest) (route, error)
 	setPrice(ctx context.Context, req priceRequest) error
-	views(ctx context.Context) ([]json.RawMessage, error)
+	views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error)
 	view(ctx context.Context, id string) (nodeView, error)
 	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
 	noticesAll(ctx context.Context) ([]overload.Notice, error)
@@ -112,7 +116,29 @@ func handler(svc service, toks tokens) http.Handler {
 		}
 		return svc.admit(r.Context(), id)
 	}))
-	mux.HandleFunc("GET /nodes", get(func(r *http.Request) (any, error) { return svc.views(r.Context()) }))
+	mux.HandleFunc("GET /nodes", auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
+		q := r.URL.Query()
+		after, limit := q.Get("after"), 0
+		if s := q.Get("limit"); s != "" {
+			var err error
+			if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > maxNodesPage {
+				writeFailure(w, fmt.Errorf("nodes: limit=%q: want 1 to %d: %w", s, maxNodesPage, errBadInput))
+				return
+			}
+		} else if after != "" {
+			limit = maxNodesPage
+		}
+		vs, last, err := svc.views(r.Context(), after, limit)
+		if err != nil {
+			writeFailure(w, err)
+			return
+		}
+		if limit > 0 && len(vs) == limit {
+			next := url.Values{"after": {last}, "limit": {strconv.Itoa(limit)}}
+			w.Header().Set("Link", `</nodes?`+next.Encode()+`>; rel="next"`)
+		}
+		writeJSON(w, http.StatusOK, vs)
+	}))
 	mux.HandleFunc("GET /nodes/{id}", get(func(r *http.Request) (any, error) { return svc.view(r.Context(), r.PathValue("id")) }))
 	mux.HandleFunc("GET /nodes/{id}/events", get(func(r *http.Request) (any, error) {
 		q := r.URL.Query()

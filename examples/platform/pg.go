@@ -779,18 +779,26 @@ func (p *pgPlatform) setPrice(ctx context.Context, req priceRequest) error {
 	return err
 }
 
-// views shows every node, each from its row and live routes; a node whose
-// stored state cannot be read is listed with its error alone.
-func (p *pgPlatform) views(ctx context.Context) ([]json.RawMessage, error) {
+// views shows the nodes whose ids sort after after, at most limit of
+// them (0: all), by id, each from its row and live routes, and returns
+// the last one's id; a node whose stored state cannot be read is listed
+// with its error alone. A page reads only its own nodes' routes and
+// notices.
+func (p *pgPlatform) views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
 	out := []json.RawMessage{}
+	last := ""
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		out = out[:0]
+		out, last = out[:0], ""
 		type row struct {
 			id    string
 			state []byte
 		}
 		var nodes []row
-		rows, err := tx.Query(ctx, `SELECT id, state FROM nodes ORDER BY id`)
+		var lim *int // NULL: LIMIT ALL
+		if limit > 0 {
+			lim = &limit
+		}
+		rows, err := tx.Query(ctx, `SELECT id, state FROM nodes WHERE id > $1 ORDER BY id LIMIT $2`, after, lim)
 		if err != nil {
 			return err
 		}
@@ -806,11 +814,18 @@ func (p *pgPlatform) views(ctx context.Context) ([]json.RawMessage, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		routes, err := liveRoutes(ctx, tx)
+		var ids []string // nil: every node's
+		if limit > 0 || after != "" {
+			ids = make([]string, len(nodes))
+			for i, r := range nodes {
+				ids[i] = r.id
+			}
+		}
+		routes, err := liveRoutes(ctx, tx, ids)
 		if err != nil {
 			return err
 		}
-		notices, err := noticeCounts(ctx, tx)
+		notices, err := noticeCounts(ctx, tx, ids)
 		if err != nil {
 			return err
 		}
@@ -830,13 +845,18 @@ func (p *pgPlatform) views(ctx context.Context) ([]json.RawMessage, error) {
 			v.Notices = notices[r.id]
 			out = append(out, marshalView(r.id, v))
 		}
+		if len(nodes) > 0 {
+			last = nodes[len(nodes)-1].id
+		}
 		return nil
 	})
-	return out, err
+	return out, last, err
 }
 
-func liveRoutes(ctx context.Context, tx pgx.Tx) (map[string][]*route, error) {
-	rows, err := tx.Query(ctx, `SELECT node, body FROM routes WHERE closed_at IS NULL`)
+// liveRoutes returns the live routes of the nodes ids, or of every node
+// when ids is nil, by node.
+func liveRoutes(ctx context.Context, tx pgx.Tx, ids []string) (map[string][]*route, error) {
+	rows, err := tx.Query(ctx, `SELECT node, body FROM routes WHERE closed_at IS NULL AND ($1::text[] IS NULL OR node = ANY($1))`, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -857,8 +877,10 @@ func liveRoutes(ctx context.Context, tx pgx.Tx) (map[string][]*route, error) {
 	return out, rows.Err()
 }
 
-func noticeCounts(ctx context.Context, tx pgx.Tx) (map[string]int, error) {
-	rows, err := tx.Query(ctx, `SELECT node, count(*) FROM notices GROUP BY node`)
+// noticeCounts returns how many notices each of the nodes ids has had,
+// or every node when ids is nil.
+func noticeCounts(ctx context.Context, tx pgx.Tx, ids []string) (map[string]int, error) {
+	rows, err := tx.Query(ctx, `SELECT node, count(*) FROM notices WHERE $1::text[] IS NULL OR node = ANY($1) GROUP BY node`, ids)
 	if err != nil {
 		return nil, err
 	}

@@ -681,18 +681,37 @@ type numberedEvent struct {
 	overload.Event
 }
 
-// views shows every node. A node that cannot be shown (its state does
-// not marshal) is listed with its error alone: one node's bad state never
-// takes the fleet's view down.
-func (p *platform) views(_ context.Context) ([]json.RawMessage, error) {
+// views shows the nodes whose ids sort after after, at most limit of
+// them (0: all), by id, and returns the last one's id. A node that cannot
+// be shown (its state does not marshal) is listed with its error alone:
+// one node's bad state never takes the fleet's view down.
+func (p *platform) views(_ context.Context, after string, limit int) ([]json.RawMessage, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
-	out := make([]json.RawMessage, 0, len(p.nodes))
-	for _, id := range p.ids() {
+	ids := p.ids()
+	ids = ids[sortSearch(ids, after):]
+	if limit > 0 && len(ids) > limit {
+		ids = ids[:limit]
+	}
+	out := make([]json.RawMessage, 0, len(ids))
+	for _, id := range ids {
 		out = append(out, marshalView(id, p.viewLocked(p.nodes[id], now)))
 	}
-	return out, nil
+	last := ""
+	if len(ids) > 0 {
+		last = ids[len(ids)-1]
+	}
+	return out, last, nil
+}
+
+// sortSearch returns the index of the first of the sorted ids after after.
+func sortSearch(ids []string, after string) int {
+	i, found := slices.BinarySearch(ids, after)
+	if found {
+		i++
+	}
+	return i
 }
 
 // marshalView is v in JSON, or, if it cannot be, {"id","error"}.
