@@ -19,8 +19,56 @@ import (
 // maxBody bounds a request body; a reading is a few hundred bytes.
 const maxBody = 1 << 20
 
-// maxNodesPage is the most nodes one page of GET /nodes lists.
-const maxNodesPage = 1000
+// maxPage is the most nodes or notices one page of GET /nodes or
+// /notices lists.
+const maxPage = 1000
+
+// pageLimit parses a list's ?limit=: 1 to maxPage, or 0 (the whole list)
+// when it is not given, unless the request names a page to start after
+// (paged): then maxPage.
+func pageLimit(list, s string, paged bool) (int, error) {
+	if s == "" {
+		if paged {
+			return maxPage, nil
+		}
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxPage {
+		return 0, fmt.Errorf("%s: limit=%q: want 1 to %d: %w", list, s, maxPage, errBadInput)
+	}
+	return n, nil
+}
+
+// noticeCursor is where a page of GET /notices starts: after the notice
+// of Node at At. Notices are listed by time and then node, and a node
+// has at most one notice an hour, so the pair names one notice. Its text
+// form, the ?after= value, is "<RFC 3339 time>,<node>".
+type noticeCursor struct {
+	At   time.Time
+	Node string
+}
+
+func (c noticeCursor) String() string {
+	return c.At.UTC().Format(time.RFC3339Nano) + "," + c.Node
+}
+
+// after reports whether n comes after c in the list's order.
+func (c noticeCursor) after(at time.Time, node string) bool {
+	return at.After(c.At) || at.Equal(c.At) && node > c.Node
+}
+
+func parseNoticeCursor(s string) (noticeCursor, error) {
+	if s == "" {
+		return noticeCursor{}, nil
+	}
+	ts, node, ok := strings.Cut(s, ",")
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if !ok || err != nil || node == "" {
+		return noticeCursor{}, fmt.Errorf("notices: after=%q: want \"<RFC 3339 time>,<node>\", the value of the previous page's Link: %w", s, errBadInput)
+	}
+	return noticeCursor{At: at, Node: node}, nil
+}
 
 // requestTimeout bounds the work of one request, every store call in it
 // included.
@@ -37,7 +85,7 @@ type service interface {
 	views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error)
 	view(ctx context.Context, id string) (nodeView, error)
 	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
-	noticesAll(ctx context.Context) ([]overload.Notice, error)
+	notices(ctx context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error)
 	plans(ctx context.Context) ([]routing.Plan, error)
 	planRound(ctx context.Context) error
 }
@@ -118,15 +166,11 @@ func handler(svc service, toks tokens) http.Handler {
 	}))
 	mux.HandleFunc("GET /nodes", auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
 		q := r.URL.Query()
-		after, limit := q.Get("after"), 0
-		if s := q.Get("limit"); s != "" {
-			var err error
-			if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > maxNodesPage {
-				writeFailure(w, fmt.Errorf("nodes: limit=%q: want 1 to %d: %w", s, maxNodesPage, errBadInput))
-				return
-			}
-		} else if after != "" {
-			limit = maxNodesPage
+		after := q.Get("after")
+		limit, err := pageLimit("nodes", q.Get("limit"), after != "")
+		if err != nil {
+			writeFailure(w, err)
+			return
 		}
 		vs, last, err := svc.views(r.Context(), after, limit)
 		if err != nil {
@@ -156,7 +200,29 @@ func handler(svc service, toks tokens) http.Handler {
 		}
 		return svc.events(r.Context(), r.PathValue("id"), after, limit)
 	}))
-	mux.HandleFunc("GET /notices", get(func(r *http.Request) (any, error) { return svc.noticesAll(r.Context()) }))
+	mux.HandleFunc("GET /notices", auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
+		q := r.URL.Query()
+		after, err := parseNoticeCursor(q.Get("after"))
+		if err != nil {
+			writeFailure(w, err)
+			return
+		}
+		limit, err := pageLimit("notices", q.Get("limit"), after != noticeCursor{})
+		if err != nil {
+			writeFailure(w, err)
+			return
+		}
+		ns, last, err := svc.notices(r.Context(), after, limit)
+		if err != nil {
+			writeFailure(w, err)
+			return
+		}
+		if limit > 0 && len(ns) == limit {
+			next := url.Values{"after": {last.String()}, "limit": {strconv.Itoa(limit)}}
+			w.Header().Set("Link", `</notices?`+next.Encode()+`>; rel="next"`)
+		}
+		writeJSON(w, http.StatusOK, ns)
+	}))
 	mux.HandleFunc("GET /plans", get(func(r *http.Request) (any, error) { return svc.plans(r.Context()) }))
 	return mux
 }

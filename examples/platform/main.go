@@ -23,9 +23,10 @@
 //	POST /routes          {"node","user","key"} opens a route if admitted (409 if not)
 //	POST /traffic         {"route","bytes"} charges traffic at the session's price
 //	POST /price           {"node","price"} changes a node's price from now on
-//	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events
+//	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events;
+//	                      /nodes?after=ID&limit=N pages, Link: rel="next"
 //	GET  /nodes/X/events  the node's events, oldest first: ?after=ID&limit=N
-//	GET  /notices         every notice, oldest first
+//	GET  /notices         every notice, oldest first; ?after=…&limit=N pages
 //	GET  /healthz         {"ok":true}, no token
 //	GET  /plans           each node's latest plan that closed something
 package main

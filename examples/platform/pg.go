@@ -978,8 +978,43 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 	return page, err
 }
 
-func (p *pgPlatform) noticesAll(ctx context.Context) ([]overload.Notice, error) {
-	return queryJSON[overload.Notice](ctx, p, `SELECT body FROM notices ORDER BY at, id`)
+// notices returns the notices after after (all, for the zero cursor), by
+// time and then node, at most limit of them (0: all), and where the last
+// one is, by the table's own at (microseconds), so the next page starts
+// exactly after it.
+func (p *pgPlatform) notices(ctx context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error) {
+	out := []overload.Notice{}
+	var last noticeCursor
+	var from *time.Time // NULL: from the first
+	if !after.At.IsZero() {
+		from = &after.At
+	}
+	var lim *int // NULL: LIMIT ALL
+	if limit > 0 {
+		lim = &limit
+	}
+	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		out, last = out[:0], noticeCursor{}
+		rows, err := tx.Query(ctx, `SELECT body, at, node FROM notices
+			WHERE $1::timestamptz IS NULL OR (at, node) > ($1, $2)
+			ORDER BY at, node LIMIT $3`, from, after.Node, lim)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var body []byte
+			var n overload.Notice
+			if err := rows.Scan(&body, &last.At, &last.Node); err != nil {
+				return err
+			}
+			if json.Unmarshal(body, &n) == nil { // else a stored value of an older shape
+				out = append(out, n)
+			}
+		}
+		return rows.Err()
+	})
+	return out, last, err
 }
 
 func (p *pgPlatform) plans(ctx context.Context) ([]routing.Plan, error) {

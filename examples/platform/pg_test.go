@@ -315,3 +315,30 @@ func TestPGRestart(t *testing.T) {
 	}
 	t.Logf("answers: %v", statuses)
 }
+
+// TestPGMigrateFromVersion1: a database a version 1 platform made (its
+// schema, one node with a notice) is migrated to the current version at
+// start, keeps its data, and serves it on the new paths.
+func TestPGMigrateFromVersion1(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	pgExec(t, url, `CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());`+
+		migrations[0]+`
+INSERT INTO schema_version (version) VALUES (1);
+INSERT INTO nodes (id, state) VALUES ('old', '{}');
+INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"node":"old","at":"2026-11-30T12:00:00Z","text":"kept"}');`)
+	tp := newPGTestPlatform(t, url, &clock{t: t0}, nil)
+	var v int
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, `SELECT max(version) FROM schema_version`).Scan(&v); err != nil || v != len(migrations) {
+		t.Fatalf("schema version %d (%v), want %d", v, err, len(migrations))
+	}
+	var ns []overload.Notice
+	if code := tp.do("GET", "/notices?limit=10", nil, &ns); code != 200 || len(ns) != 1 || ns[0].Text != "kept" {
+		t.Fatalf("/notices after the migration: %d, %+v", code, ns)
+	}
+}

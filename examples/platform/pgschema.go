@@ -60,6 +60,10 @@ CREATE TABLE notices (
 );
 CREATE INDEX notices_by_node ON notices (node, at);
 `,
+	// 2: notices paged by time (GET /notices?after=…).
+	`
+CREATE INDEX notices_by_time ON notices (at, node);
+`,
 }
 
 // schemaLock is the advisory lock key replicas take while migrating, so

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -799,16 +800,34 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 	return v
 }
 
-// noticesAll returns every node's notices, oldest first.
-func (p *platform) noticesAll(_ context.Context) ([]overload.Notice, error) {
+// notices returns the notices after after (all, for the zero cursor),
+// oldest first and then by node, at most limit of them (0: all), and
+// where the last one is.
+func (p *platform) notices(_ context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := []overload.Notice{}
 	for _, id := range p.ids() {
-		out = append(out, p.nodes[id].notices...)
+		for _, n := range p.nodes[id].notices {
+			if after.At.IsZero() || after.after(n.At, n.Node) {
+				out = append(out, n)
+			}
+		}
 	}
-	slices.SortStableFunc(out, func(a, b overload.Notice) int { return a.At.Compare(b.At) })
-	return out, nil
+	slices.SortStableFunc(out, func(a, b overload.Notice) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Node, b.Node)
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	var last noticeCursor
+	if len(out) > 0 {
+		last = noticeCursor{At: out[len(out)-1].At, Node: out[len(out)-1].Node}
+	}
+	return out, last, nil
 }
 
 // plans returns each node's latest plan that closed something, by node.

@@ -856,3 +856,79 @@ func testNodesPaging(t *testing.T, open opener) {
 		}
 	}
 }
+
+// TestNoticesPaging: GET /notices?limit=N pages the notices by time and
+// node; following Link gives them all, each once, in the unpaged order,
+// also when several share one instant. A bad cursor is a 400.
+func TestNoticesPaging(t *testing.T) { eachStore(t, testNoticesPaging) }
+
+func testNoticesPaging(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	tp := open(c, testSeed())
+	// Seven nodes overloaded at the same instants, twice, an hour apart:
+	// 14 notices, 7 at each instant.
+	for round := range 2 {
+		for range 3 {
+			for i := range 7 {
+				tp.read(fmt.Sprintf("n%02d", i), 95)
+			}
+			c.add(30 * time.Second)
+		}
+		for range 5 {
+			for i := range 7 {
+				tp.read(fmt.Sprintf("n%02d", i), 10)
+			}
+			c.add(30 * time.Second)
+		}
+		if round == 0 {
+			c.add(time.Hour)
+		}
+	}
+	var all []overload.Notice
+	if code := tp.do("GET", "/notices", nil, &all); code != 200 || len(all) != 14 {
+		t.Fatalf("/notices: %d, %d notices, want 14", code, len(all))
+	}
+	var paged []overload.Notice
+	pages := 0
+	for path := "/notices?limit=4"; path != ""; pages++ {
+		if pages > 5 {
+			t.Fatal("more than 5 pages of 4 for 14 notices")
+		}
+		req, _ := http.NewRequest("GET", tp.srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page []overload.Notice
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(page) > 4 {
+			t.Fatalf("GET %s: %s, %d notices, %v", path, resp.Status, len(page), err)
+		}
+		paged = append(paged, page...)
+		path = ""
+		if l := resp.Header.Get("Link"); l != "" {
+			path = strings.TrimSuffix(strings.TrimPrefix(l, "<"), `>; rel="next"`)
+		}
+	}
+	if pages != 4 {
+		t.Errorf("%d pages of 4 for 14 notices, want 4", pages)
+	}
+	if len(paged) != len(all) {
+		t.Fatalf("pages list %d notices, the whole list %d", len(paged), len(all))
+	}
+	for i := range all {
+		if paged[i].Node != all[i].Node || !paged[i].At.Equal(all[i].At) {
+			t.Errorf("notice %d: paged %s at %v, unpaged %s at %v", i, paged[i].Node, paged[i].At, all[i].Node, all[i].At)
+		}
+		if i > 0 && all[i].At.Equal(all[i-1].At) && all[i].Node <= all[i-1].Node {
+			t.Errorf("notices %d and %d at one instant not by node: %s, %s", i-1, i, all[i-1].Node, all[i].Node)
+		}
+	}
+	for _, q := range []string{"after=yesterday,x1", "after=2026-11-30T12:00:00Z", "limit=0"} {
+		if code := tp.do("GET", "/notices?"+q, nil, nil); code != 400 {
+			t.Errorf("/notices?%s: %d, want 400", q, code)
+		}
+	}
+}
