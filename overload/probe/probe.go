@@ -134,8 +134,12 @@ func New(cfg Config) (*Probe, error) {
 // fails only when ctx ends, the Probe is closed, or ProcRoot cannot be
 // read at all. Read returns by ctx's deadline whatever a file or netlink
 // socket does; a file that is not a regular one (a FIFO left in a -proc
-// tree) is refused, naming its path. Off Linux it returns an error
-// wrapping errors.ErrUnsupported.
+// tree) is refused, naming its path. A regular file that never answers (a
+// hung FUSE or network mount) fails the Read that first meets it; until
+// that read returns, later Reads skip its input (missing, with a note
+// that says so) and give the others, so the hang holds one goroutine,
+// not one a Read. Off Linux it returns an error wrapping
+// errors.ErrUnsupported.
 func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
 	if err := unsupported("read"); err != nil {
 		return overload.Reading{}, err

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdlayher/netlink"
@@ -35,6 +36,52 @@ type state struct {
 	dial func(family int) (netlinkConn, error)
 
 	prev *sample // the previous reading's sample; nil before the first
+
+	// blocked lists the readings whose context ended while a step still
+	// blocked (a file on a hung FUSE mount that never answers a read).
+	// Their goroutines end on their own, if ever; until then later
+	// readings skip that step, so a hang costs one goroutine, not one a
+	// reading.
+	blocked []blockedTake
+}
+
+// skip records that source i was not read, and why.
+func (s *sample) skip(i int, err error) {
+	if s.skipped == nil {
+		s.skipped = map[int]error{}
+	}
+	s.skipped[i] = err
+}
+
+// blockedTake is a reading whose goroutine was still in step when its
+// context ended.
+type blockedTake struct {
+	step  int // an index of sources, or stepBoot or stepSelf
+	since time.Time
+	done  <-chan *sample // receives when the goroutine ends
+}
+
+// The steps of a reading besides its sources.
+const (
+	stepBoot = -1           // the boot id
+	stepSelf = len(sources) // this thread's proc entry and namespace
+)
+
+// maxBlocked bounds the blocked readings a Probe keeps before Read fails
+// at once: one per step, which is as many as skipping can leave.
+const maxBlocked = len(sources) + 2
+
+// stepName names a step for a note.
+func stepName(step int) string {
+	switch {
+	case step == stepBoot:
+		return "the boot id"
+	case step == stepSelf:
+		return "this thread's proc entry"
+	case step >= 0 && step < len(sources):
+		return string(sources[step].input)
+	}
+	return fmt.Sprintf("step %d", step)
 }
 
 // unsupported is nil on Linux.
@@ -103,6 +150,10 @@ type sample struct {
 	netnsID string    // the network namespace read, as its ns/net link
 	netErr  error     // the namespace could not be entered: no network field is set
 
+	// skipped holds, by sources index, why a source was not read: an
+	// earlier reading is still blocked in it. Its fields are unset.
+	skipped map[int]error
+
 	memory    float64 // InputMemory
 	memoryErr error
 
@@ -144,12 +195,42 @@ type readEnv struct {
 // sources are read, or when ctx ends: whatever blocks (a netlink socket, a
 // file on a hung FUSE mount) then finishes on its own, bounded by the
 // netlink deadlines, and its sample is thrown away.
+//
+// A step (a source, the boot id, the thread's proc entry) that an earlier
+// reading is still blocked in is skipped, its input missing with a note
+// that says so, until that reading's goroutine ends (see state.blocked).
 func (p *Probe) take(ctx context.Context) (*sample, error) {
 	now := time.Now()
 	env := readEnv{deadline: now.Add(p.cfg.Timeout)}
 	if d, ok := ctx.Deadline(); ok && d.Before(env.deadline) {
 		env.deadline = d
 	}
+	p.blocked = slices.DeleteFunc(p.blocked, func(b blockedTake) bool {
+		select {
+		case <-b.done:
+			return true
+		default:
+			return false
+		}
+	})
+	if len(p.blocked) >= maxBlocked {
+		var in []string
+		for _, b := range p.blocked {
+			in = append(in, fmt.Sprintf("%s since %s", stepName(b.step), b.since.Format(time.RFC3339)))
+		}
+		return nil, fmt.Errorf("%d earlier readings are still blocked (%s): a file or socket under %s does not answer",
+			len(p.blocked), strings.Join(in, "; "), p.cfg.ProcRoot)
+	}
+	skip := map[int]error{}
+	for _, b := range p.blocked {
+		skip[b.step] = fmt.Errorf("%s: not read: a reading at %s is still blocked reading it (a file or socket that does not answer)",
+			stepName(b.step), b.since.Format(time.RFC3339))
+	}
+	prevBoot := ""
+	if p.prev != nil {
+		prevBoot = p.prev.bootID
+	}
+	var step atomic.Int64
 	done := make(chan *sample, 1)
 	go func() {
 		s := &sample{mono: now}
@@ -161,10 +242,20 @@ func (p *Probe) take(ctx context.Context) (*sample, error) {
 				runtime.UnlockOSThread()
 			}
 		}()
-		s.bootID = p.bootID(ctx)
-		for _, src := range sources {
+		step.Store(int64(stepBoot))
+		if skip[stepBoot] != nil {
+			s.bootID = prevBoot // unknown: taken as unchanged rather than as a reboot
+		} else {
+			s.bootID = p.bootID(ctx)
+		}
+		for i, src := range sources {
 			if !src.net {
-				src.read(ctx, p, &env, s)
+				if err := skip[i]; err != nil {
+					s.skip(i, err)
+				} else {
+					step.Store(int64(i))
+					src.read(ctx, p, &env, s)
+				}
 			}
 		}
 		if p.ns != nil {
@@ -179,15 +270,23 @@ func (p *Probe) take(ctx context.Context) (*sample, error) {
 			}
 			locked = false // stay locked: the thread exits with this goroutine
 		}
-		env.self, env.selfErr = p.threadSelf()
+		step.Store(int64(stepSelf))
+		if env.selfErr = skip[stepSelf]; env.selfErr == nil {
+			env.self, env.selfErr = p.threadSelf()
+		}
 		if env.selfErr == nil {
 			if link, err := os.Readlink(filepath.Join(p.cfg.ProcRoot, env.self, "ns", "net")); err == nil {
 				s.netnsID = link
 			}
 		}
-		for _, src := range sources {
+		for i, src := range sources {
 			if src.net && ctxDone(ctx) == nil {
-				src.read(ctx, p, &env, s)
+				if err := skip[i]; err != nil {
+					s.skip(i, err)
+				} else {
+					step.Store(int64(i))
+					src.read(ctx, p, &env, s)
+				}
 			}
 		}
 	}()
@@ -198,6 +297,7 @@ func (p *Probe) take(ctx context.Context) (*sample, error) {
 		}
 		return s, nil
 	case <-ctx.Done():
+		p.blocked = append(p.blocked, blockedTake{step: int(step.Load()), since: now, done: done})
 		return nil, ctx.Err()
 	}
 }
@@ -213,9 +313,9 @@ func (p *Probe) take(ctx context.Context) (*sample, error) {
 func deltas(prev, cur *sample) overload.Reading {
 	var r overload.Reading
 	var acc accumulator
-	for _, src := range sources {
+	for i, src := range sources {
 		if !src.net {
-			src.fill(prev, cur, &r, &acc)
+			fill(i, prev, cur, &r, &acc)
 		}
 	}
 	if cur.netErr != nil {
@@ -236,13 +336,31 @@ func deltas(prev, cur *sample) overload.Reading {
 	if prev == nil {
 		acc.note(noteFirst)
 	}
-	for _, src := range sources {
+	for i, src := range sources {
 		if src.net {
-			src.fill(base, cur, &r, &acc)
+			fill(i, base, cur, &r, &acc)
 		}
 	}
 	r.Missing, r.Notes = acc.missing, acc.notes
 	return r
+}
+
+// fill fills in source i's part of r from cur and prev: missing, with
+// why, when cur skipped it; with no delta when prev did.
+func fill(i int, prev, cur *sample, r *overload.Reading, acc *accumulator) {
+	src := sources[i]
+	if err := cur.skipped[i]; err != nil {
+		acc.miss(src.input, "%v", err)
+		return
+	}
+	if prev != nil && prev.skipped[i] != nil {
+		src.fill(nil, cur, r, acc)
+		if slices.Contains(acc.missing, src.input) {
+			acc.note("%s: not read in the previous reading: no delta this reading", src.input)
+		}
+		return
+	}
+	src.fill(prev, cur, r, acc)
 }
 
 // ctxDone returns ctx's error, or context.DeadlineExceeded once ctx's
