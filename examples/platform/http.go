@@ -164,24 +164,31 @@ func handler(svc service, toks tokens) http.Handler {
 		}
 		return svc.admit(r.Context(), id)
 	}))
-	mux.HandleFunc("GET /nodes", auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
-		q := r.URL.Query()
-		after := q.Get("after")
-		limit, err := pageLimit("nodes", q.Get("limit"), after != "")
+	// paged serves a list that pages with ?after= and ?limit=: do
+	// returns the page, its length, the limit it was cut at (0: none) and
+	// the after= of the page that follows; a full page links that one.
+	paged := func(path string, do func(r *http.Request) (page any, n, limit int, next string, err error)) http.HandlerFunc {
+		return auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
+			page, n, limit, next, err := do(r)
+			if err != nil {
+				writeFailure(w, err)
+				return
+			}
+			if limit > 0 && n == limit {
+				q := url.Values{"after": {next}, "limit": {strconv.Itoa(limit)}}
+				w.Header().Set("Link", "<"+path+"?"+q.Encode()+`>; rel="next"`)
+			}
+			writeJSON(w, http.StatusOK, page)
+		})
+	}
+	mux.HandleFunc("GET /nodes", paged("/nodes", func(r *http.Request) (any, int, int, string, error) {
+		after := r.URL.Query().Get("after")
+		limit, err := pageLimit("nodes", r.URL.Query().Get("limit"), after != "")
 		if err != nil {
-			writeFailure(w, err)
-			return
+			return nil, 0, 0, "", err
 		}
 		vs, last, err := svc.views(r.Context(), after, limit)
-		if err != nil {
-			writeFailure(w, err)
-			return
-		}
-		if limit > 0 && len(vs) == limit {
-			next := url.Values{"after": {last}, "limit": {strconv.Itoa(limit)}}
-			w.Header().Set("Link", `</nodes?`+next.Encode()+`>; rel="next"`)
-		}
-		writeJSON(w, http.StatusOK, vs)
+		return vs, len(vs), limit, last, err
 	}))
 	mux.HandleFunc("GET /nodes/{id}", get(func(r *http.Request) (any, error) { return svc.view(r.Context(), r.PathValue("id")) }))
 	mux.HandleFunc("GET /nodes/{id}/events", get(func(r *http.Request) (any, error) {
@@ -200,28 +207,17 @@ func handler(svc service, toks tokens) http.Handler {
 		}
 		return svc.events(r.Context(), r.PathValue("id"), after, limit)
 	}))
-	mux.HandleFunc("GET /notices", auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
-		q := r.URL.Query()
-		after, err := parseNoticeCursor(q.Get("after"))
+	mux.HandleFunc("GET /notices", paged("/notices", func(r *http.Request) (any, int, int, string, error) {
+		after, err := parseNoticeCursor(r.URL.Query().Get("after"))
 		if err != nil {
-			writeFailure(w, err)
-			return
+			return nil, 0, 0, "", err
 		}
-		limit, err := pageLimit("notices", q.Get("limit"), after != noticeCursor{})
+		limit, err := pageLimit("notices", r.URL.Query().Get("limit"), after != noticeCursor{})
 		if err != nil {
-			writeFailure(w, err)
-			return
+			return nil, 0, 0, "", err
 		}
 		ns, last, err := svc.notices(r.Context(), after, limit)
-		if err != nil {
-			writeFailure(w, err)
-			return
-		}
-		if limit > 0 && len(ns) == limit {
-			next := url.Values{"after": {last.String()}, "limit": {strconv.Itoa(limit)}}
-			w.Header().Set("Link", `</notices?`+next.Encode()+`>; rel="next"`)
-		}
-		writeJSON(w, http.StatusOK, ns)
+		return ns, len(ns), limit, last.String(), err
 	}))
 	mux.HandleFunc("GET /plans", get(func(r *http.Request) (any, error) { return svc.plans(r.Context()) }))
 	return mux

@@ -809,36 +809,7 @@ func testNodesPaging(t *testing.T, open opener) {
 	if len(all) != 8 {
 		t.Fatalf("/nodes lists %d nodes, want 8", len(all))
 	}
-	var paged []json.RawMessage
-	pages := 0
-	for path := "/nodes?limit=3"; path != ""; pages++ {
-		if pages > 5 {
-			t.Fatal("more than 5 pages of 3 for 8 nodes")
-		}
-		req, _ := http.NewRequest("GET", tp.srv.URL+path, nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var page []json.RawMessage
-		err = json.NewDecoder(resp.Body).Decode(&page)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("GET %s: %s, %v", path, resp.Status, err)
-		}
-		if len(page) > 3 {
-			t.Fatalf("GET %s: %d nodes, want at most 3", path, len(page))
-		}
-		paged = append(paged, page...)
-		path = ""
-		if l := resp.Header.Get("Link"); l != "" {
-			if !strings.HasPrefix(l, "</nodes?") || !strings.HasSuffix(l, `>; rel="next"`) {
-				t.Fatalf("Link %q", l)
-			}
-			path = strings.TrimSuffix(strings.TrimPrefix(l, "<"), `>; rel="next"`)
-		}
-	}
+	paged, pages := walkPages[json.RawMessage](t, tp, "/nodes?limit=3", 3, 5)
 	if pages != 3 {
 		t.Errorf("%d pages of 3 for 8 nodes, want 3", pages)
 	}
@@ -888,30 +859,7 @@ func testNoticesPaging(t *testing.T, open opener) {
 	if code := tp.do("GET", "/notices", nil, &all); code != 200 || len(all) != 14 {
 		t.Fatalf("/notices: %d, %d notices, want 14", code, len(all))
 	}
-	var paged []overload.Notice
-	pages := 0
-	for path := "/notices?limit=4"; path != ""; pages++ {
-		if pages > 5 {
-			t.Fatal("more than 5 pages of 4 for 14 notices")
-		}
-		req, _ := http.NewRequest("GET", tp.srv.URL+path, nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var page []overload.Notice
-		err = json.NewDecoder(resp.Body).Decode(&page)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 || len(page) > 4 {
-			t.Fatalf("GET %s: %s, %d notices, %v", path, resp.Status, len(page), err)
-		}
-		paged = append(paged, page...)
-		path = ""
-		if l := resp.Header.Get("Link"); l != "" {
-			path = strings.TrimSuffix(strings.TrimPrefix(l, "<"), `>; rel="next"`)
-		}
-	}
+	paged, pages := walkPages[overload.Notice](t, tp, "/notices?limit=4", 4, 5)
 	if pages != 4 {
 		t.Errorf("%d pages of 4 for 14 notices, want 4", pages)
 	}
@@ -931,4 +879,43 @@ func testNoticesPaging(t *testing.T, open opener) {
 			t.Errorf("/notices?%s: %d, want 400", q, code)
 		}
 	}
+}
+
+// walkPages GETs path and then each page its Link: rel="next" names,
+// and returns every item and how many pages there were. A page of more
+// than limit items, or more than most pages, fails t.
+func walkPages[T any](t *testing.T, tp *testPlatform, path string, limit, most int) ([]T, int) {
+	t.Helper()
+	var all []T
+	pages := 0
+	for ; path != ""; pages++ {
+		if pages == most {
+			t.Fatalf("more than %d pages", most)
+		}
+		req, _ := http.NewRequest("GET", tp.srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page []T
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(page) > limit {
+			t.Fatalf("GET %s: %s, %d items, %v; want at most %d", path, resp.Status, len(page), err, limit)
+		}
+		all = append(all, page...)
+		next := ""
+		if l := resp.Header.Get("Link"); l != "" {
+			var ok bool
+			if next, ok = strings.CutPrefix(l, "<"); ok {
+				next, ok = strings.CutSuffix(next, `>; rel="next"`)
+			}
+			if !ok || !strings.HasPrefix(next, "/") {
+				t.Fatalf("GET %s: Link %q", path, l)
+			}
+		}
+		path = next
+	}
+	return all, pages
 }
