@@ -221,8 +221,9 @@ func (r *Route) lastUse() time.Time {
 // UnusedDue is in the future by nature; Plan brings one that lies more
 // than one closure interval after now back to that.
 type NodeState struct {
-	// PlannedAt is the time of the last plan; a plan for an earlier
-	// time is refused with [ErrOutOfOrder].
+	// PlannedAt is the time of the last plan. A plan for an earlier
+	// time (a clock that stepped back) takes the state's later times as
+	// its own (see [Policy.Plan]).
 	PlannedAt time.Time `json:"planned_at,omitzero"`
 	// UnusedDue paces the closing of unused routes on an overloaded
 	// exit: the next may be closed at this time, and each closure moves

@@ -1,0 +1,168 @@
+package routing_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/routing"
+)
+
+// closure is one route closed, at the real time of its plan (which the
+// platform's clock may not show).
+type closure struct {
+	real time.Time
+	why  routing.Reason
+}
+
+// checkRealTime checks de-1's closures of overloadedScenario (200 sessions,
+// 5 % an hour: 10) against the help page's figures measured in real time:
+// unused routes at most ceil(10/12)+1 = 2 within any 5 minutes and 1.1 ×
+// 10 + 1 within any hour; routes in use one per 5 minutes. It returns how
+// many of each closed.
+func checkRealTime(t *testing.T, cs []closure) (unused, moves int) {
+	t.Helper()
+	var lastMove time.Time
+	for i, c := range cs {
+		if c.why == routing.ReasonMove {
+			moves++
+			if !lastMove.IsZero() && c.real.Sub(lastMove) < 5*time.Minute {
+				t.Errorf("%v: a route in use moved %v after the previous one", c.real.Sub(t0), c.real.Sub(lastMove))
+			}
+			lastMove = c.real
+			continue
+		}
+		unused++
+		five, hour := 0, 0
+		for _, d := range cs[i:] {
+			if d.why != routing.ReasonUnused {
+				continue
+			}
+			if d.real.Sub(c.real) < 5*time.Minute {
+				five++
+			}
+			if d.real.Sub(c.real) < time.Hour {
+				hour++
+			}
+		}
+		if five > 2 || hour > 12 {
+			t.Errorf("%v: %d unused routes closed within 5 minutes (want ≤ 2), %d within the hour (want ≤ 12)", c.real.Sub(t0), five, hour)
+		}
+	}
+	return unused, moves
+}
+
+// The platform's clock steps back (3 minutes, then 10 more) while de-1 is
+// overloaded and planned every 2, 5, 10 or 30 seconds. Plans go on, the
+// node keeps shedding load, and the rules hold in real time.
+func TestClockStepsBack(t *testing.T) {
+	offset := func(real time.Duration) time.Duration {
+		switch {
+		case real < 20*time.Minute:
+			return 0
+		case real < 40*time.Minute:
+			return -3 * time.Minute
+		}
+		return -13 * time.Minute
+	}
+	for _, every := range []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second} {
+		t.Run(every.String(), func(t *testing.T) {
+			f := overloadedScenario(routing.RoleExit)
+			var cs []closure
+			for real := time.Duration(0); real <= 75*time.Minute; real += every {
+				from := len(f.log)
+				f.round(t, routing.Policy{}, t0.Add(real+offset(real)))
+				for _, s := range f.log[from:] {
+					for _, a := range s.plan.Actions {
+						cs = append(cs, closure{t0.Add(real), a.Reason})
+					}
+				}
+			}
+			unused, moves := checkRealTime(t, cs)
+			t.Logf("every %v: %d unused closed, %d moved in 75 minutes", every, unused, moves)
+			// 75 minutes at one every 6 minutes; moves from minute 15 on
+			// (label), one per 5 minutes, each step back delaying one.
+			if unused < 10 || moves < 9 {
+				t.Errorf("closed %d unused and moved %d across the steps; want the node to go on shedding (≥ 10, ≥ 9)", unused, moves)
+			}
+		})
+	}
+}
+
+// A state planned in 2126 (the clock once ran a century ahead) does not
+// leave the node unplanned until then: the next move waits five minutes
+// and the next unused route one interval (6 minutes at 200 sessions), no
+// more.
+func TestStatePlannedInTheFuture(t *testing.T) {
+	f := overloadedScenario(routing.RoleExit)
+	future := t0.AddDate(100, 0, 0)
+	f.nodes[0].State = routing.NodeState{PlannedAt: future, LastMove: future, UnusedDue: future,
+		UnusedRecent: []routing.Closures{{At: future, Count: 2}}}
+	f.nodes[0].OverloadedSince = t0.Add(-time.Hour)
+	var cs []closure
+	for real := time.Duration(0); real <= 11*time.Minute; real += 30 * time.Second {
+		from := len(f.log)
+		f.round(t, routing.Policy{}, t0.Add(real))
+		for _, s := range f.log[from:] {
+			for _, a := range s.plan.Actions {
+				cs = append(cs, closure{t0.Add(real), a.Reason})
+			}
+		}
+	}
+	var first []string
+	for _, c := range cs {
+		first = append(first, fmt.Sprintf("%v %s", c.real.Sub(t0), string(c.why)))
+	}
+	want := []string{"5m0s move", "6m0s unused", "10m0s move"}
+	if !slices.Equal(first, want) {
+		t.Errorf("after a state planned in 2126: %v, want %v", first, want)
+	}
+}
+
+// A plan round repeated after a crash, every seventh round of de-1
+// planned every 30 seconds for an hour. Over the old state (the crash came
+// before the state was stored) the repeat returns the same actions; over
+// the stored state, a moment later, it adds nothing the rules do not
+// allow: the distinct routes closed keep the figures.
+func TestRoundRepeatedAfterACrash(t *testing.T) {
+	for _, stored := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stored=%v", stored), func(t *testing.T) {
+			f := overloadedScenario(routing.RoleExit)
+			n := f.nodes[0]
+			var cs []closure
+			seen := map[string]bool{}
+			for i, now := 0, t0; !now.After(t0.Add(time.Hour)); i, now = i+1, now.Add(30*time.Second) {
+				f.traffic(now)
+				in := f.live(n.ID)
+				p := mustPlan(t, routing.Policy{}, now, *n, in, f.ix)
+				plans := []routing.Plan{p}
+				if i%7 == 3 {
+					if stored {
+						again := *n
+						again.State = p.State
+						plans = append(plans, mustPlan(t, routing.Policy{}, now.Add(3*time.Second), again, in, f.ix))
+					} else if again := mustPlan(t, routing.Policy{}, now, *n, in, f.ix); !slices.Equal(ids(again), ids(p)) {
+						t.Fatalf("%v: repeated over the old state: %v, first %v", now.Sub(t0), ids(again), ids(p))
+					}
+				}
+				for _, p := range plans {
+					for _, a := range p.Actions {
+						if !seen[a.Route.ID] {
+							seen[a.Route.ID] = true
+							cs = append(cs, closure{p.At, a.Reason})
+						}
+						f.closed[a.Route.ID] = true
+						f.ix.Remove(a.Route)
+					}
+					n.State = p.State
+				}
+			}
+			unused, moves := checkRealTime(t, cs)
+			t.Logf("%d unused closed, %d moved in an hour", unused, moves)
+			if unused < 9 || moves < 9 {
+				t.Errorf("closed %d unused and moved %d; want ≥ 9 of each", unused, moves)
+			}
+		})
+	}
+}
