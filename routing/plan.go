@@ -85,7 +85,8 @@ type Plan struct {
 	Actions []Action `json:"actions"`
 	// State is the node's state after the round: store it as the node's
 	// State for the next round, whether or not the actions are carried
-	// out.
+	// out, and before carrying them out, so that a round repeated after
+	// a crash closes nothing the pace has not reached since.
 	State NodeState `json:"state"`
 }
 
