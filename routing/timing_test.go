@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -164,5 +165,43 @@ func TestRoundRepeatedAfterACrash(t *testing.T) {
 				t.Errorf("closed %d unused and moved %d; want ≥ 9 of each", unused, moves)
 			}
 		})
+	}
+}
+
+// "At the same price or less" is what the user pays at the plan's time.
+// ann locked 100 on x1 and 90 on x2 at t0; x1 lowered its price to 80 at
+// t0+1h, which reaches her session at t0+4h. Before then x2 is an
+// alternative; from then on it is dearer than what she pays on x1, and
+// her route on x1 is not moved, though x2's locked price is lower than
+// x1's.
+func TestPriceIsWhatTheUserPaysNow(t *testing.T) {
+	var h1, h2 pricing.History
+	for _, err := range []error{h1.Set(t0.Add(-time.Hour), 100), h2.Set(t0.Add(-time.Hour), 90), h1.Set(t0.Add(time.Hour), 80)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1, err1 := h1.Lock(t0)
+	s2, err2 := h2.Lock(t0)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	x1 := routing.Node{ID: "x1", Role: routing.RoleExit, Country: "DE", OverloadedSince: t0, MemoryPercent: 95}
+	for _, tc := range []struct {
+		at    time.Duration
+		moved bool
+	}{{4*time.Hour - time.Minute, true}, {4 * time.Hour, false}} {
+		now := t0.Add(tc.at)
+		p1, err1 := h1.SessionPrice(s1, now)
+		p2, err2 := h2.SessionPrice(s2, now)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		r1 := routing.Route{ID: "ann-x1", User: "ann", Key: "vpn", Node: "x1", Country: "DE", Price: p1, Kind: routing.KindOwn, Start: t0, LastTraffic: now}
+		r2 := routing.Route{ID: "ann-x2", User: "ann", Key: "vpn", Node: "x2", Country: "DE", Price: p2, Kind: routing.KindOwn, Start: t0, LastTraffic: now}
+		p := mustPlan(t, routing.Policy{}, now, x1, []routing.Route{r1}, routing.NewIndex([]routing.Route{r1, r2}))
+		if got := len(p.Actions) == 1; got != tc.moved {
+			t.Errorf("at t0+%v, paying %d on x1 and %d on x2: planned %v, want moved %v", tc.at, p1, p2, ids(p), tc.moved)
+		}
 	}
 }

@@ -105,7 +105,7 @@ type Node struct {
 	Role    Role   `json:"role"`
 	Country string `json:"country"`
 	// Price is the node's asking price now. New sessions lock it; the
-	// rules here compare the prices routes locked (Route.Price), not this
+	// rules here compare what routes' users pay (Route.Price), not this
 	// one.
 	Price pricing.Price `json:"price"`
 	// Paused: the platform has paused routing to the node; it is being
@@ -191,8 +191,12 @@ type Route struct {
 	// country.
 	Node    string `json:"node"`
 	Country string `json:"country"`
-	// Price is what the user pays for the route: the price its session
-	// locked (see the pricing package).
+	// Price is what the user pays for the route at the plan's time: its
+	// session's price then (pricing's History.SessionPrice), which is
+	// the price it locked unless a drop has reached it. Give that, not
+	// the locked price: "at the same price or less" compares what the
+	// user pays now, so a move onto a copy whose locked price is lower
+	// than the one the user pays after a drop would raise the price.
 	Price pricing.Price `json:"price"`
 	Kind  Kind          `json:"kind"`
 	// LastTraffic is the last time the route moved traffic; zero if it
