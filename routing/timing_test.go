@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -204,4 +206,84 @@ func TestPriceIsWhatTheUserPaysNow(t *testing.T) {
 			t.Errorf("at t0+%v, paying %d on x1 and %d on x2: planned %v, want moved %v", tc.at, p1, p2, ids(p), tc.moved)
 		}
 	}
+}
+
+// Whatever the plan period and however the platform's clock steps back,
+// an overloaded exit with unused routes always at hand closes, in real
+// time, no more than ceil(5 % × sessions / 12) + 1 within any 5 minutes
+// and 5 % of its sessions, +10 %, +1, within any hour, and moves at most
+// one route in use per 5 minutes; and it goes on closing.
+func TestPropertyClockStepsBack(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		sessions := rapid.IntRange(20, 3000).Draw(t, "sessions")
+		every := rapid.SampledFrom([]time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second}).Draw(t, "every")
+		few := (sessions+239)/240 + 1
+		rate := 0.05 * float64(sessions)
+		n := routing.Node{ID: "x", Role: routing.RoleExit, Country: "DE", Sessions: sessions, MemoryPercent: 95,
+			OverloadedSince: t0.Add(-time.Hour)}
+		var offset time.Duration // the platform's clock minus real time
+		var unusedAt []time.Time
+		var lastMove time.Time
+		next := 0
+		var cands []routing.Route
+		const span = 2 * time.Hour
+		for real := time.Duration(0); real < span; real += every {
+			if rapid.IntRange(0, 199).Draw(t, "step?") == 0 {
+				offset -= time.Duration(rapid.IntRange(1, 900).Draw(t, "back s")) * time.Second
+			}
+			now := t0.Add(real + offset)
+			for len(cands) < few+2 {
+				u := fmt.Sprintf("u%d", next)
+				// Unused own routes, and routes in use with a copy on y.
+				cands = append(cands,
+					route("r"+u, u, "k", "x", "DE", 10, routing.KindOwn, t0.Add(-6*time.Hour)),
+					route("busy"+u, "b"+u, "k", "x", "DE", 10, routing.KindOwn, t0.Add(span)))
+				next++
+			}
+			alts := make([]routing.Route, 0, len(cands))
+			for _, r := range cands {
+				if r.User[0] == 'b' {
+					alt := r
+					alt.ID, alt.Node = "alt-"+r.ID, "y"
+					alts = append(alts, alt)
+				}
+			}
+			p, err := routing.Policy{}.Plan(now, n, cands, routing.NewIndex(append(alts, cands...)))
+			if err != nil {
+				t.Fatalf("plan at real %v, clock %v: %v", real, real+offset, err)
+			}
+			n.State = p.State
+			at := t0.Add(real)
+			for _, a := range p.Actions {
+				cands = slices.DeleteFunc(cands, func(r routing.Route) bool { return r.ID == a.Route.ID })
+				if a.Reason == routing.ReasonMove {
+					if !lastMove.IsZero() && at.Sub(lastMove) < 5*time.Minute {
+						t.Fatalf("real %v: moved %v after the previous move", real, at.Sub(lastMove))
+					}
+					lastMove = at
+					continue
+				}
+				unusedAt = append(unusedAt, at)
+			}
+		}
+		for i, a := range unusedAt {
+			five, hour := 0, 0
+			for _, b := range unusedAt[i:] {
+				if b.Sub(a) < 5*time.Minute {
+					five++
+				}
+				if b.Sub(a) < time.Hour {
+					hour++
+				}
+			}
+			if five > few || float64(hour) > 1.1*rate+1 {
+				t.Fatalf("from real %v: %d closed within 5 minutes (most %d), %d within the hour (most %.1f)", a.Sub(t0), five, few, hour, 1.1*rate+1)
+			}
+		}
+		// Each step back delays the pace by at most an interval and moves
+		// by 5 minutes: the node still sheds.
+		if len(unusedAt) == 0 || lastMove.IsZero() {
+			t.Fatalf("over 2 hours: %d unused closed, last move %v; want the node to go on shedding", len(unusedAt), lastMove)
+		}
+	})
 }
