@@ -287,3 +287,61 @@ func TestPropertyClockStepsBack(t *testing.T) {
 		}
 	})
 }
+
+// A step forward of the clock cannot be told from plans an hour apart: in
+// the real five minutes before it, one more move and one more five-minute
+// figure of unused routes may go, no more; outside them the figures hold.
+// de-1, counted as 1,200 sessions (60 unused routes an hour, at most 6
+// within 5 minutes), is planned every 10 s; the clock jumps an hour ahead
+// at 0:32 and back at 0:50.
+func TestClockStepsForward(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		f := overloadedScenario(routing.RoleExit)
+		f.nodes[0].Sessions = 1200
+		var cs []closure
+		for real := time.Duration(0); real <= 80*time.Minute; real += 10 * time.Second {
+			label := real
+			if real >= 32*time.Minute && real < 50*time.Minute {
+				label += time.Hour
+			}
+			from := len(f.log)
+			f.round(t, routing.Policy{}, t0.Add(label))
+			for _, s := range f.log[from:] {
+				for _, a := range s.plan.Actions {
+					cs = append(cs, closure{t0.Add(real), a.Reason})
+				}
+			}
+		}
+		step := t0.Add(32 * time.Minute)
+		var broken []string
+		for i, c := range cs {
+			five, moves := 0, 0
+			for _, d := range cs[i:] {
+				if d.real.Sub(c.real) >= 5*time.Minute {
+					break
+				}
+				if d.why == routing.ReasonMove {
+					moves++
+				} else {
+					five++
+				}
+			}
+			most, mostMoves := 6, 1
+			if !strict && c.real.After(step.Add(-5*time.Minute)) && !c.real.After(step) {
+				most, mostMoves = 12, 2
+			}
+			if five > most || moves > mostMoves {
+				broken = append(broken, fmt.Sprintf("from %v: %d unused and %d moves within 5 minutes, want at most %d and %d",
+					c.real.Sub(t0), five, moves, most, mostMoves))
+			}
+		}
+		switch {
+		case !strict && len(broken) > 0:
+			t.Errorf("beyond the bound of a step forward: %v", broken)
+		case strict && len(broken) == 0:
+			t.Errorf("the step forward let nothing more through; the bound this test pins is not reached")
+		case strict:
+			t.Logf("a step forward, as documented: %v", broken[0])
+		}
+	}
+}
