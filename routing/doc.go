@@ -86,8 +86,8 @@
 //     minutes and the last five minutes' closures count for five more, so
 //     the figures hold in real time and the node goes on shedding load; a
 //     state planned in 2126 does not stop its node's plans for a century.
-//     A step forward cannot be told from plans far apart: within the five
-//     minutes it spans, it may let through one more move and one more
+//     A step forward cannot be told from plans far apart: in the five
+//     minutes before it, it may let through one more move and one more
 //     five-minute figure of unused routes.
 //   - A round repeated after a crash: store the Plan's State (and the
 //     store's record of what the moves rely on) before carrying out its

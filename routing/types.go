@@ -195,8 +195,8 @@ type Route struct {
 	// session's price then (pricing's History.SessionPrice), which is
 	// the price it locked unless a drop has reached it. Give that, not
 	// the locked price: "at the same price or less" compares what the
-	// user pays now, so a move onto a copy whose locked price is lower
-	// than the one the user pays after a drop would raise the price.
+	// user pays now, and comparing locked prices could move a user whose
+	// price a drop has lowered onto a copy that costs more.
 	Price pricing.Price `json:"price"`
 	Kind  Kind          `json:"kind"`
 	// LastTraffic is the last time the route moved traffic; zero if it
