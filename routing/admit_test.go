@@ -34,6 +34,10 @@ func TestAdmit(t *testing.T) {
 		{"overloaded again during a cool-down", routing.Policy{}, func(n *routing.Node) {
 			n.OverloadEnded, n.OverloadedSince = now.Add(-3*time.Minute), now.Add(-time.Minute)
 		}, false, routing.ReasonOverloaded},
+		// The clock stepped back past the overload's end or start: the
+		// cool-down lasts longer, never shorter, and an overload holds.
+		{"overload ended 5m ahead of the clock", routing.Policy{}, func(n *routing.Node) { n.OverloadEnded = now.Add(5 * time.Minute) }, false, routing.ReasonCoolDown},
+		{"overloaded since 1m ahead of the clock", routing.Policy{}, func(n *routing.Node) { n.OverloadedSince = now.Add(time.Minute) }, false, routing.ReasonOverloaded},
 		{"max_users filled", routing.Policy{}, func(n *routing.Node) { n.LiveUsers = 100 }, false, routing.ReasonFull},
 		{"max_users overfilled", routing.Policy{}, func(n *routing.Node) { n.LiveUsers = 120 }, false, routing.ReasonFull},
 		{"one place left", routing.Policy{}, func(n *routing.Node) { n.LiveUsers = 99 }, true, ""},

@@ -80,6 +80,20 @@
 //     (a last_move in 2126) is refused, not clamped; the pace's due time,
 //     in the future by nature, is brought back to at most one interval
 //     from now.
+//   - Clocks step. A plan for a time before the state's last plan (the
+//     clock stepped back, or a round is replayed) is planned, with the
+//     state's later times taken as now: the next move waits a whole five
+//     minutes and the last five minutes' closures count for five more, so
+//     the figures hold in real time and the node goes on shedding load; a
+//     state planned in 2126 does not stop its node's plans for a century.
+//     A step forward cannot be told from plans far apart: in the five
+//     minutes before it, it may let through one more move and one more
+//     five-minute figure of unused routes.
+//   - A round repeated after a crash: store the Plan's State (and the
+//     store's record of what the moves rely on) before carrying out its
+//     actions. A round repeated over the stored state closes nothing the
+//     pace has not reached since; one repeated over the old state returns
+//     the same actions, which are then carried out twice, harmlessly.
 //
 // Typical use, once per round per node (e.g. at each 30-second reading),
 // over one Index of the fleet's routes kept across rounds:

@@ -24,6 +24,7 @@ type simNode struct {
 	unusedAt       []time.Time
 	unusedCount    []int
 	unusedSessions []int
+	lastMove       time.Time // real time of the last move
 }
 
 // group is one user's copies of one route key.
@@ -44,6 +45,12 @@ type fleetSim struct {
 	ix     routing.Alternatives
 	inUse  map[string]bool // route ID → moves traffic
 	groups map[[2]string]*group
+	// clock is the platform's clock at a real time (nil: real time);
+	// repeat, if set, is the share of node plans repeated a second
+	// later over the stored state, as after a crash before the
+	// actions were carried out.
+	clock  func(real time.Time) time.Time
+	repeat float64
 }
 
 // noReliance is the Index with ReliedOn always zero: the fleet without the
@@ -105,8 +112,13 @@ func newFleetSim(seed uint64, hours int, reliance bool) *fleetSim {
 }
 
 // round plans every node at now, in random order, and carries out each
-// plan; it returns the first broken invariant.
+// plan; it returns the first broken invariant. now is real time; the
+// plans and the traffic are stamped by s.clock.
 func (s *fleetSim) round(pol routing.Policy, now time.Time) error {
+	label := now
+	if s.clock != nil {
+		label = s.clock(now)
+	}
 	half := int(now.Sub(t0) / (30 * time.Minute))
 	for _, n := range s.nodes {
 		n.node.OverloadedSince = time.Time{}
@@ -124,19 +136,32 @@ func (s *fleetSim) round(pol routing.Policy, now time.Time) error {
 		n.node.MemoryPercent = n.memory[half]
 		for i := range n.live {
 			if s.inUse[n.live[i].ID] {
-				n.live[i].LastTraffic = now
+				n.live[i].LastTraffic = label
 			}
 		}
 	}
 	for _, i := range s.rng.Perm(len(s.nodes)) {
 		n := s.nodes[i]
-		p, err := pol.Plan(now, n.node, n.live, s.ix)
+		p, err := pol.Plan(label, n.node, n.live, s.ix)
 		if err != nil {
 			return err
 		}
 		n.node.State = p.State
+		actions := p.Actions
+		if s.repeat > 0 && s.rng.Float64() < s.repeat {
+			again, err := pol.Plan(label.Add(time.Second), n.node, n.live, s.ix)
+			if err != nil {
+				return err
+			}
+			n.node.State = again.State
+			for _, a := range again.Actions {
+				if !slices.ContainsFunc(actions, func(b routing.Action) bool { return b.Route.ID == a.Route.ID }) {
+					actions = append(slices.Clip(actions), a)
+				}
+			}
+		}
 		unused := 0
-		for _, a := range p.Actions {
+		for _, a := range actions {
 			n.live = slices.DeleteFunc(n.live, func(r routing.Route) bool { return r.ID == a.Route.ID })
 			g := s.groups[[2]string{a.Route.User, a.Route.Key}]
 			g.live--
@@ -146,6 +171,12 @@ func (s *fleetSim) round(pol routing.Policy, now time.Time) error {
 					// The user goes on through the route kept.
 					s.inUse[a.Keeps.ID] = true
 				}
+			}
+			if a.Reason == routing.ReasonMove {
+				if !n.lastMove.IsZero() && now.Sub(n.lastMove) < 5*time.Minute {
+					return fmt.Errorf("%v: node %s moved %s %v after its previous move", now.Sub(t0), n.node.ID, a.Route.ID, now.Sub(n.lastMove))
+				}
+				n.lastMove = now
 			}
 			if g.live == 0 && g.inUse {
 				return fmt.Errorf("%v: node %s closed %s (%s), user %s's last copy of %s, a route in use",
@@ -158,7 +189,7 @@ func (s *fleetSim) round(pol routing.Policy, now time.Time) error {
 		if unused > 0 {
 			n.unusedAt = append(n.unusedAt, now)
 			n.unusedCount = append(n.unusedCount, unused)
-			n.unusedSessions = append(n.unusedSessions, len(n.live)+len(p.Actions))
+			n.unusedSessions = append(n.unusedSessions, len(n.live)+len(actions))
 		}
 		if err := n.checkPace(now); err != nil {
 			return err
@@ -226,6 +257,41 @@ func TestFleetSimulation(t *testing.T) {
 	t.Logf("24 h: %d unused routes closed, %d nodes moved routes, %d routes live of about 40,000", unused, moves, live)
 	if unused == 0 || moves == 0 {
 		t.Errorf("the simulation closed %d unused routes and %d nodes moved routes; want both", unused, moves)
+	}
+}
+
+// The same fleet planned every 30 seconds for three hours, with the
+// platform's clock stepping back 40 seconds at 0:50 and 10 more minutes at
+// 1:40, and one node plan in fifty repeated a second later over the
+// stored state, as after a crash before its actions were carried out. The
+// invariants hold in real time.
+func TestFleetSimulationClockStepsAndRepeats(t *testing.T) {
+	s := newFleetSim(2, 3, true)
+	s.repeat = 0.02
+	s.clock = func(real time.Time) time.Time {
+		switch d := real.Sub(t0); {
+		case d < 50*time.Minute:
+			return real
+		case d < 100*time.Minute:
+			return real.Add(-40 * time.Second)
+		}
+		return real.Add(-10*time.Minute - 40*time.Second)
+	}
+	if err := s.run(routing.Policy{}, 30*time.Second, 3); err != nil {
+		t.Fatal(err)
+	}
+	var unused, moved int
+	for _, n := range s.nodes {
+		for _, c := range n.unusedCount {
+			unused += c
+		}
+		if !n.lastMove.IsZero() {
+			moved++
+		}
+	}
+	t.Logf("3 h: %d unused routes closed, %d nodes moved routes", unused, moved)
+	if unused == 0 || moved == 0 {
+		t.Errorf("the simulation closed %d unused routes and %d nodes moved routes; want both", unused, moved)
 	}
 }
 

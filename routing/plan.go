@@ -85,7 +85,8 @@ type Plan struct {
 	Actions []Action `json:"actions"`
 	// State is the node's state after the round: store it as the node's
 	// State for the next round, whether or not the actions are carried
-	// out.
+	// out, and before carrying them out, so that a round repeated after
+	// a crash closes nothing the pace has not reached since.
 	State NodeState `json:"state"`
 }
 
@@ -131,8 +132,16 @@ type Plan struct {
 // next node's plan neither moves a user onto a route just closed nor closes
 // the route a move relies on: plan the nodes one after another over the
 // same alts. A Node that [Node.Validate] refuses is an error wrapping
-// [ErrInvalid]; a State whose PlannedAt is after now, one wrapping
-// [ErrOutOfOrder].
+// [ErrInvalid].
+//
+// A plan for a time before the State's PlannedAt (the platform's clock
+// stepped back, or a round is replayed) is planned, not refused: the
+// state's times after now (PlannedAt, LastMove, UnusedRecent) are taken
+// as now, so the next move waits a whole MoveEvery and the closures of
+// the last five minutes count for five more, measured on the clock as it
+// now runs. The rules hold in real time across the step, and a node whose
+// clock once ran ahead (a state planned in 2126) is not left unplanned
+// until the clock catches up.
 func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (Plan, error) {
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
@@ -145,8 +154,9 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 	}
 	st := n.State
 	if now.Before(st.PlannedAt) {
-		return Plan{}, fmt.Errorf("routing: plan node %q at %v: the previous plan was at %v: %w",
-			n.ID, now, st.PlannedAt, ErrOutOfOrder)
+		// The clock stepped back (or a round is replayed): what the state
+		// says happened later happened, as far as the rules go, now.
+		st = st.backTo(now)
 	}
 	sessions := n.Sessions
 	if sessions == 0 {
@@ -271,6 +281,25 @@ func (pc unusedPace) after(st NodeState, now time.Time, closed int) NodeState {
 	st.UnusedDue = due
 	if closed > 0 {
 		st.UnusedRecent = append(slices.Clip(st.UnusedRecent), Closures{At: now, Count: closed})
+	}
+	return st
+}
+
+// backTo returns the state with every time after now taken as now: a
+// clock that stepped back to now.
+func (st NodeState) backTo(now time.Time) NodeState {
+	st.PlannedAt = now
+	if st.LastMove.After(now) {
+		st.LastMove = now
+	}
+	if len(st.UnusedRecent) > 0 && st.UnusedRecent[len(st.UnusedRecent)-1].At.After(now) {
+		cs := slices.Clone(st.UnusedRecent)
+		for i := range cs {
+			if cs[i].At.After(now) {
+				cs[i].At = now
+			}
+		}
+		st.UnusedRecent = cs
 	}
 	return st
 }

@@ -13,8 +13,10 @@ var (
 	// unknown kind, a negative duration in the Policy), or an
 	// [Alternatives] answer that is not an alternative.
 	ErrInvalid = errors.New("invalid input")
-	// ErrOutOfOrder: a plan for a time before the node's previous plan.
-	// The state is left as it was.
+	// ErrOutOfOrder was returned for a plan for a time before the node's
+	// previous plan. Plan no longer returns it: a clock that stepped
+	// back is planned at the time it gives (see [Policy.Plan]). It is
+	// kept for callers that branch on it.
 	ErrOutOfOrder = errors.New("plan out of order")
 )
 

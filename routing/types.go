@@ -105,7 +105,7 @@ type Node struct {
 	Role    Role   `json:"role"`
 	Country string `json:"country"`
 	// Price is the node's asking price now. New sessions lock it; the
-	// rules here compare the prices routes locked (Route.Price), not this
+	// rules here compare what routes' users pay (Route.Price), not this
 	// one.
 	Price pricing.Price `json:"price"`
 	// Paused: the platform has paused routing to the node; it is being
@@ -191,8 +191,12 @@ type Route struct {
 	// country.
 	Node    string `json:"node"`
 	Country string `json:"country"`
-	// Price is what the user pays for the route: the price its session
-	// locked (see the pricing package).
+	// Price is what the user pays for the route at the plan's time: its
+	// session's price then (pricing's History.SessionPrice), which is
+	// the price it locked unless a drop has reached it. Give that, not
+	// the locked price: "at the same price or less" compares what the
+	// user pays now, and comparing locked prices could move a user whose
+	// price a drop has lowered onto a copy that costs more.
 	Price pricing.Price `json:"price"`
 	Kind  Kind          `json:"kind"`
 	// LastTraffic is the last time the route moved traffic; zero if it
@@ -221,8 +225,9 @@ func (r *Route) lastUse() time.Time {
 // UnusedDue is in the future by nature; Plan brings one that lies more
 // than one closure interval after now back to that.
 type NodeState struct {
-	// PlannedAt is the time of the last plan; a plan for an earlier
-	// time is refused with [ErrOutOfOrder].
+	// PlannedAt is the time of the last plan. A plan for an earlier
+	// time (a clock that stepped back) takes the state's later times as
+	// its own (see [Policy.Plan]).
 	PlannedAt time.Time `json:"planned_at,omitzero"`
 	// UnusedDue paces the closing of unused routes on an overloaded
 	// exit: the next may be closed at this time, and each closure moves
