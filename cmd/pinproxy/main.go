@@ -94,6 +94,7 @@ type options struct {
 	logConnections    bool
 	shutdownTimeout   time.Duration
 	version           bool
+	fromEnv           map[string]bool // flags set from the environment, not the command line
 }
 
 // usageError is a bad flag or environment value: exit status 2.
@@ -101,8 +102,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (options, error) {
-	var o options
+func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (o options, err error) {
 	fs := flag.NewFlagSet("pinproxy", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.listen, "listen", "", "address to accept clients on, host:port (required)")
@@ -169,6 +169,20 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true }) // the command line or the environment
+	o.fromEnv = map[string]bool{}
+	for name := range set {
+		if !given[name] {
+			o.fromEnv[name] = true
+		}
+	}
+	// A bad value from the environment is named as such: the operator
+	// did not type "-max-conns -1", the unit or container set it.
+	defer func() {
+		var ue usageError
+		if errors.As(err, &ue) {
+			err = usageError{o.fromEnvPrefix(ue.msg) + ue.msg}
+		}
+	}()
 
 	if o.listen == "" {
 		return o, usageError{"-listen is required (or PINPROXY_LISTEN): the host:port to accept clients on"}
@@ -253,6 +267,18 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 		return o, usageError{fmt.Sprintf("-shutdown-timeout %v: must not be negative", o.shutdownTimeout)}
 	}
 	return o, nil
+}
+
+// fromEnvPrefix returns "PINPROXY_NAME: " when msg is about the flag
+// -NAME ("-NAME ..." or "-NAME: ...") and its value came from the
+// environment; else "".
+func (o options) fromEnvPrefix(msg string) string {
+	name, _, _ := strings.Cut(strings.TrimPrefix(msg, "-"), " ")
+	name = strings.TrimSuffix(name, ":")
+	if !strings.HasPrefix(msg, "-") || !o.fromEnv[name] {
+		return ""
+	}
+	return cmdkit.EnvName(envPrefix, name) + ": "
 }
 
 // readUpstreams reads an upstreams file; the error names the file and,
@@ -344,7 +370,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	p, err := pinproxy.New(o.config(log))
 	var ue *pinproxy.UpstreamError
 	if errors.As(err, &ue) { // names the bad upstream
-		fmt.Fprintf(stderr, "pinproxy: -upstreams: %s\n", ue.Detail())
+		fmt.Fprintf(stderr, "pinproxy: %s-upstreams: %s\n", o.fromEnvPrefix("-upstreams"), ue.Detail())
 		return 2
 	}
 	if err != nil {
