@@ -27,7 +27,9 @@
 // With -admin, it serves Prometheus metrics on /metrics, each upstream's
 // state (live connections, dials, failures, up/down/unknown) as JSON on
 // /status, /healthz (200 while the process serves) and /readyz (200 while
-// it listens and at least one upstream is up).
+// it listens and at least one upstream is up; with -check-interval 0 an
+// upstream whose dial failed counts as down for the 30 s back-off only,
+// since nothing but a client would try it again).
 //
 // Exit status: 0 after SIGTERM or SIGINT, once the live connections have
 // closed or -shutdown-timeout has passed (then they are closed; a second
