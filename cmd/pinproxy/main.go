@@ -15,10 +15,11 @@
 // bad file keeps the current list and logs the line at fault. Without a
 // file, SIGHUP is logged and ignored.
 //
-// Every flag can also be set in the environment as PINPROXY_ and the flag
-// name in capitals with "_" for "-" (PINPROXY_LISTEN, PINPROXY_UPSTREAMS,
-// PINPROXY_REBALANCE_INTERVAL, ...); a flag given on the command line
-// wins over the environment.
+// Every flag but -version can also be set in the environment as PINPROXY_
+// and the flag name in capitals with "_" for "-" (PINPROXY_LISTEN,
+// PINPROXY_UPSTREAMS, PINPROXY_REBALANCE_INTERVAL, ...); a flag given on
+// the command line wins over the environment. PINPROXY_VERSION is left
+// to deployments, which often name the release to run with it.
 //
 // -max-conns defaults to what the open-file limit (RLIMIT_NOFILE) allows:
 // two descriptors a client, and a reserve for the admin server and the
@@ -133,7 +134,7 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 			fmt.Fprintf(stderr, "usage: pinproxy -listen host:port -upstreams host:port[,host:port...] [flags]\n\n")
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
-			fmt.Fprintf(stderr, "\nEach flag may be set in the environment as %sNAME (e.g. %s); flags win.\n",
+			fmt.Fprintf(stderr, "\nEach flag but -version may be set in the environment as %sNAME (e.g. %s); flags win.\n",
 				envPrefix, cmdkit.EnvName(envPrefix, "upstreams"))
 			return o, err
 		}
@@ -147,8 +148,19 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	// The environment fills in the flags not given on the command line.
-	if err := cmdkit.FromEnv(fs, envPrefix, lookupEnv); err != nil {
+	// The environment fills in the flags not given on the command line,
+	// all but -version: PINPROXY_VERSION is what deployments name the
+	// image or release to run, and read as -version it would make the
+	// service print a line and exit 0 (or exit 2 on "v0.5.0") instead of
+	// serving.
+	versionEnv := cmdkit.EnvName(envPrefix, "version")
+	serveEnv := func(name string) (string, bool) {
+		if name == versionEnv {
+			return "", false
+		}
+		return lookupEnv(name)
+	}
+	if err := cmdkit.FromEnv(fs, envPrefix, serveEnv); err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, "parse error") {
 			var name string // the flag the variable is for

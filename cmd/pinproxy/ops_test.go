@@ -285,3 +285,16 @@ func TestBinaryLiveByteCounters(t *testing.T) {
 		})
 	}
 }
+
+// PINPROXY_VERSION, which deployments use for the release to run, is not
+// read as -version: the proxy serves instead of printing a line and
+// exiting 0, or refusing "v0.5.0" as a bool.
+func TestBinaryVersionNotFromEnvironment(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	for _, v := range []string{"true", "v0.5.0"} {
+		p := start(t, []string{"PINPROXY_VERSION=" + v}, "-upstreams", a.Addr)
+		if _, on := pinproxytest.Dial(t, p.addr, "c-"+v); on != "A" {
+			t.Fatalf("PINPROXY_VERSION=%s: client landed on %q", v, on)
+		}
+	}
+}
