@@ -225,3 +225,31 @@ func readProxyHeader(r *bufio.Reader, v int) (string, error) {
 	src := netip.AddrPortFrom(netip.AddrFrom4([4]byte(body[:4])), binary.BigEndian.Uint16(body[8:]))
 	return src.String(), nil
 }
+
+// With health checks off, an upstream whose dial failed makes the proxy
+// not ready only for the back-off: nothing but a client would try it
+// again, so a proxy that gets clients only while ready must not stay
+// not ready for good.
+func TestReadyPassiveDownEndsWithBackoff(t *testing.T) {
+	for _, backoff := range []time.Duration{time.Hour, 300 * time.Millisecond} {
+		b := pinproxytest.Down(t, "B", pinproxytest.Line)
+		p := newProxy(t, pinproxy.Config{Upstreams: []string{b.Addr}, RebalanceInterval: -1, FailedBackoff: backoff})
+		addr := serve(t, p)
+		testkit.WaitFor(t, "ready before any client, with checks off", p.Ready) // once Serve has the listener
+		c, err := net.DialTimeout("tcp", addr, pinproxytest.WaitFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(pinproxytest.WaitFor))
+		c.Read(make([]byte, 1)) // closed: B refuses
+		c.Close()
+		testkit.WaitFor(t, "B down", func() bool { return stat(p, b.Addr).State == "down" })
+		if backoff == time.Hour {
+			if p.Ready() {
+				t.Fatal("ready within the back-off of the only upstream's failure")
+			}
+			continue
+		}
+		testkit.WaitFor(t, "ready once the back-off is over", p.Ready)
+	}
+}

@@ -101,17 +101,36 @@ func (p *Proxy) Totals() Totals {
 }
 
 // Ready reports whether the proxy is serving (at least one listener, and
-// Shutdown not called) and at least one upstream is up; with health
-// checks off, an upstream not tried yet counts as up, since only clients
-// would try it.
+// Shutdown not called) and at least one upstream is up.
+//
+// With health checks off, health is passive, from clients' dials, and
+// only clients would try an upstream again: one not tried yet counts as
+// up, and one whose last dial failed counts as down only for
+// Config.FailedBackoff (DefaultFailedBackoff when the back-off is off)
+// after that failure, after which the next client tries it as any other.
+// Otherwise a proxy behind a load balancer that sends clients only while
+// it is ready would stay not ready for good once its upstreams had
+// failed, even after they came back. With health checks on, Ready
+// follows the checks alone.
 func (p *Proxy) Ready() bool {
+	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || len(p.listeners) == 0 {
 		return false
 	}
+	passive := p.cfg.CheckInterval <= 0
+	window := p.cfg.FailedBackoff
+	if window <= 0 {
+		window = DefaultFailedBackoff
+	}
 	for _, u := range p.upstreams {
-		if u.state == healthUp || u.state == healthUnknown && p.cfg.CheckInterval <= 0 {
+		switch {
+		case u.state == healthUp:
+			return true
+		case passive && u.state == healthUnknown:
+			return true
+		case passive && u.state == healthDown && now.Sub(u.lastFailure) >= window:
 			return true
 		}
 	}

@@ -15,10 +15,11 @@
 // bad file keeps the current list and logs the line at fault. Without a
 // file, SIGHUP is logged and ignored.
 //
-// Every flag can also be set in the environment as PINPROXY_ and the flag
-// name in capitals with "_" for "-" (PINPROXY_LISTEN, PINPROXY_UPSTREAMS,
-// PINPROXY_REBALANCE_INTERVAL, ...); a flag given on the command line
-// wins over the environment.
+// Every flag but -version can also be set in the environment as PINPROXY_
+// and the flag name in capitals with "_" for "-" (PINPROXY_LISTEN,
+// PINPROXY_UPSTREAMS, PINPROXY_REBALANCE_INTERVAL, ...); a flag given on
+// the command line wins over the environment. PINPROXY_VERSION is left
+// to deployments, which often name the release to run with it.
 //
 // -max-conns defaults to what the open-file limit (RLIMIT_NOFILE) allows:
 // two descriptors a client, and a reserve for the admin server and the
@@ -27,7 +28,9 @@
 // With -admin, it serves Prometheus metrics on /metrics, each upstream's
 // state (live connections, dials, failures, up/down/unknown) as JSON on
 // /status, /healthz (200 while the process serves) and /readyz (200 while
-// it listens and at least one upstream is up).
+// it listens and at least one upstream is up; with -check-interval 0 an
+// upstream whose dial failed counts as down for the 30 s back-off only,
+// since nothing but a client would try it again).
 //
 // Exit status: 0 after SIGTERM or SIGINT, once the live connections have
 // closed or -shutdown-timeout has passed (then they are closed; a second
@@ -94,6 +97,7 @@ type options struct {
 	logConnections    bool
 	shutdownTimeout   time.Duration
 	version           bool
+	fromEnv           map[string]bool // flags set from the environment, not the command line
 }
 
 // usageError is a bad flag or environment value: exit status 2.
@@ -101,8 +105,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (options, error) {
-	var o options
+func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (o options, err error) {
 	fs := flag.NewFlagSet("pinproxy", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.listen, "listen", "", "address to accept clients on, host:port (required)")
@@ -131,7 +134,7 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 			fmt.Fprintf(stderr, "usage: pinproxy -listen host:port -upstreams host:port[,host:port...] [flags]\n\n")
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
-			fmt.Fprintf(stderr, "\nEach flag may be set in the environment as %sNAME (e.g. %s); flags win.\n",
+			fmt.Fprintf(stderr, "\nEach flag but -version may be set in the environment as %sNAME (e.g. %s); flags win.\n",
 				envPrefix, cmdkit.EnvName(envPrefix, "upstreams"))
 			return o, err
 		}
@@ -145,8 +148,19 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	// The environment fills in the flags not given on the command line.
-	if err := cmdkit.FromEnv(fs, envPrefix, lookupEnv); err != nil {
+	// The environment fills in the flags not given on the command line,
+	// all but -version: PINPROXY_VERSION is what deployments name the
+	// image or release to run, and read as -version it would make the
+	// service print a line and exit 0 (or exit 2 on "v0.5.0") instead of
+	// serving.
+	versionEnv := cmdkit.EnvName(envPrefix, "version")
+	serveEnv := func(name string) (string, bool) {
+		if name == versionEnv {
+			return "", false
+		}
+		return lookupEnv(name)
+	}
+	if err := cmdkit.FromEnv(fs, envPrefix, serveEnv); err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, "parse error") {
 			var name string // the flag the variable is for
@@ -169,6 +183,20 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true }) // the command line or the environment
+	o.fromEnv = map[string]bool{}
+	for name := range set {
+		if !given[name] {
+			o.fromEnv[name] = true
+		}
+	}
+	// A bad value from the environment is named as such: the operator
+	// did not type "-max-conns -1", the unit or container set it.
+	defer func() {
+		var ue usageError
+		if errors.As(err, &ue) {
+			err = usageError{o.fromEnvPrefix(ue.msg) + ue.msg}
+		}
+	}()
 
 	if o.listen == "" {
 		return o, usageError{"-listen is required (or PINPROXY_LISTEN): the host:port to accept clients on"}
@@ -253,6 +281,18 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 		return o, usageError{fmt.Sprintf("-shutdown-timeout %v: must not be negative", o.shutdownTimeout)}
 	}
 	return o, nil
+}
+
+// fromEnvPrefix returns "PINPROXY_NAME: " when msg is about the flag
+// -NAME ("-NAME ..." or "-NAME: ...") and its value came from the
+// environment; else "".
+func (o options) fromEnvPrefix(msg string) string {
+	name, _, _ := strings.Cut(strings.TrimPrefix(msg, "-"), " ")
+	name = strings.TrimSuffix(name, ":")
+	if !strings.HasPrefix(msg, "-") || !o.fromEnv[name] {
+		return ""
+	}
+	return cmdkit.EnvName(envPrefix, name) + ": "
 }
 
 // readUpstreams reads an upstreams file; the error names the file and,
@@ -344,7 +384,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	p, err := pinproxy.New(o.config(log))
 	var ue *pinproxy.UpstreamError
 	if errors.As(err, &ue) { // names the bad upstream
-		fmt.Fprintf(stderr, "pinproxy: -upstreams: %s\n", ue.Detail())
+		fmt.Fprintf(stderr, "pinproxy: %s-upstreams: %s\n", o.fromEnvPrefix("-upstreams"), ue.Detail())
 		return 2
 	}
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -255,4 +256,45 @@ func TestBinaryFileLimit(t *testing.T) {
 func startShell(t *testing.T, script string) *proc {
 	t.Helper()
 	return launch(t, exec.Command("sh", "-c", script))
+}
+
+// The byte counters on /metrics move while a connection lives, by
+// upstream and direction, as rate(pinproxy_upstream_bytes_total[1m])
+// needs for a connection that lives for days.
+func TestBinaryLiveByteCounters(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Echo)
+	p := start(t, nil, "-upstreams", a.Addr, "-admin", "127.0.0.1:0")
+	c, err := net.DialTimeout("tcp", p.addr, pinproxytest.WaitFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+	const n = 65536
+	if _, err := c.Write(make([]byte, n)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, n)); err != nil {
+		t.Fatal(err)
+	}
+	// The connection is still open: the figures must be there already.
+	for _, dir := range []string{"sent", "received"} {
+		want := fmt.Sprintf(`pinproxy_upstream_bytes_total{direction=%q,upstream=%q} %d`, dir, a.Addr, n)
+		testkit.WaitFor(t, want, func() bool {
+			return strings.Contains(get(t, "http://"+p.admin+"/metrics"), want+"\n")
+		})
+	}
+}
+
+// PINPROXY_VERSION, which deployments use for the release to run, is not
+// read as -version: the proxy serves instead of printing a line and
+// exiting 0, or refusing "v0.5.0" as a bool.
+func TestBinaryVersionNotFromEnvironment(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	for _, v := range []string{"true", "v0.5.0"} {
+		p := start(t, []string{"PINPROXY_VERSION=" + v}, "-upstreams", a.Addr)
+		if _, on := pinproxytest.Dial(t, p.addr, "c-"+v); on != "A" {
+			t.Fatalf("PINPROXY_VERSION=%s: client landed on %q", v, on)
+		}
+	}
 }

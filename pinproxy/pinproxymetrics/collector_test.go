@@ -57,6 +57,15 @@ pinproxy_upstream_last_failure_timestamp_seconds{upstream="usa-01:9333"} 0
 # TYPE pinproxy_upstream_moved_connections_total counter
 pinproxy_upstream_moved_connections_total{upstream="eu-01:9333"} 0
 pinproxy_upstream_moved_connections_total{upstream="usa-01:9333"} 1
+# HELP pinproxy_upstream_bytes_total Bytes copied through the upstream, counted as they are copied: direction "sent" from clients to it, "received" from it to clients (the figures of pinproxy_upstream_sent_bytes_total and pinproxy_upstream_received_bytes_total).
+# TYPE pinproxy_upstream_bytes_total counter
+pinproxy_upstream_bytes_total{direction="received",upstream="eu-01:9333"} 0
+pinproxy_upstream_bytes_total{direction="received",upstream="usa-01:9333"} 20
+pinproxy_upstream_bytes_total{direction="sent",upstream="eu-01:9333"} 0
+pinproxy_upstream_bytes_total{direction="sent",upstream="usa-01:9333"} 10
+# HELP pinproxy_upstream_sent_bytes_total Bytes copied from clients to the upstream.
+# TYPE pinproxy_upstream_sent_bytes_total counter
+pinproxy_upstream_sent_bytes_total{upstream="usa-01:9333"} 10
 # HELP pinproxy_rebalance_moves_total Connections closed by rebalance rounds to move them to an idle upstream.
 # TYPE pinproxy_rebalance_moves_total counter
 pinproxy_rebalance_moves_total 1
@@ -70,8 +79,8 @@ pinproxy_client_connections 2
 			t.Errorf("scrape lacks %q", line)
 		}
 	}
-	if n := strings.Count(got, "\npinproxy_"); n != 8*2+5 {
-		t.Errorf("%d samples, want %d:\n%s", n, 8*2+5, got)
+	if n := strings.Count(got, "\npinproxy_"); n != 10*2+5 {
+		t.Errorf("%d samples, want %d:\n%s", n, 10*2+5, got)
 	}
 }
 
