@@ -132,6 +132,8 @@ type Agent struct {
 	dm      *deliveryMetrics
 	reading chan struct{} // holds a token while the source's Read runs
 	now     func() time.Time
+	// stepTimeout bounds each Step that Run takes (see Run).
+	stepTimeout time.Duration
 
 	mu      sync.Mutex // guards tracker, last, run, seq, lastAt, lastMono
 	tracker *overload.Tracker
@@ -148,7 +150,8 @@ type Agent struct {
 	saveMu sync.Mutex // serializes writes of state.json
 
 	hist       history          // the last hour of readings, for / and the health handlers
-	hmu        sync.Mutex       // guards saveErr, lastNotice, sysctl
+	hmu        sync.Mutex       // guards saveErr, lastNotice, sysctl, started
+	started    time.Time        // when Run started; zero before
 	saveErr    error            // the latest Save's error
 	lastNotice *overload.Notice // the latest notice of this process
 	sysctl     *sysctl.Report   // the kernel sizing at start, if given
@@ -172,6 +175,7 @@ func New(cfg Config) (_ *Agent, err error) {
 		reading:  make(chan struct{}, 1),
 		now:      cfg.Now,
 	}
+	a.stepTimeout = max(a.interval, minStepTimeout)
 	if a.now == nil {
 		a.now = time.Now
 	}
@@ -347,11 +351,22 @@ func defaultClient() *http.Client {
 // Node returns the name of the agent's node.
 func (a *Agent) Node() string { return a.node }
 
+// minStepTimeout is the least time Run gives one Step.
+const minStepTimeout = 5 * time.Second
+
 // Run takes a reading at once and then every interval, and sends reports
 // in the background, until ctx ends. It then writes the state a last time
 // and returns nil; an error only when that write fails. Reports in flight
 // or queued stay on disk for the next run.
+//
+// Each Step gets the interval (at least 5 s) to finish: a reading that a
+// file or socket holds longer (a hung FUSE or network mount under /proc)
+// fails, is logged and counted as a reading error, and the next reading
+// is taken on time (the probe then skips what still blocks, as missing).
 func (a *Agent) Run(ctx context.Context) error {
+	a.hmu.Lock()
+	a.started = time.Now()
+	a.hmu.Unlock()
 	var wg sync.WaitGroup
 	if a.rep != nil {
 		wg.Go(func() { a.rep.run(ctx) })
@@ -359,7 +374,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
 	for {
-		_, _ = a.Step(ctx)
+		sctx, cancel := context.WithTimeout(ctx, a.stepTimeout)
+		_, _ = a.Step(sctx)
+		cancel()
 		select {
 		case <-ctx.Done():
 			wg.Wait()
@@ -386,8 +403,11 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	r, err := a.read(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.Canceled) { // stopping: not a failed reading
 			return overload.Result{}, ctx.Err()
+		}
+		if ctx.Err() != nil {
+			err = fmt.Errorf("the reading did not finish by its deadline (a file or socket that does not answer?): %w", err)
 		}
 		a.m.readingErrors.Inc()
 		a.log.Error("reading failed", "err", err)

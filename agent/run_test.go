@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/overload"
+)
+
+// hungSource's first Read blocks until its context ends, as a reading of
+// a file on a hung FUSE or network mount does (the probe returns by the
+// context's deadline); later Reads answer.
+type hungSource struct {
+	*fakeSource
+	mu    sync.Mutex
+	calls int
+}
+
+func (h *hungSource) Read(ctx context.Context) (overload.Reading, error) {
+	h.mu.Lock()
+	h.calls++
+	first := h.calls == 1
+	h.mu.Unlock()
+	if first {
+		<-ctx.Done()
+		return overload.Reading{}, ctx.Err()
+	}
+	return h.fakeSource.Read(ctx)
+}
+
+// TestRunBoundsAHungReading: a reading that never finishes by itself
+// fails by Run's deadline, is logged and counted, and the next one is
+// taken; before, Run waited on it for as long as the agent ran.
+func TestRunBoundsAHungReading(t *testing.T) {
+	var log testkit.LogBuffer
+	src := &hungSource{fakeSource: newFakeSource()}
+	a, err := New(Config{Node: "n1", Source: src, Interval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.stepTimeout = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testkit.WaitFor(t, "a reading after the hung one", func() bool { return a.hist.latest() != nil })
+	if v := testCounter(t, a, "proofkit_agent_reading_errors_total"); v != 1 {
+		t.Errorf("reading errors = %v, want 1 (the hung reading)", v)
+	}
+	if !strings.Contains(log.String(), "did not finish by its deadline") {
+		t.Errorf("the log does not say the reading ran out of time:\n%s", log.String())
+	}
+}
+
+// TestUnhealthyWhenNoReadingEverSucceeds: /healthz's check fails once the
+// agent has run three intervals without evaluating one reading (every
+// reading fails, say the -proc tree went away), as it does three
+// intervals after the latest reading.
+func TestUnhealthyWhenNoReadingEverSucceeds(t *testing.T) {
+	src := newFakeSource()
+	src.err = errors.New("no /proc")
+	a, err := New(Config{Node: "n1", Source: src, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Healthy(); err != nil {
+		t.Errorf("healthy before Run: %v, want nil", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testkit.WaitFor(t, "Healthy to fail", func() bool {
+		err := a.Healthy()
+		return err != nil && strings.Contains(err.Error(), "no reading evaluated in the")
+	})
+}
