@@ -89,7 +89,8 @@ type Config struct {
 	// the reason, never the token.
 	TokenFile string
 	// UserAgent is sent with each report; empty means
-	// "proofkit-agent/<version> (<commit>; <go version>)".
+	// "proofkit-agent/<version>" ("proofkit-agent/v0.5.0"; see -version
+	// for the commit and Go version).
 	UserAgent string
 	// HTTPClient sends the reports; nil means a client with a 10 s
 	// timeout per request and 5 s dial and TLS handshake timeouts. The

@@ -126,7 +126,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{200, delivered}, {201, delivered}, {202, delivered}, {204, delivered},
 		{409, refused}, {400, refused}, {413, refused}, {422, refused},
-		{401, unauthorized}, {403, unauthorized}, {404, retry}, {408, retry}, {429, retry},
+		{401, unauthorized}, {403, unauthorized}, {404, retry}, {405, retry}, {408, retry}, {429, retry},
 		{500, retry}, {502, retry}, {503, retry},
 		{301, redirected}, {302, redirected}, {307, redirected}, {308, redirected},
 	}
