@@ -296,7 +296,9 @@ func (a *Agent) openQueue(path string, max int) (*queue, error) {
 		a.m.reportsDropped.WithLabelValues("overflow").Add(float64(dropped))
 		a.log.Warn("report queue held more than its bound; dropped the oldest", "dropped", dropped, "queue_max", max)
 	}
-	if seq := q.maxSeq(a.run); seq > a.seq {
+	// A seq past the bound is a corrupt line (it is sent, and refused):
+	// going on from it would have every reading refused.
+	if seq := q.maxSeq(a.run); seq > a.seq && seq < maxSavedSeq {
 		a.seq = seq
 	}
 	a.m.reportsQueued.Set(float64(q.len()))

@@ -3,7 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -80,4 +83,34 @@ func TestUnhealthyWhenNoReadingEverSucceeds(t *testing.T) {
 		err := a.Healthy()
 		return err != nil && strings.Contains(err.Error(), "no reading evaluated in the")
 	})
+}
+
+// TestQueuedSeqPastTheBound: a queue line of the saved run whose seq is
+// absurd (a corrupt file) is not gone on from, which would overflow the
+// next seq and have every reading refused.
+func TestQueuedSeqPastTheBound(t *testing.T) {
+	dir := t.TempDir()
+	a, err := New(Config{Node: "n1", Source: newFakeSource(), StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	run := a.run
+	a.Close()
+	line := fmt.Sprintf(`{"v":2,"node":"n1","run":%q,"seq":18446744073709551615}`+"\n", run)
+	if err := os.WriteFile(filepath.Join(dir, queueFile), []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := newFakeSource()
+	src.at = time.Now()
+	a, err = New(Config{Node: "n1", Source: src, StateDir: dir, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.Step(context.Background()); err != nil {
+		t.Errorf("a reading after a queue line with seq 2^64-1: %v", err)
+	}
 }
