@@ -114,3 +114,34 @@ func TestQueuedSeqPastTheBound(t *testing.T) {
 		t.Errorf("a reading after a queue line with seq 2^64-1: %v", err)
 	}
 }
+
+// TestBadRunKeepsLastNotice: a state set aside for its run keeps its
+// tracker's last notice, so no second notice goes out within the hour.
+func TestBadRunKeepsLastNotice(t *testing.T) {
+	dir := t.TempDir()
+	src := newFakeSource()
+	src.at = time.Now().Add(-10 * time.Minute)
+	src.setMem(95)
+	a, err := New(Config{Node: "n1", Source: src, StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps(t, a, src, 95, 5)
+	notice := a.tracker.LastNotice()
+	a.Close()
+	if notice.IsZero() {
+		t.Fatal("no notice in five readings at 95 %")
+	}
+	edited(func(*testing.T, string) {}, "run", "not a run id!")(t, dir)
+	a, err = New(Config{Node: "n1", Source: newFakeSource(), StateDir: dir, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.run == "not a run id!" {
+		t.Fatal("the bad run was restored")
+	}
+	if got := a.tracker.LastNotice(); !got.Equal(notice) {
+		t.Errorf("last notice after the state was set aside: %v, want %v", got, notice)
+	}
+}

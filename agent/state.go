@@ -109,10 +109,18 @@ func (a *Agent) restore() *overload.Tracker {
 		err = fmt.Errorf("version %d, want 1", s.Version)
 	}
 	if err == nil {
-		err = s.checkRun()
+		t, err = overload.RestoreTracker(s.Tracker, a.limits)
 	}
 	if err == nil {
-		t, err = overload.RestoreTracker(s.Tracker, a.limits)
+		if err = s.checkRun(); err != nil && t.Node() == a.node {
+			// The tracker reads: keep its last notice ("at most one an
+			// hour"), as for a state from the future below.
+			notice := t.LastNotice()
+			if now := a.now(); notice.After(now) {
+				notice = now
+			}
+			fresh.RecordNotice(notice)
+		}
 	}
 	if err != nil {
 		bad := a.state + ".bad"
