@@ -136,7 +136,7 @@ type Agent struct {
 	// stepTimeout bounds each Step that Run takes (see Run).
 	stepTimeout time.Duration
 
-	mu      sync.Mutex // guards tracker, last, run, seq, lastAt, lastMono
+	mu      sync.Mutex // guards tracker, last, run, seq, lastAt, lastMono, runOnDisk
 	tracker *overload.Tracker
 	last    *overload.Reading
 	// run and seq are the wire format's run id and the seq of the latest
@@ -147,6 +147,9 @@ type Agent struct {
 	seq      uint64
 	lastAt   time.Time
 	lastMono time.Time
+	// runOnDisk says state.json holds run (restored with it, or saved
+	// since it began), so a restart would go on with it.
+	runOnDisk bool
 
 	saveMu sync.Mutex // serializes writes of state.json
 
@@ -466,10 +469,13 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 
 	// The state (with this seq) first, then the queue: see above.
 	saveErr := a.Save()
-	a.noteStep(r, res, saveErr)
 	if saveErr != nil {
 		a.log.Error("could not save state", "err", saveErr)
+		if a.rep != nil {
+			r = a.leaveSavedRun(r)
+		}
 	}
+	a.noteStep(r, res, saveErr)
 	if a.rep != nil {
 		body, err := json.Marshal(r)
 		if err == nil {
@@ -482,6 +488,29 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	}
 	a.logResult(r, res)
 	return res, nil
+}
+
+// leaveSavedRun is called when the state holding reading r's seq could
+// not be saved (a full disk). If state.json holds r's run, a restart would
+// go on from the seq saved there and number a later reading as r: the
+// platform would then hold two readings under one run and seq. So r, and
+// the readings after it, go on in a new run, which no restart resumes;
+// the first save that succeeds makes it the saved run. It returns r as
+// it is to be reported.
+func (a *Agent) leaveSavedRun(r overload.Reading) overload.Reading {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.runOnDisk || a.run != r.Run || a.seq != r.Seq {
+		return r
+	}
+	old, oldSeq := r.Run, r.Seq
+	a.run, a.seq, a.runOnDisk = newRun(), 1, false
+	r.Run, r.Seq = a.run, a.seq
+	last := r
+	a.last = &last
+	a.log.Warn("the state could not be saved, so a restart would number readings again from the last saved seq; this reading and the next go on in a new run",
+		"run", old, "seq", oldSeq, "new_run", r.Run, "new_seq", r.Seq)
+	return r
 }
 
 // read calls the source's Read, returning when ctx ends even if Read does

@@ -151,7 +151,7 @@ func (a *Agent) restore() *overload.Tracker {
 	}
 	a.last = s.Last
 	if s.Run != "" {
-		a.run, a.seq, a.lastAt = s.Run, s.Seq, s.At
+		a.run, a.seq, a.lastAt, a.runOnDisk = s.Run, s.Seq, s.At, true
 	} else { // saved before version 2: a new run, dated after the last reading
 		a.lastAt = t.LastReading()
 	}
@@ -188,5 +188,10 @@ func (a *Agent) Save() error {
 	if err := atomicfile.WriteFile(a.state, b, 0o600); err != nil {
 		return fmt.Errorf("save state to %s: %w", a.state, err)
 	}
+	a.mu.Lock()
+	if a.run == s.Run {
+		a.runOnDisk = true
+	}
+	a.mu.Unlock()
 	return nil
 }
