@@ -89,7 +89,8 @@ type Config struct {
 	// the reason, never the token.
 	TokenFile string
 	// UserAgent is sent with each report; empty means
-	// "proofkit-agent/<version> (<commit>; <go version>)".
+	// "proofkit-agent/<version>" ("proofkit-agent/v0.5.0"; see -version
+	// for the commit and Go version).
 	UserAgent string
 	// HTTPClient sends the reports; nil means a client with a 10 s
 	// timeout per request and 5 s dial and TLS handshake timeouts. The
@@ -132,8 +133,10 @@ type Agent struct {
 	dm      *deliveryMetrics
 	reading chan struct{} // holds a token while the source's Read runs
 	now     func() time.Time
+	// stepTimeout bounds each Step that Run takes (see Run).
+	stepTimeout time.Duration
 
-	mu      sync.Mutex // guards tracker, last, run, seq, lastAt, lastMono
+	mu      sync.Mutex // guards tracker, last, run, seq, lastAt, lastMono, runOnDisk
 	tracker *overload.Tracker
 	last    *overload.Reading
 	// run and seq are the wire format's run id and the seq of the latest
@@ -144,11 +147,15 @@ type Agent struct {
 	seq      uint64
 	lastAt   time.Time
 	lastMono time.Time
+	// runOnDisk says state.json holds run (restored with it, or saved
+	// since it began), so a restart would go on with it.
+	runOnDisk bool
 
 	saveMu sync.Mutex // serializes writes of state.json
 
 	hist       history          // the last hour of readings, for / and the health handlers
-	hmu        sync.Mutex       // guards saveErr, lastNotice, sysctl
+	hmu        sync.Mutex       // guards saveErr, lastNotice, sysctl, started
+	started    time.Time        // when Run started; zero before
 	saveErr    error            // the latest Save's error
 	lastNotice *overload.Notice // the latest notice of this process
 	sysctl     *sysctl.Report   // the kernel sizing at start, if given
@@ -172,6 +179,7 @@ func New(cfg Config) (_ *Agent, err error) {
 		reading:  make(chan struct{}, 1),
 		now:      cfg.Now,
 	}
+	a.stepTimeout = max(a.interval, minStepTimeout)
 	if a.now == nil {
 		a.now = time.Now
 	}
@@ -291,7 +299,9 @@ func (a *Agent) openQueue(path string, max int) (*queue, error) {
 		a.m.reportsDropped.WithLabelValues("overflow").Add(float64(dropped))
 		a.log.Warn("report queue held more than its bound; dropped the oldest", "dropped", dropped, "queue_max", max)
 	}
-	if seq := q.maxSeq(a.run); seq > a.seq {
+	// A seq past the bound is a corrupt line (it is sent, and refused):
+	// going on from it would have every reading refused.
+	if seq := q.maxSeq(a.run); seq > a.seq && seq < maxSavedSeq {
 		a.seq = seq
 	}
 	a.m.reportsQueued.Set(float64(q.len()))
@@ -347,11 +357,22 @@ func defaultClient() *http.Client {
 // Node returns the name of the agent's node.
 func (a *Agent) Node() string { return a.node }
 
+// minStepTimeout is the least time Run gives one Step.
+const minStepTimeout = 5 * time.Second
+
 // Run takes a reading at once and then every interval, and sends reports
 // in the background, until ctx ends. It then writes the state a last time
 // and returns nil; an error only when that write fails. Reports in flight
 // or queued stay on disk for the next run.
+//
+// Each Step gets the interval (at least 5 s) to finish: a reading that a
+// file or socket holds longer (a hung FUSE or network mount under /proc)
+// fails, is logged and counted as a reading error, and the next reading
+// is taken on time (the probe then skips what still blocks, as missing).
 func (a *Agent) Run(ctx context.Context) error {
+	a.hmu.Lock()
+	a.started = time.Now()
+	a.hmu.Unlock()
 	var wg sync.WaitGroup
 	if a.rep != nil {
 		wg.Go(func() { a.rep.run(ctx) })
@@ -359,7 +380,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
 	for {
-		_, _ = a.Step(ctx)
+		sctx, cancel := context.WithTimeout(ctx, a.stepTimeout)
+		_, _ = a.Step(sctx)
+		cancel()
 		select {
 		case <-ctx.Done():
 			wg.Wait()
@@ -386,8 +409,11 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	r, err := a.read(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.Canceled) { // stopping: not a failed reading
 			return overload.Result{}, ctx.Err()
+		}
+		if ctx.Err() != nil {
+			err = fmt.Errorf("the reading did not finish by its deadline (a file or socket that does not answer?): %w", err)
 		}
 		a.m.readingErrors.Inc()
 		a.log.Error("reading failed", "err", err)
@@ -443,10 +469,13 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 
 	// The state (with this seq) first, then the queue: see above.
 	saveErr := a.Save()
-	a.noteStep(r, res, saveErr)
 	if saveErr != nil {
 		a.log.Error("could not save state", "err", saveErr)
+		if a.rep != nil {
+			r = a.leaveSavedRun(r)
+		}
 	}
+	a.noteStep(r, res, saveErr)
 	if a.rep != nil {
 		body, err := json.Marshal(r)
 		if err == nil {
@@ -459,6 +488,29 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	}
 	a.logResult(r, res)
 	return res, nil
+}
+
+// leaveSavedRun is called when the state holding reading r's seq could
+// not be saved (a full disk). If state.json holds r's run, a restart would
+// go on from the seq saved there and number a later reading as r: the
+// platform would then hold two readings under one run and seq. So r, and
+// the readings after it, go on in a new run, which no restart resumes;
+// the first save that succeeds makes it the saved run. It returns r as
+// it is to be reported.
+func (a *Agent) leaveSavedRun(r overload.Reading) overload.Reading {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.runOnDisk || a.run != r.Run || a.seq != r.Seq {
+		return r
+	}
+	old, oldSeq := r.Run, r.Seq
+	a.run, a.seq, a.runOnDisk = newRun(), 1, false
+	r.Run, r.Seq = a.run, a.seq
+	last := r
+	a.last = &last
+	a.log.Warn("the state could not be saved, so a restart would number readings again from the last saved seq; this reading and the next go on in a new run",
+		"run", old, "seq", oldSeq, "new_run", r.Run, "new_seq", r.Seq)
+	return r
 }
 
 // read calls the source's Read, returning when ctx ends even if Read does

@@ -126,7 +126,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{200, delivered}, {201, delivered}, {202, delivered}, {204, delivered},
 		{409, refused}, {400, refused}, {413, refused}, {422, refused},
-		{401, unauthorized}, {403, unauthorized}, {404, retry}, {408, retry}, {429, retry},
+		{401, unauthorized}, {403, unauthorized}, {404, retry}, {405, retry}, {408, retry}, {429, retry},
 		{500, retry}, {502, retry}, {503, retry},
 		{301, redirected}, {302, redirected}, {307, redirected}, {308, redirected},
 	}
@@ -290,6 +290,30 @@ func TestRestartKeepsOverload(t *testing.T) {
 	}
 }
 
+// edited wraps write, a writer of state.json, setting key to v in what
+// it wrote.
+func edited(write func(t *testing.T, dir string), key string, v any) func(t *testing.T, dir string) {
+	return func(t *testing.T, dir string) {
+		write(t, dir)
+		path := filepath.Join(dir, stateFile)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		m[key] = v
+		if b, err = json.Marshal(m); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 	// overloaded saves the state of node after three readings at 95 %,
 	// the first a second after start.
@@ -320,6 +344,11 @@ func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, stateFile), []byte(`{"v":7}`), 0o600)
 		}, true},
 		{"from the future", overloaded("n1", time.Now().Add(time.Hour)), false},
+		// Valid JSON whose run, seq or at would have every reading refused.
+		{"bad run", edited(overloaded("n1", newFakeSource().at), "run", "not a run id!"), true},
+		{"seq at its end", edited(overloaded("n1", newFakeSource().at), "seq", uint64(1<<64-1)), true},
+		{"seq without run", edited(overloaded("n1", newFakeSource().at), "run", ""), true},
+		{"at from the future", edited(overloaded("n1", newFakeSource().at), "at", "9999-01-01T00:00:00Z"), false},
 		{"another node", overloaded("other", newFakeSource().at), false},
 	}
 	for _, tt := range tests {

@@ -29,8 +29,8 @@
 // report itself: it is dropped, logged with its run and seq, and counted
 // by the reason the answer gives (proofkit_agent_reports_refused_total),
 // never as sent. A redirect is never followed: the report stays, and a
-// warning names the Location. 401, 403, 404, 408, 429, 5xx and network
-// errors keep it for a retry. A crash between the platform's answer and
+// warning names the Location. 401, 403, 404, 405, 408, 429, 5xx and
+// network errors keep it for a retry. A crash between the platform's answer and
 // the queue's rewrite sends that report again, and the platform answers
 // that it has it. One line says when delivery recovers after failures.
 //

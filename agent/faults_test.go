@@ -319,7 +319,7 @@ func (a *agentProc) scrape(t *testing.T, prefix string) map[string]float64 {
 }
 
 var (
-	takenRe    = regexp.MustCompile(`msg=reading run=(\w+) seq=(\d+)`)
+	takenRe    = regexp.MustCompile(`msg=reading run=(\w+) seq=(\d+) at=(\S+)`)
 	refusedRe  = regexp.MustCompile(`msg="platform refused a report; dropped it" reason=(\w+) .* run=(\w+) seq=(\d+)`)
 	overflowRe = regexp.MustCompile(`msg="report queue full; dropped the oldest reports" .* reason=overflow run=(\w+) seqs=([\d,]+)`)
 )
@@ -354,6 +354,9 @@ func TestFaultInjection(t *testing.T) {
 	if err := agenttest.WriteNode(nodeDir, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
 		t.Fatal(err)
 	}
+	// As root the state directory is a real tmpfs that the calm part
+	// fills for a while; elsewhere that part runs with room.
+	disk := newFullDisk(t, stateDir)
 	p := newFaultPlatform(t)
 	env := []string{"PROOFKIT_AGENT_TEST_CLOCK_FILE=" + clockFile}
 	args := []string{
@@ -371,18 +374,20 @@ func TestFaultInjection(t *testing.T) {
 		secs  float64
 		clock string // "" leaves the clock as it is
 		mem   float64
+		full  bool // the state directory's disk is full
 	}
 	// Kills happen during the first part; the last part, with no kill,
 	// ends in one agent whose metrics are checked against its log.
 	killing := []phase{
-		{"ok", 1.5, "", 40}, {"redirect", 1, "", 95}, {"ok", 1, "290s", 95}, {"older", 0.6, "", 95},
-		{"ok", 1, "", 40}, {"invalid", 0.6, "", 40}, {"busy", 1.5, "-1h", 40}, {"ok", 1, "", 95},
-		{"hang", 2, "", 95}, {"ok", 1, "", 95}, {"reset", 1, "", 40}, {"ok", 1, "0s", 40},
-		{"gone", 8, "", 95}, {"ok", 1.5, "", 95}, {"unauthorized", 1, "", 40}, {"ok", 1, "-30m", 40},
+		{"ok", 1.5, "", 40, false}, {"redirect", 1, "", 95, false}, {"ok", 1, "290s", 95, false}, {"older", 0.6, "", 95, false},
+		{"ok", 1, "", 40, false}, {"invalid", 0.6, "", 40, false}, {"busy", 1.5, "-1h", 40, false}, {"ok", 1, "", 95, false},
+		{"hang", 2, "", 95, false}, {"ok", 1, "", 95, false}, {"reset", 1, "", 40, false}, {"ok", 1, "0s", 40, false},
+		{"gone", 8, "", 95, false}, {"ok", 1.5, "", 95, false}, {"unauthorized", 1, "", 40, false}, {"ok", 1, "-30m", 40, false},
 	}
 	calm := []phase{
-		{"older", 0.6, "", 95}, {"ok", 1, "", 95}, {"invalid", 0.6, "0s", 95}, {"redirect", 0.6, "", 40},
-		{"gone", 8, "", 40}, {"ok", 3, "", 40}, {"gone", 1, "", 40}, // some stay queued
+		{"ok", 1, "", 95, true}, {"gone", 1, "", 95, true}, {"ok", 1, "", 40, true},
+		{"older", 0.6, "", 95, false}, {"ok", 1, "", 95, false}, {"invalid", 0.6, "0s", 95, false}, {"redirect", 0.6, "", 40, false},
+		{"gone", 8, "", 40, false}, {"ok", 3, "", 40, false}, {"gone", 1, "", 40, false}, // some stay queued
 	}
 
 	var procs []*agentProc
@@ -390,6 +395,7 @@ func TestFaultInjection(t *testing.T) {
 	procs = append(procs, cur)
 	kills, steps := 0, 0
 	run := func(ph phase, kill bool) {
+		disk.set(ph.full)
 		p.setMode(ph.mode)
 		if ph.clock != "" {
 			steps++
@@ -402,8 +408,13 @@ func TestFaultInjection(t *testing.T) {
 		}
 		end := time.Now().Add(time.Duration(ph.secs * float64(time.Second)))
 		for time.Now().Before(end) {
+			nap := 500 * time.Millisecond
+			if ph.full { // top up what the agent's writes freed
+				disk.set(true)
+				nap = 100 * time.Millisecond
+			}
 			if !kill || rng.IntN(4) != 0 {
-				time.Sleep(min(time.Until(end), 500*time.Millisecond))
+				time.Sleep(min(time.Until(end), nap))
 				continue
 			}
 			// SIGKILL at a random point, then start again.
@@ -444,9 +455,17 @@ func TestFaultInjection(t *testing.T) {
 	if strings.Contains(all, "s3cret-token") {
 		t.Error("the token is in the agent's log")
 	}
+	// A run and seq name one reading, even where a restart went on from a
+	// state saved before a full disk.
+	takenAt := make(map[runSeq]string)
 	for _, m := range takenRe.FindAllStringSubmatch(all, -1) {
 		seq, _ := strconv.ParseUint(m[2], 10, 64)
-		taken[runSeq{m[1], seq}] = true
+		k := runSeq{m[1], seq}
+		if at, ok := takenAt[k]; ok && at != m[3] {
+			t.Errorf("run %s seq %d names two readings, at %s and at %s", k.run, k.seq, at, m[3])
+		}
+		takenAt[k] = m[3]
+		taken[k] = true
 	}
 	for _, m := range refusedRe.FindAllStringSubmatch(all, -1) {
 		seq, _ := strconv.ParseUint(m[3], 10, 64)
@@ -551,10 +570,63 @@ func TestFaultInjection(t *testing.T) {
 	}
 	runs := len(runOrder)
 	t.Logf("tally: taken %d, delivered %d (platform acknowledged %d duplicates), queued %d, dropped %v, unaccounted %d; "+
-		"%d agents (%d SIGKILLs), %d clock steps, %d runs, %d readings overloaded; answers by mode %v",
-		len(taken), delivered, p.dups, onDisk, byReason, lost, len(procs), kills, steps, runs, overloadedReadings, p.answers)
+		"%d agents (%d SIGKILLs), %d clock steps, %d runs, %d readings overloaded, disk filled %v; answers by mode %v",
+		len(taken), delivered, p.dups, onDisk, byReason, lost, len(procs), kills, steps, runs, overloadedReadings, disk.filled, p.answers)
 	fmt.Printf("fault injection tally: taken %d, delivered %d, queued %d, dropped %v (duplicates acknowledged %d; %d SIGKILLs, %d clock steps)\n",
 		len(taken), delivered, onDisk, byReason, p.dups, kills, steps)
+}
+
+// fullDisk is a state directory on a real tmpfs (as root) that set fills
+// and empties again; without root, or where no tmpfs mounts, set does
+// nothing.
+type fullDisk struct {
+	t      *testing.T
+	filler string // "" without a tmpfs
+	filled bool   // set(true) filled it at least once
+}
+
+func newFullDisk(t *testing.T, dir string) *fullDisk {
+	d := &fullDisk{t: t}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the state directory is not a tmpfs, and the disk never fills")
+		return d
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Logf("no tmpfs (%v: %s): the disk never fills", err, out)
+		return d
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	d.filler = filepath.Join(dir, "filler")
+	return d
+}
+
+// set fills the disk to the last byte (full), or removes what filled it.
+func (d *fullDisk) set(full bool) {
+	if d.filler == "" {
+		return
+	}
+	if !full {
+		if err := os.Remove(d.filler); err != nil && !os.IsNotExist(err) {
+			d.t.Fatal(err)
+		}
+		return
+	}
+	f, err := os.OpenFile(d.filler, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer f.Close()
+	for _, n := range []int{4096, 64, 1} { // to the last byte
+		for {
+			if _, err := f.Write(make([]byte, n)); err != nil {
+				break
+			}
+		}
+	}
+	d.filled = true
 }
 
 // TestSIGTERMWithABlockedProbe: a /proc file that blocks (a FIFO in place

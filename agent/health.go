@@ -39,10 +39,10 @@ func (a *Agent) Ready() error {
 	return nil
 }
 
-// Healthy returns nil while the agent's reading loop runs: before its first
-// reading, and while the latest reading is at most three intervals old.
-// Otherwise (the probe hangs or every reading fails) the error says since
-// when. /healthz answers 200 or 503 with it; a container's HEALTHCHECK and
+// Healthy returns nil while the agent's reading loop runs: while the
+// latest reading is at most three intervals old, and before the first one
+// for three intervals after Run started (or until Run starts). Otherwise
+// (the probe hangs or every reading fails) the error says since when. /healthz answers 200 or 503 with it; a container's HEALTHCHECK and
 // a supervisor restart an agent that stays unhealthy.
 func (a *Agent) Healthy() error {
 	return a.healthyAt(time.Now())
@@ -51,6 +51,12 @@ func (a *Agent) Healthy() error {
 func (a *Agent) healthyAt(now time.Time) error {
 	last := a.hist.latest()
 	if last == nil {
+		a.hmu.Lock()
+		started := a.started
+		a.hmu.Unlock()
+		if age := now.Sub(started); !started.IsZero() && age > 3*a.interval {
+			return fmt.Errorf("no reading evaluated in the %v since the agent started (interval %v)", age.Round(time.Second), a.interval)
+		}
 		return nil
 	}
 	if age := now.Sub(last.taken); age > 3*a.interval {

@@ -31,8 +31,8 @@ const (
 	// logged and counted by reason, never counted as sent.
 	refused
 	// retry: the platform is down or busy (network error, timeout, 5xx,
-	// 408, 429), or not found (404: a URL to fix, not the report's
-	// fault). The report stays at the head of the queue and is sent again
+	// 408, 429), or the URL is wrong (404 not found, 405 method not
+	// allowed: a URL to fix, not the report's fault). The report stays at the head of the queue and is sent again
 	// after a back-off.
 	retry
 	// redirected: 3xx. A redirect is never followed (a POST followed as a
@@ -57,7 +57,7 @@ func classify(status int) outcome {
 	case status == http.StatusUnauthorized, status == http.StatusForbidden:
 		return unauthorized
 	case status == http.StatusRequestTimeout, status == http.StatusTooManyRequests,
-		status == http.StatusNotFound:
+		status == http.StatusNotFound, status == http.StatusMethodNotAllowed:
 		return retry
 	case status >= 400 && status < 500:
 		return refused

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/proofkit/nodekit/internal/atomicfile"
@@ -36,6 +37,31 @@ type savedState struct {
 	Run     string            `json:"run,omitempty"`
 	Seq     uint64            `json:"seq,omitempty"`
 	At      time.Time         `json:"at,omitzero"`
+}
+
+// maxSavedSeq bounds a saved seq: 2^53, the largest integer every JSON
+// reader of the platform's side keeps exactly; an agent reading every
+// second reaches it in 285 million years.
+const maxSavedSeq = 1 << 53
+
+// checkRun says what is wrong with the run and seq of a state that
+// otherwise reads (a file edited, or written by something else): with
+// them every reading would be refused as invalid, by the agent's own
+// tracker and by the platform, for as long as the state lasts.
+func (s savedState) checkRun() error {
+	switch {
+	case s.Run == "" && s.Seq != 0:
+		return fmt.Errorf("seq %d without a run", s.Seq)
+	case s.Run == "":
+		return nil
+	case len(s.Run) > 64 || strings.IndexFunc(s.Run, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_')
+	}) >= 0:
+		return fmt.Errorf("run %.80q: want 1 to 64 letters, digits, '-' or '_'", s.Run)
+	case s.Seq >= maxSavedSeq:
+		return fmt.Errorf("seq %d: want less than 2^53", s.Seq)
+	}
+	return nil
 }
 
 // newRun returns a fresh run id: 32 hex digits from crypto/rand.
@@ -85,6 +111,17 @@ func (a *Agent) restore() *overload.Tracker {
 	if err == nil {
 		t, err = overload.RestoreTracker(s.Tracker, a.limits)
 	}
+	if err == nil {
+		if err = s.checkRun(); err != nil && t.Node() == a.node {
+			// The tracker reads: keep its last notice ("at most one an
+			// hour"), as for a state from the future below.
+			notice := t.LastNotice()
+			if now := a.now(); notice.After(now) {
+				notice = now
+			}
+			fresh.RecordNotice(notice)
+		}
+	}
 	if err != nil {
 		bad := a.state + ".bad"
 		_ = os.Rename(a.state, bad)
@@ -101,19 +138,20 @@ func (a *Agent) restore() *overload.Tracker {
 	// but keep the last notice, so no second one goes out within the hour
 	// ("at most one an hour"). A notice from the future counts as sent
 	// just now.
-	if now := a.now(); t.LastReading().After(now.Add(maxClockSkew)) {
+	// The saved at counts as much: the next reading is dated after it.
+	if now := a.now(); t.LastReading().After(now.Add(maxClockSkew)) || s.At.After(now.Add(maxClockSkew)) {
 		notice := t.LastNotice()
 		if notice.After(now) {
 			notice = now
 		}
 		fresh.RecordNotice(notice)
 		a.log.Warn("saved state is from the future (the clock went back?); starting afresh, keeping the last notice",
-			"saved_last_reading", t.LastReading(), "saved_last_notice", t.LastNotice(), "last_notice", fresh.LastNotice(), "now", now)
+			"saved_last_reading", t.LastReading(), "saved_at", s.At, "saved_last_notice", t.LastNotice(), "last_notice", fresh.LastNotice(), "now", now)
 		return fresh
 	}
 	a.last = s.Last
 	if s.Run != "" {
-		a.run, a.seq, a.lastAt = s.Run, s.Seq, s.At
+		a.run, a.seq, a.lastAt, a.runOnDisk = s.Run, s.Seq, s.At, true
 	} else { // saved before version 2: a new run, dated after the last reading
 		a.lastAt = t.LastReading()
 	}
@@ -150,5 +188,10 @@ func (a *Agent) Save() error {
 	if err := atomicfile.WriteFile(a.state, b, 0o600); err != nil {
 		return fmt.Errorf("save state to %s: %w", a.state, err)
 	}
+	a.mu.Lock()
+	if a.run == s.Run {
+		a.runOnDisk = true
+	}
+	a.mu.Unlock()
 	return nil
 }

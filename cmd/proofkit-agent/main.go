@@ -169,10 +169,15 @@ func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (stri
 	if fs.NArg() > 0 {
 		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
 	}
+	// -version on the command line answers whatever the environment
+	// holds: it is what one runs to see which agent a broken set-up has.
+	if o.version {
+		return o, nil
+	}
 	if err := cmdkit.FromEnv(fs, envPrefix, lookupEnv); err != nil {
 		return o, usageError{err.Error()}
 	}
-	if o.version {
+	if o.version { // PROOFKIT_AGENT_VERSION
 		return o, nil
 	}
 	// "-node -once" sets the node to "-once" and runs the agent for good,

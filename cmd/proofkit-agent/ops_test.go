@@ -86,6 +86,9 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `PROOFKIT_AGENT_INTERVAL="soon"`) {
 		t.Errorf("a bad variable: %v, want an error naming it and its value", err)
 	}
+	if o, err := parseFlagsEnv([]string{"-version"}, io.Discard, lookup); err != nil || !o.version {
+		t.Errorf("-version with a bad variable: %v, want the version", err)
+	}
 }
 
 // TestHealthcheckFlag: -healthcheck exits 0 against a running agent and 1
