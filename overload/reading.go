@@ -10,7 +10,8 @@ import "time"
 //
 //   - run names one agent state: a random id the agent makes when it starts
 //     with no saved state and keeps with that state, across restarts. A
-//     new run means the node's history was lost (new disk, state deleted).
+//     new run means the node's history was lost (new disk, state deleted)
+//     or could not be kept (the state could not be saved).
 //   - seq numbers the readings of a run, 1, 2, 3, … with no reading taken
 //     twice under one number. The agent saves the next number with its
 //     state, so a restart goes on where it stopped; a gap means readings

@@ -32,11 +32,33 @@ func FromEnv(fs *flag.FlagSet, prefix string, lookupEnv func(string) (string, bo
 		name := EnvName(prefix, f.Name)
 		if v, ok := lookupEnv(name); ok {
 			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("%s=%q: %w", name, v, serr)
+				err = fmt.Errorf("%s=%q: %w%s", name, v, serr, want(f))
 			}
 		}
 	})
 	return err
+}
+
+// want says what kind of value f takes, for an error: the flag package's
+// own ("parse error") does not.
+func want(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return " (want a duration such as 30s or 1m30s)"
+	case bool:
+		return " (want true or false)"
+	case int, int64:
+		return " (want an integer)"
+	case uint, uint64:
+		return " (want an integer, 0 or more)"
+	case float64:
+		return " (want a number)"
+	}
+	return ""
 }
 
 // NewLogger returns the logger both binaries use: JSON when json is true,

@@ -30,8 +30,8 @@ func TestFromEnv(t *testing.T) {
 	fs2.Duration("dial-timeout", time.Second, "")
 	_ = fs2.Parse(nil)
 	err := FromEnv(fs2, "X_", look)
-	if err == nil || !strings.Contains(err.Error(), `X_DIAL_TIMEOUT="soon"`) {
-		t.Fatalf("error %v does not name the variable and value", err)
+	if err == nil || !strings.Contains(err.Error(), `X_DIAL_TIMEOUT="soon"`) || !strings.Contains(err.Error(), "want a duration") {
+		t.Fatalf("error %v does not name the variable, the value and what is wanted", err)
 	}
 }
 
