@@ -676,10 +676,40 @@ type eventPage struct {
 	Next   int64           `json:"next,omitempty"`
 }
 
-// numberedEvent is an event with its place in the node's event list.
+// numberedEvent is an event with its place in the node's event list:
+// in JSON, the event's own fields and "id".
 type numberedEvent struct {
 	ID int64 `json:"id"`
 	overload.Event
+}
+
+// MarshalJSON writes "id" beside the event's fields. Without it the
+// embedded Event's MarshalJSON would be promoted and the id left out.
+func (e numberedEvent) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(e.Event)
+	if err != nil {
+		return nil, err
+	}
+	id := fmt.Appendf(nil, `{"id":%d`, e.ID)
+	if len(b) < 2 || b[0] != '{' {
+		return nil, fmt.Errorf("event %d: encodes as %.20q, not an object", e.ID, b)
+	}
+	if string(b) == "{}" {
+		return append(id, '}'), nil
+	}
+	return append(append(id, ','), b[1:]...), nil
+}
+
+// UnmarshalJSON reads MarshalJSON's encoding.
+func (e *numberedEvent) UnmarshalJSON(b []byte) error {
+	var id struct {
+		ID int64 `json:"id"`
+	}
+	if err := json.Unmarshal(b, &id); err != nil {
+		return err
+	}
+	e.ID = id.ID
+	return json.Unmarshal(b, &e.Event)
 }
 
 // views shows the nodes whose ids sort after after, at most limit of

@@ -919,3 +919,52 @@ func walkPages[T any](t *testing.T, tp *testPlatform, path string, limit, most i
 	}
 	return all, pages
 }
+
+// TestEventIDsOnTheWire: each event of GET /nodes/X/events carries its
+// "id", the after= that pages on from it, in both stores.
+func TestEventIDsOnTheWire(t *testing.T) { eachStore(t, testEventIDsOnTheWire) }
+
+func testEventIDsOnTheWire(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	tp := open(c, testSeed())
+	for i := range 21 { // three overloads: six events
+		if code := tp.read("x1", memoryPattern(i)); code != 200 {
+			t.Fatalf("reading %d: %d", i, code)
+		}
+		c.add(30 * time.Second)
+	}
+	var page struct {
+		Events []map[string]any `json:"events"`
+	}
+	if code := tp.do("GET", "/nodes/x1/events", nil, &page); code != 200 {
+		t.Fatalf("events: %d", code)
+	}
+	if len(page.Events) != 6 {
+		t.Fatalf("%d events, want 6: %v", len(page.Events), page.Events)
+	}
+	var ids []int64
+	for i, e := range page.Events {
+		id, ok := e["id"].(float64)
+		if !ok || id < 1 || len(ids) > 0 && int64(id) <= ids[len(ids)-1] {
+			t.Fatalf("event %d: id %v, want a number above the previous event's: %v", i, e["id"], e)
+		}
+		if e["kind"] == nil || e["at"] == nil {
+			t.Fatalf("event %d lacks its own fields: %v", i, e)
+		}
+		ids = append(ids, int64(id))
+	}
+	var rest eventPage
+	if code := tp.do("GET", fmt.Sprintf("/nodes/x1/events?after=%d", ids[1]), nil, &rest); code != 200 {
+		t.Fatalf("events after %d: %d", ids[1], code)
+	}
+	var got []int64
+	for _, e := range rest.Events {
+		got = append(got, e.ID)
+	}
+	if !slices.Equal(got, ids[2:]) {
+		t.Fatalf("events after %d: ids %v, want %v", ids[1], got, ids[2:])
+	}
+	if rest.Events[0].Kind != overload.Start || rest.Events[0].At.IsZero() {
+		t.Fatalf("events after %d: the first decodes as %+v, want a start", ids[1], rest.Events[0])
+	}
+}
