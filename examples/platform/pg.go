@@ -74,6 +74,10 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	from, to, err := migrate(sctx, db)
 	if err != nil {
 		db.Close()
+		var ce *pgconn.ConnectError
+		if errors.As(err, &ce) {
+			return nil, fmt.Errorf("-db %s: %w", redactURL(url), err)
+		}
 		return nil, fmt.Errorf("database schema: %w", err)
 	}
 	if from != to {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -966,5 +968,48 @@ func testEventIDsOnTheWire(t *testing.T, open opener) {
 	}
 	if rest.Events[0].Kind != overload.Start || rest.Events[0].At.IsZero() {
 		t.Fatalf("events after %d: the first decodes as %+v, want a start", ids[1], rest.Events[0])
+	}
+}
+
+// TestDBFlagErrors: a -db or -db-batch the platform cannot use stops it
+// with exit 2 and a message naming the flag, the URL without its
+// password, and what is wrong.
+func TestDBFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String() // nothing listens there once closed
+	ln.Close()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-db-batch", "-3"}, []string{"-db-batch -3: want 1 or more"}},
+		{[]string{"-db", "mysql://u:pw@h/db"}, []string{"-db mysql://u:xxxxx@h/db: want a postgres:// or postgresql:// URL"}},
+		{[]string{"-db", "postgres://u:pw@[bad"}, []string{"-db: cannot parse", "u:xxxxx@"}},
+		{[]string{"-db", "postgres://u:pw@" + closed + "/db?sslmode=disable"}, []string{"platform: -db postgres://u:xxxxx@" + closed + "/db?sslmode=disable: ", "connection refused"}},
+	} {
+		var out bytes.Buffer
+		// Bounded: a platform that took the flags would serve until then.
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		code := run(ctx, append([]string{"-token-file", tokenFile, "-listen", "127.0.0.1:0", "-state-dir", filepath.Join(dir, "state")}, tc.args...), &out)
+		cancel()
+		if code != 2 {
+			t.Errorf("%q: exit %d, want 2: %s", tc.args, code, out.String())
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%q: output %q lacks %q", tc.args, out.String(), w)
+			}
+		}
+		if strings.Contains(out.String(), ":pw@") {
+			t.Errorf("%q: output shows the password: %s", tc.args, out.String())
+		}
 	}
 }
