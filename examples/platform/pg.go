@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -43,7 +44,23 @@ type pgOptions struct {
 	// under load, reports arriving together share a transaction and its
 	// commit); 0 or 1: a transaction a report.
 	Batch int
+	// IdleInTx is how long the server keeps a session of this replica
+	// that sits idle inside a transaction before it ends it, releasing
+	// its row locks (the server's idle_in_transaction_session_timeout);
+	// zero: defaultIdleInTx.
+	IdleInTx time.Duration
 }
+
+// Server-side bounds on every session, unless the -db URL sets them: a
+// replica that froze mid-transaction (a stopped process, a paused VM, a
+// partition: its socket stays open) releases its nodes' row locks after
+// defaultIdleInTx, and a statement whose client gave up at its deadline
+// (the server does not notice) ends at serverStatementTimeout instead of
+// waiting on a lock, holding its own, for as long as the lock is held.
+const (
+	defaultIdleInTx        = 15 * time.Second
+	serverStatementTimeout = requestTimeout + 5*time.Second
+)
 
 // batchWorkers is how many batches are in flight at once.
 const batchWorkers = 4
@@ -62,6 +79,16 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > 5*time.Second {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	idle := opt.IdleInTx
+	if idle <= 0 {
+		idle = defaultIdleInTx
+	}
+	rp := pc.ConnConfig.RuntimeParams
+	for k, d := range map[string]time.Duration{"idle_in_transaction_session_timeout": idle, "statement_timeout": serverStatementTimeout} {
+		if _, set := rp[k]; !set {
+			rp[k] = strconv.FormatInt(d.Milliseconds(), 10)
+		}
 	}
 	db, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/proofkit/nodekit/internal/pgtest"
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -341,4 +342,34 @@ INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"n
 	if code := tp.do("GET", "/notices?limit=10", nil, &ns); code != 200 || len(ns) != 1 || ns[0].Text != "kept" {
 		t.Fatalf("/notices after the migration: %d, %+v", code, ns)
 	}
+}
+
+// TestPGFrozenReplica: a replica that freezes inside a transaction (a
+// stopped process: its connection stays open, its row lock held) holds
+// up that node's reports on the other replica only until the server ends
+// the frozen session (-db's idle_in_transaction_session_timeout), not
+// for as long as it stays frozen.
+func TestPGFrozenReplica(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	frozen, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
+		pgOptions{PlanEvery: 30 * time.Second, IdleInTx: 2 * time.Second}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(frozen.close)
+	other := newPGTestPlatform(t, url, c, nil)
+	locked, thaw, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- frozen.withNode(t.Context(), "x1", false, func(pgx.Tx, *pgNode) error {
+			close(locked)
+			<-thaw
+			return nil
+		})
+	}()
+	t.Cleanup(func() { close(thaw); <-done })
+	<-locked
+	testkit.WaitForWithin(t, time.Minute, "a report of x1 to the other replica answered 200", func() bool {
+		return other.read("x1", 50) == 200
+	})
 }
