@@ -402,7 +402,7 @@ func TestParseTokens(t *testing.T) {
 		}
 	}
 	toks := tokens{"abc": "x1"}.index()
-	for h, ok := range map[string]bool{"Bearer abc": true, "Bearer ab": false, "abc": false, "": false, "Bearer abcd": false} {
+	for h, ok := range map[string]bool{"Bearer abc": true, "bearer abc": true, "BEARER abc": true, "Bearer ab": false, "Bearer": false, "Basic abc": false, "abc": false, "": false, "Bearer abcd": false} {
 		if _, got := toks.lookup(h); got != ok {
 			t.Errorf("lookup(%q) = %v, want %v", h, got, ok)
 		}
