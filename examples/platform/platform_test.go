@@ -1013,3 +1013,37 @@ func TestDBFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorBodyTrailingData: an operator's request body with more
+// after its JSON object is refused (400 invalid) and nothing of it done.
+func TestOperatorBodyTrailingData(t *testing.T) { eachStore(t, testOperatorBodyTrailingData) }
+
+func testOperatorBodyTrailingData(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	tp := open(c, testSeed())
+	routes := len(tp.node("x2").Routes)
+	for _, tc := range []struct{ path, body string }{
+		{"/routes", `{"node":"x2","user":"u9","key":"vpn"} junk`},
+		{"/routes", `{"node":"x2","user":"u9","key":"vpn"}{"node":"x2","user":"u8","key":"vpn"}`},
+		{"/price", `{"node":"x2","price":70},`},
+	} {
+		req, _ := http.NewRequest("POST", tp.srv.URL+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ans map[string]any
+		json.NewDecoder(resp.Body).Decode(&ans)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || ans["reason"] != reasonInvalid {
+			t.Errorf("POST %s %s: %d %v, want 400 %q", tc.path, tc.body, resp.StatusCode, ans, reasonInvalid)
+		}
+	}
+	if v := tp.node("x2"); len(v.Routes) != routes || v.Price != 80 {
+		t.Fatalf("x2 after refused requests: %d routes (want %d), price %d (want 80)", len(v.Routes), routes, v.Price)
+	}
+	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, nil); code != 201 {
+		t.Fatalf("POST /routes without trailing data: %d, want 201", code)
+	}
+}
