@@ -84,11 +84,20 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	if idle <= 0 {
 		idle = defaultIdleInTx
 	}
-	rp := pc.ConnConfig.RuntimeParams
-	for k, d := range map[string]time.Duration{"idle_in_transaction_session_timeout": idle, "statement_timeout": serverStatementTimeout} {
-		if _, set := rp[k]; !set {
-			rp[k] = strconv.FormatInt(d.Milliseconds(), 10)
+	// Set once a session is open, not as startup parameters, which a
+	// pooler in front of the server (PgBouncer) may refuse.
+	var names, values []string
+	for _, b := range []struct {
+		name string
+		d    time.Duration
+	}{{"idle_in_transaction_session_timeout", idle}, {"statement_timeout", serverStatementTimeout}} {
+		if _, set := pc.ConnConfig.RuntimeParams[b.name]; !set {
+			names, values = append(names, b.name), append(values, strconv.FormatInt(b.d.Milliseconds(), 10))
 		}
+	}
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SELECT set_config(name, value, false) FROM unnest($1::text[], $2::text[]) AS b (name, value)`, names, values)
+		return err
 	}
 	db, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
