@@ -1047,3 +1047,16 @@ func testOperatorBodyTrailingData(t *testing.T, open opener) {
 		t.Fatalf("POST /routes without trailing data: %d, want 201", code)
 	}
 }
+
+// TestErrorsShowWallTimes: with the real clock, an error that names the
+// time (a refused price) shows it without Go's monotonic clock reading.
+func TestErrorsShowWallTimes(t *testing.T) {
+	p, err := newPlatform(config{StateDir: t.TempDir()}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.setPrice(t.Context(), priceRequest{Node: "x1", Price: -5})
+	if err == nil || strings.Contains(err.Error(), "m=") {
+		t.Fatalf("a negative price: %v, want an error without a monotonic reading", err)
+	}
+}
