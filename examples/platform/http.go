@@ -316,6 +316,12 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, http.StatusBadRequest, reasonInvalid, fmt.Errorf("request body: %w", err))
 		return false
 	}
+	// One JSON object, nothing after it: a body with more is not what the
+	// client meant, so nothing of it is done.
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, reasonInvalid, errors.New("request body: data after the JSON object"))
+		return false
+	}
 	return true
 }
 

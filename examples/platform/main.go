@@ -43,6 +43,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -113,6 +114,12 @@ Flags:
 	}
 	if o.planEvery <= 0 {
 		return o, fmt.Errorf("-plan-every %v: must be positive", o.planEvery)
+	}
+	if o.dbBatch < 0 {
+		return o, fmt.Errorf("-db-batch %d: want 1 or more (1: a transaction a report)", o.dbBatch)
+	}
+	if scheme, _, ok := strings.Cut(o.db, "://"); ok && scheme != "postgres" && scheme != "postgresql" {
+		return o, fmt.Errorf("-db %s: want a postgres:// or postgresql:// URL", redactURL(o.db))
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return o, fmt.Errorf("-log-format %q: want text or json", o.logFormat)

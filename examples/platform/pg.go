@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -43,7 +44,23 @@ type pgOptions struct {
 	// under load, reports arriving together share a transaction and its
 	// commit); 0 or 1: a transaction a report.
 	Batch int
+	// IdleInTx is how long the server keeps a session of this replica
+	// that sits idle inside a transaction before it ends it, releasing
+	// its row locks (the server's idle_in_transaction_session_timeout);
+	// zero: defaultIdleInTx.
+	IdleInTx time.Duration
 }
+
+// Server-side bounds on every session, unless the -db URL sets them: a
+// replica that froze mid-transaction (a stopped process, a paused VM, a
+// partition: its socket stays open) releases its nodes' row locks after
+// defaultIdleInTx, and a statement whose client gave up at its deadline
+// (the server does not notice) ends at serverStatementTimeout instead of
+// waiting on a lock, holding its own, for as long as the lock is held.
+const (
+	defaultIdleInTx        = 15 * time.Second
+	serverStatementTimeout = requestTimeout + 5*time.Second
+)
 
 // batchWorkers is how many batches are in flight at once.
 const batchWorkers = 4
@@ -63,6 +80,25 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > 5*time.Second {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
+	idle := opt.IdleInTx
+	if idle <= 0 {
+		idle = defaultIdleInTx
+	}
+	// Set once a session is open, not as startup parameters, which a
+	// pooler in front of the server (PgBouncer) may refuse.
+	var names, values []string
+	for _, b := range []struct {
+		name string
+		d    time.Duration
+	}{{"idle_in_transaction_session_timeout", idle}, {"statement_timeout", serverStatementTimeout}} {
+		if _, set := pc.ConnConfig.RuntimeParams[b.name]; !set {
+			names, values = append(names, b.name), append(values, strconv.FormatInt(b.d.Milliseconds(), 10))
+		}
+	}
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SELECT set_config(name, value, false) FROM unnest($1::text[], $2::text[]) AS b (name, value)`, names, values)
+		return err
+	}
 	db, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("-db: %w", err)
@@ -74,6 +110,10 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	from, to, err := migrate(sctx, db)
 	if err != nil {
 		db.Close()
+		var ce *pgconn.ConnectError
+		if errors.As(err, &ce) {
+			return nil, fmt.Errorf("-db %s: %w", redactURL(url), err)
+		}
 		return nil, fmt.Errorf("database schema: %w", err)
 	}
 	if from != to {

@@ -14,7 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/proofkit/nodekit/internal/pgtest"
+	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/routing"
 )
 
 // cluster is the throwaway PostgreSQL cluster of this package's tests; nil
@@ -340,5 +342,95 @@ INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"n
 	var ns []overload.Notice
 	if code := tp.do("GET", "/notices?limit=10", nil, &ns); code != 200 || len(ns) != 1 || ns[0].Text != "kept" {
 		t.Fatalf("/notices after the migration: %d, %+v", code, ns)
+	}
+}
+
+// TestPGFrozenReplica: a replica that freezes inside a transaction (a
+// stopped process: its connection stays open, its row lock held) holds
+// up that node's reports on the other replica only until the server ends
+// the frozen session (-db's idle_in_transaction_session_timeout), not
+// for as long as it stays frozen.
+func TestPGFrozenReplica(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	frozen, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
+		pgOptions{PlanEvery: 30 * time.Second, IdleInTx: 2 * time.Second}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(frozen.close)
+	other := newPGTestPlatform(t, url, c, nil)
+	locked, thaw, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- frozen.withNode(t.Context(), "x1", false, func(pgx.Tx, *pgNode) error {
+			close(locked)
+			<-thaw
+			return nil
+		})
+	}()
+	t.Cleanup(func() { close(thaw); <-done })
+	<-locked
+	testkit.WaitForWithin(t, time.Minute, "a report of x1 to the other replica answered 200", func() bool {
+		return other.read("x1", 50) == 200
+	})
+}
+
+// TestPGPlanRoundsShareNodes: two replicas' plan rounds, run at once over
+// a fleet whose plans are all due, plan every node exactly once between
+// them (FOR UPDATE SKIP LOCKED, and next_plan_at moved on in the same
+// transaction), and none again before it is due.
+func TestPGPlanRoundsShareNodes(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	seed := &seedFile{}
+	for i := range 60 {
+		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
+	}
+	var reps []*pgPlatform
+	for range 2 {
+		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.close)
+		reps = append(reps, p)
+	}
+	versions := func() map[string]int64 {
+		t.Helper()
+		out := map[string]int64{}
+		rows, err := reps[0].db.Query(t.Context(), `SELECT id, version FROM nodes`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id string
+		var v int64
+		if _, err := pgx.ForEachRow(rows, []any{&id, &v}, func() error { out[id] = v; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for round := range 3 {
+		c.add(31 * time.Second) // every node's plan is due
+		before := versions()
+		errs := make(chan error, 2*len(reps))
+		for _, p := range reps {
+			for range 2 { // two rounds a replica, at once
+				go func() { errs <- p.planRound(t.Context()) }()
+			}
+		}
+		for range 2 * len(reps) {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		after := versions()
+		if len(after) != len(seed.Nodes) {
+			t.Fatalf("%d nodes, want %d", len(after), len(seed.Nodes))
+		}
+		for id, v := range after {
+			if v != before[id]+1 {
+				t.Errorf("round %d: node %s saved %d times by the rounds, want once", round, id, v-before[id])
+			}
+		}
 	}
 }

@@ -81,6 +81,12 @@ func migrate(ctx context.Context, db interface {
 		return 0, 0, err
 	}
 	defer tx.Rollback(ctx)
+	// A migration (an index over a large table) or the wait for another
+	// replica's may take longer than a request's statement: bounded by
+	// ctx alone.
+	if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+		return 0, 0, err
+	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLock); err != nil {
 		return 0, 0, err
 	}

@@ -83,7 +83,10 @@ func newRules(cfg config) (rules, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	if c.now == nil {
-		c.now = time.Now
+		// The wall clock alone: every time the platform keeps is compared
+		// with stored and reported wall times anyway, and an error that
+		// prints one (a price change's) shows no "m=+…" reading.
+		c.now = func() time.Time { return time.Now().Round(0) }
 	}
 	return c, nil
 }
@@ -676,10 +679,40 @@ type eventPage struct {
 	Next   int64           `json:"next,omitempty"`
 }
 
-// numberedEvent is an event with its place in the node's event list.
+// numberedEvent is an event with its place in the node's event list:
+// in JSON, the event's own fields and "id".
 type numberedEvent struct {
 	ID int64 `json:"id"`
 	overload.Event
+}
+
+// MarshalJSON writes "id" beside the event's fields. Without it the
+// embedded Event's MarshalJSON would be promoted and the id left out.
+func (e numberedEvent) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(e.Event)
+	if err != nil {
+		return nil, err
+	}
+	id := fmt.Appendf(nil, `{"id":%d`, e.ID)
+	if len(b) < 2 || b[0] != '{' {
+		return nil, fmt.Errorf("event %d: encodes as %.20q, not an object", e.ID, b)
+	}
+	if string(b) == "{}" {
+		return append(id, '}'), nil
+	}
+	return append(append(id, ','), b[1:]...), nil
+}
+
+// UnmarshalJSON reads MarshalJSON's encoding.
+func (e *numberedEvent) UnmarshalJSON(b []byte) error {
+	var id struct {
+		ID int64 `json:"id"`
+	}
+	if err := json.Unmarshal(b, &id); err != nil {
+		return err
+	}
+	e.ID = id.ID
+	return json.Unmarshal(b, &e.Event)
 }
 
 // views shows the nodes whose ids sort after after, at most limit of

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -400,7 +402,7 @@ func TestParseTokens(t *testing.T) {
 		}
 	}
 	toks := tokens{"abc": "x1"}.index()
-	for h, ok := range map[string]bool{"Bearer abc": true, "Bearer ab": false, "abc": false, "": false, "Bearer abcd": false} {
+	for h, ok := range map[string]bool{"Bearer abc": true, "bearer abc": true, "BEARER abc": true, "Bearer ab": false, "Bearer": false, "Basic abc": false, "abc": false, "": false, "Bearer abcd": false} {
 		if _, got := toks.lookup(h); got != ok {
 			t.Errorf("lookup(%q) = %v, want %v", h, got, ok)
 		}
@@ -918,4 +920,143 @@ func walkPages[T any](t *testing.T, tp *testPlatform, path string, limit, most i
 		path = next
 	}
 	return all, pages
+}
+
+// TestEventIDsOnTheWire: each event of GET /nodes/X/events carries its
+// "id", the after= that pages on from it, in both stores.
+func TestEventIDsOnTheWire(t *testing.T) { eachStore(t, testEventIDsOnTheWire) }
+
+func testEventIDsOnTheWire(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	tp := open(c, testSeed())
+	for i := range 21 { // three overloads: six events
+		if code := tp.read("x1", memoryPattern(i)); code != 200 {
+			t.Fatalf("reading %d: %d", i, code)
+		}
+		c.add(30 * time.Second)
+	}
+	var page struct {
+		Events []map[string]any `json:"events"`
+	}
+	if code := tp.do("GET", "/nodes/x1/events", nil, &page); code != 200 {
+		t.Fatalf("events: %d", code)
+	}
+	if len(page.Events) != 6 {
+		t.Fatalf("%d events, want 6: %v", len(page.Events), page.Events)
+	}
+	var ids []int64
+	for i, e := range page.Events {
+		id, ok := e["id"].(float64)
+		if !ok || id < 1 || len(ids) > 0 && int64(id) <= ids[len(ids)-1] {
+			t.Fatalf("event %d: id %v, want a number above the previous event's: %v", i, e["id"], e)
+		}
+		if e["kind"] == nil || e["at"] == nil {
+			t.Fatalf("event %d lacks its own fields: %v", i, e)
+		}
+		ids = append(ids, int64(id))
+	}
+	var rest eventPage
+	if code := tp.do("GET", fmt.Sprintf("/nodes/x1/events?after=%d", ids[1]), nil, &rest); code != 200 {
+		t.Fatalf("events after %d: %d", ids[1], code)
+	}
+	var got []int64
+	for _, e := range rest.Events {
+		got = append(got, e.ID)
+	}
+	if !slices.Equal(got, ids[2:]) {
+		t.Fatalf("events after %d: ids %v, want %v", ids[1], got, ids[2:])
+	}
+	if rest.Events[0].Kind != overload.Start || rest.Events[0].At.IsZero() {
+		t.Fatalf("events after %d: the first decodes as %+v, want a start", ids[1], rest.Events[0])
+	}
+}
+
+// TestDBFlagErrors: a -db or -db-batch the platform cannot use stops it
+// with exit 2 and a message naming the flag, the URL without its
+// password, and what is wrong.
+func TestDBFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String() // nothing listens there once closed
+	ln.Close()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-db-batch", "-3"}, []string{"-db-batch -3: want 1 or more"}},
+		{[]string{"-db", "mysql://u:pw@h/db"}, []string{"-db mysql://u:xxxxx@h/db: want a postgres:// or postgresql:// URL"}},
+		{[]string{"-db", "postgres://u:pw@[bad"}, []string{"-db: cannot parse", "u:xxxxx@"}},
+		{[]string{"-db", "postgres://u:pw@" + closed + "/db?sslmode=disable"}, []string{"platform: -db postgres://u:xxxxx@" + closed + "/db?sslmode=disable: ", "connection refused"}},
+	} {
+		var out bytes.Buffer
+		// Bounded: a platform that took the flags would serve until then.
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		code := run(ctx, append([]string{"-token-file", tokenFile, "-listen", "127.0.0.1:0", "-state-dir", filepath.Join(dir, "state")}, tc.args...), &out)
+		cancel()
+		if code != 2 {
+			t.Errorf("%q: exit %d, want 2: %s", tc.args, code, out.String())
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%q: output %q lacks %q", tc.args, out.String(), w)
+			}
+		}
+		if strings.Contains(out.String(), ":pw@") {
+			t.Errorf("%q: output shows the password: %s", tc.args, out.String())
+		}
+	}
+}
+
+// TestOperatorBodyTrailingData: an operator's request body with more
+// after its JSON object is refused (400 invalid) and nothing of it done.
+func TestOperatorBodyTrailingData(t *testing.T) { eachStore(t, testOperatorBodyTrailingData) }
+
+func testOperatorBodyTrailingData(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	tp := open(c, testSeed())
+	routes := len(tp.node("x2").Routes)
+	for _, tc := range []struct{ path, body string }{
+		{"/routes", `{"node":"x2","user":"u9","key":"vpn"} junk`},
+		{"/routes", `{"node":"x2","user":"u9","key":"vpn"}{"node":"x2","user":"u8","key":"vpn"}`},
+		{"/price", `{"node":"x2","price":70},`},
+	} {
+		req, _ := http.NewRequest("POST", tp.srv.URL+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ans map[string]any
+		json.NewDecoder(resp.Body).Decode(&ans)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || ans["reason"] != reasonInvalid {
+			t.Errorf("POST %s %s: %d %v, want 400 %q", tc.path, tc.body, resp.StatusCode, ans, reasonInvalid)
+		}
+	}
+	if v := tp.node("x2"); len(v.Routes) != routes || v.Price != 80 {
+		t.Fatalf("x2 after refused requests: %d routes (want %d), price %d (want 80)", len(v.Routes), routes, v.Price)
+	}
+	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, nil); code != 201 {
+		t.Fatalf("POST /routes without trailing data: %d, want 201", code)
+	}
+}
+
+// TestErrorsShowWallTimes: with the real clock, an error that names the
+// time (a refused price) shows it without Go's monotonic clock reading.
+func TestErrorsShowWallTimes(t *testing.T) {
+	p, err := newPlatform(config{StateDir: t.TempDir()}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.setPrice(t.Context(), priceRequest{Node: "x1", Price: -5})
+	if err == nil || strings.Contains(err.Error(), "m=") {
+		t.Fatalf("a negative price: %v, want an error without a monotonic reading", err)
+	}
 }

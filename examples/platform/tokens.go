@@ -69,12 +69,13 @@ func (t tokens) index() tokenIndex {
 }
 
 // lookup returns the node the request's bearer token belongs to and
-// whether the token is known.
+// whether the token is known. The scheme's name is case-insensitive, as
+// HTTP's authentication schemes are (RFC 9110, 11.1).
 func (x tokenIndex) lookup(header string) (node string, ok bool) {
-	got, found := strings.CutPrefix(header, "Bearer ")
-	if !found {
+	const scheme = "Bearer "
+	if len(header) < len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
 		return "", false
 	}
-	node, ok = x[sha256.Sum256([]byte(got))]
+	node, ok = x[sha256.Sum256([]byte(header[len(scheme):]))]
 	return node, ok
 }
