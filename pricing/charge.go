@@ -75,7 +75,7 @@ func (h *History) Charge(s Session, usage []Usage) (Charge, error) {
 			return Charge{}, fmt.Errorf("pricing: charge: usage %d: %w", k, err)
 		}
 		if ns < start || ns > end {
-			return Charge{}, fmt.Errorf("pricing: charge: usage %d at %v: %w", k, u.At, outside(s))
+			return Charge{}, fmt.Errorf("pricing: charge: usage %d at %v: %w", k, u.At.Round(0), outside(s))
 		}
 		var carry uint64
 		if c.Bytes, carry = bits.Add64(c.Bytes, u.Bytes, 0); carry != 0 {

@@ -129,14 +129,14 @@ func (h *History) Changes() []Change {
 func (h *History) Set(at time.Time, price Price) error {
 	ns, err := toNanos(at)
 	if err != nil {
-		return fmt.Errorf("pricing: price change at %v: %w", at, err)
+		return fmt.Errorf("pricing: price change at %v: %w", at.Round(0), err)
 	}
 	if price < 0 {
-		return fmt.Errorf("pricing: price change at %v: negative price %d: %w", at, price, ErrInvalid)
+		return fmt.Errorf("pricing: price change at %v: negative price %d: %w", at.Round(0), price, ErrInvalid)
 	}
 	if n := len(h.at); n > 0 && ns <= h.at[n-1] {
 		return fmt.Errorf("pricing: price change at %v: not after the last change at %v: %w",
-			at, fromNanos(h.at[n-1]), ErrOutOfOrder)
+			at.Round(0), fromNanos(h.at[n-1]), ErrOutOfOrder)
 	}
 	h.push(ns, price)
 	return nil
@@ -159,11 +159,11 @@ func (h *History) push(ns int64, price Price) {
 func (h *History) At(t time.Time) (Price, error) {
 	ns, err := toNanos(t)
 	if err != nil {
-		return 0, fmt.Errorf("pricing: price at %v: %w", t, err)
+		return 0, fmt.Errorf("pricing: price at %v: %w", t.Round(0), err)
 	}
 	if h.pruned && ns < h.prunedBefore-h.win() {
 		return 0, fmt.Errorf("pricing: price at %v: history before %v was pruned: %w",
-			t, fromNanos(h.prunedBefore-h.win()), ErrPruned)
+			t.Round(0), fromNanos(h.prunedBefore-h.win()), ErrPruned)
 	}
 	i := h.lastAtOrBefore(ns)
 	if i < 0 {
@@ -174,9 +174,9 @@ func (h *History) At(t time.Time) (Price, error) {
 
 func (h *History) noPrice(what string, t time.Time) error {
 	if len(h.at) == 0 {
-		return fmt.Errorf("pricing: %s %v: the node has no price yet: %w", what, t, ErrNoPrice)
+		return fmt.Errorf("pricing: %s %v: the node has no price yet: %w", what, t.Round(0), ErrNoPrice)
 	}
-	return fmt.Errorf("pricing: %s %v: before the node's first price at %v: %w", what, t, fromNanos(h.at[0]), ErrNoPrice)
+	return fmt.Errorf("pricing: %s %v: before the node's first price at %v: %w", what, t.Round(0), fromNanos(h.at[0]), ErrNoPrice)
 }
 
 // Prune drops the history that no session starting at or after before can
@@ -189,7 +189,7 @@ func (h *History) noPrice(what string, t time.Time) error {
 func (h *History) Prune(before time.Time) error {
 	b, err := toNanos(before)
 	if err != nil {
-		return fmt.Errorf("pricing: prune before %v: %w", before, err)
+		return fmt.Errorf("pricing: prune before %v: %w", before.Round(0), err)
 	}
 	if h.pruned && b <= h.prunedBefore {
 		return nil
@@ -230,7 +230,7 @@ func (h *History) firstAfter(ns int64) int {
 
 func toNanos(t time.Time) (int64, error) {
 	if t.Before(time.Unix(0, minNanos)) || !t.Before(time.Unix(0, maxNanos)) {
-		return 0, fmt.Errorf("time %v outside 1970 to 2200: %w", t, ErrInvalid)
+		return 0, fmt.Errorf("time %v outside 1970 to 2200: %w", t.Round(0), ErrInvalid)
 	}
 	return t.UnixNano(), nil
 }

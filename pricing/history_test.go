@@ -2,6 +2,7 @@ package pricing
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -352,6 +353,25 @@ func TestAgreedLockedPrice(t *testing.T) {
 	}{{0, 100}, {hour - 1, 100}, {hour, 80}, {10 * hour, 80}} {
 		if p, err := h.SessionPrice(s, t0.Add(c.at)); err != nil || p != c.want {
 			t.Errorf("at %v: %d, %v; want %d", c.at, p, err, c.want)
+		}
+	}
+}
+
+// Errors print the wall clock only: a time.Now() passed in carries a
+// monotonic reading, which must not show as "m=+…" in what an operator
+// reads.
+func TestErrorsPrintWallTimes(t *testing.T) {
+	h, err := NewHistory(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := h.Set(now, 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{h.Set(now, 9), func() error { _, err := h.At(now.Add(-time.Hour)); return err }()} {
+		if err == nil || strings.Contains(err.Error(), "m=") {
+			t.Errorf("error %v: want one without the monotonic clock", err)
 		}
 	}
 }

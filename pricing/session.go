@@ -30,11 +30,11 @@ type Session struct {
 func (h *History) Lock(start time.Time) (Session, error) {
 	ns, err := toNanos(start)
 	if err != nil {
-		return Session{}, fmt.Errorf("pricing: lock at %v: %w", start, err)
+		return Session{}, fmt.Errorf("pricing: lock at %v: %w", start.Round(0), err)
 	}
 	if h.pruned && ns < h.prunedBefore {
 		return Session{}, fmt.Errorf("pricing: lock at %v: history for sessions before %v was pruned: %w",
-			start, fromNanos(h.prunedBefore), ErrPruned)
+			start.Round(0), fromNanos(h.prunedBefore), ErrPruned)
 	}
 	i := h.lastAtOrBefore(ns)
 	if i < 0 {
@@ -57,14 +57,14 @@ func (h *History) Lock(start time.Time) (Session, error) {
 func (h *History) SessionPrice(s Session, t time.Time) (Price, error) {
 	start, end, err := h.checkSession(s)
 	if err != nil {
-		return 0, fmt.Errorf("pricing: session price at %v: %w", t, err)
+		return 0, fmt.Errorf("pricing: session price at %v: %w", t.Round(0), err)
 	}
 	ns, err := toNanos(t)
 	if err != nil {
-		return 0, fmt.Errorf("pricing: session price at %v: %w", t, err)
+		return 0, fmt.Errorf("pricing: session price at %v: %w", t.Round(0), err)
 	}
 	if ns < start || ns > end {
-		return 0, fmt.Errorf("pricing: session price at %v: %w", t, outside(s))
+		return 0, fmt.Errorf("pricing: session price at %v: %w", t.Round(0), outside(s))
 	}
 	return h.priceAt(s.Locked, start, ns), nil
 }
@@ -77,7 +77,7 @@ func (h *History) checkSession(s Session) (start, end int64, err error) {
 	}
 	if h.pruned && start < h.prunedBefore {
 		return 0, 0, fmt.Errorf("session started at %v: history for sessions before %v was pruned: %w",
-			s.Start, fromNanos(h.prunedBefore), ErrPruned)
+			s.Start.Round(0), fromNanos(h.prunedBefore), ErrPruned)
 	}
 	if h.lastAtOrBefore(start) < 0 {
 		return 0, 0, h.noPrice("session started at", s.Start)
@@ -91,7 +91,7 @@ func (h *History) checkSession(s Session) (start, end int64, err error) {
 // nanoseconds.
 func (s Session) span() (start, end int64, err error) {
 	if s.Locked < 0 {
-		return 0, 0, fmt.Errorf("session started at %v: negative locked price %d: %w", s.Start, s.Locked, ErrInvalid)
+		return 0, 0, fmt.Errorf("session started at %v: negative locked price %d: %w", s.Start.Round(0), s.Locked, ErrInvalid)
 	}
 	start, err = toNanos(s.Start)
 	if err != nil {
@@ -103,7 +103,7 @@ func (s Session) span() (start, end int64, err error) {
 			return 0, 0, fmt.Errorf("session end: %w", err)
 		}
 		if end < start {
-			return 0, 0, fmt.Errorf("session ends at %v before it starts at %v: %w", s.End, s.Start, ErrInvalid)
+			return 0, 0, fmt.Errorf("session ends at %v before it starts at %v: %w", s.End.Round(0), s.Start.Round(0), ErrInvalid)
 		}
 	}
 	return start, end, nil
@@ -111,9 +111,9 @@ func (s Session) span() (start, end int64, err error) {
 
 func outside(s Session) error {
 	if s.End.IsZero() {
-		return fmt.Errorf("session runs from %v: %w", s.Start, ErrOutsideSession)
+		return fmt.Errorf("session runs from %v: %w", s.Start.Round(0), ErrOutsideSession)
 	}
-	return fmt.Errorf("session ran from %v to %v: %w", s.Start, s.End, ErrOutsideSession)
+	return fmt.Errorf("session ran from %v to %v: %w", s.Start.Round(0), s.End.Round(0), ErrOutsideSession)
 }
 
 // priceAt computes the session price at t for a session that started at
