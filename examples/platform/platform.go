@@ -379,8 +379,9 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 // planOne plans node n at now and carries out the plan in n: its closed
 // routes leave n.routes, their sessions end, and n's budgets move on.
 // It reports whether n changed in a way worth saving (a round that
-// changed only the plan time is not: losing it only lets a plan for an
-// earlier instant through once). An unregistered node is not planned.
+// changed only the plan time is not: the budgets, which pace moves and
+// closures, are what the next plan needs). An unregistered node is not
+// planned.
 func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (routing.Plan, bool, error) {
 	if n.info.Role == 0 {
 		return routing.Plan{}, false, nil

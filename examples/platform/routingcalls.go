@@ -18,8 +18,8 @@ func admitNode(pol routing.Policy, n routing.Node, now time.Time) (bool, routing
 }
 
 // sameBudgets reports whether two plan states hold the same budgets; the
-// plan time alone is not worth a write (losing it only lets a plan for an
-// earlier instant through once).
+// plan time alone is not worth a write: the budgets, which pace moves and
+// closures, are what the next plan needs.
 func sameBudgets(a, b routing.NodeState) bool {
 	a.PlannedAt, b.PlannedAt = time.Time{}, time.Time{}
 	return a.Equal(b)
