@@ -594,11 +594,10 @@ func newFullDisk(t *testing.T, dir string) *fullDisk {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Logf("no tmpfs (%v: %s): the disk never fills", err, out)
+	if err := testkit.MountTmpfs(t, dir, "1m"); err != nil {
+		t.Logf("no tmpfs (%v): the disk never fills", err)
 		return d
 	}
-	t.Cleanup(func() { exec.Command("umount", dir).Run() })
 	d.filler = filepath.Join(dir, "filler")
 	return d
 }
@@ -614,17 +613,8 @@ func (d *fullDisk) set(full bool) {
 		}
 		return
 	}
-	f, err := os.OpenFile(d.filler, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
+	if err := testkit.FillDisk(d.filler); err != nil {
 		d.t.Fatal(err)
-	}
-	defer f.Close()
-	for _, n := range []int{4096, 64, 1} { // to the last byte
-		for {
-			if _, err := f.Write(make([]byte, n)); err != nil {
-				break
-			}
-		}
 	}
 	d.filled = true
 }

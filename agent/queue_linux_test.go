@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -21,10 +20,9 @@ import (
 func TestIntegrationQueueDiskFull(t *testing.T) {
 	testkit.NeedRoot(t, "mount", "umount")
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("skipping: cannot mount a tmpfs: %v: %s", err, out)
+	if err := testkit.MountTmpfs(t, dir, "64k"); err != nil {
+		t.Skipf("skipping: %v", err)
 	}
-	t.Cleanup(func() { exec.Command("umount", dir).Run() })
 	path := filepath.Join(dir, queueFile)
 	q, _, _, err := openQueue(path, 1000)
 	if err != nil {
@@ -35,16 +33,9 @@ func TestIntegrationQueueDiskFull(t *testing.T) {
 		return fmt.Appendf(nil, `{"n":%d,"pad":%q}`, i, strings.Repeat("x", 1500))
 	}
 	filler := filepath.Join(dir, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
+	if err := testkit.FillDisk(filler); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := f.Write(make([]byte, 4096)); err != nil {
-			break
-		}
-	}
-	f.Close()
 	if err := os.Truncate(filler, mustSize(t, filler)-6*1024); err != nil {
 		t.Fatal(err)
 	}

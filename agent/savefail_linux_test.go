@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,10 +20,9 @@ import (
 func TestIntegrationFullDiskNumbersNoReadingTwice(t *testing.T) {
 	testkit.NeedRoot(t, "mount", "umount")
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("skipping: cannot mount a tmpfs: %v: %s", err, out)
+	if err := testkit.MountTmpfs(t, dir, "64k"); err != nil {
+		t.Skipf("skipping: %v", err)
 	}
-	t.Cleanup(func() { exec.Command("umount", dir).Run() })
 	p := &platform{}
 	srv := httptest.NewServer(p)
 	defer srv.Close()
@@ -50,16 +48,9 @@ func TestIntegrationFullDiskNumbersNoReadingTwice(t *testing.T) {
 	}
 	testkit.WaitFor(t, "3 readings delivered", func() bool { return len(p.readings()) == 3 })
 	// Fill the disk: a file as large as the tmpfs takes.
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
+	if err := testkit.FillDisk(filepath.Join(dir, "filler")); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := f.Write(make([]byte, 4096)); err != nil {
-			break
-		}
-	}
-	f.Close()
 	for range 3 {
 		step(a)
 	}

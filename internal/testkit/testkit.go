@@ -5,6 +5,7 @@ package testkit
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -87,4 +88,34 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// MountTmpfs mounts a tmpfs of size (mount(8)'s size=, such as "64k") on
+// dir, with mode 0700, and unmounts it when t ends. It returns mount's
+// error with its output, for the caller to skip or log on; it needs root.
+func MountTmpfs(t testing.TB, dir, size string) error {
+	t.Helper()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("mount a tmpfs of %s on %s: %v: %s", size, dir, err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	return nil
+}
+
+// FillDisk appends to path (created if need be) until its file system
+// refuses a write: then it is full to the last byte. It returns the error
+// of an open or close, never the refused write's.
+func FillDisk(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	for _, n := range []int{4096, 64, 1} { // to the last byte
+		for {
+			if _, err := f.Write(make([]byte, n)); err != nil {
+				break
+			}
+		}
+	}
+	return f.Close()
 }
