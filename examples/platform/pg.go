@@ -704,18 +704,25 @@ func (p *pgPlatform) admit(ctx context.Context, id string) (admitAnswer, error) 
 func (p *pgPlatform) readNode(ctx context.Context, id string) (*pgNode, error) {
 	var n *pgNode
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		var state []byte
-		err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1`, id).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("node %q: %w", id, errUnknownNode)
-		}
-		if err != nil {
-			return err
-		}
-		n, err = p.loadNode(ctx, tx, id, state)
+		var err error
+		n, err = p.selectNode(ctx, tx, id)
 		return err
 	})
 	return n, err
+}
+
+// selectNode loads node id in tx without locking it; an unknown id is an
+// error wrapping errUnknownNode.
+func (p *pgPlatform) selectNode(ctx context.Context, tx pgx.Tx, id string) (*pgNode, error) {
+	var state []byte
+	err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1`, id).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("node %q: %w", id, errUnknownNode)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p.loadNode(ctx, tx, id, state)
 }
 
 func (p *pgPlatform) open(ctx context.Context, req openRequest) (route, error) {
@@ -940,15 +947,7 @@ func noticeCounts(ctx context.Context, tx pgx.Tx, ids []string) (map[string]int,
 func (p *pgPlatform) view(ctx context.Context, id string) (nodeView, error) {
 	var v nodeView
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		var state []byte
-		err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1`, id).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("node %q: %w", id, errUnknownNode)
-		}
-		if err != nil {
-			return err
-		}
-		n, err := p.loadNode(ctx, tx, id, state)
+		n, err := p.selectNode(ctx, tx, id)
 		if err != nil {
 			return err
 		}

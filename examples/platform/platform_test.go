@@ -108,33 +108,49 @@ func eachStore(t *testing.T, test func(t *testing.T, open opener)) {
 	})
 }
 
-func (tp *testPlatform) do(method, path string, body any, out any) int {
+// raw sends body (none when empty) to path with "Authorization: Bearer
+// token" (none when token is empty) and returns the answer's status,
+// header and body.
+func (tp *testPlatform) raw(method, path, token, body string) (int, http.Header, []byte) {
 	tp.t.Helper()
 	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			tp.t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
+	if body != "" {
+		rd = strings.NewReader(body)
 	}
 	req, err := http.NewRequest(method, tp.srv.URL+path, rd)
 	if err != nil {
 		tp.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		tp.t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(b, out); err != nil {
-			tp.t.Fatalf("%s %s: %v: %s", method, path, err, b)
+	return resp.StatusCode, resp.Header, b
+}
+
+// do sends body as JSON with the operator's token and decodes a 2xx
+// answer into out, if given.
+func (tp *testPlatform) do(method, path string, body any, out any) int {
+	tp.t.Helper()
+	var b []byte
+	if body != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			tp.t.Fatal(err)
 		}
 	}
-	return resp.StatusCode
+	code, _, ans := tp.raw(method, path, testToken, string(b))
+	if out != nil && code < 300 {
+		if err := json.Unmarshal(ans, out); err != nil {
+			tp.t.Fatalf("%s %s: %v: %s", method, path, err, ans)
+		}
+	}
+	return code
 }
 
 // read sends a reading of node at the clock's time.
@@ -283,14 +299,8 @@ func testReportAnswers(t *testing.T, open opener) {
 	tp := open(c, testSeed())
 	r := overload.Reading{Node: "x1", At: t0, MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1}
 	post := func(token string, body []byte) int {
-		req, _ := http.NewRequest("POST", tp.srv.URL+"/report", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		code, _, _ := tp.raw("POST", "/report", token, string(body))
+		return code
 	}
 	good, _ := json.Marshal(r)
 	older := r
@@ -360,15 +370,8 @@ func testReportAnswers(t *testing.T, open opener) {
 	if got := post("x1-token", b); got != 403 {
 		t.Fatalf("x1's token, reading of x2: %d, want 403", got)
 	}
-	req, _ := http.NewRequest("POST", tp.srv.URL+"/price", strings.NewReader(`{"node":"x1","price":1}`))
-	req.Header.Set("Authorization", "Bearer x1-token")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 403 {
-		t.Fatalf("x1's token setting a price: %d, want 403", resp.StatusCode)
+	if code, _, _ := tp.raw("POST", "/price", "x1-token", `{"node":"x1","price":1}`); code != 403 {
+		t.Fatalf("x1's token setting a price: %d, want 403", code)
 	}
 }
 
@@ -630,18 +633,12 @@ func testRefusalReasons(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	tp := open(c, testSeed())
 	send := func(token string, body []byte) (int, map[string]any) {
-		req, _ := http.NewRequest("POST", tp.srv.URL+"/report", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		code, _, b := tp.raw("POST", "/report", token, string(body))
 		var ans map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
-			t.Fatalf("answer %d is not JSON: %v", resp.StatusCode, err)
+		if err := json.Unmarshal(b, &ans); err != nil {
+			t.Fatalf("answer %d is not JSON: %v", code, err)
 		}
-		return resp.StatusCode, ans
+		return code, ans
 	}
 	r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: 1, At: t0,
 		MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
@@ -688,16 +685,8 @@ func TestReadsNeedOperatorToken(t *testing.T) { eachStore(t, testReadsNeedOperat
 func testReadsNeedOperatorToken(t *testing.T, open opener) {
 	tp := open(&clock{t: t0}, testSeed())
 	get := func(path, token string) int {
-		req, _ := http.NewRequest("GET", tp.srv.URL+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		code, _, _ := tp.raw("GET", path, token, "")
+		return code
 	}
 	for _, path := range []string{"/nodes", "/nodes/x1", "/nodes/x1/events", "/notices", "/plans", "/admit?node=x1"} {
 		if code := get(path, ""); code != 401 {
@@ -767,15 +756,7 @@ func testVersion2ClockAhead(t *testing.T, open opener) {
 	run := strings.Repeat("d", 32)
 	post := func(seq uint64, at time.Time) int {
 		r := overload.Reading{Version: overload.ReadingVersion, Run: run, Seq: seq, Node: "x1", At: at, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
-		body, _ := json.Marshal(r)
-		req, _ := http.NewRequest("POST", tp.srv.URL+"/report", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return tp.do("POST", "/report", r, nil)
 	}
 	if got := post(1, t0.Add(time.Hour)); got != 200 {
 		t.Fatalf("v2 reading an hour ahead: status %d, want 200", got)
@@ -894,21 +875,15 @@ func walkPages[T any](t *testing.T, tp *testPlatform, path string, limit, most i
 		if pages == most {
 			t.Fatalf("more than %d pages", most)
 		}
-		req, _ := http.NewRequest("GET", tp.srv.URL+path, nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		code, header, b := tp.raw("GET", path, testToken, "")
 		var page []T
-		err = json.NewDecoder(resp.Body).Decode(&page)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 || len(page) > limit {
-			t.Fatalf("GET %s: %s, %d items, %v; want at most %d", path, resp.Status, len(page), err, limit)
+		err := json.Unmarshal(b, &page)
+		if err != nil || code != 200 || len(page) > limit {
+			t.Fatalf("GET %s: %d, %d items, %v; want at most %d", path, code, len(page), err, limit)
 		}
 		all = append(all, page...)
 		next := ""
-		if l := resp.Header.Get("Link"); l != "" {
+		if l := header.Get("Link"); l != "" {
 			var ok bool
 			if next, ok = strings.CutPrefix(l, "<"); ok {
 				next, ok = strings.CutSuffix(next, `>; rel="next"`)
@@ -1027,17 +1002,11 @@ func testOperatorBodyTrailingData(t *testing.T, open opener) {
 		{"/routes", `{"node":"x2","user":"u9","key":"vpn"}{"node":"x2","user":"u8","key":"vpn"}`},
 		{"/price", `{"node":"x2","price":70},`},
 	} {
-		req, _ := http.NewRequest("POST", tp.srv.URL+tc.path, strings.NewReader(tc.body))
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		code, _, b := tp.raw("POST", tc.path, testToken, tc.body)
 		var ans map[string]any
-		json.NewDecoder(resp.Body).Decode(&ans)
-		resp.Body.Close()
-		if resp.StatusCode != 400 || ans["reason"] != reasonInvalid {
-			t.Errorf("POST %s %s: %d %v, want 400 %q", tc.path, tc.body, resp.StatusCode, ans, reasonInvalid)
+		json.Unmarshal(b, &ans)
+		if code != 400 || ans["reason"] != reasonInvalid {
+			t.Errorf("POST %s %s: %d %v, want 400 %q", tc.path, tc.body, code, ans, reasonInvalid)
 		}
 	}
 	if v := tp.node("x2"); len(v.Routes) != routes || v.Price != 80 {
