@@ -394,6 +394,13 @@ func TestFaultInjection(t *testing.T) {
 	cur := startAgent(t, bin, env, args...)
 	procs = append(procs, cur)
 	kills, steps := 0, 0
+	// killAndRestart SIGKILLs the agent and starts another on its state.
+	killAndRestart := func() {
+		cur.Kill()
+		kills++
+		cur = startAgent(t, bin, env, args...)
+		procs = append(procs, cur)
+	}
 	run := func(ph phase, kill bool) {
 		disk.set(ph.full)
 		p.setMode(ph.mode)
@@ -419,20 +426,14 @@ func TestFaultInjection(t *testing.T) {
 			}
 			// SIGKILL at a random point, then start again.
 			time.Sleep(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
-			cur.Kill()
-			kills++
-			cur = startAgent(t, bin, env, args...)
-			procs = append(procs, cur)
+			killAndRestart()
 		}
 	}
 	for _, ph := range killing {
 		run(ph, true)
 	}
 	// The last agent sees the calm part from its start.
-	cur.Kill()
-	kills++
-	cur = startAgent(t, bin, env, args...)
-	procs = append(procs, cur)
+	killAndRestart()
 	for _, ph := range calm {
 		run(ph, false)
 	}
