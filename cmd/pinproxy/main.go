@@ -149,18 +149,8 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	// The environment fills in the flags not given on the command line,
-	// all but -version: PINPROXY_VERSION is what deployments name the
-	// image or release to run, and read as -version it would make the
-	// service print a line and exit 0 (or exit 2 on "v0.5.0") instead of
-	// serving.
-	versionEnv := cmdkit.EnvName(envPrefix, "version")
-	serveEnv := func(name string) (string, bool) {
-		if name == versionEnv {
-			return "", false
-		}
-		return lookupEnv(name)
-	}
-	if err := cmdkit.FromEnv(fs, envPrefix, serveEnv); err != nil {
+	// all but -version (see cmdkit.FromEnv).
+	if err := cmdkit.FromEnv(fs, envPrefix, lookupEnv); err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, "parse error") {
 			var name string // the flag the variable is for

@@ -18,11 +18,12 @@
 // Either way it runs on. It also reads the file again by itself when the
 // platform answers 401 or 403, at most once an interval.
 //
-// Every flag can also be given in the environment, as PROOFKIT_AGENT_ and
-// the flag's name in capitals with "-" as "_": PROOFKIT_AGENT_REPORT_URL,
-// PROOFKIT_AGENT_TOKEN_FILE, PROOFKIT_AGENT_STATE_DIR, PROOFKIT_AGENT_LISTEN,
+// Every flag but -version can also be given in the environment, as
+// PROOFKIT_AGENT_ and the flag's name in capitals with "-" as "_":
+// PROOFKIT_AGENT_REPORT_URL, PROOFKIT_AGENT_TOKEN_FILE,
+// PROOFKIT_AGENT_STATE_DIR, PROOFKIT_AGENT_LISTEN,
 // PROOFKIT_AGENT_LINK_SPEED and so on. A flag on the command line wins over
-// its variable. The defaults of -state-dir (state) and -sysctl-dir (config)
+// its variable. PROOFKIT_AGENT_VERSION is left to deployments. The defaults of -state-dir (state) and -sysctl-dir (config)
 // are relative to the working directory; the shipped systemd unit and
 // container image give absolute ones.
 //
@@ -158,7 +159,7 @@ func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (stri
 	fs.Usage = func() {} // a bad flag is one line on stderr; -h prints the flags
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\nEvery flag may also be set in the environment as %s<NAME>\n(-report-url as %s); the command line wins.\n\n",
+			fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\nEvery flag but -version may also be set in the environment as %s<NAME>\n(-report-url as %s); the command line wins.\n\n",
 				envPrefix, cmdkit.EnvName(envPrefix, "report-url"))
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
@@ -174,11 +175,8 @@ func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (stri
 	if o.version {
 		return o, nil
 	}
-	if err := cmdkit.FromEnv(fs, envPrefix, lookupEnv); err != nil {
+	if err := cmdkit.FromEnv(fs, envPrefix, lookupEnv); err != nil { // all but -version
 		return o, usageError{err.Error()}
-	}
-	if o.version { // PROOFKIT_AGENT_VERSION
-		return o, nil
 	}
 	// "-node -once" sets the node to "-once" and runs the agent for good,
 	// sysctl and all: a value that is one of our own flags is a missing

@@ -21,12 +21,17 @@ func EnvName(prefix, flagName string) string {
 // FromEnv sets every flag of fs not given on the command line from the
 // environment variable EnvName(prefix, name), if it is set. fs must have
 // been parsed. The error names the variable and its value.
+//
+// A flag named "version" is never read from the environment: deployments
+// often name the release to run in PREFIX_VERSION, and read as -version
+// it would make a service print a line and exit 0 (or fail to parse
+// "v0.5.0") instead of running.
 func FromEnv(fs *flag.FlagSet, prefix string, lookupEnv func(string) (string, bool)) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
+		if given[f.Name] || f.Name == "version" || err != nil {
 			return
 		}
 		name := EnvName(prefix, f.Name)

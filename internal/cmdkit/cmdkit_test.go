@@ -35,6 +35,17 @@ func TestFromEnv(t *testing.T) {
 	}
 }
 
+// A flag named version is never read from the environment.
+func TestFromEnvLeavesVersion(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	v := fs.Bool("version", false, "")
+	_ = fs.Parse(nil)
+	look := func(k string) (string, bool) { return map[string]string{"X_VERSION": "true"}[k], k == "X_VERSION" }
+	if err := FromEnv(fs, "X_", look); err != nil || *v {
+		t.Fatalf("X_VERSION=true: version %v, err %v; want it left alone", *v, err)
+	}
+}
+
 func TestLoggerDurations(t *testing.T) {
 	var b bytes.Buffer
 	NewLogger(&b, true, nil).Info("x", "lasted", 90*time.Second, "any", any(2*time.Millisecond))
