@@ -221,8 +221,11 @@ func (p *Probe) take(ctx context.Context) (*sample, error) {
 		return nil, fmt.Errorf("%d earlier readings are still blocked (%s): a file or socket under %s does not answer",
 			len(p.blocked), strings.Join(in, "; "), p.cfg.ProcRoot)
 	}
-	skip := map[int]error{}
+	var skip map[int]error // by step; nil, and no allocation, when nothing is blocked
 	for _, b := range p.blocked {
+		if skip == nil {
+			skip = map[int]error{}
+		}
 		skip[b.step] = fmt.Errorf("%s: not read: a reading at %s is still blocked reading it (a file or socket that does not answer)",
 			stepName(b.step), b.since.Format(time.RFC3339))
 	}
