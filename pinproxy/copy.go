@@ -77,6 +77,11 @@ const (
 	linkParking
 	linkParked
 	linkWaking
+	// An upgrade holds the link (upgrade_linux.go): its pumps stopped
+	// as for a park, and its run goroutine, if any, waits to learn
+	// whether the link was handed over or goes on here.
+	linkMoving
+	linkEnded // end has run
 )
 
 // link is one connection's data path: its two conns and what the copy
@@ -95,6 +100,7 @@ type link struct {
 	// so.
 	state atomic.Int32
 	parkedLink
+	mv *mover // the upgrade holding the link while linkMoving; under parkedLink.mu
 }
 
 // direction is one direction's state, shared between its pump and the
@@ -112,6 +118,14 @@ type direction struct {
 	// goroutine after the join.
 	ended bool
 	err   error
+
+	// pending holds bytes read from src but not yet written to dst: an
+	// upgrade stopped the write (or handed them over from the process
+	// before). copyDir writes them before it reads again. splicing is
+	// true while the pump splices, whose pipe's bytes cannot be taken
+	// back, so an upgrade never cuts that write short.
+	pending  []byte
+	splicing atomic.Bool
 }
 
 // add counts n bytes copied.
@@ -136,9 +150,19 @@ func (d *direction) add(n int64) {
 // first byte or hang-up on either side starts the copy path again in a
 // fresh goroutine.
 func splice(client, upstream net.Conn, bufs *sync.Pool, pk *parker, total *byteCounters, done func(spliceResult)) {
+	newLink(client, upstream, bufs, total, done).start(pk)
+}
+
+// newLink returns the data path of one connection, not started.
+func newLink(client, upstream net.Conn, bufs *sync.Pool, total *byteCounters, done func(spliceResult)) *link {
 	l := &link{client: client, upstream: upstream, bufs: bufs, done: done}
 	l.dirs[0].total = &total.up
 	l.dirs[1].total = &total.down
+	return l
+}
+
+// start runs l's copy path, in the caller's goroutine, as splice does.
+func (l *link) start(pk *parker) {
 	pk.add(l)
 	l.run()
 }
@@ -164,13 +188,16 @@ func (l *link) run() {
 			l.end()
 			return
 		}
-		// At least one direction paused: the parker asked. Park when
-		// both did; otherwise (one ended meanwhile, or the conns were
-		// closed) go back to copying.
+		// At least one direction paused: the parker or an upgrade
+		// asked. Park when both did; otherwise (one ended meanwhile, or
+		// the conns were closed) go back to copying. An upgrade holds
+		// the link until it knows whether it was handed over.
 		if !l.dirs[0].ended && !l.dirs[1].ended && l.pk.park(l) {
 			return
 		}
-		l.pk.unpause(l)
+		if !l.pk.unpause(l) && l.held() {
+			return
+		}
 	}
 }
 
@@ -182,18 +209,37 @@ func (l *link) copyDir(i int) {
 		dst, src, s = l.client, l.upstream, sideUpstream
 	}
 	d := &l.dirs[i]
-	err := pump(dst, src, l.bufs, d)
+	err := writePending(dst, d)
+	if err == nil {
+		err = pump(dst, src, l.bufs, d)
+	}
 	d.waiting.Store(false)
-	if err != nil && l.state.Load() == linkParking && errors.Is(err, os.ErrDeadlineExceeded) {
-		return // paused: the bytes not read yet stay queued on src
+	if st := l.state.Load(); err != nil && (st == linkParking || st == linkMoving) && errors.Is(err, os.ErrDeadlineExceeded) {
+		return // paused: the bytes not read yet stay queued on src, those not written in d.pending
 	}
 	d.ended, d.err = true, err
 	l.first.CompareAndSwap(int32(sideNone), int32(s))
 	endDirection(dst, src, err, &l.clean)
 }
 
+// writePending writes out d's pending bytes, if any.
+func writePending(dst net.Conn, d *direction) error {
+	if len(d.pending) == 0 {
+		return nil
+	}
+	n, err := dst.Write(d.pending)
+	d.add(int64(n))
+	if err != nil {
+		d.pending = d.pending[n:]
+		return err
+	}
+	d.pending = nil
+	return nil
+}
+
 // end closes both conns and reports the link's result.
 func (l *link) end() {
+	l.ended()
 	l.pk.remove(l)
 	l.client.Close()
 	l.upstream.Close()

@@ -54,6 +54,9 @@ func pump(dst, src net.Conn, bufs *sync.Pool, dir *direction) error {
 			return nil // EOF
 		}
 		n, err := d.Write(l.buf[:l.n])
+		if err != nil && n < l.n {
+			dir.pending = append([]byte(nil), l.buf[n:l.n]...) // an upgrade stopped the write
+		}
 		bufs.Put(l.buf)
 		l.buf = nil
 		dir.add(int64(n))
@@ -66,7 +69,9 @@ func pump(dst, src net.Conn, bufs *sync.Pool, dir *direction) error {
 		// The burst did not fit in the buffer: the l.queued bytes
 		// behind it are spliced, which never waits for more.
 		l.lr.N = int64(l.queued)
+		dir.splicing.Store(true)
 		m, err := d.ReadFrom(&l.lr)
+		dir.splicing.Store(false)
 		dir.add(m)
 		if err != nil {
 			return err

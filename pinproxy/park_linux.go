@@ -238,12 +238,19 @@ func (pk *parker) ask(l *link) {
 	l.mu.Unlock()
 }
 
-// unpause sends a link whose park was given up back to copying. Only l's
-// run goroutine calls it, while l is parking.
-func (pk *parker) unpause(l *link) {
+// unpause sends a link whose park was given up back to copying, and
+// reports whether it did: not while an upgrade holds it. Only l's run
+// goroutine calls it, while l is parking or moving.
+func (pk *parker) unpause(l *link) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state.Load() == linkMoving {
+		return false
+	}
 	l.client.SetReadDeadline(time.Time{})
 	l.upstream.SetReadDeadline(time.Time{})
 	l.state.Store(linkActive)
+	return true
 }
 
 // park puts l, both of whose pumps paused, into the epoll set, and reports
@@ -259,6 +266,9 @@ func (pk *parker) park(l *link) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.state.Load() != linkParking { // an upgrade holds it
+		return false
+	}
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
 	if pk.epf == nil && !pk.openLocked() {

@@ -16,9 +16,9 @@ var parkAfterForTests time.Duration = -1
 
 func newParker(time.Duration) *parker { return nil }
 
-func (pk *parker) add(*link)       {}
-func (pk *parker) remove(*link)    {}
-func (pk *parker) park(*link) bool { return false }
-func (pk *parker) unpause(l *link) { l.state.Store(linkActive) }
-func (pk *parker) closed(net.Conn) {}
-func (pk *parker) parkedNow() int  { return 0 }
+func (pk *parker) add(*link)            {}
+func (pk *parker) remove(*link)         {}
+func (pk *parker) park(*link) bool      { return false }
+func (pk *parker) unpause(l *link) bool { l.state.Store(linkActive); return true }
+func (pk *parker) closed(net.Conn)      {}
+func (pk *parker) parkedNow() int       { return 0 }

@@ -51,7 +51,10 @@ type Proxy struct {
 	localQuiet   atomic.Int64 // local errors not logged since then
 	rejectLogged atomic.Int64 // when a client closed at MaxConns was last logged, Unix ns
 
-	rebalanceMu sync.Mutex // one round at a time
+	rebalanceMu sync.Mutex // one round at a time; an upgrade holds it too
+
+	starting atomic.Int64 // handlers not yet copying (dialing, sending the PROXY header)
+	upg      upgrades     // upgrade.go
 
 	mu            sync.Mutex
 	upstreams     []*upstream // the current list, in order of preference
@@ -123,6 +126,7 @@ type conn struct {
 	client, upstream net.Conn
 	up               *upstream
 	start            time.Time
+	link             *link     // its data path, set before it copies
 	prev, next       *conn     // guarded by Proxy.mu
 	linked           bool      // guarded by Proxy.mu
 	reason           endReason // guarded by Proxy.mu; set by whoever closes it from outside
@@ -219,9 +223,9 @@ func (p *Proxy) Listen(ctx context.Context, network, addr string) (net.Listener,
 // Listen, which set it already.
 func (p *Proxy) Serve(ln net.Listener) error {
 	p.mu.Lock()
-	_, preset := p.presetKA[ln]
-	delete(p.presetKA, ln)
+	_, preset := p.presetKA[ln] // kept until Serve returns, for a hand-over
 	if p.closed {
+		delete(p.presetKA, ln)
 		p.mu.Unlock()
 		ln.Close()
 		return ErrProxyClosed
@@ -244,6 +248,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	defer func() {
 		p.mu.Lock()
 		delete(p.listeners, ln)
+		delete(p.presetKA, ln)
 		p.mu.Unlock()
 		ln.Close()
 	}()
@@ -254,6 +259,9 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		if err != nil {
 			if p.stopCtx.Err() != nil {
 				return ErrProxyClosed
+			}
+			if p.acceptsHeld(ln) { // an upgrade held them, and let them go again
+				continue
 			}
 			if !temporary(err) {
 				return fmt.Errorf("pinproxy: accept on %s: %w", ln.Addr(), err)
@@ -354,6 +362,7 @@ func (p *Proxy) accept(client net.Conn, preset bool) {
 		return
 	}
 	p.handlers.Add(1)
+	p.starting.Add(1)
 	p.mu.Unlock()
 	go p.handle(client, preset)
 }
@@ -363,6 +372,7 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 	if !preset {
 		p.setKeepAlive(client)
 	}
+	defer p.starting.Add(-1)
 	c := p.connect(client)
 	if c == nil {
 		client.Close()
@@ -378,6 +388,7 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 			return
 		}
 	}
+	c.link = newLink(c.client, c.upstream, &p.bufs, &c.up.bytes, func(r spliceResult) { p.finish(c, r) })
 	// The dial (resolver, connect) grew this goroutine's stack to about
 	// 8 KiB, and a goroutine keeps its stack for life: hand the
 	// connection to a fresh goroutine, which stays at 2 KiB while the
@@ -391,7 +402,7 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 // woke it). Its frame must stay small (the bookkeeping and logging live in
 // finish) so the goroutine keeps its initial stack.
 func (p *Proxy) serveConn(c *conn) {
-	splice(c.client, c.upstream, &p.bufs, p.park, &c.up.bytes, func(r spliceResult) { p.finish(c, r) })
+	c.link.start(p.park)
 }
 
 // finish unlinks a connection whose copying ended and logs it.

@@ -54,6 +54,12 @@ type Totals struct {
 	// of local resources (EMFILE, ENFILE, ENOBUFS, ENOMEM); these never
 	// count against an upstream.
 	LocalErrors int64 `json:"local_errors"`
+
+	// Upgrades counts the times this process or one before it handed
+	// its connections to a new process, and UpgradesFailed the times
+	// the new one did not take them (the old one kept serving).
+	Upgrades       int64 `json:"upgrades"`
+	UpgradesFailed int64 `json:"upgrades_failed"`
 }
 
 // Stats returns a snapshot of every upstream, in the order of
@@ -97,6 +103,9 @@ func (p *Proxy) Totals() Totals {
 		Moves:    moves,
 
 		LocalErrors: p.localErrors.Load(),
+
+		Upgrades:       p.upg.ok.Load(),
+		UpgradesFailed: p.upg.failed.Load(),
 	}
 }
 

@@ -66,7 +66,11 @@ import (
 
 func main() {
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)
+	handled := []os.Signal{syscall.SIGTERM, os.Interrupt, syscall.SIGHUP}
+	if upgradeSignal != nil {
+		handled = append(handled, upgradeSignal)
+	}
+	signal.Notify(sigs, handled...)
 	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr, sigs))
 }
 
@@ -96,6 +100,8 @@ type options struct {
 	logLevel          slog.Level
 	logConnections    bool
 	shutdownTimeout   time.Duration
+	upgradeTimeout    time.Duration
+	upgradeSocket     string
 	version           bool
 	fromEnv           map[string]bool // flags set from the environment, not the command line
 }
@@ -127,6 +133,8 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&o.logConnections, "log-connections", true, "log each connection's end at info level (false: at debug)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long to wait for live connections before closing them")
+	fs.DurationVar(&o.upgradeTimeout, "upgrade-timeout", 10*time.Second, "on SIGUSR2, how long the new binary has to take every connection and report ready before the upgrade is rolled back")
+	fs.StringVar(&o.upgradeSocket, "upgrade-socket", "", "Unix socket path: hand everything to a process that connects here, and at start take it from one listening here (default: SIGUSR2 only)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
@@ -188,10 +196,10 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 		}
 	}()
 
-	if o.listen == "" {
-		return o, usageError{"-listen is required (or PINPROXY_LISTEN): the host:port to accept clients on"}
+	if _, activated := lookupEnv("LISTEN_FDS"); o.listen == "" && !activated {
+		return o, usageError{"-listen is required (or PINPROXY_LISTEN, or a socket from systemd): the host:port to accept clients on"}
 	}
-	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+	if _, _, err := net.SplitHostPort(o.listen); o.listen != "" && err != nil {
 		return o, usageError{fmt.Sprintf("-listen %q: want host:port", o.listen)}
 	}
 	switch {
@@ -269,6 +277,9 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	o.logLevel = level
 	if o.shutdownTimeout < 0 {
 		return o, usageError{fmt.Sprintf("-shutdown-timeout %v: must not be negative", o.shutdownTimeout)}
+	}
+	if o.upgradeTimeout <= 0 {
+		return o, usageError{fmt.Sprintf("-upgrade-timeout %v: must be positive", o.upgradeTimeout)}
 	}
 	return o, nil
 }
@@ -382,30 +393,20 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		return 2
 	}
 	ctx := context.Background()
-	// The proxy's own listener: accepted clients come with keepalive set.
-	ln, err := p.Listen(ctx, "tcp", o.listen)
-	if err != nil {
-		var oe *net.OpError
-		if errors.As(err, &oe) {
-			err = oe.Err // "bind: address already in use"
-		}
-		fmt.Fprintf(stderr, "pinproxy: -listen: cannot listen on %s: %v\n", o.listen, err)
-		return 2
+	lns, adminLn, adopted, code := listeners(ctx, p, o, lookupEnv, stderr, log)
+	if code != 0 {
+		return code
 	}
+	ln := lns[0]
 	var admin *http.Server
-	var adminLn net.Listener
-	if o.admin != "" {
-		adminLn, err = net.Listen("tcp", o.admin)
-		if err != nil {
-			ln.Close()
-			fmt.Fprintf(stderr, "pinproxy: -admin: cannot listen on %s: %v\n", o.admin, errors.Unwrap(err))
-			return 2
-		}
+	if adminLn != nil {
 		admin = newAdminServer(p, bi, log)
 	}
 
-	served := make(chan error, 2)
-	go func() { served <- p.Serve(ln) }()
+	served := make(chan error, len(lns)+1)
+	for _, ln := range lns {
+		go func() { served <- p.Serve(ln) }()
+	}
 	if admin != nil {
 		go func() { served <- admin.Serve(adminLn) }()
 		log.Info("admin listening", "addr", adminLn.Addr().String(), "paths", "/metrics /status /healthz /readyz")
@@ -414,8 +415,29 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		"upstreams", strings.Join(o.upstreams, ","), "upstreams_file", o.upstreamsFile,
 		"rebalance_interval", o.rebalanceInterval, "dial_timeout", o.dialTimeout,
 		"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "check_interval", o.checkInterval)
+	notifyReady(lookupEnv, adopted != nil, log)
+	if adopted != nil {
+		if err := adopted.Ready(); err != nil {
+			log.Warn("upgrade: cannot tell the old process this one is ready", "err", err)
+		}
+	}
+	upgrades := make(chan *net.UnixConn)
+	stopUpgrades := listenUpgrades(o.upgradeSocket, upgrades, log)
+	defer stopUpgrades()
+	var extra []net.Listener
+	if adminLn != nil {
+		extra = append(extra, adminLn)
+	}
+	handedOver := func() int { // the new process has it all: stop the admin server and exit
+		if admin != nil {
+			actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+			admin.Shutdown(actx)
+			acancel()
+		}
+		log.Info("pinproxy stopped: upgraded", "pid", os.Getpid())
+		return 0
+	}
 
-	code := 0
 wait:
 	for {
 		select {
@@ -424,8 +446,27 @@ wait:
 				reload(p, o.upstreamsFile, log)
 				continue
 			}
+			if sig == upgradeSignal {
+				stopUpgrades()
+				if upgradeByExec(p, o.upgradeTimeout, extra, log) {
+					return handedOver()
+				}
+				stopUpgrades = listenUpgrades(o.upgradeSocket, upgrades, log)
+				continue
+			}
 			log.Info("signal received; draining", "signal", sig.String(), "live", p.Totals().Live, "timeout", o.shutdownTimeout)
 			break wait
+		case uc := <-upgrades:
+			stopUpgrades()
+			log.Info("upgrade: a process connected to -upgrade-socket; handing over", "upgrade_socket", o.upgradeSocket)
+			uctx, ucancel := context.WithTimeoutCause(context.Background(), o.upgradeTimeout,
+				fmt.Errorf("the new process was not ready within -upgrade-timeout %v", o.upgradeTimeout))
+			res, _ := p.Handoff(uctx, uc, extra...)
+			ucancel()
+			if res.Committed {
+				return handedOver()
+			}
+			stopUpgrades = listenUpgrades(o.upgradeSocket, upgrades, log)
 		case err := <-served:
 			log.Error("serving failed", "err", err)
 			code = 1

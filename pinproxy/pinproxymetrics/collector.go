@@ -30,7 +30,7 @@ type Collector struct {
 	src Source
 
 	live, dials, failures, up, lastFailure, moved, sent, received, bytes *prometheus.Desc
-	clientsLive, accepted, rejected, unrouted, moves                     *prometheus.Desc
+	clientsLive, accepted, rejected, unrouted, moves, upgrades           *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -58,6 +58,8 @@ func NewCollector(src Source) *Collector {
 		rejected:    d("client_connections_rejected_total", "Client connections closed at once because the connection limit was reached.", nil),
 		unrouted:    d("client_connections_unrouted_total", "Client connections closed because no upstream answered.", nil),
 		moves:       d("rebalance_moves_total", "Connections closed by rebalance rounds to move them to an idle upstream.", nil),
+		upgrades: d("upgrades_total", "Upgrades of the binary, by this process and the ones before it: result \"ok\" when the new process took every connection, \"failed\" when the old one kept them and served on.",
+			[]string{"result"}),
 	}
 }
 
@@ -65,7 +67,7 @@ func NewCollector(src Source) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.live, c.dials, c.failures, c.up, c.lastFailure, c.moved, c.sent, c.received, c.bytes,
-		c.clientsLive, c.accepted, c.rejected, c.unrouted, c.moves,
+		c.clientsLive, c.accepted, c.rejected, c.unrouted, c.moves, c.upgrades,
 	} {
 		ch <- d
 	}
@@ -102,4 +104,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(t.Rejected))
 	ch <- prometheus.MustNewConstMetric(c.unrouted, prometheus.CounterValue, float64(t.Unrouted))
 	ch <- prometheus.MustNewConstMetric(c.moves, prometheus.CounterValue, float64(t.Moves))
+	ch <- prometheus.MustNewConstMetric(c.upgrades, prometheus.CounterValue, float64(t.Upgrades), "ok")
+	ch <- prometheus.MustNewConstMetric(c.upgrades, prometheus.CounterValue, float64(t.UpgradesFailed), "failed")
 }

@@ -79,8 +79,8 @@ pinproxy_client_connections 2
 			t.Errorf("scrape lacks %q", line)
 		}
 	}
-	if n := strings.Count(got, "\npinproxy_"); n != 10*2+5 {
-		t.Errorf("%d samples, want %d:\n%s", n, 10*2+5, got)
+	if n := strings.Count(got, "\npinproxy_"); n != 10*2+5+2 {
+		t.Errorf("%d samples, want %d:\n%s", n, 10*2+5+2, got)
 	}
 }
 

@@ -1,0 +1,29 @@
+//go:build !linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/proofkit/nodekit/pinproxy"
+)
+
+var upgradeSignal os.Signal // none: no SIGUSR2
+
+func handoffSource(o options, lookupEnv func(string) (string, bool)) (*net.UnixConn, error) {
+	if o.upgradeSocket != "" {
+		return nil, fmt.Errorf("-upgrade-socket: upgrades need Linux: %w", errors.ErrUnsupported)
+	}
+	return nil, nil
+}
+
+func listenUpgrades(string, chan<- *net.UnixConn, *slog.Logger) func() { return func() {} }
+
+func notifyReady(func(string) (string, bool), bool, *slog.Logger) {}
+
+func upgradeByExec(*pinproxy.Proxy, time.Duration, []net.Listener, *slog.Logger) bool { return false }
