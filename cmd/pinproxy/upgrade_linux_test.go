@@ -1,0 +1,737 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	bin "encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
+)
+
+// The upgrade tests run the built binary from an "installed" path, replace
+// the file there as a package upgrade does (a new file renamed over it),
+// and send SIGUSR2. Streams carry random bursts both ways, idle
+// connections park, some streams are half-closed, and a dialer connects
+// steadily throughout; at the end every stream's bytes are compared, by
+// sha256, between the client and the upstream ends.
+//
+// PINPROXY_UPGRADE_LOAD=streams,idle,upgrades sizes the main test (the
+// default is 100,400,4, to fit a CI run; the figures in docs/pinproxy.md
+// are from 1000,5000,10).
+
+// upgradeLoad returns the main test's size.
+func upgradeLoad(t *testing.T) (streams, idle, upgrades int) {
+	streams, idle, upgrades = 100, 400, 4
+	if v := os.Getenv("PINPROXY_UPGRADE_LOAD"); v != "" {
+		var err error
+		f := strings.Split(v, ",")
+		if len(f) == 3 {
+			streams, err = strconv.Atoi(f[0])
+			if err == nil {
+				idle, err = strconv.Atoi(f[1])
+			}
+			if err == nil {
+				upgrades, err = strconv.Atoi(f[2])
+			}
+		}
+		if len(f) != 3 || err != nil {
+			t.Fatalf("PINPROXY_UPGRADE_LOAD=%q: want streams,idle,upgrades", v)
+		}
+	}
+	return
+}
+
+var builds struct {
+	once sync.Once
+	dir  string
+	a, b string // pinproxy built as version vA and vB
+	half string // testdata/halfway
+	err  error
+}
+
+// buildVariants builds the two versions of the binary and the half-way
+// stand-in once per test run.
+func buildVariants(t *testing.T) {
+	t.Helper()
+	builds.once.Do(func() {
+		builds.dir, builds.err = os.MkdirTemp("", "pinproxy-upgrade-")
+		if builds.err != nil {
+			return
+		}
+		for _, v := range []struct {
+			out *string
+			ver string
+		}{{&builds.a, "vA"}, {&builds.b, "vB"}} {
+			*v.out = filepath.Join(builds.dir, "pinproxy-"+v.ver)
+			out, err := exec.Command("go", "build", "-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version="+v.ver,
+				"-o", *v.out, ".").CombinedOutput()
+			if err != nil {
+				builds.err = fmt.Errorf("go build %s: %v\n%s", v.ver, err, out)
+				return
+			}
+		}
+		builds.half = filepath.Join(builds.dir, "halfway")
+		out, err := exec.Command("go", "build", "-o", builds.half, "./testdata/halfway").CombinedOutput()
+		if err != nil {
+			builds.err = fmt.Errorf("go build halfway: %v\n%s", err, out)
+		}
+	})
+	if builds.err != nil {
+		t.Fatal(builds.err)
+	}
+}
+
+// install puts the file src at path as a package manager does: a new file
+// renamed over the old one, which a running process keeps.
+func install(t *testing.T, src, path string) {
+	t.Helper()
+	tmp := path + ".new"
+	os.Remove(tmp)
+	if err := os.Link(src, tmp); err != nil {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(tmp, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// family is a pinproxy process and the ones that take over from it, all
+// writing to one log.
+type family struct {
+	t     *testing.T
+	addr  string
+	admin string
+
+	mu    sync.Mutex
+	lines []string
+	grew  chan struct{}
+	pids  []int // every process seen, the current one last
+	eof   chan struct{}
+	first *exec.Cmd
+}
+
+var handedOverRE = regexp.MustCompile(`msg="upgrade: connections handed over" conns=(\d+) parked=(\d+) pending_bytes=(\d+) listeners=\d+ paused=(\S+) took=(\S+) new_pid=(\d+)`)
+
+// startFamily runs the binary at path with args, and waits until it
+// listens.
+func startFamily(t *testing.T, path string, args ...string) *family {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &family{t: t, grew: make(chan struct{}), eof: make(chan struct{})}
+	cmd := exec.Command(path, append([]string{"-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, args...)...)
+	cmd.Stderr = w // a file, not a pipe the exec package copies: the children write to it too
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	f.first = cmd
+	f.pids = []int{cmd.Process.Pid}
+	go cmd.Wait()
+	go func() {
+		defer close(f.eof)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			f.mu.Lock()
+			f.lines = append(f.lines, line)
+			if m := handedOverRE.FindStringSubmatch(line); m != nil {
+				pid, _ := strconv.Atoi(m[6])
+				f.pids = append(f.pids, pid)
+			}
+			close(f.grew)
+			f.grew = make(chan struct{})
+			f.mu.Unlock()
+		}
+		r.Close()
+	}()
+	t.Cleanup(func() {
+		f.mu.Lock()
+		pids := append([]int(nil), f.pids...)
+		f.mu.Unlock()
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		select {
+		case <-f.eof:
+		case <-time.After(pinproxytest.WaitFor):
+		}
+		if t.Failed() {
+			f.mu.Lock()
+			lines := f.lines
+			if len(lines) > 400 {
+				lines = lines[len(lines)-400:]
+			}
+			t.Logf("pinproxy's log (last lines):\n%s", strings.Join(lines, "\n"))
+			f.mu.Unlock()
+		}
+	})
+	f.waitLines(func(lines []string) bool {
+		for _, l := range lines {
+			if m := addrRE.FindStringSubmatch(l); m != nil {
+				if m[1] == "pinproxy" {
+					f.addr = m[2]
+				} else {
+					f.admin = m[2]
+				}
+			}
+		}
+		return f.addr != "" && f.admin != ""
+	})
+	return f
+}
+
+func (f *family) waitLines(cond func([]string) bool) {
+	f.t.Helper()
+	deadline := time.After(pinproxytest.WaitFor)
+	for {
+		f.mu.Lock()
+		lines, grew := f.lines, f.grew
+		f.mu.Unlock()
+		if cond(lines) {
+			return
+		}
+		select {
+		case <-grew:
+		case <-f.eof:
+			f.t.Fatal("every pinproxy process exited while the test waited for its log")
+		case <-deadline:
+			f.t.Fatal("pinproxy's log did not show what the test waited for")
+		}
+	}
+}
+
+// waitCount waits until n log lines contain s.
+func (f *family) waitCount(s string, n int) {
+	f.t.Helper()
+	f.waitLines(func(lines []string) bool { return count(lines, s) >= n })
+}
+
+func (f *family) pid() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pids[len(f.pids)-1]
+}
+
+// gone reports whether process pid has exited (a zombie holds nothing).
+func gone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return strings.HasPrefix(rest, "Z") || strings.HasPrefix(rest, "X")
+}
+
+// status is /status.
+type status struct {
+	Version   string `json:"version"`
+	Upstreams []struct {
+		Addr      string `json:"addr"`
+		Live      int    `json:"live"`
+		BytesUp   int64  `json:"bytes_up"`
+		BytesDown int64  `json:"bytes_down"`
+	} `json:"upstreams"`
+	Totals struct {
+		Live           int   `json:"live"`
+		Accepted       int64 `json:"accepted"`
+		Upgrades       int64 `json:"upgrades"`
+		UpgradesFailed int64 `json:"upgrades_failed"`
+	} `json:"totals"`
+}
+
+func (f *family) status() status {
+	f.t.Helper()
+	var s status
+	if err := json.Unmarshal([]byte(get(f.t, "http://"+f.admin+"/status")), &s); err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+// Stream kinds, in the top bits of the id a client sends first.
+const (
+	kindStream = 0
+	kindIdle   = 1 << 62 // nothing either way until the end
+	kindHalf   = 2 << 62 // the client half-closes at once; the upstream streams on
+	kindProbe  = 3 << 62 // the steady dialer's: the client half-closes at once, the upstream sends nothing
+)
+
+// streamLab is the upstreams and clients of an upgrade test.
+type streamLab struct {
+	t     *testing.T
+	ups   []net.Listener
+	stop  chan struct{} // closed: every stream sends its last burst and half-closes
+	wg    sync.WaitGroup
+	gap   time.Duration // mean time between two bursts of a stream
+	seq   atomic.Uint64
+	fails atomic.Int64
+
+	mu     sync.Mutex
+	ends   map[uint64]*ends
+	errs   []string
+	probes atomic.Int64
+}
+
+// ends are the four hashes of one stream.
+type ends struct {
+	clientSent, clientGot, upSent, upGot []byte
+}
+
+func newStreamLab(t *testing.T, nUpstreams int, gap time.Duration) *streamLab {
+	lab := &streamLab{t: t, stop: make(chan struct{}), gap: gap, ends: make(map[uint64]*ends)}
+	for range nUpstreams {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lab.ups = append(lab.ups, ln)
+		go lab.serve(ln)
+	}
+	t.Cleanup(func() {
+		for _, ln := range lab.ups {
+			ln.Close()
+		}
+	})
+	return lab
+}
+
+func (lab *streamLab) upstreams() string {
+	var s []string
+	for _, ln := range lab.ups {
+		s = append(s, ln.Addr().String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (lab *streamLab) fail(format string, args ...any) {
+	lab.fails.Add(1)
+	lab.mu.Lock()
+	if len(lab.errs) < 20 {
+		lab.errs = append(lab.errs, fmt.Sprintf(format, args...))
+	}
+	lab.mu.Unlock()
+}
+
+func (lab *streamLab) record(id uint64, set func(e *ends)) {
+	lab.mu.Lock()
+	e := lab.ends[id]
+	if e == nil {
+		e = new(ends)
+		lab.ends[id] = e
+	}
+	set(e)
+	lab.mu.Unlock()
+}
+
+func (lab *streamLab) serve(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go lab.upstreamSide(c.(*net.TCPConn))
+	}
+}
+
+// upstreamSide is an upstream's end of one stream.
+func (lab *streamLab) upstreamSide(c *net.TCPConn) {
+	defer c.Close()
+	var idb [8]byte
+	got := sha256.New()
+	if _, err := io.ReadFull(c, idb[:]); err != nil {
+		lab.fail("upstream: reading a stream's id: %v", err)
+		return
+	}
+	got.Write(idb[:])
+	id := bin.BigEndian.Uint64(idb[:])
+	kind := id & (3 << 62)
+	sent := sha256.New()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		switch kind {
+		case kindProbe:
+		case kindIdle:
+			<-lab.stop
+			lab.burst(c, sent, rand.New(rand.NewPCG(id, 2)), 100)
+		default:
+			lab.bursts(c, sent, rand.New(rand.NewPCG(id, 2)))
+		}
+		if err := c.CloseWrite(); err != nil {
+			lab.fail("upstream %x: close write: %v", id, err)
+		}
+	}()
+	if _, err := io.Copy(got, c); err != nil {
+		lab.fail("upstream %x: reading: %v", id, err)
+	}
+	<-done
+	if kind == kindProbe {
+		return
+	}
+	lab.record(id, func(e *ends) { e.upSent, e.upGot = sent.Sum(nil), got.Sum(nil) })
+}
+
+// bursts writes random bursts to c until the lab stops, then one more.
+func (lab *streamLab) bursts(c net.Conn, h hash.Hash, r *rand.Rand) bool {
+	for {
+		n := 1 + r.IntN(16<<10)
+		if r.IntN(20) == 0 {
+			n = 64<<10 + r.IntN(192<<10) // the pump splices the tail of a large burst
+		}
+		if !lab.burst(c, h, r, n) {
+			return false
+		}
+		t := time.NewTimer(time.Duration(r.Int64N(int64(2 * lab.gap))))
+		select {
+		case <-lab.stop:
+			t.Stop()
+			return lab.burst(c, h, r, 100)
+		case <-t.C:
+		}
+	}
+}
+
+func (lab *streamLab) burst(c net.Conn, h hash.Hash, r *rand.Rand, n int) bool {
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		bin.LittleEndian.PutUint64(b[i:], r.Uint64())
+	}
+	h.Write(b)
+	if _, err := c.Write(b); err != nil {
+		lab.fail("writing a burst: %v", err)
+		return false
+	}
+	return true
+}
+
+// dial starts a client of the given kind through the proxy at addr.
+func (lab *streamLab) dial(addr string, kind uint64) error {
+	id := lab.seq.Add(1) | kind
+	c, err := net.DialTimeout("tcp", addr, pinproxytest.WaitFor)
+	if err != nil {
+		return err
+	}
+	tc := c.(*net.TCPConn)
+	lab.wg.Add(1)
+	go func() {
+		defer lab.wg.Done()
+		defer c.Close()
+		var idb [8]byte
+		bin.BigEndian.PutUint64(idb[:], id)
+		sent, got := sha256.New(), sha256.New()
+		sent.Write(idb[:])
+		if _, err := c.Write(idb[:]); err != nil {
+			lab.fail("client %x: writing its id: %v", id, err)
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r := rand.New(rand.NewPCG(id, 1))
+			switch kind {
+			case kindIdle:
+				<-lab.stop
+				lab.burst(c, sent, r, 100)
+			case kindStream:
+				lab.bursts(c, sent, r)
+			case kindHalf:
+				lab.burst(c, sent, r, 1+r.IntN(32<<10))
+			}
+			if err := tc.CloseWrite(); err != nil {
+				lab.fail("client %x: close write: %v", id, err)
+			}
+		}()
+		if _, err := io.Copy(got, c); err != nil {
+			lab.fail("client %x: reading: %v", id, err)
+		}
+		<-done
+		if kind == kindProbe {
+			lab.probes.Add(1)
+			return
+		}
+		lab.record(id, func(e *ends) { e.clientSent, e.clientGot = sent.Sum(nil), got.Sum(nil) })
+	}()
+	return nil
+}
+
+// dialSteadily dials a probe every 5 ms (200 a second) until stop,
+// counting the dials that fail.
+func (lab *streamLab) dialSteadily(addr string, refused *atomic.Int64) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if err := lab.dial(addr, kindProbe); err != nil {
+					refused.Add(1)
+					lab.fail("steady dialer: %v", err)
+				}
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// finish stops every stream and checks every one end to end.
+func (lab *streamLab) finish(want int) {
+	t := lab.t
+	t.Helper()
+	close(lab.stop)
+	done := make(chan struct{})
+	go func() { lab.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * pinproxytest.WaitFor):
+		t.Fatal("streams did not end")
+	}
+	// The upstream ends record after their client saw EOF: wait for them.
+	deadline := time.Now().Add(pinproxytest.WaitFor)
+	for {
+		lab.mu.Lock()
+		complete := 0
+		for _, e := range lab.ends {
+			if e.upGot != nil && e.clientGot != nil {
+				complete++
+			}
+		}
+		lab.mu.Unlock()
+		if complete >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	lab.mu.Lock()
+	defer lab.mu.Unlock()
+	bad := 0
+	for id, e := range lab.ends {
+		if !bytes.Equal(e.clientSent, e.upGot) || !bytes.Equal(e.upSent, e.clientGot) {
+			if bad++; bad <= 5 {
+				t.Errorf("stream %x: bytes differ end to end (client sent %x, upstream got %x; upstream sent %x, client got %x)",
+					id, e.clientSent, e.upGot, e.upSent, e.clientGot)
+			}
+		}
+	}
+	if len(lab.ends) != want {
+		t.Errorf("%d streams recorded, want %d", len(lab.ends), want)
+	}
+	if n := lab.fails.Load(); n > 0 {
+		t.Errorf("%d errors (EOFs, resets, refusals); first ones:\n%s", n, strings.Join(lab.errs, "\n"))
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d streams differ", bad, len(lab.ends))
+	}
+}
+
+// start dials the lab's streams and idle connections through addr.
+func (lab *streamLab) start(addr string, streams, idle int) {
+	lab.t.Helper()
+	for i := range streams {
+		kind := uint64(kindStream)
+		if i%10 == 9 {
+			kind = kindHalf
+		}
+		if err := lab.dial(addr, kind); err != nil {
+			lab.t.Fatal(err)
+		}
+	}
+	for range idle {
+		if err := lab.dial(addr, kindIdle); err != nil {
+			lab.t.Fatal(err)
+		}
+	}
+}
+
+// waitLive waits until the proxy's /status counts n live connections.
+func (f *family) waitLive(n int) {
+	f.t.Helper()
+	deadline := time.Now().Add(pinproxytest.WaitFor)
+	for {
+		s := f.status()
+		if s.Totals.Live >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%d live connections, want %d", s.Totals.Live, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// upgrade sends SIGUSR2 and waits until the old process has handed over
+// and exited; it returns the hand-over's log line and how long the old
+// process lived after the signal.
+func (f *family) upgrade(n int) (line string, oldLived time.Duration) {
+	f.t.Helper()
+	old := f.pid()
+	t0 := time.Now()
+	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+		f.t.Fatal(err)
+	}
+	f.waitCount(`msg="upgrade: connections handed over"`, n)
+	for !gone(old) {
+		if time.Since(t0) > 10*time.Second {
+			f.t.Fatalf("the old process %d still runs 10 s after SIGUSR2", old)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.lines {
+		if handedOverRE.MatchString(l) {
+			line = l
+		}
+	}
+	return line, time.Since(t0)
+}
+
+func TestBinaryUpgradeKeepsEveryConnection(t *testing.T) {
+	streams, idle, upgrades := upgradeLoad(t)
+	buildVariants(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pinproxy")
+	install(t, builds.a, path)
+	lab := newStreamLab(t, 2, 100*time.Millisecond)
+	f := startFamily(t, path, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
+		"-park-after", "300ms", "-log-connections=false")
+	lab.start(f.addr, streams, idle)
+	f.waitLive(streams + idle)
+	var refused atomic.Int64
+	stopDialing := lab.dialSteadily(f.addr, &refused)
+
+	prev := f.status()
+	var maxLived time.Duration
+	for i := 1; i <= upgrades; i++ {
+		next, ver := builds.b, "vB"
+		if i%2 == 0 {
+			next, ver = builds.a, "vA"
+		}
+		install(t, next, path)
+		line, lived := f.upgrade(i)
+		maxLived = max(maxLived, lived)
+		t.Logf("upgrade %d to %s: %s; old process gone %v after the signal", i, ver, line[strings.Index(line, "conns="):], lived.Round(time.Millisecond))
+		s := f.status()
+		if s.Version != ver {
+			t.Fatalf("after upgrade %d /status says version %q, want %q", i, s.Version, ver)
+		}
+		if s.Totals.Upgrades != int64(i) || s.Totals.Accepted < prev.Totals.Accepted {
+			t.Fatalf("after upgrade %d: upgrades %d, accepted %d (was %d): counters did not go on",
+				i, s.Totals.Upgrades, s.Totals.Accepted, prev.Totals.Accepted)
+		}
+		for j, u := range s.Upstreams {
+			if u.BytesUp < prev.Upstreams[j].BytesUp || u.BytesDown < prev.Upstreams[j].BytesDown {
+				t.Fatalf("after upgrade %d: %s's byte counters went back", i, u.Addr)
+			}
+		}
+		prev = s
+		// Let the streams run and the idle connections park again.
+		time.Sleep(time.Second)
+	}
+	metrics := get(t, "http://"+f.admin+"/metrics")
+	if want := fmt.Sprintf(`pinproxy_upgrades_total{result="ok"} %d`, upgrades); !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %q", want)
+	}
+	stopDialing()
+	lab.finish(streams + idle)
+	t.Logf("%d streams and %d idle connections, %d upgrades, %d steady dials (%d refused); the old process lived at most %v after the signal",
+		streams, idle, upgrades, lab.probes.Load(), refused.Load(), maxLived.Round(time.Millisecond))
+}
+
+func TestBinaryUpgradeRollsBack(t *testing.T) {
+	buildVariants(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pinproxy")
+	install(t, builds.a, path)
+	exits := filepath.Join(dir, "exits")
+	hangs := filepath.Join(dir, "hangs")
+	if err := os.WriteFile(exits, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hangs, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lab := newStreamLab(t, 2, 100*time.Millisecond)
+	f := startFamily(t, path, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
+		"-park-after", "300ms", "-log-connections=false", "-upgrade-timeout", "3s")
+	const streams, idle = 50, 350 // more than two batches of connections
+	lab.start(f.addr, streams, idle)
+	f.waitLive(streams + idle)
+	var refused atomic.Int64
+	stopDialing := lab.dialSteadily(f.addr, &refused)
+	pid := f.pid()
+
+	for i, bad := range []struct{ name, path, why string }{
+		{"exits at once", exits, "exit status 3|closed the socket|broken pipe|reset by peer"},
+		{"hangs before ready", hangs, "not ready within -upgrade-timeout"},
+		{"killed half-way through receiving", builds.half, "signal: killed|closed the socket|broken pipe|reset by peer"},
+	} {
+		install(t, bad.path, path)
+		if err := syscall.Kill(pid, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		f.waitCount(`msg="upgrade failed; keeping every connection and serving on"`, i+1)
+		f.mu.Lock()
+		var line string
+		for _, l := range f.lines {
+			if strings.Contains(l, "upgrade failed; keeping") {
+				line = l
+			}
+		}
+		f.mu.Unlock()
+		if !regexp.MustCompile(bad.why).MatchString(line) {
+			t.Errorf("a new binary that %s: the log says %q, want the reason (%q)", bad.name, line, bad.why)
+		}
+		t.Logf("a new binary that %s: %s", bad.name, line[strings.Index(line, "msg="):])
+		s := f.status()
+		if s.Totals.UpgradesFailed != int64(i+1) || f.pid() != pid || gone(pid) {
+			t.Fatalf("after a new binary that %s: upgrades_failed %d, want %d; pid %d, want %d still serving",
+				bad.name, s.Totals.UpgradesFailed, i+1, f.pid(), pid)
+		}
+		// The streams go on through the old process, which accepts again.
+		time.Sleep(500 * time.Millisecond)
+		f.waitLive(streams + idle)
+	}
+	// And a good binary still takes over.
+	install(t, builds.b, path)
+	f.upgrade(1)
+	if s := f.status(); s.Version != "vB" || s.Totals.UpgradesFailed != 3 || s.Totals.Upgrades != 1 {
+		t.Errorf("after the good upgrade: version %q, upgrades %d, failed %d; want vB, 1, 3", s.Version, s.Totals.Upgrades, s.Totals.UpgradesFailed)
+	}
+	stopDialing()
+	lab.finish(streams + idle)
+	if refused.Load() > 0 {
+		t.Errorf("%d steady dials refused", refused.Load())
+	}
+}
