@@ -60,6 +60,7 @@ import (
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/internal/cmdkit"
+	"github.com/proofkit/nodekit/internal/logbuf"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxymetrics"
 )
@@ -369,7 +370,12 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		fmt.Fprintf(stdout, "pinproxy %s\n", bi)
 		return 0
 	}
-	log := cmdkit.NewLogger(stderr, o.logFormat == "json", o.logLevel)
+	// Log lines go through a buffer written out every 100 ms, so a
+	// connection's line costs no write(2) of its own; a crash loses at
+	// most that interval.
+	lw := logbuf.New(stderr, logbuf.Config{})
+	defer lw.Close()
+	log := cmdkit.NewLogger(lw, o.logFormat == "json", o.logLevel)
 
 	p, err := pinproxy.New(o.config(log))
 	var ue *pinproxy.UpstreamError
@@ -401,7 +407,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 			fmt.Fprintf(stderr, "pinproxy: -admin: cannot listen on %s: %v\n", o.admin, errors.Unwrap(err))
 			return 2
 		}
-		admin = newAdminServer(p, bi, log)
+		admin = newAdminServer(p, bi, log, lw)
 	}
 
 	served := make(chan error, 2)
@@ -481,9 +487,13 @@ func reload(p *pinproxy.Proxy, path string, log *slog.Logger) {
 // newAdminServer serves /metrics (Prometheus, from a registry of its own),
 // /status (JSON), /healthz and /readyz, with timeouts that close idle and
 // slow connections: the admin port shares the proxy's file descriptors.
-func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger) *http.Server {
+func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger, lw *logbuf.Writer) *http.Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(pinproxymetrics.NewCollector(p))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "pinproxy_log_lines_dropped_total",
+		Help: "Log lines dropped because the log's output (stderr) did not keep up; the proxy never waits for it.",
+	}, func() float64 { return float64(lw.Dropped()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "pinproxy_build_info",
 		Help:        "Always 1; the labels say the version, commit and Go version of the running pinproxy.",
