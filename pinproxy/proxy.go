@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -417,18 +418,56 @@ func (p *Proxy) finish(c *conn, r spliceResult) {
 	if p.cfg.LogConnections {
 		level = slog.LevelInfo
 	}
-	if p.log.Enabled(p.stopCtx, level) {
-		attrs := []slog.Attr{
-			slog.String("client", c.client.RemoteAddr().String()), slog.String("upstream", c.up.addr),
-			slog.Duration("duration", time.Since(c.start)),
-			slog.Int64("bytes_up", r.up), slog.Int64("bytes_down", r.down),
-			slog.String("reason", reason.String()),
-		}
-		if err != nil && !errors.Is(err, net.ErrClosed) {
-			attrs = append(attrs, slog.Any("err", err))
-		}
-		p.log.LogAttrs(p.stopCtx, level, "connection ended", attrs...)
+	if !p.log.Enabled(p.stopCtx, level) { // first: a line not logged costs nothing
+		return
 	}
+	// Six attributes: one more than a slog.Record holds without
+	// allocating. The client's address is formatted on the stack, so the
+	// line allocates that string and the Record's overflow only.
+	var addrBuf [64]byte
+	attrs := [...]slog.Attr{
+		slog.String("client", string(appendAddr(addrBuf[:0], c.client.RemoteAddr()))), slog.String("upstream", c.up.addr),
+		slog.Duration("duration", roundForLog(time.Since(c.start))),
+		slog.Int64("bytes_up", r.up), slog.Int64("bytes_down", r.down),
+		slog.String("reason", reason.String()),
+		{},
+	}
+	n := len(attrs) - 1
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		attrs[n] = slog.Any("err", err)
+		n++
+	}
+	p.log.LogAttrs(p.stopCtx, level, "connection ended", attrs[:n]...)
+}
+
+// appendAddr appends a's host:port to b, as a.String() would write it,
+// without allocating for a TCP address.
+func appendAddr(b []byte, a net.Addr) []byte {
+	if ta, ok := a.(*net.TCPAddr); ok && ta.Zone == "" {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).AppendTo(b)
+	}
+	if a == nil {
+		return b
+	}
+	return append(b, a.String()...)
+}
+
+// roundForLog rounds d to what a person reads in a log line: whole
+// seconds from 10 s on (lasted=14s), whole minutes from an hour on, tenths
+// of a second from 1 s, milliseconds below that.
+func roundForLog(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Hour:
+		return d.Round(time.Minute)
+	case d >= 10*time.Second:
+		return d.Round(time.Second)
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Microsecond)
 }
 
 // endLocked records why c is about to be closed from outside its
