@@ -134,6 +134,13 @@ type Config struct {
 	// Proxy.Listen carries it for its clients; on another listener Serve
 	// sets it on each client. Zero means DefaultKeepAlive (30 s); a
 	// negative value turns keepalive off.
+	//
+	// On Linux, TCP_USER_TIMEOUT is set with it to the time keepalive
+	// takes to find a dead peer (idle time + 9 intervals, 5 minutes by
+	// default), so that a peer that died while data sent to it was
+	// unacknowledged, which keepalive does not probe, is found in the same
+	// time rather than when the kernel's retransmissions give up. Either
+	// way the connection ends with an error, and the other side is reset.
 	KeepAlive time.Duration
 
 	// ParkAfter is how long both directions of a connection must have

@@ -172,7 +172,7 @@ func New(cfg Config) (*Proxy, error) {
 		// The dialer sets keepalive once, as configured (KeepAlive is
 		// ignored when KeepAliveConfig is enabled; -1 turns it off
 		// otherwise).
-		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive}
+		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive, Control: p.dialControl()}
 		p.dial = d.DialContext
 	}
 	p.bufs.New = newBurstBuf
@@ -743,6 +743,7 @@ func (p *Proxy) forgetLocked(u *upstream) {
 func (p *Proxy) setKeepAlive(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetKeepAliveConfig(p.keepAlive)
+		p.setUserTimeout(tc)
 	}
 }
 
