@@ -64,7 +64,9 @@ func userTimeoutOf(t *testing.T, c net.Conn) int {
 	}
 	var ms int
 	var serr error
-	rc.Control(func(fd uintptr) { ms, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, unix.TCP_USER_TIMEOUT) })
+	rc.Control(func(fd uintptr) {
+		ms, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
+	})
 	if serr != nil {
 		t.Fatal(serr)
 	}
