@@ -51,6 +51,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -120,7 +121,8 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.IntVar(&o.checkRise, "check-rise", pinproxy.DefaultCheckRise, "checks in a row that must answer to mark a down upstream up")
 	fs.IntVar(&o.checkFall, "check-fall", pinproxy.DefaultCheckFall, "checks in a row that must fail to mark an upstream down")
 	fs.DurationVar(&o.slowStart, "slow-start", 0, "ramp a returning upstream's share of new clients over this time (0: off)")
-	fs.DurationVar(&o.parkAfter, "park-after", pinproxy.DefaultParkAfter, "park a connection idle both ways this long: no goroutine, no buffer (Linux; negative: never)")
+	o.parkAfter = pinproxy.DefaultParkAfter
+	fs.Var((*orNever)(&o.parkAfter), "park-after", "park a connection idle both ways this long: no goroutine, no buffer (Linux; never, or negative such as -1: never)")
 	sendProxy := fs.String("send-proxy", "", "send a PROXY protocol header to upstreams: v1 or v2 (default: none)")
 	fs.IntVar(&o.maxConns, "max-conns", 0, "most client connections at once; over it a new client is closed at once (0: no limit; default: from the open-file limit)")
 	fs.StringVar(&o.admin, "admin", "", "address for /metrics, /status, /healthz and /readyz, host:port (default: off)")
@@ -272,6 +274,31 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 		return o, usageError{fmt.Sprintf("-shutdown-timeout %v: must not be negative", o.shutdownTimeout)}
 	}
 	return o, nil
+}
+
+// orNever is a duration flag that also takes "never" or a negative whole
+// number without a unit ("-1"), both meaning never (a negative duration).
+type orNever time.Duration
+
+func (d *orNever) String() string { return time.Duration(*d).String() }
+
+func (d *orNever) Get() any { return time.Duration(*d) }
+
+func (d *orNever) Set(s string) error {
+	if s == "never" {
+		*d = -1
+		return nil
+	}
+	if n, err := strconv.Atoi(s); err == nil && n < 0 {
+		*d = -1
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	*d = orNever(v)
+	return nil
 }
 
 // fromEnvPrefix returns "PINPROXY_NAME: " when msg is about the flag

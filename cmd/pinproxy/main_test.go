@@ -491,6 +491,18 @@ func TestParkAfterFlag(t *testing.T) {
 	if cfg := o.config(nil); cfg.ParkAfter >= 0 {
 		t.Errorf("-park-after -1s became ParkAfter %v, want negative (never)", cfg.ParkAfter)
 	}
+	for _, never := range []string{"-1", "never", "-5"} {
+		o, err = parseFlags(append(base, "-park-after", never), noEnv, io.Discard)
+		if err != nil {
+			t.Fatalf("-park-after %s: %v", never, err)
+		}
+		if cfg := o.config(nil); cfg.ParkAfter >= 0 {
+			t.Errorf("-park-after %s became ParkAfter %v, want negative (never)", never, cfg.ParkAfter)
+		}
+	}
+	if _, err := parseFlags(append(base, "-park-after", "soon"), noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "want a duration") {
+		t.Errorf("-park-after soon: err %v, want one saying it wants a duration", err)
+	}
 	if _, err := parseFlags(append(base, "-park-after", "0"), noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "-park-after 0") {
 		t.Errorf("-park-after 0: err %v, want one naming the flag", err)
 	}
