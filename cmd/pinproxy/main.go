@@ -13,7 +13,12 @@
 // until they close (or, -drain-removed after the reload, are moved one
 // per rebalance round). A
 // bad file keeps the current list and logs the line at fault. Without a
-// file, SIGHUP is logged and ignored.
+// file, SIGHUP is logged and ignored. Replace the file by rename (write
+// the new list to a file beside it, then mv it over the old one): a SIGHUP
+// that catches a file being written in place reads what is there so far.
+// A reload that leaves fewer than half the upstreams there were is logged
+// as a warning, and so is, at start and at each reload, every name that
+// does not resolve (with its line).
 //
 // Every flag but -version can also be set in the environment as PINPROXY_
 // and the flag name in capitals with "_" for "-" (PINPROXY_LISTEN,
@@ -53,6 +58,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -439,6 +445,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 
 	served := make(chan error, 2)
 	go func() { served <- p.Serve(ln) }()
+	go warnUnresolved(o.upstreamsFile, o.upstreams, net.DefaultResolver, log)
 	if admin != nil {
 		go func() { served <- admin.Serve(adminLn) }()
 		log.Info("admin listening", "addr", adminLn.Addr().String(), "paths", "/metrics /status /healthz /readyz")
@@ -504,11 +511,65 @@ func reload(p *pinproxy.Proxy, path string, log *slog.Logger) {
 	}
 	ups, err := readUpstreams(path)
 	if err == nil {
+		before := 0
+		for _, s := range p.Stats() {
+			if !s.Removed {
+				before++
+			}
+		}
+		if 2*len(ups) < before {
+			log.Warn("upstreams file shrank by more than half; check it was written whole and renamed into place",
+				"file", path, "upstreams", len(ups), "before", before)
+		}
 		err = p.SetUpstreams(ups) // logs the new list
 	}
 	if err != nil {
 		log.Error("reload failed; keeping the current upstreams", "err", err)
+		return
 	}
+	go warnUnresolved(path, ups, net.DefaultResolver, log)
+}
+
+// warnUnresolved looks up the host of every upstream that is not an IP
+// address, a few at a time, and logs a warning for each that does not
+// resolve, naming its line in the upstreams file path ("" for the
+// -upstreams flag). It is only a warning: a name may resolve later, and the
+// proxy resolves at each dial. Each lookup is bounded by 5 s.
+func warnUnresolved(path string, ups []string, r *net.Resolver, log *slog.Logger) {
+	lines := map[string]int{}
+	if path != "" {
+		if b, err := os.ReadFile(path); err == nil {
+			for i, l := range strings.Split(string(b), "\n") {
+				l, _, _ = strings.Cut(l, "#")
+				if l = strings.TrimSpace(l); l != "" && lines[l] == 0 {
+					lines[l] = i + 1
+				}
+			}
+		}
+	}
+	const parallel = 8
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for _, u := range ups {
+		host, _, err := net.SplitHostPort(u)
+		if err != nil || net.ParseIP(host) != nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := r.LookupHost(ctx, host); err != nil {
+				attrs := []any{"upstream", u, "err", err}
+				if path != "" {
+					attrs = append([]any{"file", path, "line", lines[u]}, attrs...)
+				}
+				log.Warn("upstream does not resolve", attrs...)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // newAdminServer serves /metrics (Prometheus, from a registry of its own),
