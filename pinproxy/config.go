@@ -22,6 +22,7 @@ const (
 	DefaultFailedBackoff     = 30 * time.Second
 	DefaultKeepAlive         = 30 * time.Second
 	DefaultParkAfter         = 30 * time.Second
+	DefaultMaxDialAttempts   = 3
 
 	// HAProxy's defaults for its inter, rise and fall.
 	DefaultCheckRise = 2
@@ -78,6 +79,13 @@ type Config struct {
 	// when all the others fail. Zero means DefaultFailedBackoff (30 s); a
 	// negative value turns the back-off off.
 	FailedBackoff time.Duration
+
+	// MaxDialAttempts is the most upstreams a client's dials try, in
+	// least-used order, before the client is closed, so that a list of
+	// many upstreams that refuse costs a client a few dials, not one per
+	// upstream. Zero means DefaultMaxDialAttempts (3); a negative value
+	// means no limit: every upstream is tried.
+	MaxDialAttempts int
 
 	// MaxConns caps the client connections handled at once; a client
 	// accepted over the cap is closed at once. Zero means no limit.
@@ -182,6 +190,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.FailedBackoff == 0 {
 		c.FailedBackoff = DefaultFailedBackoff
+	}
+	if c.MaxDialAttempts == 0 {
+		c.MaxDialAttempts = DefaultMaxDialAttempts
 	}
 	if c.MaxConns < 0 {
 		return c, fmt.Errorf("pinproxy: max conns %d: must not be negative (0 means no limit)", c.MaxConns)

@@ -43,14 +43,15 @@ type Proxy struct {
 	handlers sync.WaitGroup // one per accepted client; Add only under mu while !closed
 	ticker   sync.WaitGroup // the rebalance, check and duplicate-warning goroutines; Add only under mu while !closed
 
-	active       atomic.Int64 // client connections being handled, for MaxConns
-	accepted     atomic.Int64
-	rejected     atomic.Int64
-	unrouted     atomic.Int64
-	localErrors  atomic.Int64 // accepts and dials that failed for want of local resources
-	localLogged  atomic.Int64 // when a local error was last logged, Unix ns
-	localQuiet   atomic.Int64 // local errors not logged since then
-	rejectLogged atomic.Int64 // when a client closed at MaxConns was last logged, Unix ns
+	active      atomic.Int64 // client connections being handled, for MaxConns
+	accepted    atomic.Int64
+	rejected    atomic.Int64
+	unrouted    atomic.Int64
+	localErrors atomic.Int64 // accepts and dials that failed for want of local resources
+	localLog    rateLimited  // lines about local errors
+	rejectLog   rateLimited  // lines about clients closed at MaxConns
+	dialLog     rateLimited  // lines about dials that failed
+	unroutedLog rateLimited  // lines about clients closed because no upstream answered
 
 	rebalanceMu sync.Mutex // one round at a time
 
@@ -298,30 +299,40 @@ func localError(err error) bool {
 		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
-// logLocal counts a local error and logs it, at most once a second, with
-// the number left unlogged since the last line: a proxy out of file
-// descriptors would otherwise write a line per client.
-func (p *Proxy) logLocal(msg string, attrs ...slog.Attr) {
-	p.localErrors.Add(1)
-	now := time.Now().UnixNano()
-	last := p.localLogged.Load()
-	if now-last < int64(time.Second) || !p.localLogged.CompareAndSwap(last, now) {
-		p.localQuiet.Add(1)
-		return
-	}
-	attrs = append(attrs, slog.Int64("not_logged_since", p.localQuiet.Swap(0)))
-	p.log.LogAttrs(p.stopCtx, slog.LevelWarn, msg, attrs...)
+// rateLimited logs one kind of line at most once a second, adding the
+// number of lines it left out since the last one (not_logged_since) when
+// there were any: a proxy out of file descriptors, or in front of
+// thousands of upstreams that refuse, would otherwise write a line per
+// client or per dial.
+type rateLimited struct {
+	last  atomic.Int64 // when a line was last logged, Unix ns
+	quiet atomic.Int64 // lines left out since then
 }
 
-// logRejected logs a client closed at the connection cap, at most once a
-// second, with the number closed since the last line.
-func (p *Proxy) logRejected(client net.Conn, limit int64) {
-	now := time.Now().UnixNano()
-	last := p.rejectLogged.Load()
-	if now-last < int64(time.Second) || !p.rejectLogged.CompareAndSwap(last, now) {
+// log logs msg unless a line went out less than a second before now.
+func (r *rateLimited) log(p *Proxy, now time.Time, level slog.Level, msg string, attrs ...slog.Attr) {
+	t := now.UnixNano()
+	last := r.last.Load()
+	if last != 0 && t-last < int64(time.Second) || !r.last.CompareAndSwap(last, t) {
+		r.quiet.Add(1)
 		return
 	}
-	p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "too many connections; closing the client",
+	if n := r.quiet.Swap(0); n > 0 {
+		attrs = append(attrs, slog.Int64("not_logged_since", n))
+	}
+	p.log.LogAttrs(p.stopCtx, level, msg, attrs...)
+}
+
+// logLocal counts a local error and logs it, rate-limited.
+func (p *Proxy) logLocal(msg string, attrs ...slog.Attr) {
+	p.localErrors.Add(1)
+	p.localLog.log(p, time.Now(), slog.LevelWarn, msg, attrs...)
+}
+
+// logRejected logs a client closed at the connection cap, rate-limited,
+// with the number closed so far.
+func (p *Proxy) logRejected(client net.Conn, limit int64) {
+	p.rejectLog.log(p, time.Now(), slog.LevelWarn, "too many connections; closing the client",
 		slog.String("client", client.RemoteAddr().String()), slog.Int64("max_conns", limit),
 		slog.Int64("rejected_total", p.rejected.Load()))
 }
@@ -492,6 +503,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 	tried := small[:]
 	var triedUps []*upstream // the same set by pointer, should SetUpstreams reorder the list
 	gen := -1                // the list's generation tried is for; -1: none yet
+	attempts := 0            // dials that failed, for Config.MaxDialAttempts
 	for {
 		now := time.Now()
 		p.mu.Lock()
@@ -512,14 +524,15 @@ func (p *Proxy) connect(client net.Conn) *conn {
 			}
 		}
 		i, u := p.pickLocked(tried, now)
-		if u == nil {
+		if u == nil || p.cfg.MaxDialAttempts > 0 && attempts >= p.cfg.MaxDialAttempts {
 			n := len(p.upstreams)
 			p.mu.Unlock()
 			p.unrouted.Add(1)
-			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "no upstream answers; closing the client",
-				slog.String("client", client.RemoteAddr().String()), slog.Int("upstreams", n))
+			p.unroutedLog.log(p, now, slog.LevelWarn, "no upstream answers; closing the client",
+				slog.String("client", client.RemoteAddr().String()), slog.Int("upstreams", n), slog.Int("tried", attempts))
 			return nil
 		}
+		attempts++
 		u.dialing++
 		u.dials++
 		p.mu.Unlock()
@@ -546,7 +559,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 			}
 			p.failedLocked(u, err, false)
 			p.mu.Unlock()
-			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "upstream does not answer; trying the next",
+			p.dialLog.log(p, now, slog.LevelWarn, "upstream does not answer; trying the next",
 				slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
 			continue
 		}

@@ -91,6 +91,7 @@ type options struct {
 	rebalanceMaxMoves int
 	drainRemoved      time.Duration
 	dialTimeout       time.Duration
+	maxDialAttempts   int
 	checkInterval     time.Duration
 	checkRise         int
 	checkFall         int
@@ -123,12 +124,13 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.IntVar(&o.rebalanceMaxMoves, "rebalance-max-moves", 1, "most connections a rebalance round moves")
 	fs.DurationVar(&o.drainRemoved, "drain-removed", 0, "this long after a reload removed an upstream, move its connections, one per rebalance round (0: leave them)")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", pinproxy.DefaultDialTimeout, "bound on each dial to an upstream")
+	fs.IntVar(&o.maxDialAttempts, "max-dial-attempts", pinproxy.DefaultMaxDialAttempts, "most upstreams a client's dials try before the client is closed (negative: every upstream)")
 	fs.DurationVar(&o.checkInterval, "check-interval", 0, "time between active health checks, TCP connects (0: off, health from clients' dials)")
 	fs.IntVar(&o.checkRise, "check-rise", pinproxy.DefaultCheckRise, "checks in a row that must answer to mark a down upstream up")
 	fs.IntVar(&o.checkFall, "check-fall", pinproxy.DefaultCheckFall, "checks in a row that must fail to mark an upstream down")
 	fs.DurationVar(&o.slowStart, "slow-start", 0, "ramp a returning upstream's share of new clients over this time (0: off)")
 	o.parkAfter = pinproxy.DefaultParkAfter
-	fs.Var((*orNever)(&o.parkAfter), "park-after", "park a connection idle both ways this long: no goroutine, no buffer (Linux; never, or negative such as -1: never)")
+	fs.Var((*orNever)(&o.parkAfter), "park-after", "park a connection idle both ways for this `duration`: no goroutine, no buffer (Linux; never, or negative such as -1: never)")
 	sendProxy := fs.String("send-proxy", "", "send a PROXY protocol header to upstreams: v1 or v2 (default: none)")
 	fs.IntVar(&o.maxConns, "max-conns", 0, "most client connections at once; over it a new client is closed at once (0: no limit; default: from the open-file limit)")
 	fs.StringVar(&o.admin, "admin", "", "address for /metrics, /status, /healthz and /readyz, host:port (default: off)")
@@ -234,6 +236,9 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	}
 	if o.dialTimeout <= 0 {
 		return o, usageError{fmt.Sprintf("-dial-timeout %v: must be positive", o.dialTimeout)}
+	}
+	if o.maxDialAttempts == 0 {
+		return o, usageError{"-max-dial-attempts 0: give how many upstreams a client may try, or a negative number for every one"}
 	}
 	if o.checkInterval < 0 {
 		return o, usageError{fmt.Sprintf("-check-interval %v: must not be negative (0: off)", o.checkInterval)}
@@ -368,6 +373,7 @@ func (o options) config(log *slog.Logger) pinproxy.Config {
 	cfg := pinproxy.Config{
 		Upstreams:         o.upstreams,
 		DialTimeout:       o.dialTimeout,
+		MaxDialAttempts:   o.maxDialAttempts,
 		RebalanceInterval: o.rebalanceInterval,
 		RebalanceMaxMoves: o.rebalanceMaxMoves,
 		DrainRemoved:      o.drainRemoved,
