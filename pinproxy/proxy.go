@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -42,14 +43,15 @@ type Proxy struct {
 	handlers sync.WaitGroup // one per accepted client; Add only under mu while !closed
 	ticker   sync.WaitGroup // the rebalance, check and duplicate-warning goroutines; Add only under mu while !closed
 
-	active       atomic.Int64 // client connections being handled, for MaxConns
-	accepted     atomic.Int64
-	rejected     atomic.Int64
-	unrouted     atomic.Int64
-	localErrors  atomic.Int64 // accepts and dials that failed for want of local resources
-	localLogged  atomic.Int64 // when a local error was last logged, Unix ns
-	localQuiet   atomic.Int64 // local errors not logged since then
-	rejectLogged atomic.Int64 // when a client closed at MaxConns was last logged, Unix ns
+	active      atomic.Int64 // client connections being handled, for MaxConns
+	accepted    atomic.Int64
+	rejected    atomic.Int64
+	unrouted    atomic.Int64
+	localErrors atomic.Int64 // accepts and dials that failed for want of local resources
+	localLog    rateLimited  // lines about local errors
+	rejectLog   rateLimited  // lines about clients closed at MaxConns
+	dialLog     rateLimited  // lines about dials that failed
+	unroutedLog rateLimited  // lines about clients closed because no upstream answered
 
 	rebalanceMu sync.Mutex // one round at a time; an upgrade holds it too
 
@@ -175,7 +177,7 @@ func New(cfg Config) (*Proxy, error) {
 		// The dialer sets keepalive once, as configured (KeepAlive is
 		// ignored when KeepAliveConfig is enabled; -1 turns it off
 		// otherwise).
-		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive}
+		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive, Control: p.dialControl()}
 		p.dial = d.DialContext
 	}
 	p.bufs.New = newBurstBuf
@@ -305,30 +307,40 @@ func localError(err error) bool {
 		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
-// logLocal counts a local error and logs it, at most once a second, with
-// the number left unlogged since the last line: a proxy out of file
-// descriptors would otherwise write a line per client.
-func (p *Proxy) logLocal(msg string, attrs ...slog.Attr) {
-	p.localErrors.Add(1)
-	now := time.Now().UnixNano()
-	last := p.localLogged.Load()
-	if now-last < int64(time.Second) || !p.localLogged.CompareAndSwap(last, now) {
-		p.localQuiet.Add(1)
-		return
-	}
-	attrs = append(attrs, slog.Int64("not_logged_since", p.localQuiet.Swap(0)))
-	p.log.LogAttrs(p.stopCtx, slog.LevelWarn, msg, attrs...)
+// rateLimited logs one kind of line at most once a second, adding the
+// number of lines it left out since the last one (not_logged_since) when
+// there were any: a proxy out of file descriptors, or in front of
+// thousands of upstreams that refuse, would otherwise write a line per
+// client or per dial.
+type rateLimited struct {
+	last  atomic.Int64 // when a line was last logged, Unix ns
+	quiet atomic.Int64 // lines left out since then
 }
 
-// logRejected logs a client closed at the connection cap, at most once a
-// second, with the number closed since the last line.
-func (p *Proxy) logRejected(client net.Conn, limit int64) {
-	now := time.Now().UnixNano()
-	last := p.rejectLogged.Load()
-	if now-last < int64(time.Second) || !p.rejectLogged.CompareAndSwap(last, now) {
+// log logs msg unless a line went out less than a second before now.
+func (r *rateLimited) log(p *Proxy, now time.Time, level slog.Level, msg string, attrs ...slog.Attr) {
+	t := now.UnixNano()
+	last := r.last.Load()
+	if last != 0 && t-last < int64(time.Second) || !r.last.CompareAndSwap(last, t) {
+		r.quiet.Add(1)
 		return
 	}
-	p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "too many connections; closing the client",
+	if n := r.quiet.Swap(0); n > 0 {
+		attrs = append(attrs, slog.Int64("not_logged_since", n))
+	}
+	p.log.LogAttrs(p.stopCtx, level, msg, attrs...)
+}
+
+// logLocal counts a local error and logs it, rate-limited.
+func (p *Proxy) logLocal(msg string, attrs ...slog.Attr) {
+	p.localErrors.Add(1)
+	p.localLog.log(p, time.Now(), slog.LevelWarn, msg, attrs...)
+}
+
+// logRejected logs a client closed at the connection cap, rate-limited,
+// with the number closed so far.
+func (p *Proxy) logRejected(client net.Conn, limit int64) {
+	p.rejectLog.log(p, time.Now(), slog.LevelWarn, "too many connections; closing the client",
 		slog.String("client", client.RemoteAddr().String()), slog.Int64("max_conns", limit),
 		slog.Int64("rejected_total", p.rejected.Load()))
 }
@@ -428,18 +440,56 @@ func (p *Proxy) finish(c *conn, r spliceResult) {
 	if p.cfg.LogConnections {
 		level = slog.LevelInfo
 	}
-	if p.log.Enabled(p.stopCtx, level) {
-		attrs := []slog.Attr{
-			slog.String("client", c.client.RemoteAddr().String()), slog.String("upstream", c.up.addr),
-			slog.Duration("duration", time.Since(c.start)),
-			slog.Int64("bytes_up", r.up), slog.Int64("bytes_down", r.down),
-			slog.String("reason", reason.String()),
-		}
-		if err != nil && !errors.Is(err, net.ErrClosed) {
-			attrs = append(attrs, slog.Any("err", err))
-		}
-		p.log.LogAttrs(p.stopCtx, level, "connection ended", attrs...)
+	if !p.log.Enabled(p.stopCtx, level) { // first: a line not logged costs nothing
+		return
 	}
+	// Six attributes: one more than a slog.Record holds without
+	// allocating. The client's address is formatted on the stack, so the
+	// line allocates that string and the Record's overflow only.
+	var addrBuf [64]byte
+	attrs := [...]slog.Attr{
+		slog.String("client", string(appendAddr(addrBuf[:0], c.client.RemoteAddr()))), slog.String("upstream", c.up.addr),
+		slog.Duration("duration", roundForLog(time.Since(c.start))),
+		slog.Int64("bytes_up", r.up), slog.Int64("bytes_down", r.down),
+		slog.String("reason", reason.String()),
+		{},
+	}
+	n := len(attrs) - 1
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		attrs[n] = slog.Any("err", err)
+		n++
+	}
+	p.log.LogAttrs(p.stopCtx, level, "connection ended", attrs[:n]...)
+}
+
+// appendAddr appends a's host:port to b, as a.String() would write it,
+// without allocating for a TCP address.
+func appendAddr(b []byte, a net.Addr) []byte {
+	if ta, ok := a.(*net.TCPAddr); ok && ta.Zone == "" {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).AppendTo(b)
+	}
+	if a == nil {
+		return b
+	}
+	return append(b, a.String()...)
+}
+
+// roundForLog rounds d to what a person reads in a log line: whole
+// seconds from 10 s on (lasted=14s), whole minutes from an hour on, tenths
+// of a second from 1 s, milliseconds below that.
+func roundForLog(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Hour:
+		return d.Round(time.Minute)
+	case d >= 10*time.Second:
+		return d.Round(time.Second)
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Microsecond)
 }
 
 // endLocked records why c is about to be closed from outside its
@@ -464,6 +514,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 	tried := small[:]
 	var triedUps []*upstream // the same set by pointer, should SetUpstreams reorder the list
 	gen := -1                // the list's generation tried is for; -1: none yet
+	attempts := 0            // dials that failed, for Config.MaxDialAttempts
 	for {
 		now := time.Now()
 		p.mu.Lock()
@@ -484,14 +535,15 @@ func (p *Proxy) connect(client net.Conn) *conn {
 			}
 		}
 		i, u := p.pickLocked(tried, now)
-		if u == nil {
+		if u == nil || p.cfg.MaxDialAttempts > 0 && attempts >= p.cfg.MaxDialAttempts {
 			n := len(p.upstreams)
 			p.mu.Unlock()
 			p.unrouted.Add(1)
-			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "no upstream answers; closing the client",
-				slog.String("client", client.RemoteAddr().String()), slog.Int("upstreams", n))
+			p.unroutedLog.log(p, now, slog.LevelWarn, "no upstream answers; closing the client",
+				slog.String("client", client.RemoteAddr().String()), slog.Int("upstreams", n), slog.Int("tried", attempts))
 			return nil
 		}
+		attempts++
 		u.dialing++
 		u.dials++
 		p.mu.Unlock()
@@ -518,7 +570,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 			}
 			p.failedLocked(u, err, false)
 			p.mu.Unlock()
-			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "upstream does not answer; trying the next",
+			p.dialLog.log(p, now, slog.LevelWarn, "upstream does not answer; trying the next",
 				slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
 			continue
 		}
@@ -715,6 +767,7 @@ func (p *Proxy) forgetLocked(u *upstream) {
 func (p *Proxy) setKeepAlive(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetKeepAliveConfig(p.keepAlive)
+		p.setUserTimeout(tc)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/internal/deploytest"
+	"github.com/proofkit/nodekit/internal/logbuf"
 	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
@@ -86,7 +87,7 @@ func TestAdminServerTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newAdminServer(p, buildinfo.Read(), slog.New(slog.DiscardHandler))
+	s := newAdminServer(p, buildinfo.Read(), slog.New(slog.DiscardHandler), logbuf.New(io.Discard, logbuf.Config{}))
 	if s.ReadHeaderTimeout <= 0 || s.IdleTimeout <= 0 || s.IdleTimeout > 2*time.Minute || s.MaxHeaderBytes <= 0 || s.WriteTimeout <= 0 {
 		t.Fatalf("admin server: read header %v, idle %v, max header %d, write %v",
 			s.ReadHeaderTimeout, s.IdleTimeout, s.MaxHeaderBytes, s.WriteTimeout)
