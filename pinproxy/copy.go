@@ -120,12 +120,9 @@ type direction struct {
 	err   error
 
 	// pending holds bytes read from src but not yet written to dst: an
-	// upgrade stopped the write (or handed them over from the process
-	// before). copyDir writes them before it reads again. splicing is
-	// true while the pump splices, whose pipe's bytes cannot be taken
-	// back, so an upgrade never cuts that write short.
-	pending  []byte
-	splicing atomic.Bool
+	// upgrade cut the write short (or handed them over from the process
+	// before). copyDir writes them before it reads again.
+	pending []byte
 }
 
 // add counts n bytes copied.

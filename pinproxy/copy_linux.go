@@ -1,7 +1,6 @@
 package pinproxy
 
 import (
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -42,7 +41,7 @@ func pump(dst, src net.Conn, bufs *sync.Pool, dir *direction) error {
 	if err != nil {
 		return copyCounting(dst, src, dir)
 	}
-	l := &looker{bufs: bufs, dir: dir, lr: io.LimitedReader{R: s}}
+	l := &looker{bufs: bufs, dir: dir}
 	for {
 		if err := rc.Read(l.look); err != nil {
 			return err // closed by another goroutine, or a deadline (the parker's)
@@ -68,12 +67,7 @@ func pump(dst, src net.Conn, bufs *sync.Pool, dir *direction) error {
 		}
 		// The burst did not fit in the buffer: the l.queued bytes
 		// behind it are spliced, which never waits for more.
-		l.lr.N = int64(l.queued)
-		dir.splicing.Store(true)
-		m, err := d.ReadFrom(&l.lr)
-		dir.splicing.Store(false)
-		dir.add(m)
-		if err != nil {
+		if err := spliceQueued(d, s, l.queued, dir); err != nil {
 			return err
 		}
 	}
@@ -97,7 +91,6 @@ type looker struct {
 	n      int
 	queued int // bytes still queued behind a full buf
 	errno  syscall.Errno
-	lr     io.LimitedReader
 }
 
 // look is the syscall.RawConn.Read callback. It reads what is queued on

@@ -36,9 +36,9 @@ const (
 
 // Bounds a message is checked against; a batch is cut to fit them.
 const (
-	wireMaxFDs     = 200     // descriptors a message (the kernel takes 253)
-	wireMaxMessage = 1 << 17 // bytes a message (a SOCK_SEQPACKET message must fit the send buffer)
-	wireMaxPending = 1 << 16 // pending bytes a direction: the pump holds at most one burst buffer
+	wireMaxFDs     = 200      // descriptors a message (the kernel takes 253)
+	wireMaxMessage = 1 << 18  // bytes a message (a SOCK_SEQPACKET message must fit the send buffer)
+	wireMaxPending = 64 << 10 // pending bytes a direction: at most a splice pipe's (splicePipeSize)
 )
 
 type wireHello struct {

@@ -23,16 +23,12 @@ import (
 //     drain step of a splice, fails before it takes a byte. So nothing is
 //     read after the deadline; what was not read stays queued in the
 //     socket, which moves.
-//   - A write under way is not stopped by it. A pump's buffered write
-//     that cannot finish (its peer reads nothing) is cut short by a
-//     write deadline after writeGrace, and the bytes it had not written
-//     move with the connection (direction.pending). A splice is never cut
-//     short: the runtime's Splice destroys its pipe, with the bytes in it,
-//     when the write to the socket fails, so a pump that splices is left
-//     to finish (the splice only moves bytes already queued on the
-//     source, so it waits only for its peer to read). A peer that reads
-//     nothing for the whole upgrade timeout while the proxy splices to it
-//     makes the hand-over fail, and the old process serves on.
+//   - A write under way is not stopped by it. One that cannot finish (its
+//     peer reads nothing) is cut short by a write deadline after
+//     writeGrace, and the bytes it had not written move with the
+//     connection (direction.pending): from the pump's burst buffer, or
+//     read back from its splice pipe (spliceQueued; the runtime's own
+//     Splice would destroy the pipe with the bytes in it).
 //   - A parked link has no pump: it leaves the parker's epoll set, and
 //     moves as parked.
 
@@ -84,6 +80,7 @@ func (p *Proxy) Handoff(ctx context.Context, uc *net.UnixConn, extra ...net.List
 				slog.Int("conns", res.Conns), slog.Duration("took", res.Took), slog.Any("err", err))
 		}
 	}()
+	uc.SetWriteBuffer(2 * wireMaxMessage) // a message must fit (the kernel caps it at twice wmem_max)
 	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(aLongTimeAgo) })
 	defer stop()
 	cause := func(err error) error { // the context's cause, when it cut a read or write short
@@ -340,12 +337,8 @@ func (p *Proxy) stopAll(ctx context.Context, m *mover, conns []*conn) error {
 		l := c.link
 		l.mu.Lock()
 		if l.mv == m {
-			if !l.dirs[0].splicing.Load() {
-				l.upstream.SetWriteDeadline(aLongTimeAgo)
-			}
-			if !l.dirs[1].splicing.Load() {
-				l.client.SetWriteDeadline(aLongTimeAgo)
-			}
+			l.upstream.SetWriteDeadline(aLongTimeAgo)
+			l.client.SetWriteDeadline(aLongTimeAgo)
 		}
 		l.mu.Unlock()
 	}
@@ -356,7 +349,7 @@ func (p *Proxy) stopAll(ctx context.Context, m *mover, conns []*conn) error {
 		m.mu.Lock()
 		left := m.left
 		m.mu.Unlock()
-		return fmt.Errorf("%w (%d connections still writing to a peer that reads nothing)", ctx.Err(), left)
+		return fmt.Errorf("%w (%d connections had not stopped)", ctx.Err(), left)
 	}
 }
 
@@ -541,6 +534,7 @@ func (p *Proxy) helloMsg(listeners, conns int) wireHello {
 // Upstreams the old proxy had that this one's Config does not list are
 // kept as removed, with their connections.
 func (p *Proxy) Adopt(ctx context.Context, uc *net.UnixConn) (*Adopted, error) {
+	uc.SetWriteBuffer(2 * wireMaxMessage)
 	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(aLongTimeAgo) })
 	fail := func(err error) (*Adopted, error) {
 		stop()

@@ -1,0 +1,330 @@
+package pinproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
+)
+
+// handoffPair returns the two ends of a SOCK_SEQPACKET socket pair.
+func handoffPair(t *testing.T) (old, nu *net.UnixConn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "handoff")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c.(*net.UnixConn)
+	}
+	return conn(fds[0]), conn(fds[1])
+}
+
+// pattern is n bytes that say where in the stream each one is.
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i>>8)
+	}
+	return b
+}
+
+// flightLab is an upstream whose connections do what the client's first
+// byte says: 'S' sends big (32 MiB, to a client that reads only later),
+// 'H' reads to EOF and then answers, 'E' echoes.
+type flightLab struct {
+	ln      net.Listener
+	big     []byte
+	written atomic.Int64  // of big, to the 'S' client
+	answer  chan struct{} // closed: 'H' connections answer
+	mu      sync.Mutex
+	conns   []net.Conn
+}
+
+func newFlightLab(t *testing.T) *flightLab {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab := &flightLab{ln: ln, big: pattern(32 << 20), answer: make(chan struct{})}
+	t.Cleanup(func() {
+		ln.Close()
+		lab.mu.Lock()
+		for _, c := range lab.conns {
+			c.Close()
+		}
+		lab.mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			lab.mu.Lock()
+			lab.conns = append(lab.conns, c)
+			lab.mu.Unlock()
+			go lab.serve(c.(*net.TCPConn))
+		}
+	}()
+	return lab
+}
+
+func (lab *flightLab) serve(c *net.TCPConn) {
+	defer c.Close()
+	var kind [1]byte
+	if _, err := io.ReadFull(c, kind[:]); err != nil {
+		return
+	}
+	switch kind[0] {
+	case 'S':
+		for b := lab.big; len(b) > 0; {
+			n, err := c.Write(b[:min(len(b), 8<<10)])
+			lab.written.Add(int64(n))
+			if err != nil {
+				return
+			}
+			b = b[n:]
+		}
+		c.CloseWrite()
+		io.Copy(io.Discard, c)
+	case 'H':
+		got, _ := io.ReadAll(c)
+		<-lab.answer
+		c.Write(got) // after the client's half-close: the reply
+	case 'E':
+		io.Copy(c, c)
+	}
+}
+
+// stalledClient dials through addr with a small receive buffer, asks for
+// the big stream and reads nothing yet; it returns once the upstream's
+// writes have stopped (everything between is full).
+func stalledClient(t *testing.T, addr string, lab *flightLab) *net.TCPConn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.Write([]byte("S"))
+	deadline := time.Now().Add(pinproxytest.WaitFor)
+	for last := int64(-1); ; {
+		time.Sleep(200 * time.Millisecond)
+		n := lab.written.Load()
+		if n == last && n > 0 {
+			break
+		}
+		if n == int64(len(lab.big)) || time.Now().After(deadline) {
+			t.Fatalf("the upstream wrote %d of %d bytes: the stream did not stall", n, len(lab.big))
+		}
+		last = n
+	}
+	return c.(*net.TCPConn)
+}
+
+func newTestProxy(t *testing.T, up string) *Proxy {
+	t.Helper()
+	p, err := New(Config{Upstreams: []string{up}, RebalanceInterval: -1, ParkAfter: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		p.Shutdown(ctx)
+	})
+	return p
+}
+
+// A connection whose client reads nothing during the hand-over has bytes
+// stuck on their way to it; they move with the connection, and the client
+// later reads every byte, in order. A half-closed connection stays
+// half-closed and gets its reply; a parked one parks again; the listener
+// keeps its queue, and the new proxy serves it.
+func TestIntegrationHandoffMovesBytesInFlight(t *testing.T) {
+	lab := newFlightLab(t)
+	oldP := newTestProxy(t, lab.ln.Addr().String())
+	ln, err := oldP.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- oldP.Serve(ln) }()
+	addr := ln.Addr().String()
+
+	stalled := stalledClient(t, addr, lab)
+	half, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer half.Close()
+	question := pattern(3000)
+	half.Write(append([]byte("H"), question...))
+	half.(*net.TCPConn).CloseWrite()
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	idle.Write([]byte("E"))
+	waitFor(t, "the idle connection to park", func() bool { return oldP.park.parkedNow() >= 1 })
+
+	newP := newTestProxy(t, lab.ln.Addr().String())
+	ucOld, ucNew := handoffPair(t)
+	adopted := make(chan *Adopted, 1)
+	go func() {
+		a, err := newP.Adopt(context.Background(), ucNew)
+		if err != nil {
+			t.Error(err)
+		}
+		adopted <- a
+	}()
+	ready := make(chan HandoffResult, 1)
+	go func() {
+		res, err := oldP.Handoff(context.Background(), ucOld)
+		if err != nil {
+			t.Error(err)
+		}
+		ready <- res
+	}()
+	a := <-adopted
+	if a == nil {
+		t.FailNow()
+	}
+	for _, ln := range a.Listeners {
+		go newP.Serve(ln)
+	}
+	waitFor(t, "the new proxy to serve", newP.Ready)
+	a.Ready()
+	res := <-ready
+	if !res.Committed || !res.Ready || res.Conns != 3 || res.Parked < 1 || res.Pending == 0 {
+		t.Fatalf("Handoff: %+v; want committed and ready, 3 connections, one parked at least, bytes pending", res)
+	}
+	if err := <-served; !errors.Is(err, ErrProxyClosed) {
+		t.Errorf("the old proxy's Serve returned %v, want ErrProxyClosed", err)
+	}
+	if tot := newP.Totals(); tot.Live != 3 || tot.Upgrades != 1 || tot.Accepted != 3 {
+		t.Errorf("new proxy's totals %+v: want 3 live, 1 upgrade, 3 accepted", tot)
+	}
+
+	stalled.SetReadDeadline(time.Now().Add(pinproxytest.WaitFor))
+	got, err := io.ReadAll(stalled)
+	if err != nil || !bytes.Equal(got, lab.big) {
+		t.Errorf("the stalled client read %d bytes (%v), want the %d sent, in order: equal %v", len(got), err, len(lab.big), bytes.Equal(got, lab.big))
+	}
+	close(lab.answer)
+	half.SetReadDeadline(time.Now().Add(pinproxytest.WaitFor))
+	reply, err := io.ReadAll(half)
+	if err != nil || !bytes.Equal(reply, question) {
+		t.Errorf("the half-closed client got %d bytes (%v), want its %d back", len(reply), err, len(question))
+	}
+	idle.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+	idle.Write([]byte("ping"))
+	var pong [4]byte
+	if _, err := io.ReadFull(idle, pong[:]); err != nil || string(pong[:]) != "ping" {
+		t.Errorf("the parked connection: %q, %v", pong, err)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("a new client after the hand-over: %v", err)
+	}
+	c.Close()
+	if s := newP.Stats()[0]; s.BytesDown < int64(len(lab.big)) {
+		t.Errorf("new proxy counts %d bytes down, want the old proxy's and its own: at least %d", s.BytesDown, len(lab.big))
+	}
+}
+
+// When the new side gives up half-way, the old proxy keeps everything:
+// the bytes it had cut short are written out, the streams go on, and it
+// accepts again.
+func TestIntegrationHandoffRollsBack(t *testing.T) {
+	lab := newFlightLab(t)
+	oldP := newTestProxy(t, lab.ln.Addr().String())
+	ln, err := oldP.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go oldP.Serve(ln)
+	addr := ln.Addr().String()
+	stalled := stalledClient(t, addr, lab)
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	idle.Write([]byte("E"))
+	waitFor(t, "the idle connection to park", func() bool { return oldP.park.parkedNow() >= 1 })
+
+	ucOld, ucNew := handoffPair(t)
+	go func() { // reads the hello and one batch, then goes away
+		buf, oob := make([]byte, wireMaxMessage+1), make([]byte, 1<<12)
+		for range 2 {
+			ucNew.ReadMsgUnix(buf, oob)
+		}
+		ucNew.Close()
+	}()
+	res, err := oldP.Handoff(context.Background(), ucOld)
+	if err == nil || res.Committed {
+		t.Fatalf("Handoff to a side that went away: %+v, %v; want an error, not committed", res, err)
+	}
+	if res.Pending == 0 && res.Conns == 0 {
+		t.Logf("Handoff: %+v", res)
+	}
+	close(lab.answer)
+	if tot := oldP.Totals(); tot.UpgradesFailed != 1 || tot.Live != 2 {
+		t.Errorf("totals %+v: want 1 failed upgrade, 2 live", tot)
+	}
+	stalled.SetReadDeadline(time.Now().Add(pinproxytest.WaitFor))
+	got, err := io.ReadAll(stalled)
+	if err != nil || !bytes.Equal(got, lab.big) {
+		t.Errorf("the stalled client read %d bytes (%v), want the %d sent, in order: equal %v", len(got), err, len(lab.big), bytes.Equal(got, lab.big))
+	}
+	idle.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+	idle.Write([]byte("ping"))
+	var pong [4]byte
+	if _, err := io.ReadFull(idle, pong[:]); err != nil || string(pong[:]) != "ping" {
+		t.Errorf("the parked connection: %q, %v", pong, err)
+	}
+	c, err := net.DialTimeout("tcp", addr, pinproxytest.WaitFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("Ehello"))
+	c.SetReadDeadline(time.Now().Add(pinproxytest.WaitFor))
+	var b [5]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil || string(b[:]) != "hello" {
+		t.Errorf("a client after the rollback: %q, %v", b, err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(pinproxytest.WaitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
