@@ -439,7 +439,7 @@ func (p *Proxy) finish(c *conn, r spliceResult) {
 	attrs := [...]slog.Attr{
 		slog.String("client", string(appendAddr(addrBuf[:0], c.client.RemoteAddr()))), slog.String("upstream", c.up.addr),
 		slog.Duration("duration", roundForLog(time.Since(c.start))),
-		slog.Int64("bytes_up", r.up), slog.Int64("bytes_down", r.down),
+		slog.Int64("bytes_sent", r.up), slog.Int64("bytes_received", r.down),
 		slog.String("reason", reason.String()),
 		{},
 	}

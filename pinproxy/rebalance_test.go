@@ -114,7 +114,7 @@ func TestRebalanceLogsReason(t *testing.T) {
 		t.Fatal("the newer connection was not moved")
 	}
 	testkit.WaitFor(t, "the moved connection's line", func() bool {
-		return strings.Contains(logs.String(), "bytes_up=14 bytes_down=7 reason=rebalanced")
+		return strings.Contains(logs.String(), "bytes_sent=14 bytes_received=7 reason=rebalanced")
 	})
 }
 

@@ -168,7 +168,7 @@ func TestBinaryConnectionLog(t *testing.T) {
 			p.waitLines(func(l []string) bool {
 				for _, s := range l {
 					if strings.Contains(s, `msg="connection ended"`) && strings.Contains(s, "upstream="+a.Addr) &&
-						strings.Contains(s, "duration=") && strings.Contains(s, "bytes_up=") && strings.Contains(s, "reason=") {
+						strings.Contains(s, "duration=") && strings.Contains(s, "bytes_sent=") && strings.Contains(s, "reason=") {
 						return true
 					}
 				}
