@@ -44,17 +44,22 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 	type move struct {
 		c        *conn
 		from, to string
+		wasDown  bool // the idle upstream was down before it answered
 	}
 	var moves []move
 	defer func() { // closed and logged without p.mu held
 		for _, m := range moves {
 			p.closeConn(m.c)
-			p.log.LogAttrs(ctx, slog.LevelInfo, "answers again; moving a connection",
-				slog.String("from", m.from), slog.String("to", m.to))
+			msg := "spread uneven; moving a connection"
+			if m.wasDown {
+				msg = "answers again; moving a connection"
+			}
+			p.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("from", m.from), slog.String("to", m.to))
 		}
 	}()
-	planned := make(map[*upstream]int) // redials each move sends to its idle upstream
-	tested := make(map[*upstream]bool) // idle upstreams that answered this round
+	planned := make(map[*upstream]int)  // redials each move sends to its idle upstream
+	tested := make(map[*upstream]bool)  // idle upstreams that answered this round
+	wasDown := make(map[*upstream]bool) // of those, the ones that were down before
 
 	p.mu.Lock()
 	for len(moves) < p.cfg.RebalanceMaxMoves {
@@ -84,7 +89,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.moves++
 			planned[idle]++
 			p.endLocked(c, endRebalanced)
-			moves = append(moves, move{c, busy.addr, idle.addr})
+			moves = append(moves, move{c, busy.addr, idle.addr, wasDown[idle]})
 			continue
 		}
 		idle.dials++
@@ -111,6 +116,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 		}
 		tc.Close()
 		p.mu.Lock()
+		wasDown[idle] = idle.state == healthDown
 		p.answeredLocked(idle, false)
 		tested[idle] = true
 		// Connections may have come and gone during the test-connect:

@@ -118,6 +118,30 @@ func TestRebalanceLogsReason(t *testing.T) {
 	})
 }
 
+// "answers again" is said only of an upstream that was down; a move to
+// one that never was (added by a reload) says the spread was uneven.
+func TestRebalanceSaysWhyItMoves(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
+	log, logs := testLogger(t)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}, RebalanceInterval: -1, Logger: log})
+	addr := serve(t, p)
+	pinproxytest.Dial(t, addr, "older")
+	newer, _ := pinproxytest.Dial(t, addr, "newer")
+	if err := p.SetUpstreams([]string{a.Addr, b.Addr}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !newer.Closed() {
+		t.Fatal("the newer connection was not moved")
+	}
+	if got := logs.String(); strings.Contains(got, "answers again") || !strings.Contains(got, `msg="spread uneven; moving a connection"`) {
+		t.Errorf("a move to an upstream that was never down: want \"spread uneven\", not \"answers again\"; log:\n%s", got)
+	}
+}
+
 // A connection's log line says which side closed first.
 func TestConnectionLogSaysWhoClosed(t *testing.T) {
 	for _, tc := range []struct {
