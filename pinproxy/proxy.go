@@ -94,6 +94,9 @@ type upstream struct {
 	state      health
 	upSince    time.Time
 	rise, fall int
+	// recovered: it came back up from down, and the spread has not been
+	// even since; a rebalance move to it then says "answers again".
+	recovered bool
 
 	removed   bool      // taken out by SetUpstreams; kept while connections are left
 	removedAt time.Time // when
@@ -702,6 +705,7 @@ func (p *Proxy) answeredLocked(u *upstream, check bool) {
 func (p *Proxy) upLocked(u *upstream) {
 	if u.state == healthDown {
 		u.upSince = time.Now()
+		u.recovered = true
 	}
 	u.state = healthUp
 }

@@ -44,7 +44,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 	type move struct {
 		c        *conn
 		from, to string
-		wasDown  bool // the idle upstream was down before it answered
+		wasDown  bool // the idle upstream came back from down (upstream.recovered)
 	}
 	var moves []move
 	defer func() { // closed and logged without p.mu held
@@ -57,9 +57,8 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("from", m.from), slog.String("to", m.to))
 		}
 	}()
-	planned := make(map[*upstream]int)  // redials each move sends to its idle upstream
-	tested := make(map[*upstream]bool)  // idle upstreams that answered this round
-	wasDown := make(map[*upstream]bool) // of those, the ones that were down before
+	planned := make(map[*upstream]int) // redials each move sends to its idle upstream
+	tested := make(map[*upstream]bool) // idle upstreams that answered this round
 
 	p.mu.Lock()
 	for len(moves) < p.cfg.RebalanceMaxMoves {
@@ -68,6 +67,11 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			return ErrProxyClosed
 		}
 		busy, idle := p.spreadLocked(time.Now(), planned)
+		if idle == nil { // even: what an outage left uneven is mended
+			for _, u := range p.upstreams {
+				u.recovered = false
+			}
+		}
 		if idle == nil || tested[idle] && busy.tail == nil {
 			most := busy.load()
 			p.mu.Unlock()
@@ -89,7 +93,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.moves++
 			planned[idle]++
 			p.endLocked(c, endRebalanced)
-			moves = append(moves, move{c, busy.addr, idle.addr, wasDown[idle]})
+			moves = append(moves, move{c, busy.addr, idle.addr, idle.recovered})
 			continue
 		}
 		idle.dials++
@@ -116,7 +120,6 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 		}
 		tc.Close()
 		p.mu.Lock()
-		wasDown[idle] = idle.state == healthDown
 		p.answeredLocked(idle, false)
 		tested[idle] = true
 		// Connections may have come and gone during the test-connect:
