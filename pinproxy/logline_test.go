@@ -104,3 +104,17 @@ func TestAppendAddr(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkConnectionLine(b *testing.B) {
+	p, err := New(Config{Upstreams: []string{"127.0.0.1:9"}, LogConnections: true,
+		Logger: slog.New(slog.NewTextHandler(discardWriter{}, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := testConn(p)
+	r := spliceResult{up: 1, down: 2, first: sideClient}
+	b.ReportAllocs()
+	for b.Loop() {
+		endLine(p, c, r)
+	}
+}
