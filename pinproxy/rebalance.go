@@ -44,13 +44,17 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 	type move struct {
 		c        *conn
 		from, to string
+		wasDown  bool // the idle upstream came back from down (upstream.recovered)
 	}
 	var moves []move
 	defer func() { // closed and logged without p.mu held
 		for _, m := range moves {
 			p.closeConn(m.c)
-			p.log.LogAttrs(ctx, slog.LevelInfo, "answers again; moving a connection",
-				slog.String("from", m.from), slog.String("to", m.to))
+			msg := "spread uneven; moving a connection"
+			if m.wasDown {
+				msg = "answers again; moving a connection"
+			}
+			p.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("from", m.from), slog.String("to", m.to))
 		}
 	}()
 	planned := make(map[*upstream]int) // redials each move sends to its idle upstream
@@ -63,6 +67,11 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			return ErrProxyClosed
 		}
 		busy, idle := p.spreadLocked(time.Now(), planned)
+		if idle == nil { // even: what an outage left uneven is mended
+			for _, u := range p.upstreams {
+				u.recovered = false
+			}
+		}
 		if idle == nil || tested[idle] && busy.tail == nil {
 			most := busy.load()
 			p.mu.Unlock()
@@ -84,7 +93,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.moves++
 			planned[idle]++
 			p.endLocked(c, endRebalanced)
-			moves = append(moves, move{c, busy.addr, idle.addr})
+			moves = append(moves, move{c, busy.addr, idle.addr, idle.recovered})
 			continue
 		}
 		idle.dials++

@@ -443,7 +443,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		return code
 	}
 	ln := lns[0]
-	var admin *http.Server
+	var admin *adminServer
 	if adminLn != nil {
 		admin = newAdminServer(p, bi, log, lw)
 	}
@@ -455,7 +455,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	go warnUnresolved(o.upstreamsFile, o.upstreams, net.DefaultResolver, log)
 	if admin != nil {
 		go func() { served <- admin.Serve(adminLn) }()
-		log.Info("admin listening", "addr", adminLn.Addr().String(), "paths", "/metrics /status /healthz /readyz")
+		log.Info("admin listening", "addr", adminLn.Addr().String(), "paths", strings.Join(admin.paths, " "))
 	}
 	log.Info("pinproxy listening", "addr", ln.Addr().String(), "version", bi.Version, "commit", bi.Commit,
 		"upstreams", strings.Join(o.upstreams, ","), "upstreams_file", o.upstreamsFile,
@@ -526,10 +526,7 @@ wait:
 drain:
 	for {
 		select {
-		case err := <-drained:
-			if err != nil {
-				log.Warn("drain ended; closed the connections left", "err", err)
-			}
+		case <-drained: // a drain that ran out of time is logged by Shutdown, once
 			break drain
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
@@ -619,10 +616,18 @@ func warnUnresolved(path string, ups []string, r *net.Resolver, log *slog.Logger
 	wg.Wait()
 }
 
+// adminServer is the admin HTTP server and the paths it serves, for the
+// start-up line.
+type adminServer struct {
+	*http.Server
+	paths []string
+}
+
 // newAdminServer serves /metrics (Prometheus, from a registry of its own),
 // /status (JSON), /healthz and /readyz, with timeouts that close idle and
 // slow connections: the admin port shares the proxy's file descriptors.
-func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger, lw *logbuf.Writer) *http.Server {
+func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger, lw *logbuf.Writer) *adminServer {
+	var adminPaths []string
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(pinproxymetrics.NewCollector(p))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -635,8 +640,12 @@ func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger, lw *
 		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Commit, "goversion": bi.GoVersion},
 	}, func() float64 { return 1 }))
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+	handle := func(path string, h http.HandlerFunc) {
+		mux.Handle("GET "+path, h)
+		adminPaths = append(adminPaths, path)
+	}
+	handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP)
+	handle("/status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -646,17 +655,17 @@ func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger, lw *
 			Totals    pinproxy.Totals          `json:"totals"`
 		}{bi.Version, p.Stats(), p.Totals()})
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	handle("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	handle("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !p.Ready() {
 			http.Error(w, "not ready: not listening, or no upstream up", http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ready\n")
 	})
-	return &http.Server{
+	return &adminServer{paths: adminPaths, Server: &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -664,5 +673,5 @@ func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger, lw *
 		IdleTimeout:       time.Minute, // idle keep-alive connections closed within two minutes
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	}}
 }

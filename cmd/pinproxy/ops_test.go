@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,6 +95,25 @@ func TestAdminServerTimeouts(t *testing.T) {
 	}
 }
 
+// The start-up line's paths are the ones the admin server answers.
+func TestAdminPathsListed(t *testing.T) {
+	p, err := pinproxy.New(pinproxy.Config{Upstreams: []string{"a:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newAdminServer(p, buildinfo.Read(), slog.New(slog.DiscardHandler), logbuf.New(io.Discard, logbuf.Config{}))
+	if got, want := strings.Join(s.paths, " "), "/metrics /status /healthz /readyz"; got != want {
+		t.Errorf("paths %q, want %q", got, want)
+	}
+	for _, path := range append(s.paths, "/nothing-here") {
+		rec := httptest.NewRecorder()
+		s.Handler.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if notFound := rec.Code == http.StatusNotFound; notFound != (path == "/nothing-here") {
+			t.Errorf("GET %s: %d", path, rec.Code)
+		}
+	}
+}
+
 // SIGHUP re-reads -upstreams-file: the added upstream takes the next
 // client, the removed one keeps its live connection; a bad file keeps the
 // list and names the line; without a file SIGHUP is logged and ignored.
@@ -168,7 +188,7 @@ func TestBinaryConnectionLog(t *testing.T) {
 			p.waitLines(func(l []string) bool {
 				for _, s := range l {
 					if strings.Contains(s, `msg="connection ended"`) && strings.Contains(s, "upstream="+a.Addr) &&
-						strings.Contains(s, "duration=") && strings.Contains(s, "bytes_up=") && strings.Contains(s, "reason=") {
+						strings.Contains(s, "duration=") && strings.Contains(s, "bytes_sent=") && strings.Contains(s, "reason=") {
 						return true
 					}
 				}

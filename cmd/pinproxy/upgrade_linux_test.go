@@ -256,8 +256,8 @@ type status struct {
 	Upstreams []struct {
 		Addr      string `json:"addr"`
 		Live      int    `json:"live"`
-		BytesUp   int64  `json:"bytes_up"`
-		BytesDown int64  `json:"bytes_down"`
+		BytesUp   int64  `json:"bytes_sent"`
+		BytesDown int64  `json:"bytes_received"`
 	} `json:"upstreams"`
 	Totals struct {
 		Live           int   `json:"live"`
