@@ -138,7 +138,7 @@ var handedOverRE = regexp.MustCompile(`msg="upgrade: connections handed over" co
 
 // startFamily runs the binary at path with args, and waits until it
 // listens.
-func startFamily(t *testing.T, path string, args ...string) *family {
+func startFamily(t *testing.T, path string, env []string, args ...string) *family {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -146,6 +146,7 @@ func startFamily(t *testing.T, path string, args ...string) *family {
 	}
 	f := &family{t: t, grew: make(chan struct{}), eof: make(chan struct{})}
 	cmd := exec.Command(path, append([]string{"-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = w // a file, not a pipe the exec package copies: the children write to it too
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -624,8 +625,12 @@ func TestBinaryUpgradeKeepsEveryConnection(t *testing.T) {
 	path := filepath.Join(dir, "pinproxy")
 	install(t, builds.a, path)
 	lab := newStreamLab(t, 2, 100*time.Millisecond)
-	f := startFamily(t, path, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
+	notes := notifySocket(t)
+	f := startFamily(t, path, []string{"NOTIFY_SOCKET=" + notes.path}, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
 		"-park-after", "300ms", "-log-connections=false")
+	if got := notes.next(t); got != "READY=1" {
+		t.Errorf("at start the proxy told systemd %q, want READY=1", got)
+	}
 	lab.start(f.addr, streams, idle)
 	f.waitLive(streams + idle)
 	var refused atomic.Int64
@@ -641,6 +646,9 @@ func TestBinaryUpgradeKeepsEveryConnection(t *testing.T) {
 		install(t, next, path)
 		line, lived := f.upgrade(i)
 		maxLived = max(maxLived, lived)
+		if got, want := notes.next(t), fmt.Sprintf("MAINPID=%d\nREADY=1", f.pid()); got != want {
+			t.Errorf("upgrade %d: the new process told systemd %q, want %q", i, got, want)
+		}
 		t.Logf("upgrade %d to %s: %s; old process gone %v after the signal", i, ver, line[strings.Index(line, "conns="):], lived.Round(time.Millisecond))
 		s := f.status()
 		if s.Version != ver {
@@ -683,7 +691,7 @@ func TestBinaryUpgradeRollsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	lab := newStreamLab(t, 2, 100*time.Millisecond)
-	f := startFamily(t, path, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
+	f := startFamily(t, path, nil, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
 		"-park-after", "300ms", "-log-connections=false", "-upgrade-timeout", "3s")
 	const streams, idle = 50, 350 // more than two batches of connections
 	lab.start(f.addr, streams, idle)
@@ -733,5 +741,43 @@ func TestBinaryUpgradeRollsBack(t *testing.T) {
 	lab.finish(streams + idle)
 	if refused.Load() > 0 {
 		t.Errorf("%d steady dials refused", refused.Load())
+	}
+}
+
+// notes is a unixgram socket standing in for systemd's NOTIFY_SOCKET.
+type notes struct {
+	path string
+	got  chan string
+}
+
+func notifySocket(t *testing.T) *notes {
+	t.Helper()
+	n := &notes{path: filepath.Join(t.TempDir(), "notify"), got: make(chan string, 64)}
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: n.path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			m, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			n.got <- string(buf[:m])
+		}
+	}()
+	return n
+}
+
+func (n *notes) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case s := <-n.got:
+		return s
+	case <-time.After(pinproxytest.WaitFor):
+		t.Fatal("nothing was sent to NOTIFY_SOCKET")
+		return ""
 	}
 }
