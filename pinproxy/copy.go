@@ -14,13 +14,15 @@ import (
 // (internal/proxybench) without touching the routing logic. The contract
 // with proxy.go:
 //
-//   - splice is called once per connection, from the connection's own
-//     goroutine, after both conns are open. It calls done exactly once,
-//     when both directions have ended and both conns are closed: from the
-//     caller's goroutine before it returns, or, if the connection parked
-//     (park_linux.go) and splice returned early, later from the goroutine
-//     that woke it. Either way the caller's goroutine returns from splice
-//     with nothing left to do.
+//   - newLink makes a connection's link and its start is called once, from
+//     the connection's own goroutine, after both conns are open. It calls
+//     done exactly once, when both directions have ended and both conns
+//     are closed: from the caller's goroutine before it returns, or, if
+//     the connection parked (park_linux.go) and start returned early,
+//     later from the goroutine that woke it. Either way the caller's
+//     goroutine returns from start with nothing left to do. A link an
+//     upgrade hands to another process (upgrade_linux.go) ends without
+//     done: the upgrade does the bookkeeping.
 //   - Other goroutines may close the conns at any time (a rebalance round
 //     moving the connection, a forced Shutdown, a health check): through
 //     closePair, which also wakes a parked connection, so that done is
@@ -133,24 +135,20 @@ func (d *direction) add(n int64) {
 	}
 }
 
-// splice copies bytes both ways between client and upstream, and calls
-// done when both directions have ended. When one side ends its stream
+// newLink returns the data path of one connection, not started; start
+// copies bytes both ways between client and upstream, and calls done
+// when both directions have ended. When one side ends its stream
 // cleanly (EOF), the other side's write half is closed, so a half-close is
 // carried through and the reply still flows back; an error in either
 // direction closes both conns, which ends the other direction too. Each
-// direction is a pump (copy_linux.go): between two *net.TCPConn the
-// runtime splices bulk bytes in the kernel, as io.Copy does, but an idle
+// direction is a pump (copy_linux.go): between two *net.TCPConn it
+// splices bulk bytes in the kernel, as io.Copy does, but an idle
 // direction holds no splice pipe (and short bursts move through bufs, a
 // pool of small buffers); so the conns must not be wrapped in anything
-// that hides *net.TCPConn. With pk non-nil, a connection whose directions
+// that hides *net.TCPConn. Started with a parker, a connection whose directions
 // have both waited for pk's idle time parks: its goroutines end, and the
 // first byte or hang-up on either side starts the copy path again in a
 // fresh goroutine.
-func splice(client, upstream net.Conn, bufs *sync.Pool, pk *parker, total *byteCounters, done func(spliceResult)) {
-	newLink(client, upstream, bufs, total, done).start(pk)
-}
-
-// newLink returns the data path of one connection, not started.
 func newLink(client, upstream net.Conn, bufs *sync.Pool, total *byteCounters, done func(spliceResult)) *link {
 	l := &link{client: client, upstream: upstream, bufs: bufs, done: done}
 	l.dirs[0].total = &total.up

@@ -173,7 +173,7 @@ func upgradeByExec(p *pinproxy.Proxy, timeout time.Duration, extra []net.Listene
 		case <-gone:
 		}
 	}()
-	res, err := p.Handoff(ctx, uc, extra...)
+	res, _ := p.Handoff(ctx, uc, extra...) // it logs the outcome and why
 	close(gone)
 	if res.Committed {
 		return true // Handoff logged how many moved, and how long it took
