@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -88,6 +89,13 @@ type Config struct {
 	// keeps the token the agent has and logs a warning naming the file and
 	// the reason, never the token.
 	TokenFile string
+	// ReportCA names a PEM file of CA certificates: the report URL's
+	// server certificate is then checked against those only, not the
+	// system's, for a platform with its own CA. It needs an https://
+	// ReportURL and no HTTPClient (whose transport sets its own roots).
+	// New reads it once, as it reads a token file (a regular file, here
+	// of at most 1 MiB).
+	ReportCA string
 	// UserAgent is sent with each report; empty means
 	// "proofkit-agent/<version>" ("proofkit-agent/v0.5.0"; see -version
 	// for the commit and Go version).
@@ -186,6 +194,13 @@ func New(cfg Config) (_ *Agent, err error) {
 	if a.node, err = nodeName(cfg.Node); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
+	if err := checkNode(cfg, a.node); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	client, err := reportClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
 	// Before the state directory is made or locked: a bad token file is
 	// the caller's to fix, and leaves nothing behind.
 	if a.tok, err = newBearer(cfg.Token, cfg.TokenFile, a.interval); err != nil {
@@ -229,7 +244,7 @@ func New(cfg Config) (_ *Agent, err error) {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	if cfg.ReportURL != "" {
-		a.rep = a.newReporter(cfg)
+		a.rep = a.newReporter(cfg, client)
 	} else if a.q.len() > 0 {
 		a.log.Warn("reports are queued but no report URL is set; they stay queued", "queued", a.q.len())
 	}
@@ -249,6 +264,13 @@ func (cfg Config) check() error {
 		return fmt.Errorf("Config.RetryMax %v is negative", cfg.RetryMax)
 	case cfg.Token != "" && cfg.TokenFile != "":
 		return errors.New("both Token and TokenFile given; give one")
+	case cfg.ReportCA != "" && cfg.HTTPClient != nil:
+		return errors.New("both ReportCA and HTTPClient given; give one (an HTTPClient's transport sets its own roots)")
+	}
+	if cfg.ReportCA != "" {
+		if u, err := url.Parse(cfg.ReportURL); err != nil || u.Scheme != "https" {
+			return &ConfigError{Field: "ReportCA", Value: strconv.Quote(cfg.ReportCA), Want: "needs an https:// report URL"}
+		}
 	}
 	if cfg.ReportURL != "" {
 		u, err := url.Parse(cfg.ReportURL)
@@ -309,13 +331,13 @@ func (a *Agent) openQueue(path string, max int) (*queue, error) {
 }
 
 // newReporter returns the reporter of cfg.ReportURL.
-func (a *Agent) newReporter(cfg Config) *reporter {
+func (a *Agent) newReporter(cfg Config, client *http.Client) *reporter {
 	retryMax := cmp.Or(cfg.RetryMax, a.interval)
 	return &reporter{
 		url:       cfg.ReportURL,
 		tok:       a.tok,
 		userAgent: cmp.Or(cfg.UserAgent, buildinfo.Read().UserAgent("proofkit-agent")),
-		client:    noRedirects(cfg.HTTPClient),
+		client:    noRedirects(client),
 		q:         a.q,
 		log:       a.log,
 		m:         a.m,
