@@ -323,8 +323,18 @@ func (a *Agent) openQueue(path string, max int) (*queue, error) {
 	}
 	// A seq past the bound is a corrupt line (it is sent, and refused):
 	// going on from it would have every reading refused.
-	if seq := q.maxSeq(a.run); seq > a.seq && seq < maxSavedSeq {
+	//
+	// The queue holds a report before the state holds its seq (see Step):
+	// after a crash in between, the queue has the latest seq (and at).
+	if seq, at := q.maxSeq(a.run); seq > a.seq && seq < maxSavedSeq {
 		a.seq = seq
+		if at.After(a.lastAt) {
+			a.lastAt = at
+		}
+	}
+	for node, n := range q.nodes(a.node) {
+		a.log.Warn("reports queued under another node name (-node changed?): each is sent under that name, and dropped if the platform's answer says the token may not report for it",
+			"queued_node", node, "reports", n, "node", a.node)
 	}
 	a.m.reportsQueued.Set(float64(q.len()))
 	return q, nil
@@ -334,6 +344,7 @@ func (a *Agent) openQueue(path string, max int) (*queue, error) {
 func (a *Agent) newReporter(cfg Config, client *http.Client) *reporter {
 	retryMax := cmp.Or(cfg.RetryMax, a.interval)
 	return &reporter{
+		node:      a.node,
 		url:       cfg.ReportURL,
 		tok:       a.tok,
 		userAgent: cmp.Or(cfg.UserAgent, buildinfo.Read().UserAgent("proofkit-agent")),
@@ -423,8 +434,12 @@ func (a *Agent) Run(ctx context.Context) error {
 // wall clock) and the previous reading's at plus the monotonic time since
 // it (one second after a restart), so at never runs backwards when the
 // wall clock is stepped back; see overload.ReadingVersion. The seq is
-// saved with the state before the report is queued, so a crash in between
-// leaves a gap, never one seq on two readings.
+// queued (and written to disk) before the state holding it is saved, and
+// sent only once it is: a crash before the save leaves the report queued,
+// and the next start goes on from the seq the queue holds; a crash after
+// it leaves both. So a crash leaves no gap in the seqs, and never one seq
+// on two readings (which a report sent and taken off the queue before the
+// save could otherwise give).
 //
 // Step returns once ctx ends even if the source's Read does not: the read
 // is then left to finish on its own, and the next Step waits for it.
@@ -489,25 +504,21 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 		a.m.checkHolding.WithLabelValues(string(c)).Set(b2f(holding[c]))
 	}
 
-	// The state (with this seq) first, then the queue: see above.
+	// The report first, held back from sending, then the state with its
+	// seq, then the report may go: see above.
+	id, queued := a.queueReport(r)
+	testKill("between", r.Seq)
 	saveErr := a.Save()
 	if saveErr != nil {
 		a.log.Error("could not save state", "err", saveErr)
 		if a.rep != nil {
-			r = a.leaveSavedRun(r)
+			r = a.leaveSavedRun(r, id, queued)
 		}
+	}
+	if queued {
+		a.rep.release(id)
 	}
 	a.noteStep(r, res, saveErr)
-	if a.rep != nil {
-		body, err := json.Marshal(r)
-		if err == nil {
-			err = a.rep.enqueue(body)
-		}
-		if err != nil {
-			a.log.Error("could not write the report to the queue on disk; it is kept in memory and sent while the agent runs",
-				"run", r.Run, "seq", r.Seq, "err", err)
-		}
-	}
 	a.logResult(r, res)
 	return res, nil
 }
@@ -519,7 +530,22 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 // the readings after it, go on in a new run, which no restart resumes;
 // the first save that succeeds makes it the saved run. It returns r as
 // it is to be reported.
-func (a *Agent) leaveSavedRun(r overload.Reading) overload.Reading {
+//
+// The report of r, queued as id when queued is true, is renumbered too.
+func (a *Agent) leaveSavedRun(r overload.Reading, id uint64, queued bool) overload.Reading {
+	r = a.renumber(r)
+	if b, err := json.Marshal(r); err == nil && queued {
+		if err := a.rep.q.replace(id, b); err != nil {
+			a.log.Error("could not rewrite the report queue on disk; the report is kept in memory and sent while the agent runs",
+				"run", r.Run, "seq", r.Seq, "err", err)
+		}
+	}
+	return r
+}
+
+// renumber moves r into a new run if state.json holds r's run (see
+// leaveSavedRun).
+func (a *Agent) renumber(r overload.Reading) overload.Reading {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.runOnDisk || a.run != r.Run || a.seq != r.Seq {
@@ -533,6 +559,25 @@ func (a *Agent) leaveSavedRun(r overload.Reading) overload.Reading {
 	a.log.Warn("the state could not be saved, so a restart would number readings again from the last saved seq; this reading and the next go on in a new run",
 		"run", old, "seq", oldSeq, "new_run", r.Run, "new_seq", r.Seq)
 	return r
+}
+
+// queueReport queues r's report, held back from sending until release,
+// when the agent reports; queued says whether it is in the queue (on disk,
+// or in memory only when the write failed: that is logged).
+func (a *Agent) queueReport(r overload.Reading) (id uint64, queued bool) {
+	if a.rep == nil {
+		return 0, false
+	}
+	body, err := json.Marshal(r)
+	if err == nil {
+		id, err = a.rep.enqueue(body)
+		queued = err == nil || id != noID
+	}
+	if err != nil {
+		a.log.Error("could not write the report to the queue on disk; it is kept in memory and sent while the agent runs",
+			"run", r.Run, "seq", r.Seq, "err", err)
+	}
+	return id, queued
 }
 
 // read calls the source's Read, returning when ctx ends even if Read does

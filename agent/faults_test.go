@@ -680,3 +680,61 @@ func TestStartupRedactsTheReportURL(t *testing.T) {
 		}
 	}
 }
+
+// TestKillBetweenQueueAndSave kills the agent with SIGKILL in the Step of
+// seq 3, between its two writes (the report to the queue, the seq to the
+// state), through the test build's hook (PROOFKIT_AGENT_TEST_KILL; see
+// testkill_testclock.go), starts it again on its state, and checks that
+// the run's seqs reach the platform with no gap and none twice.
+func TestKillBetweenQueueAndSave(t *testing.T) {
+	bin := buildAgent(t)
+	dir := t.TempDir()
+	nodeDir := filepath.Join(dir, "node")
+	stateDir := filepath.Join(dir, "state")
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := agenttest.WriteNode(nodeDir, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
+		t.Fatal(err)
+	}
+	p := newFaultPlatform(t)
+	args := []string{
+		"-proc", agenttest.Proc(nodeDir), "-sys", agenttest.Sys(nodeDir), "-sysctl", "off",
+		"-listen", "127.0.0.1:0", "-node", "n1", "-log-level", "debug",
+		"-interval", "200ms", "-state-dir", stateDir,
+		"-report-url", "http://" + p.addr + "/readings", "-token-file", tokenFile,
+	}
+	first := startAgent(t, bin, []string{"PROOFKIT_AGENT_TEST_KILL=between:3"}, args...)
+	select {
+	case <-first.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the agent was not killed at seq 3:\n%s", first.Log.String())
+	}
+	second := startAgent(t, bin, nil, args...)
+	defer second.Kill()
+	counted := func() (run string, seqs []uint64) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, r := range p.counted {
+			if run == "" {
+				run = r.Run
+			}
+			if r.Run == run {
+				seqs = append(seqs, r.Seq)
+			}
+		}
+		return run, seqs
+	}
+	testkit.WaitForWithin(t, 30*time.Second, "the platform counts seq 6 of the first run", func() bool {
+		_, seqs := counted()
+		return len(seqs) > 0 && seqs[len(seqs)-1] >= 6
+	})
+	run, seqs := counted()
+	for i, s := range seqs {
+		if s != uint64(i+1) {
+			t.Fatalf("run %s: the platform counted seqs %v, want 1, 2, 3, … with no gap\nfirst agent:\n%s\nsecond agent:\n%s",
+				run, seqs, first.Log.String(), second.Log.String())
+		}
+	}
+}
