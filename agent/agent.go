@@ -251,31 +251,32 @@ func New(cfg Config) (_ *Agent, err error) {
 	return a, nil
 }
 
-// check says which field of cfg is wrong, one error per field.
+// check says which field of cfg is wrong, one error per field; a field
+// with a bad value is a *ConfigError.
 func (cfg Config) check() error {
 	switch {
 	case cfg.Source == nil:
 		return errors.New("no reading source (Config.Source)")
 	case cfg.Interval < 0:
-		return fmt.Errorf("Config.Interval %v is negative", cfg.Interval)
+		return &ConfigError{Field: "Interval", Value: cfg.Interval.String(), Want: "is negative; want 0 (the default, 30s) or more"}
 	case cfg.QueueMax < 0:
-		return fmt.Errorf("Config.QueueMax %d is negative", cfg.QueueMax)
+		return &ConfigError{Field: "QueueMax", Value: strconv.Itoa(cfg.QueueMax), Want: "is negative; want 0 (the default, 120) or more"}
 	case cfg.RetryMax < 0:
-		return fmt.Errorf("Config.RetryMax %v is negative", cfg.RetryMax)
+		return &ConfigError{Field: "RetryMax", Value: cfg.RetryMax.String(), Want: "is negative; want 0 (the interval) or more"}
 	case cfg.Token != "" && cfg.TokenFile != "":
 		return errors.New("both Token and TokenFile given; give one")
 	case cfg.ReportCA != "" && cfg.HTTPClient != nil:
 		return errors.New("both ReportCA and HTTPClient given; give one (an HTTPClient's transport sets its own roots)")
 	}
-	if cfg.ReportCA != "" {
-		if u, err := url.Parse(cfg.ReportURL); err != nil || u.Scheme != "https" {
-			return &ConfigError{Field: "ReportCA", Value: strconv.Quote(cfg.ReportCA), Want: "needs an https:// report URL"}
-		}
-	}
 	if cfg.ReportURL != "" {
 		u, err := url.Parse(cfg.ReportURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("Config.ReportURL %q: want an http:// or https:// URL", RedactURL(cfg.ReportURL))
+			return &ConfigError{Field: "ReportURL", Value: strconv.Quote(RedactURL(cfg.ReportURL)), Want: "want an http:// or https:// URL"}
+		}
+	}
+	if cfg.ReportCA != "" {
+		if u, err := url.Parse(cfg.ReportURL); err != nil || u.Scheme != "https" {
+			return &ConfigError{Field: "ReportCA", Value: strconv.Quote(cfg.ReportCA), Want: "needs an https:// report URL"}
 		}
 	}
 	return cfg.Limits.Validate()

@@ -271,7 +271,7 @@ type agentProc struct {
 	addr chan string
 }
 
-var faultAddrRe = regexp.MustCompile(`msg="serving /metrics, /status and /events" addr=(\S+)`)
+var faultAddrRe = regexp.MustCompile(`msg="serving /, /metrics, /status, /events, /healthz and /readyz" addr=(\S+)`)
 
 func startAgent(t *testing.T, bin string, env []string, args ...string) *agentProc {
 	t.Helper()

@@ -66,6 +66,7 @@ func (a *Agent) Events() []overload.Event {
 // /events (JSON list of overload.Event), /healthz (see Healthy) and
 // /readyz (see Ready).
 func (a *Agent) Handler() http.Handler {
+	// Each path here is in HandlerPaths.
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", a.servePage)
 	mux.HandleFunc("GET /healthz", healthHandler(a.Healthy))
@@ -82,6 +83,11 @@ func (a *Agent) Handler() http.Handler {
 		writeJSON(w, ev)
 	})
 	return mux
+}
+
+// HandlerPaths lists the paths Handler serves, the page first.
+func HandlerPaths() []string {
+	return []string{"/", "/metrics", "/status", "/events", "/healthz", "/readyz"}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
