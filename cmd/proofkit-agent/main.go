@@ -39,10 +39,17 @@
 // $NOTIFY_SOCKET once its first reading is taken and its state written,
 // and STOPPING=1 when it stops.
 //
+// -report-ca names a PEM file of CA certificates to trust for an https
+// -report-url instead of the system's: a platform with its own CA. A
+// reporting agent checks -node (by default the host name) at start
+// against the platform's rule, 1 to 64 of A-Z a-z 0-9 . _ - not starting
+// with . _ -, since the platform would refuse every reading of another.
+//
 // Exit status: 0 on SIGTERM or SIGINT (state saved) and after -once; 2 for
-// a bad flag (a -proc without meminfo, a flag whose value is missing), an
-// unreadable token file or an unwritable state directory, with one line
-// on stderr saying why; 1 when the agent cannot run (no probe on this
+// a bad flag (a -proc without meminfo, a flag whose value is missing, a
+// -node the platform would refuse), an unreadable token file (also one
+// that is a FIFO, a device or over 64 KiB) or an unwritable state
+// directory, with one line on stderr saying why; 1 when the agent cannot run (no probe on this
 // system, the listen address taken, the state directory locked by another
 // agent: one line naming the directory and that agent's pid).
 package main
