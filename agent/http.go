@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/proofkit/nodekit/internal/cmdkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -69,8 +70,8 @@ func (a *Agent) Handler() http.Handler {
 	// Each path here is in HandlerPaths.
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", a.servePage)
-	mux.HandleFunc("GET /healthz", healthHandler(a.Healthy))
-	mux.HandleFunc("GET /readyz", healthHandler(a.Ready))
+	mux.HandleFunc("GET /healthz", cmdkit.Probe(a.Healthy))
+	mux.HandleFunc("GET /readyz", cmdkit.Probe(a.Ready))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, a.Status())
