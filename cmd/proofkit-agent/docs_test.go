@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +13,9 @@ import (
 	"testing"
 
 	"github.com/proofkit/nodekit/agent"
+	"github.com/proofkit/nodekit/agent/agenttest"
 	"github.com/proofkit/nodekit/internal/deploytest"
+	"github.com/proofkit/nodekit/internal/testkit"
 )
 
 // umaskRecipeRe is a documented one-line way to write a token file.
@@ -70,5 +74,32 @@ func TestDocsTokenRecipes(t *testing.T) {
 	}
 	if len(recipes) < 3 {
 		t.Errorf("found %d token recipes in the docs, want the token section's and the one-liners", len(recipes))
+	}
+}
+
+// TestPageNamesLinkSpeedFlag: with the real probe, a link whose speed the
+// kernel does not know (every link of the fake tree's /sys) is shown on
+// the page with the flag that gives it, not the probe's Go field.
+func TestPageNamesLinkSpeedFlag(t *testing.T) {
+	p := start(t, node(t, agenttest.Node{MemoryUsedPercent: 40}), "-sysctl", "off", "-state-dir", t.TempDir(), "-interval", "1s")
+	var body string
+	testkit.WaitFor(t, "three readings on the page", func() bool {
+		if st := p.status(); st.Reading == nil || st.Reading.Seq < 3 {
+			return false
+		}
+		resp, err := http.Get(p.url("/"))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return true
+	})
+	if !strings.Contains(body, "speed unknown") {
+		t.Skip("skipping: the network namespace has no link whose speed is unknown")
+	}
+	if !strings.Contains(body, "-link-speed") || strings.Contains(body, "LinkSpeedMbps") {
+		t.Errorf("the page's note on a link of unknown speed does not name -link-speed:\n%s", body)
 	}
 }
