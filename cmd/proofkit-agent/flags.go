@@ -100,7 +100,7 @@ func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (stri
 			fs.PrintDefaults()
 			return o, err
 		}
-		return o, usageError{err.Error()}
+		return o, usageError{cmdkit.ParseError(fs, err).Error()}
 	}
 	if fs.NArg() > 0 {
 		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}

@@ -663,7 +663,7 @@ func TestBadFlags(t *testing.T) {
 	}{
 		{"unknown flag", []string{"-bogus"}, "flag provided but not defined: -bogus"},
 		{"zero interval", []string{"-interval", "0s"}, "-interval 0s: must be positive"},
-		{"bad duration", []string{"-interval", "soon"}, `invalid value "soon" for flag -interval`},
+		{"bad duration", []string{"-interval", "soon"}, `invalid value "soon" for flag -interval: parse error (want a duration such as 30s or 1m30s)`},
 		{"sysctl mode", []string{"-sysctl", "maybe"}, `-sysctl "maybe": want apply, file or off`},
 		{"log format", []string{"-log-format", "xml"}, `-log-format "xml": want text or json`},
 		{"report url without token", []string{"-report-url", "http://127.0.0.1:1/r"}, "-report-url needs -token-file"},

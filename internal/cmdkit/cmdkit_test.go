@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -146,5 +147,25 @@ func TestProbe(t *testing.T) {
 	h(rec, httptest.NewRequest("GET", "/healthz", nil))
 	if rec.Code != 503 || rec.Body.String() != "no reading for 2m\n" {
 		t.Fatalf("unhealthy: %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+func TestParseError(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Duration("interval", time.Second, "")
+	fs.Int("queue-max", 1, "")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-interval", "soon"}, `invalid value "soon" for flag -interval: parse error (want a duration such as 30s or 1m30s)`},
+		{[]string{"-queue-max", "many"}, `invalid value "many" for flag -queue-max: parse error (want an integer)`},
+		{[]string{"-bogus"}, "flag provided but not defined: -bogus"},
+	} {
+		err := fs.Parse(tt.args)
+		if got := ParseError(fs, err).Error(); got != tt.want {
+			t.Errorf("%v: %q, want %q", tt.args, got, tt.want)
+		}
 	}
 }

@@ -74,3 +74,24 @@ func Swallowed(fs *flag.FlagSet) error {
 	})
 	return err
 }
+
+// ParseError is err, an error of fs.Parse, with what the flag wants added
+// when the flag package said only "parse error" ("invalid value \"soon\"
+// for flag -interval: parse error (want a duration such as 30s or
+// 1m30s)"): the same words FromEnv adds for a variable.
+func ParseError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	_, rest, ok := strings.Cut(msg, "flag -")
+	if !ok || !strings.Contains(msg, "parse error") {
+		return err
+	}
+	name, _, _ := strings.Cut(rest, ":")
+	f := fs.Lookup(name)
+	if f == nil {
+		return err
+	}
+	if w := want(f); w != "" {
+		return fmt.Errorf("%w%s", err, w)
+	}
+	return err
+}
