@@ -330,8 +330,10 @@ var (
 // steps its wall clock, and checks the invariant: every reading taken is
 // counted once by the platform, or still queued on disk, or named in the
 // log (and the last run's metrics) as dropped with its reason; none is
-// counted twice; and the platform's verdicts equal those of a tracker fed
-// the same readings in order.
+// counted twice; no seq of a run is left out (some agents kill themselves
+// between queuing a report and saving its seq, through the test build's
+// hook); and the platform's verdicts equal those of a tracker fed the same
+// readings in order.
 //
 // The clock is stepped through the binary's test clock (built with -tags
 // proofkit_testclock; see cmd/proofkit-agent/testclock.go): the agent's
@@ -395,10 +397,23 @@ func TestFaultInjection(t *testing.T) {
 	procs = append(procs, cur)
 	kills, steps := 0, 0
 	// killAndRestart SIGKILLs the agent and starts another on its state.
+	// Every other agent of the killing part is also set to kill itself
+	// between queuing a report and saving its seq (the test build's hook),
+	// a few readings after the last one its predecessor logged.
+	selfKills := 0
 	killAndRestart := func() {
 		cur.Kill()
 		kills++
-		cur = startAgent(t, bin, env, args...)
+		next := env
+		if kills%2 == 1 {
+			var last uint64
+			if m := takenRe.FindAllStringSubmatch(cur.Log.String(), -1); len(m) > 0 {
+				last, _ = strconv.ParseUint(m[len(m)-1][2], 10, 64)
+			}
+			next = append(slices.Clone(env), fmt.Sprintf("PROOFKIT_AGENT_TEST_KILL=between:%d", last+1+uint64(rng.IntN(3))))
+			selfKills++
+		}
+		cur = startAgent(t, bin, next, args...)
 		procs = append(procs, cur)
 	}
 	run := func(ph phase, kill bool) {
@@ -432,8 +447,11 @@ func TestFaultInjection(t *testing.T) {
 	for _, ph := range killing {
 		run(ph, true)
 	}
-	// The last agent sees the calm part from its start.
-	killAndRestart()
+	// The last agent sees the calm part from its start, with no hook.
+	cur.Kill()
+	kills++
+	cur = startAgent(t, bin, env, args...)
+	procs = append(procs, cur)
 	for _, ph := range calm {
 		run(ph, false)
 	}
@@ -515,6 +533,20 @@ func TestFaultInjection(t *testing.T) {
 			t.Errorf("run %s seq %d was taken but is neither counted, queued nor named as dropped", k.run, k.seq)
 		}
 	}
+	// No seq left out: within a run every seq from 1 to the highest
+	// is a reading accounted for above (a kill between queuing a report
+	// and saving its seq, or mid-append, must not leave one out).
+	highest := make(map[string]uint64)
+	for k := range taken {
+		highest[k.run] = max(highest[k.run], k.seq)
+	}
+	for run, top := range highest {
+		for seq := uint64(1); seq <= top; seq++ {
+			if k := (runSeq{run, seq}); !taken[k] && dropped[k] == "" {
+				t.Errorf("run %s: seq %d is missing (the run goes up to %d): a reading numbered and never reported", run, seq, top)
+			}
+		}
+	}
 	if p.followed > 0 {
 		t.Errorf("the agent followed a redirect %d times", p.followed)
 	}
@@ -571,8 +603,8 @@ func TestFaultInjection(t *testing.T) {
 	}
 	runs := len(runOrder)
 	t.Logf("tally: taken %d, delivered %d (platform acknowledged %d duplicates), queued %d, dropped %v, unaccounted %d; "+
-		"%d agents (%d SIGKILLs), %d clock steps, %d runs, %d readings overloaded, disk filled %v; answers by mode %v",
-		len(taken), delivered, p.dups, onDisk, byReason, lost, len(procs), kills, steps, runs, overloadedReadings, disk.filled, p.answers)
+		"%d agents (%d SIGKILLs, %d set to kill themselves between queue and save), %d clock steps, %d runs, %d readings overloaded, disk filled %v; answers by mode %v",
+		len(taken), delivered, p.dups, onDisk, byReason, lost, len(procs), kills, selfKills, steps, runs, overloadedReadings, disk.filled, p.answers)
 	fmt.Printf("fault injection tally: taken %d, delivered %d, queued %d, dropped %v (duplicates acknowledged %d; %d SIGKILLs, %d clock steps)\n",
 		len(taken), delivered, onDisk, byReason, p.dups, kills, steps)
 }
