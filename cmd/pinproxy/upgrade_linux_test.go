@@ -781,3 +781,40 @@ func (n *notes) next(t *testing.T) string {
 		return ""
 	}
 }
+
+// A process started with -upgrade-socket takes everything from the one
+// listening there, which then exits: how an embedder's program, or a
+// service manager, upgrades without a signal.
+func TestBinaryUpgradeSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "upgrade.sock")
+	lab := newStreamLab(t, 2, 100*time.Millisecond)
+	args := []string{"-upstreams", lab.upstreams(), "-rebalance-interval", "0", "-park-after", "300ms",
+		"-log-connections=false", "-upgrade-socket", sock}
+	old := startFamily(t, binary, nil, args...)
+	const streams, idle = 20, 40
+	lab.start(old.addr, streams, idle)
+	old.waitLive(streams + idle)
+	oldPID := old.pid()
+
+	nu := startFamily(t, binary, nil, args...)
+	if nu.addr != old.addr || nu.admin != old.admin {
+		t.Fatalf("the new process listens on %s and %s, want the old one's %s and %s", nu.addr, nu.admin, old.addr, old.admin)
+	}
+	old.waitCount(`msg="upgrade: connections handed over"`, 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for !gone(oldPID) {
+		if time.Now().After(deadline) {
+			t.Fatal("the old process still runs 10 s after the new one took over")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if s := nu.status(); s.Totals.Upgrades != 1 || s.Totals.Live < streams+idle {
+		t.Errorf("the new process: %d upgrades, %d live; want 1 and %d", s.Totals.Upgrades, s.Totals.Live, streams+idle)
+	}
+	// And the new one listens on the socket in turn.
+	third := startFamily(t, binary, nil, args...)
+	if third.addr != old.addr {
+		t.Fatalf("a third process listens on %s, want %s", third.addr, old.addr)
+	}
+	lab.finish(streams + idle)
+}
