@@ -33,17 +33,18 @@ import (
 // steadily throughout; at the end every stream's bytes are compared, by
 // sha256, between the client and the upstream ends.
 //
-// PINPROXY_UPGRADE_LOAD=streams,idle,upgrades sizes the main test (the
-// default is 100,400,4, to fit a CI run; the figures in docs/pinproxy.md
-// are from 1000,5000,10).
+// PINPROXY_UPGRADE_LOAD=streams,idle,upgrades,gap sizes the main test:
+// gap is the mean time between two bursts of a stream. The default is
+// 100,400,4,100ms, to fit a CI run; the figures in docs/benchmarks.md are
+// from 1000,5000,10,2s.
 
 // upgradeLoad returns the main test's size.
-func upgradeLoad(t *testing.T) (streams, idle, upgrades int) {
-	streams, idle, upgrades = 100, 400, 4
+func upgradeLoad(t *testing.T) (streams, idle, upgrades int, gap time.Duration) {
+	streams, idle, upgrades, gap = 100, 400, 4, 100*time.Millisecond
 	if v := os.Getenv("PINPROXY_UPGRADE_LOAD"); v != "" {
 		var err error
 		f := strings.Split(v, ",")
-		if len(f) == 3 {
+		if len(f) == 4 {
 			streams, err = strconv.Atoi(f[0])
 			if err == nil {
 				idle, err = strconv.Atoi(f[1])
@@ -51,9 +52,12 @@ func upgradeLoad(t *testing.T) (streams, idle, upgrades int) {
 			if err == nil {
 				upgrades, err = strconv.Atoi(f[2])
 			}
+			if err == nil {
+				gap, err = time.ParseDuration(f[3])
+			}
 		}
-		if len(f) != 3 || err != nil {
-			t.Fatalf("PINPROXY_UPGRADE_LOAD=%q: want streams,idle,upgrades", v)
+		if len(f) != 4 || err != nil || gap <= 0 {
+			t.Fatalf("PINPROXY_UPGRADE_LOAD=%q: want streams,idle,upgrades,gap (e.g. 1000,5000,10,2s)", v)
 		}
 	}
 	return
@@ -619,12 +623,12 @@ func (f *family) upgrade(n int) (line string, oldLived time.Duration) {
 }
 
 func TestBinaryUpgradeKeepsEveryConnection(t *testing.T) {
-	streams, idle, upgrades := upgradeLoad(t)
+	streams, idle, upgrades, gap := upgradeLoad(t)
 	buildVariants(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "pinproxy")
 	install(t, builds.a, path)
-	lab := newStreamLab(t, 2, 100*time.Millisecond)
+	lab := newStreamLab(t, 2, gap)
 	notes := notifySocket(t)
 	f := startFamily(t, path, []string{"NOTIFY_SOCKET=" + notes.path}, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
 		"-park-after", "300ms", "-log-connections=false")
@@ -817,4 +821,55 @@ func TestBinaryUpgradeSocket(t *testing.T) {
 		t.Fatalf("a third process listens on %s, want %s", third.addr, old.addr)
 	}
 	lab.finish(streams + idle)
+}
+
+// The seed's first case with an upgrade in the middle: B is down, both
+// clients are on A, and rounds move nothing, before the upgrade and after
+// it (B's state moves with the connections); once B answers, the new
+// process moves the newer connection, one only.
+func TestBinaryUpgradeKeepsTheSeedsRules(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
+	f := startFamily(t, binary, nil, "-upstreams", a.Addr+","+b.Addr, "-rebalance-interval", "200ms", "-dial-timeout", "2s",
+		"-log-level", "debug")
+	older, on1 := pinproxytest.Dial(t, f.addr, "older")
+	newer, on2 := pinproxytest.Dial(t, f.addr, "newer")
+	if on1 != "A" || on2 != "A" {
+		t.Fatalf("clients landed on %s and %s while B is down, want A and A", on1, on2)
+	}
+	f.waitCount(downRound, 2)
+	f.upgrade(1)
+	f.mu.Lock()
+	before := count(f.lines, downRound)
+	f.mu.Unlock()
+	f.waitCount(downRound, before+2) // the new process's rounds
+	for _, cl := range []*pinproxytest.Client{older, newer} {
+		if on, err := cl.Ping(); err != nil || on != "A" {
+			t.Fatalf("client %s after the upgrade: on %q, %v", cl.ID, on, err)
+		}
+	}
+	f.mu.Lock()
+	moved := count(f.lines, movedRound)
+	f.mu.Unlock()
+	if moved != 0 {
+		t.Fatalf("%d moves while B was down", moved)
+	}
+	b.Start()
+	if !newer.Closed() {
+		t.Fatal("the newer connection was not closed once B answered")
+	}
+	f.waitCount(fmt.Sprintf(`%s from=%s to=%s`, movedRound, a.Addr, b.Addr), 1)
+	if on := newer.Redial(); on != "B" {
+		t.Fatalf("redial landed on %s, want B", on)
+	}
+	if on, err := older.Ping(); err != nil || on != "A" {
+		t.Fatalf("older client: on %q, %v; want still on A", on, err)
+	}
+	f.waitCount(evenRound, 3)
+	f.mu.Lock()
+	moved = count(f.lines, movedRound)
+	f.mu.Unlock()
+	if moved != 1 {
+		t.Errorf("%d moves in all, want 1", moved)
+	}
 }
