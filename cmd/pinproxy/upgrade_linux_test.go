@@ -653,7 +653,8 @@ func TestBinaryUpgradeKeepsEveryConnection(t *testing.T) {
 		if got, want := notes.next(t), fmt.Sprintf("MAINPID=%d\nREADY=1", f.pid()); got != want {
 			t.Errorf("upgrade %d: the new process told systemd %q, want %q", i, got, want)
 		}
-		t.Logf("upgrade %d to %s: %s; old process gone %v after the signal", i, ver, line[strings.Index(line, "conns="):], lived.Round(time.Millisecond))
+		t.Logf("upgrade %d to %s: %s; old process gone %v after the signal; new process VmRSS %s",
+			i, ver, line[strings.Index(line, "conns="):], lived.Round(time.Millisecond), vmRSS(f.pid()))
 		s := f.status()
 		if s.Version != ver {
 			t.Fatalf("after upgrade %d /status says version %q, want %q", i, s.Version, ver)
@@ -872,4 +873,15 @@ func TestBinaryUpgradeKeepsTheSeedsRules(t *testing.T) {
 	if moved != 1 {
 		t.Errorf("%d moves in all, want 1", moved)
 	}
+}
+
+// vmRSS returns process pid's resident memory as /proc says it.
+func vmRSS(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			return strings.Join(strings.Fields(v), " ")
+		}
+	}
+	return "?"
 }
