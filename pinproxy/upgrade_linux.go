@@ -367,7 +367,6 @@ func (m *mover) ask(l *link) bool {
 		l.upstream.SetReadDeadline(aLongTimeAgo)
 	case linkParked:
 		l.pk.unparkLocked(l)
-		l.state.Store(linkMoving)
 		l.mv = m
 		m.asked()
 		m.mu.Lock()
@@ -384,9 +383,11 @@ func (m *mover) ask(l *link) bool {
 }
 
 // unparkLocked takes a parked link out of the epoll set, for a
-// hand-over, without giving it a goroutine. Call with l.mu held.
+// hand-over, without giving it a goroutine: it is moving from here on.
+// Call with l.mu held.
 func (pk *parker) unparkLocked(l *link) {
 	pk.mu.Lock()
+	l.state.Store(linkMoving) // under pk.mu: a sweep never sees a parked link without its conns
 	if pk.epf != nil {
 		epollCtl(pk.epfd, unix.EPOLL_CTL_DEL, l.rcs[0], 0)
 		epollCtl(pk.epfd, unix.EPOLL_CTL_DEL, l.rcs[1], 0)
