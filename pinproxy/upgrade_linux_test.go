@@ -328,3 +328,80 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Hand-overs that fail, over and over, while connections park, wake and
+// copy: every connection comes back each time and still echoes.
+func TestIntegrationHandoffRollbackStress(t *testing.T) {
+	lab := newFlightLab(t)
+	p, err := New(Config{Upstreams: []string{lab.ln.Addr().String()}, RebalanceInterval: -1, ParkAfter: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	ln, err := p.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	var conns []net.Conn
+	for range 100 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("E"))
+		conns = append(conns, c)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // some connections wake now and then
+		defer close(done)
+		buf := make([]byte, 3)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(3 * time.Millisecond):
+			}
+			c := conns[i%len(conns)]
+			c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+			if _, err := c.Write([]byte("abc")); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "abc" {
+				t.Errorf("echo: %q, %v", buf, err)
+				return
+			}
+		}
+	}()
+	for i := range 20 {
+		ucOld, ucNew := handoffPair(t)
+		go func() {
+			buf, oob := make([]byte, wireMaxMessage+1), make([]byte, 1<<12)
+			ucNew.ReadMsgUnix(buf, oob)
+			if i%2 == 0 {
+				ucNew.ReadMsgUnix(buf, oob)
+			}
+			ucNew.Close()
+		}()
+		if res, err := p.Handoff(context.Background(), ucOld); err == nil || res.Committed {
+			t.Fatalf("round %d: %+v, %v; want a rollback", i, res, err)
+		}
+		time.Sleep(time.Duration(i%4) * 5 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	if tot := p.Totals(); tot.Live != len(conns) || tot.UpgradesFailed != 20 {
+		t.Errorf("totals %+v: want %d live, 20 failed upgrades", tot, len(conns))
+	}
+	for i, c := range conns {
+		c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+		c.Write([]byte("xyz"))
+		var b [3]byte
+		if _, err := io.ReadFull(c, b[:]); err != nil || string(b[:]) != "xyz" {
+			t.Fatalf("connection %d after the rollbacks: %q, %v", i, b, err)
+		}
+	}
+}
