@@ -885,3 +885,101 @@ func vmRSS(pid int) string {
 	}
 	return "?"
 }
+
+// tally stops every stream and counts those that arrived whole at both
+// ends, for a measurement that expects some not to.
+func (lab *streamLab) tally() (whole, broken int) {
+	close(lab.stop)
+	done := make(chan struct{})
+	go func() { lab.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * pinproxytest.WaitFor):
+	}
+	time.Sleep(time.Second) // the upstream ends record after their clients
+	lab.mu.Lock()
+	defer lab.mu.Unlock()
+	for _, e := range lab.ends {
+		if e.upGot != nil && bytes.Equal(e.clientSent, e.upGot) && bytes.Equal(e.upSent, e.clientGot) {
+			whole++
+		} else {
+			broken++
+		}
+	}
+	return whole, broken
+}
+
+// HAProxy's reload measured the way the upgrade tests measure pinproxy's:
+// idle connections through it, a new process started with -sf (its
+// seamless reload, listeners passed on), and hard-stop-after 10s. Run
+// with PINPROXY_HAPROXY_RELOAD=N (connections; at most 7,000 under an
+// open-file limit of 20,000); figures in docs/benchmarks.md.
+func TestHAProxyReloadForComparison(t *testing.T) {
+	v := os.Getenv("PINPROXY_HAPROXY_RELOAD")
+	if v == "" {
+		t.Skip("a measurement: set PINPROXY_HAPROXY_RELOAD=1000 to run it")
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 7000 {
+		t.Fatalf("PINPROXY_HAPROXY_RELOAD=%q: want a number of connections from 1 to 7000", v)
+	}
+	if _, err := exec.LookPath("haproxy"); err != nil {
+		t.Skip("no haproxy")
+	}
+	lab := newStreamLab(t, 1, time.Second)
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`global
+	maxconn 7000
+	hard-stop-after 10s
+defaults
+	mode tcp
+	timeout connect 5s
+	timeout client 1h
+	timeout server 1h
+frontend f
+	bind %s
+	default_backend b
+backend b
+	server u %s
+`, addr, lab.upstreams())), 0o644)
+	run := func(args ...string) *exec.Cmd {
+		cmd := exec.Command("haproxy", append([]string{"-db", "-f", cfg}, args...)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	old := run()
+	oldDone := make(chan struct{})
+	go func() { old.Wait(); close(oldDone) }()
+	var c net.Conn
+	for deadline := time.Now().Add(pinproxytest.WaitFor); ; time.Sleep(10 * time.Millisecond) {
+		if c, err = net.Dial("tcp", addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	lab.start(addr, 0, n)
+	time.Sleep(time.Second)
+	t0 := time.Now()
+	run("-sf", strconv.Itoa(old.Process.Pid))
+	select {
+	case <-oldDone:
+	case <-time.After(time.Minute):
+		t.Fatal("the old haproxy still runs a minute after the reload")
+	}
+	lived := time.Since(t0)
+	whole, broken := lab.tally()
+	t.Logf("haproxy reload (-sf, hard-stop-after 10s) with %d idle connections: the old process lived %v; %d connections went on, %d were cut",
+		n, lived.Round(10*time.Millisecond), whole, broken)
+}
