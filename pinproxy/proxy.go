@@ -286,6 +286,37 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	}
 }
 
+// outcome is what one dial to an upstream came to.
+type outcome int8
+
+const (
+	answered    outcome = iota // the upstream answered
+	refused                    // it did not: that counts against it
+	noResources                // this host is out of descriptors, buffers or memory: counts against nobody
+	gaveUp                     // ctx ended first
+)
+
+// attempt dials u once, within timeout and ctx: a client's dial, a
+// rebalance or drain test-connect, or a health check. It returns the conn
+// when u answered (the caller records the outcome, under mu, as it counts
+// it). When this host is out of resources it counts a local error and
+// logs local, rate-limited, with attrs and the error.
+func (p *Proxy) attempt(ctx context.Context, u *upstream, timeout time.Duration, local string, attrs ...slog.Attr) (net.Conn, outcome, error) {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	c, err := p.dial(dctx, "tcp", u.addr)
+	cancel()
+	switch {
+	case err == nil:
+		return c, answered, nil
+	case ctx.Err() != nil:
+		return nil, gaveUp, err
+	case localError(err):
+		p.logLocal(local, append(attrs, slog.Any("err", err))...)
+		return nil, noResources, err
+	}
+	return nil, refused, err
+}
+
 // temporary reports whether an accept error may go away by itself.
 func temporary(err error) bool {
 	var ne net.Error
@@ -547,22 +578,15 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		tried[i/64] |= 1 << (i % 64)
 		triedUps = append(triedUps, u)
 
-		ctx, cancel := context.WithTimeout(p.killCtx, p.cfg.DialTimeout)
-		uc, err := p.dial(ctx, "tcp", u.addr)
-		cancel()
+		uc, out, err := p.attempt(p.killCtx, u, p.cfg.DialTimeout, "cannot dial for want of local resources; closing the client",
+			slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr))
 
 		p.mu.Lock()
 		u.dialing--
-		if err != nil {
+		if out != answered {
 			p.forgetLocked(u)
-			if p.killCtx.Err() != nil { // torn down, not the upstream's fault
+			if out != refused { // torn down, or out of resources: every upstream would fail the same way
 				p.mu.Unlock()
-				return nil
-			}
-			if localError(err) { // nor is this: every upstream would fail the same way
-				p.mu.Unlock()
-				p.logLocal("cannot dial for want of local resources; closing the client",
-					slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
 				return nil
 			}
 			p.failedLocked(u, err, false)

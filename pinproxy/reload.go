@@ -107,11 +107,9 @@ func (p *Proxy) drainRemoved(ctx context.Context) {
 	to.dials++
 	p.mu.Unlock()
 
-	dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-	tc, err := p.dial(dctx, "tcp", to.addr)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil || localError(err) {
+	tc, out, err := p.attempt(ctx, to, p.cfg.DialTimeout, localTestConnect, slog.String("to", to.addr))
+	if out != answered {
+		if out != refused {
 			return
 		}
 		p.mu.Lock()
