@@ -45,9 +45,9 @@ func (p *Proxy) checkRound(ctx context.Context) {
 			p.mu.Lock()
 			u.dials++
 			if out == refused {
-				p.failedLocked(u, err, true)
+				p.failedLocked(u, p.clock(), err, true)
 			} else {
-				p.answeredLocked(u, true)
+				p.answeredLocked(u, p.clock(), true)
 			}
 			p.mu.Unlock()
 		})

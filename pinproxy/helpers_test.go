@@ -5,7 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
@@ -98,3 +100,11 @@ func mustDial(t testing.TB, addr string) net.Conn {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// fakeClock is a clock for SetClockForTest that moves only when told.
+type fakeClock struct{ off atomic.Int64 }
+
+var clockBase = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+func (c *fakeClock) now() time.Time          { return clockBase.Add(time.Duration(c.off.Load())) }
+func (c *fakeClock) advance(d time.Duration) { c.off.Add(int64(d)) }

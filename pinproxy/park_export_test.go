@@ -61,3 +61,7 @@ func ForcedParkForTest() (time.Duration, bool) {
 	}
 	return max(forcedPark, time.Nanosecond), true
 }
+
+// SetClockForTest makes the proxy New makes from cfg take its decisions
+// (back-off, slow start, drains, Ready) at the times now returns.
+func SetClockForTest(cfg *Config, now func() time.Time) { cfg.clock = now }

@@ -70,7 +70,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.mu.Unlock()
 			return ErrProxyClosed
 		}
-		busy, idle := p.spreadLocked(time.Now(), planned)
+		busy, idle := p.spreadLocked(p.clock(), planned)
 		if idle == nil { // even: what an outage left uneven is mended
 			for _, u := range p.upstreams {
 				u.recovered = false
@@ -111,7 +111,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			return nil
 		case refused:
 			p.mu.Lock()
-			p.failedLocked(idle, err, false)
+			p.failedLocked(idle, p.clock(), err, false)
 			p.mu.Unlock()
 			p.log.LogAttrs(ctx, slog.LevelInfo, "idle node still does not answer; nothing moved",
 				slog.String("from", busy.addr), slog.String("to", idle.addr), slog.Any("err", err))
@@ -119,7 +119,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 		}
 		tc.Close()
 		p.mu.Lock()
-		p.answeredLocked(idle, false)
+		p.answeredLocked(idle, p.clock(), false)
 		tested[idle] = true
 		// Connections may have come and gone during the test-connect:
 		// the loop looks again.
