@@ -54,6 +54,8 @@ type Proxy struct {
 	dialLog     rateLimited  // lines about dials that failed
 	unroutedLog rateLimited  // lines about clients closed because no upstream answered
 
+	lineQ lineQueue // connections' lines waiting for lineLoop (lines.go)
+
 	rebalanceMu sync.Mutex // one round at a time
 
 	mu            sync.Mutex
@@ -182,6 +184,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.listeners[ln] = struct{}{}
 	if !p.tickerStarted {
 		p.tickerStarted = true
+		p.startLines()
 		if p.cfg.RebalanceInterval > 0 {
 			p.ticker.Add(1)
 			go p.every(p.cfg.RebalanceInterval, "rebalance", p.Rebalance)
@@ -414,28 +417,10 @@ func (p *Proxy) finish(c *conn, r spliceResult) {
 	if !p.log.Enabled(p.stopCtx, level) { // first: a line not logged costs nothing
 		return
 	}
-	// Six attributes: one more than a slog.Record holds without
-	// allocating. The client's address is formatted on the stack, so the
-	// line allocates that string and the Record's overflow only.
-	var addrBuf [64]byte
-	attrs := [...]slog.Attr{
-		slog.String("client", string(appendAddr(addrBuf[:0], c.client.RemoteAddr()))), slog.String("upstream", c.up.addr),
-		slog.Duration("duration", roundForLog(p.clock().Sub(c.start))),
-		slog.Int64("bytes_sent", r.up), slog.Int64("bytes_received", r.down),
-		slog.String("reason", reason.String()),
-		{},
+	e := endLine{c: c, r: r, reason: reason, level: level, at: p.clock()}
+	if !p.queueLine(e) {
+		p.logEnd(e)
 	}
-	n := len(attrs) - 1
-	if err != nil && !errors.Is(err, net.ErrClosed) {
-		attrs[n] = slog.Any("err", err)
-		n++
-	}
-	// Straight to the handler: Logger.LogAttrs would also take the
-	// caller's program counter (runtime.Callers), a tenth of the line's
-	// cost, for a source attribute nobody asked for.
-	rec := slog.NewRecord(p.clock(), level, "connection ended", 0)
-	rec.AddAttrs(attrs[:n]...)
-	p.log.Handler().Handle(p.stopCtx, rec)
 }
 
 // appendAddr appends a's host:port to b, as a.String() would write it,
@@ -641,6 +626,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	select {
 	case <-drained:
 		p.kill()
+		p.stopLines()
 		return nil
 	case <-ctx.Done():
 	}
@@ -663,6 +649,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown: stopped waiting; closed the connections left",
 		slog.Int("closed", len(left)), slog.Any("err", ctx.Err()))
 	<-drained
+	p.stopLines()
 	return ctx.Err()
 }
 
