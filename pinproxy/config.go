@@ -167,6 +167,12 @@ type Config struct {
 	// is carried to them only if they have a CloseWrite method.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
+	// clock, when set (by the tests, through SetClockForTest), is the time
+	// the proxy's decisions are taken at: back-off, slow start, drains,
+	// Ready and the connection lines. Nil means time.Now. Timers and
+	// socket deadlines run on the real clock.
+	clock func() time.Time
+
 	// Logger receives every decision: the upstream each client is pinned
 	// to, each failover, clients closed because no upstream answered, and
 	// each rebalance round's outcome. Nil means discard.

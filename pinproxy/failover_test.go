@@ -66,21 +66,24 @@ func TestFailoverWhenUpstreamRefuses(t *testing.T) {
 	}
 }
 
-// The back-off ends by itself.
+// The back-off ends by itself, on the proxy's clock.
 func TestFailedBackoffEnds(t *testing.T) {
 	a := pinproxytest.Down(t, "A", pinproxytest.Line)
 	b := pinproxytest.New(t, "B", pinproxytest.Line)
-	p := newProxy(t, pinproxy.Config{
-		Upstreams:         []string{a.Addr, b.Addr},
-		RebalanceInterval: -1,
-		FailedBackoff:     time.Millisecond,
-	})
+	var clock fakeClock
+	cfg := pinproxy.Config{Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1}
+	pinproxy.SetClockForTest(&cfg, clock.now)
+	p := newProxy(t, cfg)
 	addr := serve(t, p)
 	if _, on := pinproxytest.Dial(t, addr, "c1"); on != "B" {
 		t.Fatalf("c1 landed on %s, want B", on)
 	}
 	a.Start()
-	time.Sleep(10 * time.Millisecond) // past the 1 ms back-off
+	clock.advance(pinproxy.DefaultFailedBackoff - time.Second)
+	if _, on := pinproxytest.Dial(t, addr, "c1b"); on != "B" {
+		t.Fatalf("c1b landed on %s during A's back-off, want B", on)
+	}
+	clock.advance(time.Second) // the 30 s back-off is over
 	if _, on := pinproxytest.Dial(t, addr, "c2"); on != "A" {
 		t.Fatalf("c2 landed on %s, want A once its back-off ended", on)
 	}

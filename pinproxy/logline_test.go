@@ -24,9 +24,9 @@ func testConn(p *Proxy) *conn {
 	return &conn{client: client, up: p.upstreams[0], start: time.Now().Add(-14200 * time.Millisecond)}
 }
 
-// endLine logs the end of c through p, as finish does when a connection's
+// endConn logs the end of c through p, as finish does when a connection's
 // copying ends.
-func endLine(p *Proxy, c *conn, r spliceResult) {
+func endConn(p *Proxy, c *conn, r spliceResult) {
 	p.handlers.Add(1)
 	p.active.Add(1)
 	p.finish(c, r)
@@ -49,7 +49,7 @@ func TestConnectionLineAllocs(t *testing.T) {
 		}
 		r := spliceResult{up: 1, down: 2, first: sideClient}
 		c := testConn(p)
-		if n := testing.AllocsPerRun(1000, func() { endLine(p, c, r) }); n > tt.max {
+		if n := testing.AllocsPerRun(1000, func() { endConn(p, c, r) }); n > tt.max {
 			t.Errorf("LogConnections %v: %v allocations a line, want at most %v", tt.logConnections, n, tt.max)
 		}
 	}
@@ -68,7 +68,7 @@ func TestConnectionLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	endLine(p, testConn(p), spliceResult{up: 1, down: 2, first: sideClient})
+	endConn(p, testConn(p), spliceResult{up: 1, down: 2, first: sideClient})
 	want := `msg="connection ended" client=127.0.0.1:54321 upstream=127.0.0.1:9 duration=14s bytes_sent=1 bytes_received=2 reason="client closed"`
 	if got := strings.TrimSpace(buf.String()); !strings.HasSuffix(got, want) {
 		t.Errorf("line %q\nwant it to end %q", got, want)
@@ -115,6 +115,6 @@ func BenchmarkConnectionLine(b *testing.B) {
 	r := spliceResult{up: 1, down: 2, first: sideClient}
 	b.ReportAllocs()
 	for b.Loop() {
-		endLine(p, c, r)
+		endConn(p, c, r)
 	}
 }

@@ -22,8 +22,9 @@ var ErrProxyClosed = errors.New("pinproxy: proxy closed")
 // rebalances them. Create one with New; its methods are safe for concurrent
 // use.
 type Proxy struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	clock func() time.Time // cfg.clock, or time.Now
 	// dial is cfg.DialContext or, when that is nil, the proxy's own
 	// net.Dialer, which sets keepalive as configured on each upstream
 	// conn, so connect need not set it again.
@@ -53,6 +54,8 @@ type Proxy struct {
 	dialLog     rateLimited  // lines about dials that failed
 	unroutedLog rateLimited  // lines about clients closed because no upstream answered
 
+	lineQ lineQueue // connections' lines waiting for lineLoop (lines.go)
+
 	rebalanceMu sync.Mutex // one round at a time; an upgrade holds it too
 
 	starting atomic.Int64 // handlers not yet copying (dialing, sending the PROXY header)
@@ -67,63 +70,6 @@ type Proxy struct {
 	presetKA      map[net.Listener]struct{} // made by Listen: accepted conns have keepalive set already
 	tickerStarted bool
 	closed        bool // Shutdown was called
-}
-
-// upstream is one configured upstream and its live connections. All fields
-// but addr are guarded by Proxy.mu.
-type upstream struct {
-	addr string
-
-	live    int   // connections established, linked into head..tail
-	dialing int   // dials in flight to it (counted as load too)
-	head    *conn // oldest
-	tail    *conn // newest
-
-	dials        int64
-	failures     int64
-	lastFailure  time.Time
-	lastError    string
-	answered     bool // the last attempt (dial, test-connect or check) answered
-	lastFailed   bool // the last attempt failed: the next dial to it is a probe
-	backoffUntil time.Time
-	moved        int64
-	bytes        byteCounters // live, not guarded by mu
-
-	// state is what Stats and the metrics call up, down or unknown: the
-	// checks' verdict when Config.CheckInterval is set, else the last
-	// attempt's. upSince is when it last went from down to up (slow
-	// start); rise and fall count the checks in a row that answered and
-	// failed.
-	state      health
-	upSince    time.Time
-	rise, fall int
-	// recovered: it came back up from down, and the spread has not been
-	// even since; a rebalance move to it then says "answers again".
-	recovered bool
-
-	removed   bool      // taken out by SetUpstreams; kept while connections are left
-	removedAt time.Time // when
-}
-
-func (u *upstream) load() int { return u.live + u.dialing }
-
-// health is an upstream's state as the operator sees it.
-type health int8
-
-const (
-	healthUnknown health = iota // nothing has answered or failed yet
-	healthUp
-	healthDown
-)
-
-func (h health) String() string {
-	switch h {
-	case healthUp:
-		return "up"
-	case healthDown:
-		return "down"
-	}
-	return "unknown"
 }
 
 // conn is one client pinned to one upstream.
@@ -164,11 +110,15 @@ func New(cfg Config) (*Proxy, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		dial:      cfg.DialContext,
+		clock:     cfg.clock,
 		listeners: make(map[net.Listener]struct{}),
 		presetKA:  make(map[net.Listener]struct{}),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.clock == nil {
+		p.clock = time.Now
 	}
 	// Idle time and interval as configured; the probe count stays the
 	// kernel's (Count -1: one setsockopt fewer per socket).
@@ -238,6 +188,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.listeners[ln] = struct{}{}
 	if !p.tickerStarted {
 		p.tickerStarted = true
+		p.startLines()
 		if p.cfg.RebalanceInterval > 0 {
 			p.ticker.Add(1)
 			go p.every(p.cfg.RebalanceInterval, "rebalance", p.Rebalance)
@@ -294,6 +245,37 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	}
 }
 
+// outcome is what one dial to an upstream came to.
+type outcome int8
+
+const (
+	answered    outcome = iota // the upstream answered
+	refused                    // it did not: that counts against it
+	noResources                // this host is out of descriptors, buffers or memory: counts against nobody
+	gaveUp                     // ctx ended first
+)
+
+// attempt dials u once, within timeout and ctx: a client's dial, a
+// rebalance or drain test-connect, or a health check. It returns the conn
+// when u answered (the caller records the outcome, under mu, as it counts
+// it). When this host is out of resources it counts a local error and
+// logs local, rate-limited, with attrs and the error.
+func (p *Proxy) attempt(ctx context.Context, u *upstream, timeout time.Duration, local string, attrs ...slog.Attr) (net.Conn, outcome, error) {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	c, err := p.dial(dctx, "tcp", u.addr)
+	cancel()
+	switch {
+	case err == nil:
+		return c, answered, nil
+	case ctx.Err() != nil:
+		return nil, gaveUp, err
+	case localError(err):
+		p.logLocal(local, append(attrs, slog.Any("err", err))...)
+		return nil, noResources, err
+	}
+	return nil, refused, err
+}
+
 // temporary reports whether an accept error may go away by itself.
 func temporary(err error) bool {
 	var ne net.Error
@@ -337,13 +319,13 @@ func (r *rateLimited) log(p *Proxy, now time.Time, level slog.Level, msg string,
 // logLocal counts a local error and logs it, rate-limited.
 func (p *Proxy) logLocal(msg string, attrs ...slog.Attr) {
 	p.localErrors.Add(1)
-	p.localLog.log(p, time.Now(), slog.LevelWarn, msg, attrs...)
+	p.localLog.log(p, p.clock(), slog.LevelWarn, msg, attrs...)
 }
 
 // logRejected logs a client closed at the connection cap, rate-limited,
 // with the number closed so far.
 func (p *Proxy) logRejected(client net.Conn, limit int64) {
-	p.rejectLog.log(p, time.Now(), slog.LevelWarn, "too many connections; closing the client",
+	p.rejectLog.log(p, p.clock(), slog.LevelWarn, "too many connections; closing the client",
 		slog.String("client", client.RemoteAddr().String()), slog.Int64("max_conns", limit),
 		slog.Int64("rejected_total", p.rejected.Load()))
 }
@@ -420,7 +402,8 @@ func (p *Proxy) serveConn(c *conn) {
 	c.link.start(p.park)
 }
 
-// finish unlinks a connection whose copying ended and logs it.
+// finish unlinks a connection whose copying ended and queues its line for
+// lineLoop (lines.go), which formats it off the connection's small stack.
 func (p *Proxy) finish(c *conn, r spliceResult) {
 	defer p.handlers.Done()
 	defer p.active.Add(-1)
@@ -446,28 +429,10 @@ func (p *Proxy) finish(c *conn, r spliceResult) {
 	if !p.log.Enabled(p.stopCtx, level) { // first: a line not logged costs nothing
 		return
 	}
-	// Six attributes: one more than a slog.Record holds without
-	// allocating. The client's address is formatted on the stack, so the
-	// line allocates that string and the Record's overflow only.
-	var addrBuf [64]byte
-	attrs := [...]slog.Attr{
-		slog.String("client", string(appendAddr(addrBuf[:0], c.client.RemoteAddr()))), slog.String("upstream", c.up.addr),
-		slog.Duration("duration", roundForLog(time.Since(c.start))),
-		slog.Int64("bytes_sent", r.up), slog.Int64("bytes_received", r.down),
-		slog.String("reason", reason.String()),
-		{},
+	e := endLine{c: c, r: r, reason: reason, level: level, at: p.clock()}
+	if !p.queueLine(e) {
+		p.logEnd(e)
 	}
-	n := len(attrs) - 1
-	if err != nil && !errors.Is(err, net.ErrClosed) {
-		attrs[n] = slog.Any("err", err)
-		n++
-	}
-	// Straight to the handler: Logger.LogAttrs would also take the
-	// caller's program counter (runtime.Callers), a tenth of the line's
-	// cost, for a source attribute nobody asked for.
-	rec := slog.NewRecord(time.Now(), level, "connection ended", 0)
-	rec.AddAttrs(attrs[:n]...)
-	p.log.Handler().Handle(p.stopCtx, rec)
 }
 
 // appendAddr appends a's host:port to b, as a.String() would write it,
@@ -524,7 +489,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 	gen := -1                // the list's generation tried is for; -1: none yet
 	attempts := 0            // dials that failed, for Config.MaxDialAttempts
 	for {
-		now := time.Now()
+		now := p.clock()
 		p.mu.Lock()
 		if p.killCtx.Err() != nil {
 			p.mu.Unlock()
@@ -558,31 +523,24 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		tried[i/64] |= 1 << (i % 64)
 		triedUps = append(triedUps, u)
 
-		ctx, cancel := context.WithTimeout(p.killCtx, p.cfg.DialTimeout)
-		uc, err := p.dial(ctx, "tcp", u.addr)
-		cancel()
+		uc, out, err := p.attempt(p.killCtx, u, p.cfg.DialTimeout, "cannot dial for want of local resources; closing the client",
+			slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr))
 
 		p.mu.Lock()
 		u.dialing--
-		if err != nil {
+		if out != answered {
 			p.forgetLocked(u)
-			if p.killCtx.Err() != nil { // torn down, not the upstream's fault
+			if out != refused { // torn down, or out of resources: every upstream would fail the same way
 				p.mu.Unlock()
 				return nil
 			}
-			if localError(err) { // nor is this: every upstream would fail the same way
-				p.mu.Unlock()
-				p.logLocal("cannot dial for want of local resources; closing the client",
-					slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
-				return nil
-			}
-			p.failedLocked(u, err, false)
+			p.failedLocked(u, p.clock(), err, false)
 			p.mu.Unlock()
 			p.dialLog.log(p, now, slog.LevelWarn, "upstream does not answer; trying the next",
 				slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
 			continue
 		}
-		p.answeredLocked(u, false)
+		p.answeredLocked(u, p.clock(), false)
 		if p.killCtx.Err() != nil {
 			p.mu.Unlock()
 			uc.Close()
@@ -601,129 +559,6 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		}
 		return c
 	}
-}
-
-// pickLocked returns the upstream not yet tried that comes first in
-// least-used order (see before). It returns nil when every upstream was
-// tried. With health checks on, an upstream they mark down is never picked.
-func (p *Proxy) pickLocked(tried []uint64, now time.Time) (int, *upstream) {
-	best := -1
-	checks := p.cfg.CheckInterval > 0
-	for i, u := range p.upstreams {
-		if tried[i/64]&(1<<(i%64)) != 0 || checks && u.state == healthDown {
-			continue
-		}
-		if best < 0 || p.before(u, p.upstreams[best], now) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return -1, nil
-	}
-	return best, p.upstreams[best]
-}
-
-// before reports whether a comes before b in least-used order, given b is
-// listed before a: an upstream that did not just fail comes before one
-// that did; then fewer live connections (weighed by slow start); then,
-// among upstreams that just failed, the one whose failure is oldest (so
-// that rounds and redials take turns among them); then the one listed
-// first. An upstream whose back-off is over but whose last attempt failed
-// counts as just failed while a dial to it is in flight: one client
-// probes it, and the others do not wait on it too. Both must be guarded
-// by Proxy.mu.
-func (p *Proxy) before(a, b *upstream, now time.Time) bool {
-	aBack, bBack := a.backingOff(now), b.backingOff(now)
-	if aBack != bBack {
-		return bBack
-	}
-	la, lb := a.load(), b.load()
-	if wa, wb := p.weight(a, now), p.weight(b, now); wa != 1 || wb != 1 {
-		// Compare (la+1)/wa with (lb+1)/wb: an upstream at a tenth of
-		// its weight takes a client only when the other holds ten
-		// times its load.
-		fa, fb := float64(la+1)*wb, float64(lb+1)*wa
-		if fa != fb {
-			return fa < fb
-		}
-	} else if la != lb {
-		return la < lb
-	}
-	return aBack && a.backoffUntil.Before(b.backoffUntil)
-}
-
-// backingOff reports whether u counts as just failed; see before.
-func (u *upstream) backingOff(now time.Time) bool {
-	return now.Before(u.backoffUntil) || u.lastFailed && u.dialing > 0
-}
-
-// weight is u's share of new clients during slow start, from just above 0
-// when it comes back up to 1 once Config.SlowStart has passed.
-func (p *Proxy) weight(u *upstream, now time.Time) float64 {
-	if p.cfg.SlowStart <= 0 || u.upSince.IsZero() {
-		return 1
-	}
-	since := now.Sub(u.upSince)
-	if since >= p.cfg.SlowStart {
-		return 1
-	}
-	return max(float64(since)/float64(p.cfg.SlowStart), 0.01)
-}
-
-// failedLocked records a failed attempt to u: a client's dial, a rebalance
-// test-connect, or (check) a health check.
-func (p *Proxy) failedLocked(u *upstream, err error, check bool) {
-	now := time.Now()
-	u.failures++
-	u.lastFailure = now
-	u.lastError = err.Error()
-	u.answered = false
-	u.lastFailed = true
-	if p.cfg.FailedBackoff > 0 {
-		u.backoffUntil = now.Add(p.cfg.FailedBackoff)
-	}
-	switch {
-	case p.cfg.CheckInterval <= 0:
-		u.state = healthDown
-	case check:
-		u.rise = 0
-		u.fall++
-		if u.state != healthDown && u.fall >= p.cfg.CheckFall {
-			u.state = healthDown
-			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "health check: upstream down",
-				slog.String("upstream", u.addr), slog.Int("failed_checks", u.fall), slog.Any("err", err))
-		}
-	}
-}
-
-// answeredLocked records an attempt to u that answered.
-func (p *Proxy) answeredLocked(u *upstream, check bool) {
-	u.answered = true
-	u.lastFailed = false
-	u.backoffUntil = time.Time{}
-	switch {
-	case p.cfg.CheckInterval <= 0:
-		p.upLocked(u)
-	case check:
-		u.fall = 0
-		u.rise++
-		if u.state == healthUnknown || u.state == healthDown && u.rise >= p.cfg.CheckRise {
-			if u.state == healthDown {
-				p.log.LogAttrs(p.stopCtx, slog.LevelInfo, "health check: upstream up",
-					slog.String("upstream", u.addr), slog.Int("passed_checks", u.rise))
-			}
-			p.upLocked(u)
-		}
-	}
-}
-
-// upLocked marks u up; coming back from down starts its slow start.
-func (p *Proxy) upLocked(u *upstream) {
-	if u.state == healthDown {
-		u.upSince = time.Now()
-		u.recovered = true
-	}
-	u.state = healthUp
 }
 
 func (p *Proxy) linkLocked(c *conn) {
@@ -803,6 +638,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	select {
 	case <-drained:
 		p.kill()
+		p.stopLines()
 		return nil
 	case <-ctx.Done():
 	}
@@ -825,6 +661,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown: stopped waiting; closed the connections left",
 		slog.Int("closed", len(left)), slog.Any("err", ctx.Err()))
 	<-drained
+	p.stopLines()
 	return ctx.Err()
 }
 

@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// localTestConnect is logged when a round's test-connect (or a drain's)
+// fails for want of local resources.
+const localTestConnect = "rebalance: cannot test-connect for want of local resources; nothing moved"
+
 // Rebalance runs one rebalance round, the same one the proxy runs every
 // Config.RebalanceInterval while it serves:
 //
@@ -66,7 +70,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.mu.Unlock()
 			return ErrProxyClosed
 		}
-		busy, idle := p.spreadLocked(time.Now(), planned)
+		busy, idle := p.spreadLocked(p.clock(), planned)
 		if idle == nil { // even: what an outage left uneven is mended
 			for _, u := range p.upstreams {
 				u.recovered = false
@@ -99,20 +103,15 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 		idle.dials++
 		p.mu.Unlock()
 
-		dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-		tc, err := p.dial(dctx, "tcp", idle.addr)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, ctx.Err())
-			}
-			if localError(err) {
-				p.logLocal("rebalance: cannot test-connect for want of local resources; nothing moved",
-					slog.String("to", idle.addr), slog.Any("err", err))
-				return nil
-			}
+		tc, out, err := p.attempt(ctx, idle, p.cfg.DialTimeout, localTestConnect, slog.String("to", idle.addr))
+		switch out {
+		case gaveUp:
+			return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, ctx.Err())
+		case noResources:
+			return nil
+		case refused:
 			p.mu.Lock()
-			p.failedLocked(idle, err, false)
+			p.failedLocked(idle, p.clock(), err, false)
 			p.mu.Unlock()
 			p.log.LogAttrs(ctx, slog.LevelInfo, "idle node still does not answer; nothing moved",
 				slog.String("from", busy.addr), slog.String("to", idle.addr), slog.Any("err", err))
@@ -120,7 +119,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 		}
 		tc.Close()
 		p.mu.Lock()
-		p.answeredLocked(idle, false)
+		p.answeredLocked(idle, p.clock(), false)
 		tested[idle] = true
 		// Connections may have come and gone during the test-connect:
 		// the loop looks again.

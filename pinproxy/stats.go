@@ -124,7 +124,7 @@ func (p *Proxy) Totals() Totals {
 // failed, even after they came back. With health checks on, Ready
 // follows the checks alone.
 func (p *Proxy) Ready() bool {
-	now := time.Now()
+	now := p.clock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || len(p.listeners) == 0 {

@@ -475,6 +475,9 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		extra = append(extra, adminLn)
 	}
 	handedOver := func() int { // the new process has it all: stop the admin server and exit
+		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+		p.Shutdown(sctx) // holds nothing now; this ends its log lines' goroutine
+		scancel()
 		if admin != nil {
 			actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
 			admin.Shutdown(actx)
