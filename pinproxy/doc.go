@@ -67,6 +67,20 @@
 // descriptors or memory never counts against an upstream;
 // MaxConnsForFiles gives a MaxConns that leaves room for them.
 //
+// Upgrades (Linux): Handoff passes the listeners and every established
+// connection, with its counters, half-close and park state and the bytes
+// it had read but not yet written, to a proxy in another process, which
+// takes them with Adopt, over a Unix socket (SCM_RIGHTS); no connection is
+// closed, and if the other side fails before it has everything, the proxy
+// keeps it all and serves on. cmd/pinproxy does this on SIGUSR2:
+//
+//	res, err := old.Handoff(ctx, uc, adminListener) // in the old process
+//	a, err := p.Adopt(ctx, uc)                      // in the new one
+//	for _, ln := range a.Listeners {
+//		go p.Serve(ln)
+//	}
+//	a.Ready()
+//
 // Metrics for Prometheus are in the subpackage pinproxymetrics, which keeps
 // the Prometheus client out of programs that embed the proxy without it.
 // The subpackage pinproxytest has loopback upstreams that go down and come
