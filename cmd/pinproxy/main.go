@@ -532,8 +532,8 @@ drain:
 		case <-drained: // a drain that ran out of time is logged by Shutdown, once
 			break drain
 		case sig := <-sigs:
-			if sig == syscall.SIGHUP {
-				log.Info("SIGHUP during the drain; ignored")
+			if sig == syscall.SIGHUP || sig == upgradeSignal {
+				log.Info("signal during the drain; ignored", "signal", sig.String())
 				continue
 			}
 			log.Info("second signal; closing the connections left now", "signal", sig.String())

@@ -983,3 +983,23 @@ backend b
 	t.Logf("haproxy reload (-sf, hard-stop-after 10s) with %d idle connections: the old process lived %v; %d connections went on, %d were cut",
 		n, lived.Round(10*time.Millisecond), whole, broken)
 }
+
+// SIGUSR2 during a drain neither upgrades nor closes what is left.
+func TestBinaryUpgradeSignalDuringDrain(t *testing.T) {
+	up := pinproxytest.New(t, "A", pinproxytest.Line)
+	p := start(t, nil, "-upstreams", up.Addr, "-shutdown-timeout", "30s")
+	cl, on := pinproxytest.Dial(t, p.addr, "c")
+	if on != "A" {
+		t.Fatalf("on %s", on)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.waitLines(func(l []string) bool { return count(l, `msg="signal received; draining"`) == 1 })
+	p.cmd.Process.Signal(syscall.SIGUSR2)
+	p.waitLines(func(l []string) bool { return count(l, `msg="signal during the drain; ignored" signal="user defined signal 2"`) == 1 })
+	if on, err := cl.Ping(); err != nil || on != "A" {
+		t.Fatalf("after SIGUSR2 during the drain: on %q, %v", on, err)
+	}
+	if n := count(p.log(), "upgrade:"); n != 0 {
+		t.Errorf("%d upgrade lines during a drain", n)
+	}
+}
