@@ -995,7 +995,9 @@ func TestBinaryUpgradeSignalDuringDrain(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	p.waitLines(func(l []string) bool { return count(l, `msg="signal received; draining"`) == 1 })
 	p.cmd.Process.Signal(syscall.SIGUSR2)
-	p.waitLines(func(l []string) bool { return count(l, `msg="signal during the drain; ignored" signal="user defined signal 2"`) == 1 })
+	p.waitLines(func(l []string) bool {
+		return count(l, `msg="signal during the drain; ignored" signal="user defined signal 2"`) == 1
+	})
 	if on, err := cl.Ping(); err != nil || on != "A" {
 		t.Fatalf("after SIGUSR2 during the drain: on %q, %v", on, err)
 	}
