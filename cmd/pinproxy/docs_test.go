@@ -19,8 +19,12 @@ func codeFiles(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
-	return append(files, "main.go")
+	cmd, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, cmd...)
+	return slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
 }
 
 // tableColumn returns the backquoted values in the first column of the
