@@ -93,10 +93,12 @@ func (p *Proxy) queueLine(e endLine) bool {
 func (p *Proxy) lineLoop() {
 	q := &p.lineQ
 	defer close(q.done)
+	t := time.NewTimer(lineBatch)
+	t.Stop()
 	for {
 		select {
 		case <-q.kick:
-			t := time.NewTimer(lineBatch)
+			t.Reset(lineBatch) // let the batch gather
 			select {
 			case <-t.C:
 			case <-q.stop:
