@@ -391,7 +391,8 @@ func (p *Proxy) serveConn(c *conn) {
 	splice(c.client, c.upstream, &p.bufs, p.park, &c.up.bytes, func(r spliceResult) { p.finish(c, r) })
 }
 
-// finish unlinks a connection whose copying ended and logs it.
+// finish unlinks a connection whose copying ended and queues its line for
+// lineLoop (lines.go), which formats it off the connection's small stack.
 func (p *Proxy) finish(c *conn, r spliceResult) {
 	defer p.handlers.Done()
 	defer p.active.Add(-1)
