@@ -300,6 +300,21 @@ type Finding struct {
 	Link string `json:"link,omitempty"`
 }
 
+// Texts returns the findings' texts, in order: the notice's words for each
+// check that holds, e.g. ["memory at 92 %", "the connection table was
+// full: 37 connections dropped"], as a log line or a dashboard lists them.
+// It returns nil for no findings.
+func Texts(fs []Finding) []string {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Text
+	}
+	return out
+}
+
 // Evaluate returns the checks that pass in this one reading, in notice
 // order, each with its figures. Zero fields of l mean their defaults. A
 // check whose input the reading lists as missing does not pass. Evaluate

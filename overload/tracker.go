@@ -70,11 +70,7 @@ func noticeText(node string, fs []Finding) string {
 	if node == "" {
 		node = "the node"
 	}
-	texts := make([]string, len(fs))
-	for i, f := range fs {
-		texts[i] = f.Text
-	}
-	return node + " is overloaded: " + strings.Join(texts, "; ")
+	return node + " is overloaded: " + strings.Join(Texts(fs), "; ")
 }
 
 // Result is what one reading did to a node's state.
