@@ -285,6 +285,9 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 	}
 	l := t.limits.withDefaults()
 	if err := r.Validate(); err != nil {
+		if r.Node != "" { // the error names it
+			return Result{}, fmt.Errorf("observe reading at %v: %w", r.At, err)
+		}
 		return Result{}, fmt.Errorf("observe reading of node %q at %v: %w", t.node, r.At, err)
 	}
 	if r.Node != "" && t.node != "" && r.Node != t.node {
