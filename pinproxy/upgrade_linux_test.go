@@ -161,7 +161,7 @@ func newTestProxy(t *testing.T, up string) *Proxy {
 // later reads every byte, in order. A half-closed connection stays
 // half-closed and gets its reply; a parked one parks again; the listener
 // keeps its queue, and the new proxy serves it.
-func TestIntegrationHandoffMovesBytesInFlight(t *testing.T) {
+func TestHandoffMovesBytesInFlight(t *testing.T) {
 	lab := newFlightLab(t)
 	oldP := newTestProxy(t, lab.ln.Addr().String())
 	ln, err := oldP.Listen(context.Background(), "tcp", "127.0.0.1:0")
@@ -257,7 +257,7 @@ func TestIntegrationHandoffMovesBytesInFlight(t *testing.T) {
 // When the new side gives up half-way, the old proxy keeps everything:
 // the bytes it had cut short are written out, the streams go on, and it
 // accepts again.
-func TestIntegrationHandoffRollsBack(t *testing.T) {
+func TestHandoffRollsBack(t *testing.T) {
 	lab := newFlightLab(t)
 	oldP := newTestProxy(t, lab.ln.Addr().String())
 	ln, err := oldP.Listen(context.Background(), "tcp", "127.0.0.1:0")
@@ -331,7 +331,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // Hand-overs that fail, over and over, while connections park, wake and
 // copy: every connection comes back each time and still echoes.
-func TestIntegrationHandoffRollbackStress(t *testing.T) {
+func TestHandoffRollbackStress(t *testing.T) {
 	lab := newFlightLab(t)
 	p, err := New(Config{Upstreams: []string{lab.ln.Addr().String()}, RebalanceInterval: -1, ParkAfter: 10 * time.Millisecond})
 	if err != nil {
