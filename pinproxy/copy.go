@@ -123,8 +123,10 @@ type direction struct {
 
 	// pending holds bytes read from src but not yet written to dst: an
 	// upgrade cut the write short (or handed them over from the process
-	// before). copyDir writes them before it reads again.
+	// before). pipe, if not nil, holds more: a splice's, cut short the
+	// same way (never both). copyDir writes them before it reads again.
 	pending []byte
+	pipe    *splicePipe
 }
 
 // add counts n bytes copied.
@@ -219,6 +221,9 @@ func (l *link) copyDir(i int) {
 
 // writePending writes out d's pending bytes, if any.
 func writePending(dst net.Conn, d *direction) error {
+	if d.pipe != nil {
+		return writePipe(dst, d)
+	}
 	if len(d.pending) == 0 {
 		return nil
 	}

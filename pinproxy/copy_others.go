@@ -14,3 +14,8 @@ func pump(dst, src net.Conn, _ *sync.Pool, dir *direction) error {
 }
 
 func newBurstBuf() any { return nil } // not used off Linux
+
+// splicePipe is not used off Linux.
+type splicePipe struct{ n int }
+
+func writePipe(net.Conn, *direction) error { return nil }

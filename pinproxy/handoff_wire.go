@@ -14,7 +14,8 @@ import (
 //	               follow, the proxy's counters and every upstream's state
 //	old → new  'B' batch: listeners and connections; its descriptors
 //	               (SCM_RIGHTS) are each listener's, then each
-//	               connection's client and upstream socket, in order
+//	               connection's client and upstream socket and the
+//	               read end of each splice pipe it holds bytes in, in order
 //	old → new  'E' end: the totals again, for the new side to check
 //	new → old  'A' have: everything arrived
 //	old → new  'C' commit: the connections are the new process's
@@ -38,7 +39,8 @@ const (
 const (
 	wireMaxFDs     = 200      // descriptors a message (the kernel takes 253)
 	wireMaxMessage = 1 << 18  // bytes a message (a SOCK_SEQPACKET message must fit the send buffer)
-	wireMaxPending = 64 << 10 // pending bytes a direction: at most a splice pipe's (splicePipeSize)
+	wireMaxPending = 64 << 10 // pending bytes a direction: at most a burst buffer's (smallBurst)
+	wireMaxPipe    = 1 << 20  // bytes in a splice pipe handed over (splicePipeSize)
 )
 
 type wireHello struct {
@@ -99,6 +101,21 @@ type wireConn struct {
 	First    int32     `json:"first,omitempty"`  // the side whose stream ended first
 	Parked   bool      `json:"parked,omitempty"` // parked when it stopped
 	Pending  [2][]byte `json:"pending,omitzero"` // read but not yet written, each direction
+	// PipeBytes, when not 0, says a direction's splice was cut short with
+	// that many bytes in its pipe, whose read end follows the
+	// connection's two sockets among the descriptors.
+	PipeBytes [2]int `json:"pipe_bytes,omitzero"`
+}
+
+// fds is how many descriptors the connection takes in a batch.
+func (c wireConn) fds() int {
+	n := 2
+	for _, b := range c.PipeBytes {
+		if b > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 type wireBatch struct {
@@ -154,11 +171,12 @@ func parseMsg(b []byte, nfds int, kind byte, v any) error {
 			}
 		}
 	case *wireBatch:
-		want = len(m.Listeners) + 2*len(m.Conns)
+		want = len(m.Listeners)
 		for i, c := range m.Conns {
 			if err := c.check(); err != nil {
 				return fmt.Errorf("%w: connection %d: %v", errWire, i+1, err)
 			}
+			want += c.fds()
 		}
 	case *wireEnd:
 		if m.Listeners < 0 || m.Conns < 0 {
@@ -181,6 +199,12 @@ func (c wireConn) check() error {
 		return fmt.Errorf("first side %d", c.First)
 	case len(c.Pending[0]) > wireMaxPending || len(c.Pending[1]) > wireMaxPending:
 		return fmt.Errorf("%d and %d bytes pending, at most %d", len(c.Pending[0]), len(c.Pending[1]), wireMaxPending)
+	case c.PipeBytes[0] < 0 || c.PipeBytes[1] < 0 || c.PipeBytes[0] > wireMaxPipe || c.PipeBytes[1] > wireMaxPipe:
+		return fmt.Errorf("%d and %d bytes in pipes, want 0 to %d", c.PipeBytes[0], c.PipeBytes[1], wireMaxPipe)
+	case c.PipeBytes[0] > 0 && (c.Ended[0] || len(c.Pending[0]) > 0) || c.PipeBytes[1] > 0 && (c.Ended[1] || len(c.Pending[1]) > 0):
+		return errors.New("bytes in a pipe with the direction ended or bytes pending beside")
+	case c.Parked && c.PipeBytes != [2]int{}:
+		return errors.New("parked with bytes in a pipe")
 	case c.Ended[0] && len(c.Pending[0]) > 0 || c.Ended[1] && len(c.Pending[1]) > 0:
 		return errors.New("bytes pending on an ended direction")
 	case c.Ended[0] && c.Ended[1]:

@@ -25,6 +25,10 @@ func TestParseMsg(t *testing.T) {
 		{"parked and pending", `B{"conns":[{"upstream":"a:1","parked":true,"pending":["AAE=",""]}]}`, 2, msgBatch, "parked with"},
 		{"pending on an ended direction", `B{"conns":[{"upstream":"a:1","ended":[true,false],"pending":["AAE=",""]}]}`, 2, msgBatch, "ended direction"},
 		{"negative bytes", `B{"conns":[{"upstream":"a:1","up":-1}]}`, 2, msgBatch, "byte counts"},
+		{"a pipe", `B{"conns":[{"upstream":"a:1","pipe_bytes":[0,70000]}]}`, 3, msgBatch, ""},
+		{"a pipe without its descriptor", `B{"conns":[{"upstream":"a:1","pipe_bytes":[0,70000]}]}`, 2, msgBatch, "2 descriptors, want 3"},
+		{"a pipe too full", `B{"conns":[{"upstream":"a:1","pipe_bytes":[2000000,0]}]}`, 3, msgBatch, "bytes in pipes"},
+		{"a pipe and pending", `B{"conns":[{"upstream":"a:1","pipe_bytes":[5,0],"pending":["AAE=",""]}]}`, 3, msgBatch, "pending beside"},
 		{"wrong kind", `E{"listeners":1,"conns":2}`, 0, msgHello, "got kind 'E', want 'H'"},
 		{"empty", ``, 0, msgEnd, "empty"},
 		{"not JSON", `E{"listeners":`, 0, msgEnd, "E:"},
@@ -99,7 +103,11 @@ func FuzzParseMsg(f *testing.F) {
 					t.Fatalf("parsed a connection that does not check: %+v", c)
 				}
 			}
-			if nfds != len(m.Listeners)+2*len(m.Conns) {
+			want := len(m.Listeners)
+			for _, c := range m.Conns {
+				want += c.fds()
+			}
+			if nfds != want {
 				t.Fatalf("%d descriptors accepted for %d listeners and %d connections", nfds, len(m.Listeners), len(m.Conns))
 			}
 		}

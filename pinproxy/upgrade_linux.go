@@ -26,9 +26,10 @@ import (
 //   - A write under way is not stopped by it. One that cannot finish (its
 //     peer reads nothing) is cut short by a write deadline after
 //     writeGrace, and the bytes it had not written move with the
-//     connection (direction.pending): from the pump's burst buffer, or
-//     read back from its splice pipe (spliceQueued; the runtime's own
-//     Splice would destroy the pipe with the bytes in it).
+//     connection: from the pump's burst buffer (direction.pending), or,
+//     for a splice, the pipe itself with the bytes in it (direction.pipe,
+//     whose read end is handed over as the sockets are; the runtime's
+//     own Splice would destroy the pipe with the bytes in it).
 //   - A parked link has no pump: it leaves the parker's epoll set, and
 //     moves as parked.
 
@@ -186,18 +187,25 @@ func (p *Proxy) Handoff(ctx context.Context, uc *net.UnixConn, extra ...net.List
 			Parked:  m.parked[l],
 			Pending: [2][]byte{l.dirs[0].pending, l.dirs[1].pending},
 		}
+		cfds := []int{cfd, ufd}
+		for i := range l.dirs {
+			if p := l.dirs[i].pipe; p != nil && p.n > 0 {
+				wc.PipeBytes[i] = p.n
+				cfds = append(cfds, p.r)
+			}
+		}
 		if wc.Parked {
 			res.Parked++
 		}
-		res.Pending += len(wc.Pending[0]) + len(wc.Pending[1])
+		res.Pending += len(wc.Pending[0]) + len(wc.Pending[1]) + wc.PipeBytes[0] + wc.PipeBytes[1]
 		n := 200 + 4*(len(wc.Pending[0])+len(wc.Pending[1]))/3
-		if len(fds)+2 > wireMaxFDs || size+n > wireMaxMessage*3/4 {
+		if len(fds)+len(cfds) > wireMaxFDs || size+n > wireMaxMessage*3/4 {
 			if err := flush(); err != nil {
 				return res, err
 			}
 		}
 		batch.Conns = append(batch.Conns, wc)
-		fds = append(fds, cfd, ufd)
+		fds = append(fds, cfds...)
 		size += n
 	}
 	if len(fds) > 0 || len(batch.Listeners) > 0 {
@@ -617,10 +625,19 @@ func (p *Proxy) Adopt(ctx context.Context, uc *net.UnixConn) (*Adopted, error) {
 		a.Listeners = append(a.Listeners, ln)
 	}
 	cfds := fds[len(lns):]
-	for i, wc := range conns {
-		client, err1 := fileConn(cfds[2*i], "client")
-		up, err2 := fileConn(cfds[2*i+1], "upstream")
-		cfds[2*i], cfds[2*i+1] = -1, -1
+	for _, wc := range conns {
+		client, err1 := fileConn(cfds[0], "client")
+		up, err2 := fileConn(cfds[1], "upstream")
+		cfds[0], cfds[1] = -1, -1
+		cfds = cfds[2:]
+		var pipes [2]*splicePipe
+		for i, n := range wc.PipeBytes {
+			if n > 0 {
+				pipes[i] = newSplicePipe(cfds[0], -1, n) // closed by its cleanup once written out
+				cfds[0] = -1
+				cfds = cfds[1:]
+			}
+		}
 		if err := errors.Join(err1, err2); err != nil {
 			for _, c := range []net.Conn{client, up} {
 				if c != nil {
@@ -630,7 +647,7 @@ func (p *Proxy) Adopt(ctx context.Context, uc *net.UnixConn) (*Adopted, error) {
 			p.log.LogAttrs(ctx, slog.LevelError, "adopt: cannot take a connection", slog.String("upstream", wc.Upstream), slog.Any("err", err))
 			continue
 		}
-		p.adoptConn(wc, client, up)
+		p.adoptConn(wc, client, up, pipes)
 		a.Conns++
 		if wc.Parked {
 			a.Parked++
@@ -695,7 +712,7 @@ func (p *Proxy) upstreamLocked(addr string) *upstream {
 
 // adoptConn links a handed-over connection and starts its copy path:
 // parked again if it was parked.
-func (p *Proxy) adoptConn(wc wireConn, client, upc net.Conn) {
+func (p *Proxy) adoptConn(wc wireConn, client, upc net.Conn, pipes [2]*splicePipe) {
 	p.mu.Lock()
 	u := p.upstreamLocked(wc.Upstream)
 	c := &conn{client: client, upstream: upc, up: u, start: time.Unix(0, wc.Start)}
@@ -709,6 +726,7 @@ func (p *Proxy) adoptConn(wc wireConn, client, upc net.Conn) {
 	for i := range l.dirs {
 		l.dirs[i].ended = wc.Ended[i]
 		l.dirs[i].pending = wc.Pending[i]
+		l.dirs[i].pipe = pipes[i]
 		if wc.Ended[i] {
 			clean++
 		}

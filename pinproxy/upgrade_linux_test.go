@@ -217,6 +217,7 @@ func TestHandoffMovesBytesInFlight(t *testing.T) {
 	waitFor(t, "the new proxy to serve", newP.Ready)
 	a.Ready()
 	res := <-ready
+	t.Logf("Handoff: %+v", res)
 	if !res.Committed || !res.Ready || res.Conns != 3 || res.Parked < 1 || res.Pending == 0 {
 		t.Fatalf("Handoff: %+v; want committed and ready, 3 connections, one parked at least, bytes pending", res)
 	}
