@@ -458,7 +458,7 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			// An unused closure holds only if the route is still unused
 			// as stored, under its row lock: a charge committed after the
 			// plan read the route makes it in use.
-			if c.Action.Reason == routing.ReasonUnused && lr.trafc != nil && now.Sub(*lr.trafc) < unusedAfter {
+			if unusedClosure(c.Action) && lr.trafc != nil && now.Sub(*lr.trafc) < unusedAfter {
 				return fmt.Errorf("node %s: route %s carried traffic meanwhile: %w", id, rid, errConflict)
 			}
 		}
@@ -565,6 +565,12 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
 		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
 	return err
+}
+
+// unusedClosure reports whether a closes a route for moving no traffic
+// (on an overloaded exit, or draining a paused node).
+func unusedClosure(a routing.Action) bool {
+	return a.Reason == routing.ReasonUnused || a.Reason == routing.ReasonDrain
 }
 
 func nullTime(t time.Time) *time.Time {
