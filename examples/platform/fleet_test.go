@@ -9,7 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-		"sync"
+	"sync"
 	"testing"
 	"time"
 
