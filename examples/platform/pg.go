@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -1116,8 +1118,17 @@ func queryJSON[T any](ctx context.Context, p *pgPlatform, query string) ([]T, er
 // a report or a round for planEvery), one transaction per node. A node
 // another replica is planning or reporting is skipped (FOR UPDATE SKIP
 // LOCKED), so replicas share the round without planning a node twice.
+//
+// A node that cannot be planned (its state does not load, its plan or
+// its write-back fails) does not stop the round: its error is logged,
+// its next plan is pushed back by planEvery in a transaction of its own
+// (so it is not the oldest due again at the next round), and the round
+// goes on with the others; the round's error counts and names those
+// nodes. Only the round's own deadline, or a database that cannot be
+// reached, ends it early.
 func (p *pgPlatform) planRound(ctx context.Context) error {
-	failed := []string{} // nodes whose plan could not be saved this round
+	failed := []string{} // nodes not planned this round (not NULL: NOT (id = ANY(NULL)) holds for none)
+	var firstErr error
 	for {
 		found := false
 		var id string
@@ -1136,10 +1147,6 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 			found = true
 			n, err := p.loadNode(ctx, tx, id, state)
 			if err != nil {
-				// One node's bad state does not stop the round: push its
-				// plan back and go on.
-				p.log.Error("plan round", "node", id, "err", err)
-				_, err = tx.Exec(ctx, `UPDATE nodes SET next_plan_at = $2 WHERE id = $1`, id, now.Add(p.planEvery))
 				return err
 			}
 			if err := p.plan(ctx, tx, n, now); err != nil {
@@ -1147,17 +1154,22 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 			}
 			return p.saveNode(ctx, tx, n)
 		})
-		if errors.Is(err, errUnsaved) && id != "" {
-			// One node's state that cannot be saved does not stop the
-			// round: the others are planned.
-			p.log.Error("plan round: node state not saved", "node", id, "err", err)
+		if err != nil && id != "" && ctx.Err() == nil {
+			p.log.Error("plan round: node not planned", "node", id, "err", err)
 			failed = append(failed, id)
+			firstErr = cmp.Or(firstErr, err)
+			if _, perr := p.db.Exec(ctx, `UPDATE nodes SET next_plan_at = $2 WHERE id = $1`, id, p.now().Add(p.planEvery)); perr != nil {
+				p.log.Error("plan round: next plan not pushed back", "node", id, "err", perr)
+			}
 			continue
 		}
 		if err != nil {
 			return err
 		}
 		if !found {
+			if len(failed) > 0 {
+				return fmt.Errorf("%d nodes not planned (%s): %w", len(failed), strings.Join(failed, ", "), firstErr)
+			}
 			return nil
 		}
 	}
