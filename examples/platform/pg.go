@@ -34,6 +34,9 @@ type pgPlatform struct {
 	db        *pgxpool.Pool
 	planEvery time.Duration
 	jobs      chan *reportJob // to the batch workers; nil: a transaction a report
+	// batchTimeout bounds a batch's transaction, and then each of its
+	// reports taken again alone.
+	batchTimeout time.Duration
 	stop      chan struct{}
 	workers   sync.WaitGroup
 }
@@ -51,6 +54,10 @@ type pgOptions struct {
 	// its row locks (the server's idle_in_transaction_session_timeout);
 	// zero: defaultIdleInTx.
 	IdleInTx time.Duration
+	// BatchTimeout bounds a batch's transaction, and each of its reports
+	// taken again alone if it fails; zero: half a request's time, so the
+	// reports taken again have time left to answer.
+	BatchTimeout time.Duration
 }
 
 // Server-side bounds on every session, unless the -db URL sets them: a
@@ -105,7 +112,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	if err != nil {
 		return nil, fmt.Errorf("-db: %w", err)
 	}
-	p := &pgPlatform{rules: c, db: db, planEvery: planEvery}
+	p := &pgPlatform{rules: c, db: db, planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2)}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -659,7 +666,7 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 	if p.jobs == nil {
 		return p.reportAlone(ctx, r)
 	}
-	j := &reportJob{r: r, done: make(chan struct{})}
+	j := &reportJob{ctx: ctx, r: r, done: make(chan struct{})}
 	select {
 	case p.jobs <- j:
 	case <-ctx.Done():

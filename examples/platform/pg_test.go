@@ -481,3 +481,50 @@ func TestPGPlanRoundGoesOn(t *testing.T) {
 		}
 	}
 }
+
+// TestPGBatchTimeoutRetriesFresh: a batch whose transaction times out on
+// one node's lock (held past the batch's deadline) takes each report again
+// with a deadline of its own: the other node's report is counted, and so
+// is the held node's once its lock is free.
+func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
+		pgOptions{PlanEvery: 30 * time.Second, BatchTimeout: time.Second}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	// Another session holds x2's row lock for 1.5 s: past the batch's
+	// deadline, within a report's own taken again after it.
+	ctx := t.Context()
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE id = 'x2' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // the lock's holder, not an assertion's wait
+		tx.Rollback(context.Background())
+		close(released)
+	}()
+	var batch []*reportJob
+	for _, id := range []string{"x1", "x2"} {
+		batch = append(batch, &reportJob{ctx: ctx, r: overload.Reading{Node: id, At: t0, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}, done: make(chan struct{})})
+	}
+	p.runBatch(batch)
+	<-released
+	for _, j := range batch {
+		if j.err != nil {
+			t.Errorf("report of %s: %v, want counted", j.r.Node, j.err)
+		}
+	}
+}
