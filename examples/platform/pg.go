@@ -37,8 +37,8 @@ type pgPlatform struct {
 	// batchTimeout bounds a batch's transaction, and then each of its
 	// reports taken again alone.
 	batchTimeout time.Duration
-	stop      chan struct{}
-	workers   sync.WaitGroup
+	stop         chan struct{}
+	workers      sync.WaitGroup
 }
 
 // pgOptions are the PostgreSQL store's own settings.
