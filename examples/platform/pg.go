@@ -539,12 +539,57 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			return err
 		}
 	}
-	if n.notice != nil {
-		// The hour is decided here too, not only by the tracker: no notice
-		// goes into the table within NoticeEvery of the node's last one.
+	state, err := encodeNode(n.node, false)
+	if err != nil {
+		return err
+	}
+	role := (*string)(nil)
+	if n.info.Role != 0 {
+		s := n.info.Role.String()
+		role = &s
+	}
+	_, err = tx.Exec(ctx, `UPDATE nodes SET role = $2, country = $3, state = $4, readings = $5, overloaded = $6,
+		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
+		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
+	return err
+}
+
+// noticeLock is the advisory lock a transaction takes, until it ends,
+// before it inserts notices.
+const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
+
+// sendNotices inserts the notices of the nodes the transaction reported
+// (at most one a node), as its last step: GET /notices pages by the
+// notice's id, so a notice must never become visible after one with a
+// higher id. A sequence alone does not give that (a transaction may take
+// id 5, another id 6 and commit first: a client that paged past 6 never
+// sees 5). So the ids are taken under noticeLock, a transaction-level
+// advisory lock the server releases only after the commit is visible:
+// whoever takes the next id does so after every lower id was committed or
+// rolled back. Taken last, after every node lock the transaction holds,
+// the lock waits on nothing else, so it cannot be part of a deadlock;
+// notices are rare (one an hour a node at most), so replicas seldom wait
+// on it.
+//
+// The hour is decided here too, not only by the tracker: no notice goes
+// into the table within NoticeEvery of the node's last one. A notice
+// refused so is taken out of its node (n.notice nil).
+func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+	locked := false
+	for _, n := range nodes {
+		if n == nil || n.notice == nil {
+			continue
+		}
+		id := n.info.ID
 		b, err := json.Marshal(n.notice)
 		if err != nil {
 			return fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
+		}
+		if !locked {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(noticeLock)); err != nil {
+				return err
+			}
+			locked = true
 		}
 		every := n.tracker.Limits().NoticeEvery
 		if every <= 0 {
@@ -561,19 +606,7 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			n.notice = nil
 		}
 	}
-	state, err := encodeNode(n.node, false)
-	if err != nil {
-		return err
-	}
-	role := (*string)(nil)
-	if n.info.Role != 0 {
-		s := n.info.Role.String()
-		role = &s
-	}
-	_, err = tx.Exec(ctx, `UPDATE nodes SET role = $2, country = $3, state = $4, readings = $5, overloaded = $6,
-		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
-		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
-	return err
+	return nil
 }
 
 // unusedClosure reports whether a closes a route for moving no traffic
@@ -688,8 +721,17 @@ func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (repor
 	var refused error
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		out, refused, err = p.reportIn(ctx, tx, r)
-		return err
+		var n *pgNode
+		if out, refused, n, err = p.reportIn(ctx, tx, r); err != nil {
+			return err
+		}
+		if err := p.sendNotices(ctx, tx, []*pgNode{n}); err != nil {
+			return err
+		}
+		if n != nil {
+			out.Notice = n.notice // nil if the database refused it
+		}
+		return nil
 	})
 	if err != nil {
 		return reportOutcome{}, err
@@ -698,31 +740,35 @@ func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (repor
 }
 
 // reportIn takes reading r in tx: lock its node (created if new), count
-// the reading, plan the node, write it all back. A reading refused
-// (duplicate, older, invalid) writes nothing and is returned as refused.
-func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading) (out reportOutcome, refused, err error) {
-	n, err := p.lockNode(ctx, tx, r.Node, true)
+// the reading, plan the node, write it all back but its notice, which the
+// caller sends (sendNotices) once every node of the transaction is
+// written, and returns the node. A reading refused (duplicate, older,
+// invalid) writes nothing and is returned as refused, with no node.
+func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading) (out reportOutcome, refused error, n *pgNode, err error) {
+	n, err = p.lockNode(ctx, tx, r.Node, true)
 	if err != nil {
-		return out, nil, err
+		return out, nil, nil, err
 	}
 	now := p.now()
 	if out, refused = p.observe(n.node, r, now); refused != nil {
-		if n.created { // a node is kept from its first counted reading
+		// A node is kept from its first counted reading: the row this
+		// transaction inserted (created) goes; a row another committed
+		// is never deleted.
+		if n.created {
 			if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, r.Node); err != nil {
-				return out, nil, err
+				return out, nil, nil, err
 			}
 		}
-		return out, refused, nil
+		return out, refused, nil, nil
 	}
 	n.event, n.notice = out.Event, out.Notice
 	if err := p.plan(ctx, tx, n, now); err != nil {
-		return out, nil, err
+		return out, nil, nil, err
 	}
 	if err := p.saveNode(ctx, tx, n); err != nil {
-		return out, nil, err
+		return out, nil, nil, err
 	}
-	out.Notice = n.notice // nil if the database refused it
-	return out, nil, nil
+	return out, nil, n, nil
 }
 
 func (p *pgPlatform) admit(ctx context.Context, id string) (admitAnswer, error) {
@@ -1050,37 +1096,32 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 	return page, err
 }
 
-// notices returns the notices after after (all, for the zero cursor), by
-// time and then node, at most limit of them (0: all), and where the last
-// one is, by the table's own at (microseconds), so the next page starts
-// exactly after it.
-func (p *pgPlatform) notices(ctx context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error) {
-	out := []overload.Notice{}
-	var last noticeCursor
-	var from *time.Time // NULL: from the first
-	if !after.At.IsZero() {
-		from = &after.At
-	}
+// notices returns the notices whose id is above after, by id, at most
+// limit of them (0: all), and the last one's id (after, when there is
+// none). Ids grow with commits (sendNotices), so a client paging on
+// from the last id it saw misses none committed later.
+func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
+	out := []numberedNotice{}
+	last := after
 	var lim *int // NULL: LIMIT ALL
 	if limit > 0 {
 		lim = &limit
 	}
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		out, last = out[:0], noticeCursor{}
-		rows, err := tx.Query(ctx, `SELECT body, at, node FROM notices
-			WHERE $1::timestamptz IS NULL OR (at, node) > ($1, $2)
-			ORDER BY at, node LIMIT $3`, from, after.Node, lim)
+		out, last = out[:0], after
+		rows, err := tx.Query(ctx, `SELECT id, body FROM notices WHERE id > $1 ORDER BY id LIMIT $2`, after, lim)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var body []byte
-			var n overload.Notice
-			if err := rows.Scan(&body, &last.At, &last.Node); err != nil {
+			var n numberedNotice
+			if err := rows.Scan(&n.ID, &body); err != nil {
 				return err
 			}
-			if json.Unmarshal(body, &n) == nil { // else a stored value of an older shape
+			last = n.ID
+			if json.Unmarshal(body, &n.Notice) == nil { // else a stored value of an older shape
 				out = append(out, n)
 			}
 		}

@@ -528,3 +528,57 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 		}
 	}
 }
+
+// TestPGNoticeIDsGrowWithCommits: a notice's id is taken only once every
+// notice with a lower id is committed, so a client paging GET /notices by
+// id never skips one committed later: here the second notice's
+// transaction waits for the first's, which holds its notice uncommitted.
+func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	ctx := t.Context()
+	// sendIn sends a notice of node id in tx and returns.
+	sendIn := func(tx pgx.Tx, id string) {
+		n, err := p.lockNode(ctx, tx, id, false)
+		if err == nil {
+			n.notice = &overload.Notice{Node: id, At: c.now(), Text: id + " is overloaded"}
+			err = p.sendNotices(ctx, tx, []*pgNode{n})
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	first, err := p.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx)
+	sendIn(first, "x1")
+	second := make(chan error, 1)
+	go func() {
+		second <- pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{}, func(tx pgx.Tx) error { sendIn(tx, "x2"); return nil })
+	}()
+	testkit.WaitFor(t, "the second notice's transaction to wait for the first's", func() bool {
+		var waiting bool
+		err := p.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting)
+		return err == nil && waiting
+	})
+	if ns, _, err := p.notices(ctx, 0, 0); err != nil || len(ns) != 0 {
+		t.Fatalf("notices while the first is uncommitted: %+v, %v; want none", ns, err)
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	ns, last, err := p.notices(ctx, 0, 0)
+	if err != nil || len(ns) != 2 || ns[0].Node != "x1" || ns[1].Node != "x2" || ns[0].ID >= ns[1].ID || last != ns[1].ID {
+		t.Fatalf("notices: %+v, last %d, %v; want x1's and then x2's, ids growing", ns, last, err)
+	}
+}

@@ -79,12 +79,21 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	slices.SortStableFunc(sorted, func(a, b *reportJob) int { return strings.Compare(a.r.Node, b.r.Node) })
 	ctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		for _, j := range sorted {
-			out, refused, err := p.reportIn(ctx, tx, j.r)
+		nodes := make([]*pgNode, len(sorted))
+		for i, j := range sorted {
+			out, refused, n, err := p.reportIn(ctx, tx, j.r)
 			if err != nil {
 				return err
 			}
-			j.out, j.err = out, refused
+			j.out, j.err, nodes[i] = out, refused, n
+		}
+		if err := p.sendNotices(ctx, tx, nodes); err != nil {
+			return err
+		}
+		for i, j := range sorted {
+			if nodes[i] != nil {
+				j.out.Notice = nodes[i].notice // nil if the database refused it
+			}
 		}
 		return nil
 	})
