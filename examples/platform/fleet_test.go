@@ -220,13 +220,6 @@ func pair(x, y func() answer) (answer, answer) {
 	return ax, ay
 }
 
-func call(r *replica, method, path string, body any) func() answer {
-	return func() answer {
-		code, b := r.do(method, path, body)
-		return answer{code, b}
-	}
-}
-
 // trials is how many times each pair of requests meets.
 const trials = 100
 
@@ -324,15 +317,12 @@ func (l *ledger) send(t *testing.T, r *replica, req any) func() answer {
 	}
 }
 
-// Nodes of the pairs suite, each pair's own.
-const (
-	pausedRoutes = 3 // unused routes of each paused node
-)
+// pausedRoutes is how many unused routes each paused node of the pairs
+// suite has.
+const pausedRoutes = 3
 
-var (
-	runA = runID
-	runB = "fedcba9876543210fedcba9876543210"
-)
+// runB is a second agent's run, beside runID.
+const runB = "fedcba9876543210fedcba9876543210"
 
 // pairsSeed is the suite's fleet: for each pair the nodes and routes its
 // trials meet on.
