@@ -247,12 +247,17 @@ func (h *linHistory) do(c int, r *replica, rng *rand.Rand) {
 	h.mu.Unlock()
 }
 
-// waitAnswers waits until r answers a read of the store.
+// waitAnswers waits until r answers a read of the store (it runs on a
+// client's goroutine: it fails the test with Errorf, not Fatal).
 func (h *linHistory) waitAnswers(r *replica) {
-	testkit.WaitForWithin(r.t, 2*time.Minute, r.base+" to answer again", func() bool {
-		code, _ := r.do("GET", "/nodes/"+linNodeID(0), nil)
-		return code == 200
-	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if code, _ := r.do("GET", "/nodes/"+linNodeID(0), nil); code == 200 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // polling a replica coming back
+	}
+	r.t.Errorf("%s did not answer again within 2 minutes", r.base)
 }
 
 // linAnswer reads an answer; an answer no client should get is an error.
