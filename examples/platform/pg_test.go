@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -580,5 +581,53 @@ func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	ns, last, err := p.notices(ctx, 0, 0)
 	if err != nil || len(ns) != 2 || ns[0].Node != "x1" || ns[1].Node != "x2" || ns[0].ID >= ns[1].ID || last != ns[1].ID {
 		t.Fatalf("notices: %+v, last %d, %v; want x1's and then x2's, ids growing", ns, last, err)
+	}
+}
+
+// TestPGRouteWritesAreConditional: a write-back of a route changed or
+// closed by a transaction the writer did not see (here, a session that
+// bypasses the node's lock) is a conflict, run again, never a lost
+// update: a charge only of a live route as loaded, a closure only of a
+// live route.
+func TestPGRouteWritesAreConditional(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	for _, tc := range []struct {
+		name, route, behind string
+		change              func(n *pgNode)
+	}{
+		{"charge of a route rewritten meanwhile", "r-idle3", `UPDATE routes SET body = body::jsonb::text::json WHERE id = 'r-idle3'`,
+			func(n *pgNode) { n.routes["r-idle3"].Earned.Bytes += 1000 }},
+		{"charge of a route closed meanwhile", "r-idle5", `UPDATE routes SET closed_at = now() WHERE id = 'r-idle5'`,
+			func(n *pgNode) { n.routes["r-idle5"].Earned.Bytes += 1000 }},
+		{"closure of a route closed meanwhile", "r-partner", `UPDATE routes SET closed_at = now() WHERE id = 'r-partner'`,
+			func(n *pgNode) {
+				rt := n.routes["r-partner"]
+				delete(n.routes, "r-partner")
+				n.closing = append(n.closing, closedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonDrain}, At: c.now(), session: rt.Session})
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			tx, err := p.db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			n, err := p.lockNode(ctx, tx, "x1", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pgExec(t, url, tc.behind)
+			tc.change(n)
+			if err := p.saveNode(ctx, tx, n); !errors.Is(err, errConflict) {
+				t.Fatalf("write-back: %v, want a conflict", err)
+			}
+		})
 	}
 }
