@@ -75,7 +75,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	}
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("-db: %w", err)
+		return nil, dbError(url, err)
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > 5*time.Second {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
@@ -101,7 +101,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	}
 	db, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("-db: %w", err)
+		return nil, dbError(url, err)
 	}
 	p := &pgPlatform{rules: c, db: db, planEvery: planEvery}
 	// Migrating and seeding a fleet's nodes: minutes at most.
@@ -112,9 +112,9 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		db.Close()
 		var ce *pgconn.ConnectError
 		if errors.As(err, &ce) {
-			return nil, fmt.Errorf("-db %s: %w", redactURL(url), err)
+			return nil, dbError(url, err)
 		}
-		return nil, fmt.Errorf("database schema: %w", err)
+		return nil, fmt.Errorf("database schema: %s", scrubber(dsnSecrets(url)).scrub(err.Error()))
 	}
 	if from != to {
 		p.log.Info("database schema migrated", "from", from, "to", to)

@@ -513,12 +513,12 @@ func TestSeedErrors(t *testing.T) {
 
 func TestFlags(t *testing.T) {
 	var out bytes.Buffer
-	if code := run(t.Context(), []string{"-h"}, &out); code != 0 || !strings.Contains(out.String(), "-cool-down") {
+	if code := run(t.Context(), []string{"-h"}, &out, &out); code != 0 || !strings.Contains(out.String(), "-cool-down") {
 		t.Fatalf("-h: exit %d, output %q", code, out.String())
 	}
 	for _, args := range [][]string{{}, {"-token-file", "/nonexistent"}, {"-token-file", "x", "-plan-every", "0s"}, {"extra"}} {
 		out.Reset()
-		if code := run(t.Context(), args, &out); code != 2 {
+		if code := run(t.Context(), args, &out, &out); code != 2 {
 			t.Errorf("%q: exit %d, want 2; %s", args, code, out.String())
 		}
 	}
@@ -967,13 +967,14 @@ func TestDBFlagErrors(t *testing.T) {
 	}{
 		{[]string{"-db-batch", "-3"}, []string{"-db-batch -3: want 1 or more"}},
 		{[]string{"-db", "mysql://u:pw@h/db"}, []string{"-db mysql://u:xxxxx@h/db: want a postgres:// or postgresql:// URL"}},
-		{[]string{"-db", "postgres://u:pw@[bad"}, []string{"-db: cannot parse", "u:xxxxx@"}},
+		{[]string{"-db", "postgres://u:pw@[bad"}, []string{"-db postgres://(a URL that does not parse, not shown): cannot parse: failed to parse as URL"}},
+		{[]string{"-db", "host=h password='p w' port=x"}, []string{"-db host=h password=xxxxx port=x: cannot parse: invalid port"}},
 		{[]string{"-db", "postgres://u:pw@" + closed + "/db?sslmode=disable"}, []string{"platform: -db postgres://u:xxxxx@" + closed + "/db?sslmode=disable: ", "connection refused"}},
 	} {
 		var out bytes.Buffer
 		// Bounded: a platform that took the flags would serve until then.
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		code := run(ctx, append([]string{"-token-file", tokenFile, "-listen", "127.0.0.1:0", "-state-dir", filepath.Join(dir, "state")}, tc.args...), &out)
+		code := run(ctx, append([]string{"-token-file", tokenFile, "-listen", "127.0.0.1:0", "-state-dir", filepath.Join(dir, "state")}, tc.args...), &out, &out)
 		cancel()
 		if code != 2 {
 			t.Errorf("%q: exit %d, want 2: %s", tc.args, code, out.String())
@@ -983,7 +984,7 @@ func TestDBFlagErrors(t *testing.T) {
 				t.Errorf("%q: output %q lacks %q", tc.args, out.String(), w)
 			}
 		}
-		if strings.Contains(out.String(), ":pw@") {
+		if strings.Contains(out.String(), ":pw@") || strings.Contains(out.String(), "p w") {
 			t.Errorf("%q: output shows the password: %s", tc.args, out.String())
 		}
 	}
