@@ -882,19 +882,27 @@ func walkPages[T any](t *testing.T, tp *testPlatform, path string, limit, most i
 			t.Fatalf("GET %s: %d, %d items, %v; want at most %d", path, code, len(page), err, limit)
 		}
 		all = append(all, page...)
-		next := ""
-		if l := header.Get("Link"); l != "" {
-			var ok bool
-			if next, ok = strings.CutPrefix(l, "<"); ok {
-				next, ok = strings.CutSuffix(next, `>; rel="next"`)
-			}
-			if !ok || !strings.HasPrefix(next, "/") {
-				t.Fatalf("GET %s: Link %q", path, l)
-			}
-		}
-		path = next
+		path = nextLink(t, path, header)
 	}
 	return all, pages
+}
+
+// nextLink is the path of the next page a page's Link header names, or
+// "" without one.
+func nextLink(t testing.TB, path string, header http.Header) string {
+	t.Helper()
+	l := header.Get("Link")
+	if l == "" {
+		return ""
+	}
+	next, ok := strings.CutPrefix(l, "<")
+	if ok {
+		next, ok = strings.CutSuffix(next, `>; rel="next"`)
+	}
+	if !ok || !strings.HasPrefix(next, "/") {
+		t.Fatalf("GET %s: Link %q", path, l)
+	}
+	return next
 }
 
 // TestEventIDsOnTheWire: each event of GET /nodes/X/events carries its
