@@ -23,12 +23,20 @@
 //	POST /routes          {"node","user","key"} opens a route if admitted (409 if not)
 //	POST /traffic         {"route","bytes"} charges traffic at the session's price
 //	POST /price           {"node","price"} changes a node's price from now on
-//	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events;
-//	                      /nodes?after=ID&limit=N pages, Link: rel="next"
-//	GET  /nodes/X/events  the node's events, oldest first: ?after=ID&limit=N
-//	GET  /notices         every notice, oldest first; ?after=…&limit=N pages
-//	GET  /healthz         {"ok":true}, no token
+//	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events
+//	GET  /nodes/X/events  the node's events, oldest first
+//	GET  /notices         every notice, oldest first
 //	GET  /plans           each node's latest plan that closed something
+//	GET  /healthz         {"ok":true}, no token
+//
+// Every list pages one way: ?limit=N (1 to 1000, by default 1000), and a
+// page that may be followed by more has "Link: <…?after=…&limit=N>;
+// rel="next"", to be followed as it is.
+//
+// -max-conns caps the connections served at once (by default from the
+// open-file limit); over it /healthz is still answered and the rest 503.
+// Secrets in -db (a URL's password; password, sslpassword and sslkey in
+// a URL's query or in key=value form) never reach a log line or an error.
 package main
 
 import (
