@@ -106,6 +106,15 @@ func (c *cappedConn) Close() error {
 	return err
 }
 
+// CloseWrite passes a half-close on, as the server does for a plain TCP
+// connection before it closes one whose request it did not read whole.
+func (c *cappedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *cappedConn) clamp(t time.Time) time.Time {
 	if c.overCap && (t.IsZero() || t.After(c.hard)) {
 		return c.hard

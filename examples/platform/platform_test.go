@@ -516,7 +516,7 @@ func TestFlags(t *testing.T) {
 	if code := run(t.Context(), []string{"-h"}, &out, &out); code != 0 || !strings.Contains(out.String(), "-cool-down") {
 		t.Fatalf("-h: exit %d, output %q", code, out.String())
 	}
-	for _, args := range [][]string{{}, {"-token-file", "/nonexistent"}, {"-token-file", "x", "-plan-every", "0s"}, {"extra"}} {
+	for _, args := range [][]string{{}, {"-token-file", "/nonexistent"}, {"-token-file", "x", "-plan-every", "0s"}, {"extra"}, {"-token-file", "x", "-max-conns", "-1"}} {
 		out.Reset()
 		if code := run(t.Context(), args, &out, &out); code != 2 {
 			t.Errorf("%q: exit %d, want 2; %s", args, code, out.String())
