@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -61,4 +62,44 @@ func TestRedactDSN(t *testing.T) {
 			t.Errorf("redactDSN(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
+}
+
+// FuzzRedactDSN: redactDSN takes any string without panicking, and a
+// secret put where one goes, in either form and however it is spelled,
+// is never in its output nor in the driver's error for it.
+func FuzzRedactDSN(f *testing.F) {
+	for _, dsn := range secretDSNs {
+		f.Add(dsn, "", uint8(0))
+	}
+	f.Add("", "p a's\\s", uint8(1))
+	f.Add("sslmode=disable", "x@y:z/w?q=1&r", uint8(2))
+	f.Fuzz(func(t *testing.T, rest, secret string, form uint8) {
+		redactDSN(rest)
+		if len(secret) < 4 || strings.ContainsAny(secret, "\x00") || strings.Contains("postgres://u@h:1/db?sslmode=disable host=h user=u dbname=db xxxxx", secret) || strings.Contains(rest, secret) {
+			return
+		}
+		quoted := "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(secret) + "'"
+		key := dsnSecretKeys[int(form)%len(dsnSecretKeys)]
+		var dsn string
+		switch form % 4 {
+		case 0:
+			dsn = "host=h user=u " + key + "=" + quoted + " dbname=db " + rest
+		case 1:
+			dsn = "postgres://u:" + url.PathEscape(secret) + "@h:1/db?sslmode=disable"
+		case 2:
+			dsn = "postgres://u@h:1/db?sslmode=disable&" + key + "=" + url.QueryEscape(secret)
+		case 3:
+			dsn = "host=h " + key + " = " + quoted
+		}
+		if got := redactDSN(dsn); strings.Contains(got, secret) {
+			t.Fatalf("redactDSN(%q) = %q, shows %q", dsn, got, secret)
+		}
+		_, err := pgxpool.ParseConfig(dsn)
+		if err == nil {
+			err = errors.New("parsed")
+		}
+		if msg := dbError(dsn, err).Error(); strings.Contains(msg, secret) {
+			t.Fatalf("dbError(%q) = %q, shows %q", dsn, msg, secret)
+		}
+	})
 }

@@ -25,8 +25,8 @@ const maxBody = 1 << 20
 // maxPage) is the most items a page holds; a page that may be followed
 // by more has a header Link: <PATH?after=CURSOR&limit=N>; rel="next",
 // and a page without it is the last. The cursor is the list's own (a node
-// id, an event id, a notice's time and node): a client takes it from the
-// Link as it is and never builds one.
+// id, an event id, a notice id): a client takes it from the Link as it
+// is and never builds one.
 const maxPage = 1000
 
 // pageLimit parses a list's ?limit=: 1 to maxPage, maxPage when not
@@ -74,34 +74,17 @@ func checkText(what, s string) error {
 // maxText bounds a route id, a user and a key.
 const maxText = 256
 
-// noticeCursor is where a page of GET /notices starts: after the notice
-// of Node at At. Notices are listed by time and then node, and a node
-// has at most one notice an hour, so the pair names one notice. Its text
-// form, the ?after= value, is "<RFC 3339 time>,<node>".
-type noticeCursor struct {
-	At   time.Time
-	Node string
-}
-
-func (c noticeCursor) String() string {
-	return c.At.UTC().Format(time.RFC3339Nano) + "," + c.Node
-}
-
-// after reports whether n comes after c in the list's order.
-func (c noticeCursor) after(at time.Time, node string) bool {
-	return at.After(c.At) || at.Equal(c.At) && node > c.Node
-}
-
-func parseNoticeCursor(s string) (noticeCursor, error) {
+// parseNoticeCursor parses GET /notices' ?after=: a notice's id, 0 or
+// more (0 or none: from the first).
+func parseNoticeCursor(s string) (int64, error) {
 	if s == "" {
-		return noticeCursor{}, nil
+		return 0, nil
 	}
-	ts, node, ok := strings.Cut(s, ",")
-	at, err := time.Parse(time.RFC3339Nano, ts)
-	if !ok || err != nil || !nodeIDRe.MatchString(node) {
-		return noticeCursor{}, fmt.Errorf("notices: after=%.80q: want \"<RFC 3339 time>,<node>\", the value of the previous page's Link: %w", s, errBadInput)
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 0 {
+		return 0, fmt.Errorf("notices: after=%.80q: want a notice id, 0 or more (the previous page's Link names it): %w", s, errBadInput)
 	}
-	return noticeCursor{At: at, Node: node}, nil
+	return id, nil
 }
 
 // requestTimeout bounds the work of one request, every store call in it
@@ -119,7 +102,7 @@ type service interface {
 	views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error)
 	view(ctx context.Context, id string) (nodeView, error)
 	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
-	notices(ctx context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error)
+	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
 	plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error)
 	planRound(ctx context.Context) error
 }
@@ -277,7 +260,7 @@ func handler(svc service, toks tokens) http.Handler {
 			return page{}, err
 		}
 		ns, last, err := svc.notices(r.Context(), from, limit)
-		return page{ns, last.String(), len(ns) == limit}, err
+		return page{ns, strconv.FormatInt(last, 10), len(ns) == limit}, err
 	}))
 	mux.HandleFunc("GET /plans", paged("plans", func(r *http.Request, after string, limit int) (page, error) {
 		if err := afterNodeID("plans", after); err != nil {
