@@ -25,7 +25,7 @@
 //	POST /price           {"node","price"} changes a node's price from now on
 //	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events
 //	GET  /nodes/X/events  the node's events, oldest first
-//	GET  /notices         every notice, oldest first
+//	GET  /notices         every notice, by id (the order sent)
 //	GET  /plans           each node's latest plan that closed something
 //	GET  /healthz         {"ok":true}, no token
 //

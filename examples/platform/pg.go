@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -29,6 +30,28 @@ import (
 // after the other, as one tracker would. What the node's tracker, price
 // history and plan budgets hold is one JSON value in that row; routes,
 // events and notices are rows of their own.
+//
+// Every transaction runs at READ COMMITTED, and what each rule rests on:
+//   - a node's state, its live routes, its readings, admission up to
+//     max_users, its charges and closures, its one notice an hour: the
+//     node's row lock, taken before anything of the node is read
+//     (lockNode); every route write is also conditional on the route
+//     being live and as loaded, rows affected checked (saveNode);
+//   - a node created once, and never deleted once another transaction
+//     committed it: the primary key, by what INSERT … ON CONFLICT DO
+//     NOTHING RETURNING did (lockNode);
+//   - a move's alternative still open, and a route closed as unused not
+//     made another move's alternative meanwhile (rules across two nodes,
+//     which no node lock covers): the routes' row locks, taken in ID
+//     order, and the columns re-checked under them (saveNode);
+//   - a route ID held by one route: the routes table's primary key;
+//   - notice ids that grow with commits (GET /notices pages by them):
+//     the advisory lock noticeLock (sendNotices);
+//   - one plan of a node at a time across replicas: the row lock, taken
+//     by rounds with SKIP LOCKED (planRound).
+//
+// A deadlock or a conflict found under a lock (errConflict) runs the
+// transaction again from the start (inTx).
 type pgPlatform struct {
 	rules
 	db        *pgxpool.Pool
@@ -669,12 +692,31 @@ func (a *pgAlternatives) ReliedOn(r routing.Route) time.Time {
 	return time.Time{}
 }
 
+// logClosures logs the closures of nodes, committed.
+func (p *pgPlatform) logClosures(nodes ...*pgNode) {
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		for _, c := range n.closing {
+			a := c.Action
+			p.log.Warn("closing route", "node", n.info.ID, "route", a.Route.ID, "user", a.Route.User,
+				"reason", string(a.Reason), "action", a.String())
+		}
+	}
+}
+
 // plan runs a plan round for n in tx and records what it closed and what
 // its moves rely on, to be written by saveNode in the same transaction.
 func (p *pgPlatform) plan(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
 	before := maps.Clone(n.routes)
 	alts := &pgAlternatives{ctx: ctx, tx: tx, n: n}
-	plan, _, err := p.planOne(now, n.node, alts)
+	// The closures are logged once committed (logClosures), not here: a
+	// transaction run again plans again, and one that fails closes
+	// nothing.
+	quiet := p.rules
+	quiet.log = slog.New(slog.DiscardHandler)
+	plan, _, err := quiet.planOne(now, n.node, alts)
 	if alts.err != nil {
 		return alts.err
 	}
@@ -719,9 +761,9 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (reportOutcome, error) {
 	var out reportOutcome
 	var refused error
+	var n *pgNode
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		var n *pgNode
 		if out, refused, n, err = p.reportIn(ctx, tx, r); err != nil {
 			return err
 		}
@@ -736,6 +778,7 @@ func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (repor
 	if err != nil {
 		return reportOutcome{}, err
 	}
+	p.logClosures(n)
 	return out, refused
 }
 
@@ -1181,8 +1224,9 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 	for {
 		found := false
 		var id string
+		var planned *pgNode
 		err := p.inTx(ctx, func(tx pgx.Tx) error {
-			found, id = false, ""
+			found, id, planned = false, "", nil
 			now := p.now()
 			var state []byte
 			err := tx.QueryRow(ctx, `SELECT id, state FROM nodes WHERE role IS NOT NULL AND next_plan_at <= $1
@@ -1201,8 +1245,12 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 			if err := p.plan(ctx, tx, n, now); err != nil {
 				return err
 			}
+			planned = n
 			return p.saveNode(ctx, tx, n)
 		})
+		if err == nil {
+			p.logClosures(planned)
+		}
 		if err != nil && id != "" && ctx.Err() == nil {
 			p.log.Error("plan round: node not planned", "node", id, "err", err)
 			failed = append(failed, id)
