@@ -156,3 +156,16 @@ func TestNodeRuleAgreesWithAgent(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxConnsForFiles: the default -max-conns leaves a tenth of the
+// open-file limit, at least 64, and the spares over the cap.
+func TestMaxConnsForFiles(t *testing.T) {
+	for _, tc := range []struct {
+		nofile uint64
+		want   int
+	}{{0, 1}, {10, 1}, {80, 1}, {82, 2}, {256, 176}, {1024, 906}, {20000, 17984}, {1 << 20, 943703}} {
+		if got := maxConnsForFiles(tc.nofile); got != tc.want {
+			t.Errorf("maxConnsForFiles(%d) = %d, want %d", tc.nofile, got, tc.want)
+		}
+	}
+}
