@@ -421,13 +421,18 @@ func TestFleetPairs(t *testing.T) {
 				seed.Routes = append(seed.Routes, routing.Route{ID: id + "-r", User: "u", Key: "k", Node: id, Kind: routing.KindOwn, Start: time.Now()})
 			}
 			routes := writeSeed(t, seed)
-			started := make(chan *replica)
-			go func() { started <- startReplica(t, "-db", f.url, "-routes", routes, "-plan-every", "1h") }() // closes nothing
-			for i := range trials {
-				r := reading(fmt.Sprintf("sf-%d", i), 1, 50)
-				pair(l.send(t, f.a, r), l.send(t, f.b, r))
-			}
-			c := <-started
+			// The first readings go out while a third replica starts and
+			// seeds the nodes.
+			sent := make(chan struct{})
+			go func() {
+				defer close(sent)
+				for i := range trials {
+					r := reading(fmt.Sprintf("sf-%d", i), 1, 50)
+					pair(l.send(t, f.a, r), l.send(t, f.b, r))
+				}
+			}()
+			c := startReplica(t, "-db", f.url, "-routes", routes, "-plan-every", "1h")
+			<-sent
 			for i := range trials {
 				id := fmt.Sprintf("sf-%d", i)
 				v := c.view(id)

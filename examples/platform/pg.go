@@ -31,7 +31,9 @@ import (
 // history and plan budgets hold is one JSON value in that row; routes,
 // events and notices are rows of their own.
 //
-// Every transaction runs at READ COMMITTED, and what each rule rests on:
+// Every transaction that writes runs at READ COMMITTED (the reads, GETs,
+// in one read-only REPEATABLE READ snapshot each: inReadTx), and what
+// each rule rests on:
 //   - a node's state, its live routes, its readings, admission up to
 //     max_users, its charges and closures, its one notice an hour: the
 //     node's row lock, taken before anything of the node is read
@@ -280,6 +282,16 @@ func (p *pgPlatform) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 			break
 		}
 	}
+	return classify(err)
+}
+
+// inReadTx runs fn, which only reads, in a read-only REPEATABLE READ
+// transaction: its statements (a node's row, then its routes, closures
+// and notice count) all read one snapshot, so a view never shows a node
+// from before a commit with its routes from after it. A read-only
+// transaction at that level never fails to serialize.
+func (p *pgPlatform) inReadTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	err := pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 	return classify(err)
 }
 
@@ -825,7 +837,7 @@ func (p *pgPlatform) admit(ctx context.Context, id string) (admitAnswer, error) 
 // readNode loads a node without locking it, for reads.
 func (p *pgPlatform) readNode(ctx context.Context, id string) (*pgNode, error) {
 	var n *pgNode
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		n, err = p.selectNode(ctx, tx, id)
 		return err
@@ -956,7 +968,7 @@ func (p *pgPlatform) setPrice(ctx context.Context, req priceRequest) error {
 func (p *pgPlatform) views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
 	out := []json.RawMessage{}
 	last := ""
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		out, last = out[:0], ""
 		type row struct {
 			id    string
@@ -1068,7 +1080,7 @@ func noticeCounts(ctx context.Context, tx pgx.Tx, ids []string) (map[string]int,
 
 func (p *pgPlatform) view(ctx context.Context, id string) (nodeView, error) {
 	var v nodeView
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		n, err := p.selectNode(ctx, tx, id)
 		if err != nil {
 			return err
@@ -1105,7 +1117,7 @@ func (p *pgPlatform) view(ctx context.Context, id string) (nodeView, error) {
 // events pages through every event of node id, oldest first.
 func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit int) (eventPage, error) {
 	page := eventPage{Node: id, Events: []numberedEvent{}}
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		page.Events, page.Next = page.Events[:0], 0
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1)`, id).Scan(&exists); err != nil {
@@ -1150,7 +1162,7 @@ func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]num
 	if limit > 0 {
 		lim = &limit
 	}
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		out, last = out[:0], after
 		rows, err := tx.Query(ctx, `SELECT id, body FROM notices WHERE id > $1 ORDER BY id LIMIT $2`, after, lim)
 		if err != nil {
@@ -1183,7 +1195,7 @@ func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]rout
 	if limit > 0 {
 		lim = &limit
 	}
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		out, last = out[:0], ""
 		rows, err := tx.Query(ctx, `SELECT id, state->'last_plan' FROM nodes
 			WHERE state->'last_plan' IS NOT NULL AND id > $1 ORDER BY id LIMIT $2`, after, lim)
