@@ -109,7 +109,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	}
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("-db: %w", err)
+		return nil, dbError(url, err)
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > 5*time.Second {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
@@ -135,7 +135,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	}
 	db, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("-db: %w", err)
+		return nil, dbError(url, err)
 	}
 	p := &pgPlatform{rules: c, db: db, planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2)}
 	// Migrating and seeding a fleet's nodes: minutes at most.
@@ -146,9 +146,9 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		db.Close()
 		var ce *pgconn.ConnectError
 		if errors.As(err, &ce) {
-			return nil, fmt.Errorf("-db %s: %w", redactURL(url), err)
+			return nil, dbError(url, err)
 		}
-		return nil, fmt.Errorf("database schema: %w", err)
+		return nil, fmt.Errorf("database schema: %s", scrubber(dsnSecrets(url)).scrub(err.Error()))
 	}
 	if from != to {
 		p.log.Info("database schema migrated", "from", from, "to", to)
@@ -1185,36 +1185,37 @@ func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]num
 	return out, last, err
 }
 
-func (p *pgPlatform) plans(ctx context.Context) ([]routing.Plan, error) {
-	return queryJSON[routing.Plan](ctx, p, `SELECT state->'last_plan' FROM nodes WHERE state->'last_plan' IS NOT NULL ORDER BY id`)
-}
-
-// queryJSON runs query, whose one column is a JSON document, in a
-// transaction and decodes each row into a T. A row that does not decode
-// is left out (it was written by this program, so that is a stored value
-// of an older shape, not the whole answer's fault).
-func queryJSON[T any](ctx context.Context, p *pgPlatform, query string) ([]T, error) {
-	out := []T{}
+// plans returns each node's latest plan that closed something, by node,
+// of the nodes whose ids sort after after, at most limit of them (0: all),
+// and the last one's node id.
+func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
+	out := []routing.Plan{}
+	last := ""
+	var lim *int // NULL: LIMIT ALL
+	if limit > 0 {
+		lim = &limit
+	}
 	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
-		out = out[:0]
-		rows, err := tx.Query(ctx, query)
+		out, last = out[:0], ""
+		rows, err := tx.Query(ctx, `SELECT id, state->'last_plan' FROM nodes
+			WHERE state->'last_plan' IS NOT NULL AND id > $1 ORDER BY id LIMIT $2`, after, lim)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var body []byte
-			var v T
-			if err := rows.Scan(&body); err != nil {
+			var plan routing.Plan
+			if err := rows.Scan(&last, &body); err != nil {
 				return err
 			}
-			if json.Unmarshal(body, &v) == nil {
-				out = append(out, v)
+			if json.Unmarshal(body, &plan) == nil { // else a stored value of an older shape
+				out = append(out, plan)
 			}
 		}
 		return rows.Err()
 	})
-	return out, err
+	return out, last, err
 }
 
 // planRound plans every registered node whose plan is due (not planned by

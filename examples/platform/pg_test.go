@@ -86,25 +86,24 @@ func (tp *testPlatform) post(path string, body any) (int, string, bool) {
 	return resp.StatusCode, ans.Reason, ans.Duplicate
 }
 
-// allEvents pages through node id's events, limit at a time.
+// allEvents pages through node id's events, limit at a time, by the
+// pages' Link headers.
 func (tp *testPlatform) allEvents(id string, limit int) []numberedEvent {
 	tp.t.Helper()
 	var all []numberedEvent
-	after := int64(0)
-	for {
+	for path := fmt.Sprintf("/nodes/%s/events?limit=%d", id, limit); path != ""; {
+		code, header, b := tp.raw("GET", path, testToken, "")
 		var page eventPage
-		if code := tp.do("GET", fmt.Sprintf("/nodes/%s/events?after=%d&limit=%d", id, after, limit), nil, &page); code != 200 {
-			tp.t.Fatalf("events of %s after %d: %d", id, after, code)
+		if err := json.Unmarshal(b, &page); code != 200 || err != nil {
+			tp.t.Fatalf("GET %s: %d, %v: %s", path, code, err, b)
 		}
 		if len(page.Events) > limit {
 			tp.t.Fatalf("a page of %d events, limit %d", len(page.Events), limit)
 		}
 		all = append(all, page.Events...)
-		if page.Next == 0 {
-			return all
-		}
-		after = page.Next
+		path = nextLink(tp.t, path, header)
 	}
+	return all
 }
 
 // memoryPattern is the memory of reading i in the tests below: over 90 %

@@ -153,11 +153,19 @@ var (
 	errUnavailable = errors.New("store unavailable")
 )
 
+// The node-id rule, the one place it is written: a node id (a reading's
+// "node", a token file's NODE, a route table's node, a path's X) is 1 to
+// 64 of A-Z a-z 0-9 . _ -, not starting with . _ or -. An id that breaks
+// it is refused with nodeIDRule, on every path, read or write.
 var nodeIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
+// nodeIDRule is the node-id rule in words, for errors.
+const nodeIDRule = "1 to 64 of A-Z a-z 0-9 . _ - (not starting with . _ -)"
+
+// checkNodeID checks id by the node-id rule; its error wraps errBadInput.
 func checkNodeID(id string) error {
 	if !nodeIDRe.MatchString(id) {
-		return fmt.Errorf("node %q: want 1 to 64 of A-Z a-z 0-9 . _ - (not starting with . _ -): %w", id, errBadInput)
+		return fmt.Errorf("node %.80q: want %s: %w", id, nodeIDRule, errBadInput)
 	}
 	return nil
 }
@@ -689,7 +697,7 @@ type nodeView struct {
 type eventPage struct {
 	Node   string          `json:"node"`
 	Events []numberedEvent `json:"events"`
-	Next   int64           `json:"next,omitempty"`
+	Next   int64           `json:"-"`
 }
 
 // numberedEvent is an event with its place in the node's event list:
@@ -871,15 +879,23 @@ func (p *platform) notices(_ context.Context, after int64, limit int) ([]numbere
 	return out, last, nil
 }
 
-// plans returns each node's latest plan that closed something, by node.
-func (p *platform) plans(_ context.Context) ([]routing.Plan, error) {
+// plans returns each node's latest plan that closed something, by node,
+// of the nodes whose ids sort after after, at most limit of them (0: all),
+// and the last one's node id.
+func (p *platform) plans(_ context.Context, after string, limit int) ([]routing.Plan, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := []routing.Plan{}
-	for _, id := range p.ids() {
+	ids := p.ids()
+	last := ""
+	for _, id := range ids[sortSearch(ids, after):] {
+		if limit > 0 && len(out) == limit {
+			break
+		}
 		if lp := p.nodes[id].lastPlan; lp != nil {
 			out = append(out, *lp)
+			last = id
 		}
 	}
-	return out, nil
+	return out, last, nil
 }
