@@ -29,6 +29,11 @@
 //	GET  /notices         every notice, oldest first; ?after=…&limit=N pages
 //	GET  /healthz         {"ok":true}, no token
 //	GET  /plans           each node's latest plan that closed something
+//	GET  /metrics         notice deliveries, Prometheus text format
+//
+// With -notify-file, each notice is delivered to the node's operator as
+// a Standard Webhooks message (notify.go), through an outbox written
+// with the notice; SIGHUP reloads the file.
 package main
 
 import (
@@ -67,6 +72,7 @@ type options struct {
 	routes    string
 	planEvery time.Duration
 	logFormat string
+	notify    notifyConfig
 	cfg       config
 }
 
@@ -94,6 +100,9 @@ Flags:
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
 	fs.DurationVar(&o.planEvery, "plan-every", 30*time.Second, "time between plan rounds (one also runs after each report)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.notify.File, "notify-file", "", "receivers of notices, one a line: NODE URL SECRET [SECRET…] (NODE * for every node without a line; reloaded on SIGHUP)")
+	fs.DurationVar(&o.notify.GiveUp, "notify-give-up", defaultGiveUp, "how long a notice's delivery is retried before it is failed")
+	fs.BoolVar(&o.notify.Ended, "notify-ended", false, "also send node.overload_ended when an overload ends")
 	pol := &o.cfg.Policy
 	fs.DurationVar(&pol.CoolDown, "cool-down", routing.DefaultCoolDown, "after an overload ends, how long the node takes nobody new (negative: none)")
 	fs.DurationVar(&pol.UnusedAfter, "unused-after", routing.DefaultUnusedAfter, "a route that moved no traffic this long is unused")
@@ -120,6 +129,9 @@ Flags:
 	}
 	if scheme, _, ok := strings.Cut(o.db, "://"); ok && scheme != "postgres" && scheme != "postgresql" {
 		return o, fmt.Errorf("-db %s: want a postgres:// or postgresql:// URL", redactURL(o.db))
+	}
+	if o.notify.GiveUp <= 0 {
+		return o, fmt.Errorf("-notify-give-up %v: must be positive", o.notify.GiveUp)
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return o, fmt.Errorf("-log-format %q: want text or json", o.logFormat)
@@ -153,6 +165,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
 	}
+	var rs *receivers
+	if o.notify.File != "" {
+		if rs, err = readReceivers(o.notify.File); err != nil {
+			fmt.Fprintf(stderr, "platform: -notify-file: %v\n", err)
+			return 2
+		}
+	}
+	o.cfg.Notifier = newNotifier(o.notify, rs, log, o.cfg.Now)
 	var seed *seedFile
 	if o.routes != "" {
 		if seed, err = readSeed(o.routes); err != nil {
@@ -197,10 +217,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	log.Info("platform serving", append([]any{"addr", ln.Addr().String()},
 		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown)...)...)
 
+	notifyUnreached(ctx, svc, o.cfg.Notifier, log)
+	nctx, stopNotify := context.WithCancel(ctx)
+	notifying := make(chan struct{})
+	go func() { defer close(notifying); o.cfg.Notifier.run(nctx) }()
+	defer func() { stopNotify(); <-notifying }()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	tick := time.NewTicker(o.planEvery)
 	defer tick.Stop()
 	for {
 		select {
+		case <-hup:
+			if err := o.cfg.Notifier.reload(); err != nil {
+				log.Error("notify file not reloaded", "err", err)
+			}
 		case <-tick.C:
 			rctx, cancel := context.WithTimeout(ctx, o.planEvery)
 			if err := svc.planRound(rctx); err != nil {

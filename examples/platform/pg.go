@@ -104,6 +104,9 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		return nil, fmt.Errorf("-db: %w", err)
 	}
 	p := &pgPlatform{rules: c, db: db, planEvery: planEvery}
+	if p.notify != nil {
+		p.notify.box = &pgOutbox{db: db}
+	}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -534,6 +537,9 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			n.notice = nil
 		}
 	}
+	if err := p.enqueueDecided(ctx, tx, n, now); err != nil {
+		return err
+	}
 	state, err := encodeNode(n.node, false)
 	if err != nil {
 		return err
@@ -631,7 +637,11 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 		return reportOutcome{}, fmt.Errorf("report: %w", err)
 	}
 	if p.jobs == nil {
-		return p.reportAlone(ctx, r)
+		out, err := p.reportAlone(ctx, r)
+		if out.Notice != nil {
+			p.notify.poke()
+		}
+		return out, err
 	}
 	j := &reportJob{r: r, done: make(chan struct{})}
 	select {
@@ -641,6 +651,9 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 	}
 	select {
 	case <-j.done:
+		if j.out.Notice != nil {
+			p.notify.poke()
+		}
 		return j.out, j.err
 	case <-ctx.Done():
 		// The batch may still commit it: the agent's retry is then a

@@ -33,6 +33,9 @@ type config struct {
 	// Now is the clock at the edges; nil means time.Now. The pure packages
 	// get the times it returns as arguments.
 	Now func() time.Time
+	// Notifier delivers notices (notify.go); nil: none are written to an
+	// outbox.
+	Notifier *notifier
 }
 
 // maxClosed and maxNotices bound what a node keeps for display.
@@ -57,15 +60,17 @@ type platform struct {
 
 	mu    sync.Mutex
 	nodes map[string]*node
+	box   *fileOutbox // nil without a notifier
 }
 
 // rules is what both stores share: the configuration and the per-node
 // steps (observe a reading, plan a round, show a node), each run with the
 // node locked by the store.
 type rules struct {
-	cfg config
-	log *slog.Logger
-	now func() time.Time
+	cfg    config
+	log    *slog.Logger
+	now    func() time.Time
+	notify *notifier
 }
 
 func newRules(cfg config) (rules, error) {
@@ -78,7 +83,7 @@ func newRules(cfg config) (rules, error) {
 	if _, err := pricing.NewHistory(cfg.Prices); err != nil {
 		return rules{}, fmt.Errorf("prices: %w", err)
 	}
-	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now}
+	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now, notify: cfg.Notifier}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -162,6 +167,9 @@ func newPlatform(cfg config, seed *seedFile) (*platform, error) {
 	if err := p.load(); err != nil {
 		return nil, err
 	}
+	if err := p.openOutbox(); err != nil {
+		return nil, err
+	}
 	if seed != nil {
 		if err := p.applySeed(seed, p.now()); err != nil {
 			return nil, err
@@ -233,13 +241,24 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 	if out.Notice != nil {
 		n.notices = appendBounded(n.notices, *out.Notice, maxNotices)
 	}
+	// The outbox first: a notice saved in the node's file is always on
+	// its way (see enqueueDecided).
+	added, err := p.enqueueDecided(out, now)
+	if err != nil {
+		p.revert(n)
+		return reportOutcome{}, err
+	}
 	// Plan the node at once (the round writes its file if it closes
 	// something), then write what the reading changed (a no-op if the
 	// round just did): one write per report.
 	p.planRoundLocked(now, r.Node)
 	if err := p.save(n); err != nil {
 		p.revert(n)
+		p.dropDecided(added)
 		return reportOutcome{}, err
+	}
+	if len(added) > 0 {
+		p.notify.poke()
 	}
 	return out, nil
 }
@@ -668,6 +687,7 @@ type nodeView struct {
 	LastPlan      *routing.Plan      `json:"last_plan,omitempty"`
 	Closed        []closedRoute      `json:"closed"`
 	Notices       int                `json:"notices"`
+	Deliveries    []deliveryView     `json:"deliveries,omitempty"` // the newest messages' deliveries, newest first
 	Readings      int64              `json:"readings"`
 	Events        []overload.Event   `json:"events"`
 }
