@@ -46,8 +46,8 @@ type delivery struct {
 	ID      string    `json:"id"` // webhook-id: the same on every attempt, from every replica
 	Node    string    `json:"node"`
 	Type    string    `json:"type"`
-	At      time.Time `json:"at"`   // the notice's (or end's) time, as counted
-	Body    []byte    `json:"body"` // the message, byte for byte as signed
+	At      time.Time `json:"at"`      // the notice's (or end's) time, as counted
+	Body    []byte    `json:"body"`    // the message, byte for byte as signed
 	Created time.Time `json:"created"` // when the platform decided it
 	// What the attempts so far did.
 	Status      string    `json:"status"`
@@ -226,8 +226,8 @@ type notifyConfig struct {
 
 	// Test hooks: the back-off schedule, the poll interval, the lease a
 	// claim takes, and how many attempts run at once.
-	backoffBase, backoffMax time.Duration
-	poll, lease             time.Duration
+	backoffBase, backoffMax  time.Duration
+	poll, lease              time.Duration
 	maxInFlight, perReceiver int
 }
 
