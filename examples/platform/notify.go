@@ -335,6 +335,7 @@ type notifier struct {
 	total    int                 // attempts in flight
 	disabled map[string][32]byte // receiver URL → the notify file's hash when it answered 410
 	attempts [len(outcomeNames)]atomic.Int64
+	claimed  atomic.Int64 // deliveries claimed, for tests
 	running  sync.WaitGroup
 }
 
@@ -457,6 +458,7 @@ func (n *notifier) pump(ctx context.Context) {
 			}
 			return
 		}
+		n.claimed.Add(int64(len(ds)))
 		for _, d := range ds {
 			n.start(ctx, rs, d)
 		}
@@ -497,7 +499,9 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
 		n.start(ctx, rs, d)
 		return
 	case busy:
-		n.settle(ctx, d, rc, attemptResult{outcome: outcomeRelease, at: now, next: now.Add(n.cfg.poll)})
+		// Due again at once: the claims skip a busy receiver's nodes
+		// until one of its attempts ends.
+		n.settle(ctx, d, rc, attemptResult{outcome: outcomeRelease, at: now, next: now})
 		return
 	}
 	n.running.Add(1)
