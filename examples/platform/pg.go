@@ -291,12 +291,26 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %w", errUnavailable, err)
 }
 
-// lockNode loads node id with its row locked, creating it if asked.
+// lockNode locks node id's row and then loads it, creating it if asked.
+//
+// The lock comes first, in a statement of its own, and what the
+// transaction will change (the node's state, its live routes) is read
+// after it, each in a later statement. At READ COMMITTED a statement that
+// waited for a row lock re-reads only the row it locked: a join of the
+// node with its routes under FOR UPDATE would return the node as the
+// last holder of the lock left it with its routes as they were before
+// the wait, and a write-back of those routes would undo what that holder
+// committed (its charges, closures and admissions). A statement begun
+// after the lock is granted sees everything committed before it.
+//
+// Whether the node is new is what the INSERT did (its RETURNING row),
+// never what a SELECT saw: two first readings at once both see no row,
+// and only one inserts it; the other waits for that one's commit and
+// then loads the row it committed.
 func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create bool) (*pgNode, error) {
-	n, err := p.lockedLoad(ctx, tx, id)
+	state, err := lockRow(ctx, tx, id)
 	created := false
 	if errors.Is(err, pgx.ErrNoRows) && create {
-		created = true
 		fresh, ferr := p.newNode(id)
 		if ferr != nil {
 			return nil, ferr
@@ -305,58 +319,38 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 		if ferr != nil {
 			return nil, ferr
 		}
-		if _, ferr := tx.Exec(ctx, `INSERT INTO nodes (id, state) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, b); ferr != nil {
-			return nil, ferr
+		// ON CONFLICT DO NOTHING waits for a transaction inserting the
+		// same id and, if that one commits, inserts nothing: RETURNING
+		// then gives no row and the node is locked as that one left it.
+		err = tx.QueryRow(ctx, `INSERT INTO nodes (id, state) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING RETURNING true`, id, b).Scan(&created)
+		switch {
+		case err == nil: // inserted: the row is this transaction's, locked
+			state = b
+		case errors.Is(err, pgx.ErrNoRows):
+			state, err = lockRow(ctx, tx, id)
 		}
-		n, err = p.lockedLoad(ctx, tx, id)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("node %q: %w", id, errUnknownNode)
 	}
-	if n != nil {
-		n.created = created
-	}
-	return n, err
-}
-
-// lockedLoad locks node id's row and loads it with its live routes in one
-// query; pgx.ErrNoRows if there is no such node.
-func (p *pgPlatform) lockedLoad(ctx context.Context, tx pgx.Tx, id string) (*pgNode, error) {
-	rows, err := tx.Query(ctx, `SELECT n.state, r.body, r.relied_on FROM nodes n
-		LEFT JOIN routes r ON r.node = n.id AND r.closed_at IS NULL
-		WHERE n.id = $1 FOR UPDATE OF n`, id)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var n *pgNode
-	for rows.Next() {
-		var state, body []byte
-		var relied *time.Time
-		if err := rows.Scan(&state, &body, &relied); err != nil {
-			return nil, err
-		}
-		if n == nil {
-			nd, err := p.decodeNode(state)
-			if err != nil {
-				return nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
-			}
-			n = &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
-		}
-		if body != nil {
-			if err := n.addRoute(body, relied); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := rows.Err(); err != nil {
+	n, err := p.loadNode(ctx, tx, id, state)
+	if err != nil {
 		return nil, err
 	}
-	if n == nil {
-		return nil, pgx.ErrNoRows
-	}
-	n.info.LiveUsers = liveUsers(n.node)
+	n.created = created
 	return n, nil
+}
+
+// lockRow locks node id's row (FOR UPDATE) and returns its state, as the
+// lock's last holder committed it; pgx.ErrNoRows if there is no such
+// node.
+func lockRow(ctx context.Context, tx pgx.Tx, id string) ([]byte, error) {
+	var state []byte
+	err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1 FOR UPDATE`, id).Scan(&state)
+	return state, err
 }
 
 // addRoute adds a live route as stored. A route another node's move
@@ -422,19 +416,19 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			ids = append(ids, r.ID)
 		}
 		slices.Sort(ids)
-		rows, err := tx.Query(ctx, `SELECT id, closed_at IS NOT NULL, relied_on FROM routes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+		rows, err := tx.Query(ctx, `SELECT id, closed_at IS NOT NULL, relied_on, last_traffic FROM routes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
 		if err != nil {
 			return err
 		}
 		type lockedRoute struct {
-			closed bool
-			relied *time.Time
+			closed        bool
+			relied, trafc *time.Time
 		}
 		locked := map[string]lockedRoute{}
 		for rows.Next() {
 			var rid string
 			var lr lockedRoute
-			if err := rows.Scan(&rid, &lr.closed, &lr.relied); err != nil {
+			if err := rows.Scan(&rid, &lr.closed, &lr.relied, &lr.trafc); err != nil {
 				rows.Close()
 				return err
 			}
@@ -454,9 +448,21 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			}
 		}
 		for _, c := range n.closing {
-			lr := locked[c.Action.Route.ID]
+			rid := c.Action.Route.ID
+			lr, ok := locked[rid]
+			if !ok || lr.closed {
+				// Closed by a transaction this one did not see: never
+				// close a route twice.
+				return fmt.Errorf("node %s: route %s was closed meanwhile: %w", id, rid, errConflict)
+			}
 			if _, relies := reliesOn(c.Action); !relies && lr.relied != nil && now.Sub(*lr.relied) < unusedAfter {
-				return fmt.Errorf("node %s: route %s became another move's alternative meanwhile: %w", id, c.Action.Route.ID, errConflict)
+				return fmt.Errorf("node %s: route %s became another move's alternative meanwhile: %w", id, rid, errConflict)
+			}
+			// An unused closure holds only if the route is still unused
+			// as stored, under its row lock: a charge committed after the
+			// plan read the route makes it in use.
+			if unusedClosure(c.Action) && lr.trafc != nil && now.Sub(*lr.trafc) < unusedAfter {
+				return fmt.Errorf("node %s: route %s carried traffic meanwhile: %w", id, rid, errConflict)
 			}
 		}
 		for _, r := range n.relied {
@@ -473,9 +479,13 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			if err != nil {
 				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, errUnsaved, err)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE routes SET closed_at = $2, closed_by = $3, body = $4 WHERE id = $1`,
-				c.Action.Route.ID, c.At, action, body); err != nil {
+			tag, err := tx.Exec(ctx, `UPDATE routes SET closed_at = $2, closed_by = $3, body = $4 WHERE id = $1 AND closed_at IS NULL`,
+				c.Action.Route.ID, c.At, action, body)
+			if err != nil {
 				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("node %s: route %s was closed meanwhile: %w", id, c.Action.Route.ID, errConflict)
 			}
 		}
 	}
@@ -500,9 +510,17 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 				return fmt.Errorf("route %s: another route holds its ID: %w", rid, errBadInput)
 			}
 		case string(old) != string(body):
-			if _, err := tx.Exec(ctx, `UPDATE routes SET price = $2, last_traffic = $3, body = $4 WHERE id = $1`,
-				rid, int64(rt.Route.Price), nullTime(rt.Route.LastTraffic), body); err != nil {
+			// Only a live route, and only as this transaction loaded it
+			// (a charge adds to the earnings it read): a route closed, or
+			// charged, by a transaction this one did not see is a
+			// conflict, run again from the start.
+			tag, err := tx.Exec(ctx, `UPDATE routes SET price = $2, last_traffic = $3, body = $4 WHERE id = $1 AND closed_at IS NULL AND body::text = $5`,
+				rid, int64(rt.Route.Price), nullTime(rt.Route.LastTraffic), body, string(old))
+			if err != nil {
 				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("node %s: route %s changed meanwhile: %w", id, rid, errConflict)
 			}
 		}
 	}
@@ -553,6 +571,12 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
 		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
 	return err
+}
+
+// unusedClosure reports whether a closes a route for moving no traffic
+// (on an overloaded exit, or draining a paused node).
+func unusedClosure(a routing.Action) bool {
+	return a.Reason == routing.ReasonUnused || a.Reason == routing.ReasonDrain
 }
 
 func nullTime(t time.Time) *time.Time {

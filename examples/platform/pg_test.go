@@ -23,7 +23,13 @@ import (
 // without PostgreSQL (the tests needing it skip).
 var cluster *pgtest.Cluster
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &cluster)) }
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m, &cluster)
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // newPGTestPlatform starts a platform on the database at url, served by
 // an httptest server; called twice on one url, two replicas.
