@@ -108,6 +108,7 @@ type node struct {
 	nextRoute  int               // sequence for route IDs the platform gives out
 	readings   int64             // readings counted (not duplicates, not refused)
 	eventsSeen int64             // events the tracker produced, kept or not
+	startedAt  time.Time         // the overload's start by the platform's clock; zero when not overloaded
 	savedBytes []byte            // the file's content as last written
 }
 
@@ -289,20 +290,46 @@ func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutco
 	// routing's own adapter: overload start and end from the tracker, and
 	// memory from this reading (0 when the reading lacks it, so a stale
 	// figure never counts as above the move threshold).
+	ended := n.info.OverloadEnded
 	setOverload(&n.info, n.tracker, r)
+	platformClock(n, res.Event, ended, now)
 	if ev := res.Event; ev != nil {
 		switch ev.Kind {
 		case overload.Start:
-			c.log.Warn("overload started", "node", r.Node, "at", ev.At, "findings", findingTexts(ev.Findings))
+			c.log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", findingTexts(ev.Findings))
 		case overload.End:
-			c.log.Info("overload ended", "node", r.Node, "at", ev.At, "lasted", ev.Lasted,
-				"offered_again", offeredAgain(c.cfg.Policy, ev.At))
+			c.log.Info("overload ended", "node", r.Node, "at", now, "reading_at", ev.At, "lasted", ev.Lasted,
+				"offered_again", offeredAgain(c.cfg.Policy, now))
 		}
 	}
 	if res.Notice != nil {
 		c.log.Warn("notice", "node", r.Node, "text", res.Notice.Text)
 	}
 	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
+}
+
+// platformClock dates the overload's start and end by the platform's
+// clock, when it received the readings, so the move delay and the
+// cool-down run on one clock whatever the node's says: an agent whose
+// clock is behind starts no move early and shortens no cool-down. The
+// readings' own times still order them and are shown beside.
+func platformClock(n *node, ev *overload.Event, ended, now time.Time) {
+	n.info.OverloadEnded = ended
+	if ev != nil {
+		switch ev.Kind {
+		case overload.Start:
+			n.startedAt = now
+		case overload.End:
+			n.startedAt, n.info.OverloadEnded = time.Time{}, now
+		}
+	}
+	n.info.OverloadedSince = time.Time{}
+	if n.tracker.Overloaded() {
+		n.info.OverloadedSince = n.startedAt
+		if n.startedAt.IsZero() { // state kept before the platform dated starts
+			n.info.OverloadedSince = n.tracker.Since()
+		}
+	}
 }
 
 func findingTexts(fs []overload.Finding) []string {
@@ -671,8 +698,9 @@ type nodeView struct {
 	Country       string             `json:"country,omitempty"`
 	Paused        bool               `json:"paused"`
 	Overloaded    bool               `json:"overloaded"`
-	Since         time.Time          `json:"since,omitzero"`
-	OverloadEnded time.Time          `json:"overload_ended,omitzero"`
+	Since         time.Time          `json:"since,omitzero"`          // by the platform's clock
+	SinceReading  time.Time          `json:"since_reading,omitzero"`  // the same, by the node's
+	OverloadEnded time.Time          `json:"overload_ended,omitzero"` // by the platform's clock
 	Findings      []overload.Finding `json:"findings"`
 	Admitted      bool               `json:"admitted"`
 	Reason        routing.Reason     `json:"reason,omitempty"`
@@ -821,7 +849,7 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 	ok, why, admitErr := admitNode(p.cfg.Policy, n.info, now)
 	v := nodeView{
 		ID: n.info.ID, Registered: n.info.Role != 0, Country: n.info.Country, Paused: n.info.Paused,
-		Overloaded: n.tracker.Overloaded(), Since: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
+		Overloaded: n.tracker.Overloaded(), Since: n.info.OverloadedSince, SinceReading: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
 		Findings: n.tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.info.MemoryPercent,
 		LastReading: n.tracker.LastReading(), Price: n.info.Price, MaxUsers: n.info.MaxUsers,
 		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,
