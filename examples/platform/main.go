@@ -103,6 +103,7 @@ Flags:
 	fs.StringVar(&o.notify.File, "notify-file", "", "receivers of notices, one a line: NODE URL SECRET [SECRET…] (NODE * for every node without a line; reloaded on SIGHUP)")
 	fs.DurationVar(&o.notify.GiveUp, "notify-give-up", defaultGiveUp, "how long a notice's delivery is retried before it is failed")
 	fs.BoolVar(&o.notify.Ended, "notify-ended", false, "also send node.overload_ended when an overload ends")
+	fs.DurationVar(&o.notify.Timeout, "notify-timeout", defaultTimeout, "how long one delivery attempt may take; a replica that dies mid-attempt leaves the delivery to the others after twice this and 5 s")
 	pol := &o.cfg.Policy
 	fs.DurationVar(&pol.CoolDown, "cool-down", routing.DefaultCoolDown, "after an overload ends, how long the node takes nobody new (negative: none)")
 	fs.DurationVar(&pol.UnusedAfter, "unused-after", routing.DefaultUnusedAfter, "a route that moved no traffic this long is unused")
@@ -129,6 +130,9 @@ Flags:
 	}
 	if scheme, _, ok := strings.Cut(o.db, "://"); ok && scheme != "postgres" && scheme != "postgresql" {
 		return o, fmt.Errorf("-db %s: want a postgres:// or postgresql:// URL", redactURL(o.db))
+	}
+	if o.notify.Timeout <= 0 {
+		return o, fmt.Errorf("-notify-timeout %v: must be positive", o.notify.Timeout)
 	}
 	if o.notify.GiveUp <= 0 {
 		return o, fmt.Errorf("-notify-give-up %v: must be positive", o.notify.GiveUp)
