@@ -555,3 +555,31 @@ func checkLedger(t *testing.T, f *fleet, l *ledger, evReadings []overload.Readin
 		t.Errorf("node ev: %d notices, want %d", count["ev"], wantNotices)
 	}
 }
+
+// TestFleetRoutesPlanRound: routes opened while both replicas' plan
+// rounds run (every 100 ms) are every one kept, and the rounds close
+// none of them.
+func TestFleetRoutesPlanRound(t *testing.T) {
+	const nodes = 5
+	seed := &seedFile{}
+	for i := range nodes {
+		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("rp-%d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
+	}
+	eachFleet(t, seed, []string{"-plan-every", "100ms"}, func(t *testing.T, f *fleet) {
+		l := newLedger()
+		for i := range trials {
+			r := f.a
+			if i%2 == 1 {
+				r = f.b
+			}
+			l.send(t, r, openRequest{Node: fmt.Sprintf("rp-%d", i%nodes), User: fmt.Sprintf("u%d", i), Key: "k"})()
+		}
+		for i := range nodes {
+			id := fmt.Sprintf("rp-%d", i)
+			v := f.a.view(id)
+			if len(v.Routes) != l.opened[id] || len(v.Closed) != 0 {
+				t.Errorf("node %s: %d live routes and %d closed, %d opened", id, len(v.Routes), len(v.Closed), l.opened[id])
+			}
+		}
+	})
+}

@@ -40,34 +40,17 @@ func pageLimit(list, s string, paged bool) (int, error) {
 	return n, nil
 }
 
-// noticeCursor is where a page of GET /notices starts: after the notice
-// of Node at At. Notices are listed by time and then node, and a node
-// has at most one notice an hour, so the pair names one notice. Its text
-// form, the ?after= value, is "<RFC 3339 time>,<node>".
-type noticeCursor struct {
-	At   time.Time
-	Node string
-}
-
-func (c noticeCursor) String() string {
-	return c.At.UTC().Format(time.RFC3339Nano) + "," + c.Node
-}
-
-// after reports whether n comes after c in the list's order.
-func (c noticeCursor) after(at time.Time, node string) bool {
-	return at.After(c.At) || at.Equal(c.At) && node > c.Node
-}
-
-func parseNoticeCursor(s string) (noticeCursor, error) {
+// parseNoticeCursor parses GET /notices' ?after=: a notice's id, 0 or
+// more (0 or none: from the first).
+func parseNoticeCursor(s string) (int64, error) {
 	if s == "" {
-		return noticeCursor{}, nil
+		return 0, nil
 	}
-	ts, node, ok := strings.Cut(s, ",")
-	at, err := time.Parse(time.RFC3339Nano, ts)
-	if !ok || err != nil || node == "" {
-		return noticeCursor{}, fmt.Errorf("notices: after=%q: want \"<RFC 3339 time>,<node>\", the value of the previous page's Link: %w", s, errBadInput)
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 0 {
+		return 0, fmt.Errorf("notices: after=%q: want a notice id, 0 or more (the previous page's Link names it): %w", s, errBadInput)
 	}
-	return noticeCursor{At: at, Node: node}, nil
+	return id, nil
 }
 
 // requestTimeout bounds the work of one request, every store call in it
@@ -85,7 +68,7 @@ type service interface {
 	views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error)
 	view(ctx context.Context, id string) (nodeView, error)
 	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
-	notices(ctx context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error)
+	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
 	plans(ctx context.Context) ([]routing.Plan, error)
 	planRound(ctx context.Context) error
 }
@@ -218,7 +201,7 @@ func handler(svc service, toks tokens) http.Handler {
 		if err != nil {
 			return nil, 0, 0, "", err
 		}
-		limit, err := pageLimit("notices", r.URL.Query().Get("limit"), after != noticeCursor{})
+		limit, err := pageLimit("notices", r.URL.Query().Get("limit"), after != 0)
 		if err != nil {
 			return nil, 0, 0, "", err
 		}
@@ -227,7 +210,7 @@ func handler(svc service, toks tokens) http.Handler {
 			return nil, 0, 0, "", err
 		}
 		vs, err := withDeliveries(r.Context(), outboxOf(svc), ns)
-		return vs, len(vs), limit, last.String(), err
+		return vs, len(vs), limit, strconv.FormatInt(last, 10), err
 	}))
 	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
 		serveMetrics(notifierOf(svc), w, r)

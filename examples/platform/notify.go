@@ -635,17 +635,16 @@ func (d delivery) apply(res attemptResult) delivery {
 	return d
 }
 
-// noticeView is a notice as GET /notices shows it: with its id and its
-// delivery.
+// noticeView is a notice as GET /notices shows it: with its delivery,
+// whose id is the messages' webhook-id.
 type noticeView struct {
-	overload.Notice
-	ID       string       `json:"id"`
+	numberedNotice
 	Delivery deliveryView `json:"delivery"`
 }
 
 // withDeliveries adds each notice's delivery. A notice the outbox does
 // not hold (decided before there was one) shows as undeliverable.
-func withDeliveries(ctx context.Context, box outboxStore, ns []overload.Notice) ([]noticeView, error) {
+func withDeliveries(ctx context.Context, box outboxStore, ns []numberedNotice) ([]noticeView, error) {
 	out := make([]noticeView, len(ns))
 	ids := make([]string, len(ns))
 	for i, nt := range ns {
@@ -659,7 +658,7 @@ func withDeliveries(ctx context.Context, box outboxStore, ns []overload.Notice) 
 		}
 	}
 	for i, nt := range ns {
-		out[i] = noticeView{Notice: nt, ID: ids[i]}
+		out[i] = noticeView{numberedNotice: nt}
 		if d, ok := got[ids[i]]; ok {
 			out[i].Delivery = d.view()
 		} else {

@@ -313,9 +313,9 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 		byID[a.ID] = a
 	}
 	for _, nt := range notices {
-		a, ok := byID[nt.ID]
+		a, ok := byID[nt.Delivery.ID]
 		if !ok {
-			t.Fatalf("notice %s (%s) never received", nt.ID, nt.Text)
+			t.Fatalf("notice %s (%s) never received", nt.Delivery.ID, nt.Text)
 		}
 		if a.Msg.Type != typeOverloaded || a.Msg.Data.Text != nt.Text || a.Msg.Data.Node != nt.Node ||
 			len(a.Msg.Data.Findings) != 1 || a.Msg.Data.Findings[0].Text != "memory at 95 %" ||
@@ -323,7 +323,7 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 			t.Fatalf("message %+v, notice %+v", a.Msg, nt.Notice)
 		}
 		if nt.Delivery.Status != statusDelivered || nt.Delivery.Attempts != 1 || nt.Delivery.DeliveredAt.IsZero() {
-			t.Fatalf("notice %s: delivery %+v, want delivered at the first attempt", nt.ID, nt.Delivery)
+			t.Fatalf("notice %s: delivery %+v, want delivered at the first attempt", nt.Delivery.ID, nt.Delivery)
 		}
 	}
 	if len(attempts) != 50 {
@@ -378,12 +378,12 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 	}
 	for _, nt := range ps[0].notices() {
 		if nt.Delivery.Status != statusPending {
-			t.Fatalf("notice %s while the receiver is down: %+v, want pending", nt.ID, nt.Delivery)
+			t.Fatalf("notice %s while the receiver is down: %+v, want pending", nt.Delivery.ID, nt.Delivery)
 		}
 		// 10 s base, doubling, at most 2 min, with jitter down to half:
 		// at most 1 + the attempts that fit in 10 minutes at the shortest.
 		if most := attemptsWithin(10*time.Minute, cfg); nt.Delivery.Attempts > most || nt.Delivery.Attempts < 4 {
-			t.Fatalf("notice %s: %d attempts in 10 minutes down, want 4 to %d", nt.ID, nt.Delivery.Attempts, most)
+			t.Fatalf("notice %s: %d attempts in 10 minutes down, want 4 to %d", nt.Delivery.ID, nt.Delivery.Attempts, most)
 		}
 	}
 	h.setAnswer(http.StatusServiceUnavailable)
@@ -414,11 +414,11 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 	}
 	for _, nt := range ps[0].notices() {
 		if nt.Delivery.Status != statusDelivered {
-			t.Fatalf("notice %s: %+v, want delivered", nt.ID, nt.Delivery)
+			t.Fatalf("notice %s: %+v, want delivered", nt.Delivery.ID, nt.Delivery)
 		}
 		// Waits capped at 2 min: 10 minutes of 503 take 5 to 10 attempts.
-		if n503[nt.ID] < 4 || n503[nt.ID] > 11 {
-			t.Errorf("notice %s: %d attempts answered 503 in 10 minutes, want 5 to 10", nt.ID, n503[nt.ID])
+		if n503[nt.Delivery.ID] < 4 || n503[nt.Delivery.ID] > 11 {
+			t.Errorf("notice %s: %d attempts answered 503 in 10 minutes, want 5 to 10", nt.Delivery.ID, n503[nt.Delivery.ID])
 		}
 	}
 }

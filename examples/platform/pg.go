@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,8 +34,11 @@ type pgPlatform struct {
 	db        *pgxpool.Pool
 	planEvery time.Duration
 	jobs      chan *reportJob // to the batch workers; nil: a transaction a report
-	stop      chan struct{}
-	workers   sync.WaitGroup
+	// batchTimeout bounds a batch's transaction, and then each of its
+	// reports taken again alone.
+	batchTimeout time.Duration
+	stop         chan struct{}
+	workers      sync.WaitGroup
 }
 
 // pgOptions are the PostgreSQL store's own settings.
@@ -49,6 +54,10 @@ type pgOptions struct {
 	// its row locks (the server's idle_in_transaction_session_timeout);
 	// zero: defaultIdleInTx.
 	IdleInTx time.Duration
+	// BatchTimeout bounds a batch's transaction, and each of its reports
+	// taken again alone if it fails; zero: half a request's time, so the
+	// reports taken again have time left to answer.
+	BatchTimeout time.Duration
 }
 
 // Server-side bounds on every session, unless the -db URL sets them: a
@@ -103,7 +112,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	if err != nil {
 		return nil, fmt.Errorf("-db: %w", err)
 	}
-	p := &pgPlatform{rules: c, db: db, planEvery: planEvery}
+	p := &pgPlatform{rules: c, db: db, planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2)}
 	if p.notify != nil {
 		p.notify.box = &pgOutbox{db: db}
 	}
@@ -533,12 +542,57 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			return err
 		}
 	}
-	if n.notice != nil {
-		// The hour is decided here too, not only by the tracker: no notice
-		// goes into the table within NoticeEvery of the node's last one.
+	state, err := encodeNode(n.node, false)
+	if err != nil {
+		return err
+	}
+	role := (*string)(nil)
+	if n.info.Role != 0 {
+		s := n.info.Role.String()
+		role = &s
+	}
+	_, err = tx.Exec(ctx, `UPDATE nodes SET role = $2, country = $3, state = $4, readings = $5, overloaded = $6,
+		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
+		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
+	return err
+}
+
+// noticeLock is the advisory lock a transaction takes, until it ends,
+// before it inserts notices.
+const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
+
+// sendNotices inserts the notices of the nodes the transaction reported
+// (at most one a node), as its last step: GET /notices pages by the
+// notice's id, so a notice must never become visible after one with a
+// higher id. A sequence alone does not give that (a transaction may take
+// id 5, another id 6 and commit first: a client that paged past 6 never
+// sees 5). So the ids are taken under noticeLock, a transaction-level
+// advisory lock the server releases only after the commit is visible:
+// whoever takes the next id does so after every lower id was committed or
+// rolled back. Taken last, after every node lock the transaction holds,
+// the lock waits on nothing else, so it cannot be part of a deadlock;
+// notices are rare (one an hour a node at most), so replicas seldom wait
+// on it.
+//
+// The hour is decided here too, not only by the tracker: no notice goes
+// into the table within NoticeEvery of the node's last one. A notice
+// refused so is taken out of its node (n.notice nil).
+func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+	locked := false
+	for _, n := range nodes {
+		if n == nil || n.notice == nil {
+			continue
+		}
+		id := n.info.ID
 		b, err := json.Marshal(n.notice)
 		if err != nil {
 			return fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
+		}
+		if !locked {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(noticeLock)); err != nil {
+				return err
+			}
+			locked = true
 		}
 		every := n.tracker.Limits().NoticeEvery
 		if every <= 0 {
@@ -555,22 +609,17 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			n.notice = nil
 		}
 	}
-	if err := p.enqueueDecided(ctx, tx, n, now); err != nil {
-		return err
+	// The outbox rows, in the same transaction: a notice counted is
+	// delivered, one rolled back is never sent.
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		if err := p.enqueueDecided(ctx, tx, n, p.now()); err != nil {
+			return err
+		}
 	}
-	state, err := encodeNode(n.node, false)
-	if err != nil {
-		return err
-	}
-	role := (*string)(nil)
-	if n.info.Role != 0 {
-		s := n.info.Role.String()
-		role = &s
-	}
-	_, err = tx.Exec(ctx, `UPDATE nodes SET role = $2, country = $3, state = $4, readings = $5, overloaded = $6,
-		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
-		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
-	return err
+	return nil
 }
 
 // unusedClosure reports whether a closes a route for moving no traffic
@@ -667,7 +716,7 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 		}
 		return out, err
 	}
-	j := &reportJob{r: r, done: make(chan struct{})}
+	j := &reportJob{ctx: ctx, r: r, done: make(chan struct{})}
 	select {
 	case p.jobs <- j:
 	case <-ctx.Done():
@@ -692,8 +741,17 @@ func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (repor
 	var refused error
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		out, refused, err = p.reportIn(ctx, tx, r)
-		return err
+		var n *pgNode
+		if out, refused, n, err = p.reportIn(ctx, tx, r); err != nil {
+			return err
+		}
+		if err := p.sendNotices(ctx, tx, []*pgNode{n}); err != nil {
+			return err
+		}
+		if n != nil {
+			out.Notice = n.notice // nil if the database refused it
+		}
+		return nil
 	})
 	if err != nil {
 		return reportOutcome{}, err
@@ -702,31 +760,35 @@ func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (repor
 }
 
 // reportIn takes reading r in tx: lock its node (created if new), count
-// the reading, plan the node, write it all back. A reading refused
-// (duplicate, older, invalid) writes nothing and is returned as refused.
-func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading) (out reportOutcome, refused, err error) {
-	n, err := p.lockNode(ctx, tx, r.Node, true)
+// the reading, plan the node, write it all back but its notice, which the
+// caller sends (sendNotices) once every node of the transaction is
+// written, and returns the node. A reading refused (duplicate, older,
+// invalid) writes nothing and is returned as refused, with no node.
+func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading) (out reportOutcome, refused error, n *pgNode, err error) {
+	n, err = p.lockNode(ctx, tx, r.Node, true)
 	if err != nil {
-		return out, nil, err
+		return out, nil, nil, err
 	}
 	now := p.now()
 	if out, refused = p.observe(n.node, r, now); refused != nil {
-		if n.created { // a node is kept from its first counted reading
+		// A node is kept from its first counted reading: the row this
+		// transaction inserted (created) goes; a row another committed
+		// is never deleted.
+		if n.created {
 			if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, r.Node); err != nil {
-				return out, nil, err
+				return out, nil, nil, err
 			}
 		}
-		return out, refused, nil
+		return out, refused, nil, nil
 	}
 	n.event, n.notice = out.Event, out.Notice
 	if err := p.plan(ctx, tx, n, now); err != nil {
-		return out, nil, err
+		return out, nil, nil, err
 	}
 	if err := p.saveNode(ctx, tx, n); err != nil {
-		return out, nil, err
+		return out, nil, nil, err
 	}
-	out.Notice = n.notice // nil if the database refused it
-	return out, nil, nil
+	return out, nil, n, nil
 }
 
 func (p *pgPlatform) admit(ctx context.Context, id string) (admitAnswer, error) {
@@ -1054,37 +1116,32 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 	return page, err
 }
 
-// notices returns the notices after after (all, for the zero cursor), by
-// time and then node, at most limit of them (0: all), and where the last
-// one is, by the table's own at (microseconds), so the next page starts
-// exactly after it.
-func (p *pgPlatform) notices(ctx context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error) {
-	out := []overload.Notice{}
-	var last noticeCursor
-	var from *time.Time // NULL: from the first
-	if !after.At.IsZero() {
-		from = &after.At
-	}
+// notices returns the notices whose id is above after, by id, at most
+// limit of them (0: all), and the last one's id (after, when there is
+// none). Ids grow with commits (sendNotices), so a client paging on
+// from the last id it saw misses none committed later.
+func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
+	out := []numberedNotice{}
+	last := after
 	var lim *int // NULL: LIMIT ALL
 	if limit > 0 {
 		lim = &limit
 	}
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		out, last = out[:0], noticeCursor{}
-		rows, err := tx.Query(ctx, `SELECT body, at, node FROM notices
-			WHERE $1::timestamptz IS NULL OR (at, node) > ($1, $2)
-			ORDER BY at, node LIMIT $3`, from, after.Node, lim)
+		out, last = out[:0], after
+		rows, err := tx.Query(ctx, `SELECT id, body FROM notices WHERE id > $1 ORDER BY id LIMIT $2`, after, lim)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var body []byte
-			var n overload.Notice
-			if err := rows.Scan(&body, &last.At, &last.Node); err != nil {
+			var n numberedNotice
+			if err := rows.Scan(&n.ID, &body); err != nil {
 				return err
 			}
-			if json.Unmarshal(body, &n) == nil { // else a stored value of an older shape
+			last = n.ID
+			if json.Unmarshal(body, &n.Notice) == nil { // else a stored value of an older shape
 				out = append(out, n)
 			}
 		}
@@ -1129,8 +1186,17 @@ func queryJSON[T any](ctx context.Context, p *pgPlatform, query string) ([]T, er
 // a report or a round for planEvery), one transaction per node. A node
 // another replica is planning or reporting is skipped (FOR UPDATE SKIP
 // LOCKED), so replicas share the round without planning a node twice.
+//
+// A node that cannot be planned (its state does not load, its plan or
+// its write-back fails) does not stop the round: its error is logged,
+// its next plan is pushed back by planEvery in a transaction of its own
+// (so it is not the oldest due again at the next round), and the round
+// goes on with the others; the round's error counts and names those
+// nodes. Only the round's own deadline, or a database that cannot be
+// reached, ends it early.
 func (p *pgPlatform) planRound(ctx context.Context) error {
-	failed := []string{} // nodes whose plan could not be saved this round
+	failed := []string{} // nodes not planned this round (not NULL: NOT (id = ANY(NULL)) holds for none)
+	var firstErr error
 	for {
 		found := false
 		var id string
@@ -1149,10 +1215,6 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 			found = true
 			n, err := p.loadNode(ctx, tx, id, state)
 			if err != nil {
-				// One node's bad state does not stop the round: push its
-				// plan back and go on.
-				p.log.Error("plan round", "node", id, "err", err)
-				_, err = tx.Exec(ctx, `UPDATE nodes SET next_plan_at = $2 WHERE id = $1`, id, now.Add(p.planEvery))
 				return err
 			}
 			if err := p.plan(ctx, tx, n, now); err != nil {
@@ -1160,17 +1222,22 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 			}
 			return p.saveNode(ctx, tx, n)
 		})
-		if errors.Is(err, errUnsaved) && id != "" {
-			// One node's state that cannot be saved does not stop the
-			// round: the others are planned.
-			p.log.Error("plan round: node state not saved", "node", id, "err", err)
+		if err != nil && id != "" && ctx.Err() == nil {
+			p.log.Error("plan round: node not planned", "node", id, "err", err)
 			failed = append(failed, id)
+			firstErr = cmp.Or(firstErr, err)
+			if _, perr := p.db.Exec(ctx, `UPDATE nodes SET next_plan_at = $2 WHERE id = $1`, id, p.now().Add(p.planEvery)); perr != nil {
+				p.log.Error("plan round: next plan not pushed back", "node", id, "err", perr)
+			}
 			continue
 		}
 		if err != nil {
 			return err
 		}
 		if !found {
+			if len(failed) > 0 {
+				return fmt.Errorf("%d nodes not planned (%s): %w", len(failed), strings.Join(failed, ", "), firstErr)
+			}
 			return nil
 		}
 	}

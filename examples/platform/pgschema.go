@@ -64,7 +64,12 @@ CREATE INDEX notices_by_node ON notices (node, at);
 	`
 CREATE INDEX notices_by_time ON notices (at, node);
 `,
-	// 3: the outbox: one row per message, written with its notice.
+	// 3: notices paged by id (their primary key), which grows with
+	// commits; the index by time is no longer read.
+	`
+DROP INDEX notices_by_time;
+`,
+	// 4: the outbox: one row per message, written with its notice.
 	`
 CREATE TABLE deliveries (
 	id           text PRIMARY KEY,      -- webhook-id

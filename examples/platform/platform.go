@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -60,7 +60,18 @@ type platform struct {
 
 	mu    sync.Mutex
 	nodes map[string]*node
-	box   *fileOutbox // nil without a notifier
+	// lastNotice is the id of the newest notice: the next one is
+	// lastNotice+1, given under mu and saved before mu is released, so a
+	// notice with a higher id was always saved after every lower one.
+	lastNotice int64
+	box        *fileOutbox // nil without a notifier
+}
+
+// numberedNotice is a notice with its id, which orders GET /notices: in
+// JSON, the notice's own fields and "id".
+type numberedNotice struct {
+	ID int64 `json:"id"`
+	overload.Notice
 }
 
 // rules is what both stores share: the configuration and the per-node
@@ -103,7 +114,7 @@ type node struct {
 	prices     *pricing.History
 	routes     map[string]*route // live routes by ID
 	closed     []closedRoute     // newest last, at most maxClosed
-	notices    []overload.Notice // newest last, at most maxNotices
+	notices    []numberedNotice  // newest last, at most maxNotices
 	lastPlan   *routing.Plan     // the latest plan that closed something
 	nextRoute  int               // sequence for route IDs the platform gives out
 	readings   int64             // readings counted (not duplicates, not refused)
@@ -240,7 +251,8 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 			"node", r.Node)
 	}
 	if out.Notice != nil {
-		n.notices = appendBounded(n.notices, *out.Notice, maxNotices)
+		p.lastNotice++
+		n.notices = appendBounded(n.notices, numberedNotice{ID: p.lastNotice, Notice: *out.Notice}, maxNotices)
 	}
 	// The outbox first: a notice saved in the node's file is always on
 	// its way (see enqueueDecided).
@@ -882,32 +894,27 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 	return v
 }
 
-// notices returns the notices after after (all, for the zero cursor),
-// oldest first and then by node, at most limit of them (0: all), and
-// where the last one is.
-func (p *platform) notices(_ context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error) {
+// notices returns the notices whose id is above after, by id (the order
+// they were saved in), at most limit of them (0: all), and the last one's
+// id (after, when there is none).
+func (p *platform) notices(_ context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := []overload.Notice{}
-	for _, id := range p.ids() {
-		for _, n := range p.nodes[id].notices {
-			if after.At.IsZero() || after.after(n.At, n.Node) {
-				out = append(out, n)
+	out := []numberedNotice{}
+	for _, n := range p.nodes {
+		for _, nn := range n.notices {
+			if nn.ID > after {
+				out = append(out, nn)
 			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b overload.Notice) int {
-		if c := a.At.Compare(b.At); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Node, b.Node)
-	})
+	slices.SortFunc(out, func(a, b numberedNotice) int { return cmp.Compare(a.ID, b.ID) })
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
-	var last noticeCursor
+	last := after
 	if len(out) > 0 {
-		last = noticeCursor{At: out[len(out)-1].At, Node: out[len(out)-1].Node}
+		last = out[len(out)-1].ID
 	}
 	return out, last, nil
 }

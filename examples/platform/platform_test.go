@@ -811,9 +811,10 @@ func testNodesPaging(t *testing.T, open opener) {
 	}
 }
 
-// TestNoticesPaging: GET /notices?limit=N pages the notices by time and
-// node; following Link gives them all, each once, in the unpaged order,
-// also when several share one instant. A bad cursor is a 400.
+// TestNoticesPaging: GET /notices?limit=N pages the notices by id (the
+// order they were sent in); following Link gives them all, each once, in
+// the unpaged order, also when several share one instant. A bad cursor
+// is a 400.
 func TestNoticesPaging(t *testing.T) { eachStore(t, testNoticesPaging) }
 
 func testNoticesPaging(t *testing.T, open opener) {
@@ -838,11 +839,11 @@ func testNoticesPaging(t *testing.T, open opener) {
 			c.add(time.Hour)
 		}
 	}
-	var all []overload.Notice
+	var all []numberedNotice
 	if code := tp.do("GET", "/notices", nil, &all); code != 200 || len(all) != 14 {
 		t.Fatalf("/notices: %d, %d notices, want 14", code, len(all))
 	}
-	paged, pages := walkPages[overload.Notice](t, tp, "/notices?limit=4", 4, 5)
+	paged, pages := walkPages[numberedNotice](t, tp, "/notices?limit=4", 4, 5)
 	if pages != 4 {
 		t.Errorf("%d pages of 4 for 14 notices, want 4", pages)
 	}
@@ -853,11 +854,14 @@ func testNoticesPaging(t *testing.T, open opener) {
 		if paged[i].Node != all[i].Node || !paged[i].At.Equal(all[i].At) {
 			t.Errorf("notice %d: paged %s at %v, unpaged %s at %v", i, paged[i].Node, paged[i].At, all[i].Node, all[i].At)
 		}
-		if i > 0 && all[i].At.Equal(all[i-1].At) && all[i].Node <= all[i-1].Node {
-			t.Errorf("notices %d and %d at one instant not by node: %s, %s", i-1, i, all[i-1].Node, all[i].Node)
+		if paged[i].ID != all[i].ID || i > 0 && all[i].ID <= all[i-1].ID {
+			t.Errorf("notice %d: id %d (paged %d), after %d: want ids growing", i, all[i].ID, paged[i].ID, all[max(i-1, 0)].ID)
+		}
+		if i > 0 && all[i].At.Before(all[i-1].At) {
+			t.Errorf("notices %d and %d: %v after %v, want in the order they were sent", i-1, i, all[i].At, all[i-1].At)
 		}
 	}
-	for _, q := range []string{"after=yesterday,x1", "after=2026-11-30T12:00:00Z", "limit=0"} {
+	for _, q := range []string{"after=2026-11-30T12:00:00Z,x1", "after=-1", "after=x", "limit=0"} {
 		if code := tp.do("GET", "/notices?"+q, nil, nil); code != 400 {
 			t.Errorf("/notices?%s: %d, want 400", q, code)
 		}
@@ -1027,5 +1031,53 @@ func TestErrorsShowWallTimes(t *testing.T) {
 	err = p.setPrice(t.Context(), priceRequest{Node: "x1", Price: -5})
 	if err == nil || strings.Contains(err.Error(), "m=") {
 		t.Fatalf("a negative price: %v, want an error without a monotonic reading", err)
+	}
+}
+
+// TestNoticeIDsFromOldFiles: notices of a state directory written before
+// notices had ids are numbered at start, by time and then node, and new
+// ones go on after them.
+func TestNoticeIDsFromOldFiles(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: t0}
+	tp := newTestPlatform(t, dir, c, testSeed())
+	for range 3 {
+		for _, id := range []string{"x2", "x1"} { // x2's notice first, x1's at the same instant
+			tp.read(id, 95)
+		}
+		c.add(30 * time.Second)
+	}
+	tp.srv.Close()
+	for _, id := range []string{"x1", "x2"} {
+		path := filepath.Join(dir, id+".json")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f map[string]any
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		delete(f, "notice_ids")
+		if b, err = json.Marshal(f); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tp = newTestPlatform(t, dir, c, nil)
+	for range 3 {
+		tp.read("f1", 95)
+		c.add(30 * time.Second)
+	}
+	var ns []numberedNotice
+	tp.do("GET", "/notices", nil, &ns)
+	var got []string
+	for _, n := range ns {
+		got = append(got, fmt.Sprintf("%d %s", n.ID, n.Node))
+	}
+	if want := []string{"1 x1", "2 x2", "3 f1"}; !slices.Equal(got, want) {
+		t.Fatalf("notices %q, want %q", got, want)
 	}
 }
