@@ -958,3 +958,29 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// TestNotifyTimeout: a receiver that does not answer within the timeout
+// is retried later, the attempt recorded as timed out.
+func TestNotifyTimeout(t *testing.T) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	h.mu.Lock()
+	h.hold = make(chan struct{})
+	h.mu.Unlock()
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	cfg.Timeout = 200 * time.Millisecond
+	n := newNotifier4Test(t, c, cfg)
+	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.box.close()
+	tp := notifyPlatform{serveTest(t, c, p), n}
+	overloadNode(t, c, "slow", tp)
+	drain(t, n)
+	ns := tp.notices()
+	if d := ns[0].Delivery; d.Status != statusPending || d.Attempts != 1 || d.LastError != "timed out" ||
+		d.NextAttempt.Sub(c.now()) < cfg.backoffBase/2 {
+		t.Fatalf("delivery %+v: want pending after one timed-out attempt, the next one at least %v later", d, cfg.backoffBase/2)
+	}
+}
