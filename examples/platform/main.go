@@ -26,7 +26,7 @@
 //	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events;
 //	                      /nodes?after=ID&limit=N pages, Link: rel="next"
 //	GET  /nodes/X/events  the node's events, oldest first: ?after=ID&limit=N
-//	GET  /notices         every notice, oldest first; ?after=…&limit=N pages
+//	GET  /notices         every notice, by id (the order sent); ?after=ID&limit=N pages
 //	GET  /healthz         {"ok":true}, no token
 //	GET  /plans           each node's latest plan that closed something
 //	GET  /metrics         notice deliveries, Prometheus text format

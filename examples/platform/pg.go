@@ -29,6 +29,28 @@ import (
 // after the other, as one tracker would. What the node's tracker, price
 // history and plan budgets hold is one JSON value in that row; routes,
 // events and notices are rows of their own.
+//
+// Every transaction runs at READ COMMITTED, and what each rule rests on:
+//   - a node's state, its live routes, its readings, admission up to
+//     max_users, its charges and closures, its one notice an hour: the
+//     node's row lock, taken before anything of the node is read
+//     (lockNode); every route write is also conditional on the route
+//     being live and as loaded, rows affected checked (saveNode);
+//   - a node created once, and never deleted once another transaction
+//     committed it: the primary key, by what INSERT … ON CONFLICT DO
+//     NOTHING RETURNING did (lockNode);
+//   - a move's alternative still open, and a route closed as unused not
+//     made another move's alternative meanwhile (rules across two nodes,
+//     which no node lock covers): the routes' row locks, taken in ID
+//     order, and the columns re-checked under them (saveNode);
+//   - a route ID held by one route: the routes table's primary key;
+//   - notice ids that grow with commits (GET /notices pages by them):
+//     the advisory lock noticeLock (sendNotices);
+//   - one plan of a node at a time across replicas: the row lock, taken
+//     by rounds with SKIP LOCKED (planRound).
+//
+// A deadlock or a conflict found under a lock (errConflict) runs the
+// transaction again from the start (inTx).
 type pgPlatform struct {
 	rules
 	db        *pgxpool.Pool
