@@ -173,13 +173,7 @@ func handler(svc service, toks tokens) http.Handler {
 		vs, last, err := svc.views(r.Context(), after, limit)
 		return vs, len(vs), limit, last, err
 	}))
-	mux.HandleFunc("GET /nodes/{id}", get(func(r *http.Request) (any, error) {
-		v, err := svc.view(r.Context(), r.PathValue("id"))
-		if err == nil {
-			v.Deliveries, err = nodeDeliveries(r.Context(), svc, v.ID)
-		}
-		return v, err
-	}))
+	mux.HandleFunc("GET /nodes/{id}", get(func(r *http.Request) (any, error) { return svc.view(r.Context(), r.PathValue("id")) }))
 	mux.HandleFunc("GET /nodes/{id}/events", get(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		after, limit := int64(0), 100
@@ -206,14 +200,7 @@ func handler(svc service, toks tokens) http.Handler {
 			return nil, 0, 0, "", err
 		}
 		ns, last, err := svc.notices(r.Context(), after, limit)
-		if err != nil {
-			return nil, 0, 0, "", err
-		}
-		vs, err := withDeliveries(r.Context(), outboxOf(svc), ns)
-		return vs, len(vs), limit, strconv.FormatInt(last, 10), err
-	}))
-	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
-		serveMetrics(notifierOf(svc), w, r)
+		return ns, len(ns), limit, strconv.FormatInt(last, 10), err
 	}))
 	mux.HandleFunc("GET /plans", get(func(r *http.Request) (any, error) { return svc.plans(r.Context()) }))
 	return mux

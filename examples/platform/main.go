@@ -209,7 +209,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	srv := &http.Server{
-		Handler:           handler(svc, toks),
+		Handler:           notifyRoutes(handler(withNotify(svc), toks), o.cfg.Notifier, toks),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -635,37 +635,85 @@ func (d delivery) apply(res attemptResult) delivery {
 	return d
 }
 
-// noticeView is a notice as GET /notices shows it: with its delivery,
-// whose id is the messages' webhook-id.
-type noticeView struct {
-	numberedNotice
-	Delivery deliveryView `json:"delivery"`
+// withNotify is svc whose notices (GET /notices) and node views (GET
+// /nodes/X) carry their deliveries; svc itself without a notifier.
+func withNotify(svc service) service {
+	n := notifierOf(svc)
+	if n == nil || n.box == nil {
+		return svc
+	}
+	return notifying{svc, n}
 }
 
-// withDeliveries adds each notice's delivery. A notice the outbox does
-// not hold (decided before there was one) shows as undeliverable.
-func withDeliveries(ctx context.Context, box outboxStore, ns []numberedNotice) ([]noticeView, error) {
-	out := make([]noticeView, len(ns))
+type notifying struct {
+	service
+	n *notifier
+}
+
+func (s notifying) view(ctx context.Context, id string) (nodeView, error) {
+	v, err := s.service.view(ctx, id)
+	if err == nil {
+		v.Deliveries, err = nodeDeliveries(ctx, s.n.box, v.ID)
+	}
+	return v, err
+}
+
+func (s notifying) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
+	ns, last, err := s.service.notices(ctx, after, limit)
+	if err == nil {
+		err = addDeliveries(ctx, s.n.box, ns)
+	}
+	return ns, last, err
+}
+
+// addDeliveries sets each notice's delivery. A notice the outbox does not
+// hold (decided before there was one) shows as undeliverable.
+func addDeliveries(ctx context.Context, box outboxStore, ns []numberedNotice) error {
 	ids := make([]string, len(ns))
 	for i, nt := range ns {
 		ids[i] = noticeID(nt.Node, nt.At)
 	}
-	var got map[string]delivery
-	if box != nil {
-		var err error
-		if got, err = box.byIDs(ctx, ids); err != nil {
-			return nil, err
-		}
+	got, err := box.byIDs(ctx, ids)
+	if err != nil {
+		return err
 	}
-	for i, nt := range ns {
-		out[i] = noticeView{numberedNotice: nt}
+	for i := range ns {
+		v := deliveryView{ID: ids[i], Type: typeOverloaded, Status: statusUndeliverable}
 		if d, ok := got[ids[i]]; ok {
-			out[i].Delivery = d.view()
-		} else {
-			out[i].Delivery = deliveryView{ID: ids[i], Type: typeOverloaded, Status: statusUndeliverable}
+			v = d.view()
 		}
+		ns[i].Delivery = &v
 	}
-	return out, nil
+	return nil
+}
+
+// notifyRoutes serves GET /metrics, with an operator's token, and passes
+// every other request to h.
+func notifyRoutes(h http.Handler, n *notifier, toks tokens) http.Handler {
+	idx := toks.index()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, reasonInvalid, errors.New("/metrics: GET only"))
+			return
+		}
+		node, ok := idx.lookup(r.Header.Get("Authorization"))
+		switch {
+		case !ok:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
+			writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
+		case node != "":
+			writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the token of node %s may only report", node))
+		default:
+			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+			defer cancel()
+			serveMetrics(n, w, r.WithContext(ctx))
+		}
+	})
 }
 
 // notifierOf is the notifier of a store, nil for none.
@@ -678,23 +726,11 @@ func notifierOf(svc service) *notifier {
 
 func (c *rules) notifier() *notifier { return c.notify }
 
-// outboxOf is the outbox of a store, nil for none.
-func outboxOf(svc service) outboxStore {
-	if n := notifierOf(svc); n != nil {
-		return n.box
-	}
-	return nil
-}
-
 // maxNodeDeliveries is how many of a node's deliveries /nodes/X shows.
 const maxNodeDeliveries = 10
 
 // nodeDeliveries is what /nodes/X shows of the node's deliveries.
-func nodeDeliveries(ctx context.Context, svc service, node string) ([]deliveryView, error) {
-	box := outboxOf(svc)
-	if box == nil {
-		return nil, nil
-	}
+func nodeDeliveries(ctx context.Context, box outboxStore, node string) ([]deliveryView, error) {
 	ds, err := box.byNode(ctx, node, maxNodeDeliveries)
 	if err != nil {
 		return nil, err

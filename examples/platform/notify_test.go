@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -209,7 +210,7 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 			if err != nil {
 				t.Fatal(err)
 			}
-			tp := serveTest(t, c, p)
+			tp := serveNotifyTest(t, c, p)
 			tp.dir, tp.p = dir, p
 			t.Cleanup(func() { p.box.close() })
 			return notifyPlatform{tp, n}
@@ -224,7 +225,7 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 				t.Fatal(err)
 			}
 			t.Cleanup(p.close)
-			return notifyPlatform{serveTest(t, c, p), n}
+			return notifyPlatform{serveNotifyTest(t, c, p), n}
 		}, 2)
 	})
 }
@@ -269,9 +270,18 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 	}
 }
 
-func (np notifyPlatform) notices() []noticeView {
+// serveNotifyTest serves svc as main does: notices and views with their
+// deliveries, and /metrics.
+func serveNotifyTest(t *testing.T, c *clock, svc service) *testPlatform {
+	toks := tokens{testToken: "", "x1-token": "x1"}
+	srv := httptest.NewServer(notifyRoutes(handler(withNotify(svc), toks), notifierOf(svc), toks))
+	t.Cleanup(srv.Close)
+	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
+}
+
+func (np notifyPlatform) notices() []numberedNotice {
 	np.t.Helper()
-	var out []noticeView
+	var out []numberedNotice
 	if code := np.do("GET", "/notices", nil, &out); code != 200 {
 		np.t.Fatalf("/notices: %d", code)
 	}
@@ -332,6 +342,12 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 	v := ps[len(ps)-1].node("n07")
 	if len(v.Deliveries) != 1 || v.Deliveries[0].Status != statusDelivered || v.Deliveries[0].ID != noticeID("n07", t0.Add(24*time.Second)) {
 		t.Errorf("/nodes/n07 deliveries %+v", v.Deliveries)
+	}
+	if code, _, _ := ps[0].raw("GET", "/metrics", "", ""); code != 401 {
+		t.Errorf("/metrics without a token: %d, want 401", code)
+	}
+	if code, _, _ := ps[0].raw("GET", "/metrics", "x1-token", ""); code != 403 {
+		t.Errorf("/metrics with a node's token: %d, want 403", code)
 	}
 	code, _, body := ps[0].raw("GET", "/metrics", testToken, "")
 	for _, want := range []string{`platform_notice_deliveries{status="delivered"} 50`, `platform_notice_deliveries{status="pending"} 0`,
@@ -600,7 +616,7 @@ func TestNotifyFailureLogsHostOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.box.close()
-	tp := notifyPlatform{serveTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
 	overloadNode(t, c, "x", tp)
 	drain(t, n)
 	c.add(time.Hour)
@@ -650,7 +666,7 @@ func TestNotifySlowReceiver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.box.close()
-	tp := notifyPlatform{serveTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
 	for i := range 10 {
 		overloadNode(t, c, fmt.Sprintf("s%d", i), tp)
 	}
@@ -702,7 +718,7 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(p.close)
-		return notifyPlatform{serveTest(t, c, p), n}
+		return notifyPlatform{serveNotifyTest(t, c, p), n}
 	}
 	a, b := open(), open()
 	for i := range 10 {
@@ -742,7 +758,11 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		sent++
+		// The attempts end (their results recorded, or lost to the
+		// restart) before the test's clock moves on: on a real clock the
+		// lease outlasts an attempt.
 		b.n.pump(t.Context())
+		b.n.running.Wait()
 	}
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
@@ -838,7 +858,7 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 		return p, n
 	}
 	p, n := open()
-	tp := notifyPlatform{serveTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
 	overloadNode(t, c, "r1", tp)
 	drain(t, n)
 	// A crash after the outbox's append, before the node's file: an
@@ -975,7 +995,7 @@ func TestNotifyTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.box.close()
-	tp := notifyPlatform{serveTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
 	overloadNode(t, c, "slow", tp)
 	drain(t, n)
 	ns := tp.notices()

@@ -72,6 +72,7 @@ type platform struct {
 type numberedNotice struct {
 	ID int64 `json:"id"`
 	overload.Notice
+	Delivery *deliveryView `json:"delivery,omitempty"` // filled in by withNotify
 }
 
 // rules is what both stores share: the configuration and the per-node
