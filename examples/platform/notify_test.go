@@ -1004,3 +1004,66 @@ func TestNotifyTimeout(t *testing.T) {
 		t.Fatalf("delivery %+v: want pending after one timed-out attempt, the next one at least %v later", d, cfg.backoffBase/2)
 	}
 }
+
+// TestNotifyEnded: with -notify-ended, the end of an overload is sent as
+// node.overload_ended too; without it, only the start.
+func TestNotifyEnded(t *testing.T) { eachNotifyStore(t, testNotifyEnded) }
+
+func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	cfg.Ended = true
+	var ps []notifyPlatform
+	var ns []*notifier
+	for range replicas {
+		p := open(c, cfg)
+		ps, ns = append(ps, p), append(ns, p.n)
+	}
+	overloadNode(t, c, "e1", ps...)
+	calm(t, c, "e1", ps...)
+	drain(t, ns...)
+	attempts, accepted := h.snapshot()
+	if len(accepted) != 2 || len(attempts) != 2 {
+		t.Fatalf("%d ids, %d attempts; want the start and the end, once each", len(accepted), len(attempts))
+	}
+	if a, b := attempts[0].Msg, attempts[1].Msg; a.Type == b.Type || (a.Type != typeOverloadEnded && b.Type != typeOverloadEnded) {
+		t.Fatalf("types %s and %s, want %s and %s", a.Type, b.Type, typeOverloaded, typeOverloadEnded)
+	}
+	for _, a := range attempts {
+		if a.Msg.Type == typeOverloadEnded && (a.Msg.Data.Lasted == "" || !strings.Contains(a.Msg.Data.Text, "e1 is no longer overloaded")) {
+			t.Fatalf("end message %+v", a.Msg.Data)
+		}
+	}
+}
+
+// TestNotifyGiveUp: a receiver answering 503 past -notify-give-up: the
+// delivery is failed, and no attempt is made after.
+func TestNotifyGiveUp(t *testing.T) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	h.setAnswer(http.StatusServiceUnavailable)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	cfg.GiveUp = 5 * time.Minute
+	n := newNotifier4Test(t, c, cfg)
+	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.box.close()
+	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	overloadNode(t, c, "g1", tp)
+	start := c.now()
+	for c.now().Sub(start) < 10*time.Minute {
+		drain(t, n)
+		c.add(5 * time.Second)
+	}
+	d := tp.notices()[0].Delivery
+	if d.Status != statusFailed || !strings.Contains(d.LastError, "given up after") || d.LastStatus != 503 {
+		t.Fatalf("delivery %+v, want failed: given up", d)
+	}
+	attempts, _ := h.snapshot()
+	if last := attempts[len(attempts)-1].At; last.Sub(start) > cfg.GiveUp+cfg.backoffMax {
+		t.Fatalf("an attempt %v after the start, past the give-up", last.Sub(start))
+	}
+}
