@@ -18,6 +18,7 @@ import (
 	"github.com/proofkit/nodekit/internal/pgtest"
 	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -42,6 +43,7 @@ type linState struct {
 	maxSeq   uint64
 	users    int
 	earned   [linRoutes]uint64
+	price    pricing.Price
 }
 
 type linKind int
@@ -51,14 +53,16 @@ const (
 	linOpen
 	linTraffic
 	linView
+	linPrice
 )
 
 type linInput struct {
 	node  int
 	kind  linKind
-	seq   uint64 // report
-	route int    // traffic
-	bytes uint64 // traffic
+	seq   uint64        // report
+	route int           // traffic
+	bytes uint64        // traffic
+	price pricing.Price // price
 }
 
 type linOutput struct {
@@ -83,6 +87,8 @@ func linStep(s linState, in linInput) linState {
 		}
 	case linTraffic:
 		s.earned[in.route] += in.bytes
+	case linPrice:
+		s.price = in.price
 	}
 	return s
 }
@@ -96,10 +102,10 @@ var linNodeModel = porcupine.NondeterministicModel{
 		}
 		return by
 	},
-	Init: func() []any { return []any{linState{users: linRoutes}} },
+	Init: func() []any { return []any{linState{users: linRoutes, price: 100}} },
 	Hash: func(state any) uint64 {
 		s := state.(linState)
-		h := uint64(s.readings)*1e6 + s.maxSeq*1e3 + uint64(s.users)
+		h := uint64(s.readings)*1e6 + s.maxSeq*1e3 + uint64(s.users) + uint64(s.price)*7
 		for _, e := range s.earned {
 			h = h*31 + e
 		}
@@ -150,6 +156,8 @@ var linNodeModel = porcupine.NondeterministicModel{
 			return "open → " + res
 		case linTraffic:
 			return fmt.Sprintf("traffic r%d +%d → %s", in.route, in.bytes, res)
+		case linPrice:
+			return fmt.Sprintf("price %d → %s", in.price, res)
 		default:
 			return "view → " + res
 		}
@@ -185,7 +193,7 @@ func (h *linHistory) now() int64 { return int64(time.Since(h.start)) }
 
 // do sends one request of client c to r and records it.
 func (h *linHistory) do(c int, r *replica, rng *rand.Rand) {
-	in := linInput{node: rng.IntN(linNodes), kind: linKind(rng.IntN(4))}
+	in := linInput{node: rng.IntN(linNodes), kind: linKind(rng.IntN(5))}
 	id := linNodeID(in.node)
 	var method, path string
 	var body any
@@ -213,6 +221,9 @@ func (h *linHistory) do(c int, r *replica, rng *rand.Rand) {
 		method, path, body = "POST", "/traffic", trafficRequest{Route: linRouteID(in.node, in.route), Bytes: in.bytes}
 	case linView:
 		method, path = "GET", "/nodes/"+id
+	case linPrice:
+		in.price = pricing.Price(100 + rng.IntN(100))
+		method, path, body = "POST", "/price", priceRequest{Node: id, Price: in.price}
 	}
 	call := h.now()
 	code, b := r.do(method, path, body)
@@ -236,12 +247,17 @@ func (h *linHistory) do(c int, r *replica, rng *rand.Rand) {
 	h.mu.Unlock()
 }
 
-// waitAnswers waits until r answers a read of the store.
+// waitAnswers waits until r answers a read of the store (it runs on a
+// client's goroutine: it fails the test with Errorf, not Fatal).
 func (h *linHistory) waitAnswers(r *replica) {
-	testkit.WaitForWithin(r.t, 2*time.Minute, r.base+" to answer again", func() bool {
-		code, _ := r.do("GET", "/nodes/"+linNodeID(0), nil)
-		return code == 200
-	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if code, _ := r.do("GET", "/nodes/"+linNodeID(0), nil); code == 200 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // polling a replica coming back
+	}
+	r.t.Errorf("%s did not answer again within 2 minutes", r.base)
 }
 
 // linAnswer reads an answer; an answer no client should get is an error.
@@ -274,12 +290,16 @@ func linAnswer(in linInput, code int, b []byte) (linOutput, error) {
 			return out, bad
 		}
 		out.earned = rt.Earned.Bytes
+	case linPrice:
+		if code != 204 {
+			return out, bad
+		}
 	case linView:
 		var v nodeView
 		if code != 200 || json.Unmarshal(b, &v) != nil {
 			return out, bad
 		}
-		out.view = linState{readings: int(v.Readings), users: v.LiveUsers}
+		out.view = linState{readings: int(v.Readings), users: v.LiveUsers, price: v.Price}
 		for _, rt := range v.Routes {
 			for r := range linRoutes {
 				if rt.Route.ID == linRouteID(in.node, r) {
@@ -292,7 +312,7 @@ func linAnswer(in linInput, code int, b []byte) (linOutput, error) {
 }
 
 // TestFleetLinearizable: each node's history of reports, route opens,
-// charges and views, sent by six clients at once to two replicas on one
+// charges, price changes and views, sent by six clients at once to two replicas on one
 // PostgreSQL database (one process on the file store), is linearizable,
 // also across a replica killed with SIGKILL and restarted, and (on
 // PostgreSQL) the database restarted, mid-history. A history that is not

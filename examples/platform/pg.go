@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -30,7 +31,9 @@ import (
 // history and plan budgets hold is one JSON value in that row; routes,
 // events and notices are rows of their own.
 //
-// Every transaction runs at READ COMMITTED, and what each rule rests on:
+// Every transaction that writes runs at READ COMMITTED (the reads, GETs,
+// in one read-only REPEATABLE READ snapshot each: inReadTx), and what
+// each rule rests on:
 //   - a node's state, its live routes, its readings, admission up to
 //     max_users, its charges and closures, its one notice an hour: the
 //     node's row lock, taken before anything of the node is read
@@ -282,6 +285,16 @@ func (p *pgPlatform) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 			break
 		}
 	}
+	return classify(err)
+}
+
+// inReadTx runs fn, which only reads, in a read-only REPEATABLE READ
+// transaction: its statements (a node's row, then its routes, closures
+// and notice count) all read one snapshot, so a view never shows a node
+// from before a commit with its routes from after it. A read-only
+// transaction at that level never fails to serialize.
+func (p *pgPlatform) inReadTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	err := pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 	return classify(err)
 }
 
@@ -704,12 +717,31 @@ func (a *pgAlternatives) ReliedOn(r routing.Route) time.Time {
 	return time.Time{}
 }
 
+// logClosures logs the closures of nodes, committed.
+func (p *pgPlatform) logClosures(nodes ...*pgNode) {
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		for _, c := range n.closing {
+			a := c.Action
+			p.log.Warn("closing route", "node", n.info.ID, "route", a.Route.ID, "user", a.Route.User,
+				"reason", string(a.Reason), "action", a.String())
+		}
+	}
+}
+
 // plan runs a plan round for n in tx and records what it closed and what
 // its moves rely on, to be written by saveNode in the same transaction.
 func (p *pgPlatform) plan(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
 	before := maps.Clone(n.routes)
 	alts := &pgAlternatives{ctx: ctx, tx: tx, n: n}
-	plan, _, err := p.planOne(now, n.node, alts)
+	// The closures are logged once committed (logClosures), not here: a
+	// transaction run again plans again, and one that fails closes
+	// nothing.
+	quiet := p.rules
+	quiet.log = slog.New(slog.DiscardHandler)
+	plan, _, err := quiet.planOne(now, n.node, alts)
 	if alts.err != nil {
 		return alts.err
 	}
@@ -761,9 +793,9 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (reportOutcome, error) {
 	var out reportOutcome
 	var refused error
+	var n *pgNode
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		var n *pgNode
 		if out, refused, n, err = p.reportIn(ctx, tx, r); err != nil {
 			return err
 		}
@@ -778,6 +810,7 @@ func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (repor
 	if err != nil {
 		return reportOutcome{}, err
 	}
+	p.logClosures(n)
 	return out, refused
 }
 
@@ -824,7 +857,7 @@ func (p *pgPlatform) admit(ctx context.Context, id string) (admitAnswer, error) 
 // readNode loads a node without locking it, for reads.
 func (p *pgPlatform) readNode(ctx context.Context, id string) (*pgNode, error) {
 	var n *pgNode
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		n, err = p.selectNode(ctx, tx, id)
 		return err
@@ -955,7 +988,7 @@ func (p *pgPlatform) setPrice(ctx context.Context, req priceRequest) error {
 func (p *pgPlatform) views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
 	out := []json.RawMessage{}
 	last := ""
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		out, last = out[:0], ""
 		type row struct {
 			id    string
@@ -1067,7 +1100,7 @@ func noticeCounts(ctx context.Context, tx pgx.Tx, ids []string) (map[string]int,
 
 func (p *pgPlatform) view(ctx context.Context, id string) (nodeView, error) {
 	var v nodeView
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		n, err := p.selectNode(ctx, tx, id)
 		if err != nil {
 			return err
@@ -1104,7 +1137,7 @@ func (p *pgPlatform) view(ctx context.Context, id string) (nodeView, error) {
 // events pages through every event of node id, oldest first.
 func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit int) (eventPage, error) {
 	page := eventPage{Node: id, Events: []numberedEvent{}}
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		page.Events, page.Next = page.Events[:0], 0
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1)`, id).Scan(&exists); err != nil {
@@ -1149,7 +1182,7 @@ func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]num
 	if limit > 0 {
 		lim = &limit
 	}
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		out, last = out[:0], after
 		rows, err := tx.Query(ctx, `SELECT id, body FROM notices WHERE id > $1 ORDER BY id LIMIT $2`, after, lim)
 		if err != nil {
@@ -1182,7 +1215,7 @@ func (p *pgPlatform) plans(ctx context.Context) ([]routing.Plan, error) {
 // of an older shape, not the whole answer's fault).
 func queryJSON[T any](ctx context.Context, p *pgPlatform, query string) ([]T, error) {
 	out := []T{}
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		out = out[:0]
 		rows, err := tx.Query(ctx, query)
 		if err != nil {
@@ -1222,8 +1255,9 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 	for {
 		found := false
 		var id string
+		var planned *pgNode
 		err := p.inTx(ctx, func(tx pgx.Tx) error {
-			found, id = false, ""
+			found, id, planned = false, "", nil
 			now := p.now()
 			var state []byte
 			err := tx.QueryRow(ctx, `SELECT id, state FROM nodes WHERE role IS NOT NULL AND next_plan_at <= $1
@@ -1242,8 +1276,12 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 			if err := p.plan(ctx, tx, n, now); err != nil {
 				return err
 			}
+			planned = n
 			return p.saveNode(ctx, tx, n)
 		})
+		if err == nil {
+			p.logClosures(planned)
+		}
 		if err != nil && id != "" && ctx.Err() == nil {
 			p.log.Error("plan round: node not planned", "node", id, "err", err)
 			failed = append(failed, id)

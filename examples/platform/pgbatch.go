@@ -78,8 +78,9 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	sorted := slices.Clone(batch)
 	slices.SortStableFunc(sorted, func(a, b *reportJob) int { return strings.Compare(a.r.Node, b.r.Node) })
 	ctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
+	var nodes []*pgNode
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		nodes := make([]*pgNode, len(sorted))
+		nodes = make([]*pgNode, len(sorted))
 		for i, j := range sorted {
 			out, refused, n, err := p.reportIn(ctx, tx, j.r)
 			if err != nil {
@@ -99,6 +100,7 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	})
 	cancel()
 	if err == nil {
+		p.logClosures(nodes...)
 		return
 	}
 	p.log.Warn("report batch failed: its reports are taken again one by one", "reports", len(batch), "err", err)

@@ -1,6 +1,11 @@
 // Package cmdkit holds what nodekit's two binaries do the same way:
 // flags read also from the environment under one prefix per binary, and
-// the log handler both use (durations as "1m30s", never nanoseconds).
+// where each value came from (ParseEnv, Origins); one wording for an
+// error about a flag (Origins.Errorf); the swallowed-value check
+// (Swallowed); the log handler both use (durations as "1m30s", never
+// nanoseconds); one HTTP server with one set of timeouts (NewServer); and
+// the /healthz and /readyz handlers (Probe, which package agent's Handler
+// serves too).
 package cmdkit
 
 import (
