@@ -591,3 +591,47 @@ func TestPinproxyLeastUsed(t *testing.T) {
 		return on == "node-2"
 	})
 }
+
+// TestNotifyFileReload: SIGHUP reloads -notify-file; a bad file is
+// refused, naming the line, and the one in force kept.
+func TestNotifyFileReload(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("e2e-operator\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hook := newReceiver(t)
+	notify := filepath.Join(dir, "notify")
+	write := func(s string) {
+		if err := os.WriteFile(notify, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("other " + hook.srv.URL + "/hook " + hookSecret + "\n")
+	p := start(t, "platform", "-listen", "127.0.0.1:0", "-token-file", tokens, "-state-dir", filepath.Join(dir, "state"), "-notify-file", notify)
+	api := "http://" + p.addr(t, "platform serving")
+	write("# now every node\n* " + hook.srv.URL + "/hook " + hookSecret + "\n")
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the reload", func() bool { return p.count("notify file reloaded") == 1 })
+	write("* " + hook.srv.URL + "/hook not-a-secret\n")
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the bad file refused", func() bool { return p.count("notify file not reloaded") == 1 })
+	if !strings.Contains(p.output(), notify+`:1: node *: secret 1`) {
+		t.Fatalf("the refusal does not name the line:\n%s", p.output())
+	}
+	for i := range 3 {
+		r, err := json.Marshal(overload.Reading{Node: "r1", At: time.Now().Add(time.Duration(i-3) * time.Second),
+			MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 262144})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := post(t, api+"/report", operatorToken, string(r)); code != 200 {
+			t.Fatalf("reading %d: %d", i, code)
+		}
+	}
+	testkit.WaitFor(t, "r1's notice, through the reloaded * line", func() bool { return len(hook.messages()) == 1 })
+}
