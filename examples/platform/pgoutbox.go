@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -40,7 +41,7 @@ func (p *pgPlatform) enqueueDecided(ctx context.Context, tx pgx.Tx, n *pgNode, n
 	}
 	rs := p.notify.receivers()
 	if n.notice != nil {
-		d, err := noticeDelivery(*n.notice, now, rs)
+		d, err := noticeDelivery(*n.notice, cmp.Or(n.startedAt, now), rs) // received when the overload started
 		if err != nil {
 			return err
 		}
@@ -49,7 +50,7 @@ func (p *pgPlatform) enqueueDecided(ctx context.Context, tx pgx.Tx, n *pgNode, n
 		}
 	}
 	if e := n.event; e != nil && e.Kind == overload.End && p.notify.cfg.Ended {
-		d, err := endDelivery(n.info.ID, *e, now, rs)
+		d, err := endDelivery(n.info.ID, *e, cmp.Or(n.info.OverloadEnded, now), rs)
 		if err != nil {
 			return err
 		}
