@@ -649,7 +649,7 @@ func (a *Agent) logResult(r overload.Reading, res overload.Result) {
 	if e := res.Event; e != nil {
 		switch e.Kind {
 		case overload.Start:
-			a.log.Warn("node overloaded", "node", a.node, "at", e.At, "findings", findingTexts(e.Findings))
+			a.log.Warn("node overloaded", "node", a.node, "at", e.At, "findings", overload.Texts(e.Findings))
 		case overload.End:
 			a.log.Info("overload ended", "node", a.node, "at", e.At, "lasted", e.Lasted.Round(time.Second))
 		}
@@ -658,12 +658,4 @@ func (a *Agent) logResult(r overload.Reading, res overload.Result) {
 		a.m.notices.Inc()
 		a.log.Warn("overload notice", "node", a.node, "at", n.At, "notice", n.String())
 	}
-}
-
-func findingTexts(fs []overload.Finding) []string {
-	out := make([]string, len(fs))
-	for i, f := range fs {
-		out[i] = f.Text
-	}
-	return out
 }
