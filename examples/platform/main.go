@@ -27,6 +27,7 @@
 //	GET  /nodes/X/events  the node's events, oldest first
 //	GET  /notices         every notice, by id (the order sent)
 //	GET  /plans           each node's latest plan that closed something
+//	GET  /metrics         notice deliveries, Prometheus text format
 //	GET  /healthz         {"ok":true}, no token
 //
 // Every list pages one way: ?limit=N (1 to 1000, by default 1000), and a
@@ -37,6 +38,10 @@
 // open-file limit); over it /healthz is still answered and the rest 503.
 // Secrets in -db (a URL's password; password, sslpassword and sslkey in
 // a URL's query or in key=value form) never reach a log line or an error.
+//
+// With -notify-file, each notice is delivered to the node's operator as
+// a Standard Webhooks message (notify.go), through an outbox written
+// with the notice; SIGHUP reloads the file.
 package main
 
 import (
@@ -80,6 +85,7 @@ type options struct {
 	// open-file limit.
 	maxConnsFrom string
 	version      bool
+	notify       notifyConfig
 	cfg          config
 }
 
@@ -109,6 +115,10 @@ Flags:
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.IntVar(&o.maxConns, "max-conns", 0, "most connections served at once; over it GET /healthz is still answered, the rest 503 (0: no limit; default: from the open-file limit)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.StringVar(&o.notify.File, "notify-file", "", "receivers of notices, one a line: NODE URL SECRET [SECRET…] (NODE * for every node without a line; reloaded on SIGHUP)")
+	fs.DurationVar(&o.notify.GiveUp, "notify-give-up", defaultGiveUp, "how long a notice's delivery is retried before it is failed")
+	fs.BoolVar(&o.notify.Ended, "notify-ended", false, "also send node.overload_ended when an overload ends")
+	fs.DurationVar(&o.notify.Timeout, "notify-timeout", defaultTimeout, "how long one delivery attempt may take; a replica that dies mid-attempt leaves the delivery to the others after twice this and 5 s")
 	pol := &o.cfg.Policy
 	fs.DurationVar(&pol.CoolDown, "cool-down", routing.DefaultCoolDown, "after an overload ends, how long the node takes nobody new (negative: none)")
 	fs.DurationVar(&pol.UnusedAfter, "unused-after", routing.DefaultUnusedAfter, "a route that moved no traffic this long is unused")
@@ -152,6 +162,12 @@ Flags:
 			o.maxConnsFrom = fmt.Sprintf("RLIMIT_NOFILE %d", n)
 		}
 	}
+	if o.notify.Timeout <= 0 {
+		return o, fmt.Errorf("-notify-timeout %v: must be positive", o.notify.Timeout)
+	}
+	if o.notify.GiveUp <= 0 {
+		return o, fmt.Errorf("-notify-give-up %v: must be positive", o.notify.GiveUp)
+	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return o, fmt.Errorf("-log-format %q: want text or json", o.logFormat)
 	}
@@ -189,6 +205,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
 	}
+	var rs *receivers
+	if o.notify.File != "" {
+		if rs, err = readReceivers(o.notify.File); err != nil {
+			fmt.Fprintf(stderr, "platform: -notify-file: %v\n", err)
+			return 2
+		}
+	}
+	o.cfg.Notifier = newNotifier(o.notify, rs, log, o.cfg.Now)
 	var seed *seedFile
 	if o.routes != "" {
 		if seed, err = readSeed(o.routes); err != nil {
@@ -222,7 +246,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ln = newCapListener(ln, o.maxConns, log)
 	srv := &http.Server{
-		Handler:           atCap(handler(svc, toks), o.maxConns),
+		Handler:           atCap(notifyRoutes(handler(withNotify(svc), toks), o.cfg.Notifier, toks), o.maxConns),
 		ConnContext:       connContext,
 		ReadHeaderTimeout: readHeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -237,10 +261,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown,
 			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom)...)...)
 
+	notifyUnreached(ctx, svc, o.cfg.Notifier, log)
+	nctx, stopNotify := context.WithCancel(ctx)
+	notifying := make(chan struct{})
+	go func() { defer close(notifying); o.cfg.Notifier.run(nctx) }()
+	defer func() { stopNotify(); <-notifying }()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	tick := time.NewTicker(o.planEvery)
 	defer tick.Stop()
 	for {
 		select {
+		case <-hup:
+			if err := o.cfg.Notifier.reload(); err != nil {
+				log.Error("notify file not reloaded", "err", err)
+			}
 		case <-tick.C:
 			rctx, cancel := context.WithTimeout(ctx, o.planEvery)
 			if err := svc.planRound(rctx); err != nil {

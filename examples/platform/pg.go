@@ -138,6 +138,9 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		return nil, dbError(url, err)
 	}
 	p := &pgPlatform{rules: c, db: db, planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2)}
+	if p.notify != nil {
+		p.notify.box = &pgOutbox{db: db}
+	}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -641,6 +644,16 @@ func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode
 			n.notice = nil
 		}
 	}
+	// The outbox rows, in the same transaction: a notice counted is
+	// delivered, one rolled back is never sent.
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		if err := p.enqueueDecided(ctx, tx, n, p.now()); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -751,7 +764,11 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 		return reportOutcome{}, fmt.Errorf("report: %w", err)
 	}
 	if p.jobs == nil {
-		return p.reportAlone(ctx, r)
+		out, err := p.reportAlone(ctx, r)
+		if out.Notice != nil {
+			p.notify.poke()
+		}
+		return out, err
 	}
 	j := &reportJob{ctx: ctx, r: r, done: make(chan struct{})}
 	select {
@@ -761,6 +778,9 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 	}
 	select {
 	case <-j.done:
+		if j.out.Notice != nil {
+			p.notify.poke()
+		}
 		return j.out, j.err
 	case <-ctx.Done():
 		// The batch may still commit it: the agent's retry is then a

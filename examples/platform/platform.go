@@ -33,6 +33,9 @@ type config struct {
 	// Now is the clock at the edges; nil means time.Now. The pure packages
 	// get the times it returns as arguments.
 	Now func() time.Time
+	// Notifier delivers notices (notify.go); nil: none are written to an
+	// outbox.
+	Notifier *notifier
 }
 
 // maxClosed and maxNotices bound what a node keeps for display.
@@ -61,6 +64,7 @@ type platform struct {
 	// lastNotice+1, given under mu and saved before mu is released, so a
 	// notice with a higher id was always saved after every lower one.
 	lastNotice int64
+	box        *fileOutbox // nil without a notifier
 }
 
 // numberedNotice is a notice with its id, which orders GET /notices: in
@@ -68,15 +72,17 @@ type platform struct {
 type numberedNotice struct {
 	ID int64 `json:"id"`
 	overload.Notice
+	Delivery *deliveryView `json:"delivery,omitempty"` // filled in by withNotify
 }
 
 // rules is what both stores share: the configuration and the per-node
 // steps (observe a reading, plan a round, show a node), each run with the
 // node locked by the store.
 type rules struct {
-	cfg config
-	log *slog.Logger
-	now func() time.Time
+	cfg    config
+	log    *slog.Logger
+	now    func() time.Time
+	notify *notifier
 }
 
 func newRules(cfg config) (rules, error) {
@@ -89,7 +95,7 @@ func newRules(cfg config) (rules, error) {
 	if _, err := pricing.NewHistory(cfg.Prices); err != nil {
 		return rules{}, fmt.Errorf("prices: %w", err)
 	}
-	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now}
+	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now, notify: cfg.Notifier}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -114,6 +120,7 @@ type node struct {
 	nextRoute  int               // sequence for route IDs the platform gives out
 	readings   int64             // readings counted (not duplicates, not refused)
 	eventsSeen int64             // events the tracker produced, kept or not
+	startedAt  time.Time         // the overload's start by the platform's clock; zero when not overloaded
 	savedBytes []byte            // the file's content as last written
 }
 
@@ -179,6 +186,9 @@ func newPlatform(cfg config, seed *seedFile) (*platform, error) {
 	}
 	p := &platform{rules: c, nodes: map[string]*node{}}
 	if err := p.load(); err != nil {
+		return nil, err
+	}
+	if err := p.openOutbox(); err != nil {
 		return nil, err
 	}
 	if seed != nil {
@@ -253,13 +263,24 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 		p.lastNotice++
 		n.notices = appendBounded(n.notices, numberedNotice{ID: p.lastNotice, Notice: *out.Notice}, maxNotices)
 	}
+	// The outbox first: a notice saved in the node's file is always on
+	// its way (see enqueueDecided).
+	added, err := p.enqueueDecided(out, now)
+	if err != nil {
+		p.revert(n)
+		return reportOutcome{}, err
+	}
 	// Plan the node at once (the round writes its file if it closes
 	// something), then write what the reading changed (a no-op if the
 	// round just did): one write per report.
 	p.planRoundLocked(now, r.Node)
 	if err := p.save(n); err != nil {
 		p.revert(n)
+		p.dropDecided(added)
 		return reportOutcome{}, err
+	}
+	if len(added) > 0 {
+		p.notify.poke()
 	}
 	return out, nil
 }
@@ -290,20 +311,46 @@ func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutco
 	// routing's own adapter: overload start and end from the tracker, and
 	// memory from this reading (0 when the reading lacks it, so a stale
 	// figure never counts as above the move threshold).
+	ended := n.info.OverloadEnded
 	setOverload(&n.info, n.tracker, r)
+	platformClock(n, res.Event, ended, now)
 	if ev := res.Event; ev != nil {
 		switch ev.Kind {
 		case overload.Start:
-			c.log.Warn("overload started", "node", r.Node, "at", ev.At, "findings", findingTexts(ev.Findings))
+			c.log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", findingTexts(ev.Findings))
 		case overload.End:
-			c.log.Info("overload ended", "node", r.Node, "at", ev.At, "lasted", ev.Lasted,
-				"offered_again", offeredAgain(c.cfg.Policy, ev.At))
+			c.log.Info("overload ended", "node", r.Node, "at", now, "reading_at", ev.At, "lasted", ev.Lasted,
+				"offered_again", offeredAgain(c.cfg.Policy, now))
 		}
 	}
 	if res.Notice != nil {
 		c.log.Warn("notice", "node", r.Node, "text", res.Notice.Text)
 	}
 	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
+}
+
+// platformClock dates the overload's start and end by the platform's
+// clock, when it received the readings, so the move delay and the
+// cool-down run on one clock whatever the node's says: an agent whose
+// clock is behind starts no move early and shortens no cool-down. The
+// readings' own times still order them and are shown beside.
+func platformClock(n *node, ev *overload.Event, ended, now time.Time) {
+	n.info.OverloadEnded = ended
+	if ev != nil {
+		switch ev.Kind {
+		case overload.Start:
+			n.startedAt = now
+		case overload.End:
+			n.startedAt, n.info.OverloadEnded = time.Time{}, now
+		}
+	}
+	n.info.OverloadedSince = time.Time{}
+	if n.tracker.Overloaded() {
+		n.info.OverloadedSince = n.startedAt
+		if n.startedAt.IsZero() { // state kept before the platform dated starts
+			n.info.OverloadedSince = n.tracker.Since()
+		}
+	}
 }
 
 func findingTexts(fs []overload.Finding) []string {
@@ -672,8 +719,9 @@ type nodeView struct {
 	Country       string             `json:"country,omitempty"`
 	Paused        bool               `json:"paused"`
 	Overloaded    bool               `json:"overloaded"`
-	Since         time.Time          `json:"since,omitzero"`
-	OverloadEnded time.Time          `json:"overload_ended,omitzero"`
+	Since         time.Time          `json:"since,omitzero"`          // by the platform's clock
+	SinceReading  time.Time          `json:"since_reading,omitzero"`  // the same, by the node's
+	OverloadEnded time.Time          `json:"overload_ended,omitzero"` // by the platform's clock
 	Findings      []overload.Finding `json:"findings"`
 	Admitted      bool               `json:"admitted"`
 	Reason        routing.Reason     `json:"reason,omitempty"`
@@ -688,6 +736,7 @@ type nodeView struct {
 	LastPlan      *routing.Plan      `json:"last_plan,omitempty"`
 	Closed        []closedRoute      `json:"closed"`
 	Notices       int                `json:"notices"`
+	Deliveries    []deliveryView     `json:"deliveries,omitempty"` // the newest messages' deliveries, newest first
 	Readings      int64              `json:"readings"`
 	Events        []overload.Event   `json:"events"`
 }
@@ -821,7 +870,7 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 	ok, why, admitErr := admitNode(p.cfg.Policy, n.info, now)
 	v := nodeView{
 		ID: n.info.ID, Registered: n.info.Role != 0, Country: n.info.Country, Paused: n.info.Paused,
-		Overloaded: n.tracker.Overloaded(), Since: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
+		Overloaded: n.tracker.Overloaded(), Since: n.info.OverloadedSince, SinceReading: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
 		Findings: n.tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.info.MemoryPercent,
 		LastReading: n.tracker.LastReading(), Price: n.info.Price, MaxUsers: n.info.MaxUsers,
 		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,

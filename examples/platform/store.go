@@ -32,6 +32,7 @@ type nodeFile struct {
 	MaxUsers      int               `json:"max_users,omitempty"`
 	MemoryPercent float64           `json:"memory_percent"`
 	OverloadEnded time.Time         `json:"overload_ended,omitzero"`
+	Started       time.Time         `json:"overload_started,omitzero"` // the overload's start by the platform's clock
 	PlanState     routing.NodeState `json:"plan_state"`
 	Tracker       json.RawMessage   `json:"tracker"`
 	Prices        json.RawMessage   `json:"prices"`
@@ -73,7 +74,7 @@ func (p *platform) save(n *node) error {
 func encodeNode(n *node, full bool) ([]byte, error) {
 	f := nodeFile{
 		V: fileVersion, ID: n.info.ID, Country: n.info.Country, Paused: n.info.Paused,
-		MaxUsers: n.info.MaxUsers, MemoryPercent: n.info.MemoryPercent, OverloadEnded: n.info.OverloadEnded,
+		MaxUsers: n.info.MaxUsers, MemoryPercent: n.info.MemoryPercent, OverloadEnded: n.info.OverloadEnded, Started: n.startedAt,
 		PlanState: n.info.State, LastPlan: n.lastPlan,
 		NextRoute: n.nextRoute, Routes: []route{}, Readings: n.readings, EventsSeen: n.eventsSeen,
 	}
@@ -219,6 +220,9 @@ func (p *rules) decodeNode(b []byte) (*node, error) {
 		tracker: tr, prices: h, routes: map[string]*route{},
 		closed: f.Closed, lastPlan: f.LastPlan,
 		nextRoute: f.NextRoute, readings: f.Readings, eventsSeen: max(f.EventsSeen, int64(len(tr.Events()))),
+	}
+	if tr.Overloaded() && !f.Started.IsZero() {
+		n.startedAt, n.info.OverloadedSince = f.Started, f.Started
 	}
 	if len(f.NoticeIDs) != 0 && len(f.NoticeIDs) != len(f.Notices) {
 		return nil, fmt.Errorf("%d notice ids for %d notices", len(f.NoticeIDs), len(f.Notices))
