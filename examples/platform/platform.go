@@ -317,7 +317,7 @@ func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutco
 	if ev := res.Event; ev != nil {
 		switch ev.Kind {
 		case overload.Start:
-			c.log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", findingTexts(ev.Findings))
+			c.log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", overload.Texts(ev.Findings))
 		case overload.End:
 			c.log.Info("overload ended", "node", r.Node, "at", now, "reading_at", ev.At, "lasted", ev.Lasted,
 				"offered_again", offeredAgain(c.cfg.Policy, now))
@@ -351,14 +351,6 @@ func platformClock(n *node, ev *overload.Event, ended, now time.Time) {
 			n.info.OverloadedSince = n.tracker.Since()
 		}
 	}
-}
-
-func findingTexts(fs []overload.Finding) []string {
-	out := make([]string, len(fs))
-	for i, f := range fs {
-		out[i] = f.Text
-	}
-	return out
 }
 
 // admit answers whether node id takes new connections now.
