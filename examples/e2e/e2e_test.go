@@ -241,7 +241,7 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 	}
 
 	// The route table. On node-1 (the agent's node, an exit in DE), with
-	// the seed's rules: one unused own route is closed at once (the
+	// the help page's rules: one unused own route is closed at once (the
 	// longest unused; the 5 %-an-hour budget allows no second in
 	// seconds); the partner route is left; of the routes in use only
 	// r-move goes, because its user holds the same route through node-2

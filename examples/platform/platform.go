@@ -23,7 +23,7 @@ type config struct {
 	// StateDir holds one JSON file per node. Required.
 	StateDir string
 	// Policy and Limits are the routing and overload rules; zero fields
-	// are the packages' defaults (the seed's figures).
+	// are the packages' defaults (the help page's figures).
 	Policy routing.Policy
 	Limits overload.Limits
 	// Prices configures each node's price history (zero: 3-hour window).

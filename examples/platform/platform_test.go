@@ -198,7 +198,7 @@ func (w tWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// TestOverloadLifecycle runs the seed's story with the seed's figures on a
+// TestOverloadLifecycle runs the help page's story with its figures on a
 // fake clock: 3 of 5 readings over 90 % memory → overloaded, refused, one
 // notice, the longest-idle own route closed at once, the route in use with
 // a cheaper DE alternative moved after 15 minutes, nothing else; then the
