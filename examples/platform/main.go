@@ -7,8 +7,8 @@
 // Its embedded store is one process, one lock and one JSON file per node in
 // -state-dir (written atomically after each change, read back at start, so
 // a restart loses nothing). With -db postgres://… the state lives in
-// PostgreSQL instead, and several replicas may serve one fleet (see the
-// README's "Running the platform at fleet scale"). The route table is
+// PostgreSQL instead, and several replicas may serve one fleet (see
+// docs/platform.md, "Running at fleet scale"). The route table is
 // seeded from a JSON file, and "carrying out" a plan means closing the
 // route in that table and logging it.
 //
