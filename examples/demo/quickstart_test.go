@@ -304,17 +304,18 @@ func (s *session) tryCurl(args ...string) (string, error) {
 
 // variable names the log keys whose values differ from run to run; a
 // sample line in the README must show the key, and any value.
-var variable = []string{"time", "at", "client", "duration", "lasted", "offered_again", "found", "bytes_up", "bytes_down", "err"}
+var variable = []string{"time", "at", "client", "duration", "lasted", "offered_again", "found", "err"}
 
-// logfmt parses the key=value pairs of a slog text line. A sample line
-// ends at "…" or "...": what follows is left out.
+// logfmt parses the key=value pairs of a slog text line. In a sample
+// line "…" (or "...") stands for pairs left out.
 func logfmt(line string) (map[string]string, []string, error) {
 	pairs := map[string]string{}
 	var keys []string
 	rest := strings.TrimSpace(line)
 	for rest != "" {
-		if strings.HasPrefix(rest, "…") || strings.HasPrefix(rest, "...") {
-			break
+		if r, ok := cutEllipsis(rest); ok {
+			rest = r
+			continue
 		}
 		eq := strings.IndexByte(rest, '=')
 		if eq <= 0 || strings.ContainsAny(rest[:eq], " \"") {
@@ -350,6 +351,16 @@ func logfmt(line string) (map[string]string, []string, error) {
 		rest = strings.TrimLeft(rest, " ")
 	}
 	return pairs, keys, nil
+}
+
+// cutEllipsis cuts a leading "…" or "..." word from s.
+func cutEllipsis(s string) (string, bool) {
+	for _, e := range []string{"…", "..."} {
+		if r, ok := strings.CutPrefix(s, e); ok && (r == "" || r[0] == ' ') {
+			return strings.TrimLeft(r, " "), true
+		}
+	}
+	return s, false
 }
 
 // matches reports whether got, a logged line, holds every pair of want,
@@ -628,4 +639,52 @@ func TestQuickStartRules(t *testing.T) {
 		},
 	})
 	s.waitOnlyShell("the final kill")
+}
+
+// TestReadmeQuickStarts needs no root: each quick start is in README.md
+// between its markers, has sh blocks, and its sample lines parse.
+func TestReadmeQuickStarts(t *testing.T) {
+	for _, name := range []string{"agent", "pinproxy", "rules"} {
+		var sh int
+		for _, b := range quickstart(t, name) {
+			if b.sh {
+				sh++
+				continue
+			}
+			for i, l := range strings.Split(strings.TrimSpace(b.text), "\n") {
+				if _, keys, err := logfmt(l); err != nil || len(keys) < 2 || keys[0] != "level" || keys[1] != "msg" {
+					t.Errorf("README.md:%d: sample line %q: want level=… msg=… pairs (%v)", b.line+1+i, l, err)
+				}
+			}
+		}
+		if sh == 0 {
+			t.Errorf("quick start %q has no sh block", name)
+		}
+	}
+}
+
+func TestLogfmt(t *testing.T) {
+	got, keys, err := logfmt(`time=2026-12-01T23:09:23.205Z level=WARN msg="closing route" node=de-fra-1 … reason=unused action="a \"b\" c"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"time", "level", "msg", "node", "reason", "action"}; !slices.Equal(keys, want) {
+		t.Errorf("keys %q, want %q", keys, want)
+	}
+	if got["msg"] != "closing route" || got["action"] != `a "b" c` || got["reason"] != "unused" {
+		t.Errorf("pairs %q", got)
+	}
+	want, wantKeys, _ := logfmt(`level=WARN msg="closing route" time=x …`)
+	if !matches(want, got, wantKeys) {
+		t.Error("a sample with a variable key's other value does not match")
+	}
+	want["node"], wantKeys = "de-ber-2", append(wantKeys, "node")
+	if matches(want, got, wantKeys) {
+		t.Error("a sample with another node matches")
+	}
+	for _, bad := range []string{`level=INFO msg="open`, `just words`} {
+		if _, _, err := logfmt(bad); err == nil {
+			t.Errorf("logfmt(%q): no error", bad)
+		}
+	}
 }
