@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -43,7 +44,11 @@ const (
 
 // Config configures an Agent. Zero fields take the documented defaults.
 type Config struct {
-	// Node names the node; empty means the host's name.
+	// Node names the node; empty means the host's name. An agent that
+	// reports needs a name the platform takes (see CheckNode): New refuses
+	// another, the host's name too. Reports queued under an earlier name
+	// go under that name, or are dropped where the platform refuses them
+	// (see the package documentation).
 	Node string
 	// Source takes the readings. Required.
 	Source Source
@@ -88,6 +93,13 @@ type Config struct {
 	// keeps the token the agent has and logs a warning naming the file and
 	// the reason, never the token.
 	TokenFile string
+	// ReportCA names a PEM file of CA certificates: the report URL's
+	// server certificate is then checked against those only, not the
+	// system's, for a platform with its own CA. It needs an https://
+	// ReportURL and no HTTPClient (whose transport sets its own roots).
+	// New reads it once, as it reads a token file (a regular file, here
+	// of at most 1 MiB).
+	ReportCA string
 	// UserAgent is sent with each report; empty means
 	// "proofkit-agent/<version>" ("proofkit-agent/v0.5.0"; see -version
 	// for the commit and Go version).
@@ -186,6 +198,13 @@ func New(cfg Config) (_ *Agent, err error) {
 	if a.node, err = nodeName(cfg.Node); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
+	if err := checkNode(cfg, a.node); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	client, err := reportClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
 	// Before the state directory is made or locked: a bad token file is
 	// the caller's to fix, and leaves nothing behind.
 	if a.tok, err = newBearer(cfg.Token, cfg.TokenFile, a.interval); err != nil {
@@ -229,31 +248,39 @@ func New(cfg Config) (_ *Agent, err error) {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	if cfg.ReportURL != "" {
-		a.rep = a.newReporter(cfg)
+		a.rep = a.newReporter(cfg, client)
 	} else if a.q.len() > 0 {
 		a.log.Warn("reports are queued but no report URL is set; they stay queued", "queued", a.q.len())
 	}
 	return a, nil
 }
 
-// check says which field of cfg is wrong, one error per field.
+// check says which field of cfg is wrong, one error per field; a field
+// with a bad value is a *ConfigError.
 func (cfg Config) check() error {
 	switch {
 	case cfg.Source == nil:
 		return errors.New("no reading source (Config.Source)")
 	case cfg.Interval < 0:
-		return fmt.Errorf("Config.Interval %v is negative", cfg.Interval)
+		return &ConfigError{Field: "Interval", Value: cfg.Interval.String(), Want: "is negative; want 0 (the default, 30s) or more"}
 	case cfg.QueueMax < 0:
-		return fmt.Errorf("Config.QueueMax %d is negative", cfg.QueueMax)
+		return &ConfigError{Field: "QueueMax", Value: strconv.Itoa(cfg.QueueMax), Want: "is negative; want 0 (the default, 120) or more"}
 	case cfg.RetryMax < 0:
-		return fmt.Errorf("Config.RetryMax %v is negative", cfg.RetryMax)
+		return &ConfigError{Field: "RetryMax", Value: cfg.RetryMax.String(), Want: "is negative; want 0 (the interval) or more"}
 	case cfg.Token != "" && cfg.TokenFile != "":
 		return errors.New("both Token and TokenFile given; give one")
+	case cfg.ReportCA != "" && cfg.HTTPClient != nil:
+		return errors.New("both ReportCA and HTTPClient given; give one (an HTTPClient's transport sets its own roots)")
 	}
 	if cfg.ReportURL != "" {
 		u, err := url.Parse(cfg.ReportURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("Config.ReportURL %q: want an http:// or https:// URL", RedactURL(cfg.ReportURL))
+			return &ConfigError{Field: "ReportURL", Value: strconv.Quote(RedactURL(cfg.ReportURL)), Want: "want an http:// or https:// URL"}
+		}
+	}
+	if cfg.ReportCA != "" {
+		if u, err := url.Parse(cfg.ReportURL); err != nil || u.Scheme != "https" {
+			return &ConfigError{Field: "ReportCA", Value: strconv.Quote(cfg.ReportCA), Want: "needs an https:// report URL"}
 		}
 	}
 	return cfg.Limits.Validate()
@@ -301,21 +328,32 @@ func (a *Agent) openQueue(path string, max int) (*queue, error) {
 	}
 	// A seq past the bound is a corrupt line (it is sent, and refused):
 	// going on from it would have every reading refused.
-	if seq := q.maxSeq(a.run); seq > a.seq && seq < maxSavedSeq {
+	//
+	// The queue holds a report before the state holds its seq (see Step):
+	// after a crash in between, the queue has the latest seq (and at).
+	if seq, at := q.maxSeq(a.run); seq > a.seq && seq < maxSavedSeq {
 		a.seq = seq
+		if at.After(a.lastAt) {
+			a.lastAt = at
+		}
+	}
+	for node, n := range q.nodes(a.node) {
+		a.log.Warn("reports queued under another node name (-node changed?): each is sent under that name, and dropped if the platform's answer says the token may not report for it",
+			"queued_node", node, "reports", n, "node", a.node)
 	}
 	a.m.reportsQueued.Set(float64(q.len()))
 	return q, nil
 }
 
 // newReporter returns the reporter of cfg.ReportURL.
-func (a *Agent) newReporter(cfg Config) *reporter {
+func (a *Agent) newReporter(cfg Config, client *http.Client) *reporter {
 	retryMax := cmp.Or(cfg.RetryMax, a.interval)
 	return &reporter{
+		node:      a.node,
 		url:       cfg.ReportURL,
 		tok:       a.tok,
 		userAgent: cmp.Or(cfg.UserAgent, buildinfo.Read().UserAgent("proofkit-agent")),
-		client:    noRedirects(cfg.HTTPClient),
+		client:    noRedirects(client),
 		q:         a.q,
 		log:       a.log,
 		m:         a.m,
@@ -401,8 +439,12 @@ func (a *Agent) Run(ctx context.Context) error {
 // wall clock) and the previous reading's at plus the monotonic time since
 // it (one second after a restart), so at never runs backwards when the
 // wall clock is stepped back; see overload.ReadingVersion. The seq is
-// saved with the state before the report is queued, so a crash in between
-// leaves a gap, never one seq on two readings.
+// queued (and written to disk) before the state holding it is saved, and
+// sent only once it is: a crash before the save leaves the report queued,
+// and the next start goes on from the seq the queue holds; a crash after
+// it leaves both. So a crash leaves no gap in the seqs, and never one seq
+// on two readings (which a report sent and taken off the queue before the
+// save could otherwise give).
 //
 // Step returns once ctx ends even if the source's Read does not: the read
 // is then left to finish on its own, and the next Step waits for it.
@@ -467,25 +509,21 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 		a.m.checkHolding.WithLabelValues(string(c)).Set(b2f(holding[c]))
 	}
 
-	// The state (with this seq) first, then the queue: see above.
+	// The report first, held back from sending, then the state with its
+	// seq, then the report may go: see above.
+	id, queued := a.queueReport(r)
+	testKill("between", r.Seq)
 	saveErr := a.Save()
 	if saveErr != nil {
 		a.log.Error("could not save state", "err", saveErr)
 		if a.rep != nil {
-			r = a.leaveSavedRun(r)
+			r = a.leaveSavedRun(r, id, queued)
 		}
+	}
+	if queued {
+		a.rep.release(id)
 	}
 	a.noteStep(r, res, saveErr)
-	if a.rep != nil {
-		body, err := json.Marshal(r)
-		if err == nil {
-			err = a.rep.enqueue(body)
-		}
-		if err != nil {
-			a.log.Error("could not write the report to the queue on disk; it is kept in memory and sent while the agent runs",
-				"run", r.Run, "seq", r.Seq, "err", err)
-		}
-	}
 	a.logResult(r, res)
 	return res, nil
 }
@@ -497,7 +535,22 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 // the readings after it, go on in a new run, which no restart resumes;
 // the first save that succeeds makes it the saved run. It returns r as
 // it is to be reported.
-func (a *Agent) leaveSavedRun(r overload.Reading) overload.Reading {
+//
+// The report of r, queued as id when queued is true, is renumbered too.
+func (a *Agent) leaveSavedRun(r overload.Reading, id uint64, queued bool) overload.Reading {
+	r = a.renumber(r)
+	if b, err := json.Marshal(r); err == nil && queued {
+		if err := a.rep.q.replace(id, b); err != nil {
+			a.log.Error("could not rewrite the report queue on disk; the report is kept in memory and sent while the agent runs",
+				"run", r.Run, "seq", r.Seq, "err", err)
+		}
+	}
+	return r
+}
+
+// renumber moves r into a new run if state.json holds r's run (see
+// leaveSavedRun).
+func (a *Agent) renumber(r overload.Reading) overload.Reading {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.runOnDisk || a.run != r.Run || a.seq != r.Seq {
@@ -511,6 +564,25 @@ func (a *Agent) leaveSavedRun(r overload.Reading) overload.Reading {
 	a.log.Warn("the state could not be saved, so a restart would number readings again from the last saved seq; this reading and the next go on in a new run",
 		"run", old, "seq", oldSeq, "new_run", r.Run, "new_seq", r.Seq)
 	return r
+}
+
+// queueReport queues r's report, held back from sending until release,
+// when the agent reports; queued says whether it is in the queue (on disk,
+// or in memory only when the write failed: that is logged).
+func (a *Agent) queueReport(r overload.Reading) (id uint64, queued bool) {
+	if a.rep == nil {
+		return 0, false
+	}
+	body, err := json.Marshal(r)
+	if err == nil {
+		id, err = a.rep.enqueue(body)
+		queued = err == nil || id != noID
+	}
+	if err != nil {
+		a.log.Error("could not write the report to the queue on disk; it is kept in memory and sent while the agent runs",
+			"run", r.Run, "seq", r.Seq, "err", err)
+	}
+	return id, queued
 }
 
 // read calls the source's Read, returning when ctx ends even if Read does
@@ -577,7 +649,7 @@ func (a *Agent) logResult(r overload.Reading, res overload.Result) {
 	if e := res.Event; e != nil {
 		switch e.Kind {
 		case overload.Start:
-			a.log.Warn("node overloaded", "node", a.node, "at", e.At, "findings", findingTexts(e.Findings))
+			a.log.Warn("node overloaded", "node", a.node, "at", e.At, "findings", overload.Texts(e.Findings))
 		case overload.End:
 			a.log.Info("overload ended", "node", a.node, "at", e.At, "lasted", e.Lasted.Round(time.Second))
 		}
@@ -586,12 +658,4 @@ func (a *Agent) logResult(r overload.Reading, res overload.Result) {
 		a.m.notices.Inc()
 		a.log.Warn("overload notice", "node", a.node, "at", n.At, "notice", n.String())
 	}
-}
-
-func findingTexts(fs []overload.Finding) []string {
-	out := make([]string, len(fs))
-	for i, f := range fs {
-		out[i] = f.Text
-	}
-	return out
 }

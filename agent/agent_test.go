@@ -471,9 +471,9 @@ func TestNewRejects(t *testing.T) {
 		{"no source", Config{}, "no reading source"},
 		{"state dir under a file", Config{Source: newFakeSource(), StateDir: filepath.Join(file, "state")}, "state directory"},
 		{"bad limits", Config{Source: newFakeSource(), Limits: overload.Limits{Need: 9, Window: 5}}, "new agent"},
-		{"negative interval", Config{Source: newFakeSource(), Interval: -time.Second}, "Config.Interval -1s is negative"},
-		{"negative queue bound", Config{Source: newFakeSource(), QueueMax: -1}, "Config.QueueMax -1 is negative"},
-		{"negative retry cap", Config{Source: newFakeSource(), RetryMax: -time.Second}, "Config.RetryMax -1s is negative"},
+		{"negative interval", Config{Source: newFakeSource(), Interval: -time.Second}, "Config.Interval -1s: is negative"},
+		{"negative queue bound", Config{Source: newFakeSource(), QueueMax: -1}, "Config.QueueMax -1: is negative"},
+		{"negative retry cap", Config{Source: newFakeSource(), RetryMax: -time.Second}, "Config.RetryMax -1s: is negative"},
 		{"token twice", Config{Source: newFakeSource(), Token: "a", TokenFile: file}, "both Token and TokenFile"},
 		{"report URL not http", Config{Source: newFakeSource(), ReportURL: "ftp://joe:pw@x/"}, `Config.ReportURL "ftp://xxxxx@x/"`},
 	}

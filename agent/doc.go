@@ -30,9 +30,16 @@
 // by the reason the answer gives (proofkit_agent_reports_refused_total),
 // never as sent. A redirect is never followed: the report stays, and a
 // warning names the Location. 401, 403, 404, 405, 408, 429, 5xx and
-// network errors keep it for a retry. A crash between the platform's answer and
-// the queue's rewrite sends that report again, and the platform answers
-// that it has it. One line says when delivery recovers after failures.
+// network errors keep it for a retry, except a 401 or 403 for a report
+// queued under the node's old name (Config.Node changed since): the token
+// may not report for that name, so the report is dropped at once, logged
+// and counted (reason "renamed") and the new name's readings go on; with a
+// token that may (an operator's), it is sent under its old name. A crash
+// between the platform's answer and the queue's rewrite sends that report
+// again, and the platform answers that it has it. A reading's report is
+// queued before its seq is saved and sent only after, so a crash between
+// the two leaves no gap in the seqs. One line says when delivery recovers
+// after failures.
 //
 // Every reading taken is therefore counted once by the platform, or still
 // queued on disk, or logged and counted as dropped with its reason; the
@@ -44,8 +51,10 @@
 // The agent reads the file again when the platform answers 401 or 403 (at
 // most once an interval) and when ReloadToken is called (proofkit-agent
 // does on SIGHUP); a report refused with the old token stays queued and
-// goes again, at once, with the new one. A read that fails (the file
-// missing, empty, or of more than one line) keeps the token the agent has
+// goes again, at once, with the new one. The file is read as /proc files
+// are (a regular file of at most 64 KiB: a FIFO or a device is an error at
+// once, never a hang). A read that fails (the file missing, not a regular
+// file, empty, or of more than one line) keeps the token the agent has
 // and is logged, naming the file and the reason; the token itself is
 // never logged.
 //

@@ -271,7 +271,7 @@ type agentProc struct {
 	addr chan string
 }
 
-var faultAddrRe = regexp.MustCompile(`msg="serving /metrics, /status and /events" addr=(\S+)`)
+var faultAddrRe = regexp.MustCompile(`msg="serving /, /metrics, /status, /events, /healthz and /readyz" addr=(\S+)`)
 
 func startAgent(t *testing.T, bin string, env []string, args ...string) *agentProc {
 	t.Helper()
@@ -330,8 +330,10 @@ var (
 // steps its wall clock, and checks the invariant: every reading taken is
 // counted once by the platform, or still queued on disk, or named in the
 // log (and the last run's metrics) as dropped with its reason; none is
-// counted twice; and the platform's verdicts equal those of a tracker fed
-// the same readings in order.
+// counted twice; no seq of a run is left out (some agents kill themselves
+// between queuing a report and saving its seq, through the test build's
+// hook); and the platform's verdicts equal those of a tracker fed the same
+// readings in order.
 //
 // The clock is stepped through the binary's test clock (built with -tags
 // proofkit_testclock; see cmd/proofkit-agent/testclock.go): the agent's
@@ -395,10 +397,23 @@ func TestFaultInjection(t *testing.T) {
 	procs = append(procs, cur)
 	kills, steps := 0, 0
 	// killAndRestart SIGKILLs the agent and starts another on its state.
+	// Every other agent of the killing part is also set to kill itself
+	// between queuing a report and saving its seq (the test build's hook),
+	// a few readings after the last one its predecessor logged.
+	selfKills := 0
 	killAndRestart := func() {
 		cur.Kill()
 		kills++
-		cur = startAgent(t, bin, env, args...)
+		next := env
+		if kills%2 == 1 {
+			var last uint64
+			if m := takenRe.FindAllStringSubmatch(cur.Log.String(), -1); len(m) > 0 {
+				last, _ = strconv.ParseUint(m[len(m)-1][2], 10, 64)
+			}
+			next = append(slices.Clone(env), fmt.Sprintf("PROOFKIT_AGENT_TEST_KILL=between:%d", last+1+uint64(rng.IntN(3))))
+			selfKills++
+		}
+		cur = startAgent(t, bin, next, args...)
 		procs = append(procs, cur)
 	}
 	run := func(ph phase, kill bool) {
@@ -432,8 +447,11 @@ func TestFaultInjection(t *testing.T) {
 	for _, ph := range killing {
 		run(ph, true)
 	}
-	// The last agent sees the calm part from its start.
-	killAndRestart()
+	// The last agent sees the calm part from its start, with no hook.
+	cur.Kill()
+	kills++
+	cur = startAgent(t, bin, env, args...)
+	procs = append(procs, cur)
 	for _, ph := range calm {
 		run(ph, false)
 	}
@@ -515,6 +533,20 @@ func TestFaultInjection(t *testing.T) {
 			t.Errorf("run %s seq %d was taken but is neither counted, queued nor named as dropped", k.run, k.seq)
 		}
 	}
+	// No seq left out: within a run every seq from 1 to the highest
+	// is a reading accounted for above (a kill between queuing a report
+	// and saving its seq, or mid-append, must not leave one out).
+	highest := make(map[string]uint64)
+	for k := range taken {
+		highest[k.run] = max(highest[k.run], k.seq)
+	}
+	for run, top := range highest {
+		for seq := uint64(1); seq <= top; seq++ {
+			if k := (runSeq{run, seq}); !taken[k] && dropped[k] == "" {
+				t.Errorf("run %s: seq %d is missing (the run goes up to %d): a reading numbered and never reported", run, seq, top)
+			}
+		}
+	}
 	if p.followed > 0 {
 		t.Errorf("the agent followed a redirect %d times", p.followed)
 	}
@@ -571,8 +603,8 @@ func TestFaultInjection(t *testing.T) {
 	}
 	runs := len(runOrder)
 	t.Logf("tally: taken %d, delivered %d (platform acknowledged %d duplicates), queued %d, dropped %v, unaccounted %d; "+
-		"%d agents (%d SIGKILLs), %d clock steps, %d runs, %d readings overloaded, disk filled %v; answers by mode %v",
-		len(taken), delivered, p.dups, onDisk, byReason, lost, len(procs), kills, steps, runs, overloadedReadings, disk.filled, p.answers)
+		"%d agents (%d SIGKILLs, %d set to kill themselves between queue and save), %d clock steps, %d runs, %d readings overloaded, disk filled %v; answers by mode %v",
+		len(taken), delivered, p.dups, onDisk, byReason, lost, len(procs), kills, selfKills, steps, runs, overloadedReadings, disk.filled, p.answers)
 	fmt.Printf("fault injection tally: taken %d, delivered %d, queued %d, dropped %v (duplicates acknowledged %d; %d SIGKILLs, %d clock steps)\n",
 		len(taken), delivered, onDisk, byReason, p.dups, kills, steps)
 }
@@ -677,6 +709,64 @@ func TestStartupRedactsTheReportURL(t *testing.T) {
 	for _, want := range []string{"report_url=http://xxxxx@192.0.2.1:9/readings", "can be read by other users", "plain http"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestKillBetweenQueueAndSave kills the agent with SIGKILL in the Step of
+// seq 3, between its two writes (the report to the queue, the seq to the
+// state), through the test build's hook (PROOFKIT_AGENT_TEST_KILL; see
+// testkill_testclock.go), starts it again on its state, and checks that
+// the run's seqs reach the platform with no gap and none twice.
+func TestKillBetweenQueueAndSave(t *testing.T) {
+	bin := buildAgent(t)
+	dir := t.TempDir()
+	nodeDir := filepath.Join(dir, "node")
+	stateDir := filepath.Join(dir, "state")
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := agenttest.WriteNode(nodeDir, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
+		t.Fatal(err)
+	}
+	p := newFaultPlatform(t)
+	args := []string{
+		"-proc", agenttest.Proc(nodeDir), "-sys", agenttest.Sys(nodeDir), "-sysctl", "off",
+		"-listen", "127.0.0.1:0", "-node", "n1", "-log-level", "debug",
+		"-interval", "200ms", "-state-dir", stateDir,
+		"-report-url", "http://" + p.addr + "/readings", "-token-file", tokenFile,
+	}
+	first := startAgent(t, bin, []string{"PROOFKIT_AGENT_TEST_KILL=between:3"}, args...)
+	select {
+	case <-first.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the agent was not killed at seq 3:\n%s", first.Log.String())
+	}
+	second := startAgent(t, bin, nil, args...)
+	defer second.Kill()
+	counted := func() (run string, seqs []uint64) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, r := range p.counted {
+			if run == "" {
+				run = r.Run
+			}
+			if r.Run == run {
+				seqs = append(seqs, r.Seq)
+			}
+		}
+		return run, seqs
+	}
+	testkit.WaitForWithin(t, 30*time.Second, "the platform counts seq 6 of the first run", func() bool {
+		_, seqs := counted()
+		return len(seqs) > 0 && seqs[len(seqs)-1] >= 6
+	})
+	run, seqs := counted()
+	for i, s := range seqs {
+		if s != uint64(i+1) {
+			t.Fatalf("run %s: the platform counted seqs %v, want 1, 2, 3, … with no gap\nfirst agent:\n%s\nsecond agent:\n%s",
+				run, seqs, first.Log.String(), second.Log.String())
 		}
 	}
 }

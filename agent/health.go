@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/proofkit/nodekit/overload"
@@ -63,19 +62,4 @@ func (a *Agent) healthyAt(now time.Time) error {
 		return fmt.Errorf("no reading evaluated for %v (interval %v)", age.Round(time.Second), a.interval)
 	}
 	return nil
-}
-
-// healthHandler answers 200 "ok" when check returns nil, else 503 with
-// the error.
-func healthHandler(check func() error) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		if err := check(); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, err)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	}
 }

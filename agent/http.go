@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/proofkit/nodekit/internal/cmdkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -66,10 +67,11 @@ func (a *Agent) Events() []overload.Event {
 // /events (JSON list of overload.Event), /healthz (see Healthy) and
 // /readyz (see Ready).
 func (a *Agent) Handler() http.Handler {
+	// Each path here is in HandlerPaths.
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", a.servePage)
-	mux.HandleFunc("GET /healthz", healthHandler(a.Healthy))
-	mux.HandleFunc("GET /readyz", healthHandler(a.Ready))
+	mux.HandleFunc("GET /healthz", cmdkit.Probe(a.Healthy))
+	mux.HandleFunc("GET /readyz", cmdkit.Probe(a.Ready))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, a.Status())
@@ -82,6 +84,11 @@ func (a *Agent) Handler() http.Handler {
 		writeJSON(w, ev)
 	})
 	return mux
+}
+
+// HandlerPaths lists the paths Handler serves, the page first.
+func HandlerPaths() []string {
+	return []string{"/", "/metrics", "/status", "/events", "/healthz", "/readyz"}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -93,15 +93,48 @@ func (a *Agent) SetSysctl(rep sysctl.Report) {
 	a.sysctl = &rep
 }
 
+// checkLabels are the checks as the page names them: the help page's
+// words, not the ids of /metrics and the JSON.
+var checkLabels = map[overload.Check]string{
+	overload.CheckMemory:         "Memory used",
+	overload.CheckLoad:           "Load (15 min) per CPU",
+	overload.CheckConntrackFill:  "Connection table fill",
+	overload.CheckConntrackDrops: "Connections dropped by a full connection table",
+	overload.CheckListenQueue:    "Connections dropped by full listen queues",
+	overload.CheckBandwidth:      "Bandwidth of the busiest link",
+}
+
+// checkLabel is c's label, or its id for a check the page does not know.
+func checkLabel(c overload.Check) string {
+	if l, ok := checkLabels[c]; ok {
+		return l
+	}
+	return string(c)
+}
+
+// Words of the page for a check's state in one reading.
+const (
+	statePassed  = "passed"
+	stateWithin  = "within limits"
+	stateMissing = "missing"
+)
+
+// flagNotes rewrites a probe note about a Go field into the flag the
+// operator sets it with.
+var flagNotes = strings.NewReplacer(
+	"an operator can give it in LinkSpeedMbps", "give it with -link-speed, e.g. -link-speed eth0=1000 for 1 Gbit/s",
+)
+
 // pageCheck is one row of the page's table.
 type pageCheck struct {
 	Check   overload.Check
+	Label   string
 	Figure  string
 	Limit   string
 	Passed  bool
 	Holds   bool
 	Missing bool
-	Last    []string // "passed", "not passed" or "missing", oldest first
+	Last    []string // "passed", "within limits" or "missing", oldest first
 }
 
 type pagePlot struct {
@@ -124,6 +157,11 @@ type pageData struct {
 	ReadingAt       time.Time
 	Notes, Missing  []string
 	LinkOfBandwidth string
+	// ReportURL is where the readings go (redacted); empty when the
+	// agent reports to nobody.
+	ReportURL string
+	// Refresh is the page's reload period in seconds: the interval.
+	Refresh int
 }
 
 func (a *Agent) pageData(now time.Time) pageData {
@@ -133,6 +171,10 @@ func (a *Agent) pageData(now time.Time) pageData {
 	d := pageData{
 		Node: a.node, Version: buildinfo.Read().String(), Now: now, Status: st,
 		Window: l.Window, LastNoticeAt: st.LastNotice,
+		Refresh: max(1, int(a.interval.Round(time.Second)/time.Second)),
+	}
+	if a.rep != nil {
+		d.ReportURL = RedactURL(a.rep.url)
 	}
 	if st.Overloaded {
 		d.For = now.Sub(st.Since).Round(time.Second).String()
@@ -153,7 +195,9 @@ func (a *Agent) pageData(now time.Time) pageData {
 	if len(pts) > 0 {
 		last = &pts[len(pts)-1]
 		d.ReadingAt = last.at
-		d.Notes = last.reading.Notes
+		for _, n := range last.reading.Notes {
+			d.Notes = append(d.Notes, flagNotes.Replace(n))
+		}
 		for _, m := range last.reading.Missing {
 			d.Missing = append(d.Missing, string(m))
 		}
@@ -161,7 +205,7 @@ func (a *Agent) pageData(now time.Time) pageData {
 	}
 	window := pts[max(0, len(pts)-l.Window):]
 	for _, c := range overload.Checks() {
-		row := pageCheck{Check: c, Holds: holds[c]}
+		row := pageCheck{Check: c, Label: checkLabel(c), Holds: holds[c]}
 		row.Figure, row.Limit, row.Missing = figure(c, last, l)
 		if last != nil {
 			row.Passed = last.passed[c]
@@ -169,11 +213,11 @@ func (a *Agent) pageData(now time.Time) pageData {
 		for _, p := range window {
 			switch {
 			case p.passed[c]:
-				row.Last = append(row.Last, "passed")
+				row.Last = append(row.Last, statePassed)
 			case isMissing(c, p.reading):
-				row.Last = append(row.Last, "missing")
+				row.Last = append(row.Last, stateMissing)
 			default:
-				row.Last = append(row.Last, "not passed")
+				row.Last = append(row.Last, stateWithin)
 			}
 		}
 		d.Checks = append(d.Checks, row)
@@ -262,7 +306,7 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width">
-<meta http-equiv="refresh" content="30">
+<meta http-equiv="refresh" content="{{.Refresh}}">
 <title>{{.Node}}: {{if .Status.Overloaded}}overloaded{{else}}not overloaded{{end}}</title>
 <style>
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;max-width:60em;color:#222}
@@ -272,18 +316,19 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.25em .5em;te
 .overloaded{background:#fdd;color:#900}.ok{background:#dfd;color:#060}
 .passed{color:#900;font-weight:bold}.missing{color:#888}
 .w span{display:inline-block;width:.9em;height:.9em;margin-right:2px;border:1px solid #999}
-.w .passed{background:#c33}.w .notpassed{background:#cfc}.w .missing{background:#eee}
+.w .passed{background:#c33}.w .within{background:#cfc}.w .missing{background:#eee}
 </style></head><body>
 <h1>{{.Node}}</h1>
 <p id="state" class="state {{if .Status.Overloaded}}overloaded{{else}}ok{{end}}">{{if .Status.Overloaded}}overloaded since {{t .Status.Since}} ({{.For}}){{else}}not overloaded{{end}}</p>
-<p>Latest reading: {{t .ReadingAt}}{{if .Missing}}; inputs missing: {{range $i, $m := .Missing}}{{if $i}}, {{end}}{{$m}}{{end}}{{end}}. Agent {{.Version}}; reports queued: {{.Status.ReportsQueued}}.</p>
+<p>Latest reading: {{t .ReadingAt}}{{if .Missing}}; inputs missing: {{range $i, $m := .Missing}}{{if $i}}, {{end}}{{$m}}{{end}}{{end}}. Agent {{.Version}}.</p>
+<p id="reports">{{if .ReportURL}}Reports go to {{.ReportURL}}; queued: {{.Status.ReportsQueued}}.{{else}}Reports go to nobody: no report URL is set (-report-url), so the agent only probes, evaluates, logs and serves this page.{{if .Status.ReportsQueued}} Reports queued by an earlier run: {{.Status.ReportsQueued}}.{{end}}{{end}}</p>
 {{if .Notes}}<ul>{{range .Notes}}<li>{{.}}</li>{{end}}</ul>{{end}}
 
 <h2>Latest reading against each limit</h2>
 <table id="checks"><tr><th>check</th><th>latest</th><th>limit</th><th>this reading</th><th>last {{.Window}} readings (oldest first)</th><th>holds</th></tr>
-{{range .Checks}}<tr><td>{{.Check}}</td><td>{{.Figure}}</td><td>{{.Limit}}</td>
-<td class="{{if .Passed}}passed{{else if .Missing}}missing{{end}}">{{if .Passed}}passed{{else if .Missing}}missing{{else}}not passed{{end}}</td>
-<td class="w">{{range .Last}}<span class="{{if eq . "passed"}}passed{{else if eq . "missing"}}missing{{else}}notpassed{{end}}" title="{{.}}"></span>{{end}} {{range $i, $v := .Last}}{{if $i}}, {{end}}{{$v}}{{end}}</td>
+{{range .Checks}}<tr><td title="{{.Check}}">{{.Label}}</td><td>{{.Figure}}</td><td>{{.Limit}}</td>
+<td class="{{if .Passed}}passed{{else if .Missing}}missing{{end}}">{{if .Passed}}passed{{else if .Missing}}missing{{else}}within limits{{end}}</td>
+<td class="w">{{range .Last}}<span class="{{if eq . "passed"}}passed{{else if eq . "missing"}}missing{{else}}within{{end}}" title="{{.}}"></span>{{end}} {{range $i, $v := .Last}}{{if $i}}, {{end}}{{$v}}{{end}}</td>
 <td>{{if .Holds}}<b>holds</b>{{else}}no{{end}}</td></tr>
 {{end}}</table>
 
@@ -303,7 +348,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.25em .5em;te
 {{with .Sysctl}}<table id="sysctl"><tr><th>key</th><th>found</th><th>target</th><th>done</th></tr>
 {{range .Keys}}<tr><td>{{.Key}}</td><td>{{.Found}}</td><td>{{.Target}}</td><td>{{.Action}}{{if .Reason}} ({{.Reason}}){{end}}</td></tr>
 {{end}}</table>{{if .File}}<p>Left in {{.File}}: copy it to /etc/sysctl.d/, run sudo sysctl --system, restart the agent.</p>{{end}}{{else}}<p>Not run (-sysctl off) or not reported.</p>{{end}}
-<p><small>Page generated {{t .Now}}; it reloads every 30 s. JSON: <a href="status">/status</a>, <a href="events">/events</a>; <a href="metrics">/metrics</a>.</small></p>
+<p><small>Page generated {{t .Now}}; it reloads every {{.Refresh}} s, the agent's interval. JSON: <a href="status">/status</a>, <a href="events">/events</a>; <a href="metrics">/metrics</a>.</small></p>
 </body></html>
 `))
 

@@ -92,7 +92,7 @@ func TestHealthAndReady(t *testing.T) {
 
 func TestPage(t *testing.T) {
 	src := &pageSource{at: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC), mem: 40}
-	a, err := New(Config{Node: "exit-fra-1", Source: src})
+	a, err := New(Config{Node: "exit-fra-1", Source: src, Interval: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,9 @@ func TestPage(t *testing.T) {
 		"overloaded since 2026-12-01 09:05:00 UTC",
 		notice, // the notice, with its figures
 		"memory at 95 %",
-		"not passed, not passed, passed, passed, passed", // memory's last five
+		"within limits, within limits, passed, passed, passed", // memory's last five
+		`<td title="memory">Memory used</td>`,                  // the check's label, its id as the title
+		"Reports go to nobody", `content="60"`, "reloads every 60 s",
 		"95.0 %", "above 90 %",
 		"30.0 % on eth0", // bandwidth: the larger of 300 and 10 Mbit/s, of 1 Gbit/s
 		"net.core.somaxconn", "cannot write (read-only /proc/sys (EROFS))", "config/99-proofkit-sysctl.conf",
@@ -139,7 +141,7 @@ func TestPage(t *testing.T) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
-	for _, bad := range []string{"<script", `src="http`, `href="http`, "url(http"} {
+	for _, bad := range []string{"<script", `src="http`, `href="http`, "url(http", "not passed", "<td>memory</td>"} {
 		if strings.Contains(body, bad) {
 			t.Errorf("page has %q: it must work offline, with no script", bad)
 		}
@@ -181,6 +183,74 @@ func TestJSONDurations(t *testing.T) {
 		}
 		if strings.Contains(body, "_ns\"") {
 			t.Errorf("%s has a duration in nanoseconds:\n%s", path, body)
+		}
+	}
+}
+
+// notedSource gives one reading with the probe's note for a link whose
+// speed it does not know.
+type notedSource struct{ pageSource }
+
+func (s *notedSource) Read(ctx context.Context) (overload.Reading, error) {
+	r, err := s.pageSource.Read(ctx)
+	r.Links = append(r.Links, overload.Link{Name: "wg0"})
+	r.Notes = []string{"link wg0: speed unknown, no speed in sysfs; its bandwidth check is skipped (an operator can give it in LinkSpeedMbps)"}
+	return r, err
+}
+
+// TestPageForTheOperator: the page names the flag an operator sets, not
+// the Go field; says where the reports go; and reloads at the interval.
+func TestPageForTheOperator(t *testing.T) {
+	src := &notedSource{pageSource{at: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC), mem: 40}}
+	a, err := New(Config{Node: "n1", Source: src, Interval: 5 * time.Second,
+		ReportURL: "https://user:pw@platform.example/api/v1/readings", Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	_, body := get(t, srv.URL+"/")
+	for _, want := range []string{"-link-speed", `content="5"`, "reloads every 5 s",
+		"Reports go to https://xxxxx@platform.example/api/v1/readings; queued: 1"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"LinkSpeedMbps", "pw@", "go to nobody"} {
+		if strings.Contains(body, bad) {
+			t.Errorf("page has %q", bad)
+		}
+	}
+}
+
+// Every check has a label on the page.
+func TestCheckLabels(t *testing.T) {
+	for _, c := range overload.Checks() {
+		if checkLabels[c] == "" {
+			t.Errorf("check %s has no label", c)
+		}
+	}
+}
+
+// Every path HandlerPaths lists (the start-up log's) is served.
+func TestHandlerPaths(t *testing.T) {
+	a, err := New(Config{Node: "n1", Source: newFakeSource()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	for _, p := range HandlerPaths() {
+		if code, _ := get(t, srv.URL+p); code != 200 {
+			t.Errorf("GET %s: %d, want 200", p, code)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/proofkit/nodekit/internal/atomicfile"
 )
@@ -54,12 +55,17 @@ type queue struct {
 }
 
 // queued is one report in the queue; id identifies it while it is sent,
-// run and seq are the reading's own (empty for a report without them).
+// node, run, seq and at are the reading's own (empty for a report without
+// them). held is set while the agent has not yet saved the state holding
+// the report's seq: it is not sent until then (see Agent.Step).
 type queued struct {
 	id   uint64
 	body []byte
+	node string
 	run  string
 	seq  uint64
+	at   time.Time
+	held bool
 }
 
 // badLine is a line of a queue file that is not one report.
@@ -130,11 +136,13 @@ func parseQueue(b []byte) (items [][]byte, bad []badLine) {
 // item makes the queue entry of body, with the next id.
 func (q *queue) item(body []byte) queued {
 	var id struct {
-		Run string `json:"run"`
-		Seq uint64 `json:"seq"`
+		Node string    `json:"node"`
+		Run  string    `json:"run"`
+		Seq  uint64    `json:"seq"`
+		At   time.Time `json:"at"`
 	}
 	_ = json.Unmarshal(body, &id) // a report without them is still sent
-	it := queued{id: q.next, body: body, run: id.Run, seq: id.Seq}
+	it := queued{id: q.next, body: body, node: id.Node, run: id.Run, seq: id.Seq, at: id.At}
 	q.next++
 	return it
 }
@@ -147,12 +155,25 @@ func (q *queue) item(body []byte) queued {
 // stays queued in memory (and is sent while the process runs); the file
 // is left as it was before.
 func (q *queue) push(report []byte) (dropped []queued, err error) {
+	_, dropped, err = q.pushItem(report, false)
+	return dropped, err
+}
+
+// pushHeld pushes as push does, and holds the report back from begin
+// until release(id) is called: it is on disk, and not sent, until then.
+func (q *queue) pushHeld(report []byte) (id uint64, dropped []queued, err error) {
+	return q.pushItem(report, true)
+}
+
+func (q *queue) pushItem(report []byte, held bool) (id uint64, dropped []queued, err error) {
 	if !json.Valid(report) || bytes.ContainsAny(report, "\n") {
-		return nil, errors.New("push report: not a single-line JSON value")
+		return noID, nil, errors.New("push report: not a single-line JSON value")
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	item := q.item(bytes.Clone(report))
+	item.held = held
+	id = item.id
 	if n := len(q.items) - q.max + 1; n > 0 {
 		keep := 0 // the head, while it is being sent
 		if q.sending {
@@ -162,9 +183,9 @@ func (q *queue) push(report []byte) (dropped []queued, err error) {
 		dropped = slices.Clone(q.items[keep : keep+n])
 		q.items = append(slices.Delete(q.items, keep, keep+n), item)
 		if err := q.rewrite(); err != nil {
-			return dropped, fmt.Errorf("push report: %w", err)
+			return id, dropped, fmt.Errorf("push report: %w", err)
 		}
-		return dropped, nil
+		return id, dropped, nil
 	}
 	q.items = append(q.items, item)
 	if q.dirty {
@@ -174,9 +195,9 @@ func (q *queue) push(report []byte) (dropped []queued, err error) {
 	}
 	if err != nil {
 		q.dirty = true
-		return nil, fmt.Errorf("push report: %w", err)
+		return id, nil, fmt.Errorf("push report: %w", err)
 	}
-	return nil, nil
+	return id, nil, nil
 }
 
 // head returns the oldest report; ok is false when the queue is empty.
@@ -195,11 +216,56 @@ func (q *queue) head() (it queued, ok bool) {
 func (q *queue) begin() (it queued, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.items) == 0 {
+	if len(q.items) == 0 || q.items[0].held {
 		return queued{}, false
 	}
 	q.sending = true
 	return q.items[0], true
+}
+
+// has says whether the report id is queued.
+func (q *queue) has(id uint64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, it := range q.items {
+		if it.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// release lets the held report id be sent.
+func (q *queue) release(id uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range q.items {
+		if q.items[i].id == id {
+			q.items[i].held = false
+		}
+	}
+}
+
+// replace puts report in the place of the report id, if it is still
+// queued, and rewrites the file.
+func (q *queue) replace(id uint64, report []byte) error {
+	if !json.Valid(report) || bytes.ContainsAny(report, "\n") {
+		return errors.New("replace report: not a single-line JSON value")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, it := range q.items {
+		if it.id == id {
+			n := q.item(bytes.Clone(report))
+			n.id, n.held = it.id, it.held
+			q.items[i] = n
+			if err := q.rewrite(); err != nil {
+				return fmt.Errorf("replace report: %w", err)
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // end says the head is no longer being sent.
@@ -232,17 +298,34 @@ func (q *queue) len() int {
 	return len(q.items)
 }
 
-// maxSeq returns the highest seq of run among the queued reports.
-func (q *queue) maxSeq(run string) uint64 {
+// maxSeq returns the highest seq of run among the queued reports, and
+// that report's at.
+func (q *queue) maxSeq(run string) (seq uint64, at time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var m uint64
 	for _, it := range q.items {
-		if it.run == run {
-			m = max(m, it.seq)
+		if it.run == run && it.seq > seq {
+			seq, at = it.seq, it.at
 		}
 	}
-	return m
+	return seq, at
+}
+
+// nodes returns the nodes of the queued reports other than node, each
+// with how many reports it has.
+func (q *queue) nodes(node string) map[string]int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out map[string]int
+	for _, it := range q.items {
+		if it.node != "" && it.node != node {
+			if out == nil {
+				out = make(map[string]int)
+			}
+			out[it.node]++
+		}
+	}
+	return out
 }
 
 // appendLine appends item and a newline and fsyncs. If the write or the

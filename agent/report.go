@@ -111,6 +111,7 @@ type reply struct {
 // a time, with a capped exponential back-off while the platform does not
 // answer.
 type reporter struct {
+	node      string // the agent's node: a report of another was queued before -node changed
 	url       string
 	tok       *bearer
 	userAgent string
@@ -132,9 +133,17 @@ type reporter struct {
 	sent     int
 }
 
-// enqueue stores a report and wakes the sender.
-func (r *reporter) enqueue(body []byte) error {
-	dropped, err := r.q.push(body)
+// noID is the id enqueue returns for a report it could not queue at all.
+const noID = ^uint64(0)
+
+// enqueue stores a report, held back from sending until release(id).
+// On a write error the report may still be queued, in memory: id is then
+// its id, and noID when it is not queued at all.
+func (r *reporter) enqueue(body []byte) (id uint64, err error) {
+	id, dropped, err := r.q.pushHeld(body)
+	if err != nil && !r.q.has(id) {
+		id = noID
+	}
 	r.m.reportsDropped.WithLabelValues("overflow").Add(float64(len(dropped)))
 	for len(dropped) > 0 { // one line per run
 		n := 1
@@ -147,11 +156,16 @@ func (r *reporter) enqueue(body []byte) error {
 		dropped = dropped[n:]
 	}
 	r.m.reportsQueued.Set(float64(r.q.len()))
+	return id, err
+}
+
+// release lets the report id go, and wakes the sender.
+func (r *reporter) release(id uint64) {
+	r.q.release(id)
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
-	return err
 }
 
 // seqs lists the seqs of items, for the log.
@@ -193,6 +207,18 @@ func (r *reporter) run(ctx context.Context) {
 		}
 		if rep.out == unauthorized {
 			r.dm.reportsRefused.WithLabelValues("unauthorized").Inc()
+		}
+		if rep.out == unauthorized && it.node != "" && it.node != r.node && r.tok.get() == token {
+			// Queued before the node was renamed, and the token may
+			// not report for the old name: it never will, so it must
+			// not hold the new node's readings back.
+			backoff = 0
+			r.m.reportsDropped.WithLabelValues("renamed").Inc()
+			r.log.Warn("platform refused a report queued under the node's old name; dropped it",
+				"reason", "renamed", "answer", rep.detail, "queued_node", it.node, "node", r.node, "run", it.run, "seq", it.seq)
+			r.remove(it)
+			r.m.reportsQueued.Set(float64(r.q.len()))
+			continue
 		}
 		if rep.out == unauthorized && r.newToken(token, rep.detail) {
 			r.m.reportFailures.Inc()

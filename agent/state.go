@@ -159,7 +159,7 @@ func (a *Agent) restore() *overload.Tracker {
 	if t.Overloaded() {
 		a.m.overloadedSince.Set(float64(t.Since().Unix()))
 		a.log.Warn("restored state: node is overloaded", "since", t.Since(),
-			"findings", findingTexts(t.Findings()), "last_notice", t.LastNotice())
+			"findings", overload.Texts(t.Findings()), "last_notice", t.LastNotice())
 	} else {
 		a.log.Info("restored state", "last_reading", t.LastReading(), "events", len(t.Events()))
 	}

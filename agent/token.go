@@ -1,20 +1,33 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/proofkit/nodekit/internal/procfile"
 )
 
+// maxTokenFile bounds a token file: a bearer token is tens of bytes, so a
+// longer file is not one (and /dev/zero would be read for ever).
+const maxTokenFile = 64 << 10
+
 // readTokenFile reads a bearer token: the file's content without the
-// white space around it. An empty file, or one of more than one line, is
-// an error. Errors name the file and the reason, never the content.
+// white space around it. It reads it as the probe reads /proc files: a
+// file that is not a regular file (a FIFO, which would block until a
+// writer came; a device such as /dev/zero, which never ends) or is over
+// 64 KiB is an error, at once. An empty file, or one of more than one
+// line, is an error too. Errors name the file and the reason, never the
+// content.
 func readTokenFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, _, err := procfile.Read(context.Background(), path, maxTokenFile)
+	if errors.Is(err, procfile.ErrNotRegular) || errors.Is(err, procfile.ErrTooLarge) {
+		return "", fmt.Errorf("token file: %w; want a regular file holding one line", err) // the path is in err
+	}
 	if err != nil {
 		// The path is said once, here; errors.Is still sees the errno
 		// (fs.ErrNotExist, fs.ErrPermission).

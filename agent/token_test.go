@@ -440,3 +440,58 @@ func TestTokenConcurrentReload(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenFileNotRegular: a token file that is a FIFO (opening it blocks
+// until a writer comes), /dev/zero (it never ends) or over 64 KiB is an
+// error at once, at start, on ReloadToken (SIGHUP) and on a refusal's
+// re-read, and the agent keeps the token it has.
+func TestTokenFileNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := mkfifo(fifo); err != nil {
+		t.Skipf("no FIFO here: %v", err)
+	}
+	big := filepath.Join(dir, "big")
+	writeToken(t, big, strings.Repeat("x", maxTokenFile+1))
+	cases := []struct{ name, path, want string }{
+		{"fifo", fifo, "token file: " + fifo + " is a named pipe (FIFO), not a regular file"},
+		{"dev-zero", "/dev/zero", "token file: /dev/zero is a character device, not a regular file"},
+		{"over 64 KiB", big, "token file: " + big + " is over 65536 bytes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := New(Config{Node: "n1", Source: newFakeSource(), ReportURL: "http://127.0.0.1:1/", TokenFile: c.path})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("New = %v, want an error saying %q", err, c.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("New did not return within 10 s")
+			}
+
+			good := filepath.Join(t.TempDir(), "token")
+			writeToken(t, good, "tok-A\n")
+			a, err := New(Config{Node: "n1", Source: newFakeSource(), ReportURL: "http://127.0.0.1:1/", TokenFile: good})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			a.tok.file = c.path // the file replaced by the bad one
+			if _, err := a.ReloadToken(); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("ReloadToken = %v, want an error saying %q", err, c.want)
+			}
+			reread, _, err := a.tok.refused(time.Now())
+			if !reread || err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("re-read after a 401 = %v, %v; want an error saying %q", reread, err, c.want)
+			}
+			if got := a.tok.get(); got != "tok-A" {
+				t.Errorf("token now %q, want tok-A kept", got)
+			}
+		})
+	}
+}

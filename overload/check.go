@@ -73,9 +73,9 @@ var checkTable = [...]checkDef{
 			errs := figure("load15", r.Load15, maxLoad, "")
 			switch {
 			case r.CPUs < 0 || r.CPUs > maxCPUs:
-				errs = append(errs, fmt.Errorf("cpus: %d, want 1 to %d", r.CPUs, maxCPUs))
+				errs = append(errs, fmt.Errorf("cpus %d, want 1 to %d", r.CPUs, maxCPUs))
 			case r.CPUs == 0 && !missing:
-				errs = append(errs, fmt.Errorf("cpus: 0, want 1 or more (or load listed as missing)"))
+				errs = append(errs, fmt.Errorf("cpus 0, want 1 or more (or load listed as missing)"))
 			}
 			return errs
 		},
@@ -106,11 +106,11 @@ var checkTable = [...]checkDef{
 			var errs []error
 			switch {
 			case r.ConntrackMax > maxConntrackMax:
-				errs = append(errs, fmt.Errorf("conntrack_max: %d, above any kernel's %d", r.ConntrackMax, uint64(maxConntrackMax)))
+				errs = append(errs, fmt.Errorf("conntrack_max %d, above any kernel's %d", r.ConntrackMax, uint64(maxConntrackMax)))
 			case r.ConntrackMax == 0 && !missing:
-				errs = append(errs, fmt.Errorf("conntrack_max: 0 (list conntrack as missing when the table is unknown)"))
+				errs = append(errs, fmt.Errorf("conntrack_max 0, want the table's size (or conntrack listed as missing)"))
 			case r.ConntrackMax > 0 && r.ConntrackEntries/conntrackOverMax >= r.ConntrackMax:
-				errs = append(errs, fmt.Errorf("conntrack_entries: %d, %d times the table's max of %d or more",
+				errs = append(errs, fmt.Errorf("conntrack_entries %d, %d times the table's max of %d or more",
 					r.ConntrackEntries, conntrackOverMax, r.ConntrackMax))
 			}
 			return errs
@@ -298,6 +298,21 @@ type Finding struct {
 	Limit float64 `json:"limit"`
 	// Link names the link, for the bandwidth check.
 	Link string `json:"link,omitempty"`
+}
+
+// Texts returns the findings' texts, in order: the notice's words for each
+// check that holds, e.g. ["memory at 92 %", "the connection table was
+// full: 37 connections dropped"], as a log line or a dashboard lists them.
+// It returns nil for no findings.
+func Texts(fs []Finding) []string {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Text
+	}
+	return out
 }
 
 // Evaluate returns the checks that pass in this one reading, in notice

@@ -2,6 +2,7 @@ package overload
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -300,5 +301,16 @@ func TestWithDefaults(t *testing.T) {
 	d := DefaultLimits()
 	if got.MemoryPercent != 95 || got.Window != 2 || got.Need != 2 || got.LoadPerCPU != d.LoadPerCPU || got.NoticeEvery != d.NoticeEvery {
 		t.Errorf("WithDefaults = %+v", got)
+	}
+}
+
+// Texts lists each finding's text in order, and nothing for none.
+func TestTexts(t *testing.T) {
+	fs := []Finding{{Check: CheckMemory, Text: "memory at 92 %"}, {Check: CheckConntrackDrops, Text: "the connection table was full: 37 connections dropped"}}
+	if got := Texts(fs); !slices.Equal(got, []string{"memory at 92 %", "the connection table was full: 37 connections dropped"}) {
+		t.Errorf("Texts = %q", got)
+	}
+	if got := Texts(nil); got != nil {
+		t.Errorf("Texts(nil) = %q, want nil", got)
 	}
 }

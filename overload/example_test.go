@@ -148,3 +148,26 @@ func ExampleCheck_Describe() {
 	// listen_queue    2 dropped                10 or more dropped
 	// bandwidth       unknown                  above 80 % of a link
 }
+
+// The findings of an overload's start, one text each, as the agent and
+// the platform log them (`findings=["memory at 92 %" ...]`).
+func ExampleTexts() {
+	r := overload.Reading{
+		At:                time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+		MemoryUsedPercent: 92.4,
+		Load15:            17.3,
+		CPUs:              8,
+		ConntrackEntries:  1000,
+		ConntrackMax:      262144,
+		ConntrackDrops:    37,
+		Links:             []overload.Link{{Name: "eth0", RxBitsPerSecond: 870e6, SpeedMbps: 1000}},
+	}
+	for _, text := range overload.Texts(overload.Evaluate(r, overload.DefaultLimits())) {
+		fmt.Println(text)
+	}
+	// Output:
+	// memory at 92 %
+	// load average 17.3 over 15 minutes, above twice the 8 CPU cores
+	// the connection table was full: 37 connections dropped
+	// bandwidth at 870 Mbit/s, 87 % of the 1 Gbit/s link eth0
+}

@@ -257,43 +257,47 @@ func TestReadingBounds(t *testing.T) {
 		edit  func(*Reading)
 		field string // in the error; "" when the reading is valid
 	}{
-		{"the issue's 1e307 bit/s on 1 Mbit/s", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 1e307, SpeedMbps: 1} }, "links[0].rx_bps"},
-		{"rate 1000 times the speed", func(r *Reading) { r.Links[0] = Link{Name: "eth0", TxBitsPerSecond: 1.0001e9, SpeedMbps: 1} }, "links[0].tx_bps"},
+		{"the issue's 1e307 bit/s on 1 Mbit/s", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 1e307, SpeedMbps: 1} }, "link eth0: rx_bps 1e+307, above"},
+		{"rate 1000 times the speed", func(r *Reading) { r.Links[0] = Link{Name: "eth0", TxBitsPerSecond: 1.0001e9, SpeedMbps: 1} }, "link eth0: tx_bps 1.0001e+09 bit/s, more than 1000 times the link's 1 Mbit/s"},
 		{"rate 999 times the speed", func(r *Reading) { r.Links[0] = Link{Name: "eth0", TxBitsPerSecond: 999e6, SpeedMbps: 1} }, ""},
-		{"rate absurd, speed unknown", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 2e14} }, "links[0].rx_bps"},
+		{"rate absurd, speed unknown", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 2e14} }, "link eth0: rx_bps 2e+14"},
 		{"rate 100 Tbit/s, speed unknown", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 1e14} }, ""},
-		{"speed unknown read as unsigned", func(r *Reading) { r.Links[0].SpeedMbps = 1<<32 - 1 }, "links[0] (eth0).speed_mbps"},
-		{"second link", func(r *Reading) { r.Links = append(r.Links, Link{Name: "eth1", RxBitsPerSecond: -1}) }, "links[1].rx_bps"},
-		{"conntrack entries ten times the max", func(r *Reading) { r.ConntrackEntries, r.ConntrackMax = 1000, 100 }, "conntrack_entries"},
+		{"speed unknown read as unsigned", func(r *Reading) { r.Links[0].SpeedMbps = 1<<32 - 1 }, "link eth0: speed_mbps 4294967295"},
+		{"second link", func(r *Reading) { r.Links = append(r.Links, Link{Name: "eth1", RxBitsPerSecond: -1}) }, "link eth1: rx_bps -1, want zero or more"},
+		{"link NaN", func(r *Reading) { r.Links[0].RxBitsPerSecond = math.NaN() }, "link eth0: rx_bps NaN, want a finite figure"},
+		{"link without a name", func(r *Reading) { r.Links = append(r.Links, Link{RxBitsPerSecond: 1}) }, "links[1]: name missing"},
+		{"link twice", func(r *Reading) { r.Links = append(r.Links, r.Links[0]) }, "link eth0: listed twice (links[0] and links[1])"},
+		{"link with a strange name", func(r *Reading) { r.Links[0].Name, r.Links[0].TxBitsPerSecond = "eth0: ok\n", -1 }, `link "eth0: ok\n": tx_bps -1`},
+		{"conntrack entries ten times the max", func(r *Reading) { r.ConntrackEntries, r.ConntrackMax = 1000, 100 }, "conntrack_entries 1000, 10 times"},
 		{"conntrack entries over the max", func(r *Reading) { r.ConntrackEntries, r.ConntrackMax = 999, 100 }, ""},
-		{"conntrack max beyond the kernel", func(r *Reading) { r.ConntrackMax = 1 << 33 }, "conntrack_max"},
-		{"conntrack drops wrapped", func(r *Reading) { r.ConntrackDrops = 1<<64 - 5 }, "conntrack_drops"},
-		{"listen drops wrapped", func(r *Reading) { r.ListenDrops = 1<<64 - 5 }, "listen_drops"},
+		{"conntrack max beyond the kernel", func(r *Reading) { r.ConntrackMax = 1 << 33 }, "conntrack_max 8589934592"},
+		{"conntrack drops wrapped", func(r *Reading) { r.ConntrackDrops = 1<<64 - 5 }, "conntrack_drops 18446744073709551611"},
+		{"listen drops wrapped", func(r *Reading) { r.ListenDrops = 1<<64 - 5 }, "listen_drops 18446744073709551611"},
 		{"listen drops many", func(r *Reading) { r.ListenDrops = 1e9 }, ""},
-		{"load beyond any machine", func(r *Reading) { r.Load15 = 5e6 }, "load15"},
+		{"load beyond any machine", func(r *Reading) { r.Load15 = 5e6 }, "load15 5e+06"},
 		{"load of a hung NFS mount", func(r *Reading) { r.Load15 = 20000 }, ""},
-		{"cpus beyond Linux", func(r *Reading) { r.CPUs = 1 << 20 }, "cpus"},
-		{"memory NaN", func(r *Reading) { r.MemoryUsedPercent = math.NaN() }, "memory_used_percent"},
-		{"memory negative", func(r *Reading) { r.MemoryUsedPercent = -1 }, "memory_used_percent"},
+		{"cpus beyond Linux", func(r *Reading) { r.CPUs = 1 << 20 }, "cpus 1048576"},
+		{"memory NaN", func(r *Reading) { r.MemoryUsedPercent = math.NaN() }, "memory_used_percent NaN, want a finite figure"},
+		{"memory negative", func(r *Reading) { r.MemoryUsedPercent = -1 }, "memory_used_percent -1"},
 		{"memory missing, NaN", func(r *Reading) {
 			r.MemoryUsedPercent, r.Missing = math.NaN(), []Input{InputMemory}
-		}, "memory_used_percent"},
-		{"before 2000", func(r *Reading) { r.At = time.Date(1999, 12, 31, 23, 59, 59, 0, time.UTC) }, "at"},
-		{"1970", func(r *Reading) { r.At = time.Unix(0, 0) }, "at"},
+		}, "memory_used_percent NaN"},
+		{"before 2000", func(r *Reading) { r.At = time.Date(1999, 12, 31, 23, 59, 59, 0, time.UTC) }, "at 1999-12-31 23:59:59 +0000 UTC, before 2000"},
+		{"1970", func(r *Reading) { r.At = time.Unix(0, 0) }, "before 2000"},
 		{"2000", func(r *Reading) { r.At = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC) }, ""},
-		{"year 2200", func(r *Reading) { r.At = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC) }, "at"},
-		{"year 10000", func(r *Reading) { r.At = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "at"},
-		{"unknown missing", func(r *Reading) { r.Missing = []Input{"disk"} }, "missing"},
-		{"version 2 without run", func(r *Reading) { r.Version, r.Seq = 2, 1 }, "run"},
-		{"version 2 without seq", func(r *Reading) { r.Version, r.Run = 2, "abc" }, "seq"},
+		{"year 2200", func(r *Reading) { r.At = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC) }, "at 2200-01-01 00:00:00 +0000 UTC, in 2200 or later"},
+		{"year 10000", func(r *Reading) { r.At = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "in 2200 or later"},
+		{"unknown missing", func(r *Reading) { r.Missing = []Input{"disk"} }, `missing lists "disk", not an input`},
+		{"version 2 without run", func(r *Reading) { r.Version, r.Seq = 2, 1 }, "run missing with seq 1"},
+		{"version 2 without seq", func(r *Reading) { r.Version, r.Run = 2, "abc" }, `seq 0 with run "abc"`},
 		{"version 2 without run and seq", func(r *Reading) { r.Version = 2 }, ""},
 		{"version 2", func(r *Reading) { r.Version, r.Run, r.Seq = 2, "0123456789abcdef0123456789abcdef", 1 }, ""},
-		{"version 1 with run", func(r *Reading) { r.Run, r.Seq = "abc", 1 }, "run"},
-		{"version 0 with run only", func(r *Reading) { r.Version, r.Run = 0, "abc" }, "run"},
+		{"version 1 with run", func(r *Reading) { r.Run, r.Seq = "abc", 1 }, `run "abc" and seq 1 in version 1`},
+		{"version 0 with run only", func(r *Reading) { r.Version, r.Run = 0, "abc" }, `seq 0 with run "abc"`},
 		{"version 0 with run and seq", func(r *Reading) { r.Version, r.Run, r.Seq = 0, "abc", 9 }, ""},
-		{"run with a space", func(r *Reading) { r.Version, r.Run, r.Seq = 2, "a b", 1 }, "run"},
-		{"run too long", func(r *Reading) { r.Version, r.Run, r.Seq = 2, strings.Repeat("a", 65), 1 }, "run"},
-		{"version 3", func(r *Reading) { r.Version = 3 }, "v:"},
+		{"run with a space", func(r *Reading) { r.Version, r.Run, r.Seq = 2, "a b", 1 }, `run "a b", want`},
+		{"run too long", func(r *Reading) { r.Version, r.Run, r.Seq = 2, strings.Repeat("a", 65), 1 }, `run "aaaa`},
+		{"version 3", func(r *Reading) { r.Version = 3 }, "v 3, want 1 or 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -311,8 +315,11 @@ func TestReadingBounds(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrInvalidReading) || !strings.Contains(err.Error(), tt.field) {
-				t.Fatalf("Validate = %v, want ErrInvalidReading naming %s", err, tt.field)
+			// The node, then each problem by its wire field (and a
+			// link by its name) with the figure given.
+			if !errors.Is(err, ErrInvalidReading) || !strings.HasPrefix(err.Error(), "invalid reading of node eu-01: ") ||
+				!strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("Validate = %v, want ErrInvalidReading of node eu-01 naming %s", err, tt.field)
 			}
 			tr := NewTracker("eu-01", Limits{})
 			if _, err := tr.Observe(r); !errors.Is(err, ErrInvalidReading) {
@@ -337,13 +344,14 @@ func TestValidateAt(t *testing.T) {
 		{now.AddDate(1, 0, 0), false},
 	} {
 		err := calm(tt.at).ValidateAt(now)
-		if (err == nil) != tt.ok || (err != nil && (!errors.Is(err, ErrInvalidReading) || !strings.Contains(err.Error(), "at:"))) {
+		if (err == nil) != tt.ok || (err != nil && (!errors.Is(err, ErrInvalidReading) || !strings.Contains(err.Error(), "of node eu-01: at "))) {
 			t.Errorf("reading at now%+v: ValidateAt = %v, want ok %v", tt.at.Sub(now), err, tt.ok)
 		}
 	}
 	r := calm(now.Add(48 * time.Hour))
 	r.MemoryUsedPercent = -1
-	if err := r.ValidateAt(now); err == nil || !strings.Contains(err.Error(), "memory_used_percent") || !strings.Contains(err.Error(), "at:") {
+	if err := r.ValidateAt(now); err == nil || !strings.Contains(err.Error(), "memory_used_percent -1") || !strings.Contains(err.Error(), "\nat ") ||
+		strings.Count(err.Error(), "invalid reading") != 1 {
 		t.Errorf("ValidateAt = %v, want both faults named", err)
 	}
 }
@@ -357,8 +365,8 @@ func TestOneBadNodeStateSaves(t *testing.T) {
 	s = strings.Replace(s, `"speed_mbps":1000`, `"speed_mbps":1`, 1)
 	var r Reading
 	err := json.Unmarshal([]byte(s), &r)
-	if !errors.Is(err, ErrInvalidReading) || !strings.Contains(err.Error(), "links[0].rx_bps") {
-		t.Fatalf("decode: %v, want ErrInvalidReading naming links[0].rx_bps", err)
+	if !errors.Is(err, ErrInvalidReading) || !strings.Contains(err.Error(), "of node eu-01: link eth0: rx_bps 1e+307") {
+		t.Fatalf("decode: %v, want ErrInvalidReading naming link eth0's rx_bps", err)
 	}
 	bad := calm(t0.Add(step))
 	bad.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 1e307, SpeedMbps: 1}
@@ -367,5 +375,28 @@ func TestOneBadNodeStateSaves(t *testing.T) {
 	}
 	if _, err := json.Marshal(tr); err != nil {
 		t.Fatalf("state after a refused reading: %v", err)
+	}
+}
+
+// A reading's errors name its node as the operator wrote it, quoted only
+// when it could be taken for other words, and nothing when it names none:
+// the tracker's Observe then names the tracker's node.
+func TestInvalidReadingNamesItsNode(t *testing.T) {
+	for _, tt := range []struct{ node, want string }{
+		{"eu-01", "invalid reading of node eu-01: memory_used_percent -1, want zero or more"},
+		{"de-fra.1@dc:2", "invalid reading of node de-fra.1@dc:2: memory_used_percent -1"},
+		{"eu 01: fine", `invalid reading of node "eu 01: fine": memory_used_percent -1`},
+		{"", "invalid reading: memory_used_percent -1"},
+	} {
+		r := calm(t0)
+		r.Node, r.MemoryUsedPercent = tt.node, -1
+		if err := r.Validate(); err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+			t.Errorf("node %q: Validate = %v, want %q", tt.node, err, tt.want)
+		}
+	}
+	r := calm(t0)
+	r.Node, r.MemoryUsedPercent = "", -1
+	if _, err := NewTracker("eu-01", Limits{}).Observe(r); err == nil || !strings.Contains(err.Error(), `of node "eu-01"`) {
+		t.Errorf("Observe of a reading naming no node = %v, want the tracker's node named", err)
 	}
 }

@@ -70,11 +70,7 @@ func noticeText(node string, fs []Finding) string {
 	if node == "" {
 		node = "the node"
 	}
-	texts := make([]string, len(fs))
-	for i, f := range fs {
-		texts[i] = f.Text
-	}
-	return node + " is overloaded: " + strings.Join(texts, "; ")
+	return node + " is overloaded: " + strings.Join(Texts(fs), "; ")
 }
 
 // Result is what one reading did to a node's state.
@@ -289,6 +285,9 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 	}
 	l := t.limits.withDefaults()
 	if err := r.Validate(); err != nil {
+		if r.Node != "" { // the error names it
+			return Result{}, fmt.Errorf("observe reading at %v: %w", r.At, err)
+		}
 		return Result{}, fmt.Errorf("observe reading of node %q at %v: %w", t.node, r.At, err)
 	}
 	if r.Node != "" && t.node != "" && r.Node != t.node {

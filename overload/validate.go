@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -77,40 +78,65 @@ var (
 //
 // A reading that passes cannot put a non-finite figure, or a time JSON
 // cannot encode, into a [Tracker]'s state. The error wraps
-// [ErrInvalidReading] and names every problem.
-func (r Reading) Validate() error {
+// [ErrInvalidReading] and names every problem as an operator would find
+// it: the reading's node, each field by its wire name, each link by its
+// name, e.g. "invalid reading of node eu-01: link eth0: rx_bps NaN, want
+// a finite figure".
+func (r Reading) Validate() error { return r.invalid(nil) }
+
+// ValidateAt is Validate, and also refuses a reading dated more than a
+// day after now, the receiver's clock: a node's clock may be ahead by an
+// hour after a step, or by a time zone when set to local time, but a
+// reading from next year would hold every later reading of its node
+// behind it (a version 1 reading refuses all that are older; a version 2
+// run is dated after it). The package takes no clock of its own; a
+// receiver passes time.Now().
+func (r Reading) ValidateAt(now time.Time) error {
+	late := func() error {
+		if ahead := r.At.Sub(now); ahead > maxAhead {
+			return fmt.Errorf("at %v, %v after the receiver's clock (%v), more than %v",
+				r.At, ahead.Round(time.Second), now, maxAhead)
+		}
+		return nil
+	}
+	return r.invalid(late)
+}
+
+// invalid returns Validate's error, with that of more if it returns one:
+// every problem, under one line naming the reading's node.
+func (r Reading) invalid(more func() error) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	switch r.Version {
 	case 0, ReadingVersion:
 		switch {
 		case r.Run != "" && r.Seq == 0:
-			bad("seq: 0 with run %.80q, want 1 or more", r.Run)
+			bad("seq 0 with run %.80q, want 1 or more", r.Run)
 		case r.Run == "" && r.Seq != 0:
-			bad("run: none with seq %d, want the agent's run id", r.Seq)
+			bad("run missing with seq %d, want the agent's run id", r.Seq)
 		}
 	case 1:
 		if r.Run != "" || r.Seq != 0 {
 			bad("run %.80q and seq %d in version 1: they are version %d fields", r.Run, r.Seq, ReadingVersion)
 		}
 	default:
-		bad("v: %d, want 1 or %d", r.Version, ReadingVersion)
+		bad("v %d, want 1 or %d", r.Version, ReadingVersion)
 	}
 	if r.Run != "" && !validRun(r.Run) {
-		bad("run: %.80q, want 1 to %d letters, digits, '-' or '_'", r.Run, maxRunLen)
+		bad("run %.80q, want 1 to %d letters, digits, '-' or '_'", r.Run, maxRunLen)
 	}
 	switch {
 	case r.At.IsZero():
-		bad("at: no time")
+		bad("at missing, want the time of the reading")
 	case r.At.Before(minReadingTime):
-		bad("at: %v, before %d", r.At, minReadingTime.Year())
+		bad("at %v, before %d", r.At, minReadingTime.Year())
 	case !r.At.Before(maxReadingTime):
-		bad("at: %v, in %d or later", r.At, maxReadingTime.Year())
+		bad("at %v, in %d or later", r.At, maxReadingTime.Year())
 	}
 	var missing [numChecks]bool
 	for _, in := range r.Missing {
 		if !in.known() {
-			bad("missing: unknown input %q", in)
+			bad("missing lists %.80q, not an input", in)
 		}
 		for i := range checkTable {
 			if checkTable[i].input == in {
@@ -121,27 +147,15 @@ func (r Reading) Validate() error {
 	for i := range checkTable {
 		errs = append(errs, checkTable[i].invalid(r, missing[i])...)
 	}
+	if more != nil {
+		if err := more(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalidReading, errors.Join(errs...))
+		return fmt.Errorf("%w%s: %w", ErrInvalidReading, ofNode(r.Node), errors.Join(errs...))
 	}
 	return nil
-}
-
-// ValidateAt is Validate, and also refuses a reading dated more than a
-// day after now, the receiver's clock: a node's clock may be ahead by an
-// hour after a step, or by a time zone when set to local time, but a
-// reading from next year would hold every later reading of its node
-// behind it (a version 1 reading refuses all that are older; a version 2
-// run is dated after it). The package takes no clock of its own; a
-// receiver passes time.Now().
-func (r Reading) ValidateAt(now time.Time) error {
-	err := r.Validate()
-	if ahead := r.At.Sub(now); ahead > maxAhead {
-		late := fmt.Errorf("%w: at: %v, %v after the receiver's clock (%v), more than %v",
-			ErrInvalidReading, r.At, ahead.Round(time.Second), now, maxAhead)
-		err = errors.Join(err, late)
-	}
-	return err
 }
 
 // validRun reports whether s is a run id: 1 to maxRunLen letters, digits,
@@ -164,11 +178,11 @@ func validRun(s string) bool {
 func figure(name string, v, ceiling float64, unit string) []error {
 	switch {
 	case math.IsNaN(v) || math.IsInf(v, 0):
-		return []error{fmt.Errorf("%s: %v, want a finite figure", name, v)}
+		return []error{fmt.Errorf("%s %v, want a finite figure", name, v)}
 	case v < 0:
-		return []error{fmt.Errorf("%s: %v, want zero or more", name, v)}
+		return []error{fmt.Errorf("%s %v, want zero or more", name, v)}
 	case v > ceiling:
-		return []error{fmt.Errorf("%s: %v, above %s%s", name, v, strconv.FormatFloat(ceiling, 'g', 8, 64), unit)}
+		return []error{fmt.Errorf("%s %v, above %s%s", name, v, strconv.FormatFloat(ceiling, 'g', 8, 64), unit)}
 	}
 	return nil
 }
@@ -176,27 +190,34 @@ func figure(name string, v, ceiling float64, unit string) []error {
 // count returns the error of a count of dropped connections beyond maxDrops.
 func count(name string, n uint64) []error {
 	if n >= maxDrops {
-		return []error{fmt.Errorf("%s: %d connections dropped since the previous reading, %d or more", name, n, uint64(maxDrops))}
+		return []error{fmt.Errorf("%s %d: connections dropped since the previous reading, %d or more", name, n, uint64(maxDrops))}
 	}
 	return nil
 }
 
-// invalidLinks returns the errors of a reading's links: names missing or
-// twice, rates non-finite, negative or beyond the link, speeds absurd.
+// invalidLinks returns the errors of a reading's links, each named by the
+// link's name ("link eth0: rx_bps NaN, want a finite figure"), or by its
+// place in the list when it has none: names missing or twice, rates
+// non-finite, negative or beyond the link, speeds absurd.
 func invalidLinks(links []Link) []error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	for i, k := range links {
-		field := "links[" + strconv.Itoa(i) + "]"
+		link := "link " + plain(k.Name)
+		if k.Name == "" {
+			link = "links[" + strconv.Itoa(i) + "]"
+		}
+		bad := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("%s: %s", link, fmt.Sprintf(format, args...)))
+		}
 		switch {
 		case k.Name == "":
-			bad("%s.name: none", field)
+			bad("name missing, want the link's name")
 		case k.SpeedMbps > maxSpeedMbps:
-			bad("%s (%s).speed_mbps: %d, above %d (100 Tbit/s)", field, k.Name, k.SpeedMbps, uint64(maxSpeedMbps))
+			bad("speed_mbps %d, above %d (100 Tbit/s)", k.SpeedMbps, uint64(maxSpeedMbps))
 		}
 		for j := range i {
 			if k.Name != "" && links[j].Name == k.Name {
-				bad("%s.name: %q, listed twice", field, k.Name)
+				bad("listed twice (links[%d] and links[%d])", j, i)
 				break
 			}
 		}
@@ -204,17 +225,42 @@ func invalidLinks(links []Link) []error {
 			name string
 			v    float64
 		}{{"rx_bps", k.RxBitsPerSecond}, {"tx_bps", k.TxBitsPerSecond}} {
-			name := field + "." + x.name
-			if e := figure(name, x.v, maxRate, " bit/s (100 Tbit/s)"); e != nil {
-				errs = append(errs, e...)
+			if e := figure(x.name, x.v, maxRate, " bit/s (100 Tbit/s)"); e != nil {
+				bad("%s", e[0])
 				continue
 			}
 			if k.SpeedMbps > 0 && x.v > rateOverSpeed*float64(k.SpeedMbps)*1e6 {
-				bad("%s: %v bit/s, more than %d times the link's %s", name, x.v, rateOverSpeed, formatSpeed(k.SpeedMbps))
+				bad("%s %v bit/s, more than %d times the link's %s", x.name, x.v, rateOverSpeed, formatSpeed(k.SpeedMbps))
 			}
 		}
 	}
 	return errs
+}
+
+// ofNode names a reading's node for an error, " of node eu-01", or
+// nothing when the reading names none.
+func ofNode(node string) string {
+	if node == "" {
+		return ""
+	}
+	return " of node " + plain(node)
+}
+
+// plain returns a name as an operator writes it: as it is when it holds
+// only letters, digits and . _ - @ : (an interface name, a host name),
+// else quoted (and cut to 80 bytes), so no name can forge or hide an
+// error's words.
+func plain(name string) string {
+	if name == "" || len(name) > 80 {
+		return fmt.Sprintf("%.80q", name)
+	}
+	for i := range len(name) {
+		c := name[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || strings.IndexByte("._-@:", c) >= 0) {
+			return fmt.Sprintf("%q", name)
+		}
+	}
+	return name
 }
 
 // readingJSON has Reading's fields without its methods, so the JSON
@@ -244,7 +290,7 @@ func (r *Reading) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("decode reading: %w: %w", ErrInvalidReading, err)
 	}
 	if v.Version != 1 && v.Version != ReadingVersion {
-		return fmt.Errorf("decode reading: %w: v: %d, want 1 or %d", ErrInvalidReading, v.Version, ReadingVersion)
+		return fmt.Errorf("decode reading: %w%s: v %d, want 1 or %d", ErrInvalidReading, ofNode(v.Node), v.Version, ReadingVersion)
 	}
 	if err := Reading(v).Validate(); err != nil {
 		return fmt.Errorf("decode reading: %w", err)

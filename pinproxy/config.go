@@ -22,6 +22,7 @@ const (
 	DefaultFailedBackoff     = 30 * time.Second
 	DefaultKeepAlive         = 30 * time.Second
 	DefaultParkAfter         = 30 * time.Second
+	DefaultMaxDialAttempts   = 3
 
 	// HAProxy's defaults for its inter, rise and fall.
 	DefaultCheckRise = 2
@@ -79,6 +80,13 @@ type Config struct {
 	// negative value turns the back-off off.
 	FailedBackoff time.Duration
 
+	// MaxDialAttempts is the most upstreams a client's dials try, in
+	// least-used order, before the client is closed, so that a list of
+	// many upstreams that refuse costs a client a few dials, not one per
+	// upstream. Zero means DefaultMaxDialAttempts (3); a negative value
+	// means no limit: every upstream is tried.
+	MaxDialAttempts int
+
 	// MaxConns caps the client connections handled at once; a client
 	// accepted over the cap is closed at once. Zero means no limit.
 	// MaxConnsForFiles gives a cap that fits the process's open-file
@@ -134,6 +142,13 @@ type Config struct {
 	// Proxy.Listen carries it for its clients; on another listener Serve
 	// sets it on each client. Zero means DefaultKeepAlive (30 s); a
 	// negative value turns keepalive off.
+	//
+	// On Linux, TCP_USER_TIMEOUT is set with it to the time keepalive
+	// takes to find a dead peer (idle time + 9 intervals, 5 minutes by
+	// default), so that a peer that died while data sent to it was
+	// unacknowledged, which keepalive does not probe, is found in the same
+	// time rather than when the kernel's retransmissions give up. Either
+	// way the connection ends with an error, and the other side is reset.
 	KeepAlive time.Duration
 
 	// ParkAfter is how long both directions of a connection must have
@@ -151,6 +166,12 @@ type Config struct {
 	// copied by plain io.Copy instead of the kernel's splice; a half-close
 	// is carried to them only if they have a CloseWrite method.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// clock, when set (by the tests, through SetClockForTest), is the time
+	// the proxy's decisions are taken at: back-off, slow start, drains,
+	// Ready and the connection lines. Nil means time.Now. Timers and
+	// socket deadlines run on the real clock.
+	clock func() time.Time
 
 	// Logger receives every decision: the upstream each client is pinned
 	// to, each failover, clients closed because no upstream answered, and
@@ -175,6 +196,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.FailedBackoff == 0 {
 		c.FailedBackoff = DefaultFailedBackoff
+	}
+	if c.MaxDialAttempts == 0 {
+		c.MaxDialAttempts = DefaultMaxDialAttempts
 	}
 	if c.MaxConns < 0 {
 		return c, fmt.Errorf("pinproxy: max conns %d: must not be negative (0 means no limit)", c.MaxConns)

@@ -201,13 +201,31 @@ func (l *link) end() {
 		up:    l.dirs[0].n.Load(),
 		down:  l.dirs[1].n.Load(),
 		first: side(l.first.Load()),
-		err:   errors.Join(l.dirs[0].err, l.dirs[1].err),
+		err:   joinCauses(l.dirs[0].err, l.dirs[1].err),
 	})
 }
 
+// joinCauses joins the two directions' errors, leaving out a direction
+// that ended only because the other one closed the conns (net.ErrClosed)
+// when the other holds the cause.
+func joinCauses(a, b error) error {
+	aCause, bCause := a != nil && !errors.Is(a, net.ErrClosed), b != nil && !errors.Is(b, net.ErrClosed)
+	switch {
+	case aCause && !bCause:
+		return a
+	case bCause && !aCause:
+		return b
+	}
+	return errors.Join(a, b)
+}
+
 // endDirection passes the end of src's stream on to dst: a clean end
-// becomes a half-close of dst's write side; an error, or a dst that cannot
-// half-close, closes both. When the other direction has ended cleanly too,
+// becomes a half-close of dst's write side; a dst that cannot half-close
+// closes both; an error (a reset, a keepalive or user timeout, on either
+// conn) closes both with a reset (SO_LINGER 0), so that the peer on the
+// other side learns the stream broke instead of taking a truncated stream
+// for a whole one, as it would across a direct connection. A conn closed
+// by the proxy itself (net.ErrClosed) is closed as it was. When the other direction has ended cleanly too,
 // dst's FIN is left to the Close that follows at once in end (one
 // shutdown(2) fewer per connection, the same packets: dst has nothing
 // unread, its own stream having ended, so the close sends a FIN, not a
@@ -221,8 +239,19 @@ func endDirection(dst, src net.Conn, err error, clean *atomic.Int32) {
 			return
 		}
 	}
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		abort(dst)
+		abort(src)
+	}
 	dst.Close()
 	src.Close()
+}
+
+// abort makes c's Close send a reset rather than a FIN: SO_LINGER 0.
+func abort(c net.Conn) {
+	if l, ok := c.(interface{ SetLinger(int) error }); ok {
+		l.SetLinger(0)
+	}
 }
 
 // closePair closes a connection's two conns from any goroutine, and wakes

@@ -24,8 +24,11 @@
 // Between two *net.TCPConn bulk bytes move with splice(2) in the kernel, as
 // io.Copy does; bursts of up to 16 KiB move with one read and one write
 // through a pooled buffer, and an idle connection holds neither a splice
-// pipe nor a buffer (copy_linux.go); a half-close (CloseWrite) is carried through, and TCP keepalive is on for
-// both sides. Every decision is logged through the
+// pipe nor a buffer (copy_linux.go); a half-close (CloseWrite) is carried
+// through, and TCP keepalive (with TCP_USER_TIMEOUT on Linux) is on for
+// both sides. An error on one side (a reset, a keepalive or user timeout)
+// ends in a reset on the other, so a broken stream never reaches the
+// other peer as a clean end. Every decision is logged through the
 // Config.Logger, for example
 //
 //	level=INFO msg="answers again; moving a connection" from=usa-01:9333 to=eu-01:9333
@@ -57,7 +60,10 @@
 // CheckFall); slow start for a returning upstream (Config.SlowStart);
 // more than one move per round (Config.RebalanceMaxMoves); a PROXY
 // protocol header to upstreams (Config.SendProxy); and a log line per
-// connection at Info (Config.LogConnections). Running out of file
+// connection at Info (Config.LogConnections), formatted by a goroutine of
+// the proxy's own so that it costs the connection almost nothing (give the
+// Logger a writer that does not block, as cmd/pinproxy does). A client
+// tries at most Config.MaxDialAttempts upstreams. Running out of file
 // descriptors or memory never counts against an upstream;
 // MaxConnsForFiles gives a MaxConns that leaves room for them.
 //

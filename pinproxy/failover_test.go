@@ -2,6 +2,7 @@ package pinproxy_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -65,21 +66,24 @@ func TestFailoverWhenUpstreamRefuses(t *testing.T) {
 	}
 }
 
-// The back-off ends by itself.
+// The back-off ends by itself, on the proxy's clock.
 func TestFailedBackoffEnds(t *testing.T) {
 	a := pinproxytest.Down(t, "A", pinproxytest.Line)
 	b := pinproxytest.New(t, "B", pinproxytest.Line)
-	p := newProxy(t, pinproxy.Config{
-		Upstreams:         []string{a.Addr, b.Addr},
-		RebalanceInterval: -1,
-		FailedBackoff:     time.Millisecond,
-	})
+	var clock fakeClock
+	cfg := pinproxy.Config{Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1}
+	pinproxy.SetClockForTest(&cfg, clock.now)
+	p := newProxy(t, cfg)
 	addr := serve(t, p)
 	if _, on := pinproxytest.Dial(t, addr, "c1"); on != "B" {
 		t.Fatalf("c1 landed on %s, want B", on)
 	}
 	a.Start()
-	time.Sleep(10 * time.Millisecond) // past the 1 ms back-off
+	clock.advance(pinproxy.DefaultFailedBackoff - time.Second)
+	if _, on := pinproxytest.Dial(t, addr, "c1b"); on != "B" {
+		t.Fatalf("c1b landed on %s during A's back-off, want B", on)
+	}
+	clock.advance(time.Second) // the 30 s back-off is over
 	if _, on := pinproxytest.Dial(t, addr, "c2"); on != "A" {
 		t.Fatalf("c2 landed on %s, want A once its back-off ended", on)
 	}
@@ -135,5 +139,48 @@ func TestUpstreamResolvedAtEachDial(t *testing.T) {
 	defer mu.Unlock()
 	if want := "tcp " + byName; len(dialed) != 2 || dialed[0] != want || dialed[1] != want {
 		t.Fatalf("dialed %q, want %q twice", dialed, want)
+	}
+}
+
+// With many upstreams that refuse, a client costs MaxDialAttempts dials
+// (3 by default), not one per upstream, and the warnings about them are
+// rate-limited: a burst of clients logs a few lines, not one a dial.
+func TestDialAttemptsBounded(t *testing.T) {
+	var ups []string
+	for range 50 {
+		ups = append(ups, pinproxytest.Down(t, "X", pinproxytest.Line).Addr)
+	}
+	for _, tc := range []struct {
+		max, want int
+	}{{0, pinproxy.DefaultMaxDialAttempts}, {5, 5}, {-1, 50}} {
+		t.Run(fmt.Sprint(tc.max), func(t *testing.T) {
+			log, logs := testLogger(t)
+			p := newProxy(t, pinproxy.Config{Upstreams: ups, RebalanceInterval: -1, FailedBackoff: -1, MaxDialAttempts: tc.max, Logger: log})
+			addr := serve(t, p)
+			const clients = 20
+			for range clients {
+				if !pinproxytest.ClosedConn(mustDial(t, addr)) {
+					t.Fatal("client was not closed although no upstream answers")
+				}
+			}
+			var dials int64
+			for _, s := range p.Stats() {
+				dials += s.Dials
+			}
+			if dials != int64(clients*tc.want) {
+				t.Errorf("%d clients cost %d dials, want %d each", clients, dials, tc.want)
+			}
+			if got := p.Totals().Unrouted; got != clients {
+				t.Errorf("Unrouted = %d, want %d", got, clients)
+			}
+			// At most one line a second of each kind; the test takes a
+			// few seconds at most on a loaded machine.
+			if n := strings.Count(logs.String(), "trying the next"); n < 1 || n > 10 {
+				t.Errorf("%d dial warnings for %d failed dials, want a few", n, dials)
+			}
+			if n := strings.Count(logs.String(), "no upstream answers"); n < 1 || n > 10 {
+				t.Errorf("%d lines for %d clients closed, want a few", n, clients)
+			}
+		})
 	}
 }

@@ -59,8 +59,8 @@ func TestHalfCloseFromClient(t *testing.T) {
 			}
 			c.Close()
 			testkit.WaitFor(t, "the connection to end", func() bool { return p.Stats()[0].Live == 0 })
-			if s := p.Stats()[0]; s.BytesUp != 3 || s.BytesDown != 9 {
-				t.Errorf("bytes up/down = %d/%d, want 3/9", s.BytesUp, s.BytesDown)
+			if s := p.Stats()[0]; s.BytesSent != 3 || s.BytesReceived != 9 {
+				t.Errorf("bytes up/down = %d/%d, want 3/9", s.BytesSent, s.BytesReceived)
 			}
 		})
 	}

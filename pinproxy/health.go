@@ -34,29 +34,20 @@ func (p *Proxy) checkRound(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, u := range ups {
 		wg.Go(func() {
-			dctx, cancel := context.WithTimeout(ctx, timeout)
-			c, err := p.dial(dctx, "tcp", u.addr)
-			cancel()
-			if ctx.Err() != nil {
-				if c != nil {
-					c.Close()
-				}
-				return
-			}
-			if err != nil && localError(err) {
-				p.logLocal("health check: cannot connect for want of local resources",
-					slog.String("upstream", u.addr), slog.Any("err", err))
-				return
-			}
+			c, out, err := p.attempt(ctx, u, timeout, "health check: cannot connect for want of local resources",
+				slog.String("upstream", u.addr))
 			if c != nil {
 				c.Close()
 			}
+			if out == gaveUp || out == noResources || ctx.Err() != nil {
+				return
+			}
 			p.mu.Lock()
 			u.dials++
-			if err != nil {
-				p.failedLocked(u, err, true)
+			if out == refused {
+				p.failedLocked(u, p.clock(), err, true)
 			} else {
-				p.answeredLocked(u, true)
+				p.answeredLocked(u, p.clock(), true)
 			}
 			p.mu.Unlock()
 		})

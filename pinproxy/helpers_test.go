@@ -5,7 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
@@ -65,8 +67,13 @@ func shutdown(t testing.TB, p *pinproxy.Proxy, served <-chan error) {
 	}
 }
 
+// newProxy makes a proxy for a test; with PINPROXY_TEST_PARK set, its
+// connections park as that says unless cfg turns parking off.
 func newProxy(t testing.TB, cfg pinproxy.Config) *pinproxy.Proxy {
 	t.Helper()
+	if d, ok := pinproxy.ForcedParkForTest(); ok && cfg.ParkAfter >= 0 {
+		cfg.ParkAfter = d
+	}
 	p, err := pinproxy.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -93,3 +100,11 @@ func mustDial(t testing.TB, addr string) net.Conn {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// fakeClock is a clock for SetClockForTest that moves only when told.
+type fakeClock struct{ off atomic.Int64 }
+
+var clockBase = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+func (c *fakeClock) now() time.Time          { return clockBase.Add(time.Duration(c.off.Load())) }
+func (c *fakeClock) advance(d time.Duration) { c.off.Add(int64(d)) }

@@ -5,6 +5,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // listenConfig is what Listen listens with. On Linux a socket accepted
@@ -28,9 +30,61 @@ func (p *Proxy) listenConfig() net.ListenConfig {
 	return lc
 }
 
+// keepAliveProbes is the kernel's default probe count
+// (net.ipv4.tcp_keepalive_probes), which the proxy leaves as it is.
+const keepAliveProbes = 9
+
+// userTimeout is the TCP_USER_TIMEOUT set beside keepalive ka: the time
+// keepalive takes to find a dead peer (the idle time, then the kernel's 9
+// probes an interval apart), so that a peer that died with data of ours
+// unacknowledged, which keepalive does not probe, is found in the same
+// time instead of after the kernel's retransmissions give up (15 minutes
+// or more).
+func userTimeout(ka net.KeepAliveConfig) time.Duration {
+	return time.Duration(secondsUp(ka.Idle)+keepAliveProbes*secondsUp(ka.Interval)) * time.Second
+}
+
+// setUserTimeoutFD sets TCP_USER_TIMEOUT on the socket fd to d.
+func setUserTimeoutFD(fd int, d time.Duration) error {
+	ms := int(d / time.Millisecond)
+	if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, ms); err != nil {
+		return fmt.Errorf("pinproxy: setsockopt TCP_USER_TIMEOUT %d: %w", ms, err)
+	}
+	return nil
+}
+
+// dialControl is the proxy's own dialer's Control: it sets the user
+// timeout beside the keepalive the dialer sets; nil when keepalive is off.
+func (p *Proxy) dialControl() func(network, address string, c syscall.RawConn) error {
+	if !p.keepAlive.Enable {
+		return nil
+	}
+	ut := userTimeout(p.keepAlive)
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = setUserTimeoutFD(int(fd), ut) }); err != nil {
+			return err
+		}
+		return serr
+	}
+}
+
+// setUserTimeout sets the user timeout beside keepalive on c (see
+// userTimeout); a conn whose keepalive is off gets none.
+func (p *Proxy) setUserTimeout(c *net.TCPConn) {
+	if !p.keepAlive.Enable {
+		return
+	}
+	if rc, err := c.SyscallConn(); err == nil {
+		ut := userTimeout(p.keepAlive)
+		rc.Control(func(fd uintptr) { setUserTimeoutFD(int(fd), ut) })
+	}
+}
+
 // setKeepAliveFD turns keepalive on for the socket fd with ka's idle time
-// and interval (rounded up to whole seconds, as net does); the probe count
-// stays the kernel's.
+// and interval (rounded up to whole seconds, as net does), and the user
+// timeout that goes with it (userTimeout); the probe count stays the
+// kernel's. Accepted sockets inherit all four from a listening socket.
 func setKeepAliveFD(fd int, ka net.KeepAliveConfig) error {
 	opts := [...]struct {
 		level, opt int
@@ -46,7 +100,7 @@ func setKeepAliveFD(fd int, ka net.KeepAliveConfig) error {
 			return fmt.Errorf("pinproxy: setsockopt %s %d: %w", o.name, o.v, err)
 		}
 	}
-	return nil
+	return setUserTimeoutFD(fd, userTimeout(ka))
 }
 
 // secondsUp is d in whole seconds, rounded up, at least 1.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
@@ -53,6 +55,24 @@ func keepAliveOf(t *testing.T, c net.Conn) (on, idle, intvl int) {
 	return on, idle, intvl
 }
 
+// userTimeoutOf reads c's TCP_USER_TIMEOUT, in milliseconds.
+func userTimeoutOf(t *testing.T, c net.Conn) int {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms int
+	var serr error
+	rc.Control(func(fd uintptr) {
+		ms, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
+	})
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	return ms
+}
+
 // A conn accepted from a listener made by Listen has keepalive as
 // configured (Serve leaves it as it comes), or none when it is turned off;
 // and Serve proxies through such a listener.
@@ -86,6 +106,9 @@ func TestListenKeepAlive(t *testing.T) {
 			on, idle, intvl := keepAliveOf(t, sc)
 			if (on != 0) != tc.on || (tc.on && (idle != tc.secs || intvl != tc.secs)) {
 				t.Errorf("accepted conn: keepalive on=%d idle=%ds interval=%ds, want on=%v, %ds", on, idle, intvl, tc.on, tc.secs)
+			}
+			if ut, want := userTimeoutOf(t, sc), 10*tc.secs*1000; ut != want {
+				t.Errorf("accepted conn: TCP_USER_TIMEOUT %d ms, want %d (idle + 9 intervals)", ut, want)
 			}
 
 			// Through Serve, end to end.
@@ -152,6 +175,9 @@ func TestKeepAliveBothSides(t *testing.T) {
 	for side, c := range map[string]net.Conn{"client": client, "upstream": upstream} {
 		if on, idle, _ := keepAliveOf(t, c); on == 0 || idle != want {
 			t.Errorf("%s side: keepalive on=%d idle=%ds, want on, %ds", side, on, idle, want)
+		}
+		if ut := userTimeoutOf(t, c); ut != 10*want*1000 {
+			t.Errorf("%s side: TCP_USER_TIMEOUT %d ms, want %d", side, ut, 10*want*1000)
 		}
 	}
 }

@@ -2,7 +2,10 @@
 
 package pinproxy
 
-import "net"
+import (
+	"net"
+	"syscall"
+)
 
 // listenConfig is what Listen listens with: Go sets the proxy's keepalive
 // on each accepted conn, once (Serve then leaves it alone).
@@ -12,3 +15,9 @@ func (p *Proxy) listenConfig() net.ListenConfig {
 	}
 	return net.ListenConfig{KeepAliveConfig: p.keepAlive}
 }
+
+// dialControl is nil: off Linux the user timeout is not set.
+func (p *Proxy) dialControl() func(network, address string, c syscall.RawConn) error { return nil }
+
+// setUserTimeout does nothing off Linux.
+func (p *Proxy) setUserTimeout(*net.TCPConn) {}

@@ -7,20 +7,23 @@ import (
 	"time"
 )
 
-// PINPROXY_TEST_PARK=DURATION runs the tests with every proxy's
-// connections parked after that much idleness (0: as soon as both
-// directions wait), whatever Config.ParkAfter says, unless it is negative:
+// PINPROXY_TEST_PARK=DURATION runs the tests with the connections of every
+// proxy made by the tests' newProxy parked after that much idleness (0: as
+// soon as both directions wait), whatever Config.ParkAfter says, unless it
+// is negative:
 //
 //	PINPROXY_TEST_PARK=0 go test -race ./pinproxy
-func init() {
-	if v, ok := os.LookupEnv("PINPROXY_TEST_PARK"); ok {
-		d, err := parseTestPark(v)
-		if err != nil {
-			panic(err)
-		}
-		parkAfterForTests = d
+var forcedPark = func() time.Duration {
+	v, ok := os.LookupEnv("PINPROXY_TEST_PARK")
+	if !ok {
+		return -1
 	}
-}
+	d, err := parseTestPark(v)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}()
 
 // parseTestPark reads PINPROXY_TEST_PARK's value.
 func parseTestPark(v string) (time.Duration, error) {
@@ -49,5 +52,16 @@ func ParkedForTest(p *Proxy) int {
 	return p.park.parkedNow()
 }
 
-// ForcedParkForTest reports whether PINPROXY_TEST_PARK is set.
-func ForcedParkForTest() bool { return parkAfterForTests >= 0 }
+// ForcedParkForTest returns the ParkAfter PINPROXY_TEST_PARK asks for
+// (under a millisecond for 0: parked as soon as both directions wait), and
+// whether it is set.
+func ForcedParkForTest() (time.Duration, bool) {
+	if forcedPark < 0 {
+		return 0, false
+	}
+	return max(forcedPark, time.Nanosecond), true
+}
+
+// SetClockForTest makes the proxy New makes from cfg take its decisions
+// (back-off, slow start, drains, Ready) at the times now returns.
+func SetClockForTest(cfg *Config, now func() time.Time) { cfg.clock = now }

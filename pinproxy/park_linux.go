@@ -88,17 +88,11 @@ type parkedLink struct {
 	sweptN    int64
 }
 
-// parkAfterForTests, when set (≥ 0), replaces every proxy's ParkAfter:
-// the tests run the whole suite with connections parked after 0 s.
-var parkAfterForTests time.Duration = -1
-
 // newParker returns the parker of a proxy whose Config.ParkAfter is
 // after (0: DefaultParkAfter; negative: connections never park, and the
 // parker is nil).
 func newParker(after time.Duration) *parker {
-	if parkAfterForTests >= 0 && after >= 0 {
-		after = parkAfterForTests
-	} else if after == 0 {
+	if after == 0 {
 		after = DefaultParkAfter
 	}
 	if after < 0 {

@@ -67,8 +67,8 @@ func TestParkWakesOnEitherSide(t *testing.T) {
 		testkit.WaitFor(t, "the connection parks again", func() bool { return pinproxy.ParkedForTest(p) == 1 })
 	}
 	s := p.Stats()[0]
-	if want := int64(3 * len(msg)); s.BytesUp != want || s.BytesDown != 300 {
-		t.Errorf("bytes up/down = %d/%d while live, want %d/300", s.BytesUp, s.BytesDown, want)
+	if want := int64(3 * len(msg)); s.BytesSent != want || s.BytesReceived != 300 {
+		t.Errorf("bytes up/down = %d/%d while live, want %d/300", s.BytesSent, s.BytesReceived, want)
 	}
 	// The client's close reaches the upstream as a half-close; the
 	// upstream's close then ends the connection.
@@ -97,7 +97,7 @@ func TestBytesCountedLive(t *testing.T) {
 		sent += int64(n)
 		testkit.WaitFor(t, fmt.Sprintf("the counters at %d bytes", sent), func() bool {
 			s := p.Stats()[0]
-			return s.BytesUp == sent && s.BytesDown == sent
+			return s.BytesSent == sent && s.BytesReceived == sent
 		})
 	}
 	time.Sleep(50 * time.Millisecond)

@@ -12,8 +12,6 @@ type parker struct{}
 
 type parkedLink struct{}
 
-var parkAfterForTests time.Duration = -1
-
 func newParker(time.Duration) *parker { return nil }
 
 func (pk *parker) add(*link)       {}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,8 +22,9 @@ var ErrProxyClosed = errors.New("pinproxy: proxy closed")
 // rebalances them. Create one with New; its methods are safe for concurrent
 // use.
 type Proxy struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	clock func() time.Time // cfg.clock, or time.Now
 	// dial is cfg.DialContext or, when that is nil, the proxy's own
 	// net.Dialer, which sets keepalive as configured on each upstream
 	// conn, so connect need not set it again.
@@ -42,14 +44,17 @@ type Proxy struct {
 	handlers sync.WaitGroup // one per accepted client; Add only under mu while !closed
 	ticker   sync.WaitGroup // the rebalance, check and duplicate-warning goroutines; Add only under mu while !closed
 
-	active       atomic.Int64 // client connections being handled, for MaxConns
-	accepted     atomic.Int64
-	rejected     atomic.Int64
-	unrouted     atomic.Int64
-	localErrors  atomic.Int64 // accepts and dials that failed for want of local resources
-	localLogged  atomic.Int64 // when a local error was last logged, Unix ns
-	localQuiet   atomic.Int64 // local errors not logged since then
-	rejectLogged atomic.Int64 // when a client closed at MaxConns was last logged, Unix ns
+	active      atomic.Int64 // client connections being handled, for MaxConns
+	accepted    atomic.Int64
+	rejected    atomic.Int64
+	unrouted    atomic.Int64
+	localErrors atomic.Int64 // accepts and dials that failed for want of local resources
+	localLog    rateLimited  // lines about local errors
+	rejectLog   rateLimited  // lines about clients closed at MaxConns
+	dialLog     rateLimited  // lines about dials that failed
+	unroutedLog rateLimited  // lines about clients closed because no upstream answered
+
+	lineQ lineQueue // connections' lines waiting for lineLoop (lines.go)
 
 	rebalanceMu sync.Mutex // one round at a time
 
@@ -62,60 +67,6 @@ type Proxy struct {
 	presetKA      map[net.Listener]struct{} // made by Listen: accepted conns have keepalive set already
 	tickerStarted bool
 	closed        bool // Shutdown was called
-}
-
-// upstream is one configured upstream and its live connections. All fields
-// but addr are guarded by Proxy.mu.
-type upstream struct {
-	addr string
-
-	live    int   // connections established, linked into head..tail
-	dialing int   // dials in flight to it (counted as load too)
-	head    *conn // oldest
-	tail    *conn // newest
-
-	dials        int64
-	failures     int64
-	lastFailure  time.Time
-	lastError    string
-	answered     bool // the last attempt (dial, test-connect or check) answered
-	lastFailed   bool // the last attempt failed: the next dial to it is a probe
-	backoffUntil time.Time
-	moved        int64
-	bytes        byteCounters // live, not guarded by mu
-
-	// state is what Stats and the metrics call up, down or unknown: the
-	// checks' verdict when Config.CheckInterval is set, else the last
-	// attempt's. upSince is when it last went from down to up (slow
-	// start); rise and fall count the checks in a row that answered and
-	// failed.
-	state      health
-	upSince    time.Time
-	rise, fall int
-
-	removed   bool      // taken out by SetUpstreams; kept while connections are left
-	removedAt time.Time // when
-}
-
-func (u *upstream) load() int { return u.live + u.dialing }
-
-// health is an upstream's state as the operator sees it.
-type health int8
-
-const (
-	healthUnknown health = iota // nothing has answered or failed yet
-	healthUp
-	healthDown
-)
-
-func (h health) String() string {
-	switch h {
-	case healthUp:
-		return "up"
-	case healthDown:
-		return "down"
-	}
-	return "unknown"
 }
 
 // conn is one client pinned to one upstream.
@@ -155,11 +106,15 @@ func New(cfg Config) (*Proxy, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		dial:      cfg.DialContext,
+		clock:     cfg.clock,
 		listeners: make(map[net.Listener]struct{}),
 		presetKA:  make(map[net.Listener]struct{}),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.clock == nil {
+		p.clock = time.Now
 	}
 	// Idle time and interval as configured; the probe count stays the
 	// kernel's (Count -1: one setsockopt fewer per socket).
@@ -171,7 +126,7 @@ func New(cfg Config) (*Proxy, error) {
 		// The dialer sets keepalive once, as configured (KeepAlive is
 		// ignored when KeepAliveConfig is enabled; -1 turns it off
 		// otherwise).
-		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive}
+		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive, Control: p.dialControl()}
 		p.dial = d.DialContext
 	}
 	p.bufs.New = newBurstBuf
@@ -229,6 +184,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.listeners[ln] = struct{}{}
 	if !p.tickerStarted {
 		p.tickerStarted = true
+		p.startLines()
 		if p.cfg.RebalanceInterval > 0 {
 			p.ticker.Add(1)
 			go p.every(p.cfg.RebalanceInterval, "rebalance", p.Rebalance)
@@ -281,6 +237,37 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	}
 }
 
+// outcome is what one dial to an upstream came to.
+type outcome int8
+
+const (
+	answered    outcome = iota // the upstream answered
+	refused                    // it did not: that counts against it
+	noResources                // this host is out of descriptors, buffers or memory: counts against nobody
+	gaveUp                     // ctx ended first
+)
+
+// attempt dials u once, within timeout and ctx: a client's dial, a
+// rebalance or drain test-connect, or a health check. It returns the conn
+// when u answered (the caller records the outcome, under mu, as it counts
+// it). When this host is out of resources it counts a local error and
+// logs local, rate-limited, with attrs and the error.
+func (p *Proxy) attempt(ctx context.Context, u *upstream, timeout time.Duration, local string, attrs ...slog.Attr) (net.Conn, outcome, error) {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	c, err := p.dial(dctx, "tcp", u.addr)
+	cancel()
+	switch {
+	case err == nil:
+		return c, answered, nil
+	case ctx.Err() != nil:
+		return nil, gaveUp, err
+	case localError(err):
+		p.logLocal(local, append(attrs, slog.Any("err", err))...)
+		return nil, noResources, err
+	}
+	return nil, refused, err
+}
+
 // temporary reports whether an accept error may go away by itself.
 func temporary(err error) bool {
 	var ne net.Error
@@ -297,30 +284,40 @@ func localError(err error) bool {
 		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
-// logLocal counts a local error and logs it, at most once a second, with
-// the number left unlogged since the last line: a proxy out of file
-// descriptors would otherwise write a line per client.
-func (p *Proxy) logLocal(msg string, attrs ...slog.Attr) {
-	p.localErrors.Add(1)
-	now := time.Now().UnixNano()
-	last := p.localLogged.Load()
-	if now-last < int64(time.Second) || !p.localLogged.CompareAndSwap(last, now) {
-		p.localQuiet.Add(1)
-		return
-	}
-	attrs = append(attrs, slog.Int64("not_logged_since", p.localQuiet.Swap(0)))
-	p.log.LogAttrs(p.stopCtx, slog.LevelWarn, msg, attrs...)
+// rateLimited logs one kind of line at most once a second, adding the
+// number of lines it left out since the last one (not_logged_since) when
+// there were any: a proxy out of file descriptors, or in front of
+// thousands of upstreams that refuse, would otherwise write a line per
+// client or per dial.
+type rateLimited struct {
+	last  atomic.Int64 // when a line was last logged, Unix ns
+	quiet atomic.Int64 // lines left out since then
 }
 
-// logRejected logs a client closed at the connection cap, at most once a
-// second, with the number closed since the last line.
-func (p *Proxy) logRejected(client net.Conn, limit int64) {
-	now := time.Now().UnixNano()
-	last := p.rejectLogged.Load()
-	if now-last < int64(time.Second) || !p.rejectLogged.CompareAndSwap(last, now) {
+// log logs msg unless a line went out less than a second before now.
+func (r *rateLimited) log(p *Proxy, now time.Time, level slog.Level, msg string, attrs ...slog.Attr) {
+	t := now.UnixNano()
+	last := r.last.Load()
+	if last != 0 && t-last < int64(time.Second) || !r.last.CompareAndSwap(last, t) {
+		r.quiet.Add(1)
 		return
 	}
-	p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "too many connections; closing the client",
+	if n := r.quiet.Swap(0); n > 0 {
+		attrs = append(attrs, slog.Int64("not_logged_since", n))
+	}
+	p.log.LogAttrs(p.stopCtx, level, msg, attrs...)
+}
+
+// logLocal counts a local error and logs it, rate-limited.
+func (p *Proxy) logLocal(msg string, attrs ...slog.Attr) {
+	p.localErrors.Add(1)
+	p.localLog.log(p, p.clock(), slog.LevelWarn, msg, attrs...)
+}
+
+// logRejected logs a client closed at the connection cap, rate-limited,
+// with the number closed so far.
+func (p *Proxy) logRejected(client net.Conn, limit int64) {
+	p.rejectLog.log(p, p.clock(), slog.LevelWarn, "too many connections; closing the client",
 		slog.String("client", client.RemoteAddr().String()), slog.Int64("max_conns", limit),
 		slog.Int64("rejected_total", p.rejected.Load()))
 }
@@ -394,7 +391,8 @@ func (p *Proxy) serveConn(c *conn) {
 	splice(c.client, c.upstream, &p.bufs, p.park, &c.up.bytes, func(r spliceResult) { p.finish(c, r) })
 }
 
-// finish unlinks a connection whose copying ended and logs it.
+// finish unlinks a connection whose copying ended and queues its line for
+// lineLoop (lines.go), which formats it off the connection's small stack.
 func (p *Proxy) finish(c *conn, r spliceResult) {
 	defer p.handlers.Done()
 	defer p.active.Add(-1)
@@ -417,18 +415,43 @@ func (p *Proxy) finish(c *conn, r spliceResult) {
 	if p.cfg.LogConnections {
 		level = slog.LevelInfo
 	}
-	if p.log.Enabled(p.stopCtx, level) {
-		attrs := []slog.Attr{
-			slog.String("client", c.client.RemoteAddr().String()), slog.String("upstream", c.up.addr),
-			slog.Duration("duration", time.Since(c.start)),
-			slog.Int64("bytes_up", r.up), slog.Int64("bytes_down", r.down),
-			slog.String("reason", reason.String()),
-		}
-		if err != nil && !errors.Is(err, net.ErrClosed) {
-			attrs = append(attrs, slog.Any("err", err))
-		}
-		p.log.LogAttrs(p.stopCtx, level, "connection ended", attrs...)
+	if !p.log.Enabled(p.stopCtx, level) { // first: a line not logged costs nothing
+		return
 	}
+	e := endLine{c: c, r: r, reason: reason, level: level, at: p.clock()}
+	if !p.queueLine(e) {
+		p.logEnd(e)
+	}
+}
+
+// appendAddr appends a's host:port to b, as a.String() would write it,
+// without allocating for a TCP address.
+func appendAddr(b []byte, a net.Addr) []byte {
+	if ta, ok := a.(*net.TCPAddr); ok && ta.Zone == "" {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).AppendTo(b)
+	}
+	if a == nil {
+		return b
+	}
+	return append(b, a.String()...)
+}
+
+// roundForLog rounds d to what a person reads in a log line: whole
+// seconds from 10 s on (lasted=14s), whole minutes from an hour on, tenths
+// of a second from 1 s, milliseconds below that.
+func roundForLog(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Hour:
+		return d.Round(time.Minute)
+	case d >= 10*time.Second:
+		return d.Round(time.Second)
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Microsecond)
 }
 
 // endLocked records why c is about to be closed from outside its
@@ -453,8 +476,9 @@ func (p *Proxy) connect(client net.Conn) *conn {
 	tried := small[:]
 	var triedUps []*upstream // the same set by pointer, should SetUpstreams reorder the list
 	gen := -1                // the list's generation tried is for; -1: none yet
+	attempts := 0            // dials that failed, for Config.MaxDialAttempts
 	for {
-		now := time.Now()
+		now := p.clock()
 		p.mu.Lock()
 		if p.killCtx.Err() != nil {
 			p.mu.Unlock()
@@ -473,45 +497,39 @@ func (p *Proxy) connect(client net.Conn) *conn {
 			}
 		}
 		i, u := p.pickLocked(tried, now)
-		if u == nil {
+		if u == nil || p.cfg.MaxDialAttempts > 0 && attempts >= p.cfg.MaxDialAttempts {
 			n := len(p.upstreams)
 			p.mu.Unlock()
 			p.unrouted.Add(1)
-			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "no upstream answers; closing the client",
-				slog.String("client", client.RemoteAddr().String()), slog.Int("upstreams", n))
+			p.unroutedLog.log(p, now, slog.LevelWarn, "no upstream answers; closing the client",
+				slog.String("client", client.RemoteAddr().String()), slog.Int("upstreams", n), slog.Int("tried", attempts))
 			return nil
 		}
+		attempts++
 		u.dialing++
 		u.dials++
 		p.mu.Unlock()
 		tried[i/64] |= 1 << (i % 64)
 		triedUps = append(triedUps, u)
 
-		ctx, cancel := context.WithTimeout(p.killCtx, p.cfg.DialTimeout)
-		uc, err := p.dial(ctx, "tcp", u.addr)
-		cancel()
+		uc, out, err := p.attempt(p.killCtx, u, p.cfg.DialTimeout, "cannot dial for want of local resources; closing the client",
+			slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr))
 
 		p.mu.Lock()
 		u.dialing--
-		if err != nil {
+		if out != answered {
 			p.forgetLocked(u)
-			if p.killCtx.Err() != nil { // torn down, not the upstream's fault
+			if out != refused { // torn down, or out of resources: every upstream would fail the same way
 				p.mu.Unlock()
 				return nil
 			}
-			if localError(err) { // nor is this: every upstream would fail the same way
-				p.mu.Unlock()
-				p.logLocal("cannot dial for want of local resources; closing the client",
-					slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
-				return nil
-			}
-			p.failedLocked(u, err, false)
+			p.failedLocked(u, p.clock(), err, false)
 			p.mu.Unlock()
-			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "upstream does not answer; trying the next",
+			p.dialLog.log(p, now, slog.LevelWarn, "upstream does not answer; trying the next",
 				slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
 			continue
 		}
-		p.answeredLocked(u, false)
+		p.answeredLocked(u, p.clock(), false)
 		if p.killCtx.Err() != nil {
 			p.mu.Unlock()
 			uc.Close()
@@ -530,128 +548,6 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		}
 		return c
 	}
-}
-
-// pickLocked returns the upstream not yet tried that comes first in
-// least-used order (see before). It returns nil when every upstream was
-// tried. With health checks on, an upstream they mark down is never picked.
-func (p *Proxy) pickLocked(tried []uint64, now time.Time) (int, *upstream) {
-	best := -1
-	checks := p.cfg.CheckInterval > 0
-	for i, u := range p.upstreams {
-		if tried[i/64]&(1<<(i%64)) != 0 || checks && u.state == healthDown {
-			continue
-		}
-		if best < 0 || p.before(u, p.upstreams[best], now) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return -1, nil
-	}
-	return best, p.upstreams[best]
-}
-
-// before reports whether a comes before b in least-used order, given b is
-// listed before a: an upstream that did not just fail comes before one
-// that did; then fewer live connections (weighed by slow start); then,
-// among upstreams that just failed, the one whose failure is oldest (so
-// that rounds and redials take turns among them); then the one listed
-// first. An upstream whose back-off is over but whose last attempt failed
-// counts as just failed while a dial to it is in flight: one client
-// probes it, and the others do not wait on it too. Both must be guarded
-// by Proxy.mu.
-func (p *Proxy) before(a, b *upstream, now time.Time) bool {
-	aBack, bBack := a.backingOff(now), b.backingOff(now)
-	if aBack != bBack {
-		return bBack
-	}
-	la, lb := a.load(), b.load()
-	if wa, wb := p.weight(a, now), p.weight(b, now); wa != 1 || wb != 1 {
-		// Compare (la+1)/wa with (lb+1)/wb: an upstream at a tenth of
-		// its weight takes a client only when the other holds ten
-		// times its load.
-		fa, fb := float64(la+1)*wb, float64(lb+1)*wa
-		if fa != fb {
-			return fa < fb
-		}
-	} else if la != lb {
-		return la < lb
-	}
-	return aBack && a.backoffUntil.Before(b.backoffUntil)
-}
-
-// backingOff reports whether u counts as just failed; see before.
-func (u *upstream) backingOff(now time.Time) bool {
-	return now.Before(u.backoffUntil) || u.lastFailed && u.dialing > 0
-}
-
-// weight is u's share of new clients during slow start, from just above 0
-// when it comes back up to 1 once Config.SlowStart has passed.
-func (p *Proxy) weight(u *upstream, now time.Time) float64 {
-	if p.cfg.SlowStart <= 0 || u.upSince.IsZero() {
-		return 1
-	}
-	since := now.Sub(u.upSince)
-	if since >= p.cfg.SlowStart {
-		return 1
-	}
-	return max(float64(since)/float64(p.cfg.SlowStart), 0.01)
-}
-
-// failedLocked records a failed attempt to u: a client's dial, a rebalance
-// test-connect, or (check) a health check.
-func (p *Proxy) failedLocked(u *upstream, err error, check bool) {
-	now := time.Now()
-	u.failures++
-	u.lastFailure = now
-	u.lastError = err.Error()
-	u.answered = false
-	u.lastFailed = true
-	if p.cfg.FailedBackoff > 0 {
-		u.backoffUntil = now.Add(p.cfg.FailedBackoff)
-	}
-	switch {
-	case p.cfg.CheckInterval <= 0:
-		u.state = healthDown
-	case check:
-		u.rise = 0
-		u.fall++
-		if u.state != healthDown && u.fall >= p.cfg.CheckFall {
-			u.state = healthDown
-			p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "health check: upstream down",
-				slog.String("upstream", u.addr), slog.Int("failed_checks", u.fall), slog.Any("err", err))
-		}
-	}
-}
-
-// answeredLocked records an attempt to u that answered.
-func (p *Proxy) answeredLocked(u *upstream, check bool) {
-	u.answered = true
-	u.lastFailed = false
-	u.backoffUntil = time.Time{}
-	switch {
-	case p.cfg.CheckInterval <= 0:
-		p.upLocked(u)
-	case check:
-		u.fall = 0
-		u.rise++
-		if u.state == healthUnknown || u.state == healthDown && u.rise >= p.cfg.CheckRise {
-			if u.state == healthDown {
-				p.log.LogAttrs(p.stopCtx, slog.LevelInfo, "health check: upstream up",
-					slog.String("upstream", u.addr), slog.Int("passed_checks", u.rise))
-			}
-			p.upLocked(u)
-		}
-	}
-}
-
-// upLocked marks u up; coming back from down starts its slow start.
-func (p *Proxy) upLocked(u *upstream) {
-	if u.state == healthDown {
-		u.upSince = time.Now()
-	}
-	u.state = healthUp
 }
 
 func (p *Proxy) linkLocked(c *conn) {
@@ -704,6 +600,7 @@ func (p *Proxy) forgetLocked(u *upstream) {
 func (p *Proxy) setKeepAlive(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetKeepAliveConfig(p.keepAlive)
+		p.setUserTimeout(tc)
 	}
 }
 
@@ -730,6 +627,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	select {
 	case <-drained:
 		p.kill()
+		p.stopLines()
 		return nil
 	case <-ctx.Done():
 	}
@@ -752,6 +650,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown: stopped waiting; closed the connections left",
 		slog.Int("closed", len(left)), slog.Any("err", ctx.Err()))
 	<-drained
+	p.stopLines()
 	return ctx.Err()
 }
 

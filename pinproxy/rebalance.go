@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// localTestConnect is logged when a round's test-connect (or a drain's)
+// fails for want of local resources.
+const localTestConnect = "rebalance: cannot test-connect for want of local resources; nothing moved"
+
 // Rebalance runs one rebalance round, the same one the proxy runs every
 // Config.RebalanceInterval while it serves:
 //
@@ -44,13 +48,17 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 	type move struct {
 		c        *conn
 		from, to string
+		wasDown  bool // the idle upstream came back from down (upstream.recovered)
 	}
 	var moves []move
 	defer func() { // closed and logged without p.mu held
 		for _, m := range moves {
 			p.closeConn(m.c)
-			p.log.LogAttrs(ctx, slog.LevelInfo, "answers again; moving a connection",
-				slog.String("from", m.from), slog.String("to", m.to))
+			msg := "spread uneven; moving a connection"
+			if m.wasDown {
+				msg = "answers again; moving a connection"
+			}
+			p.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("from", m.from), slog.String("to", m.to))
 		}
 	}()
 	planned := make(map[*upstream]int) // redials each move sends to its idle upstream
@@ -62,7 +70,12 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.mu.Unlock()
 			return ErrProxyClosed
 		}
-		busy, idle := p.spreadLocked(time.Now(), planned)
+		busy, idle := p.spreadLocked(p.clock(), planned)
+		if idle == nil { // even: what an outage left uneven is mended
+			for _, u := range p.upstreams {
+				u.recovered = false
+			}
+		}
 		if idle == nil || tested[idle] && busy.tail == nil {
 			most := busy.load()
 			p.mu.Unlock()
@@ -84,26 +97,21 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.moves++
 			planned[idle]++
 			p.endLocked(c, endRebalanced)
-			moves = append(moves, move{c, busy.addr, idle.addr})
+			moves = append(moves, move{c, busy.addr, idle.addr, idle.recovered})
 			continue
 		}
 		idle.dials++
 		p.mu.Unlock()
 
-		dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-		tc, err := p.dial(dctx, "tcp", idle.addr)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, ctx.Err())
-			}
-			if localError(err) {
-				p.logLocal("rebalance: cannot test-connect for want of local resources; nothing moved",
-					slog.String("to", idle.addr), slog.Any("err", err))
-				return nil
-			}
+		tc, out, err := p.attempt(ctx, idle, p.cfg.DialTimeout, localTestConnect, slog.String("to", idle.addr))
+		switch out {
+		case gaveUp:
+			return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, ctx.Err())
+		case noResources:
+			return nil
+		case refused:
 			p.mu.Lock()
-			p.failedLocked(idle, err, false)
+			p.failedLocked(idle, p.clock(), err, false)
 			p.mu.Unlock()
 			p.log.LogAttrs(ctx, slog.LevelInfo, "idle node still does not answer; nothing moved",
 				slog.String("from", busy.addr), slog.String("to", idle.addr), slog.Any("err", err))
@@ -111,7 +119,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 		}
 		tc.Close()
 		p.mu.Lock()
-		p.answeredLocked(idle, false)
+		p.answeredLocked(idle, p.clock(), false)
 		tested[idle] = true
 		// Connections may have come and gone during the test-connect:
 		// the loop looks again.

@@ -114,8 +114,58 @@ func TestRebalanceLogsReason(t *testing.T) {
 		t.Fatal("the newer connection was not moved")
 	}
 	testkit.WaitFor(t, "the moved connection's line", func() bool {
-		return strings.Contains(logs.String(), "bytes_up=14 bytes_down=7 reason=rebalanced")
+		return strings.Contains(logs.String(), "bytes_sent=14 bytes_received=7 reason=rebalanced")
 	})
+}
+
+// "answers again" is said only of an upstream that was down; a move to
+// one that never was (added by a reload) says the spread was uneven.
+func TestRebalanceSaysWhyItMoves(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
+	log, logs := testLogger(t)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}, RebalanceInterval: -1, Logger: log})
+	addr := serve(t, p)
+	pinproxytest.Dial(t, addr, "older")
+	newer, _ := pinproxytest.Dial(t, addr, "newer")
+	if err := p.SetUpstreams([]string{a.Addr, b.Addr}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !newer.Closed() {
+		t.Fatal("the newer connection was not moved")
+	}
+	if got := logs.String(); strings.Contains(got, "answers again") || !strings.Contains(got, `msg="spread uneven; moving a connection"`) {
+		t.Errorf("a move to an upstream that was never down: want \"spread uneven\", not \"answers again\"; log:\n%s", got)
+	}
+}
+
+// With health checks, an upstream the checks marked down and then up again
+// "answers again" when a round moves a connection to it, though the checks
+// said up before the round ran.
+func TestRebalanceAnswersAgainAfterChecks(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
+	log, logs := testLogger(t)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1, Logger: log,
+		CheckInterval: 20 * time.Millisecond, CheckRise: 1, CheckFall: 1})
+	addr := serve(t, p)
+	testkit.WaitFor(t, "B marked down", func() bool { return stat(p, b.Addr).State == "down" })
+	pinproxytest.Dial(t, addr, "older")
+	newer, _ := pinproxytest.Dial(t, addr, "newer")
+	b.Start()
+	testkit.WaitFor(t, "B marked up", func() bool { return stat(p, b.Addr).State == "up" })
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !newer.Closed() {
+		t.Fatal("the newer connection was not moved")
+	}
+	if got := logs.String(); !strings.Contains(got, `msg="answers again; moving a connection"`) {
+		t.Errorf("a move to an upstream back from down: want \"answers again\"; log:\n%s", got)
+	}
 }
 
 // A connection's log line says which side closed first.

@@ -47,7 +47,7 @@ func (p *Proxy) SetUpstreams(addrs []string) error {
 			removed = append(removed, u.addr)
 		}
 		if !u.removed {
-			u.removedAt = time.Now()
+			u.removedAt = p.clock()
 		}
 		u.removed = true
 		if u.load() > 0 {
@@ -81,7 +81,7 @@ func (p *Proxy) drainRemoved(ctx context.Context) {
 	if p.cfg.DrainRemoved <= 0 {
 		return
 	}
-	now := time.Now()
+	now := p.clock()
 	p.mu.Lock()
 	var from *upstream
 	for _, u := range p.leaving {
@@ -107,15 +107,13 @@ func (p *Proxy) drainRemoved(ctx context.Context) {
 	to.dials++
 	p.mu.Unlock()
 
-	dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-	tc, err := p.dial(dctx, "tcp", to.addr)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil || localError(err) {
+	tc, out, err := p.attempt(ctx, to, p.cfg.DialTimeout, localTestConnect, slog.String("to", to.addr))
+	if out != answered {
+		if out != refused {
 			return
 		}
 		p.mu.Lock()
-		p.failedLocked(to, err, false)
+		p.failedLocked(to, p.clock(), err, false)
 		p.mu.Unlock()
 		p.log.LogAttrs(ctx, slog.LevelInfo, "drain: upstream does not answer; nothing moved",
 			slog.String("from", from.addr), slog.String("to", to.addr), slog.Any("err", err))
@@ -123,7 +121,7 @@ func (p *Proxy) drainRemoved(ctx context.Context) {
 	}
 	tc.Close()
 	p.mu.Lock()
-	p.answeredLocked(to, false)
+	p.answeredLocked(to, p.clock(), false)
 	c := from.tail
 	if c == nil || p.closed {
 		p.mu.Unlock()

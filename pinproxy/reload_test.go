@@ -74,10 +74,13 @@ func TestDrainRemoved(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
 	b := pinproxytest.New(t, "B", pinproxytest.Line)
 	log, logs := testLogger(t)
-	p := newProxy(t, pinproxy.Config{
-		Upstreams: []string{a.Addr}, RebalanceInterval: -1, DrainRemoved: 200 * time.Millisecond,
+	var clock fakeClock
+	cfg := pinproxy.Config{
+		Upstreams: []string{a.Addr}, RebalanceInterval: -1, DrainRemoved: 10 * time.Minute,
 		Logger: log, LogConnections: true,
-	})
+	}
+	pinproxy.SetClockForTest(&cfg, clock.now)
+	p := newProxy(t, cfg)
 	addr := serve(t, p)
 	cls := make([]*pinproxytest.Client, 3)
 	for i := range cls {
@@ -92,7 +95,7 @@ func TestDrainRemoved(t *testing.T) {
 	if s := p.Stats(); len(s) != 2 || s[1].Live != 3 {
 		t.Fatalf("a round before DrainRemoved passed moved something: %+v", s)
 	}
-	time.Sleep(300 * time.Millisecond)
+	clock.advance(10 * time.Minute)
 	for _, cl := range slices.Backward(cls) { // newest first
 		if err := p.Rebalance(t.Context()); err != nil {
 			t.Fatal(err)

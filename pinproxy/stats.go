@@ -36,10 +36,12 @@ type UpstreamStats struct {
 
 	Moved int64 `json:"moved"` // connections a rebalance round closed to move them away
 
-	// BytesUp and BytesDown count the bytes copied to and from this
-	// upstream, as they are copied, by every connection, live or closed.
-	BytesUp   int64 `json:"bytes_up"`
-	BytesDown int64 `json:"bytes_down"`
+	// BytesSent and BytesReceived count the bytes copied to this
+	// upstream (from its clients) and from it (to its clients), as they
+	// are copied, by every connection, live or closed: the directions
+	// "sent" and "received" of the metric pinproxy_upstream_bytes_total.
+	BytesSent     int64 `json:"bytes_sent"`
+	BytesReceived int64 `json:"bytes_received"`
 }
 
 // Totals is a snapshot of counters for the whole proxy.
@@ -66,19 +68,19 @@ func (p *Proxy) Stats() []UpstreamStats {
 	out := make([]UpstreamStats, len(all))
 	for i, u := range all {
 		out[i] = UpstreamStats{
-			Addr:        u.addr,
-			Live:        u.live,
-			Dialing:     u.dialing,
-			Dials:       u.dials,
-			Failures:    u.failures,
-			LastFailure: u.lastFailure,
-			LastError:   u.lastError,
-			Answered:    u.answered,
-			State:       u.state.String(),
-			Removed:     u.removed,
-			Moved:       u.moved,
-			BytesUp:     u.bytes.up.Load(),
-			BytesDown:   u.bytes.down.Load(),
+			Addr:          u.addr,
+			Live:          u.live,
+			Dialing:       u.dialing,
+			Dials:         u.dials,
+			Failures:      u.failures,
+			LastFailure:   u.lastFailure,
+			LastError:     u.lastError,
+			Answered:      u.answered,
+			State:         u.state.String(),
+			Removed:       u.removed,
+			Moved:         u.moved,
+			BytesSent:     u.bytes.up.Load(),
+			BytesReceived: u.bytes.down.Load(),
 		}
 	}
 	return out
@@ -113,7 +115,7 @@ func (p *Proxy) Totals() Totals {
 // failed, even after they came back. With health checks on, Ready
 // follows the checks alone.
 func (p *Proxy) Ready() bool {
-	now := time.Now()
+	now := p.clock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || len(p.listeners) == 0 {

@@ -101,15 +101,19 @@ type Plan struct {
 //     node (max_users) is not overloaded, and MaxUsers plays no part here.
 //   - Overloaded exit, not paused: users' own routes unused for UnusedAfter
 //     (2 h) are closed, longest unused first, "a few at a time … about 5 %
-//     of the node's sessions an hour": within any hour of overload about
-//     UnusedPerHour of the sessions (n.Sessions, or len(routes) when it is
-//     zero), and within any five minutes no more than ceil(that / 12) + 1.
-//     The pace follows time, not the number of plans, and nothing is saved
-//     up: not while there was nothing to close, nor from one overload to
-//     the next, which starts with the same single route as the first. Its
-//     state is n.State (see [NodeState]). Plans more than five minutes
-//     apart are held to the five-minute figure each, so they close less
-//     in an hour. Partner and extra-link routes are left.
+//     of the node's sessions an hour": UnusedPerHour of the sessions
+//     (n.Sessions, or len(routes) when it is zero) an hour, whatever the
+//     plan period from a second up to 15 minutes, and no plan more than
+//     the time since the plan before earns at that rate, plus one (1,000
+//     sessions planned every 10 minutes: 50 an hour, 8 or 9 a plan). The
+//     pace follows time, not the number of plans, and nothing is saved
+//     up: not while there was nothing to close, not across a gap between
+//     plans longer than the period planned before it (a platform that
+//     stopped for an hour goes on at the pace it had), and not from one
+//     overload to the next, which starts with the same single route as
+//     the first. Its state is n.State (see [NodeState]). Plans more than
+//     15 minutes apart are held to 15 minutes' worth each, so they close
+//     less in an hour. Partner and extra-link routes are left.
 //   - Overloaded entry: nothing unused is closed.
 //   - Paused node, of either role: every route unused for UnusedAfter, of
 //     any kind, is closed at once, longest unused first.
@@ -136,12 +140,13 @@ type Plan struct {
 //
 // A plan for a time before the State's PlannedAt (the platform's clock
 // stepped back, or a round is replayed) is planned, not refused: the
-// state's times after now (PlannedAt, LastMove, UnusedRecent) are taken
-// as now, so the next move waits a whole MoveEvery and the closures of
-// the last five minutes count for five more, measured on the clock as it
-// now runs. The rules hold in real time across the step, and a node whose
+// state's times after now (PlannedAt, LastMove) are taken as now, so the
+// next move waits a whole MoveEvery, and the next unused route waits for
+// its turn, at most one interval (an hour over the hourly figure) from
+// now. The rules hold in real time across the step, and a node whose
 // clock once ran ahead (a state planned in 2126) is not left unplanned
-// until the clock catches up.
+// until the clock catches up. A step forward is a gap between plans: it
+// saves nothing up either.
 func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (Plan, error) {
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
@@ -166,7 +171,7 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 			n.ID, sessions, len(routes), ErrInvalid)
 	}
 	pl := planner{p: p, now: now, n: &n, routes: routes, alts: alts}
-	st.UnusedRecent = recentSince(st.UnusedRecent, now.Add(-unusedWindow))
+	st.UnusedRecent = nil
 	// The pace of an overloaded exit: how many unused routes may go now.
 	var pace unusedPace
 	paced := !n.Paused && n.Overloaded() && n.Role == RoleExit
@@ -188,6 +193,9 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 			closed = pl.closeUnused(pace.allowed, ReasonUnused)
 		}
 		st = pace.after(st, now, closed)
+		if gap := now.Sub(st.PlannedAt); !st.PlannedAt.IsZero() && gap > 0 {
+			st.Period = gap
+		}
 	}
 	if moves {
 		moved, err := pl.move()
@@ -207,28 +215,23 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 	return Plan{Node: n.ID, At: now, Actions: pl.actions, State: st}, nil
 }
 
-// unusedWindow is the span of "a few at a time": no five minutes close
-// more than ceil(rate / 12) + 1 unused routes, where rate is the hourly
-// figure. It is also how far the pace may lag behind now, so that plans
-// up to five minutes apart close as many in an hour as frequent ones,
-// while no hour closes more than 13/12 of the rate, plus one.
-const unusedWindow = 5 * time.Minute
+// maxPlanPeriod is the longest plan period the pace keeps up with: a plan
+// may close what the time since the plan before earns, up to this much
+// time's worth.
+const maxPlanPeriod = 15 * time.Minute
 
 // unusedPace is one plan's pacing of unused closures on an overloaded
 // exit.
 type unusedPace struct {
 	interval time.Duration // between two closures: an hour / rate
 	due      time.Time     // the pace's next closure, brought into range
-	// allowed is how many may close now: those due (dueCount), within
-	// the five-minute cap.
-	allowed, dueCount int
+	allowed  int           // how many may close now: those due
 }
 
 // unusedPace returns how many unused routes may close at now: those whose
 // turn (due, then one interval after another) is not after now, counting
-// from no earlier than five minutes ago and the overload's start, and no
-// more than the five-minute cap leaves after the closures of the last
-// five minutes (st.UnusedRecent, already trimmed to them).
+// from no earlier than the overload's start and than the time the pace
+// may lag behind now ([NodeState.lag]).
 func (p Policy) unusedPace(st NodeState, now, since time.Time, sessions int) unusedPace {
 	rate := p.unusedPerHour() * float64(sessions)
 	if rate <= 0 {
@@ -238,7 +241,7 @@ func (p Policy) unusedPace(st NodeState, now, since time.Time, sessions int) unu
 	// lifetime, and still a Duration.
 	iv := time.Duration(min(float64(time.Hour)/rate, float64(100_000*time.Hour)))
 	due := st.UnusedDue
-	if from := now.Add(-unusedWindow); due.Before(from) {
+	if from := now.Add(-st.lag(now)); due.Before(from) {
 		due = from
 	}
 	if due.Before(since) {
@@ -249,27 +252,28 @@ func (p Policy) unusedPace(st NodeState, now, since time.Time, sessions int) unu
 	}
 	pc := unusedPace{interval: iv, due: due}
 	if !due.After(now) {
-		pc.dueCount = int(now.Sub(due)/iv) + 1
+		pc.allowed = int(now.Sub(due)/iv) + 1
 	}
-	recent := 0
-	for _, c := range st.UnusedRecent {
-		recent += c.Count
-	}
-	pc.allowed = max(0, min(pc.dueCount, fewAtATime(rate)-recent))
 	return pc
 }
 
-// fewAtATime is the most unused routes that any five minutes may close at
-// rate an hour: ceil(rate / 12) + 1. The epsilon keeps a product such as
-// 0.05 × 1200 = 60.000000000000007 from rounding up to one more.
-func fewAtATime(rate float64) int {
-	return int(math.Ceil(rate*float64(unusedWindow)/float64(time.Hour)-1e-9)) + 1
+// lag is how far the pace's next turn may lie behind now: the time since
+// the last plan, but no more than the period planned before it (nothing
+// is saved up across a longer gap: a platform that stopped, a clock that
+// stepped forward) and no more than maxPlanPeriod. With no period known
+// yet (a node's first plans, a state from an older version), none.
+// Planning at a steady period, the pace is never behind the last plan,
+// and this does not bind.
+func (st NodeState) lag(now time.Time) time.Duration {
+	if st.PlannedAt.IsZero() || !now.After(st.PlannedAt) {
+		return 0
+	}
+	return min(now.Sub(st.PlannedAt), st.Period, maxPlanPeriod)
 }
 
 // after returns the state once closed routes went: the pace moves on one
 // interval a route, and up to now if the plan closed fewer than were
-// allowed for want of routes to close (nothing is saved up); the closures
-// join the five-minute list.
+// allowed for want of routes to close (nothing is saved up).
 func (pc unusedPace) after(st NodeState, now time.Time, closed int) NodeState {
 	if pc.interval == 0 {
 		return st
@@ -279,9 +283,6 @@ func (pc unusedPace) after(st NodeState, now time.Time, closed int) NodeState {
 		due = now
 	}
 	st.UnusedDue = due
-	if closed > 0 {
-		st.UnusedRecent = append(slices.Clip(st.UnusedRecent), Closures{At: now, Count: closed})
-	}
 	return st
 }
 
@@ -292,29 +293,7 @@ func (st NodeState) backTo(now time.Time) NodeState {
 	if st.LastMove.After(now) {
 		st.LastMove = now
 	}
-	if len(st.UnusedRecent) > 0 && st.UnusedRecent[len(st.UnusedRecent)-1].At.After(now) {
-		cs := slices.Clone(st.UnusedRecent)
-		for i := range cs {
-			if cs[i].At.After(now) {
-				cs[i].At = now
-			}
-		}
-		st.UnusedRecent = cs
-	}
 	return st
-}
-
-// recentSince returns the entries of cs after from (cs is oldest first),
-// or nil if there are none.
-func recentSince(cs []Closures, from time.Time) []Closures {
-	i := 0
-	for i < len(cs) && !cs[i].At.After(from) {
-		i++
-	}
-	if i == len(cs) {
-		return nil
-	}
-	return cs[i:]
 }
 
 // representable: t has a Unix time in nanoseconds (years 1678 to 2262).

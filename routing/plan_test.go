@@ -248,9 +248,11 @@ func closedPerWindow(at []time.Time, count []int, d time.Duration) int {
 // The case: an exit with 1,000 sessions, overloaded for three
 // hours with every route in use, whose routes then cross two hours unused
 // together. The old bucket, full after the quiet hours, closed 49 in one
-// round and 96 within the hour; a few at a time is at most
-// ceil(50 / 12) + 1 = 6 in any 5 minutes, and about 50 in the hour. A
-// second overload, after one that had nothing to close, starts with one.
+// round and 96 within the hour; a few at a time is at most what a plan's
+// period earns, plus one (2 planned every 5 s, 9 every 10 minutes), at
+// most 6 in any 5 minutes when plans come more often, and about 50 in the
+// hour at every period. A second overload, after one that had nothing to
+// close, starts with one.
 func TestUnusedPaceAfterQuietHours(t *testing.T) {
 	for _, every := range []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute, 10 * time.Minute} {
 		t.Run(every.String(), func(t *testing.T) {
@@ -285,21 +287,23 @@ func TestUnusedPaceAfterQuietHours(t *testing.T) {
 					routes[i].ID += "+"
 				}
 			}
-			if len(count) == 0 || count[0] > 1+int(every/(72*time.Second)) && count[0] > 6 {
-				t.Errorf("first round closed %v", count)
+			// 50 an hour: one every 72 s. No plan closes more than its
+			// period earns, plus one; no 5 minutes more than 6.
+			perPlan := 1 + int(every/(72*time.Second))
+			if len(count) == 0 || count[0] > perPlan {
+				t.Errorf("first round closed %v, want at most %d", count, perPlan)
 			}
-			if most := closedPerWindow(at, count, 5*time.Minute); most > 6 {
-				t.Errorf("%d closed within 5 minutes, want at most 6", most)
+			if most := slices.Max(count); most > perPlan {
+				t.Errorf("one plan closed %d, want at most %d", most, perPlan)
+			}
+			if most := closedPerWindow(at, count, 5*time.Minute); most > max(6, perPlan) {
+				t.Errorf("%d closed within 5 minutes, want at most %d", most, max(6, perPlan))
 			}
 			total := 0
 			for _, c := range count {
 				total += c
 			}
-			// Plans 10 minutes apart are held to 5 minutes' worth each.
 			lo, hi := 44, 56
-			if every > 5*time.Minute {
-				lo = 6 * (50/12 + 1)
-			}
 			if total < lo || total > hi {
 				t.Errorf("%d closed in the hour, want %d to %d", total, lo, hi)
 			}
@@ -325,8 +329,10 @@ func TestUnusedLongestFirst(t *testing.T) {
 		rs = append(rs[200:], rs[:200]...)
 		n := exitNode(time.Hour, 50)
 		// 4,800 sessions: 240 an hour, one every 15 s, 21 in 5 minutes.
+		// Planned every 10 minutes, the last plan 10 minutes ago.
 		n.Sessions = 4800
-		n.State = routing.NodeState{PlannedAt: t0, UnusedDue: t0.Add(-time.Duration(k-1)*15*time.Second - 5*time.Second)}
+		n.State = routing.NodeState{PlannedAt: t0.Add(-10 * time.Minute), Period: 10 * time.Minute,
+			UnusedDue: t0.Add(-time.Duration(k-1)*15*time.Second - 5*time.Second)}
 		p := mustPlan(t, routing.Policy{}, t0, n, rs, nil)
 		var want []string
 		for i := range k {

@@ -160,18 +160,10 @@ func (n Node) Validate() error {
 		return bad("LiveUsers", "is %d, below zero", n.LiveUsers)
 	case n.Sessions < 0:
 		return bad("Sessions", "is %d, below zero", n.Sessions)
+	case n.State.Period < 0:
+		return bad("State.Period", "is %v, below zero", n.State.Period)
 	case n.State.LastMove.After(n.State.PlannedAt):
 		return bad("State.LastMove", "is %v, after the state's PlannedAt %v", n.State.LastMove, n.State.PlannedAt)
-	}
-	for i, c := range n.State.UnusedRecent {
-		switch {
-		case c.At.After(n.State.PlannedAt):
-			return bad(fmt.Sprintf("State.UnusedRecent[%d].At", i), "is %v, after the state's PlannedAt %v", c.At, n.State.PlannedAt)
-		case c.Count <= 0:
-			return bad(fmt.Sprintf("State.UnusedRecent[%d].Count", i), "is %d, want at least 1", c.Count)
-		case i > 0 && c.At.Before(n.State.UnusedRecent[i-1].At):
-			return bad(fmt.Sprintf("State.UnusedRecent[%d].At", i), "is %v, before the entry ahead of it", c.At)
-		}
 	}
 	return nil
 }
@@ -220,33 +212,45 @@ func (r *Route) lastUse() time.Time {
 // node.
 //
 // Plan refuses a state that says something happened after its own
-// PlannedAt (LastMove, an entry of UnusedRecent), which no plan writes: a
-// stored last_move in 2126 would otherwise block moves for a century.
-// UnusedDue is in the future by nature; Plan brings one that lies more
-// than one closure interval after now back to that.
+// PlannedAt (LastMove), which no plan writes: a stored last_move in 2126
+// would otherwise block moves for a century. UnusedDue is in the future
+// by nature; Plan brings one that lies more than one closure interval
+// after now back to that.
+//
+// A store that writes a node's state only when it changed may leave out a
+// change of PlannedAt and Period alone: the next plan then sees a longer
+// gap, which saves nothing up.
 type NodeState struct {
 	// PlannedAt is the time of the last plan. A plan for an earlier
 	// time (a clock that stepped back) takes the state's later times as
 	// its own (see [Policy.Plan]).
 	PlannedAt time.Time `json:"planned_at,omitzero"`
+	// Period is the time between the last two plans of the node while it
+	// was an overloaded exit (zero until there were two): how far the
+	// pace of unused closures may fall behind across the next gap.
+	Period time.Duration `json:"period_ns,omitzero"`
 	// UnusedDue paces the closing of unused routes on an overloaded
 	// exit: the next may be closed at this time, and each closure moves
 	// it on by one interval (an hour divided by Policy.UnusedPerHour of
-	// the node's sessions). Plan never lets it lag more than five
-	// minutes behind now, nor start before the current overload, and
-	// brings it up to now when a plan had nothing more to close, so
-	// nothing is saved up.
+	// the node's sessions). Plan never lets it lag behind now by more
+	// than the time since the last plan, nor by more than Period or 15
+	// minutes, nor start before the current overload, and brings it up
+	// to now when a plan had nothing more to close, so nothing is saved
+	// up.
 	UnusedDue time.Time `json:"unused_due,omitzero"`
-	// UnusedRecent lists the plans of the last five minutes that closed
-	// unused routes, oldest first, so that no five minutes close more
-	// than a few (see [Policy.Plan]).
+	// UnusedRecent is read from states stored by earlier versions, which
+	// held each plan's closures of the last five minutes here.
+	//
+	// Deprecated: Plan ignores it and returns it empty; the pace alone
+	// keeps a plan to what its period earns, plus one.
 	UnusedRecent []Closures `json:"unused_recent,omitempty"`
 	// LastMove is when a route in use was last closed; the next may go
 	// Policy.MoveEvery later.
 	LastMove time.Time `json:"last_move,omitzero"`
 }
 
-// Closures is how many unused routes one plan closed, and when.
+// Closures is how many unused routes one plan closed, and when, as states
+// stored by earlier versions hold them ([NodeState].UnusedRecent).
 type Closures struct {
 	At    time.Time `json:"at"`
 	Count int       `json:"count"`
@@ -254,7 +258,7 @@ type Closures struct {
 
 // Equal reports whether s and t hold the same times and closures.
 func (s NodeState) Equal(t NodeState) bool {
-	return s.PlannedAt.Equal(t.PlannedAt) && s.UnusedDue.Equal(t.UnusedDue) && s.LastMove.Equal(t.LastMove) &&
+	return s.PlannedAt.Equal(t.PlannedAt) && s.Period == t.Period && s.UnusedDue.Equal(t.UnusedDue) && s.LastMove.Equal(t.LastMove) &&
 		slices.EqualFunc(s.UnusedRecent, t.UnusedRecent, func(a, b Closures) bool {
 			return a.At.Equal(b.At) && a.Count == b.Count
 		})

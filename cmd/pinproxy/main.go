@@ -13,7 +13,12 @@
 // until they close (or, -drain-removed after the reload, are moved one
 // per rebalance round). A
 // bad file keeps the current list and logs the line at fault. Without a
-// file, SIGHUP is logged and ignored.
+// file, SIGHUP is logged and ignored. Replace the file by rename (write
+// the new list to a file beside it, then mv it over the old one): a SIGHUP
+// that catches a file being written in place reads what is there so far.
+// A reload that leaves fewer than half the upstreams there were is logged
+// as a warning, and so is, at start and at each reload, every name that
+// does not resolve (with its line).
 //
 // Every flag but -version can also be set in the environment as PINPROXY_
 // and the flag name in capitals with "_" for "-" (PINPROXY_LISTEN,
@@ -51,7 +56,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -60,6 +67,7 @@ import (
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/internal/cmdkit"
+	"github.com/proofkit/nodekit/internal/logbuf"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxymetrics"
 )
@@ -83,6 +91,7 @@ type options struct {
 	rebalanceMaxMoves int
 	drainRemoved      time.Duration
 	dialTimeout       time.Duration
+	maxDialAttempts   int
 	checkInterval     time.Duration
 	checkRise         int
 	checkFall         int
@@ -115,11 +124,13 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	fs.IntVar(&o.rebalanceMaxMoves, "rebalance-max-moves", 1, "most connections a rebalance round moves")
 	fs.DurationVar(&o.drainRemoved, "drain-removed", 0, "this long after a reload removed an upstream, move its connections, one per rebalance round (0: leave them)")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", pinproxy.DefaultDialTimeout, "bound on each dial to an upstream")
+	fs.IntVar(&o.maxDialAttempts, "max-dial-attempts", pinproxy.DefaultMaxDialAttempts, "most upstreams a client's dials try before the client is closed (negative: every upstream)")
 	fs.DurationVar(&o.checkInterval, "check-interval", 0, "time between active health checks, TCP connects (0: off, health from clients' dials)")
 	fs.IntVar(&o.checkRise, "check-rise", pinproxy.DefaultCheckRise, "checks in a row that must answer to mark a down upstream up")
 	fs.IntVar(&o.checkFall, "check-fall", pinproxy.DefaultCheckFall, "checks in a row that must fail to mark an upstream down")
 	fs.DurationVar(&o.slowStart, "slow-start", 0, "ramp a returning upstream's share of new clients over this time (0: off)")
-	fs.DurationVar(&o.parkAfter, "park-after", pinproxy.DefaultParkAfter, "park a connection idle both ways this long: no goroutine, no buffer (Linux; negative: never)")
+	o.parkAfter = pinproxy.DefaultParkAfter
+	fs.Var((*orNever)(&o.parkAfter), "park-after", "park a connection idle both ways for this `duration`: no goroutine, no buffer (Linux; never, or negative such as -1: never)")
 	sendProxy := fs.String("send-proxy", "", "send a PROXY protocol header to upstreams: v1 or v2 (default: none)")
 	fs.IntVar(&o.maxConns, "max-conns", 0, "most client connections at once; over it a new client is closed at once (0: no limit; default: from the open-file limit)")
 	fs.StringVar(&o.admin, "admin", "", "address for /metrics, /status, /healthz and /readyz, host:port (default: off)")
@@ -226,6 +237,9 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 	if o.dialTimeout <= 0 {
 		return o, usageError{fmt.Sprintf("-dial-timeout %v: must be positive", o.dialTimeout)}
 	}
+	if o.maxDialAttempts == 0 {
+		return o, usageError{"-max-dial-attempts 0: give how many upstreams a client may try, or a negative number for every one"}
+	}
 	if o.checkInterval < 0 {
 		return o, usageError{fmt.Sprintf("-check-interval %v: must not be negative (0: off)", o.checkInterval)}
 	}
@@ -271,6 +285,31 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 		return o, usageError{fmt.Sprintf("-shutdown-timeout %v: must not be negative", o.shutdownTimeout)}
 	}
 	return o, nil
+}
+
+// orNever is a duration flag that also takes "never" or a negative whole
+// number without a unit ("-1"), both meaning never (a negative duration).
+type orNever time.Duration
+
+func (d *orNever) String() string { return time.Duration(*d).String() }
+
+func (d *orNever) Get() any { return time.Duration(*d) }
+
+func (d *orNever) Set(s string) error {
+	if s == "never" {
+		*d = -1
+		return nil
+	}
+	if n, err := strconv.Atoi(s); err == nil && n < 0 {
+		*d = -1
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	*d = orNever(v)
+	return nil
 }
 
 // fromEnvPrefix returns "PINPROXY_NAME: " when msg is about the flag
@@ -334,6 +373,7 @@ func (o options) config(log *slog.Logger) pinproxy.Config {
 	cfg := pinproxy.Config{
 		Upstreams:         o.upstreams,
 		DialTimeout:       o.dialTimeout,
+		MaxDialAttempts:   o.maxDialAttempts,
 		RebalanceInterval: o.rebalanceInterval,
 		RebalanceMaxMoves: o.rebalanceMaxMoves,
 		DrainRemoved:      o.drainRemoved,
@@ -369,7 +409,12 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		fmt.Fprintf(stdout, "pinproxy %s\n", bi)
 		return 0
 	}
-	log := cmdkit.NewLogger(stderr, o.logFormat == "json", o.logLevel)
+	// Log lines go through a buffer written out every 100 ms, so a
+	// connection's line costs no write(2) of its own; a crash loses at
+	// most that interval.
+	lw := logbuf.New(stderr, logbuf.Config{})
+	defer lw.Close()
+	log := cmdkit.NewLogger(lw, o.logFormat == "json", o.logLevel)
 
 	p, err := pinproxy.New(o.config(log))
 	var ue *pinproxy.UpstreamError
@@ -392,7 +437,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		fmt.Fprintf(stderr, "pinproxy: -listen: cannot listen on %s: %v\n", o.listen, err)
 		return 2
 	}
-	var admin *http.Server
+	var admin *adminServer
 	var adminLn net.Listener
 	if o.admin != "" {
 		adminLn, err = net.Listen("tcp", o.admin)
@@ -401,14 +446,15 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 			fmt.Fprintf(stderr, "pinproxy: -admin: cannot listen on %s: %v\n", o.admin, errors.Unwrap(err))
 			return 2
 		}
-		admin = newAdminServer(p, bi, log)
+		admin = newAdminServer(p, bi, log, lw)
 	}
 
 	served := make(chan error, 2)
 	go func() { served <- p.Serve(ln) }()
+	go warnUnresolved(o.upstreamsFile, o.upstreams, net.DefaultResolver, log)
 	if admin != nil {
 		go func() { served <- admin.Serve(adminLn) }()
-		log.Info("admin listening", "addr", adminLn.Addr().String(), "paths", "/metrics /status /healthz /readyz")
+		log.Info("admin listening", "addr", adminLn.Addr().String(), "paths", strings.Join(admin.paths, " "))
 	}
 	log.Info("pinproxy listening", "addr", ln.Addr().String(), "version", bi.Version, "commit", bi.Commit,
 		"upstreams", strings.Join(o.upstreams, ","), "upstreams_file", o.upstreamsFile,
@@ -439,10 +485,7 @@ wait:
 drain:
 	for {
 		select {
-		case err := <-drained:
-			if err != nil {
-				log.Warn("drain ended; closed the connections left", "err", err)
-			}
+		case <-drained: // a drain that ran out of time is logged by Shutdown, once
 			break drain
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
@@ -471,27 +514,97 @@ func reload(p *pinproxy.Proxy, path string, log *slog.Logger) {
 	}
 	ups, err := readUpstreams(path)
 	if err == nil {
+		before := 0
+		for _, s := range p.Stats() {
+			if !s.Removed {
+				before++
+			}
+		}
+		if 2*len(ups) < before {
+			log.Warn("upstreams file shrank by more than half; check it was written whole and renamed into place",
+				"file", path, "upstreams", len(ups), "before", before)
+		}
 		err = p.SetUpstreams(ups) // logs the new list
 	}
 	if err != nil {
 		log.Error("reload failed; keeping the current upstreams", "err", err)
+		return
 	}
+	go warnUnresolved(path, ups, net.DefaultResolver, log)
+}
+
+// warnUnresolved looks up the host of every upstream that is not an IP
+// address, a few at a time, and logs a warning for each that does not
+// resolve, naming its line in the upstreams file path ("" for the
+// -upstreams flag). It is only a warning: a name may resolve later, and the
+// proxy resolves at each dial. Each lookup is bounded by 5 s.
+func warnUnresolved(path string, ups []string, r *net.Resolver, log *slog.Logger) {
+	lines := map[string]int{}
+	if path != "" {
+		if b, err := os.ReadFile(path); err == nil {
+			for i, l := range strings.Split(string(b), "\n") {
+				l, _, _ = strings.Cut(l, "#")
+				if l = strings.TrimSpace(l); l != "" && lines[l] == 0 {
+					lines[l] = i + 1
+				}
+			}
+		}
+	}
+	const parallel = 8
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for _, u := range ups {
+		host, _, err := net.SplitHostPort(u)
+		if err != nil || net.ParseIP(host) != nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := r.LookupHost(ctx, host); err != nil {
+				attrs := []any{"upstream", u, "err", err}
+				if path != "" {
+					attrs = append([]any{"file", path, "line", lines[u]}, attrs...)
+				}
+				log.Warn("upstream does not resolve", attrs...)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// adminServer is the admin HTTP server and the paths it serves, for the
+// start-up line.
+type adminServer struct {
+	*http.Server
+	paths []string
 }
 
 // newAdminServer serves /metrics (Prometheus, from a registry of its own),
 // /status (JSON), /healthz and /readyz, with timeouts that close idle and
 // slow connections: the admin port shares the proxy's file descriptors.
-func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger) *http.Server {
+func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger, lw *logbuf.Writer) *adminServer {
+	var adminPaths []string
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(pinproxymetrics.NewCollector(p))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "pinproxy_log_lines_dropped_total",
+		Help: "Log lines dropped because the log's output (stderr) did not keep up; the proxy never waits for it.",
+	}, func() float64 { return float64(lw.Dropped()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "pinproxy_build_info",
 		Help:        "Always 1; the labels say the version, commit and Go version of the running pinproxy.",
 		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Commit, "goversion": bi.GoVersion},
 	}, func() float64 { return 1 }))
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+	handle := func(path string, h http.HandlerFunc) {
+		mux.Handle("GET "+path, h)
+		adminPaths = append(adminPaths, path)
+	}
+	handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP)
+	handle("/status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -501,17 +614,17 @@ func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger) *htt
 			Totals    pinproxy.Totals          `json:"totals"`
 		}{bi.Version, p.Stats(), p.Totals()})
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	handle("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	handle("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !p.Ready() {
 			http.Error(w, "not ready: not listening, or no upstream up", http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ready\n")
 	})
-	return &http.Server{
+	return &adminServer{paths: adminPaths, Server: &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -519,5 +632,5 @@ func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger) *htt
 		IdleTimeout:       time.Minute, // idle keep-alive connections closed within two minutes
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	}}
 }

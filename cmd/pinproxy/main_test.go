@@ -491,7 +491,41 @@ func TestParkAfterFlag(t *testing.T) {
 	if cfg := o.config(nil); cfg.ParkAfter >= 0 {
 		t.Errorf("-park-after -1s became ParkAfter %v, want negative (never)", cfg.ParkAfter)
 	}
+	for _, never := range []string{"-1", "never", "-5"} {
+		o, err = parseFlags(append(base, "-park-after", never), noEnv, io.Discard)
+		if err != nil {
+			t.Fatalf("-park-after %s: %v", never, err)
+		}
+		if cfg := o.config(nil); cfg.ParkAfter >= 0 {
+			t.Errorf("-park-after %s became ParkAfter %v, want negative (never)", never, cfg.ParkAfter)
+		}
+	}
+	if _, err := parseFlags(append(base, "-park-after", "soon"), noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "want a duration") {
+		t.Errorf("-park-after soon: err %v, want one saying it wants a duration", err)
+	}
 	if _, err := parseFlags(append(base, "-park-after", "0"), noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "-park-after 0") {
 		t.Errorf("-park-after 0: err %v, want one naming the flag", err)
+	}
+}
+
+// -max-dial-attempts reaches the proxy's Config; 0 is refused.
+func TestMaxDialAttemptsFlag(t *testing.T) {
+	noEnv := func(string) (string, bool) { return "", false }
+	base := []string{"-listen", "127.0.0.1:0", "-upstreams", "a:1"}
+	for arg, want := range map[string]int{"": pinproxy.DefaultMaxDialAttempts, "5": 5, "-1": -1} {
+		args := base
+		if arg != "" {
+			args = append(args, "-max-dial-attempts", arg)
+		}
+		o, err := parseFlags(args, noEnv, io.Discard)
+		if err != nil {
+			t.Fatalf("-max-dial-attempts %q: %v", arg, err)
+		}
+		if got := o.config(nil).MaxDialAttempts; got != want {
+			t.Errorf("-max-dial-attempts %q: MaxDialAttempts %d, want %d", arg, got, want)
+		}
+	}
+	if _, err := parseFlags(append(base, "-max-dial-attempts", "0"), noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "-max-dial-attempts 0") {
+		t.Errorf("-max-dial-attempts 0: err %v, want one naming the flag", err)
 	}
 }

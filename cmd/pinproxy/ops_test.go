@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/internal/deploytest"
+	"github.com/proofkit/nodekit/internal/logbuf"
 	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
@@ -86,10 +88,29 @@ func TestAdminServerTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newAdminServer(p, buildinfo.Read(), slog.New(slog.DiscardHandler))
+	s := newAdminServer(p, buildinfo.Read(), slog.New(slog.DiscardHandler), logbuf.New(io.Discard, logbuf.Config{}))
 	if s.ReadHeaderTimeout <= 0 || s.IdleTimeout <= 0 || s.IdleTimeout > 2*time.Minute || s.MaxHeaderBytes <= 0 || s.WriteTimeout <= 0 {
 		t.Fatalf("admin server: read header %v, idle %v, max header %d, write %v",
 			s.ReadHeaderTimeout, s.IdleTimeout, s.MaxHeaderBytes, s.WriteTimeout)
+	}
+}
+
+// The start-up line's paths are the ones the admin server answers.
+func TestAdminPathsListed(t *testing.T) {
+	p, err := pinproxy.New(pinproxy.Config{Upstreams: []string{"a:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newAdminServer(p, buildinfo.Read(), slog.New(slog.DiscardHandler), logbuf.New(io.Discard, logbuf.Config{}))
+	if got, want := strings.Join(s.paths, " "), "/metrics /status /healthz /readyz"; got != want {
+		t.Errorf("paths %q, want %q", got, want)
+	}
+	for _, path := range append(s.paths, "/nothing-here") {
+		rec := httptest.NewRecorder()
+		s.Handler.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if notFound := rec.Code == http.StatusNotFound; notFound != (path == "/nothing-here") {
+			t.Errorf("GET %s: %d", path, rec.Code)
+		}
 	}
 }
 
@@ -167,7 +188,7 @@ func TestBinaryConnectionLog(t *testing.T) {
 			p.waitLines(func(l []string) bool {
 				for _, s := range l {
 					if strings.Contains(s, `msg="connection ended"`) && strings.Contains(s, "upstream="+a.Addr) &&
-						strings.Contains(s, "duration=") && strings.Contains(s, "bytes_up=") && strings.Contains(s, "reason=") {
+						strings.Contains(s, "duration=") && strings.Contains(s, "bytes_sent=") && strings.Contains(s, "reason=") {
 						return true
 					}
 				}

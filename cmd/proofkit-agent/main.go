@@ -39,10 +39,17 @@
 // $NOTIFY_SOCKET once its first reading is taken and its state written,
 // and STOPPING=1 when it stops.
 //
+// -report-ca names a PEM file of CA certificates to trust for an https
+// -report-url instead of the system's: a platform with its own CA. A
+// reporting agent checks -node (by default the host name) at start
+// against the platform's rule, 1 to 64 of A-Z a-z 0-9 . _ - not starting
+// with . _ -, since the platform would refuse every reading of another.
+//
 // Exit status: 0 on SIGTERM or SIGINT (state saved) and after -once; 2 for
-// a bad flag (a -proc without meminfo, a flag whose value is missing), an
-// unreadable token file or an unwritable state directory, with one line
-// on stderr saying why; 1 when the agent cannot run (no probe on this
+// a bad flag (a -proc without meminfo, a flag whose value is missing, a
+// -node the platform would refuse), an unreadable token file (also one
+// that is a FIFO, a device or over 64 KiB) or an unwritable state
+// directory, with one line on stderr saying why; 1 when the agent cannot run (no probe on this
 // system, the listen address taken, the state directory locked by another
 // agent: one line naming the directory and that agent's pid).
 package main
@@ -57,11 +64,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -94,209 +99,6 @@ func main() {
 	signal.Stop(hup)
 	stop()
 	os.Exit(code)
-}
-
-// options are the parsed flags.
-type options struct {
-	node       string
-	interval   time.Duration
-	reportURL  string
-	tokenFile  string
-	stateDir   string
-	queueMax   int
-	listen     string
-	sysctlMode string
-	sysctlDir  string
-	once       bool
-	procRoot   string
-	sysRoot    string
-	netns      string
-	linkSpeed  map[string]uint64
-	logFormat  string
-	logLevel   slog.Level
-
-	version     bool
-	healthcheck bool
-}
-
-// envPrefix is the prefix of the environment variables that stand for
-// flags: PROOFKIT_AGENT_REPORT_URL for -report-url.
-const envPrefix = "PROOFKIT_AGENT_"
-
-// usageError is a bad flag: exit status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-// parseFlags parses the command line, and the environment for the flags
-// the command line does not give.
-func parseFlags(args []string, stderr io.Writer) (options, error) {
-	return parseFlagsEnv(args, stderr, os.LookupEnv)
-}
-
-func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (options, error) {
-	var o options
-	fs := flag.NewFlagSet("proofkit-agent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.node, "node", "", "node name sent with each reading (default: the host name)")
-	fs.DurationVar(&o.interval, "interval", agent.DefaultInterval, "time between readings")
-	fs.StringVar(&o.reportURL, "report-url", "", "platform URL each reading is POSTed to as JSON (default: none, standalone)")
-	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the platform's bearer token (required with -report-url)")
-	fs.StringVar(&o.stateDir, "state-dir", "state", "directory for the tracker's state and the report queue, relative to the working directory unless absolute")
-	fs.IntVar(&o.queueMax, "queue-max", agent.DefaultQueueMax, "most reports kept while the platform does not answer (oldest dropped beyond)")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:9464", `address for /metrics, /status and /events ("off" for none)`)
-	fs.StringVar(&o.sysctlMode, "sysctl", "apply", "at start: apply (raise kernel values, file for what cannot be set), file (only write the file), off")
-	fs.StringVar(&o.sysctlDir, "sysctl-dir", "config", "directory for "+sysctl.FileName+", relative to the working directory unless absolute")
-	fs.BoolVar(&o.once, "once", false, "take one reading (two, a second apart, for real deltas), print it as JSON and exit")
-	fs.StringVar(&o.procRoot, "proc", "/proc", "procfs root (a host's /proc mounted in a container)")
-	fs.StringVar(&o.sysRoot, "sys", "/sys", "sysfs root (a host's /sys mounted in a container)")
-	fs.StringVar(&o.netns, "netns", "", "network namespace to read connections and links from, e.g. /var/run/netns/x (default: the agent's own)")
-	linkSpeed := fs.String("link-speed", "", "link speeds the kernel does not know, in Mbit/s: eth0=1000,wg0=10000 (suffix G for Gbit/s: eth0=10G)")
-	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version and exit")
-	fs.BoolVar(&o.healthcheck, "healthcheck", false, "ask the agent running at -listen for /healthz; exit 0 if healthy, else 1 (for a container's HEALTHCHECK)")
-	fs.Usage = func() {} // a bad flag is one line on stderr; -h prints the flags
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\nEvery flag but -version may also be set in the environment as %s<NAME>\n(-report-url as %s); the command line wins.\n\n",
-				envPrefix, cmdkit.EnvName(envPrefix, "report-url"))
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
-			return o, err
-		}
-		return o, usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
-	}
-	// -version on the command line answers whatever the environment
-	// holds: it is what one runs to see which agent a broken set-up has.
-	if o.version {
-		return o, nil
-	}
-	if err := cmdkit.FromEnv(fs, envPrefix, lookupEnv); err != nil { // all but -version
-		return o, usageError{err.Error()}
-	}
-	// "-node -once" sets the node to "-once" and runs the agent for good,
-	// sysctl and all: a value that is one of our own flags is a missing
-	// value, not a name.
-	var swallowed error
-	fs.Visit(func(f *flag.Flag) {
-		v := f.Value.String()
-		name, _, _ := strings.Cut(strings.TrimLeft(v, "-"), "=")
-		if swallowed == nil && strings.HasPrefix(v, "-") && name != "" && fs.Lookup(name) != nil {
-			swallowed = usageError{fmt.Sprintf("-%s %q: a value is missing (%s is a flag)", f.Name, v, v)}
-		}
-	})
-	if swallowed != nil {
-		return o, swallowed
-	}
-	if o.interval <= 0 {
-		return o, usageError{fmt.Sprintf("-interval %v: must be positive", o.interval)}
-	}
-	if o.queueMax < 1 {
-		return o, usageError{fmt.Sprintf("-queue-max %d: must be 1 or more", o.queueMax)}
-	}
-	switch o.sysctlMode {
-	case "apply", "file", "off":
-	default:
-		return o, usageError{fmt.Sprintf("-sysctl %q: want apply, file or off", o.sysctlMode)}
-	}
-	level, err := cmdkit.ParseLogFlags(o.logFormat, *logLevel)
-	if err != nil {
-		return o, usageError{err.Error()}
-	}
-	o.logLevel = level
-	if o.reportURL != "" {
-		u, err := url.Parse(o.reportURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return o, usageError{fmt.Sprintf("-report-url %q: want an http:// or https:// URL", agent.RedactURL(o.reportURL))}
-		}
-		if o.tokenFile == "" {
-			return o, usageError{"-report-url needs -token-file (the token is never given as a flag value)"}
-		}
-	}
-	if o.listen == "off" {
-		o.listen = ""
-	}
-	if o.healthcheck {
-		if o.listen == "" {
-			return o, usageError{"-healthcheck: -listen is off, so there is no /healthz to ask"}
-		}
-		return o, nil
-	}
-	if o.listen != "" {
-		_, port, err := net.SplitHostPort(o.listen)
-		if err == nil {
-			_, err = net.LookupPort("tcp", port)
-		}
-		if err != nil {
-			return o, usageError{fmt.Sprintf("-listen %q: want host:port or off", o.listen)}
-		}
-	}
-	if o.stateDir == "" && !o.once {
-		return o, usageError{"-state-dir is empty"}
-	}
-	speeds, err := parseLinkSpeeds(*linkSpeed)
-	if err != nil {
-		return o, usageError{fmt.Sprintf("-link-speed %q: %v", *linkSpeed, err)}
-	}
-	o.linkSpeed = speeds
-	if err := checkRoots(o); err != nil {
-		return o, err
-	}
-	return o, nil
-}
-
-// checkRoots catches a -proc, -sys or -netns that points at the wrong
-// place before the agent starts, so an operator sees one line and exit
-// status 2 rather than an agent that logs a failed reading every interval.
-func checkRoots(o options) error {
-	for _, f := range []string{"meminfo", "loadavg"} {
-		if fi, err := os.Stat(filepath.Join(o.procRoot, f)); err != nil || fi.IsDir() {
-			return usageError{fmt.Sprintf("-proc %s: no %s there; want the mount point of a procfs, such as /proc", o.procRoot, f)}
-		}
-	}
-	if fi, err := os.Stat(o.sysRoot); err != nil || !fi.IsDir() {
-		return usageError{fmt.Sprintf("-sys %s: not a directory; want the mount point of a sysfs, such as /sys", o.sysRoot)}
-	}
-	if o.netns != "" {
-		if _, err := os.Stat(o.netns); err != nil {
-			return usageError{fmt.Sprintf("-netns %s: %v", o.netns, errors.Unwrap(err))}
-		}
-	}
-	return nil
-}
-
-// parseLinkSpeeds parses "eth0=1000,wg0=10G" (Mbit/s, or Gbit/s with G).
-func parseLinkSpeeds(s string) (map[string]uint64, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	out := make(map[string]uint64)
-	for item := range strings.SplitSeq(s, ",") {
-		name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
-		if !ok || name == "" || v == "" {
-			return nil, fmt.Errorf("%q: want NAME=MBITS", item)
-		}
-		mult := uint64(1)
-		switch {
-		case strings.HasSuffix(v, "G"), strings.HasSuffix(v, "g"):
-			mult, v = 1000, v[:len(v)-1]
-		case strings.HasSuffix(v, "M"), strings.HasSuffix(v, "m"):
-			v = v[:len(v)-1]
-		}
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("%q: speed is not a positive whole number", item)
-		}
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("link %q given twice", name)
-		}
-		out[name] = n * mult
-	}
-	return out, nil
 }
 
 func newLogger(o options, w io.Writer) *slog.Logger {
@@ -343,8 +145,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	if o.healthcheck {
 		return healthcheck(o.listen, stdout, stderr)
 	}
-	log := newLogger(o, stderr)
-
 	if o.node == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -353,81 +153,50 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		}
 		o.node = h
 	}
+	log := newLogger(o, stderr)
 	pcfg := probe.Config{
 		ProcRoot: o.procRoot, SysRoot: o.sysRoot, NetNS: o.netns,
 		LinkSpeedMbps: o.linkSpeed, Node: o.node, Logger: log,
 	}
-
 	if o.once {
 		return once(ctx, pcfg, stdout, stderr)
 	}
-
 	p, err := probe.New(pcfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
 		return 1
 	}
 	defer p.Close()
+	return runAgent(ctx, o, p, log, stderr, hup)
+}
 
+// runAgent runs the agent on the probe p until ctx ends.
+func runAgent(ctx context.Context, o options, p *probe.Probe, log *slog.Logger, stderr io.Writer, hup <-chan os.Signal) int {
 	src, now := testClock(p)
 	a, err := agent.New(agent.Config{
 		Node: o.node, Source: src, Now: now, Interval: o.interval,
 		StateDir: o.stateDir, QueueMax: o.queueMax,
-		ReportURL: o.reportURL, TokenFile: o.tokenFile,
+		ReportURL: o.reportURL, TokenFile: o.tokenFile, ReportCA: o.reportCA,
 		Logger: log,
 	})
-	if errors.Is(err, agent.ErrLocked) {
-		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
-		return 1
-	}
-	if err != nil { // a bad token file or state directory
-		fmt.Fprintf(stderr, "proofkit-agent: %v\n", err)
-		return 2
-	}
-	defer a.Close() // releases the state directory's lock; the exit would too
-
-	hupCtx, hupStop := context.WithCancel(ctx)
-	hupDone := make(chan struct{})
-	defer func() { hupStop(); <-hupDone }() // before Close
-	go func() {
-		defer close(hupDone)
-		for {
-			select {
-			case <-hupCtx.Done():
-				return
-			case <-hup:
-				reloadToken(a, o.tokenFile, os.Getenv("CREDENTIALS_DIRECTORY"), log)
-			}
-		}
-	}()
-
-	var srv *http.Server
-	if o.listen != "" {
-		ln, err := net.Listen("tcp", o.listen)
-		if err != nil {
-			fmt.Fprintf(stderr, "proofkit-agent: -listen: %v\n", err)
+	if err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: %v\n", configError(err, o))
+		if errors.Is(err, agent.ErrLocked) {
 			return 1
 		}
-		srv = &http.Server{
-			Handler:           a.Handler(),
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       10 * time.Second,
-			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       60 * time.Second,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("serving /metrics stopped", "err", err)
-			}
-		}()
-		log.Info("serving /metrics, /status and /events", "addr", ln.Addr().String())
+		return 2 // a bad flag, token file or state directory
 	}
+	defer a.Close()                              // releases the state directory's lock; the exit would too
+	defer onHUP(ctx, hup, a, o.tokenFile, log)() // stopped before Close
 
+	srv, err := serve(o.listen, a, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "proofkit-agent: -listen: %v\n", err)
+		return 1
+	}
 	if rep, ran := sizeKernel(o, log); ran {
 		a.SetSysctl(rep)
 	}
-
 	bi := buildinfo.Read()
 	log.Info("agent started", "version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion,
 		"node", o.node, "interval", o.interval, "state_dir", absPath(o.stateDir),
@@ -446,6 +215,52 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	}
 	log.Info("stopped; state saved", "state_dir", o.stateDir)
 	return 0
+}
+
+// onHUP reads the token file again on each value of hup until ctx ends
+// or the returned stop is called (which waits for it).
+func onHUP(ctx context.Context, hup <-chan os.Signal, a *agent.Agent, tokenFile string, log *slog.Logger) (stop func()) {
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-hup:
+				reloadToken(a, tokenFile, os.Getenv("CREDENTIALS_DIRECTORY"), log)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// serve serves a's handler at listen (nothing when it is empty) and logs
+// every path it serves.
+func serve(listen string, a *agent.Agent, log *slog.Logger) (*http.Server, error) {
+	if listen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, err
+	}
+	srv := cmdkit.NewServer(a.Handler(), log)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serving the agent's page and endpoints stopped", "err", err)
+		}
+	}()
+	log.Info(servingMsg(), "addr", ln.Addr().String())
+	return srv, nil
+}
+
+// servingMsg is the start-up line naming every path the agent serves:
+// "serving /, /metrics, /status, /events, /healthz and /readyz".
+func servingMsg() string {
+	p := agent.HandlerPaths()
+	return "serving " + strings.Join(p[:len(p)-1], ", ") + " and " + p[len(p)-1]
 }
 
 // absPath is p made absolute, for the log: the defaults are relative to

@@ -79,7 +79,7 @@ type proc struct {
 	done   chan struct{}
 }
 
-var addrRe = regexp.MustCompile(`msg="serving /metrics, /status and /events" addr=(\S+)`)
+var addrRe = regexp.MustCompile(`msg="serving /, /metrics, /status, /events, /healthz and /readyz" addr=(\S+)`)
 
 // start runs the agent with args on the fake node dir, listening on a free
 // loopback port and never touching the real /proc/sys.
@@ -645,6 +645,16 @@ func TestBadFlags(t *testing.T) {
 	if err := os.WriteFile(twoLines, []byte("tok-1\ntok-2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	good := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(good, []byte("tok-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("n", 65)
+	report := []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", good}
 	roots := []string{"-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir), "-sysctl", "off", "-listen", "off"}
 	tests := []struct {
 		name string
@@ -653,7 +663,7 @@ func TestBadFlags(t *testing.T) {
 	}{
 		{"unknown flag", []string{"-bogus"}, "flag provided but not defined: -bogus"},
 		{"zero interval", []string{"-interval", "0s"}, "-interval 0s: must be positive"},
-		{"bad duration", []string{"-interval", "soon"}, `invalid value "soon" for flag -interval`},
+		{"bad duration", []string{"-interval", "soon"}, `invalid value "soon" for flag -interval: parse error (want a duration such as 30s or 1m30s)`},
 		{"sysctl mode", []string{"-sysctl", "maybe"}, `-sysctl "maybe": want apply, file or off`},
 		{"log format", []string{"-log-format", "xml"}, `-log-format "xml": want text or json`},
 		{"report url without token", []string{"-report-url", "http://127.0.0.1:1/r"}, "-report-url needs -token-file"},
@@ -673,6 +683,12 @@ func TestBadFlags(t *testing.T) {
 		{"sys missing", []string{"-sys", filepath.Join(dir, "nope")}, "-sys " + filepath.Join(dir, "nope") + ": not a directory"},
 		{"netns missing", []string{"-netns", filepath.Join(dir, "nope")}, "-netns " + filepath.Join(dir, "nope")},
 		{"listen port", []string{"-listen", "127.0.0.1:99999"}, `-listen "127.0.0.1:99999": want host:port or off`},
+		{"token file a FIFO", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", fifo}, "token file: " + fifo + " is a named pipe (FIFO), not a regular file"},
+		{"token file a device", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", "/dev/zero"}, "token file: /dev/zero is a character device, not a regular file"},
+		{"node too long", append([]string{"-node", long}, report...), `-node "` + long + `": want 1 to 64 of A-Z a-z 0-9 . _ -`},
+		{"node with a space", append([]string{"-node", "exit fra"}, report...), `-node "exit fra": want 1 to 64`},
+		{"report ca over http", append([]string{"-report-ca", good}, report...), `-report-ca "` + good + `": needs an https:// report URL`},
+		{"report ca not PEM", []string{"-report-url", "https://127.0.0.1:1/r", "-token-file", good, "-report-ca", good}, `-report-ca "` + good + `": no PEM certificate in it`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

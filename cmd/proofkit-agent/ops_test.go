@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net"
 	"os/exec"
@@ -10,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/agent/agenttest"
 	"github.com/proofkit/nodekit/internal/deploytest"
 	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/overload"
 )
 
 // TestVersionLdflags: a build stamped with -ldflags -X reports that
@@ -153,3 +156,34 @@ func TestSystemdNotify(t *testing.T) {
 	}
 	<-p.done
 }
+
+// TestNodeFromHostName: a refused node name that came from the host name
+// (no -node) is named as such, with the flag that fixes it.
+func TestNodeFromHostName(t *testing.T) {
+	o, err := parseFlagsEnv([]string{"-sysctl", "off", "-proc", agenttest.Proc(node(t, agenttest.Node{})), "-sys", t.TempDir()}, io.Discard,
+		func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.node = "a-host-name-of-seventy-characters-which-the-platform-will-not-take-xx"
+	_, err = agent.New(agent.Config{Node: o.node, Source: nopSource{}, ReportURL: "http://127.0.0.1:1/r", Token: "t"})
+	got := configError(err, o).Error()
+	want := `-node not given, and the host name "` + o.node + `" is not a node name the platform takes`
+	if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "; give -node") {
+		t.Errorf("error %q, want it to start %q and end with the flag", got, want)
+	}
+	// From the environment, the variable is named.
+	o, err = parseFlagsEnv([]string{"-sysctl", "off", "-proc", o.procRoot, "-sys", o.sysRoot}, io.Discard,
+		func(k string) (string, bool) { return "bad name", k == "PROOFKIT_AGENT_NODE" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = agent.New(agent.Config{Node: o.node, Source: nopSource{}, ReportURL: "http://127.0.0.1:1/r", Token: "t"})
+	if got := configError(err, o).Error(); !strings.HasPrefix(got, `PROOFKIT_AGENT_NODE (-node) "bad name": want 1 to 64`) {
+		t.Errorf("error %q does not name the variable", got)
+	}
+}
+
+type nopSource struct{}
+
+func (nopSource) Read(context.Context) (overload.Reading, error) { return overload.Reading{}, nil }

@@ -210,6 +210,6 @@ func logStats(log *slog.Logger, p *pinproxy.Proxy) {
 	for _, u := range p.Stats() {
 		log.Info("upstream stats", "upstream", u.Addr, "live", u.Live, "dials", u.Dials,
 			"failures", u.Failures, "state", u.State, "moved", u.Moved,
-			"bytes_up", u.BytesUp, "bytes_down", u.BytesDown)
+			"bytes_sent", u.BytesSent, "bytes_received", u.BytesReceived)
 	}
 }

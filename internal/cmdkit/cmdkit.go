@@ -1,6 +1,11 @@
 // Package cmdkit holds what nodekit's two binaries do the same way:
 // flags read also from the environment under one prefix per binary, and
-// the log handler both use (durations as "1m30s", never nanoseconds).
+// where each value came from (ParseEnv, Origins); one wording for an
+// error about a flag (Origins.Errorf); the swallowed-value check
+// (Swallowed); the log handler both use (durations as "1m30s", never
+// nanoseconds); one HTTP server with one set of timeouts (NewServer); and
+// the /healthz and /readyz handlers (Probe, which package agent's Handler
+// serves too).
 package cmdkit
 
 import (
@@ -70,11 +75,12 @@ func want(f *flag.Flag) string {
 // else logfmt-style text, at level, with every time.Duration attribute
 // written as a Go duration string ("1m30s") rather than nanoseconds.
 func NewLogger(w io.Writer, json bool, level slog.Leveler) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: ReplaceAttr}
 	if json {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: ReplaceAttr}))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	// The text handler writes durations as strings by itself, without
+	// allocating one per attribute as ReplaceAttr does.
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
 // ReplaceAttr writes durations as strings; use it in a slog.HandlerOptions.

@@ -3,8 +3,11 @@ package cmdkit
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
+	"io"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +83,89 @@ func TestParseLogFlags(t *testing.T) {
 		}
 		if err != nil || got != tt.want {
 			t.Errorf("ParseLogFlags(%q, %q) = %v, %v; want %v", tt.format, tt.level, got, err, tt.want)
+		}
+	}
+}
+
+func TestParseEnvOrigins(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.String("node", "", "")
+	fs.String("listen", "", "")
+	fs.String("state-dir", "", "")
+	if err := fs.Parse([]string{"-node", "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"X_LISTEN": ":1", "X_NODE": "ignored"}
+	o, err := ParseEnv(fs, "X_", func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Given("node") || o.FromEnv("node") || !o.FromEnv("listen") || o.Given("state-dir") {
+		t.Fatalf("origins %+v: want node from the command line, listen from the environment, state-dir not given", o)
+	}
+	if got := o.Name("listen"); got != "X_LISTEN (-listen)" {
+		t.Errorf("Name(listen) = %q", got)
+	}
+	if got := o.Errorf("node", "a b", "want %s", "letters").Error(); got != `-node "a b": want letters` {
+		t.Errorf("Errorf = %q", got)
+	}
+	if got := o.Errorf("listen", 3, "no").Error(); got != `X_LISTEN (-listen) 3: no` {
+		t.Errorf("Errorf = %q", got)
+	}
+}
+
+func TestSwallowed(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.String("node", "", "")
+	fs.Bool("once", false, "")
+	if err := fs.Parse([]string{"-node", "-once"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Swallowed(fs); err == nil || err.Error() != `-node "-once": a value is missing (-once is a flag)` {
+		t.Fatalf("Swallowed = %v", err)
+	}
+	fs2 := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs2.String("node", "", "")
+	if err := fs2.Parse([]string{"-node", "-n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Swallowed(fs2); err != nil {
+		t.Fatalf("Swallowed of a value that is no flag = %v", err)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	var fail error
+	h := Probe(func() error { return fail })
+	rec := httptest.NewRecorder()
+	h(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 || rec.Body.String() != "ok\n" {
+		t.Fatalf("healthy: %d %q", rec.Code, rec.Body.String())
+	}
+	fail = errors.New("no reading for 2m")
+	rec = httptest.NewRecorder()
+	h(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 503 || rec.Body.String() != "no reading for 2m\n" {
+		t.Fatalf("unhealthy: %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+func TestParseError(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Duration("interval", time.Second, "")
+	fs.Int("queue-max", 1, "")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-interval", "soon"}, `invalid value "soon" for flag -interval: parse error (want a duration such as 30s or 1m30s)`},
+		{[]string{"-queue-max", "many"}, `invalid value "many" for flag -queue-max: parse error (want an integer)`},
+		{[]string{"-bogus"}, "flag provided but not defined: -bogus"},
+	} {
+		err := fs.Parse(tt.args)
+		if got := ParseError(fs, err).Error(); got != tt.want {
+			t.Errorf("%v: %q, want %q", tt.args, got, tt.want)
 		}
 	}
 }

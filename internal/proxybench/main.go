@@ -49,7 +49,7 @@ func main() {
 	flag.IntVar(&o.clients, "clients", 32, "concurrent clients of the connection-rate measurement")
 	flag.DurationVar(&o.parked, "parked", time.Minute, "how long pinproxy's idle connections are left idle (after they opened) before their memory is read again: they park after 30 s idle by default (0: skip)")
 	flag.IntVar(&o.idle, "idle", 9000, "idle connections held open through each proxy for the memory measurement (capped per proxy by the fds it needs: HAProxy at -maxconn, the naive proxy at 3000)")
-	targets := flag.String("targets", "direct,haproxy,haproxy-force,naive,floor,pinproxy", "what to measure, comma-separated: haproxy is the issue's configuration (mode tcp, balance leastconn, nbthread 2, option splice-auto), the reference of the ratios; haproxy-force adds option splice-request and splice-response (splice every transfer); floor is the least a Go proxy can do per connection (an epoll loop per CPU, raw syscalls, no goroutine per connection; floor_linux.go); exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
+	targets := flag.String("targets", "direct,haproxy,haproxy-nolog,haproxy-force,naive,floor,pinproxy,pinproxy-nolog", "what to measure, comma-separated: haproxy is the issue's configuration (mode tcp, balance leastconn, nbthread 2, option splice-auto) with a log line per connection (option tcplog, to a Unix datagram socket this harness reads), the reference of the ratios beside pinproxy with its defaults (a log line per connection on stderr, read here); haproxy-nolog and pinproxy-nolog log nothing (pinproxy -log-connections=false) and are compared with each other; haproxy-force adds option splice-request and splice-response (splice every transfer); floor is the least a Go proxy can do per connection (an epoll loop per CPU, raw syscalls, no goroutine per connection; floor_linux.go); exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
 	metrics := flag.String("metrics", "throughput,connrate,idle", "which measurements to run, comma-separated")
 	flag.StringVar(&o.haproxyBin, "haproxy", "haproxy", "HAProxy binary")
 	flag.IntVar(&o.maxconn, "maxconn", 7000, "HAProxy maxconn (it needs 2 fds per connection and pipes beside them; the fd limit here is 20,000)")
@@ -106,19 +106,16 @@ func buildTargets(o options) ([]*target, error) {
 			out = append(out, &target{name: name, label: "direct", start: func(ups []string) (*running, error) {
 				return &running{addrs: ups, stop: func() {}}, nil
 			}})
-		case "haproxy", "haproxy-force":
+		case "haproxy", "haproxy-nolog", "haproxy-force":
 			bin, err := exec.LookPath(o.haproxyBin)
 			if err != nil {
 				fmt.Printf("%s skipped: %v (Debian: apt-get install haproxy)\n", name, err)
 				continue
 			}
-			force := name == "haproxy-force"
-			label := "HAProxy"
-			if force {
-				label = "HAProxy, splice forced"
-			}
+			force, logs := name == "haproxy-force", name != "haproxy-nolog"
+			label := map[string]string{"haproxy": "HAProxy", "haproxy-nolog": "HAProxy, no log", "haproxy-force": "HAProxy, splice forced"}[name]
 			out = append(out, &target{name: name, label: label, idleMax: o.maxconn, start: func(ups []string) (*running, error) {
-				h, err := startHAProxy(bin, ups, o.maxconn, o.pipesize, force)
+				h, err := startHAProxy(bin, ups, o.maxconn, o.pipesize, force, logs)
 				if err != nil {
 					return nil, err
 				}
@@ -131,10 +128,12 @@ func buildTargets(o options) ([]*target, error) {
 			out = append(out, &target{name: name, label: "epoll floor (see floor_linux.go)", idleMax: o.idle, start: startGoProxy("", name)})
 		case "pinproxy":
 			out = append(out, &target{name: name, label: "pinproxy", idleMax: o.idle, parks: true, start: startGoProxy("", name)})
+		case "pinproxy-nolog":
+			out = append(out, &target{name: name, label: "pinproxy, no log", idleMax: o.idle, parks: true, start: startGoProxy("", name)})
 		default:
 			exe, ok := strings.CutPrefix(name, "exp:")
 			if !ok {
-				return nil, fmt.Errorf("unknown target %q (want direct, haproxy, haproxy-force, naive, floor, pinproxy, exp:PATH)", name)
+				return nil, fmt.Errorf("unknown target %q (want direct, haproxy, haproxy-nolog, haproxy-force, naive, floor, pinproxy, pinproxy-nolog, exp:PATH)", name)
 			}
 			out = append(out, &target{name: name, label: name, idleMax: o.idle, parks: true, start: startGoProxy(exe, "pinproxy")})
 		}

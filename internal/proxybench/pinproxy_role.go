@@ -2,28 +2,36 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
-	"os"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/cmdkit"
+	"github.com/proofkit/nodekit/internal/logbuf"
 	"github.com/proofkit/nodekit/pinproxy"
 )
 
 // servePinproxy serves addr with pinproxy in front of upstreams,
-// configured as cmd/pinproxy configures it by default (text log at info
-// level to stderr, the listener from Proxy.Listen), and returns the
-// listener and a function that stops it.
-func servePinproxy(addr string, upstreams []string) (ln net.Listener, stop func(), err error) {
+// configured as cmd/pinproxy configures it by default: the listener from
+// Proxy.Listen, and a text log at info level through a logbuf.Writer to
+// stderr with a line for each connection's end, unless logConnections is
+// false (-log-connections=false). It returns the listener and a function
+// that stops it.
+func servePinproxy(addr string, upstreams []string, logConnections bool, stderr io.Writer) (ln net.Listener, stop func(), err error) {
+	lw := logbuf.New(stderr, logbuf.Config{})
 	p, err := pinproxy.New(pinproxy.Config{
-		Upstreams: upstreams,
-		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Upstreams:      upstreams,
+		LogConnections: logConnections,
+		Logger:         cmdkit.NewLogger(lw, false, slog.LevelInfo),
 	})
 	if err != nil {
+		lw.Close()
 		return nil, nil, err
 	}
 	ln, err = p.Listen(context.Background(), "tcp", addr)
 	if err != nil {
+		lw.Close()
 		return nil, nil, err
 	}
 	go p.Serve(ln)
@@ -31,5 +39,6 @@ func servePinproxy(addr string, upstreams []string) (ln net.Listener, stop func(
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		p.Shutdown(ctx)
+		lw.Close()
 	}, nil
 }

@@ -34,7 +34,16 @@ func startChild(exe, role string, upstreams []string) (*child, error) {
 		}
 	}
 	cmd := exec.Command(exe, "-role", role, "-upstreams", strings.Join(upstreams, ","))
-	cmd.Stderr = os.Stderr
+	// A proxy's log is read as a deployment's would be (journald reads
+	// stderr): the connections' lines are read and dropped here, the rest
+	// passed on.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", role, err)
+	}
+	cmd.Stderr = pw
+	go discardConnectionLines(pr)
+	defer pw.Close()
 	setDeathSignal(cmd)
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -55,6 +64,19 @@ func startChild(exe, role string, upstreams []string) (*child, error) {
 	}
 	c.ready = strings.Fields(line)[1:]
 	return c, nil
+}
+
+// discardConnectionLines reads a child's stderr until EOF, drops the
+// lines that log a connection's end, and passes the others on.
+func discardConnectionLines(r *os.File) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if !bytes.Contains(sc.Bytes(), []byte(`msg="connection ended"`)) {
+			fmt.Fprintf(os.Stderr, "%s\n", sc.Bytes())
+		}
+	}
 }
 
 func (c *child) line() (string, error) {
@@ -116,6 +138,7 @@ type haproxy struct {
 	dir    string
 	addr   string
 	output bytes.Buffer
+	logs   *net.UnixConn // where it logs (option tcplog); nil: no log
 }
 
 // haproxyConfig is the configuration the issue names: HAProxy (Debian
@@ -127,15 +150,18 @@ type haproxy struct {
 // proxy to set (without them it warns at start); none is reached in a run.
 // %[5]s adds "option splice-request" and "option splice-response" for the
 // haproxy-force target: splicing every transfer, a configuration the issue
-// does not name, shown beside it.
+// does not name, shown beside it. %[6]s is the log: by default a line at
+// each connection's end ("option tcplog", HAProxy's counterpart of
+// pinproxy's default) sent to a Unix datagram socket the harness reads and
+// drops, as a local syslog would; the -nolog targets log nothing.
 const haproxyConfig = `global
 	maxconn %[1]d
 	nbthread 2
-%[4]s
+%[4]s%[6]s
 defaults
 	mode tcp
 	option splice-auto
-%[5]s	timeout connect 5s
+%[5]s%[7]s	timeout connect 5s
 	timeout client 1h
 	timeout server 1h
 
@@ -148,8 +174,9 @@ backend upstreams
 %[3]s`
 
 // startHAProxy starts HAProxy in front of upstreams; forceSplice adds
-// splice-request and splice-response to splice-auto.
-func startHAProxy(bin string, upstreams []string, maxconn, pipesize int, forceSplice bool) (*haproxy, error) {
+// splice-request and splice-response to splice-auto; logs adds a log line
+// for each connection (option tcplog) to a socket the harness reads.
+func startHAProxy(bin string, upstreams []string, maxconn, pipesize int, forceSplice, logs bool) (*haproxy, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, fmt.Errorf("haproxy: %w", err)
@@ -171,15 +198,29 @@ func startHAProxy(bin string, upstreams []string, maxconn, pipesize int, forceSp
 	if forceSplice {
 		force = "\toption splice-request\n\toption splice-response\n"
 	}
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, maxconn, addr, servers.String(), tune, force), 0o644); err != nil {
+	h := &haproxy{dir: dir, addr: addr}
+	logGlobal, logDefaults := "", ""
+	if logs {
+		sock := dir + "/log.sock"
+		h.logs, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("haproxy: log socket: %w", err)
+		}
+		go discardDatagrams(h.logs)
+		logGlobal = fmt.Sprintf("\tlog %s local0 info\n", sock)
+		logDefaults = "\tlog global\n\toption tcplog\n"
+	}
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, maxconn, addr, servers.String(), tune, force, logGlobal, logDefaults), 0o644); err != nil {
+		h.closeLogs()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("haproxy: %w", err)
 	}
-	h := &haproxy{dir: dir, addr: addr}
 	h.cmd = exec.Command(bin, "-db", "-f", cfg)
 	h.cmd.Stdout, h.cmd.Stderr = &h.output, &h.output
 	setDeathSignal(h.cmd)
 	if err := h.cmd.Start(); err != nil {
+		h.closeLogs()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("haproxy: %w", err)
 	}
@@ -195,6 +236,7 @@ func startHAProxy(bin string, upstreams []string, maxconn, pipesize int, forceSp
 		}
 		select {
 		case <-exited:
+			h.closeLogs()
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("haproxy exited at start: %s", h.output.String())
 		case <-ctx.Done():
@@ -210,7 +252,24 @@ func (h *haproxy) pid() int { return h.cmd.Process.Pid }
 func (h *haproxy) stop() {
 	h.cmd.Process.Kill()
 	h.cmd.Process.Wait()
+	h.closeLogs()
 	os.RemoveAll(h.dir)
+}
+
+func (h *haproxy) closeLogs() {
+	if h.logs != nil {
+		h.logs.Close()
+	}
+}
+
+// discardDatagrams reads log lines from c and drops them, until c closes.
+func discardDatagrams(c *net.UnixConn) {
+	b := make([]byte, 64<<10)
+	for {
+		if _, _, err := c.ReadFrom(b); err != nil {
+			return
+		}
+	}
 }
 
 // freeAddr returns a loopback address with a port nobody listens on now.

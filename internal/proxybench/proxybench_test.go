@@ -17,7 +17,7 @@ import (
 // startPinproxy runs pinproxy in this process in front of upstreams.
 func startPinproxy(t *testing.T, upstreams []string) string {
 	t.Helper()
-	ln, stop, err := servePinproxy("127.0.0.1:0", upstreams)
+	ln, stop, err := servePinproxy("127.0.0.1:0", upstreams, true, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,7 @@ func report(w io.Writer, o options, targets []*target, res results) {
 	fmt.Fprintf(w, "\nthroughput, MiB/s: %d streams client→proxy→sink, %s each, median of %d rounds (each round)\n", o.streams, o.duration, o.rounds)
 	rows(mThroughput, "%.0f")
 	ratio(mThroughput, "HAProxy", "haproxy", true, 1.2)
+	ratioOf(mThroughput, "pinproxy-nolog", "pinproxy, no log", "HAProxy, no log", "haproxy-nolog", true, 0)
 	ratio(mThroughput, "HAProxy, splice forced", "haproxy-force", true, 0)
 	ratio(mThroughput, "direct", "direct", true, 0)
 	fmt.Fprintf(w, "  proxy CPU time per GiB moved, ms (user+system, /proc/PID/stat; steadier than MiB/s on a busy machine)\n")
@@ -71,12 +72,17 @@ func report(w io.Writer, o options, targets []*target, res results) {
 	fmt.Fprintf(w, "\nconnection rate, conn/s: %d clients for %s; each connection: connect, write 1 byte, read the upstream's echo, close\n", o.clients, o.duration)
 	rows(mConnRate, "%.0f")
 	ratio(mConnRate, "HAProxy", "haproxy", true, 0.85)
+	ratioOf(mConnRate, "pinproxy-nolog", "pinproxy, no log", "HAProxy, no log", "haproxy-nolog", true, 0)
+	ratioOf(mConnRate, "pinproxy-nolog", "pinproxy, no log", "pinproxy", "pinproxy", true, 0)
+	ratioOf(mConnRate, "haproxy-nolog", "HAProxy, no log", "HAProxy", "haproxy", true, 0)
 	ratio(mConnRate, "HAProxy, splice forced", "haproxy-force", true, 0)
 	ratio(mConnRate, "direct", "direct", true, 0)
 	ratioOf(mConnRate, "floor", "epoll floor", "HAProxy", "haproxy", true, 0)
 	ratioOf(mConnRate, "pinproxy", "pinproxy", "epoll floor", "floor", true, 0)
 	fmt.Fprintf(w, "  proxy CPU time per connection, µs (user+system, /proc/PID/stat)\n")
 	rows(mConnCPU, "%.0f")
+	ratio(mConnCPU, "HAProxy", "haproxy", false, 0)
+	ratioOf(mConnCPU, "pinproxy-nolog", "pinproxy, no log", "HAProxy, no log", "haproxy-nolog", false, 0)
 	ratioOf(mConnCPU, "floor", "epoll floor", "HAProxy", "haproxy", false, 0)
 	ratioOf(mConnCPU, "pinproxy", "pinproxy", "epoll floor", "floor", false, 0)
 	for _, t := range targets {
@@ -152,7 +158,14 @@ func summary(w io.Writer, targets []*target, res results) {
 	if !forced {
 		_, forced = res[mConnRate]["haproxy-force"]
 	}
+	_, nolog := res[mConnRate]["pinproxy-nolog"]
+	if nolog {
+		_, nolog = res[mConnRate]["haproxy-nolog"]
+	}
 	fmt.Fprintf(w, " pinproxy / HAProxy | target |")
+	if nolog {
+		fmt.Fprintf(w, " no log: pinproxy / HAProxy |")
+	}
 	if forced {
 		fmt.Fprintf(w, " pinproxy / HAProxy, splice forced |")
 	}
@@ -161,6 +174,9 @@ func summary(w io.Writer, targets []*target, res results) {
 		fmt.Fprintf(w, "---:|")
 	}
 	fmt.Fprintf(w, "---:|---|")
+	if nolog {
+		fmt.Fprintf(w, "---:|")
+	}
 	if forced {
 		fmt.Fprintf(w, "---:|")
 	}
@@ -190,6 +206,13 @@ func summary(w io.Writer, targets []*target, res results) {
 			target = fmt.Sprintf("≥ %g×: %s", l.want, passMiss(median(p)/median(h) >= l.want))
 		}
 		fmt.Fprintf(w, " %s | %s |", r, target)
+		if nolog {
+			if pn, hn := res[l.metric]["pinproxy-nolog"], res[l.metric]["haproxy-nolog"]; len(pn) > 0 && len(hn) > 0 && median(hn) != 0 {
+				fmt.Fprintf(w, " %.2f |", median(pn)/median(hn))
+			} else {
+				fmt.Fprintf(w, " – |")
+			}
+		}
 		if forced {
 			fmt.Fprintf(w, " %s |", ratioOf(res[l.metric]["haproxy-force"]))
 		}

@@ -55,11 +55,11 @@ func runRole(role string, upstreams []string) error {
 		defer ln.Close()
 		go serveNaive(ln, upstreams)
 		ready = []string{ln.Addr().String()}
-	case "pinproxy":
+	case "pinproxy", "pinproxy-nolog":
 		if len(upstreams) == 0 {
 			return fmt.Errorf("%s: no upstreams", role)
 		}
-		ln, stop, err := servePinproxy("127.0.0.1:0", upstreams)
+		ln, stop, err := servePinproxy("127.0.0.1:0", upstreams, role == "pinproxy", os.Stderr)
 		if err != nil {
 			return err
 		}

@@ -29,8 +29,8 @@ var _ Source = (*pinproxy.Proxy)(nil)
 type Collector struct {
 	src Source
 
-	live, dials, failures, up, lastFailure, moved, sent, received, bytes *prometheus.Desc
-	clientsLive, accepted, rejected, unrouted, moves                     *prometheus.Desc
+	live, dials, failures, up, lastFailure, moved, bytes *prometheus.Desc
+	clientsLive, accepted, rejected, unrouted, moves     *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -49,9 +49,7 @@ func NewCollector(src Source) *Collector {
 		up:          d("upstream_up", "1 if the upstream is up (health checks when on, else the last dial or test-connect answered); 0 if down or not known yet.", up),
 		lastFailure: d("upstream_last_failure_timestamp_seconds", "Unix time of the last failed attempt to the upstream; 0 if none.", up),
 		moved:       d("upstream_moved_connections_total", "Connections to the upstream that a rebalance round closed to move them away.", up),
-		sent:        d("upstream_sent_bytes_total", "Bytes copied from clients to the upstream.", up),
-		received:    d("upstream_received_bytes_total", "Bytes copied from the upstream to clients.", up),
-		bytes: d("upstream_bytes_total", "Bytes copied through the upstream, counted as they are copied: direction \"sent\" from clients to it, \"received\" from it to clients (the figures of pinproxy_upstream_sent_bytes_total and pinproxy_upstream_received_bytes_total).",
+		bytes: d("upstream_bytes_total", "Bytes copied through the upstream, counted as they are copied: direction \"sent\" from clients to it, \"received\" from it to clients (bytes_sent and bytes_received on /status).",
 			[]string{"upstream", "direction"}),
 		clientsLive: d("client_connections", "Client connections being handled.", nil),
 		accepted:    d("client_connections_accepted_total", "Client connections accepted.", nil),
@@ -64,7 +62,7 @@ func NewCollector(src Source) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.live, c.dials, c.failures, c.up, c.lastFailure, c.moved, c.sent, c.received, c.bytes,
+		c.live, c.dials, c.failures, c.up, c.lastFailure, c.moved, c.bytes,
 		c.clientsLive, c.accepted, c.rejected, c.unrouted, c.moves,
 	} {
 		ch <- d
@@ -91,10 +89,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		m(c.lastFailure, prometheus.GaugeValue, last)
 		m(c.moved, prometheus.CounterValue, float64(s.Moved))
-		m(c.sent, prometheus.CounterValue, float64(s.BytesUp))
-		m(c.received, prometheus.CounterValue, float64(s.BytesDown))
-		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(s.BytesUp), s.Addr, "sent")
-		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(s.BytesDown), s.Addr, "received")
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(s.BytesSent), s.Addr, "sent")
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(s.BytesReceived), s.Addr, "received")
 	}
 	t := c.src.Totals()
 	ch <- prometheus.MustNewConstMetric(c.clientsLive, prometheus.GaugeValue, float64(t.Live))

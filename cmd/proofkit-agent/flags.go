@@ -1,0 +1,261 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/proofkit/nodekit/agent"
+	"github.com/proofkit/nodekit/internal/cmdkit"
+	"github.com/proofkit/nodekit/sysctl"
+)
+
+// options are the parsed flags.
+type options struct {
+	node       string
+	interval   time.Duration
+	reportURL  string
+	tokenFile  string
+	reportCA   string
+	stateDir   string
+	queueMax   int
+	listen     string
+	sysctlMode string
+	sysctlDir  string
+	once       bool
+	procRoot   string
+	sysRoot    string
+	netns      string
+	linkSpeed  map[string]uint64
+	logFormat  string
+	logLevel   slog.Level
+
+	version     bool
+	healthcheck bool
+
+	// origins says where each value came from, for errors.
+	origins cmdkit.Origins
+	// raw are the flags parsed on from a string.
+	rawLinkSpeed, rawLogLevel string
+}
+
+// envPrefix is the prefix of the environment variables that stand for
+// flags: PROOFKIT_AGENT_REPORT_URL for -report-url.
+const envPrefix = "PROOFKIT_AGENT_"
+
+// usageError is a bad flag: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// flagSet declares the flags into o.
+func flagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("proofkit-agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {} // a bad flag is one line on stderr; -h prints the flags
+	fs.StringVar(&o.node, "node", "", "node name sent with each reading: 1 to 64 of A-Z a-z 0-9 . _ - (default: the host name)")
+	fs.DurationVar(&o.interval, "interval", agent.DefaultInterval, "time between readings")
+	fs.StringVar(&o.reportURL, "report-url", "", "platform URL each reading is POSTed to as JSON (default: none, standalone)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the platform's bearer token (required with -report-url)")
+	fs.StringVar(&o.reportCA, "report-ca", "", "PEM file of the CA certificates to trust for an https -report-url, instead of the system's")
+	fs.StringVar(&o.stateDir, "state-dir", "state", "directory for the tracker's state and the report queue, relative to the working directory unless absolute")
+	fs.IntVar(&o.queueMax, "queue-max", agent.DefaultQueueMax, "most reports kept while the platform does not answer (oldest dropped beyond)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:9464", `address for the page at / and /metrics, /status, /events, /healthz, /readyz ("off" for none)`)
+	fs.StringVar(&o.sysctlMode, "sysctl", "apply", "at start: apply (raise kernel values, file for what cannot be set), file (only write the file), off")
+	fs.StringVar(&o.sysctlDir, "sysctl-dir", "config", "directory for "+sysctl.FileName+", relative to the working directory unless absolute")
+	fs.BoolVar(&o.once, "once", false, "take one reading (two, a second apart, for real deltas), print it as JSON and exit")
+	fs.StringVar(&o.procRoot, "proc", "/proc", "procfs root (a host's /proc mounted in a container)")
+	fs.StringVar(&o.sysRoot, "sys", "/sys", "sysfs root (a host's /sys mounted in a container)")
+	fs.StringVar(&o.netns, "netns", "", "network namespace to read connections and links from, e.g. /var/run/netns/x (default: the agent's own)")
+	fs.StringVar(&o.rawLinkSpeed, "link-speed", "", "link speeds the kernel does not know, in Mbit/s: eth0=1000,wg0=10000 (suffix G for Gbit/s: eth0=10G)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.rawLogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version and exit")
+	fs.BoolVar(&o.healthcheck, "healthcheck", false, "ask the agent running at -listen for /healthz; exit 0 if healthy, else 1 (for a container's HEALTHCHECK)")
+	return fs
+}
+
+// parseFlags parses the command line, and the environment for the flags
+// the command line does not give.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	return parseFlagsEnv(args, stderr, os.LookupEnv)
+}
+
+func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (options, error) {
+	var o options
+	fs := flagSet(&o)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\nEvery flag but -version may also be set in the environment as %s<NAME>\n(-report-url as %s); the command line wins.\n\n",
+				envPrefix, cmdkit.EnvName(envPrefix, "report-url"))
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return o, err
+		}
+		return o, usageError{cmdkit.ParseError(fs, err).Error()}
+	}
+	if fs.NArg() > 0 {
+		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
+	}
+	// -version on the command line answers whatever the environment
+	// holds: it is what one runs to see which agent a broken set-up has.
+	if o.version {
+		return o, nil
+	}
+	origins, err := cmdkit.ParseEnv(fs, envPrefix, lookupEnv) // all but -version
+	if err != nil {
+		return o, usageError{err.Error()}
+	}
+	o.origins = origins
+	if err := cmdkit.Swallowed(fs); err != nil {
+		return o, usageError{err.Error()}
+	}
+	if err := o.check(); err != nil {
+		var ue usageError
+		if !errors.As(err, &ue) {
+			err = usageError{err.Error()}
+		}
+		return o, err
+	}
+	return o, nil
+}
+
+// check checks what only the command decides (the library checks the
+// rest when the agent starts: see configError) and parses the flags given
+// as strings.
+func (o *options) check() error {
+	f := o.origins
+	// On the command line 0 is a value, not the library's "default".
+	if o.interval <= 0 {
+		return f.Errorf("interval", o.interval, "must be positive")
+	}
+	if o.queueMax < 1 {
+		return f.Errorf("queue-max", o.queueMax, "must be 1 or more")
+	}
+	switch o.sysctlMode {
+	case "apply", "file", "off":
+	default:
+		return f.Errorf("sysctl", o.sysctlMode, "want apply, file or off")
+	}
+	level, err := cmdkit.ParseLogFlags(o.logFormat, o.rawLogLevel)
+	if err != nil {
+		return err
+	}
+	o.logLevel = level
+	if o.reportURL != "" && o.tokenFile == "" {
+		return errors.New("-report-url needs -token-file (the token is never given as a flag value)")
+	}
+	if o.listen == "off" {
+		o.listen = ""
+	}
+	if o.healthcheck {
+		if o.listen == "" {
+			return errors.New("-healthcheck: -listen is off, so there is no /healthz to ask")
+		}
+		return nil
+	}
+	if err := checkListen(o.listen); err != nil {
+		return f.Errorf("listen", o.listen, "want host:port or off")
+	}
+	if o.stateDir == "" && !o.once {
+		return f.Errorf("state-dir", o.stateDir, "is empty")
+	}
+	if o.linkSpeed, err = parseLinkSpeeds(o.rawLinkSpeed); err != nil {
+		return f.Errorf("link-speed", o.rawLinkSpeed, "%v", err)
+	}
+	return checkRoots(*o)
+}
+
+// checkListen checks a -listen that is not off.
+func checkListen(listen string) error {
+	if listen == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(listen)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	return err
+}
+
+// configFlags names the flag of each agent.Config field the command sets.
+var configFlags = map[string]string{
+	"Node": "node", "Interval": "interval", "QueueMax": "queue-max", "StateDir": "state-dir",
+	"ReportURL": "report-url", "TokenFile": "token-file", "ReportCA": "report-ca",
+}
+
+// configError is err, from agent.New, with a refused Config field named
+// by its flag.
+func configError(err error, o options) error {
+	var ce *agent.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	name, ok := configFlags[ce.Field]
+	if !ok {
+		return err
+	}
+	if ce.Field == "Node" && !o.origins.Given("node") {
+		return fmt.Errorf("-node not given, and the host name %q is not a node name the platform takes (%s); give -node",
+			o.node, "want 1 to 64 of A-Z a-z 0-9 . _ -, not starting with . _ -")
+	}
+	return fmt.Errorf("%s %s: %s", o.origins.Name(name), ce.Value, ce.Want)
+}
+
+// checkRoots catches a -proc, -sys or -netns that points at the wrong
+// place before the agent starts, so an operator sees one line and exit
+// status 2 rather than an agent that logs a failed reading every interval.
+func checkRoots(o options) error {
+	for _, f := range []string{"meminfo", "loadavg"} {
+		if fi, err := os.Stat(filepath.Join(o.procRoot, f)); err != nil || fi.IsDir() {
+			return usageError{fmt.Sprintf("%s %s: no %s there; want the mount point of a procfs, such as /proc", o.origins.Name("proc"), o.procRoot, f)}
+		}
+	}
+	if fi, err := os.Stat(o.sysRoot); err != nil || !fi.IsDir() {
+		return usageError{fmt.Sprintf("%s %s: not a directory; want the mount point of a sysfs, such as /sys", o.origins.Name("sys"), o.sysRoot)}
+	}
+	if o.netns != "" {
+		if _, err := os.Stat(o.netns); err != nil {
+			return usageError{fmt.Sprintf("%s %s: %v", o.origins.Name("netns"), o.netns, errors.Unwrap(err))}
+		}
+	}
+	return nil
+}
+
+// parseLinkSpeeds parses "eth0=1000,wg0=10G" (Mbit/s, or Gbit/s with G).
+func parseLinkSpeeds(s string) (map[string]uint64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := make(map[string]uint64)
+	for item := range strings.SplitSeq(s, ",") {
+		name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || name == "" || v == "" {
+			return nil, fmt.Errorf("%q: want NAME=MBITS", item)
+		}
+		mult := uint64(1)
+		switch {
+		case strings.HasSuffix(v, "G"), strings.HasSuffix(v, "g"):
+			mult, v = 1000, v[:len(v)-1]
+		case strings.HasSuffix(v, "M"), strings.HasSuffix(v, "m"):
+			v = v[:len(v)-1]
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("%q: speed is not a positive whole number", item)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("link %q given twice", name)
+		}
+		out[name] = n * mult
+	}
+	return out, nil
+}

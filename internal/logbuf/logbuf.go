@@ -1,0 +1,206 @@
+// Package logbuf is a log writer that never makes its caller wait: lines
+// are appended to a buffer in memory and written out by a goroutine of its
+// own, at least every flush interval and whenever the buffer fills, so a
+// line costs no write(2) of its own. When the output cannot keep up (a
+// slow journald behind stderr) and both buffers are full, lines are
+// dropped and counted rather than blocking the writer's caller. A process
+// that crashes loses at most the lines of the last interval.
+//
+// A *slog.Logger writes through it as through any io.Writer: its handlers
+// write one record per Write call, so a dropped Write is a dropped line.
+//
+//	w := logbuf.New(os.Stderr, logbuf.Config{})
+//	defer w.Close()
+//	log := slog.New(slog.NewTextHandler(w, nil))
+package logbuf
+
+import (
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultFlushInterval = 100 * time.Millisecond
+	DefaultSize          = 64 << 10
+)
+
+// Config configures a Writer; zero values mean the defaults.
+type Config struct {
+	// FlushInterval is the longest a line waits in the buffer before it
+	// is written out. Zero means DefaultFlushInterval (100 ms).
+	FlushInterval time.Duration
+
+	// Size is the size of each of the writer's two buffers: one takes
+	// lines while the other is written out. Zero means DefaultSize
+	// (64 KiB). A line longer than Size is written out at once, after
+	// the lines before it, by the caller's goroutine.
+	Size int
+}
+
+// Writer is a buffered, non-blocking io.Writer. Its methods are safe for
+// concurrent use. Create one with New and Close it when done.
+type Writer struct {
+	out      io.Writer
+	interval time.Duration
+	size     int
+
+	mu      sync.Mutex
+	buf     []byte // lines taking in; nil until the first
+	back    []byte // lines handed over to be written out, when pending
+	pending bool   // back holds lines to write out, or is being written
+	closed  bool   // Close was called: Write writes through
+
+	outMu     sync.Mutex    // held while writing to out
+	kick      chan struct{} // the buffer filled: write out now
+	stop      chan struct{}
+	stopped   chan struct{}
+	closeOnce sync.Once
+	dropped   atomic.Int64
+}
+
+// New returns a Writer that writes to out, and starts its flushing
+// goroutine; Close stops it.
+func New(out io.Writer, cfg Config) *Writer {
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.Size <= 0 {
+		cfg.Size = DefaultSize
+	}
+	w := &Writer{
+		out:      out,
+		interval: cfg.FlushInterval,
+		size:     cfg.Size,
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	go w.loop()
+	return w
+}
+
+// Write appends p, one log line, to the buffer and returns at once. When
+// the buffer is full and the one before it is still being written out, p
+// is dropped and counted (see Dropped); Write still reports success, as a
+// logger has nothing better to do with the error. After Close, Write
+// writes p through to the output.
+func (w *Writer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		w.outMu.Lock()
+		defer w.outMu.Unlock()
+		return w.out.Write(p)
+	}
+	if len(p) > w.size {
+		w.mu.Unlock()
+		return w.writeLong(p)
+	}
+	if w.buf == nil {
+		w.buf = make([]byte, 0, w.size)
+	}
+	if len(w.buf)+len(p) > w.size {
+		if w.pending {
+			w.mu.Unlock()
+			w.dropped.Add(1)
+			return len(p), nil
+		}
+		w.handOverLocked()
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+	w.buf = append(w.buf, p...)
+	w.mu.Unlock()
+	return len(p), nil
+}
+
+// handOverLocked moves the buffered lines to back, to be written out, and
+// gives buf the other buffer. Call with mu held and pending false.
+func (w *Writer) handOverLocked() {
+	if w.back == nil {
+		w.back = make([]byte, 0, w.size)
+	}
+	w.buf, w.back = w.back[:0], w.buf
+	w.pending = true
+}
+
+// writeLong writes a line too long for the buffer, after the lines before
+// it.
+func (w *Writer) writeLong(p []byte) (int, error) {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	w.flushLocked()
+	return w.out.Write(p)
+}
+
+// Flush writes out every line buffered so far, and returns when they are
+// written. Call it before the process hands its work over (an upgrade) or
+// exits.
+func (w *Writer) Flush() {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	w.flushLocked()
+}
+
+// flushLocked writes out back, if pending, then buf. Call with outMu held.
+func (w *Writer) flushLocked() {
+	for range 2 {
+		w.mu.Lock()
+		if !w.pending {
+			if len(w.buf) == 0 {
+				w.mu.Unlock()
+				return
+			}
+			w.handOverLocked()
+		}
+		b := w.back
+		w.mu.Unlock()
+		w.out.Write(b) // a log's output has nowhere to report its error
+		w.mu.Lock()
+		w.back = b[:0]
+		w.pending = false
+		w.mu.Unlock()
+	}
+}
+
+// loop writes out the buffer every interval and when it fills.
+func (w *Writer) loop() {
+	defer close(w.stopped)
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		case <-w.kick:
+		}
+		w.Flush()
+	}
+}
+
+// Dropped returns how many lines were dropped because the output did not
+// keep up.
+func (w *Writer) Dropped() int64 { return w.dropped.Load() }
+
+// Close writes out what is buffered and stops the flushing goroutine;
+// later writes go straight to the output. It never fails; the error is
+// for io.Closer.
+func (w *Writer) Close() error {
+	w.closeOnce.Do(func() {
+		close(w.stop)
+		<-w.stopped
+		w.outMu.Lock()
+		defer w.outMu.Unlock()
+		w.mu.Lock()
+		w.closed = true // from here Write waits for outMu, so lines stay in order
+		w.mu.Unlock()
+		w.flushLocked()
+	})
+	return nil
+}

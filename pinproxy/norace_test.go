@@ -1,0 +1,5 @@
+//go:build !race
+
+package pinproxy
+
+const raceEnabled = false
