@@ -3,6 +3,7 @@ module github.com/proofkit/nodekit
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/google/go-cmp v0.7.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/mdlayher/netlink v1.7.2

@@ -66,7 +66,7 @@ func later(a, b time.Time) time.Time {
 func TestClockSteps(t *testing.T) {
 	// What happens before the reading of each index.
 	script := map[int][]happening{
-		7:   {{"+", 290 * time.Second}}, // the NTP step
+		7:   {{"+", 290 * time.Second}}, // an NTP step
 		9:   {{"-", 290 * time.Second}},
 		15:  {{"+", time.Hour}},
 		24:  {{"-", time.Hour}},

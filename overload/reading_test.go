@@ -257,7 +257,7 @@ func TestReadingBounds(t *testing.T) {
 		edit  func(*Reading)
 		field string // in the error; "" when the reading is valid
 	}{
-		{"the issue's 1e307 bit/s on 1 Mbit/s", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 1e307, SpeedMbps: 1} }, "link eth0: rx_bps 1e+307, above"},
+		{"a reported 1e307 bit/s on 1 Mbit/s", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 1e307, SpeedMbps: 1} }, "link eth0: rx_bps 1e+307, above"},
 		{"rate 1000 times the speed", func(r *Reading) { r.Links[0] = Link{Name: "eth0", TxBitsPerSecond: 1.0001e9, SpeedMbps: 1} }, "link eth0: tx_bps 1.0001e+09 bit/s, more than 1000 times the link's 1 Mbit/s"},
 		{"rate 999 times the speed", func(r *Reading) { r.Links[0] = Link{Name: "eth0", TxBitsPerSecond: 999e6, SpeedMbps: 1} }, ""},
 		{"rate absurd, speed unknown", func(r *Reading) { r.Links[0] = Link{Name: "eth0", RxBitsPerSecond: 2e14} }, "link eth0: rx_bps 2e+14"},
@@ -356,7 +356,7 @@ func TestValidateAt(t *testing.T) {
 	}
 }
 
-// TestOneBadNodeStateSaves: the reading of issue 14 (1e307 bit/s on a
+// TestOneBadNodeStateSaves: the reading once seen in the field (1e307 bit/s on a
 // 1 Mbit/s link) is refused, and the node's state still marshals.
 func TestOneBadNodeStateSaves(t *testing.T) {
 	tr := NewTracker("eu-01", Limits{})

@@ -101,15 +101,15 @@ func TestBlackHoleProbedByOneClient(t *testing.T) {
 func probeAfterBackoff(t *testing.T, hole string) {
 	b := pinproxytest.New(t, "B", pinproxytest.Line)
 	log, _ := testLogger(t)
-	p := newProxy(t, pinproxy.Config{
-		Upstreams: []string{hole, b.Addr}, DialTimeout: 3 * time.Second,
-		FailedBackoff: 100 * time.Millisecond, RebalanceInterval: -1, Logger: log,
-	})
+	var clock fakeClock
+	cfg := pinproxy.Config{Upstreams: []string{hole, b.Addr}, DialTimeout: 3 * time.Second, RebalanceInterval: -1, Logger: log}
+	pinproxy.SetClockForTest(&cfg, clock.now)
+	p := newProxy(t, cfg)
 	addr := serve(t, p)
 	if _, on := pinproxytest.Dial(t, addr, "first"); on != "B" { // fails over after one timeout
 		t.Fatalf("first landed on %s", on)
 	}
-	time.Sleep(200 * time.Millisecond) // the back-off is over
+	clock.advance(pinproxy.DefaultFailedBackoff) // the back-off is over
 	const clients = 50
 	var mu sync.Mutex
 	var slow int

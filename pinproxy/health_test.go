@@ -85,10 +85,13 @@ func TestSlowStart(t *testing.T) {
 	for _, slow := range []time.Duration{0, time.Minute} {
 		a := pinproxytest.New(t, "A", pinproxytest.Line)
 		b := pinproxytest.Down(t, "B", pinproxytest.Line)
-		p := newProxy(t, pinproxy.Config{
+		var clock fakeClock
+		cfg := pinproxy.Config{
 			Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1,
 			CheckInterval: 20 * time.Millisecond, CheckRise: 1, CheckFall: 1, SlowStart: slow,
-		})
+		}
+		pinproxy.SetClockForTest(&cfg, clock.now)
+		p := newProxy(t, cfg)
 		addr := serve(t, p)
 		testkit.WaitFor(t, "B down", func() bool { return stat(p, b.Addr).State == "down" })
 		for i := range 4 {
@@ -104,6 +107,14 @@ func TestSlowStart(t *testing.T) {
 		}
 		if slow == 0 && onB != 4 || slow > 0 && onB != 0 {
 			t.Errorf("slow start %v: %d of 4 new clients on B, want %d", slow, onB, map[bool]int{true: 4, false: 0}[slow == 0])
+		}
+		if slow > 0 { // once the slow start is over, B takes its full share
+			clock.advance(slow)
+			for i := range 4 {
+				if _, on := pinproxytest.Dial(t, addr, "later"+string(rune('0'+i))); on != "B" {
+					t.Errorf("after the slow start: client %d on %s, want B (8 on A, none on B)", i, on)
+				}
+			}
 		}
 	}
 }

@@ -63,13 +63,7 @@ func (rp resetPair) roundTrip(t *testing.T) {
 // waitParked waits until the pair's connection has parked.
 func (rp resetPair) waitParked(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(pinproxytest.WaitFor)
-	for pinproxy.ParkedForTest(rp.p) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the connection never parked")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, "the connection to park", func() bool { return pinproxy.ParkedForTest(rp.p) == 1 })
 }
 
 // readUntilEnd reads c to its end and returns the bytes and the error
@@ -87,18 +81,17 @@ func readUntilEnd(t *testing.T, c net.Conn) (string, error) {
 // waitLine waits for the connection's end line and returns it.
 func (rp resetPair) waitLine(t *testing.T) string {
 	t.Helper()
-	deadline := time.Now().Add(pinproxytest.WaitFor)
-	for {
+	var line string
+	testkit.WaitFor(t, "the connection ended line", func() bool {
 		for _, l := range strings.Split(rp.log.String(), "\n") {
 			if strings.Contains(l, `msg="connection ended"`) {
-				return l
+				line = l
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no connection ended line")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false
+	})
+	return line
 }
 
 // A reset on one side reaches the other side as a reset, after the bytes

@@ -35,7 +35,7 @@ const (
 	minute = time.Minute
 )
 
-// The worked cases of the issue and the seed, and their edges.
+// The worked cases of the pricing rules, and their edges.
 func TestSessionPriceWorkedCases(t *testing.T) {
 	type at struct {
 		t    time.Duration

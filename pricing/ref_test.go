@@ -61,7 +61,7 @@ func refSampled(h *History, locked Price, start, t, step int64) Price {
 }
 
 // TestReferencesOnTheWorkedCase checks the references themselves on the
-// seed's case, so a wrong reference cannot make the property tests agree
+// worked case of the pricing rules, so a wrong reference cannot make the property tests agree
 // with a wrong fast implementation: 100 from 0:00, 80 from 1:00; a session
 // locked at 0:00 pays 100 at 3:59 and 80 from 4:00.
 func TestReferencesOnTheWorkedCase(t *testing.T) {

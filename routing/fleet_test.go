@@ -128,7 +128,7 @@ func route(id, user, key, node, country string, price pricing.Price, kind routin
 		Price: price, Kind: kind, LastTraffic: last, Start: last.Add(-time.Hour)}
 }
 
-// overloadedScenario is the fleet: node de-1 (role as given)
+// overloadedScenario is the test fleet: node de-1 (role as given)
 // carrying 200 sessions, overloaded since t0 with memory at 91 %, and the
 // nodes de-2 and fr-1 holding the alternatives.
 //

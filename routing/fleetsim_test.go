@@ -33,7 +33,7 @@ type group struct {
 	inUse bool // a copy moves traffic: the key is in use
 }
 
-// fleetSim is the fleet: 200 nodes in 4 countries; 20,000 users
+// fleetSim is the simulated fleet: 200 nodes in 4 countries; 20,000 users
 // each holding 1 to 3 copies of a route (same key, nodes of the user's
 // country, prices drawn, so some copies are no alternative); a third of the
 // copies unused, the others moving traffic every round; nodes overloaded
@@ -234,7 +234,7 @@ func (s *fleetSim) run(pol routing.Policy, every time.Duration, hours int) error
 	return nil
 }
 
-// TestFleetSimulation is the simulation over 24 hours, a round
+// TestFleetSimulation is the fleet simulation over 24 hours, a round
 // every 5 minutes (the move rule's own interval, so every node may move a
 // route each round; 288 rounds keep the test to seconds under -race). No
 // user loses every copy of a route key in use, and no node closes unused

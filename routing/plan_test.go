@@ -245,7 +245,7 @@ func closedPerWindow(at []time.Time, count []int, d time.Duration) int {
 	return most
 }
 
-// The issue's case: an exit with 1,000 sessions, overloaded for three
+// The help page's case: an exit with 1,000 sessions, overloaded for three
 // hours with every route in use, whose routes then cross two hours unused
 // together. The old bucket, full after the quiet hours, closed 49 in one
 // round and 96 within the hour; a few at a time is at most what a plan's
@@ -520,7 +520,7 @@ func TestPlanLeavesRoutesAlone(t *testing.T) {
 	}
 }
 
-// Ann's case from the issue: x1 moves her route in use because she holds
+// Ann's case: x1 moves her route in use because she holds
 // the same route on x2; x2, an overloaded exit where that copy has been
 // unused for five hours, is planned next and must not close it, nor may a
 // paused x2 drain it, for two hours after the move, though nothing but

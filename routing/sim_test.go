@@ -65,7 +65,7 @@ func checkMoves(t *testing.T, f *fleet, node string, paused bool, max int) int {
 	return moves
 }
 
-// The simulation: an overloaded exit with 200 sessions, a plan
+// The simulation: an overloaded exit with 200 sessions, a plan
 // every 30 s for an hour.
 func TestOverloadedExitHour(t *testing.T) {
 	f := overloadedScenario(routing.RoleExit)

@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,11 +14,13 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/proofkit/nodekit/agent/agenttest"
+	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
 	"github.com/proofkit/nodekit/internal/pgtest"
 	"github.com/proofkit/nodekit/internal/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -237,7 +241,7 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 	}
 
 	// The route table. On node-1 (the agent's node, an exit in DE), with
-	// the seed's rules: one unused own route is closed at once (the
+	// the help page's rules: one unused own route is closed at once (the
 	// longest unused; the 5 %-an-hour budget allows no second in
 	// seconds); the partner route is left; of the routes in use only
 	// r-move goes, because its user holds the same route through node-2
@@ -266,12 +270,20 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 		},
 	})
 
+	// The operator's receiver, verifying and deduplicating with the
+	// operator's package.
+	hook := newReceiver(t)
+	notify := filepath.Join(dir, "notify")
+	if err := os.WriteFile(notify, []byte("node-1 "+hook.srv.URL+"/hook "+hookSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	platformArgs := func(listen string) []string {
 		store := []string{"-state-dir", filepath.Join(dir, "platform-state")}
 		if db != "" {
 			store = []string{"-db", db}
 		}
-		return append([]string{"-listen", listen, "-token-file", tokens, "-routes", filepath.Join(dir, "routes.json"),
+		return append([]string{"-listen", listen, "-token-file", tokens, "-routes", filepath.Join(dir, "routes.json"), "-notify-file", notify,
 			"-plan-every", "200ms", "-cool-down", coolDown.String(), "-move-after", "1s", "-move-every", "1h"}, store...)
 	}
 	platform := start(t, "platform", platformArgs("127.0.0.1:0")...)
@@ -401,6 +413,139 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 	if n := agent.count("node overloaded"); n != 1 {
 		t.Fatalf("the agent logged %d overload starts, want 1 (it judges the same readings)", n)
 	}
+	// The operator's receiver holds the notice, once.
+	testkit.WaitFor(t, "the operator's receiver to hold the notice", func() bool { return len(hook.messages()) > 0 })
+	if ms := hook.messages(); len(ms) != 1 || ms[0].Type != "node.overloaded" || ms[0].Data.Node != "node-1" ||
+		ms[0].Data.Text != "node-1 is overloaded: memory at 95 %" {
+		t.Fatalf("the receiver holds %+v, want node-1's notice once", ms)
+	}
+}
+
+const hookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// receiver is the operator's webhook receiver, built on the operator's
+// package: it verifies and drops duplicates; it also counts every
+// request, and can hold requests (hold) until released.
+type receiver struct {
+	srv      *httptest.Server
+	mu       sync.Mutex
+	handled  []webhookreceiver.Message
+	requests map[string]int // webhook-id → requests
+	hold     chan struct{}
+	aborted  int // held requests whose sender went away
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{requests: map[string]int{}}
+	h := webhookreceiver.Handler([]string{hookSecret}, func(m webhookreceiver.Message) error {
+		r.mu.Lock()
+		r.handled = append(r.handled, m)
+		r.mu.Unlock()
+		return nil
+	})
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.requests[req.Header.Get("webhook-id")]++
+		hold := r.hold
+		r.mu.Unlock()
+		// The body read, the server sees the sender go away.
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-req.Context().Done(): // the sender died
+				r.mu.Lock()
+				r.aborted++
+				r.mu.Unlock()
+				return
+			}
+		}
+		h.ServeHTTP(w, req)
+	}))
+	t.Cleanup(func() {
+		r.release()
+		r.srv.Close()
+	})
+	return r
+}
+
+func (r *receiver) messages() []webhookreceiver.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.handled)
+}
+
+func (r *receiver) release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hold != nil {
+		close(r.hold)
+		r.hold = nil
+	}
+}
+
+func (r *receiver) requestCount() (ids, requests int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.requests {
+		requests += n
+	}
+	return len(r.requests), requests
+}
+
+// TestNotifyReplicaKilled: a replica is SIGKILLed while its delivery of a
+// notice is in flight (the receiver holds the request); the other replica
+// delivers it once the dead one's claim runs out: the operator's receiver
+// holds the notice once, under one id, sent twice.
+func TestNotifyReplicaKilled(t *testing.T) {
+	db := pgtest.Need(t, cluster).NewDatabase(t)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("e2e-operator\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hook := newReceiver(t)
+	hook.hold = make(chan struct{})
+	notify := filepath.Join(dir, "notify")
+	if err := os.WriteFile(notify, []byte("* "+hook.srv.URL+"/hook "+hookSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-listen", "127.0.0.1:0", "-token-file", tokens, "-db", db, "-notify-file", notify, "-notify-timeout", "2s"}
+	a := start(t, "platform", args...)
+	api := "http://" + a.addr(t, "platform serving")
+	for i := range 3 {
+		r, err := json.Marshal(overload.Reading{Node: "k1", At: time.Now().Add(time.Duration(i-3) * time.Second),
+			MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 262144})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := post(t, api+"/report", operatorToken, string(r)); code != 200 {
+			t.Fatalf("reading %d: %d", i, code)
+		}
+	}
+	testkit.WaitFor(t, "the first replica's attempt to reach the receiver", func() bool { _, n := hook.requestCount(); return n == 1 })
+	b := start(t, "platform", args...)
+	b.addr(t, "platform serving")
+	a.Kill()
+	testkit.WaitFor(t, "the killed replica's request to end", func() bool {
+		hook.mu.Lock()
+		defer hook.mu.Unlock()
+		return hook.aborted > 0
+	})
+	hook.release()
+	testkit.WaitFor(t, "the second replica to deliver the notice", func() bool { return len(hook.messages()) == 1 })
+	ids, requests := hook.requestCount()
+	if ms := hook.messages(); ids != 1 || len(ms) != 1 || ms[0].Data.Text != "k1 is overloaded: memory at 95 %" {
+		t.Fatalf("%d ids, messages %+v; want k1's notice under one id", ids, ms)
+	}
+	t.Logf("%d requests for one notice: one from the killed replica, the rest from the other", requests)
+	if requests < 2 {
+		t.Fatalf("%d requests, want the killed replica's and the other's", requests)
+	}
 }
 
 func post(t *testing.T, url, token, body string) int {
@@ -445,4 +590,48 @@ func TestPinproxyLeastUsed(t *testing.T) {
 		c.Conn.Close()
 		return on == "node-2"
 	})
+}
+
+// TestNotifyFileReload: SIGHUP reloads -notify-file; a bad file is
+// refused, naming the line, and the one in force kept.
+func TestNotifyFileReload(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("e2e-operator\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hook := newReceiver(t)
+	notify := filepath.Join(dir, "notify")
+	write := func(s string) {
+		if err := os.WriteFile(notify, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("other " + hook.srv.URL + "/hook " + hookSecret + "\n")
+	p := start(t, "platform", "-listen", "127.0.0.1:0", "-token-file", tokens, "-state-dir", filepath.Join(dir, "state"), "-notify-file", notify)
+	api := "http://" + p.addr(t, "platform serving")
+	write("# now every node\n* " + hook.srv.URL + "/hook " + hookSecret + "\n")
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the reload", func() bool { return p.count("notify file reloaded") == 1 })
+	write("* " + hook.srv.URL + "/hook not-a-secret\n")
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the bad file refused", func() bool { return p.count("notify file not reloaded") == 1 })
+	if !strings.Contains(p.output(), notify+`:1: node *: secret 1`) {
+		t.Fatalf("the refusal does not name the line:\n%s", p.output())
+	}
+	for i := range 3 {
+		r, err := json.Marshal(overload.Reading{Node: "r1", At: time.Now().Add(time.Duration(i-3) * time.Second),
+			MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 262144})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := post(t, api+"/report", operatorToken, string(r)); code != 200 {
+			t.Fatalf("reading %d: %d", i, code)
+		}
+	}
+	testkit.WaitFor(t, "r1's notice, through the reloaded * line", func() bool { return len(hook.messages()) == 1 })
 }

@@ -45,7 +45,7 @@ func Example() {
 	}
 	a, _ := p.admit(ctx, "de-fra-1")
 	fmt.Printf("admit: %v (%s)\n", a.Admit, a.Why)
-	notices, _, _ := p.notices(ctx, noticeCursor{}, 0)
+	notices, _, _ := p.notices(ctx, 0, 0)
 	for _, n := range notices {
 		fmt.Println("notice:", n.Text)
 	}

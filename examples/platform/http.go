@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
@@ -19,55 +20,71 @@ import (
 // maxBody bounds a request body; a reading is a few hundred bytes.
 const maxBody = 1 << 20
 
-// maxPage is the most nodes or notices one page of GET /nodes or
-// /notices lists.
+// Every list the API serves (GET /nodes, /nodes/X/events, /notices,
+// /plans) pages the same way. ?limit=N (1 to maxPage, by default
+// maxPage) is the most items a page holds; a page that may be followed
+// by more has a header Link: <PATH?after=CURSOR&limit=N>; rel="next",
+// and a page without it is the last. The cursor is the list's own (a node
+// id, an event id, a notice id): a client takes it from the Link as it
+// is and never builds one.
 const maxPage = 1000
 
-// pageLimit parses a list's ?limit=: 1 to maxPage, or 0 (the whole list)
-// when it is not given, unless the request names a page to start after
-// (paged): then maxPage.
-func pageLimit(list, s string, paged bool) (int, error) {
+// pageLimit parses a list's ?limit=: 1 to maxPage, maxPage when not
+// given.
+func pageLimit(list, s string) (int, error) {
 	if s == "" {
-		if paged {
-			return maxPage, nil
-		}
-		return 0, nil
+		return maxPage, nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > maxPage {
-		return 0, fmt.Errorf("%s: limit=%q: want 1 to %d: %w", list, s, maxPage, errBadInput)
+		return 0, fmt.Errorf("%s: limit=%.20q: want 1 to %d: %w", list, s, maxPage, errBadInput)
 	}
 	return n, nil
 }
 
-// noticeCursor is where a page of GET /notices starts: after the notice
-// of Node at At. Notices are listed by time and then node, and a node
-// has at most one notice an hour, so the pair names one notice. Its text
-// form, the ?after= value, is "<RFC 3339 time>,<node>".
-type noticeCursor struct {
-	At   time.Time
-	Node string
+// page is one page of a list: its body, and the cursor of the page that
+// follows, if any may.
+type page struct {
+	body any
+	next string
+	more bool
 }
 
-func (c noticeCursor) String() string {
-	return c.At.UTC().Format(time.RFC3339Nano) + "," + c.Node
+// afterNodeID checks a list's ?after= that is a node id (GET /nodes,
+// /plans): empty, from the first, or an id by the node-id rule.
+func afterNodeID(list, s string) error {
+	if s != "" && !nodeIDRe.MatchString(s) {
+		return fmt.Errorf("%s: after=%.80q: want a node id (%s), the value of the previous page's Link: %w", list, s, nodeIDRule, errBadInput)
+	}
+	return nil
 }
 
-// after reports whether n comes after c in the list's order.
-func (c noticeCursor) after(at time.Time, node string) bool {
-	return at.After(c.At) || at.Equal(c.At) && node > c.Node
+// checkText checks a string of an operator's request that the platform
+// stores or looks up (a route id, a user, a key): 1 to maxText bytes of
+// UTF-8 without control characters.
+func checkText(what, s string) error {
+	bad := s == "" || len(s) > maxText || !utf8.ValidString(s) ||
+		strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
+	if bad {
+		return fmt.Errorf("%s %.80q: want 1 to %d bytes of UTF-8 without control characters: %w", what, s, maxText, errBadInput)
+	}
+	return nil
 }
 
-func parseNoticeCursor(s string) (noticeCursor, error) {
+// maxText bounds a route id, a user and a key.
+const maxText = 256
+
+// parseNoticeCursor parses GET /notices' ?after=: a notice's id, 0 or
+// more (0 or none: from the first).
+func parseNoticeCursor(s string) (int64, error) {
 	if s == "" {
-		return noticeCursor{}, nil
+		return 0, nil
 	}
-	ts, node, ok := strings.Cut(s, ",")
-	at, err := time.Parse(time.RFC3339Nano, ts)
-	if !ok || err != nil || node == "" {
-		return noticeCursor{}, fmt.Errorf("notices: after=%q: want \"<RFC 3339 time>,<node>\", the value of the previous page's Link: %w", s, errBadInput)
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 0 {
+		return 0, fmt.Errorf("notices: after=%.80q: want a notice id, 0 or more (the previous page's Link names it): %w", s, errBadInput)
 	}
-	return noticeCursor{At: at, Node: node}, nil
+	return id, nil
 }
 
 // requestTimeout bounds the work of one request, every store call in it
@@ -85,8 +102,8 @@ type service interface {
 	views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error)
 	view(ctx context.Context, id string) (nodeView, error)
 	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
-	notices(ctx context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error)
-	plans(ctx context.Context) ([]routing.Plan, error)
+	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
+	plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error)
 	planRound(ctx context.Context) error
 }
 
@@ -152,9 +169,28 @@ func handler(svc service, toks tokens) http.Handler {
 	mux.HandleFunc("POST /report", auth(true, func(w http.ResponseWriter, r *http.Request, node string) {
 		handleReport(svc, w, r, node)
 	}))
-	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, svc.open)))
-	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, svc.traffic)))
+	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, req openRequest) (route, error) {
+		if err := checkNodeID(req.Node); err != nil {
+			return route{}, fmt.Errorf("open route: %w", err)
+		}
+		if req.User == "" || req.Key == "" {
+			return route{}, fmt.Errorf("open route: user and key are required: %w", errBadInput)
+		}
+		if err := errors.Join(checkText("open route: user", req.User), checkText("open route: key", req.Key)); err != nil {
+			return route{}, err
+		}
+		return svc.open(ctx, req)
+	})))
+	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, func(ctx context.Context, req trafficRequest) (route, error) {
+		if err := checkText("traffic: route", req.Route); err != nil {
+			return route{}, err
+		}
+		return svc.traffic(ctx, req)
+	})))
 	mux.HandleFunc("POST /price", auth(false, serve(http.StatusNoContent, func(ctx context.Context, req priceRequest) (struct{}, error) {
+		if err := checkNodeID(req.Node); err != nil {
+			return struct{}{}, fmt.Errorf("price: %w", err)
+		}
 		return struct{}{}, svc.setPrice(ctx, req)
 	})))
 	mux.HandleFunc("GET /admit", get(func(r *http.Request) (any, error) {
@@ -162,64 +198,77 @@ func handler(svc service, toks tokens) http.Handler {
 		if id == "" {
 			return nil, fmt.Errorf("admit: ?node= is required: %w", errBadInput)
 		}
+		if err := checkNodeID(id); err != nil {
+			return nil, fmt.Errorf("admit: %w", err)
+		}
 		return svc.admit(r.Context(), id)
 	}))
-	// paged serves a list that pages with ?after= and ?limit=: do
-	// returns the page, its length, the limit it was cut at (0: none) and
-	// the after= of the page that follows; a full page links that one.
-	paged := func(path string, do func(r *http.Request) (page any, n, limit int, next string, err error)) http.HandlerFunc {
+	// paged serves a list: do reads the page after after, at most limit
+	// items; a page that may be followed by more links the next.
+	paged := func(list string, do func(r *http.Request, after string, limit int) (page, error)) http.HandlerFunc {
 		return auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
-			page, n, limit, next, err := do(r)
+			q := r.URL.Query()
+			limit, err := pageLimit(list, q.Get("limit"))
 			if err != nil {
 				writeFailure(w, err)
 				return
 			}
-			if limit > 0 && n == limit {
-				q := url.Values{"after": {next}, "limit": {strconv.Itoa(limit)}}
-				w.Header().Set("Link", "<"+path+"?"+q.Encode()+`>; rel="next"`)
+			pg, err := do(r, q.Get("after"), limit)
+			if err != nil {
+				writeFailure(w, err)
+				return
 			}
-			writeJSON(w, http.StatusOK, page)
+			if pg.more {
+				next := url.Values{"after": {pg.next}, "limit": {strconv.Itoa(limit)}}
+				w.Header().Set("Link", "<"+r.URL.EscapedPath()+"?"+next.Encode()+`>; rel="next"`)
+			}
+			writeJSON(w, http.StatusOK, pg.body)
 		})
 	}
-	mux.HandleFunc("GET /nodes", paged("/nodes", func(r *http.Request) (any, int, int, string, error) {
-		after := r.URL.Query().Get("after")
-		limit, err := pageLimit("nodes", r.URL.Query().Get("limit"), after != "")
-		if err != nil {
-			return nil, 0, 0, "", err
+	mux.HandleFunc("GET /nodes", paged("nodes", func(r *http.Request, after string, limit int) (page, error) {
+		if err := afterNodeID("nodes", after); err != nil {
+			return page{}, err
 		}
 		vs, last, err := svc.views(r.Context(), after, limit)
-		return vs, len(vs), limit, last, err
+		return page{vs, last, len(vs) == limit}, err
 	}))
-	mux.HandleFunc("GET /nodes/{id}", get(func(r *http.Request) (any, error) { return svc.view(r.Context(), r.PathValue("id")) }))
-	mux.HandleFunc("GET /nodes/{id}/events", get(func(r *http.Request) (any, error) {
-		q := r.URL.Query()
-		after, limit := int64(0), 100
-		var err error
-		if s := q.Get("after"); s != "" {
-			if after, err = strconv.ParseInt(s, 10, 64); err != nil || after < 0 {
-				return nil, fmt.Errorf("events: after=%q: want an event id, 0 or more: %w", s, errBadInput)
+	mux.HandleFunc("GET /nodes/{id}", get(func(r *http.Request) (any, error) {
+		id := r.PathValue("id")
+		if err := checkNodeID(id); err != nil {
+			return nil, err
+		}
+		return svc.view(r.Context(), id)
+	}))
+	mux.HandleFunc("GET /nodes/{id}/events", paged("events", func(r *http.Request, after string, limit int) (page, error) {
+		id := r.PathValue("id")
+		if err := checkNodeID(id); err != nil {
+			return page{}, fmt.Errorf("events: %w", err)
+		}
+		var from int64
+		if after != "" {
+			var err error
+			if from, err = strconv.ParseInt(after, 10, 64); err != nil || from < 0 {
+				return page{}, fmt.Errorf("events: after=%.80q: want an event id, 0 or more, the value of the previous page's Link: %w", after, errBadInput)
 			}
 		}
-		if s := q.Get("limit"); s != "" {
-			if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > 1000 {
-				return nil, fmt.Errorf("events: limit=%q: want 1 to 1000: %w", s, errBadInput)
-			}
-		}
-		return svc.events(r.Context(), r.PathValue("id"), after, limit)
+		evs, err := svc.events(r.Context(), id, from, limit)
+		return page{evs, strconv.FormatInt(evs.Next, 10), evs.Next != 0}, err
 	}))
-	mux.HandleFunc("GET /notices", paged("/notices", func(r *http.Request) (any, int, int, string, error) {
-		after, err := parseNoticeCursor(r.URL.Query().Get("after"))
+	mux.HandleFunc("GET /notices", paged("notices", func(r *http.Request, after string, limit int) (page, error) {
+		from, err := parseNoticeCursor(after)
 		if err != nil {
-			return nil, 0, 0, "", err
+			return page{}, err
 		}
-		limit, err := pageLimit("notices", r.URL.Query().Get("limit"), after != noticeCursor{})
-		if err != nil {
-			return nil, 0, 0, "", err
-		}
-		ns, last, err := svc.notices(r.Context(), after, limit)
-		return ns, len(ns), limit, last.String(), err
+		ns, last, err := svc.notices(r.Context(), from, limit)
+		return page{ns, strconv.FormatInt(last, 10), len(ns) == limit}, err
 	}))
-	mux.HandleFunc("GET /plans", get(func(r *http.Request) (any, error) { return svc.plans(r.Context()) }))
+	mux.HandleFunc("GET /plans", paged("plans", func(r *http.Request, after string, limit int) (page, error) {
+		if err := afterNodeID("plans", after); err != nil {
+			return page{}, err
+		}
+		ps, last, err := svc.plans(r.Context(), after, limit)
+		return page{ps, last, len(ps) == limit}, err
+	}))
 	return mux
 }
 

@@ -7,8 +7,8 @@
 // Its embedded store is one process, one lock and one JSON file per node in
 // -state-dir (written atomically after each change, read back at start, so
 // a restart loses nothing). With -db postgres://… the state lives in
-// PostgreSQL instead, and several replicas may serve one fleet (see the
-// README's "Running the platform at fleet scale"). The route table is
+// PostgreSQL instead, and several replicas may serve one fleet (see
+// docs/platform.md, "Running at fleet scale"). The route table is
 // seeded from a JSON file, and "carrying out" a plan means closing the
 // route in that table and logging it.
 //
@@ -23,12 +23,25 @@
 //	POST /routes          {"node","user","key"} opens a route if admitted (409 if not)
 //	POST /traffic         {"route","bytes"} charges traffic at the session's price
 //	POST /price           {"node","price"} changes a node's price from now on
-//	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events;
-//	                      /nodes?after=ID&limit=N pages, Link: rel="next"
-//	GET  /nodes/X/events  the node's events, oldest first: ?after=ID&limit=N
-//	GET  /notices         every notice, oldest first; ?after=…&limit=N pages
-//	GET  /healthz         {"ok":true}, no token
+//	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events
+//	GET  /nodes/X/events  the node's events, oldest first
+//	GET  /notices         every notice, by id (the order sent)
 //	GET  /plans           each node's latest plan that closed something
+//	GET  /metrics         notice deliveries, Prometheus text format
+//	GET  /healthz         {"ok":true}, no token
+//
+// Every list pages one way: ?limit=N (1 to 1000, by default 1000), and a
+// page that may be followed by more has "Link: <…?after=…&limit=N>;
+// rel="next"", to be followed as it is.
+//
+// -max-conns caps the connections served at once (by default from the
+// open-file limit); over it /healthz is still answered and the rest 503.
+// Secrets in -db (a URL's password; password, sslpassword and sslkey in
+// a URL's query or in key=value form) never reach a log line or an error.
+//
+// With -notify-file, each notice is delivered to the node's operator as
+// a Standard Webhooks message (notify.go), through an outbox written
+// with the notice; SIGHUP reloads the file.
 package main
 
 import (
@@ -40,20 +53,20 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	code := run(ctx, os.Args[1:], os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -67,7 +80,13 @@ type options struct {
 	routes    string
 	planEvery time.Duration
 	logFormat string
-	cfg       config
+	maxConns  int
+	// maxConnsFrom says what set maxConns: "-max-conns" or the
+	// open-file limit.
+	maxConnsFrom string
+	version      bool
+	notify       notifyConfig
+	cfg          config
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -94,6 +113,12 @@ Flags:
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
 	fs.DurationVar(&o.planEvery, "plan-every", 30*time.Second, "time between plan rounds (one also runs after each report)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.IntVar(&o.maxConns, "max-conns", 0, "most connections served at once; over it GET /healthz is still answered, the rest 503 (0: no limit; default: from the open-file limit)")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.StringVar(&o.notify.File, "notify-file", "", "receivers of notices, one a line: NODE URL SECRET [SECRET…] (NODE * for every node without a line; reloaded on SIGHUP)")
+	fs.DurationVar(&o.notify.GiveUp, "notify-give-up", defaultGiveUp, "how long a notice's delivery is retried before it is failed")
+	fs.BoolVar(&o.notify.Ended, "notify-ended", false, "also send node.overload_ended when an overload ends")
+	fs.DurationVar(&o.notify.Timeout, "notify-timeout", defaultTimeout, "how long one delivery attempt may take; a replica that dies mid-attempt leaves the delivery to the others after twice this and 5 s")
 	pol := &o.cfg.Policy
 	fs.DurationVar(&pol.CoolDown, "cool-down", routing.DefaultCoolDown, "after an overload ends, how long the node takes nobody new (negative: none)")
 	fs.DurationVar(&pol.UnusedAfter, "unused-after", routing.DefaultUnusedAfter, "a route that moved no traffic this long is unused")
@@ -109,6 +134,9 @@ Flags:
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))
 	}
+	if o.version {
+		return o, nil
+	}
 	if o.tokenFile == "" {
 		return o, errors.New("-token-file is required")
 	}
@@ -118,8 +146,27 @@ Flags:
 	if o.dbBatch < 0 {
 		return o, fmt.Errorf("-db-batch %d: want 1 or more (1: a transaction a report)", o.dbBatch)
 	}
-	if scheme, _, ok := strings.Cut(o.db, "://"); ok && scheme != "postgres" && scheme != "postgresql" {
-		return o, fmt.Errorf("-db %s: want a postgres:// or postgresql:// URL", redactURL(o.db))
+	if scheme, _, _ := strings.Cut(o.db, "://"); isURL(o.db) && scheme != "postgres" && scheme != "postgresql" {
+		return o, fmt.Errorf("-db %s: want a postgres:// or postgresql:// URL, or key=value pairs", redactDSN(o.db))
+	}
+	if o.maxConns < 0 {
+		return o, fmt.Errorf("-max-conns %d: must not be negative (0: no limit)", o.maxConns)
+	}
+	o.maxConnsFrom = "-max-conns"
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "max-conns" })
+	if !set {
+		o.maxConnsFrom = "no open-file limit"
+		if n, ok := fileLimit(); ok {
+			o.maxConns = maxConnsForFiles(n)
+			o.maxConnsFrom = fmt.Sprintf("RLIMIT_NOFILE %d", n)
+		}
+	}
+	if o.notify.Timeout <= 0 {
+		return o, fmt.Errorf("-notify-timeout %v: must be positive", o.notify.Timeout)
+	}
+	if o.notify.GiveUp <= 0 {
+		return o, fmt.Errorf("-notify-give-up %v: must be positive", o.notify.GiveUp)
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return o, fmt.Errorf("-log-format %q: want text or json", o.logFormat)
@@ -131,7 +178,7 @@ Flags:
 	return o, nil
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -139,6 +186,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "platform: %v\n", err)
 		return 2
+	}
+	bi := buildinfo.Read()
+	if o.version {
+		fmt.Fprintf(stdout, "platform %s\n", bi)
+		return 0
 	}
 	var log *slog.Logger
 	if o.logFormat == "json" {
@@ -153,6 +205,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
 	}
+	var rs *receivers
+	if o.notify.File != "" {
+		if rs, err = readReceivers(o.notify.File); err != nil {
+			fmt.Fprintf(stderr, "platform: -notify-file: %v\n", err)
+			return 2
+		}
+	}
+	o.cfg.Notifier = newNotifier(o.notify, rs, log, o.cfg.Now)
 	var seed *seedFile
 	if o.routes != "" {
 		if seed, err = readSeed(o.routes); err != nil {
@@ -169,7 +229,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			return 2
 		}
 		defer pg.close()
-		svc, where = pg, []any{"db", redactURL(o.db)}
+		svc, where = pg, []any{"db", redactDSN(o.db)}
 	} else {
 		p, err := newPlatform(o.cfg, seed)
 		if err != nil {
@@ -184,9 +244,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "platform: -listen: %v\n", err)
 		return 1
 	}
+	ln = newCapListener(ln, o.maxConns, log)
 	srv := &http.Server{
-		Handler:           handler(svc, toks),
-		ReadHeaderTimeout: 5 * time.Second,
+		Handler:           atCap(notifyRoutes(handler(withNotify(svc), toks), o.cfg.Notifier, toks), o.maxConns),
+		ConnContext:       connContext,
+		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
@@ -194,13 +257,27 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("platform serving", append([]any{"addr", ln.Addr().String()},
-		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown)...)...)
+	log.Info("platform serving", append([]any{"addr", ln.Addr().String(), "version", bi.Version, "commit", bi.Commit},
+		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown,
+			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom)...)...)
+
+	notifyUnreached(ctx, svc, o.cfg.Notifier, log)
+	nctx, stopNotify := context.WithCancel(ctx)
+	notifying := make(chan struct{})
+	go func() { defer close(notifying); o.cfg.Notifier.run(nctx) }()
+	defer func() { stopNotify(); <-notifying }()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	tick := time.NewTicker(o.planEvery)
 	defer tick.Stop()
 	for {
 		select {
+		case <-hup:
+			if err := o.cfg.Notifier.reload(); err != nil {
+				log.Error("notify file not reloaded", "err", err)
+			}
 		case <-tick.C:
 			rctx, cancel := context.WithTimeout(ctx, o.planEvery)
 			if err := svc.planRound(rctx); err != nil {
@@ -230,13 +307,4 @@ func readTokens(path string) (tokens, error) {
 	}
 	defer f.Close()
 	return parseTokens(f)
-}
-
-// redactURL is a database URL with its password left out, for logs.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(a database URL that does not parse)"
-	}
-	return u.Redacted()
 }

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,13 +30,40 @@ import (
 // after the other, as one tracker would. What the node's tracker, price
 // history and plan budgets hold is one JSON value in that row; routes,
 // events and notices are rows of their own.
+//
+// Every transaction that writes runs at READ COMMITTED (the reads, GETs,
+// in one read-only REPEATABLE READ snapshot each: inReadTx), and what
+// each rule rests on:
+//   - a node's state, its live routes, its readings, admission up to
+//     max_users, its charges and closures, its one notice an hour: the
+//     node's row lock, taken before anything of the node is read
+//     (lockNode); every route write is also conditional on the route
+//     being live and as loaded, rows affected checked (saveNode);
+//   - a node created once, and never deleted once another transaction
+//     committed it: the primary key, by what INSERT … ON CONFLICT DO
+//     NOTHING RETURNING did (lockNode);
+//   - a move's alternative still open, and a route closed as unused not
+//     made another move's alternative meanwhile (rules across two nodes,
+//     which no node lock covers): the routes' row locks, taken in ID
+//     order, and the columns re-checked under them (saveNode);
+//   - a route ID held by one route: the routes table's primary key;
+//   - notice ids that grow with commits (GET /notices pages by them):
+//     the advisory lock noticeLock (sendNotices);
+//   - one plan of a node at a time across replicas: the row lock, taken
+//     by rounds with SKIP LOCKED (planRound).
+//
+// A deadlock or a conflict found under a lock (errConflict) runs the
+// transaction again from the start (inTx).
 type pgPlatform struct {
 	rules
 	db        *pgxpool.Pool
 	planEvery time.Duration
 	jobs      chan *reportJob // to the batch workers; nil: a transaction a report
-	stop      chan struct{}
-	workers   sync.WaitGroup
+	// batchTimeout bounds a batch's transaction, and then each of its
+	// reports taken again alone.
+	batchTimeout time.Duration
+	stop         chan struct{}
+	workers      sync.WaitGroup
 }
 
 // pgOptions are the PostgreSQL store's own settings.
@@ -49,6 +79,10 @@ type pgOptions struct {
 	// its row locks (the server's idle_in_transaction_session_timeout);
 	// zero: defaultIdleInTx.
 	IdleInTx time.Duration
+	// BatchTimeout bounds a batch's transaction, and each of its reports
+	// taken again alone if it fails; zero: half a request's time, so the
+	// reports taken again have time left to answer.
+	BatchTimeout time.Duration
 }
 
 // Server-side bounds on every session, unless the -db URL sets them: a
@@ -75,7 +109,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	}
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("-db: %w", err)
+		return nil, dbError(url, err)
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > 5*time.Second {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
@@ -101,9 +135,12 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	}
 	db, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("-db: %w", err)
+		return nil, dbError(url, err)
 	}
-	p := &pgPlatform{rules: c, db: db, planEvery: planEvery}
+	p := &pgPlatform{rules: c, db: db, planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2)}
+	if p.notify != nil {
+		p.notify.box = &pgOutbox{db: db}
+	}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -112,9 +149,9 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		db.Close()
 		var ce *pgconn.ConnectError
 		if errors.As(err, &ce) {
-			return nil, fmt.Errorf("-db %s: %w", redactURL(url), err)
+			return nil, dbError(url, err)
 		}
-		return nil, fmt.Errorf("database schema: %w", err)
+		return nil, fmt.Errorf("database schema: %s", scrubber(dsnSecrets(url)).scrub(err.Error()))
 	}
 	if from != to {
 		p.log.Info("database schema migrated", "from", from, "to", to)
@@ -251,6 +288,16 @@ func (p *pgPlatform) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return classify(err)
 }
 
+// inReadTx runs fn, which only reads, in a read-only REPEATABLE READ
+// transaction: its statements (a node's row, then its routes, closures
+// and notice count) all read one snapshot, so a view never shows a node
+// from before a commit with its routes from after it. A read-only
+// transaction at that level never fails to serialize.
+func (p *pgPlatform) inReadTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	err := pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+	return classify(err)
+}
+
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -288,12 +335,26 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %w", errUnavailable, err)
 }
 
-// lockNode loads node id with its row locked, creating it if asked.
+// lockNode locks node id's row and then loads it, creating it if asked.
+//
+// The lock comes first, in a statement of its own, and what the
+// transaction will change (the node's state, its live routes) is read
+// after it, each in a later statement. At READ COMMITTED a statement that
+// waited for a row lock re-reads only the row it locked: a join of the
+// node with its routes under FOR UPDATE would return the node as the
+// last holder of the lock left it with its routes as they were before
+// the wait, and a write-back of those routes would undo what that holder
+// committed (its charges, closures and admissions). A statement begun
+// after the lock is granted sees everything committed before it.
+//
+// Whether the node is new is what the INSERT did (its RETURNING row),
+// never what a SELECT saw: two first readings at once both see no row,
+// and only one inserts it; the other waits for that one's commit and
+// then loads the row it committed.
 func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create bool) (*pgNode, error) {
-	n, err := p.lockedLoad(ctx, tx, id)
+	state, err := lockRow(ctx, tx, id)
 	created := false
 	if errors.Is(err, pgx.ErrNoRows) && create {
-		created = true
 		fresh, ferr := p.newNode(id)
 		if ferr != nil {
 			return nil, ferr
@@ -302,58 +363,38 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 		if ferr != nil {
 			return nil, ferr
 		}
-		if _, ferr := tx.Exec(ctx, `INSERT INTO nodes (id, state) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, b); ferr != nil {
-			return nil, ferr
+		// ON CONFLICT DO NOTHING waits for a transaction inserting the
+		// same id and, if that one commits, inserts nothing: RETURNING
+		// then gives no row and the node is locked as that one left it.
+		err = tx.QueryRow(ctx, `INSERT INTO nodes (id, state) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING RETURNING true`, id, b).Scan(&created)
+		switch {
+		case err == nil: // inserted: the row is this transaction's, locked
+			state = b
+		case errors.Is(err, pgx.ErrNoRows):
+			state, err = lockRow(ctx, tx, id)
 		}
-		n, err = p.lockedLoad(ctx, tx, id)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("node %q: %w", id, errUnknownNode)
 	}
-	if n != nil {
-		n.created = created
-	}
-	return n, err
-}
-
-// lockedLoad locks node id's row and loads it with its live routes in one
-// query; pgx.ErrNoRows if there is no such node.
-func (p *pgPlatform) lockedLoad(ctx context.Context, tx pgx.Tx, id string) (*pgNode, error) {
-	rows, err := tx.Query(ctx, `SELECT n.state, r.body, r.relied_on FROM nodes n
-		LEFT JOIN routes r ON r.node = n.id AND r.closed_at IS NULL
-		WHERE n.id = $1 FOR UPDATE OF n`, id)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var n *pgNode
-	for rows.Next() {
-		var state, body []byte
-		var relied *time.Time
-		if err := rows.Scan(&state, &body, &relied); err != nil {
-			return nil, err
-		}
-		if n == nil {
-			nd, err := p.decodeNode(state)
-			if err != nil {
-				return nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
-			}
-			n = &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
-		}
-		if body != nil {
-			if err := n.addRoute(body, relied); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := rows.Err(); err != nil {
+	n, err := p.loadNode(ctx, tx, id, state)
+	if err != nil {
 		return nil, err
 	}
-	if n == nil {
-		return nil, pgx.ErrNoRows
-	}
-	n.info.LiveUsers = liveUsers(n.node)
+	n.created = created
 	return n, nil
+}
+
+// lockRow locks node id's row (FOR UPDATE) and returns its state, as the
+// lock's last holder committed it; pgx.ErrNoRows if there is no such
+// node.
+func lockRow(ctx context.Context, tx pgx.Tx, id string) ([]byte, error) {
+	var state []byte
+	err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1 FOR UPDATE`, id).Scan(&state)
+	return state, err
 }
 
 // addRoute adds a live route as stored. A route another node's move
@@ -419,19 +460,19 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			ids = append(ids, r.ID)
 		}
 		slices.Sort(ids)
-		rows, err := tx.Query(ctx, `SELECT id, closed_at IS NOT NULL, relied_on FROM routes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+		rows, err := tx.Query(ctx, `SELECT id, closed_at IS NOT NULL, relied_on, last_traffic FROM routes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
 		if err != nil {
 			return err
 		}
 		type lockedRoute struct {
-			closed bool
-			relied *time.Time
+			closed        bool
+			relied, trafc *time.Time
 		}
 		locked := map[string]lockedRoute{}
 		for rows.Next() {
 			var rid string
 			var lr lockedRoute
-			if err := rows.Scan(&rid, &lr.closed, &lr.relied); err != nil {
+			if err := rows.Scan(&rid, &lr.closed, &lr.relied, &lr.trafc); err != nil {
 				rows.Close()
 				return err
 			}
@@ -451,9 +492,21 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			}
 		}
 		for _, c := range n.closing {
-			lr := locked[c.Action.Route.ID]
+			rid := c.Action.Route.ID
+			lr, ok := locked[rid]
+			if !ok || lr.closed {
+				// Closed by a transaction this one did not see: never
+				// close a route twice.
+				return fmt.Errorf("node %s: route %s was closed meanwhile: %w", id, rid, errConflict)
+			}
 			if _, relies := reliesOn(c.Action); !relies && lr.relied != nil && now.Sub(*lr.relied) < unusedAfter {
-				return fmt.Errorf("node %s: route %s became another move's alternative meanwhile: %w", id, c.Action.Route.ID, errConflict)
+				return fmt.Errorf("node %s: route %s became another move's alternative meanwhile: %w", id, rid, errConflict)
+			}
+			// An unused closure holds only if the route is still unused
+			// as stored, under its row lock: a charge committed after the
+			// plan read the route makes it in use.
+			if unusedClosure(c.Action) && lr.trafc != nil && now.Sub(*lr.trafc) < unusedAfter {
+				return fmt.Errorf("node %s: route %s carried traffic meanwhile: %w", id, rid, errConflict)
 			}
 		}
 		for _, r := range n.relied {
@@ -470,9 +523,13 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			if err != nil {
 				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, errUnsaved, err)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE routes SET closed_at = $2, closed_by = $3, body = $4 WHERE id = $1`,
-				c.Action.Route.ID, c.At, action, body); err != nil {
+			tag, err := tx.Exec(ctx, `UPDATE routes SET closed_at = $2, closed_by = $3, body = $4 WHERE id = $1 AND closed_at IS NULL`,
+				c.Action.Route.ID, c.At, action, body)
+			if err != nil {
 				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("node %s: route %s was closed meanwhile: %w", id, c.Action.Route.ID, errConflict)
 			}
 		}
 	}
@@ -497,9 +554,17 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 				return fmt.Errorf("route %s: another route holds its ID: %w", rid, errBadInput)
 			}
 		case string(old) != string(body):
-			if _, err := tx.Exec(ctx, `UPDATE routes SET price = $2, last_traffic = $3, body = $4 WHERE id = $1`,
-				rid, int64(rt.Route.Price), nullTime(rt.Route.LastTraffic), body); err != nil {
+			// Only a live route, and only as this transaction loaded it
+			// (a charge adds to the earnings it read): a route closed, or
+			// charged, by a transaction this one did not see is a
+			// conflict, run again from the start.
+			tag, err := tx.Exec(ctx, `UPDATE routes SET price = $2, last_traffic = $3, body = $4 WHERE id = $1 AND closed_at IS NULL AND body::text = $5`,
+				rid, int64(rt.Route.Price), nullTime(rt.Route.LastTraffic), body, string(old))
+			if err != nil {
 				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("node %s: route %s changed meanwhile: %w", id, rid, errConflict)
 			}
 		}
 	}
@@ -512,12 +577,57 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			return err
 		}
 	}
-	if n.notice != nil {
-		// The hour is decided here too, not only by the tracker: no notice
-		// goes into the table within NoticeEvery of the node's last one.
+	state, err := encodeNode(n.node, false)
+	if err != nil {
+		return err
+	}
+	role := (*string)(nil)
+	if n.info.Role != 0 {
+		s := n.info.Role.String()
+		role = &s
+	}
+	_, err = tx.Exec(ctx, `UPDATE nodes SET role = $2, country = $3, state = $4, readings = $5, overloaded = $6,
+		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
+		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
+	return err
+}
+
+// noticeLock is the advisory lock a transaction takes, until it ends,
+// before it inserts notices.
+const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
+
+// sendNotices inserts the notices of the nodes the transaction reported
+// (at most one a node), as its last step: GET /notices pages by the
+// notice's id, so a notice must never become visible after one with a
+// higher id. A sequence alone does not give that (a transaction may take
+// id 5, another id 6 and commit first: a client that paged past 6 never
+// sees 5). So the ids are taken under noticeLock, a transaction-level
+// advisory lock the server releases only after the commit is visible:
+// whoever takes the next id does so after every lower id was committed or
+// rolled back. Taken last, after every node lock the transaction holds,
+// the lock waits on nothing else, so it cannot be part of a deadlock;
+// notices are rare (one an hour a node at most), so replicas seldom wait
+// on it.
+//
+// The hour is decided here too, not only by the tracker: no notice goes
+// into the table within NoticeEvery of the node's last one. A notice
+// refused so is taken out of its node (n.notice nil).
+func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+	locked := false
+	for _, n := range nodes {
+		if n == nil || n.notice == nil {
+			continue
+		}
+		id := n.info.ID
 		b, err := json.Marshal(n.notice)
 		if err != nil {
 			return fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
+		}
+		if !locked {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(noticeLock)); err != nil {
+				return err
+			}
+			locked = true
 		}
 		every := n.tracker.Limits().NoticeEvery
 		if every <= 0 {
@@ -534,19 +644,23 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			n.notice = nil
 		}
 	}
-	state, err := encodeNode(n.node, false)
-	if err != nil {
-		return err
+	// The outbox rows, in the same transaction: a notice counted is
+	// delivered, one rolled back is never sent.
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		if err := p.enqueueDecided(ctx, tx, n, p.now()); err != nil {
+			return err
+		}
 	}
-	role := (*string)(nil)
-	if n.info.Role != 0 {
-		s := n.info.Role.String()
-		role = &s
-	}
-	_, err = tx.Exec(ctx, `UPDATE nodes SET role = $2, country = $3, state = $4, readings = $5, overloaded = $6,
-		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
-		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
-	return err
+	return nil
+}
+
+// unusedClosure reports whether a closes a route for moving no traffic
+// (on an overloaded exit, or draining a paused node).
+func unusedClosure(a routing.Action) bool {
+	return a.Reason == routing.ReasonUnused || a.Reason == routing.ReasonDrain
 }
 
 func nullTime(t time.Time) *time.Time {
@@ -603,12 +717,31 @@ func (a *pgAlternatives) ReliedOn(r routing.Route) time.Time {
 	return time.Time{}
 }
 
+// logClosures logs the closures of nodes, committed.
+func (p *pgPlatform) logClosures(nodes ...*pgNode) {
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		for _, c := range n.closing {
+			a := c.Action
+			p.log.Warn("closing route", "node", n.info.ID, "route", a.Route.ID, "user", a.Route.User,
+				"reason", string(a.Reason), "action", a.String())
+		}
+	}
+}
+
 // plan runs a plan round for n in tx and records what it closed and what
 // its moves rely on, to be written by saveNode in the same transaction.
 func (p *pgPlatform) plan(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
 	before := maps.Clone(n.routes)
 	alts := &pgAlternatives{ctx: ctx, tx: tx, n: n}
-	plan, _, err := p.planOne(now, n.node, alts)
+	// The closures are logged once committed (logClosures), not here: a
+	// transaction run again plans again, and one that fails closes
+	// nothing.
+	quiet := p.rules
+	quiet.log = slog.New(slog.DiscardHandler)
+	plan, _, err := quiet.planOne(now, n.node, alts)
 	if alts.err != nil {
 		return alts.err
 	}
@@ -631,9 +764,13 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 		return reportOutcome{}, fmt.Errorf("report: %w", err)
 	}
 	if p.jobs == nil {
-		return p.reportAlone(ctx, r)
+		out, err := p.reportAlone(ctx, r)
+		if out.Notice != nil {
+			p.notify.poke()
+		}
+		return out, err
 	}
-	j := &reportJob{r: r, done: make(chan struct{})}
+	j := &reportJob{ctx: ctx, r: r, done: make(chan struct{})}
 	select {
 	case p.jobs <- j:
 	case <-ctx.Done():
@@ -641,6 +778,9 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 	}
 	select {
 	case <-j.done:
+		if j.out.Notice != nil {
+			p.notify.poke()
+		}
 		return j.out, j.err
 	case <-ctx.Done():
 		// The batch may still commit it: the agent's retry is then a
@@ -653,43 +793,57 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (reportOutcome, error) {
 	var out reportOutcome
 	var refused error
+	var n *pgNode
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		out, refused, err = p.reportIn(ctx, tx, r)
-		return err
+		if out, refused, n, err = p.reportIn(ctx, tx, r); err != nil {
+			return err
+		}
+		if err := p.sendNotices(ctx, tx, []*pgNode{n}); err != nil {
+			return err
+		}
+		if n != nil {
+			out.Notice = n.notice // nil if the database refused it
+		}
+		return nil
 	})
 	if err != nil {
 		return reportOutcome{}, err
 	}
+	p.logClosures(n)
 	return out, refused
 }
 
 // reportIn takes reading r in tx: lock its node (created if new), count
-// the reading, plan the node, write it all back. A reading refused
-// (duplicate, older, invalid) writes nothing and is returned as refused.
-func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading) (out reportOutcome, refused, err error) {
-	n, err := p.lockNode(ctx, tx, r.Node, true)
+// the reading, plan the node, write it all back but its notice, which the
+// caller sends (sendNotices) once every node of the transaction is
+// written, and returns the node. A reading refused (duplicate, older,
+// invalid) writes nothing and is returned as refused, with no node.
+func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading) (out reportOutcome, refused error, n *pgNode, err error) {
+	n, err = p.lockNode(ctx, tx, r.Node, true)
 	if err != nil {
-		return out, nil, err
+		return out, nil, nil, err
 	}
 	now := p.now()
 	if out, refused = p.observe(n.node, r, now); refused != nil {
-		if n.created { // a node is kept from its first counted reading
+		// A node is kept from its first counted reading: the row this
+		// transaction inserted (created) goes; a row another committed
+		// is never deleted.
+		if n.created {
 			if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, r.Node); err != nil {
-				return out, nil, err
+				return out, nil, nil, err
 			}
 		}
-		return out, refused, nil
+		return out, refused, nil, nil
 	}
 	n.event, n.notice = out.Event, out.Notice
 	if err := p.plan(ctx, tx, n, now); err != nil {
-		return out, nil, err
+		return out, nil, nil, err
 	}
 	if err := p.saveNode(ctx, tx, n); err != nil {
-		return out, nil, err
+		return out, nil, nil, err
 	}
-	out.Notice = n.notice // nil if the database refused it
-	return out, nil, nil
+	return out, nil, n, nil
 }
 
 func (p *pgPlatform) admit(ctx context.Context, id string) (admitAnswer, error) {
@@ -703,7 +857,7 @@ func (p *pgPlatform) admit(ctx context.Context, id string) (admitAnswer, error) 
 // readNode loads a node without locking it, for reads.
 func (p *pgPlatform) readNode(ctx context.Context, id string) (*pgNode, error) {
 	var n *pgNode
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		n, err = p.selectNode(ctx, tx, id)
 		return err
@@ -834,7 +988,7 @@ func (p *pgPlatform) setPrice(ctx context.Context, req priceRequest) error {
 func (p *pgPlatform) views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
 	out := []json.RawMessage{}
 	last := ""
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		out, last = out[:0], ""
 		type row struct {
 			id    string
@@ -946,7 +1100,7 @@ func noticeCounts(ctx context.Context, tx pgx.Tx, ids []string) (map[string]int,
 
 func (p *pgPlatform) view(ctx context.Context, id string) (nodeView, error) {
 	var v nodeView
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		n, err := p.selectNode(ctx, tx, id)
 		if err != nil {
 			return err
@@ -983,7 +1137,7 @@ func (p *pgPlatform) view(ctx context.Context, id string) (nodeView, error) {
 // events pages through every event of node id, oldest first.
 func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit int) (eventPage, error) {
 	page := eventPage{Node: id, Events: []numberedEvent{}}
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		page.Events, page.Next = page.Events[:0], 0
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1)`, id).Scan(&exists); err != nil {
@@ -1017,37 +1171,32 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 	return page, err
 }
 
-// notices returns the notices after after (all, for the zero cursor), by
-// time and then node, at most limit of them (0: all), and where the last
-// one is, by the table's own at (microseconds), so the next page starts
-// exactly after it.
-func (p *pgPlatform) notices(ctx context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error) {
-	out := []overload.Notice{}
-	var last noticeCursor
-	var from *time.Time // NULL: from the first
-	if !after.At.IsZero() {
-		from = &after.At
-	}
+// notices returns the notices whose id is above after, by id, at most
+// limit of them (0: all), and the last one's id (after, when there is
+// none). Ids grow with commits (sendNotices), so a client paging on
+// from the last id it saw misses none committed later.
+func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
+	out := []numberedNotice{}
+	last := after
 	var lim *int // NULL: LIMIT ALL
 	if limit > 0 {
 		lim = &limit
 	}
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		out, last = out[:0], noticeCursor{}
-		rows, err := tx.Query(ctx, `SELECT body, at, node FROM notices
-			WHERE $1::timestamptz IS NULL OR (at, node) > ($1, $2)
-			ORDER BY at, node LIMIT $3`, from, after.Node, lim)
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
+		out, last = out[:0], after
+		rows, err := tx.Query(ctx, `SELECT id, body FROM notices WHERE id > $1 ORDER BY id LIMIT $2`, after, lim)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var body []byte
-			var n overload.Notice
-			if err := rows.Scan(&body, &last.At, &last.Node); err != nil {
+			var n numberedNotice
+			if err := rows.Scan(&n.ID, &body); err != nil {
 				return err
 			}
-			if json.Unmarshal(body, &n) == nil { // else a stored value of an older shape
+			last = n.ID
+			if json.Unmarshal(body, &n.Notice) == nil { // else a stored value of an older shape
 				out = append(out, n)
 			}
 		}
@@ -1056,49 +1205,60 @@ func (p *pgPlatform) notices(ctx context.Context, after noticeCursor, limit int)
 	return out, last, err
 }
 
-func (p *pgPlatform) plans(ctx context.Context) ([]routing.Plan, error) {
-	return queryJSON[routing.Plan](ctx, p, `SELECT state->'last_plan' FROM nodes WHERE state->'last_plan' IS NOT NULL ORDER BY id`)
-}
-
-// queryJSON runs query, whose one column is a JSON document, in a
-// transaction and decodes each row into a T. A row that does not decode
-// is left out (it was written by this program, so that is a stored value
-// of an older shape, not the whole answer's fault).
-func queryJSON[T any](ctx context.Context, p *pgPlatform, query string) ([]T, error) {
-	out := []T{}
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		out = out[:0]
-		rows, err := tx.Query(ctx, query)
+// plans returns each node's latest plan that closed something, by node,
+// of the nodes whose ids sort after after, at most limit of them (0: all),
+// and the last one's node id.
+func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
+	out := []routing.Plan{}
+	last := ""
+	var lim *int // NULL: LIMIT ALL
+	if limit > 0 {
+		lim = &limit
+	}
+	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
+		out, last = out[:0], ""
+		rows, err := tx.Query(ctx, `SELECT id, state->'last_plan' FROM nodes
+			WHERE state->'last_plan' IS NOT NULL AND id > $1 ORDER BY id LIMIT $2`, after, lim)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var body []byte
-			var v T
-			if err := rows.Scan(&body); err != nil {
+			var plan routing.Plan
+			if err := rows.Scan(&last, &body); err != nil {
 				return err
 			}
-			if json.Unmarshal(body, &v) == nil {
-				out = append(out, v)
+			if json.Unmarshal(body, &plan) == nil { // else a stored value of an older shape
+				out = append(out, plan)
 			}
 		}
 		return rows.Err()
 	})
-	return out, err
+	return out, last, err
 }
 
 // planRound plans every registered node whose plan is due (not planned by
 // a report or a round for planEvery), one transaction per node. A node
 // another replica is planning or reporting is skipped (FOR UPDATE SKIP
 // LOCKED), so replicas share the round without planning a node twice.
+//
+// A node that cannot be planned (its state does not load, its plan or
+// its write-back fails) does not stop the round: its error is logged,
+// its next plan is pushed back by planEvery in a transaction of its own
+// (so it is not the oldest due again at the next round), and the round
+// goes on with the others; the round's error counts and names those
+// nodes. Only the round's own deadline, or a database that cannot be
+// reached, ends it early.
 func (p *pgPlatform) planRound(ctx context.Context) error {
-	failed := []string{} // nodes whose plan could not be saved this round
+	failed := []string{} // nodes not planned this round (not NULL: NOT (id = ANY(NULL)) holds for none)
+	var firstErr error
 	for {
 		found := false
 		var id string
+		var planned *pgNode
 		err := p.inTx(ctx, func(tx pgx.Tx) error {
-			found, id = false, ""
+			found, id, planned = false, "", nil
 			now := p.now()
 			var state []byte
 			err := tx.QueryRow(ctx, `SELECT id, state FROM nodes WHERE role IS NOT NULL AND next_plan_at <= $1
@@ -1112,28 +1272,33 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 			found = true
 			n, err := p.loadNode(ctx, tx, id, state)
 			if err != nil {
-				// One node's bad state does not stop the round: push its
-				// plan back and go on.
-				p.log.Error("plan round", "node", id, "err", err)
-				_, err = tx.Exec(ctx, `UPDATE nodes SET next_plan_at = $2 WHERE id = $1`, id, now.Add(p.planEvery))
 				return err
 			}
 			if err := p.plan(ctx, tx, n, now); err != nil {
 				return err
 			}
+			planned = n
 			return p.saveNode(ctx, tx, n)
 		})
-		if errors.Is(err, errUnsaved) && id != "" {
-			// One node's state that cannot be saved does not stop the
-			// round: the others are planned.
-			p.log.Error("plan round: node state not saved", "node", id, "err", err)
+		if err == nil {
+			p.logClosures(planned)
+		}
+		if err != nil && id != "" && ctx.Err() == nil {
+			p.log.Error("plan round: node not planned", "node", id, "err", err)
 			failed = append(failed, id)
+			firstErr = cmp.Or(firstErr, err)
+			if _, perr := p.db.Exec(ctx, `UPDATE nodes SET next_plan_at = $2 WHERE id = $1`, id, p.now().Add(p.planEvery)); perr != nil {
+				p.log.Error("plan round: next plan not pushed back", "node", id, "err", perr)
+			}
 			continue
 		}
 		if err != nil {
 			return err
 		}
 		if !found {
+			if len(failed) > 0 {
+				return fmt.Errorf("%d nodes not planned (%s): %w", len(failed), strings.Join(failed, ", "), firstErr)
+			}
 			return nil
 		}
 	}

@@ -64,6 +64,30 @@ CREATE INDEX notices_by_node ON notices (node, at);
 	`
 CREATE INDEX notices_by_time ON notices (at, node);
 `,
+	// 3: notices paged by id (their primary key), which grows with
+	// commits; the index by time is no longer read.
+	`
+DROP INDEX notices_by_time;
+`,
+	// 4: the outbox: one row per message, written with its notice.
+	`
+CREATE TABLE deliveries (
+	id           text PRIMARY KEY,      -- webhook-id
+	node         text NOT NULL,
+	type         text NOT NULL,         -- node.overloaded, node.overload_ended
+	at           timestamptz NOT NULL,  -- the notice's (or end's) time
+	body         bytea NOT NULL,        -- the message, byte for byte as signed
+	created_at   timestamptz NOT NULL,  -- when the platform decided it
+	status       text NOT NULL,         -- pending, delivered, failed, undeliverable
+	attempts     integer NOT NULL DEFAULT 0,
+	next_at      timestamptz,           -- pending: due at (or leased until)
+	last_status  integer,
+	last_error   text,
+	delivered_at timestamptz
+);
+CREATE INDEX deliveries_due ON deliveries (next_at) WHERE status = 'pending';
+CREATE INDEX deliveries_by_node ON deliveries (node, created_at);
+`,
 }
 
 // schemaLock is the advisory lock key replicas take while migrating, so

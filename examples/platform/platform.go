@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +23,7 @@ type config struct {
 	// StateDir holds one JSON file per node. Required.
 	StateDir string
 	// Policy and Limits are the routing and overload rules; zero fields
-	// are the packages' defaults (the seed's figures).
+	// are the packages' defaults (the help page's figures).
 	Policy routing.Policy
 	Limits overload.Limits
 	// Prices configures each node's price history (zero: 3-hour window).
@@ -33,6 +33,9 @@ type config struct {
 	// Now is the clock at the edges; nil means time.Now. The pure packages
 	// get the times it returns as arguments.
 	Now func() time.Time
+	// Notifier delivers notices (notify.go); nil: none are written to an
+	// outbox.
+	Notifier *notifier
 }
 
 // maxClosed and maxNotices bound what a node keeps for display.
@@ -57,15 +60,29 @@ type platform struct {
 
 	mu    sync.Mutex
 	nodes map[string]*node
+	// lastNotice is the id of the newest notice: the next one is
+	// lastNotice+1, given under mu and saved before mu is released, so a
+	// notice with a higher id was always saved after every lower one.
+	lastNotice int64
+	box        *fileOutbox // nil without a notifier
+}
+
+// numberedNotice is a notice with its id, which orders GET /notices: in
+// JSON, the notice's own fields and "id".
+type numberedNotice struct {
+	ID int64 `json:"id"`
+	overload.Notice
+	Delivery *deliveryView `json:"delivery,omitempty"` // filled in by withNotify
 }
 
 // rules is what both stores share: the configuration and the per-node
 // steps (observe a reading, plan a round, show a node), each run with the
 // node locked by the store.
 type rules struct {
-	cfg config
-	log *slog.Logger
-	now func() time.Time
+	cfg    config
+	log    *slog.Logger
+	now    func() time.Time
+	notify *notifier
 }
 
 func newRules(cfg config) (rules, error) {
@@ -78,7 +95,7 @@ func newRules(cfg config) (rules, error) {
 	if _, err := pricing.NewHistory(cfg.Prices); err != nil {
 		return rules{}, fmt.Errorf("prices: %w", err)
 	}
-	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now}
+	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now, notify: cfg.Notifier}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -98,11 +115,12 @@ type node struct {
 	prices     *pricing.History
 	routes     map[string]*route // live routes by ID
 	closed     []closedRoute     // newest last, at most maxClosed
-	notices    []overload.Notice // newest last, at most maxNotices
+	notices    []numberedNotice  // newest last, at most maxNotices
 	lastPlan   *routing.Plan     // the latest plan that closed something
 	nextRoute  int               // sequence for route IDs the platform gives out
 	readings   int64             // readings counted (not duplicates, not refused)
 	eventsSeen int64             // events the tracker produced, kept or not
+	startedAt  time.Time         // the overload's start by the platform's clock; zero when not overloaded
 	savedBytes []byte            // the file's content as last written
 }
 
@@ -142,11 +160,19 @@ var (
 	errUnavailable = errors.New("store unavailable")
 )
 
+// The node-id rule, the one place it is written: a node id (a reading's
+// "node", a token file's NODE, a route table's node, a path's X) is 1 to
+// 64 of A-Z a-z 0-9 . _ -, not starting with . _ or -. An id that breaks
+// it is refused with nodeIDRule, on every path, read or write.
 var nodeIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
+// nodeIDRule is the node-id rule in words, for errors.
+const nodeIDRule = "1 to 64 of A-Z a-z 0-9 . _ - (not starting with . _ -)"
+
+// checkNodeID checks id by the node-id rule; its error wraps errBadInput.
 func checkNodeID(id string) error {
 	if !nodeIDRe.MatchString(id) {
-		return fmt.Errorf("node %q: want 1 to 64 of A-Z a-z 0-9 . _ - (not starting with . _ -): %w", id, errBadInput)
+		return fmt.Errorf("node %.80q: want %s: %w", id, nodeIDRule, errBadInput)
 	}
 	return nil
 }
@@ -160,6 +186,9 @@ func newPlatform(cfg config, seed *seedFile) (*platform, error) {
 	}
 	p := &platform{rules: c, nodes: map[string]*node{}}
 	if err := p.load(); err != nil {
+		return nil, err
+	}
+	if err := p.openOutbox(); err != nil {
 		return nil, err
 	}
 	if seed != nil {
@@ -231,7 +260,15 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 			"node", r.Node)
 	}
 	if out.Notice != nil {
-		n.notices = appendBounded(n.notices, *out.Notice, maxNotices)
+		p.lastNotice++
+		n.notices = appendBounded(n.notices, numberedNotice{ID: p.lastNotice, Notice: *out.Notice}, maxNotices)
+	}
+	// The outbox first: a notice saved in the node's file is always on
+	// its way (see enqueueDecided).
+	added, err := p.enqueueDecided(out, now)
+	if err != nil {
+		p.revert(n)
+		return reportOutcome{}, err
 	}
 	// Plan the node at once (the round writes its file if it closes
 	// something), then write what the reading changed (a no-op if the
@@ -239,7 +276,11 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 	p.planRoundLocked(now, r.Node)
 	if err := p.save(n); err != nil {
 		p.revert(n)
+		p.dropDecided(added)
 		return reportOutcome{}, err
+	}
+	if len(added) > 0 {
+		p.notify.poke()
 	}
 	return out, nil
 }
@@ -270,14 +311,16 @@ func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutco
 	// routing's own adapter: overload start and end from the tracker, and
 	// memory from this reading (0 when the reading lacks it, so a stale
 	// figure never counts as above the move threshold).
+	ended := n.info.OverloadEnded
 	setOverload(&n.info, n.tracker, r)
+	platformClock(n, res.Event, ended, now)
 	if ev := res.Event; ev != nil {
 		switch ev.Kind {
 		case overload.Start:
-			c.log.Warn("overload started", "node", r.Node, "at", ev.At, "findings", findingTexts(ev.Findings))
+			c.log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", overload.Texts(ev.Findings))
 		case overload.End:
-			c.log.Info("overload ended", "node", r.Node, "at", ev.At, "lasted", ev.Lasted,
-				"offered_again", offeredAgain(c.cfg.Policy, ev.At))
+			c.log.Info("overload ended", "node", r.Node, "at", now, "reading_at", ev.At, "lasted", ev.Lasted,
+				"offered_again", offeredAgain(c.cfg.Policy, now))
 		}
 	}
 	if res.Notice != nil {
@@ -286,12 +329,28 @@ func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutco
 	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
 }
 
-func findingTexts(fs []overload.Finding) []string {
-	out := make([]string, len(fs))
-	for i, f := range fs {
-		out[i] = f.Text
+// platformClock dates the overload's start and end by the platform's
+// clock, when it received the readings, so the move delay and the
+// cool-down run on one clock whatever the node's says: an agent whose
+// clock is behind starts no move early and shortens no cool-down. The
+// readings' own times still order them and are shown beside.
+func platformClock(n *node, ev *overload.Event, ended, now time.Time) {
+	n.info.OverloadEnded = ended
+	if ev != nil {
+		switch ev.Kind {
+		case overload.Start:
+			n.startedAt = now
+		case overload.End:
+			n.startedAt, n.info.OverloadEnded = time.Time{}, now
+		}
 	}
-	return out
+	n.info.OverloadedSince = time.Time{}
+	if n.tracker.Overloaded() {
+		n.info.OverloadedSince = n.startedAt
+		if n.startedAt.IsZero() { // state kept before the platform dated starts
+			n.info.OverloadedSince = n.tracker.Since()
+		}
+	}
 }
 
 // admit answers whether node id takes new connections now.
@@ -652,8 +711,9 @@ type nodeView struct {
 	Country       string             `json:"country,omitempty"`
 	Paused        bool               `json:"paused"`
 	Overloaded    bool               `json:"overloaded"`
-	Since         time.Time          `json:"since,omitzero"`
-	OverloadEnded time.Time          `json:"overload_ended,omitzero"`
+	Since         time.Time          `json:"since,omitzero"`          // by the platform's clock
+	SinceReading  time.Time          `json:"since_reading,omitzero"`  // the same, by the node's
+	OverloadEnded time.Time          `json:"overload_ended,omitzero"` // by the platform's clock
 	Findings      []overload.Finding `json:"findings"`
 	Admitted      bool               `json:"admitted"`
 	Reason        routing.Reason     `json:"reason,omitempty"`
@@ -668,6 +728,7 @@ type nodeView struct {
 	LastPlan      *routing.Plan      `json:"last_plan,omitempty"`
 	Closed        []closedRoute      `json:"closed"`
 	Notices       int                `json:"notices"`
+	Deliveries    []deliveryView     `json:"deliveries,omitempty"` // the newest messages' deliveries, newest first
 	Readings      int64              `json:"readings"`
 	Events        []overload.Event   `json:"events"`
 }
@@ -677,7 +738,7 @@ type nodeView struct {
 type eventPage struct {
 	Node   string          `json:"node"`
 	Events []numberedEvent `json:"events"`
-	Next   int64           `json:"next,omitempty"`
+	Next   int64           `json:"-"`
 }
 
 // numberedEvent is an event with its place in the node's event list:
@@ -801,7 +862,7 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 	ok, why, admitErr := admitNode(p.cfg.Policy, n.info, now)
 	v := nodeView{
 		ID: n.info.ID, Registered: n.info.Role != 0, Country: n.info.Country, Paused: n.info.Paused,
-		Overloaded: n.tracker.Overloaded(), Since: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
+		Overloaded: n.tracker.Overloaded(), Since: n.info.OverloadedSince, SinceReading: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
 		Findings: n.tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.info.MemoryPercent,
 		LastReading: n.tracker.LastReading(), Price: n.info.Price, MaxUsers: n.info.MaxUsers,
 		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,
@@ -834,45 +895,48 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 	return v
 }
 
-// notices returns the notices after after (all, for the zero cursor),
-// oldest first and then by node, at most limit of them (0: all), and
-// where the last one is.
-func (p *platform) notices(_ context.Context, after noticeCursor, limit int) ([]overload.Notice, noticeCursor, error) {
+// notices returns the notices whose id is above after, by id (the order
+// they were saved in), at most limit of them (0: all), and the last one's
+// id (after, when there is none).
+func (p *platform) notices(_ context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := []overload.Notice{}
-	for _, id := range p.ids() {
-		for _, n := range p.nodes[id].notices {
-			if after.At.IsZero() || after.after(n.At, n.Node) {
-				out = append(out, n)
+	out := []numberedNotice{}
+	for _, n := range p.nodes {
+		for _, nn := range n.notices {
+			if nn.ID > after {
+				out = append(out, nn)
 			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b overload.Notice) int {
-		if c := a.At.Compare(b.At); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Node, b.Node)
-	})
+	slices.SortFunc(out, func(a, b numberedNotice) int { return cmp.Compare(a.ID, b.ID) })
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
-	var last noticeCursor
+	last := after
 	if len(out) > 0 {
-		last = noticeCursor{At: out[len(out)-1].At, Node: out[len(out)-1].Node}
+		last = out[len(out)-1].ID
 	}
 	return out, last, nil
 }
 
-// plans returns each node's latest plan that closed something, by node.
-func (p *platform) plans(_ context.Context) ([]routing.Plan, error) {
+// plans returns each node's latest plan that closed something, by node,
+// of the nodes whose ids sort after after, at most limit of them (0: all),
+// and the last one's node id.
+func (p *platform) plans(_ context.Context, after string, limit int) ([]routing.Plan, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := []routing.Plan{}
-	for _, id := range p.ids() {
+	ids := p.ids()
+	last := ""
+	for _, id := range ids[sortSearch(ids, after):] {
+		if limit > 0 && len(out) == limit {
+			break
+		}
 		if lp := p.nodes[id].lastPlan; lp != nil {
 			out = append(out, *lp)
+			last = id
 		}
 	}
-	return out, nil
+	return out, last, nil
 }

@@ -198,7 +198,7 @@ func (w tWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// TestOverloadLifecycle runs the seed's story with the seed's figures on a
+// TestOverloadLifecycle runs the help page's story with its figures on a
 // fake clock: 3 of 5 readings over 90 % memory → overloaded, refused, one
 // notice, the longest-idle own route closed at once, the route in use with
 // a cheaper DE alternative moved after 15 minutes, nothing else; then the
@@ -513,12 +513,12 @@ func TestSeedErrors(t *testing.T) {
 
 func TestFlags(t *testing.T) {
 	var out bytes.Buffer
-	if code := run(t.Context(), []string{"-h"}, &out); code != 0 || !strings.Contains(out.String(), "-cool-down") {
+	if code := run(t.Context(), []string{"-h"}, &out, &out); code != 0 || !strings.Contains(out.String(), "-cool-down") {
 		t.Fatalf("-h: exit %d, output %q", code, out.String())
 	}
-	for _, args := range [][]string{{}, {"-token-file", "/nonexistent"}, {"-token-file", "x", "-plan-every", "0s"}, {"extra"}} {
+	for _, args := range [][]string{{}, {"-token-file", "/nonexistent"}, {"-token-file", "x", "-plan-every", "0s"}, {"extra"}, {"-token-file", "x", "-max-conns", "-1"}} {
 		out.Reset()
-		if code := run(t.Context(), args, &out); code != 2 {
+		if code := run(t.Context(), args, &out, &out); code != 2 {
 			t.Errorf("%q: exit %d, want 2; %s", args, code, out.String())
 		}
 	}
@@ -811,9 +811,10 @@ func testNodesPaging(t *testing.T, open opener) {
 	}
 }
 
-// TestNoticesPaging: GET /notices?limit=N pages the notices by time and
-// node; following Link gives them all, each once, in the unpaged order,
-// also when several share one instant. A bad cursor is a 400.
+// TestNoticesPaging: GET /notices?limit=N pages the notices by id (the
+// order they were sent in); following Link gives them all, each once, in
+// the unpaged order, also when several share one instant. A bad cursor
+// is a 400.
 func TestNoticesPaging(t *testing.T) { eachStore(t, testNoticesPaging) }
 
 func testNoticesPaging(t *testing.T, open opener) {
@@ -838,11 +839,11 @@ func testNoticesPaging(t *testing.T, open opener) {
 			c.add(time.Hour)
 		}
 	}
-	var all []overload.Notice
+	var all []numberedNotice
 	if code := tp.do("GET", "/notices", nil, &all); code != 200 || len(all) != 14 {
 		t.Fatalf("/notices: %d, %d notices, want 14", code, len(all))
 	}
-	paged, pages := walkPages[overload.Notice](t, tp, "/notices?limit=4", 4, 5)
+	paged, pages := walkPages[numberedNotice](t, tp, "/notices?limit=4", 4, 5)
 	if pages != 4 {
 		t.Errorf("%d pages of 4 for 14 notices, want 4", pages)
 	}
@@ -853,11 +854,14 @@ func testNoticesPaging(t *testing.T, open opener) {
 		if paged[i].Node != all[i].Node || !paged[i].At.Equal(all[i].At) {
 			t.Errorf("notice %d: paged %s at %v, unpaged %s at %v", i, paged[i].Node, paged[i].At, all[i].Node, all[i].At)
 		}
-		if i > 0 && all[i].At.Equal(all[i-1].At) && all[i].Node <= all[i-1].Node {
-			t.Errorf("notices %d and %d at one instant not by node: %s, %s", i-1, i, all[i-1].Node, all[i].Node)
+		if paged[i].ID != all[i].ID || i > 0 && all[i].ID <= all[i-1].ID {
+			t.Errorf("notice %d: id %d (paged %d), after %d: want ids growing", i, all[i].ID, paged[i].ID, all[max(i-1, 0)].ID)
+		}
+		if i > 0 && all[i].At.Before(all[i-1].At) {
+			t.Errorf("notices %d and %d: %v after %v, want in the order they were sent", i-1, i, all[i].At, all[i-1].At)
 		}
 	}
-	for _, q := range []string{"after=yesterday,x1", "after=2026-11-30T12:00:00Z", "limit=0"} {
+	for _, q := range []string{"after=2026-11-30T12:00:00Z,x1", "after=-1", "after=x", "limit=0"} {
 		if code := tp.do("GET", "/notices?"+q, nil, nil); code != 400 {
 			t.Errorf("/notices?%s: %d, want 400", q, code)
 		}
@@ -882,19 +886,27 @@ func walkPages[T any](t *testing.T, tp *testPlatform, path string, limit, most i
 			t.Fatalf("GET %s: %d, %d items, %v; want at most %d", path, code, len(page), err, limit)
 		}
 		all = append(all, page...)
-		next := ""
-		if l := header.Get("Link"); l != "" {
-			var ok bool
-			if next, ok = strings.CutPrefix(l, "<"); ok {
-				next, ok = strings.CutSuffix(next, `>; rel="next"`)
-			}
-			if !ok || !strings.HasPrefix(next, "/") {
-				t.Fatalf("GET %s: Link %q", path, l)
-			}
-		}
-		path = next
+		path = nextLink(t, path, header)
 	}
 	return all, pages
+}
+
+// nextLink is the path of the next page a page's Link header names, or
+// "" without one.
+func nextLink(t testing.TB, path string, header http.Header) string {
+	t.Helper()
+	l := header.Get("Link")
+	if l == "" {
+		return ""
+	}
+	next, ok := strings.CutPrefix(l, "<")
+	if ok {
+		next, ok = strings.CutSuffix(next, `>; rel="next"`)
+	}
+	if !ok || !strings.HasPrefix(next, "/") {
+		t.Fatalf("GET %s: Link %q", path, l)
+	}
+	return next
 }
 
 // TestEventIDsOnTheWire: each event of GET /nodes/X/events carries its
@@ -967,13 +979,14 @@ func TestDBFlagErrors(t *testing.T) {
 	}{
 		{[]string{"-db-batch", "-3"}, []string{"-db-batch -3: want 1 or more"}},
 		{[]string{"-db", "mysql://u:pw@h/db"}, []string{"-db mysql://u:xxxxx@h/db: want a postgres:// or postgresql:// URL"}},
-		{[]string{"-db", "postgres://u:pw@[bad"}, []string{"-db: cannot parse", "u:xxxxx@"}},
+		{[]string{"-db", "postgres://u:pw@[bad"}, []string{"-db postgres://(a URL that does not parse, not shown): cannot parse: failed to parse as URL"}},
+		{[]string{"-db", "host=h password='p w' port=x"}, []string{"-db host=h password=xxxxx port=x: cannot parse: invalid port"}},
 		{[]string{"-db", "postgres://u:pw@" + closed + "/db?sslmode=disable"}, []string{"platform: -db postgres://u:xxxxx@" + closed + "/db?sslmode=disable: ", "connection refused"}},
 	} {
 		var out bytes.Buffer
 		// Bounded: a platform that took the flags would serve until then.
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		code := run(ctx, append([]string{"-token-file", tokenFile, "-listen", "127.0.0.1:0", "-state-dir", filepath.Join(dir, "state")}, tc.args...), &out)
+		code := run(ctx, append([]string{"-token-file", tokenFile, "-listen", "127.0.0.1:0", "-state-dir", filepath.Join(dir, "state")}, tc.args...), &out, &out)
 		cancel()
 		if code != 2 {
 			t.Errorf("%q: exit %d, want 2: %s", tc.args, code, out.String())
@@ -983,7 +996,7 @@ func TestDBFlagErrors(t *testing.T) {
 				t.Errorf("%q: output %q lacks %q", tc.args, out.String(), w)
 			}
 		}
-		if strings.Contains(out.String(), ":pw@") {
+		if strings.Contains(out.String(), ":pw@") || strings.Contains(out.String(), "p w") {
 			t.Errorf("%q: output shows the password: %s", tc.args, out.String())
 		}
 	}
@@ -1027,5 +1040,53 @@ func TestErrorsShowWallTimes(t *testing.T) {
 	err = p.setPrice(t.Context(), priceRequest{Node: "x1", Price: -5})
 	if err == nil || strings.Contains(err.Error(), "m=") {
 		t.Fatalf("a negative price: %v, want an error without a monotonic reading", err)
+	}
+}
+
+// TestNoticeIDsFromOldFiles: notices of a state directory written before
+// notices had ids are numbered at start, by time and then node, and new
+// ones go on after them.
+func TestNoticeIDsFromOldFiles(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: t0}
+	tp := newTestPlatform(t, dir, c, testSeed())
+	for range 3 {
+		for _, id := range []string{"x2", "x1"} { // x2's notice first, x1's at the same instant
+			tp.read(id, 95)
+		}
+		c.add(30 * time.Second)
+	}
+	tp.srv.Close()
+	for _, id := range []string{"x1", "x2"} {
+		path := filepath.Join(dir, id+".json")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f map[string]any
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		delete(f, "notice_ids")
+		if b, err = json.Marshal(f); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tp = newTestPlatform(t, dir, c, nil)
+	for range 3 {
+		tp.read("f1", 95)
+		c.add(30 * time.Second)
+	}
+	var ns []numberedNotice
+	tp.do("GET", "/notices", nil, &ns)
+	var got []string
+	for _, n := range ns {
+		got = append(got, fmt.Sprintf("%d %s", n.ID, n.Node))
+	}
+	if want := []string{"1 x1", "2 x2", "3 f1"}; !slices.Equal(got, want) {
+		t.Fatalf("notices %q, want %q", got, want)
 	}
 }

@@ -19,9 +19,12 @@ func admitNode(pol routing.Policy, n routing.Node, now time.Time) (bool, routing
 
 // sameBudgets reports whether two plan states hold the same budgets; the
 // plan time alone is not worth a write: the budgets, which pace moves and
-// closures, are what the next plan needs.
+// closures, are what the next plan needs. The period between plans is
+// not worth one either: a stale stored period only bounds how far the
+// pace may fall behind after a restart.
 func sameBudgets(a, b routing.NodeState) bool {
 	a.PlannedAt, b.PlannedAt = time.Time{}, time.Time{}
+	a.Period, b.Period = 0, 0
 	return a.Equal(b)
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,12 +32,14 @@ type nodeFile struct {
 	MaxUsers      int               `json:"max_users,omitempty"`
 	MemoryPercent float64           `json:"memory_percent"`
 	OverloadEnded time.Time         `json:"overload_ended,omitzero"`
+	Started       time.Time         `json:"overload_started,omitzero"` // the overload's start by the platform's clock
 	PlanState     routing.NodeState `json:"plan_state"`
 	Tracker       json.RawMessage   `json:"tracker"`
 	Prices        json.RawMessage   `json:"prices"`
 	Routes        []route           `json:"routes"`
 	Closed        []closedRoute     `json:"closed,omitempty"`
 	Notices       []overload.Notice `json:"notices,omitempty"`
+	NoticeIDs     []int64           `json:"notice_ids,omitempty"` // Notices' ids, in order; a file written before ids has none
 	LastPlan      *routing.Plan     `json:"last_plan,omitempty"`
 	NextRoute     int               `json:"next_route"`
 	Readings      int64             `json:"readings,omitempty"`
@@ -71,12 +74,15 @@ func (p *platform) save(n *node) error {
 func encodeNode(n *node, full bool) ([]byte, error) {
 	f := nodeFile{
 		V: fileVersion, ID: n.info.ID, Country: n.info.Country, Paused: n.info.Paused,
-		MaxUsers: n.info.MaxUsers, MemoryPercent: n.info.MemoryPercent, OverloadEnded: n.info.OverloadEnded,
+		MaxUsers: n.info.MaxUsers, MemoryPercent: n.info.MemoryPercent, OverloadEnded: n.info.OverloadEnded, Started: n.startedAt,
 		PlanState: n.info.State, LastPlan: n.lastPlan,
 		NextRoute: n.nextRoute, Routes: []route{}, Readings: n.readings, EventsSeen: n.eventsSeen,
 	}
 	if full {
-		f.Closed, f.Notices = n.closed, n.notices
+		f.Closed = n.closed
+		for _, nn := range n.notices {
+			f.Notices, f.NoticeIDs = append(f.Notices, nn.Notice), append(f.NoticeIDs, nn.ID)
+		}
 		for _, id := range slices.Sorted(maps.Keys(n.routes)) {
 			f.Routes = append(f.Routes, *n.routes[id])
 		}
@@ -152,10 +158,35 @@ func (p *platform) load() error {
 		n.savedBytes = b
 		p.nodes[n.info.ID] = n
 	}
+	p.numberNotices()
 	if len(names) > 0 {
 		p.log.Info("state loaded", "dir", p.cfg.StateDir, "nodes", len(names))
 	}
 	return nil
+}
+
+// numberNotices sets lastNotice to the highest id the files hold, and
+// numbers the notices of files written before notices had ids after it,
+// by time and then node (their order before ids); newPlatform then saves
+// them with their ids.
+func (p *platform) numberNotices() {
+	var unnumbered []*numberedNotice
+	for _, n := range p.nodes {
+		for i := range n.notices {
+			if nn := &n.notices[i]; nn.ID == 0 {
+				unnumbered = append(unnumbered, nn)
+			} else {
+				p.lastNotice = max(p.lastNotice, nn.ID)
+			}
+		}
+	}
+	slices.SortFunc(unnumbered, func(a, b *numberedNotice) int {
+		return cmp.Or(a.At.Compare(b.At), strings.Compare(a.Node, b.Node))
+	})
+	for _, nn := range unnumbered {
+		p.lastNotice++
+		nn.ID = p.lastNotice
+	}
 }
 
 func (p *rules) decodeNode(b []byte) (*node, error) {
@@ -187,8 +218,21 @@ func (p *rules) decodeNode(b []byte) (*node, error) {
 			State: f.PlanState,
 		},
 		tracker: tr, prices: h, routes: map[string]*route{},
-		closed: f.Closed, notices: f.Notices, lastPlan: f.LastPlan,
+		closed: f.Closed, lastPlan: f.LastPlan,
 		nextRoute: f.NextRoute, readings: f.Readings, eventsSeen: max(f.EventsSeen, int64(len(tr.Events()))),
+	}
+	if tr.Overloaded() && !f.Started.IsZero() {
+		n.startedAt, n.info.OverloadedSince = f.Started, f.Started
+	}
+	if len(f.NoticeIDs) != 0 && len(f.NoticeIDs) != len(f.Notices) {
+		return nil, fmt.Errorf("%d notice ids for %d notices", len(f.NoticeIDs), len(f.Notices))
+	}
+	for i, nt := range f.Notices {
+		nn := numberedNotice{Notice: nt} // ID 0: numbered by load
+		if len(f.NoticeIDs) > 0 {
+			nn.ID = f.NoticeIDs[i]
+		}
+		n.notices = append(n.notices, nn)
 	}
 	if f.Role != "" {
 		if err := n.info.Role.UnmarshalText([]byte(f.Role)); err != nil {

@@ -15,6 +15,6 @@
 // ends, 10,000 descriptors). With nft installed, a rule in the namespace
 // makes conntrack track them, so the table holds 50,000 entries too.
 //
-// The targets (README): RSS ≤ 25 MiB and ≤ 15 ms of CPU per reading with
+// The targets (docs/benchmarks.md): RSS ≤ 25 MiB and ≤ 15 ms of CPU per reading with
 // 50,000 connections.
 package main

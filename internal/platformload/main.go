@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	measure := fs.Duration("measure", 60*time.Second, "time measured, after one interval of warm-up")
 	p99 := fs.Duration("p99", 250*time.Millisecond, "the p99 a fleet size must hold; larger sizes are not run once one fails")
 	overloadEvery := fs.Int("overload-every", 10, "every this many-th node goes in and out of overload")
+	notify := fs.Bool("notify", false, "deliver the notices to a receiver (a -notify-file of one * line) and print their latency, from decision to 2xx")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,8 +112,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 				return ctx.Err()
 			}
 			before := loadAvg()
+			var h *hook
+			if *notify {
+				if h, err = startHook(); err != nil {
+					return err
+				}
+			}
 			res, err := oneRun(ctx, bin, cluster, filepath.Join(dir, fmt.Sprintf("run-%d-%d", r, n)), r, n,
-				loadConfig{nodes: n, interval: *interval, warm: *interval, measure: *measure, overloadEvery: *overloadEvery})
+				loadConfig{nodes: n, interval: *interval, warm: *interval, measure: *measure, overloadEvery: *overloadEvery}, h)
+			if h != nil {
+				defer h.close()
+			}
 			if err != nil {
 				return fmt.Errorf("%s, %d replicas, %d nodes: %w", *store, r, n, err)
 			}
@@ -123,6 +133,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "%-9s %8d %7d %10.0f %6s %7s %7s %8d %5d %8d  %s+%s  %s→%s\n", *store, r, n, res.rate(),
 				ms(res.P50), ms(res.P99), ms(res.Max), res.Retries, res.Late, refused,
 				perReport(res.platformCPU, res.Acked), perReport(res.serverCPU, res.Acked), before, loadAvg())
+			if h != nil {
+				fmt.Fprintf(stdout, "          %s\n", h.summary())
+			}
 			if res.P99 > *p99 || res.Acked < res.Sent*99/100 {
 				break
 			}
@@ -150,7 +163,7 @@ func loadAvg() string {
 
 // oneRun starts the replicas on a fresh database (or state directory),
 // runs the load and stops them.
-func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig) (*result, error) {
+func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig, h *hook) (*result, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -159,6 +172,13 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 		return nil, err
 	}
 	args := []string{"-token-file", tokens, "-routes", routes}
+	if h != nil {
+		file := filepath.Join(dir, "notify")
+		if err := h.writeFile(file); err != nil {
+			return nil, err
+		}
+		args = append(args, "-notify-file", file)
+	}
 	if cluster != nil {
 		url, err := cluster.CreateDatabase()
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 // A Config that leaves Interval zero gets exactly that.
 func TestSeedReportsEvery30Seconds(t *testing.T) {
 	if DefaultInterval != 30*time.Second {
-		t.Errorf("DefaultInterval = %v, the seed says every 30 seconds", DefaultInterval)
+		t.Errorf("DefaultInterval = %v, the help page says every 30 seconds", DefaultInterval)
 	}
 	a, err := New(Config{Node: "n1", Source: newFakeSource()})
 	if err != nil {

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/internal/pgtest"
+	"github.com/proofkit/nodekit/internal/testkit"
+)
+
+// buildPlatform builds this command into a directory of t's and returns
+// the binary's path.
+func buildPlatform(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "platform")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// writeTokens writes a token file with the operator's token "tok".
+func writeTokens(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(path, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestBinaryKeepsDSNSecrets runs the built platform with -db values
+// holding a secret in every place one goes, in both forms: against a
+// real database it serves and stops, against an unreachable one and
+// with values that do not parse it exits 2; its output never holds the
+// secret.
+func TestBinaryKeepsDSNSecrets(t *testing.T) {
+	cl := pgtest.Need(t, cluster)
+	bin := buildPlatform(t)
+	dir := t.TempDir()
+	tokens := writeTokens(t, dir)
+	db := strings.TrimPrefix(cl.NewDatabase(t), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/", cl.Port))
+	db, _, _ = strings.Cut(db, "?")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().(*net.TCPAddr).Port // nothing listens there once closed
+	ln.Close()
+
+	// The cluster trusts loopback, so a password is taken and not
+	// checked; sslmode=disable leaves sslpassword and sslkey unread.
+	serving := []string{
+		fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable&sslpassword=%[1]s&sslkey=/nonexistent/%[1]s.pem", dsnSecret, cl.Port, db),
+		fmt.Sprintf("postgresql://postgres@127.0.0.1:%d/%s?password=%s&sslmode=disable", cl.Port, db, dsnSecret),
+		fmt.Sprintf(`host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable password='%s \' x' sslpassword=%[3]s sslkey=/nonexistent/%[3]s`, cl.Port, db, dsnSecret),
+	}
+	for _, dsn := range serving {
+		p := testkit.StartProc(t, exec.Command(bin, "-token-file", tokens, "-listen", "127.0.0.1:0", "-db", dsn), nil)
+		out := p.Log.String
+		testkit.WaitFor(t, "the platform serving on -db "+redactDSN(dsn), func() bool { return strings.Contains(out(), "platform serving") })
+		p.Cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.Done():
+		case <-time.After(time.Minute):
+			t.Fatalf("-db %s: still running a minute after SIGINT", redactDSN(dsn))
+		}
+		if strings.Contains(out(), dsnSecret) {
+			t.Errorf("-db %s: the output shows the secret:\n%s", redactDSN(dsn), out())
+		}
+		if !strings.Contains(out(), "xxxxx") {
+			t.Errorf("-db %s: the start-up line does not show the value, masked:\n%s", redactDSN(dsn), out())
+		}
+	}
+
+	failing := append([]string{
+		fmt.Sprintf("postgres://u:%s@127.0.0.1:%d/db?sslmode=disable&sslpassword=%[1]s", dsnSecret, closed),
+		fmt.Sprintf("host=127.0.0.1 port=%d user=u password='%s' sslpassword=%[2]s sslmode=disable", closed, dsnSecret),
+		fmt.Sprintf("host=127.0.0.1 port=%d sslmode=require sslcert=/nonexistent/c.pem sslkey=/nonexistent/%s.pem", closed, dsnSecret),
+	}, secretDSNs...)
+	for _, dsn := range failing {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		out, err := exec.CommandContext(ctx, bin, "-token-file", tokens, "-listen", "127.0.0.1:0", "-state-dir", filepath.Join(dir, "state"), "-db", dsn).CombinedOutput()
+		cancel()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Errorf("-db %s: %v, want exit 2: %s", redactDSN(dsn), err, out)
+		}
+		if !strings.Contains(string(out), "platform: -db ") {
+			t.Errorf("-db %s: the error does not name -db: %s", redactDSN(dsn), out)
+		}
+		if strings.Contains(string(out), dsnSecret) {
+			t.Errorf("-db %s: the error shows the secret: %s", redactDSN(dsn), out)
+		}
+	}
+}
+
+// TestBinaryConnectionCap runs the built platform under an open-file
+// limit of 256 and holds more idle and slow-header connections than
+// that: it takes no more than its cap, never runs out of descriptors,
+// answers GET /healthz all the while and everything else 503, and
+// serves again once they are gone.
+func TestBinaryConnectionCap(t *testing.T) {
+	bin := buildPlatform(t)
+	dir := t.TempDir()
+	tokens := writeTokens(t, dir)
+	addr := testkit.FreeAddr(t)
+	p := testkit.StartProc(t, exec.Command("sh", "-c", `ulimit -n 256 && exec "$0" "$@"`, bin,
+		"-token-file", tokens, "-listen", addr, "-state-dir", filepath.Join(dir, "state")), nil)
+	out := p.Log.String
+	testkit.WaitFor(t, "the platform serving", func() bool { return strings.Contains(out(), "platform serving") })
+	if m := regexp.MustCompile(`max_conns=(\d+) max_conns_from="RLIMIT_NOFILE 256"`).FindStringSubmatch(out()); m == nil || m[1] != fmt.Sprint(maxConnsForFiles(256)) {
+		t.Fatalf("the start-up line does not say max_conns=%d from RLIMIT_NOFILE 256:\n%s", maxConnsForFiles(256), out())
+	}
+
+	// Idle connections, one after another, each after one /healthz:
+	// those under the cap stay open (the server keeps an idle connection
+	// for a minute), those over it are answered and closed.
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	idle, answeredOver := 0, 0
+	for i := range 300 {
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		held = append(held, c)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: platform\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		switch {
+		case err != nil && (os.IsTimeout(err) || strings.Contains(err.Error(), "timeout")):
+			t.Fatalf("connection %d: no answer in 10 s (out of descriptors?): %v\n%s", i, err, out())
+		case err != nil: // closed at once: over the cap and its spares
+		case resp.StatusCode != http.StatusOK:
+			t.Fatalf("connection %d: /healthz answered %s", i, resp.Status)
+		case resp.Close:
+			answeredOver++
+		default:
+			idle++
+		}
+		if resp != nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		c.SetDeadline(time.Time{})
+	}
+	if want := maxConnsForFiles(256); idle != want || answeredOver != 300-want {
+		t.Errorf("%d connections kept idle, %d answered and closed; want %d and %d", idle, answeredOver, want, 300-want)
+	}
+	// Slow headers on top: each holds a place for seconds at most.
+	for range 100 {
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: platform\r\n")
+	}
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string) (int, string, error) {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+	testkit.WaitFor(t, "GET /healthz answered 200 at the cap", func() bool {
+		code, _, err := get("/healthz")
+		return err == nil && code == http.StatusOK
+	})
+	var body string
+	testkit.WaitFor(t, "GET /nodes answered 503 at the cap", func() bool {
+		code, b, err := get("/nodes")
+		body = b
+		return err == nil && code == http.StatusServiceUnavailable
+	})
+	if !strings.Contains(body, "connection cap") || !strings.Contains(body, `"reason":"unavailable"`) {
+		t.Errorf("GET /nodes at the cap: %s, want the cap named", body)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	testkit.WaitFor(t, "GET /nodes answered 200 once the connections closed", func() bool {
+		code, _, err := get("/nodes")
+		return err == nil && code == http.StatusOK
+	})
+	if strings.Contains(out(), "too many open files") {
+		t.Errorf("the platform ran out of descriptors:\n%s", out())
+	}
+}
+
+// TestBinaryVersion: -version prints the build and exits 0, without a
+// token file.
+func TestBinaryVersion(t *testing.T) {
+	out, err := exec.Command(buildPlatform(t), "-version").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`^platform \S+ \(commit \S+, go\S+\)\n$`).Match(out) {
+		t.Fatalf("-version: %v, output %q", err, out)
+	}
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/agent"
+	"github.com/proofkit/nodekit/routing"
+)
+
+// TestBadIDsAndCursors: a node id, route id, user, key or cursor that
+// breaks its rule (a NUL, invalid UTF-8, too long, a character not
+// allowed) answers 400 "invalid" with the rule, never 500 with the
+// database's words, on both stores.
+func TestBadIDsAndCursors(t *testing.T) { eachStore(t, testBadIDsAndCursors) }
+
+func testBadIDsAndCursors(t *testing.T, open opener) {
+	tp := open(&clock{t: t0}, testSeed())
+	long := strings.Repeat("n", 65)
+	huge := strings.Repeat("z", 10000)
+	for _, id := range []string{"a\x00b", "\xff\xfe", long, "a b", "a/b", "-x", "é"} {
+		e := url.PathEscape(id)
+		q := url.QueryEscape(id)
+		for _, path := range []string{
+			"/nodes/" + e, "/nodes/" + e + "/events", "/admit?node=" + q,
+			"/nodes?after=" + q, "/plans?after=" + q, "/notices?after=" + url.QueryEscape("2026-11-30T12:00:00Z,"+id),
+		} {
+			code, _, b := tp.raw("GET", path, testToken, "")
+			var ans map[string]string
+			json.Unmarshal(b, &ans)
+			if code != 400 || ans["reason"] != reasonInvalid || !strings.Contains(ans["error"], "want") {
+				t.Errorf("GET %s: %d %s, want 400 invalid with the rule", path, code, b)
+			}
+			if len(b) > 1000 {
+				t.Errorf("GET %s: an answer of %d bytes", path, len(b))
+			}
+		}
+	}
+	for _, path := range []string{"/nodes/x1/events?after=\x00", "/nodes/x1/events?after=-1", "/nodes?limit=" + huge, "/notices?after=" + huge} {
+		if code, _, b := tp.raw("GET", strings.ReplaceAll(path, "\x00", "%00"), testToken, ""); code != 400 || len(b) > 1000 {
+			t.Errorf("GET %.60s: %d %.200s, want a short 400", path, code, b)
+		}
+	}
+	for _, tc := range []struct{ path, body string }{
+		{"/traffic", `{"route":"r\u0000","bytes":1}`},
+		{"/traffic", `{"route":"` + huge + `","bytes":1}`},
+		{"/routes", `{"node":"x1","user":"u\u0000","key":"vpn"}`},
+		{"/routes", `{"node":"x1","user":"u","key":"` + huge + `"}`},
+		{"/routes", `{"node":"x\u0000","user":"u","key":"vpn"}`},
+		{"/price", `{"node":"x\u0000","price":1}`},
+	} {
+		code, _, b := tp.raw("POST", tc.path, testToken, tc.body)
+		var ans map[string]string
+		json.Unmarshal(b, &ans)
+		if code != 400 || ans["reason"] != reasonInvalid {
+			t.Errorf("POST %s %.60s: %d %.200s, want 400 invalid", tc.path, tc.body, code, b)
+		}
+	}
+	// Good ids still answer.
+	for _, path := range []string{"/nodes/x1", "/nodes/x1/events", "/admit?node=x1", "/nodes?after=x1", "/plans?after=x1"} {
+		if code, _, b := tp.raw("GET", path, testToken, ""); code != 200 {
+			t.Errorf("GET %s: %d %s", path, code, b)
+		}
+	}
+	if code, _, _ := tp.raw("GET", "/nodes/nobody", testToken, ""); code != 404 {
+		t.Errorf("GET /nodes/nobody: %d, want 404", code)
+	}
+}
+
+// TestListsPageOneWay: GET /plans and /nodes/X/events page as /nodes
+// and /notices do: ?limit=N, and a Link: rel="next" on a page that may
+// be followed by more; walking the pages gives the whole list in order.
+func TestListsPageOneWay(t *testing.T) { eachStore(t, testListsPageOneWay) }
+
+func testListsPageOneWay(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	seed := &seedFile{}
+	for i := range 5 {
+		id := fmt.Sprintf("e%d", i)
+		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "DE", Price: 100})
+		seed.Routes = append(seed.Routes, routing.Route{ID: "r-" + id, User: "u" + id, Key: "vpn", Node: id,
+			Kind: routing.KindOwn, Start: t0.Add(-8 * time.Hour), LastTraffic: t0.Add(-5 * time.Hour)})
+	}
+	tp := open(c, seed)
+	// Each node overloaded, closing its idle route, then back: a plan
+	// each, and a few events each.
+	for range 3 {
+		for i := range 5 {
+			tp.read(fmt.Sprintf("e%d", i), 95)
+		}
+		c.add(30 * time.Second)
+	}
+	for range 5 {
+		for i := range 5 {
+			tp.read(fmt.Sprintf("e%d", i), 10)
+		}
+		c.add(30 * time.Second)
+	}
+	var all []routing.Plan
+	if code := tp.do("GET", "/plans", nil, &all); code != 200 || len(all) != 5 {
+		t.Fatalf("/plans: %d, %d plans, want 5", code, len(all))
+	}
+	paged, pages := walkPages[routing.Plan](t, tp, "/plans?limit=2", 2, 4)
+	if pages != 3 || len(paged) != 5 {
+		t.Errorf("/plans?limit=2: %d plans in %d pages, want 5 in 3", len(paged), pages)
+	}
+	for i := range min(len(paged), len(all)) {
+		if paged[i].Node != all[i].Node {
+			t.Errorf("plan %d: paged of %s, unpaged of %s", i, paged[i].Node, all[i].Node)
+		}
+	}
+
+	code, header, b := tp.raw("GET", "/nodes/e0/events", testToken, "")
+	var first eventPage
+	if err := json.Unmarshal(b, &first); code != 200 || err != nil || len(first.Events) < 2 {
+		t.Fatalf("/nodes/e0/events: %d %v, want 2 or more events: %s", code, err, b)
+	}
+	if l := header.Get("Link"); l != "" {
+		t.Errorf("/nodes/e0/events, every event: Link %q, want none", l)
+	}
+	if strings.Contains(string(b), `"next"`) {
+		t.Errorf("/nodes/e0/events: a body \"next\": %s", b)
+	}
+	got := tp.allEvents("e0", 1)
+	if len(got) != len(first.Events) {
+		t.Fatalf("one at a time by Link: %d events, want %d", len(got), len(first.Events))
+	}
+	for i := range got {
+		if got[i].ID != first.Events[i].ID {
+			t.Errorf("event %d: id %d by Link, %d in one page", i, got[i].ID, first.Events[i].ID)
+		}
+	}
+	_, header, _ = tp.raw("GET", "/nodes/e0/events?limit=1", testToken, "")
+	if want := fmt.Sprintf(`</nodes/e0/events?after=%d&limit=1>; rel="next"`, first.Events[0].ID); header.Get("Link") != want {
+		t.Errorf("/nodes/e0/events?limit=1: Link %q, want %q", header.Get("Link"), want)
+	}
+}
+
+// TestNodeRuleAgreesWithAgent: the agent checks its -node against the
+// platform's node-id rule with a copy of its own (agent.CheckNode, as the
+// agent cannot import this command); both take and refuse the same names.
+func TestNodeRuleAgreesWithAgent(t *testing.T) {
+	names := []string{"", "a", "de-fra-1", "A.b_c-9", "0", ".x", "_x", "-x", "x.", "a b", "a/b", "é", "a\x00", "\xff",
+		strings.Repeat("n", 63), strings.Repeat("n", 64), strings.Repeat("n", 65), "host.example.com", "x:1"}
+	for c := range 256 {
+		names = append(names, "a"+string(rune(c)), string(rune(c))+"a", "a"+string([]byte{byte(c)}))
+	}
+	for _, name := range names {
+		platform, agentSays := checkNodeID(name) == nil, agent.CheckNode(name) == nil
+		if platform != agentSays {
+			t.Errorf("node %q: the platform takes it: %v, the agent: %v", name, platform, agentSays)
+		}
+	}
+}
+
+// TestMaxConnsForFiles: the default -max-conns leaves a tenth of the
+// open-file limit, at least 64, and the spares over the cap.
+func TestMaxConnsForFiles(t *testing.T) {
+	for _, tc := range []struct {
+		nofile uint64
+		want   int
+	}{{0, 1}, {10, 1}, {80, 1}, {82, 2}, {256, 176}, {1024, 906}, {20000, 17984}, {1 << 20, 943703}} {
+		if got := maxConnsForFiles(tc.nofile); got != tc.want {
+			t.Errorf("maxConnsForFiles(%d) = %d, want %d", tc.nofile, got, tc.want)
+		}
+	}
+}

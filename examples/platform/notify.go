@@ -1,0 +1,785 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/proofkit/nodekit/overload"
+)
+
+// Message types: a notice (an overload started), and, when asked for,
+// the end of an overload.
+const (
+	typeOverloaded    = "node.overloaded"
+	typeOverloadEnded = "node.overload_ended"
+)
+
+// Delivery statuses, as GET /notices and /nodes/X show them.
+const (
+	statusPending       = "pending"
+	statusDelivered     = "delivered"
+	statusFailed        = "failed"
+	statusUndeliverable = "undeliverable"
+)
+
+// delivery is one message in the outbox: written when the notice is
+// decided, with the body every attempt sends.
+type delivery struct {
+	ID      string    `json:"id"` // webhook-id: the same on every attempt, from every replica
+	Node    string    `json:"node"`
+	Type    string    `json:"type"`
+	At      time.Time `json:"at"`      // the notice's (or end's) time, as counted
+	Body    []byte    `json:"body"`    // the message, byte for byte as signed
+	Created time.Time `json:"created"` // when the platform decided it
+	// What the attempts so far did.
+	Status      string    `json:"status"`
+	Attempts    int       `json:"attempts"`
+	NextAt      time.Time `json:"next_at,omitzero"`
+	LastStatus  int       `json:"last_status,omitempty"`
+	LastError   string    `json:"last_error,omitempty"`
+	DeliveredAt time.Time `json:"delivered_at,omitzero"`
+}
+
+// deliveryView is what the API shows of a notice's delivery.
+type deliveryView struct {
+	ID          string    `json:"id"`
+	Type        string    `json:"type"`
+	Status      string    `json:"status"`
+	Attempts    int       `json:"attempts"`
+	DeliveredAt time.Time `json:"delivered_at,omitzero"`
+	NextAttempt time.Time `json:"next_attempt,omitzero"`
+	LastStatus  int       `json:"last_status,omitempty"`
+	LastError   string    `json:"last_error,omitempty"`
+}
+
+func (d *delivery) view() deliveryView {
+	v := deliveryView{ID: d.ID, Type: d.Type, Status: d.Status, Attempts: d.Attempts, DeliveredAt: d.DeliveredAt,
+		LastStatus: d.LastStatus, LastError: d.LastError}
+	if d.Status == statusPending {
+		v.NextAttempt = d.NextAt
+	}
+	return v
+}
+
+// noticeID is a notice's message id: its node and the instant it was
+// counted at (a node has at most one notice an instant, and one an hour),
+// in microseconds, as the database keeps times.
+func noticeID(node string, at time.Time) string {
+	return "ntc_" + node + "_" + strconv.FormatInt(at.UnixMicro(), 10)
+}
+
+// endID is the message id of the end of an overload.
+func endID(node string, at time.Time) string {
+	return "end_" + node + "_" + strconv.FormatInt(at.UnixMicro(), 10)
+}
+
+// message is a Standard Webhooks payload.
+type message struct {
+	Type      string      `json:"type"`
+	Timestamp time.Time   `json:"timestamp"`
+	Data      messageData `json:"data"`
+}
+
+type messageData struct {
+	Node string `json:"node"`
+	// At is the time of the reading, as the node dated it; Received is
+	// when the platform received it, by its own clock, which dates the
+	// overload.
+	At       time.Time        `json:"at"`
+	Received time.Time        `json:"received,omitzero"`
+	Text     string           `json:"text,omitempty"`
+	Lasted   string           `json:"lasted,omitempty"`
+	Findings []messageFinding `json:"findings,omitempty"`
+}
+
+type messageFinding struct {
+	Check   string             `json:"check"`
+	Text    string             `json:"text"`
+	Figures map[string]float64 `json:"figures"`
+	Link    string             `json:"link,omitempty"`
+}
+
+// noticeDelivery is the outbox entry of notice n, decided at now. With
+// no receiver for the node it is undeliverable from the start.
+func noticeDelivery(n overload.Notice, now time.Time, rs *receivers) (delivery, error) {
+	m := message{Type: typeOverloaded, Timestamp: now.UTC(), Data: messageData{
+		Node: n.Node, At: n.At.UTC(), Received: now.UTC(), Text: n.Text, Findings: []messageFinding{},
+	}}
+	for _, f := range n.Findings {
+		m.Data.Findings = append(m.Data.Findings, messageFinding{
+			Check: string(f.Check), Text: f.Text, Link: f.Link,
+			Figures: map[string]float64{"value": f.Value, "limit": f.Limit},
+		})
+	}
+	return newDelivery(noticeID(n.Node, n.At), n.Node, m, now, rs)
+}
+
+// endDelivery is the outbox entry of the end of an overload.
+func endDelivery(node string, e overload.Event, now time.Time, rs *receivers) (delivery, error) {
+	m := message{Type: typeOverloadEnded, Timestamp: now.UTC(), Data: messageData{
+		Node: node, At: e.At.UTC(), Received: now.UTC(), Lasted: e.Lasted.String(),
+		Text: fmt.Sprintf("%s is no longer overloaded, after %v", node, e.Lasted.Round(time.Second)),
+	}}
+	return newDelivery(endID(node, e.At), node, m, now, rs)
+}
+
+func newDelivery(id, node string, m message, now time.Time, rs *receivers) (delivery, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return delivery{}, fmt.Errorf("node %s: message: %w: %w", node, errUnsaved, err)
+	}
+	d := delivery{ID: id, Node: node, Type: m.Type, At: m.Data.At, Body: body, Created: now, Status: statusPending, NextAt: now}
+	if rs.forNode(node) == nil {
+		d.Status, d.LastError, d.NextAt = statusUndeliverable, "no receiver for the node in the notify file", time.Time{}
+	}
+	return d, nil
+}
+
+// sign is the webhook-signature header of a message: "v1," and the
+// base64 of HMAC-SHA256 of "id.timestamp.body" under each secret, space
+// separated.
+func sign(secrets [][]byte, id string, ts int64, body []byte) string {
+	var b strings.Builder
+	for i, key := range secrets {
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(id))
+		mac.Write([]byte{'.'})
+		mac.Write(strconv.AppendInt(nil, ts, 10))
+		mac.Write([]byte{'.'})
+		mac.Write(body)
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString("v1,")
+		b.WriteString(base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	}
+	return b.String()
+}
+
+// outcome is what one attempt did.
+type outcome int
+
+const (
+	outcomeDelivered outcome = iota // a 2xx
+	outcomeRetry                    // 408, 429, 5xx, a timeout or a connection error
+	outcomeFailed                   // any other status, or given up
+	outcomeGone                     // 410: the receiver is disabled until the file changes
+	outcomeUndeliverable
+	outcomeRelease // not an attempt: the receiver was busy; due again shortly
+)
+
+var outcomeNames = [...]string{"delivered", "retry", "failed", "gone", "undeliverable", "release"}
+
+func (o outcome) String() string { return outcomeNames[o] }
+
+// attemptResult is an attempt's outcome with what the receiver said.
+type attemptResult struct {
+	outcome outcome
+	status  int    // the HTTP status, 0 for none
+	err     string // the error, without the URL
+	at      time.Time
+	next    time.Time // for a retry: the next attempt
+}
+
+// classify says what an answer with status code means.
+func classifyStatus(code int) outcome {
+	switch {
+	case code >= 200 && code < 300:
+		return outcomeDelivered
+	case code == http.StatusGone:
+		return outcomeGone
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
+		return outcomeRetry
+	default: // other 4xx; 1xx and 3xx (redirects are not followed)
+		return outcomeFailed
+	}
+}
+
+// notifyConfig configures delivery; zero fields are the defaults.
+type notifyConfig struct {
+	// File is the notify file ("" for none: every notice undeliverable).
+	File string
+	// GiveUp is how long a delivery is retried (24 h).
+	GiveUp time.Duration
+	// Ended also sends node.overload_ended messages.
+	Ended bool
+	// Timeout bounds one attempt (15 s).
+	Timeout time.Duration
+
+	// Test hooks: the back-off schedule, the poll interval, the lease a
+	// claim takes, and how many attempts run at once.
+	backoffBase, backoffMax  time.Duration
+	poll, lease              time.Duration
+	maxInFlight, perReceiver int
+}
+
+const (
+	defaultGiveUp      = 24 * time.Hour
+	defaultTimeout     = 15 * time.Second
+	defaultBackoffBase = 10 * time.Second
+	defaultBackoffMax  = time.Hour
+	defaultPoll        = time.Second
+	defaultMaxInFlight = 32
+	defaultPerReceiver = 4
+)
+
+func (c notifyConfig) withDefaults() notifyConfig {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.GiveUp, defaultGiveUp)
+	def(&c.Timeout, defaultTimeout)
+	def(&c.backoffBase, defaultBackoffBase)
+	def(&c.backoffMax, defaultBackoffMax)
+	def(&c.poll, defaultPoll)
+	// A lease outlasts an attempt, so a delivery is claimed again only
+	// once its replica is surely gone.
+	def(&c.lease, 2*c.Timeout+5*time.Second)
+	if c.maxInFlight <= 0 {
+		c.maxInFlight = defaultMaxInFlight
+	}
+	if c.perReceiver <= 0 {
+		c.perReceiver = defaultPerReceiver
+	}
+	return c
+}
+
+// backoff is the wait after the n-th failed attempt: base doubled for
+// each attempt before it, at most max, with equal jitter (between half
+// and all of it), so replicas retrying many deliveries spread out.
+func backoff(base, max time.Duration, n int, r float64) time.Duration {
+	d := base
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return d/2 + time.Duration(r*float64(d/2))
+}
+
+// claimFilter tells a claim which nodes' deliveries to leave: those whose
+// receiver has as many attempts in flight as it may.
+type claimFilter struct {
+	Busy    []string // nodes with a line of their own whose receiver is busy
+	AnyBusy bool     // the "*" receiver is busy: only nodes in Own
+	Own     []string // nodes with a line of their own
+}
+
+func (f claimFilter) allows(node string) bool {
+	for _, b := range f.Busy {
+		if b == node {
+			return false
+		}
+	}
+	if !f.AnyBusy {
+		return true
+	}
+	for _, o := range f.Own {
+		if o == node {
+			return true
+		}
+	}
+	return false
+}
+
+// outboxStore is the outbox of a store: the file store's log, or the
+// deliveries table.
+type outboxStore interface {
+	// claim leases up to max due pending deliveries until now+lease,
+	// counting an attempt of each, and returns them.
+	claim(ctx context.Context, now time.Time, max int, lease time.Duration, f claimFilter) ([]delivery, error)
+	// settle records the result of the attempt d (as claim returned it).
+	settle(ctx context.Context, d delivery, res attemptResult) error
+	// byIDs returns the deliveries of ids that exist.
+	byIDs(ctx context.Context, ids []string) (map[string]delivery, error)
+	// byNode returns node's newest deliveries, newest first.
+	byNode(ctx context.Context, node string, limit int) ([]delivery, error)
+	// counts returns the deliveries by status, and when the oldest
+	// pending one was decided (zero: none pending).
+	counts(ctx context.Context) (map[string]int64, time.Time, error)
+}
+
+// notifier delivers the outbox: on every replica, it claims due
+// deliveries and sends each to its node's receiver, a few at a time per
+// receiver so one slow receiver does not hold back the others.
+type notifier struct {
+	cfg    notifyConfig
+	box    outboxStore
+	log    *slog.Logger
+	now    func() time.Time
+	client *http.Client
+	rcv    atomic.Pointer[receivers]
+	wake   chan struct{}
+
+	mu       sync.Mutex
+	inFlight map[string]int      // by receiver URL
+	total    int                 // attempts in flight
+	disabled map[string][32]byte // receiver URL → the notify file's hash when it answered 410
+	attempts [len(outcomeNames)]atomic.Int64
+	claimed  atomic.Int64 // deliveries claimed, for tests
+	running  sync.WaitGroup
+}
+
+func newNotifier(cfg notifyConfig, rs *receivers, log *slog.Logger, now func() time.Time) *notifier {
+	cfg = cfg.withDefaults()
+	if now == nil {
+		now = func() time.Time { return time.Now().Round(0) }
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n := &notifier{
+		cfg: cfg, log: log, now: now, wake: make(chan struct{}, 1),
+		inFlight: map[string]int{}, disabled: map[string][32]byte{},
+		client: &http.Client{
+			Timeout: cfg.Timeout,
+			// A receiver's redirect is not followed: the signed body goes
+			// only where the operator's file says.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+	if rs == nil {
+		rs = &receivers{byNode: map[string]*receiver{}}
+	}
+	n.rcv.Store(rs)
+	return n
+}
+
+// receivers is the notify file in force.
+func (n *notifier) receivers() *receivers {
+	if n == nil {
+		return nil
+	}
+	return n.rcv.Load()
+}
+
+// reload reads the notify file again; a file that does not parse is
+// refused and the one in force kept.
+func (n *notifier) reload() error {
+	if n.cfg.File == "" {
+		return nil
+	}
+	rs, err := readReceivers(n.cfg.File)
+	if err != nil {
+		return fmt.Errorf("-notify-file: %w (the previous file stays in force)", err)
+	}
+	old := n.rcv.Swap(rs)
+	if old.sum != rs.sum {
+		n.mu.Lock()
+		clear(n.disabled) // a receiver that answered 410 is tried again
+		n.mu.Unlock()
+	}
+	n.log.Info("notify file reloaded", "file", n.cfg.File, "receivers", len(rs.byNode), "any", rs.any != nil)
+	n.poke()
+	return nil
+}
+
+// poke wakes the workers: a delivery was written.
+func (n *notifier) poke() {
+	if n == nil {
+		return
+	}
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run claims and delivers until ctx ends, then waits for the attempts in
+// flight (each bounded by the timeout).
+func (n *notifier) run(ctx context.Context) {
+	t := time.NewTicker(n.cfg.poll)
+	defer t.Stop()
+	defer n.running.Wait()
+	for {
+		n.pump(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-n.wake:
+		}
+	}
+}
+
+// filter is the claim filter for the receivers now busy.
+func (n *notifier) filter(rs *receivers) claimFilter {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var f claimFilter
+	for node, rc := range rs.byNode {
+		f.Own = append(f.Own, node)
+		if n.inFlight[rc.URL.String()] >= n.cfg.perReceiver {
+			f.Busy = append(f.Busy, node)
+		}
+	}
+	if rs.any != nil && n.inFlight[rs.any.URL.String()] >= n.cfg.perReceiver {
+		f.AnyBusy = true
+	}
+	return f
+}
+
+// pump claims what is due, as many as there are free slots, and starts
+// an attempt of each.
+func (n *notifier) pump(ctx context.Context) {
+	for ctx.Err() == nil {
+		n.mu.Lock()
+		free := n.cfg.maxInFlight - n.total
+		n.mu.Unlock()
+		if free <= 0 {
+			return
+		}
+		rs := n.receivers()
+		qctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		ds, err := n.box.claim(qctx, n.now(), free, n.cfg.lease, n.filter(rs))
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				n.log.Warn("notify: claiming deliveries", "err", err)
+			}
+			return
+		}
+		n.claimed.Add(int64(len(ds)))
+		for _, d := range ds {
+			n.start(ctx, rs, d)
+		}
+		if len(ds) < free {
+			return
+		}
+	}
+}
+
+// start begins an attempt of d, or settles it at once when its receiver
+// is gone, disabled, or has too many attempts in flight (then it is due
+// again in a moment).
+func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
+	now := n.now()
+	rc := rs.forNode(d.Node)
+	if rc == nil {
+		n.settle(ctx, d, nil, attemptResult{outcome: outcomeUndeliverable, at: now, err: "no receiver for the node in the notify file"})
+		return
+	}
+	key := rc.URL.String()
+	n.mu.Lock()
+	sum, off := n.disabled[key]
+	busy := n.inFlight[key] >= n.cfg.perReceiver
+	if !off && !busy {
+		n.inFlight[key]++
+		n.total++
+	}
+	n.mu.Unlock()
+	switch {
+	case off && sum == rs.sum:
+		n.settle(ctx, d, rc, attemptResult{outcome: outcomeFailed, at: now, status: http.StatusGone,
+			err: "the receiver answered 410 Gone: disabled until the notify file changes"})
+		return
+	case off: // the file changed since: try again
+		n.mu.Lock()
+		delete(n.disabled, key)
+		n.mu.Unlock()
+		n.start(ctx, rs, d)
+		return
+	case busy:
+		// Due again at once: the claims skip a busy receiver's nodes
+		// until one of its attempts ends.
+		n.settle(ctx, d, rc, attemptResult{outcome: outcomeRelease, at: now, next: now})
+		return
+	}
+	n.running.Add(1)
+	go func() {
+		defer n.running.Done()
+		res := n.attempt(ctx, rc, d)
+		n.mu.Lock()
+		n.inFlight[key]--
+		n.total--
+		if res.outcome == outcomeGone {
+			n.disabled[key] = rs.sum
+		}
+		n.mu.Unlock()
+		n.settle(context.WithoutCancel(ctx), d, rc, res)
+		n.poke() // a slot is free
+	}()
+}
+
+// attempt sends d to rc once.
+func (n *notifier) attempt(ctx context.Context, rc *receiver, d delivery) attemptResult {
+	now := n.now()
+	res := attemptResult{at: now}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rc.URL.String(), bytes.NewReader(d.Body))
+	if err != nil {
+		res.outcome, res.err = outcomeFailed, "request: "+urlless(err)
+		return res
+	}
+	ts := now.Unix()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "nodekit-platform")
+	req.Header.Set("webhook-id", d.ID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sign(rc.Secrets, d.ID, ts, d.Body))
+	resp, err := n.client.Do(req)
+	if err != nil {
+		res.outcome, res.err = outcomeRetry, urlless(err)
+	} else {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		res.status = resp.StatusCode
+		res.outcome = classifyStatus(resp.StatusCode)
+		if res.outcome != outcomeDelivered {
+			res.err = resp.Status
+		}
+	}
+	if res.outcome == outcomeRetry {
+		if now.Sub(d.Created) >= n.cfg.GiveUp {
+			res.outcome = outcomeFailed
+			res.err = fmt.Sprintf("given up after %d attempts over %v: %s", d.Attempts, n.cfg.GiveUp, res.err)
+		} else {
+			wait := backoff(n.cfg.backoffBase, n.cfg.backoffMax, d.Attempts, rand.Float64())
+			if ra := retryAfter(resp); ra > wait {
+				wait = min(ra, n.cfg.backoffMax)
+			}
+			res.next = now.Add(wait)
+		}
+	}
+	return res
+}
+
+// retryAfter is a 429's or 503's Retry-After in seconds, or 0.
+func retryAfter(resp *http.Response) time.Duration {
+	if resp == nil {
+		return 0
+	}
+	s, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if err != nil || s < 0 {
+		return 0
+	}
+	return time.Duration(s) * time.Second
+}
+
+// urlless is err without the URL an *url.Error carries, which may hold
+// userinfo or a token: a log line names the receiver by host alone.
+func urlless(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timed out"
+	}
+	return err.Error()
+}
+
+// settle records res and logs a failure, naming the receiver's host.
+func (n *notifier) settle(ctx context.Context, d delivery, rc *receiver, res attemptResult) {
+	n.attempts[res.outcome].Add(1)
+	host := ""
+	if rc != nil {
+		host = rc.host()
+	}
+	switch res.outcome {
+	case outcomeRetry:
+		n.log.Warn("notify: delivery failed, will retry", "id", d.ID, "node", d.Node, "receiver", host,
+			"attempt", d.Attempts, "status", res.status, "err", res.err, "next", res.next)
+	case outcomeFailed, outcomeGone:
+		n.log.Error("notify: delivery failed", "id", d.ID, "node", d.Node, "receiver", host,
+			"attempt", d.Attempts, "status", res.status, "err", res.err)
+	case outcomeUndeliverable:
+		n.log.Warn("notify: undeliverable", "id", d.ID, "node", d.Node, "err", res.err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if err := n.box.settle(sctx, d, res); err != nil {
+		// The lease runs out and another attempt is made: at least once.
+		n.log.Warn("notify: recording a delivery", "id", d.ID, "err", err)
+	}
+}
+
+// apply is d, as claimed, after the attempt res.
+func (d delivery) apply(res attemptResult) delivery {
+	if res.outcome == outcomeRelease {
+		d.Attempts--
+		d.NextAt = res.next
+		return d
+	}
+	d.LastStatus, d.LastError = res.status, res.err
+	switch res.outcome {
+	case outcomeDelivered:
+		d.Status, d.DeliveredAt, d.NextAt, d.LastError = statusDelivered, res.at, time.Time{}, ""
+	case outcomeRetry:
+		d.NextAt = res.next
+	case outcomeFailed, outcomeGone:
+		d.Status, d.NextAt = statusFailed, time.Time{}
+	case outcomeUndeliverable:
+		d.Status, d.NextAt = statusUndeliverable, time.Time{}
+	}
+	return d
+}
+
+// withNotify is svc whose notices (GET /notices) and node views (GET
+// /nodes/X) carry their deliveries; svc itself without a notifier.
+func withNotify(svc service) service {
+	n := notifierOf(svc)
+	if n == nil || n.box == nil {
+		return svc
+	}
+	return notifying{svc, n}
+}
+
+type notifying struct {
+	service
+	n *notifier
+}
+
+func (s notifying) view(ctx context.Context, id string) (nodeView, error) {
+	v, err := s.service.view(ctx, id)
+	if err == nil {
+		v.Deliveries, err = nodeDeliveries(ctx, s.n.box, v.ID)
+	}
+	return v, err
+}
+
+func (s notifying) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
+	ns, last, err := s.service.notices(ctx, after, limit)
+	if err == nil {
+		err = addDeliveries(ctx, s.n.box, ns)
+	}
+	return ns, last, err
+}
+
+// addDeliveries sets each notice's delivery. A notice the outbox does not
+// hold (decided before there was one) shows as undeliverable.
+func addDeliveries(ctx context.Context, box outboxStore, ns []numberedNotice) error {
+	ids := make([]string, len(ns))
+	for i, nt := range ns {
+		ids[i] = noticeID(nt.Node, nt.At)
+	}
+	got, err := box.byIDs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for i := range ns {
+		v := deliveryView{ID: ids[i], Type: typeOverloaded, Status: statusUndeliverable}
+		if d, ok := got[ids[i]]; ok {
+			v = d.view()
+		}
+		ns[i].Delivery = &v
+	}
+	return nil
+}
+
+// notifyRoutes serves GET /metrics, with an operator's token, and passes
+// every other request to h.
+func notifyRoutes(h http.Handler, n *notifier, toks tokens) http.Handler {
+	idx := toks.index()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, reasonInvalid, errors.New("/metrics: GET only"))
+			return
+		}
+		node, ok := idx.lookup(r.Header.Get("Authorization"))
+		switch {
+		case !ok:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
+			writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
+		case node != "":
+			writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the token of node %s may only report", node))
+		default:
+			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+			defer cancel()
+			serveMetrics(n, w, r.WithContext(ctx))
+		}
+	})
+}
+
+// notifierOf is the notifier of a store, nil for none.
+func notifierOf(svc service) *notifier {
+	if s, ok := svc.(interface{ notifier() *notifier }); ok {
+		return s.notifier()
+	}
+	return nil
+}
+
+func (c *rules) notifier() *notifier { return c.notify }
+
+// maxNodeDeliveries is how many of a node's deliveries /nodes/X shows.
+const maxNodeDeliveries = 10
+
+// nodeDeliveries is what /nodes/X shows of the node's deliveries.
+func nodeDeliveries(ctx context.Context, box outboxStore, node string) ([]deliveryView, error) {
+	ds, err := box.byNode(ctx, node, maxNodeDeliveries)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]deliveryView, len(ds))
+	for i := range ds {
+		out[i] = ds[i].view()
+	}
+	return out, nil
+}
+
+// notifyUnreached says at start which nodes have no receiver: their
+// notices are kept, and marked undeliverable.
+func notifyUnreached(ctx context.Context, svc service, n *notifier, log *slog.Logger) {
+	rs := n.receivers()
+	if n.cfg.File == "" {
+		log.Warn("notify: no -notify-file: notices are kept, marked undeliverable, and sent to nobody")
+		return
+	}
+	if rs.any != nil {
+		log.Info("notify: receivers", "file", n.cfg.File, "nodes", len(rs.byNode), "any", rs.any.host())
+		return
+	}
+	var ids []string
+	switch s := svc.(type) {
+	case *platform:
+		s.mu.Lock()
+		ids = s.ids()
+		s.mu.Unlock()
+	case *pgPlatform:
+		qctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		rows, err := s.db.Query(qctx, `SELECT id FROM nodes ORDER BY id`)
+		if err == nil {
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		cancel()
+		if err != nil {
+			log.Warn("notify: listing nodes", "err", err)
+		}
+	}
+	var none []string
+	for _, id := range ids {
+		if rs.forNode(id) == nil {
+			none = append(none, id)
+		}
+	}
+	log.Info("notify: receivers", "file", n.cfg.File, "nodes", len(rs.byNode))
+	if len(none) > 0 {
+		log.Warn("notify: nodes without a receiver (no line of their own, no * line): their notices are kept, marked undeliverable",
+			"count", len(none), "nodes", strings.Join(none[:min(len(none), 20)], " "))
+	}
+}

@@ -1,0 +1,1069 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
+	"github.com/proofkit/nodekit/internal/pgtest"
+	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/overload"
+)
+
+// Two secrets, as while one is rotated.
+const (
+	hookSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	hookSecret2 = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0MjQy"
+)
+
+// hook is the operator's receiver in these tests: a real HTTP server on
+// loopback that verifies every message with the operator's package,
+// records every attempt, and counts each webhook-id it accepted.
+type hook struct {
+	t       *testing.T
+	clock   *clock
+	secrets []string
+
+	mu       sync.Mutex
+	srv      *http.Server
+	addr     string
+	attempts []hookAttempt
+	accepted map[string]int // webhook-id → 2xx answers given
+	answer   int            // the status to answer; 0: 200
+	hold     chan struct{}  // while not nil, requests wait for it to close
+	held     atomic.Int32   // requests waiting on hold
+}
+
+type hookAttempt struct {
+	ID       string
+	At       time.Time // the platform's clock, as the test holds it
+	Verified bool
+	Err      string
+	Msg      webhookreceiver.Message
+	Body     []byte
+	Status   int
+	Headers  http.Header
+}
+
+// newHook starts a receiver; down, its port refuses connections until up.
+func newHook(t *testing.T, c *clock, secrets ...string) *hook {
+	h := &hook{t: t, clock: c, secrets: secrets, accepted: map[string]int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addr = ln.Addr().String()
+	h.serve(ln)
+	t.Cleanup(func() {
+		h.mu.Lock()
+		if h.hold != nil {
+			close(h.hold)
+			h.hold = nil
+		}
+		h.mu.Unlock()
+		h.down()
+	})
+	return h
+}
+
+func (h *hook) url() string { return "http://" + h.addr + "/hook" }
+
+func (h *hook) serve(ln net.Listener) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	h.mu.Lock()
+	h.srv = srv
+	h.mu.Unlock()
+	go srv.Serve(ln)
+}
+
+// down closes the receiver: connections to its port are refused.
+func (h *hook) down() {
+	h.mu.Lock()
+	srv := h.srv
+	h.srv = nil
+	h.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// up listens on the receiver's port again.
+func (h *hook) up() {
+	var ln net.Listener
+	var err error
+	testkit.WaitFor(h.t, "the receiver's port to be free again", func() bool {
+		ln, err = net.Listen("tcp", h.addr)
+		return err == nil
+	})
+	h.serve(ln)
+}
+
+func (h *hook) setAnswer(code int) { h.mu.Lock(); h.answer = code; h.mu.Unlock() }
+
+func (h *hook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	a := hookAttempt{ID: r.Header.Get("webhook-id"), At: h.clock.now(), Headers: r.Header.Clone(), Body: body}
+	_, err := webhookreceiver.Verify(h.secrets, r.Header, body, h.clock.now())
+	a.Verified = err == nil
+	if err != nil {
+		a.Err = err.Error()
+	}
+	json.Unmarshal(body, &a.Msg)
+	h.mu.Lock()
+	code, hold := h.answer, h.hold
+	h.mu.Unlock()
+	if hold != nil {
+		h.held.Add(1)
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+		h.held.Add(-1)
+	}
+	if code == 0 {
+		code = http.StatusOK
+	}
+	if !a.Verified {
+		code = http.StatusUnauthorized
+	}
+	a.Status = code
+	h.mu.Lock()
+	h.attempts = append(h.attempts, a)
+	if code/100 == 2 {
+		h.accepted[a.ID]++
+	}
+	h.mu.Unlock()
+	w.WriteHeader(code)
+}
+
+func (h *hook) snapshot() ([]hookAttempt, map[string]int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	acc := map[string]int{}
+	for k, v := range h.accepted {
+		acc[k] = v
+	}
+	return slices.Clone(h.attempts), acc
+}
+
+// notifyFile writes a notify file of lines and returns its path.
+func notifyFile(t *testing.T, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// testNotifyConfig is a fast schedule for the tests: the workers are
+// pumped by the tests themselves (see drain), on the test's clock.
+func testNotifyConfig(file string) notifyConfig {
+	return notifyConfig{File: file, GiveUp: time.Hour, Timeout: 5 * time.Second, lease: 30 * time.Second,
+		backoffBase: 10 * time.Second, backoffMax: 2 * time.Minute, poll: 10 * time.Millisecond}
+}
+
+// notifyPlatform is a platform with its notifier.
+type notifyPlatform struct {
+	*testPlatform
+	n *notifier
+}
+
+// notifyOpener starts a platform with a notifier on a subtest's store;
+// called again, another on the same store (a restart, or a replica).
+type notifyOpener func(c *clock, cfg notifyConfig) notifyPlatform
+
+func newNotifier4Test(t *testing.T, c *clock, cfg notifyConfig) *notifier {
+	t.Helper()
+	var rs *receivers
+	if cfg.File != "" {
+		var err error
+		if rs, err = readReceivers(cfg.File); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return newNotifier(cfg, rs, testLogger(t), c.now)
+}
+
+// eachNotifyStore runs test on the file store and on PostgreSQL.
+func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, replicas int)) {
+	t.Run("file", func(t *testing.T) {
+		dir := t.TempDir()
+		test(t, func(c *clock, cfg notifyConfig) notifyPlatform {
+			n := newNotifier4Test(t, c, cfg)
+			p, err := newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp := serveNotifyTest(t, c, p)
+			tp.dir, tp.p = dir, p
+			t.Cleanup(func() { p.box.close() })
+			return notifyPlatform{tp, n}
+		}, 1)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.Need(t, cluster).NewDatabase(t)
+		test(t, func(c *clock, cfg notifyConfig) notifyPlatform {
+			n := newNotifier4Test(t, c, cfg)
+			p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.close)
+			return notifyPlatform{serveNotifyTest(t, c, p), n}
+		}, 2)
+	})
+}
+
+// drain pumps the notifiers at the clock's time until no attempt is in
+// flight and none is due.
+func drain(t *testing.T, ns ...*notifier) {
+	t.Helper()
+	for {
+		var claimed int64
+		for _, n := range ns {
+			before := n.claimed.Load()
+			n.pump(t.Context())
+			n.running.Wait()
+			claimed += n.claimed.Load() - before
+		}
+		if claimed == 0 {
+			return
+		}
+	}
+}
+
+// overload sends node the three readings of 95 % memory that make it
+// overloaded, through the platforms in turn.
+func overloadNode(t *testing.T, c *clock, node string, via ...notifyPlatform) {
+	t.Helper()
+	for i := range 3 {
+		c.add(time.Second)
+		if code := via[i%len(via)].read(node, 95); code != 200 {
+			t.Fatalf("reading of %s: %d", node, code)
+		}
+	}
+}
+
+func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
+	t.Helper()
+	for i := range 5 {
+		c.add(time.Second)
+		if code := via[i%len(via)].read(node, 40); code != 200 {
+			t.Fatalf("reading of %s: %d", node, code)
+		}
+	}
+}
+
+// serveNotifyTest serves svc as main does: notices and views with their
+// deliveries, and /metrics.
+func serveNotifyTest(t *testing.T, c *clock, svc service) *testPlatform {
+	toks := tokens{testToken: "", "x1-token": "x1"}
+	srv := httptest.NewServer(notifyRoutes(handler(withNotify(svc), toks), notifierOf(svc), toks))
+	t.Cleanup(srv.Close)
+	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
+}
+
+func (np notifyPlatform) notices() []numberedNotice {
+	np.t.Helper()
+	var out []numberedNotice
+	if code := np.do("GET", "/notices", nil, &out); code != 200 {
+		np.t.Fatalf("/notices: %d", code)
+	}
+	return out
+}
+
+// TestNotifyFiftyNodes: 50 nodes overloaded once each: 50 notices, 50
+// distinct ids received, each verified by its signature, each message's
+// text the notice's own; every delivery shows as delivered.
+func TestNotifyFiftyNodes(t *testing.T) { eachNotifyStore(t, testNotifyFiftyNodes) }
+
+func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	var ps []notifyPlatform
+	var ns []*notifier
+	for range replicas {
+		p := open(c, cfg)
+		ps, ns = append(ps, p), append(ns, p.n)
+	}
+	for i := range 50 {
+		overloadNode(t, c, fmt.Sprintf("n%02d", i), ps...)
+	}
+	drain(t, ns...)
+	notices := ps[0].notices()
+	if len(notices) != 50 {
+		t.Fatalf("%d notices, want 50", len(notices))
+	}
+	attempts, accepted := h.snapshot()
+	if len(accepted) != 50 {
+		t.Fatalf("%d distinct ids received, want 50", len(accepted))
+	}
+	byID := map[string]hookAttempt{}
+	for _, a := range attempts {
+		if !a.Verified {
+			t.Fatalf("message %s does not verify: %s", a.ID, a.Err)
+		}
+		byID[a.ID] = a
+	}
+	for _, nt := range notices {
+		a, ok := byID[nt.Delivery.ID]
+		if !ok {
+			t.Fatalf("notice %s (%s) never received", nt.Delivery.ID, nt.Text)
+		}
+		if a.Msg.Type != typeOverloaded || a.Msg.Data.Text != nt.Text || a.Msg.Data.Node != nt.Node ||
+			len(a.Msg.Data.Findings) != 1 || a.Msg.Data.Findings[0].Text != "memory at 95 %" ||
+			a.Msg.Data.Findings[0].Figures["value"] != 95 || a.Msg.Data.Findings[0].Figures["limit"] != 90 {
+			t.Fatalf("message %+v, notice %+v", a.Msg, nt.Notice)
+		}
+		if nt.Delivery.Status != statusDelivered || nt.Delivery.Attempts != 1 || nt.Delivery.DeliveredAt.IsZero() {
+			t.Fatalf("notice %s: delivery %+v, want delivered at the first attempt", nt.Delivery.ID, nt.Delivery)
+		}
+	}
+	if len(attempts) != 50 {
+		t.Errorf("%d attempts for 50 notices, want 50", len(attempts))
+	}
+	v := ps[len(ps)-1].node("n07")
+	if len(v.Deliveries) != 1 || v.Deliveries[0].Status != statusDelivered || v.Deliveries[0].ID != noticeID("n07", t0.Add(24*time.Second)) {
+		t.Errorf("/nodes/n07 deliveries %+v", v.Deliveries)
+	}
+	if code, _, _ := ps[0].raw("GET", "/metrics", "", ""); code != 401 {
+		t.Errorf("/metrics without a token: %d, want 401", code)
+	}
+	if code, _, _ := ps[0].raw("GET", "/metrics", "x1-token", ""); code != 403 {
+		t.Errorf("/metrics with a node's token: %d, want 403", code)
+	}
+	code, _, body := ps[0].raw("GET", "/metrics", testToken, "")
+	for _, want := range []string{`platform_notice_deliveries{status="delivered"} 50`, `platform_notice_deliveries{status="pending"} 0`,
+		"platform_notice_oldest_pending_seconds 0"} {
+		if code != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("/metrics %d, want %s in:\n%s", code, want, body)
+		}
+	}
+}
+
+// TestNotifyRetries: the receiver refuses connections for 10 minutes of
+// the platform's clock, then answers 503 for 10 more, then 200: every
+// notice arrives, and the attempts follow the back-off schedule (no two
+// closer than the schedule allows, none later than it says).
+func TestNotifyRetries(t *testing.T) { eachNotifyStore(t, testNotifyRetries) }
+
+func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	h.down()
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	var ps []notifyPlatform
+	var ns []*notifier
+	for range replicas {
+		p := open(c, cfg)
+		ps, ns = append(ps, p), append(ns, p.n)
+	}
+	const nodes = 5
+	for i := range nodes {
+		overloadNode(t, c, fmt.Sprintf("n%d", i), ps...)
+	}
+	start := c.now()
+	step := time.Second
+	var refused int
+	for c.now().Sub(start) < 10*time.Minute {
+		drain(t, ns...)
+		if v := ps[0].notices(); v[0].Delivery.Status == statusPending && v[0].Delivery.LastError != "" {
+			refused++
+		}
+		c.add(step)
+	}
+	if refused == 0 {
+		t.Fatal("no attempt recorded a connection error while the receiver was down")
+	}
+	for _, nt := range ps[0].notices() {
+		if nt.Delivery.Status != statusPending {
+			t.Fatalf("notice %s while the receiver is down: %+v, want pending", nt.Delivery.ID, nt.Delivery)
+		}
+		// 10 s base, doubling, at most 2 min, with jitter down to half:
+		// at most 1 + the attempts that fit in 10 minutes at the shortest.
+		if most := attemptsWithin(10*time.Minute, cfg); nt.Delivery.Attempts > most || nt.Delivery.Attempts < 4 {
+			t.Fatalf("notice %s: %d attempts in 10 minutes down, want 4 to %d", nt.Delivery.ID, nt.Delivery.Attempts, most)
+		}
+	}
+	h.setAnswer(http.StatusServiceUnavailable)
+	h.up()
+	for c.now().Sub(start) < 20*time.Minute {
+		drain(t, ns...)
+		c.add(step)
+	}
+	h.setAnswer(http.StatusOK)
+	for c.now().Sub(start) < 25*time.Minute {
+		drain(t, ns...)
+		c.add(step)
+	}
+	attempts, accepted := h.snapshot()
+	if len(accepted) != nodes {
+		t.Fatalf("%d ids delivered, want %d", len(accepted), nodes)
+	}
+	last := map[string]time.Time{}
+	n503 := map[string]int{}
+	for _, a := range attempts {
+		if a.Status == 503 {
+			n503[a.ID]++
+		}
+		if prev, ok := last[a.ID]; ok && a.At.Sub(prev) < cfg.backoffBase/2 {
+			t.Fatalf("%s: attempts %v apart, less than the schedule's shortest wait", a.ID, a.At.Sub(prev))
+		}
+		last[a.ID] = a.At
+	}
+	for _, nt := range ps[0].notices() {
+		if nt.Delivery.Status != statusDelivered {
+			t.Fatalf("notice %s: %+v, want delivered", nt.Delivery.ID, nt.Delivery)
+		}
+		// Waits capped at 2 min: 10 minutes of 503 take 5 to 10 attempts.
+		if n503[nt.Delivery.ID] < 4 || n503[nt.Delivery.ID] > 11 {
+			t.Errorf("notice %s: %d attempts answered 503 in 10 minutes, want 5 to 10", nt.Delivery.ID, n503[nt.Delivery.ID])
+		}
+	}
+}
+
+// attemptsWithin is the most attempts the schedule makes in d: every wait
+// at its shortest (half, with jitter).
+func attemptsWithin(d time.Duration, cfg notifyConfig) int {
+	n, spent := 1, time.Duration(0)
+	for {
+		spent += backoff(cfg.backoffBase, cfg.backoffMax, n, 0)
+		if spent > d {
+			return n
+		}
+		n++
+	}
+}
+
+// TestNotifyOncePerHour: a node overloaded, recovered and overloaded
+// again within the hour, its readings spread over the replicas: one
+// notice, one delivery.
+func TestNotifyOncePerHour(t *testing.T) { eachNotifyStore(t, testNotifyOncePerHour) }
+
+func testNotifyOncePerHour(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "x9 "+h.url()+" "+hookSecret))
+	var ps []notifyPlatform
+	var ns []*notifier
+	for range replicas {
+		p := open(c, cfg)
+		ps, ns = append(ps, p), append(ns, p.n)
+	}
+	for range 3 {
+		overloadNode(t, c, "x9", ps...)
+		calm(t, c, "x9", ps...)
+		drain(t, ns...)
+		c.add(10 * time.Minute)
+	}
+	attempts, accepted := h.snapshot()
+	if len(attempts) != 1 || len(accepted) != 1 {
+		t.Fatalf("%d attempts, %d ids delivered; want exactly one delivery", len(attempts), len(accepted))
+	}
+	if ns := ps[0].notices(); len(ns) != 1 {
+		t.Fatalf("%d notices, want 1", len(ns))
+	}
+}
+
+// TestNotifyRotationAndGone: with two secrets each message carries two
+// signatures and each verifies alone; a receiver answering 410 gets no
+// more attempts until the file changes; another node's receiver is not
+// held back meanwhile.
+func TestNotifyRotationAndGone(t *testing.T) { eachNotifyStore(t, testNotifyRotationAndGone) }
+
+func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	gone := newHook(t, c, hookSecret)
+	other := newHook(t, c, hookSecret2)
+	file := notifyFile(t, "# rotating a0's secret", "a0 "+gone.url()+" "+hookSecret+" "+hookSecret2, "b0 "+other.url()+" "+hookSecret2)
+	cfg := testNotifyConfig(file)
+	p := open(c, cfg)
+	overloadNode(t, c, "a0", p)
+	drain(t, p.n)
+	attempts, _ := gone.snapshot()
+	if len(attempts) != 1 {
+		t.Fatalf("%d attempts, want 1", len(attempts))
+	}
+	sigs := strings.Fields(attempts[0].Headers.Get("webhook-signature"))
+	if len(sigs) != 2 {
+		t.Fatalf("webhook-signature %q: want two signatures, one per secret", sigs)
+	}
+	// Each signature alone verifies with its own secret, and not with
+	// the other.
+	for i, s := range []string{hookSecret, hookSecret2} {
+		hd := attempts[0].Headers.Clone()
+		hd.Set("webhook-signature", sigs[i])
+		if _, err := webhookreceiver.Verify([]string{s}, hd, attempts[0].Body, c.now()); err != nil {
+			t.Fatalf("signature %d with secret %d: %v", i+1, i+1, err)
+		}
+		if _, err := webhookreceiver.Verify([]string{hookSecret, hookSecret2}[1-i:2-i], hd, attempts[0].Body, c.now()); err == nil {
+			t.Fatalf("signature %d verified with the other secret", i+1)
+		}
+	}
+	// A receiver holding only the new secret accepts the messages.
+	c.add(time.Hour)
+	gone2 := newHook(t, c, hookSecret2)
+	writeFile(t, file, "a0 "+gone2.url()+" "+hookSecret+" "+hookSecret2+"\nb0 "+other.url()+" "+hookSecret2+"\n")
+	reload(t, p.n)
+	calm(t, c, "a0", p)
+	overloadNode(t, c, "a0", p)
+	drain(t, p.n)
+	if _, acc := gone2.snapshot(); len(acc) != 1 {
+		t.Fatalf("the receiver holding only the second secret accepted %d messages, want 1", len(acc))
+	}
+
+	// 410: that receiver is disabled; b0's is not held back.
+	gone2.setAnswer(http.StatusGone)
+	for range 2 {
+		c.add(time.Hour)
+		calm(t, c, "a0", p)
+		overloadNode(t, c, "a0", p)
+		overloadNode(t, c, "b0", p)
+		calm(t, c, "b0", p)
+		drain(t, p.n)
+	}
+	if at, _ := gone2.snapshot(); len(at) != 2 {
+		t.Fatalf("%d attempts to the receiver, want 2 (the one accepted, then the 410; none while disabled)", len(at))
+	}
+	if _, acc := other.snapshot(); len(acc) != 2 {
+		t.Fatalf("b0's receiver got %d messages, want 2 (one a notice an hour, for two hours)", len(acc))
+	}
+	var failed int
+	for _, nt := range p.notices() {
+		if nt.Node == "a0" && nt.Delivery.Status == statusFailed && nt.Delivery.LastStatus == http.StatusGone {
+			failed++
+		}
+	}
+	if failed != 2 {
+		t.Fatalf("%d of a0's notices failed with 410, want 2", failed)
+	}
+	// The file changes: the receiver is tried again.
+	gone2.setAnswer(http.StatusOK)
+	writeFile(t, file, "a0 "+gone2.url()+" "+hookSecret2+"\n")
+	reload(t, p.n)
+	c.add(time.Hour)
+	calm(t, c, "a0", p)
+	overloadNode(t, c, "a0", p)
+	drain(t, p.n)
+	if _, acc := gone2.snapshot(); len(acc) != 2 {
+		t.Fatalf("after the file changed, the receiver accepted %d messages in all, want 2", len(acc))
+	}
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func reload(t *testing.T, n *notifier) {
+	t.Helper()
+	if err := n.reload(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNotifyUndeliverable: a node without a receiver keeps its notice,
+// marked undeliverable; nothing is sent.
+func TestNotifyUndeliverable(t *testing.T) { eachNotifyStore(t, testNotifyUndeliverable) }
+
+func testNotifyUndeliverable(t *testing.T, open notifyOpener, _ int) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	p := open(c, testNotifyConfig(notifyFile(t, "other "+h.url()+" "+hookSecret)))
+	overloadNode(t, c, "lonely", p)
+	drain(t, p.n)
+	ns := p.notices()
+	if len(ns) != 1 || ns[0].Delivery.Status != statusUndeliverable {
+		t.Fatalf("notices %+v, want one, undeliverable", ns)
+	}
+	if at, _ := h.snapshot(); len(at) != 0 {
+		t.Fatalf("%d attempts, want none", len(at))
+	}
+}
+
+// TestNotifyFailureLogsHostOnly: a receiver URL with userinfo and a
+// token in its query is logged by its host alone; a 4xx other than 408,
+// 410 and 429 is failed at once.
+func TestNotifyFailureLogsHostOnly(t *testing.T) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	h.setAnswer(http.StatusBadRequest)
+	var log testkit.LogBuffer
+	secretURL := "http://ops:hunter2@" + h.addr + "/hook?token=tok-abc123"
+	file := notifyFile(t, "* "+secretURL+" "+hookSecret)
+	n := newNotifier(testNotifyConfig(file), mustReceivers(t, file), slogTo(&log), c.now)
+	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Notifier: n}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.box.close()
+	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	overloadNode(t, c, "x", tp)
+	drain(t, n)
+	c.add(time.Hour)
+	drain(t, n)
+	if at, _ := h.snapshot(); len(at) != 1 {
+		t.Fatalf("%d attempts, want 1: a 400 is not retried", len(at))
+	}
+	out := log.String()
+	if !strings.Contains(out, "notify: delivery failed") || !strings.Contains(out, "receiver="+h.addr) {
+		t.Fatalf("no failure line naming the receiver's host:\n%s", out)
+	}
+	for _, leak := range []string{"hunter2", "tok-abc123", "whsec_", "ops:"} {
+		if strings.Contains(out, leak) {
+			t.Fatalf("the log holds %q:\n%s", leak, out)
+		}
+	}
+}
+
+func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+func mustReceivers(t *testing.T, path string) *receivers {
+	t.Helper()
+	rs, err := readReceivers(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// TestNotifySlowReceiver: a receiver that does not answer holds a few
+// attempts in flight, never the others' deliveries.
+func TestNotifySlowReceiver(t *testing.T) {
+	c := &clock{t: t0}
+	slow, fast := newHook(t, c, hookSecret), newHook(t, c, hookSecret)
+	slow.mu.Lock()
+	slow.hold = make(chan struct{})
+	slow.mu.Unlock()
+	lines := []string{"* " + fast.url() + " " + hookSecret}
+	for i := range 10 {
+		lines = append(lines, fmt.Sprintf("s%d %s %s", i, slow.url(), hookSecret))
+	}
+	cfg := testNotifyConfig(notifyFile(t, lines...))
+	cfg.Timeout = time.Minute // the slow receiver holds its requests until released
+	n := newNotifier4Test(t, c, cfg)
+	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.box.close()
+	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	for i := range 10 {
+		overloadNode(t, c, fmt.Sprintf("s%d", i), tp)
+	}
+	for i := range 10 {
+		overloadNode(t, c, fmt.Sprintf("f%d", i), tp)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); n.run(ctx) }()
+	testkit.WaitFor(t, "every fast node's notice delivered while the slow receiver holds its requests", func() bool {
+		_, acc := fast.snapshot()
+		return len(acc) == 10
+	})
+	testkit.WaitFor(t, "the slow receiver to hold its share of requests", func() bool {
+		if held := slow.held.Load(); held > int32(defaultPerReceiver) {
+			t.Fatalf("%d requests held by the slow receiver, more than its share (%d)", held, defaultPerReceiver)
+		}
+		return slow.held.Load() == int32(defaultPerReceiver)
+	})
+	slow.mu.Lock()
+	close(slow.hold)
+	slow.hold = nil
+	slow.mu.Unlock()
+	testkit.WaitFor(t, "the slow receiver's notices delivered once it answers", func() bool {
+		c.add(time.Second)
+		n.poke()
+		_, acc := slow.snapshot()
+		return len(acc) == 10
+	})
+	cancel()
+	<-done
+}
+
+// TestNotifyCrashAndRestart, on PostgreSQL: a replica dies in the middle
+// of its deliveries (its attempts reach the receiver, their results are
+// never recorded) and the database restarts while readings arrive: every
+// notice arrives at least once, never under two ids, and the duplicates
+// of an id are those of the crash.
+func TestNotifyCrashAndRestart(t *testing.T) {
+	cl := pgtest.Need(t, cluster)
+	url := cl.NewDatabase(t)
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	open := func() notifyPlatform {
+		n := newNotifier4Test(t, c, cfg)
+		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.close)
+		return notifyPlatform{serveNotifyTest(t, c, p), n}
+	}
+	a, b := open(), open()
+	for i := range 10 {
+		overloadNode(t, c, fmt.Sprintf("c%d", i), a, b)
+	}
+	// a claims and sends; it dies before recording a result.
+	a.n.box = deadAfterSend{a.n.box}
+	drain(t, a.n)
+	inCrash, _ := h.snapshot()
+	if len(inCrash) == 0 {
+		t.Fatal("the dying replica sent nothing")
+	}
+	// Readings go on while the database restarts; b delivers, and an
+	// attempt whose result it cannot record while the database is down
+	// is made again: those are in the crash window too.
+	unrecorded := &recordingBox{outboxStore: b.n.box, failed: map[string]bool{}}
+	b.n.box = unrecorded
+	restarted := make(chan error, 1)
+	go func() { restarted <- cl.Restart() }()
+	sent := 10
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(restarted) == 0 || sent < 20 {
+		if time.Now().After(deadline) {
+			t.Fatal("the database did not come back within 2 minutes")
+		}
+		node := fmt.Sprintf("c%d", sent)
+		for i := 0; i < 3; {
+			c.add(time.Second)
+			code := b.read(node, 95)
+			if code == 200 {
+				i++
+				continue
+			}
+			if code != 503 {
+				t.Fatalf("reading of %s: %d", node, code)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		sent++
+		// The attempts end (their results recorded, or lost to the
+		// restart) before the test's clock moves on: on a real clock the
+		// lease outlasts an attempt.
+		b.n.pump(t.Context())
+		b.n.running.Wait()
+	}
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	c.add(cfg.lease + time.Second) // a's claims run out
+	testkit.WaitFor(t, "every notice delivered", func() bool {
+		drain(t, b.n)
+		c.add(time.Minute)
+		_, acc := h.snapshot()
+		return len(acc) == sent
+	})
+	attempts, accepted := h.snapshot()
+	crashed := unrecorded.ids()
+	for _, at := range inCrash {
+		crashed[at.ID] = true
+	}
+	var dups []string
+	for id, k := range accepted {
+		if k > 1 {
+			dups = append(dups, fmt.Sprintf("%s×%d", id, k))
+			if !crashed[id] || k > 2 {
+				t.Errorf("%s received %d times; only an attempt whose result was lost may repeat, once", id, k)
+			}
+		}
+	}
+	byNode := map[string]map[string]bool{}
+	for _, at := range attempts {
+		if byNode[at.Msg.Data.Node] == nil {
+			byNode[at.Msg.Data.Node] = map[string]bool{}
+		}
+		byNode[at.Msg.Data.Node][at.ID] = true
+	}
+	for node, ids := range byNode {
+		if len(ids) != 1 {
+			t.Errorf("node %s's notice received under %d ids", node, len(ids))
+		}
+	}
+	slices.Sort(dups)
+	t.Logf("%d notices, %d attempts, %d sent by the dead replica, %d results lost to the restart, duplicates: %v",
+		sent, len(attempts), len(inCrash), len(unrecorded.ids()), dups)
+}
+
+// deadAfterSend is the outbox of a replica that dies after sending: it
+// claims, and never records what an attempt did.
+type deadAfterSend struct{ outboxStore }
+
+func (deadAfterSend) settle(context.Context, delivery, attemptResult) error {
+	return errors.New("replica gone")
+}
+
+// recordingBox records the deliveries whose result could not be written.
+type recordingBox struct {
+	outboxStore
+	mu     sync.Mutex
+	failed map[string]bool
+}
+
+func (r *recordingBox) settle(ctx context.Context, d delivery, res attemptResult) error {
+	err := r.outboxStore.settle(ctx, d, res)
+	if err != nil {
+		r.mu.Lock()
+		r.failed[d.ID] = true
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *recordingBox) ids() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for id := range r.failed {
+		out[id] = true
+	}
+	return out
+}
+
+// TestNotifyFileOutboxReplay: the file store's pending deliveries survive
+// a restart and are delivered after it; an entry whose notice never
+// reached the node's file (a crash between the two writes) is dropped.
+func TestNotifyFileOutboxReplay(t *testing.T) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	h.down()
+	dir := t.TempDir()
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	open := func() (*platform, *notifier) {
+		n := newNotifier4Test(t, c, cfg)
+		p, err := newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, n
+	}
+	p, n := open()
+	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	overloadNode(t, c, "r1", tp)
+	drain(t, n)
+	// A crash after the outbox's append, before the node's file: an
+	// entry for a notice r2's file does not hold.
+	ghost, err := noticeDelivery(overload.Notice{Node: "r1", At: c.now().Add(time.Hour), Text: "never saved"}, c.now(), n.receivers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.box.add(ghost); err != nil {
+		t.Fatal(err)
+	}
+	p.box.close()
+	// Half a line at the end, as a crash mid-append leaves it.
+	f, err := os.OpenFile(filepath.Join(dir, outboxFile), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"op":"put","d":{"id":"ntc_`)
+	f.Close()
+
+	h.up()
+	p, n = open()
+	defer p.box.close()
+	c.add(time.Hour)
+	drain(t, n)
+	_, acc := h.snapshot()
+	if len(acc) != 1 || acc[noticeID("r1", t0.Add(3*time.Second))] != 1 {
+		t.Fatalf("delivered after the restart: %v, want r1's notice once", acc)
+	}
+	if d, _ := p.box.byIDs(t.Context(), []string{ghost.ID}); len(d) != 0 {
+		t.Fatalf("the unsaved notice's entry was kept: %+v", d)
+	}
+}
+
+// TestParseReceivers: the notify file's lines, and errors naming the line.
+func TestParseReceivers(t *testing.T) {
+	good := "# comment\n\nx1 https://ops.example/hook " + hookSecret + " " + hookSecret2 + "\n* http://127.0.0.1:9/all " + hookSecret + "\n"
+	rs, err := parseReceivers("notify", strings.NewReader(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rs.forNode("x1"); r == nil || len(r.Secrets) != 2 || r.Line != 3 {
+		t.Fatalf("x1: %+v", r)
+	}
+	if r := rs.forNode("y"); r == nil || r.Node != "*" || r.host() != "127.0.0.1:9" {
+		t.Fatalf("y: %+v", r)
+	}
+	for _, c := range []struct{ file, want string }{
+		{"x1 https://a/ whsec_c2hvcnQ=\n", "notify:1: node x1: secret 1: 5 bytes: want at least 24"},
+		{"\nx1 https://a/ " + hookSecret + "\nx1 https://b/ " + hookSecret + "\n", "notify:3: node x1 has a line already (line 2)"},
+		{"x1 ftp://a/ " + hookSecret + "\n", "notify:1: node x1: the URL is not an absolute http:// or https:// URL"},
+		{"x1 https://a/\n", "notify:1: want NODE URL SECRET [SECRET…], got 2 field(s)"},
+		{"x1 https://a/ s3cr3t-not-whsec\n", `notify:1: node x1: secret 1: want "whsec_"`},
+		{"bad/node https://a/ " + hookSecret + "\n", `notify:1: node "bad/node"`},
+		{"x1 https://a/ whsec_!!!\n", "notify:1: node x1: secret 1: not base64"},
+	} {
+		_, err := parseReceivers("notify", strings.NewReader(c.file))
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.file, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("the error shows the secret: %v", err)
+		}
+	}
+}
+
+// TestNotifyFileRefused: a bad -notify-file is refused at start, naming
+// the line; a bad one on reload keeps the one in force.
+func TestNotifyFileRefused(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	writeFile(t, tokens, "op-token\n")
+	bad := notifyFile(t, "# receivers", "x1 https://a/ whsec_c2hvcnQ=")
+	var stderr strings.Builder
+	code := run(t.Context(), []string{"-token-file", tokens, "-state-dir", dir, "-notify-file", bad, "-listen", "127.0.0.1:0"}, &stderr, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), bad+":2: node x1: secret 1") {
+		t.Fatalf("exit %d, %q; want 2 and the line named", code, stderr.String())
+	}
+	c := &clock{t: t0}
+	file := notifyFile(t, "* http://127.0.0.1:9/ "+hookSecret)
+	n := newNotifier4Test(t, c, testNotifyConfig(file))
+	writeFile(t, file, "* http://127.0.0.1:9/\n")
+	if err := n.reload(); err == nil || !strings.Contains(err.Error(), file+":1:") || !strings.Contains(err.Error(), "previous file stays") {
+		t.Fatalf("reload of a bad file: %v", err)
+	}
+	if n.receivers().forNode("any") == nil {
+		t.Fatal("the file in force was dropped by a bad reload")
+	}
+}
+
+// TestSign: the Standard Webhooks specification's example signature.
+func TestSign(t *testing.T) {
+	key, err := decodeSecret(hookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := sign([][]byte{key}, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`))
+	if want := "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="; got != want {
+		t.Fatalf("%s, want %s", got, want)
+	}
+}
+
+func TestClassifyStatus(t *testing.T) {
+	for code, want := range map[int]outcome{200: outcomeDelivered, 204: outcomeDelivered, 301: outcomeFailed, 400: outcomeFailed,
+		401: outcomeFailed, 404: outcomeFailed, 408: outcomeRetry, 410: outcomeGone, 429: outcomeRetry, 500: outcomeRetry, 503: outcomeRetry} {
+		if got := classifyStatus(code); got != want {
+			t.Errorf("%d: %v, want %v", code, got, want)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	base, most := 10*time.Second, time.Hour
+	for n, want := range map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 5: 160 * time.Second, 12: time.Hour, 40: time.Hour} {
+		if lo, hi := backoff(base, most, n, 0), backoff(base, most, n, 1); lo != want/2 || hi != want {
+			t.Errorf("attempt %d: %v to %v, want %v to %v", n, lo, hi, want/2, want)
+		}
+	}
+}
+
+// TestNotifyTimeout: a receiver that does not answer within the timeout
+// is retried later, the attempt recorded as timed out.
+func TestNotifyTimeout(t *testing.T) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	h.mu.Lock()
+	h.hold = make(chan struct{})
+	h.mu.Unlock()
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	cfg.Timeout = 200 * time.Millisecond
+	n := newNotifier4Test(t, c, cfg)
+	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.box.close()
+	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	overloadNode(t, c, "slow", tp)
+	drain(t, n)
+	ns := tp.notices()
+	if d := ns[0].Delivery; d.Status != statusPending || d.Attempts != 1 || d.LastError != "timed out" ||
+		d.NextAttempt.Sub(c.now()) < cfg.backoffBase/2 {
+		t.Fatalf("delivery %+v: want pending after one timed-out attempt, the next one at least %v later", d, cfg.backoffBase/2)
+	}
+}
+
+// TestNotifyEnded: with -notify-ended, the end of an overload is sent as
+// node.overload_ended too; without it, only the start.
+func TestNotifyEnded(t *testing.T) { eachNotifyStore(t, testNotifyEnded) }
+
+func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	cfg.Ended = true
+	var ps []notifyPlatform
+	var ns []*notifier
+	for range replicas {
+		p := open(c, cfg)
+		ps, ns = append(ps, p), append(ns, p.n)
+	}
+	overloadNode(t, c, "e1", ps...)
+	calm(t, c, "e1", ps...)
+	drain(t, ns...)
+	attempts, accepted := h.snapshot()
+	if len(accepted) != 2 || len(attempts) != 2 {
+		t.Fatalf("%d ids, %d attempts; want the start and the end, once each", len(accepted), len(attempts))
+	}
+	if a, b := attempts[0].Msg, attempts[1].Msg; a.Type == b.Type || (a.Type != typeOverloadEnded && b.Type != typeOverloadEnded) {
+		t.Fatalf("types %s and %s, want %s and %s", a.Type, b.Type, typeOverloaded, typeOverloadEnded)
+	}
+	for _, a := range attempts {
+		if a.Msg.Type == typeOverloadEnded && (a.Msg.Data.Lasted == "" || !strings.Contains(a.Msg.Data.Text, "e1 is no longer overloaded")) {
+			t.Fatalf("end message %+v", a.Msg.Data)
+		}
+	}
+}
+
+// TestNotifyGiveUp: a receiver answering 503 past -notify-give-up: the
+// delivery is failed, and no attempt is made after.
+func TestNotifyGiveUp(t *testing.T) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	h.setAnswer(http.StatusServiceUnavailable)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	cfg.GiveUp = 5 * time.Minute
+	n := newNotifier4Test(t, c, cfg)
+	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.box.close()
+	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	overloadNode(t, c, "g1", tp)
+	start := c.now()
+	for c.now().Sub(start) < 10*time.Minute {
+		drain(t, n)
+		c.add(5 * time.Second)
+	}
+	d := tp.notices()[0].Delivery
+	if d.Status != statusFailed || !strings.Contains(d.LastError, "given up after") || d.LastStatus != 503 {
+		t.Fatalf("delivery %+v, want failed: given up", d)
+	}
+	attempts, _ := h.snapshot()
+	if last := attempts[len(attempts)-1].At; last.Sub(start) > cfg.GiveUp+cfg.backoffMax {
+		t.Fatalf("an attempt %v after the start, past the give-up", last.Sub(start))
+	}
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/proofkit/nodekit/overload"
+)
+
+// pgOutbox is the PostgreSQL store's outbox: the deliveries table. A row
+// is inserted in the transaction that decides its notice, so a notice
+// that is counted is delivered and one rolled back is never sent; workers
+// on every replica claim due rows with FOR UPDATE SKIP LOCKED, each claim
+// a short transaction that moves the row's next_at past a lease, so no
+// transaction stays open across an HTTP attempt and a replica that dies
+// mid-attempt leaves its rows due again when the lease runs out.
+type pgOutbox struct {
+	db *pgxpool.Pool
+}
+
+var _ outboxStore = (*pgOutbox)(nil)
+
+// enqueue inserts d in tx; a delivery decided twice (it cannot be: one
+// notice an hour) is inserted once.
+func enqueue(ctx context.Context, tx pgx.Tx, d delivery, at time.Time) error {
+	_, err := tx.Exec(ctx, `INSERT INTO deliveries (id, node, type, at, body, created_at, status, next_at, last_error)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, '')) ON CONFLICT (id) DO NOTHING`,
+		d.ID, d.Node, d.Type, at, d.Body, d.Created, d.Status, nullTime(d.NextAt), d.LastError)
+	return err
+}
+
+// enqueueDecided writes the outbox rows of what this transaction decided
+// for n: its notice, and, when asked for, the end of its overload.
+func (p *pgPlatform) enqueueDecided(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
+	if p.notify == nil {
+		return nil
+	}
+	rs := p.notify.receivers()
+	if n.notice != nil {
+		d, err := noticeDelivery(*n.notice, cmp.Or(n.startedAt, now), rs) // received when the overload started
+		if err != nil {
+			return err
+		}
+		if err := enqueue(ctx, tx, d, n.notice.At); err != nil {
+			return err
+		}
+	}
+	if e := n.event; e != nil && e.Kind == overload.End && p.notify.cfg.Ended {
+		d, err := endDelivery(n.info.ID, *e, cmp.Or(n.info.OverloadEnded, now), rs)
+		if err != nil {
+			return err
+		}
+		if err := enqueue(ctx, tx, d, e.At); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const deliveryColumns = `id, node, type, body, created_at, status, attempts, next_at, coalesce(last_status, 0), coalesce(last_error, ''), delivered_at`
+
+// claimedColumns are deliveryColumns of the claim's UPDATE … FROM.
+const claimedColumns = `d.id, d.node, d.type, d.body, d.created_at, d.status, d.attempts, d.next_at, coalesce(d.last_status, 0), coalesce(d.last_error, ''), d.delivered_at`
+
+func scanDelivery(row pgx.Row) (delivery, error) {
+	var d delivery
+	var next, delivered *time.Time
+	err := row.Scan(&d.ID, &d.Node, &d.Type, &d.Body, &d.Created, &d.Status, &d.Attempts, &next, &d.LastStatus, &d.LastError, &delivered)
+	if next != nil {
+		d.NextAt = *next
+	}
+	if delivered != nil {
+		d.DeliveredAt = *delivered
+	}
+	return d, err
+}
+
+func (o *pgOutbox) claim(ctx context.Context, now time.Time, max int, lease time.Duration, f claimFilter) ([]delivery, error) {
+	busy, own := f.Busy, f.Own
+	if busy == nil {
+		busy = []string{}
+	}
+	if own == nil {
+		own = []string{}
+	}
+	rows, err := o.db.Query(ctx, `WITH due AS (
+			SELECT id FROM deliveries
+			WHERE status = 'pending' AND next_at <= $1 AND NOT (node = ANY($4)) AND (NOT $5 OR node = ANY($6))
+			ORDER BY next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+		UPDATE deliveries d SET attempts = d.attempts + 1, next_at = $2
+		FROM due WHERE d.id = due.id
+		RETURNING `+claimedColumns, now, now.Add(lease), max, busy, f.AnyBusy, own)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+func (o *pgOutbox) settle(ctx context.Context, d delivery, res attemptResult) error {
+	next := d.apply(res)
+	// Another replica may have claimed the row again (this one's lease ran
+	// out): then only a delivery is recorded over its attempt.
+	_, err := o.db.Exec(ctx, `UPDATE deliveries SET status = $3, attempts = $4, next_at = $5, last_status = nullif($6, 0),
+			last_error = nullif($7, ''), delivered_at = $8
+		WHERE id = $1 AND status = 'pending' AND (attempts = $2 OR $3 = 'delivered')`,
+		d.ID, d.Attempts, next.Status, next.Attempts, nullTime(next.NextAt), next.LastStatus, next.LastError, nullTime(next.DeliveredAt))
+	return err
+}
+
+func (o *pgOutbox) byIDs(ctx context.Context, ids []string) (map[string]delivery, error) {
+	out := map[string]delivery{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := o.db.Query(ctx, `SELECT `+deliveryColumns+` FROM deliveries WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, classify(err)
+		}
+		out[d.ID] = d
+	}
+	return out, classify(rows.Err())
+}
+
+func (o *pgOutbox) byNode(ctx context.Context, node string, limit int) ([]delivery, error) {
+	rows, err := o.db.Query(ctx, `SELECT `+deliveryColumns+` FROM deliveries WHERE node = $1 ORDER BY created_at DESC, id DESC LIMIT $2`, node, limit)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, classify(err)
+		}
+		out = append(out, d)
+	}
+	return out, classify(rows.Err())
+}
+
+func (o *pgOutbox) counts(ctx context.Context) (map[string]int64, time.Time, error) {
+	out := map[string]int64{}
+	var oldest *time.Time
+	rows, err := o.db.Query(ctx, `SELECT status, count(*) FROM deliveries GROUP BY status`)
+	if err != nil {
+		return nil, time.Time{}, classify(err)
+	}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			rows.Close()
+			return nil, time.Time{}, classify(err)
+		}
+		out[s] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, classify(err)
+	}
+	err = o.db.QueryRow(ctx, `SELECT min(created_at) FROM deliveries WHERE status = 'pending'`).Scan(&oldest)
+	if err != nil || oldest == nil {
+		return out, time.Time{}, classify(err)
+	}
+	return out, *oldest, nil
+}

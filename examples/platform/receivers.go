@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// receiver is where one node's notices go: a URL and the secrets its
+// messages are signed with (two while one is rotated).
+type receiver struct {
+	Node    string // the node the line is for, or "*"
+	URL     *url.URL
+	Secrets [][]byte
+	Line    int // the line of the notify file
+}
+
+// host is the receiver's host and port, which is all a log line names of
+// it: its URL may carry userinfo or a token in its path or query.
+func (r *receiver) host() string { return r.URL.Host }
+
+// receivers is a parsed notify file: one receiver per node that has a
+// line of its own, and the "*" line's for every other node.
+type receivers struct {
+	byNode map[string]*receiver
+	any    *receiver
+	sum    [32]byte // the file's content hash: a 410 disables a URL until it changes
+	path   string
+}
+
+// minSecret is the least a secret decodes to: 24 bytes, 192 bits.
+const minSecret = 24
+
+// parseReceivers reads a notify file: one receiver a line,
+//
+//	NODE URL SECRET [SECRET…]
+//
+// NODE is a node id or "*" (every node without a line of its own), URL
+// an http:// or https:// URL, each SECRET "whsec_" and the base64 of at
+// least 24 bytes; several secrets while one is rotated, each message then
+// signed with every one. Blank lines and lines starting with "#" are
+// skipped. An error names the file and the line.
+func parseReceivers(path string, r io.Reader) (*receivers, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	rs := &receivers{byNode: map[string]*receiver{}, sum: sha256.Sum256(b), path: path}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		rc, err := parseReceiverLine(text)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		rc.Line = line
+		prev := rs.byNode[rc.Node]
+		if rc.Node == "*" {
+			prev = rs.any
+		}
+		if prev != nil {
+			return nil, fmt.Errorf("%s:%d: node %s has a line already (line %d)", path, line, rc.Node, prev.Line)
+		}
+		if rc.Node == "*" {
+			rs.any = rc
+		} else {
+			rs.byNode[rc.Node] = rc
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return rs, nil
+}
+
+func parseReceiverLine(text string) (*receiver, error) {
+	f := strings.Fields(text)
+	if len(f) < 3 {
+		return nil, fmt.Errorf("want NODE URL SECRET [SECRET…], got %d field(s)", len(f))
+	}
+	rc := &receiver{Node: f[0]}
+	if rc.Node != "*" {
+		if err := checkNodeID(rc.Node); err != nil {
+			return nil, err
+		}
+	}
+	u, err := url.Parse(f[1])
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("node %s: the URL is not an absolute http:// or https:// URL", rc.Node)
+	}
+	if u.Fragment != "" {
+		return nil, fmt.Errorf("node %s: the URL has a #fragment, which is never sent", rc.Node)
+	}
+	rc.URL = u
+	for i, s := range f[2:] {
+		key, err := decodeSecret(s)
+		if err != nil {
+			// Never the secret itself: the file's lines are the operator's
+			// to read, not the log's.
+			return nil, fmt.Errorf("node %s: secret %d: %w", rc.Node, i+1, err)
+		}
+		rc.Secrets = append(rc.Secrets, key)
+	}
+	return rc, nil
+}
+
+// decodeSecret decodes a Standard Webhooks secret, "whsec_" and base64.
+func decodeSecret(s string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(s, "whsec_")
+	if !ok {
+		return nil, fmt.Errorf(`want "whsec_" and base64 of at least %d bytes`, minSecret)
+	}
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, fmt.Errorf("not base64 after \"whsec_\": %w", err)
+	}
+	if len(key) < minSecret {
+		return nil, fmt.Errorf("%d bytes: want at least %d", len(key), minSecret)
+	}
+	return key, nil
+}
+
+// readReceivers reads and parses the notify file at path.
+func readReceivers(path string) (*receivers, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseReceivers(path, f)
+}
+
+// forNode is node's receiver, or nil when it has none.
+func (rs *receivers) forNode(node string) *receiver {
+	if rs == nil {
+		return nil
+	}
+	if r := rs.byNode[node]; r != nil {
+		return r
+	}
+	return rs.any
+}
