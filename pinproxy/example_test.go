@@ -65,7 +65,7 @@ func ExampleProxy_Serve() {
 	// 1 dial, 0 live
 }
 
-// The seed's case: node B is down while two clients connect, so both land
+// The pull request's case: node B is down while two clients connect, so both land
 // on A. Rounds close nothing while B is down; once B answers, one round
 // moves the newer connection, and the client's redial lands on B.
 func ExampleProxy_Rebalance() {

@@ -183,7 +183,7 @@ const (
 	movedRound = `msg="answers again; moving a connection"`
 )
 
-// The seed's first case, through the binary: B is down, so both clients
+// The pull request's first case, through the binary: B is down, so both clients
 // land on A; rounds change nothing while B is down; once B answers, the
 // newer connection is closed and its redial lands on B; then the spread is
 // even and rounds make no connection.
@@ -231,7 +231,7 @@ func TestBinarySeedMovesNewerConnectionOnceNodeAnswers(t *testing.T) {
 	}
 }
 
-// The seed's second case, through the binary: with one connection per
+// The pull request's second case, through the binary: with one connection per
 // node, rounds leave everything alone and make no connection.
 func TestBinarySeedLeavesEvenSpreadAlone(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)

@@ -2,7 +2,7 @@
 // connection on loopback, in one run: bulk throughput, connections per
 // second, and memory per idle proxied connection. It prints the medians of
 // several interleaved rounds and the ratios pinproxy/HAProxy against the
-// targets of the issue.
+// targets set for pinproxy.
 //
 //	go run ./internal/proxybench -rounds 5
 //
@@ -49,11 +49,11 @@ func main() {
 	flag.IntVar(&o.clients, "clients", 32, "concurrent clients of the connection-rate measurement")
 	flag.DurationVar(&o.parked, "parked", time.Minute, "how long pinproxy's idle connections are left idle (after they opened) before their memory is read again: they park after 30 s idle by default (0: skip)")
 	flag.IntVar(&o.idle, "idle", 9000, "idle connections held open through each proxy for the memory measurement (capped per proxy by the fds it needs: HAProxy at -maxconn, the naive proxy at 3000)")
-	targets := flag.String("targets", "direct,haproxy,haproxy-nolog,haproxy-force,naive,floor,pinproxy,pinproxy-nolog", "what to measure, comma-separated: haproxy is the issue's configuration (mode tcp, balance leastconn, nbthread 2, option splice-auto) with a log line per connection (option tcplog, to a Unix datagram socket this harness reads), the reference of the ratios beside pinproxy with its defaults (a log line per connection on stderr, read here); haproxy-nolog and pinproxy-nolog log nothing (pinproxy -log-connections=false) and are compared with each other; haproxy-force adds option splice-request and splice-response (splice every transfer); floor is the least a Go proxy can do per connection (an epoll loop per CPU, raw syscalls, no goroutine per connection; floor_linux.go); exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
+	targets := flag.String("targets", "direct,haproxy,haproxy-nolog,haproxy-force,naive,floor,pinproxy,pinproxy-nolog", "what to measure, comma-separated: haproxy is the reference configuration (mode tcp, balance leastconn, nbthread 2, option splice-auto) with a log line per connection (option tcplog, to a Unix datagram socket this harness reads), the reference of the ratios beside pinproxy with its defaults (a log line per connection on stderr, read here); haproxy-nolog and pinproxy-nolog log nothing (pinproxy -log-connections=false) and are compared with each other; haproxy-force adds option splice-request and splice-response (splice every transfer); floor is the least a Go proxy can do per connection (an epoll loop per CPU, raw syscalls, no goroutine per connection; floor_linux.go); exp:PATH runs the pinproxy of another build of this harness at PATH, for A/B comparisons")
 	metrics := flag.String("metrics", "throughput,connrate,idle", "which measurements to run, comma-separated")
 	flag.StringVar(&o.haproxyBin, "haproxy", "haproxy", "HAProxy binary")
 	flag.IntVar(&o.maxconn, "maxconn", 7000, "HAProxy maxconn (it needs 2 fds per connection and pipes beside them; the fd limit here is 20,000)")
-	flag.IntVar(&o.pipesize, "pipesize", 0, "HAProxy tune.pipesize in bytes (0: the system's default pipe size, as the issue's configuration has it)")
+	flag.IntVar(&o.pipesize, "pipesize", 0, "HAProxy tune.pipesize in bytes (0: the system's default pipe size, as the reference configuration has it)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "directory: write CPU profiles of the Go proxies' throughput and connection-rate phases")
 	flag.Parse()
 

@@ -141,7 +141,7 @@ type haproxy struct {
 	logs   *net.UnixConn // where it logs (option tcplog); nil: no log
 }
 
-// haproxyConfig is the configuration the issue names: HAProxy (Debian
+// haproxyConfig is the reference configuration: HAProxy (Debian
 // package haproxy, "mode tcp", "balance leastconn"), as in its reference
 // figures "HAProxy 2.6 (nbthread 2, splice-auto)": splicing is left to
 // HAProxy's own judgement (in the bulk measurement here it spliced nothing:
@@ -149,8 +149,8 @@ type haproxy struct {
 // limit here. The timeouts are the ones HAProxy's documentation asks every tcp
 // proxy to set (without them it warns at start); none is reached in a run.
 // %[5]s adds "option splice-request" and "option splice-response" for the
-// haproxy-force target: splicing every transfer, a configuration the issue
-// does not name, shown beside it. %[6]s is the log: by default a line at
+// haproxy-force target: splicing every transfer, shown beside the
+// reference. %[6]s is the log: by default a line at
 // each connection's end ("option tcplog", HAProxy's counterpart of
 // pinproxy's default) sent to a Unix datagram socket the harness reads and
 // drops, as a local syslog would; the -nolog targets log nothing.

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// The seed's first case: a node is down, so both connections land on the
+// The pull request's first case: a node is down, so both connections land on the
 // other node. A rebalance changes nothing while the node is down. Once it
 // answers, exactly one connection (the newer) is closed, and the redial
 // lands on the recovered node.
@@ -105,7 +105,7 @@ func TestSeedRebalanceMovesNewerConnectionOnceNodeAnswers(t *testing.T) {
 	}
 }
 
-// The seed's second case: with one connection per node, a rebalance leaves
+// The pull request's second case: with one connection per node, a rebalance leaves
 // everything alone and makes no connection.
 func TestSeedRebalanceLeavesEvenSpreadAlone(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
