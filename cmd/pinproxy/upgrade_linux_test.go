@@ -1005,3 +1005,77 @@ func TestBinaryUpgradeSignalDuringDrain(t *testing.T) {
 		t.Errorf("%d upgrade lines during a drain", n)
 	}
 }
+
+// An upgrade after a reload removed an upstream, and while the health
+// checks hold another down: the new process reads the same file, keeps
+// the removed upstream's connection on it, and keeps the down upstream
+// down, counters and all, until the checks say otherwise.
+func TestBinaryUpgradeAfterReloadAndHealthFailure(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
+	c := pinproxytest.New(t, "C", pinproxytest.Line)
+	file := filepath.Join(t.TempDir(), "upstreams")
+	if err := os.WriteFile(file, []byte(c.Addr+"\n"+a.Addr+"\n"+b.Addr+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := startFamily(t, binary, nil, "-upstreams-file", file, "-rebalance-interval", "0",
+		"-check-interval", "100ms", "-check-fall", "2", "-check-rise", "1000")
+	onC, on := pinproxytest.Dial(t, f.addr, "on-c")
+	if on != "C" {
+		t.Fatalf("first client on %s, want C", on)
+	}
+	f.waitCount(`msg="health check: upstream down"`, 1)
+	if err := os.WriteFile(file, []byte(a.Addr+"\n"+b.Addr+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(f.pid(), syscall.SIGHUP)
+	f.waitCount(`msg="upstreams set"`, 1)
+	before := f.status()
+	b.Start() // up again, but -check-rise 1000 keeps it down for 100 s
+
+	f.upgrade(1)
+	s := f.status()
+	byAddr := func(s status, addr string) (live int, found bool) {
+		for _, u := range s.Upstreams {
+			if u.Addr == addr {
+				return u.Live, true
+			}
+		}
+		return 0, false
+	}
+	if live, ok := byAddr(s, c.Addr); !ok || live != 1 {
+		t.Errorf("after the upgrade the removed upstream C: listed %v with %d live, want its 1 connection", ok, live)
+	}
+	var raw struct {
+		Upstreams []struct {
+			Addr     string `json:"addr"`
+			State    string `json:"state"`
+			Removed  bool   `json:"removed"`
+			Failures int64  `json:"failures"`
+		} `json:"upstreams"`
+	}
+	json.Unmarshal([]byte(get(t, "http://"+f.admin+"/status")), &raw)
+	for _, u := range raw.Upstreams {
+		switch u.Addr {
+		case b.Addr:
+			if u.State != "down" || u.Failures < 2 {
+				t.Errorf("after the upgrade B is %s with %d failures, want still down, its failures counted on", u.State, u.Failures)
+			}
+		case c.Addr:
+			if !u.Removed {
+				t.Error("after the upgrade C is not marked removed")
+			}
+		}
+	}
+	for range 4 {
+		if _, on := pinproxytest.Dial(t, f.addr, "new"); on != "A" {
+			t.Fatalf("a new client after the upgrade landed on %s, want A (B down by the checks, C removed)", on)
+		}
+	}
+	if on, err := onC.Ping(); err != nil || on != "C" {
+		t.Errorf("the client on the removed upstream: %q, %v", on, err)
+	}
+	if s.Totals.Accepted < before.Totals.Accepted {
+		t.Errorf("accepted went from %d to %d", before.Totals.Accepted, s.Totals.Accepted)
+	}
+}
