@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/agent/agenttest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 

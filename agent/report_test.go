@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 

@@ -27,7 +27,7 @@ import (
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/agent/agenttest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/sysctl"
 )

@@ -13,8 +13,8 @@ import (
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/agent/agenttest"
-	"github.com/proofkit/nodekit/internal/deploytest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/deploytest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 

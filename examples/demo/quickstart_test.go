@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // root is the repository's root, relative to this package.

@@ -21,8 +21,8 @@ import (
 
 	"github.com/proofkit/nodekit/agent/agenttest"
 	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
-	"github.com/proofkit/nodekit/internal/pgtest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 	"github.com/proofkit/nodekit/routing"

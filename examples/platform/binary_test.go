@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/pgtest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // buildPlatform builds this command into a directory of t's and returns

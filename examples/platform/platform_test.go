@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/proofkit/nodekit/agent"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxymetrics"

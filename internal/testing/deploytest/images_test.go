@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proofkit/nodekit/internal/dockerlab"
+	"github.com/proofkit/nodekit/internal/testing/dockerlab"
 )
 
 // TestImagesBothArchitectures builds each Dockerfile's image FROM scratch
