@@ -44,18 +44,14 @@ func testMain(m *testing.M) int {
 		fmt.Println("skipping: the agent's probe reads Linux /proc and netlink")
 		return 0
 	}
-	dir, err := os.MkdirTemp("", "nk-agent-bin-")
+	build := testkit.Build{Pkgs: []string{"."}}
+	defer build.Clean()
+	dir, err := build.Run()
 	if err != nil {
-		fmt.Println(err)
+		fmt.Printf("building the agent: %v\n", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
 	bin = filepath.Join(dir, "proofkit-agent")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		fmt.Printf("building the agent: %v\n%s", err, out)
-		return 1
-	}
 	return m.Run()
 }
 

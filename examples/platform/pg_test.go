@@ -27,9 +27,7 @@ var cluster *pgtest.Cluster
 
 func TestMain(m *testing.M) {
 	code := pgtest.Main(m, &cluster)
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	platformBuild.Clean()
 	os.Exit(code)
 }
 
