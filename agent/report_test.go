@@ -88,7 +88,7 @@ func reportingAgent(t *testing.T, h http.Handler, log *testkit.LogBuffer, cfg Co
 	src := newFakeSource()
 	cfg.Node, cfg.Source, cfg.ReportURL, cfg.Token = "n1", src, srv.URL+"/report", "s3cret"
 	cfg.RetryMax = cmpOr(cfg.RetryMax, 20*time.Millisecond)
-	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(log, tWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(log, t.Output()), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
