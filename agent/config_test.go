@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 func TestCheckNode(t *testing.T) {

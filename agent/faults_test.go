@@ -24,24 +24,20 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/agent/agenttest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
 // The agent binary the tests run, built once, on first use, with the
 // test clock (cmd/proofkit-agent/testclock.go).
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	binErr    error
-)
+var agentBuild = testkit.Build{
+	Pkgs:  []string{"github.com/proofkit/nodekit/cmd/proofkit-agent"},
+	Flags: []string{"-tags", "proofkit_testclock"},
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	agentBuild.Clean()
 	os.Exit(code)
 }
 
@@ -50,21 +46,7 @@ func buildAgent(t *testing.T) string {
 	if runtime.GOOS != "linux" {
 		t.Skip("skipping: the agent's probe reads Linux /proc and netlink")
 	}
-	buildOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "nk-agent-faults-"); binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "proofkit-agent")
-		out, err := exec.Command("go", "build", "-tags", "proofkit_testclock", "-o", binPath,
-			"github.com/proofkit/nodekit/cmd/proofkit-agent").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatalf("building the agent: %v", binErr)
-	}
-	return binPath
+	return agentBuild.Bin(t, "proofkit-agent")
 }
 
 // faultPlatform is a platform on a real loopback socket that follows the

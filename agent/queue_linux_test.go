@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // TestIntegrationQueueDiskFull fills a real tmpfs: an append that does

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -88,7 +88,7 @@ func reportingAgent(t *testing.T, h http.Handler, log *testkit.LogBuffer, cfg Co
 	src := newFakeSource()
 	cfg.Node, cfg.Source, cfg.ReportURL, cfg.Token = "n1", src, srv.URL+"/report", "s3cret"
 	cfg.RetryMax = cmpOr(cfg.RetryMax, 20*time.Millisecond)
-	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(log, tWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(log, t.Output()), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -357,16 +357,20 @@ func TestNextAt(t *testing.T) {
 // TestStepReturnsWhenSourceBlocks: a source that ignores its context does
 // not hold Step (and so Run, and SIGTERM) past the context's end.
 func TestStepReturnsWhenSourceBlocks(t *testing.T) {
-	block := make(chan struct{})
-	defer close(block)
-	a, err := New(Config{Node: "n1", Source: blockingSource(block)})
+	src := blockingSource{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+	defer close(src.block)
+	a, err := New(Config{Node: "n1", Source: src})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-src.entered:
+	case <-time.After(testkit.Timeout):
+		t.Fatal("Run never read the source")
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -378,10 +382,16 @@ func TestStepReturnsWhenSourceBlocks(t *testing.T) {
 	}
 }
 
-type blockingSource chan struct{}
+// blockingSource blocks every Read until block is closed, whatever its
+// context; entered gets a value when a Read has begun.
+type blockingSource struct{ block, entered chan struct{} }
 
 func (b blockingSource) Read(context.Context) (overload.Reading, error) {
-	<-b
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	<-b.block
 	return overload.Reading{}, context.Canceled
 }
 

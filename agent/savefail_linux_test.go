@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // TestIntegrationFullDiskNumbersNoReadingTwice fills a real tmpfs under

@@ -12,7 +12,7 @@ import (
 // BenchmarkConnection measures one client's whole life through the proxy
 // on loopback: connect, the least-used choice and upstream dial, one byte
 // each way, close. Throughput of the data path is measured by
-// internal/proxybench.
+// internal/tools/proxybench.
 func BenchmarkConnection(b *testing.B) {
 	up := pinproxytest.New(b, "A", pinproxytest.Echo)
 	p, err := pinproxy.New(pinproxy.Config{Upstreams: []string{up.Addr}, RebalanceInterval: -1})

@@ -11,7 +11,7 @@ import (
 
 // This file is the data path: the bytes of one client connection and its
 // upstream. It is kept apart so it can be reworked and benchmarked
-// (internal/proxybench) without touching the routing logic. The contract
+// (internal/tools/proxybench) without touching the routing logic. The contract
 // with proxy.go:
 //
 //   - newLink makes a connection's link and its start is called once, from

@@ -447,7 +447,7 @@ func (pk *parker) loop(f *os.File, rc syscall.RawConn) {
 // of the goroutines that ended are freed only by a GC, which an idle
 // process runs every two minutes, and the scavenger then returns them
 // only down to about twice the live heap. Measured with
-// internal/proxybench, 9,000 connections parked by the default 30 s:
+// internal/tools/proxybench, 9,000 connections parked by the default 30 s:
 // 7.4 KiB of VmRSS per connection a minute after they opened without
 // this, 3.6 with it. It runs at most once a minute, after at least 1,000
 // links parked.

@@ -389,7 +389,7 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 	// The dial (resolver, connect) grew this goroutine's stack to about
 	// 8 KiB, and a goroutine keeps its stack for life: hand the
 	// connection to a fresh goroutine, which stays at 2 KiB while the
-	// connection idles. Measured with internal/proxybench: 13.6 → 7.8 KiB
+	// connection idles. Measured with internal/tools/proxybench: 13.6 → 7.8 KiB
 	// per idle proxied connection.
 	go p.serveConn(c)
 }

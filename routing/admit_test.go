@@ -205,3 +205,25 @@ func TestNodeValidate(t *testing.T) {
 		t.Errorf("Plan over an earlier version's recent closures: state %+v, err %v; want them dropped", p.State, err)
 	}
 }
+
+func TestPolicyWithDefaults(t *testing.T) {
+	want := routing.Policy{
+		UnusedAfter: routing.DefaultUnusedAfter, UnusedPerHour: routing.DefaultUnusedPerHour,
+		MoveAfter: routing.DefaultMoveAfter, MoveMemoryPercent: routing.DefaultMoveMemoryPercent,
+		MoveEvery: routing.DefaultMoveEvery, CoolDown: routing.DefaultCoolDown,
+	}
+	if got := (routing.Policy{}).WithDefaults(); got != want {
+		t.Errorf("zero Policy with defaults: %+v, want %+v", got, want)
+	}
+	set := routing.Policy{UnusedAfter: time.Hour, UnusedPerHour: 0.5, MoveAfter: time.Minute,
+		MoveMemoryPercent: 90, MoveEvery: time.Second, CoolDown: -1}
+	if got := set.WithDefaults(); got != set {
+		t.Errorf("a Policy with every field set: %+v, want it unchanged", got)
+	}
+	ended := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, p := range []routing.Policy{{}, {CoolDown: time.Minute}} {
+		if got, want := p.OfferedAgain(ended), ended.Add(p.WithDefaults().CoolDown); !got.Equal(want) {
+			t.Errorf("%+v: OfferedAgain %v, but WithDefaults' CoolDown gives %v", p, got, want)
+		}
+	}
+}

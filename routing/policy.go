@@ -92,6 +92,23 @@ func (p Policy) OfferedAgain(ended time.Time) time.Time {
 	return ended.Add(orDuration(p.CoolDown, DefaultCoolDown))
 }
 
+// WithDefaults returns p with each zero field set to its default, the
+// figures Plan and Admit use: a caller that needs one of them (a store
+// checking, under its own lock, that a route is still unused) reads it
+// here rather than resolving the defaults itself. A negative CoolDown
+// stays negative (no cool-down).
+func (p Policy) WithDefaults() Policy {
+	p.UnusedAfter = p.unusedAfter()
+	p.UnusedPerHour = p.unusedPerHour()
+	p.MoveAfter = p.moveAfter()
+	p.MoveMemoryPercent = p.moveMemoryPercent()
+	p.MoveEvery = p.moveEvery()
+	if p.CoolDown == 0 {
+		p.CoolDown = DefaultCoolDown
+	}
+	return p
+}
+
 func orDuration(d, def time.Duration) time.Duration {
 	if d == 0 {
 		return def

@@ -4,10 +4,10 @@
 // A full connection (conntrack) table is the agent's to size: the kernel's
 // defaults stop at 262,144 tracked connections whatever the memory, a
 // 208 KiB socket buffer cap and a 1,000-packet input queue. [Targets]
-// gives, for a memory size and CPU count, the value each key should hold;
-// each function ([ConntrackMax], [Somaxconn], [SocketBufferMax], …) says
-// in its comment where its figure comes from and what share of memory it
-// may take. The keys:
+// gives, for a memory size and CPU count, the value each key should hold
+// and, in each [Target]'s Why, the rule behind it; the source of each
+// key's sizing (targets.go) says where its figure comes from and what
+// share of memory it may take. The keys:
 //
 //	net.netfilter.nf_conntrack_max      net.core.netdev_max_backlog
 //	net.netfilter.nf_conntrack_buckets  net.core.rmem_max, wmem_max

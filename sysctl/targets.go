@@ -55,7 +55,7 @@ const (
 	kubeProxyMin     = 131072
 )
 
-// ConntrackMax is the target for net.netfilter.nf_conntrack_max: the number
+// conntrackMax is the target for net.netfilter.nf_conntrack_max: the number
 // of connections the kernel tracks before it drops new ones ("table full,
 // dropping packet"), which on a VPN exit node is the number of flows the
 // node can carry at all.
@@ -80,17 +80,17 @@ const (
 // kube-proxy's (max(32768 × cpus, 131072)), and never above 5 % of memory
 // (memBytes / 20 / 352 B), which wins on small machines with many cores.
 // It is rounded down to a multiple of 1,024. With one bucket per entry
-// (ConntrackBuckets) the whole table stays within that 5 %.
-func ConntrackMax(memBytes uint64, cpus int) uint64 {
+// (conntrackBuckets) the whole table stays within that 5 %.
+func conntrackMax(memBytes uint64, cpus int) uint64 {
 	t := memBytes / conntrackBytesPerEntry
 	t = max(t, uint64(max(cpus, 1))*kubeProxyPerCore, kubeProxyMin)
 	t = min(t, memBytes/conntrackShareDivisor/conntrackEntryBytes)
 	return roundDown(t, 1024)
 }
 
-// ConntrackBuckets is the target for net.netfilter.nf_conntrack_buckets,
+// conntrackBuckets is the target for net.netfilter.nf_conntrack_buckets,
 // the size of the conntrack hash table: one bucket per entry of
-// ConntrackMax, the kernel's own ratio since 5.15, and at least 1,024 (the
+// conntrackMax, the kernel's own ratio since 5.15, and at least 1,024 (the
 // kernel's minimum).
 //
 // Every entry is hashed twice, once per direction, so one bucket per
@@ -100,8 +100,8 @@ func ConntrackMax(memBytes uint64, cpus int) uint64 {
 // number of conntrack objects", 2021). kube-proxy's max/4 would mean
 // chains of eight. A bucket is an 8 B list head, counted in the 352 B of
 // an entry. Writable only from the host's network namespace.
-func ConntrackBuckets(memBytes uint64, cpus int) uint64 {
-	return max(ConntrackMax(memBytes, cpus), 1024)
+func conntrackBuckets(memBytes uint64, cpus int) uint64 {
+	return max(conntrackMax(memBytes, cpus), 1024)
 }
 
 // Anchors for the listen backlogs.
@@ -111,7 +111,7 @@ const (
 	backlogMax          = 65535     // what every kernel since 2.6 takes
 )
 
-// Somaxconn is the target for net.core.somaxconn, the most a listener's
+// somaxconn is the target for net.core.somaxconn, the most a listener's
 // accept queue may hold (listen(2)'s backlog is cut to it). When a node
 // comes back or a proxy rebalances, its clients redial at once; a short
 // queue turns that burst into ListenOverflows, which the overload check
@@ -123,20 +123,20 @@ const (
 // TCP slab object) plus its first skb: at ~4 KiB a slot, a full queue
 // costs 16 MiB per GiB, 1.6 % of RAM per listener, and only while the
 // application is not accepting.
-func Somaxconn(memBytes uint64) uint64 {
+func somaxconn(memBytes uint64) uint64 {
 	return backlog(memBytes)
 }
 
-// TCPMaxSynBacklog is the target for net.ipv4.tcp_max_syn_backlog, the
+// tcpMaxSynBacklog is the target for net.ipv4.tcp_max_syn_backlog, the
 // most half-open connections (SYN received, handshake not done) a listener
 // holds. The kernel sizes its default from the socket hash (2,048 on a
 // 24 GiB machine here, 128 at least). Since the SYN queue is also cut at
 // the listener's accept backlog, a SYN backlog above somaxconn buys
-// nothing: the target is Somaxconn's. A half-open connection is a
+// nothing: the target is somaxconn's. A half-open connection is a
 // request_sock of 320 B (/proc/slabinfo "request_sock_TCP"), so a full SYN
 // queue costs 1.25 MiB per GiB, 0.12 % of RAM; past it, syncookies take
 // over.
-func TCPMaxSynBacklog(memBytes uint64) uint64 {
+func tcpMaxSynBacklog(memBytes uint64) uint64 {
 	return backlog(memBytes)
 }
 
@@ -153,7 +153,7 @@ const (
 	netdevBacklogMax    = 65536
 )
 
-// NetdevMaxBacklog is the target for net.core.netdev_max_backlog, the
+// netdevMaxBacklog is the target for net.core.netdev_max_backlog, the
 // packets each CPU queues when they arrive faster than the stack takes
 // them; past it the kernel drops them (the second column of
 // /proc/net/softnet_stat). The kernel default, 1,000, was set for
@@ -165,7 +165,7 @@ const (
 // multiple of 1,024, at most 65,536, and never below the kernel's 1,000.
 // A machine with 1 GiB per core gets 5,120. Host-only: a network
 // namespace does not see this key.
-func NetdevMaxBacklog(memBytes uint64, cpus int) uint64 {
+func netdevMaxBacklog(memBytes uint64, cpus int) uint64 {
 	t := memBytes / netdevShareDivisor / (uint64(max(cpus, 1)) * netdevPacketBytes)
 	t = roundDown(t, 1024)
 	return min(max(t, netdevBacklogKernel), netdevBacklogMax)
@@ -178,7 +178,7 @@ const (
 	bufMax          = 64 * mib
 )
 
-// SocketBufferMax is the target for net.core.rmem_max and wmem_max (the
+// socketBufferMax is the target for net.core.rmem_max and wmem_max (the
 // most an application may ask for with SO_RCVBUF / SO_SNDBUF) and for the
 // max field of net.ipv4.tcp_rmem and tcp_wmem (how far TCP autotuning
 // grows one connection's buffers).
@@ -195,7 +195,7 @@ const (
 // memory for all TCP buffers together, is left alone, so the total stays
 // bounded. rmem_max and wmem_max are host-only: read-only inside a
 // network namespace.
-func SocketBufferMax(memBytes uint64) uint64 {
+func socketBufferMax(memBytes uint64) uint64 {
 	t := roundDown(memBytes/bufShareDivisor, mib)
 	return min(max(t, bufMin), bufMax)
 }
@@ -205,16 +205,16 @@ func SocketBufferMax(memBytes uint64) uint64 {
 // a fixed order. It is pure: the same arguments give the same targets.
 func Targets(memBytes uint64, cpus int) []Target {
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	ctMax := ConntrackMax(memBytes, cpus)
-	backlog := Somaxconn(memBytes)
-	buf := SocketBufferMax(memBytes)
+	ctMax := conntrackMax(memBytes, cpus)
+	backlog := somaxconn(memBytes)
+	buf := socketBufferMax(memBytes)
 	third := "- - " + u(buf)
 	return []Target{
 		{KeyConntrackMax, u(ctMax), "one entry per 16 KiB of memory, at least max(32768 × cpus, 131072) (kube-proxy), at most 5 % of memory at 352 B an entry"},
-		{KeyConntrackBuckets, u(ConntrackBuckets(memBytes, cpus)), "one bucket per entry of nf_conntrack_max, the kernel's own ratio since 5.15"},
+		{KeyConntrackBuckets, u(conntrackBuckets(memBytes, cpus)), "one bucket per entry of nf_conntrack_max, the kernel's own ratio since 5.15"},
 		{KeySomaxconn, u(backlog), "4096 per GiB of memory, from 4096 (kernel default) to 65535"},
-		{KeyTCPMaxSynBacklog, u(TCPMaxSynBacklog(memBytes)), "as somaxconn: the SYN queue is also cut at the accept backlog"},
-		{KeyNetdevMaxBacklog, u(NetdevMaxBacklog(memBytes, cpus)), "all CPUs' queues full at 4 KiB a packet take at most 2 % of memory; 1000 to 65536"},
+		{KeyTCPMaxSynBacklog, u(tcpMaxSynBacklog(memBytes)), "as somaxconn: the SYN queue is also cut at the accept backlog"},
+		{KeyNetdevMaxBacklog, u(netdevMaxBacklog(memBytes, cpus)), "all CPUs' queues full at 4 KiB a packet take at most 2 % of memory; 1000 to 65536"},
 		{KeyRmemMax, u(buf), "1/256 of memory for one socket, from 4 MiB to 64 MiB"},
 		{KeyWmemMax, u(buf), "1/256 of memory for one socket, from 4 MiB to 64 MiB"},
 		{KeyTCPRmem, third, "max field only: 1/256 of memory, from 4 MiB to 64 MiB; min and default kept"},

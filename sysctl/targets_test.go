@@ -81,19 +81,19 @@ func TestTargetsAnchors(t *testing.T) {
 		name      string
 		got, want uint64
 	}{
-		{"kube-proxy floor at 1 GiB", ConntrackMax(1<<30, 1), 131072},
-		{"kube-proxy per core wins at 2 GiB, 8 CPUs", ConntrackMax(2<<30, 8), 262144},
-		{"5 % cap wins at 1 GiB, 64 CPUs", ConntrackMax(1<<30, 64), 151552},
-		{"the kernel's 262144 at 4 GiB", ConntrackMax(4<<30, 2), 262144},
-		{"65536 per GiB at 16 GiB", ConntrackMax(16<<30, 8), 1 << 20},
-		{"one bucket per entry", ConntrackBuckets(16<<30, 8), 1 << 20},
-		{"somaxconn floor is the kernel default", Somaxconn(512 << 20), 4096},
-		{"somaxconn cap", Somaxconn(1 << 40), 65535},
-		{"netdev at 1 GiB a core", NetdevMaxBacklog(4<<30, 4), 5120},
-		{"netdev never below the kernel's 1000", NetdevMaxBacklog(1<<30, 64), 1000},
-		{"16 MiB buffers at 4 GiB", SocketBufferMax(4 << 30), 16 << 20},
-		{"64 MiB buffer cap", SocketBufferMax(1 << 40), 64 << 20},
-		{"4 MiB buffer floor", SocketBufferMax(256 << 20), 4 << 20},
+		{"kube-proxy floor at 1 GiB", conntrackMax(1<<30, 1), 131072},
+		{"kube-proxy per core wins at 2 GiB, 8 CPUs", conntrackMax(2<<30, 8), 262144},
+		{"5 % cap wins at 1 GiB, 64 CPUs", conntrackMax(1<<30, 64), 151552},
+		{"the kernel's 262144 at 4 GiB", conntrackMax(4<<30, 2), 262144},
+		{"65536 per GiB at 16 GiB", conntrackMax(16<<30, 8), 1 << 20},
+		{"one bucket per entry", conntrackBuckets(16<<30, 8), 1 << 20},
+		{"somaxconn floor is the kernel default", somaxconn(512 << 20), 4096},
+		{"somaxconn cap", somaxconn(1 << 40), 65535},
+		{"netdev at 1 GiB a core", netdevMaxBacklog(4<<30, 4), 5120},
+		{"netdev never below the kernel's 1000", netdevMaxBacklog(1<<30, 64), 1000},
+		{"16 MiB buffers at 4 GiB", socketBufferMax(4 << 30), 16 << 20},
+		{"64 MiB buffer cap", socketBufferMax(1 << 40), 64 << 20},
+		{"4 MiB buffer floor", socketBufferMax(256 << 20), 4 << 20},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -110,20 +110,20 @@ func TestTargetsBounded(t *testing.T) {
 		mem := rapid.Uint64Range(64<<20, 16<<40).Draw(t, "mem")
 		cpus := rapid.IntRange(1, 1024).Draw(t, "cpus")
 
-		ct, buckets := ConntrackMax(mem, cpus), ConntrackBuckets(mem, cpus)
+		ct, buckets := conntrackMax(mem, cpus), conntrackBuckets(mem, cpus)
 		if ct*conntrackEntryBytes > mem/20 {
 			t.Fatalf("conntrack %d entries × %d B = %d B, above 5 %% of %d B", ct, conntrackEntryBytes, ct*conntrackEntryBytes, mem)
 		}
 		if buckets != max(ct, 1024) {
 			t.Fatalf("buckets %d for max %d", buckets, ct)
 		}
-		if sb := Somaxconn(mem); sb > 65535 || sb < 4096 || (sb > 4096 && sb*4096 > mem/64) {
+		if sb := somaxconn(mem); sb > 65535 || sb < 4096 || (sb > 4096 && sb*4096 > mem/64) {
 			t.Fatalf("somaxconn %d: a full accept queue at 4 KiB a slot is above 1/64 of %d B", sb, mem)
 		}
-		if nb := NetdevMaxBacklog(mem, cpus); nb > netdevBacklogKernel && nb*uint64(cpus)*netdevPacketBytes > mem/50 {
+		if nb := netdevMaxBacklog(mem, cpus); nb > netdevBacklogKernel && nb*uint64(cpus)*netdevPacketBytes > mem/50 {
 			t.Fatalf("netdev_max_backlog %d × %d CPUs × 4 KiB above 2 %% of %d B", nb, cpus, mem)
 		}
-		if buf := SocketBufferMax(mem); buf > 64<<20 || buf < 4<<20 || (buf > 4<<20 && buf > mem/256) {
+		if buf := socketBufferMax(mem); buf > 64<<20 || buf < 4<<20 || (buf > 4<<20 && buf > mem/256) {
 			t.Fatalf("socket buffer max %d for %d B", buf, mem)
 		}
 

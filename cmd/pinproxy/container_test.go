@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proofkit/nodekit/internal/deploytest"
-	"github.com/proofkit/nodekit/internal/dockerlab"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/deploytest"
+	"github.com/proofkit/nodekit/internal/testing/dockerlab"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 

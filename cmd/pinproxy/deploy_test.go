@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proofkit/nodekit/internal/deploytest"
+	"github.com/proofkit/nodekit/internal/testing/deploytest"
 )
 
 // The proxy's files in examples/deploy are what operators copy. These

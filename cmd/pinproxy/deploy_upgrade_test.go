@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/deploytest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/deploytest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 

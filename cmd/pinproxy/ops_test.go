@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
-	"github.com/proofkit/nodekit/internal/deploytest"
 	"github.com/proofkit/nodekit/internal/logbuf"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/deploytest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )

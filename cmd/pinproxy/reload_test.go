@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 )
 

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/dockerlab"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/dockerlab"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/sysctl"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proofkit/nodekit/internal/deploytest"
+	"github.com/proofkit/nodekit/internal/testing/deploytest"
 )
 
 // The files in examples/deploy are what operators copy. These tests keep

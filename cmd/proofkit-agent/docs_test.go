@@ -14,8 +14,8 @@ import (
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/agent/agenttest"
-	"github.com/proofkit/nodekit/internal/deploytest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/deploytest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // umaskRecipeRe is a documented one-line way to write a token file.

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -27,7 +25,7 @@ import (
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/agent/agenttest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/sysctl"
 )
@@ -44,18 +42,14 @@ func testMain(m *testing.M) int {
 		fmt.Println("skipping: the agent's probe reads Linux /proc and netlink")
 		return 0
 	}
-	dir, err := os.MkdirTemp("", "nk-agent-bin-")
+	build := testkit.Build{Pkgs: []string{"."}}
+	defer build.Clean()
+	dir, err := build.Run()
 	if err != nil {
-		fmt.Println(err)
+		fmt.Printf("building the agent: %v\n", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
 	bin = filepath.Join(dir, "proofkit-agent")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		fmt.Printf("building the agent: %v\n%s", err, out)
-		return 1
-	}
 	return m.Run()
 }
 
@@ -69,14 +63,11 @@ func node(t *testing.T, n agenttest.Node) string {
 	return dir
 }
 
-// proc is one running agent.
+// proc is one running agent, its stdout and stderr in Log.
 type proc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	addr   chan string
-	done   chan struct{}
+	*testkit.Proc
+	t    *testing.T
+	addr chan string
 }
 
 var addrRe = regexp.MustCompile(`msg="serving /, /metrics, /status, /events, /healthz and /readyz" addr=(\S+)`)
@@ -95,51 +86,28 @@ func startEnv(t *testing.T, env []string, dir string, args ...string) *proc {
 		"-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir),
 		"-listen", "127.0.0.1:0", "-node", "node-1", "-log-level", "debug",
 	}, args...)
-	p := &proc{t: t, cmd: exec.Command(bin, all...), addr: make(chan string, 1), done: make(chan struct{})}
+	cmd := exec.Command(bin, all...)
 	if env != nil {
-		p.cmd.Env = append(os.Environ(), env...)
+		cmd.Env = append(os.Environ(), env...)
 	}
-	pr, pw := io.Pipe()
-	p.cmd.Stderr = pw
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.stderr.WriteString(line + "\n")
-			p.mu.Unlock()
-			if m := addrRe.FindStringSubmatch(line); m != nil {
-				p.addr <- m[1]
-			}
-		}
-	}()
-	go func() {
-		p.cmd.Wait()
-		pw.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
+	p := &proc{t: t, addr: make(chan string, 1)}
+	t.Cleanup(func() { // after the process ended: testkit.StartProc's cleanup runs first
 		if t.Failed() {
-			t.Logf("agent stderr:\n%s", p.log())
+			t.Logf("agent log:\n%s", p.log())
+		}
+	})
+	p.Proc = testkit.StartProc(t, cmd, func(line string) {
+		if m := addrRe.FindStringSubmatch(line); m != nil {
+			select {
+			case p.addr <- m[1]:
+			default:
+			}
 		}
 	})
 	return p
 }
 
-func (p *proc) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.stderr.String()
-}
+func (p *proc) log() string { return p.Log.String() }
 
 func (p *proc) count(msg string) int {
 	return strings.Count(p.log(), `msg="`+msg+`"`) + strings.Count(p.log(), "msg="+msg+" ")
@@ -160,15 +128,15 @@ func (p *proc) url(path string) string {
 // stop sends SIGTERM and returns the exit status.
 func (p *proc) stop() int {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		p.t.Fatal(err)
 	}
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(20 * time.Second):
 		p.t.Fatal("agent did not stop on SIGTERM")
 	}
-	return p.cmd.ProcessState.ExitCode()
+	return p.Cmd.ProcessState.ExitCode()
 }
 
 // metrics scrapes /metrics, failing the test unless it parses as
@@ -370,14 +338,14 @@ func TestSIGHUPReloadsToken(t *testing.T) {
 	running := func(when string) {
 		t.Helper()
 		select {
-		case <-a.done:
-			t.Fatalf("the agent exited %s: %v", when, a.cmd.ProcessState)
+		case <-a.Done():
+			t.Fatalf("the agent exited %s: %v", when, a.Cmd.ProcessState)
 		default:
 		}
 	}
 	hup := func() {
 		t.Helper()
-		if err := a.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := a.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -445,7 +413,7 @@ func TestSIGHUPCredentialCopy(t *testing.T) {
 		a := startEnv(t, []string{"CREDENTIALS_DIRECTORY=" + credDir}, dir, "-sysctl", "off", "-interval", "100ms",
 			"-state-dir", t.TempDir(), "-report-url", "http://"+plat.addr+"/readings", "-token-file", file)
 		testkit.WaitFor(t, "a report", func() bool { return a.count("reading") >= 1 })
-		if err := a.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := a.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 		testkit.WaitFor(t, `"token reloaded"`, func() bool { return a.count("token reloaded") == 1 })
@@ -559,7 +527,7 @@ func TestStateDirLocked(t *testing.T) {
 		t.Fatalf("second agent: exit status %d (%v), want 1; stderr:\n%s", code, err, stderr.String())
 	}
 	msg := strings.TrimRight(stderr.String(), "\n")
-	want := fmt.Sprintf("proofkit-agent: new agent: state directory %s: locked by another agent (pid %d)", state, a.cmd.Process.Pid)
+	want := fmt.Sprintf("proofkit-agent: new agent: state directory %s: locked by another agent (pid %d)", state, a.Cmd.Process.Pid)
 	if msg != want {
 		t.Errorf("second agent's stderr = %q, want %q", msg, want)
 	}

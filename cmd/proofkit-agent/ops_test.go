@@ -13,8 +13,8 @@ import (
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/agent/agenttest"
-	"github.com/proofkit/nodekit/internal/deploytest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/deploytest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -148,13 +148,13 @@ func TestSystemdNotify(t *testing.T) {
 	if !strings.Contains(p.log(), `msg=reading`) && !strings.Contains(p.log(), `msg="agent started"`) {
 		t.Errorf("READY=1 before the agent started:\n%s", p.log())
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if got := read(); got != "STOPPING=1" {
 		t.Errorf("on SIGTERM: %q, want STOPPING=1", got)
 	}
-	<-p.done
+	<-p.Done()
 }
 
 // TestNodeFromHostName: a refused node name that came from the host name

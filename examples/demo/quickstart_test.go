@@ -15,12 +15,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // root is the repository's root, relative to this package.
@@ -86,40 +85,25 @@ func quickstart(t *testing.T, name string) []block {
 	return blocks
 }
 
-var (
-	buildOnce sync.Once
-	bins      string
-	buildErr  error
-)
+// build is proofkit-agent, pinproxy and platform, built once for the
+// package's tests.
+var build = testkit.Build{
+	Pkgs: []string{"github.com/proofkit/nodekit/cmd/proofkit-agent",
+		"github.com/proofkit/nodekit/cmd/pinproxy",
+		"github.com/proofkit/nodekit/examples/platform"},
+	Env: []string{"CGO_ENABLED=0"},
+}
 
 // binaries builds proofkit-agent, pinproxy and platform once for the
 // package's tests and returns their directory.
 func binaries(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		bins, buildErr = os.MkdirTemp("", "nk-quickstart-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", bins+string(filepath.Separator),
-			"./cmd/proofkit-agent", "./cmd/pinproxy", "./examples/platform")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return bins
+	return build.Dir(t)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if bins != "" {
-		os.RemoveAll(bins)
-	}
+	build.Clean()
 	os.Exit(code)
 }
 

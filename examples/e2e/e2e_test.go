@@ -21,8 +21,8 @@ import (
 
 	"github.com/proofkit/nodekit/agent/agenttest"
 	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
-	"github.com/proofkit/nodekit/internal/pgtest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 	"github.com/proofkit/nodekit/routing"
@@ -32,6 +32,14 @@ import (
 // pinproxy.
 var bins string
 
+// build is what TestMain builds into bins.
+var build = testkit.Build{
+	Pkgs: []string{"github.com/proofkit/nodekit/cmd/proofkit-agent",
+		"github.com/proofkit/nodekit/examples/platform",
+		"github.com/proofkit/nodekit/cmd/pinproxy"},
+	Env: []string{"CGO_ENABLED=0"},
+}
+
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
 func testMain(m *testing.M) int {
@@ -39,22 +47,13 @@ func testMain(m *testing.M) int {
 		fmt.Println("skipping: the agent's probe reads Linux /proc and netlink")
 		return 0
 	}
-	dir, err := os.MkdirTemp("", "nk-e2e-bin-")
+	defer build.Clean()
+	dir, err := build.Run()
 	if err != nil {
-		fmt.Println(err)
+		fmt.Printf("building the binaries: %v\n", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
 	bins = dir
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/proofkit/nodekit/cmd/proofkit-agent",
-		"github.com/proofkit/nodekit/examples/platform",
-		"github.com/proofkit/nodekit/cmd/pinproxy")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Printf("building the binaries: %v\n%s", err, out)
-		return 1
-	}
 	// A throwaway PostgreSQL cluster for the platform's replicas (the
 	// tests needing it skip without it).
 	return pgtest.Main(m, &cluster)

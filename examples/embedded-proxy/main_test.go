@@ -3,28 +3,26 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
 func waitAddr(t *testing.T, out *testkit.LogBuffer, msg string) string {
 	t.Helper()
 	re := regexp.MustCompile(`msg="` + msg + `" .*?\baddr=(\S+)`)
-	deadline := time.Now().Add(testkit.Timeout)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no %q in the log:\n%s", msg, out.String())
-	return ""
+	var m []string
+	testkit.WaitFor(t, fmt.Sprintf("%q in the log", msg), func() bool {
+		m = re.FindStringSubmatch(out.String())
+		return m != nil
+	})
+	return m[1]
 }
 
 // TestService runs the service in process: two clients land on the two
@@ -68,13 +66,7 @@ func TestService(t *testing.T) {
 	if st.Totals.Live != 2 || st.Upstreams[0].Live != 1 || st.Upstreams[1].Live != 1 {
 		t.Fatalf("stats %+v, want one live connection on each upstream", st)
 	}
-	deadline := time.Now().Add(testkit.Timeout)
-	for !strings.Contains(out.String(), " upstream="+b+" live=1 ") {
-		if time.Now().After(deadline) {
-			t.Fatalf("stats never logged:\n%s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, "the stats in the log", func() bool { return strings.Contains(out.String(), " upstream="+b+" live=1 ") })
 
 	cancel() // as SIGTERM does
 	select {

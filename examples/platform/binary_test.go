@@ -15,23 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/pgtest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
-
-// buildPlatform builds this command into a directory of t's and returns
-// the binary's path.
-func buildPlatform(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "platform")
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // writeTokens writes a token file with the operator's token "tok".
 func writeTokens(t *testing.T, dir string) string {
@@ -50,7 +36,7 @@ func writeTokens(t *testing.T, dir string) string {
 // secret.
 func TestBinaryKeepsDSNSecrets(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
-	bin := buildPlatform(t)
+	bin := platformBinary(t)
 	dir := t.TempDir()
 	tokens := writeTokens(t, dir)
 	db := strings.TrimPrefix(cl.NewDatabase(t), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/", cl.Port))
@@ -114,7 +100,7 @@ func TestBinaryKeepsDSNSecrets(t *testing.T) {
 // answers GET /healthz all the while and everything else 503, and
 // serves again once they are gone.
 func TestBinaryConnectionCap(t *testing.T) {
-	bin := buildPlatform(t)
+	bin := platformBinary(t)
 	dir := t.TempDir()
 	tokens := writeTokens(t, dir)
 	addr := testkit.FreeAddr(t)
@@ -216,7 +202,7 @@ func TestBinaryConnectionCap(t *testing.T) {
 // TestBinaryVersion: -version prints the build and exits 0, without a
 // token file.
 func TestBinaryVersion(t *testing.T) {
-	out, err := exec.Command(buildPlatform(t), "-version").CombinedOutput()
+	out, err := exec.Command(platformBinary(t), "-version").CombinedOutput()
 	if err != nil || !regexp.MustCompile(`^platform \S+ \(commit \S+, go\S+\)\n$`).Match(out) {
 		t.Fatalf("-version: %v, output %q", err, out)
 	}

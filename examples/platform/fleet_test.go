@@ -16,8 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/proofkit/nodekit/internal/pgtest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
@@ -27,30 +27,14 @@ import (
 // replicas on one PostgreSQL database, or one process on a state
 // directory, and send them requests over loopback as clients would.
 
-var (
-	buildOnce sync.Once
-	binDir    string // removed by TestMain
-	binPath   string
-	buildErr  error
-)
+// platformBuild is this package's command, built once per test run and
+// removed by TestMain.
+var platformBuild = testkit.Build{Pkgs: []string{"."}}
 
 // platformBinary builds this package's command once per test run.
 func platformBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "platform-bin-"); buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "platform")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return platformBuild.Bin(t, "platform")
 }
 
 // replica is one running platform process.

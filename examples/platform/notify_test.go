@@ -20,8 +20,8 @@ import (
 	"time"
 
 	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
-	"github.com/proofkit/nodekit/internal/pgtest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 

@@ -482,10 +482,7 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		unusedAfter := p.cfg.Policy.UnusedAfter
-		if unusedAfter <= 0 {
-			unusedAfter = routing.DefaultUnusedAfter
-		}
+		unusedAfter := p.cfg.Policy.WithDefaults().UnusedAfter
 		for _, r := range n.relied {
 			if lr, ok := locked[r.ID]; !ok || lr.closed {
 				return fmt.Errorf("node %s: the alternative %s was closed meanwhile: %w", id, r.ID, errConflict)

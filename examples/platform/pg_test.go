@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/proofkit/nodekit/internal/pgtest"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -27,9 +27,7 @@ var cluster *pgtest.Cluster
 
 func TestMain(m *testing.M) {
 	code := pgtest.Main(m, &cluster)
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	platformBuild.Clean()
 	os.Exit(code)
 }
 

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -186,16 +186,9 @@ func closedIDs(v nodeView) []string {
 	return ids
 }
 
-// testLogger logs through t.Log, so a failing test shows the platform's log.
+// testLogger logs to t's output, so a failing test shows the platform's log.
 func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, nil))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
+	return slog.New(slog.NewTextHandler(t.Output(), nil))
 }
 
 // TestOverloadLifecycle runs the help page's story with its figures on a

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/proofkit/nodekit/agent"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxymetrics"
@@ -175,21 +175,11 @@ func knownNames(t *testing.T) map[string]bool {
 // /metrics serves.
 func proxyMetrics(t *testing.T) []string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "pinproxy")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/pinproxy").CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/pinproxy: %v\n%s", err, out)
-	}
+	b := &testkit.Build{Pkgs: []string{"../../cmd/pinproxy"}}
+	t.Cleanup(b.Clean)
 	admin := testkit.FreeAddr(t)
-	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-upstreams", testkit.FreeAddr(t), "-admin", admin)
-	var log testkit.LogBuffer
-	cmd.Stderr = &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	p := testkit.StartProc(t, exec.Command(b.Bin(t, "pinproxy"), "-listen", "127.0.0.1:0", "-upstreams", testkit.FreeAddr(t), "-admin", admin), nil)
+	log := &p.Log
 	var names []string
 	testkit.WaitFor(t, "pinproxy's /metrics", func() bool {
 		c := &http.Client{Timeout: 5 * time.Second}

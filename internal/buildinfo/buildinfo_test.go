@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 func TestReadDefaults(t *testing.T) {
@@ -52,13 +53,11 @@ func main() { fmt.Println(buildinfo.Read().String()) }
 	if err := os.Rename(main, filepath.Join(pkg, "main.go")); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "prog")
 	const p = "github.com/proofkit/nodekit/internal/buildinfo"
-	cmd := exec.Command("go", "build", "-o", bin,
-		"-ldflags", "-X "+p+".version=v0.5.0 -X "+p+".commit=0123456789abcdef0123", "./"+pkg)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	b := &testkit.Build{Pkgs: []string{"./" + pkg},
+		Flags: []string{"-ldflags", "-X " + p + ".version=v0.5.0 -X " + p + ".commit=0123456789abcdef0123"}}
+	t.Cleanup(b.Clean)
+	bin := b.Bin(t, filepath.Base(pkg))
 	out, err := exec.Command(bin).Output()
 	if err != nil {
 		t.Fatal(err)

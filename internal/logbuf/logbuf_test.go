@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/internal/logbuf"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // syncBuffer is an output the test can read while the writer writes.
@@ -38,18 +39,6 @@ func (s *syncBuffer) Writes() int {
 	return s.writes
 }
 
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // A line written with no flush reaches the output within the interval by
 // itself, many lines in one write.
 func TestFlushedEveryInterval(t *testing.T) {
@@ -59,7 +48,7 @@ func TestFlushedEveryInterval(t *testing.T) {
 	for i := range 100 {
 		fmt.Fprintf(w, "line %d\n", i)
 	}
-	waitFor(t, "the lines to be written out", func() bool { return strings.Count(out.String(), "\n") == 100 })
+	testkit.WaitFor(t, "the lines to be written out", func() bool { return strings.Count(out.String(), "\n") == 100 })
 	if n := out.Writes(); n > 2 {
 		t.Errorf("100 lines took %d writes, want 1 or 2", n)
 	}
@@ -73,7 +62,7 @@ func TestDefaultInterval(t *testing.T) {
 	defer w.Close()
 	start := time.Now()
 	w.Write([]byte("one\n"))
-	waitFor(t, "the line", func() bool { return out.String() == "one\n" })
+	testkit.WaitFor(t, "the line", func() bool { return out.String() == "one\n" })
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the line took %v", d)
 	}
@@ -88,7 +77,7 @@ func TestFlushedWhenFull(t *testing.T) {
 	w.Write(line)
 	w.Write(line)
 	w.Write(line) // does not fit: the first two go out
-	waitFor(t, "the full buffer to be written out", func() bool { return strings.Count(out.String(), "\n") >= 2 })
+	testkit.WaitFor(t, "the full buffer to be written out", func() bool { return strings.Count(out.String(), "\n") >= 2 })
 	w.Flush()
 	if got := strings.Count(out.String(), "\n"); got != 3 {
 		t.Errorf("after Flush: %d lines out, want 3", got)

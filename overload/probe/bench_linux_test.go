@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/proofkit/nodekit/internal/netnslab"
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/netnslab"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // BenchmarkRead measures one Read of a namespace holding 0, 10,000 and

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // WaitFor bounds every wait in these helpers. It is a safety net against a

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // Dir returns the path of examples/deploy, found from the working

@@ -1,6 +1,9 @@
 // Package testkit holds the helpers nodekit's tests share: waiting for a
-// condition, a log sink safe to read while a logger writes, and the skip
-// for tests that need root. It is imported only by _test.go files.
+// condition, a log sink safe to read while a logger writes, the skip for
+// tests that need root, building the commands under test once (Build)
+// and running one as a child process (StartProc). It is imported by _test.go files, by the other
+// helpers under internal/testing, by pinproxy/pinproxytest and by the
+// harnesses under internal/tools; never by code that ships in a binary.
 package testkit
 
 import (

@@ -3,12 +3,12 @@ package deploytest
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/proofkit/nodekit/internal/dockerlab"
+	"github.com/proofkit/nodekit/internal/testing/dockerlab"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // TestImagesBothArchitectures builds each Dockerfile's image FROM scratch
@@ -18,22 +18,18 @@ import (
 // Dockerfiles' final stages hold nothing tied to one architecture.
 func TestImagesBothArchitectures(t *testing.T) {
 	d := dockerlab.Start(t)
-	root := filepath.Dir(filepath.Dir(Dir(t)))
 	for _, img := range []struct{ dockerfile, pkg, name string }{
-		{"Dockerfile", "./cmd/proofkit-agent", "proofkit-agent"},
-		{"pinproxy.Dockerfile", "./cmd/pinproxy", "pinproxy"},
+		{"Dockerfile", "github.com/proofkit/nodekit/cmd/proofkit-agent", "proofkit-agent"},
+		{"pinproxy.Dockerfile", "github.com/proofkit/nodekit/cmd/pinproxy", "pinproxy"},
 	} {
 		stage := dockerlab.FinalStage(t, img.dockerfile, Read(t, img.dockerfile))
 		entry := Entrypoint(t, img.dockerfile, Read(t, img.dockerfile))
 		for _, arch := range []string{"amd64", "arm64"} {
 			t.Run(img.name+"/"+arch, func(t *testing.T) {
-				ctxDir := t.TempDir()
-				build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(ctxDir, img.name), img.pkg)
-				build.Dir = root
-				build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
-				if out, err := build.CombinedOutput(); err != nil {
-					t.Fatalf("GOARCH=%s go build %s: %v\n%s", arch, img.pkg, err, out)
-				}
+				b := &testkit.Build{Pkgs: []string{img.pkg}, Flags: []string{"-trimpath"},
+					Env: []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch}}
+				t.Cleanup(b.Clean)
+				ctxDir := b.Dir(t)
 				df := fmt.Sprintf("FROM scratch\nCOPY %s %s\n%s\n", img.name, entry[0], strings.Join(stage, "\n"))
 				if err := os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte(df), 0o644); err != nil {
 					t.Fatal(err)

@@ -7,8 +7,8 @@
 // It is a benchmark harness, not a test. Run it as root (it creates a
 // network namespace, nk-agentbench-PID, and deletes it on the way out):
 //
-//	go run ./internal/agentbench                      # 0 and 50,000 connections
-//	go run ./internal/agentbench -conns 0,10000,50000 -readings 200 -interval 100ms
+//	go run ./internal/tools/agentbench                      # 0 and 50,000 connections
+//	go run ./internal/tools/agentbench -conns 0,10000,50000 -readings 200 -interval 100ms
 //
 // A process may open 20,000 files here, so the connections are spread over
 // helper processes (this program re-executed with -hold), 5,000 each (both

@@ -19,7 +19,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/proofkit/nodekit/internal/netnslab"
+	"github.com/proofkit/nodekit/internal/testing/netnslab"
 	"github.com/proofkit/nodekit/overload"
 )
 

@@ -4,7 +4,7 @@
 // several interleaved rounds and the ratios pinproxy/HAProxy against the
 // targets set for pinproxy.
 //
-//	go run ./internal/proxybench -rounds 5
+//	go run ./internal/tools/proxybench -rounds 5
 //
 // Every proxy runs as its own process, in front of a sink process (the
 // upstream); the clients run in this process. Go proxies are this binary

@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/testkit"
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // Daemon is a Docker daemon a test talks to through the docker CLI.

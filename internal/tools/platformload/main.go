@@ -15,8 +15,8 @@
 // It is a benchmark harness, not a test: run it alone, under the lock the
 // machine's benchmarks share:
 //
-//	flock /tmp/bench.lock go run ./internal/platformload -nodes 1000,10000 -replicas 1,2
-//	flock /tmp/bench.lock go run ./internal/platformload -store file -nodes 1000,2000
+//	flock /tmp/bench.lock go run ./internal/tools/platformload -nodes 1000,10000 -replicas 1,2
+//	flock /tmp/bench.lock go run ./internal/tools/platformload -store file -nodes 1000,2000
 //
 // For each store and replica count it runs each N (stopping at the first
 // whose p99 is over -p99) and prints one line per run: reports/s acknowledged,
@@ -37,7 +37,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/proofkit/nodekit/internal/pgtest"
+	"github.com/proofkit/nodekit/internal/testing/pgtest"
 )
 
 var cluster *pgtest.Cluster

@@ -60,3 +60,22 @@ func TestStartProc(t *testing.T) {
 		t.Fatal("Done not closed after Kill")
 	}
 }
+
+func TestBuild(t *testing.T) {
+	b := &Build{Pkgs: []string{"./testdata/hello"}, Flags: []string{"-tags", "loud"}, Env: []string{"CGO_ENABLED=0"}}
+	t.Cleanup(b.Clean)
+	bin := b.Bin(t, "hello")
+	if again := b.Bin(t, "hello"); again != bin {
+		t.Fatalf("second Bin %s, first %s: built twice", again, bin)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil || string(out) != "HELLO\n" {
+		t.Fatalf("%s: %q, %v; want HELLO (built with -tags loud)", bin, out, err)
+	}
+
+	bad := &Build{Pkgs: []string{"./testdata/no-such"}}
+	t.Cleanup(bad.Clean)
+	if _, err := bad.Run(); err == nil || !strings.Contains(err.Error(), "go build ./testdata/no-such") {
+		t.Fatalf("building a missing package: %v, want an error naming it", err)
+	}
+}
