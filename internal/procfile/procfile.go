@@ -45,7 +45,7 @@ func Open(ctx context.Context, path string) (*os.File, fs.FileInfo, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, nil, fmt.Errorf("%s is %s, not a regular file: %w", path, kind(fi.Mode()), ErrNotRegular)
+		return nil, nil, fmt.Errorf("%s is %s, %w", path, kind(fi.Mode()), ErrNotRegular)
 	}
 	return f, fi, nil
 }
