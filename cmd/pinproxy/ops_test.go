@@ -55,7 +55,7 @@ func TestBinaryBuildInfoHealthAndJSON(t *testing.T) {
 	if got := get(t, "http://"+p.admin+"/healthz"); got != "ok\n" {
 		t.Errorf("/healthz = %q", got)
 	}
-	if got := get(t, "http://"+p.admin+"/readyz"); got != "ready\n" {
+	if got := get(t, "http://"+p.admin+"/readyz"); got != "ok\n" {
 		t.Errorf("/readyz = %q", got)
 	}
 }
