@@ -371,11 +371,6 @@ func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger, lw *
 		}{bi.Version, p.Stats(), p.Totals()})
 	})
 	handle("/healthz", cmdkit.Probe(func() error { return nil }))
-	handle("/readyz", cmdkit.Probe(func() error {
-		if !p.Ready() {
-			return errors.New("not ready: not listening, or no upstream up")
-		}
-		return nil
-	}))
+	handle("/readyz", cmdkit.Probe(p.Ready))
 	return &adminServer{paths: adminPaths, Server: cmdkit.NewServer(mux, log)}
 }

@@ -76,9 +76,10 @@ func TestBinaryNotReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz with B down: %s, want 503", resp.Status)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "no upstream up") {
+		t.Fatalf("/readyz with B down: %s %q, want 503 saying no upstream is up", resp.Status, body)
 	}
 }
 
