@@ -134,12 +134,12 @@ func TestBinaryReload(t *testing.T) {
 		t.Fatalf("old landed on %s", on)
 	}
 	write(a.Addr + "\nbad host:1\n")
-	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
 	p.waitLines(func(l []string) bool {
 		return count(l, `msg="reload failed; keeping the current upstreams"`) == 1 && count(l, `line 2: \"bad host:1\": host has a space in it`) == 1
 	})
 	write(b.Addr + "\n")
-	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
 	p.waitLines(func(l []string) bool { return count(l, `msg="upstreams set"`) == 1 })
 	if _, on := pinproxytest.Dial(t, p.addr, "new"); on != "B" {
 		t.Fatalf("new client landed on %s after the reload, want B", on)
@@ -149,7 +149,7 @@ func TestBinaryReload(t *testing.T) {
 	}
 
 	q := start(t, nil, "-upstreams", a.Addr)
-	q.cmd.Process.Signal(syscall.SIGHUP)
+	q.Cmd.Process.Signal(syscall.SIGHUP)
 	q.waitLines(func(l []string) bool { return count(l, "SIGHUP without -upstreams-file") == 1 })
 	if _, on := pinproxytest.Dial(t, q.addr, "c"); on != "A" {
 		t.Fatal("the proxy stopped serving after SIGHUP")
@@ -161,12 +161,12 @@ func TestBinarySecondSignalStopsDrain(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
 	p := start(t, nil, "-upstreams", a.Addr, "-shutdown-timeout", "10m")
 	cl, _ := pinproxytest.Dial(t, p.addr, "c")
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Cmd.Process.Signal(syscall.SIGTERM)
 	p.waitLines(func(l []string) bool { return count(l, "signal received; draining") == 1 })
 	if on, err := cl.Ping(); err != nil || on != "A" {
 		t.Fatalf("during the drain: %q, %v", on, err)
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Cmd.Process.Signal(syscall.SIGTERM)
 	if !cl.Closed() {
 		t.Fatal("the second SIGTERM left the connection open")
 	}

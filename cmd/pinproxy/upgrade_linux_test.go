@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
@@ -63,44 +64,28 @@ func upgradeLoad(t *testing.T) (streams, idle, upgrades int, gap time.Duration) 
 	return
 }
 
+// buildA and buildB are the binary built as version vA and vB, and
+// buildHalf the half-way stand-in in testdata/halfway.
+var (
+	buildA    = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vA"}}
+	buildB    = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vB"}}
+	buildHalf = testkit.Build{Pkgs: []string{"./testdata/halfway"}}
+)
+
+func init() { moreBuilds = append(moreBuilds, &buildA, &buildB, &buildHalf) }
+
 var builds struct {
 	once sync.Once
-	dir  string
 	a, b string // pinproxy built as version vA and vB
 	half string // testdata/halfway
-	err  error
 }
 
 // buildVariants builds the two versions of the binary and the half-way
 // stand-in once per test run.
 func buildVariants(t *testing.T) {
 	t.Helper()
-	builds.once.Do(func() {
-		builds.dir, builds.err = os.MkdirTemp("", "pinproxy-upgrade-")
-		if builds.err != nil {
-			return
-		}
-		for _, v := range []struct {
-			out *string
-			ver string
-		}{{&builds.a, "vA"}, {&builds.b, "vB"}} {
-			*v.out = filepath.Join(builds.dir, "pinproxy-"+v.ver)
-			out, err := exec.Command("go", "build", "-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version="+v.ver,
-				"-o", *v.out, ".").CombinedOutput()
-			if err != nil {
-				builds.err = fmt.Errorf("go build %s: %v\n%s", v.ver, err, out)
-				return
-			}
-		}
-		builds.half = filepath.Join(builds.dir, "halfway")
-		out, err := exec.Command("go", "build", "-o", builds.half, "./testdata/halfway").CombinedOutput()
-		if err != nil {
-			builds.err = fmt.Errorf("go build halfway: %v\n%s", err, out)
-		}
-	})
-	if builds.err != nil {
-		t.Fatal(builds.err)
-	}
+	a, b, half := buildA.Bin(t, "pinproxy"), buildB.Bin(t, "pinproxy"), buildHalf.Bin(t, "halfway")
+	builds.once.Do(func() { builds.a, builds.b, builds.half = a, b, half })
 }
 
 // install puts the file src at path as a package manager does: a new file
@@ -992,9 +977,9 @@ func TestBinaryUpgradeSignalDuringDrain(t *testing.T) {
 	if on != "A" {
 		t.Fatalf("on %s", on)
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Cmd.Process.Signal(syscall.SIGTERM)
 	p.waitLines(func(l []string) bool { return count(l, `msg="signal received; draining"`) == 1 })
-	p.cmd.Process.Signal(syscall.SIGUSR2)
+	p.Cmd.Process.Signal(syscall.SIGUSR2)
 	p.waitLines(func(l []string) bool {
 		return count(l, `msg="signal during the drain; ignored" signal="user defined signal 2"`) == 1
 	})
