@@ -591,12 +591,7 @@ func (f *family) upgrade(n int) (line string, oldLived time.Duration) {
 		f.t.Fatal(err)
 	}
 	f.waitCount(`msg="upgrade: connections handed over"`, n)
-	for !gone(old) {
-		if time.Since(t0) > 10*time.Second {
-			f.t.Fatalf("the old process %d still runs 10 s after SIGUSR2", old)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitForWithin(f.t, 10*time.Second, fmt.Sprintf("the old process %d to exit after SIGUSR2", old), func() bool { return gone(old) })
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, l := range f.lines {
@@ -791,13 +786,7 @@ func TestBinaryUpgradeSocket(t *testing.T) {
 		t.Fatalf("the new process listens on %s and %s, want the old one's %s and %s", nu.addr, nu.admin, old.addr, old.admin)
 	}
 	old.waitCount(`msg="upgrade: connections handed over"`, 1)
-	deadline := time.Now().Add(10 * time.Second)
-	for !gone(oldPID) {
-		if time.Now().After(deadline) {
-			t.Fatal("the old process still runs 10 s after the new one took over")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitForWithin(t, 10*time.Second, "the old process to exit once the new one took over", func() bool { return gone(oldPID) })
 	if s := nu.status(); s.Totals.Upgrades != 1 || s.Totals.Live < streams+idle {
 		t.Errorf("the new process: %d upgrades, %d live; want 1 and %d", s.Totals.Upgrades, s.Totals.Live, streams+idle)
 	}
