@@ -45,7 +45,7 @@ const (
 // Config configures an Agent. Zero fields take the documented defaults.
 type Config struct {
 	// Node names the node; empty means the host's name. An agent that
-	// reports needs a name the platform takes (see CheckNode): New refuses
+	// reports needs a name the platform takes (see overload.CheckNode): New refuses
 	// another, the host's name too. Reports queued under an earlier name
 	// go under that name, or are dropped where the platform refuses them
 	// (see the package documentation).

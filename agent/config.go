@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/proofkit/nodekit/internal/procfile"
+	"github.com/proofkit/nodekit/overload"
 )
 
 // A ConfigError is a Config field that New refuses. Field is the field's
@@ -26,37 +27,14 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("Config.%s %s: %s", e.Field, e.Value, e.Want)
 }
 
-// MaxNodeLen is the longest node name the platform takes.
-const MaxNodeLen = 64
-
-// CheckNode says whether name is a node name the platform takes: 1 to 64
-// letters, digits, '.', '_' or '-', the first a letter or a digit (the
-// reference platform's rule, which a host name longer than 64 characters
-// or holding other characters breaks). New applies it when the agent
-// reports; the error wraps nothing and says what is wanted.
-func CheckNode(name string) error {
-	if len(name) == 0 || len(name) > MaxNodeLen || !alnum(name[0]) {
-		return fmt.Errorf("node %.80q: %s", name, nodeRule)
-	}
-	for i := 1; i < len(name); i++ {
-		if c := name[i]; !alnum(c) && c != '.' && c != '_' && c != '-' {
-			return fmt.Errorf("node %.80q: %s", name, nodeRule)
-		}
-	}
-	return nil
-}
-
-const nodeRule = "want 1 to 64 of A-Z a-z 0-9 . _ - (not starting with . _ -), as the platform takes"
-
-func alnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-}
+// nodeRule is what a Node must be, as the platform takes it.
+const nodeRule = "want " + overload.NodeRule + ", as the platform takes"
 
 // checkNode checks the node name the agent reports under (the host's name
 // when cfg.Node is empty): the platform refuses every reading of a name it
 // does not take.
 func checkNode(cfg Config, node string) error {
-	if cfg.ReportURL == "" || CheckNode(node) == nil {
+	if cfg.ReportURL == "" || overload.CheckNode(node) == nil {
 		return nil
 	}
 	if cfg.Node == "" {

@@ -7,14 +7,6 @@ import (
 	"github.com/proofkit/nodekit/agent"
 )
 
-func ExampleCheckNode() {
-	fmt.Println(agent.CheckNode("de-fra-1"))
-	fmt.Println(agent.CheckNode("de fra 1"))
-	// Output:
-	// <nil>
-	// node "de fra 1": want 1 to 64 of A-Z a-z 0-9 . _ - (not starting with . _ -), as the platform takes
-}
-
 // A command maps a refused field to its own flag.
 func ExampleConfigError() {
 	_, err := agent.New(agent.Config{Source: nil})

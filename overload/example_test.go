@@ -171,3 +171,11 @@ func ExampleTexts() {
 	// the connection table was full: 37 connections dropped
 	// bandwidth at 870 Mbit/s, 87 % of the 1 Gbit/s link eth0
 }
+
+func ExampleCheckNode() {
+	fmt.Println(overload.CheckNode("de-fra-1"))
+	fmt.Println(overload.CheckNode("de fra 1"))
+	// Output:
+	// <nil>
+	// node "de fra 1": want 1 to 64 of A-Z a-z 0-9 . _ - (not starting with . _ -)
+}

@@ -350,14 +350,7 @@ func (pk *parker) wake(l *link, key uint64) {
 	}
 	l.state.Store(linkWaking)
 	pk.mu.Lock()
-	if pk.epf != nil {
-		epollCtl(pk.epfd, unix.EPOLL_CTL_DEL, l.rcs[0], 0)
-		epollCtl(pk.epfd, unix.EPOLL_CTL_DEL, l.rcs[1], 0)
-	}
-	pk.freeSlotLocked(uint32(l.key))
-	delete(pk.byConn, l.client)
-	pk.parked--
-	l.rcs, l.key = [2]syscall.RawConn{}, 0
+	pk.forgetLocked(l)
 	pk.mu.Unlock()
 	l.mu.Unlock()
 	go l.resume()
@@ -483,3 +476,17 @@ func rawConns(a, b net.Conn) (ra, rb syscall.RawConn, ok bool) {
 // aLongTimeAgo is a read deadline that has passed: setting it makes a
 // read waiting in the netpoller return at once.
 var aLongTimeAgo = time.Unix(1, 0)
+
+// forgetLocked takes parked link l out of the parker: out of epoll, its
+// slot freed, no longer counted. Call with pk.mu held, after l's state
+// says it is no longer parked.
+func (pk *parker) forgetLocked(l *link) {
+	if pk.epf != nil {
+		epollCtl(pk.epfd, unix.EPOLL_CTL_DEL, l.rcs[0], 0)
+		epollCtl(pk.epfd, unix.EPOLL_CTL_DEL, l.rcs[1], 0)
+	}
+	pk.freeSlotLocked(uint32(l.key))
+	delete(pk.byConn, l.client)
+	pk.parked--
+	l.rcs, l.key = [2]syscall.RawConn{}, 0
+}

@@ -396,14 +396,7 @@ func (m *mover) ask(l *link) bool {
 func (pk *parker) unparkLocked(l *link) {
 	pk.mu.Lock()
 	l.state.Store(linkMoving) // under pk.mu: a sweep never sees a parked link without its conns
-	if pk.epf != nil {
-		epollCtl(pk.epfd, unix.EPOLL_CTL_DEL, l.rcs[0], 0)
-		epollCtl(pk.epfd, unix.EPOLL_CTL_DEL, l.rcs[1], 0)
-	}
-	pk.freeSlotLocked(uint32(l.key))
-	delete(pk.byConn, l.client)
-	pk.parked--
-	l.rcs, l.key = [2]syscall.RawConn{}, 0
+	pk.forgetLocked(l)
 	pk.mu.Unlock()
 }
 

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -137,23 +136,6 @@ func testListsPageOneWay(t *testing.T, open opener) {
 	_, header, _ = tp.raw("GET", "/nodes/e0/events?limit=1", testToken, "")
 	if want := fmt.Sprintf(`</nodes/e0/events?after=%d&limit=1>; rel="next"`, first.Events[0].ID); header.Get("Link") != want {
 		t.Errorf("/nodes/e0/events?limit=1: Link %q, want %q", header.Get("Link"), want)
-	}
-}
-
-// TestNodeRuleAgreesWithAgent: the agent checks its -node against the
-// platform's node-id rule with a copy of its own (agent.CheckNode, as the
-// agent cannot import this command); both take and refuse the same names.
-func TestNodeRuleAgreesWithAgent(t *testing.T) {
-	names := []string{"", "a", "de-fra-1", "A.b_c-9", "0", ".x", "_x", "-x", "x.", "a b", "a/b", "é", "a\x00", "\xff",
-		strings.Repeat("n", 63), strings.Repeat("n", 64), strings.Repeat("n", 65), "host.example.com", "x:1"}
-	for c := range 256 {
-		names = append(names, "a"+string(rune(c)), string(rune(c))+"a", "a"+string([]byte{byte(c)}))
-	}
-	for _, name := range names {
-		platform, agentSays := checkNodeID(name) == nil, agent.CheckNode(name) == nil
-		if platform != agentSays {
-			t.Errorf("node %q: the platform takes it: %v, the agent: %v", name, platform, agentSays)
-		}
 	}
 }
 

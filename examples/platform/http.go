@@ -53,8 +53,8 @@ type page struct {
 // afterNodeID checks a list's ?after= that is a node id (GET /nodes,
 // /plans): empty, from the first, or an id by the node-id rule.
 func afterNodeID(list, s string) error {
-	if s != "" && !nodeIDRe.MatchString(s) {
-		return fmt.Errorf("%s: after=%.80q: want a node id (%s), the value of the previous page's Link: %w", list, s, nodeIDRule, errBadInput)
+	if s != "" && overload.CheckNode(s) != nil {
+		return fmt.Errorf("%s: after=%.80q: want a node id (%s), the value of the previous page's Link: %w", list, s, overload.NodeRule, errBadInput)
 	}
 	return nil
 }

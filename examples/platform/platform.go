@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -160,19 +159,13 @@ var (
 	errUnavailable = errors.New("store unavailable")
 )
 
-// The node-id rule, the one place it is written: a node id (a reading's
-// "node", a token file's NODE, a route table's node, a path's X) is 1 to
-// 64 of A-Z a-z 0-9 . _ -, not starting with . _ or -. An id that breaks
-// it is refused with nodeIDRule, on every path, read or write.
-var nodeIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
-// nodeIDRule is the node-id rule in words, for errors.
-const nodeIDRule = "1 to 64 of A-Z a-z 0-9 . _ - (not starting with . _ -)"
-
-// checkNodeID checks id by the node-id rule; its error wraps errBadInput.
+// checkNodeID checks id by overload.CheckNode, the node-id rule the agent
+// checks its own name against too: a node id (a reading's "node", a
+// token file's NODE, a route table's node, a path's X) that breaks it is
+// refused on every path, read or write. The error wraps errBadInput.
 func checkNodeID(id string) error {
-	if !nodeIDRe.MatchString(id) {
-		return fmt.Errorf("node %.80q: want %s: %w", id, nodeIDRule, errBadInput)
+	if err := overload.CheckNode(id); err != nil {
+		return fmt.Errorf("%w: %w", err, errBadInput)
 	}
 	return nil
 }
