@@ -179,6 +179,19 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// A ConfigError is a Config field that New refuses: Field is the field's
+// name ("MaxConns"), Value its value as text, Want what is wrong or
+// wanted. A command maps Field to its flag.
+type ConfigError struct {
+	Field string
+	Value string
+	Want  string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("pinproxy: Config.%s %s: %s", e.Field, e.Value, e.Want)
+}
+
 // withDefaults checks c and returns a copy with defaults filled in.
 func (c Config) withDefaults() (Config, error) {
 	if err := checkUpstreams(c.Upstreams); err != nil {
@@ -187,7 +200,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Upstreams = slices.Clone(c.Upstreams)
 	switch {
 	case c.DialTimeout < 0:
-		return c, fmt.Errorf("pinproxy: dial timeout %v: must not be negative", c.DialTimeout)
+		return c, &ConfigError{Field: "DialTimeout", Value: c.DialTimeout.String(), Want: "must not be negative (0 means the default)"}
 	case c.DialTimeout == 0:
 		c.DialTimeout = DefaultDialTimeout
 	}
@@ -201,19 +214,22 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxDialAttempts = DefaultMaxDialAttempts
 	}
 	if c.MaxConns < 0 {
-		return c, fmt.Errorf("pinproxy: max conns %d: must not be negative (0 means no limit)", c.MaxConns)
+		return c, &ConfigError{Field: "MaxConns", Value: strconv.Itoa(c.MaxConns), Want: "must not be negative (0 means no limit)"}
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = DefaultKeepAlive
 	}
 	if c.RebalanceMaxMoves < 0 {
-		return c, fmt.Errorf("pinproxy: rebalance max moves %d: must not be negative (0 means 1)", c.RebalanceMaxMoves)
+		return c, &ConfigError{Field: "RebalanceMaxMoves", Value: strconv.Itoa(c.RebalanceMaxMoves), Want: "must not be negative (0 means 1)"}
 	}
 	if c.RebalanceMaxMoves == 0 {
 		c.RebalanceMaxMoves = 1
 	}
-	if c.CheckRise < 0 || c.CheckFall < 0 {
-		return c, fmt.Errorf("pinproxy: check rise %d, fall %d: must not be negative", c.CheckRise, c.CheckFall)
+	if c.CheckRise < 0 {
+		return c, &ConfigError{Field: "CheckRise", Value: strconv.Itoa(c.CheckRise), Want: "must not be negative (0 means the default)"}
+	}
+	if c.CheckFall < 0 {
+		return c, &ConfigError{Field: "CheckFall", Value: strconv.Itoa(c.CheckFall), Want: "must not be negative (0 means the default)"}
 	}
 	if c.CheckRise == 0 {
 		c.CheckRise = DefaultCheckRise
@@ -222,7 +238,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.CheckFall = DefaultCheckFall
 	}
 	if c.SendProxy < 0 || c.SendProxy > 2 {
-		return c, fmt.Errorf("pinproxy: send proxy %d: want 0 (off), 1 or 2", c.SendProxy)
+		return c, &ConfigError{Field: "SendProxy", Value: strconv.Itoa(c.SendProxy), Want: "want 0 (off), 1 or 2"}
 	}
 	return c, nil
 }

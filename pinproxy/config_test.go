@@ -25,8 +25,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"space", pinproxy.Config{Upstreams: []string{" a:1"}}, "space"},
 		{"too many colons", pinproxy.Config{Upstreams: []string{"::1:80"}}, "too many colons"},
 		{"twice", pinproxy.Config{Upstreams: []string{"a:1", "b:2", "a:1"}}, `upstream 3 "a:1": listed twice (also upstream 1)`},
-		{"negative dial timeout", pinproxy.Config{Upstreams: []string{"a:1"}, DialTimeout: -1}, "dial timeout"},
-		{"negative max conns", pinproxy.Config{Upstreams: []string{"a:1"}, MaxConns: -1}, "max conns -1"},
+		{"negative dial timeout", pinproxy.Config{Upstreams: []string{"a:1"}, DialTimeout: -1}, "Config.DialTimeout -1ns"},
+		{"negative max conns", pinproxy.Config{Upstreams: []string{"a:1"}, MaxConns: -1}, "Config.MaxConns -1: must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,4 +100,24 @@ func FuzzParseUpstreams(f *testing.F) {
 			t.Fatalf("New refused what ParseUpstreams accepted: %v", err)
 		}
 	})
+}
+
+// A refused field is a *ConfigError naming it, for a command to map to
+// its flag.
+func TestNewConfigErrorNamesField(t *testing.T) {
+	for field, cfg := range map[string]pinproxy.Config{
+		"DialTimeout":       {DialTimeout: -1},
+		"MaxConns":          {MaxConns: -1},
+		"RebalanceMaxMoves": {RebalanceMaxMoves: -1},
+		"CheckRise":         {CheckRise: -1},
+		"CheckFall":         {CheckFall: -1},
+		"SendProxy":         {SendProxy: 3},
+	} {
+		cfg.Upstreams = []string{"a:1"}
+		_, err := pinproxy.New(cfg)
+		var ce *pinproxy.ConfigError
+		if !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("New with a bad %s: %v, want a *ConfigError for it", field, err)
+		}
+	}
 }

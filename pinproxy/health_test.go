@@ -49,8 +49,8 @@ func TestHealthChecks(t *testing.T) {
 	if strings.Contains(logs.String(), "trying the next") {
 		t.Fatal("a client dialled B while the checks had it down")
 	}
-	if p.Ready() != true {
-		t.Fatal("not ready with A up")
+	if err := p.Ready(); err != nil {
+		t.Fatalf("not ready with A up: %v", err)
 	}
 	b.Start()
 	testkit.WaitFor(t, "B up", func() bool { return stat(p, b.Addr).State == "up" })
@@ -66,16 +66,20 @@ func TestHealthChecks(t *testing.T) {
 func TestReadyNeedsAnUpstreamUp(t *testing.T) {
 	b := pinproxytest.Down(t, "B", pinproxytest.Line)
 	p := newProxy(t, pinproxy.Config{Upstreams: []string{b.Addr}, RebalanceInterval: -1, CheckInterval: 20 * time.Millisecond, CheckFall: 1})
-	if p.Ready() {
-		t.Fatal("ready before serving")
+	if err := p.Ready(); err == nil || !strings.Contains(err.Error(), "not listening") {
+		t.Fatalf("before serving: Ready() = %v, want an error saying it is not listening", err)
 	}
-	serve(t, p)
+	_, served := listenAndServe(t, p)
 	testkit.WaitFor(t, "B down", func() bool { return stat(p, b.Addr).State == "down" })
-	if p.Ready() {
-		t.Fatal("ready with the only upstream down")
+	if err := p.Ready(); err == nil || !strings.Contains(err.Error(), "no upstream up") {
+		t.Fatalf("with the only upstream down: Ready() = %v, want an error saying no upstream is up", err)
 	}
 	b.Start()
-	testkit.WaitFor(t, "ready", p.Ready)
+	testkit.WaitFor(t, "ready", func() bool { return p.Ready() == nil })
+	shutdown(t, p, served)
+	if err := p.Ready(); err == nil || !strings.Contains(err.Error(), "shutting down") {
+		t.Fatalf("after Shutdown: Ready() = %v, want an error saying it is shutting down", err)
+	}
 }
 
 // Slow start: an upstream back from down gets a share of new clients that
@@ -246,7 +250,7 @@ func TestReadyPassiveDownEndsWithBackoff(t *testing.T) {
 		b := pinproxytest.Down(t, "B", pinproxytest.Line)
 		p := newProxy(t, pinproxy.Config{Upstreams: []string{b.Addr}, RebalanceInterval: -1, FailedBackoff: backoff})
 		addr := serve(t, p)
-		testkit.WaitFor(t, "ready before any client, with checks off", p.Ready) // once Serve has the listener
+		testkit.WaitFor(t, "ready before any client, with checks off", func() bool { return p.Ready() == nil }) // once Serve has the listener
 		c, err := net.DialTimeout("tcp", addr, pinproxytest.WaitFor)
 		if err != nil {
 			t.Fatal(err)
@@ -256,11 +260,11 @@ func TestReadyPassiveDownEndsWithBackoff(t *testing.T) {
 		c.Close()
 		testkit.WaitFor(t, "B down", func() bool { return stat(p, b.Addr).State == "down" })
 		if backoff == time.Hour {
-			if p.Ready() {
+			if p.Ready() == nil {
 				t.Fatal("ready within the back-off of the only upstream's failure")
 			}
 			continue
 		}
-		testkit.WaitFor(t, "ready once the back-off is over", p.Ready)
+		testkit.WaitFor(t, "ready once the back-off is over", func() bool { return p.Ready() == nil })
 	}
 }

@@ -1,6 +1,8 @@
 package pinproxy
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -111,8 +113,9 @@ func (p *Proxy) Totals() Totals {
 	}
 }
 
-// Ready reports whether the proxy is serving (at least one listener, and
-// Shutdown not called) and at least one upstream is up.
+// Ready returns nil while the proxy is serving (at least one listener,
+// and Shutdown not called) and at least one upstream is up; else an
+// error saying which of those is missing, for a /readyz to answer with.
 //
 // With health checks off, health is passive, from clients' dials, and
 // only clients would try an upstream again: one not tried yet counts as
@@ -123,12 +126,15 @@ func (p *Proxy) Totals() Totals {
 // it is ready would stay not ready for good once its upstreams had
 // failed, even after they came back. With health checks on, Ready
 // follows the checks alone.
-func (p *Proxy) Ready() bool {
+func (p *Proxy) Ready() error {
 	now := p.clock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.listeners) == 0 {
-		return false
+	switch {
+	case p.closed:
+		return errors.New("pinproxy: not ready: shutting down")
+	case len(p.listeners) == 0:
+		return errors.New("pinproxy: not ready: not listening")
 	}
 	passive := p.cfg.CheckInterval <= 0
 	window := p.cfg.FailedBackoff
@@ -138,12 +144,15 @@ func (p *Proxy) Ready() bool {
 	for _, u := range p.upstreams {
 		switch {
 		case u.state == healthUp:
-			return true
+			return nil
 		case passive && u.state == healthUnknown:
-			return true
+			return nil
 		case passive && u.state == healthDown && now.Sub(u.lastFailure) >= window:
-			return true
+			return nil
 		}
 	}
-	return false
+	if passive {
+		return fmt.Errorf("pinproxy: not ready: no upstream up (%d listed, each failed its last dial within %v)", len(p.upstreams), window)
+	}
+	return fmt.Errorf("pinproxy: not ready: no upstream up (%d listed, none passing health checks)", len(p.upstreams))
 }

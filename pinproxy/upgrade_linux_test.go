@@ -214,7 +214,7 @@ func TestHandoffMovesBytesInFlight(t *testing.T) {
 	for _, ln := range a.Listeners {
 		go newP.Serve(ln)
 	}
-	waitFor(t, "the new proxy to serve", newP.Ready)
+	waitFor(t, "the new proxy to serve", func() bool { return newP.Ready() == nil })
 	a.Ready()
 	res := <-ready
 	t.Logf("Handoff: %+v", res)

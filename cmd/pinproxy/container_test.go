@@ -82,7 +82,7 @@ func TestIntegrationContainer(t *testing.T) {
 	if got := get(t, "http://"+admin+"/healthz"); got != "ok\n" {
 		t.Errorf("/healthz = %q", got)
 	}
-	if got := get(t, "http://"+admin+"/readyz"); got != "ready\n" {
+	if got := get(t, "http://"+admin+"/readyz"); got != "ok\n" {
 		t.Errorf("/readyz = %q", got)
 	}
 

@@ -88,17 +88,10 @@ func TestBinarySocketActivation(t *testing.T) {
 		}
 	})
 	var c net.Conn
-	deadline := time.Now().Add(pinproxytest.WaitFor)
-	for {
+	testkit.WaitFor(t, "the activated socket to take a client", func() bool {
 		c, err = net.Dial("tcp", addr)
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+		return err == nil
+	})
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
 	c.Write([]byte("hello\n"))
@@ -106,13 +99,9 @@ func TestBinarySocketActivation(t *testing.T) {
 	if _, err := io.ReadFull(c, b[:]); err != nil || string(b[:]) != "hello\n" {
 		t.Fatalf("through the activated proxy: %q, %v", b, err)
 	}
-	waitFor := time.Now().Add(pinproxytest.WaitFor)
-	for !strings.Contains(cmd.Stderr.(*lockedWriter).String(), `msg="listening on a socket from systemd" addr=`+addr) {
-		if time.Now().After(waitFor) {
-			t.Fatal("the proxy did not say it serves the socket from systemd")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, "the proxy to say it serves the socket from systemd", func() bool {
+		return strings.Contains(cmd.Stderr.(*lockedWriter).String(), `msg="listening on a socket from systemd" addr=`+addr)
+	})
 }
 
 // lockedWriter is a strings.Builder that a process's output and the test

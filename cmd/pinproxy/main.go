@@ -56,7 +56,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,328 +79,6 @@ func main() {
 	}
 	signal.Notify(sigs, handled...)
 	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr, sigs))
-}
-
-// envPrefix is the environment variables' prefix: -dial-timeout is
-// PINPROXY_DIAL_TIMEOUT.
-const envPrefix = "PINPROXY_"
-
-// options are the parsed flags.
-type options struct {
-	listen            string
-	upstreams         []string
-	upstreamsFile     string
-	rebalanceInterval time.Duration
-	rebalanceMaxMoves int
-	drainRemoved      time.Duration
-	dialTimeout       time.Duration
-	maxDialAttempts   int
-	checkInterval     time.Duration
-	checkRise         int
-	checkFall         int
-	slowStart         time.Duration
-	parkAfter         time.Duration
-	sendProxy         int
-	maxConns          int
-	maxConnsFrom      string // what set maxConns: "-max-conns" or the open-file limit
-	admin             string
-	logFormat         string
-	logLevel          slog.Level
-	logConnections    bool
-	shutdownTimeout   time.Duration
-	upgradeTimeout    time.Duration
-	upgradeSocket     string
-	version           bool
-	fromEnv           map[string]bool // flags set from the environment, not the command line
-}
-
-// usageError is a bad flag or environment value: exit status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (o options, err error) {
-	fs := flag.NewFlagSet("pinproxy", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.listen, "listen", "", "address to accept clients on, host:port (required)")
-	upstreams := fs.String("upstreams", "", "upstreams in order of preference, host:port,host:port (this or -upstreams-file)")
-	fs.StringVar(&o.upstreamsFile, "upstreams-file", "", "file of upstreams, one host:port a line, # comments; SIGHUP re-reads it")
-	fs.DurationVar(&o.rebalanceInterval, "rebalance-interval", pinproxy.DefaultRebalanceInterval, "time between rebalance rounds (0 turns them off)")
-	fs.IntVar(&o.rebalanceMaxMoves, "rebalance-max-moves", 1, "most connections a rebalance round moves")
-	fs.DurationVar(&o.drainRemoved, "drain-removed", 0, "this long after a reload removed an upstream, move its connections, one per rebalance round (0: leave them)")
-	fs.DurationVar(&o.dialTimeout, "dial-timeout", pinproxy.DefaultDialTimeout, "bound on each dial to an upstream")
-	fs.IntVar(&o.maxDialAttempts, "max-dial-attempts", pinproxy.DefaultMaxDialAttempts, "most upstreams a client's dials try before the client is closed (negative: every upstream)")
-	fs.DurationVar(&o.checkInterval, "check-interval", 0, "time between active health checks, TCP connects (0: off, health from clients' dials)")
-	fs.IntVar(&o.checkRise, "check-rise", pinproxy.DefaultCheckRise, "checks in a row that must answer to mark a down upstream up")
-	fs.IntVar(&o.checkFall, "check-fall", pinproxy.DefaultCheckFall, "checks in a row that must fail to mark an upstream down")
-	fs.DurationVar(&o.slowStart, "slow-start", 0, "ramp a returning upstream's share of new clients over this time (0: off)")
-	o.parkAfter = pinproxy.DefaultParkAfter
-	fs.Var((*orNever)(&o.parkAfter), "park-after", "park a connection idle both ways for this `duration`: no goroutine, no buffer (Linux; never, or negative such as -1: never)")
-	sendProxy := fs.String("send-proxy", "", "send a PROXY protocol header to upstreams: v1 or v2 (default: none)")
-	fs.IntVar(&o.maxConns, "max-conns", 0, "most client connections at once; over it a new client is closed at once (0: no limit; default: from the open-file limit)")
-	fs.StringVar(&o.admin, "admin", "", "address for /metrics, /status, /healthz and /readyz, host:port (default: off)")
-	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	fs.BoolVar(&o.logConnections, "log-connections", true, "log each connection's end at info level (false: at debug)")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long to wait for live connections before closing them")
-	fs.DurationVar(&o.upgradeTimeout, "upgrade-timeout", 10*time.Second, "on SIGUSR2, how long the new binary has to take every connection and report ready before the upgrade is rolled back")
-	fs.StringVar(&o.upgradeSocket, "upgrade-socket", "", "Unix socket path: hand everything to a process that connects here, and at start take it from one listening here (default: SIGUSR2 only)")
-	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "usage: pinproxy -listen host:port -upstreams host:port[,host:port...] [flags]\n\n")
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
-			fmt.Fprintf(stderr, "\nEach flag but -version may be set in the environment as %sNAME (e.g. %s); flags win.\n",
-				envPrefix, cmdkit.EnvName(envPrefix, "upstreams"))
-			return o, err
-		}
-		return o, usageError{err.Error() + hint(fs, err.Error())}
-	}
-	if fs.NArg() > 0 {
-		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
-	}
-	if o.version {
-		return o, nil
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	// The environment fills in the flags not given on the command line,
-	// all but -version (see cmdkit.FromEnv).
-	if err := cmdkit.FromEnv(fs, envPrefix, lookupEnv); err != nil {
-		msg := err.Error()
-		if strings.Contains(msg, "parse error") {
-			var name string // the flag the variable is for
-			fs.VisitAll(func(f *flag.Flag) {
-				if strings.HasPrefix(msg, cmdkit.EnvName(envPrefix, f.Name)+"=") {
-					name = f.Name
-				}
-			})
-			msg += hint(fs, "flag -"+name+": parse error")
-		}
-		return o, usageError{msg}
-	}
-	// One of -upstreams and -upstreams-file given on the command line
-	// wins over the other from the environment.
-	switch {
-	case given["upstreams"] && !given["upstreams-file"]:
-		o.upstreamsFile = ""
-	case given["upstreams-file"] && !given["upstreams"]:
-		*upstreams = ""
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true }) // the command line or the environment
-	o.fromEnv = map[string]bool{}
-	for name := range set {
-		if !given[name] {
-			o.fromEnv[name] = true
-		}
-	}
-	// A bad value from the environment is named as such: the operator
-	// did not type "-max-conns -1", the unit or container set it.
-	defer func() {
-		var ue usageError
-		if errors.As(err, &ue) {
-			err = usageError{o.fromEnvPrefix(ue.msg) + ue.msg}
-		}
-	}()
-
-	if _, activated := lookupEnv("LISTEN_FDS"); o.listen == "" && !activated {
-		return o, usageError{"-listen is required (or PINPROXY_LISTEN, or a socket from systemd): the host:port to accept clients on"}
-	}
-	if _, _, err := net.SplitHostPort(o.listen); o.listen != "" && err != nil {
-		return o, usageError{fmt.Sprintf("-listen %q: want host:port", o.listen)}
-	}
-	switch {
-	case o.upstreamsFile != "" && strings.TrimSpace(*upstreams) != "":
-		return o, usageError{"-upstreams and -upstreams-file: give one, not both"}
-	case o.upstreamsFile != "":
-		ups, err := readUpstreams(o.upstreamsFile)
-		if err != nil {
-			return o, usageError{err.Error()}
-		}
-		o.upstreams = ups
-	case strings.TrimSpace(*upstreams) == "":
-		return o, usageError{"-upstreams is required (or PINPROXY_UPSTREAMS, or -upstreams-file): at least one host:port"}
-	default:
-		for i, u := range strings.Split(*upstreams, ",") {
-			u = strings.TrimSpace(u)
-			if u == "" {
-				return o, usageError{fmt.Sprintf("-upstreams %q: entry %d is empty", *upstreams, i+1)}
-			}
-			o.upstreams = append(o.upstreams, u)
-		}
-	}
-	if o.rebalanceInterval < 0 {
-		return o, usageError{fmt.Sprintf("-rebalance-interval %v: must not be negative (0 turns rounds off)", o.rebalanceInterval)}
-	}
-	if o.rebalanceMaxMoves < 1 {
-		return o, usageError{fmt.Sprintf("-rebalance-max-moves %d: must be at least 1", o.rebalanceMaxMoves)}
-	}
-	if o.drainRemoved < 0 {
-		return o, usageError{fmt.Sprintf("-drain-removed %v: must not be negative (0: leave removed upstreams' connections)", o.drainRemoved)}
-	}
-	if o.dialTimeout <= 0 {
-		return o, usageError{fmt.Sprintf("-dial-timeout %v: must be positive", o.dialTimeout)}
-	}
-	if o.maxDialAttempts == 0 {
-		return o, usageError{"-max-dial-attempts 0: give how many upstreams a client may try, or a negative number for every one"}
-	}
-	if o.checkInterval < 0 {
-		return o, usageError{fmt.Sprintf("-check-interval %v: must not be negative (0: off)", o.checkInterval)}
-	}
-	if o.checkRise < 1 || o.checkFall < 1 {
-		return o, usageError{fmt.Sprintf("-check-rise %d, -check-fall %d: must be at least 1", o.checkRise, o.checkFall)}
-	}
-	if o.parkAfter == 0 {
-		return o, usageError{"-park-after 0: give how long a connection waits before it parks, or a negative duration for never"}
-	}
-	if o.slowStart < 0 {
-		return o, usageError{fmt.Sprintf("-slow-start %v: must not be negative (0: off)", o.slowStart)}
-	}
-	switch *sendProxy {
-	case "":
-	case "v1":
-		o.sendProxy = 1
-	case "v2":
-		o.sendProxy = 2
-	default:
-		return o, usageError{fmt.Sprintf("-send-proxy %q: want v1 or v2", *sendProxy)}
-	}
-	if o.maxConns < 0 {
-		return o, usageError{fmt.Sprintf("-max-conns %d: must not be negative (0: no limit)", o.maxConns)}
-	}
-	o.maxConnsFrom = "-max-conns"
-	if !set["max-conns"] {
-		if n, ok := fileLimit(); ok {
-			o.maxConns = pinproxy.MaxConnsForFiles(n)
-			o.maxConnsFrom = fmt.Sprintf("RLIMIT_NOFILE %d", n)
-		}
-	}
-	if o.admin != "" {
-		if _, _, err := net.SplitHostPort(o.admin); err != nil {
-			return o, usageError{fmt.Sprintf("-admin %q: want host:port", o.admin)}
-		}
-	}
-	level, err := cmdkit.ParseLogFlags(o.logFormat, *logLevel)
-	if err != nil {
-		return o, usageError{err.Error()}
-	}
-	o.logLevel = level
-	if o.shutdownTimeout < 0 {
-		return o, usageError{fmt.Sprintf("-shutdown-timeout %v: must not be negative", o.shutdownTimeout)}
-	}
-	if o.upgradeTimeout <= 0 {
-		return o, usageError{fmt.Sprintf("-upgrade-timeout %v: must be positive", o.upgradeTimeout)}
-	}
-	return o, nil
-}
-
-// orNever is a duration flag that also takes "never" or a negative whole
-// number without a unit ("-1"), both meaning never (a negative duration).
-type orNever time.Duration
-
-func (d *orNever) String() string { return time.Duration(*d).String() }
-
-func (d *orNever) Get() any { return time.Duration(*d) }
-
-func (d *orNever) Set(s string) error {
-	if s == "never" {
-		*d = -1
-		return nil
-	}
-	if n, err := strconv.Atoi(s); err == nil && n < 0 {
-		*d = -1
-		return nil
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return errors.New("parse error")
-	}
-	*d = orNever(v)
-	return nil
-}
-
-// fromEnvPrefix returns "PINPROXY_NAME: " when msg is about the flag
-// -NAME ("-NAME ..." or "-NAME: ...") and its value came from the
-// environment; else "".
-func (o options) fromEnvPrefix(msg string) string {
-	name, _, _ := strings.Cut(strings.TrimPrefix(msg, "-"), " ")
-	name = strings.TrimSuffix(name, ":")
-	if !strings.HasPrefix(msg, "-") || !o.fromEnv[name] {
-		return ""
-	}
-	return cmdkit.EnvName(envPrefix, name) + ": "
-}
-
-// readUpstreams reads an upstreams file; the error names the file and,
-// for a bad entry, its line.
-func readUpstreams(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("-upstreams-file: %w", err)
-	}
-	defer f.Close()
-	ups, err := pinproxy.ParseUpstreams(f)
-	var ue *pinproxy.UpstreamError
-	switch {
-	case errors.As(err, &ue):
-		return nil, fmt.Errorf("-upstreams-file %s: %s", path, ue.Detail())
-	case errors.Is(err, pinproxy.ErrNoUpstreams):
-		return nil, fmt.Errorf("-upstreams-file %s: no upstreams in it: at least one host:port line is required", path)
-	case err != nil:
-		return nil, fmt.Errorf("-upstreams-file %s: %w", path, err)
-	}
-	return ups, nil
-}
-
-// hint says what a flag wants when the flag package could not parse its
-// value (its message is only "parse error").
-func hint(fs *flag.FlagSet, msg string) string {
-	_, rest, ok := strings.Cut(msg, "flag -")
-	if !ok || !strings.Contains(msg, "parse error") {
-		return ""
-	}
-	name, _, _ := strings.Cut(rest, ":")
-	f := fs.Lookup(name)
-	if f == nil {
-		return ""
-	}
-	switch f.Value.(flag.Getter).Get().(type) {
-	case time.Duration:
-		return " (want a duration such as 5s or 1m)"
-	case int:
-		return " (want a whole number)"
-	case bool:
-		return " (want true or false)"
-	}
-	return ""
-}
-
-// config turns the options into the proxy's Config.
-func (o options) config(log *slog.Logger) pinproxy.Config {
-	cfg := pinproxy.Config{
-		Upstreams:         o.upstreams,
-		DialTimeout:       o.dialTimeout,
-		MaxDialAttempts:   o.maxDialAttempts,
-		RebalanceInterval: o.rebalanceInterval,
-		RebalanceMaxMoves: o.rebalanceMaxMoves,
-		DrainRemoved:      o.drainRemoved,
-		CheckInterval:     o.checkInterval,
-		CheckRise:         o.checkRise,
-		CheckFall:         o.checkFall,
-		SlowStart:         o.slowStart,
-		ParkAfter:         o.parkAfter,
-		SendProxy:         o.sendProxy,
-		MaxConns:          o.maxConns,
-		LogConnections:    o.logConnections,
-		Logger:            log,
-	}
-	if o.rebalanceInterval == 0 {
-		cfg.RebalanceInterval = -1 // off; zero would mean the default
-	}
-	return cfg
 }
 
 // run is the whole command; it returns the exit status. sigs delivers
@@ -428,125 +105,160 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	log := cmdkit.NewLogger(lw, o.logFormat == "json", o.logLevel)
 
 	p, err := pinproxy.New(o.config(log))
-	var ue *pinproxy.UpstreamError
-	if errors.As(err, &ue) { // names the bad upstream
-		fmt.Fprintf(stderr, "pinproxy: %s-upstreams: %s\n", o.fromEnvPrefix("-upstreams"), ue.Detail())
-		return 2
-	}
 	if err != nil {
-		fmt.Fprintf(stderr, "pinproxy: %v\n", err)
+		fmt.Fprintf(stderr, "pinproxy: %v\n", configError(err, o))
 		return 2
 	}
-	ctx := context.Background()
-	lns, adminLn, adopted, code := listeners(ctx, p, o, lookupEnv, stderr, log)
+	lns, adminLn, adopted, code := listeners(context.Background(), p, o, lookupEnv, stderr, log)
 	if code != 0 {
 		return code
 	}
-	ln := lns[0]
-	var admin *adminServer
+	d := &daemon{o: o, p: p, log: log, adminLn: adminLn, served: make(chan error, len(lns)+1)}
 	if adminLn != nil {
-		admin = newAdminServer(p, bi, log, lw)
+		d.admin = newAdminServer(p, bi, log, lw)
+		d.extra = []net.Listener{adminLn}
 	}
-
-	served := make(chan error, len(lns)+1)
-	for _, ln := range lns {
-		go func() { served <- p.Serve(ln) }()
-	}
-	go warnUnresolved(o.upstreamsFile, o.upstreams, net.DefaultResolver, log)
-	if admin != nil {
-		go func() { served <- admin.Serve(adminLn) }()
-		log.Info("admin listening", "addr", adminLn.Addr().String(), "paths", strings.Join(admin.paths, " "))
-	}
-	log.Info("pinproxy listening", "addr", ln.Addr().String(), "version", bi.Version, "commit", bi.Commit,
-		"upstreams", strings.Join(o.upstreams, ","), "upstreams_file", o.upstreamsFile,
-		"rebalance_interval", o.rebalanceInterval, "dial_timeout", o.dialTimeout,
-		"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "check_interval", o.checkInterval)
+	d.serve(lns, bi)
 	notifyReady(lookupEnv, adopted != nil, log)
 	if adopted != nil {
 		if err := adopted.Ready(); err != nil {
 			log.Warn("upgrade: cannot tell the old process this one is ready", "err", err)
 		}
 	}
-	upgrades := make(chan *net.UnixConn)
-	stopUpgrades := listenUpgrades(o.upgradeSocket, upgrades, log)
-	defer stopUpgrades()
-	var extra []net.Listener
-	if adminLn != nil {
-		extra = append(extra, adminLn)
+	d.upgrades = make(chan *net.UnixConn)
+	d.stopUpgrades = listenUpgrades(o.upgradeSocket, d.upgrades, log)
+	defer func() { d.stopUpgrades() }()
+	code, upgraded := d.wait(sigs)
+	if upgraded {
+		return d.handedOver()
 	}
-	handedOver := func() int { // the new process has it all: stop the admin server and exit
-		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
-		p.Shutdown(sctx) // holds nothing now; this ends its log lines' goroutine
-		scancel()
-		if admin != nil {
-			actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
-			admin.Shutdown(actx)
-			acancel()
-		}
-		log.Info("pinproxy stopped: upgraded", "pid", os.Getpid())
-		return 0
-	}
+	d.drain(sigs)
+	log.Info("pinproxy stopped", "moves", p.Totals().Moves)
+	return code
+}
 
-wait:
+// daemon is the running command: the proxy, its admin server and the
+// upgrades it listens for.
+type daemon struct {
+	o       options
+	p       *pinproxy.Proxy
+	log     *slog.Logger
+	admin   *adminServer // nil without -admin
+	adminLn net.Listener
+	extra   []net.Listener // handed over beside the proxy's: the admin's
+	served  chan error     // a Serve that returned
+
+	upgrades     chan *net.UnixConn
+	stopUpgrades func()
+}
+
+// serve starts serving lns and the admin server, and logs the start-up
+// lines.
+func (d *daemon) serve(lns []net.Listener, bi buildinfo.Info) {
+	o, log := d.o, d.log
+	for _, ln := range lns {
+		go func() { d.served <- d.p.Serve(ln) }()
+	}
+	go warnUnresolved(o.upstreamsFile, o.upstreams, net.DefaultResolver, log)
+	if d.admin != nil {
+		go func() { d.served <- d.admin.Serve(d.adminLn) }()
+		log.Info("admin listening", "addr", d.adminLn.Addr().String(), "paths", strings.Join(d.admin.paths, " "))
+	}
+	log.Info("pinproxy listening", "addr", lns[0].Addr().String(), "version", bi.Version, "commit", bi.Commit,
+		"upstreams", strings.Join(o.upstreams, ","), "upstreams_file", o.upstreamsFile,
+		"rebalance_interval", o.rebalanceInterval, "dial_timeout", o.dialTimeout,
+		"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "check_interval", o.checkInterval)
+}
+
+// wait serves until a signal to stop, a hand-over to a new process
+// (upgraded), or a Serve that fails (code 1).
+func (d *daemon) wait(sigs <-chan os.Signal) (code int, upgraded bool) {
 	for {
 		select {
 		case sig := <-sigs:
-			if sig == syscall.SIGHUP {
-				reload(p, o.upstreamsFile, log)
+			switch sig {
+			case syscall.SIGHUP:
+				reload(d.p, d.o.upstreamsFile, d.log)
 				continue
-			}
-			if sig == upgradeSignal {
-				stopUpgrades()
-				if upgradeByExec(p, o.upgradeTimeout, extra, log) {
-					return handedOver()
+			case upgradeSignal:
+				d.stopUpgrades()
+				if upgradeByExec(d.p, d.o.upgradeTimeout, d.extra, d.log) {
+					return 0, true
 				}
-				stopUpgrades = listenUpgrades(o.upgradeSocket, upgrades, log)
+				d.stopUpgrades = listenUpgrades(d.o.upgradeSocket, d.upgrades, d.log)
 				continue
 			}
-			log.Info("signal received; draining", "signal", sig.String(), "live", p.Totals().Live, "timeout", o.shutdownTimeout)
-			break wait
-		case uc := <-upgrades:
-			stopUpgrades()
-			log.Info("upgrade: a process connected to -upgrade-socket; handing over", "upgrade_socket", o.upgradeSocket)
-			uctx, ucancel := context.WithTimeoutCause(context.Background(), o.upgradeTimeout,
-				fmt.Errorf("the new process was not ready within -upgrade-timeout %v", o.upgradeTimeout))
-			res, _ := p.Handoff(uctx, uc, extra...)
-			ucancel()
-			if res.Committed {
-				return handedOver()
+			d.log.Info("signal received; draining", "signal", sig.String(), "live", d.p.Totals().Live, "timeout", d.o.shutdownTimeout)
+			return 0, false
+		case uc := <-d.upgrades:
+			if d.handOff(uc) {
+				return 0, true
 			}
-			stopUpgrades = listenUpgrades(o.upgradeSocket, upgrades, log)
-		case err := <-served:
-			log.Error("serving failed", "err", err)
-			code = 1
-			break wait
+		case err := <-d.served:
+			d.log.Error("serving failed", "err", err)
+			return 1, false
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+}
+
+// handOff hands everything to the process connected on uc, and says
+// whether it took it; if not, it listens for upgrades again.
+func (d *daemon) handOff(uc *net.UnixConn) bool {
+	d.stopUpgrades()
+	d.log.Info("upgrade: a process connected to -upgrade-socket; handing over", "upgrade_socket", d.o.upgradeSocket)
+	uctx, ucancel := context.WithTimeoutCause(context.Background(), d.o.upgradeTimeout,
+		fmt.Errorf("the new process was not ready within -upgrade-timeout %v", d.o.upgradeTimeout))
+	res, _ := d.p.Handoff(uctx, uc, d.extra...)
+	ucancel()
+	if res.Committed {
+		return true
+	}
+	d.stopUpgrades = listenUpgrades(d.o.upgradeSocket, d.upgrades, d.log)
+	return false
+}
+
+// handedOver stops the admin server once the new process has it all; it
+// returns the exit status.
+func (d *daemon) handedOver() int {
+	sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+	d.p.Shutdown(sctx) // holds nothing now; this ends its log lines' goroutine
+	scancel()
+	d.stopAdmin()
+	d.log.Info("pinproxy stopped: upgraded", "pid", os.Getpid())
+	return 0
+}
+
+// drain shuts the proxy down within -shutdown-timeout, or at once on a
+// second SIGTERM or SIGINT, then the admin server.
+func (d *daemon) drain(sigs <-chan os.Signal) {
+	sctx, cancel := context.WithTimeout(context.Background(), d.o.shutdownTimeout)
 	defer cancel()
 	drained := make(chan error, 1)
-	go func() { drained <- p.Shutdown(sctx) }()
-drain:
+	go func() { drained <- d.p.Shutdown(sctx) }()
 	for {
 		select {
 		case <-drained: // a drain that ran out of time is logged by Shutdown, once
-			break drain
+			d.stopAdmin()
+			return
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP || sig == upgradeSignal {
-				log.Info("signal during the drain; ignored", "signal", sig.String())
+				d.log.Info("signal during the drain; ignored", "signal", sig.String())
 				continue
 			}
-			log.Info("second signal; closing the connections left now", "signal", sig.String())
+			d.log.Info("second signal; closing the connections left now", "signal", sig.String())
 			cancel()
 		}
 	}
-	if admin != nil {
-		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
-		admin.Shutdown(actx)
-		acancel()
+}
+
+// stopAdmin shuts the admin server down, if there is one, within 5 s.
+func (d *daemon) stopAdmin() {
+	if d.admin == nil {
+		return
 	}
-	log.Info("pinproxy stopped", "moves", p.Totals().Moves)
-	return code
+	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+	d.admin.Shutdown(actx)
+	acancel()
 }
 
 // reload re-reads the upstreams file into p. A bad file keeps the current
@@ -556,7 +268,7 @@ func reload(p *pinproxy.Proxy, path string, log *slog.Logger) {
 		log.Warn("SIGHUP without -upstreams-file; nothing to reload, ignored")
 		return
 	}
-	ups, err := readUpstreams(path)
+	ups, err := readUpstreams("-upstreams-file", path)
 	if err == nil {
 		before := 0
 		for _, s := range p.Stats() {
@@ -658,23 +370,7 @@ func newAdminServer(p *pinproxy.Proxy, bi buildinfo.Info, log *slog.Logger, lw *
 			Totals    pinproxy.Totals          `json:"totals"`
 		}{bi.Version, p.Stats(), p.Totals()})
 	})
-	handle("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "ok\n")
-	})
-	handle("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !p.Ready() {
-			http.Error(w, "not ready: not listening, or no upstream up", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ready\n")
-	})
-	return &adminServer{paths: adminPaths, Server: &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       time.Minute, // idle keep-alive connections closed within two minutes
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}}
+	handle("/healthz", cmdkit.Probe(func() error { return nil }))
+	handle("/readyz", cmdkit.Probe(p.Ready))
+	return &adminServer{paths: adminPaths, Server: cmdkit.NewServer(mux, log)}
 }

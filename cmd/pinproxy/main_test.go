@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,43 +16,47 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
-// binary is the pinproxy command, built once by TestMain.
-var binary string
+// bins builds the pinproxy command once; binary is its path, set by
+// TestMain.
+var (
+	bins   = testkit.Build{Pkgs: []string{"."}}
+	binary string
+)
+
+// moreBuilds are other builds some tests share, removed by TestMain.
+var moreBuilds []*testkit.Build
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pinproxy-bin-")
+	dir, err := bins.Run()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		bins.Clean()
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "pinproxy")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	bins.Clean()
+	for _, b := range moreBuilds {
+		b.Clean()
+	}
 	os.Exit(code)
 }
 
 // proc is a running pinproxy binary.
 type proc struct {
+	*testkit.Proc
 	t     *testing.T
-	cmd   *exec.Cmd
 	addr  string // where it accepts clients
 	admin string // where it serves /metrics and /status, if asked
 
 	mu    sync.Mutex
 	lines []string
 	grew  chan struct{} // closed and replaced when a line arrives
-	done  chan struct{} // closed when the process has exited
-	err   error         // Wait's error, once done
 }
 
 var addrRE = regexp.MustCompile(`msg="(pinproxy|admin) listening" addr=(\S+)|"msg":"(pinproxy|admin) listening","addr":"([^"]+)"`)
@@ -71,31 +74,20 @@ func start(t *testing.T, env []string, args ...string) *proc {
 // launch starts cmd, a pinproxy binary, and waits until it listens.
 func launch(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{t: t, cmd: cmd, grew: make(chan struct{}), done: make(chan struct{})}
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.lines = append(p.lines, sc.Text())
-			close(p.grew)
-			p.grew = make(chan struct{})
-			p.mu.Unlock()
-		}
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
+	p := &proc{t: t, grew: make(chan struct{})}
+	p.Proc = testkit.StartProc(t, cmd, func(line string) {
+		p.mu.Lock()
+		p.lines = append(p.lines, line)
+		close(p.grew)
+		p.grew = make(chan struct{})
+		p.mu.Unlock()
+	})
+	// Runs before StartProc's cleanup: a kill, not a drain of up to
+	// -shutdown-timeout.
 	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
+		p.Kill()
 		if t.Failed() {
-			t.Logf("pinproxy's log:\n%s", strings.Join(p.log(), "\n"))
+			t.Logf("pinproxy's log:\n%s", p.Log.String())
 		}
 	})
 	p.waitLines(func(lines []string) bool {
@@ -133,8 +125,8 @@ func (p *proc) waitLines(cond func([]string) bool) {
 		}
 		select {
 		case <-grew:
-		case <-p.done:
-			p.t.Fatalf("pinproxy exited (%v) while the test waited for its log", p.err)
+		case <-p.Done():
+			p.t.Fatalf("pinproxy exited (%v) while the test waited for its log", p.Cmd.ProcessState)
 		case <-deadline:
 			p.t.Fatal("pinproxy's log did not show what the test waited for")
 		}
@@ -163,18 +155,14 @@ func (p *proc) waitRounds(s string, n int) {
 func (p *proc) exit() int {
 	p.t.Helper()
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(pinproxytest.WaitFor):
 		p.t.Fatal("pinproxy did not exit")
 	}
-	if p.err == nil {
-		return 0
+	if p.Cmd.ProcessState == nil {
+		p.t.Fatal("pinproxy: no exit status")
 	}
-	if ee, ok := p.err.(*exec.ExitError); ok {
-		return ee.ExitCode()
-	}
-	p.t.Fatal(p.err)
-	return -1
+	return p.Cmd.ProcessState.ExitCode()
 }
 
 const (
@@ -264,7 +252,7 @@ func TestBinarySIGTERMDrains(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
 	p := start(t, nil, "-upstreams", a.Addr)
 	cl, _ := pinproxytest.Dial(t, p.addr, "c")
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	p.waitLines(func(l []string) bool { return count(l, "signal received; draining") == 1 })
@@ -283,7 +271,7 @@ func TestBinarySIGTERMClosesAfterTimeout(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
 	p := start(t, nil, "-upstreams", a.Addr, "-shutdown-timeout", "100ms")
 	cl, _ := pinproxytest.Dial(t, p.addr, "c")
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if !cl.Closed() {
@@ -382,10 +370,10 @@ func TestBinaryUsageErrors(t *testing.T) {
 		{"bad listen", nil, []string{"-listen", "localhost", "-upstreams", "a:1"}, `-listen "localhost": want host:port`},
 		{"admin taken", nil, append(ok, "-admin", taken.Addr().String()), "-admin: cannot listen on " + taken.Addr().String()},
 		{"bad env", []string{"PINPROXY_DIAL_TIMEOUT=5"}, ok, `PINPROXY_DIAL_TIMEOUT="5": parse error (want a duration`},
-		{"env upstream", []string{"PINPROXY_UPSTREAMS=nope"}, []string{"-listen", "127.0.0.1:0"}, `PINPROXY_UPSTREAMS: -upstreams: upstream 1 "nope": missing port`},
-		{"env max conns", []string{"PINPROXY_MAX_CONNS=-1"}, ok, "PINPROXY_MAX_CONNS: -max-conns -1: must not be negative"},
-		{"env listen", []string{"PINPROXY_LISTEN=localhost"}, []string{"-upstreams", "a:1"}, `PINPROXY_LISTEN: -listen "localhost": want host:port`},
-		{"env file", []string{"PINPROXY_UPSTREAMS_FILE=" + badFile}, []string{"-listen", "127.0.0.1:0"}, "PINPROXY_UPSTREAMS_FILE: -upstreams-file " + badFile + `: line 3: "usa-01": missing port`},
+		{"env upstream", []string{"PINPROXY_UPSTREAMS=nope"}, []string{"-listen", "127.0.0.1:0"}, `PINPROXY_UPSTREAMS (-upstreams): upstream 1 "nope": missing port`},
+		{"env max conns", []string{"PINPROXY_MAX_CONNS=-1"}, ok, "PINPROXY_MAX_CONNS (-max-conns) -1: must not be negative"},
+		{"env listen", []string{"PINPROXY_LISTEN=localhost"}, []string{"-upstreams", "a:1"}, `PINPROXY_LISTEN (-listen) "localhost": want host:port`},
+		{"env file", []string{"PINPROXY_UPSTREAMS_FILE=" + badFile}, []string{"-listen", "127.0.0.1:0"}, "PINPROXY_UPSTREAMS_FILE (-upstreams-file) " + badFile + `: line 3: "usa-01": missing port`},
 		{"flag not env", []string{"PINPROXY_MAX_CONNS=5"}, append(ok, "-max-conns", "-1"), "pinproxy: -max-conns -1: must not be negative"},
 		{"stray argument", nil, append(ok, "extra"), `unexpected argument "extra"`},
 		{"space in host", nil, []string{"-listen", "127.0.0.1:0", "-upstreams", "eu 01:9333"}, `upstream 1 "eu 01:9333": host has a space in it`},

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
@@ -63,44 +64,28 @@ func upgradeLoad(t *testing.T) (streams, idle, upgrades int, gap time.Duration) 
 	return
 }
 
+// buildA and buildB are the binary built as version vA and vB, and
+// buildHalf the half-way stand-in in testdata/halfway.
+var (
+	buildA    = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vA"}}
+	buildB    = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vB"}}
+	buildHalf = testkit.Build{Pkgs: []string{"./testdata/halfway"}}
+)
+
+func init() { moreBuilds = append(moreBuilds, &buildA, &buildB, &buildHalf) }
+
 var builds struct {
 	once sync.Once
-	dir  string
 	a, b string // pinproxy built as version vA and vB
 	half string // testdata/halfway
-	err  error
 }
 
 // buildVariants builds the two versions of the binary and the half-way
 // stand-in once per test run.
 func buildVariants(t *testing.T) {
 	t.Helper()
-	builds.once.Do(func() {
-		builds.dir, builds.err = os.MkdirTemp("", "pinproxy-upgrade-")
-		if builds.err != nil {
-			return
-		}
-		for _, v := range []struct {
-			out *string
-			ver string
-		}{{&builds.a, "vA"}, {&builds.b, "vB"}} {
-			*v.out = filepath.Join(builds.dir, "pinproxy-"+v.ver)
-			out, err := exec.Command("go", "build", "-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version="+v.ver,
-				"-o", *v.out, ".").CombinedOutput()
-			if err != nil {
-				builds.err = fmt.Errorf("go build %s: %v\n%s", v.ver, err, out)
-				return
-			}
-		}
-		builds.half = filepath.Join(builds.dir, "halfway")
-		out, err := exec.Command("go", "build", "-o", builds.half, "./testdata/halfway").CombinedOutput()
-		if err != nil {
-			builds.err = fmt.Errorf("go build halfway: %v\n%s", err, out)
-		}
-	})
-	if builds.err != nil {
-		t.Fatal(builds.err)
-	}
+	a, b, half := buildA.Bin(t, "pinproxy"), buildB.Bin(t, "pinproxy"), buildHalf.Bin(t, "halfway")
+	builds.once.Do(func() { builds.a, builds.b, builds.half = a, b, half })
 }
 
 // install puts the file src at path as a package manager does: a new file
@@ -606,12 +591,7 @@ func (f *family) upgrade(n int) (line string, oldLived time.Duration) {
 		f.t.Fatal(err)
 	}
 	f.waitCount(`msg="upgrade: connections handed over"`, n)
-	for !gone(old) {
-		if time.Since(t0) > 10*time.Second {
-			f.t.Fatalf("the old process %d still runs 10 s after SIGUSR2", old)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitForWithin(f.t, 10*time.Second, fmt.Sprintf("the old process %d to exit after SIGUSR2", old), func() bool { return gone(old) })
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, l := range f.lines {
@@ -806,13 +786,7 @@ func TestBinaryUpgradeSocket(t *testing.T) {
 		t.Fatalf("the new process listens on %s and %s, want the old one's %s and %s", nu.addr, nu.admin, old.addr, old.admin)
 	}
 	old.waitCount(`msg="upgrade: connections handed over"`, 1)
-	deadline := time.Now().Add(10 * time.Second)
-	for !gone(oldPID) {
-		if time.Now().After(deadline) {
-			t.Fatal("the old process still runs 10 s after the new one took over")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitForWithin(t, 10*time.Second, "the old process to exit once the new one took over", func() bool { return gone(oldPID) })
 	if s := nu.status(); s.Totals.Upgrades != 1 || s.Totals.Live < streams+idle {
 		t.Errorf("the new process: %d upgrades, %d live; want 1 and %d", s.Totals.Upgrades, s.Totals.Live, streams+idle)
 	}
@@ -992,9 +966,9 @@ func TestBinaryUpgradeSignalDuringDrain(t *testing.T) {
 	if on != "A" {
 		t.Fatalf("on %s", on)
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Cmd.Process.Signal(syscall.SIGTERM)
 	p.waitLines(func(l []string) bool { return count(l, `msg="signal received; draining"`) == 1 })
-	p.cmd.Process.Signal(syscall.SIGUSR2)
+	p.Cmd.Process.Signal(syscall.SIGUSR2)
 	p.waitLines(func(l []string) bool {
 		return count(l, `msg="signal during the drain; ignored" signal="user defined signal 2"`) == 1
 	})

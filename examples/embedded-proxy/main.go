@@ -10,8 +10,9 @@
 //     pinproxy, which sends each to the least-used upstream (-upstream,
 //     repeated or comma-separated, in order of preference);
 //
-//   - serves its own HTTP API on -http: /healthz, and /proxy/stats with the
-//     proxy's Stats and Totals as JSON;
+//   - serves its own HTTP API on -http: /healthz, /readyz (503 with the
+//     reason while the proxy's Ready returns an error), and /proxy/stats
+//     with the proxy's Stats and Totals as JSON;
 //
 //   - logs the proxy's decisions through its own logger, tagged
 //     component=pinproxy, and logs Stats every -stats-every;
@@ -66,7 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, `usage: embedded-proxy -upstream HOST:PORT [-upstream HOST:PORT …] [flags]
 
 A service that embeds pinproxy: clients on -listen go to the least-used
-upstream; the service's own API is on -http (/healthz, /proxy/stats).
+upstream; the service's own API is on -http (/healthz, /readyz, /proxy/stats).
 
 Flags:
 `)
@@ -156,6 +157,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+			if err := proxy.Ready(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			io.WriteString(w, "ok\n")
+		})
 		mux.HandleFunc("GET /proxy/stats", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			json.NewEncoder(w).Encode(statsView{Totals: proxy.Totals(), Upstreams: proxy.Stats()})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -65,6 +66,15 @@ func TestService(t *testing.T) {
 	}
 	if st.Totals.Live != 2 || st.Upstreams[0].Live != 1 || st.Upstreams[1].Live != 1 {
 		t.Fatalf("stats %+v, want one live connection on each upstream", st)
+	}
+	resp, err = http.Get("http://" + apiAddr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ok\n" {
+		t.Fatalf("/readyz with both upstreams up: %s %q, want 200 ok", resp.Status, body)
 	}
 	testkit.WaitFor(t, "the stats in the log", func() bool { return strings.Contains(out.String(), " upstream="+b+" live=1 ") })
 
