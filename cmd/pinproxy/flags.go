@@ -54,15 +54,11 @@ type options struct {
 }
 
 // usageError is a bad flag or environment value: exit status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
+type usageError = cmdkit.UsageError
 
 // flagSet declares the flags into o.
 func flagSet(o *options) *flag.FlagSet {
-	fs := flag.NewFlagSet("pinproxy", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {} // a bad flag is one line on stderr; -h prints the flags
+	fs := cmdkit.NewFlagSet("pinproxy")
 	fs.StringVar(&o.listen, "listen", "", "address to accept clients on, host:port (required)")
 	fs.StringVar(&o.rawUpstreams, "upstreams", "", "upstreams in order of preference, host:port,host:port (this or -upstreams-file)")
 	fs.StringVar(&o.upstreamsFile, "upstreams-file", "", "file of upstreams, one host:port a line, # comments; SIGHUP re-reads it")
@@ -104,21 +100,21 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 				envPrefix, cmdkit.EnvName(envPrefix, "upstreams"))
 			return o, err
 		}
-		return o, usageError{cmdkit.ParseError(fs, err).Error()}
+		return o, usageError{Msg: cmdkit.ParseError(fs, err).Error()}
 	}
 	if fs.NArg() > 0 {
-		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
+		return o, usageError{Msg: fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
 	}
 	if o.version {
 		return o, nil
 	}
 	origins, err := cmdkit.ParseEnv(fs, envPrefix, lookupEnv)
 	if err != nil {
-		return o, usageError{err.Error()}
+		return o, usageError{Msg: err.Error()}
 	}
 	o.origins = origins
 	if err := cmdkit.Swallowed(fs); err != nil {
-		return o, usageError{err.Error()}
+		return o, usageError{Msg: err.Error()}
 	}
 	// One of -upstreams and -upstreams-file given on the command line
 	// wins over the other from the environment.
@@ -129,7 +125,7 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.
 		o.rawUpstreams = ""
 	}
 	if err := o.check(lookupEnv); err != nil {
-		return o, usageError{err.Error()}
+		return o, usageError{Msg: err.Error()}
 	}
 	return o, nil
 }

@@ -51,16 +51,12 @@ type options struct {
 // flags: PROOFKIT_AGENT_REPORT_URL for -report-url.
 const envPrefix = "PROOFKIT_AGENT_"
 
-// usageError is a bad flag: exit status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
+// usageError is a bad flag or environment value: exit status 2.
+type usageError = cmdkit.UsageError
 
 // flagSet declares the flags into o.
 func flagSet(o *options) *flag.FlagSet {
-	fs := flag.NewFlagSet("proofkit-agent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {} // a bad flag is one line on stderr; -h prints the flags
+	fs := cmdkit.NewFlagSet("proofkit-agent")
 	fs.StringVar(&o.node, "node", "", "node name sent with each reading: 1 to 64 of A-Z a-z 0-9 . _ - (default: the host name)")
 	fs.DurationVar(&o.interval, "interval", agent.DefaultInterval, "time between readings")
 	fs.StringVar(&o.reportURL, "report-url", "", "platform URL each reading is POSTed to as JSON (default: none, standalone)")
@@ -100,10 +96,10 @@ func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (stri
 			fs.PrintDefaults()
 			return o, err
 		}
-		return o, usageError{cmdkit.ParseError(fs, err).Error()}
+		return o, usageError{Msg: cmdkit.ParseError(fs, err).Error()}
 	}
 	if fs.NArg() > 0 {
-		return o, usageError{fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
+		return o, usageError{Msg: fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
 	}
 	// -version on the command line answers whatever the environment
 	// holds: it is what one runs to see which agent a broken set-up has.
@@ -112,16 +108,16 @@ func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (stri
 	}
 	origins, err := cmdkit.ParseEnv(fs, envPrefix, lookupEnv) // all but -version
 	if err != nil {
-		return o, usageError{err.Error()}
+		return o, usageError{Msg: err.Error()}
 	}
 	o.origins = origins
 	if err := cmdkit.Swallowed(fs); err != nil {
-		return o, usageError{err.Error()}
+		return o, usageError{Msg: err.Error()}
 	}
 	if err := o.check(); err != nil {
 		var ue usageError
 		if !errors.As(err, &ue) {
-			err = usageError{err.Error()}
+			err = usageError{Msg: err.Error()}
 		}
 		return o, err
 	}
@@ -216,15 +212,15 @@ func configError(err error, o options) error {
 func checkRoots(o options) error {
 	for _, f := range []string{"meminfo", "loadavg"} {
 		if fi, err := os.Stat(filepath.Join(o.procRoot, f)); err != nil || fi.IsDir() {
-			return usageError{fmt.Sprintf("%s %s: no %s there; want the mount point of a procfs, such as /proc", o.origins.Name("proc"), o.procRoot, f)}
+			return usageError{Msg: fmt.Sprintf("%s %s: no %s there; want the mount point of a procfs, such as /proc", o.origins.Name("proc"), o.procRoot, f)}
 		}
 	}
 	if fi, err := os.Stat(o.sysRoot); err != nil || !fi.IsDir() {
-		return usageError{fmt.Sprintf("%s %s: not a directory; want the mount point of a sysfs, such as /sys", o.origins.Name("sys"), o.sysRoot)}
+		return usageError{Msg: fmt.Sprintf("%s %s: not a directory; want the mount point of a sysfs, such as /sys", o.origins.Name("sys"), o.sysRoot)}
 	}
 	if o.netns != "" {
 		if _, err := os.Stat(o.netns); err != nil {
-			return usageError{fmt.Sprintf("%s %s: %v", o.origins.Name("netns"), o.netns, errors.Unwrap(err))}
+			return usageError{Msg: fmt.Sprintf("%s %s: %v", o.origins.Name("netns"), o.netns, errors.Unwrap(err))}
 		}
 	}
 	return nil

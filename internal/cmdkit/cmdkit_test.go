@@ -169,3 +169,20 @@ func TestParseError(t *testing.T) {
 		}
 	}
 }
+
+// TestNewFlagSet: a bad flag is an error for the command to print, and
+// the flag set prints nothing of its own.
+func TestNewFlagSet(t *testing.T) {
+	fs := NewFlagSet("cmd")
+	fs.Int("n", 0, "a number")
+	if err := fs.Parse([]string{"-n", "x"}); err == nil {
+		t.Fatal("-n x parsed")
+	}
+	if err := fs.Parse([]string{"-nope"}); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("-nope: %v, want an error naming the flag", err)
+	}
+	var ue error = UsageError{Msg: "-n x: want a number"}
+	if ue.Error() != "-n x: want a number" {
+		t.Errorf("UsageError says %q", ue.Error())
+	}
+}

@@ -3,6 +3,7 @@ package cmdkit
 import (
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -95,3 +96,20 @@ func ParseError(fs *flag.FlagSet, err error) error {
 	}
 	return err
 }
+
+// NewFlagSet returns the flag set a command declares its flags in: a bad
+// flag comes back as an error, for the command to print as one line,
+// and nothing is printed on its own (-h prints the flags where the
+// command says so).
+func NewFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// UsageError is a bad flag or environment value, as opposed to a
+// failure at run time: a command exits 2 on it.
+type UsageError struct{ Msg string }
+
+func (e UsageError) Error() string { return e.Msg }
