@@ -2,4 +2,10 @@
 
 package pinproxy
 
+import "testing"
+
 const raceEnabled = false
+
+// TestRaceEnabledMatchesBuild: the build tag that chose this file and the
+// build's own record of -race agree.
+func TestRaceEnabledMatchesBuild(t *testing.T) { checkRaceEnabled(t, raceEnabled) }

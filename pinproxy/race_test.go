@@ -2,6 +2,12 @@
 
 package pinproxy
 
+import "testing"
+
 // raceEnabled: the race detector allocates on its own, so allocation
 // counts are not checked.
 const raceEnabled = true
+
+// TestRaceEnabledMatchesBuild: the build tag that chose this file and the
+// build's own record of -race agree.
+func TestRaceEnabledMatchesBuild(t *testing.T) { checkRaceEnabled(t, raceEnabled) }
