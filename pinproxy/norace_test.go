@@ -8,4 +8,8 @@ const raceEnabled = false
 
 // TestRaceEnabledMatchesBuild: the build tag that chose this file and the
 // build's own record of -race agree.
-func TestRaceEnabledMatchesBuild(t *testing.T) { checkRaceEnabled(t, raceEnabled) }
+func TestRaceEnabledMatchesBuild(t *testing.T) {
+	if built := builtWithRace(t); built != raceEnabled {
+		t.Errorf("raceEnabled = %v, but the binary was built with -race=%v", raceEnabled, built)
+	}
+}
