@@ -20,3 +20,19 @@ func builtWithRace(t *testing.T) bool {
 	}
 	return false
 }
+
+// TestBuildInfoRecordsSettings: the build info builtWithRace reads holds
+// the build's settings, so a missing -race means a build without it,
+// not a build info without settings.
+func TestBuildInfoRecordsSettings(t *testing.T) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		t.Skip("no build info in this test binary")
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "GOARCH" {
+			return
+		}
+	}
+	t.Errorf("build info has no GOARCH setting: %v", bi.Settings)
+}
