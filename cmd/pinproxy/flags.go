@@ -91,31 +91,19 @@ func flagSet(o *options) *flag.FlagSet {
 func parseFlags(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (options, error) {
 	var o options
 	fs := flagSet(&o)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "usage: pinproxy -listen host:port -upstreams host:port[,host:port...] [flags]\n\n")
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
-			fmt.Fprintf(stderr, "\nEach flag but -version may be set in the environment as %sNAME (e.g. %s); flags win.\n",
-				envPrefix, cmdkit.EnvName(envPrefix, "upstreams"))
-			return o, err
-		}
-		return o, usageError{Msg: cmdkit.ParseError(fs, err).Error()}
+	origins, err := cmdkit.Parse(fs, args, envPrefix, lookupEnv, func() bool { return o.version })
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(stderr, "usage: pinproxy -listen host:port -upstreams host:port[,host:port...] [flags]\n\n")
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+		fmt.Fprintf(stderr, "\nEach flag but -version may be set in the environment as %sNAME (e.g. %s); flags win.\n",
+			envPrefix, cmdkit.EnvName(envPrefix, "upstreams"))
+		return o, err
 	}
-	if fs.NArg() > 0 {
-		return o, usageError{Msg: fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
-	}
-	if o.version {
-		return o, nil
-	}
-	origins, err := cmdkit.ParseEnv(fs, envPrefix, lookupEnv)
-	if err != nil {
-		return o, usageError{Msg: err.Error()}
+	if err != nil || o.version {
+		return o, err
 	}
 	o.origins = origins
-	if err := cmdkit.Swallowed(fs); err != nil {
-		return o, usageError{Msg: err.Error()}
-	}
 	// One of -upstreams and -upstreams-file given on the command line
 	// wins over the other from the environment.
 	switch f := o.origins; {

@@ -88,32 +88,20 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (options, error) {
 	var o options
 	fs := flagSet(&o)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\nEvery flag but -version may also be set in the environment as %s<NAME>\n(-report-url as %s); the command line wins.\n\n",
-				envPrefix, cmdkit.EnvName(envPrefix, "report-url"))
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
-			return o, err
-		}
-		return o, usageError{Msg: cmdkit.ParseError(fs, err).Error()}
-	}
-	if fs.NArg() > 0 {
-		return o, usageError{Msg: fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
-	}
 	// -version on the command line answers whatever the environment
 	// holds: it is what one runs to see which agent a broken set-up has.
-	if o.version {
-		return o, nil
+	origins, err := cmdkit.Parse(fs, args, envPrefix, lookupEnv, func() bool { return o.version })
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\nEvery flag but -version may also be set in the environment as %s<NAME>\n(-report-url as %s); the command line wins.\n\n",
+			envPrefix, cmdkit.EnvName(envPrefix, "report-url"))
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+		return o, err
 	}
-	origins, err := cmdkit.ParseEnv(fs, envPrefix, lookupEnv) // all but -version
-	if err != nil {
-		return o, usageError{Msg: err.Error()}
+	if err != nil || o.version {
+		return o, err
 	}
 	o.origins = origins
-	if err := cmdkit.Swallowed(fs); err != nil {
-		return o, usageError{Msg: err.Error()}
-	}
 	if err := o.check(); err != nil {
 		var ue usageError
 		if !errors.As(err, &ue) {

@@ -186,3 +186,25 @@ func TestNewFlagSet(t *testing.T) {
 		t.Errorf("UsageError says %q", ue.Error())
 	}
 }
+
+// TestParse: a positional argument is a UsageError, and done (-version)
+// stops before the environment is read.
+func TestParse(t *testing.T) {
+	newFS := func() (*flag.FlagSet, *bool, *int) {
+		fs := NewFlagSet("cmd")
+		return fs, fs.Bool("version", false, ""), fs.Int("n", 1, "")
+	}
+	env := func(string) (string, bool) { return "x", true } // every value bad
+	fs, _, _ := newFS()
+	if _, err := Parse(fs, []string{"extra"}, "CMD_", env, nil); !errors.As(err, new(UsageError)) {
+		t.Errorf("a positional argument: %v, want a UsageError", err)
+	}
+	fs, version, _ := newFS()
+	if _, err := Parse(fs, []string{"-version"}, "CMD_", env, func() bool { return *version }); err != nil {
+		t.Errorf("-version read the environment: %v", err)
+	}
+	fs, _, _ = newFS()
+	if _, err := Parse(fs, nil, "CMD_", env, nil); !errors.As(err, new(UsageError)) {
+		t.Errorf("CMD_N=x: %v, want a UsageError", err)
+	}
+}

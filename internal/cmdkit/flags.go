@@ -1,6 +1,7 @@
 package cmdkit
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -113,3 +114,33 @@ func NewFlagSet(name string) *flag.FlagSet {
 type UsageError struct{ Msg string }
 
 func (e UsageError) Error() string { return e.Msg }
+
+// Parse parses args into fs the way both commands do. flag.ErrHelp comes
+// back as it is, for the command to print its help; a bad flag or a
+// positional argument is a UsageError. When done reports true after the
+// command line is parsed (-version given), the environment is not read
+// and Parse returns at once; otherwise the environment fills what the
+// command line did not give (ParseEnv), and a flag that swallowed the
+// next flag as its value is refused (Swallowed).
+func Parse(fs *flag.FlagSet, args []string, prefix string, lookupEnv func(string) (string, bool), done func() bool) (Origins, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Origins{}, err
+		}
+		return Origins{}, UsageError{Msg: ParseError(fs, err).Error()}
+	}
+	if fs.NArg() > 0 {
+		return Origins{}, UsageError{Msg: fmt.Sprintf("unexpected argument %q (flags only)", fs.Arg(0))}
+	}
+	if done != nil && done() {
+		return Origins{}, nil
+	}
+	origins, err := ParseEnv(fs, prefix, lookupEnv)
+	if err != nil {
+		return Origins{}, UsageError{Msg: err.Error()}
+	}
+	if err := Swallowed(fs); err != nil {
+		return Origins{}, UsageError{Msg: err.Error()}
+	}
+	return origins, nil
+}
