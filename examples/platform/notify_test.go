@@ -297,12 +297,7 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
 	h := newHook(t, c, hookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
-	var ps []notifyPlatform
-	var ns []*notifier
-	for range replicas {
-		p := open(c, cfg)
-		ps, ns = append(ps, p), append(ns, p.n)
-	}
+	ps, ns := openReplicas(open, c, cfg, replicas)
 	for i := range 50 {
 		overloadNode(t, c, fmt.Sprintf("n%02d", i), ps...)
 	}
@@ -369,12 +364,7 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 	h := newHook(t, c, hookSecret)
 	h.down()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
-	var ps []notifyPlatform
-	var ns []*notifier
-	for range replicas {
-		p := open(c, cfg)
-		ps, ns = append(ps, p), append(ns, p.n)
-	}
+	ps, ns := openReplicas(open, c, cfg, replicas)
 	const nodes = 5
 	for i := range nodes {
 		overloadNode(t, c, fmt.Sprintf("n%d", i), ps...)
@@ -461,12 +451,7 @@ func testNotifyOncePerHour(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
 	h := newHook(t, c, hookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "x9 "+h.url()+" "+hookSecret))
-	var ps []notifyPlatform
-	var ns []*notifier
-	for range replicas {
-		p := open(c, cfg)
-		ps, ns = append(ps, p), append(ns, p.n)
-	}
+	ps, ns := openReplicas(open, c, cfg, replicas)
 	for range 3 {
 		overloadNode(t, c, "x9", ps...)
 		calm(t, c, "x9", ps...)
@@ -1014,12 +999,7 @@ func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
 	h := newHook(t, c, hookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	cfg.Ended = true
-	var ps []notifyPlatform
-	var ns []*notifier
-	for range replicas {
-		p := open(c, cfg)
-		ps, ns = append(ps, p), append(ns, p.n)
-	}
+	ps, ns := openReplicas(open, c, cfg, replicas)
 	overloadNode(t, c, "e1", ps...)
 	calm(t, c, "e1", ps...)
 	drain(t, ns...)
@@ -1066,4 +1046,16 @@ func TestNotifyGiveUp(t *testing.T) {
 	if last := attempts[len(attempts)-1].At; last.Sub(start) > cfg.GiveUp+cfg.backoffMax {
 		t.Fatalf("an attempt %v after the start, past the give-up", last.Sub(start))
 	}
+}
+
+// openReplicas opens replicas platforms of one store on clock c with
+// cfg, and returns them with their notifiers.
+func openReplicas(open notifyOpener, c *clock, cfg notifyConfig, replicas int) ([]notifyPlatform, []*notifier) {
+	var ps []notifyPlatform
+	var ns []*notifier
+	for range replicas {
+		p := open(c, cfg)
+		ps, ns = append(ps, p), append(ns, p.n)
+	}
+	return ps, ns
 }
