@@ -95,6 +95,7 @@ func (p *Proxy) lineLoop() {
 	defer close(q.done)
 	t := time.NewTimer(lineBatch)
 	t.Stop()
+	var buf []byte // a line written by hand (lineOut), reused
 	for {
 		select {
 		case <-q.kick:
@@ -118,7 +119,7 @@ func (p *Proxy) lineLoop() {
 		}
 		q.mu.Unlock()
 		for i := range batch {
-			p.logEnd(batch[i])
+			buf = p.writeEnd(buf, &batch[i])
 			batch[i] = endLine{} // let the conn go
 		}
 		q.mu.Lock()
@@ -130,7 +131,22 @@ func (p *Proxy) lineLoop() {
 	}
 }
 
-// logEnd logs a connection's line. Six attributes: one more than a
+// writeEnd logs e's line, written by hand into buf (returned for the next
+// line) when the handler is NewLogHandler's and the line has no error,
+// else through slog (logEnd).
+func (p *Proxy) writeEnd(buf []byte, e *endLine) []byte {
+	if p.lineOut == nil || e.r.err != nil && !errors.Is(e.r.err, net.ErrClosed) {
+		p.logEnd(*e)
+		return buf
+	}
+	buf = appendEndLine(buf[:0], e)
+	p.lineOut.Write(buf)
+	return buf
+}
+
+// logEnd logs a connection's line through slog: when the handler is not
+// NewLogHandler's, or the line has an error. writeEnd writes the others
+// itself (appendEndLine), without allocating. Six attributes: one more than a
 // slog.Record holds without allocating. The client's address is formatted
 // on the stack, so the line allocates that string and the Record's
 // overflow only. It goes straight to the handler: Logger.LogAttrs would

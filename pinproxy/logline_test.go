@@ -2,6 +2,7 @@ package pinproxy
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -117,4 +118,115 @@ func BenchmarkConnectionLine(b *testing.B) {
 	for b.Loop() {
 		endConn(p, c, r)
 	}
+}
+
+// NewLogHandler's lines are slog's text handler's, byte for byte, whether
+// the proxy writes them itself or slog does; writing one allocates
+// nothing.
+func TestLogHandlerLineIsSlogs(t *testing.T) {
+	var mine, slogs bytes.Buffer
+	p, err := New(Config{Upstreams: []string{"127.0.0.1:9"}, LogConnections: true,
+		Logger: slog.New(NewLogHandler(&mine, slog.LevelInfo))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.lineOut == nil {
+		t.Fatal("the proxy did not take NewLogHandler's writer")
+	}
+	ref, err := New(Config{Upstreams: []string{"127.0.0.1:9"}, LogConnections: true,
+		Logger: slog.New(slog.NewTextHandler(&slogs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 2, 3, 4, 5, 678901234, time.UTC)
+	var buf []byte
+	for i, tt := range []struct {
+		client   net.Addr
+		upstream string
+		lasted   time.Duration
+		r        spliceResult
+		reason   endReason
+	}{
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 54321}, "127.0.0.1:9", 14200 * time.Millisecond, spliceResult{up: 1, down: 2}, endClient},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 443}, "[2001:db8::2]:9333", 999 * time.Microsecond, spliceResult{}, endClosed},
+		{&net.TCPAddr{IP: net.ParseIP("fe80::1"), Port: 443, Zone: "eth 0"}, "eu-01:9333", 0, spliceResult{up: 1 << 40}, endRebalanced},
+		{&net.UnixAddr{Name: "/run/a b", Net: "unix"}, "a=b", 732*time.Hour + 56*time.Minute, spliceResult{down: -1}, endDrained},
+		{&net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1}, "", 3 * time.Nanosecond, spliceResult{err: net.ErrClosed}, endUpstream},
+		{&net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1}, "x", time.Second, spliceResult{err: errors.New("read: connection reset")}, endError},
+	} {
+		for _, px := range []*Proxy{p, ref} {
+			e := endLine{
+				c:      &conn{client: addrConn{remote: tt.client}, up: &upstream{addr: tt.upstream}, start: at.Add(-tt.lasted)},
+				r:      tt.r,
+				reason: tt.reason,
+				level:  slog.LevelInfo,
+				at:     at.Add(time.Duration(i) * 1234567 * time.Microsecond),
+			}
+			buf = px.writeEnd(buf, &e)
+		}
+	}
+	if mine.String() != slogs.String() {
+		t.Errorf("lines written by hand:\n%s\nslog's:\n%s", mine.String(), slogs.String())
+	}
+
+	if raceEnabled {
+		t.Skip("skipping the allocation count: the race detector allocates on its own")
+	}
+	p.log = slog.New(NewLogHandler(discardWriter{}, slog.LevelInfo))
+	p.lineOut = &p.log.Handler().(*logHandler).out
+	e := endLine{c: testConn(p), r: spliceResult{up: 1, down: 2, first: sideClient}, reason: endClient, level: slog.LevelInfo, at: time.Now()}
+	if n := testing.AllocsPerRun(1000, func() { buf = p.writeEnd(buf, &e) }); n != 0 {
+		t.Errorf("%v allocations a line written by hand, want 0", n)
+	}
+}
+
+// A connection's end, queued for lineLoop, allocates nothing either.
+func TestConnectionEndQueuedAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("skipping: the race detector allocates on its own")
+	}
+	p, err := New(Config{Upstreams: []string{"127.0.0.1:9"}, LogConnections: true,
+		Logger: slog.New(NewLogHandler(discardWriter{}, slog.LevelInfo))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.startLines()
+	defer p.stopLines()
+	c := testConn(p)
+	r := spliceResult{up: 1, down: 2, first: sideClient}
+	if n := testing.AllocsPerRun(1000, func() { endConn(p, c, r) }); n != 0 {
+		t.Errorf("%v allocations a connection's end, want 0", n)
+	}
+}
+
+// appendDuration writes what Duration.String does.
+func FuzzAppendDuration(f *testing.F) {
+	for _, d := range []int64{0, 1, -1, 999, 1000, 1500, 999999, 1e6, 1234567, 1e9, 1e9 + 1, 61e9, 3600e9, 1<<63 - 1, -1 << 63} {
+		f.Add(d)
+	}
+	f.Fuzz(func(t *testing.T, d int64) {
+		if got, want := string(appendDuration([]byte("x"), time.Duration(d))), "x"+time.Duration(d).String(); got != want {
+			t.Fatalf("appendDuration(%d) = %q, want %q", d, got, want)
+		}
+	})
+}
+
+// needsQuoting is slog's: a value it quotes, appendTextString quotes.
+func FuzzAppendTextString(f *testing.F) {
+	for _, s := range []string{"", "a", "a b", "a=b", `a"b`, `a\b`, "a\tb", "é", "\u00a0", "\xff", "a\x7fb", "[::1]:80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var buf bytes.Buffer
+		slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if len(a.Key) > 0 && a.Key != "k" {
+				return slog.Attr{}
+			}
+			return a
+		}})).Info("", "k", s)
+		want := strings.TrimSuffix(strings.TrimPrefix(buf.String(), "k="), "\n")
+		if got := string(appendTextString(nil, s)); got != want {
+			t.Fatalf("appendTextString(%q) = %s, want %s", s, got, want)
+		}
+	})
 }

@@ -56,7 +56,8 @@ type Proxy struct {
 	dialLog     rateLimited  // lines about dials that failed
 	unroutedLog rateLimited  // lines about clients closed because no upstream answered
 
-	lineQ lineQueue // connections' lines waiting for lineLoop (lines.go)
+	lineQ   lineQueue     // connections' lines waiting for lineLoop (lines.go)
+	lineOut *lockedWriter // NewLogHandler's writer, when it is the logger's handler: lineLoop writes lines itself
 
 	rebalanceMu sync.Mutex // one round at a time; an upgrade holds it too
 
@@ -118,6 +119,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
+	}
+	if h, ok := p.log.Handler().(*logHandler); ok {
+		p.lineOut = &h.out
 	}
 	if p.clock == nil {
 		p.clock = time.Now

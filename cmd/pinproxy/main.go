@@ -102,7 +102,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	// most that interval.
 	lw := logbuf.New(stderr, logbuf.Config{})
 	defer lw.Close()
-	log := cmdkit.NewLogger(lw, o.logFormat == "json", o.logLevel)
+	log := newLogger(lw, o.logFormat == "json", o.logLevel)
 
 	p, err := pinproxy.New(o.config(log))
 	if err != nil {
@@ -135,6 +135,16 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	d.drain(sigs)
 	log.Info("pinproxy stopped", "moves", p.Totals().Moves)
 	return code
+}
+
+// newLogger is the command's logger: text through pinproxy's handler,
+// whose connection lines the proxy writes itself without allocating (the
+// same bytes as slog's text handler), or JSON as the agent logs it.
+func newLogger(w io.Writer, json bool, level slog.Level) *slog.Logger {
+	if json {
+		return cmdkit.NewLogger(w, true, level)
+	}
+	return slog.New(pinproxy.NewLogHandler(w, level))
 }
 
 // daemon is the running command: the proxy, its admin server and the

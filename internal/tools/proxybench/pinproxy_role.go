@@ -7,7 +7,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/proofkit/nodekit/internal/cmdkit"
 	"github.com/proofkit/nodekit/internal/logbuf"
 	"github.com/proofkit/nodekit/pinproxy"
 )
@@ -23,7 +22,7 @@ func servePinproxy(addr string, upstreams []string, logConnections bool, stderr 
 	p, err := pinproxy.New(pinproxy.Config{
 		Upstreams:      upstreams,
 		LogConnections: logConnections,
-		Logger:         cmdkit.NewLogger(lw, false, slog.LevelInfo),
+		Logger:         slog.New(pinproxy.NewLogHandler(lw, slog.LevelInfo)),
 	})
 	if err != nil {
 		lw.Close()
