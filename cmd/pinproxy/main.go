@@ -113,7 +113,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if code != 0 {
 		return code
 	}
-	d := &daemon{o: o, p: p, log: log, adminLn: adminLn, served: make(chan error, len(lns)+1)}
+	d := &daemon{o: o, p: p, log: log, flushLog: lw.Flush, adminLn: adminLn, served: make(chan error, len(lns)+1)}
 	if adminLn != nil {
 		d.admin = newAdminServer(p, bi, log, lw)
 		d.extra = []net.Listener{adminLn}
@@ -150,13 +150,17 @@ func newLogger(w io.Writer, json bool, level slog.Level) *slog.Logger {
 // daemon is the running command: the proxy, its admin server and the
 // upgrades it listens for.
 type daemon struct {
-	o       options
-	p       *pinproxy.Proxy
-	log     *slog.Logger
-	admin   *adminServer // nil without -admin
-	adminLn net.Listener
-	extra   []net.Listener // handed over beside the proxy's: the admin's
-	served  chan error     // a Serve that returned
+	o   options
+	p   *pinproxy.Proxy
+	log *slog.Logger
+	// flushLog writes out the log lines buffered so far: before a
+	// hand-over, so that the old process's lines come before the new
+	// one's, and once it is committed.
+	flushLog func()
+	admin    *adminServer // nil without -admin
+	adminLn  net.Listener
+	extra    []net.Listener // handed over beside the proxy's: the admin's
+	served   chan error     // a Serve that returned
 
 	upgrades     chan *net.UnixConn
 	stopUpgrades func()
@@ -192,7 +196,9 @@ func (d *daemon) wait(sigs <-chan os.Signal) (code int, upgraded bool) {
 				continue
 			case upgradeSignal:
 				d.stopUpgrades()
+				d.flushLog()
 				if upgradeByExec(d.p, d.o.upgradeTimeout, d.extra, d.log) {
+					d.flushLog()
 					return 0, true
 				}
 				d.stopUpgrades = listenUpgrades(d.o.upgradeSocket, d.upgrades, d.log)
@@ -201,7 +207,9 @@ func (d *daemon) wait(sigs <-chan os.Signal) (code int, upgraded bool) {
 			d.log.Info("signal received; draining", "signal", sig.String(), "live", d.p.Totals().Live, "timeout", d.o.shutdownTimeout)
 			return 0, false
 		case uc := <-d.upgrades:
+			d.flushLog()
 			if d.handOff(uc) {
+				d.flushLog()
 				return 0, true
 			}
 		case err := <-d.served:
