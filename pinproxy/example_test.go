@@ -1,6 +1,7 @@
 package pinproxy_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -202,4 +203,28 @@ func ExampleProxy_SetUpstreams() {
 	// pinproxy: upstream 2 "usa-01:9333": listed twice (also upstream 1)
 	// usa-01:9333 unknown false
 	// eu-02:9333 unknown false
+}
+
+// withoutTime writes lines without their first field (time=…), so that
+// an example's output does not change from run to run.
+type withoutTime struct{ w io.Writer }
+
+func (t withoutTime) Write(b []byte) (int, error) {
+	_, rest, _ := bytes.Cut(b, []byte(" "))
+	_, err := t.w.Write(rest)
+	return len(b), err
+}
+
+// NewLogHandler writes what slog's text handler writes; given as the
+// proxy's logger's handler, it lets the proxy write each connection's line
+// itself, without allocating.
+func ExampleNewLogHandler() {
+	log := slog.New(pinproxy.NewLogHandler(withoutTime{os.Stdout}, slog.LevelInfo))
+	log.Info("pinproxy listening", "addr", "127.0.0.1:9333")
+	log.Debug("not written: below the level")
+	if _, err := pinproxy.New(pinproxy.Config{Upstreams: []string{"127.0.0.1:9001"}, LogConnections: true, Logger: log}); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// level=INFO msg="pinproxy listening" addr=127.0.0.1:9333
 }
