@@ -44,9 +44,8 @@ func hexByte(b byte) string {
 	return string("0123456789ABCDEF"[b>>4]) + string("0123456789ABCDEF"[b&15])
 }
 
-// A client's dial to an upstream given as an IP address is bounded by
-// DialTimeout without a context of its own (the fast path): it ends at
-// the timeout, with a timeout error, and leaves no socket connecting.
+// A client's dial is bounded by DialTimeout: it ends at the timeout, with
+// a timeout error, and leaves no socket connecting.
 func TestDialTimeoutAbortsTheConnect(t *testing.T) {
 	hole := blackHole(t)
 	log, _ := testLogger(t)
@@ -120,8 +119,8 @@ func TestShutdownAbortsDialInFlight(t *testing.T) {
 	}
 }
 
-// An upstream given by name is dialed with a context, which bounds the
-// name's lookup too; it is proxied as any other.
+// An upstream given by name is resolved at the dial and proxied as any
+// other.
 func TestUpstreamByName(t *testing.T) {
 	up := pinproxytest.New(t, "A", pinproxytest.Line)
 	_, port, _ := net.SplitHostPort(up.Addr)

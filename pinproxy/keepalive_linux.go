@@ -1,7 +1,6 @@
 package pinproxy
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"syscall"
@@ -54,26 +53,19 @@ func setUserTimeoutFD(fd int, d time.Duration) error {
 	return nil
 }
 
-// dialControl is the proxy's own dialer's ControlContext: it sets the user
-// timeout beside the keepalive the dialer sets (when keepalive is on), and
-// hands the socket to a fast-path dial (dial.go) so it can be aborted.
-func (p *Proxy) dialControl() func(ctx context.Context, network, address string, c syscall.RawConn) error {
-	ka := p.keepAlive.Enable
-	ut := userTimeout(p.keepAlive)
-	return func(ctx context.Context, _, _ string, c syscall.RawConn) error {
-		if ka {
-			var serr error
-			if err := c.Control(func(fd uintptr) { serr = setUserTimeoutFD(int(fd), ut) }); err != nil {
-				return err
-			}
-			if serr != nil {
-				return serr
-			}
-		}
-		if d, ok := ctx.Value(dialingKey{}).(*dialing); ok {
-			return d.socket(c)
-		}
+// dialControl is the proxy's own dialer's Control: it sets the user
+// timeout beside the keepalive the dialer sets; nil when keepalive is off.
+func (p *Proxy) dialControl() func(network, address string, c syscall.RawConn) error {
+	if !p.keepAlive.Enable {
 		return nil
+	}
+	ut := userTimeout(p.keepAlive)
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = setUserTimeoutFD(int(fd), ut) }); err != nil {
+			return err
+		}
+		return serr
 	}
 }
 

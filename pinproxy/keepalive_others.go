@@ -3,7 +3,6 @@
 package pinproxy
 
 import (
-	"context"
 	"net"
 	"syscall"
 )
@@ -17,11 +16,8 @@ func (p *Proxy) listenConfig() net.ListenConfig {
 	return net.ListenConfig{KeepAliveConfig: p.keepAlive}
 }
 
-// dialControl is nil: off Linux the user timeout is not set, and no dial
-// takes the fast path.
-func (p *Proxy) dialControl() func(ctx context.Context, network, address string, c syscall.RawConn) error {
-	return nil
-}
+// dialControl is nil: off Linux the user timeout is not set.
+func (p *Proxy) dialControl() func(network, address string, c syscall.RawConn) error { return nil }
 
 // setUserTimeout does nothing off Linux.
 func (p *Proxy) setUserTimeout(*net.TCPConn) {}

@@ -29,8 +29,6 @@ type Proxy struct {
 	// net.Dialer, which sets keepalive as configured on each upstream
 	// conn, so connect need not set it again.
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
-	ownDialer bool                // dial is the proxy's own: a client's dial may take the fast path (dial.go)
-	dialings  dialings            // fast-path dials in flight
 	keepAlive net.KeepAliveConfig // what setKeepAlive sets, from cfg.KeepAlive
 	bufs      sync.Pool           // the data path's buffers for small bursts (copy_linux.go)
 	park      *parker             // parks idle connections (park_linux.go); nil: never
@@ -136,15 +134,13 @@ func New(cfg Config) (*Proxy, error) {
 		// The dialer sets keepalive once, as configured (KeepAlive is
 		// ignored when KeepAliveConfig is enabled; -1 turns it off
 		// otherwise).
-		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive, ControlContext: p.dialControl()}
+		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive, Control: p.dialControl()}
 		p.dial = d.DialContext
-		p.ownDialer = true
 	}
 	p.bufs.New = newBurstBuf
 	p.park = newParker(cfg.ParkAfter)
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.killCtx, p.kill = context.WithCancel(context.Background())
-	context.AfterFunc(p.killCtx, p.abortDials)
 	p.upstreams = make([]*upstream, len(cfg.Upstreams))
 	for i, addr := range cfg.Upstreams {
 		p.upstreams[i] = &upstream{addr: addr}
@@ -267,18 +263,11 @@ const (
 // rebalance or drain test-connect, or a health check. It returns the conn
 // when u answered (the caller records the outcome, under mu, as it counts
 // it). When this host is out of resources it counts a local error and
-// logs local, rate-limited, with attrs and the error. A client's dial
-// (ctx is killCtx) to an IP address takes the fast path (dial.go).
+// logs local, rate-limited, with attrs and the error.
 func (p *Proxy) attempt(ctx context.Context, u *upstream, timeout time.Duration, local string, attrs ...slog.Attr) (net.Conn, outcome, error) {
-	var c net.Conn
-	var err error
-	if ap, ok := p.fastDialAddr(u); ok && ctx == p.killCtx {
-		c, err = p.dialFast(u, ap, timeout)
-	} else {
-		dctx, cancel := context.WithTimeout(ctx, timeout)
-		c, err = p.dial(dctx, "tcp", u.addr)
-		cancel()
-	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	c, err := p.dial(dctx, "tcp", u.addr)
+	cancel()
 	switch {
 	case err == nil:
 		return c, answered, nil
