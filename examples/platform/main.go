@@ -53,6 +53,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -73,6 +74,7 @@ func main() {
 
 type options struct {
 	listen    string
+	debug     string
 	tokenFile string
 	stateDir  string
 	db        string
@@ -106,6 +108,7 @@ Flags:
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
+	fs.StringVar(&o.debug, "debug-listen", "", "address to serve Go's profiles on (/debug/pprof/), without a token: a loopback address, for measuring (empty: none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (operator: any node, every endpoint) or TOKEN NODE (that node's agent: reports only) (required)")
 	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
@@ -257,6 +260,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if o.debug != "" {
+		dln, err := net.Listen("tcp", o.debug)
+		if err != nil {
+			fmt.Fprintf(stderr, "platform: -debug-listen: %v\n", err)
+			return 1
+		}
+		dsrv := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: readHeaderTimeout}
+		go dsrv.Serve(dln)
+		defer dsrv.Close()
+		log.Info("profiles served", "debug_addr", dln.Addr().String())
+	}
 	log.Info("platform serving", append([]any{"addr", ln.Addr().String(), "version", bi.Version, "commit", bi.Commit},
 		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown,
 			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom)...)...)
@@ -298,6 +312,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// debugHandler serves Go's profiles (net/http/pprof) on a listener of
+// their own, never beside the API.
+func debugHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	return mux
 }
 
 func readTokens(path string) (tokens, error) {

@@ -20,8 +20,27 @@
 //
 // For each store and replica count it runs each N (stopping at the first
 // whose p99 is over -p99) and prints one line per run: reports/s acknowledged,
-// p50, p99 and max latency, retries, late readings, and the machine's load
-// average before and after.
+// p50, p99 and max latency, retries, late readings, the CPU a report of the
+// replicas and of PostgreSQL, and the machine's load average before and
+// after. Under it, for PostgreSQL, where that CPU went:
+//
+//   - the replicas' CPU, split by a CPU profile of each replica over the
+//     measured time (its -debug-listen): each sample goes to the first of
+//     commit, SQL round trips, state encoding, tracker, plan, HTTP and
+//     JSON, GC and runtime whose functions are on its stack;
+//   - PostgreSQL's CPU by process (/proc): the backends, which run the
+//     statements and their commits, and the server's own workers (WAL
+//     writer, checkpointer, autovacuum);
+//   - statements and commits a report (pg_stat_statements,
+//     pg_stat_database), and what the database's sessions were doing,
+//     sampled from pg_stat_activity every 100 ms: running ("CPU") or
+//     waiting, by wait event (Lock:transactionid, Lock:advisory,
+//     LWLock:WALWrite, IO:WALSync …), as the mean number of sessions.
+//
+// The warm-up is two intervals by default, so that every node has
+// reported twice before the measured time and the nodes driven into
+// overload (3 readings in 6 over 90 % memory, from their first) start
+// their overload in it: events, notices and plan closures are measured.
 package main
 
 import (
@@ -34,6 +53,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -68,7 +88,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	replicasFlag := fs.String("replicas", "1,2", "replica counts to run (postgres store)")
 	store := fs.String("store", "postgres", "store: postgres or file")
 	interval := fs.Duration("interval", 30*time.Second, "time between one node's readings")
-	measure := fs.Duration("measure", 60*time.Second, "time measured, after one interval of warm-up")
+	measure := fs.Duration("measure", 60*time.Second, "time measured, after the warm-up")
+	warm := fs.Duration("warm", 0, "warm-up before the measured time (0: two intervals)")
+	platformBin := fs.String("platform", "", "a built platform binary to measure (default: build examples/platform from this checkout)")
+	profile := fs.Bool("profile", true, "take a CPU profile of each replica over the measured time (-debug-listen) to split its CPU")
 	p99 := fs.Duration("p99", 250*time.Millisecond, "the p99 a fleet size must hold; larger sizes are not run once one fails")
 	overloadEvery := fs.Int("overload-every", 10, "every this many-th node goes in and out of overload")
 	notify := fs.Bool("notify", false, "deliver the notices to a receiver (a -notify-file of one * line) and print their latency, from decision to 2xx")
@@ -94,13 +117,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := buildPlatform(dir)
-	if err != nil {
-		return err
+	bin := *platformBin
+	if bin == "" {
+		if bin, err = buildPlatform(dir); err != nil {
+			return err
+		}
+	}
+	if *warm <= 0 {
+		*warm = 2 * *interval
 	}
 	var cluster *pgtest.Cluster
 	if *store == "postgres" {
-		if cluster, err = pgtest.Start(); err != nil {
+		if cluster, err = pgtest.Start(serverSettings...); err != nil {
 			return err
 		}
 		defer cluster.Stop()
@@ -119,7 +147,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 				}
 			}
 			res, err := oneRun(ctx, bin, cluster, filepath.Join(dir, fmt.Sprintf("run-%d-%d", r, n)), r, n,
-				loadConfig{nodes: n, interval: *interval, warm: *interval, measure: *measure, overloadEvery: *overloadEvery}, h)
+				loadConfig{nodes: n, interval: *interval, warm: *warm, measure: *measure, overloadEvery: *overloadEvery}, h, *profile)
 			if h != nil {
 				defer h.close()
 			}
@@ -133,6 +161,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "%-9s %8d %7d %10.0f %6s %7s %7s %8d %5d %8d  %s+%s  %s→%s\n", *store, r, n, res.rate(),
 				ms(res.P50), ms(res.P99), ms(res.Max), res.Retries, res.Late, refused,
 				perReport(res.platformCPU, res.Acked), perReport(res.serverCPU, res.Acked), before, loadAvg())
+			for _, l := range res.breakdown() {
+				fmt.Fprintf(stdout, "          %s\n", l)
+			}
 			if h != nil {
 				fmt.Fprintf(stdout, "          %s\n", h.summary())
 			}
@@ -142,6 +173,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// serverSettings are the throwaway cluster's settings beside its
+// defaults: statement counts, and room for a write-heavy load (shared
+// buffers for the fleet's rows, WAL buffers and checkpoint spacing).
+// Durability is the default's: synchronous_commit and fsync stay on, so
+// an acknowledged reading survives a crash.
+var serverSettings = []string{
+	"shared_preload_libraries=pg_stat_statements",
+	"shared_buffers=1GB",
+	"wal_buffers=16MB",
+	"max_wal_size=8GB",
+	"min_wal_size=1GB",
+	"checkpoint_timeout=30min",
 }
 
 func perReport(cpu time.Duration, n int64) string {
@@ -163,7 +208,7 @@ func loadAvg() string {
 
 // oneRun starts the replicas on a fresh database (or state directory),
 // runs the load and stops them.
-func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig, h *hook) (*result, error) {
+func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig, h *hook, profile bool) (*result, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -179,12 +224,15 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 		}
 		args = append(args, "-notify-file", file)
 	}
+	url := ""
 	if cluster != nil {
-		url, err := cluster.CreateDatabase()
-		if err != nil {
+		if url, err = cluster.CreateDatabase(); err != nil {
 			return nil, err
 		}
 		args = append(args, "-db", url+"&pool_max_conns=32")
+		if profile {
+			args = append(args, "-debug-listen", "127.0.0.1:0")
+		}
 	} else {
 		args = append(args, "-state-dir", filepath.Join(dir, "state"))
 	}
@@ -219,10 +267,64 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 		return cpuTime([]int{server}, true)
 	}
 	var p0, s0 time.Duration
-	cfg.atMeasure = func() { p0, s0 = cpuTime(pids, false), serverCPU() }
+	var kinds0 map[string]time.Duration
+	var c0 dbCounters
+	var waits *waitSampler
+	var profiles []string
+	var profWG sync.WaitGroup
+	cfg.atMeasure = func() {
+		p0, s0 = cpuTime(pids, false), serverCPU()
+		if url == "" {
+			return
+		}
+		kinds0 = serverProcesses(server)
+		c0, _ = readCounters(ctx, url)
+		waits, _ = startWaits(ctx, url, 100*time.Millisecond)
+		for i, r := range reps {
+			if !profile || r.debugURL == "" {
+				continue
+			}
+			file := filepath.Join(dir, fmt.Sprintf("cpu-%d.pprof", i))
+			profiles = append(profiles, file)
+			profWG.Go(func() {
+				if err := fetchProfile(ctx, r.debugURL, cfg.measure, file); err != nil {
+					fmt.Fprintf(os.Stderr, "platformload: replica %s: %v\n", r.URL, err)
+				}
+			})
+		}
+	}
+	if url != "" {
+		// Statement counts: the extension's view, in the run's database.
+		if err := createStatements(ctx, url); err != nil {
+			return nil, err
+		}
+	}
 	res, err := runLoad(ctx, cfg)
 	if res != nil {
 		res.platformCPU, res.serverCPU = cpuTime(pids, false)-p0, serverCPU()-s0
+		ownCommits := int64(0)
+		if waits != nil {
+			var own int
+			res.waits, own = waits.end()
+			ownCommits = int64(own) + 1 // the sampler's, and the first count's
+		}
+		if kinds0 != nil {
+			res.serverKinds = map[string]time.Duration{}
+			for k, v := range serverProcesses(server) {
+				res.serverKinds[k] = v - kinds0[k]
+			}
+			if c1, cerr := readCounters(ctx, url); cerr == nil {
+				res.statements, res.commits, res.stmtsKnown = c1.statements-c0.statements, c1.commits-c0.commits-ownCommits, c1.stmtsKnown && c0.stmtsKnown
+			}
+		}
+		profWG.Wait()
+		if len(profiles) > 0 {
+			if sh, _, perr := profileShares(bin, profiles); perr == nil {
+				res.platformParts = sh
+			} else {
+				fmt.Fprintf(os.Stderr, "platformload: %v\n", perr)
+			}
+		}
 	}
 	for _, r := range reps {
 		if serr := r.stop(); serr != nil && err == nil {
