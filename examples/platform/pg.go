@@ -419,26 +419,34 @@ func (p *pgPlatform) loadNode(ctx context.Context, tx pgx.Tx, id string, state [
 		return nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
 	}
 	n := &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
+	if err := loadRoutes(ctx, tx, id, n); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// loadRoutes loads the live routes of node id into n.
+func loadRoutes(ctx context.Context, tx pgx.Tx, id string, n *pgNode) error {
 	rows, err := tx.Query(ctx, `SELECT body, relied_on FROM routes WHERE node = $1 AND closed_at IS NULL`, id)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var body []byte
 		var relied *time.Time
 		if err := rows.Scan(&body, &relied); err != nil {
-			return nil, err
+			return err
 		}
 		if err := n.addRoute(body, relied); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	n.info.LiveUsers = liveUsers(n.node)
-	return n, nil
+	return nil
 }
 
 // saveNode writes back what changed in n: the node's row (its version
@@ -565,28 +573,57 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			}
 		}
 	}
-	if n.event != nil {
-		b, err := json.Marshal(n.event)
+	if err := p.addEvent(ctx, tx, n); err != nil {
+		return err
+	}
+	return p.updateRows(ctx, tx, []*pgNode{n}, now)
+}
+
+// addEvent appends n's event, if it has one, to its event list.
+func (p *pgPlatform) addEvent(ctx context.Context, tx pgx.Tx, n *pgNode) error {
+	if n.event == nil {
+		return nil
+	}
+	b, err := json.Marshal(n.event)
+	if err != nil {
+		return fmt.Errorf("node %s: event: %w: %w", n.info.ID, errUnsaved, err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO events (node, kind, at, body) VALUES ($1, $2, $3, $4)`, n.info.ID, string(n.event.Kind), n.event.At, b)
+	return err
+}
+
+// updateRows writes nodes' rows (their versions go up by one), each
+// locked by this transaction, in one statement.
+func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode, now time.Time) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	ids, roles, countries := make([]string, len(nodes)), make([]*string, len(nodes)), make([]string, len(nodes))
+	states, readings, overloaded := make([]string, len(nodes)), make([]int64, len(nodes)), make([]bool, len(nodes))
+	for i, n := range nodes {
+		state, err := encodeNode(n.node, false)
 		if err != nil {
-			return fmt.Errorf("node %s: event: %w: %w", id, errUnsaved, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO events (node, kind, at, body) VALUES ($1, $2, $3, $4)`, id, string(n.event.Kind), n.event.At, b); err != nil {
 			return err
 		}
+		ids[i], countries[i], states[i] = n.info.ID, n.info.Country, string(state)
+		readings[i], overloaded[i] = n.readings, n.tracker.Overloaded()
+		if n.info.Role != 0 {
+			s := n.info.Role.String()
+			roles[i] = &s
+		}
 	}
-	state, err := encodeNode(n.node, false)
+	tag, err := tx.Exec(ctx, `UPDATE nodes AS n SET role = u.role, country = u.country, state = u.state::json, readings = u.readings,
+			overloaded = u.overloaded, next_plan_at = $7, version = n.version + 1, updated_at = now()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[]) AS u (id, role, country, state, readings, overloaded)
+		WHERE n.id = u.id`,
+		ids, roles, countries, states, readings, overloaded, now.Add(p.planEvery))
 	if err != nil {
 		return err
 	}
-	role := (*string)(nil)
-	if n.info.Role != 0 {
-		s := n.info.Role.String()
-		role = &s
+	if tag.RowsAffected() != int64(len(nodes)) {
+		return fmt.Errorf("%d of %d nodes' rows written: %w", tag.RowsAffected(), len(nodes), errConflict)
 	}
-	_, err = tx.Exec(ctx, `UPDATE nodes SET role = $2, country = $3, state = $4, readings = $5, overloaded = $6,
-		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
-		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
-	return err
+	return nil
 }
 
 // noticeLock is the advisory lock a transaction takes, until it ends,
@@ -788,19 +825,19 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 
 // reportAlone takes one report in a transaction of its own.
 func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (reportOutcome, error) {
-	var out reportOutcome
-	var refused error
+	j := &reportJob{r: r}
 	var n *pgNode
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		if out, refused, n, err = p.reportIn(ctx, tx, r); err != nil {
+		nodes, err := p.takeReports(ctx, tx, []*reportJob{j})
+		if err != nil {
 			return err
 		}
-		if err := p.sendNotices(ctx, tx, []*pgNode{n}); err != nil {
+		n = nodes[0]
+		if err := p.sendNotices(ctx, tx, nodes); err != nil {
 			return err
 		}
 		if n != nil {
-			out.Notice = n.notice // nil if the database refused it
+			j.out.Notice = n.notice // nil if the database refused it
 		}
 		return nil
 	})
@@ -808,7 +845,7 @@ func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (repor
 		return reportOutcome{}, err
 	}
 	p.logClosures(n)
-	return out, refused
+	return j.out, j.err
 }
 
 // reportIn takes reading r in tx: lock its node (created if new), count

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -80,13 +81,9 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
 	var nodes []*pgNode
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		nodes = make([]*pgNode, len(sorted))
-		for i, j := range sorted {
-			out, refused, n, err := p.reportIn(ctx, tx, j.r)
-			if err != nil {
-				return err
-			}
-			j.out, j.err, nodes[i] = out, refused, n
+		var err error
+		if nodes, err = p.takeReports(ctx, tx, sorted); err != nil {
+			return err
 		}
 		if err := p.sendNotices(ctx, tx, nodes); err != nil {
 			return err
@@ -127,3 +124,136 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 
 // gone reports whether the request that sent the job has ended.
 func (j *reportJob) gone() bool { return j.ctx != nil && j.ctx.Err() != nil }
+
+// takeReports takes the readings of jobs (sorted by node, one node's in
+// the order they came) in tx, and returns each job's node (nil for a
+// reading refused), written back but for its notice, which the caller
+// sends (sendNotices) once every node is written.
+//
+// Every node's row is locked first, in one statement, in ID order, as
+// lockNode does for one. A node with one reading in the batch, whose row
+// exists, then costs no statement of its own unless it can be planned
+// something: a node neither overloaded nor paused closes nothing whatever
+// its routes (routing's rules), so its routes are not read, and its row
+// is written with the others' in one statement. A node overloaded or
+// paused, or whose routes' prices may have moved since its last plan (a
+// lower price reaching its sessions), is planned and written as alone:
+// its routes read after the lock, its closures checked under the routes'
+// locks, in ID order, so a later node's plan sees what an earlier one
+// closed (saveNode). A node new to the database, or with more than one
+// reading in the batch, is taken reading by reading (reportIn).
+func (p *pgPlatform) takeReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob) ([]*pgNode, error) {
+	nodes := make([]*pgNode, len(jobs))
+	ids := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		if len(ids) == 0 || ids[len(ids)-1] != j.r.Node {
+			ids = append(ids, j.r.Node)
+		}
+	}
+	states := make(map[string][]byte, len(ids))
+	rows, err := tx.Query(ctx, `SELECT id, state FROM nodes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id string
+		var state []byte
+		if err := rows.Scan(&id, &state); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		states[id] = state
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	now := p.now()
+	var quiet []*pgNode // written together, at the end
+	for i := 0; i < len(jobs); {
+		id := jobs[i].r.Node
+		k := i + 1
+		for k < len(jobs) && jobs[k].r.Node == id {
+			k++
+		}
+		state, held := states[id]
+		if !held || k > i+1 {
+			for ; i < k; i++ {
+				j := jobs[i]
+				out, refused, n, err := p.reportIn(ctx, tx, j.r)
+				if err != nil {
+					return nil, err
+				}
+				j.out, j.err, nodes[i] = out, refused, n
+			}
+			continue
+		}
+		j := jobs[i]
+		i = k
+		nd, err := p.decodeNode(state)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
+		}
+		n := &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
+		out, refused := p.observe(n.node, j.r, now)
+		j.out, j.err = out, refused
+		if refused != nil {
+			continue
+		}
+		n.event, n.notice = out.Event, out.Notice
+		nodes[k-1] = n
+		if !p.quiet(n.node, now) {
+			if err := loadRoutes(ctx, tx, id, n); err != nil {
+				return nil, err
+			}
+			if err := p.plan(ctx, tx, n, now); err != nil {
+				return nil, err
+			}
+			if err := p.saveNode(ctx, tx, n); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// Planned without its routes: the plan only dates the node's
+		// budgets. What saveNode would write beside the row is its event.
+		if err := p.plan(ctx, tx, n, now); err != nil {
+			return nil, err
+		}
+		if len(n.closing) > 0 {
+			return nil, fmt.Errorf("node %s: a plan without routes closed %d: %w", id, len(n.closing), errUnsaved)
+		}
+		if err := p.addEvent(ctx, tx, n); err != nil {
+			return nil, err
+		}
+		quiet = append(quiet, n)
+	}
+	if err := p.updateRows(ctx, tx, quiet, now); err != nil {
+		return nil, err
+	}
+	return nodes, nil
+}
+
+// quiet reports whether a plan of n at now can change nothing but n's
+// budgets' dates: n is registered, neither overloaded nor paused (so
+// routing closes none of its routes, used or not), and no price change
+// may have reached its sessions since its last plan (which priced its
+// routes as they are stored).
+func (p *pgPlatform) quiet(n *node, now time.Time) bool {
+	if n.info.Role == 0 {
+		return true // never planned
+	}
+	if n.info.Paused || n.info.Overloaded() {
+		return false
+	}
+	last := n.info.State.PlannedAt
+	if last.IsZero() || now.Before(last) {
+		return false
+	}
+	if k := n.prices.Len(); k > 0 {
+		c := n.prices.Changes()[k-1]
+		if !c.At.Add(n.prices.Window()).Before(last) {
+			return false
+		}
+	}
+	return true
+}
