@@ -451,10 +451,22 @@ func loadRoutes(ctx context.Context, tx pgx.Tx, id string, n *pgNode) error {
 
 // saveNode writes back what changed in n: the node's row (its version
 // goes up by one), new and changed routes, closures with the routes the
-// moves rely on, the event and the notice.
+// moves rely on, and the event.
 func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
-	id := n.info.ID
 	now := p.now()
+	if err := p.saveRoutes(ctx, tx, n, now); err != nil {
+		return err
+	}
+	if err := p.addEvents(ctx, tx, []*pgNode{n}); err != nil {
+		return err
+	}
+	return p.updateRows(ctx, tx, []*pgNode{n}, now)
+}
+
+// saveRoutes writes back what changed in n's routes: new and changed
+// routes, closures with the routes the moves rely on.
+func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
+	id := n.info.ID
 	// Lock every route the round closes or relies on, in ID order (so two
 	// nodes' rounds never deadlock), and check what the plan relied on
 	// still holds: the alternative is open, and a route closed as unused
@@ -573,22 +585,30 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			}
 		}
 	}
-	if err := p.addEvent(ctx, tx, n); err != nil {
-		return err
-	}
-	return p.updateRows(ctx, tx, []*pgNode{n}, now)
+	return nil
 }
 
-// addEvent appends n's event, if it has one, to its event list.
-func (p *pgPlatform) addEvent(ctx context.Context, tx pgx.Tx, n *pgNode) error {
-	if n.event == nil {
+// addEvents appends the events of nodes (those that have one) to their
+// event lists, in one statement.
+func (p *pgPlatform) addEvents(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+	var ids, kinds, bodies []string
+	var ats []time.Time
+	for _, n := range nodes {
+		if n.event == nil {
+			continue
+		}
+		b, err := json.Marshal(n.event)
+		if err != nil {
+			return fmt.Errorf("node %s: event: %w: %w", n.info.ID, errUnsaved, err)
+		}
+		ids, kinds, ats, bodies = append(ids, n.info.ID), append(kinds, string(n.event.Kind)), append(ats, n.event.At), append(bodies, string(b))
+	}
+	if len(ids) == 0 {
 		return nil
 	}
-	b, err := json.Marshal(n.event)
-	if err != nil {
-		return fmt.Errorf("node %s: event: %w: %w", n.info.ID, errUnsaved, err)
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO events (node, kind, at, body) VALUES ($1, $2, $3, $4)`, n.info.ID, string(n.event.Kind), n.event.At, b)
+	_, err := tx.Exec(ctx, `INSERT INTO events (node, kind, at, body)
+		SELECT u.node, u.kind, u.at, u.body::jsonb FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) WITH ORDINALITY AS u (node, kind, at, body, i)
+		ORDER BY u.i`, ids, kinds, ats, bodies)
 	return err
 }
 
@@ -600,6 +620,8 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 	}
 	ids, roles, countries := make([]string, len(nodes)), make([]*string, len(nodes)), make([]string, len(nodes))
 	states, readings, overloaded := make([]string, len(nodes)), make([]int64, len(nodes)), make([]bool, len(nodes))
+	next := make([]*time.Time, len(nodes)) // NULL: nothing to plan until a change to the node
+	due := now.Add(p.planEvery)
 	for i, n := range nodes {
 		state, err := encodeNode(n.node, false)
 		if err != nil {
@@ -607,16 +629,20 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 		}
 		ids[i], countries[i], states[i] = n.info.ID, n.info.Country, string(state)
 		readings[i], overloaded[i] = n.readings, n.tracker.Overloaded()
+		if !p.quiet(n.node, now) {
+			next[i] = &due
+		}
 		if n.info.Role != 0 {
 			s := n.info.Role.String()
 			roles[i] = &s
 		}
 	}
 	tag, err := tx.Exec(ctx, `UPDATE nodes AS n SET role = u.role, country = u.country, state = u.state::json, readings = u.readings,
-			overloaded = u.overloaded, next_plan_at = $7, version = n.version + 1, updated_at = now()
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[]) AS u (id, role, country, state, readings, overloaded)
+			overloaded = u.overloaded, next_plan_at = u.next_plan_at, version = n.version + 1, updated_at = now()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::timestamptz[])
+			AS u (id, role, country, state, readings, overloaded, next_plan_at)
 		WHERE n.id = u.id`,
-		ids, roles, countries, states, readings, overloaded, now.Add(p.planEvery))
+		ids, roles, countries, states, readings, overloaded, next)
 	if err != nil {
 		return err
 	}
@@ -647,35 +673,18 @@ const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
 // into the table within NoticeEvery of the node's last one. A notice
 // refused so is taken out of its node (n.notice nil).
 func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
-	locked := false
+	var sent []*pgNode
 	for _, n := range nodes {
-		if n == nil || n.notice == nil {
-			continue
+		if n != nil && n.notice != nil {
+			sent = append(sent, n)
 		}
-		id := n.info.ID
-		b, err := json.Marshal(n.notice)
-		if err != nil {
-			return fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
-		}
-		if !locked {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(noticeLock)); err != nil {
-				return err
-			}
-			locked = true
-		}
-		every := n.tracker.Limits().NoticeEvery
-		if every <= 0 {
-			every = overload.DefaultLimits().NoticeEvery
-		}
-		tag, err := tx.Exec(ctx, `INSERT INTO notices (node, at, body) SELECT $1, $2, $3
-			WHERE NOT EXISTS (SELECT 1 FROM notices WHERE node = $1 AND at > $2::timestamptz - $4::interval)`,
-			id, n.notice.At, b, every)
-		if err != nil {
+	}
+	if len(sent) > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(noticeLock)); err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			p.log.Warn("notice not sent: the node had one within the hour", "node", id, "at", n.notice.At)
-			n.notice = nil
+		if err := p.insertNotices(ctx, tx, sent); err != nil {
+			return err
 		}
 	}
 	// The outbox rows, in the same transaction: a notice counted is
@@ -687,6 +696,68 @@ func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode
 		if err := p.enqueueDecided(ctx, tx, n, p.now()); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// insertNotices inserts the notices of nodes, in one statement, each
+// unless its node had one within NoticeEvery before it; a notice refused
+// so is taken out of its node (n.notice nil). A node's two notices (its
+// two readings in one batch, each in a node of its own) go one statement
+// each, so the second sees the first.
+func (p *pgPlatform) insertNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+	for len(nodes) > 0 {
+		var ids, bodies []string
+		var ats, cuts []time.Time
+		var these []*pgNode
+		seen := map[string]bool{}
+		rest := nodes[:0:0]
+		for _, n := range nodes {
+			id := n.info.ID
+			if seen[id] {
+				rest = append(rest, n)
+				continue
+			}
+			seen[id] = true
+			b, err := json.Marshal(n.notice)
+			if err != nil {
+				return fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
+			}
+			every := n.tracker.Limits().NoticeEvery
+			if every <= 0 {
+				every = overload.DefaultLimits().NoticeEvery
+			}
+			ids, bodies, ats, cuts = append(ids, id), append(bodies, string(b)), append(ats, n.notice.At), append(cuts, n.notice.At.Add(-every))
+			these = append(these, n)
+		}
+		rows, err := tx.Query(ctx, `INSERT INTO notices (node, at, body)
+			SELECT u.node, u.at, u.body::jsonb FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS u (node, at, body, cut, i)
+			WHERE NOT EXISTS (SELECT 1 FROM notices WHERE node = u.node AND at > u.cut)
+			ORDER BY u.i
+			RETURNING node`, ids, ats, bodies, cuts)
+		if err != nil {
+			return err
+		}
+		inserted := map[string]bool{}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			inserted[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, n := range these {
+			if !inserted[n.info.ID] {
+				p.log.Warn("notice not sent: the node had one within the hour", "node", n.info.ID, "at", n.notice.At)
+				n.notice = nil
+			}
+		}
+		nodes = rest
 	}
 	return nil
 }

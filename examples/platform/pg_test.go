@@ -384,13 +384,15 @@ func TestPGFrozenReplica(t *testing.T) {
 // TestPGPlanRoundsShareNodes: two replicas' plan rounds, run at once over
 // a fleet whose plans are all due, plan every node exactly once between
 // them (FOR UPDATE SKIP LOCKED, and next_plan_at moved on in the same
-// transaction), and none again before it is due.
+// transaction), and none again before it is due. The nodes are paused
+// (being emptied), so each is due again every -plan-every: a node
+// neither paused nor overloaded has nothing to plan and is not due.
 func TestPGPlanRoundsShareNodes(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
 	seed := &seedFile{}
 	for i := range 60 {
-		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
+		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100, Paused: true})
 	}
 	var reps []*pgPlatform
 	for range 2 {
@@ -459,13 +461,20 @@ func TestPGPlanRoundGoesOn(t *testing.T) {
 		UPDATE nodes SET next_plan_at = '2000-01-01' WHERE id = 'x1'`)
 	version := func(id string) (v int64, next time.Time) {
 		t.Helper()
-		if err := p.db.QueryRow(t.Context(), `SELECT version, next_plan_at FROM nodes WHERE id = $1`, id).Scan(&v, &next); err != nil {
+		var at *time.Time // NULL: nothing to plan
+		if err := p.db.QueryRow(t.Context(), `SELECT version, next_plan_at FROM nodes WHERE id = $1`, id).Scan(&v, &at); err != nil {
 			t.Fatal(err)
+		}
+		if at != nil {
+			next = *at
 		}
 		return v, next
 	}
 	for round := range 2 {
 		c.add(time.Minute)
+		// x2 has nothing to plan once planned (neither overloaded nor
+		// paused): made due again, so each round has it to plan after x1.
+		pgExec(t, url, `UPDATE nodes SET next_plan_at = '2000-01-01' WHERE id = 'x2'`)
 		before, _ := version("x2")
 		err := p.planRound(t.Context())
 		if err == nil || !strings.Contains(err.Error(), "1 nodes not planned (x1)") {

@@ -134,14 +134,15 @@ func (j *reportJob) gone() bool { return j.ctx != nil && j.ctx.Err() != nil }
 // lockNode does for one. A node with one reading in the batch, whose row
 // exists, then costs no statement of its own unless it can be planned
 // something: a node neither overloaded nor paused closes nothing whatever
-// its routes (routing's rules), so its routes are not read, and its row
-// is written with the others' in one statement. A node overloaded or
-// paused, or whose routes' prices may have moved since its last plan (a
-// lower price reaching its sessions), is planned and written as alone:
-// its routes read after the lock, its closures checked under the routes'
-// locks, in ID order, so a later node's plan sees what an earlier one
-// closed (saveNode). A node new to the database, or with more than one
-// reading in the batch, is taken reading by reading (reportIn).
+// its routes (routing's rules), so its routes are not read; the rows and
+// events of all are written in one statement each, at the end. A node
+// overloaded or paused, or whose routes' prices may have moved since its
+// last plan (a lower price reaching its sessions), is planned as alone:
+// its routes read after the lock, its closures written and checked under
+// the routes' locks, in ID order, before the next node is planned, so a
+// later node's plan sees what an earlier one closed (saveRoutes). A node
+// new to the database, or with more than one reading in the batch, is
+// taken reading by reading (reportIn).
 func (p *pgPlatform) takeReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob) ([]*pgNode, error) {
 	nodes := make([]*pgNode, len(jobs))
 	ids := make([]string, 0, len(jobs))
@@ -169,7 +170,7 @@ func (p *pgPlatform) takeReports(ctx context.Context, tx pgx.Tx, jobs []*reportJ
 		return nil, err
 	}
 	now := p.now()
-	var quiet []*pgNode // written together, at the end
+	var written []*pgNode // their events and rows written together, at the end
 	for i := 0; i < len(jobs); {
 		id := jobs[i].r.Node
 		k := i + 1
@@ -202,6 +203,7 @@ func (p *pgPlatform) takeReports(ctx context.Context, tx pgx.Tx, jobs []*reportJ
 		}
 		n.event, n.notice = out.Event, out.Notice
 		nodes[k-1] = n
+		written = append(written, n)
 		if !p.quiet(n.node, now) {
 			if err := loadRoutes(ctx, tx, id, n); err != nil {
 				return nil, err
@@ -209,25 +211,24 @@ func (p *pgPlatform) takeReports(ctx context.Context, tx pgx.Tx, jobs []*reportJ
 			if err := p.plan(ctx, tx, n, now); err != nil {
 				return nil, err
 			}
-			if err := p.saveNode(ctx, tx, n); err != nil {
+			if err := p.saveRoutes(ctx, tx, n, now); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		// Planned without its routes: the plan only dates the node's
-		// budgets. What saveNode would write beside the row is its event.
+		// budgets.
 		if err := p.plan(ctx, tx, n, now); err != nil {
 			return nil, err
 		}
 		if len(n.closing) > 0 {
 			return nil, fmt.Errorf("node %s: a plan without routes closed %d: %w", id, len(n.closing), errUnsaved)
 		}
-		if err := p.addEvent(ctx, tx, n); err != nil {
-			return nil, err
-		}
-		quiet = append(quiet, n)
 	}
-	if err := p.updateRows(ctx, tx, quiet, now); err != nil {
+	if err := p.addEvents(ctx, tx, written); err != nil {
+		return nil, err
+	}
+	if err := p.updateRows(ctx, tx, written, now); err != nil {
 		return nil, err
 	}
 	return nodes, nil
