@@ -20,23 +20,24 @@ import (
 )
 
 // The platform's CPU a report is split by a CPU profile of each replica
-// over the measured time (its -debug-listen), each sample put in the
-// first part whose mark is on its stack, in this order: the commit before
-// the other SQL (a commit is SQL too), the state's encoding before the
-// tracker (the tracker's state is part of the node's), and HTTP last
-// (every report's stack starts in net/http).
+// over the measured time (its -debug-listen). A sample whose stack holds
+// a transaction's commit is the commit's; any other goes to the part of
+// the innermost function on its stack that marks one, so that JSON
+// encoding called from the node's state encoding is the state's, and
+// from the HTTP handler HTTP's; a sample of the runtime alone (the
+// garbage collector, the scheduler) is GC and runtime's.
 var platformParts = []struct {
 	name  string
 	marks []string // substrings of a frame's function name
 }{
-	{"commit", []string{"pgx/v5.(*dbTx).Commit", "main.commitPipeline"}},
-	{"SQL round trips", []string{"github.com/jackc/pgx/", "github.com/jackc/puddle/"}},
-	{"state encoding", []string{"main.encodeNode", "main.(*rules).decodeNode", "main.encodeState", "main.decodeState",
-		"main.(*pgNode).addRoute", "main.encodeRoute", "main.liveRoutes"}},
+	{"HTTP and JSON", []string{"net/http.", "main.handleReport", "main.writeJSON", "main.handler"}},
 	{"tracker", []string{"nodekit/overload."}},
+	{"state encoding", []string{"main.encodeNode", "main.(*rules).decodeNode", "main.encodeState", "main.decodeState",
+		"main.(*pgNode).addRoute", "main.encodeRoute"}},
+	{"SQL round trips", []string{"github.com/jackc/pgx/", "github.com/jackc/puddle/"}},
+	{"commit", []string{"pgx/v5.(*dbTx).Commit"}},
 	{"plan", []string{"nodekit/routing.", "nodekit/pricing.", "main.(*pgPlatform).plan", "main.(*rules).planOne"}},
-	{"HTTP and JSON", []string{"net/http.", "encoding/json.", "main.handleReport", "net.(*conn)"}},
-	{"GC and runtime", []string{"runtime."}},
+	{"GC and runtime", nil},
 }
 
 // fetchProfile takes a CPU profile of d seconds from a replica's
@@ -95,8 +96,13 @@ func profileShares(bin string, files []string) (map[string]float64, time.Duratio
 
 // partOf is the part a sample's stack (leaf first) belongs to.
 func partOf(frames []string) string {
-	for _, p := range platformParts {
-		for _, f := range frames {
+	for _, f := range frames {
+		if strings.Contains(f, "pgx/v5.(*dbTx).Commit") {
+			return "commit"
+		}
+	}
+	for _, f := range frames {
+		for _, p := range platformParts {
 			for _, m := range p.marks {
 				if strings.Contains(f, m) {
 					return p.name
@@ -104,7 +110,12 @@ func partOf(frames []string) string {
 			}
 		}
 	}
-	return "other"
+	for _, f := range frames {
+		if !strings.HasPrefix(f, "runtime.") {
+			return "other"
+		}
+	}
+	return "GC and runtime"
 }
 
 type trace struct {
@@ -367,4 +378,23 @@ func (r *result) breakdown() []string {
 		out = append(out, "sessions (mean): "+r.waits)
 	}
 	return out
+}
+
+// keepProfiles copies a run's profiles from runDir into dir.
+func keepProfiles(runDir, dir string, replicas, nodes int) error {
+	files, _ := filepath.Glob(filepath.Join(runDir, "cpu-*.pprof"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		i := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "cpu-"), ".pprof")
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%d-%d-%s.pprof", replicas, nodes, i)), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

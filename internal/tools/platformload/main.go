@@ -92,6 +92,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	warm := fs.Duration("warm", 0, "warm-up before the measured time (0: two intervals)")
 	platformBin := fs.String("platform", "", "a built platform binary to measure (default: build examples/platform from this checkout)")
 	profile := fs.Bool("profile", true, "take a CPU profile of each replica over the measured time (-debug-listen) to split its CPU")
+	profileDir := fs.String("profile-dir", "", "keep each run's profiles in this directory, as REPLICAS-NODES-I.pprof (default: removed with the run)")
 	p99 := fs.Duration("p99", 250*time.Millisecond, "the p99 a fleet size must hold; larger sizes are not run once one fails")
 	overloadEvery := fs.Int("overload-every", 10, "every this many-th node goes in and out of overload")
 	notify := fs.Bool("notify", false, "deliver the notices to a receiver (a -notify-file of one * line) and print their latency, from decision to 2xx")
@@ -146,7 +147,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 					return err
 				}
 			}
-			res, err := oneRun(ctx, bin, cluster, filepath.Join(dir, fmt.Sprintf("run-%d-%d", r, n)), r, n,
+			runDir := filepath.Join(dir, fmt.Sprintf("run-%d-%d", r, n))
+			res, err := oneRun(ctx, bin, cluster, runDir, r, n,
 				loadConfig{nodes: n, interval: *interval, warm: *warm, measure: *measure, overloadEvery: *overloadEvery}, h, *profile)
 			if h != nil {
 				defer h.close()
@@ -161,6 +163,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "%-9s %8d %7d %10.0f %6s %7s %7s %8d %5d %8d  %s+%s  %s→%s\n", *store, r, n, res.rate(),
 				ms(res.P50), ms(res.P99), ms(res.Max), res.Retries, res.Late, refused,
 				perReport(res.platformCPU, res.Acked), perReport(res.serverCPU, res.Acked), before, loadAvg())
+			if *profileDir != "" {
+				if err := keepProfiles(runDir, *profileDir, r, n); err != nil {
+					return err
+				}
+			}
 			for _, l := range res.breakdown() {
 				fmt.Fprintf(stdout, "          %s\n", l)
 			}
