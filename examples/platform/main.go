@@ -79,6 +79,7 @@ type options struct {
 	stateDir  string
 	db        string
 	dbBatch   int
+	dbCache   int
 	routes    string
 	planEvery time.Duration
 	logFormat string
@@ -113,6 +114,7 @@ Flags:
 	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
 	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
+	fs.IntVar(&o.dbCache, "db-cache", 200000, "with -db: the most nodes a replica keeps a copy of, as it last wrote them, to take a quiet node's report in one statement (0: none)")
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
 	fs.DurationVar(&o.planEvery, "plan-every", 30*time.Second, "time between plan rounds (one also runs after each report)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -145,6 +147,9 @@ Flags:
 	}
 	if o.planEvery <= 0 {
 		return o, fmt.Errorf("-plan-every %v: must be positive", o.planEvery)
+	}
+	if o.dbCache < 0 {
+		return o, fmt.Errorf("-db-cache %d: must not be negative (0: none)", o.dbCache)
 	}
 	if o.dbBatch < 0 {
 		return o, fmt.Errorf("-db-batch %d: want 1 or more (1: a transaction a report)", o.dbBatch)
@@ -226,7 +231,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var svc service
 	where := []any{"state_dir", o.stateDir}
 	if o.db != "" {
-		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch}, seed)
+		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch, Cache: o.dbCache}, seed)
 		if err != nil {
 			fmt.Fprintf(stderr, "platform: %v\n", err)
 			return 2

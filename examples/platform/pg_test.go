@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 // an httptest server; called twice on one url, two replicas.
 func newPGTestPlatform(t *testing.T, url string, c *clock, seed *seedFile) *testPlatform {
 	t.Helper()
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8}, seed)
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -635,5 +635,49 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 				t.Fatalf("write-back: %v, want a conflict", err)
 			}
 		})
+	}
+}
+
+// TestPGQuickReportsStaleCopy: a replica decides a quiet node's report on
+// its copy of the node, written only if the row is still at the copy's
+// version. When the other replica wrote the node since, the copy is
+// stale: the report is taken the usual way. Every reading is counted
+// once, whichever replica took it, and a reading sent again to the other
+// replica is a duplicate there.
+func TestPGQuickReportsStaleCopy(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	var reps []*pgPlatform
+	for range 2 {
+		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Cache: 100}, testSeed())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.close)
+		reps = append(reps, p)
+	}
+	const order = "aaabbabbbaab"
+	for i, who := range order {
+		p, other := reps[who-'a'], reps[1-(who-'a')]
+		r := overload.Reading{Version: 2, Node: "x1", Run: runID, Seq: uint64(i + 1), At: c.now(),
+			MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}
+		if _, err := p.report(t.Context(), r); err != nil {
+			t.Fatalf("reading %d to %c: %v", i+1, who, err)
+		}
+		if _, err := other.report(t.Context(), r); !errors.Is(err, errDuplicate) {
+			t.Fatalf("reading %d again to the other replica: %v, want a duplicate", i+1, err)
+		}
+		c.add(30 * time.Second)
+	}
+	var readings, version int64
+	if err := reps[0].db.QueryRow(t.Context(), `SELECT readings, version FROM nodes WHERE id = 'x1'`).Scan(&readings, &version); err != nil {
+		t.Fatal(err)
+	}
+	if readings != int64(len(order)) {
+		t.Fatalf("%d readings counted, want %d", readings, len(order))
+	}
+	// A replica's second reading in a row is decided on its copy.
+	if a, b := reps[0].cache.taken.Load(), reps[1].cache.taken.Load(); a == 0 || b == 0 {
+		t.Fatalf("reports taken on a copy: %d and %d, want some on each replica", a, b)
 	}
 }

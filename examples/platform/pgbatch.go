@@ -72,11 +72,17 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 		defer cancel()
 		j.out, j.err = p.reportAlone(ctx, j.r)
 	}
-	if len(batch) == 1 {
-		alone(batch[0])
+	qctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
+	rest := p.reportQuick(qctx, batch)
+	cancel()
+	switch len(rest) {
+	case 0:
+		return
+	case 1:
+		alone(rest[0])
 		return
 	}
-	sorted := slices.Clone(batch)
+	sorted := slices.Clone(rest)
 	slices.SortStableFunc(sorted, func(a, b *reportJob) int { return strings.Compare(a.r.Node, b.r.Node) })
 	ctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
 	var nodes []*pgNode
@@ -97,10 +103,11 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	})
 	cancel()
 	if err == nil {
+		p.cache.keep(nodes)
 		p.logClosures(nodes...)
 		return
 	}
-	p.log.Warn("report batch failed: its reports are taken again one by one", "reports", len(batch), "err", err)
+	p.log.Warn("report batch failed: its reports are taken again one by one", "reports", len(rest), "err", err)
 	var wg sync.WaitGroup
 	for len(sorted) > 0 {
 		k := 1

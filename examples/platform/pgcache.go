@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+)
+
+// nodeCache is a replica's copy of the nodes it last wrote, each as it
+// committed it, with the row's version then. It lets a report of a node
+// that cannot be planned anything skip both reading its row and decoding
+// its state: the report is decided on the copy and written by one
+// statement, UPDATE … WHERE version = the copy's (reportQuick). A copy
+// that is no longer the row (another replica, or a request of another
+// kind, wrote the node since) changes nothing: the UPDATE finds no row,
+// and the report is taken the usual way, the row locked and read.
+//
+// A copy is taken out while a report uses it, so two reports of one node
+// on one replica never share it, and put back only once what was decided
+// on it is committed.
+type nodeCache struct {
+	mu    sync.Mutex
+	nodes map[string]cachedNode
+	max   int // most nodes held; a node past it is not kept
+	// taken counts the reports decided on a copy and written.
+	taken atomic.Int64
+}
+
+type cachedNode struct {
+	version int64
+	node    *node
+}
+
+func newNodeCache(max int) *nodeCache {
+	if max <= 0 {
+		return nil
+	}
+	return &nodeCache{nodes: map[string]cachedNode{}, max: max}
+}
+
+// take removes node id's copy and returns it.
+func (c *nodeCache) take(id string) (cachedNode, bool) {
+	if c == nil {
+		return cachedNode{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cn, ok := c.nodes[id]
+	if ok {
+		delete(c.nodes, id)
+	}
+	return cn, ok
+}
+
+// put keeps n, as committed at version, in place of any copy of it held,
+// without its routes (a report decided on a copy never needs them).
+func (c *nodeCache) put(n *node, version int64) {
+	if c == nil || n == nil {
+		return
+	}
+	n.routes, n.closed, n.info.LiveUsers = map[string]*route{}, nil, 0
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.nodes[n.info.ID]; ok && cur.version > version {
+		return
+	}
+	if _, ok := c.nodes[n.info.ID]; !ok && len(c.nodes) >= c.max {
+		return
+	}
+	c.nodes[n.info.ID] = cachedNode{version: version, node: n}
+}
+
+// keep puts the nodes a committed transaction wrote into the cache.
+func (c *nodeCache) keep(nodes []*pgNode) {
+	for _, n := range nodes {
+		if n != nil && n.version > 0 {
+			c.put(n.node, n.version)
+		}
+	}
+}
+
+// reportQuick takes the reports of jobs that a copy of their node
+// decides alone: the node cached, one report of it among jobs, the
+// reading counted with no event and no notice, and the node one that
+// cannot be planned anything (quiet) after it. Their rows are written
+// by one statement, each only if its version is still the copy's; that
+// statement is the report's transaction. It returns the jobs it did not
+// take, to be taken the usual way.
+//
+// What the usual way would decide, a copy decides the same: the row at
+// the copy's version is the state the usual way would read under the
+// lock, and a quiet node's plan needs nothing beside its row (routing
+// closes nothing on a node neither overloaded nor paused).
+func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*reportJob {
+	if p.cache == nil {
+		return jobs
+	}
+	per := make(map[string]int, len(jobs))
+	for _, j := range jobs {
+		per[j.r.Node]++
+	}
+	type quickOne struct {
+		j       *reportJob
+		n       *node
+		version int64
+		out     reportOutcome
+	}
+	var rest []*reportJob
+	var qs []quickOne
+	now := p.now()
+	quiet := p.rules
+	quiet.log = slog.New(slog.DiscardHandler)
+	for _, j := range jobs {
+		if per[j.r.Node] > 1 {
+			rest = append(rest, j)
+			continue
+		}
+		cn, ok := p.cache.take(j.r.Node)
+		if !ok {
+			rest = append(rest, j)
+			continue
+		}
+		// From here the copy may be changed: it is not put back unless
+		// its row is written.
+		out, refused := quiet.observe(cn.node, j.r, now)
+		if refused != nil || out.Event != nil || out.Notice != nil || !p.quiet(cn.node, now) {
+			rest = append(rest, j)
+			continue
+		}
+		plan, _, err := quiet.planOne(now, cn.node, nil)
+		if err != nil || len(plan.Actions) > 0 {
+			rest = append(rest, j)
+			continue
+		}
+		qs = append(qs, quickOne{j: j, n: cn.node, version: cn.version, out: out})
+	}
+	if len(qs) == 0 {
+		return rest
+	}
+	ids, versions, states := make([]string, len(qs)), make([]int64, len(qs)), make([]string, len(qs))
+	readings, overloaded := make([]int64, len(qs)), make([]bool, len(qs))
+	for i, q := range qs {
+		b, err := encodeNode(q.n, false)
+		if err != nil {
+			return append(rest, jobsOf(qs[i:], func(q quickOne) *reportJob { return q.j })...)
+		}
+		ids[i], versions[i], states[i] = q.n.info.ID, q.version, string(b)
+		readings[i], overloaded[i] = q.n.readings, q.n.tracker.Overloaded()
+	}
+	written := map[string]int64{}
+	rows, err := p.db.Query(ctx, `UPDATE nodes AS n SET state = u.state::json, readings = u.readings, overloaded = u.overloaded,
+			next_plan_at = NULL, version = n.version + 1, updated_at = now()
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::boolean[]) AS u (id, version, state, readings, overloaded)
+		WHERE n.id = u.id AND n.version = u.version
+		RETURNING n.id, n.version`, ids, versions, states, readings, overloaded)
+	if err == nil {
+		for rows.Next() {
+			var id string
+			var v int64
+			if err := rows.Scan(&id, &v); err != nil {
+				break
+			}
+			written[id] = v
+		}
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
+		// Whether the statement committed is not known: the usual way
+		// takes every report again (a counted one is then a duplicate).
+		return append(rest, jobsOf(qs, func(q quickOne) *reportJob { return q.j })...)
+	}
+	for _, q := range qs {
+		v, ok := written[q.n.info.ID]
+		if !ok {
+			rest = append(rest, q.j) // the row moved on: the copy was stale
+			continue
+		}
+		q.j.out, q.j.err = q.out, nil
+		p.cache.put(q.n, v)
+		p.cache.taken.Add(1)
+	}
+	return rest
+}
+
+func jobsOf[T any](s []T, f func(T) *reportJob) []*reportJob {
+	out := make([]*reportJob, len(s))
+	for i, v := range s {
+		out[i] = f(v)
+	}
+	return out
+}
