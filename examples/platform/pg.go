@@ -365,7 +365,7 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 		if ferr != nil {
 			return nil, ferr
 		}
-		b, ferr := encodeNode(fresh, false)
+		b, ferr := encodeState(fresh)
 		if ferr != nil {
 			return nil, ferr
 		}
@@ -629,7 +629,7 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 	next := make([]*time.Time, len(nodes)) // NULL: nothing to plan until a change to the node
 	due := now.Add(p.planEvery)
 	for i, n := range nodes {
-		state, err := encodeNode(n.node, false)
+		state, err := encodeState(n.node)
 		if err != nil {
 			return err
 		}

@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
+	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // nodeCache is a replica's copy of the nodes it last wrote, each as it
@@ -141,7 +146,7 @@ func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*repo
 	ids, versions, states := make([]string, len(qs)), make([]int64, len(qs)), make([]string, len(qs))
 	readings, overloaded := make([]int64, len(qs)), make([]bool, len(qs))
 	for i, q := range qs {
-		b, err := encodeNode(q.n, false)
+		b, err := encodeState(q.n)
 		if err != nil {
 			return append(rest, jobsOf(qs[i:], func(q quickOne) *reportJob { return q.j })...)
 		}
@@ -190,4 +195,109 @@ func jobsOf[T any](s []T, f func(T) *reportJob) []*reportJob {
 		out[i] = f(v)
 	}
 	return out
+}
+
+// encodeState is n's state column: what encodeNode(n, false) holds, in
+// the same JSON shape (decodeNode reads both), built by hand: the
+// tracker's and the prices' own encodings are copied in as they come,
+// not parsed and compacted again by encoding/json, and the node's own
+// fields are written without reflection. It runs on every report.
+func encodeState(n *node) ([]byte, error) {
+	tr, err := n.tracker.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("save node %s: tracker: %w: %w", n.info.ID, errUnsaved, err)
+	}
+	pr, err := n.prices.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("save node %s: prices: %w: %w", n.info.ID, errUnsaved, err)
+	}
+	ps, err := json.Marshal(n.info.State)
+	if err != nil {
+		return nil, fmt.Errorf("save node %s: plan state: %w: %w", n.info.ID, errUnsaved, err)
+	}
+	var lp []byte
+	if n.lastPlan != nil {
+		if lp, err = json.Marshal(n.lastPlan); err != nil {
+			return nil, fmt.Errorf("save node %s: last plan: %w: %w", n.info.ID, errUnsaved, err)
+		}
+	}
+	b := make([]byte, 0, len(tr)+len(pr)+len(ps)+len(lp)+256)
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, fileVersion, 10)
+	b = append(b, `,"id":`...)
+	b = appendJSONString(b, n.info.ID)
+	if n.info.Role != 0 {
+		b = append(b, `,"role":`...)
+		b = appendJSONString(b, n.info.Role.String())
+	}
+	if n.info.Country != "" {
+		b = append(b, `,"country":`...)
+		b = appendJSONString(b, n.info.Country)
+	}
+	if n.info.Paused {
+		b = append(b, `,"paused":true`...)
+	}
+	if n.info.MaxUsers != 0 {
+		b = append(b, `,"max_users":`...)
+		b = strconv.AppendInt(b, int64(n.info.MaxUsers), 10)
+	}
+	m := n.info.MemoryPercent
+	if math.IsNaN(m) || math.IsInf(m, 0) {
+		return nil, fmt.Errorf("save node %s: memory %v: %w", n.info.ID, m, errUnsaved)
+	}
+	b = append(b, `,"memory_percent":`...)
+	b = strconv.AppendFloat(b, m, 'g', -1, 64)
+	for _, t := range []struct {
+		name string
+		at   time.Time
+	}{{"overload_ended", n.info.OverloadEnded}, {"overload_started", n.startedAt}} {
+		if t.at.IsZero() {
+			continue
+		}
+		tb, err := t.at.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("save node %s: %s: %w: %w", n.info.ID, t.name, errUnsaved, err)
+		}
+		b = append(b, `,"`...)
+		b = append(b, t.name...)
+		b = append(b, `":`...)
+		b = append(b, tb...)
+	}
+	b = append(b, `,"plan_state":`...)
+	b = append(b, ps...)
+	b = append(b, `,"tracker":`...)
+	b = append(b, tr...)
+	b = append(b, `,"prices":`...)
+	b = append(b, pr...)
+	b = append(b, `,"routes":[]`...)
+	if lp != nil {
+		b = append(b, `,"last_plan":`...)
+		b = append(b, lp...)
+	}
+	b = append(b, `,"next_route":`...)
+	b = strconv.AppendInt(b, int64(n.nextRoute), 10)
+	if n.readings != 0 {
+		b = append(b, `,"readings":`...)
+		b = strconv.AppendInt(b, n.readings, 10)
+	}
+	if n.eventsSeen != 0 {
+		b = append(b, `,"events_seen":`...)
+		b = strconv.AppendInt(b, n.eventsSeen, 10)
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as a JSON string: as it is when it needs no
+// escaping (a node id, a role, a country), else as encoding/json writes
+// it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

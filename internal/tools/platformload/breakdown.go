@@ -31,9 +31,10 @@ var platformParts = []struct {
 	marks []string // substrings of a frame's function name
 }{
 	{"HTTP and JSON", []string{"net/http.", "main.handleReport", "main.writeJSON", "main.handler"}},
-	{"tracker", []string{"nodekit/overload."}},
 	{"state encoding", []string{"main.encodeNode", "main.(*rules).decodeNode", "main.encodeState", "main.decodeState",
-		"main.(*pgNode).addRoute", "main.encodeRoute"}},
+		"main.(*pgNode).addRoute", "main.encodeRoute", "overload.(*Tracker).MarshalJSON", "overload.(*Tracker).UnmarshalJSON",
+		"overload.RestoreTracker", "pricing.(*History).MarshalJSON", "pricing.(*History).UnmarshalJSON"}},
+	{"tracker", []string{"nodekit/overload."}},
 	{"SQL round trips", []string{"github.com/jackc/pgx/", "github.com/jackc/puddle/"}},
 	{"commit", []string{"pgx/v5.(*dbTx).Commit"}},
 	{"plan", []string{"nodekit/routing.", "nodekit/pricing.", "main.(*pgPlatform).plan", "main.(*rules).planOne"}},
@@ -185,10 +186,16 @@ func serverProcesses(pid int) map[string]time.Duration {
 		}
 		u, _ := strconv.ParseInt(string(f[11]), 10, 64)
 		st, _ := strconv.ParseInt(string(f[12]), 10, 64)
-		out[serverKind(p, pid)] += time.Duration(u+st) * clockTick
+		k := serverKind(p, pid)
+		out[k] += time.Duration(u+st) * clockTick
+		out[k+kernelSuffix] += time.Duration(st) * clockTick
 	}
 	return out
 }
+
+// kernelSuffix names, in serverProcesses' map, the part of a kind's CPU
+// spent in the kernel (system time: system calls, fsync among them).
+const kernelSuffix = " in the kernel"
 
 func serverKind(p, postmaster int) string {
 	if p == postmaster {
@@ -363,7 +370,7 @@ func (r *result) breakdown() []string {
 		var parts []string
 		for _, k := range []string{"backends", "WAL writer", "checkpointer", "autovacuum", "postmaster", "other"} {
 			if d := r.serverKinds[k]; d > 0 {
-				parts = append(parts, fmt.Sprintf("%s %.3f", k, per(d)))
+				parts = append(parts, fmt.Sprintf("%s %.3f (%.3f in the kernel)", k, per(d), per(r.serverKinds[k+kernelSuffix])))
 			}
 		}
 		line := fmt.Sprintf("PostgreSQL %.3f ms a report: %s", per(r.serverCPU), strings.Join(parts, ", "))

@@ -96,8 +96,24 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	p99 := fs.Duration("p99", 250*time.Millisecond, "the p99 a fleet size must hold; larger sizes are not run once one fails")
 	overloadEvery := fs.Int("overload-every", 10, "every this many-th node goes in and out of overload")
 	notify := fs.Bool("notify", false, "deliver the notices to a receiver (a -notify-file of one * line) and print their latency, from decision to 2xx")
+	split := fs.String("split", "", "only split the CPU of the profiles named by the arguments, of this platform binary, into the parts below, and print each part's share")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *split != "" {
+		sh, total, err := profileShares(*split, fs.Args())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%v of samples:", total)
+		for _, p := range append(platformParts, struct {
+			name  string
+			marks []string
+		}{name: "other"}) {
+			fmt.Fprintf(stdout, " %s %.1f%%", p.name, 100*sh[p.name])
+		}
+		fmt.Fprintln(stdout)
+		return nil
 	}
 	nodes, err := ints(*nodesFlag)
 	if err != nil {
