@@ -72,29 +72,61 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 		defer cancel()
 		j.out, j.err = p.reportAlone(ctx, j.r)
 	}
-	qctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
-	rest := p.reportQuick(qctx, batch)
-	cancel()
-	switch len(rest) {
-	case 0:
+	// Reports a copy of their node decides: alone, one statement their
+	// transaction; beside others, the first statement of the batch's.
+	qs, rest := p.decideQuick(batch)
+	if len(rest) == 0 {
+		qctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
+		written, err := writeQuick(qctx, p.db, qs)
+		cancel()
+		if err != nil {
+			written = nil // not known whether it committed: taken the usual way
+		}
+		rest, qs = p.settleQuick(qs, written), nil
+	}
+	switch {
+	case len(rest) == 0:
 		return
-	case 1:
+	case len(rest) == 1 && len(qs) == 0:
 		alone(rest[0])
 		return
 	}
-	sorted := slices.Clone(rest)
-	slices.SortStableFunc(sorted, func(a, b *reportJob) int { return strings.Compare(a.r.Node, b.r.Node) })
+	all := slices.Clone(rest)
+	for _, q := range qs {
+		all = append(all, q.j)
+	}
+	slices.SortStableFunc(all, func(a, b *reportJob) int { return strings.Compare(a.r.Node, b.r.Node) })
 	ctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
 	var nodes []*pgNode
+	var written map[string]int64
+	attempt := 0
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
+		attempt++
+		jobs := all
+		written = nil
+		if attempt == 1 && len(qs) > 0 {
+			// The copies are used once: a transaction run again takes
+			// their reports the usual way.
+			var err error
+			if written, err = writeQuick(ctx, tx, qs); err != nil {
+				return err
+			}
+			jobs = slices.Clone(rest)
+			for _, q := range qs {
+				if _, ok := written[q.n.info.ID]; !ok {
+					jobs = append(jobs, q.j)
+				}
+			}
+			slices.SortStableFunc(jobs, func(a, b *reportJob) int { return strings.Compare(a.r.Node, b.r.Node) })
+		}
 		var err error
-		if nodes, err = p.takeReports(ctx, tx, sorted); err != nil {
+		if nodes, err = p.takeReports(ctx, tx, jobs); err != nil {
 			return err
 		}
 		if err := p.sendNotices(ctx, tx, nodes); err != nil {
 			return err
 		}
-		for i, j := range sorted {
+		for i, j := range jobs {
 			if nodes[i] != nil {
 				j.out.Notice = nodes[i].notice // nil if the database refused it
 			}
@@ -103,11 +135,15 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	})
 	cancel()
 	if err == nil {
+		if attempt == 1 {
+			p.settleQuick(qs, written) // every one written, or taken by takeReports
+		}
 		p.cache.keep(nodes)
 		p.logClosures(nodes...)
 		return
 	}
-	p.log.Warn("report batch failed: its reports are taken again one by one", "reports", len(rest), "err", err)
+	sorted := all
+	p.log.Warn("report batch failed: its reports are taken again one by one", "reports", len(all), "err", err)
 	var wg sync.WaitGroup
 	for len(sorted) > 0 {
 		k := 1

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // nodeCache is a replica's copy of the nodes it last wrote, each as it
@@ -85,34 +89,33 @@ func (c *nodeCache) keep(nodes []*pgNode) {
 	}
 }
 
-// reportQuick takes the reports of jobs that a copy of their node
+// quickReport is a report decided on a copy of its node, not yet written.
+type quickReport struct {
+	j       *reportJob
+	n       *node // the copy, changed by the report
+	version int64 // the row's version the copy is of
+	out     reportOutcome
+}
+
+// decideQuick decides the reports of jobs that a copy of their node
 // decides alone: the node cached, one report of it among jobs, the
 // reading counted with no event and no notice, and the node one that
-// cannot be planned anything (quiet) after it. Their rows are written
-// by one statement, each only if its version is still the copy's; that
-// statement is the report's transaction. It returns the jobs it did not
-// take, to be taken the usual way.
+// cannot be planned anything (quiet) after it. It returns those, by node
+// ID, and the jobs it did not decide, to be taken the usual way.
 //
 // What the usual way would decide, a copy decides the same: the row at
 // the copy's version is the state the usual way would read under the
 // lock, and a quiet node's plan needs nothing beside its row (routing
-// closes nothing on a node neither overloaded nor paused).
-func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*reportJob {
+// closes nothing on a node neither overloaded nor paused). A decision
+// holds only if writeQuick finds the row still at that version.
+func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*reportJob) {
 	if p.cache == nil {
-		return jobs
+		return nil, jobs
 	}
 	per := make(map[string]int, len(jobs))
 	for _, j := range jobs {
 		per[j.r.Node]++
 	}
-	type quickOne struct {
-		j       *reportJob
-		n       *node
-		version int64
-		out     reportOutcome
-	}
-	var rest []*reportJob
-	var qs []quickOne
 	now := p.now()
 	quiet := p.rules
 	quiet.log = slog.New(slog.DiscardHandler)
@@ -138,48 +141,62 @@ func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*repo
 			rest = append(rest, j)
 			continue
 		}
-		qs = append(qs, quickOne{j: j, n: cn.node, version: cn.version, out: out})
+		qs = append(qs, quickReport{j: j, n: cn.node, version: cn.version, out: out})
 	}
-	if len(qs) == 0 {
-		return rest
-	}
+	slices.SortFunc(qs, func(a, b quickReport) int { return strings.Compare(a.n.info.ID, b.n.info.ID) })
+	return qs, rest
+}
+
+// querier runs a statement: the pool (a statement that is its own
+// transaction) or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// writeQuick writes the rows of qs in one statement, each only if its
+// version is still its copy's, and returns the new versions of those
+// written, by node ID.
+func writeQuick(ctx context.Context, db querier, qs []quickReport) (map[string]int64, error) {
 	ids, versions, states := make([]string, len(qs)), make([]int64, len(qs)), make([]string, len(qs))
 	readings, overloaded := make([]int64, len(qs)), make([]bool, len(qs))
 	for i, q := range qs {
 		b, err := encodeState(q.n)
 		if err != nil {
-			return append(rest, jobsOf(qs[i:], func(q quickOne) *reportJob { return q.j })...)
+			return nil, err
 		}
 		ids[i], versions[i], states[i] = q.n.info.ID, q.version, string(b)
 		readings[i], overloaded[i] = q.n.readings, q.n.tracker.Overloaded()
 	}
-	written := map[string]int64{}
-	rows, err := p.db.Query(ctx, `UPDATE nodes AS n SET state = u.state::json, readings = u.readings, overloaded = u.overloaded,
+	written := make(map[string]int64, len(qs))
+	rows, err := db.Query(ctx, `UPDATE nodes AS n SET state = u.state::json, readings = u.readings, overloaded = u.overloaded,
 			next_plan_at = NULL, version = n.version + 1, updated_at = now()
 		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::boolean[]) AS u (id, version, state, readings, overloaded)
 		WHERE n.id = u.id AND n.version = u.version
 		RETURNING n.id, n.version`, ids, versions, states, readings, overloaded)
-	if err == nil {
-		for rows.Next() {
-			var id string
-			var v int64
-			if err := rows.Scan(&id, &v); err != nil {
-				break
-			}
-			written[id] = v
-		}
-		rows.Close()
-		err = rows.Err()
-	}
 	if err != nil {
-		// Whether the statement committed is not known: the usual way
-		// takes every report again (a counted one is then a duplicate).
-		return append(rest, jobsOf(qs, func(q quickOne) *reportJob { return q.j })...)
+		return nil, err
 	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			return nil, err
+		}
+		written[id] = v
+	}
+	return written, rows.Err()
+}
+
+// settleQuick answers the reports of qs whose rows were written, once
+// committed, and keeps their copies; it returns the others' jobs, to be
+// taken the usual way (their copies were stale).
+func (p *pgPlatform) settleQuick(qs []quickReport, written map[string]int64) []*reportJob {
+	var rest []*reportJob
 	for _, q := range qs {
 		v, ok := written[q.n.info.ID]
 		if !ok {
-			rest = append(rest, q.j) // the row moved on: the copy was stale
+			rest = append(rest, q.j)
 			continue
 		}
 		q.j.out, q.j.err = q.out, nil
@@ -187,6 +204,23 @@ func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*repo
 		p.cache.taken.Add(1)
 	}
 	return rest
+}
+
+// reportQuick takes the reports of jobs decideQuick decides, written by
+// one statement that is their transaction, and returns the jobs it did
+// not take.
+func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*reportJob {
+	qs, rest := p.decideQuick(jobs)
+	if len(qs) == 0 {
+		return rest
+	}
+	written, err := writeQuick(ctx, p.db, qs)
+	if err != nil {
+		// Whether the statement committed is not known: the usual way
+		// takes every report again (a counted one is then a duplicate).
+		written = nil
+	}
+	return append(rest, p.settleQuick(qs, written)...)
 }
 
 func jobsOf[T any](s []T, f func(T) *reportJob) []*reportJob {
