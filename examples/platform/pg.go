@@ -84,6 +84,10 @@ type pgOptions struct {
 	// taken again alone if it fails; zero: half a request's time, so the
 	// reports taken again have time left to answer.
 	BatchTimeout time.Duration
+	// Workers is how many batches are in flight at once (with Batch over
+	// 1); zero: defaultBatchWorkers. Fewer make larger batches under a
+	// given load: fewer commits, each waited for longer.
+	Workers int
 	// Cache is the most nodes this replica keeps a copy of, as it last
 	// wrote them, to decide a quiet node's report without reading its row
 	// (nodeCache); 0: none.
@@ -101,8 +105,9 @@ const (
 	serverStatementTimeout = requestTimeout + 5*time.Second
 )
 
-// batchWorkers is how many batches are in flight at once.
-const batchWorkers = 4
+// defaultBatchWorkers is how many batches a replica has in flight at
+// once, unless set.
+const defaultBatchWorkers = 4
 
 // openPG connects to the database at url, brings its schema up to date and
 // adds the seed's nodes the database does not hold yet.
@@ -169,7 +174,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	}
 	if opt.Batch > 1 {
 		p.jobs, p.stop = make(chan *reportJob), make(chan struct{})
-		for range batchWorkers {
+		for range cmp.Or(opt.Workers, defaultBatchWorkers) {
 			p.workers.Add(1)
 			go p.batchWorker(opt.Batch)
 		}

@@ -51,6 +51,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,6 +97,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	p99 := fs.Duration("p99", 250*time.Millisecond, "the p99 a fleet size must hold; larger sizes are not run once one fails")
 	overloadEvery := fs.Int("overload-every", 10, "every this many-th node goes in and out of overload")
 	notify := fs.Bool("notify", false, "deliver the notices to a receiver (a -notify-file of one * line) and print their latency, from decision to 2xx")
+	var pgSet []string
+	fs.Func("pg-set", "a PostgreSQL setting name=value for the run's cluster, beside and over serverSettings (repeatable)", func(v string) error {
+		pgSet = append(pgSet, v)
+		return nil
+	})
+	var platformArgs []string
+	fs.Func("platform-arg", "an argument for each replica, beside the load's own (repeatable: -platform-arg -db-workers -platform-arg 2)", func(v string) error {
+		platformArgs = append(platformArgs, v)
+		return nil
+	})
 	split := fs.String("split", "", "only split the CPU of the profiles named by the arguments, of this platform binary, into the parts below, and print each part's share")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -145,7 +156,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var cluster *pgtest.Cluster
 	if *store == "postgres" {
-		if cluster, err = pgtest.Start(serverSettings...); err != nil {
+		if cluster, err = pgtest.Start(append(slices.Clone(serverSettings), pgSet...)...); err != nil {
 			return err
 		}
 		defer cluster.Stop()
@@ -165,7 +176,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			runDir := filepath.Join(dir, fmt.Sprintf("run-%d-%d", r, n))
 			res, err := oneRun(ctx, bin, cluster, runDir, r, n,
-				loadConfig{nodes: n, interval: *interval, warm: *warm, measure: *measure, overloadEvery: *overloadEvery}, h, *profile)
+				loadConfig{nodes: n, interval: *interval, warm: *warm, measure: *measure, overloadEvery: *overloadEvery}, h, *profile, platformArgs)
 			if h != nil {
 				defer h.close()
 			}
@@ -231,7 +242,7 @@ func loadAvg() string {
 
 // oneRun starts the replicas on a fresh database (or state directory),
 // runs the load and stops them.
-func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig, h *hook, profile bool) (*result, error) {
+func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig, h *hook, profile bool, extra []string) (*result, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -239,7 +250,7 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-token-file", tokens, "-routes", routes}
+	args := append([]string{"-token-file", tokens, "-routes", routes}, extra...)
 	if h != nil {
 		file := filepath.Join(dir, "notify")
 		if err := h.writeFile(file); err != nil {
