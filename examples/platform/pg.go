@@ -64,7 +64,8 @@ type pgPlatform struct {
 	// reports taken again alone.
 	batchTimeout time.Duration
 	stop         chan struct{}
-	workers      sync.WaitGroup
+	workers      sync.WaitGroup // the batch workers and the numberer
+	toNumber     chan struct{}  // to the numberer: a commit inserted notices
 }
 
 // pgOptions are the PostgreSQL store's own settings.
@@ -172,8 +173,11 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 			return nil, err
 		}
 	}
+	p.stop, p.toNumber = make(chan struct{}), make(chan struct{}, 1)
+	p.workers.Add(1)
+	go p.numberer()
 	if opt.Batch > 1 {
-		p.jobs, p.stop = make(chan *reportJob), make(chan struct{})
+		p.jobs = make(chan *reportJob)
 		for range cmp.Or(opt.Workers, defaultBatchWorkers) {
 			p.workers.Add(1)
 			go p.batchWorker(opt.Batch)
@@ -681,26 +685,18 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 	return nil
 }
 
-// noticeLock is the advisory lock a transaction takes, until it ends,
-// before it inserts notices.
+// noticeLock is the advisory lock a numbering of notices takes, until
+// its transaction ends (numberNotices).
 const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
 
 // sendNotices inserts the notices of the nodes the transaction reported
-// (at most one a node), as its last step: GET /notices pages by the
-// notice's id, so a notice must never become visible after one with a
-// higher id. A sequence alone does not give that (a transaction may take
-// id 5, another id 6 and commit first: a client that paged past 6 never
-// sees 5). So the ids are taken under noticeLock, a transaction-level
-// advisory lock the server releases only after the commit is visible:
-// whoever takes the next id does so after every lower id was committed or
-// rolled back. Taken last, after every node lock the transaction holds,
-// the lock waits on nothing else, so it cannot be part of a deadlock;
-// notices are rare (one an hour a node at most), so replicas seldom wait
-// on it.
+// (at most one a node), unnumbered: numberNotices numbers them once
+// committed.
 //
 // The hour is decided here too, not only by the tracker: no notice goes
-// into the table within NoticeEvery of the node's last one. A notice
-// refused so is taken out of its node (n.notice nil).
+// into the table within NoticeEvery of the node's last one (the node's
+// row lock, held, orders that node's notices). A notice refused so is
+// taken out of its node (n.notice nil).
 func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
 	var sent []*pgNode
 	for _, n := range nodes {
@@ -709,9 +705,6 @@ func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode
 		}
 	}
 	if len(sent) > 0 {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(noticeLock)); err != nil {
-			return err
-		}
 		if err := p.insertNotices(ctx, tx, sent); err != nil {
 			return err
 		}
@@ -727,6 +720,75 @@ func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode
 		}
 	}
 	return nil
+}
+
+// numberNotices numbers the notices committed and not numbered yet, in
+// one transaction that takes noticeLock first. GET /notices pages by the
+// number, so a notice must never become visible after one with a higher
+// number. A sequence taken in the deciding transaction does not give
+// that (one may take 5, another 6 and commit first: a client that paged
+// past 6 never sees 5); holding a lock from the number to the commit
+// does, but made every report's transaction with a notice wait for the
+// commit of the one before. So the notices go in unnumbered, and are
+// numbered afterwards by this short transaction: under the lock, which
+// the server releases only after the commit is visible, each numbering
+// sees every one before it committed, and its numbers are above theirs
+// and visible at once. A notice committed after a numbering read the
+// table is numbered by the next, above: one committed later is never
+// numbered below one already visible.
+//
+// A replica numbers after each commit that inserted a notice (the
+// numberer), GET /notices before it reads, and each plan round, so a
+// notice of a replica that died before numbering it is numbered too.
+func (p *pgPlatform) numberNotices(ctx context.Context) error {
+	var waiting bool
+	if err := p.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM notices WHERE num IS NULL)`).Scan(&waiting); err != nil {
+		return classify(err)
+	}
+	if !waiting {
+		return nil
+	}
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(noticeLock)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `WITH waiting AS (SELECT id FROM notices WHERE num IS NULL ORDER BY id FOR UPDATE),
+				numbered AS (SELECT id, nextval('notice_numbers') AS num FROM waiting)
+			UPDATE notices n SET num = numbered.num FROM numbered WHERE n.id = numbered.id`)
+		return err
+	})
+}
+
+// numberer numbers notices each time a commit of this replica inserted
+// some (p.toNumber), until p.stop.
+func (p *pgPlatform) numberer() {
+	defer p.workers.Done()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.toNumber:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		if err := p.numberNotices(ctx); err != nil {
+			p.log.Warn("notices not numbered: the next commit with one, GET /notices or plan round numbers them", "err", err)
+		}
+		cancel()
+	}
+}
+
+// noticesCommitted asks the numberer to number what nodes' transaction,
+// committed, inserted, if it inserted a notice.
+func (p *pgPlatform) noticesCommitted(nodes ...*pgNode) {
+	for _, n := range nodes {
+		if n != nil && n.notice != nil {
+			select {
+			case p.toNumber <- struct{}{}:
+			default: // a numbering is asked for already
+			}
+			return
+		}
+	}
 }
 
 // insertNotices inserts the notices of nodes, in one statement, each
@@ -949,6 +1011,7 @@ func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (repor
 		return reportOutcome{}, err
 	}
 	p.cache.keep([]*pgNode{n})
+	p.noticesCommitted(n)
 	p.logClosures(n)
 	return j.out, j.err
 }
@@ -1321,9 +1384,14 @@ func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]num
 	if limit > 0 {
 		lim = &limit
 	}
+	// Notices committed before this request are numbered first (a
+	// replica numbers its own after each commit, but may not have yet).
+	if err := p.numberNotices(ctx); err != nil {
+		p.log.Warn("notices not numbered", "err", err)
+	}
 	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		out, last = out[:0], after
-		rows, err := tx.Query(ctx, `SELECT id, body FROM notices WHERE id > $1 ORDER BY id LIMIT $2`, after, lim)
+		rows, err := tx.Query(ctx, `SELECT num, body FROM notices WHERE num > $1 ORDER BY num LIMIT $2`, after, lim)
 		if err != nil {
 			return err
 		}
@@ -1390,6 +1458,10 @@ func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]rout
 // nodes. Only the round's own deadline, or a database that cannot be
 // reached, ends it early.
 func (p *pgPlatform) planRound(ctx context.Context) error {
+	// Notices a replica committed and did not number (it died first).
+	if err := p.numberNotices(ctx); err != nil {
+		p.log.Warn("notices not numbered", "err", err)
+	}
 	failed := []string{} // nodes not planned this round (not NULL: NOT (id = ANY(NULL)) holds for none)
 	var firstErr error
 	for {
