@@ -81,6 +81,7 @@ type options struct {
 	dbBatch   int
 	dbCache   int
 	dbWorkers int
+	dbLinger  time.Duration
 	routes    string
 	planEvery time.Duration
 	logFormat string
@@ -116,6 +117,7 @@ Flags:
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
 	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
 	fs.IntVar(&o.dbWorkers, "db-workers", defaultBatchWorkers, "with -db: how many batches of reports a replica has in flight at once (fewer: larger batches, fewer commits)")
+	fs.DurationVar(&o.dbLinger, "db-linger", 0, "with -db: how long a batch waits for more reports before its transaction starts (0: not at all; under load, more reports a commit)")
 	fs.IntVar(&o.dbCache, "db-cache", 200000, "with -db: the most nodes a replica keeps a copy of, as it last wrote them, to take a quiet node's report in one statement (0: none)")
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
 	fs.DurationVar(&o.planEvery, "plan-every", 30*time.Second, "time between plan rounds (one also runs after each report)")
@@ -152,6 +154,9 @@ Flags:
 	}
 	if o.dbWorkers < 1 {
 		return o, fmt.Errorf("-db-workers %d: want 1 or more", o.dbWorkers)
+	}
+	if o.dbLinger < 0 || o.dbLinger > time.Second {
+		return o, fmt.Errorf("-db-linger %v: want 0 to 1s", o.dbLinger)
 	}
 	if o.dbCache < 0 {
 		return o, fmt.Errorf("-db-cache %d: must not be negative (0: none)", o.dbCache)
@@ -236,7 +241,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var svc service
 	where := []any{"state_dir", o.stateDir}
 	if o.db != "" {
-		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Cache: o.dbCache}, seed)
+		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)
 		if err != nil {
 			fmt.Fprintf(stderr, "platform: %v\n", err)
 			return 2

@@ -85,6 +85,10 @@ type pgOptions struct {
 	// taken again alone if it fails; zero: half a request's time, so the
 	// reports taken again have time left to answer.
 	BatchTimeout time.Duration
+	// Linger is how long a batch worker that took a report waits for more
+	// before it starts its transaction (with Batch over 1); zero: not at
+	// all, batches grow only when every worker is busy.
+	Linger time.Duration
 	// Workers is how many batches are in flight at once (with Batch over
 	// 1); zero: defaultBatchWorkers. Fewer make larger batches under a
 	// given load: fewer commits, each waited for longer.
@@ -180,7 +184,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		p.jobs = make(chan *reportJob)
 		for range cmp.Or(opt.Workers, defaultBatchWorkers) {
 			p.workers.Add(1)
-			go p.batchWorker(opt.Batch)
+			go p.batchWorker(opt.Batch, opt.Linger)
 		}
 	}
 	return p, nil
