@@ -222,6 +222,7 @@ func serverKind(p, postmaster int) string {
 type dbCounters struct {
 	statements, commits int64
 	stmtsKnown          bool
+	walBytes, walFPI    int64 // pg_stat_wal: bytes written, full-page images among them
 }
 
 func readCounters(ctx context.Context, url string) (dbCounters, error) {
@@ -232,6 +233,9 @@ func readCounters(ctx context.Context, url string) (dbCounters, error) {
 	defer conn.Close(ctx)
 	var c dbCounters
 	if err := conn.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&c.commits); err != nil {
+		return c, err
+	}
+	if err := conn.QueryRow(ctx, `SELECT wal_bytes::bigint, wal_fpi FROM pg_stat_wal`).Scan(&c.walBytes, &c.walFPI); err != nil {
 		return c, err
 	}
 	err = conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
@@ -374,6 +378,7 @@ func (r *result) breakdown() []string {
 			}
 		}
 		line := fmt.Sprintf("PostgreSQL %.3f ms a report: %s", per(r.serverCPU), strings.Join(parts, ", "))
+		line += fmt.Sprintf("; WAL %.0f bytes and %.3f full pages a report", float64(r.walBytes)/float64(r.Acked), float64(r.walFPI)/float64(r.Acked))
 		if r.stmtsKnown {
 			line += fmt.Sprintf("; %.2f statements and %.3f commits a report", float64(r.statements)/float64(r.Acked), float64(r.commits)/float64(r.Acked))
 		} else {
@@ -383,6 +388,10 @@ func (r *result) breakdown() []string {
 	}
 	if r.waits != "" {
 		out = append(out, "sessions (mean): "+r.waits)
+	}
+	if r.perfTop != "" {
+		out = append(out, "PostgreSQL by function (perf):")
+		out = append(out, strings.Split(r.perfTop, "\n")...)
 	}
 	return out
 }
@@ -404,4 +413,46 @@ func keepProfiles(runDir, dir string, replicas, nodes int) error {
 		}
 	}
 	return nil
+}
+
+// perfServer records the PostgreSQL processes' CPU (perf record) for d
+// into file; report prints the functions that took the most of it.
+func perfServer(ctx context.Context, postmaster int, d time.Duration, file string) (wait func() error) {
+	var pids []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		end := bytes.LastIndexByte(b, ')')
+		if end < 0 {
+			continue
+		}
+		f := bytes.Fields(b[end+1:])
+		if len(f) > 2 && string(f[1]) == strconv.Itoa(postmaster) {
+			pids = append(pids, string(bytes.TrimSpace(b[:bytes.IndexByte(b, '(')])))
+		}
+	}
+	cmd := exec.CommandContext(ctx, "perf", "record", "-F", "499", "-g", "-o", file, "-p", strings.Join(pids, ","), "--", "sleep", strconv.Itoa(int(d.Seconds())))
+	if err := cmd.Start(); err != nil {
+		return func() error { return err }
+	}
+	return cmd.Wait
+}
+
+// perfTop is the top of perf report of file: the functions with at
+// least 2 % of the samples, by themselves.
+func perfTop(file string) (string, error) {
+	out, err := exec.Command("perf", "report", "-i", file, "--stdio", "--no-children", "--sort", "dso,symbol", "--percent-limit", "2", "-g", "none").Output()
+	if err != nil {
+		return "", err
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "#") {
+			lines = append(lines, t)
+		}
+	}
+	return strings.Join(lines, "\n"), nil
 }

@@ -67,7 +67,9 @@ type result struct {
 	serverKinds         map[string]time.Duration
 	statements, commits int64
 	stmtsKnown          bool
+	walBytes, walFPI    int64
 	waits               string
+	perfTop             string // perf report of PostgreSQL, with -perf
 }
 
 func (r *result) rate() float64 { return float64(r.Acked) / r.Seconds }

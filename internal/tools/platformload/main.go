@@ -93,6 +93,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	warm := fs.Duration("warm", 0, "warm-up before the measured time (0: two intervals)")
 	platformBin := fs.String("platform", "", "a built platform binary to measure (default: build examples/platform from this checkout)")
 	profile := fs.Bool("profile", true, "take a CPU profile of each replica over the measured time (-debug-listen) to split its CPU")
+	perf := fs.Bool("perf", false, "record PostgreSQL's processes with perf over the measured time and print the functions that took the most CPU (perturbs the figures)")
 	profileDir := fs.String("profile-dir", "", "keep each run's profiles in this directory, as REPLICAS-NODES-I.pprof (default: removed with the run)")
 	p99 := fs.Duration("p99", 250*time.Millisecond, "the p99 a fleet size must hold; larger sizes are not run once one fails")
 	overloadEvery := fs.Int("overload-every", 10, "every this many-th node goes in and out of overload")
@@ -176,7 +177,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			runDir := filepath.Join(dir, fmt.Sprintf("run-%d-%d", r, n))
 			res, err := oneRun(ctx, bin, cluster, runDir, r, n,
-				loadConfig{nodes: n, interval: *interval, warm: *warm, measure: *measure, overloadEvery: *overloadEvery}, h, *profile, platformArgs)
+				loadConfig{nodes: n, interval: *interval, warm: *warm, measure: *measure, overloadEvery: *overloadEvery}, h, *profile, platformArgs, *perf)
 			if h != nil {
 				defer h.close()
 			}
@@ -242,7 +243,7 @@ func loadAvg() string {
 
 // oneRun starts the replicas on a fresh database (or state directory),
 // runs the load and stops them.
-func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig, h *hook, profile bool, extra []string) (*result, error) {
+func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig, h *hook, profile bool, extra []string, perf bool) (*result, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -306,7 +307,12 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 	var waits *waitSampler
 	var profiles []string
 	var profWG sync.WaitGroup
+	var perfWait func() error
+	perfFile := filepath.Join(dir, "perf.data")
 	cfg.atMeasure = func() {
+		if perf && server != 0 {
+			perfWait = perfServer(ctx, server, cfg.measure, perfFile)
+		}
 		p0, s0 = cpuTime(pids, false), serverCPU()
 		if url == "" {
 			return
@@ -349,9 +355,17 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 			}
 			if c1, cerr := readCounters(ctx, url); cerr == nil {
 				res.statements, res.commits, res.stmtsKnown = c1.statements-c0.statements, c1.commits-c0.commits-ownCommits, c1.stmtsKnown && c0.stmtsKnown
+				res.walBytes, res.walFPI = c1.walBytes-c0.walBytes, c1.walFPI-c0.walFPI
 			}
 		}
 		profWG.Wait()
+		if perfWait != nil {
+			if err := perfWait(); err != nil {
+				fmt.Fprintf(os.Stderr, "platformload: perf: %v\n", err)
+			} else if top, err := perfTop(perfFile); err == nil {
+				res.perfTop = top
+			}
+		}
 		if len(profiles) > 0 {
 			if sh, _, perr := profileShares(bin, profiles); perr == nil {
 				res.platformParts = sh
