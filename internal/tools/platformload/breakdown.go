@@ -389,6 +389,13 @@ func (r *result) breakdown() []string {
 	if r.waits != "" {
 		out = append(out, "sessions (mean): "+r.waits)
 	}
+	if len(r.rss) > 0 {
+		var m []string
+		for _, b := range r.rss {
+			m = append(m, fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)))
+		}
+		out = append(out, "replicas' resident memory at the end: "+strings.Join(m, ", "))
+	}
 	if r.perfTop != "" {
 		out = append(out, "PostgreSQL by function (perf):")
 		out = append(out, strings.Split(r.perfTop, "\n")...)
@@ -455,4 +462,22 @@ func perfTop(file string) (string, error) {
 		}
 	}
 	return strings.Join(lines, "\n"), nil
+}
+
+// rssOf is process pid's resident memory (VmRSS), 0 if unknown.
+func rssOf(pid int) uint64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseUint(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }

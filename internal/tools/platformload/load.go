@@ -69,7 +69,8 @@ type result struct {
 	stmtsKnown          bool
 	walBytes, walFPI    int64
 	waits               string
-	perfTop             string // perf report of PostgreSQL, with -perf
+	perfTop             string   // perf report of PostgreSQL, with -perf
+	rss                 []uint64 // each replica's resident memory at the end, bytes
 }
 
 func (r *result) rate() float64 { return float64(r.Acked) / r.Seconds }

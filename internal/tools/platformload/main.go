@@ -342,6 +342,9 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 	res, err := runLoad(ctx, cfg)
 	if res != nil {
 		res.platformCPU, res.serverCPU = cpuTime(pids, false)-p0, serverCPU()-s0
+		for _, pid := range pids {
+			res.rss = append(res.rss, rssOf(pid))
+		}
 		ownCommits := int64(0)
 		if waits != nil {
 			var own int
