@@ -223,14 +223,6 @@ func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*repo
 	return append(rest, p.settleQuick(qs, written)...)
 }
 
-func jobsOf[T any](s []T, f func(T) *reportJob) []*reportJob {
-	out := make([]*reportJob, len(s))
-	for i, v := range s {
-		out[i] = f(v)
-	}
-	return out
-}
-
 // encodeState is n's state column: what encodeNode(n, false) holds, in
 // the same JSON shape (decodeNode reads both), built by hand: the
 // tracker's and the prices' own encodings are copied in as they come,
