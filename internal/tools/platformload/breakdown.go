@@ -189,6 +189,13 @@ func serverProcesses(pid int) map[string]time.Duration {
 		k := serverKind(p, pid)
 		out[k] += time.Duration(u+st) * clockTick
 		out[k+kernelSuffix] += time.Duration(st) * clockTick
+		if p == pid && len(f) >= 15 {
+			// Processes that exited: autovacuum workers, closed sessions.
+			cu, _ := strconv.ParseInt(string(f[13]), 10, 64)
+			cs, _ := strconv.ParseInt(string(f[14]), 10, 64)
+			out["exited"] += time.Duration(cu+cs) * clockTick
+			out["exited"+kernelSuffix] += time.Duration(cs) * clockTick
+		}
 	}
 	return out
 }
@@ -372,7 +379,7 @@ func (r *result) breakdown() []string {
 	}
 	if len(r.serverKinds) > 0 {
 		var parts []string
-		for _, k := range []string{"backends", "WAL writer", "checkpointer", "autovacuum", "postmaster", "other"} {
+		for _, k := range []string{"backends", "WAL writer", "checkpointer", "autovacuum", "exited", "postmaster", "other"} {
 			if d := r.serverKinds[k]; d > 0 {
 				parts = append(parts, fmt.Sprintf("%s %.3f (%.3f in the kernel)", k, per(d), per(r.serverKinds[k+kernelSuffix])))
 			}
