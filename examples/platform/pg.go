@@ -64,8 +64,7 @@ type pgPlatform struct {
 	// reports taken again alone.
 	batchTimeout time.Duration
 	stop         chan struct{}
-	workers      sync.WaitGroup // the batch workers and the numberer
-	toNumber     chan struct{}  // to the numberer: a commit inserted notices
+	workers      sync.WaitGroup
 }
 
 // pgOptions are the PostgreSQL store's own settings.
@@ -177,11 +176,8 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 			return nil, err
 		}
 	}
-	p.stop, p.toNumber = make(chan struct{}), make(chan struct{}, 1)
-	p.workers.Add(1)
-	go p.numberer()
 	if opt.Batch > 1 {
-		p.jobs = make(chan *reportJob)
+		p.jobs, p.stop = make(chan *reportJob), make(chan struct{})
 		for range cmp.Or(opt.Workers, defaultBatchWorkers) {
 			p.workers.Add(1)
 			go p.batchWorker(opt.Batch, opt.Linger)
@@ -741,9 +737,10 @@ func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode
 // table is numbered by the next, above: one committed later is never
 // numbered below one already visible.
 //
-// A replica numbers after each commit that inserted a notice (the
-// numberer), GET /notices before it reads, and each plan round, so a
-// notice of a replica that died before numbering it is numbered too.
+// Numbering is left to the readers: GET /notices numbers before it
+// reads, so it lists every notice committed before it, and each plan
+// round numbers too, so the numbers keep up without readers. A report
+// pays nothing for it.
 func (p *pgPlatform) numberNotices(ctx context.Context) error {
 	var waiting bool
 	if err := p.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM notices WHERE num IS NULL)`).Scan(&waiting); err != nil {
@@ -761,38 +758,6 @@ func (p *pgPlatform) numberNotices(ctx context.Context) error {
 			UPDATE notices n SET num = numbered.num FROM numbered WHERE n.id = numbered.id`)
 		return err
 	})
-}
-
-// numberer numbers notices each time a commit of this replica inserted
-// some (p.toNumber), until p.stop.
-func (p *pgPlatform) numberer() {
-	defer p.workers.Done()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-p.toNumber:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-		if err := p.numberNotices(ctx); err != nil {
-			p.log.Warn("notices not numbered: the next commit with one, GET /notices or plan round numbers them", "err", err)
-		}
-		cancel()
-	}
-}
-
-// noticesCommitted asks the numberer to number what nodes' transaction,
-// committed, inserted, if it inserted a notice.
-func (p *pgPlatform) noticesCommitted(nodes ...*pgNode) {
-	for _, n := range nodes {
-		if n != nil && n.notice != nil {
-			select {
-			case p.toNumber <- struct{}{}:
-			default: // a numbering is asked for already
-			}
-			return
-		}
-	}
 }
 
 // insertNotices inserts the notices of nodes, in one statement, each
@@ -1015,7 +980,6 @@ func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (repor
 		return reportOutcome{}, err
 	}
 	p.cache.keep([]*pgNode{n})
-	p.noticesCommitted(n)
 	p.logClosures(n)
 	return j.out, j.err
 }
@@ -1388,8 +1352,7 @@ func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]num
 	if limit > 0 {
 		lim = &limit
 	}
-	// Notices committed before this request are numbered first (a
-	// replica numbers its own after each commit, but may not have yet).
+	// Notices committed before this request are numbered first.
 	if err := p.numberNotices(ctx); err != nil {
 		p.log.Warn("notices not numbered", "err", err)
 	}
@@ -1462,7 +1425,7 @@ func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]rout
 // nodes. Only the round's own deadline, or a database that cannot be
 // reached, ends it early.
 func (p *pgPlatform) planRound(ctx context.Context) error {
-	// Notices a replica committed and did not number (it died first).
+	// Notices committed since the last numbering.
 	if err := p.numberNotices(ctx); err != nil {
 		p.log.Warn("notices not numbered", "err", err)
 	}

@@ -164,7 +164,6 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 			p.settleQuick(qs, written) // every one written, or taken by takeReports
 		}
 		p.cache.keep(nodes)
-		p.noticesCommitted(nodes...)
 		p.logClosures(nodes...)
 		return
 	}
