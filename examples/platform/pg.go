@@ -38,7 +38,10 @@ import (
 //     max_users, its charges and closures, its one notice an hour: the
 //     node's row lock, taken before anything of the node is read
 //     (lockNode); every route write is also conditional on the route
-//     being live and as loaded, rows affected checked (saveNode);
+//     being live and as loaded, rows affected checked (saveNode); a
+//     quiet node's report decided on this replica's copy of the node is
+//     written only if the row's version is still the copy's, which every
+//     write of the row moves on (writeQuick);
 //   - a node created once, and never deleted once another transaction
 //     committed it: the primary key, by what INSERT … ON CONFLICT DO
 //     NOTHING RETURNING did (lockNode);
@@ -48,7 +51,8 @@ import (
 //     order, and the columns re-checked under them (saveNode);
 //   - a route ID held by one route: the routes table's primary key;
 //   - notice ids that grow with commits (GET /notices pages by them):
-//     the advisory lock noticeLock (sendNotices);
+//     notices numbered after their commit under the advisory lock
+//     noticeLock (numberNotices);
 //   - one plan of a node at a time across replicas: the row lock, taken
 //     by rounds with SKIP LOCKED (planRound).
 //
@@ -1343,7 +1347,7 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 
 // notices returns the notices whose id is above after, by id, at most
 // limit of them (0: all), and the last one's id (after, when there is
-// none). Ids grow with commits (sendNotices), so a client paging on
+// none). Ids grow with commits (numberNotices), so a client paging on
 // from the last id it saw misses none committed later.
 func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
 	out := []numberedNotice{}
