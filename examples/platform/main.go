@@ -53,6 +53,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -73,10 +74,14 @@ func main() {
 
 type options struct {
 	listen    string
+	debug     string
 	tokenFile string
 	stateDir  string
 	db        string
 	dbBatch   int
+	dbCache   int
+	dbWorkers int
+	dbLinger  time.Duration
 	routes    string
 	planEvery time.Duration
 	logFormat string
@@ -106,10 +111,14 @@ Flags:
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
+	fs.StringVar(&o.debug, "debug-listen", "", "address to serve Go's profiles on (/debug/pprof/), without a token: a loopback address, for measuring (empty: none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (operator: any node, every endpoint) or TOKEN NODE (that node's agent: reports only) (required)")
 	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
 	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
+	fs.IntVar(&o.dbWorkers, "db-workers", defaultBatchWorkers, "with -db: how many batches of reports a replica has in flight at once (fewer: larger batches, fewer commits)")
+	fs.DurationVar(&o.dbLinger, "db-linger", 0, "with -db: how long a batch waits for more reports before its transaction starts (0: not at all; under load, more reports a commit)")
+	fs.IntVar(&o.dbCache, "db-cache", 200000, "with -db: the most nodes a replica keeps a copy of, as it last wrote them, to take a quiet node's report in one statement (0: none)")
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
 	fs.DurationVar(&o.planEvery, "plan-every", 30*time.Second, "time between plan rounds (one also runs after each report)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -142,6 +151,15 @@ Flags:
 	}
 	if o.planEvery <= 0 {
 		return o, fmt.Errorf("-plan-every %v: must be positive", o.planEvery)
+	}
+	if o.dbWorkers < 1 {
+		return o, fmt.Errorf("-db-workers %d: want 1 or more", o.dbWorkers)
+	}
+	if o.dbLinger < 0 || o.dbLinger > time.Second {
+		return o, fmt.Errorf("-db-linger %v: want 0 to 1s", o.dbLinger)
+	}
+	if o.dbCache < 0 {
+		return o, fmt.Errorf("-db-cache %d: must not be negative (0: none)", o.dbCache)
 	}
 	if o.dbBatch < 0 {
 		return o, fmt.Errorf("-db-batch %d: want 1 or more (1: a transaction a report)", o.dbBatch)
@@ -223,7 +241,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var svc service
 	where := []any{"state_dir", o.stateDir}
 	if o.db != "" {
-		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch}, seed)
+		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)
 		if err != nil {
 			fmt.Fprintf(stderr, "platform: %v\n", err)
 			return 2
@@ -257,6 +275,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if o.debug != "" {
+		dln, err := net.Listen("tcp", o.debug)
+		if err != nil {
+			fmt.Fprintf(stderr, "platform: -debug-listen: %v\n", err)
+			return 1
+		}
+		dsrv := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: readHeaderTimeout}
+		go dsrv.Serve(dln)
+		defer dsrv.Close()
+		log.Info("profiles served", "debug_addr", dln.Addr().String())
+	}
 	log.Info("platform serving", append([]any{"addr", ln.Addr().String(), "version", bi.Version, "commit", bi.Commit},
 		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown,
 			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom)...)...)
@@ -298,6 +327,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// debugHandler serves Go's profiles (net/http/pprof) on a listener of
+// their own, never beside the API.
+func debugHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	return mux
 }
 
 func readTokens(path string) (tokens, error) {

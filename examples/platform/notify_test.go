@@ -220,7 +220,7 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 		url := pgtest.Need(t, cluster).NewDatabase(t)
 		test(t, func(c *clock, cfg notifyConfig) notifyPlatform {
 			n := newNotifier4Test(t, c, cfg)
-			p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8}, nil)
+			p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -698,7 +698,7 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	open := func() notifyPlatform {
 		n := newNotifier4Test(t, c, cfg)
-		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8}, nil)
+		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,7 +38,10 @@ import (
 //     max_users, its charges and closures, its one notice an hour: the
 //     node's row lock, taken before anything of the node is read
 //     (lockNode); every route write is also conditional on the route
-//     being live and as loaded, rows affected checked (saveNode);
+//     being live and as loaded, rows affected checked (saveNode); a
+//     quiet node's report decided on this replica's copy of the node is
+//     written only if the row's version is still the copy's, which every
+//     write of the row moves on (writeQuick);
 //   - a node created once, and never deleted once another transaction
 //     committed it: the primary key, by what INSERT … ON CONFLICT DO
 //     NOTHING RETURNING did (lockNode);
@@ -48,7 +51,8 @@ import (
 //     order, and the columns re-checked under them (saveNode);
 //   - a route ID held by one route: the routes table's primary key;
 //   - notice ids that grow with commits (GET /notices pages by them):
-//     the advisory lock noticeLock (sendNotices);
+//     notices numbered after their commit under the advisory lock
+//     noticeLock (numberNotices);
 //   - one plan of a node at a time across replicas: the row lock, taken
 //     by rounds with SKIP LOCKED (planRound).
 //
@@ -57,6 +61,7 @@ import (
 type pgPlatform struct {
 	rules
 	db        *pgxpool.Pool
+	cache     *nodeCache // nil: none
 	planEvery time.Duration
 	jobs      chan *reportJob // to the batch workers; nil: a transaction a report
 	// batchTimeout bounds a batch's transaction, and then each of its
@@ -83,6 +88,18 @@ type pgOptions struct {
 	// taken again alone if it fails; zero: half a request's time, so the
 	// reports taken again have time left to answer.
 	BatchTimeout time.Duration
+	// Linger is how long a batch worker that took a report waits for more
+	// before it starts its transaction (with Batch over 1); zero: not at
+	// all, batches grow only when every worker is busy.
+	Linger time.Duration
+	// Workers is how many batches are in flight at once (with Batch over
+	// 1); zero: defaultBatchWorkers. Fewer make larger batches under a
+	// given load: fewer commits, each waited for longer.
+	Workers int
+	// Cache is the most nodes this replica keeps a copy of, as it last
+	// wrote them, to decide a quiet node's report without reading its row
+	// (nodeCache); 0: none.
+	Cache int
 }
 
 // Server-side bounds on every session, unless the -db URL sets them: a
@@ -96,8 +113,9 @@ const (
 	serverStatementTimeout = requestTimeout + 5*time.Second
 )
 
-// batchWorkers is how many batches are in flight at once.
-const batchWorkers = 4
+// defaultBatchWorkers is how many batches a replica has in flight at
+// once, unless set.
+const defaultBatchWorkers = 4
 
 // openPG connects to the database at url, brings its schema up to date and
 // adds the seed's nodes the database does not hold yet.
@@ -137,7 +155,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	if err != nil {
 		return nil, dbError(url, err)
 	}
-	p := &pgPlatform{rules: c, db: db, planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2)}
+	p := &pgPlatform{rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2)}
 	if p.notify != nil {
 		p.notify.box = &pgOutbox{db: db}
 	}
@@ -164,9 +182,9 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	}
 	if opt.Batch > 1 {
 		p.jobs, p.stop = make(chan *reportJob), make(chan struct{})
-		for range batchWorkers {
+		for range cmp.Or(opt.Workers, defaultBatchWorkers) {
 			p.workers.Add(1)
-			go p.batchWorker(opt.Batch)
+			go p.batchWorker(opt.Batch, opt.Linger)
 		}
 	}
 	return p, nil
@@ -251,6 +269,7 @@ type pgNode struct {
 	notice  *overload.Notice  // the notice this transaction sends
 	event   *overload.Event   // the event this transaction adds
 	created bool              // this transaction created the node's row
+	version int64             // the row's version as this transaction wrote it; 0 before
 }
 
 // errConflict: what a transaction relied on changed under it; it is run
@@ -359,7 +378,7 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 		if ferr != nil {
 			return nil, ferr
 		}
-		b, ferr := encodeNode(fresh, false)
+		b, ferr := encodeState(fresh)
 		if ferr != nil {
 			return nil, ferr
 		}
@@ -419,34 +438,54 @@ func (p *pgPlatform) loadNode(ctx context.Context, tx pgx.Tx, id string, state [
 		return nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
 	}
 	n := &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
+	if err := loadRoutes(ctx, tx, id, n); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// loadRoutes loads the live routes of node id into n.
+func loadRoutes(ctx context.Context, tx pgx.Tx, id string, n *pgNode) error {
 	rows, err := tx.Query(ctx, `SELECT body, relied_on FROM routes WHERE node = $1 AND closed_at IS NULL`, id)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var body []byte
 		var relied *time.Time
 		if err := rows.Scan(&body, &relied); err != nil {
-			return nil, err
+			return err
 		}
 		if err := n.addRoute(body, relied); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	n.info.LiveUsers = liveUsers(n.node)
-	return n, nil
+	return nil
 }
 
 // saveNode writes back what changed in n: the node's row (its version
 // goes up by one), new and changed routes, closures with the routes the
-// moves rely on, the event and the notice.
+// moves rely on, and the event.
 func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
-	id := n.info.ID
 	now := p.now()
+	if err := p.saveRoutes(ctx, tx, n, now); err != nil {
+		return err
+	}
+	if err := p.addEvents(ctx, tx, []*pgNode{n}); err != nil {
+		return err
+	}
+	return p.updateRows(ctx, tx, []*pgNode{n}, now)
+}
+
+// saveRoutes writes back what changed in n's routes: new and changed
+// routes, closures with the routes the moves rely on.
+func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
+	id := n.info.ID
 	// Lock every route the round closes or relies on, in ID order (so two
 	// nodes' rounds never deadlock), and check what the plan relied on
 	// still holds: the alternative is open, and a route closed as unused
@@ -565,80 +604,113 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 			}
 		}
 	}
-	if n.event != nil {
+	return nil
+}
+
+// addEvents appends the events of nodes (those that have one) to their
+// event lists, in one statement.
+func (p *pgPlatform) addEvents(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+	var ids, kinds, bodies []string
+	var ats []time.Time
+	for _, n := range nodes {
+		if n.event == nil {
+			continue
+		}
 		b, err := json.Marshal(n.event)
 		if err != nil {
-			return fmt.Errorf("node %s: event: %w: %w", id, errUnsaved, err)
+			return fmt.Errorf("node %s: event: %w: %w", n.info.ID, errUnsaved, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO events (node, kind, at, body) VALUES ($1, $2, $3, $4)`, id, string(n.event.Kind), n.event.At, b); err != nil {
-			return err
-		}
+		ids, kinds, ats, bodies = append(ids, n.info.ID), append(kinds, string(n.event.Kind)), append(ats, n.event.At), append(bodies, string(b))
 	}
-	state, err := encodeNode(n.node, false)
-	if err != nil {
-		return err
+	if len(ids) == 0 {
+		return nil
 	}
-	role := (*string)(nil)
-	if n.info.Role != 0 {
-		s := n.info.Role.String()
-		role = &s
-	}
-	_, err = tx.Exec(ctx, `UPDATE nodes SET role = $2, country = $3, state = $4, readings = $5, overloaded = $6,
-		next_plan_at = $7, version = version + 1, updated_at = now() WHERE id = $1`,
-		id, role, n.info.Country, state, n.readings, n.tracker.Overloaded(), now.Add(p.planEvery))
+	_, err := tx.Exec(ctx, `INSERT INTO events (node, kind, at, body)
+		SELECT u.node, u.kind, u.at, u.body::jsonb FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) WITH ORDINALITY AS u (node, kind, at, body, i)
+		ORDER BY u.i`, ids, kinds, ats, bodies)
 	return err
 }
 
-// noticeLock is the advisory lock a transaction takes, until it ends,
-// before it inserts notices.
-const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
-
-// sendNotices inserts the notices of the nodes the transaction reported
-// (at most one a node), as its last step: GET /notices pages by the
-// notice's id, so a notice must never become visible after one with a
-// higher id. A sequence alone does not give that (a transaction may take
-// id 5, another id 6 and commit first: a client that paged past 6 never
-// sees 5). So the ids are taken under noticeLock, a transaction-level
-// advisory lock the server releases only after the commit is visible:
-// whoever takes the next id does so after every lower id was committed or
-// rolled back. Taken last, after every node lock the transaction holds,
-// the lock waits on nothing else, so it cannot be part of a deadlock;
-// notices are rare (one an hour a node at most), so replicas seldom wait
-// on it.
-//
-// The hour is decided here too, not only by the tracker: no notice goes
-// into the table within NoticeEvery of the node's last one. A notice
-// refused so is taken out of its node (n.notice nil).
-func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
-	locked := false
-	for _, n := range nodes {
-		if n == nil || n.notice == nil {
-			continue
-		}
-		id := n.info.ID
-		b, err := json.Marshal(n.notice)
-		if err != nil {
-			return fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
-		}
-		if !locked {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(noticeLock)); err != nil {
-				return err
-			}
-			locked = true
-		}
-		every := n.tracker.Limits().NoticeEvery
-		if every <= 0 {
-			every = overload.DefaultLimits().NoticeEvery
-		}
-		tag, err := tx.Exec(ctx, `INSERT INTO notices (node, at, body) SELECT $1, $2, $3
-			WHERE NOT EXISTS (SELECT 1 FROM notices WHERE node = $1 AND at > $2::timestamptz - $4::interval)`,
-			id, n.notice.At, b, every)
+// updateRows writes nodes' rows (their versions go up by one), each
+// locked by this transaction, in one statement.
+func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode, now time.Time) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	ids, roles, countries := make([]string, len(nodes)), make([]*string, len(nodes)), make([]string, len(nodes))
+	states, readings, overloaded := make([]string, len(nodes)), make([]int64, len(nodes)), make([]bool, len(nodes))
+	next := make([]*time.Time, len(nodes)) // NULL: nothing to plan until a change to the node
+	due := now.Add(p.planEvery)
+	for i, n := range nodes {
+		state, err := encodeState(n.node)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			p.log.Warn("notice not sent: the node had one within the hour", "node", id, "at", n.notice.At)
-			n.notice = nil
+		ids[i], countries[i], states[i] = n.info.ID, n.info.Country, string(state)
+		readings[i], overloaded[i] = n.readings, n.tracker.Overloaded()
+		if !p.quiet(n.node, now) {
+			next[i] = &due
+		}
+		if n.info.Role != 0 {
+			s := n.info.Role.String()
+			roles[i] = &s
+		}
+	}
+	rows, err := tx.Query(ctx, `UPDATE nodes AS n SET role = u.role, country = u.country, state = u.state::json, readings = u.readings,
+			overloaded = u.overloaded, next_plan_at = u.next_plan_at, version = n.version + 1, updated_at = now()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::timestamptz[])
+			AS u (id, role, country, state, readings, overloaded, next_plan_at)
+		WHERE n.id = u.id
+		RETURNING n.id, n.version`,
+		ids, roles, countries, states, readings, overloaded, next)
+	if err != nil {
+		return err
+	}
+	versions := make(map[string]int64, len(nodes))
+	for rows.Next() {
+		var id string
+		var v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			rows.Close()
+			return err
+		}
+		versions[id] = v
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(versions) != len(nodes) {
+		return fmt.Errorf("%d of %d nodes' rows written: %w", len(versions), len(nodes), errConflict)
+	}
+	for _, n := range nodes {
+		n.version = versions[n.info.ID]
+	}
+	return nil
+}
+
+// noticeLock is the advisory lock a numbering of notices takes, until
+// its transaction ends (numberNotices).
+const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
+
+// sendNotices inserts the notices of the nodes the transaction reported
+// (at most one a node), unnumbered: numberNotices numbers them once
+// committed.
+//
+// The hour is decided here too, not only by the tracker: no notice goes
+// into the table within NoticeEvery of the node's last one (the node's
+// row lock, held, orders that node's notices). A notice refused so is
+// taken out of its node (n.notice nil).
+func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+	var sent []*pgNode
+	for _, n := range nodes {
+		if n != nil && n.notice != nil {
+			sent = append(sent, n)
+		}
+	}
+	if len(sent) > 0 {
+		if err := p.insertNotices(ctx, tx, sent); err != nil {
+			return err
 		}
 	}
 	// The outbox rows, in the same transaction: a notice counted is
@@ -650,6 +722,106 @@ func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode
 		if err := p.enqueueDecided(ctx, tx, n, p.now()); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// numberNotices numbers the notices committed and not numbered yet, in
+// one transaction that takes noticeLock first. GET /notices pages by the
+// number, so a notice must never become visible after one with a higher
+// number. A sequence taken in the deciding transaction does not give
+// that (one may take 5, another 6 and commit first: a client that paged
+// past 6 never sees 5); holding a lock from the number to the commit
+// does, but made every report's transaction with a notice wait for the
+// commit of the one before. So the notices go in unnumbered, and are
+// numbered afterwards by this short transaction: under the lock, which
+// the server releases only after the commit is visible, each numbering
+// sees every one before it committed, and its numbers are above theirs
+// and visible at once. A notice committed after a numbering read the
+// table is numbered by the next, above: one committed later is never
+// numbered below one already visible.
+//
+// Numbering is left to the readers: GET /notices numbers before it
+// reads, so it lists every notice committed before it, and each plan
+// round numbers too, so the numbers keep up without readers. A report
+// pays nothing for it.
+func (p *pgPlatform) numberNotices(ctx context.Context) error {
+	var waiting bool
+	if err := p.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM notices WHERE num IS NULL)`).Scan(&waiting); err != nil {
+		return classify(err)
+	}
+	if !waiting {
+		return nil
+	}
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(noticeLock)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `WITH waiting AS (SELECT id FROM notices WHERE num IS NULL ORDER BY id FOR UPDATE),
+				numbered AS (SELECT id, nextval('notice_numbers') AS num FROM waiting)
+			UPDATE notices n SET num = numbered.num FROM numbered WHERE n.id = numbered.id`)
+		return err
+	})
+}
+
+// insertNotices inserts the notices of nodes, in one statement, each
+// unless its node had one within NoticeEvery before it; a notice refused
+// so is taken out of its node (n.notice nil). A node's two notices (its
+// two readings in one batch, each in a node of its own) go one statement
+// each, so the second sees the first.
+func (p *pgPlatform) insertNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+	for len(nodes) > 0 {
+		var ids, bodies []string
+		var ats, cuts []time.Time
+		var these []*pgNode
+		seen := map[string]bool{}
+		rest := nodes[:0:0]
+		for _, n := range nodes {
+			id := n.info.ID
+			if seen[id] {
+				rest = append(rest, n)
+				continue
+			}
+			seen[id] = true
+			b, err := json.Marshal(n.notice)
+			if err != nil {
+				return fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
+			}
+			every := n.tracker.Limits().NoticeEvery
+			if every <= 0 {
+				every = overload.DefaultLimits().NoticeEvery
+			}
+			ids, bodies, ats, cuts = append(ids, id), append(bodies, string(b)), append(ats, n.notice.At), append(cuts, n.notice.At.Add(-every))
+			these = append(these, n)
+		}
+		rows, err := tx.Query(ctx, `INSERT INTO notices (node, at, body)
+			SELECT u.node, u.at, u.body::jsonb FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS u (node, at, body, cut, i)
+			WHERE NOT EXISTS (SELECT 1 FROM notices WHERE node = u.node AND at > u.cut)
+			ORDER BY u.i
+			RETURNING node`, ids, ats, bodies, cuts)
+		if err != nil {
+			return err
+		}
+		inserted := map[string]bool{}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			inserted[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, n := range these {
+			if !inserted[n.info.ID] {
+				p.log.Warn("notice not sent: the node had one within the hour", "node", n.info.ID, "at", n.notice.At)
+				n.notice = nil
+			}
+		}
+		nodes = rest
 	}
 	return nil
 }
@@ -761,6 +933,10 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 		return reportOutcome{}, fmt.Errorf("report: %w", err)
 	}
 	if p.jobs == nil {
+		j := &reportJob{r: r}
+		if len(p.reportQuick(ctx, []*reportJob{j})) == 0 {
+			return j.out, j.err
+		}
 		out, err := p.reportAlone(ctx, r)
 		if out.Notice != nil {
 			p.notify.poke()
@@ -788,27 +964,28 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 
 // reportAlone takes one report in a transaction of its own.
 func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (reportOutcome, error) {
-	var out reportOutcome
-	var refused error
+	j := &reportJob{r: r}
 	var n *pgNode
 	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		if out, refused, n, err = p.reportIn(ctx, tx, r); err != nil {
+		nodes, err := p.takeReports(ctx, tx, []*reportJob{j})
+		if err != nil {
 			return err
 		}
-		if err := p.sendNotices(ctx, tx, []*pgNode{n}); err != nil {
+		n = nodes[0]
+		if err := p.sendNotices(ctx, tx, nodes); err != nil {
 			return err
 		}
 		if n != nil {
-			out.Notice = n.notice // nil if the database refused it
+			j.out.Notice = n.notice // nil if the database refused it
 		}
 		return nil
 	})
 	if err != nil {
 		return reportOutcome{}, err
 	}
+	p.cache.keep([]*pgNode{n})
 	p.logClosures(n)
-	return out, refused
+	return j.out, j.err
 }
 
 // reportIn takes reading r in tx: lock its node (created if new), count
@@ -1170,7 +1347,7 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 
 // notices returns the notices whose id is above after, by id, at most
 // limit of them (0: all), and the last one's id (after, when there is
-// none). Ids grow with commits (sendNotices), so a client paging on
+// none). Ids grow with commits (numberNotices), so a client paging on
 // from the last id it saw misses none committed later.
 func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
 	out := []numberedNotice{}
@@ -1179,9 +1356,13 @@ func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]num
 	if limit > 0 {
 		lim = &limit
 	}
+	// Notices committed before this request are numbered first.
+	if err := p.numberNotices(ctx); err != nil {
+		p.log.Warn("notices not numbered", "err", err)
+	}
 	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		out, last = out[:0], after
-		rows, err := tx.Query(ctx, `SELECT id, body FROM notices WHERE id > $1 ORDER BY id LIMIT $2`, after, lim)
+		rows, err := tx.Query(ctx, `SELECT num, body FROM notices WHERE num > $1 ORDER BY num LIMIT $2`, after, lim)
 		if err != nil {
 			return err
 		}
@@ -1248,6 +1429,10 @@ func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]rout
 // nodes. Only the round's own deadline, or a database that cannot be
 // reached, ends it early.
 func (p *pgPlatform) planRound(ctx context.Context) error {
+	// Notices committed since the last numbering.
+	if err := p.numberNotices(ctx); err != nil {
+		p.log.Warn("notices not numbered", "err", err)
+	}
 	failed := []string{} // nodes not planned this round (not NULL: NOT (id = ANY(NULL)) holds for none)
 	var firstErr error
 	for {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 // an httptest server; called twice on one url, two replicas.
 func newPGTestPlatform(t *testing.T, url string, c *clock, seed *seedFile) *testPlatform {
 	t.Helper()
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8}, seed)
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,13 +385,15 @@ func TestPGFrozenReplica(t *testing.T) {
 // TestPGPlanRoundsShareNodes: two replicas' plan rounds, run at once over
 // a fleet whose plans are all due, plan every node exactly once between
 // them (FOR UPDATE SKIP LOCKED, and next_plan_at moved on in the same
-// transaction), and none again before it is due.
+// transaction), and none again before it is due. The nodes are paused
+// (being emptied), so each is due again every -plan-every: a node
+// neither paused nor overloaded has nothing to plan and is not due.
 func TestPGPlanRoundsShareNodes(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
 	seed := &seedFile{}
 	for i := range 60 {
-		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
+		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100, Paused: true})
 	}
 	var reps []*pgPlatform
 	for range 2 {
@@ -459,13 +462,20 @@ func TestPGPlanRoundGoesOn(t *testing.T) {
 		UPDATE nodes SET next_plan_at = '2000-01-01' WHERE id = 'x1'`)
 	version := func(id string) (v int64, next time.Time) {
 		t.Helper()
-		if err := p.db.QueryRow(t.Context(), `SELECT version, next_plan_at FROM nodes WHERE id = $1`, id).Scan(&v, &next); err != nil {
+		var at *time.Time // NULL: nothing to plan
+		if err := p.db.QueryRow(t.Context(), `SELECT version, next_plan_at FROM nodes WHERE id = $1`, id).Scan(&v, &at); err != nil {
 			t.Fatal(err)
+		}
+		if at != nil {
+			next = *at
 		}
 		return v, next
 	}
 	for round := range 2 {
 		c.add(time.Minute)
+		// x2 has nothing to plan once planned (neither overloaded nor
+		// paused): made due again, so each round has it to plan after x1.
+		pgExec(t, url, `UPDATE nodes SET next_plan_at = '2000-01-01' WHERE id = 'x2'`)
 		before, _ := version("x2")
 		err := p.planRound(t.Context())
 		if err == nil || !strings.Contains(err.Error(), "1 nodes not planned (x1)") {
@@ -527,10 +537,13 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 	}
 }
 
-// TestPGNoticeIDsGrowWithCommits: a notice's id is taken only once every
-// notice with a lower id is committed, so a client paging GET /notices by
-// id never skips one committed later: here the second notice's
-// transaction waits for the first's, which holds its notice uncommitted.
+// TestPGNoticeIDsGrowWithCommits: a notice's id, the number GET /notices
+// pages by, is given once its transaction committed, above every id
+// already visible, so a client paging GET /notices by id never skips one
+// committed later. Here the first notice's transaction stays open while
+// the second's commits: the second is listed alone, and the first, once
+// committed, after it, with a higher id, on the page that follows the
+// second's id. Neither transaction waited for the other.
 func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
@@ -557,27 +570,23 @@ func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	}
 	defer first.Rollback(ctx)
 	sendIn(first, "x1")
-	second := make(chan error, 1)
-	go func() {
-		second <- pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{}, func(tx pgx.Tx) error { sendIn(tx, "x2"); return nil })
-	}()
-	testkit.WaitFor(t, "the second notice's transaction to wait for the first's", func() bool {
-		var waiting bool
-		err := p.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting)
-		return err == nil && waiting
-	})
-	if ns, _, err := p.notices(ctx, 0, 0); err != nil || len(ns) != 0 {
-		t.Fatalf("notices while the first is uncommitted: %+v, %v; want none", ns, err)
+	if err := pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{}, func(tx pgx.Tx) error { sendIn(tx, "x2"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ns, seen, err := p.notices(ctx, 0, 0)
+	if err != nil || len(ns) != 1 || ns[0].Node != "x2" {
+		t.Fatalf("notices while the first is uncommitted: %+v, %v; want x2's alone", ns, err)
 	}
 	if err := first.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-second; err != nil {
-		t.Fatal(err)
+	next, last, err := p.notices(ctx, seen, 0)
+	if err != nil || len(next) != 1 || next[0].Node != "x1" || next[0].ID <= seen || last != next[0].ID {
+		t.Fatalf("notices after %d: %+v, last %d, %v; want x1's, with a higher id", seen, next, last, err)
 	}
-	ns, last, err := p.notices(ctx, 0, 0)
-	if err != nil || len(ns) != 2 || ns[0].Node != "x1" || ns[1].Node != "x2" || ns[0].ID >= ns[1].ID || last != ns[1].ID {
-		t.Fatalf("notices: %+v, last %d, %v; want x1's and then x2's, ids growing", ns, last, err)
+	all, _, err := p.notices(ctx, 0, 0)
+	if err != nil || len(all) != 2 || all[0].Node != "x2" || all[1].Node != "x1" {
+		t.Fatalf("notices: %+v, %v; want x2's and then x1's", all, err)
 	}
 }
 
@@ -626,5 +635,136 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 				t.Fatalf("write-back: %v, want a conflict", err)
 			}
 		})
+	}
+}
+
+// TestPGQuickReportsStaleCopy: a replica decides a quiet node's report on
+// its copy of the node, written only if the row is still at the copy's
+// version. When the other replica wrote the node since, the copy is
+// stale: the report is taken the usual way. Every reading is counted
+// once, whichever replica took it, and a reading sent again to the other
+// replica is a duplicate there.
+func TestPGQuickReportsStaleCopy(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	var reps []*pgPlatform
+	for range 2 {
+		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Cache: 100}, testSeed())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.close)
+		reps = append(reps, p)
+	}
+	const order = "aaabbabbbaab"
+	for i, who := range order {
+		p, other := reps[who-'a'], reps[1-(who-'a')]
+		r := overload.Reading{Version: 2, Node: "x1", Run: runID, Seq: uint64(i + 1), At: c.now(),
+			MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}
+		if _, err := p.report(t.Context(), r); err != nil {
+			t.Fatalf("reading %d to %c: %v", i+1, who, err)
+		}
+		if _, err := other.report(t.Context(), r); !errors.Is(err, errDuplicate) {
+			t.Fatalf("reading %d again to the other replica: %v, want a duplicate", i+1, err)
+		}
+		c.add(30 * time.Second)
+	}
+	var readings, version int64
+	if err := reps[0].db.QueryRow(t.Context(), `SELECT readings, version FROM nodes WHERE id = 'x1'`).Scan(&readings, &version); err != nil {
+		t.Fatal(err)
+	}
+	if readings != int64(len(order)) {
+		t.Fatalf("%d readings counted, want %d", readings, len(order))
+	}
+	// A replica's second reading in a row is decided on its copy.
+	if a, b := reps[0].cache.taken.Load(), reps[1].cache.taken.Load(); a == 0 || b == 0 {
+		t.Fatalf("reports taken on a copy: %d and %d, want some on each replica", a, b)
+	}
+}
+
+// TestPGNoticePagesMissNone: notices inserted by many transactions at
+// once, on two replicas, each committing after a delay of its own, while
+// a client pages GET /notices from the last id it saw, on either
+// replica: the client sees every notice, each once, in growing ids.
+func TestPGNoticePagesMissNone(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	seed := &seedFile{}
+	const nodes = 40
+	for i := range nodes {
+		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
+	}
+	var reps []*pgPlatform
+	for range 2 {
+		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.close)
+		reps = append(reps, p)
+	}
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	for i := range nodes {
+		p := reps[i%2]
+		id := fmt.Sprintf("n%02d", i)
+		wg.Go(func() {
+			err := pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+				n, err := p.lockNode(ctx, tx, id, false)
+				if err != nil {
+					return err
+				}
+				n.notice = &overload.Notice{Node: id, At: c.now(), Text: id + " is overloaded"}
+				if err := p.sendNotices(ctx, tx, []*pgNode{n}); err != nil {
+					return err
+				}
+				time.Sleep(time.Duration(i%7) * 15 * time.Millisecond) // commits in another order than inserts
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	seen := map[string]int64{}
+	after := int64(0)
+	page := func(p *pgPlatform) {
+		ns, last, err := p.notices(ctx, after, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			if n.ID <= after {
+				t.Fatalf("notice %d of %s listed after %d", n.ID, n.Node, after)
+			}
+			if id, ok := seen[n.Node]; ok {
+				t.Fatalf("%s's notice listed twice: ids %d and %d", n.Node, id, n.ID)
+			}
+			seen[n.Node], after = n.ID, n.ID
+		}
+		if last != after {
+			t.Fatalf("last %d, want %d", last, after)
+		}
+	}
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			for range 3 {
+				for _, p := range reps {
+					for before := -1; before != len(seen); {
+						before = len(seen)
+						page(p)
+					}
+				}
+			}
+			if len(seen) != nodes {
+				t.Fatalf("%d notices seen paging, want %d: a notice committed later was numbered below one seen", len(seen), nodes)
+			}
+			return
+		default:
+			page(reps[i%2])
+		}
 	}
 }

@@ -88,6 +88,29 @@ CREATE TABLE deliveries (
 CREATE INDEX deliveries_due ON deliveries (next_at) WHERE status = 'pending';
 CREATE INDEX deliveries_by_node ON deliveries (node, created_at);
 `,
+	// 5: a node nothing can be planned for (neither overloaded nor
+	// paused) has no next plan (NULL): its report rewrites its row
+	// without touching an index, so PostgreSQL updates it in place in its
+	// page (a HOT update), for which each page keeps room.
+	`
+ALTER TABLE nodes ALTER COLUMN next_plan_at DROP NOT NULL;
+DROP INDEX nodes_plan_due;
+CREATE INDEX nodes_plan_due ON nodes (next_plan_at) WHERE role IS NOT NULL AND next_plan_at IS NOT NULL;
+ALTER TABLE nodes SET (fillfactor = 70);
+`,
+	// 6: a notice's number, the id GET /notices shows and pages by, is
+	// given after the notice's transaction committed, by a short
+	// transaction of its own (numberNotices), so the reports' transactions
+	// no longer wait on one another's commits for it. Notices numbered
+	// before keep their id as their number.
+	`
+CREATE SEQUENCE notice_numbers;
+ALTER TABLE notices ADD COLUMN num bigint;
+UPDATE notices SET num = id;
+SELECT setval('notice_numbers', (SELECT coalesce(max(id), 0) + 1 FROM notices), false);
+CREATE UNIQUE INDEX notices_by_num ON notices (num);
+CREATE INDEX notices_unnumbered ON notices (id) WHERE num IS NULL;
+`,
 }
 
 // schemaLock is the advisory lock key replicas take while migrating, so

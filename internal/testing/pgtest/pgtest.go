@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,20 +49,28 @@ type Cluster struct {
 
 	dir, data, bin string
 	as             []string // runuser prefix, empty when not root
+	settings       []string // name=value, each given to the server as -c
 	seq            atomic.Int64
 }
 
 // commandTimeout bounds every initdb and pg_ctl run.
 const commandTimeout = 2 * time.Minute
 
-// Start makes and starts a cluster. Its error says why there is none
-// (no PostgreSQL installed, no user to run it as, a failed start).
-func Start() (*Cluster, error) {
+// Start makes and starts a cluster, with the server's settings given as
+// name=value (shared_preload_libraries=pg_stat_statements, say); its
+// defaults otherwise. Its error says why there is none (no PostgreSQL
+// installed, no user to run it as, a failed start).
+func Start(settings ...string) (*Cluster, error) {
+	for _, s := range settings {
+		if name, _, ok := strings.Cut(s, "="); !ok || name == "" || strings.ContainsAny(s, " '\"\\") {
+			return nil, fmt.Errorf("pgtest: setting %q: want name=value, without spaces or quotes", s)
+		}
+	}
 	bin, err := findBin()
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{bin: bin}
+	c := &Cluster{bin: bin, settings: settings}
 	if os.Geteuid() == 0 {
 		name, err := runAs()
 		if err != nil {
@@ -176,6 +185,9 @@ func (c *Cluster) run(name string, args ...string) error {
 
 func (c *Cluster) pgctl(action string, extra ...string) error {
 	opts := fmt.Sprintf("-k %s -p %d -c listen_addresses=127.0.0.1 -c max_connections=200", c.Socket, c.Port)
+	for _, s := range c.settings {
+		opts += " -c " + s
+	}
 	args := append([]string{"-D", c.data, "-l", filepath.Join(c.dir, "log"), "-w", "-t", "60", "-o", opts}, extra...)
 	return c.run("pg_ctl", append(args, action)...)
 }

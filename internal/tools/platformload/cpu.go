@@ -12,9 +12,10 @@ import (
 const clockTick = 10 * time.Millisecond
 
 // cpuTime is the CPU (user + system) the processes pids, and with
-// children also every process whose parent is one of them, have used so
-// far. Processes gone are not counted: take it before and after a run of
-// processes that live through it.
+// children also every process whose parent is one of them, alive or
+// exited (collected by its parent), have used so far. Processes pids gone
+// are not counted: take it before and after a run of processes that live
+// through it.
 func cpuTime(pids []int, children bool) time.Duration {
 	want := map[int]bool{}
 	for _, p := range pids {
@@ -36,6 +37,13 @@ func cpuTime(pids []int, children bool) time.Duration {
 		if want[pid] || (children && want[ppid]) {
 			u, _ := strconv.ParseInt(string(f[11]), 10, 64)
 			s, _ := strconv.ParseInt(string(f[12]), 10, 64)
+			total += time.Duration(u+s) * clockTick
+		}
+		if children && want[pid] && len(f) >= 15 {
+			// The children that exited (an autovacuum worker, a closed
+			// session): their whole CPU, which the parent collected.
+			u, _ := strconv.ParseInt(string(f[13]), 10, 64)
+			s, _ := strconv.ParseInt(string(f[14]), 10, 64)
 			total += time.Duration(u+s) * clockTick
 		}
 		return pid, ppid

@@ -59,6 +59,18 @@ type result struct {
 	// platformCPU and serverCPU: the replicas' and PostgreSQL's CPU over
 	// the measured time (filled in by oneRun).
 	platformCPU, serverCPU time.Duration
+	// platformParts: each part's share of the replicas' profiles;
+	// serverKinds: PostgreSQL's CPU by process; statements and commits:
+	// the database's counts; waits: its sessions by wait event. All over
+	// the measured time, nil or zero when not taken.
+	platformParts       map[string]float64
+	serverKinds         map[string]time.Duration
+	statements, commits int64
+	stmtsKnown          bool
+	walBytes, walFPI    int64
+	waits               string
+	perfTop             string   // perf report of PostgreSQL, with -perf
+	rss                 []uint64 // each replica's resident memory at the end, bytes
 }
 
 func (r *result) rate() float64 { return float64(r.Acked) / r.Seconds }
@@ -205,10 +217,11 @@ func runLoad(ctx context.Context, cfg loadConfig) (*result, error) {
 }
 
 // reading is agent a's reading for slot: version 2, its run and seq,
-// memory over 90 % in 3 of every 6 readings for the overloading nodes.
+// memory over 90 % in 3 of every 6 readings for the overloading nodes,
+// from their first (so their overload starts at their third reading).
 func reading(a *agent, slot time.Time, overloadEvery int) overload.Reading {
 	mem := 40.0
-	if overloadEvery > 0 && a.i%overloadEvery == 0 && (a.seq/3)%2 == 1 {
+	if overloadEvery > 0 && a.i%overloadEvery == 0 && ((a.seq-1)/3)%2 == 0 {
 		mem = 95
 	}
 	return overload.Reading{

@@ -20,8 +20,27 @@
 //
 // For each store and replica count it runs each N (stopping at the first
 // whose p99 is over -p99) and prints one line per run: reports/s acknowledged,
-// p50, p99 and max latency, retries, late readings, and the machine's load
-// average before and after.
+// p50, p99 and max latency, retries, late readings, the CPU a report of the
+// replicas and of PostgreSQL, and the machine's load average before and
+// after. Under it, for PostgreSQL, where that CPU went:
+//
+//   - the replicas' CPU, split by a CPU profile of each replica over the
+//     measured time (its -debug-listen): each sample goes to the first of
+//     commit, SQL round trips, state encoding, tracker, plan, HTTP and
+//     JSON, GC and runtime whose functions are on its stack;
+//   - PostgreSQL's CPU by process (/proc): the backends, which run the
+//     statements and their commits, and the server's own workers (WAL
+//     writer, checkpointer, autovacuum);
+//   - statements and commits a report (pg_stat_statements,
+//     pg_stat_database), and what the database's sessions were doing,
+//     sampled from pg_stat_activity every 100 ms: running ("CPU") or
+//     waiting, by wait event (Lock:transactionid, Lock:advisory,
+//     LWLock:WALWrite, IO:WALSync …), as the mean number of sessions.
+//
+// The warm-up is two intervals by default, so that every node has
+// reported twice before the measured time and the nodes driven into
+// overload (3 readings in 6 over 90 % memory, from their first) start
+// their overload in it: events, notices and plan closures are measured.
 package main
 
 import (
@@ -32,8 +51,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -68,12 +89,43 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	replicasFlag := fs.String("replicas", "1,2", "replica counts to run (postgres store)")
 	store := fs.String("store", "postgres", "store: postgres or file")
 	interval := fs.Duration("interval", 30*time.Second, "time between one node's readings")
-	measure := fs.Duration("measure", 60*time.Second, "time measured, after one interval of warm-up")
+	measure := fs.Duration("measure", 60*time.Second, "time measured, after the warm-up")
+	warm := fs.Duration("warm", 0, "warm-up before the measured time (0: two intervals)")
+	platformBin := fs.String("platform", "", "a built platform binary to measure (default: build examples/platform from this checkout)")
+	profile := fs.Bool("profile", true, "take a CPU profile of each replica over the measured time (-debug-listen) to split its CPU")
+	perf := fs.Bool("perf", false, "record PostgreSQL's processes with perf over the measured time and print the functions that took the most CPU (perturbs the figures)")
+	profileDir := fs.String("profile-dir", "", "keep each run's profiles in this directory, as REPLICAS-NODES-I.pprof (default: removed with the run)")
 	p99 := fs.Duration("p99", 250*time.Millisecond, "the p99 a fleet size must hold; larger sizes are not run once one fails")
 	overloadEvery := fs.Int("overload-every", 10, "every this many-th node goes in and out of overload")
 	notify := fs.Bool("notify", false, "deliver the notices to a receiver (a -notify-file of one * line) and print their latency, from decision to 2xx")
+	var pgSet []string
+	fs.Func("pg-set", "a PostgreSQL setting name=value for the run's cluster, beside and over serverSettings (repeatable)", func(v string) error {
+		pgSet = append(pgSet, v)
+		return nil
+	})
+	var platformArgs []string
+	fs.Func("platform-arg", "an argument for each replica, beside the load's own (repeatable: -platform-arg -db-workers -platform-arg 2)", func(v string) error {
+		platformArgs = append(platformArgs, v)
+		return nil
+	})
+	split := fs.String("split", "", "only split the CPU of the profiles named by the arguments, of this platform binary, into the parts below, and print each part's share")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *split != "" {
+		sh, total, err := profileShares(*split, fs.Args())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%v of samples:", total)
+		for _, p := range append(platformParts, struct {
+			name  string
+			marks []string
+		}{name: "other"}) {
+			fmt.Fprintf(stdout, " %s %.1f%%", p.name, 100*sh[p.name])
+		}
+		fmt.Fprintln(stdout)
+		return nil
 	}
 	nodes, err := ints(*nodesFlag)
 	if err != nil {
@@ -94,13 +146,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := buildPlatform(dir)
-	if err != nil {
-		return err
+	bin := *platformBin
+	if bin == "" {
+		if bin, err = buildPlatform(dir); err != nil {
+			return err
+		}
+	}
+	if *warm <= 0 {
+		*warm = 2 * *interval
 	}
 	var cluster *pgtest.Cluster
 	if *store == "postgres" {
-		if cluster, err = pgtest.Start(); err != nil {
+		if cluster, err = pgtest.Start(append(slices.Clone(serverSettings), pgSet...)...); err != nil {
 			return err
 		}
 		defer cluster.Stop()
@@ -118,8 +175,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 					return err
 				}
 			}
-			res, err := oneRun(ctx, bin, cluster, filepath.Join(dir, fmt.Sprintf("run-%d-%d", r, n)), r, n,
-				loadConfig{nodes: n, interval: *interval, warm: *interval, measure: *measure, overloadEvery: *overloadEvery}, h)
+			runDir := filepath.Join(dir, fmt.Sprintf("run-%d-%d", r, n))
+			res, err := oneRun(ctx, bin, cluster, runDir, r, n,
+				loadConfig{nodes: n, interval: *interval, warm: *warm, measure: *measure, overloadEvery: *overloadEvery}, h, *profile, platformArgs, *perf)
 			if h != nil {
 				defer h.close()
 			}
@@ -133,6 +191,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "%-9s %8d %7d %10.0f %6s %7s %7s %8d %5d %8d  %s+%s  %s→%s\n", *store, r, n, res.rate(),
 				ms(res.P50), ms(res.P99), ms(res.Max), res.Retries, res.Late, refused,
 				perReport(res.platformCPU, res.Acked), perReport(res.serverCPU, res.Acked), before, loadAvg())
+			if *profileDir != "" {
+				if err := keepProfiles(runDir, *profileDir, r, n); err != nil {
+					return err
+				}
+			}
+			for _, l := range res.breakdown() {
+				fmt.Fprintf(stdout, "          %s\n", l)
+			}
 			if h != nil {
 				fmt.Fprintf(stdout, "          %s\n", h.summary())
 			}
@@ -142,6 +208,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// serverSettings are the throwaway cluster's settings beside its
+// defaults: statement counts, and room for a write-heavy load (shared
+// buffers for the fleet's rows, WAL buffers and checkpoint spacing).
+// Durability is the default's: synchronous_commit and fsync stay on, so
+// an acknowledged reading survives a crash.
+var serverSettings = []string{
+	"shared_preload_libraries=pg_stat_statements",
+	"shared_buffers=1GB",
+	"wal_buffers=16MB",
+	"max_wal_size=8GB",
+	"min_wal_size=1GB",
+	"checkpoint_timeout=30min",
 }
 
 func perReport(cpu time.Duration, n int64) string {
@@ -163,7 +243,7 @@ func loadAvg() string {
 
 // oneRun starts the replicas on a fresh database (or state directory),
 // runs the load and stops them.
-func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig, h *hook) (*result, error) {
+func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string, replicas, nodes int, cfg loadConfig, h *hook, profile bool, extra []string, perf bool) (*result, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -171,7 +251,7 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-token-file", tokens, "-routes", routes}
+	args := append([]string{"-token-file", tokens, "-routes", routes}, extra...)
 	if h != nil {
 		file := filepath.Join(dir, "notify")
 		if err := h.writeFile(file); err != nil {
@@ -179,12 +259,15 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 		}
 		args = append(args, "-notify-file", file)
 	}
+	url := ""
 	if cluster != nil {
-		url, err := cluster.CreateDatabase()
-		if err != nil {
+		if url, err = cluster.CreateDatabase(); err != nil {
 			return nil, err
 		}
 		args = append(args, "-db", url+"&pool_max_conns=32")
+		if profile {
+			args = append(args, "-debug-listen", "127.0.0.1:0")
+		}
 	} else {
 		args = append(args, "-state-dir", filepath.Join(dir, "state"))
 	}
@@ -219,10 +302,80 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 		return cpuTime([]int{server}, true)
 	}
 	var p0, s0 time.Duration
-	cfg.atMeasure = func() { p0, s0 = cpuTime(pids, false), serverCPU() }
+	var kinds0 map[string]time.Duration
+	var c0 dbCounters
+	var waits *waitSampler
+	var profiles []string
+	var profWG sync.WaitGroup
+	var perfWait func() error
+	perfFile := filepath.Join(dir, "perf.data")
+	cfg.atMeasure = func() {
+		if perf && server != 0 {
+			perfWait = perfServer(ctx, server, cfg.measure, perfFile)
+		}
+		p0, s0 = cpuTime(pids, false), serverCPU()
+		if url == "" {
+			return
+		}
+		kinds0 = serverProcesses(server)
+		c0, _ = readCounters(ctx, url)
+		waits, _ = startWaits(ctx, url, 100*time.Millisecond)
+		for i, r := range reps {
+			if !profile || r.debugURL == "" {
+				continue
+			}
+			file := filepath.Join(dir, fmt.Sprintf("cpu-%d.pprof", i))
+			profiles = append(profiles, file)
+			profWG.Go(func() {
+				if err := fetchProfile(ctx, r.debugURL, cfg.measure, file); err != nil {
+					fmt.Fprintf(os.Stderr, "platformload: replica %s: %v\n", r.URL, err)
+				}
+			})
+		}
+	}
+	if url != "" {
+		// Statement counts: the extension's view, in the run's database.
+		if err := createStatements(ctx, url); err != nil {
+			return nil, err
+		}
+	}
 	res, err := runLoad(ctx, cfg)
 	if res != nil {
 		res.platformCPU, res.serverCPU = cpuTime(pids, false)-p0, serverCPU()-s0
+		for _, pid := range pids {
+			res.rss = append(res.rss, rssOf(pid))
+		}
+		ownCommits := int64(0)
+		if waits != nil {
+			var own int
+			res.waits, own = waits.end()
+			ownCommits = int64(own) + 1 // the sampler's, and the first count's
+		}
+		if kinds0 != nil {
+			res.serverKinds = map[string]time.Duration{}
+			for k, v := range serverProcesses(server) {
+				res.serverKinds[k] = v - kinds0[k]
+			}
+			if c1, cerr := readCounters(ctx, url); cerr == nil {
+				res.statements, res.commits, res.stmtsKnown = c1.statements-c0.statements, c1.commits-c0.commits-ownCommits, c1.stmtsKnown && c0.stmtsKnown
+				res.walBytes, res.walFPI = c1.walBytes-c0.walBytes, c1.walFPI-c0.walFPI
+			}
+		}
+		profWG.Wait()
+		if perfWait != nil {
+			if err := perfWait(); err != nil {
+				fmt.Fprintf(os.Stderr, "platformload: perf: %v\n", err)
+			} else if top, err := perfTop(perfFile); err == nil {
+				res.perfTop = top
+			}
+		}
+		if len(profiles) > 0 {
+			if sh, _, perr := profileShares(bin, profiles); perr == nil {
+				res.platformParts = sh
+			} else {
+				fmt.Fprintf(os.Stderr, "platformload: %v\n", perr)
+			}
+		}
 	}
 	for _, r := range reps {
 		if serr := r.stop(); serr != nil && err == nil {

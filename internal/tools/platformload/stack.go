@@ -84,11 +84,13 @@ const operatorToken = "load-operator-token"
 
 // replica is one running platform process.
 type replica struct {
-	cmd  *exec.Cmd
-	URL  string
-	done chan struct{}
-	mu   sync.Mutex
-	log  bytes.Buffer // the last 64 KiB
+	cmd *exec.Cmd
+	URL string
+	// debugURL serves the replica's profiles (-debug-listen); "" without.
+	debugURL string
+	done     chan struct{}
+	mu       sync.Mutex
+	log      bytes.Buffer // the last 64 KiB
 }
 
 // startReplica runs the platform binary with args and waits for it to
@@ -101,17 +103,24 @@ func startReplica(ctx context.Context, bin string, args ...string) (*replica, er
 		return nil, err
 	}
 	addr := make(chan string, 1)
+	debug := "" // set before addr is sent
 	go func() {
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Bytes()
 			var l struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
+				Msg       string `json:"msg"`
+				Addr      string `json:"addr"`
+				DebugAddr string `json:"debug_addr"`
 			}
-			if json.Unmarshal(line, &l) == nil && l.Msg == "platform serving" {
-				addr <- l.Addr
+			if json.Unmarshal(line, &l) == nil {
+				switch l.Msg {
+				case "profiles served":
+					debug = "http://" + l.DebugAddr
+				case "platform serving":
+					addr <- l.Addr
+				}
 			}
 			r.mu.Lock()
 			if r.log.Len() > 64<<10 {
@@ -130,7 +139,7 @@ func startReplica(ctx context.Context, bin string, args ...string) (*replica, er
 	}()
 	select {
 	case a := <-addr:
-		r.URL = "http://" + a
+		r.URL, r.debugURL = "http://"+a, debug
 		return r, nil
 	case <-r.done:
 		return nil, fmt.Errorf("platform exited: %s", r.output())

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// nodeCache is a replica's copy of the nodes it last wrote, each as it
+// committed it, with the row's version then. It lets a report of a node
+// that cannot be planned anything skip both reading its row and decoding
+// its state: the report is decided on the copy and written by one
+// statement, UPDATE … WHERE version = the copy's (reportQuick). A copy
+// that is no longer the row (another replica, or a request of another
+// kind, wrote the node since) changes nothing: the UPDATE finds no row,
+// and the report is taken the usual way, the row locked and read.
+//
+// A copy is taken out while a report uses it, so two reports of one node
+// on one replica never share it, and put back only once what was decided
+// on it is committed.
+type nodeCache struct {
+	mu    sync.Mutex
+	nodes map[string]cachedNode
+	max   int // most nodes held; a node past it is not kept
+	// taken counts the reports decided on a copy and written.
+	taken atomic.Int64
+}
+
+type cachedNode struct {
+	version int64
+	node    *node
+}
+
+func newNodeCache(max int) *nodeCache {
+	if max <= 0 {
+		return nil
+	}
+	return &nodeCache{nodes: map[string]cachedNode{}, max: max}
+}
+
+// take removes node id's copy and returns it.
+func (c *nodeCache) take(id string) (cachedNode, bool) {
+	if c == nil {
+		return cachedNode{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cn, ok := c.nodes[id]
+	if ok {
+		delete(c.nodes, id)
+	}
+	return cn, ok
+}
+
+// put keeps n, as committed at version, in place of any copy of it held,
+// without its routes (a report decided on a copy never needs them).
+func (c *nodeCache) put(n *node, version int64) {
+	if c == nil || n == nil {
+		return
+	}
+	n.routes, n.closed, n.info.LiveUsers = map[string]*route{}, nil, 0
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.nodes[n.info.ID]; ok && cur.version > version {
+		return
+	}
+	if _, ok := c.nodes[n.info.ID]; !ok && len(c.nodes) >= c.max {
+		return
+	}
+	c.nodes[n.info.ID] = cachedNode{version: version, node: n}
+}
+
+// keep puts the nodes a committed transaction wrote into the cache.
+func (c *nodeCache) keep(nodes []*pgNode) {
+	for _, n := range nodes {
+		if n != nil && n.version > 0 {
+			c.put(n.node, n.version)
+		}
+	}
+}
+
+// quickReport is a report decided on a copy of its node, not yet written.
+type quickReport struct {
+	j       *reportJob
+	n       *node // the copy, changed by the report
+	version int64 // the row's version the copy is of
+	out     reportOutcome
+}
+
+// decideQuick decides the reports of jobs that a copy of their node
+// decides alone: the node cached, one report of it among jobs, the
+// reading counted with no event and no notice, and the node one that
+// cannot be planned anything (quiet) after it. It returns those, by node
+// ID, and the jobs it did not decide, to be taken the usual way.
+//
+// What the usual way would decide, a copy decides the same: the row at
+// the copy's version is the state the usual way would read under the
+// lock, and a quiet node's plan needs nothing beside its row (routing
+// closes nothing on a node neither overloaded nor paused). A decision
+// holds only if writeQuick finds the row still at that version.
+func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*reportJob) {
+	if p.cache == nil {
+		return nil, jobs
+	}
+	per := make(map[string]int, len(jobs))
+	for _, j := range jobs {
+		per[j.r.Node]++
+	}
+	now := p.now()
+	quiet := p.rules
+	quiet.log = slog.New(slog.DiscardHandler)
+	for _, j := range jobs {
+		if per[j.r.Node] > 1 {
+			rest = append(rest, j)
+			continue
+		}
+		cn, ok := p.cache.take(j.r.Node)
+		if !ok {
+			rest = append(rest, j)
+			continue
+		}
+		// From here the copy may be changed: it is not put back unless
+		// its row is written.
+		out, refused := quiet.observe(cn.node, j.r, now)
+		if refused != nil || out.Event != nil || out.Notice != nil || !p.quiet(cn.node, now) {
+			rest = append(rest, j)
+			continue
+		}
+		plan, _, err := quiet.planOne(now, cn.node, nil)
+		if err != nil || len(plan.Actions) > 0 {
+			rest = append(rest, j)
+			continue
+		}
+		qs = append(qs, quickReport{j: j, n: cn.node, version: cn.version, out: out})
+	}
+	slices.SortFunc(qs, func(a, b quickReport) int { return strings.Compare(a.n.info.ID, b.n.info.ID) })
+	return qs, rest
+}
+
+// querier runs a statement: the pool (a statement that is its own
+// transaction) or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// writeQuick writes the rows of qs in one statement, each only if its
+// version is still its copy's, and returns the new versions of those
+// written, by node ID.
+func writeQuick(ctx context.Context, db querier, qs []quickReport) (map[string]int64, error) {
+	ids, versions, states := make([]string, len(qs)), make([]int64, len(qs)), make([]string, len(qs))
+	readings, overloaded := make([]int64, len(qs)), make([]bool, len(qs))
+	for i, q := range qs {
+		b, err := encodeState(q.n)
+		if err != nil {
+			return nil, err
+		}
+		ids[i], versions[i], states[i] = q.n.info.ID, q.version, string(b)
+		readings[i], overloaded[i] = q.n.readings, q.n.tracker.Overloaded()
+	}
+	written := make(map[string]int64, len(qs))
+	rows, err := db.Query(ctx, `UPDATE nodes AS n SET state = u.state::json, readings = u.readings, overloaded = u.overloaded,
+			next_plan_at = NULL, version = n.version + 1, updated_at = now()
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::boolean[]) AS u (id, version, state, readings, overloaded)
+		WHERE n.id = u.id AND n.version = u.version
+		RETURNING n.id, n.version`, ids, versions, states, readings, overloaded)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			return nil, err
+		}
+		written[id] = v
+	}
+	return written, rows.Err()
+}
+
+// settleQuick answers the reports of qs whose rows were written, once
+// committed, and keeps their copies; it returns the others' jobs, to be
+// taken the usual way (their copies were stale).
+func (p *pgPlatform) settleQuick(qs []quickReport, written map[string]int64) []*reportJob {
+	var rest []*reportJob
+	for _, q := range qs {
+		v, ok := written[q.n.info.ID]
+		if !ok {
+			rest = append(rest, q.j)
+			continue
+		}
+		q.j.out, q.j.err = q.out, nil
+		p.cache.put(q.n, v)
+		p.cache.taken.Add(1)
+	}
+	return rest
+}
+
+// reportQuick takes the reports of jobs decideQuick decides, written by
+// one statement that is their transaction, and returns the jobs it did
+// not take.
+func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*reportJob {
+	qs, rest := p.decideQuick(jobs)
+	if len(qs) == 0 {
+		return rest
+	}
+	written, err := writeQuick(ctx, p.db, qs)
+	if err != nil {
+		// Whether the statement committed is not known: the usual way
+		// takes every report again (a counted one is then a duplicate).
+		written = nil
+	}
+	return append(rest, p.settleQuick(qs, written)...)
+}
+
+// encodeState is n's state column: what encodeNode(n, false) holds, in
+// the same JSON shape (decodeNode reads both), built by hand: the
+// tracker's and the prices' own encodings are copied in as they come,
+// not parsed and compacted again by encoding/json, and the node's own
+// fields are written without reflection. It runs on every report.
+func encodeState(n *node) ([]byte, error) {
+	tr, err := n.tracker.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("save node %s: tracker: %w: %w", n.info.ID, errUnsaved, err)
+	}
+	pr, err := n.prices.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("save node %s: prices: %w: %w", n.info.ID, errUnsaved, err)
+	}
+	ps, err := json.Marshal(n.info.State)
+	if err != nil {
+		return nil, fmt.Errorf("save node %s: plan state: %w: %w", n.info.ID, errUnsaved, err)
+	}
+	var lp []byte
+	if n.lastPlan != nil {
+		if lp, err = json.Marshal(n.lastPlan); err != nil {
+			return nil, fmt.Errorf("save node %s: last plan: %w: %w", n.info.ID, errUnsaved, err)
+		}
+	}
+	b := make([]byte, 0, len(tr)+len(pr)+len(ps)+len(lp)+256)
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, fileVersion, 10)
+	b = append(b, `,"id":`...)
+	b = appendJSONString(b, n.info.ID)
+	if n.info.Role != 0 {
+		b = append(b, `,"role":`...)
+		b = appendJSONString(b, n.info.Role.String())
+	}
+	if n.info.Country != "" {
+		b = append(b, `,"country":`...)
+		b = appendJSONString(b, n.info.Country)
+	}
+	if n.info.Paused {
+		b = append(b, `,"paused":true`...)
+	}
+	if n.info.MaxUsers != 0 {
+		b = append(b, `,"max_users":`...)
+		b = strconv.AppendInt(b, int64(n.info.MaxUsers), 10)
+	}
+	m := n.info.MemoryPercent
+	if math.IsNaN(m) || math.IsInf(m, 0) {
+		return nil, fmt.Errorf("save node %s: memory %v: %w", n.info.ID, m, errUnsaved)
+	}
+	b = append(b, `,"memory_percent":`...)
+	b = strconv.AppendFloat(b, m, 'g', -1, 64)
+	for _, t := range []struct {
+		name string
+		at   time.Time
+	}{{"overload_ended", n.info.OverloadEnded}, {"overload_started", n.startedAt}} {
+		if t.at.IsZero() {
+			continue
+		}
+		tb, err := t.at.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("save node %s: %s: %w: %w", n.info.ID, t.name, errUnsaved, err)
+		}
+		b = append(b, `,"`...)
+		b = append(b, t.name...)
+		b = append(b, `":`...)
+		b = append(b, tb...)
+	}
+	b = append(b, `,"plan_state":`...)
+	b = append(b, ps...)
+	b = append(b, `,"tracker":`...)
+	b = append(b, tr...)
+	b = append(b, `,"prices":`...)
+	b = append(b, pr...)
+	b = append(b, `,"routes":[]`...)
+	if lp != nil {
+		b = append(b, `,"last_plan":`...)
+		b = append(b, lp...)
+	}
+	b = append(b, `,"next_route":`...)
+	b = strconv.AppendInt(b, int64(n.nextRoute), 10)
+	if n.readings != 0 {
+		b = append(b, `,"readings":`...)
+		b = strconv.AppendInt(b, n.readings, 10)
+	}
+	if n.eventsSeen != 0 {
+		b = append(b, `,"events_seen":`...)
+		b = strconv.AppendInt(b, n.eventsSeen, 10)
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as a JSON string: as it is when it needs no
+// escaping (a node id, a role, a country), else as encoding/json writes
+// it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}

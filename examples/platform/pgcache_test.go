@@ -1,0 +1,73 @@
+package main
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/routing"
+)
+
+// TestEncodeStateAsNodeFile: the PostgreSQL store's state column, built
+// by hand, decodes to what encoding/json's node file without routes does,
+// for nodes fresh, overloaded, ended, paused, priced and planned.
+func TestEncodeStateAsNodeFile(t *testing.T) {
+	c, err := newRules(config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := t0
+	fresh := func(id string) *node {
+		n, err := c.newNode(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	read := func(n *node, mems ...float64) *node {
+		for _, m := range mems {
+			at = at.Add(30 * time.Second)
+			r := reading(n.info.ID, int(n.readings)+1, m)
+			r.At = at
+			if _, err := c.observe(n, r, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	overloaded := read(fresh("x1"), 95, 95, 95)
+	ended := read(fresh("x2"), 95, 95, 95, 40, 40, 40, 40, 40)
+	odd := fresh(`x3`)
+	odd.info.Role, odd.info.Country, odd.info.Paused, odd.info.MaxUsers = routing.RoleExit, "DE", true, 7
+	odd.nextRoute, odd.eventsSeen = 12, 3
+	if err := odd.prices.Set(at, 120); err != nil {
+		t.Fatal(err)
+	}
+	odd.info.State = routing.NodeState{PlannedAt: at, UnusedDue: at.Add(time.Hour), Period: 30 * time.Second}
+	odd.lastPlan = &routing.Plan{Node: "x3", At: at, State: odd.info.State}
+	odd.info.OverloadEnded = at.Add(-time.Hour)
+	for _, n := range []*node{fresh("x0"), overloaded, ended, read(odd, 95, 95, 95)} {
+		want, err := encodeNode(n, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := encodeState(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wf, gf nodeFile
+		if err := json.Unmarshal(want, &wf); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(got, &gf); err != nil {
+			t.Fatalf("%s: %v: %s", n.info.ID, err, got)
+		}
+		if !reflect.DeepEqual(gf, wf) {
+			t.Errorf("%s:\n got %s\nwant %s", n.info.ID, got, want)
+		}
+		if _, err := c.decodeNode(got); err != nil {
+			t.Errorf("%s: decoding %s: %v", n.info.ID, got, err)
+		}
+	}
+}
