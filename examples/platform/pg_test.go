@@ -395,15 +395,7 @@ func TestPGPlanRoundsShareNodes(t *testing.T) {
 	for i := range 60 {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100, Paused: true})
 	}
-	var reps []*pgPlatform
-	for range 2 {
-		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, seed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.close)
-		reps = append(reps, p)
-	}
+	reps := openPGReplicas(t, url, c, pgOptions{PlanEvery: 30 * time.Second}, seed)
 	versions := func() map[string]int64 {
 		t.Helper()
 		out := map[string]int64{}
@@ -647,15 +639,7 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 func TestPGQuickReportsStaleCopy(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	var reps []*pgPlatform
-	for range 2 {
-		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Cache: 100}, testSeed())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.close)
-		reps = append(reps, p)
-	}
+	reps := openPGReplicas(t, url, c, pgOptions{PlanEvery: 30 * time.Second, Cache: 100}, testSeed())
 	const order = "aaabbabbbaab"
 	for i, who := range order {
 		p, other := reps[who-'a'], reps[1-(who-'a')]
@@ -694,15 +678,7 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 	for i := range nodes {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
 	}
-	var reps []*pgPlatform
-	for range 2 {
-		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, seed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.close)
-		reps = append(reps, p)
-	}
+	reps := openPGReplicas(t, url, c, pgOptions{PlanEvery: 30 * time.Second}, seed)
 	ctx := t.Context()
 	var wg sync.WaitGroup
 	for i := range nodes {
@@ -767,4 +743,20 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 			page(reps[i%2])
 		}
 	}
+}
+
+// openPGReplicas opens two replicas with opt on the database at url, both
+// on clock c and seeded with seed, closed when the test ends.
+func openPGReplicas(t *testing.T, url string, c *clock, opt pgOptions, seed *seedFile) []*pgPlatform {
+	t.Helper()
+	var reps []*pgPlatform
+	for range 2 {
+		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, opt, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.close)
+		reps = append(reps, p)
+	}
+	return reps
 }
