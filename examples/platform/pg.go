@@ -666,18 +666,8 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 	if err != nil {
 		return err
 	}
-	versions := make(map[string]int64, len(nodes))
-	for rows.Next() {
-		var id string
-		var v int64
-		if err := rows.Scan(&id, &v); err != nil {
-			rows.Close()
-			return err
-		}
-		versions[id] = v
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	versions, err := scanVersions(rows)
+	if err != nil {
 		return err
 	}
 	if len(versions) != len(nodes) {
@@ -687,6 +677,19 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 		n.version = versions[n.info.ID]
 	}
 	return nil
+}
+
+// scanVersions reads the rows of an UPDATE of nodes … RETURNING n.id,
+// n.version: each node written, with its row's new version.
+func scanVersions(rows pgx.Rows) (map[string]int64, error) {
+	out := map[string]int64{}
+	var id string
+	var v int64
+	_, err := pgx.ForEachRow(rows, []any{&id, &v}, func() error {
+		out[id] = v
+		return nil
+	})
+	return out, err
 }
 
 // noticeLock is the advisory lock a numbering of notices takes, until

@@ -102,12 +102,8 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	qs, rest := p.decideQuick(batch)
 	if len(rest) == 0 {
 		qctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
-		written, err := writeQuick(qctx, p.db, qs)
+		rest, qs = p.commitQuick(qctx, qs), nil
 		cancel()
-		if err != nil {
-			written = nil // not known whether it committed: taken the usual way
-		}
-		rest, qs = p.settleQuick(qs, written), nil
 	}
 	switch {
 	case len(rest) == 0:

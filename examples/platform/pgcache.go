@@ -167,7 +167,6 @@ func writeQuick(ctx context.Context, db querier, qs []quickReport) (map[string]i
 		ids[i], versions[i], states[i] = q.n.info.ID, q.version, string(b)
 		readings[i], overloaded[i] = q.n.readings, q.n.tracker.Overloaded()
 	}
-	written := make(map[string]int64, len(qs))
 	rows, err := db.Query(ctx, `UPDATE nodes AS n SET state = u.state::json, readings = u.readings, overloaded = u.overloaded,
 			next_plan_at = NULL, version = n.version + 1, updated_at = now()
 		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::boolean[]) AS u (id, version, state, readings, overloaded)
@@ -176,16 +175,7 @@ func writeQuick(ctx context.Context, db querier, qs []quickReport) (map[string]i
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var v int64
-		if err := rows.Scan(&id, &v); err != nil {
-			return nil, err
-		}
-		written[id] = v
-	}
-	return written, rows.Err()
+	return scanVersions(rows)
 }
 
 // settleQuick answers the reports of qs whose rows were written, once
@@ -214,13 +204,19 @@ func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*repo
 	if len(qs) == 0 {
 		return rest
 	}
+	return append(rest, p.commitQuick(ctx, qs)...)
+}
+
+// commitQuick writes qs by one statement that is their transaction and
+// settles them; it returns the jobs to be taken the usual way.
+func (p *pgPlatform) commitQuick(ctx context.Context, qs []quickReport) []*reportJob {
 	written, err := writeQuick(ctx, p.db, qs)
 	if err != nil {
 		// Whether the statement committed is not known: the usual way
 		// takes every report again (a counted one is then a duplicate).
 		written = nil
 	}
-	return append(rest, p.settleQuick(qs, written)...)
+	return p.settleQuick(qs, written)
 }
 
 // encodeState is n's state column: what encodeNode(n, false) holds, in

@@ -165,36 +165,17 @@ func parseTraces(b []byte) []trace {
 // by the name they show (walwriter, checkpointer, autovacuum …).
 func serverProcesses(pid int) map[string]time.Duration {
 	out := map[string]time.Duration{}
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, s := range stats {
-		b, err := os.ReadFile(s)
-		if err != nil {
+	for _, s := range allStats() {
+		if s.pid != pid && s.ppid != pid {
 			continue
 		}
-		end := bytes.LastIndexByte(b, ')')
-		if end < 0 {
-			continue
-		}
-		p, _ := strconv.Atoi(string(bytes.TrimSpace(b[:bytes.IndexByte(b, '(')])))
-		f := bytes.Fields(b[end+1:])
-		if len(f) < 13 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(string(f[1]))
-		if p != pid && ppid != pid {
-			continue
-		}
-		u, _ := strconv.ParseInt(string(f[11]), 10, 64)
-		st, _ := strconv.ParseInt(string(f[12]), 10, 64)
-		k := serverKind(p, pid)
-		out[k] += time.Duration(u+st) * clockTick
-		out[k+kernelSuffix] += time.Duration(st) * clockTick
-		if p == pid && len(f) >= 15 {
+		k := serverKind(s.pid, pid)
+		out[k] += s.cpu()
+		out[k+kernelSuffix] += time.Duration(s.stime) * clockTick
+		if s.pid == pid {
 			// Processes that exited: autovacuum workers, closed sessions.
-			cu, _ := strconv.ParseInt(string(f[13]), 10, 64)
-			cs, _ := strconv.ParseInt(string(f[14]), 10, 64)
-			out["exited"] += time.Duration(cu+cs) * clockTick
-			out["exited"+kernelSuffix] += time.Duration(cs) * clockTick
+			out["exited"] += s.exitedCPU()
+			out["exited"+kernelSuffix] += time.Duration(s.cstime) * clockTick
 		}
 	}
 	return out
@@ -433,19 +414,9 @@ func keepProfiles(runDir, dir string, replicas, nodes int) error {
 // into file; report prints the functions that took the most of it.
 func perfServer(ctx context.Context, postmaster int, d time.Duration, file string) (wait func() error) {
 	var pids []string
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, st := range stats {
-		b, err := os.ReadFile(st)
-		if err != nil {
-			continue
-		}
-		end := bytes.LastIndexByte(b, ')')
-		if end < 0 {
-			continue
-		}
-		f := bytes.Fields(b[end+1:])
-		if len(f) > 2 && string(f[1]) == strconv.Itoa(postmaster) {
-			pids = append(pids, string(bytes.TrimSpace(b[:bytes.IndexByte(b, '(')])))
+	for _, s := range allStats() {
+		if s.ppid == postmaster {
+			pids = append(pids, strconv.Itoa(s.pid))
 		}
 	}
 	cmd := exec.CommandContext(ctx, "perf", "record", "-F", "499", "-g", "-o", file, "-p", strings.Join(pids, ","), "--", "sleep", strconv.Itoa(int(d.Seconds())))
