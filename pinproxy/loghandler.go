@@ -69,7 +69,7 @@ func appendEndLine(b []byte, e *endLine) []byte {
 	b = append(b, " upstream="...)
 	b = appendTextString(b, e.c.up.addr)
 	b = append(b, " duration="...)
-	b = appendDuration(b, roundForLog(e.at.Sub(e.c.start)))
+	b = append(b, roundForLog(e.at.Sub(e.c.start)).String()...) // Duration.String is inlined: its string does not escape, no allocation
 	b = append(b, " bytes_sent="...)
 	b = strconv.AppendInt(b, e.r.up, 10)
 	b = append(b, " bytes_received="...)
@@ -129,96 +129,4 @@ func needsQuoting(s string) bool {
 		i += size
 	}
 	return false
-}
-
-// appendDuration appends d as d.String() writes it, without allocating.
-func appendDuration(b []byte, d time.Duration) []byte {
-	var arr [32]byte
-	buf := arr[:]
-	w := len(buf)
-	u := uint64(d)
-	neg := d < 0
-	if neg {
-		u = -u
-	}
-	if u < uint64(time.Second) {
-		// Less than a second: ns, µs or ms, with a fraction.
-		var prec int
-		w--
-		buf[w] = 's'
-		w--
-		switch {
-		case u == 0:
-			return append(b, "0s"...)
-		case u < uint64(time.Microsecond):
-			prec = 0
-			buf[w] = 'n'
-		case u < uint64(time.Millisecond):
-			prec = 3
-			w-- // µ is two bytes
-			copy(buf[w:], "µ")
-		default:
-			prec = 6
-			buf[w] = 'm'
-		}
-		w, u = fmtFrac(buf[:w], u, prec)
-		w = fmtInt(buf[:w], u)
-	} else {
-		w--
-		buf[w] = 's'
-		w, u = fmtFrac(buf[:w], u, 9)
-		w = fmtInt(buf[:w], u%60)
-		u /= 60
-		if u > 0 {
-			w--
-			buf[w] = 'm'
-			w = fmtInt(buf[:w], u%60)
-			u /= 60
-			if u > 0 {
-				w--
-				buf[w] = 'h'
-				w = fmtInt(buf[:w], u)
-			}
-		}
-	}
-	if neg {
-		w--
-		buf[w] = '-'
-	}
-	return append(b, buf[w:]...)
-}
-
-// fmtFrac and fmtInt are the time package's, for appendDuration.
-func fmtFrac(buf []byte, v uint64, prec int) (nw int, nv uint64) {
-	w := len(buf)
-	print := false
-	for range prec {
-		digit := v % 10
-		print = print || digit != 0
-		if print {
-			w--
-			buf[w] = byte(digit) + '0'
-		}
-		v /= 10
-	}
-	if print {
-		w--
-		buf[w] = '.'
-	}
-	return w, v
-}
-
-func fmtInt(buf []byte, v uint64) int {
-	w := len(buf)
-	if v == 0 {
-		w--
-		buf[w] = '0'
-	} else {
-		for v > 0 {
-			w--
-			buf[w] = byte(v%10) + '0'
-			v /= 10
-		}
-	}
-	return w
 }

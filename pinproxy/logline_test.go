@@ -199,18 +199,6 @@ func TestConnectionEndQueuedAllocs(t *testing.T) {
 	}
 }
 
-// appendDuration writes what Duration.String does.
-func FuzzAppendDuration(f *testing.F) {
-	for _, d := range []int64{0, 1, -1, 999, 1000, 1500, 999999, 1e6, 1234567, 1e9, 1e9 + 1, 61e9, 3600e9, 1<<63 - 1, -1 << 63} {
-		f.Add(d)
-	}
-	f.Fuzz(func(t *testing.T, d int64) {
-		if got, want := string(appendDuration([]byte("x"), time.Duration(d))), "x"+time.Duration(d).String(); got != want {
-			t.Fatalf("appendDuration(%d) = %q, want %q", d, got, want)
-		}
-	})
-}
-
 // needsQuoting is slog's: a value it quotes, appendTextString quotes.
 func FuzzAppendTextString(f *testing.F) {
 	for _, s := range []string{"", "a", "a b", "a=b", `a"b`, `a\b`, "a\tb", "é", "\u00a0", "\xff", "a\x7fb", "[::1]:80"} {
