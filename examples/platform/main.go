@@ -197,6 +197,12 @@ Flags:
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// SIGHUP is taken from the start: one that comes while the platform
+	// starts (its log says it serves before its loop runs) waits here for
+	// the loop, instead of ending the process as SIGHUP does by default.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -295,10 +301,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	notifying := make(chan struct{})
 	go func() { defer close(notifying); o.cfg.Notifier.run(nctx) }()
 	defer func() { stopNotify(); <-notifying }()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
 	tick := time.NewTicker(o.planEvery)
 	defer tick.Stop()
 	for {
