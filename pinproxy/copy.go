@@ -102,7 +102,11 @@ type link struct {
 	// so.
 	state atomic.Int32
 	parkedLink
-	mv *mover // the upgrade holding the link while linkMoving; under parkedLink.mu
+	// kaPending: the upstream's keepalive is still to be set, by the
+	// parker's next sweep, which clears it under parkedLink.mu (an
+	// upgrade's new process sets its own on what it adopts).
+	kaPending atomic.Bool
+	mv        *mover // the upgrade holding the link while linkMoving; under parkedLink.mu
 }
 
 // direction is one direction's state, shared between its pump and the

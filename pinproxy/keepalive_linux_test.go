@@ -136,7 +136,9 @@ func TestListenNotTCP(t *testing.T) {
 	}
 }
 
-// TCP keepalive is on, with the configured idle time, on both sides.
+// TCP keepalive is on, with the configured idle time, on both sides: the
+// client's at once, the upstream's within a sweep of the parker (a
+// second).
 func TestKeepAliveBothSides(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
 	var mu sync.Mutex
@@ -172,6 +174,11 @@ func TestKeepAliveBothSides(t *testing.T) {
 	upstream := ups[0]
 	mu.Unlock()
 	want := int(pinproxy.DefaultKeepAlive.Seconds())
+	for deadline := time.Now().Add(pinproxytest.WaitFor); ; time.Sleep(10 * time.Millisecond) {
+		if _, idle, _ := keepAliveOf(t, upstream); idle == want || time.Now().After(deadline) {
+			break
+		}
+	}
 	for side, c := range map[string]net.Conn{"client": client, "upstream": upstream} {
 		if on, idle, _ := keepAliveOf(t, c); on == 0 || idle != want {
 			t.Errorf("%s side: keepalive on=%d idle=%ds, want on, %ds", side, on, idle, want)

@@ -68,6 +68,13 @@ type parker struct {
 	wavedSeen int       // waved at the last sweep
 	freed     time.Time // when memory was last returned to the kernel
 	sweep     []*link   // the sweep's scratch list
+	kaSweep   []*link   // the sweep's scratch list of links whose keepalive is due
+
+	// keepAlive sets keepalive on a link's upstream conn, for links
+	// started with kaPending: the first sweep that finds one (within a
+	// tick, at most a second, of its dial) sets it, so a connection that
+	// ends before costs no setsockopt at all.
+	keepAlive func(net.Conn)
 }
 
 type slot struct {
@@ -90,8 +97,9 @@ type parkedLink struct {
 
 // newParker returns the parker of a proxy whose Config.ParkAfter is
 // after (0: DefaultParkAfter; negative: connections never park, and the
-// parker is nil).
-func newParker(after time.Duration) *parker {
+// parker is nil). keepAlive sets an upstream conn's keepalive, for links
+// whose kaPending says it is not set yet.
+func newParker(after time.Duration, keepAlive func(net.Conn)) *parker {
 	if after == 0 {
 		after = DefaultParkAfter
 	}
@@ -99,7 +107,7 @@ func newParker(after time.Duration) *parker {
 		return nil
 	}
 	tick := min(max(after/2, 5*time.Millisecond), time.Second)
-	pk := &parker{after: after, tick: tick, epoch: time.Now(), byConn: make(map[net.Conn]*link)}
+	pk := &parker{after: after, tick: tick, epoch: time.Now(), byConn: make(map[net.Conn]*link), keepAlive: keepAlive}
 	pk.timer = time.AfterFunc(time.Hour, pk.sweepNow)
 	pk.timer.Stop()
 	return pk
@@ -122,6 +130,7 @@ func (pk *parker) add(l *link) {
 	_, ok1 := l.client.(*net.TCPConn)
 	_, ok2 := l.upstream.(*net.TCPConn)
 	if !ok1 || !ok2 {
+		pk.setKeepAlive(l) // no sweep will see it
 		return
 	}
 	l.pk = pk
@@ -167,9 +176,12 @@ func (pk *parker) remove(l *link) {
 // wakes parked links whose conns were closed with a plain Close.
 func (pk *parker) sweepNow() {
 	now := time.Since(pk.epoch)
-	park, wake := pk.sweep[:0], []*link(nil)
+	park, wake, ka := pk.sweep[:0], []*link(nil), pk.kaSweep[:0]
 	pk.mu.Lock()
 	for l := pk.head; l != nil; l = l.next {
+		if l.kaPending.Load() {
+			ka = append(ka, l)
+		}
 		switch l.state.Load() {
 		case linkActive:
 			if !l.dirs[0].waiting.Load() || !l.dirs[1].waiting.Load() {
@@ -195,6 +207,13 @@ func (pk *parker) sweepNow() {
 		}
 	}
 	pk.mu.Unlock()
+	for _, l := range ka {
+		l.mu.Lock()
+		pk.setKeepAlive(l)
+		l.mu.Unlock()
+	}
+	clear(ka)
+	pk.kaSweep = ka[:0]
 	for _, l := range park {
 		pk.ask(l)
 	}
@@ -221,6 +240,14 @@ func (pk *parker) sweepNow() {
 }
 
 func noop(uintptr) {}
+
+// setKeepAlive sets the keepalive of l's upstream if it is still to be
+// set. Call it with l.mu held, or before l is started.
+func (pk *parker) setKeepAlive(l *link) {
+	if l.kaPending.CompareAndSwap(true, false) {
+		pk.keepAlive(l.upstream)
+	}
+}
 
 // ask asks l's pumps to pause so that l parks.
 func (pk *parker) ask(l *link) {

@@ -12,7 +12,7 @@ type parker struct{}
 
 type parkedLink struct{}
 
-func newParker(time.Duration) *parker { return nil }
+func newParker(time.Duration, func(net.Conn)) *parker { return nil }
 
 func (pk *parker) add(*link)            {}
 func (pk *parker) remove(*link)         {}

@@ -30,6 +30,7 @@ type Proxy struct {
 	// conn, so connect need not set it again.
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	keepAlive net.KeepAliveConfig // what setKeepAlive sets, from cfg.KeepAlive
+	kaLater   bool                // an upstream's keepalive is set by the parker's sweep, not at the dial
 	bufs      sync.Pool           // the data path's buffers for small bursts (copy_linux.go)
 	park      *parker             // parks idle connections (park_linux.go); nil: never
 
@@ -130,15 +131,25 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.KeepAlive < 0 {
 		p.keepAlive = net.KeepAliveConfig{Enable: false, Idle: -1, Interval: -1, Count: -1}
 	}
+	p.bufs.New = newBurstBuf
+	p.park = newParker(cfg.ParkAfter, p.setKeepAlive)
+	// With a parker, an upstream's keepalive is set by the parker's first
+	// sweep after the dial, within a second (see parker.keepAlive): a
+	// connection that ends sooner, as most short ones do, spares the four
+	// setsockopt calls, a tenth of the proxy's CPU a connection under a
+	// connection-rate load. A probe is due only after the idle time (30 s
+	// by default), so setting it a sweep late delays none.
+	p.kaLater = p.park != nil && p.keepAlive.Enable
 	if p.dial == nil {
-		// The dialer sets keepalive once, as configured (KeepAlive is
-		// ignored when KeepAliveConfig is enabled; -1 turns it off
-		// otherwise).
-		d := &net.Dialer{KeepAlive: -1, KeepAliveConfig: p.keepAlive, Control: p.dialControl()}
+		// Otherwise the dialer sets keepalive once, as configured
+		// (KeepAlive is ignored when KeepAliveConfig is enabled; -1 turns
+		// it off otherwise).
+		d := &net.Dialer{KeepAlive: -1}
+		if !p.kaLater {
+			d.KeepAliveConfig, d.Control = p.keepAlive, p.dialControl()
+		}
 		p.dial = d.DialContext
 	}
-	p.bufs.New = newBurstBuf
-	p.park = newParker(cfg.ParkAfter)
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.killCtx, p.kill = context.WithCancel(context.Background())
 	p.upstreams = make([]*upstream, len(cfg.Upstreams))
@@ -391,6 +402,7 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 		}
 	}
 	c.link = newLink(c.client, c.upstream, &p.bufs, &c.up.bytes, func(r spliceResult) { p.finish(c, r) })
+	c.link.kaPending.Store(p.kaLater)
 	// This goroutine's stack is 8 KiB, for the dial (growStack), and a
 	// goroutine keeps its stack for life: hand the
 	// connection to a fresh goroutine, which stays at 2 KiB while the
@@ -571,7 +583,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		p.linkLocked(c)
 		live := u.live
 		p.mu.Unlock()
-		if p.cfg.DialContext != nil { // the proxy's own dialer has set it
+		if p.cfg.DialContext != nil && !p.kaLater { // the proxy's own dialer has set it
 			p.setKeepAlive(uc)
 		}
 		if p.log.Enabled(p.stopCtx, slog.LevelDebug) { // spare the address strings otherwise

@@ -619,8 +619,8 @@ func (p *Proxy) Adopt(ctx context.Context, uc *net.UnixConn) (*Adopted, error) {
 	}
 	cfds := fds[len(lns):]
 	for _, wc := range conns {
-		client, err1 := fileConn(cfds[0], "client")
-		up, err2 := fileConn(cfds[1], "upstream")
+		client, err1 := p.fileConn(cfds[0], "client")
+		up, err2 := p.fileConn(cfds[1], "upstream")
 		cfds[0], cfds[1] = -1, -1
 		cfds = cfds[2:]
 		var pipes [2]*splicePipe
@@ -740,14 +740,18 @@ func (p *Proxy) adoptConn(wc wireConn, client, upc net.Conn, pipes [2]*splicePip
 }
 
 // fileConn makes a net.Conn of a received socket descriptor, which it
-// closes (the conn holds a duplicate).
-func fileConn(fd int, what string) (net.Conn, error) {
+// closes (the conn holds a duplicate), with this proxy's keepalive:
+// net.FileConn turns on its own default (15 s) over whatever the socket
+// had, and the old process may not have set the upstream's yet (see
+// Proxy.kaLater).
+func (p *Proxy) fileConn(fd int, what string) (net.Conn, error) {
 	f := os.NewFile(uintptr(fd), what)
 	defer f.Close()
 	c, err := net.FileConn(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s socket: %w", what, err)
 	}
+	p.setKeepAlive(c)
 	return c, nil
 }
 

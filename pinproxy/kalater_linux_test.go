@@ -1,0 +1,160 @@
+package pinproxy
+
+import (
+	"context"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
+)
+
+// keepAliveOn reads c's SO_KEEPALIVE and TCP_KEEPIDLE.
+func keepAliveOn(t *testing.T, c net.Conn) (on, idle int) {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		on, serr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_KEEPALIVE)
+		if serr == nil {
+			idle, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	return on, idle
+}
+
+// heldLink dials one echoing connection through p, started on ln, with
+// the parker's sweeps held off, and returns the proxy's upstream conn
+// and its link.
+func heldLink(t *testing.T, p *Proxy, addr string) (net.Conn, *link) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+	c.Write([]byte("E"))
+	var l *link
+	waitFor(t, "the connection to start", func() bool {
+		p.park.mu.Lock()
+		defer p.park.mu.Unlock()
+		l = p.park.head
+		return l != nil
+	})
+	return l.upstream, l
+}
+
+// holdSweeps keeps the parker from sweeping until the test sweeps.
+func holdSweeps(p *Proxy) {
+	p.park.mu.Lock()
+	p.park.timer.Stop()
+	p.park.armed = true
+	p.park.mu.Unlock()
+}
+
+// The proxy's own dialer sets no keepalive: the parker's first sweep
+// after the dial does, so a connection that ends before it costs no
+// setsockopt.
+func TestKeepAliveSetBySweep(t *testing.T) {
+	lab := newFlightLab(t)
+	p, err := New(Config{Upstreams: []string{lab.ln.Addr().String()}, RebalanceInterval: -1, ParkAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		p.Shutdown(ctx)
+	})
+	holdSweeps(p)
+	ln, err := p.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	uc, l := heldLink(t, p, ln.Addr().String())
+	if on, _ := keepAliveOn(t, uc); on != 0 || !l.kaPending.Load() {
+		t.Fatalf("before a sweep: upstream keepalive on=%d, pending %v; want off and pending", on, l.kaPending.Load())
+	}
+	p.park.sweepNow()
+	want := int(DefaultKeepAlive.Seconds())
+	if on, idle := keepAliveOn(t, uc); on == 0 || idle != want || l.kaPending.Load() {
+		t.Fatalf("after a sweep: upstream keepalive on=%d idle=%ds, pending %v; want on, %ds, not pending", on, idle, l.kaPending.Load(), want)
+	}
+}
+
+// A connection handed to a new process has the new process's keepalive on
+// both sides: on the upstream even when no sweep of the old process had
+// set it yet, and on both the configured idle time, not the 15 s
+// net.FileConn sets.
+func TestHandoffKeepAlive(t *testing.T) {
+	lab := newFlightLab(t)
+	oldP := newTestProxy(t, lab.ln.Addr().String())
+	holdSweeps(oldP)
+	ln, err := oldP.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go oldP.Serve(ln)
+	uc, l := heldLink(t, oldP, ln.Addr().String())
+	if !l.kaPending.Load() {
+		t.Fatal("the upstream's keepalive is not pending before the hand-over")
+	}
+
+	newP := newTestProxy(t, lab.ln.Addr().String())
+	ucOld, ucNew := handoffPair(t)
+	adopted := make(chan *Adopted, 1)
+	go func() {
+		a, err := newP.Adopt(context.Background(), ucNew)
+		if err != nil {
+			t.Error(err)
+		}
+		adopted <- a
+	}()
+	ready := make(chan HandoffResult, 1)
+	go func() {
+		res, err := oldP.Handoff(context.Background(), ucOld)
+		if err != nil {
+			t.Error(err)
+		}
+		ready <- res
+	}()
+	a := <-adopted
+	if a == nil {
+		t.FailNow()
+	}
+	for _, ln := range a.Listeners {
+		go newP.Serve(ln)
+	}
+	waitFor(t, "the new proxy to serve", func() bool { return newP.Ready() == nil })
+	a.Ready()
+	if res := <-ready; !res.Committed || res.Conns != 1 {
+		t.Fatalf("Handoff: %+v; want committed, 1 connection", res)
+	}
+	_ = uc // closed by the old process once handed over
+	var moved [2]net.Conn
+	newP.mu.Lock()
+	if h := newP.upstreams[0].head; h != nil {
+		moved = [2]net.Conn{h.client, h.upstream}
+	}
+	newP.mu.Unlock()
+	if moved[0] == nil {
+		t.Fatal("the new proxy holds no connection")
+	}
+	want := int(DefaultKeepAlive.Seconds())
+	for i, side := range []string{"client", "upstream"} {
+		if on, idle := keepAliveOn(t, moved[i]); on == 0 || idle != want {
+			t.Errorf("the moved %s's keepalive: on=%d idle=%ds, want on, %ds", side, on, idle, want)
+		}
+	}
+}
