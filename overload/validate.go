@@ -287,10 +287,12 @@ func (r Reading) MarshalJSON() ([]byte, error) {
 func (r *Reading) UnmarshalJSON(b []byte) error {
 	var v readingJSON
 	if !decodePlain(b, (*Reading)(&v)) {
-		v = readingJSON{}
-		if err := json.Unmarshal(b, &v); err != nil {
+		// Into slow, not v, which then stays on the stack.
+		var slow readingJSON
+		if err := json.Unmarshal(b, &slow); err != nil {
 			return fmt.Errorf("decode reading: %w: %w", ErrInvalidReading, err)
 		}
+		v = slow
 	}
 	if v.Version != 1 && v.Version != ReadingVersion {
 		return fmt.Errorf("decode reading: %w%s: v %d, want 1 or %d", ErrInvalidReading, ofNode(v.Node), v.Version, ReadingVersion)
