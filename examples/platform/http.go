@@ -307,7 +307,11 @@ func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	// A body of a length given up to maxBody cannot run over it: the
+	// server reads no more than the length.
+	if r.ContentLength < 0 || r.ContentLength > maxBody {
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	}
 	handleReport(ctx, h.svc, w, r, node)
 }
 
