@@ -187,3 +187,36 @@ func readAnswer(br *bufio.Reader) error {
 	_, err := br.Discard(n)
 	return err
 }
+
+// TestReportAllocs: a report through the handler (BenchmarkReportHandler's
+// load case) allocates no more than it did when the figure was measured:
+// the timeout's context (4), the reading's node, run and missing list,
+// and the test's own NopCloser: 8.
+func TestReportAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	h, _ := benchFleet(10)
+	body, err := json.Marshal(benchReadings[0].r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("POST", "/report", nil)
+	req.Header.Set("Authorization", "Bearer tok-7")
+	w := &benchWriter{h: http.Header{}}
+	rd := bytes.NewReader(body)
+	allocs := testing.AllocsPerRun(200, func() {
+		rd.Reset(body)
+		req.Body = io.NopCloser(rd)
+		req.ContentLength = int64(len(body))
+		w.reset()
+		h.ServeHTTP(w, req)
+	})
+	if w.code != 200 {
+		t.Fatalf("status %d: %s", w.code, w.body.Bytes())
+	}
+	if allocs > 8 {
+		t.Errorf("%v allocations a report, want 8 at most", allocs)
+	}
+	t.Logf("%v allocations a report", allocs)
+}
