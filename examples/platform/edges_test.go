@@ -3,11 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -148,6 +150,53 @@ func TestMaxConnsForFiles(t *testing.T) {
 	}{{0, 1}, {10, 1}, {80, 1}, {82, 2}, {256, 176}, {1024, 906}, {20000, 17984}, {1 << 20, 943703}} {
 		if got := maxConnsForFiles(tc.nofile); got != tc.want {
 			t.Errorf("maxConnsForFiles(%d) = %d, want %d", tc.nofile, got, tc.want)
+		}
+	}
+}
+
+// TestReportDecodeAsJSON: a body POST /report refuses gets the words
+// json.Unmarshal gives, whichever decoder found it wrong, and one it
+// takes is answered as writeJSON writes the answer.
+func TestReportDecodeAsJSON(t *testing.T) {
+	c := &clock{t: t0.Add(time.Hour)}
+	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handler(p, tokens{testToken: ""})
+	for _, body := range []string{
+		`{`, `null`, `[]`, `{"v":1}x`, `{"v":3,"node":"x1"}`, `{"V":1,"node":"x1"}`,
+		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":1.5,"conntrack_max":1}`,
+		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":1,"conntrack_max":1,"cpus":2}`,
+		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":0,"conntrack_max":1,"load15":-1}`,
+		`{"v":1,"node":"x\u0031","at":"2026-11-30T12:00:00Z","cpus":1,"conntrack_max":1,"missing":["x"]}`,
+		`{"v":2,"node":"x1","at":"nope","cpus":1,"conntrack_max":1}`,
+		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":1,"conntrack_max":1,"memory_used_percent":95}`,
+		` {"v":1,"node":"x1","at":"2026-11-30T12:00:30Z","cpus":1,"conntrack_max":1,"extra":{"a":[1]}} `,
+	} {
+		req := httptest.NewRequest("POST", "/report", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		var rd overload.Reading
+		if err := json.Unmarshal([]byte(body), &rd); err != nil {
+			var ans map[string]string
+			json.Unmarshal(w.Body.Bytes(), &ans)
+			if want := "reading: " + err.Error(); w.Code != 400 || ans["error"] != want {
+				t.Errorf("%s: %d %s, want 400 %q", body, w.Code, w.Body, want)
+			}
+			continue
+		}
+		var out struct {
+			reportOutcome
+			Duplicate bool `json:"duplicate,omitempty"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &out); w.Code != 200 || err != nil {
+			t.Fatalf("%s: %d %s", body, w.Code, w.Body)
+		}
+		want, _ := json.MarshalIndent(out, "", "  ")
+		if got := w.Body.String(); got != string(want)+"\n" || w.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("%s: answer %q (%s), want %q", body, got, w.Header().Get("Content-Type"), want)
 		}
 	}
 }
