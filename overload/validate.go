@@ -286,8 +286,13 @@ func (r Reading) MarshalJSON() ([]byte, error) {
 // fields are ignored, so a sender may add information.
 func (r *Reading) UnmarshalJSON(b []byte) error {
 	var v readingJSON
-	if err := json.Unmarshal(b, &v); err != nil {
-		return fmt.Errorf("decode reading: %w: %w", ErrInvalidReading, err)
+	if !decodePlain(b, (*Reading)(&v)) {
+		// Into slow, not v, which then stays on the stack.
+		var slow readingJSON
+		if err := json.Unmarshal(b, &slow); err != nil {
+			return fmt.Errorf("decode reading: %w: %w", ErrInvalidReading, err)
+		}
+		v = slow
 	}
 	if v.Version != 1 && v.Version != ReadingVersion {
 		return fmt.Errorf("decode reading: %w%s: v %d, want 1 or %d", ErrInvalidReading, ofNode(v.Node), v.Version, ReadingVersion)

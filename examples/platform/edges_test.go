@@ -3,11 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -149,5 +151,86 @@ func TestMaxConnsForFiles(t *testing.T) {
 		if got := maxConnsForFiles(tc.nofile); got != tc.want {
 			t.Errorf("maxConnsForFiles(%d) = %d, want %d", tc.nofile, got, tc.want)
 		}
+	}
+}
+
+// TestReportDecodeAsJSON: a body POST /report refuses gets the words
+// json.Unmarshal gives, whichever decoder found it wrong, and one it
+// takes is answered as writeJSON writes the answer.
+func TestReportDecodeAsJSON(t *testing.T) {
+	c := &clock{t: t0.Add(time.Hour)}
+	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handler(p, tokens{testToken: ""})
+	for _, body := range []string{
+		`{`, `null`, `[]`, `{"v":1}x`, `{"v":3,"node":"x1"}`, `{"V":1,"node":"x1"}`,
+		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":1.5,"conntrack_max":1}`,
+		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":1,"conntrack_max":1,"cpus":2}`,
+		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":0,"conntrack_max":1,"load15":-1}`,
+		`{"v":1,"node":"x\u0031","at":"2026-11-30T12:00:00Z","cpus":1,"conntrack_max":1,"missing":["x"]}`,
+		`{"v":2,"node":"x1","at":"nope","cpus":1,"conntrack_max":1}`,
+		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":1,"conntrack_max":1,"memory_used_percent":95}`,
+		` {"v":1,"node":"x1","at":"2026-11-30T12:00:30Z","cpus":1,"conntrack_max":1,"extra":{"a":[1]}} `,
+	} {
+		req := httptest.NewRequest("POST", "/report", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		var rd overload.Reading
+		if err := json.Unmarshal([]byte(body), &rd); err != nil {
+			var ans map[string]string
+			json.Unmarshal(w.Body.Bytes(), &ans)
+			if want := "reading: " + err.Error(); w.Code != 400 || ans["error"] != want {
+				t.Errorf("%s: %d %s, want 400 %q", body, w.Code, w.Body, want)
+			}
+			continue
+		}
+		var out struct {
+			reportOutcome
+			Duplicate bool `json:"duplicate,omitempty"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &out); w.Code != 200 || err != nil {
+			t.Fatalf("%s: %d %s", body, w.Code, w.Body)
+		}
+		want, _ := json.MarshalIndent(out, "", "  ")
+		if got := w.Body.String(); got != string(want)+"\n" || w.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("%s: answer %q (%s), want %q", body, got, w.Header().Get("Content-Type"), want)
+		}
+	}
+}
+
+// TestGCSettings: GOGC and the memory limit default to gcPercent and
+// half the memory, each unless the environment sets it.
+func TestGCSettings(t *testing.T) {
+	const gib = 1 << 30
+	for _, tc := range []struct {
+		gogc, memlimit string
+		memory         uint64
+		percent        int
+		limit          int64
+	}{
+		{"", "", 8 * gib, gcPercent, 4 * gib},
+		{"", "", 0, gcPercent, -1},
+		{"100", "", 8 * gib, -1, 4 * gib},
+		{"off", "2GiB", 8 * gib, -1, -1},
+		{"", "2GiB", 8 * gib, gcPercent, -1},
+	} {
+		p, l := gcSettings(tc.gogc, tc.memlimit, tc.memory)
+		if p != tc.percent || l != tc.limit {
+			t.Errorf("gcSettings(%q, %q, %d) = %d, %d, want %d, %d", tc.gogc, tc.memlimit, tc.memory, p, l, tc.percent, tc.limit)
+		}
+	}
+	if got := memTotal([]byte("MemFree: 1 kB\nMemTotal:       24683568 kB\n")); got != 24683568<<10 {
+		t.Errorf("memTotal = %d", got)
+	}
+	for in, want := range map[string]uint64{"max\n": 0, "2147483648\n": 2 << 30, "": 0, "x": 0} {
+		if got, _ := cgroupMax([]byte(in)); got != want {
+			t.Errorf("cgroupMax(%q) = %d, want %d", in, got, want)
+		}
+	}
+	if m := processMemory(); m == 0 {
+		t.Log("no memory figure here: the limit is left unset")
 	}
 }

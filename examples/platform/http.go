@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -166,9 +168,8 @@ func handler(svc service, toks tokens) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})
-	mux.HandleFunc("POST /report", auth(true, func(w http.ResponseWriter, r *http.Request, node string) {
-		handleReport(svc, w, r, node)
-	}))
+	rep := reportHandler{svc, idx}
+	mux.Handle("POST /report", rep)
 	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, req openRequest) (route, error) {
 		if err := checkNodeID(req.Node); err != nil {
 			return route{}, fmt.Errorf("open route: %w", err)
@@ -269,7 +270,49 @@ func handler(svc service, toks tokens) http.Handler {
 		ps, last, err := svc.plans(r.Context(), after, limit)
 		return page{ps, last, len(ps) == limit}, err
 	}))
-	return mux
+	return reportFirst{rep, mux}
+}
+
+// reportFirst serves POST /report, which every node sends every 30 s,
+// without a look at mux's patterns, and everything else by mux (which
+// routes POST /report to the same handler, on a path that is not
+// exactly "/report" too).
+type reportFirst struct {
+	report reportHandler
+	mux    *http.ServeMux
+}
+
+func (h reportFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/report" {
+		h.report.ServeHTTP(w, r)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// reportHandler is POST /report's handler: the token check of auth, and
+// handleReport, without the request's copy that auth makes to carry its
+// context (handleReport takes the context as an argument).
+type reportHandler struct {
+	svc service
+	idx tokenIndex
+}
+
+func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	node, ok := h.idx.lookup(r.Header.Get("Authorization"))
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
+		writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	// A body of a length given up to maxBody cannot run over it: the
+	// server reads no more than the length.
+	if r.ContentLength < 0 || r.ContentLength > maxBody {
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	}
+	handleReport(ctx, h.svc, w, r, node)
 }
 
 // handleReport takes one overload.Reading. The node is the token's, or,
@@ -282,16 +325,29 @@ func handler(svc service, toks tokens) http.Handler {
 // (kept and retried: the operator must fix the agent's configuration);
 // 503 while the store is unavailable and 500 when this node's state
 // cannot be saved (both retried).
-func handleReport(svc service, w http.ResponseWriter, r *http.Request, tokenNode string) {
-	body, err := io.ReadAll(r.Body)
+func handleReport(ctx context.Context, svc service, w http.ResponseWriter, r *http.Request, tokenNode string) {
+	buf := getBuffer()
+	defer putBuffer(buf)
+	body, err := readBody(r, *buf)
+	*buf = body
 	if err != nil {
 		writeError(w, http.StatusRequestEntityTooLarge, reasonTooLarge, fmt.Errorf("reading body: %w", err))
 		return
 	}
 	var rd overload.Reading
-	if err := json.Unmarshal(body, &rd); err != nil { // validates, and checks "v"
-		writeError(w, http.StatusBadRequest, reasonInvalid, fmt.Errorf("reading: %w", err))
-		return
+	// UnmarshalJSON decodes a reading an agent sends without
+	// encoding/json's first pass over the body and its reflection; for
+	// anything else, json.Unmarshal, which calls it, gives the error as
+	// it words it.
+	if rd.UnmarshalJSON(body) != nil {
+		// Into again, not rd, which then stays on the stack. Unmarshal
+		// validates, and checks "v".
+		var again overload.Reading
+		if err := json.Unmarshal(body, &again); err != nil {
+			writeError(w, http.StatusBadRequest, reasonInvalid, fmt.Errorf("reading: %w", err))
+			return
+		}
+		rd = again
 	}
 	if tokenNode != "" {
 		if rd.Node != "" && rd.Node != tokenNode {
@@ -300,17 +356,87 @@ func handleReport(svc service, w http.ResponseWriter, r *http.Request, tokenNode
 		}
 		rd.Node = tokenNode
 	}
-	out, err := svc.report(r.Context(), rd)
+	out, err := svc.report(ctx, rd)
+	dup := errors.Is(err, errDuplicate)
 	switch {
-	case errors.Is(err, errDuplicate):
-		writeJSON(w, http.StatusOK, struct {
-			reportOutcome
-			Duplicate bool `json:"duplicate"`
-		}{out, true})
-	case err != nil:
+	case err != nil && !dup:
 		writeFailure(w, err)
-	default:
+	case out.Event != nil || out.Notice != nil || !plainJSON(out.Node):
+		if dup {
+			writeJSON(w, http.StatusOK, struct {
+				reportOutcome
+				Duplicate bool `json:"duplicate"`
+			}{out, true})
+			return
+		}
 		writeJSON(w, http.StatusOK, out)
+	default:
+		// Most answers: a node's name and whether it is overloaded,
+		// written as writeJSON writes them.
+		b := append((*buf)[:0], "{\n  \"node\": \""...)
+		b = append(b, out.Node...)
+		b = append(b, "\",\n  \"overloaded\": "...)
+		b = strconv.AppendBool(b, out.Overloaded)
+		if dup {
+			b = append(b, ",\n  \"duplicate\": true"...)
+		}
+		b = append(b, "\n}\n"...)
+		*buf = b
+		w.Header()["Content-Type"] = jsonContentType
+		w.WriteHeader(http.StatusOK)
+		w.Write(b)
+	}
+}
+
+// plainJSON reports whether s is written in JSON as it is, between
+// quotes, by encoding/json: printable ASCII but " \\ < > &.
+func plainJSON(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// jsonContentType is every JSON answer's Content-Type, as the header
+// map's value: the server only reads it.
+var jsonContentType = []string{"application/json"}
+
+// readBody reads r's body after what b holds, as io.ReadAll does, and
+// returns b with it.
+func readBody(r *http.Request, b []byte) ([]byte, error) {
+	if n := r.ContentLength; n > 0 && n <= maxBody {
+		b = slices.Grow(b, int(n)+1) // +1: EOF is read into spare room
+	}
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// maxPooled bounds the buffers kept for reuse: a reading is a few
+// hundred bytes, and a body near maxBody is not worth keeping.
+const maxPooled = 64 << 10
+
+// buffers holds *[]byte of reports' bodies and answers for reuse.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+func getBuffer() *[]byte { return buffers.Get().(*[]byte) }
+
+func putBuffer(b *[]byte) {
+	if cap(*b) <= maxPooled {
+		*b = (*b)[:0]
+		buffers.Put(b)
 	}
 }
 
@@ -410,7 +536,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		writeError(w, http.StatusInternalServerError, reasonInternal, fmt.Errorf("answer: %w", err))
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
 }

@@ -39,6 +39,10 @@
 // Secrets in -db (a URL's password; password, sslpassword and sslkey in
 // a URL's query or in key=value form) never reach a log line or an error.
 //
+// The garbage collector runs at GOGC=300, under a memory limit of half
+// the memory the process may use (gc.go says why); GOGC and GOMEMLIMIT
+// in the environment set either as for any Go program.
+//
 // With -notify-file, each notice is delivered to the node's operator as
 // a Standard Webhooks message (notify.go), through an outbox written
 // with the notice; SIGHUP reloads the file.
@@ -223,6 +227,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log = slog.New(slog.NewTextHandler(stderr, nil))
 	}
 	o.cfg.Logger = log
+	gogc, memLimit := setGC()
 
 	toks, err := readTokens(o.tokenFile)
 	if err != nil {
@@ -294,7 +299,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("platform serving", append([]any{"addr", ln.Addr().String(), "version", bi.Version, "commit", bi.Commit},
 		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown,
-			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom)...)...)
+			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "gogc", gogc, "memory_limit", memLimit)...)...)
 
 	notifyUnreached(ctx, svc, o.cfg.Notifier, log)
 	nctx, stopNotify := context.WithCancel(ctx)

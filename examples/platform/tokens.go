@@ -76,6 +76,9 @@ func (x tokenIndex) lookup(header string) (node string, ok bool) {
 	if len(header) < len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
 		return "", false
 	}
-	node, ok = x[sha256.Sum256([]byte(header[len(scheme):]))]
+	// The token is copied to hash it; a copy in an array on the stack
+	// saves the heap one []byte(token) makes of a token over 32 bytes.
+	var a [128]byte
+	node, ok = x[sha256.Sum256(append(a[:0], header[len(scheme):]...))]
 	return node, ok
 }
