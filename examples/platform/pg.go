@@ -610,6 +610,18 @@ func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now t
 // addEvents appends the events of nodes (those that have one) to their
 // event lists, in one statement.
 func (p *pgPlatform) addEvents(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+	sql, args, err := eventsInsert(nodes)
+	if err != nil || sql == "" {
+		return err
+	}
+	_, err = tx.Exec(ctx, sql, args...)
+	return err
+}
+
+// eventsInsert is the statement that appends the events of nodes (those
+// that have one) to their event lists, with its arguments; "" if no node
+// has one.
+func eventsInsert(nodes []*pgNode) (string, []any, error) {
 	var ids, kinds, bodies []string
 	var ats []time.Time
 	for _, n := range nodes {
@@ -618,17 +630,16 @@ func (p *pgPlatform) addEvents(ctx context.Context, tx pgx.Tx, nodes []*pgNode) 
 		}
 		b, err := json.Marshal(n.event)
 		if err != nil {
-			return fmt.Errorf("node %s: event: %w: %w", n.info.ID, errUnsaved, err)
+			return "", nil, fmt.Errorf("node %s: event: %w: %w", n.info.ID, errUnsaved, err)
 		}
 		ids, kinds, ats, bodies = append(ids, n.info.ID), append(kinds, string(n.event.Kind)), append(ats, n.event.At), append(bodies, string(b))
 	}
 	if len(ids) == 0 {
-		return nil
+		return "", nil, nil
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO events (node, kind, at, body)
+	return `INSERT INTO events (node, kind, at, body)
 		SELECT u.node, u.kind, u.at, u.body::jsonb FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) WITH ORDINALITY AS u (node, kind, at, body, i)
-		ORDER BY u.i`, ids, kinds, ats, bodies)
-	return err
+		ORDER BY u.i`, []any{ids, kinds, ats, bodies}, nil
 }
 
 // updateRows writes nodes' rows (their versions go up by one), each
@@ -637,6 +648,23 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 	if len(nodes) == 0 {
 		return nil
 	}
+	sql, args, err := p.rowsUpdate(nodes, now)
+	if err != nil {
+		return err
+	}
+	versions, err := scanVersions(tx.Query(ctx, sql, args...))
+	if err != nil {
+		return rowsMissed(err)
+	}
+	return setVersions(nodes, versions)
+}
+
+// rowsUpdate is the statement that writes nodes' rows, each locked by
+// this transaction, with its arguments. It returns each row written with
+// its new version, and fails (rowsMissed) unless it wrote every one of
+// them: the statement itself fails, so that a transaction whose COMMIT
+// was sent with it (pipedTx) never commits a batch with a node unwritten.
+func (p *pgPlatform) rowsUpdate(nodes []*pgNode, now time.Time) (string, []any, error) {
 	ids, roles, countries := make([]string, len(nodes)), make([]*string, len(nodes)), make([]string, len(nodes))
 	states, readings, overloaded := make([]string, len(nodes)), make([]int64, len(nodes)), make([]bool, len(nodes))
 	next := make([]*time.Time, len(nodes)) // NULL: nothing to plan until a change to the node
@@ -644,7 +672,7 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 	for i, n := range nodes {
 		state, err := encodeState(n.node)
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 		ids[i], countries[i], states[i] = n.info.ID, n.info.Country, string(state)
 		readings[i], overloaded[i] = n.readings, n.tracker.Overloaded()
@@ -656,20 +684,31 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 			roles[i] = &s
 		}
 	}
-	rows, err := tx.Query(ctx, `UPDATE nodes AS n SET role = u.role, country = u.country, state = u.state::json, readings = u.readings,
-			overloaded = u.overloaded, next_plan_at = u.next_plan_at, version = n.version + 1, updated_at = now()
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::timestamptz[])
-			AS u (id, role, country, state, readings, overloaded, next_plan_at)
-		WHERE n.id = u.id
-		RETURNING n.id, n.version`,
-		ids, roles, countries, states, readings, overloaded, next)
-	if err != nil {
-		return err
+	// The count is checked by a division by zero: 1 / 0 when a row was
+	// not written (its error, 22012, is what rowsMissed looks for).
+	return `WITH w AS (
+			UPDATE nodes AS n SET role = u.role, country = u.country, state = u.state::json, readings = u.readings,
+				overloaded = u.overloaded, next_plan_at = u.next_plan_at, version = n.version + 1, updated_at = now()
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::timestamptz[])
+				AS u (id, role, country, state, readings, overloaded, next_plan_at)
+			WHERE n.id = u.id
+			RETURNING n.id, n.version)
+		SELECT w.id, w.version FROM (SELECT 1 / (CASE WHEN count(*) = $8 THEN 1 ELSE 0 END) FROM w) AS all_written (ok) CROSS JOIN w`,
+		[]any{ids, roles, countries, states, readings, overloaded, next, int64(len(nodes))}, nil
+}
+
+// rowsMissed maps the error of rowsUpdate's statement that says a row
+// was not written to errConflict (the transaction is run again).
+func rowsMissed(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "22012" {
+		return fmt.Errorf("a node's row was not written: %w", errConflict)
 	}
-	versions, err := scanVersions(rows)
-	if err != nil {
-		return err
-	}
+	return err
+}
+
+// setVersions gives each of nodes its row's version as written.
+func setVersions(nodes []*pgNode, versions map[string]int64) error {
 	if len(versions) != len(nodes) {
 		return fmt.Errorf("%d of %d nodes' rows written: %w", len(versions), len(nodes), errConflict)
 	}
@@ -681,11 +720,17 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 
 // scanVersions reads the rows of an UPDATE of nodes … RETURNING n.id,
 // n.version: each node written, with its row's new version.
-func scanVersions(rows pgx.Rows) (map[string]int64, error) {
+func scanVersions(rows pgx.Rows, err error) (map[string]int64, error) {
+	if err != nil {
+		if rows != nil {
+			rows.Close()
+		}
+		return nil, err
+	}
 	out := map[string]int64{}
 	var id string
 	var v int64
-	_, err := pgx.ForEachRow(rows, []any{&id, &v}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error {
 		out[id] = v
 		return nil
 	})
@@ -968,26 +1013,12 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 // reportAlone takes one report in a transaction of its own.
 func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (reportOutcome, error) {
 	j := &reportJob{r: r}
-	var n *pgNode
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		nodes, err := p.takeReports(ctx, tx, []*reportJob{j})
-		if err != nil {
-			return err
-		}
-		n = nodes[0]
-		if err := p.sendNotices(ctx, tx, nodes); err != nil {
-			return err
-		}
-		if n != nil {
-			j.out.Notice = n.notice // nil if the database refused it
-		}
-		return nil
-	})
+	t, err := p.takeBatch(ctx, nil, []*reportJob{j})
 	if err != nil {
 		return reportOutcome{}, err
 	}
-	p.cache.keep([]*pgNode{n})
-	p.logClosures(n)
+	p.cache.keep(t.nodes)
+	p.logClosures(t.nodes...)
 	return j.out, j.err
 }
 
