@@ -742,36 +742,141 @@ func scanVersions(rows pgx.Rows, err error) (map[string]int64, error) {
 const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
 
 // sendNotices inserts the notices of the nodes the transaction reported
-// (at most one a node), unnumbered: numberNotices numbers them once
-// committed.
+// (at most one a node), unnumbered (numberNotices numbers them once
+// committed), with their outbox rows, each statement of noticeRounds in
+// turn.
+func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+	rounds, err := p.noticeRounds(nodes, p.now())
+	if err != nil {
+		return err
+	}
+	for _, r := range rounds {
+		inserted, err := scanInserted(tx.Query(ctx, r.sql, r.args...))
+		if err != nil {
+			return err
+		}
+		p.settleNotices(r, inserted)
+	}
+	return nil
+}
+
+// noticeRound is one statement of noticeRounds: the notices of nodes, at
+// most one a node, and outbox rows.
+type noticeRound struct {
+	nodes []*pgNode // those with a notice in this round
+	sql   string
+	args  []any
+}
+
+// noticeRounds are the statements that insert the notices of nodes (at
+// most one a node: a node's two notices, of its two readings in one
+// batch, each in a node of its own, go one statement each, so the second
+// sees the first), each with the outbox rows of what the transaction
+// decided for its nodes: a notice's only if the notice goes in, in the
+// same transaction (a notice counted is delivered, one rolled back is
+// never sent); the end of an overload's, when asked for, in the first.
+// Each returns the nodes whose notice went in (scanInserted); none is
+// needed when there is nothing to insert.
 //
 // The hour is decided here too, not only by the tracker: no notice goes
 // into the table within NoticeEvery of the node's last one (the node's
 // row lock, held, orders that node's notices). A notice refused so is
-// taken out of its node (n.notice nil).
-func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
-	var sent []*pgNode
-	for _, n := range nodes {
-		if n != nil && n.notice != nil {
-			sent = append(sent, n)
-		}
-	}
-	if len(sent) > 0 {
-		if err := p.insertNotices(ctx, tx, sent); err != nil {
-			return err
-		}
-	}
-	// The outbox rows, in the same transaction: a notice counted is
-	// delivered, one rolled back is never sent.
+// taken out of its node by settleNotices.
+func (p *pgPlatform) noticeRounds(nodes []*pgNode, now time.Time) ([]noticeRound, error) {
+	var rounds []noticeRound
+	var ends []delivery
+	var pending []*pgNode
 	for _, n := range nodes {
 		if n == nil {
 			continue
 		}
-		if err := p.enqueueDecided(ctx, tx, n, p.now()); err != nil {
-			return err
+		if n.notice != nil {
+			pending = append(pending, n)
+		}
+		if d, ok, err := p.endDeliveryOf(n, now); err != nil {
+			return nil, err
+		} else if ok {
+			ends = append(ends, d)
 		}
 	}
-	return nil
+	for len(pending) > 0 || len(ends) > 0 {
+		var ids, bodies []string
+		var ats, cuts []time.Time
+		var these []*pgNode
+		seen := map[string]bool{}
+		rest := pending[:0:0]
+		var out outboxRows
+		for _, d := range ends {
+			out.add(d, d.At, false)
+		}
+		ends = nil
+		for _, n := range pending {
+			id := n.info.ID
+			if seen[id] {
+				rest = append(rest, n)
+				continue
+			}
+			seen[id] = true
+			b, err := json.Marshal(n.notice)
+			if err != nil {
+				return nil, fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
+			}
+			every := n.tracker.Limits().NoticeEvery
+			if every <= 0 {
+				every = overload.DefaultLimits().NoticeEvery
+			}
+			ids, bodies, ats, cuts = append(ids, id), append(bodies, string(b)), append(ats, n.notice.At), append(cuts, n.notice.At.Add(-every))
+			these = append(these, n)
+			if d, ok, err := p.noticeDeliveryOf(n, now); err != nil {
+				return nil, err
+			} else if ok {
+				out.add(d, n.notice.At, true)
+			}
+		}
+		if ids == nil {
+			ids, bodies, ats, cuts = []string{}, []string{}, []time.Time{}, []time.Time{}
+		}
+		rounds = append(rounds, noticeRound{nodes: these, sql: `WITH sent AS (
+				INSERT INTO notices (node, at, body)
+				SELECT u.node, u.at, u.body::jsonb FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS u (node, at, body, cut, i)
+				WHERE NOT EXISTS (SELECT 1 FROM notices WHERE node = u.node AND at > u.cut)
+				ORDER BY u.i
+				RETURNING node),
+			outbox AS (` + outboxInsert(5, `NOT d.of_notice OR d.node IN (SELECT node FROM sent)`) + `)
+			SELECT node FROM sent`,
+			args: append([]any{ids, ats, bodies, cuts}, out.args()...)})
+		pending = rest
+	}
+	return rounds, nil
+}
+
+// scanInserted reads what a statement of noticeRounds returns: the nodes
+// whose notice went in.
+func scanInserted(rows pgx.Rows, err error) (map[string]bool, error) {
+	if err != nil {
+		if rows != nil {
+			rows.Close()
+		}
+		return nil, err
+	}
+	inserted := map[string]bool{}
+	var id string
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		inserted[id] = true
+		return nil
+	})
+	return inserted, err
+}
+
+// settleNotices takes the notices of r that did not go in, inserted
+// naming those that did, out of their nodes.
+func (p *pgPlatform) settleNotices(r noticeRound, inserted map[string]bool) {
+	for _, n := range r.nodes {
+		if !inserted[n.info.ID] {
+			p.log.Warn("notice not sent: the node had one within the hour", "node", n.info.ID, "at", n.notice.At)
+			n.notice = nil
+		}
+	}
 }
 
 // numberNotices numbers the notices committed and not numbered yet, in
@@ -810,68 +915,6 @@ func (p *pgPlatform) numberNotices(ctx context.Context) error {
 			UPDATE notices n SET num = numbered.num FROM numbered WHERE n.id = numbered.id`)
 		return err
 	})
-}
-
-// insertNotices inserts the notices of nodes, in one statement, each
-// unless its node had one within NoticeEvery before it; a notice refused
-// so is taken out of its node (n.notice nil). A node's two notices (its
-// two readings in one batch, each in a node of its own) go one statement
-// each, so the second sees the first.
-func (p *pgPlatform) insertNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
-	for len(nodes) > 0 {
-		var ids, bodies []string
-		var ats, cuts []time.Time
-		var these []*pgNode
-		seen := map[string]bool{}
-		rest := nodes[:0:0]
-		for _, n := range nodes {
-			id := n.info.ID
-			if seen[id] {
-				rest = append(rest, n)
-				continue
-			}
-			seen[id] = true
-			b, err := json.Marshal(n.notice)
-			if err != nil {
-				return fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
-			}
-			every := n.tracker.Limits().NoticeEvery
-			if every <= 0 {
-				every = overload.DefaultLimits().NoticeEvery
-			}
-			ids, bodies, ats, cuts = append(ids, id), append(bodies, string(b)), append(ats, n.notice.At), append(cuts, n.notice.At.Add(-every))
-			these = append(these, n)
-		}
-		rows, err := tx.Query(ctx, `INSERT INTO notices (node, at, body)
-			SELECT u.node, u.at, u.body::jsonb FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS u (node, at, body, cut, i)
-			WHERE NOT EXISTS (SELECT 1 FROM notices WHERE node = u.node AND at > u.cut)
-			ORDER BY u.i
-			RETURNING node`, ids, ats, bodies, cuts)
-		if err != nil {
-			return err
-		}
-		inserted := map[string]bool{}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			inserted[id] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, n := range these {
-			if !inserted[n.info.ID] {
-				p.log.Warn("notice not sent: the node had one within the hour", "node", n.info.ID, "at", n.notice.At)
-				n.notice = nil
-			}
-		}
-		nodes = rest
-	}
-	return nil
 }
 
 // unusedClosure reports whether a closes a route for moving no traffic

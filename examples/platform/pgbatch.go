@@ -268,15 +268,14 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	if err != nil {
 		return t, err
 	}
-	if err = p.sendNotices(ctx, tx, nodes); err != nil {
+	rounds, err := p.noticeRounds(nodes, now)
+	if err != nil {
 		return t, err
 	}
-	for i, j := range jobs {
-		if nodes[i] != nil {
-			j.out.Notice = nodes[i].notice // nil if the database refused it
-		}
-	}
 	var last pgx.Batch
+	for _, r := range rounds {
+		last.Queue(r.sql, r.args...)
+	}
 	esql, eargs, err := eventsInsert(written)
 	if err != nil {
 		return t, err
@@ -293,7 +292,14 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	}
 	last.Queue("COMMIT")
 	br = tx.SendBatch(ctx, &last)
-	if esql != "" {
+	for _, r := range rounds {
+		var inserted map[string]bool
+		if inserted, err = scanInserted(br.Query()); err != nil {
+			break
+		}
+		p.settleNotices(r, inserted)
+	}
+	if err == nil && esql != "" {
 		_, err = br.Exec()
 	}
 	if err == nil && len(written) > 0 {
@@ -317,6 +323,11 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	}
 	if err != nil {
 		return t, err
+	}
+	for i, j := range jobs {
+		if nodes[i] != nil {
+			j.out.Notice = nodes[i].notice // nil if the database refused it
+		}
 	}
 	t.nodes = nodes
 	return t, nil
