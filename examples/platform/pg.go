@@ -444,6 +444,17 @@ func (p *pgPlatform) loadNode(ctx context.Context, tx pgx.Tx, id string, state [
 	return n, nil
 }
 
+// addRoutes adds the live routes of n as stored.
+func (n *pgNode) addRoutes(rs []storedRoute) error {
+	for _, r := range rs {
+		if err := n.addRoute(r.body, r.relied); err != nil {
+			return err
+		}
+	}
+	n.info.LiveUsers = liveUsers(n.node)
+	return nil
+}
+
 // loadRoutes loads the live routes of node id into n.
 func loadRoutes(ctx context.Context, tx pgx.Tx, id string, n *pgNode) error {
 	rows, err := tx.Query(ctx, `SELECT body, relied_on FROM routes WHERE node = $1 AND closed_at IS NULL`, id)

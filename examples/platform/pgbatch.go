@@ -231,6 +231,9 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	}
 	if len(ids) > 0 {
 		first.Queue(lockNodes, ids)
+		// Begun once the locks are granted, so it sees every route as
+		// the locks' last holders left them (lockNode).
+		first.Queue(routesOfNodes, ids)
 	}
 	br := c.SendBatch(ctx, &first)
 	tx := br.Tx()
@@ -244,8 +247,11 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	if err == nil && len(qs) > 0 {
 		t.written, err = scanVersions(br.Query())
 	}
+	var routes map[string][]storedRoute
 	if err == nil && len(ids) > 0 {
-		states, err = scanStates(br.Query())
+		if states, err = scanStates(br.Query()); err == nil {
+			routes, err = scanRoutes(br.Query())
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -264,7 +270,7 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	}
 	slices.SortStableFunc(jobs, byNode)
 	now := p.now()
-	nodes, written, err := p.decideReports(ctx, tx, jobs, states, now)
+	nodes, written, err := p.decideReports(ctx, tx, jobs, states, routes, now)
 	if err != nil {
 		return t, err
 	}
@@ -333,6 +339,35 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	return t, nil
 }
 
+// routesOfNodes reads the live routes of nodes, each row's node first.
+const routesOfNodes = `SELECT node, body, relied_on FROM routes WHERE node = ANY($1) AND closed_at IS NULL`
+
+// storedRoute is a live route as stored.
+type storedRoute struct {
+	body   []byte
+	relied *time.Time
+}
+
+// scanRoutes reads the rows of routesOfNodes: each node's live routes, by
+// node ID.
+func scanRoutes(rows pgx.Rows, err error) (map[string][]storedRoute, error) {
+	if err != nil {
+		if rows != nil {
+			rows.Close()
+		}
+		return nil, err
+	}
+	out := map[string][]storedRoute{}
+	var id string
+	var r storedRoute
+	_, err = pgx.ForEachRow(rows, []any{&id, &r.body, &r.relied}, func() error {
+		out[id] = append(out[id], r)
+		r = storedRoute{}
+		return nil
+	})
+	return out, err
+}
+
 // scanStates reads the rows of lockNodes: each node's state, by ID.
 func scanStates(rows pgx.Rows, err error) (map[string][]byte, error) {
 	if err != nil {
@@ -353,7 +388,8 @@ func scanStates(rows pgx.Rows, err error) (map[string][]byte, error) {
 }
 
 // decideReports takes the readings of jobs (sorted by node, one node's in
-// the order they came) in tx, whose nodes' rows it locked, states, and
+// the order they came) in tx, which holds the locks of the nodes' rows
+// in states and read their live routes (routes) once it held them, and
 // returns each job's node (nil for a reading refused), and the nodes
 // whose events and rows are left to write (eventsInsert, rowsUpdate);
 // their notices the caller sends (sendNotices).
@@ -361,16 +397,18 @@ func scanStates(rows pgx.Rows, err error) (map[string][]byte, error) {
 // A node with one reading in the batch, whose row is locked, costs no
 // statement of its own unless it can be planned something: a node neither
 // overloaded nor paused closes nothing whatever its routes (routing's
-// rules), so its routes are not read. A node overloaded or paused, or
+// rules), so its routes are not used. A node overloaded or paused, or
 // whose routes' prices may have moved since its last plan (a lower price
-// reaching its sessions), is planned as alone: its routes read after the
-// lock, its closures written and checked under the routes' locks, in ID
+// reaching its sessions), is planned as alone: on its routes as read
+// after the lock (read again if an earlier node's plan in tx wrote one of
+// them, relying on it), its closures written and checked under the routes' locks, in ID
 // order, before the next node is planned, so a later node's plan sees
 // what an earlier one closed (saveRoutes). A node not among states (new
 // to the database, or a stale copy's), or with more than one reading in
 // the batch, is taken reading by reading (reportIn), written at once.
-func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob, states map[string][]byte, now time.Time) (nodes, written []*pgNode, err error) {
+func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob, states map[string][]byte, routes map[string][]storedRoute, now time.Time) (nodes, written []*pgNode, err error) {
 	nodes = make([]*pgNode, len(jobs))
+	touched := map[string]bool{} // nodes whose routes tx wrote since they were read
 	for i := 0; i < len(jobs); {
 		id := jobs[i].r.Node
 		k := i + 1
@@ -386,6 +424,11 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 					return nil, nil, err
 				}
 				j.out, j.err, nodes[i] = out, refused, n
+				if n != nil {
+					for _, r := range n.relied {
+						touched[r.Node] = true
+					}
+				}
 			}
 			continue
 		}
@@ -405,7 +448,12 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 		nodes[k-1] = n
 		written = append(written, n)
 		if !p.quiet(n.node, now) {
-			if err := loadRoutes(ctx, tx, id, n); err != nil {
+			if touched[id] {
+				err = loadRoutes(ctx, tx, id, n)
+			} else {
+				err = n.addRoutes(routes[id])
+			}
+			if err != nil {
 				return nil, nil, err
 			}
 			if err := p.plan(ctx, tx, n, now); err != nil {
@@ -413,6 +461,9 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 			}
 			if err := p.saveRoutes(ctx, tx, n, now); err != nil {
 				return nil, nil, err
+			}
+			for _, r := range n.relied {
+				touched[r.Node] = true
 			}
 			continue
 		}
