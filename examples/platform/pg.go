@@ -506,42 +506,113 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
 }
 
 // saveRoutes writes back what changed in n's routes: new and changed
-// routes, closures with the routes the moves rely on.
+// routes, closures with the routes the moves rely on, all in one round
+// trip (a pipeline, which the server runs statement after statement).
+//
+// Every route the round closes or relies on is locked first, in ID order
+// (so two nodes' rounds never deadlock), and what the plan relied on is
+// checked to still hold, as locked: the alternative is open, and a route
+// closed as unused was not made another move's alternative meanwhile. The
+// writes go in the same pipeline, after the lock: if a check fails, the
+// transaction (errConflict) is rolled back, writes and all.
 func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
 	id := n.info.ID
-	// Lock every route the round closes or relies on, in ID order (so two
-	// nodes' rounds never deadlock), and check what the plan relied on
-	// still holds: the alternative is open, and a route closed as unused
-	// was not made another move's alternative meanwhile.
+	var b pgx.Batch
+	var lockIDs []string
 	if len(n.closing) > 0 {
-		var ids []string
 		for _, c := range n.closing {
-			ids = append(ids, c.Action.Route.ID)
+			lockIDs = append(lockIDs, c.Action.Route.ID)
 		}
 		for _, r := range n.relied {
-			ids = append(ids, r.ID)
+			lockIDs = append(lockIDs, r.ID)
 		}
-		slices.Sort(ids)
-		rows, err := tx.Query(ctx, `SELECT id, closed_at IS NOT NULL, relied_on, last_traffic FROM routes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+		slices.Sort(lockIDs)
+		b.Queue(`SELECT id, closed_at IS NOT NULL, relied_on, last_traffic FROM routes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, lockIDs)
+		for _, r := range n.relied {
+			b.Queue(`UPDATE routes SET relied_on = $2 WHERE id = $1`, r.ID, now)
+		}
+		for _, c := range n.closing {
+			body, err := json.Marshal(route{Route: c.Action.Route, Session: c.session, Earned: c.Earned})
+			if err != nil {
+				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, errUnsaved, err)
+			}
+			action, err := json.Marshal(c.Action)
+			if err != nil {
+				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, errUnsaved, err)
+			}
+			b.Queue(`UPDATE routes SET closed_at = $2, closed_by = $3, body = $4 WHERE id = $1 AND closed_at IS NULL`,
+				c.Action.Route.ID, c.At, action, body)
+		}
+	}
+	// Live routes: new ones inserted, changed ones (price, traffic,
+	// earnings) updated.
+	var writes []routeWrite
+	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
+		rt := n.routes[rid]
+		body, err := json.Marshal(rt)
 		if err != nil {
-			return err
+			return fmt.Errorf("node %s: route %s: %w: %w", id, rid, errUnsaved, err)
 		}
+		old, had := n.bodies[rid]
+		switch {
+		case !had:
+			b.Queue(`INSERT INTO routes (id, node, user_id, key, country, price, last_traffic, body)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING`,
+				rid, id, rt.Route.User, rt.Route.Key, rt.Route.Country, int64(rt.Route.Price), nullTime(rt.Route.LastTraffic), body)
+			writes = append(writes, routeWrite{rid, true})
+		case string(old) != string(body):
+			// Only a live route, and only as this transaction loaded it
+			// (a charge adds to the earnings it read): a route closed, or
+			// charged, by a transaction this one did not see is a
+			// conflict, run again from the start.
+			b.Queue(`UPDATE routes SET price = $2, last_traffic = $3, body = $4 WHERE id = $1 AND closed_at IS NULL AND body::text = $5`,
+				rid, int64(rt.Route.Price), nullTime(rt.Route.LastTraffic), body, string(old))
+			writes = append(writes, routeWrite{rid, false})
+		}
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	br := tx.SendBatch(ctx, &b)
+	err := p.checkRoutes(br, n, lockIDs, writes, now)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// routeWrite is a live route saveRoutes writes: inserted (new) or
+// updated.
+type routeWrite struct {
+	rid string
+	new bool
+}
+
+// checkRoutes reads the results of saveRoutes' pipeline, in its order,
+// and checks them; lockIDs are the routes it locked (none: no closure),
+// writes the live routes it inserted (new) or updated.
+func (p *pgPlatform) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []string, writes []routeWrite, now time.Time) error {
+	id := n.info.ID
+	if len(lockIDs) > 0 {
 		type lockedRoute struct {
 			closed        bool
 			relied, trafc *time.Time
 		}
 		locked := map[string]lockedRoute{}
-		for rows.Next() {
-			var rid string
-			var lr lockedRoute
-			if err := rows.Scan(&rid, &lr.closed, &lr.relied, &lr.trafc); err != nil {
+		rows, err := br.Query()
+		if err != nil {
+			if rows != nil {
 				rows.Close()
-				return err
 			}
-			locked[rid] = lr
+			return err
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		var rid string
+		var lr lockedRoute
+		if _, err := pgx.ForEachRow(rows, []any{&rid, &lr.closed, &lr.relied, &lr.trafc}, func() error {
+			locked[rid] = lr
+			lr = lockedRoute{}
+			return nil
+		}); err != nil {
 			return err
 		}
 		unusedAfter := p.cfg.Policy.WithDefaults().UnusedAfter
@@ -568,22 +639,13 @@ func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now t
 				return fmt.Errorf("node %s: route %s carried traffic meanwhile: %w", id, rid, errConflict)
 			}
 		}
-		for _, r := range n.relied {
-			if _, err := tx.Exec(ctx, `UPDATE routes SET relied_on = $2 WHERE id = $1`, r.ID, now); err != nil {
+		for range n.relied {
+			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
 		for _, c := range n.closing {
-			body, err := json.Marshal(route{Route: c.Action.Route, Session: c.session, Earned: c.Earned})
-			if err != nil {
-				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, errUnsaved, err)
-			}
-			action, err := json.Marshal(c.Action)
-			if err != nil {
-				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, errUnsaved, err)
-			}
-			tag, err := tx.Exec(ctx, `UPDATE routes SET closed_at = $2, closed_by = $3, body = $4 WHERE id = $1 AND closed_at IS NULL`,
-				c.Action.Route.ID, c.At, action, body)
+			tag, err := br.Exec()
 			if err != nil {
 				return err
 			}
@@ -592,39 +654,16 @@ func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now t
 			}
 		}
 	}
-	// Live routes: new ones inserted, changed ones (price, traffic,
-	// earnings) updated.
-	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
-		rt := n.routes[rid]
-		body, err := json.Marshal(rt)
+	for _, w := range writes {
+		tag, err := br.Exec()
 		if err != nil {
-			return fmt.Errorf("node %s: route %s: %w: %w", id, rid, errUnsaved, err)
+			return err
 		}
-		old, had := n.bodies[rid]
 		switch {
-		case !had:
-			tag, err := tx.Exec(ctx, `INSERT INTO routes (id, node, user_id, key, country, price, last_traffic, body)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING`,
-				rid, id, rt.Route.User, rt.Route.Key, rt.Route.Country, int64(rt.Route.Price), nullTime(rt.Route.LastTraffic), body)
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 0 {
-				return fmt.Errorf("route %s: another route holds its ID: %w", rid, errBadInput)
-			}
-		case string(old) != string(body):
-			// Only a live route, and only as this transaction loaded it
-			// (a charge adds to the earnings it read): a route closed, or
-			// charged, by a transaction this one did not see is a
-			// conflict, run again from the start.
-			tag, err := tx.Exec(ctx, `UPDATE routes SET price = $2, last_traffic = $3, body = $4 WHERE id = $1 AND closed_at IS NULL AND body::text = $5`,
-				rid, int64(rt.Route.Price), nullTime(rt.Route.LastTraffic), body, string(old))
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() != 1 {
-				return fmt.Errorf("node %s: route %s changed meanwhile: %w", id, rid, errConflict)
-			}
+		case w.new && tag.RowsAffected() == 0:
+			return fmt.Errorf("route %s: another route holds its ID: %w", w.rid, errBadInput)
+		case !w.new && tag.RowsAffected() != 1:
+			return fmt.Errorf("node %s: route %s changed meanwhile: %w", id, w.rid, errConflict)
 		}
 	}
 	return nil
