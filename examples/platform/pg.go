@@ -1091,9 +1091,7 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 			return j.out, j.err
 		}
 		out, err := p.reportAlone(ctx, r)
-		if out.Notice != nil {
-			p.notify.poke()
-		}
+		p.pokeFor(out)
 		return out, err
 	}
 	j := &reportJob{ctx: ctx, r: r, done: make(chan struct{})}
@@ -1104,9 +1102,7 @@ func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutc
 	}
 	select {
 	case <-j.done:
-		if j.out.Notice != nil {
-			p.notify.poke()
-		}
+		p.pokeFor(j.out)
 		return j.out, j.err
 	case <-ctx.Done():
 		// The batch may still commit it: the agent's retry is then a
