@@ -519,7 +519,15 @@ func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now t
 	id := n.info.ID
 	var b pgx.Batch
 	var lockIDs []string
-	if len(n.closing) > 0 {
+	alone := len(n.closing) == 1 && len(n.relied) == 0
+	if alone {
+		// One route to lock: its UPDATE locks it, and checks what the
+		// lock would (closeAlone).
+		if err := queueCloseAlone(&b, n, p.cfg.Policy.WithDefaults().UnusedAfter, now); err != nil {
+			return err
+		}
+	}
+	if len(n.closing) > 0 && !alone {
 		for _, c := range n.closing {
 			lockIDs = append(lockIDs, c.Action.Route.ID)
 		}
@@ -574,11 +582,45 @@ func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now t
 		return nil
 	}
 	br := tx.SendBatch(ctx, &b)
-	err := p.checkRoutes(br, n, lockIDs, writes, now)
+	var err error
+	if alone {
+		var tag pgconn.CommandTag
+		if tag, err = br.Exec(); err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("node %s: route %s was closed, made another move's alternative or carried traffic meanwhile: %w", id, n.closing[0].Action.Route.ID, errConflict)
+		}
+	}
+	if err == nil {
+		err = p.checkRoutes(br, n, lockIDs, writes, now)
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// queueCloseAlone queues the closure of n's one route to close, when its
+// plan relies on no other route: one UPDATE, which locks the route and
+// writes it only if, as locked, it is still open, not another move's
+// alternative since unusedAfter before now (unless the closure itself is
+// a move), and, for a closure as unused, carried no traffic since then:
+// what saveRoutes checks under the lock of several routes.
+func queueCloseAlone(b *pgx.Batch, n *pgNode, unusedAfter time.Duration, now time.Time) error {
+	c := n.closing[0]
+	body, err := json.Marshal(route{Route: c.Action.Route, Session: c.session, Earned: c.Earned})
+	if err != nil {
+		return fmt.Errorf("node %s: route %s: %w: %w", n.info.ID, c.Action.Route.ID, errUnsaved, err)
+	}
+	action, err := json.Marshal(c.Action)
+	if err != nil {
+		return fmt.Errorf("node %s: route %s: %w: %w", n.info.ID, c.Action.Route.ID, errUnsaved, err)
+	}
+	_, relies := reliesOn(c.Action)
+	b.Queue(`UPDATE routes SET closed_at = $2, closed_by = $3, body = $4
+		WHERE id = $1 AND closed_at IS NULL
+			AND ($5 OR relied_on IS NULL OR relied_on <= $6)
+			AND (NOT $7 OR last_traffic IS NULL OR last_traffic <= $6)`,
+		c.Action.Route.ID, c.At, action, body, relies, now.Add(-unusedAfter), unusedClosure(c.Action))
+	return nil
 }
 
 // routeWrite is a live route saveRoutes writes: inserted (new) or
