@@ -726,6 +726,16 @@ func (p *pgPlatform) addEvents(ctx context.Context, tx pgx.Tx, nodes []*pgNode) 
 // that have one) to their event lists, with its arguments; "" if no node
 // has one.
 func eventsInsert(nodes []*pgNode) (string, []any, error) {
+	args, err := eventsArgs(nodes)
+	if err != nil || args == nil {
+		return "", nil, err
+	}
+	return eventsSQL(1), args, nil
+}
+
+// eventsArgs are the arguments of eventsSQL for the events of nodes
+// (those that have one); nil if none has one.
+func eventsArgs(nodes []*pgNode) ([]any, error) {
 	var ids, kinds, bodies []string
 	var ats []time.Time
 	for _, n := range nodes {
@@ -734,16 +744,22 @@ func eventsInsert(nodes []*pgNode) (string, []any, error) {
 		}
 		b, err := json.Marshal(n.event)
 		if err != nil {
-			return "", nil, fmt.Errorf("node %s: event: %w: %w", n.info.ID, errUnsaved, err)
+			return nil, fmt.Errorf("node %s: event: %w: %w", n.info.ID, errUnsaved, err)
 		}
 		ids, kinds, ats, bodies = append(ids, n.info.ID), append(kinds, string(n.event.Kind)), append(ats, n.event.At), append(bodies, string(b))
 	}
 	if len(ids) == 0 {
-		return "", nil, nil
+		return nil, nil
 	}
-	return `INSERT INTO events (node, kind, at, body)
-		SELECT u.node, u.kind, u.at, u.body::jsonb FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) WITH ORDINALITY AS u (node, kind, at, body, i)
-		ORDER BY u.i`, []any{ids, kinds, ats, bodies}, nil
+	return []any{ids, kinds, ats, bodies}, nil
+}
+
+// eventsSQL is the INSERT of events whose four arguments (eventsArgs)
+// start at $from.
+func eventsSQL(from int) string {
+	return fmt.Sprintf(`INSERT INTO events (node, kind, at, body)
+		SELECT u.node, u.kind, u.at, u.body::jsonb FROM unnest($%d::text[], $%d::text[], $%d::timestamptz[], $%d::text[]) WITH ORDINALITY AS u (node, kind, at, body, i)
+		ORDER BY u.i`, from, from+1, from+2, from+3)
 }
 
 // updateRows writes nodes' rows (their versions go up by one), each
@@ -752,7 +768,7 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 	if len(nodes) == 0 {
 		return nil
 	}
-	sql, args, err := p.rowsUpdate(nodes, now)
+	sql, args, err := p.rowsUpdate(nodes, false, now)
 	if err != nil {
 		return err
 	}
@@ -764,11 +780,13 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 }
 
 // rowsUpdate is the statement that writes nodes' rows, each locked by
-// this transaction, with its arguments. It returns each row written with
+// this transaction, with its arguments, and with events, their events
+// (eventsSQL, in the same statement). It returns each row written with
 // its new version, and fails (rowsMissed) unless it wrote every one of
 // them: the statement itself fails, so that a transaction whose COMMIT
-// was sent with it (pipedTx) never commits a batch with a node unwritten.
-func (p *pgPlatform) rowsUpdate(nodes []*pgNode, now time.Time) (string, []any, error) {
+// was sent with it (takeBatchOnce) never commits a batch with a node
+// unwritten.
+func (p *pgPlatform) rowsUpdate(nodes []*pgNode, events bool, now time.Time) (string, []any, error) {
 	ids, roles, countries := make([]string, len(nodes)), make([]*string, len(nodes)), make([]string, len(nodes))
 	states, readings, overloaded := make([]string, len(nodes)), make([]int64, len(nodes)), make([]bool, len(nodes))
 	next := make([]*time.Time, len(nodes)) // NULL: nothing to plan until a change to the node
@@ -788,9 +806,21 @@ func (p *pgPlatform) rowsUpdate(nodes []*pgNode, now time.Time) (string, []any, 
 			roles[i] = &s
 		}
 	}
+	args := []any{ids, roles, countries, states, readings, overloaded, next, int64(len(nodes))}
+	with := "WITH "
+	if events {
+		eargs, err := eventsArgs(nodes)
+		if err != nil {
+			return "", nil, err
+		}
+		if eargs != nil {
+			with = "WITH added AS (" + eventsSQL(len(args)+1) + "),\n"
+			args = append(args, eargs...)
+		}
+	}
 	// The count is checked by a division by zero: 1 / 0 when a row was
 	// not written (its error, 22012, is what rowsMissed looks for).
-	return `WITH w AS (
+	return with + `w AS (
 			UPDATE nodes AS n SET role = u.role, country = u.country, state = u.state::json, readings = u.readings,
 				overloaded = u.overloaded, next_plan_at = u.next_plan_at, version = n.version + 1, updated_at = now()
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::boolean[], $7::timestamptz[])
@@ -798,7 +828,7 @@ func (p *pgPlatform) rowsUpdate(nodes []*pgNode, now time.Time) (string, []any, 
 			WHERE n.id = u.id
 			RETURNING n.id, n.version)
 		SELECT w.id, w.version FROM (SELECT 1 / (CASE WHEN count(*) = $8 THEN 1 ELSE 0 END) FROM w) AS all_written (ok) CROSS JOIN w`,
-		[]any{ids, roles, countries, states, readings, overloaded, next, int64(len(nodes))}, nil
+		args, nil
 }
 
 // rowsMissed maps the error of rowsUpdate's statement that says a row

@@ -282,15 +282,8 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	for _, r := range rounds {
 		last.Queue(r.sql, r.args...)
 	}
-	esql, eargs, err := eventsInsert(written)
-	if err != nil {
-		return t, err
-	}
-	if esql != "" {
-		last.Queue(esql, eargs...)
-	}
 	if len(written) > 0 {
-		rsql, rargs, err := p.rowsUpdate(written, now)
+		rsql, rargs, err := p.rowsUpdate(written, true, now)
 		if err != nil {
 			return t, err
 		}
@@ -304,9 +297,6 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 			break
 		}
 		p.settleNotices(r, inserted)
-	}
-	if err == nil && esql != "" {
-		_, err = br.Exec()
 	}
 	if err == nil && len(written) > 0 {
 		var versions map[string]int64
@@ -391,7 +381,7 @@ func scanStates(rows pgx.Rows, err error) (map[string][]byte, error) {
 // the order they came) in tx, which holds the locks of the nodes' rows
 // in states and read their live routes (routes) once it held them, and
 // returns each job's node (nil for a reading refused), and the nodes
-// whose events and rows are left to write (eventsInsert, rowsUpdate);
+// whose events and rows are left to write (rowsUpdate);
 // their notices the caller sends (sendNotices).
 //
 // A node with one reading in the batch, whose row is locked, costs no
