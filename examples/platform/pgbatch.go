@@ -168,17 +168,19 @@ type batchTaken struct {
 }
 
 // lockNodes locks the rows of nodes, in ID order (as lockNode does for
-// one), and returns their states (pipedTx's first round trip).
+// one), and returns their states.
 const lockNodes = `SELECT id, state FROM nodes WHERE id = ANY($1) ORDER BY id FOR UPDATE`
 
 // takeBatch takes the reports of rest (sorted by node, one node's in the
 // order they came) and qs, decided on copies of their nodes, in one
 // transaction, run again (up to 5 times, the copies then not used) when
 // it conflicts with another. The transaction costs two round trips,
-// besides what its nodes that can be planned something (or are new, or
-// have two readings in it) and its notices need: BEGIN, the copies' rows
-// written and the other nodes' rows locked go together in the first; the
-// events and the rows written, and COMMIT, in the last.
+// besides one for each node whose plan closes a route (saveRoutes) and
+// what a node new to the database, or with two readings in the batch,
+// needs (reportIn): BEGIN, the copies' rows written, the other nodes'
+// rows locked and their live routes read go together in the first; the
+// notices with their outbox rows, the rows with their events, and COMMIT
+// in the last.
 func (p *pgPlatform) takeBatch(ctx context.Context, qs []quickReport, rest []*reportJob) (batchTaken, error) {
 	var t batchTaken
 	var err error
