@@ -609,6 +609,20 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 				delete(n.routes, "r-partner")
 				n.closing = append(n.closing, closedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonDrain}, At: c.now(), session: rt.Session})
 			}},
+		{"closure as unused of a route that carried traffic meanwhile", "r-idle3",
+			fmt.Sprintf(`UPDATE routes SET last_traffic = '%s' WHERE id = 'r-idle3'`, t0.Add(-time.Minute).Format(time.RFC3339Nano)),
+			func(n *pgNode) {
+				rt := n.routes["r-idle3"]
+				delete(n.routes, "r-idle3")
+				n.closing = append(n.closing, closedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.now(), session: rt.Session})
+			}},
+		{"closure as unused of a route made another move's alternative meanwhile", "r-move",
+			fmt.Sprintf(`UPDATE routes SET relied_on = '%s', last_traffic = NULL WHERE id = 'r-move'`, t0.Add(-time.Minute).Format(time.RFC3339Nano)),
+			func(n *pgNode) {
+				rt := n.routes["r-move"]
+				delete(n.routes, "r-move")
+				n.closing = append(n.closing, closedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.now(), session: rt.Session})
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()

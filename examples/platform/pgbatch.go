@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/proofkit/nodekit/overload"
 )
@@ -112,57 +113,22 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 		alone(rest[0])
 		return
 	}
-	all := slices.Clone(rest)
+	rest = slices.Clone(rest)
+	slices.SortStableFunc(rest, byNode)
+	ctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
+	t, err := p.takeBatch(ctx, qs, rest)
+	cancel()
+	if err == nil {
+		p.settleQuick(t.qs, t.written) // every one written, or taken the usual way
+		p.cache.keep(t.nodes)
+		p.logClosures(t.nodes...)
+		return
+	}
+	all := rest
 	for _, q := range qs {
 		all = append(all, q.j)
 	}
-	slices.SortStableFunc(all, func(a, b *reportJob) int { return strings.Compare(a.r.Node, b.r.Node) })
-	ctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
-	var nodes []*pgNode
-	var written map[string]int64
-	attempt := 0
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
-		attempt++
-		jobs := all
-		written = nil
-		if attempt == 1 && len(qs) > 0 {
-			// The copies are used once: a transaction run again takes
-			// their reports the usual way.
-			var err error
-			if written, err = writeQuick(ctx, tx, qs); err != nil {
-				return err
-			}
-			jobs = slices.Clone(rest)
-			for _, q := range qs {
-				if _, ok := written[q.n.info.ID]; !ok {
-					jobs = append(jobs, q.j)
-				}
-			}
-			slices.SortStableFunc(jobs, func(a, b *reportJob) int { return strings.Compare(a.r.Node, b.r.Node) })
-		}
-		var err error
-		if nodes, err = p.takeReports(ctx, tx, jobs); err != nil {
-			return err
-		}
-		if err := p.sendNotices(ctx, tx, nodes); err != nil {
-			return err
-		}
-		for i, j := range jobs {
-			if nodes[i] != nil {
-				j.out.Notice = nodes[i].notice // nil if the database refused it
-			}
-		}
-		return nil
-	})
-	cancel()
-	if err == nil {
-		if attempt == 1 {
-			p.settleQuick(qs, written) // every one written, or taken by takeReports
-		}
-		p.cache.keep(nodes)
-		p.logClosures(nodes...)
-		return
-	}
+	slices.SortStableFunc(all, byNode)
 	sorted := all
 	p.log.Warn("report batch failed: its reports are taken again one by one", "reports", len(all), "err", err)
 	var wg sync.WaitGroup
@@ -189,52 +155,252 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 // gone reports whether the request that sent the job has ended.
 func (j *reportJob) gone() bool { return j.ctx != nil && j.ctx.Err() != nil }
 
-// takeReports takes the readings of jobs (sorted by node, one node's in
-// the order they came) in tx, and returns each job's node (nil for a
-// reading refused), written back but for its notice, which the caller
-// sends (sendNotices) once every node is written.
+func byNode(a, b *reportJob) int { return strings.Compare(a.r.Node, b.r.Node) }
+
+// batchTaken is what a batch's transaction committed.
+type batchTaken struct {
+	nodes []*pgNode // the nodes written the usual way, nil for each reading refused
+	// qs are the reports decided on copies of their nodes that the
+	// transaction took (nil when it ran again: they were then taken the
+	// usual way), and written the new versions of those it wrote so.
+	qs      []quickReport
+	written map[string]int64
+}
+
+// lockNodes locks the rows of nodes, in ID order (as lockNode does for
+// one), and returns their states.
+const lockNodes = `SELECT id, state FROM nodes WHERE id = ANY($1) ORDER BY id FOR UPDATE`
+
+// takeBatch takes the reports of rest (sorted by node, one node's in the
+// order they came) and qs, decided on copies of their nodes, in one
+// transaction, run again (up to 5 times, the copies then not used) when
+// it conflicts with another. The transaction costs two round trips,
+// besides one for each node whose plan closes a route (saveRoutes) and
+// what a node new to the database, or with two readings in the batch,
+// needs (reportIn): BEGIN, the copies' rows written, the other nodes'
+// rows locked and their live routes read go together in the first; the
+// notices with their outbox rows, the rows with their events, and COMMIT
+// in the last.
+func (p *pgPlatform) takeBatch(ctx context.Context, qs []quickReport, rest []*reportJob) (batchTaken, error) {
+	var t batchTaken
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 && len(qs) > 0 {
+			// The copies are used once: a transaction run again takes
+			// their reports the usual way.
+			rest = slices.Clone(rest)
+			for _, q := range qs {
+				rest = append(rest, q.j)
+			}
+			slices.SortStableFunc(rest, byNode)
+			qs = nil
+		}
+		t, err = p.takeBatchOnce(ctx, qs, rest)
+		if !retryable(err) {
+			break
+		}
+	}
+	return t, classify(err)
+}
+
+// takeBatchOnce is one run of takeBatch's transaction.
 //
-// Every node's row is locked first, in one statement, in ID order, as
-// lockNode does for one. A node with one reading in the batch, whose row
-// exists, then costs no statement of its own unless it can be planned
-// something: a node neither overloaded nor paused closes nothing whatever
-// its routes (routing's rules), so its routes are not read; the rows and
-// events of all are written in one statement each, at the end. A node
-// overloaded or paused, or whose routes' prices may have moved since its
-// last plan (a lower price reaching its sessions), is planned as alone:
-// its routes read after the lock, its closures written and checked under
-// the routes' locks, in ID order, before the next node is planned, so a
-// later node's plan sees what an earlier one closed (saveRoutes). A node
-// new to the database, or with more than one reading in the batch, is
-// taken reading by reading (reportIn).
-func (p *pgPlatform) takeReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob) ([]*pgNode, error) {
-	nodes := make([]*pgNode, len(jobs))
-	ids := make([]string, 0, len(jobs))
-	for _, j := range jobs {
+// The statements of a round trip go in one pipeline, with one Sync: if
+// one fails, the server skips those after it, COMMIT included, and the
+// transaction is left failed, then rolled back. The rows' UPDATE, sent
+// with COMMIT, itself fails unless it wrote every row (rowsUpdate), so a
+// committed batch never leaves a node unwritten.
+func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest []*reportJob) (t batchTaken, err error) {
+	c, err := p.db.Acquire(ctx)
+	if err != nil {
+		return t, err
+	}
+	defer c.Release() // a connection left in a transaction is closed, not reused
+	var first pgx.Batch
+	first.BeginTx(pgx.TxOptions{})
+	if len(qs) > 0 {
+		sql, args, err := quickUpdate(qs)
+		if err != nil {
+			return t, err
+		}
+		first.Queue(sql, args...)
+	}
+	var ids []string
+	for _, j := range rest {
 		if len(ids) == 0 || ids[len(ids)-1] != j.r.Node {
 			ids = append(ids, j.r.Node)
 		}
 	}
-	states := make(map[string][]byte, len(ids))
-	rows, err := tx.Query(ctx, `SELECT id, state FROM nodes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
-	if err != nil {
-		return nil, err
+	if len(ids) > 0 {
+		first.Queue(lockNodes, ids)
+		// Begun once the locks are granted, so it sees every route as
+		// the locks' last holders left them (lockNode).
+		first.Queue(routesOfNodes, ids)
 	}
-	for rows.Next() {
-		var id string
-		var state []byte
-		if err := rows.Scan(&id, &state); err != nil {
-			rows.Close()
-			return nil, err
+	br := c.SendBatch(ctx, &first)
+	tx := br.Tx()
+	defer func() {
+		if err != nil {
+			tx.Rollback(ctx) // a rollback that fails closes the connection
 		}
-		states[id] = state
+	}()
+	var states map[string][]byte
+	_, err = br.Exec()
+	if err == nil && len(qs) > 0 {
+		t.written, err = scanVersions(br.Query())
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	var routes map[string][]storedRoute
+	if err == nil && len(ids) > 0 {
+		if states, err = scanStates(br.Query()); err == nil {
+			routes, err = scanRoutes(br.Query())
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return t, err
+	}
+	t.qs = qs
+	jobs := rest
+	for _, q := range qs {
+		if _, ok := t.written[q.n.info.ID]; !ok {
+			// A stale copy: taken the usual way, its row locked by
+			// reportIn.
+			jobs = append(slices.Clip(jobs), q.j)
+		}
+	}
+	slices.SortStableFunc(jobs, byNode)
+	now := p.now()
+	nodes, written, err := p.decideReports(ctx, tx, jobs, states, routes, now)
+	if err != nil {
+		return t, err
+	}
+	rounds, err := p.noticeRounds(nodes, now)
+	if err != nil {
+		return t, err
+	}
+	var last pgx.Batch
+	for _, r := range rounds {
+		last.Queue(r.sql, r.args...)
+	}
+	if len(written) > 0 {
+		rsql, rargs, err := p.rowsUpdate(written, true, now)
+		if err != nil {
+			return t, err
+		}
+		last.Queue(rsql, rargs...)
+	}
+	last.Queue("COMMIT")
+	br = tx.SendBatch(ctx, &last)
+	for _, r := range rounds {
+		var inserted map[string]bool
+		if inserted, err = scanInserted(br.Query()); err != nil {
+			break
+		}
+		p.settleNotices(r, inserted)
+	}
+	if err == nil && len(written) > 0 {
+		var versions map[string]int64
+		if versions, err = scanVersions(br.Query()); err == nil {
+			err = setVersions(written, versions)
+		}
+		err = rowsMissed(err)
+	}
+	if err == nil {
+		var tag pgconn.CommandTag
+		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {
+			err = fmt.Errorf("commit: the server answered %s", tag)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && c.Conn().PgConn().TxStatus() != 'I' {
+		err = fmt.Errorf("commit: the connection is still in a transaction (%c)", c.Conn().PgConn().TxStatus())
+	}
+	if err != nil {
+		return t, err
+	}
+	for i, j := range jobs {
+		if nodes[i] != nil {
+			j.out.Notice = nodes[i].notice // nil if the database refused it
+		}
+	}
+	t.nodes = nodes
+	return t, nil
+}
+
+// routesOfNodes reads the live routes of nodes, each row's node first.
+const routesOfNodes = `SELECT node, body, relied_on FROM routes WHERE node = ANY($1) AND closed_at IS NULL`
+
+// storedRoute is a live route as stored.
+type storedRoute struct {
+	body   []byte
+	relied *time.Time
+}
+
+// scanRoutes reads the rows of routesOfNodes: each node's live routes, by
+// node ID.
+func scanRoutes(rows pgx.Rows, err error) (map[string][]storedRoute, error) {
+	if err != nil {
+		if rows != nil {
+			rows.Close()
+		}
 		return nil, err
 	}
-	now := p.now()
-	var written []*pgNode // their events and rows written together, at the end
+	out := map[string][]storedRoute{}
+	var id string
+	var r storedRoute
+	_, err = pgx.ForEachRow(rows, []any{&id, &r.body, &r.relied}, func() error {
+		out[id] = append(out[id], r)
+		r = storedRoute{}
+		return nil
+	})
+	return out, err
+}
+
+// scanStates reads the rows of lockNodes: each node's state, by ID.
+func scanStates(rows pgx.Rows, err error) (map[string][]byte, error) {
+	if err != nil {
+		if rows != nil {
+			rows.Close()
+		}
+		return nil, err
+	}
+	states := map[string][]byte{}
+	var id string
+	var state []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+		states[id] = state
+		state = nil // Scan into a []byte reuses it
+		return nil
+	})
+	return states, err
+}
+
+// decideReports takes the readings of jobs (sorted by node, one node's in
+// the order they came) in tx, which holds the locks of the nodes' rows
+// in states and read their live routes (routes) once it held them, and
+// returns each job's node (nil for a reading refused), and the nodes
+// whose events and rows are left to write (rowsUpdate);
+// their notices the caller sends (sendNotices).
+//
+// A node with one reading in the batch, whose row is locked, costs no
+// statement of its own unless it can be planned something: a node neither
+// overloaded nor paused closes nothing whatever its routes (routing's
+// rules), so its routes are not used. A node overloaded or paused, or
+// whose routes' prices may have moved since its last plan (a lower price
+// reaching its sessions), is planned as alone: on its routes as read
+// after the lock (read again if an earlier node's plan in tx wrote one of
+// them, relying on it), its closures written and checked under the routes' locks, in ID
+// order, before the next node is planned, so a later node's plan sees
+// what an earlier one closed (saveRoutes). A node not among states (new
+// to the database, or a stale copy's), or with more than one reading in
+// the batch, is taken reading by reading (reportIn), written at once.
+func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob, states map[string][]byte, routes map[string][]storedRoute, now time.Time) (nodes, written []*pgNode, err error) {
+	nodes = make([]*pgNode, len(jobs))
+	touched := map[string]bool{} // nodes whose routes tx wrote since they were read
 	for i := 0; i < len(jobs); {
 		id := jobs[i].r.Node
 		k := i + 1
@@ -247,9 +413,14 @@ func (p *pgPlatform) takeReports(ctx context.Context, tx pgx.Tx, jobs []*reportJ
 				j := jobs[i]
 				out, refused, n, err := p.reportIn(ctx, tx, j.r)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				j.out, j.err, nodes[i] = out, refused, n
+				if n != nil {
+					for _, r := range n.relied {
+						touched[r.Node] = true
+					}
+				}
 			}
 			continue
 		}
@@ -257,7 +428,7 @@ func (p *pgPlatform) takeReports(ctx context.Context, tx pgx.Tx, jobs []*reportJ
 		i = k
 		nd, err := p.decodeNode(state)
 		if err != nil {
-			return nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
+			return nil, nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
 		}
 		n := &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
 		out, refused := p.observe(n.node, j.r, now)
@@ -269,33 +440,35 @@ func (p *pgPlatform) takeReports(ctx context.Context, tx pgx.Tx, jobs []*reportJ
 		nodes[k-1] = n
 		written = append(written, n)
 		if !p.quiet(n.node, now) {
-			if err := loadRoutes(ctx, tx, id, n); err != nil {
-				return nil, err
+			if touched[id] {
+				err = loadRoutes(ctx, tx, id, n)
+			} else {
+				err = n.addRoutes(routes[id])
+			}
+			if err != nil {
+				return nil, nil, err
 			}
 			if err := p.plan(ctx, tx, n, now); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if err := p.saveRoutes(ctx, tx, n, now); err != nil {
-				return nil, err
+				return nil, nil, err
+			}
+			for _, r := range n.relied {
+				touched[r.Node] = true
 			}
 			continue
 		}
 		// Planned without its routes: the plan only dates the node's
 		// budgets.
 		if err := p.plan(ctx, tx, n, now); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(n.closing) > 0 {
-			return nil, fmt.Errorf("node %s: a plan without routes closed %d: %w", id, len(n.closing), errUnsaved)
+			return nil, nil, fmt.Errorf("node %s: a plan without routes closed %d: %w", id, len(n.closing), errUnsaved)
 		}
 	}
-	if err := p.addEvents(ctx, tx, written); err != nil {
-		return nil, err
-	}
-	if err := p.updateRows(ctx, tx, written, now); err != nil {
-		return nil, err
-	}
-	return nodes, nil
+	return nodes, written, nil
 }
 
 // quiet reports whether a plan of n at now can change nothing but n's

@@ -157,25 +157,30 @@ type querier interface {
 // version is still its copy's, and returns the new versions of those
 // written, by node ID.
 func writeQuick(ctx context.Context, db querier, qs []quickReport) (map[string]int64, error) {
+	sql, args, err := quickUpdate(qs)
+	if err != nil {
+		return nil, err
+	}
+	return scanVersions(db.Query(ctx, sql, args...))
+}
+
+// quickUpdate is writeQuick's statement, with its arguments.
+func quickUpdate(qs []quickReport) (string, []any, error) {
 	ids, versions, states := make([]string, len(qs)), make([]int64, len(qs)), make([]string, len(qs))
 	readings, overloaded := make([]int64, len(qs)), make([]bool, len(qs))
 	for i, q := range qs {
 		b, err := encodeState(q.n)
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		ids[i], versions[i], states[i] = q.n.info.ID, q.version, string(b)
 		readings[i], overloaded[i] = q.n.readings, q.n.tracker.Overloaded()
 	}
-	rows, err := db.Query(ctx, `UPDATE nodes AS n SET state = u.state::json, readings = u.readings, overloaded = u.overloaded,
+	return `UPDATE nodes AS n SET state = u.state::json, readings = u.readings, overloaded = u.overloaded,
 			next_plan_at = NULL, version = n.version + 1, updated_at = now()
 		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::boolean[]) AS u (id, version, state, readings, overloaded)
 		WHERE n.id = u.id AND n.version = u.version
-		RETURNING n.id, n.version`, ids, versions, states, readings, overloaded)
-	if err != nil {
-		return nil, err
-	}
-	return scanVersions(rows)
+		RETURNING n.id, n.version`, []any{ids, versions, states, readings, overloaded}, nil
 }
 
 // settleQuick answers the reports of qs whose rows were written, once

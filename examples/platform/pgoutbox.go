@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,41 +25,78 @@ type pgOutbox struct {
 
 var _ outboxStore = (*pgOutbox)(nil)
 
-// enqueue inserts d in tx; a delivery decided twice (it cannot be: one
-// notice an hour) is inserted once.
-func enqueue(ctx context.Context, tx pgx.Tx, d delivery, at time.Time) error {
-	_, err := tx.Exec(ctx, `INSERT INTO deliveries (id, node, type, at, body, created_at, status, next_at, last_error)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, '')) ON CONFLICT (id) DO NOTHING`,
-		d.ID, d.Node, d.Type, at, d.Body, d.Created, d.Status, nullTime(d.NextAt), d.LastError)
-	return err
+// pokeFor wakes the notifier for the notice a report decided, if any,
+// when the notice's node has a receiver: a notice without one is in the
+// outbox as undeliverable, with nothing to deliver (the claim a wake
+// costs, a statement and a commit, found nothing: 0.07 a report at
+// 100,000 nodes without a notify file).
+func (p *pgPlatform) pokeFor(out reportOutcome) {
+	if out.Notice != nil && p.notify.receivers().forNode(out.Notice.Node) != nil {
+		p.notify.poke()
+	}
 }
 
-// enqueueDecided writes the outbox rows of what this transaction decided
-// for n: its notice, and, when asked for, the end of its overload.
-func (p *pgPlatform) enqueueDecided(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
-	if p.notify == nil {
-		return nil
+// noticeDeliveryOf is the outbox row of n's notice; false without a
+// notifier.
+func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (delivery, bool, error) {
+	if p.notify == nil || n.notice == nil {
+		return delivery{}, false, nil
 	}
-	rs := p.notify.receivers()
-	if n.notice != nil {
-		d, err := noticeDelivery(*n.notice, cmp.Or(n.startedAt, now), rs) // received when the overload started
-		if err != nil {
-			return err
-		}
-		if err := enqueue(ctx, tx, d, n.notice.At); err != nil {
-			return err
-		}
+	d, err := noticeDelivery(*n.notice, cmp.Or(n.startedAt, now), p.notify.receivers()) // received when the overload started
+	return d, err == nil, err
+}
+
+// endDeliveryOf is the outbox row of the end of n's overload, when the
+// notifier is asked to send ends; false otherwise.
+func (p *pgPlatform) endDeliveryOf(n *pgNode, now time.Time) (delivery, bool, error) {
+	e := n.event
+	if p.notify == nil || e == nil || e.Kind != overload.End || !p.notify.cfg.Ended {
+		return delivery{}, false, nil
 	}
-	if e := n.event; e != nil && e.Kind == overload.End && p.notify.cfg.Ended {
-		d, err := endDelivery(n.info.ID, *e, cmp.Or(n.info.OverloadEnded, now), rs)
-		if err != nil {
-			return err
-		}
-		if err := enqueue(ctx, tx, d, e.At); err != nil {
-			return err
-		}
+	d, err := endDelivery(n.info.ID, *e, cmp.Or(n.info.OverloadEnded, now), p.notify.receivers())
+	return d, err == nil, err
+}
+
+// outboxRows are outbox rows to insert in one statement (outboxInsert),
+// each marked whether it is a notice's.
+type outboxRows struct {
+	ids, nodes, types, statuses, lastErrors []string
+	ats, created                            []time.Time
+	next                                    []*time.Time
+	bodies                                  [][]byte
+	ofNotice                                []bool
+}
+
+func (o *outboxRows) add(d delivery, at time.Time, ofNotice bool) {
+	o.ids, o.nodes, o.types, o.statuses, o.lastErrors = append(o.ids, d.ID), append(o.nodes, d.Node), append(o.types, d.Type), append(o.statuses, d.Status), append(o.lastErrors, d.LastError)
+	o.ats, o.created, o.next = append(o.ats, at), append(o.created, d.Created), append(o.next, nullTime(d.NextAt))
+	o.bodies, o.ofNotice = append(o.bodies, d.Body), append(o.ofNotice, ofNotice)
+}
+
+// args are the rows as outboxInsert's arguments, in its order.
+func (o *outboxRows) args() []any {
+	if o.ids == nil {
+		return []any{[]string{}, []string{}, []string{}, []time.Time{}, [][]byte{}, []time.Time{}, []string{}, []*time.Time{}, []string{}, []bool{}}
 	}
-	return nil
+	return []any{o.ids, o.nodes, o.types, o.ats, o.bodies, o.created, o.statuses, o.next, o.lastErrors, o.ofNotice}
+}
+
+// outboxInsert is the INSERT of outboxRows whose arguments start at $from
+// (ten of them, outboxRows.args), each row only where cond holds (d is
+// the row, d.of_notice whether it is a notice's); a delivery decided
+// twice (it cannot be: one notice an hour) is inserted once.
+func outboxInsert(from int, cond string) string {
+	ps := make([]any, 10)
+	for i := range ps {
+		ps[i] = from + i
+	}
+	return fmt.Sprintf(`INSERT INTO deliveries (id, node, type, at, body, created_at, status, next_at, last_error)
+		SELECT d.id, d.node, d.type, d.at, d.body, d.created_at, d.status, d.next_at, nullif(d.last_error, '')
+		FROM unnest($%d::text[], $%d::text[], $%d::text[], $%d::timestamptz[], $%d::bytea[], $%d::timestamptz[], $%d::text[], $%d::timestamptz[], $%d::text[], $%d::boolean[])
+			WITH ORDINALITY AS d (id, node, type, at, body, created_at, status, next_at, last_error, of_notice, i)
+		WHERE `+cond+`
+		ORDER BY d.i
+		ON CONFLICT (id) DO NOTHING`, ps...)
 }
 
 const deliveryColumns = `id, node, type, body, created_at, status, attempts, next_at, coalesce(last_status, 0), coalesce(last_error, ''), delivered_at`

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -211,6 +212,21 @@ type dbCounters struct {
 	statements, commits int64
 	stmtsKnown          bool
 	walBytes, walFPI    int64 // pg_stat_wal: bytes written, full-page images among them
+	// byStatement: calls of each statement (its text's start, spaces
+	// folded); upd, hotUpd: the nodes table's rows updated, and of those
+	// updated in place in their page (HOT: no index entry written).
+	byStatement map[string]int64
+	upd, hotUpd int64
+}
+
+// statementKey is how a statement is named in the breakdown: the start
+// of its text, spaces folded.
+func statementKey(q string) string {
+	q = strings.Join(strings.Fields(q), " ")
+	if len(q) > 60 {
+		q = q[:60]
+	}
+	return q
 }
 
 func readCounters(ctx context.Context, url string) (dbCounters, error) {
@@ -229,6 +245,25 @@ func readCounters(ctx context.Context, url string) (dbCounters, error) {
 	err = conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat%'`).Scan(&c.statements)
 	c.stmtsKnown = err == nil
+	if err := conn.QueryRow(ctx, `SELECT coalesce(n_tup_upd, 0), coalesce(n_tup_hot_upd, 0) FROM pg_stat_user_tables WHERE relname = 'nodes'`).Scan(&c.upd, &c.hotUpd); err != nil {
+		c.upd, c.hotUpd = 0, 0
+	}
+	if c.stmtsKnown {
+		rows, err := conn.Query(ctx, `SELECT query, calls FROM pg_stat_statements
+			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat%'`)
+		if err == nil {
+			c.byStatement = map[string]int64{}
+			var q string
+			var n int64
+			_, err = pgx.ForEachRow(rows, []any{&q, &n}, func() error {
+				c.byStatement[statementKey(q)] += n
+				return nil
+			})
+			if err != nil {
+				c.byStatement = nil
+			}
+		}
+	}
 	return c, nil
 }
 
@@ -373,6 +408,21 @@ func (r *result) breakdown() []string {
 			line += fmt.Sprintf("; %.3f commits a report", float64(r.commits)/float64(r.Acked))
 		}
 		out = append(out, line)
+		if r.upd > 0 {
+			out = append(out, fmt.Sprintf("nodes' rows: %.3f updated a report, %.1f %% of them in place (HOT)", float64(r.upd)/float64(r.Acked), 100*float64(r.hotUpd)/float64(r.upd)))
+		}
+		type stmt struct {
+			q string
+			n int64
+		}
+		var top []stmt
+		for q, n := range r.byStatement {
+			top = append(top, stmt{q, n})
+		}
+		slices.SortFunc(top, func(a, b stmt) int { return cmp.Compare(b.n, a.n) })
+		for _, s := range top[:min(len(top), 10)] {
+			out = append(out, fmt.Sprintf("  %.3f a report: %s", float64(s.n)/float64(r.Acked), s.q))
+		}
 	}
 	if r.waits != "" {
 		out = append(out, "sessions (mean): "+r.waits)

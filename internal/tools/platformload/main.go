@@ -359,6 +359,15 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 			if c1, cerr := readCounters(ctx, url); cerr == nil {
 				res.statements, res.commits, res.stmtsKnown = c1.statements-c0.statements, c1.commits-c0.commits-ownCommits, c1.stmtsKnown && c0.stmtsKnown
 				res.walBytes, res.walFPI = c1.walBytes-c0.walBytes, c1.walFPI-c0.walFPI
+				res.upd, res.hotUpd = c1.upd-c0.upd, c1.hotUpd-c0.hotUpd
+				if c1.byStatement != nil {
+					res.byStatement = map[string]int64{}
+					for q, n := range c1.byStatement {
+						if d := n - c0.byStatement[q]; d > 0 {
+							res.byStatement[q] = d
+						}
+					}
+				}
 			}
 		}
 		profWG.Wait()
