@@ -71,6 +71,74 @@ var wireNames = []string{
 }
 
 func (d *plainDecoder) object(r *Reading) bool {
+	return d.fields(func(key []byte) (bit uint32, ok bool) {
+		switch string(key) {
+		case "v":
+			var n int64
+			n, ok = d.int(math.MinInt, math.MaxInt)
+			r.Version = int(n)
+			return fVersion, ok
+		case "node":
+			r.Node, ok = d.string()
+			return fNode, ok
+		case "at":
+			d.space()
+			at := d.i
+			if _, ok = d.str(); ok {
+				ok = r.At.UnmarshalJSON(d.b[at:d.i]) == nil
+			}
+			return fAt, ok
+		case "run":
+			r.Run, ok = d.string()
+			return fRun, ok
+		case "seq":
+			r.Seq, ok = d.uint(math.MaxUint64)
+			return fSeq, ok
+		case "memory_used_percent":
+			r.MemoryUsedPercent, ok = d.float()
+			return fMemory, ok
+		case "load15":
+			r.Load15, ok = d.float()
+			return fLoad15, ok
+		case "cpus":
+			var n int64
+			n, ok = d.int(math.MinInt, math.MaxInt)
+			r.CPUs = int(n)
+			return fCPUs, ok
+		case "conntrack_entries":
+			r.ConntrackEntries, ok = d.uint(math.MaxUint64)
+			return fEntries, ok
+		case "conntrack_max":
+			r.ConntrackMax, ok = d.uint(math.MaxUint64)
+			return fMax, ok
+		case "conntrack_drops":
+			r.ConntrackDrops, ok = d.uint(math.MaxUint64)
+			return fCtDrops, ok
+		case "listen_drops":
+			r.ListenDrops, ok = d.uint(math.MaxUint64)
+			return fListenDrops, ok
+		case "listeners":
+			r.Listeners, ok = d.listeners()
+			return fListeners, ok
+		case "links":
+			r.Links, ok = d.links()
+			return fLinks, ok
+		case "missing":
+			r.Missing, ok = d.inputs()
+			return fMissing, ok
+		case "notes":
+			r.Notes, ok = d.strings()
+			return fNotes, ok
+		}
+		return 0, d.unknown(key)
+	})
+}
+
+// fields reads an object, '{' to '}'. For each field, field is given its
+// name, reads its value, and returns the field's bit and whether the value
+// was read; an unknown field's bit is 0 (field skips it with unknown). A
+// known field given twice fails, as a value not read does.
+func (d *plainDecoder) fields(field func(key []byte) (bit uint32, ok bool)) bool {
 	if !d.eat('{') {
 		return false
 	}
@@ -83,67 +151,7 @@ func (d *plainDecoder) object(r *Reading) bool {
 		if !ok {
 			return false
 		}
-		var bit uint32
-		switch string(key) {
-		case "v":
-			bit = fVersion
-			var n int64
-			n, ok = d.int(math.MinInt, math.MaxInt)
-			r.Version = int(n)
-		case "node":
-			bit = fNode
-			r.Node, ok = d.string()
-		case "at":
-			bit = fAt
-			d.space()
-			at := d.i
-			if _, ok = d.str(); ok {
-				ok = r.At.UnmarshalJSON(d.b[at:d.i]) == nil
-			}
-		case "run":
-			bit = fRun
-			r.Run, ok = d.string()
-		case "seq":
-			bit = fSeq
-			r.Seq, ok = d.uint(math.MaxUint64)
-		case "memory_used_percent":
-			bit = fMemory
-			r.MemoryUsedPercent, ok = d.float()
-		case "load15":
-			bit = fLoad15
-			r.Load15, ok = d.float()
-		case "cpus":
-			bit = fCPUs
-			var n int64
-			n, ok = d.int(math.MinInt, math.MaxInt)
-			r.CPUs = int(n)
-		case "conntrack_entries":
-			bit = fEntries
-			r.ConntrackEntries, ok = d.uint(math.MaxUint64)
-		case "conntrack_max":
-			bit = fMax
-			r.ConntrackMax, ok = d.uint(math.MaxUint64)
-		case "conntrack_drops":
-			bit = fCtDrops
-			r.ConntrackDrops, ok = d.uint(math.MaxUint64)
-		case "listen_drops":
-			bit = fListenDrops
-			r.ListenDrops, ok = d.uint(math.MaxUint64)
-		case "listeners":
-			bit = fListeners
-			r.Listeners, ok = d.listeners()
-		case "links":
-			bit = fLinks
-			r.Links, ok = d.links()
-		case "missing":
-			bit = fMissing
-			r.Missing, ok = d.inputs()
-		case "notes":
-			bit = fNotes
-			r.Notes, ok = d.strings()
-		default:
-			ok = d.unknown(key)
-		}
+		bit, ok := field(key)
 		if !ok || seen&bit != 0 {
 			return false
 		}
@@ -154,171 +162,107 @@ func (d *plainDecoder) object(r *Reading) bool {
 	}
 }
 
-func (d *plainDecoder) links() ([]Link, bool) {
+// array reads an array, '[' to ']', calling elem to read each element.
+func (d *plainDecoder) array(elem func() bool) bool {
 	if !d.eat('[') {
-		return nil, false
+		return false
 	}
-	links := []Link{}
 	if d.eat(']') {
-		return links, true
+		return true
 	}
 	for {
-		var k Link
-		if !d.eat('{') {
-			return nil, false
+		if !elem() {
+			return false
 		}
-		if !d.eat('}') {
-			var seen uint32
-			for {
-				key, ok := d.key()
-				if !ok {
-					return nil, false
-				}
-				var bit uint32
-				switch string(key) {
-				case "name":
-					bit = 1
-					k.Name, ok = d.string()
-				case "rx_bps":
-					bit = 2
-					k.RxBitsPerSecond, ok = d.float()
-				case "tx_bps":
-					bit = 4
-					k.TxBitsPerSecond, ok = d.float()
-				case "speed_mbps":
-					bit = 8
-					k.SpeedMbps, ok = d.uint(math.MaxUint64)
-				default:
-					ok = d.unknown(key)
-				}
-				if !ok || seen&bit != 0 {
-					return nil, false
-				}
-				seen |= bit
-				if !d.eat(',') {
-					if !d.eat('}') {
-						return nil, false
-					}
-					break
-				}
-			}
-		}
-		links = append(links, k)
 		if !d.eat(',') {
-			return links, d.eat(']')
+			return d.eat(']')
 		}
 	}
 }
 
-func (d *plainDecoder) listeners() ([]Listener, bool) {
-	if !d.eat('[') {
+// list reads an array into a slice, empty but not nil when the array is
+// (as encoding/json gives), each element by elem; nil and false if it
+// fails.
+func list[T any](d *plainDecoder, elem func() (T, bool)) ([]T, bool) {
+	out := []T{}
+	if !d.array(func() bool {
+		v, ok := elem()
+		out = append(out, v)
+		return ok
+	}) {
 		return nil, false
 	}
-	ls := []Listener{}
-	if d.eat(']') {
-		return ls, true
-	}
-	for {
-		var l Listener
-		if !d.eat('{') {
-			return nil, false
-		}
-		if !d.eat('}') {
-			var seen uint32
-			for {
-				key, ok := d.key()
-				if !ok {
-					return nil, false
-				}
-				var bit uint32
-				var n uint64
-				switch string(key) {
-				case "addr":
-					bit = 1
-					l.Addr, ok = d.string()
-				case "queue":
-					bit = 2
-					n, ok = d.uint(math.MaxUint32)
-					l.Queue = uint32(n)
-				case "backlog":
-					bit = 4
-					n, ok = d.uint(math.MaxUint32)
-					l.Backlog = uint32(n)
-				default:
-					ok = d.unknown(key)
-				}
-				if !ok || seen&bit != 0 {
-					return nil, false
-				}
-				seen |= bit
-				if !d.eat(',') {
-					if !d.eat('}') {
-						return nil, false
-					}
-					break
-				}
+	return out, true
+}
+
+func (d *plainDecoder) links() ([]Link, bool) {
+	return list(d, func() (k Link, ok bool) {
+		ok = d.fields(func(key []byte) (bit uint32, ok bool) {
+			switch string(key) {
+			case "name":
+				k.Name, ok = d.string()
+				return 1, ok
+			case "rx_bps":
+				k.RxBitsPerSecond, ok = d.float()
+				return 2, ok
+			case "tx_bps":
+				k.TxBitsPerSecond, ok = d.float()
+				return 4, ok
+			case "speed_mbps":
+				k.SpeedMbps, ok = d.uint(math.MaxUint64)
+				return 8, ok
 			}
-		}
-		ls = append(ls, l)
-		if !d.eat(',') {
-			return ls, d.eat(']')
-		}
-	}
+			return 0, d.unknown(key)
+		})
+		return k, ok
+	})
+}
+
+func (d *plainDecoder) listeners() ([]Listener, bool) {
+	return list(d, func() (l Listener, ok bool) {
+		ok = d.fields(func(key []byte) (bit uint32, ok bool) {
+			var n uint64
+			switch string(key) {
+			case "addr":
+				l.Addr, ok = d.string()
+				return 1, ok
+			case "queue":
+				n, ok = d.uint(math.MaxUint32)
+				l.Queue = uint32(n)
+				return 2, ok
+			case "backlog":
+				n, ok = d.uint(math.MaxUint32)
+				l.Backlog = uint32(n)
+				return 4, ok
+			}
+			return 0, d.unknown(key)
+		})
+		return l, ok
+	})
 }
 
 // inputs reads Missing; a known input is its constant, so reading one
 // allocates nothing.
 func (d *plainDecoder) inputs() ([]Input, bool) {
-	if !d.eat('[') {
-		return nil, false
-	}
-	ins := []Input{}
-	if d.eat(']') {
-		return ins, true
-	}
-	for {
+	return list(d, func() (Input, bool) {
 		s, ok := d.str()
 		if !ok {
-			return nil, false
+			return "", false
 		}
-		in := Input("")
 		for _, known := range knownInputs {
 			if string(s) == string(known) {
-				in = known
-				break
+				return known, true
 			}
 		}
-		if in == "" {
-			in = Input(s)
-		}
-		ins = append(ins, in)
-		if !d.eat(',') {
-			return ins, d.eat(']')
-		}
-	}
+		return Input(s), true
+	})
 }
 
 // knownInputs are the inputs a reading may list as missing.
 var knownInputs = [...]Input{InputMemory, InputLoad, InputConntrack, InputConntrackDrops, InputListenDrops, InputBandwidth}
 
 func (d *plainDecoder) strings() ([]string, bool) {
-	if !d.eat('[') {
-		return nil, false
-	}
-	ss := []string{}
-	if d.eat(']') {
-		return ss, true
-	}
-	for {
-		s, ok := d.string()
-		if !ok {
-			return nil, false
-		}
-		ss = append(ss, s)
-		if !d.eat(',') {
-			return ss, d.eat(']')
-		}
-	}
+	return list(d, d.string)
 }
 
 // unknown skips the value of a field not in the wire format, named key;
