@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -62,7 +64,7 @@ func newFlightLab(t *testing.T) *flightLab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lab := &flightLab{ln: ln, big: pattern(32 << 20), answer: make(chan struct{})}
+	lab := &flightLab{ln: ln, big: pattern(stallSize(t)), answer: make(chan struct{})}
 	t.Cleanup(func() {
 		ln.Close()
 		lab.mu.Lock()
@@ -84,6 +86,29 @@ func newFlightLab(t *testing.T) *flightLab {
 		}
 	}()
 	return lab
+}
+
+// stallSize is how much the 'S' stream sends: more than the sockets on
+// its way can hold, so that it stalls when the client reads nothing. The
+// proxy's upstream socket may take up to tcp_rmem's most, its client
+// socket and the upstream's each tcp_wmem's (on a host whose tcp_rmem
+// most is 32 MiB, as on the build machine, the first alone held the
+// whole 32 MiB the stream once was).
+func stallSize(t *testing.T) int {
+	t.Helper()
+	most := func(name string) int {
+		b, err := os.ReadFile("/proc/sys/net/ipv4/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(b))
+		n, err := strconv.Atoi(f[len(f)-1])
+		if len(f) != 3 || err != nil {
+			t.Fatalf("%s: %q, want three numbers", name, b)
+		}
+		return n
+	}
+	return max(32<<20, most("tcp_rmem")+2*most("tcp_wmem")+16<<20)
 }
 
 func (lab *flightLab) serve(c *net.TCPConn) {
