@@ -2,14 +2,18 @@
 
 package pinproxy
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/proofkit/nodekit/internal/testing/testkit"
+)
 
 const raceEnabled = false
 
 // TestRaceEnabledMatchesBuild: the build tag that chose this file and the
 // build's own record of -race agree.
 func TestRaceEnabledMatchesBuild(t *testing.T) {
-	if built := builtWithRace(t); built != raceEnabled {
+	if built := testkit.BuiltWithRace(t); built != raceEnabled {
 		t.Errorf("raceEnabled = %v, but the binary was built with -race=%v", raceEnabled, built)
 	}
 }

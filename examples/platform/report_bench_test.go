@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -193,7 +194,7 @@ func readAnswer(br *bufio.Reader) error {
 // the timeout's context (4), the reading's node, run and missing list,
 // and the test's own NopCloser: 8.
 func TestReportAllocs(t *testing.T) {
-	if raceEnabled {
+	if testkit.BuiltWithRace(t) {
 		t.Skip("the race detector allocates")
 	}
 	h, _ := benchFleet(10)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"os/exec"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -78,4 +79,20 @@ func TestBuild(t *testing.T) {
 	if _, err := bad.Run(); err == nil || !strings.Contains(err.Error(), "go build ./testdata/no-such") {
 		t.Fatalf("building a missing package: %v, want an error naming it", err)
 	}
+}
+
+// TestBuildInfoRecordsSettings: the build info BuiltWithRace reads holds
+// the build's settings, so a missing -race means a build without it,
+// not a build info without settings.
+func TestBuildInfoRecordsSettings(t *testing.T) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		t.Skip("no build info in this test binary")
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "GOARCH" {
+			return
+		}
+	}
+	t.Errorf("build info has no GOARCH setting: %v", bi.Settings)
 }
