@@ -32,12 +32,19 @@ func keepAliveOn(t *testing.T, c net.Conn) (on, idle int) {
 	return on, idle
 }
 
-// heldLink dials one echoing connection through p, started on ln, with
-// the parker's sweeps held off, and returns the proxy's upstream conn
-// and its link.
-func heldLink(t *testing.T, p *Proxy, addr string) (net.Conn, *link) {
+// heldLink starts a proxy to lab, with the parker's sweeps held off
+// (holdSweeps), dials one echoing connection through it, and returns the
+// proxy and the connection's link.
+func heldLink(t *testing.T, lab *flightLab) (*Proxy, *link) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	p := newTestProxy(t, lab.ln.Addr().String())
+	holdSweeps(p)
+	ln, err := p.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +58,7 @@ func heldLink(t *testing.T, p *Proxy, addr string) (net.Conn, *link) {
 		l = p.park.head
 		return l != nil
 	})
-	return l.upstream, l
+	return p, l
 }
 
 // holdSweeps keeps the parker from sweeping until the test sweeps.
@@ -66,23 +73,8 @@ func holdSweeps(p *Proxy) {
 // after the dial does, so a connection that ends before it costs no
 // setsockopt.
 func TestKeepAliveSetBySweep(t *testing.T) {
-	lab := newFlightLab(t)
-	p, err := New(Config{Upstreams: []string{lab.ln.Addr().String()}, RebalanceInterval: -1, ParkAfter: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
-	})
-	holdSweeps(p)
-	ln, err := p.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	uc, l := heldLink(t, p, ln.Addr().String())
+	p, l := heldLink(t, newFlightLab(t))
+	uc := l.upstream
 	if on, _ := keepAliveOn(t, uc); on != 0 || !l.kaPending.Load() {
 		t.Fatalf("before a sweep: upstream keepalive on=%d, pending %v; want off and pending", on, l.kaPending.Load())
 	}
@@ -99,49 +91,15 @@ func TestKeepAliveSetBySweep(t *testing.T) {
 // net.FileConn sets.
 func TestHandoffKeepAlive(t *testing.T) {
 	lab := newFlightLab(t)
-	oldP := newTestProxy(t, lab.ln.Addr().String())
-	holdSweeps(oldP)
-	ln, err := oldP.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go oldP.Serve(ln)
-	uc, l := heldLink(t, oldP, ln.Addr().String())
+	oldP, l := heldLink(t, lab)
 	if !l.kaPending.Load() {
 		t.Fatal("the upstream's keepalive is not pending before the hand-over")
 	}
 
 	newP := newTestProxy(t, lab.ln.Addr().String())
-	ucOld, ucNew := handoffPair(t)
-	adopted := make(chan *Adopted, 1)
-	go func() {
-		a, err := newP.Adopt(context.Background(), ucNew)
-		if err != nil {
-			t.Error(err)
-		}
-		adopted <- a
-	}()
-	ready := make(chan HandoffResult, 1)
-	go func() {
-		res, err := oldP.Handoff(context.Background(), ucOld)
-		if err != nil {
-			t.Error(err)
-		}
-		ready <- res
-	}()
-	a := <-adopted
-	if a == nil {
-		t.FailNow()
-	}
-	for _, ln := range a.Listeners {
-		go newP.Serve(ln)
-	}
-	waitFor(t, "the new proxy to serve", func() bool { return newP.Ready() == nil })
-	a.Ready()
-	if res := <-ready; !res.Committed || res.Conns != 1 {
+	if res := handOver(t, oldP, newP); !res.Committed || res.Conns != 1 {
 		t.Fatalf("Handoff: %+v; want committed, 1 connection", res)
 	}
-	_ = uc // closed by the old process once handed over
 	var moved [2]net.Conn
 	newP.mu.Lock()
 	if h := newP.upstreams[0].head; h != nil {

@@ -167,6 +167,40 @@ func stalledClient(t *testing.T, addr string, lab *flightLab) *net.TCPConn {
 	return c.(*net.TCPConn)
 }
 
+// handOver hands everything of oldP to newP, over a socket pair, as an
+// upgrade does: newP adopts, serves the listeners it took and says it is
+// ready; it returns what oldP's Handoff reported.
+func handOver(t *testing.T, oldP, newP *Proxy) HandoffResult {
+	t.Helper()
+	ucOld, ucNew := handoffPair(t)
+	adopted := make(chan *Adopted, 1)
+	go func() {
+		a, err := newP.Adopt(context.Background(), ucNew)
+		if err != nil {
+			t.Error(err)
+		}
+		adopted <- a
+	}()
+	ready := make(chan HandoffResult, 1)
+	go func() {
+		res, err := oldP.Handoff(context.Background(), ucOld)
+		if err != nil {
+			t.Error(err)
+		}
+		ready <- res
+	}()
+	a := <-adopted
+	if a == nil {
+		t.FailNow()
+	}
+	for _, ln := range a.Listeners {
+		go newP.Serve(ln)
+	}
+	waitFor(t, "the new proxy to serve", func() bool { return newP.Ready() == nil })
+	a.Ready()
+	return <-ready
+}
+
 func newTestProxy(t *testing.T, up string) *Proxy {
 	t.Helper()
 	p, err := New(Config{Upstreams: []string{up}, RebalanceInterval: -1, ParkAfter: 50 * time.Millisecond})
@@ -215,33 +249,7 @@ func TestHandoffMovesBytesInFlight(t *testing.T) {
 	waitFor(t, "the idle connection to park", func() bool { return oldP.park.parkedNow() >= 1 })
 
 	newP := newTestProxy(t, lab.ln.Addr().String())
-	ucOld, ucNew := handoffPair(t)
-	adopted := make(chan *Adopted, 1)
-	go func() {
-		a, err := newP.Adopt(context.Background(), ucNew)
-		if err != nil {
-			t.Error(err)
-		}
-		adopted <- a
-	}()
-	ready := make(chan HandoffResult, 1)
-	go func() {
-		res, err := oldP.Handoff(context.Background(), ucOld)
-		if err != nil {
-			t.Error(err)
-		}
-		ready <- res
-	}()
-	a := <-adopted
-	if a == nil {
-		t.FailNow()
-	}
-	for _, ln := range a.Listeners {
-		go newP.Serve(ln)
-	}
-	waitFor(t, "the new proxy to serve", func() bool { return newP.Ready() == nil })
-	a.Ready()
-	res := <-ready
+	res := handOver(t, oldP, newP)
 	t.Logf("Handoff: %+v", res)
 	if !res.Committed || !res.Ready || res.Conns != 3 || res.Parked < 1 || res.Pending == 0 {
 		t.Fatalf("Handoff: %+v; want committed and ready, 3 connections, one parked at least, bytes pending", res)
