@@ -138,10 +138,8 @@ func handler(svc service, toks tokens) http.Handler {
 	idx := toks.index()
 	auth := func(agentMay bool, h func(w http.ResponseWriter, r *http.Request, node string)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			node, ok := idx.lookup(r.Header.Get("Authorization"))
+			node, ok := authorize(idx, w, r)
 			if !ok {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
-				writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
 				return
 			}
 			if node != "" && !agentMay {
@@ -151,7 +149,7 @@ func handler(svc service, toks tokens) http.Handler {
 			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)
-			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+			limitBody(w, r)
 			h(w, r, node)
 		}
 	}
@@ -290,29 +288,44 @@ func (h reportFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// reportHandler is POST /report's handler: the token check of auth, and
-// handleReport, without the request's copy that auth makes to carry its
-// context (handleReport takes the context as an argument).
+// reportHandler is POST /report's handler: auth's token check and body
+// bound, and handleReport, without the request's copy that auth makes to
+// carry its context (handleReport takes the context as an argument).
 type reportHandler struct {
 	svc service
 	idx tokenIndex
 }
 
 func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	node, ok := h.idx.lookup(r.Header.Get("Authorization"))
+	node, ok := authorize(h.idx, w, r)
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
-		writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	// A body of a length given up to maxBody cannot run over it: the
-	// server reads no more than the length.
+	limitBody(w, r)
+	handleReport(ctx, h.svc, w, r, node)
+}
+
+// authorize returns the node whose token r carries ("" for the
+// platform's own token); without a known token it answers 401 and
+// returns false.
+func authorize(idx tokenIndex, w http.ResponseWriter, r *http.Request) (node string, ok bool) {
+	node, ok = idx.lookup(r.Header.Get("Authorization"))
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
+		writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
+	}
+	return node, ok
+}
+
+// limitBody bounds r's body at maxBody. A body whose length is given,
+// up to maxBody, cannot run over it (the server reads no more than the
+// length), so it is left as it is.
+func limitBody(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength < 0 || r.ContentLength > maxBody {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	}
-	handleReport(ctx, h.svc, w, r, node)
 }
 
 // handleReport takes one overload.Reading. The node is the token's, or,
