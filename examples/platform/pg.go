@@ -311,13 +311,23 @@ func (p *pgPlatform) withNode(ctx context.Context, id string, create bool, fn fu
 	})
 }
 
-// inTx runs fn in a transaction, again (up to 5 times) when it conflicts
+// inTx runs fn in a transaction, again (up to txAttempts times) when it conflicts
 // with another, and maps the database's errors to the platform's.
 func (p *pgPlatform) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return runTx(func(int) error { return pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{}, fn) })
+}
+
+// txAttempts is how many times a transaction that ends in a deadlock or
+// a conflict (retryable) is run.
+const txAttempts = 5
+
+// runTx runs a transaction by once (given the attempt, from 0) until it
+// succeeds, fails for a reason running it again would not change, or has
+// run txAttempts times; it returns the last error, classified.
+func runTx(once func(attempt int) error) error {
 	var err error
-	for range 5 {
-		err = pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{}, fn)
-		if !retryable(err) {
+	for attempt := range txAttempts {
+		if err = once(attempt); !retryable(err) {
 			break
 		}
 	}

@@ -173,7 +173,7 @@ const lockNodes = `SELECT id, state FROM nodes WHERE id = ANY($1) ORDER BY id FO
 
 // takeBatch takes the reports of rest (sorted by node, one node's in the
 // order they came) and qs, decided on copies of their nodes, in one
-// transaction, run again (up to 5 times, the copies then not used) when
+// transaction, run again (up to txAttempts times, the copies then not used) when
 // it conflicts with another. The transaction costs two round trips,
 // besides one for each node whose plan closes a route (saveRoutes) and
 // what a node new to the database, or with two readings in the batch,
@@ -183,8 +183,7 @@ const lockNodes = `SELECT id, state FROM nodes WHERE id = ANY($1) ORDER BY id FO
 // in the last.
 func (p *pgPlatform) takeBatch(ctx context.Context, qs []quickReport, rest []*reportJob) (batchTaken, error) {
 	var t batchTaken
-	var err error
-	for attempt := range 5 {
+	err := runTx(func(attempt int) error {
 		if attempt > 0 && len(qs) > 0 {
 			// The copies are used once: a transaction run again takes
 			// their reports the usual way.
@@ -195,12 +194,11 @@ func (p *pgPlatform) takeBatch(ctx context.Context, qs []quickReport, rest []*re
 			slices.SortStableFunc(rest, byNode)
 			qs = nil
 		}
+		var err error
 		t, err = p.takeBatchOnce(ctx, qs, rest)
-		if !retryable(err) {
-			break
-		}
-	}
-	return t, classify(err)
+		return err
+	})
+	return t, err
 }
 
 // takeBatchOnce is one run of takeBatch's transaction.
