@@ -30,7 +30,6 @@ type Proxy struct {
 	// conn, so connect need not set it again.
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	keepAlive net.KeepAliveConfig // what setKeepAlive sets, from cfg.KeepAlive
-	kaLater   bool                // an upstream's keepalive is set by the parker's sweep, not at the dial
 	bufs      sync.Pool           // the data path's buffers for small bursts (copy_linux.go)
 	park      *parker             // parks idle connections (park_linux.go); nil: never
 
@@ -133,19 +132,12 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.bufs.New = newBurstBuf
 	p.park = newParker(cfg.ParkAfter, p.setKeepAlive)
-	// With a parker, an upstream's keepalive is set by the parker's first
-	// sweep after the dial, within a second (see parker.keepAlive): a
-	// connection that ends sooner, as most short ones do, spares the four
-	// setsockopt calls, a tenth of the proxy's CPU a connection under a
-	// connection-rate load. A probe is due only after the idle time (30 s
-	// by default), so setting it a sweep late delays none.
-	p.kaLater = p.park != nil && p.keepAlive.Enable
 	if p.dial == nil {
-		// Otherwise the dialer sets keepalive once, as configured
-		// (KeepAlive is ignored when KeepAliveConfig is enabled; -1 turns
-		// it off otherwise).
+		// Unless the parker sets it (kaLater), the dialer sets keepalive
+		// once, as configured (KeepAlive is ignored when KeepAliveConfig
+		// is enabled; -1 turns it off otherwise).
 		d := &net.Dialer{KeepAlive: -1}
-		if !p.kaLater {
+		if !p.kaLater() {
 			d.KeepAliveConfig, d.Control = p.keepAlive, p.dialControl()
 		}
 		p.dial = d.DialContext
@@ -402,7 +394,7 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 		}
 	}
 	c.link = newLink(c.client, c.upstream, &p.bufs, &c.up.bytes, func(r spliceResult) { p.finish(c, r) })
-	c.link.kaPending.Store(p.kaLater)
+	c.link.kaPending.Store(p.kaLater())
 	// This goroutine's stack is 8 KiB, for the dial (growStack), and a
 	// goroutine keeps its stack for life: hand the
 	// connection to a fresh goroutine, which stays at 2 KiB while the
@@ -583,7 +575,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		p.linkLocked(c)
 		live := u.live
 		p.mu.Unlock()
-		if p.cfg.DialContext != nil && !p.kaLater { // the proxy's own dialer has set it
+		if p.cfg.DialContext != nil && !p.kaLater() { // the proxy's own dialer has set it
 			p.setKeepAlive(uc)
 		}
 		if p.log.Enabled(p.stopCtx, slog.LevelDebug) { // spare the address strings otherwise
@@ -635,6 +627,14 @@ func (p *Proxy) forgetLocked(u *upstream) {
 		p.leaving = slices.DeleteFunc(p.leaving, func(v *upstream) bool { return v == u })
 	}
 }
+
+// kaLater reports whether an upstream's keepalive is set by the parker's
+// first sweep after the dial, within a second (see parker.keepAlive),
+// rather than at the dial: so with a parker. A connection that ends
+// sooner, as most short ones do, spares four setsockopt calls; a probe
+// is due only after the idle time (30 s by default), so setting it a
+// sweep late delays none.
+func (p *Proxy) kaLater() bool { return p.park != nil && p.keepAlive.Enable }
 
 // setKeepAlive turns TCP keepalive on (or off) as configured. A conn
 // accepted from a listener not made by Listen gets it here even though
