@@ -67,8 +67,13 @@ type pgPlatform struct {
 	// batchTimeout bounds a batch's transaction, and then each of its
 	// reports taken again alone.
 	batchTimeout time.Duration
-	stop         chan struct{}
-	workers      sync.WaitGroup
+	// turn is the batch workers' one turn to take reports from jobs: a
+	// worker holds it from its first report until its batch has
+	// committed or run spill (pgOptions.Spill).
+	turn    chan struct{}
+	spill   time.Duration
+	stop    chan struct{}
+	workers sync.WaitGroup
 }
 
 // pgOptions are the PostgreSQL store's own settings.
@@ -92,10 +97,13 @@ type pgOptions struct {
 	// before it starts its transaction (with Batch over 1); zero: not at
 	// all, batches grow only when every worker is busy.
 	Linger time.Duration
-	// Workers is how many batches are in flight at once (with Batch over
-	// 1); zero: defaultBatchWorkers. Fewer make larger batches under a
-	// given load: fewer commits, each waited for longer.
+	// Workers is the most batches in flight at once (with Batch over 1);
+	// zero: defaultBatchWorkers. One runs at a time; another starts
+	// beside those in flight only once each has run Spill.
 	Workers int
+	// Spill is how long a batch runs before another may start beside
+	// it; zero: defaultBatchSpill.
+	Spill time.Duration
 	// Cache is the most nodes this replica keeps a copy of, as it last
 	// wrote them, to decide a quiet node's report without reading its row
 	// (nodeCache); 0: none.
@@ -113,14 +121,25 @@ const (
 	serverStatementTimeout = requestTimeout + 5*time.Second
 )
 
-// defaultBatchWorkers is how many batches a replica has in flight at
-// once, unless set. A batch takes two round trips and its commit's
-// flush, so two keep a replica's reports moving while a commit waits;
-// more only split the reports waiting into more, smaller batches, each
-// with its commit. At 100,000 nodes on one replica, 4 workers made 0.18
-// commits a report and cost PostgreSQL 0.111 ms of CPU a report, 2 made
-// 0.10 and cost 0.081 ms, at the same p99 (70 and 79 ms, one run each).
-const defaultBatchWorkers = 2
+// defaultBatchWorkers is the most batches a replica has in flight at
+// once, unless set, and defaultBatchSpill how long one runs before
+// another may start beside it.
+//
+// One batch at a time takes every report that arrived while the last
+// ran: the fewest commits. At 100,000 nodes on one replica, one worker
+// made 0.06 commits a report and cost 0.19 ms of platform and PostgreSQL
+// CPU a report; two at once, 0.10 commits and 0.23–0.25 ms (four: 0.18
+// commits). But a batch can wait: on a node's row lock that another
+// replica holds, for as long as that replica holds it (up to
+// defaultIdleInTx if it froze), or on a slow disk's flush. Then the
+// reports arriving behind it go into a batch of their own once it has
+// run defaultBatchSpill, some ten times a batch's usual time at that
+// load (two round trips and a commit's flush, 3–6 ms), so a wait costs
+// them that much, not the wait's length.
+const (
+	defaultBatchWorkers = 2
+	defaultBatchSpill   = 50 * time.Millisecond
+)
 
 // openPG connects to the database at url, brings its schema up to date and
 // adds the seed's nodes the database does not hold yet.
@@ -172,7 +191,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	if err != nil {
 		return nil, dbError(url, err)
 	}
-	p := &pgPlatform{rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2)}
+	p := &pgPlatform{rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2), spill: cmp.Or(opt.Spill, defaultBatchSpill)}
 	if p.notify != nil {
 		p.notify.box = &pgOutbox{db: db}
 	}
@@ -199,6 +218,8 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	}
 	if opt.Batch > 1 {
 		p.jobs, p.stop = make(chan *reportJob), make(chan struct{})
+		p.turn = make(chan struct{}, 1)
+		p.turn <- struct{}{}
 		for range cmp.Or(opt.Workers, defaultBatchWorkers) {
 			p.workers.Add(1)
 			go p.batchWorker(opt.Batch, opt.Linger)

@@ -774,3 +774,132 @@ func openPGReplicas(t *testing.T, url string, c *clock, opt pgOptions, seed *see
 	}
 	return reps
 }
+
+// holdRow has another session lock node id's row until the test ends or
+// the returned release is called, as a replica's report of it would.
+func holdRow(t *testing.T, url, id string) (release func()) {
+	t.Helper()
+	ctx := t.Context()
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			tx.Rollback(context.Background())
+			holder.Close(context.Background())
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// awaitLockWait waits until a session of the database at url waits on
+// a lock.
+func awaitLockWait(t *testing.T, url string) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var waiting int
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no session waits on a lock after 10 s")
+		}
+	}
+}
+
+// quietReading is a reading of node id that overloads nothing.
+func quietReading(id string) overload.Reading {
+	return overload.Reading{Node: id, At: t0, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}
+}
+
+// TestPGBatchesOneAtATime: while a batch runs, and for less than the
+// spill time, the reports arriving wait for it, to go together in the
+// next batch: a batch held on a row lock holds them up until it commits.
+func TestPGBatchesOneAtATime(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
+		pgOptions{PlanEvery: 30 * time.Second, Batch: 64, Workers: 4, Spill: time.Hour, BatchTimeout: 20 * time.Second}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	release := holdRow(t, url, "x2")
+	held := make(chan error, 1)
+	go func() {
+		_, err := p.report(t.Context(), quietReading("x2"))
+		held <- err
+	}()
+	awaitLockWait(t, url)
+	others := make(chan error, 2)
+	for _, id := range []string{"x1", "f1"} {
+		go func() {
+			_, err := p.report(t.Context(), quietReading(id))
+			others <- err
+		}()
+	}
+	select {
+	case err := <-others:
+		t.Fatalf("a report was answered (err %v) while the batch before it ran: want it held for the next batch", err)
+	case <-time.After(time.Second):
+	}
+	release()
+	for _, ch := range []chan error{held, others, others} {
+		if err := <-ch; err != nil {
+			t.Errorf("report once the lock was free: %v", err)
+		}
+	}
+}
+
+// TestPGBatchSpills: a batch held up (here on a row lock another session
+// holds) past the spill time holds up the reports arriving after it no
+// longer: they go in a batch beside it and are answered while it waits.
+func TestPGBatchSpills(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
+		pgOptions{PlanEvery: 30 * time.Second, Batch: 64, Spill: 50 * time.Millisecond, BatchTimeout: 20 * time.Second}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	release := holdRow(t, url, "x2")
+	held := make(chan error, 1)
+	go func() {
+		_, err := p.report(t.Context(), quietReading("x2"))
+		held <- err
+	}()
+	awaitLockWait(t, url)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := p.report(ctx, quietReading("x1")); err != nil {
+		t.Fatalf("report of x1 while x2's batch waits on its lock: %v, want counted beside it", err)
+	}
+	select {
+	case err := <-held:
+		t.Fatalf("x2's report answered (err %v) while its row was locked", err)
+	default:
+	}
+	release()
+	if err := <-held; err != nil {
+		t.Errorf("report of x2 once its lock was free: %v", err)
+	}
+}

@@ -24,11 +24,16 @@ type reportJob struct {
 }
 
 // batchWorker takes the reports waiting, up to max, into one transaction
-// at a time. Without linger a report arriving when a worker is idle goes
-// alone, at once: batches grow only with load. With linger, a worker
-// that took a report waits up to linger for more before it starts: each
-// report waits that much longer, and under load a commit takes that many
-// more reports.
+// at a time, while it holds the workers' turn (p.turn). Without linger a
+// report arriving when no batch runs goes alone, at once: batches grow
+// only with load. With linger, a worker that took a report waits up to
+// linger for more before it starts: each report waits that much longer,
+// and under load a commit takes that many more reports.
+//
+// The turn passes on when the batch has committed, or has run p.spill:
+// while one batch runs, the reports arriving wait for the next, which
+// takes them all at once, unless the one running is held up (on a lock,
+// on a flush), when they go into a batch beside it.
 func (p *pgPlatform) batchWorker(max int, linger time.Duration) {
 	defer p.workers.Done()
 	var timer *time.Timer
@@ -37,11 +42,17 @@ func (p *pgPlatform) batchWorker(max int, linger time.Duration) {
 		timer.Stop()
 	}
 	for {
+		select {
+		case <-p.turn:
+		case <-p.stop:
+			return
+		}
 		var batch []*reportJob
 		select {
 		case j := <-p.jobs:
 			batch = append(batch, j)
 		case <-p.stop:
+			p.turn <- struct{}{}
 			return
 		}
 		if timer != nil {
@@ -70,7 +81,14 @@ func (p *pgPlatform) batchWorker(max int, linger time.Duration) {
 		if timer != nil {
 			timer.Stop()
 		}
+		// The one turn is held here, so it is given back once: by the
+		// spill's timer or after the batch, whichever comes first.
+		var pass sync.Once
+		give := func() { pass.Do(func() { p.turn <- struct{}{} }) }
+		spill := time.AfterFunc(p.spill, give)
 		p.runBatch(batch)
+		spill.Stop()
+		give()
 	}
 }
 

@@ -213,10 +213,18 @@ type dbCounters struct {
 	stmtsKnown          bool
 	walBytes, walFPI    int64 // pg_stat_wal: bytes written, full-page images among them
 	// byStatement: calls of each statement (its text's start, spaces
-	// folded); upd, hotUpd: the nodes table's rows updated, and of those
-	// updated in place in their page (HOT: no index entry written).
-	byStatement map[string]int64
+	// folded) and the server's time in them; upd, hotUpd: the nodes
+	// table's rows updated, and of those updated in place in their page
+	// (HOT: no index entry written).
+	byStatement map[string]stmtUse
 	upd, hotUpd int64
+}
+
+// stmtUse is a statement's calls and the time the server spent in them
+// (planning and running, lock waits included).
+type stmtUse struct {
+	calls int64
+	time  time.Duration
 }
 
 // statementKey is how a statement is named in the breakdown: the start
@@ -249,14 +257,18 @@ func readCounters(ctx context.Context, url string) (dbCounters, error) {
 		c.upd, c.hotUpd = 0, 0
 	}
 	if c.stmtsKnown {
-		rows, err := conn.Query(ctx, `SELECT query, calls FROM pg_stat_statements
+		rows, err := conn.Query(ctx, `SELECT query, calls, total_plan_time + total_exec_time FROM pg_stat_statements
 			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat%'`)
 		if err == nil {
-			c.byStatement = map[string]int64{}
+			c.byStatement = map[string]stmtUse{}
 			var q string
 			var n int64
-			_, err = pgx.ForEachRow(rows, []any{&q, &n}, func() error {
-				c.byStatement[statementKey(q)] += n
+			var ms float64
+			_, err = pgx.ForEachRow(rows, []any{&q, &n, &ms}, func() error {
+				u := c.byStatement[statementKey(q)]
+				u.calls += n
+				u.time += time.Duration(ms * float64(time.Millisecond))
+				c.byStatement[statementKey(q)] = u
 				return nil
 			})
 			if err != nil {
@@ -413,15 +425,15 @@ func (r *result) breakdown() []string {
 		}
 		type stmt struct {
 			q string
-			n int64
+			u stmtUse
 		}
 		var top []stmt
-		for q, n := range r.byStatement {
-			top = append(top, stmt{q, n})
+		for q, u := range r.byStatement {
+			top = append(top, stmt{q, u})
 		}
-		slices.SortFunc(top, func(a, b stmt) int { return cmp.Compare(b.n, a.n) })
+		slices.SortFunc(top, func(a, b stmt) int { return cmp.Or(cmp.Compare(b.u.time, a.u.time), cmp.Compare(b.u.calls, a.u.calls)) })
 		for _, s := range top[:min(len(top), 10)] {
-			out = append(out, fmt.Sprintf("  %.3f a report: %s", float64(s.n)/float64(r.Acked), s.q))
+			out = append(out, fmt.Sprintf("  %.3f a report, %.4f ms: %s", float64(s.u.calls)/float64(r.Acked), per(s.u.time), s.q))
 		}
 	}
 	if r.waits != "" {

@@ -68,8 +68,8 @@ type result struct {
 	statements, commits int64
 	stmtsKnown          bool
 	walBytes, walFPI    int64
-	byStatement         map[string]int64 // calls by statement (statementKey)
-	upd, hotUpd         int64            // the nodes table's rows updated, and in place (HOT)
+	byStatement         map[string]stmtUse // calls and time by statement (statementKey)
+	upd, hotUpd         int64              // the nodes table's rows updated, and in place (HOT)
 	waits               string
 	perfTop             string   // perf report of PostgreSQL, with -perf
 	rss                 []uint64 // each replica's resident memory at the end, bytes

@@ -361,10 +361,10 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 				res.walBytes, res.walFPI = c1.walBytes-c0.walBytes, c1.walFPI-c0.walFPI
 				res.upd, res.hotUpd = c1.upd-c0.upd, c1.hotUpd-c0.hotUpd
 				if c1.byStatement != nil {
-					res.byStatement = map[string]int64{}
-					for q, n := range c1.byStatement {
-						if d := n - c0.byStatement[q]; d > 0 {
-							res.byStatement[q] = d
+					res.byStatement = map[string]stmtUse{}
+					for q, u := range c1.byStatement {
+						if d := u.calls - c0.byStatement[q].calls; d > 0 {
+							res.byStatement[q] = stmtUse{d, u.time - c0.byStatement[q].time}
 						}
 					}
 				}
