@@ -120,7 +120,7 @@ Flags:
 	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
 	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
-	fs.IntVar(&o.dbWorkers, "db-workers", defaultBatchWorkers, fmt.Sprintf("with -db: the most batches of reports a replica has in flight at once (one at a time; another beside it once it has run %v, held up on a lock)", defaultBatchSpill))
+	fs.IntVar(&o.dbWorkers, "db-workers", defaultBatchWorkers, fmt.Sprintf("with -db: the most batches of reports a replica has in flight at once (one at a time; another beside it once it is full or has run %v, held up on a lock)", defaultBatchSpill))
 	fs.DurationVar(&o.dbLinger, "db-linger", 0, "with -db: how long a batch waits for more reports before its transaction starts (0: not at all; under load, more reports a commit)")
 	fs.IntVar(&o.dbCache, "db-cache", 200000, "with -db: the most nodes a replica keeps a copy of, as it last wrote them, to take a quiet node's report in one statement (0: none)")
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")

@@ -99,7 +99,7 @@ type pgOptions struct {
 	Linger time.Duration
 	// Workers is the most batches in flight at once (with Batch over 1);
 	// zero: defaultBatchWorkers. One runs at a time; another starts
-	// beside those in flight only once each has run Spill.
+	// beside those in flight only once each has run Spill, or is full.
 	Workers int
 	// Spill is how long a batch runs before another may start beside
 	// it; zero: defaultBatchSpill.
@@ -127,15 +127,16 @@ const (
 //
 // One batch at a time takes every report that arrived while the last
 // ran: the fewest commits. At 100,000 nodes on one replica, one worker
-// made 0.06 commits a report and cost 0.19 ms of platform and PostgreSQL
-// CPU a report; two at once, 0.10 commits and 0.23–0.25 ms (four: 0.18
-// commits). But a batch can wait: on a node's row lock that another
-// replica holds, for as long as that replica holds it (up to
-// defaultIdleInTx if it froze), or on a slow disk's flush. Then the
-// reports arriving behind it go into a batch of their own once it has
-// run defaultBatchSpill, some ten times a batch's usual time at that
-// load (two round trips and a commit's flush, 3–6 ms), so a wait costs
-// them that much, not the wait's length.
+// made 0.07 commits a report and cost 0.20–0.22 ms of platform and
+// PostgreSQL CPU a report; two at once, 0.10 commits and 0.25–0.27 ms.
+// But a batch can wait: on a node's row lock that another replica
+// holds, for as long as that replica holds it (up to defaultIdleInTx if
+// it froze), or on a slow disk's flush. Then the reports arriving behind
+// it go into a batch of their own once it has run defaultBatchSpill,
+// some ten times a batch's usual time at that load (two round trips and
+// a commit's flush, 3–6 ms), so a wait costs them that much, not the
+// wait's length. A full batch (pgOptions.Batch reports) lets the next
+// start at once: more may be waiting than one batch at a time can take.
 const (
 	defaultBatchWorkers = 2
 	defaultBatchSpill   = 50 * time.Millisecond

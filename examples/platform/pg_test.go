@@ -903,3 +903,38 @@ func TestPGBatchSpills(t *testing.T) {
 		t.Errorf("report of x2 once its lock was free: %v", err)
 	}
 }
+
+// TestPGFullBatchPassesTurn: a full batch lets the next start beside it
+// at once, however long it runs, so a replica takes more reports a
+// second than one batch at a time could.
+func TestPGFullBatchPassesTurn(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &clock{t: t0}
+	// Linger: x1's and x2's reports go in one batch, full at two.
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
+		pgOptions{PlanEvery: 30 * time.Second, Batch: 2, Linger: 2 * time.Second, Spill: time.Hour, BatchTimeout: 20 * time.Second}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	release := holdRow(t, url, "x2")
+	held := make(chan error, 2)
+	for _, id := range []string{"x2", "x1"} {
+		go func() {
+			_, err := p.report(t.Context(), quietReading(id))
+			held <- err
+		}()
+	}
+	awaitLockWait(t, url)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := p.report(ctx, quietReading("f1")); err != nil {
+		t.Fatalf("report of f1 beside a full batch held on a lock: %v, want counted beside it", err)
+	}
+	release()
+	for range 2 {
+		if err := <-held; err != nil {
+			t.Errorf("report of the full batch once the lock was free: %v", err)
+		}
+	}
+}

@@ -30,10 +30,11 @@ type reportJob struct {
 // linger for more before it starts: each report waits that much longer,
 // and under load a commit takes that many more reports.
 //
-// The turn passes on when the batch has committed, or has run p.spill:
-// while one batch runs, the reports arriving wait for the next, which
-// takes them all at once, unless the one running is held up (on a lock,
-// on a flush), when they go into a batch beside it.
+// The turn passes on when the batch has committed, or has run p.spill,
+// or at once if the batch is full: while one batch runs, the reports
+// arriving wait for the next, which takes them all at once, unless the
+// one running is held up (on a lock, on a flush) or took as many as a
+// batch may, when they go into a batch beside it.
 func (p *pgPlatform) batchWorker(max int, linger time.Duration) {
 	defer p.workers.Done()
 	var timer *time.Timer
@@ -81,10 +82,15 @@ func (p *pgPlatform) batchWorker(max int, linger time.Duration) {
 		if timer != nil {
 			timer.Stop()
 		}
-		// The one turn is held here, so it is given back once: by the
-		// spill's timer or after the batch, whichever comes first.
+		// The one turn is held here, so it is given back once: at once
+		// if the batch is full (more reports may be waiting than it
+		// took), else by the spill's timer or after the batch, whichever
+		// comes first.
 		var pass sync.Once
 		give := func() { pass.Do(func() { p.turn <- struct{}{} }) }
+		if len(batch) == max {
+			give()
+		}
 		spill := time.AfterFunc(p.spill, give)
 		p.runBatch(batch)
 		spill.Stop()
