@@ -2,6 +2,7 @@ package overload
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -69,4 +70,71 @@ func BenchmarkStateRoundTrip(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(state)), "state-bytes")
+}
+
+// busyTracker returns the tracker of a node that has been through
+// overloads, as a platform keeps one: version 2 readings of its third
+// run (two earlier ones remembered), memory, conntrack drops and
+// bandwidth passing in turn, overloads count times started and ended
+// (findings in every start), overloaded again now, and its windows full.
+func busyTracker(tb testing.TB, overloads int) *Tracker {
+	tr := NewTracker("eu-01", Limits{NoticeEvery: 10 * time.Minute})
+	at := t0.Add(417305112) // an agent's readings are dated to the nanosecond
+	var seq uint64
+	run := ""
+	for i := range overloads + 1 {
+		pattern := "xxx...."
+		if i == overloads {
+			pattern = "xx.x"
+		}
+		if i%max(1, overloads/2) == 0 { // a new run: the agent lost its state
+			run, seq = fmt.Sprintf("%032x", i+1), 0
+		}
+		for _, c := range pattern {
+			r := calm(at)
+			if c == 'x' {
+				r.MemoryUsedPercent = 92.7
+				r.ConntrackDrops = uint64(30 + i)
+				r.Links[0].TxBitsPerSecond = 8.53e8
+			}
+			seq++
+			r.Version, r.Run, r.Seq = ReadingVersion, run, seq
+			if _, err := tr.Observe(r); err != nil {
+				tb.Fatal(err)
+			}
+			at = at.Add(step)
+		}
+	}
+	return tr
+}
+
+// BenchmarkTrackerMarshalJSON: encoding the state of a node that has
+// been through overloads (busyTracker), as a platform does on every
+// report of every node.
+func BenchmarkTrackerMarshalJSON(b *testing.B) {
+	tr := busyTracker(b, 4)
+	state, err := tr.MarshalJSON()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tr.MarshalJSON(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(state)), "state-bytes")
+}
+
+// BenchmarkTrackerMarshalJSONReference: the same state through
+// encoding/json, as MarshalJSON encoded it before it was written by hand
+// (marshalReference), to compare with BenchmarkTrackerMarshalJSON.
+func BenchmarkTrackerMarshalJSONReference(b *testing.B) {
+	tr := busyTracker(b, 4)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := marshalReference(tr); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -11,7 +11,8 @@ import (
 // stateVersion is the version of a tracker's marshalled state, "v".
 const stateVersion = 1
 
-// trackerState is a Tracker's state as JSON.
+// trackerState is a Tracker's state as JSON, as UnmarshalJSON reads it.
+// MarshalJSON writes the same fields by hand (see appendState).
 type trackerState struct {
 	Version    int                 `json:"v"`
 	Node       string              `json:"node,omitempty"`
@@ -43,14 +44,6 @@ type eventJSON struct {
 	LastedNS int64     `json:"lasted_ns,omitempty"`
 }
 
-func (e Event) toJSON() eventJSON {
-	j := eventJSON{Kind: e.Kind, At: e.At, Findings: e.Findings}
-	if e.Lasted != 0 {
-		j.Lasted = e.Lasted.String()
-	}
-	return j
-}
-
 func (j eventJSON) event() (Event, error) {
 	e := Event{Kind: j.Kind, At: j.At, Findings: j.Findings, Lasted: time.Duration(j.LastedNS)}
 	if j.Lasted != "" {
@@ -66,7 +59,13 @@ func (j eventJSON) event() (Event, error) {
 // MarshalJSON encodes e with Lasted as a Go duration string, e.g.
 // {"kind":"end","at":"2026-11-30T12:03:30Z","lasted":"3m30s"}; Lasted is
 // left out when zero (every start).
-func (e Event) MarshalJSON() ([]byte, error) { return json.Marshal(e.toJSON()) }
+func (e Event) MarshalJSON() ([]byte, error) {
+	b, err := appendEvent(make([]byte, 0, eventSize(&e)), &e)
+	if err != nil {
+		return nil, fmt.Errorf("encode event: %w", err)
+	}
+	return b, nil
+}
 
 // UnmarshalJSON decodes MarshalJSON's encoding, and also an event written
 // before durations were strings, whose "lasted_ns" is in nanoseconds.
@@ -98,43 +97,11 @@ type checkJSON struct {
 // end's Lasted a duration string, as [Event.MarshalJSON] writes it).
 // Limits are configuration, not state, and are left out.
 func (t *Tracker) MarshalJSON() ([]byte, error) {
-	s := trackerState{
-		Version:    stateVersion,
-		Node:       t.node,
-		Last:       t.last,
-		Run:        t.run,
-		Seq:        t.seq,
-		Overloaded: t.Overloaded(),
-		Since:      t.since,
-		LastNotice: t.lastNotice,
+	b, err := t.appendState(make([]byte, 0, t.stateSize()))
+	if err != nil {
+		return nil, fmt.Errorf("encode tracker state of node %q: %w", t.node, err)
 	}
-	for _, m := range t.earlier {
-		s.Earlier = append(s.Earlier, runJSON{Run: m.run, Seq: m.seq})
-	}
-	if len(t.events) > 0 {
-		s.Events = make([]eventJSON, len(t.events))
-		for i, e := range t.events {
-			s.Events[i] = e.toJSON()
-		}
-	}
-	for i, c := range checks() {
-		st := t.checks[i]
-		if len(st.window) == 0 && st.last == nil {
-			continue
-		}
-		w := make([]byte, len(st.window))
-		for j, p := range st.window {
-			w[j] = '0'
-			if p {
-				w[j] = '1'
-			}
-		}
-		if s.Checks == nil {
-			s.Checks = make(map[Check]checkJSON)
-		}
-		s.Checks[c] = checkJSON{Window: string(w), Last: st.last}
-	}
-	return json.Marshal(s)
+	return b, nil
 }
 
 // UnmarshalJSON restores a tracker's state from MarshalJSON's encoding,
