@@ -830,25 +830,48 @@ func quietReading(id string) overload.Reading {
 	return overload.Reading{Node: id, At: t0, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}
 }
 
-// TestPGBatchesOneAtATime: while a batch runs, and for less than the
-// spill time, the reports arriving wait for it, to go together in the
-// next batch: a batch held on a row lock holds them up until it commits.
-func TestPGBatchesOneAtATime(t *testing.T) {
+// batchHeldOnLock opens a replica with opt (Batch over 1), has another
+// session lock x2's row, sends a report of each of ids (x2's among them) and
+// waits until their batch waits on the lock. It returns the replica,
+// the lock's release and the reports' errors as they are answered.
+func batchHeldOnLock(t *testing.T, opt pgOptions, ids ...string) (*pgPlatform, func(), chan error) {
+	t.Helper()
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
-		pgOptions{PlanEvery: 30 * time.Second, Batch: 64, Workers: 4, Spill: time.Hour, BatchTimeout: 20 * time.Second}, testSeed())
+	opt.PlanEvery, opt.BatchTimeout = 30*time.Second, 20*time.Second
+	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, opt, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.close)
 	release := holdRow(t, url, "x2")
-	held := make(chan error, 1)
-	go func() {
-		_, err := p.report(t.Context(), quietReading("x2"))
-		held <- err
-	}()
+	held := make(chan error, len(ids))
+	for _, id := range ids {
+		go func() {
+			_, err := p.report(t.Context(), quietReading(id))
+			held <- err
+		}()
+	}
 	awaitLockWait(t, url)
+	return p, release, held
+}
+
+// reportBeside reports a quiet reading of node id to p, which must be
+// answered within 5 s: beside a batch held on a lock.
+func reportBeside(t *testing.T, p *pgPlatform, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := p.report(ctx, quietReading(id)); err != nil {
+		t.Fatalf("report of %s while a batch waits on x2's lock: %v, want counted beside it", id, err)
+	}
+}
+
+// TestPGBatchesOneAtATime: while a batch runs, and for less than the
+// spill time, the reports arriving wait for it, to go together in the
+// next batch: a batch held on a row lock holds them up until it commits.
+func TestPGBatchesOneAtATime(t *testing.T) {
+	p, release, held := batchHeldOnLock(t, pgOptions{Batch: 64, Workers: 4, Spill: time.Hour}, "x2")
 	others := make(chan error, 2)
 	for _, id := range []string{"x1", "f1"} {
 		go func() {
@@ -873,26 +896,8 @@ func TestPGBatchesOneAtATime(t *testing.T) {
 // holds) past the spill time holds up the reports arriving after it no
 // longer: they go in a batch beside it and are answered while it waits.
 func TestPGBatchSpills(t *testing.T) {
-	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
-		pgOptions{PlanEvery: 30 * time.Second, Batch: 64, Spill: 50 * time.Millisecond, BatchTimeout: 20 * time.Second}, testSeed())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.close)
-	release := holdRow(t, url, "x2")
-	held := make(chan error, 1)
-	go func() {
-		_, err := p.report(t.Context(), quietReading("x2"))
-		held <- err
-	}()
-	awaitLockWait(t, url)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if _, err := p.report(ctx, quietReading("x1")); err != nil {
-		t.Fatalf("report of x1 while x2's batch waits on its lock: %v, want counted beside it", err)
-	}
+	p, release, held := batchHeldOnLock(t, pgOptions{Batch: 64, Spill: 50 * time.Millisecond}, "x2")
+	reportBeside(t, p, "x1")
 	select {
 	case err := <-held:
 		t.Fatalf("x2's report answered (err %v) while its row was locked", err)
@@ -908,29 +913,9 @@ func TestPGBatchSpills(t *testing.T) {
 // at once, however long it runs, so a replica takes more reports a
 // second than one batch at a time could.
 func TestPGFullBatchPassesTurn(t *testing.T) {
-	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
-	// Linger: x1's and x2's reports go in one batch, full at two.
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
-		pgOptions{PlanEvery: 30 * time.Second, Batch: 2, Linger: 2 * time.Second, Spill: time.Hour, BatchTimeout: 20 * time.Second}, testSeed())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.close)
-	release := holdRow(t, url, "x2")
-	held := make(chan error, 2)
-	for _, id := range []string{"x2", "x1"} {
-		go func() {
-			_, err := p.report(t.Context(), quietReading(id))
-			held <- err
-		}()
-	}
-	awaitLockWait(t, url)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if _, err := p.report(ctx, quietReading("f1")); err != nil {
-		t.Fatalf("report of f1 beside a full batch held on a lock: %v, want counted beside it", err)
-	}
+	// Linger: x2's and x1's reports go in one batch, full at two.
+	p, release, held := batchHeldOnLock(t, pgOptions{Batch: 2, Linger: 2 * time.Second, Spill: time.Hour}, "x2", "x1")
+	reportBeside(t, p, "f1")
 	release()
 	for range 2 {
 		if err := <-held; err != nil {
