@@ -60,7 +60,7 @@ func (t *Tracker) appendState(b []byte) ([]byte, error) {
 		b = append(b, ']')
 	}
 	first := true
-	for _, i := range checksByName() {
+	for _, i := range checksInNameOrder {
 		st := &t.checks[i]
 		if len(st.window) == 0 && st.last == nil {
 			continue
@@ -125,8 +125,12 @@ func (t *Tracker) appendState(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// checksInNameOrder is checkTable's indexes ordered by the checks'
+// names, as encoding/json orders a map's keys.
+var checksInNameOrder = checksByName()
+
 // checksByName returns the indexes of the checks in checkTable ordered by
-// name, as encoding/json orders a map's keys.
+// name.
 func checksByName() [numChecks]int {
 	var order [numChecks]int
 	for i := range order {

@@ -679,15 +679,9 @@ func (p *pgPlatform) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []strin
 		}
 		locked := map[string]lockedRoute{}
 		rows, err := br.Query()
-		if err != nil {
-			if rows != nil {
-				rows.Close()
-			}
-			return err
-		}
 		var rid string
 		var lr lockedRoute
-		if _, err := pgx.ForEachRow(rows, []any{&rid, &lr.closed, &lr.relied, &lr.trafc}, func() error {
+		if err := eachRow(rows, err, []any{&rid, &lr.closed, &lr.relied, &lr.trafc}, func() error {
 			locked[rid] = lr
 			lr = lockedRoute{}
 			return nil
@@ -889,19 +883,27 @@ func setVersions(nodes []*pgNode, versions map[string]int64) error {
 	return nil
 }
 
-// scanVersions reads the rows of an UPDATE of nodes … RETURNING n.id,
-// n.version: each node written, with its row's new version.
-func scanVersions(rows pgx.Rows, err error) (map[string]int64, error) {
+// eachRow calls fn after scanning each of rows into scans, as
+// pgx.ForEachRow does, for a query whose error is err: rows (nil or
+// not) are closed and err returned if it is not nil.
+func eachRow(rows pgx.Rows, err error, scans []any, fn func() error) error {
 	if err != nil {
 		if rows != nil {
 			rows.Close()
 		}
-		return nil, err
+		return err
 	}
+	_, err = pgx.ForEachRow(rows, scans, fn)
+	return err
+}
+
+// scanVersions reads the rows of an UPDATE of nodes … RETURNING n.id,
+// n.version: each node written, with its row's new version.
+func scanVersions(rows pgx.Rows, err error) (map[string]int64, error) {
 	out := map[string]int64{}
 	var id string
 	var v int64
-	_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error {
+	err = eachRow(rows, err, []any{&id, &v}, func() error {
 		out[id] = v
 		return nil
 	})
@@ -1024,15 +1026,9 @@ func (p *pgPlatform) noticeRounds(nodes []*pgNode, now time.Time) ([]noticeRound
 // scanInserted reads what a statement of noticeRounds returns: the nodes
 // whose notice went in.
 func scanInserted(rows pgx.Rows, err error) (map[string]bool, error) {
-	if err != nil {
-		if rows != nil {
-			rows.Close()
-		}
-		return nil, err
-	}
 	inserted := map[string]bool{}
 	var id string
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+	err = eachRow(rows, err, []any{&id}, func() error {
 		inserted[id] = true
 		return nil
 	})

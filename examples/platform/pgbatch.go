@@ -365,16 +365,10 @@ type storedRoute struct {
 // scanRoutes reads the rows of routesOfNodes: each node's live routes, by
 // node ID.
 func scanRoutes(rows pgx.Rows, err error) (map[string][]storedRoute, error) {
-	if err != nil {
-		if rows != nil {
-			rows.Close()
-		}
-		return nil, err
-	}
 	out := map[string][]storedRoute{}
 	var id string
 	var r storedRoute
-	_, err = pgx.ForEachRow(rows, []any{&id, &r.body, &r.relied}, func() error {
+	err = eachRow(rows, err, []any{&id, &r.body, &r.relied}, func() error {
 		out[id] = append(out[id], r)
 		r = storedRoute{}
 		return nil
@@ -384,16 +378,10 @@ func scanRoutes(rows pgx.Rows, err error) (map[string][]storedRoute, error) {
 
 // scanStates reads the rows of lockNodes: each node's state, by ID.
 func scanStates(rows pgx.Rows, err error) (map[string][]byte, error) {
-	if err != nil {
-		if rows != nil {
-			rows.Close()
-		}
-		return nil, err
-	}
 	states := map[string][]byte{}
 	var id string
 	var state []byte
-	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+	err = eachRow(rows, err, []any{&id, &state}, func() error {
 		states[id] = state
 		state = nil // Scan into a []byte reuses it
 		return nil
