@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -418,7 +417,7 @@ func TestIntegrationContainer(t *testing.T) {
 	// --system does (a write of each key's file under /proc/sys), restart,
 	// and the file is gone. The host's values are restored after.
 	// Unlocked after the restores below (cleanups run last first).
-	t.Cleanup(lockHostSysctl(t))
+	t.Cleanup(testkit.LockHostSysctl(t))
 	for _, k := range sortedKeys(file) {
 		old, err := os.ReadFile(keyPath("/proc", k))
 		if err != nil {
@@ -458,19 +457,4 @@ func writeTemp(t *testing.T, b []byte) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// lockHostSysctl serializes tests that change the host's sysctls for a
-// moment (flock on /tmp/nodekit-host-sysctl.lock), so two never restore
-// over each other.
-func lockHostSysctl(t *testing.T) func() {
-	t.Helper()
-	f, err := os.OpenFile("/tmp/nodekit-host-sysctl.lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }
 }

@@ -413,6 +413,9 @@ func play(s *session, blocks []block, after map[int]func(out string)) {
 func TestQuickStartAgent(t *testing.T) {
 	blocks := quickstart(t, "agent")
 	s := start(t)
+	// Held until the end: another test that changes the host's values
+	// for a moment (and restores them) does so before or after.
+	t.Cleanup(testkit.LockHostSysctl(t))
 	before := sysctls(t)
 	play(s, blocks, map[int]func(string){
 		1: func(string) {
