@@ -923,3 +923,83 @@ func TestPGFullBatchPassesTurn(t *testing.T) {
 		}
 	}
 }
+
+// TestPGSlowReportsStartFromCopy: a report of a node that is planned
+// something (overloaded, or priced since its last plan) goes the usual
+// way, which starts from the replica's copy of the node when its row is
+// still at the copy's version, instead of decoding the row's state. What
+// it writes is what decoding would have: two replicas with copies, taking
+// turns (so a copy is sometimes stale), write the same rows, routes,
+// events and notices as one replica without copies, fed the same
+// readings.
+func TestPGSlowReportsStartFromCopy(t *testing.T) {
+	cl := pgtest.Need(t, cluster)
+	withCopies, without := cl.NewDatabase(t), cl.NewDatabase(t)
+	c := &clock{t: t0}
+	// Two reports a batch: x1's, taken the usual way, beside x2's.
+	opt := pgOptions{PlanEvery: 30 * time.Second, Batch: 2, Linger: 5 * time.Second}
+	optCopies := opt
+	optCopies.Cache = 100
+	reps := openPGReplicas(t, withCopies, c, optCopies, testSeed())
+	ref, err := openPG(t.Context(), without, config{Now: c.now, Logger: testLogger(t)}, opt, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ref.close)
+	send := func(p *pgPlatform, i int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for _, r := range []overload.Reading{
+			{Version: 2, Node: "x1", Run: runID, Seq: uint64(i + 1), At: c.now(), MemoryUsedPercent: memoryPattern(i), CPUs: 4, ConntrackMax: 262144},
+			{Version: 2, Node: "x2", Run: runID, Seq: uint64(i + 1), At: c.now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144},
+		} {
+			wg.Go(func() {
+				if _, err := p.report(t.Context(), r); err != nil {
+					t.Errorf("reading %d of %s: %v", i+1, r.Node, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// What each database holds, as text, but for the time of writing.
+	dump := func(p *pgPlatform) string {
+		t.Helper()
+		var b strings.Builder
+		for _, q := range []string{
+			`SELECT id, state::text, readings, overloaded, coalesce(next_plan_at::text, ''), version FROM nodes ORDER BY id`,
+			`SELECT id, node, price, coalesce(closed_at::text, ''), coalesce(closed_by::text, ''), body::text FROM routes ORDER BY id`,
+			`SELECT node, kind, at::text, body::text FROM events ORDER BY id`,
+			`SELECT node, at::text, body::text FROM notices ORDER BY id`,
+		} {
+			rows, err := p.db.Query(t.Context(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				vals, err := rows.Values()
+				if err != nil {
+					t.Fatal(err)
+				}
+				fmt.Fprintln(&b, vals...)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b.String()
+	}
+	const order = "aaabaaaaaabbaaaaaaabaaaa"
+	for i, who := range order {
+		send(reps[who-'a'], i)
+		send(ref, i)
+		if got, want := dump(reps[0]), dump(ref); got != want {
+			t.Fatalf("after reading %d (to replica %c), with copies:\n%s\nwithout:\n%s", i+1, who, got, want)
+		}
+		c.add(30 * time.Second)
+	}
+	if n := reps[0].cache.reused.Load() + reps[1].cache.reused.Load(); n == 0 {
+		t.Fatal("no report taken the usual way started from a copy")
+	} else {
+		t.Logf("%d reports taken the usual way started from a copy", n)
+	}
+}

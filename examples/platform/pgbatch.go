@@ -21,6 +21,12 @@ type reportJob struct {
 	out  reportOutcome
 	err  error
 	done chan struct{}
+	// cached is its node's copy, taken from the cache untouched because
+	// the node was not quiet (decideQuick): the usual way starts from it,
+	// not from the row's state decoded, if the row it locks is still at
+	// the copy's version (decideReports). Used once: a transaction run
+	// again decodes the row.
+	cached cachedNode
 }
 
 // batchWorker takes the reports waiting, up to max, into one transaction
@@ -192,8 +198,8 @@ type batchTaken struct {
 }
 
 // lockNodes locks the rows of nodes, in ID order (as lockNode does for
-// one), and returns their states.
-const lockNodes = `SELECT id, state FROM nodes WHERE id = ANY($1) ORDER BY id FOR UPDATE`
+// one), and returns their states and versions.
+const lockNodes = `SELECT id, state, version FROM nodes WHERE id = ANY($1) ORDER BY id FOR UPDATE`
 
 // takeBatch takes the reports of rest (sorted by node, one node's in the
 // order they came) and qs, decided on copies of their nodes, in one
@@ -266,7 +272,7 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 			tx.Rollback(ctx) // a rollback that fails closes the connection
 		}
 	}()
-	var states map[string][]byte
+	var states map[string]lockedRow
 	_, err = br.Exec()
 	if err == nil && len(qs) > 0 {
 		t.written, err = scanVersions(br.Query())
@@ -376,14 +382,21 @@ func scanRoutes(rows pgx.Rows, err error) (map[string][]storedRoute, error) {
 	return out, err
 }
 
-// scanStates reads the rows of lockNodes: each node's state, by ID.
-func scanStates(rows pgx.Rows, err error) (map[string][]byte, error) {
-	states := map[string][]byte{}
+// lockedRow is a node's row as lockNodes read it.
+type lockedRow struct {
+	state   []byte
+	version int64
+}
+
+// scanStates reads the rows of lockNodes: each node's state and version,
+// by ID.
+func scanStates(rows pgx.Rows, err error) (map[string]lockedRow, error) {
+	states := map[string]lockedRow{}
 	var id string
-	var state []byte
-	err = eachRow(rows, err, []any{&id, &state}, func() error {
-		states[id] = state
-		state = nil // Scan into a []byte reuses it
+	var r lockedRow
+	err = eachRow(rows, err, []any{&id, &r.state, &r.version}, func() error {
+		states[id] = r
+		r = lockedRow{} // Scan into a []byte reuses it
 		return nil
 	})
 	return states, err
@@ -408,7 +421,7 @@ func scanStates(rows pgx.Rows, err error) (map[string][]byte, error) {
 // what an earlier one closed (saveRoutes). A node not among states (new
 // to the database, or a stale copy's), or with more than one reading in
 // the batch, is taken reading by reading (reportIn), written at once.
-func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob, states map[string][]byte, routes map[string][]storedRoute, now time.Time) (nodes, written []*pgNode, err error) {
+func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob, states map[string]lockedRow, routes map[string][]storedRoute, now time.Time) (nodes, written []*pgNode, err error) {
 	nodes = make([]*pgNode, len(jobs))
 	touched := map[string]bool{} // nodes whose routes tx wrote since they were read
 	for i := 0; i < len(jobs); {
@@ -417,7 +430,7 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 		for k < len(jobs) && jobs[k].r.Node == id {
 			k++
 		}
-		state, held := states[id]
+		row, held := states[id]
 		if !held || k > i+1 {
 			for ; i < k; i++ {
 				j := jobs[i]
@@ -436,11 +449,11 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 		}
 		j := jobs[i]
 		i = k
-		nd, err := p.decodeNode(state)
+		nd, err := p.nodeOfRow(j, row)
 		if err != nil {
 			return nil, nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
 		}
-		n := &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
+		n := &pgNode{node: nd, state: row.state, bodies: map[string][]byte{}}
 		out, refused := p.observe(n.node, j.r, now)
 		j.out, j.err = out, refused
 		if refused != nil {
@@ -479,6 +492,20 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 		}
 	}
 	return nodes, written, nil
+}
+
+// nodeOfRow is the node of row, which j's reading is about: j's copy of
+// it if the row is still at the copy's version (the state the row holds,
+// decoded, is the copy: nodeCache), else the row's state decoded. The
+// copy is used once.
+func (p *pgPlatform) nodeOfRow(j *reportJob, row lockedRow) (*node, error) {
+	c := j.cached
+	j.cached = cachedNode{}
+	if c.node != nil && c.version == row.version {
+		p.cache.reused.Add(1)
+		return c.node, nil
+	}
+	return p.decodeNode(row.state)
 }
 
 // quiet reports whether a plan of n at now can change nothing but n's

@@ -32,8 +32,10 @@ type nodeCache struct {
 	mu    sync.Mutex
 	nodes map[string]cachedNode
 	max   int // most nodes held; a node past it is not kept
-	// taken counts the reports decided on a copy and written.
-	taken atomic.Int64
+	// taken counts the reports decided on a copy and written; reused
+	// those taken the usual way that started from a copy, not from the
+	// row's state decoded.
+	taken, reused atomic.Int64
 }
 
 type cachedNode struct {
@@ -126,6 +128,15 @@ func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*r
 		}
 		cn, ok := p.cache.take(j.r.Node)
 		if !ok {
+			rest = append(rest, j)
+			continue
+		}
+		if !p.quiet(cn.node, now) {
+			// Planned something whatever the reading says (a reading
+			// that ends an overload has an event): the usual way, which
+			// starts from the copy, untouched, if its row is still at
+			// its version.
+			j.cached = cn
 			rest = append(rest, j)
 			continue
 		}
