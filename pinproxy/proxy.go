@@ -59,8 +59,13 @@ type Proxy struct {
 
 	rebalanceMu sync.Mutex // one round at a time; an upgrade holds it too
 
-	starting atomic.Int64 // handlers not yet copying (dialing, sending the PROXY header)
-	upg      upgrades     // upgrade.go
+	// accepting counts the Serve loops inside Accept or admitting what it
+	// returned; starting, the handlers not yet copying (dialing, sending
+	// the PROXY header). A hand-over waits for both to be zero, in that
+	// order, once it has held the accepts (upgrade_linux.go waitStarted).
+	accepting atomic.Int64
+	starting  atomic.Int64
+	upg       upgrades // upgrade.go
 
 	mu            sync.Mutex
 	upstreams     []*upstream // the current list, in order of preference
@@ -218,8 +223,10 @@ func (p *Proxy) Serve(ln net.Listener) error {
 
 	var delay time.Duration
 	for {
+		p.accepting.Add(1)
 		c, err := ln.Accept()
 		if err != nil {
+			p.accepting.Add(-1)
 			if p.stopCtx.Err() != nil {
 				return ErrProxyClosed
 			}
@@ -248,7 +255,8 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			continue
 		}
 		delay = 0
-		p.accept(c, preset)
+		p.accept(c, preset) // counts c in starting, unless it closes it
+		p.accepting.Add(-1)
 	}
 }
 

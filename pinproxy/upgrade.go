@@ -21,10 +21,11 @@ import (
 //
 // The hand-over is all-or-nothing:
 //
-//  1. The old proxy stops accepting and stops every connection's copying:
-//     nothing more is read from any socket; a write under way either
-//     completes or is cut short, and what was not written goes with the
-//     connection. It then sends everything.
+//  1. The old proxy stops accepting, waits until every client it has
+//     taken off a listen queue is linked to its upstream, and stops every
+//     connection's copying: nothing more is read from any socket; a write
+//     under way either completes or is cut short, and what was not
+//     written goes with the connection. It then sends everything.
 //  2. The new proxy takes nothing until it has received everything; then
 //     it says so.
 //  3. The old proxy then commits: from there on the connections are the

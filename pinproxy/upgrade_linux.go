@@ -273,10 +273,21 @@ func (p *Proxy) releaseAccepts(lns []net.Listener) {
 	p.upg.mu.Unlock()
 }
 
-// waitStarted waits until no accepted client is still being dialed for:
-// every connection is then linked, with its link.
+// waitStarted waits, once the accepts are held, until no Serve loop is
+// still admitting a client it accepted and no accepted client is still
+// being dialed for: every connection is then linked, with its link, and
+// no more come until the accepts are let go.
+//
+// The first wait matters: a deadline stops the Accepts that wait, but
+// not one whose accept(2) already took a connection off the queue, and
+// such a client, admitted after the connections were listed, would stay
+// in this process and be closed unread when it exits (a reset). A Serve
+// loop counts itself in accepting before it calls Accept and out only
+// after accept has counted the client in starting, so accepting at zero
+// after the hold means every client taken off a queue is in starting,
+// and every later Accept fails at its deadline.
 func (p *Proxy) waitStarted(ctx context.Context) error {
-	for p.starting.Load() > 0 {
+	for p.accepting.Load() > 0 || p.starting.Load() > 0 {
 		t := time.NewTimer(time.Millisecond)
 		select {
 		case <-ctx.Done():
