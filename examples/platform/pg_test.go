@@ -924,20 +924,22 @@ func TestPGFullBatchPassesTurn(t *testing.T) {
 	}
 }
 
-// TestPGSlowReportsStartFromCopy: a report of a node that is planned
-// something (overloaded, or priced since its last plan) goes the usual
-// way, which starts from the replica's copy of the node when its row is
-// still at the copy's version, instead of decoding the row's state. What
-// it writes is what decoding would have: two replicas with copies, taking
-// turns (so a copy is sometimes stale), write the same rows, routes,
-// events and notices as one replica without copies, fed the same
-// readings.
+// TestPGSlowReportsStartFromCopy: a report that starts or ends an
+// overload, or sends a notice, or whose node a plan can act on
+// (overloaded, or priced since its last plan), goes the usual way, which
+// starts from the replica's copy of the node, with the reading taken on
+// it, when its row is still at the copy's version, instead of decoding
+// the row's state and taking the reading again. What it writes is what
+// decoding would have: two replicas with copies, taking turns (so a copy
+// is sometimes stale), write the same rows, routes, events and notices as
+// one replica without copies, fed the same readings, for a registered
+// node with routes (x1) and one that only reports (n9).
 func TestPGSlowReportsStartFromCopy(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
 	withCopies, without := cl.NewDatabase(t), cl.NewDatabase(t)
 	c := &clock{t: t0}
-	// Two reports a batch: x1's, taken the usual way, beside x2's.
-	opt := pgOptions{PlanEvery: 30 * time.Second, Batch: 2, Linger: 5 * time.Second}
+	// The three reports of a step in one batch.
+	opt := pgOptions{PlanEvery: 30 * time.Second, Batch: 3, Linger: 5 * time.Second}
 	optCopies := opt
 	optCopies.Cache = 100
 	reps := openPGReplicas(t, withCopies, c, optCopies, testSeed())
@@ -952,6 +954,7 @@ func TestPGSlowReportsStartFromCopy(t *testing.T) {
 		for _, r := range []overload.Reading{
 			{Version: 2, Node: "x1", Run: runID, Seq: uint64(i + 1), At: c.now(), MemoryUsedPercent: memoryPattern(i), CPUs: 4, ConntrackMax: 262144},
 			{Version: 2, Node: "x2", Run: runID, Seq: uint64(i + 1), At: c.now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144},
+			{Version: 2, Node: "n9", Run: runID, Seq: uint64(i + 1), At: c.now(), MemoryUsedPercent: memoryPattern(i + 3), CPUs: 4, ConntrackMax: 262144},
 		} {
 			wg.Go(func() {
 				if _, err := p.report(t.Context(), r); err != nil {

@@ -21,12 +21,21 @@ type reportJob struct {
 	out  reportOutcome
 	err  error
 	done chan struct{}
-	// cached is its node's copy, taken from the cache untouched because
-	// the node was not quiet (decideQuick): the usual way starts from it,
-	// not from the row's state decoded, if the row it locks is still at
-	// the copy's version (decideReports). Used once: a transaction run
+	// cached is its node's copy, with the reading taken on it (taken),
+	// which decideQuick left to the usual way: the reading started or
+	// ended an overload, or sent a notice, or left the node one a plan
+	// can act on. The usual way starts from it, not from the row's state
+	// decoded and the reading taken again, if the row it locks is still
+	// at the copy's version (decideReports). Used once: a transaction run
 	// again decodes the row.
 	cached cachedNode
+	taken  *takenOnCopy
+}
+
+// takenOnCopy is a reading taken on a node's copy at a time.
+type takenOnCopy struct {
+	out reportOutcome
+	at  time.Time
 }
 
 // batchWorker takes the reports waiting, up to max, into one transaction
@@ -449,12 +458,19 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 		}
 		j := jobs[i]
 		i = k
-		nd, err := p.nodeOfRow(j, row)
+		nd, taken, err := p.nodeOfRow(j, row)
 		if err != nil {
 			return nil, nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
 		}
 		n := &pgNode{node: nd, state: row.state, bodies: map[string][]byte{}}
-		out, refused := p.observe(n.node, j.r, now)
+		var out reportOutcome
+		var refused error
+		if taken != nil {
+			out = taken.out
+			p.logOutcome(j.r, out, taken.at)
+		} else {
+			out, refused = p.observe(n.node, j.r, now)
+		}
 		j.out, j.err = out, refused
 		if refused != nil {
 			continue
@@ -496,16 +512,17 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 
 // nodeOfRow is the node of row, which j's reading is about: j's copy of
 // it if the row is still at the copy's version (the state the row holds,
-// decoded, is the copy: nodeCache), else the row's state decoded. The
-// copy is used once.
-func (p *pgPlatform) nodeOfRow(j *reportJob, row lockedRow) (*node, error) {
-	c := j.cached
-	j.cached = cachedNode{}
+// decoded, is the copy: nodeCache), with the reading as taken on the copy
+// if it was; else the row's state decoded. The copy is used once.
+func (p *pgPlatform) nodeOfRow(j *reportJob, row lockedRow) (*node, *takenOnCopy, error) {
+	c, taken := j.cached, j.taken
+	j.cached, j.taken = cachedNode{}, nil
 	if c.node != nil && c.version == row.version {
 		p.cache.reused.Add(1)
-		return c.node, nil
+		return c.node, taken, nil
 	}
-	return p.decodeNode(row.state)
+	n, err := p.decodeNode(row.state)
+	return n, nil, err
 }
 
 // quiet reports whether a plan of n at now can change nothing but n's

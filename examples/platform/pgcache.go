@@ -131,19 +131,18 @@ func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*r
 			rest = append(rest, j)
 			continue
 		}
-		if !p.quiet(cn.node, now) {
-			// Planned something whatever the reading says (a reading
-			// that ends an overload has an event): the usual way, which
-			// starts from the copy, untouched, if its row is still at
-			// its version.
-			j.cached = cn
+		// From here the copy may be changed: it is not put back unless
+		// its row is written.
+		out, refused := quiet.take(cn.node, j.r, now)
+		if refused != nil {
 			rest = append(rest, j)
 			continue
 		}
-		// From here the copy may be changed: it is not put back unless
-		// its row is written.
-		out, refused := quiet.observe(cn.node, j.r, now)
-		if refused != nil || out.Event != nil || out.Notice != nil || !p.quiet(cn.node, now) {
+		if out.Event != nil || out.Notice != nil || !p.quiet(cn.node, now) {
+			// The usual way, which starts from the copy with the
+			// reading taken on it if its row is still at its version
+			// (no one else wrote the node since), and plans the node.
+			j.cached, j.taken = cn, &takenOnCopy{out: out, at: now}
 			rest = append(rest, j)
 			continue
 		}

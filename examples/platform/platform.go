@@ -281,6 +281,15 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 // observe counts reading r in n's tracker and copies its verdict into the
 // node routing plans; both stores call it with the node locked.
 func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutcome, error) {
+	out, err := c.take(n, r, now)
+	if err == nil {
+		c.logOutcome(r, out, now)
+	}
+	return out, err
+}
+
+// take is observe without its log lines, which logOutcome writes.
+func (c *rules) take(n *node, r overload.Reading, now time.Time) (reportOutcome, error) {
 	if r.Run == "" && r.At.After(now.Add(maxAhead)) {
 		return reportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",
 			r.Node, r.At.Format(time.RFC3339), maxAhead, errBadInput)
@@ -307,7 +316,13 @@ func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutco
 	ended := n.info.OverloadEnded
 	setOverload(&n.info, n.tracker, r)
 	platformClock(n, res.Event, ended, now)
-	if ev := res.Event; ev != nil {
+	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
+}
+
+// logOutcome logs what a reading taken at now started or ended, and its
+// notice.
+func (c *rules) logOutcome(r overload.Reading, out reportOutcome, now time.Time) {
+	if ev := out.Event; ev != nil {
 		switch ev.Kind {
 		case overload.Start:
 			c.log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", overload.Texts(ev.Findings))
@@ -316,10 +331,9 @@ func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutco
 				"offered_again", offeredAgain(c.cfg.Policy, now))
 		}
 	}
-	if res.Notice != nil {
-		c.log.Warn("notice", "node", r.Node, "text", res.Notice.Text)
+	if out.Notice != nil {
+		c.log.Warn("notice", "node", r.Node, "text", out.Notice.Text)
 	}
-	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
 }
 
 // platformClock dates the overload's start and end by the platform's
