@@ -1009,19 +1009,32 @@ func (p *pgPlatform) noticeRounds(nodes []*pgNode, now time.Time) ([]noticeRound
 		if ids == nil {
 			ids, bodies, ats, cuts = []string{}, []string{}, []time.Time{}, []time.Time{}
 		}
-		rounds = append(rounds, noticeRound{nodes: these, sql: `WITH sent AS (
-				INSERT INTO notices (node, at, body)
-				SELECT u.node, u.at, u.body::jsonb FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS u (node, at, body, cut, i)
-				WHERE NOT EXISTS (SELECT 1 FROM notices WHERE node = u.node AND at > u.cut)
-				ORDER BY u.i
-				RETURNING node),
-			outbox AS (` + outboxInsert(5, `NOT d.of_notice OR d.node IN (SELECT node FROM sent)`) + `)
-			SELECT node FROM sent`,
+		rounds = append(rounds, noticeRound{nodes: these, sql: noticeInsert,
 			args: append([]any{ids, ats, bodies, cuts}, out.args()...)})
 		pending = rest
 	}
 	return rounds, nil
 }
+
+// noticeInsert inserts notices ($1 nodes, $2 times, $3 bodies), each only
+// if its node has none after its cut ($4), with their outbox rows (from
+// $5), and returns the nodes whose notice went in.
+//
+// The node's latest notice is a scalar subquery, not NOT EXISTS: the
+// server turns NOT EXISTS into a join, and a session plans the statement
+// once (plan_cache_mode force_generic_plan) on the table as it is then; a
+// plan made while notices was nearly empty hashed the whole table, and
+// went on doing so on every notice as the table grew (20,000 notices: 3
+// ms a statement). The subquery reads notices_by_node's last entry for
+// the node whatever the table held when it was planned.
+var noticeInsert = `WITH sent AS (
+		INSERT INTO notices (node, at, body)
+		SELECT u.node, u.at, u.body::jsonb FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS u (node, at, body, cut, i)
+		WHERE coalesce((SELECT max(at) FROM notices WHERE node = u.node), '-infinity') <= u.cut
+		ORDER BY u.i
+		RETURNING node),
+	outbox AS (` + outboxInsert(5, `NOT d.of_notice OR d.node IN (SELECT node FROM sent)`) + `)
+	SELECT node FROM sent`
 
 // scanInserted reads what a statement of noticeRounds returns: the nodes
 // whose notice went in.

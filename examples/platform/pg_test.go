@@ -1006,3 +1006,61 @@ func TestPGSlowReportsStartFromCopy(t *testing.T) {
 		t.Logf("%d reports taken the usual way started from a copy", n)
 	}
 }
+
+// TestPGNoticeInsertPlanKeepsIndex: a session plans noticeInsert once, as
+// the platform's sessions do (plan_cache_mode force_generic_plan), on a
+// new database, notices empty and never analyzed; once the table holds
+// 20,000 notices the plan still reads the node's own entries by index,
+// not the whole table. (Until autovacuum's next ANALYZE of the table,
+// which plans the statement again.)
+func TestPGNoticeInsertPlanKeepsIndex(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, _, err := migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`SET plan_cache_mode = force_generic_plan`,
+		`INSERT INTO nodes (id, state) SELECT 'n' || i, '{}' FROM generate_series(1, 20000) i`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := conn.Prepare(ctx, "notice", noticeInsert); err != nil {
+		t.Fatal(err)
+	}
+	explain := func() string {
+		t.Helper()
+		// A notice of n5, whose last was two hours ago; no outbox rows.
+		args := []string{`'{n5}'`, `'{"2026-12-02 12:00:00+00"}'`, `'{"{}"}'`, `'{"2026-12-02 11:00:00+00"}'`}
+		for range 10 {
+			args = append(args, `'{}'`)
+		}
+		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE notice("+strings.Join(args, ", ")+")", pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		var line string
+		if err := eachRow(rows, nil, []any{&line}, func() error {
+			fmt.Fprintln(&b, line)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	explain() // planned on the empty table
+	if _, err := conn.Exec(ctx, `INSERT INTO notices (node, at, body, num) SELECT 'n' || i, now() - interval '2 hours', '{}', i FROM generate_series(1, 20000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if plan := explain(); strings.Contains(plan, "Seq Scan on notices") {
+		t.Fatalf("the notice insert, planned on an empty table, reads every notice of 20,000:\n%s", plan)
+	}
+}
