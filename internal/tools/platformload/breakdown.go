@@ -386,6 +386,22 @@ func createStatements(ctx context.Context, url string) error {
 	return err
 }
 
+// analyze has the database at url ANALYZE its tables (every session's
+// cached plans of statements on them are made again at their next run).
+func analyze(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `ANALYZE`); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	return nil
+}
+
 // breakdown is where a run's CPU went, a line a side: nothing when it was
 // not measured.
 func (r *result) breakdown() []string {

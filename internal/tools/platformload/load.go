@@ -32,8 +32,10 @@ type loadConfig struct {
 	// overloadEvery: every overloadEvery-th node's memory goes over 90 %
 	// for 3 readings in 6 and back, so it enters overload and leaves it.
 	overloadEvery int
-	// atMeasure, if set, is called when the measured time begins.
-	atMeasure func()
+	// atMeasure, if set, is called when the measured time begins;
+	// midWarm, if set, half-way through the warm-up, in a goroutine of
+	// its own.
+	atMeasure, midWarm func()
 	// inFlight bounds concurrent requests (a generator that cannot keep up
 	// says so: its readings go late, which the latencies count).
 	inFlight int
@@ -176,9 +178,15 @@ func runLoad(ctx context.Context, cfg loadConfig) (*result, error) {
 	tick := time.NewTicker(min(step*time.Duration(max(1, cfg.nodes/1000)), 10*time.Millisecond))
 	defer tick.Stop()
 	next := 0 // index of the next slot, over all nodes and rounds
-	measuring := false
+	measuring, midWarmed := false, false
 	for time.Now().Before(end) && ctx.Err() == nil {
 		now := time.Now()
+		if !midWarmed && !now.Before(start.Add(cfg.warm/2)) {
+			midWarmed = true
+			if cfg.midWarm != nil {
+				wg.Go(cfg.midWarm)
+			}
+		}
 		if !measuring && !now.Before(measureFrom) {
 			measuring = true
 			if cfg.atMeasure != nil {
