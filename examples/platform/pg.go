@@ -923,6 +923,12 @@ func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode
 	if err != nil {
 		return err
 	}
+	if len(rounds) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, planEachRun); err != nil {
+		return err
+	}
 	for _, r := range rounds {
 		inserted, err := scanInserted(tx.Query(ctx, r.sql, r.args...))
 		if err != nil {
@@ -930,8 +936,27 @@ func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode
 		}
 		p.settleNotices(r, inserted)
 	}
-	return nil
+	_, err = tx.Exec(ctx, planOnce)
+	return err
 }
+
+// planEachRun has the transaction's statements planned on every run,
+// from there on, on the tables as they are then (plan_cache_mode
+// force_custom_plan); planOnce goes back to the session's setting (by
+// default force_generic_plan: planned once, at the session's first run).
+//
+// The notice inserts run between them. A session runs them rarely (one
+// notice a node an hour), so a plan of its own is cheap; and notices grows
+// from empty, a few notices a minute: a plan made once, on the table as
+// autovacuum last analyzed it (empty, in a new database's first minutes),
+// reads every notice on every insert (a sequential scan; 20,000 notices,
+// 3 ms a statement) until its next ANALYZE, which for a table that only
+// grows comes after a tenth more rows. A plan made at each run sees the
+// table's size as it is.
+const (
+	planEachRun = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
+	planOnce    = `SET LOCAL plan_cache_mode TO DEFAULT`
+)
 
 // noticeRound is one statement of noticeRounds: the notices of nodes, at
 // most one a node, and outbox rows.
@@ -1020,13 +1045,12 @@ func (p *pgPlatform) noticeRounds(nodes []*pgNode, now time.Time) ([]noticeRound
 // if its node has none after its cut ($4), with their outbox rows (from
 // $5), and returns the nodes whose notice went in.
 //
-// The node's latest notice is a scalar subquery, not NOT EXISTS: the
-// server turns NOT EXISTS into a join, and a session plans the statement
-// once (plan_cache_mode force_generic_plan) on the table as it is then; a
-// plan made while notices was nearly empty hashed the whole table, and
-// went on doing so on every notice as the table grew (20,000 notices: 3
-// ms a statement). The subquery reads notices_by_node's last entry for
-// the node whatever the table held when it was planned.
+// The node's latest notice is a scalar subquery, not NOT EXISTS, which
+// the server turns into a join: planned on a table it takes for nearly
+// empty, a hash join over all of notices. The subquery, a subplan run
+// per row, reads notices_by_node's last entry for the node, unless the
+// table's statistics say it is empty; it runs between planEachRun and
+// planOnce, so it is planned on the table as it is.
 var noticeInsert = `WITH sent AS (
 		INSERT INTO notices (node, at, body)
 		SELECT u.node, u.at, u.body::jsonb FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS u (node, at, body, cut, i)

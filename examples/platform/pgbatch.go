@@ -318,8 +318,12 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 		return t, err
 	}
 	var last pgx.Batch
-	for _, r := range rounds {
-		last.Queue(r.sql, r.args...)
+	if len(rounds) > 0 {
+		last.Queue(planEachRun)
+		for _, r := range rounds {
+			last.Queue(r.sql, r.args...)
+		}
+		last.Queue(planOnce)
 	}
 	if len(written) > 0 {
 		rsql, rargs, err := p.rowsUpdate(written, true, now)
@@ -330,12 +334,20 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	}
 	last.Queue("COMMIT")
 	br = tx.SendBatch(ctx, &last)
-	for _, r := range rounds {
-		var inserted map[string]bool
-		if inserted, err = scanInserted(br.Query()); err != nil {
-			break
+	if len(rounds) > 0 {
+		_, err = br.Exec()
+		for _, r := range rounds {
+			if err != nil {
+				break
+			}
+			var inserted map[string]bool
+			if inserted, err = scanInserted(br.Query()); err == nil {
+				p.settleNotices(r, inserted)
+			}
 		}
-		p.settleNotices(r, inserted)
+		if err == nil {
+			_, err = br.Exec()
+		}
 	}
 	if err == nil && len(written) > 0 {
 		var versions map[string]int64
