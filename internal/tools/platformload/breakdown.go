@@ -462,6 +462,11 @@ func (r *result) breakdown() []string {
 		}
 		out = append(out, "replicas' resident memory at the end: "+strings.Join(m, ", "))
 	}
+	if r.steal > 0 {
+		// A shared machine's hypervisor gave the time to others: the
+		// run's CPU figures are then less comparable with another's.
+		out = append(out, fmt.Sprintf("machine: %.1f %% of its CPU time stolen by the hypervisor in the measured time", 100*r.steal))
+	}
 	if r.perfTop != "" {
 		out = append(out, "PostgreSQL by function (perf):")
 		out = append(out, strings.Split(r.perfTop, "\n")...)

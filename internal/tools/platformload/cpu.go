@@ -104,3 +104,35 @@ func cpuTime(pids []int, children bool) time.Duration {
 	}
 	return total
 }
+
+// machineCPU is the machine's CPU time from /proc/stat's first line, in
+// clock ticks: all of it, and what the hypervisor took for others
+// (steal); zeros if unreadable.
+func machineCPU() (total, steal int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	return parseMachineCPU(b)
+}
+
+// parseMachineCPU parses /proc/stat's "cpu" line: user nice system idle
+// iowait irq softirq steal … (guest times are within user and nice).
+func parseMachineCPU(b []byte) (total, steal int64) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 5 || string(f[0]) != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		total += n
+		if i == 7 {
+			steal = n
+		}
+	}
+	return total, steal
+}

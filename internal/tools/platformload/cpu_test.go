@@ -28,3 +28,20 @@ func TestParseStat(t *testing.T) {
 		t.Error("this process's stat not read")
 	}
 }
+
+func TestParseMachineCPU(t *testing.T) {
+	for _, c := range []struct {
+		in           string
+		total, steal int64
+	}{
+		{"cpu  2305312 139175 930219 2768658 36703 0 248095 63033 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n", 6491195, 63033},
+		{"cpu  10 0 5 100 0 0 0\n", 115, 0}, // a kernel without steal
+		{"cpu0 1 2 3 4 5 6 7 8\n", 0, 0},
+		{"cpu  1 x 3 4 5 6 7 8\n", 0, 0},
+		{"", 0, 0},
+	} {
+		if total, steal := parseMachineCPU([]byte(c.in)); total != c.total || steal != c.steal {
+			t.Errorf("parseMachineCPU(%q) = %d, %d; want %d, %d", c.in, total, steal, c.total, c.steal)
+		}
+	}
+}

@@ -75,6 +75,7 @@ type result struct {
 	waits               string
 	perfTop             string   // perf report of PostgreSQL, with -perf
 	rss                 []uint64 // each replica's resident memory at the end, bytes
+	steal               float64  // the machine's CPU time stolen by its hypervisor over the measured time, a fraction
 }
 
 func (r *result) rate() float64 { return float64(r.Acked) / r.Seconds }

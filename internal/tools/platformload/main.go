@@ -310,6 +310,7 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 		return cpuTime([]int{server}, true)
 	}
 	var p0, s0 time.Duration
+	var m0, st0 int64
 	var kinds0 map[string]time.Duration
 	var c0 dbCounters
 	var waits *waitSampler
@@ -322,6 +323,7 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 			perfWait = perfServer(ctx, server, cfg.measure, perfFile)
 		}
 		p0, s0 = cpuTime(pids, false), serverCPU()
+		m0, st0 = machineCPU()
 		if url == "" {
 			return
 		}
@@ -357,6 +359,9 @@ func oneRun(ctx context.Context, bin string, cluster *pgtest.Cluster, dir string
 		res.platformCPU, res.serverCPU = cpuTime(pids, false)-p0, serverCPU()-s0
 		for _, pid := range pids {
 			res.rss = append(res.rss, rssOf(pid))
+		}
+		if m1, st1 := machineCPU(); m1 > m0 && m0 > 0 {
+			res.steal = float64(st1-st0) / float64(m1-m0)
 		}
 		ownCommits := int64(0)
 		if waits != nil {
