@@ -460,10 +460,8 @@ func (ln *slowAccept) Accept() (net.Conn, error) {
 
 // A client that Serve has taken off the listen queue but not admitted yet
 // when a hand-over holds the accepts is waited for and handed over with
-// the rest. Before, Handoff listed the connections without it, committed,
-// and the old proxy, closed by then, closed the client with its first
-// bytes unread: a reset (1 in 647 clients dialed during the binary
-// upgrade test, once).
+// the rest: left out, it would stay in the old proxy, which, closed by
+// the commit, closes it with its first bytes unread (a reset).
 func TestHandoffTakesClientsBeingAccepted(t *testing.T) {
 	lab := newFlightLab(t)
 	oldP := newTestProxy(t, lab.ln.Addr().String())

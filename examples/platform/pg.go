@@ -916,8 +916,8 @@ const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
 
 // sendNotices inserts the notices of the nodes the transaction reported
 // (at most one a node), unnumbered (numberNotices numbers them once
-// committed), with their outbox rows, each statement of noticeRounds in
-// turn.
+// committed), with their outbox rows: the statements of noticeRounds, in
+// order, in one pipeline (queueNotices).
 func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
 	rounds, err := p.noticeRounds(nodes, p.now())
 	if err != nil {
@@ -926,17 +926,46 @@ func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode
 	if len(rounds) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, planEachRun); err != nil {
+	var b pgx.Batch
+	queueNotices(&b, rounds)
+	br := tx.SendBatch(ctx, &b)
+	err = p.readNotices(br, rounds)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// queueNotices queues the statements of rounds on b, between planEachRun
+// and planOnce.
+func queueNotices(b *pgx.Batch, rounds []noticeRound) {
+	if len(rounds) == 0 {
+		return
+	}
+	b.Queue(planEachRun)
+	for _, r := range rounds {
+		b.Queue(r.sql, r.args...)
+	}
+	b.Queue(planOnce)
+}
+
+// readNotices reads, from br, the results of what queueNotices queued,
+// and settles each round.
+func (p *pgPlatform) readNotices(br pgx.BatchResults, rounds []noticeRound) error {
+	if len(rounds) == 0 {
+		return nil
+	}
+	if _, err := br.Exec(); err != nil {
 		return err
 	}
 	for _, r := range rounds {
-		inserted, err := scanInserted(tx.Query(ctx, r.sql, r.args...))
+		inserted, err := scanInserted(br.Query())
 		if err != nil {
 			return err
 		}
 		p.settleNotices(r, inserted)
 	}
-	_, err = tx.Exec(ctx, planOnce)
+	_, err := br.Exec()
 	return err
 }
 

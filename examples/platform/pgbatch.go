@@ -318,13 +318,7 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 		return t, err
 	}
 	var last pgx.Batch
-	if len(rounds) > 0 {
-		last.Queue(planEachRun)
-		for _, r := range rounds {
-			last.Queue(r.sql, r.args...)
-		}
-		last.Queue(planOnce)
-	}
+	queueNotices(&last, rounds)
 	if len(written) > 0 {
 		rsql, rargs, err := p.rowsUpdate(written, true, now)
 		if err != nil {
@@ -334,21 +328,7 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	}
 	last.Queue("COMMIT")
 	br = tx.SendBatch(ctx, &last)
-	if len(rounds) > 0 {
-		_, err = br.Exec()
-		for _, r := range rounds {
-			if err != nil {
-				break
-			}
-			var inserted map[string]bool
-			if inserted, err = scanInserted(br.Query()); err == nil {
-				p.settleNotices(r, inserted)
-			}
-		}
-		if err == nil {
-			_, err = br.Exec()
-		}
-	}
+	err = p.readNotices(br, rounds)
 	if err == nil && len(written) > 0 {
 		var versions map[string]int64
 		if versions, err = scanVersions(br.Query()); err == nil {
