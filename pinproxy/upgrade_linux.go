@@ -131,11 +131,21 @@ func (p *Proxy) Handoff(ctx context.Context, uc *net.UnixConn, extra ...net.List
 	res.Paused = time.Since(t0)
 
 	// Everything is still; describe it.
+	// The links stopped in whatever order their goroutines ran; they go
+	// in conns' order, each upstream's oldest first, which the new proxy
+	// keeps by linking them as they come: its rounds move the newest.
 	byLink := make(map[*link]*conn, len(conns))
+	stopped := make(map[*link]bool, len(m.stopped))
+	for _, l := range m.stopped {
+		stopped[l] = true
+	}
+	var moving []*link
 	for _, c := range conns {
 		byLink[c.link] = c
+		if stopped[c.link] {
+			moving = append(moving, c.link)
+		}
 	}
-	moving := m.stopped
 	res.Conns = len(moving)
 	hello := p.helloMsg(len(lns)+len(extra), len(moving))
 	var lfds []int

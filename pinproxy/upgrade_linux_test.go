@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -538,5 +539,69 @@ func TestHandoffTakesClientsBeingAccepted(t *testing.T) {
 	}
 	if tot := newP.Totals(); tot.Live != 1 || tot.Accepted != 1 {
 		t.Errorf("new proxy's totals %+v: want the client live, 1 accepted", tot)
+	}
+}
+
+// listOrder is each upstream's connections, clients' addresses, oldest
+// first, as the rebalancer sees them (it moves the newest: the tail).
+func listOrder(p *Proxy) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, u := range p.upstreams {
+		for c := u.head; c != nil; c = c.next {
+			out = append(out, c.client.RemoteAddr().String())
+		}
+	}
+	return out
+}
+
+// A hand-over keeps each upstream's connections in the order they were
+// accepted, so the new proxy's rounds still move the newest: the links
+// stop in whatever order their goroutines run, and the new proxy links
+// them in the order they come.
+func TestHandoffKeepsAcceptOrder(t *testing.T) {
+	lab := newFlightLab(t)
+	oldP := newTestProxy(t, lab.ln.Addr().String())
+	ln, err := oldP.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go oldP.Serve(ln)
+	for i := range 40 {
+		c, err := net.DialTimeout("tcp", ln.Addr().String(), pinproxytest.WaitFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("Ehi"))
+		c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+		var b [2]byte
+		if _, err := io.ReadFull(c, b[:]); err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+	}
+	want := listOrder(oldP)
+	if len(want) != 40 {
+		t.Fatalf("%d connections linked, want 40", len(want))
+	}
+	newP := newTestProxy(t, lab.ln.Addr().String())
+	ucOld, ucNew := handoffPair(t)
+	adopted := make(chan error, 1)
+	go func() {
+		a, err := newP.Adopt(context.Background(), ucNew)
+		if err == nil {
+			err = a.Ready()
+		}
+		adopted <- err
+	}()
+	if res, err := oldP.Handoff(context.Background(), ucOld); err != nil || !res.Committed {
+		t.Fatalf("Handoff: %+v, %v", res, err)
+	}
+	if err := <-adopted; err != nil {
+		t.Fatalf("Adopt: %v", err)
+	}
+	if got := listOrder(newP); !slices.Equal(got, want) {
+		t.Errorf("the new proxy's connections, oldest first:\n%v\nwant the old one's:\n%v", got, want)
 	}
 }
