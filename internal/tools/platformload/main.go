@@ -45,6 +45,13 @@
 // would read whole tables (a hash join over nodes) until the statistics
 // change. The measured time sees the plans of a fleet's steady state.
 //
+// With -platform floor it builds and runs ./floor instead of the
+// platform: a server that does for each report what the platform does
+// before its store (net/http, the token, the body, the reading decoded,
+// the answer) and nothing else. Its CPU a report is what any Go platform
+// on net/http pays on this machine, the part of the platform's that no
+// change to the platform's own work can take away.
+//
 // The warm-up is two intervals by default, so that every node has
 // reported twice before the measured time and the nodes driven into
 // overload (3 readings in 6 over 90 % memory, from their first) start
@@ -99,7 +106,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	interval := fs.Duration("interval", 30*time.Second, "time between one node's readings")
 	measure := fs.Duration("measure", 60*time.Second, "time measured, after the warm-up")
 	warm := fs.Duration("warm", 0, "warm-up before the measured time (0: two intervals)")
-	platformBin := fs.String("platform", "", "a built platform binary to measure (default: build examples/platform from this checkout)")
+	platformBin := fs.String("platform", "", "a built platform binary to measure (default: build examples/platform from this checkout); floor: the yardstick in ./floor, net/http's work for a report and nothing else")
 	profile := fs.Bool("profile", true, "take a CPU profile of each replica over the measured time (-debug-listen) to split its CPU")
 	perf := fs.Bool("perf", false, "record PostgreSQL's processes with perf over the measured time and print the functions that took the most CPU (perturbs the figures)")
 	profileDir := fs.String("profile-dir", "", "keep each run's profiles in this directory, as REPLICAS-NODES-I.pprof (default: removed with the run)")
@@ -155,8 +162,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 	bin := *platformBin
-	if bin == "" {
-		if bin, err = buildPlatform(dir); err != nil {
+	if bin == "" || bin == "floor" {
+		pkg := platformPkg
+		if bin == "floor" {
+			pkg = floorPkg
+		}
+		if bin, err = buildPlatform(dir, pkg); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ func TestKillReplicaMidLoad(t *testing.T) {
 		t.Skip("a 20-second load run")
 	}
 	dir := t.TempDir()
-	bin, err := buildPlatform(dir)
+	bin, err := buildPlatform(dir, platformPkg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,5 +104,51 @@ func TestKillReplicaMidLoad(t *testing.T) {
 	}
 	if err := reps[1].stop(); err != nil {
 		t.Errorf("the surviving replica: %v", err)
+	}
+}
+
+// TestFloorTakesTheLoad: the floor answers the load's readings as the
+// platform does (every one acknowledged, none refused), and refuses a
+// report without a node's token.
+func TestFloorTakesTheLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the floor and runs a 3-second load")
+	}
+	dir := t.TempDir()
+	bin, err := buildPlatform(dir, floorPkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nodes = 300
+	tokens, routes, err := writeFleet(dir, nodes, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := startReplica(t.Context(), bin, "-token-file", tokens, "-routes", routes, "-debug-listen", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.kill)
+	if r.debugURL == "" {
+		t.Error("the floor did not log its profiles' address")
+	}
+	res, err := runLoad(t.Context(), loadConfig{urls: []string{r.URL}, nodes: nodes,
+		interval: time.Second, warm: time.Second, measure: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent == 0 || res.Acked != res.Sent || len(res.Refused) > 0 {
+		t.Errorf("%d readings sent, %d acknowledged, refused %v", res.Sent, res.Acked, res.Refused)
+	}
+	resp, err := http.Post(r.URL+"/report", "application/json", strings.NewReader(`{"v":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a report without a token: %s, want 401", resp.Status)
+	}
+	if err := r.stop(); err != nil {
+		t.Error(err)
 	}
 }

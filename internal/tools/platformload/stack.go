@@ -17,12 +17,18 @@ import (
 	"time"
 )
 
-// buildPlatform builds examples/platform into dir.
-func buildPlatform(dir string) (string, error) {
+// The packages buildPlatform builds: the platform, and the floor.
+const (
+	platformPkg = "github.com/proofkit/nodekit/examples/platform"
+	floorPkg    = "github.com/proofkit/nodekit/internal/tools/platformload/floor"
+)
+
+// buildPlatform builds pkg (examples/platform, or the floor) into dir.
+func buildPlatform(dir, pkg string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin := filepath.Join(dir, "platform")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/proofkit/nodekit/examples/platform")
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the platform: %w: %s", err, out)
