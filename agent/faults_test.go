@@ -350,7 +350,13 @@ func TestFaultInjection(t *testing.T) {
 		"-report-url", "http://" + p.addr + "/readings", "-token-file", tokenFile,
 	}
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	if v := os.Getenv("NK_FAULT_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("NK_FAULT_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("seed %d (NK_FAULT_SEED=%d replays its kills and restarts; their timing is the machine's)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 42))
 
 	type phase struct {
@@ -444,6 +450,13 @@ func TestFaultInjection(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the agent did not stop on SIGTERM")
 	}
+
+	// On a failure the agents' logs are left to read.
+	defer func() {
+		if t.Failed() {
+			saveAgentLogs(t, procs)
+		}
+	}()
 
 	// What each reading became.
 	taken := make(map[runSeq]bool)
@@ -589,6 +602,30 @@ func TestFaultInjection(t *testing.T) {
 		len(taken), delivered, p.dups, onDisk, byReason, lost, len(procs), kills, selfKills, steps, runs, overloadedReadings, disk.filled, p.answers)
 	fmt.Printf("fault injection tally: taken %d, delivered %d, queued %d, dropped %v (duplicates acknowledged %d; %d SIGKILLs, %d clock steps)\n",
 		len(taken), delivered, onDisk, byReason, p.dups, kills, steps)
+}
+
+// saveAgentLogs writes the log of each agent of procs, in order, to
+// $TEST_ARTIFACTS/<test> when set (CI keeps it), else to go test's own
+// artifact directory (kept with -artifacts).
+func saveAgentLogs(t *testing.T, procs []*agentProc) {
+	dir := t.ArtifactDir()
+	if root := os.Getenv("TEST_ARTIFACTS"); root != "" {
+		dir = filepath.Join(root, t.Name())
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Logf("agents' logs not saved: %v", err)
+			return
+		}
+	}
+	var all strings.Builder
+	for i, a := range procs {
+		fmt.Fprintf(&all, "=== agent %d of %d\n%s", i+1, len(procs), a.Log.String())
+	}
+	path := filepath.Join(dir, "agents.log")
+	if err := os.WriteFile(path, []byte(all.String()), 0o644); err != nil {
+		t.Logf("agents' logs not saved: %v", err)
+		return
+	}
+	t.Logf("the %d agents' logs are in %s", len(procs), path)
 }
 
 // fullDisk is a state directory on a real tmpfs (as root) that set fills
