@@ -70,7 +70,10 @@ type Config struct {
 	StateDir string
 	// QueueMax bounds the report queue, in readings; 0 means
 	// DefaultQueueMax. When full, the oldest report is dropped (and
-	// counted): the platform needs the latest state most.
+	// counted): the platform needs the latest state most. The oldest is
+	// kept if the platform may have counted it (sent, with no answer that
+	// settles it), and the next oldest goes; with a QueueMax of 1 the
+	// queue then holds two.
 	QueueMax int
 
 	// ReportURL is where each reading is POSTed as JSON; empty means the
@@ -322,10 +325,8 @@ func (a *Agent) openQueue(path string, max int) (*queue, error) {
 		a.log.Warn("report queue: skipped a line that is not one report (cut by a crash or a full disk?); the lines after it are kept",
 			"path", path, "offset", s.offset, "length", s.length, "reason", s.reason)
 	}
-	if dropped > 0 {
-		a.m.reportsDropped.WithLabelValues("overflow").Add(float64(dropped))
-		a.log.Warn("report queue held more than its bound; dropped the oldest", "dropped", dropped, "queue_max", max)
-	}
+	a.m.reportsDropped.WithLabelValues("overflow").Add(float64(len(dropped)))
+	logOverflow(a.log, "report queue held more than its bound; dropped the oldest", dropped, max)
 	// A seq past the bound is a corrupt line (it is sent, and refused):
 	// going on from it would have every reading refused.
 	//

@@ -21,7 +21,12 @@
 // are sent oldest first when it answers again, with a back-off from 1 s
 // capped at the interval. Nothing is lost within the bound (120 readings,
 // one hour, by default); beyond it the oldest are dropped, counted and
-// logged, since the platform needs the node's latest state most.
+// logged, since the platform needs the node's latest state most. A
+// report the platform may have counted is never among them: the oldest
+// report, once sent with no answer that settles it (the connection reset
+// or timed out, a 5xx), or queued by the process before, which may have
+// sent it, stays until the platform answers for it, and the oldest after
+// it go instead. So a report logged as dropped never reached the platform.
 //
 // The platform's answer decides a report's fate. A 2xx removes it (one
 // that says {"duplicate": true} was counted before, and is counted as

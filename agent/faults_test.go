@@ -303,7 +303,7 @@ func (a *agentProc) scrape(t *testing.T, prefix string) map[string]float64 {
 var (
 	takenRe    = regexp.MustCompile(`msg=reading run=(\w+) seq=(\d+) at=(\S+)`)
 	refusedRe  = regexp.MustCompile(`msg="platform refused a report; dropped it" reason=(\w+) .* run=(\w+) seq=(\d+)`)
-	overflowRe = regexp.MustCompile(`msg="report queue full; dropped the oldest reports" .* reason=overflow run=(\w+) seqs=([\d,]+)`)
+	overflowRe = regexp.MustCompile(`msg="report queue (?:full|held more than its bound); dropped the oldest[^"]*" .* reason=overflow run=(\w+) seqs=([\d,]+)`)
 )
 
 // TestFaultInjection runs the built agent against a platform that answers

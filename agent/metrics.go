@@ -87,7 +87,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		reportsSent:      c("proofkit_agent_reports_sent_total", "Reports the platform accepted."),
 		reportsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proofkit_agent_reports_dropped_total",
-			Help: "Reports dropped: reason=overflow (queue full, oldest dropped), rejected (the platform refused the report), torn (a line cut by a crash), renamed (queued under the node's old name, which the token may not report for).",
+			Help: "Reports dropped: reason=overflow (queue full, oldest dropped; never one the platform may have counted), rejected (the platform refused the report), torn (a line cut by a crash), renamed (queued under the node's old name, which the token may not report for).",
 		}, []string{"reason"}),
 		reportFailures: c("proofkit_agent_report_failures_total", "Report attempts that failed and will be retried."),
 		buildInfo:      gv("proofkit_agent_build_info", "Always 1; the labels say the version, commit and Go version of the running agent (as pinproxy_build_info).", "version", "commit", "goversion"),

@@ -24,6 +24,16 @@ const maxQueueLine = 16 << 20
 // A queue holds the reports not yet accepted by the platform, oldest first,
 // bounded to max entries.
 //
+// Only the head is ever sent, and it leaves the queue only on an answer
+// that settles it (a 2xx, a refusal). An overflow drops the oldest
+// reports the platform cannot have: once the head may have reached the
+// platform (it is being sent, an attempt to send it made a connection and
+// got no such answer, or it was read from disk, and the process before
+// may have sent it), an overflow drops the oldest of the others, and the
+// head stays to be sent again: the platform then counts it, or answers
+// that it has it. So a report dropped on overflow was never counted, and
+// a report the platform counted is never logged as dropped.
+//
 // On disk it is one file of JSON lines, one report per line, in the order
 // the readings were taken. A push appends one line and fsyncs it; an
 // append that fails (a full disk) cuts the file back to its length before
@@ -48,16 +58,19 @@ type queue struct {
 	items []queued
 	next  uint64 // id of the next push
 	dirty bool   // the file lacks an item (a failed append): rewrite it at the next push
-	// sending is set while the head is being sent: an overflow then
-	// drops the oldest of the others, since the platform may be counting
-	// the head at that moment.
+	// sending is set while the head is being sent: the platform may be
+	// counting it at that moment, so an overflow keeps it.
 	sending bool
 }
 
 // queued is one report in the queue; id identifies it while it is sent,
 // node, run, seq and at are the reading's own (empty for a report without
 // them). held is set while the agent has not yet saved the state holding
-// the report's seq: it is not sent until then (see Agent.Step).
+// the report's seq: it is not sent until then (see Agent.Step). sent is
+// set once the platform may have the report: an attempt to send it made a
+// connection, and no answer settled it (the connection was reset or timed
+// out, a 5xx), or it heads a queue read from disk, which the process
+// before may have sent. An overflow never drops a sent report.
 type queued struct {
 	id   uint64
 	body []byte
@@ -66,6 +79,7 @@ type queued struct {
 	seq  uint64
 	at   time.Time
 	held bool
+	sent bool
 }
 
 // badLine is a line of a queue file that is not one report.
@@ -77,33 +91,35 @@ type badLine struct {
 
 // openQueue opens (or creates) the queue at path, keeping at most max
 // reports. It returns the lines it could not read (torn by a crash or a
-// full disk) and the number of old reports dropped because the file held
-// more than max.
-func openQueue(path string, max int) (q *queue, bad []badLine, dropped int, err error) {
+// full disk) and the old reports dropped because the file held more than
+// max (the bound was lowered since). The head is kept as sent: the process
+// that queued it may have sent it, and stopped before the platform's
+// answer or before taking it off the queue.
+func openQueue(path string, max int) (q *queue, bad []badLine, dropped []queued, err error) {
 	if max < 1 {
-		return nil, nil, 0, fmt.Errorf("open report queue: bound %d is less than 1", max)
+		return nil, nil, nil, fmt.Errorf("open report queue: bound %d is less than 1", max)
 	}
 	q = &queue{path: path, max: max}
 	if path == "" {
-		return q, nil, 0, nil
+		return q, nil, nil, nil
 	}
 	_ = atomicfile.RemoveTemps(path) // left by a crash during a rewrite
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, 0, fmt.Errorf("open report queue: %w", err)
+		return nil, nil, nil, fmt.Errorf("open report queue: %w", err)
 	}
 	var bodies [][]byte
 	bodies, bad = parseQueue(b)
 	for _, body := range bodies {
 		q.items = append(q.items, q.item(body))
 	}
-	if n := len(q.items) - max; n > 0 {
-		q.items = q.items[n:]
-		dropped = n
+	if len(q.items) > 0 {
+		q.items[0].sent = true
 	}
-	if len(bad) > 0 || dropped > 0 || (err == nil && len(b) > 0 && b[len(b)-1] != '\n') {
+	dropped = q.overflow(0)
+	if len(bad) > 0 || len(dropped) > 0 || (err == nil && len(b) > 0 && b[len(b)-1] != '\n') {
 		if err := q.rewrite(); err != nil {
-			return nil, nil, 0, fmt.Errorf("open report queue: %w", err)
+			return nil, nil, nil, fmt.Errorf("open report queue: %w", err)
 		}
 	}
 	return q, bad, dropped, nil
@@ -149,11 +165,10 @@ func (q *queue) item(body []byte) queued {
 
 // push adds a report at the tail. When the queue is full the oldest
 // reports go to make room: the platform needs the latest state more than
-// the oldest. The head is kept while it is being sent, so for that time
-// the queue may hold one more than its bound. It returns the reports
-// dropped. On a write error the report
-// stays queued in memory (and is sent while the process runs); the file
-// is left as it was before.
+// the oldest. A head the platform may have is kept (see queue), so with
+// a bound of 1 the queue then holds two. It returns the reports dropped.
+// On a write error the report stays queued in memory (and is sent while
+// the process runs); the file is left as it was before.
 func (q *queue) push(report []byte) (dropped []queued, err error) {
 	_, dropped, err = q.pushItem(report, false)
 	return dropped, err
@@ -174,14 +189,8 @@ func (q *queue) pushItem(report []byte, held bool) (id uint64, dropped []queued,
 	item := q.item(bytes.Clone(report))
 	item.held = held
 	id = item.id
-	if n := len(q.items) - q.max + 1; n > 0 {
-		keep := 0 // the head, while it is being sent
-		if q.sending {
-			keep = 1
-		}
-		n = min(n, len(q.items)-keep)
-		dropped = slices.Clone(q.items[keep : keep+n])
-		q.items = append(slices.Delete(q.items, keep, keep+n), item)
+	if dropped = q.overflow(1); len(dropped) > 0 {
+		q.items = append(q.items, item)
 		if err := q.rewrite(); err != nil {
 			return id, dropped, fmt.Errorf("push report: %w", err)
 		}
@@ -198,6 +207,23 @@ func (q *queue) pushItem(report []byte, held bool) (id uint64, dropped []queued,
 		return id, nil, fmt.Errorf("push report: %w", err)
 	}
 	return id, nil, nil
+}
+
+// overflow drops, in memory, the oldest reports that leave room for extra
+// more within the bound, and returns them. A head the platform may have
+// is kept (see queue); the queue then holds at least it and one more.
+func (q *queue) overflow(extra int) (dropped []queued) {
+	keep := 0
+	if len(q.items) > 0 && (q.sending || q.items[0].sent) {
+		keep = 1
+	}
+	n := len(q.items) + extra - max(q.max, keep+1)
+	if n <= 0 {
+		return nil
+	}
+	dropped = slices.Clone(q.items[keep : keep+n])
+	q.items = slices.Delete(q.items, keep, keep+n)
+	return dropped
 }
 
 // head returns the oldest report; ok is false when the queue is empty.
@@ -257,7 +283,7 @@ func (q *queue) replace(id uint64, report []byte) error {
 	for i, it := range q.items {
 		if it.id == id {
 			n := q.item(bytes.Clone(report))
-			n.id, n.held = it.id, it.held
+			n.id, n.held, n.sent = it.id, it.held, it.sent
 			q.items[i] = n
 			if err := q.rewrite(); err != nil {
 				return fmt.Errorf("replace report: %w", err)
@@ -268,15 +294,21 @@ func (q *queue) replace(id uint64, report []byte) error {
 	return nil
 }
 
-// end says the head is no longer being sent.
-func (q *queue) end() {
+// end says the head, report id, is no longer being sent. reached says
+// whether the attempt may have reached the platform (it made a
+// connection): then, until an answer takes the report off the queue, the
+// platform may have it (see queued.sent).
+func (q *queue) end(id uint64, reached bool) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.sending = false
-	q.mu.Unlock()
+	if reached && len(q.items) > 0 && q.items[0].id == id {
+		q.items[0].sent = true
+	}
 }
 
 // remove takes the report id off the head of the queue if it is still
-// there (an overflow may have dropped it while it was being sent).
+// there.
 func (q *queue) remove(id uint64) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -42,8 +42,8 @@ func TestQueueKeepsOrderAcrossReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	q2, bad, dropped, err := openQueue(path, 10)
-	if err != nil || len(bad) != 0 || dropped != 0 {
-		t.Fatalf("reopen: bad lines %v dropped %d err %v", bad, dropped, err)
+	if err != nil || len(bad) != 0 || len(dropped) != 0 {
+		t.Fatalf("reopen: bad lines %v dropped %d err %v", bad, len(dropped), err)
 	}
 	got := strings.Join(drain(t, q2), " ")
 	if want := `{"n":1} {"n":2} {"n":3} {"n":4}`; got != want {
@@ -101,16 +101,19 @@ func TestQueueOpen(t *testing.T) {
 		max       int
 		want      string  // after opening and pushing {"n":9}
 		wantBad   []int64 // offsets of the lines skipped
-		wantDrops int
+		wantDrops string  // the reports dropped at the opening
 	}{
-		{"missing file", "", 5, `{"n":9}`, nil, 0},
-		{"torn last line", "{\"n\":0}\n{\"n\":1}\n{\"n\":", 5, `{"n":0} {"n":1} {"n":9}`, []int64{16}, 0},
-		{"garbage line in the middle", "{\"n\":0}\nxx\n{\"n\":2}\n", 5, `{"n":0} {"n":2} {"n":9}`, []int64{8}, 0},
-		{"report glued to a torn line", "{\"n\":0}\n{\"n\":{\"n\":2}\n{\"n\":3}\n", 5, `{"n":0} {"n":3} {"n":9}`, []int64{8}, 0},
-		{"blank lines", "\n{\"n\":0}\n\n", 5, `{"n":0} {"n":9}`, nil, 0},
-		{"more than the bound", "{\"n\":0}\n{\"n\":1}\n{\"n\":2}\n", 2, `{"n":2} {"n":9}`, nil, 1},
+		{"missing file", "", 5, `{"n":9}`, nil, ""},
+		{"torn last line", "{\"n\":0}\n{\"n\":1}\n{\"n\":", 5, `{"n":0} {"n":1} {"n":9}`, []int64{16}, ""},
+		{"garbage line in the middle", "{\"n\":0}\nxx\n{\"n\":2}\n", 5, `{"n":0} {"n":2} {"n":9}`, []int64{8}, ""},
+		{"report glued to a torn line", "{\"n\":0}\n{\"n\":{\"n\":2}\n{\"n\":3}\n", 5, `{"n":0} {"n":3} {"n":9}`, []int64{8}, ""},
+		{"blank lines", "\n{\"n\":0}\n\n", 5, `{"n":0} {"n":9}`, nil, ""},
+		// The head may have been sent by the process before: it is kept,
+		// and the oldest after it go.
+		{"more than the bound", "{\"n\":0}\n{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n", 2, `{"n":0} {"n":9}`, nil, `{"n":1} {"n":2}`},
+		{"the head and one more, bound 1", "{\"n\":0}\n{\"n\":1}\n", 1, `{"n":0} {"n":9}`, nil, ""},
 		{"line over 16 MiB", "{\"n\":0}\n\"" + strings.Repeat("x", maxQueueLine) + "\"\n{\"n\":2}\n{\"n\":3}\n", 5,
-			`{"n":0} {"n":2} {"n":3} {"n":9}`, []int64{8}, 0},
+			`{"n":0} {"n":2} {"n":3} {"n":9}`, []int64{8}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,8 +131,12 @@ func TestQueueOpen(t *testing.T) {
 			for _, b := range bad {
 				offsets = append(offsets, b.offset)
 			}
-			if !slices.Equal(offsets, tt.wantBad) || dropped != tt.wantDrops {
-				t.Errorf("bad lines at %v, dropped %d; want %v, %d", offsets, dropped, tt.wantBad, tt.wantDrops)
+			var drops []string
+			for _, it := range dropped {
+				drops = append(drops, string(it.body))
+			}
+			if !slices.Equal(offsets, tt.wantBad) || strings.Join(drops, " ") != tt.wantDrops {
+				t.Errorf("bad lines at %v, dropped %q; want %v, %q", offsets, drops, tt.wantBad, tt.wantDrops)
 			}
 			// A push after a torn line must start on a line of its own.
 			if _, err := q.push(body(9)); err != nil {
@@ -226,31 +233,73 @@ func TestQueueFailedAppendLeavesNoPart(t *testing.T) {
 	}
 }
 
-// TestQueueOverflowKeepsTheReportInFlight: while the head is being sent
-// (the platform may be counting it), an overflow drops the oldest of the
-// others, so a report is never both delivered and logged as dropped.
-func TestQueueOverflowKeepsTheReportInFlight(t *testing.T) {
-	q, _, _, err := openQueue(filepath.Join(t.TempDir(), queueFile), 3)
-	if err != nil {
-		t.Fatal(err)
+// TestQueueOverflowKeepsAReportThePlatformMayHave: a head the platform
+// may have counted (being sent, sent with its answer lost, or read from
+// disk, where the process before may have sent it) is never dropped on
+// overflow: the oldest of the others goes, so a report is never both
+// delivered and logged as dropped. A head whose every attempt failed
+// before a connection was made is the oldest, and goes.
+func TestQueueOverflowKeepsAReportThePlatformMayHave(t *testing.T) {
+	tests := []struct {
+		name     string
+		tries    string // each attempt: "reached" (answer lost), "unsent", or "reopen" the file
+		inFlight bool   // the push comes during one more attempt
+		dropped  string
+		want     string
+	}{
+		{"in flight", "", true, `{"n":1}`, `{"n":0} {"n":2} {"n":3}`},
+		{"answer lost", "reached", false, `{"n":1}`, `{"n":0} {"n":2} {"n":3}`},
+		{"answer lost, then unsent", "reached unsent", false, `{"n":1}`, `{"n":0} {"n":2} {"n":3}`},
+		{"read from disk", "reopen", false, `{"n":1}`, `{"n":0} {"n":2} {"n":3}`},
+		{"never sent", "", false, `{"n":0}`, `{"n":1} {"n":2} {"n":3}`},
+		{"unsent", "unsent unsent", false, `{"n":0}`, `{"n":1} {"n":2} {"n":3}`},
 	}
-	for i := range 3 {
-		if _, err := q.push(body(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if it, _ := q.begin(); string(it.body) != `{"n":0}` {
-		t.Fatalf("begin gave %s, want the head", it.body)
-	}
-	dropped, err := q.push(body(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.end()
-	if len(dropped) != 1 || string(dropped[0].body) != `{"n":1}` {
-		t.Errorf("dropped %v, want the oldest after the one in flight, {\"n\":1}", dropped)
-	}
-	if got, want := strings.Join(drain(t, q), " "), `{"n":0} {"n":2} {"n":3}`; got != want {
-		t.Errorf("queue = %s, want %s", got, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), queueFile)
+			q, _, _, err := openQueue(path, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if _, err := q.push(body(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for try := range strings.FieldsSeq(tt.tries) {
+				if try == "reopen" {
+					if q, _, _, err = openQueue(path, 3); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				it, _ := q.begin()
+				q.end(it.id, try == "reached")
+			}
+			var it queued
+			if tt.inFlight {
+				it, _ = q.begin()
+				if string(it.body) != `{"n":0}` {
+					t.Fatalf("begin gave %s, want the head", it.body)
+				}
+			}
+			dropped, err := q.push(body(3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.inFlight {
+				q.end(it.id, false)
+			}
+			var drops []string
+			for _, it := range dropped {
+				drops = append(drops, string(it.body))
+			}
+			if got := strings.Join(drops, " "); got != tt.dropped {
+				t.Errorf("dropped %s, want %s", got, tt.dropped)
+			}
+			if got := strings.Join(drain(t, q), " "); got != tt.want {
+				t.Errorf("queue = %s, want %s", got, tt.want)
+			}
+		})
 	}
 }

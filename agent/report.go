@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -105,6 +106,10 @@ type reply struct {
 	detail    string        // status and the platform's text, or the error, for the log
 	location  string        // a redirect's Location (userinfo redacted)
 	after     time.Duration // the platform's Retry-After
+	// unsent says the request never left the agent (no connection was
+	// made), so the platform cannot have counted the report. Any other
+	// failure may come after the platform counted it (see queued.sent).
+	unsent bool
 }
 
 // reporter sends the queued reports to the platform, oldest first, one at
@@ -145,18 +150,23 @@ func (r *reporter) enqueue(body []byte) (id uint64, err error) {
 		id = noID
 	}
 	r.m.reportsDropped.WithLabelValues("overflow").Add(float64(len(dropped)))
-	for len(dropped) > 0 { // one line per run
+	logOverflow(r.log, "report queue full; dropped the oldest reports", dropped, r.q.max)
+	r.m.reportsQueued.Set(float64(r.q.len()))
+	return id, err
+}
+
+// logOverflow logs the reports dropped on overflow, one line per run,
+// naming each by its seq. None of them reached the platform (see queue).
+func logOverflow(log *slog.Logger, msg string, dropped []queued, max int) {
+	for len(dropped) > 0 {
 		n := 1
 		for n < len(dropped) && dropped[n].run == dropped[0].run {
 			n++
 		}
-		r.log.Warn("report queue full; dropped the oldest reports",
-			"dropped", n, "queue_max", r.q.max, "reason", "overflow",
+		log.Warn(msg, "dropped", n, "queue_max", max, "reason", "overflow",
 			"run", dropped[0].run, "seqs", seqs(dropped[:n]))
 		dropped = dropped[n:]
 	}
-	r.m.reportsQueued.Set(float64(r.q.len()))
-	return id, err
 }
 
 // release lets the report id go, and wakes the sender.
@@ -201,7 +211,7 @@ func (r *reporter) run(ctx context.Context) {
 		}
 		token := r.tok.get()
 		rep := r.send(ctx, it.body, token)
-		r.q.end()
+		r.q.end(it.id, !rep.unsent)
 		if ctx.Err() != nil {
 			return
 		}
@@ -344,7 +354,7 @@ const maxRetryAfter = 10 * time.Minute
 func (r *reporter) send(ctx context.Context, body []byte, token string) reply {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
 	if err != nil {
-		return reply{out: retry, detail: redactErr(err)}
+		return reply{out: retry, detail: redactErr(err), unsent: true}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -353,7 +363,7 @@ func (r *reporter) send(ctx context.Context, body []byte, token string) reply {
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
-		return reply{out: retry, detail: redactErr(err)}
+		return reply{out: retry, detail: redactErr(err), unsent: unsent(err)}
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
@@ -383,6 +393,14 @@ func (r *reporter) send(ctx context.Context, body []byte, token string) reply {
 		rep.after = retryAfter(resp.Header.Get("Retry-After"))
 	}
 	return rep
+}
+
+// unsent says whether err, from sending a request, means it never left
+// the agent: the connection to the platform, or through the proxy, was not
+// made (refused, no route, no such host, the dial's time-out).
+func unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect")
 }
 
 // redactErr is err's text with the userinfo of any URL in it redacted
