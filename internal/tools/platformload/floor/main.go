@@ -150,6 +150,8 @@ func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = ctx
 	buf := buffers.Get().(*[]byte)
 	defer buffers.Put(buf)
+	// The body read as the platform's readBody reads it (a copy: the
+	// platform is a main package, and the floor must do the same work).
 	b := (*buf)[:0]
 	for {
 		if len(b) == cap(b) {
