@@ -270,8 +270,12 @@ func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) 
 			continue
 		}
 		err = p.inTx(ctx, func(tx pgx.Tx) error {
+			created, err := p.seedNew(ctx, tx, chunk, known, byNode, now)
+			if err != nil {
+				return err
+			}
 			for _, sn := range chunk {
-				if known[sn.ID] {
+				if known[sn.ID] || created[sn.ID] {
 					continue
 				}
 				n, err := p.lockNode(ctx, tx, sn.ID, true)
@@ -295,6 +299,73 @@ func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) 
 		}
 	}
 	return nil
+}
+
+// seedOneByOne has applySeed seed every node as seedNew seeds a node
+// that already has a row: for a test, as the reference seedNew's writes
+// are compared with.
+var seedOneByOne = false
+
+// seedNew seeds the nodes of chunk the database holds no row of (nor
+// known: those with a role), in tx, and returns them by ID: their rows
+// inserted in one statement, their routes written (one round trip a
+// node with routes), their rows written in one more. It writes what
+// lockNode, seedNode and saveNode write for a node new to the database,
+// which take it one node at a time, at a few round trips a node. A node
+// whose row exists (a report created it; a replica
+// seeding at the same time inserted it) is not returned, and is left to
+// the caller, to be taken that way.
+func (p *pgPlatform) seedNew(ctx context.Context, tx pgx.Tx, chunk []routing.Node, known map[string]bool, byNode map[string][]routing.Route, now time.Time) (map[string]bool, error) {
+	if seedOneByOne {
+		return nil, nil
+	}
+	fresh := map[string]*pgNode{}
+	var ids, states []string
+	for _, sn := range chunk {
+		if known[sn.ID] {
+			continue
+		}
+		nd, err := p.newNode(sn.ID)
+		if err != nil {
+			return nil, err
+		}
+		b, err := encodeState(nd)
+		if err != nil {
+			return nil, err
+		}
+		fresh[sn.ID] = &pgNode{node: nd, state: b, bodies: map[string][]byte{}, created: true}
+		ids, states = append(ids, sn.ID), append(states, string(b))
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	// As lockNode's INSERT: ON CONFLICT DO NOTHING waits for a
+	// transaction inserting the same id, and returns no row for it.
+	rows, err := tx.Query(ctx, `INSERT INTO nodes (id, state) SELECT id, state::json FROM unnest($1::text[], $2::text[]) AS u (id, state)
+		ON CONFLICT (id) DO NOTHING RETURNING id`, ids, states)
+	created := map[string]bool{}
+	var id string
+	if err := eachRow(rows, err, []any{&id}, func() error { created[id] = true; return nil }); err != nil {
+		return nil, err
+	}
+	var written []*pgNode
+	for _, sn := range chunk { // the seed's order, as the caller's
+		n := fresh[sn.ID]
+		if n == nil || !created[sn.ID] {
+			continue
+		}
+		if err := p.seedNode(n.node, sn, byNode[sn.ID], now); err != nil {
+			return nil, err
+		}
+		if err := p.saveRoutes(ctx, tx, n, now); err != nil {
+			return nil, fmt.Errorf("route table: node %s: %w", sn.ID, err)
+		}
+		written = append(written, n)
+	}
+	if err := p.updateRows(ctx, tx, written, now); err != nil {
+		return nil, fmt.Errorf("route table: %w", err)
+	}
+	return created, nil
 }
 
 // pgNode is a node as loaded in a transaction, with what is needed to

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -964,33 +966,7 @@ func TestPGSlowReportsStartFromCopy(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	// What each database holds, as text, but for the time of writing.
-	dump := func(p *pgPlatform) string {
-		t.Helper()
-		var b strings.Builder
-		for _, q := range []string{
-			`SELECT id, state::text, readings, overloaded, coalesce(next_plan_at::text, ''), version FROM nodes ORDER BY id`,
-			`SELECT id, node, price, coalesce(closed_at::text, ''), coalesce(closed_by::text, ''), body::text FROM routes ORDER BY id`,
-			`SELECT node, kind, at::text, body::text FROM events ORDER BY id`,
-			`SELECT node, at::text, body::text FROM notices ORDER BY id`,
-		} {
-			rows, err := p.db.Query(t.Context(), q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for rows.Next() {
-				vals, err := rows.Values()
-				if err != nil {
-					t.Fatal(err)
-				}
-				fmt.Fprintln(&b, vals...)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return b.String()
-	}
+	dump := func(p *pgPlatform) string { return dumpDB(t, p) }
 	const order = "aaabaaaaaabbaaaaaaabaaaa"
 	for i, who := range order {
 		send(reps[who-'a'], i)
@@ -1077,4 +1053,138 @@ func TestPGNoticeInsertPlanKeepsIndex(t *testing.T) {
 		t.Errorf("after planOnce plan_cache_mode is %q (%v), want the session's force_generic_plan", mode, err)
 	}
 	exec(`COMMIT`)
+}
+
+// dumpDB is what p's database holds, as text, but for the time of
+// writing.
+func dumpDB(t *testing.T, p *pgPlatform) string {
+	t.Helper()
+	var b strings.Builder
+	for _, q := range []string{
+		`SELECT id, role, country, state::text, readings, overloaded, coalesce(next_plan_at::text, ''), version FROM nodes ORDER BY id`,
+		`SELECT id, node, user_id, key, country, price, coalesce(last_traffic::text, ''), coalesce(closed_at::text, ''), coalesce(closed_by::text, ''), body::text FROM routes ORDER BY id`,
+		`SELECT node, kind, at::text, body::text FROM events ORDER BY id`,
+		`SELECT node, at::text, body::text FROM notices ORDER BY id`,
+	} {
+		rows, err := p.db.Query(t.Context(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintln(&b, vals...)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+// TestPGSeedWritesAsOneByOne: a seed's nodes new to the database, written
+// a chunk at a time (seedNew), leave the database as seeding them one by
+// one does (lockNode, seedNode, saveNode): rows, states, versions and
+// routes; and a node a report created before the seed, which seedNew
+// leaves to that way, is seeded too. Two replicas seed at once.
+func TestPGSeedWritesAsOneByOne(t *testing.T) {
+	cl := pgtest.Need(t, cluster)
+	seed := testSeed()
+	for i := range 1200 { // more than two chunks
+		id := fmt.Sprintf("n%04d", i)
+		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "NL", Price: pricing.Price(100 + i%7), Paused: i%5 == 0, MaxUsers: i % 3})
+		if i%2 == 0 {
+			seed.Routes = append(seed.Routes, routing.Route{ID: id + "-r", User: fmt.Sprintf("u%d", i), Key: "vpn", Node: id,
+				Start: t0.Add(-time.Hour), LastTraffic: t0.Add(-time.Minute)})
+		}
+	}
+	c := &clock{t: t0}
+	dbs := map[bool]*pgPlatform{}
+	for _, oneByOne := range []bool{true, false} {
+		url := cl.NewDatabase(t)
+		// A node that reported before the route table listed it.
+		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.report(t.Context(), overload.Reading{Version: 2, Node: "n0700", Run: runID, Seq: 1, At: c.now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}); err != nil {
+			t.Fatal(err)
+		}
+		p.close()
+		seedOneByOne = oneByOne
+		reps := openPGReplicasAtOnce(t, url, c, pgOptions{PlanEvery: 30 * time.Second}, seed)
+		seedOneByOne = false
+		dbs[oneByOne] = reps[0]
+	}
+	got, want := dumpDB(t, dbs[false]), dumpDB(t, dbs[true])
+	if got != want {
+		gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+		for i := range min(len(gl), len(wl)) {
+			if gl[i] != wl[i] {
+				t.Fatalf("seeded a chunk at a time, line %d:\n%s\none by one:\n%s\n(%d and %d lines)", i+1, gl[i], wl[i], len(gl), len(wl))
+			}
+		}
+		t.Fatalf("seeded a chunk at a time, %d lines; one by one, %d", len(gl), len(wl))
+	}
+	if n := strings.Count(got, "\n"); n < 1200+600 {
+		t.Errorf("the dump has %d lines, want the seed's nodes and routes", n)
+	}
+}
+
+// openPGReplicasAtOnce opens two replicas on url at the same time, each
+// seeding with seed.
+func openPGReplicasAtOnce(t *testing.T, url string, c *clock, opt pgOptions, seed *seedFile) []*pgPlatform {
+	t.Helper()
+	reps := make([]*pgPlatform, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range reps {
+		wg.Go(func() {
+			reps[i], errs[i] = openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, opt, seed)
+		})
+	}
+	wg.Wait()
+	for i, p := range reps {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		t.Cleanup(p.close)
+	}
+	return reps
+}
+
+// BenchmarkPGSeed seeds 20,000 nodes, half of them with a route, into a
+// new database: the first start of a platform on a fleet's route table,
+// a chunk of nodes at a time (seedNew) and one by one.
+func BenchmarkPGSeed(b *testing.B) {
+	cl := pgtest.Need(b, cluster)
+	seed := &seedFile{}
+	for i := range 20000 {
+		id := fmt.Sprintf("n%06d", i)
+		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "NL", Price: 100})
+		if i%2 == 0 {
+			seed.Routes = append(seed.Routes, routing.Route{ID: id + "-r", User: fmt.Sprintf("u%d", i), Key: "vpn", Node: id,
+				Start: t0.Add(-time.Hour), LastTraffic: t0.Add(-time.Minute)})
+		}
+	}
+	c := &clock{t: t0}
+	for _, oneByOne := range []bool{false, true} {
+		b.Run(map[bool]string{false: "chunks", true: "one-by-one"}[oneByOne], func(b *testing.B) {
+			seedOneByOne = oneByOne
+			defer func() { seedOneByOne = false }()
+			for b.Loop() {
+				b.StopTimer()
+				url := cl.NewDatabase(b)
+				b.StartTimer()
+				p, err := openPG(b.Context(), url, config{Now: c.now, Logger: slog.New(slog.DiscardHandler)}, pgOptions{}, seed)
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.close()
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(len(seed.Nodes)), "µs/node")
+		})
+	}
 }
