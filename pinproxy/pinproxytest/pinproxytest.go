@@ -35,6 +35,7 @@ type Node struct {
 	handler Handler
 
 	mu    sync.Mutex
+	held  *held // the port, bound but not listening, from Down until Start
 	ln    net.Listener
 	conns map[net.Conn]struct{}
 	ids   map[string]chan struct{} // client id → closed when the id arrives
@@ -50,18 +51,27 @@ func New(t testing.TB, name string, h Handler) *Node {
 }
 
 // Down returns a node that owns a loopback address but is not listening:
-// dials to it are refused until Start.
+// dials to it are refused until Start. Until then it holds the port, so
+// that no other socket, in this process or another, can take it (see
+// held); once it has been started, Stop frees the port, as a node going
+// down would.
 func Down(t testing.TB, name string, h Handler) *Node {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	hd, err := hold()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	n := &Node{t: t, Name: name, Addr: addr, handler: h,
+	n := &Node{t: t, Name: name, Addr: hd.addr, handler: h, held: hd,
 		conns: make(map[net.Conn]struct{}), ids: make(map[string]chan struct{})}
-	t.Cleanup(n.Stop)
+	t.Cleanup(func() {
+		n.Stop()
+		n.mu.Lock()
+		if n.held != nil {
+			n.held.release()
+			n.held = nil
+		}
+		n.mu.Unlock()
+	})
 	return n
 }
 
@@ -71,7 +81,17 @@ func Down(t testing.TB, name string, h Handler) *Node {
 // the test's goroutine, and the node stays stopped.
 func (n *Node) Start() {
 	n.t.Helper()
-	ln, err := net.Listen("tcp", n.Addr)
+	n.mu.Lock()
+	hd := n.held
+	n.held = nil
+	n.mu.Unlock()
+	var ln net.Listener
+	var err error
+	if hd != nil {
+		ln, err = hd.listen()
+	} else {
+		ln, err = net.Listen("tcp", n.Addr)
+	}
 	if err != nil {
 		n.t.Errorf("node %s: %v", n.Name, err)
 		return
