@@ -73,6 +73,7 @@ type Proxy struct {
 	gen           int         // bumped by SetUpstreams, so connect knows its tried set is stale
 	moves         int64       // connections closed by rebalance rounds and drains
 	listeners     map[net.Listener]struct{}
+	handover      chan struct{}             // while a Handoff runs, from when it lists the listeners; closed when it ends
 	presetKA      map[net.Listener]struct{} // made by Listen: accepted conns have keepalive set already
 	tickerStarted bool
 	closed        bool // Shutdown was called
@@ -187,7 +188,9 @@ func (p *Proxy) Listen(ctx context.Context, network, addr string) (net.Listener,
 // once; the first call starts the rebalance rounds, which run every
 // Config.RebalanceInterval until Shutdown. Serve sets TCP keepalive, as
 // Config.KeepAlive says, on each client it accepts, unless ln came from
-// Listen, which set it already.
+// Listen, which set it already. Called while a Handoff runs, Serve waits
+// for it to end before it accepts: ln is not handed over, and Serve
+// returns ErrProxyClosed if the hand-over committed.
 func (p *Proxy) Serve(ln net.Listener) error {
 	p.mu.Lock()
 	_, preset := p.presetKA[ln] // kept until Serve returns, for a hand-over
@@ -198,6 +201,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		return ErrProxyClosed
 	}
 	p.listeners[ln] = struct{}{}
+	handover := p.handover
 	if !p.tickerStarted {
 		p.tickerStarted = true
 		p.startLines()
@@ -220,6 +224,17 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		p.mu.Unlock()
 		ln.Close()
 	}()
+	// The hand-over listed the listeners before ln came: it does not hold
+	// ln's accepts, and waits for every Serve loop to be out of Accept.
+	if handover != nil {
+		select {
+		case <-handover:
+		case <-p.stopCtx.Done():
+		}
+		if p.stopCtx.Err() != nil { // committed (or Shutdown)
+			return ErrProxyClosed
+		}
+	}
 
 	var delay time.Duration
 	for {

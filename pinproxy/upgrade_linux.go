@@ -47,7 +47,8 @@ const writeGrace = time.Second
 // connection back, accepts again, and returns an error with
 // HandoffResult.Committed false. Once committed, the proxy is closed, as
 // after Shutdown, holding nothing; the error is then about the new
-// process's ready report only. Handoff closes uc.
+// process's ready report only. A Serve called meanwhile waits until the
+// hand-over ends (see Serve). Handoff closes uc.
 func (p *Proxy) Handoff(ctx context.Context, uc *net.UnixConn, extra ...net.Listener) (res HandoffResult, err error) {
 	t0 := time.Now()
 	defer uc.Close()
@@ -100,10 +101,19 @@ func (p *Proxy) Handoff(ctx context.Context, uc *net.UnixConn, extra ...net.List
 	for ln := range p.listeners {
 		lns = append(lns, ln)
 	}
+	if !closed { // a Serve from here on waits for the hand-over to end
+		p.handover = make(chan struct{})
+	}
 	p.mu.Unlock()
 	if closed {
 		return res, ErrProxyClosed
 	}
+	defer func() { // after the rollback, if any (defers run last first)
+		p.mu.Lock()
+		close(p.handover)
+		p.handover = nil
+		p.mu.Unlock()
+	}()
 	slices.SortFunc(lns, func(a, b net.Listener) int { return strings.Compare(a.Addr().String(), b.Addr().String()) })
 	if err := p.holdAccepts(lns); err != nil {
 		p.releaseAccepts(lns)

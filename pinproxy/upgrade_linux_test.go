@@ -605,3 +605,116 @@ func TestHandoffKeepsAcceptOrder(t *testing.T) {
 		t.Errorf("the new proxy's connections, oldest first:\n%v\nwant the old one's:\n%v", got, want)
 	}
 }
+
+// A Serve that starts on a new listener during a hand-over waits until
+// the hand-over ends: it listed the listeners before, so it neither holds
+// nor hands over the new one, and an Accept on it would keep it waiting
+// for the Serve loops to settle until its ctx ended. After a commit that
+// Serve returns ErrProxyClosed; after a rollback it accepts.
+func TestServeDuringHandoff(t *testing.T) {
+	for _, commit := range []bool{true, false} {
+		name := map[bool]string{true: "commit", false: "rollback"}[commit]
+		t.Run(name, func(t *testing.T) {
+			lab := newFlightLab(t)
+			oldP := newTestProxy(t, lab.ln.Addr().String())
+			ln, err := oldP.Listen(context.Background(), "tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A client Serve has taken off the queue but not admitted
+			// keeps the hand-over waiting until let is closed.
+			slow := &slowAccept{TCPListener: ln.(*net.TCPListener), took: make(chan struct{}, 16), let: make(chan struct{})}
+			go oldP.Serve(slow)
+			c, err := net.DialTimeout("tcp", ln.Addr().String(), pinproxytest.WaitFor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.Write([]byte("Ehello"))
+			select {
+			case <-slow.took:
+			case <-time.After(pinproxytest.WaitFor):
+				t.Fatal("Serve did not accept the client")
+			}
+
+			newP := newTestProxy(t, lab.ln.Addr().String())
+			ucOld, ucNew := handoffPair(t)
+			if commit {
+				go func() {
+					a, err := newP.Adopt(context.Background(), ucNew)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for _, ln := range a.Listeners {
+						go newP.Serve(ln)
+					}
+					a.Ready()
+				}()
+			} else {
+				ucNew.Close() // the new side is gone: the hello fails
+			}
+			// Bounded: a hand-over that waits for the new listener's
+			// Serve loop ends here.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			type handoff struct {
+				res HandoffResult
+				err error
+			}
+			handed := make(chan handoff, 1)
+			go func() {
+				res, err := oldP.Handoff(ctx, ucOld)
+				handed <- handoff{res, err}
+			}()
+			waitFor(t, "the hand-over to hold the accepts", func() bool {
+				oldP.upg.mu.Lock()
+				defer oldP.upg.mu.Unlock()
+				return oldP.upg.held != nil
+			})
+
+			late, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lateServed := make(chan error, 1)
+			go func() { lateServed <- oldP.Serve(late) }()
+			waitFor(t, "Serve to list the new listener", func() bool {
+				oldP.mu.Lock()
+				defer oldP.mu.Unlock()
+				_, ok := oldP.listeners[late]
+				return ok
+			})
+			close(slow.let)
+			h := <-handed
+			if errors.Is(h.err, context.DeadlineExceeded) {
+				t.Fatalf("Handoff waited until its ctx ended: %+v, %v", h.res, h.err)
+			}
+			if h.res.Committed != commit {
+				t.Fatalf("Handoff: %+v, %v; want committed %v", h.res, h.err, commit)
+			}
+			if commit {
+				select {
+				case err := <-lateServed:
+					if !errors.Is(err, ErrProxyClosed) {
+						t.Errorf("Serve on the new listener returned %v, want ErrProxyClosed", err)
+					}
+				case <-time.After(pinproxytest.WaitFor):
+					t.Error("Serve on the new listener still runs after the commit")
+				}
+				return
+			}
+			lc, err := net.DialTimeout("tcp", late.Addr().String(), pinproxytest.WaitFor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lc.Close()
+			lc.Write([]byte("Ehello"))
+			lc.SetReadDeadline(time.Now().Add(pinproxytest.WaitFor))
+			var b [5]byte
+			if _, err := io.ReadFull(lc, b[:]); err != nil || string(b[:]) != "hello" {
+				t.Errorf("a client of the new listener after the rollback: %q, %v", b, err)
+			}
+		})
+	}
+}
