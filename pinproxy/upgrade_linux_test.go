@@ -312,9 +312,8 @@ func TestHandoffRollsBack(t *testing.T) {
 
 	ucOld, ucNew := handoffPair(t)
 	go func() { // reads the hello and one batch, then goes away
-		buf, oob := make([]byte, wireMaxMessage+1), make([]byte, 1<<12)
 		for range 2 {
-			ucNew.ReadMsgUnix(buf, oob)
+			readAndDrop(ucNew)
 		}
 		ucNew.Close()
 	}()
@@ -350,6 +349,23 @@ func TestHandoffRollsBack(t *testing.T) {
 	var b [5]byte
 	if _, err := io.ReadFull(c, b[:]); err != nil || string(b[:]) != "hello" {
 		t.Errorf("a client after the rollback: %q, %v", b, err)
+	}
+}
+
+// readAndDrop reads one message of a hand-over, as a new process that
+// then gives up would, and closes the descriptors it carried. Each is a
+// copy of a socket the old proxy keeps after the rollback: left open, it
+// keeps that socket open after the proxy closes it, and the tests that
+// follow in the same process have that many descriptors fewer.
+func readAndDrop(uc *net.UnixConn) {
+	buf, oob := make([]byte, wireMaxMessage+1), make([]byte, 1<<12)
+	_, oobn, _, _, _ := uc.ReadMsgUnix(buf, oob)
+	msgs, _ := syscall.ParseSocketControlMessage(oob[:oobn])
+	for i := range msgs {
+		fds, _ := syscall.ParseUnixRights(&msgs[i])
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
 	}
 }
 
@@ -414,10 +430,9 @@ func TestHandoffRollbackStress(t *testing.T) {
 	for i := range 20 {
 		ucOld, ucNew := handoffPair(t)
 		go func() {
-			buf, oob := make([]byte, wireMaxMessage+1), make([]byte, 1<<12)
-			ucNew.ReadMsgUnix(buf, oob)
+			readAndDrop(ucNew)
 			if i%2 == 0 {
-				ucNew.ReadMsgUnix(buf, oob)
+				readAndDrop(ucNew)
 			}
 			ucNew.Close()
 		}()
