@@ -474,32 +474,58 @@ func (ln *slowAccept) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// A client that Serve has taken off the listen queue but not admitted yet
-// when a hand-over holds the accepts is waited for and handed over with
-// the rest: left out, it would stay in the old proxy, which, closed by
-// the commit, closes it with its first bytes unread (a reset).
-func TestHandoffTakesClientsBeingAccepted(t *testing.T) {
-	lab := newFlightLab(t)
-	oldP := newTestProxy(t, lab.ln.Addr().String())
-	ln, err := oldP.Listen(context.Background(), "tcp", "127.0.0.1:0")
+// clientInAccept starts a proxy on lab's upstream, serving a listener
+// whose Accept holds each client it takes off the queue until slow.let is
+// closed, and dials it with a client that has sent "Ehello"; it returns
+// once Serve has taken that client. served gets Serve's return.
+func clientInAccept(t *testing.T, lab *flightLab) (p *Proxy, slow *slowAccept, c net.Conn, served chan error) {
+	t.Helper()
+	p = newTestProxy(t, lab.ln.Addr().String())
+	ln, err := p.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow := &slowAccept{TCPListener: ln.(*net.TCPListener), took: make(chan struct{}, 16), let: make(chan struct{})}
-	served := make(chan error, 1)
-	go func() { served <- oldP.Serve(slow) }()
-
-	c, err := net.DialTimeout("tcp", ln.Addr().String(), pinproxytest.WaitFor)
+	slow = &slowAccept{TCPListener: ln.(*net.TCPListener), took: make(chan struct{}, 16), let: make(chan struct{})}
+	served = make(chan error, 1)
+	go func() { served <- p.Serve(slow) }()
+	c, err = net.DialTimeout("tcp", ln.Addr().String(), pinproxytest.WaitFor)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	c.Write([]byte("Ehello"))
 	select {
 	case <-slow.took:
 	case <-time.After(pinproxytest.WaitFor):
 		t.Fatal("Serve did not accept the client")
 	}
+	return p, slow, c, served
+}
+
+// handoff is what Handoff returned.
+type handoff struct {
+	res HandoffResult
+	err error
+}
+
+// startHandoff runs p.Handoff(ctx, uc) in a goroutine; the channel gets
+// what it returns.
+func startHandoff(ctx context.Context, p *Proxy, uc *net.UnixConn) chan handoff {
+	handed := make(chan handoff, 1)
+	go func() {
+		res, err := p.Handoff(ctx, uc)
+		handed <- handoff{res, err}
+	}()
+	return handed
+}
+
+// A client that Serve has taken off the listen queue but not admitted yet
+// when a hand-over holds the accepts is waited for and handed over with
+// the rest: left out, it would stay in the old proxy, which, closed by
+// the commit, closes it with its first bytes unread (a reset).
+func TestHandoffTakesClientsBeingAccepted(t *testing.T) {
+	lab := newFlightLab(t)
+	oldP, slow, c, served := clientInAccept(t, lab)
 
 	newP := newTestProxy(t, lab.ln.Addr().String())
 	ucOld, ucNew := handoffPair(t)
@@ -514,15 +540,7 @@ func TestHandoffTakesClientsBeingAccepted(t *testing.T) {
 		}
 		adopted <- err
 	}()
-	type handoff struct {
-		res HandoffResult
-		err error
-	}
-	handed := make(chan handoff, 1)
-	go func() {
-		res, err := oldP.Handoff(context.Background(), ucOld)
-		handed <- handoff{res, err}
-	}()
+	handed := startHandoff(context.Background(), oldP, ucOld)
 	select {
 	case h := <-handed:
 		t.Errorf("Handoff returned (%+v, %v) while Serve held a client it had taken off the queue", h.res, h.err)
@@ -631,26 +649,9 @@ func TestServeDuringHandoff(t *testing.T) {
 		name := map[bool]string{true: "commit", false: "rollback"}[commit]
 		t.Run(name, func(t *testing.T) {
 			lab := newFlightLab(t)
-			oldP := newTestProxy(t, lab.ln.Addr().String())
-			ln, err := oldP.Listen(context.Background(), "tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
 			// A client Serve has taken off the queue but not admitted
 			// keeps the hand-over waiting until let is closed.
-			slow := &slowAccept{TCPListener: ln.(*net.TCPListener), took: make(chan struct{}, 16), let: make(chan struct{})}
-			go oldP.Serve(slow)
-			c, err := net.DialTimeout("tcp", ln.Addr().String(), pinproxytest.WaitFor)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.Write([]byte("Ehello"))
-			select {
-			case <-slow.took:
-			case <-time.After(pinproxytest.WaitFor):
-				t.Fatal("Serve did not accept the client")
-			}
+			oldP, slow, _, _ := clientInAccept(t, lab)
 
 			newP := newTestProxy(t, lab.ln.Addr().String())
 			ucOld, ucNew := handoffPair(t)
@@ -673,15 +674,7 @@ func TestServeDuringHandoff(t *testing.T) {
 			// Serve loop ends here.
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			type handoff struct {
-				res HandoffResult
-				err error
-			}
-			handed := make(chan handoff, 1)
-			go func() {
-				res, err := oldP.Handoff(ctx, ucOld)
-				handed <- handoff{res, err}
-			}()
+			handed := startHandoff(ctx, oldP, ucOld)
 			waitFor(t, "the hand-over to hold the accepts", func() bool {
 				oldP.upg.mu.Lock()
 				defer oldP.upg.mu.Unlock()

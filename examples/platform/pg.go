@@ -301,9 +301,9 @@ func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) 
 	return nil
 }
 
-// seedOneByOne has applySeed seed every node as seedNew seeds a node
-// that already has a row: for a test, as the reference seedNew's writes
-// are compared with.
+// seedOneByOne has applySeed seed every node one at a time, as it
+// seeds a node that already has a row: for a test, the reference
+// seedNew's writes are compared with.
 var seedOneByOne = false
 
 // seedNew seeds the nodes of chunk the database holds no row of (nor
@@ -325,11 +325,7 @@ func (p *pgPlatform) seedNew(ctx context.Context, tx pgx.Tx, chunk []routing.Nod
 		if known[sn.ID] {
 			continue
 		}
-		nd, err := p.newNode(sn.ID)
-		if err != nil {
-			return nil, err
-		}
-		b, err := encodeState(nd)
+		nd, b, err := p.freshNode(sn.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -494,11 +490,7 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 	state, err := lockRow(ctx, tx, id)
 	created := false
 	if errors.Is(err, pgx.ErrNoRows) && create {
-		fresh, ferr := p.newNode(id)
-		if ferr != nil {
-			return nil, ferr
-		}
-		b, ferr := encodeState(fresh)
+		_, b, ferr := p.freshNode(id)
 		if ferr != nil {
 			return nil, ferr
 		}
@@ -525,6 +517,20 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 	}
 	n.created = created
 	return n, nil
+}
+
+// freshNode is node id as new to the database, and the state its row
+// is inserted with.
+func (p *pgPlatform) freshNode(id string) (*node, []byte, error) {
+	n, err := p.newNode(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := encodeState(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	return n, b, nil
 }
 
 // lockRow locks node id's row (FOR UPDATE) and returns its state, as the
