@@ -178,7 +178,7 @@ func (p *Proxy) testedLocked(u *upstream, t tested, check bool) bool {
 	}
 	p.answeredLocked(u, now, check)
 	if t.held {
-		p.heldLocked(u, t.dialed)
+		p.heldLocked(u, t.dialed, false)
 	}
 	return true
 }

@@ -35,8 +35,11 @@ const localTestConnect = "rebalance: cannot test-connect for want of local resou
 // session: the connection is kept open until RefusedWithin after the
 // dial, and fails if the upstream ends it first. A connection moved to an
 // upstream whose next session, the moved client's redial, is refused is
-// a failed move: no round moves a connection to that upstream again
-// until one of its sessions holds.
+// a failed move: the upstream is refusing sessions at once, and no round
+// moves a connection to it again until a client's session holds there.
+// An upstream that answered again on a test-connect's word only takes
+// one move at a time, each once the last one's redial has shown, until
+// a client's session holds there.
 //
 // With Config.DrainRemoved, a round first moves one connection off an
 // upstream that SetUpstreams removed at least that long ago, if the
@@ -155,8 +158,10 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 // redials already on their way to each upstream. idle is nil when the
 // spread is even. An upstream the health checks mark down is never idle,
 // nor one in slow start (moving connections to it at once is what slow
-// start is there to prevent), nor one a move to which failed (session.go)
-// until it holds a session.
+// start is there to prevent), nor one a move to which failed until a
+// client's session holds there, nor one that answered again after
+// refusing sessions while the last move's successor has not shown
+// (sessionState.noMove).
 func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, idle *upstream) {
 	load := func(u *upstream) int { return u.load() + planned[u] }
 	busy = p.upstreams[0]
@@ -166,8 +171,8 @@ func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, id
 		}
 	}
 	for _, u := range p.upstreams {
-		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 || u.sessions.stopped {
-			continue // down by the checks, in slow start, or a move to it failed and none of its sessions held since
+		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 || u.sessions.noMove() {
+			continue // down by the checks, in slow start, or its sessions are in doubt (session.go)
 		}
 		if load(u) <= load(busy)-2 && (idle == nil || p.before(u, idle, now)) {
 			idle = u

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"regexp"
 	"strings"
@@ -174,23 +175,41 @@ func TestRefusedSessionsNotClientHangUps(t *testing.T) {
 	}
 }
 
+// refusedLab is a proxy in front of A, which refuses sessions while
+// refuse is set (at first), and B, which holds them; rounds are run by
+// hand, RefusedWithin is 200 ms and the proxy's clock moves when told.
+type refusedLab struct {
+	refuse atomic.Bool
+	a, b   *pinproxytest.Node
+	logs   *testkit.LogBuffer
+	clock  fakeClock
+	p      *pinproxy.Proxy
+	addr   string
+}
+
+func newRefusedLab(t *testing.T) *refusedLab {
+	l := &refusedLab{}
+	l.refuse.Store(true)
+	l.a = pinproxytest.New(t, "A", refuser(&l.refuse))
+	l.b = pinproxytest.New(t, "B", pinproxytest.Line)
+	var log *slog.Logger
+	log, l.logs = testLogger(t)
+	cfg := pinproxy.Config{
+		Upstreams: []string{l.a.Addr, l.b.Addr}, RebalanceInterval: -1, Logger: log,
+		RefusedWithin: 200 * time.Millisecond,
+	}
+	pinproxy.SetClockForTest(&cfg, l.clock.now)
+	l.p = newProxy(t, cfg)
+	l.addr = serve(t, l.p)
+	return l
+}
+
 // An upstream refusing sessions answers again once a session dialed after
 // its last refusal is held: after its back-off one client tries it, and
 // when that session lives past RefusedWithin it takes clients again.
 func TestRefusingUpstreamHoldsAgain(t *testing.T) {
-	var refuse atomic.Bool
-	refuse.Store(true)
-	a := pinproxytest.New(t, "A", refuser(&refuse))
-	b := pinproxytest.New(t, "B", pinproxytest.Line)
-	log, logs := testLogger(t)
-	var clock fakeClock
-	cfg := pinproxy.Config{
-		Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1, Logger: log,
-		RefusedWithin: 200 * time.Millisecond,
-	}
-	pinproxy.SetClockForTest(&cfg, clock.now)
-	p := newProxy(t, cfg)
-	addr := serve(t, p)
+	l := newRefusedLab(t)
+	refuse, a, logs, clock, p, addr := &l.refuse, l.a, l.logs, &l.clock, l.p, l.addr
 	if on, _ := settle(t, p, addr, "c0"); on != "B" || stat(p, a.Addr).Refusing == "" {
 		t.Fatalf("c0 on %s, A refusing %q; want B, A refusing", on, stat(p, a.Addr).Refusing)
 	}
@@ -220,19 +239,8 @@ func TestRefusingUpstreamHoldsAgain(t *testing.T) {
 // ("answers again"). A moved connection whose redial A refuses is a failed
 // move, and no round moves to A again until one of its sessions holds.
 func TestRebalanceAndRefusedSessions(t *testing.T) {
-	var refuse atomic.Bool
-	refuse.Store(true)
-	a := pinproxytest.New(t, "A", refuser(&refuse))
-	b := pinproxytest.New(t, "B", pinproxytest.Line)
-	log, logs := testLogger(t)
-	var clock fakeClock
-	cfg := pinproxy.Config{
-		Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1, Logger: log,
-		RefusedWithin: 200 * time.Millisecond,
-	}
-	pinproxy.SetClockForTest(&cfg, clock.now)
-	p := newProxy(t, cfg)
-	addr := serve(t, p)
+	l := newRefusedLab(t)
+	refuse, a, b, logs, clock, p, addr := &l.refuse, l.a, l.b, l.logs, &l.clock, l.p, l.addr
 	ctx := context.Background()
 
 	settle(t, p, addr, "c0")
@@ -306,4 +314,42 @@ func TestRebalanceAndRefusedSessions(t *testing.T) {
 	if got := p.Totals().Moves; got != 2 {
 		t.Fatalf("moves after A held a session = %d, want 2", got)
 	}
+}
+
+// An upstream that answered again after refusing sessions, on a
+// test-connect's word only, takes one move at a time: the next round
+// moves nothing to it until the moved client's redial has been held
+// there.
+func TestRebalanceProbationAfterRefusing(t *testing.T) {
+	l := newRefusedLab(t)
+	ctx := context.Background()
+	settle(t, l.p, l.addr, "c0")
+	var clients []*pinproxytest.Client
+	for _, id := range []string{"c1", "c2", "c3"} {
+		cl, _ := pinproxytest.Dial(t, l.addr, id)
+		clients = append(clients, cl)
+	}
+	if s := stat(l.p, l.b.Addr); s.Live != 4 {
+		t.Fatalf("B holds %d, want all four clients", s.Live)
+	}
+	l.refuse.Store(false)
+	if err := l.p.Rebalance(ctx); err != nil || l.p.Totals().Moves != 1 || !clients[2].Closed() {
+		t.Fatalf("first round: %v, %d moves; want c3 moved", err, l.p.Totals().Moves)
+	}
+	// c3 has not redialed yet: the next round leaves A alone.
+	dials := stat(l.p, l.a.Addr).Dials
+	if err := l.p.Rebalance(ctx); err != nil || l.p.Totals().Moves != 1 || stat(l.p, l.a.Addr).Dials != dials {
+		t.Fatalf("a round before the moved client's redial: %v, %d moves, A dialed %d→%d; want nothing",
+			err, l.p.Totals().Moves, dials, stat(l.p, l.a.Addr).Dials)
+	}
+	// Its redial lands on A and is held: the next round moves again.
+	if on := clients[2].Redial(); on != "A" {
+		t.Fatalf("c3's redial landed on %s, want A", on)
+	}
+	testkit.WaitFor(t, "the next round to move once A held c3's redial", func() bool {
+		if err := l.p.Rebalance(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return l.p.Totals().Moves == 2
+	})
 }

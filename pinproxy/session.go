@@ -43,9 +43,13 @@ type sessionState struct {
 	// moving counts rebalance moves to it whose redial has not come yet;
 	// the next session dialed to it is taken for the moved connection's
 	// successor. stopped: a successor was refused; no move goes to it
-	// until a session holds.
-	moving  int
-	stopped bool
+	// until a client's session holds there. probation: it answered again
+	// after refusing, on a test-connect's word only; rounds move one
+	// connection to it at a time, each once the last one's successor has
+	// shown, until a client's session holds there.
+	moving    int
+	stopped   bool
+	probation bool
 }
 
 // backingOff reports whether an upstream refusing sessions counts as
@@ -61,7 +65,16 @@ func (s *sessionState) refusedRecently() bool { return s.streak > 0 || s.refusin
 
 // suspect reports whether a session dialed to the upstream now goes on
 // trial, to be found held at RefusedWithin.
-func (s *sessionState) suspect() bool { return s.refusedRecently() || s.moving > 0 || s.stopped }
+func (s *sessionState) suspect() bool {
+	return s.refusedRecently() || s.moving > 0 || s.stopped || s.probation
+}
+
+// noMove reports whether a rebalance round must not move a connection to
+// the upstream now: a move to it failed and no client's session held
+// since, or it is on probation with a move's successor still to show.
+func (s *sessionState) noMove() bool {
+	return s.stopped || s.probation && (s.moving > 0 || s.trials > 0)
+}
 
 // dialedLocked starts watching c's session; connect calls it once c is
 // linked. A session dialed under suspicion goes on trial: a timer finds it
@@ -94,7 +107,7 @@ func (p *Proxy) trialOver(c *conn) {
 	c.trial = nil
 	c.up.sessions.trials--
 	if c.linked {
-		p.heldLocked(c.up, c.dialed)
+		p.heldLocked(c.up, c.dialed, true)
 	}
 }
 
@@ -117,7 +130,7 @@ func (p *Proxy) sessionEndedLocked(c *conn, r spliceResult) {
 	switch {
 	case c.reason != endClosed: // the proxy closed it (a move, a drain, a forced shutdown): it tells nothing
 	case life >= p.cfg.RefusedWithin:
-		p.heldLocked(c.up, c.dialed)
+		p.heldLocked(c.up, c.dialed, true)
 	case r.first == sideUpstream && r.down <= p.cfg.RefusedBytes:
 		p.refusedLocked(c.up, life, c.successor, true)
 	}
@@ -125,7 +138,9 @@ func (p *Proxy) sessionEndedLocked(c *conn, r spliceResult) {
 
 // refusedLocked records a session u refused after life: a client's
 // (client), or a test-connect's, which records its failure itself.
-// successor: the session was a moved connection's redial, a failed move.
+// successor: the session was a moved connection's redial, a failed move,
+// which makes u refusing sessions at once: it refused right after it
+// answered the round's test-connect.
 func (p *Proxy) refusedLocked(u *upstream, life time.Duration, successor, client bool) {
 	s := &u.sessions
 	s.refused++
@@ -138,7 +153,7 @@ func (p *Proxy) refusedLocked(u *upstream, life time.Duration, successor, client
 		p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "rebalance: the moved connection's redial was refused; no moves to it until it holds a session",
 			slog.String("upstream", u.addr), slog.Duration("lasted", roundForLog(life)))
 	}
-	if s.streak < p.cfg.RefusedSessions {
+	if s.streak < p.cfg.RefusedSessions && !successor {
 		return
 	}
 	now := p.clock()
@@ -161,16 +176,22 @@ func (p *Proxy) refusedLocked(u *upstream, life time.Duration, successor, client
 }
 
 // heldLocked records a session to u, dialed at dialed, that lived past
-// RefusedWithin (a moved connection's successor among them: that move
-// is done). A session dialed before u's last refusal says nothing of u
-// now.
-func (p *Proxy) heldLocked(u *upstream, dialed time.Time) {
+// RefusedWithin: a client's (client; a moved connection's successor among
+// them: that move is done) or a test-connect's. A session dialed before
+// u's last refusal says nothing of u now. A test-connect's session held
+// puts an upstream that refused recently on probation; only a client's
+// lifts that, and a failed move's stop.
+func (p *Proxy) heldLocked(u *upstream, dialed time.Time, client bool) {
 	s := &u.sessions
 	if dialed.Before(s.lastRefused) {
 		return
 	}
+	if client {
+		s.stopped, s.probation = false, false
+	} else if s.refusedRecently() {
+		s.probation = true
+	}
 	s.streak, s.longest = 0, 0
-	s.stopped = false
 	if s.refusing == "" {
 		return
 	}
