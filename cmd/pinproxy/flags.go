@@ -75,7 +75,7 @@ func flagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.drainRemoved, "drain-removed", 0, "this long after a reload removed an upstream, move its connections, one per rebalance round (0: leave them)")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", pinproxy.DefaultDialTimeout, "bound on each dial to an upstream")
 	fs.IntVar(&o.maxDialAttempts, "max-dial-attempts", pinproxy.DefaultMaxDialAttempts, "most upstreams a client's dials try before the client is closed (negative: every upstream)")
-	fs.DurationVar(&o.checkInterval, "check-interval", 0, "time between active health checks, TCP connects (0: off, health from clients' dials)")
+	fs.DurationVar(&o.checkInterval, "check-interval", 0, "time between active health checks: a connect, and the -check-expect exchange if given (0: off, health from clients' dials and sessions)")
 	fs.IntVar(&o.checkRise, "check-rise", pinproxy.DefaultCheckRise, "checks in a row that must answer to mark a down upstream up")
 	fs.IntVar(&o.checkFall, "check-fall", pinproxy.DefaultCheckFall, "checks in a row that must fail to mark an upstream down")
 	fs.StringVar(&o.rawCheckSend, "check-send", "", "bytes a test-connect (health check, rebalance) sends once connected: hex, or @FILE for a file's bytes")
