@@ -522,3 +522,30 @@ func TestMaxDialAttemptsFlag(t *testing.T) {
 		t.Errorf("-max-dial-attempts 0: err %v, want one naming the flag", err)
 	}
 }
+
+// -check-send and -check-expect take hex (spaces ignored) or @FILE, and
+// reach the Config with the refused-session flags; -refused-within 0
+// turns the detection off rather than meaning the library's default.
+func TestCheckAndRefusedFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "version.bin")
+	if err := os.WriteFile(file, []byte{0xf9, 0xbe, 0xb4, 0xd9, 'v'}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	o, err := parseFlags([]string{"-listen", "127.0.0.1:0", "-upstreams", "a:1",
+		"-check-send", "@" + file, "-check-expect", "f9be b4d9", "-check-timeout", "3s",
+		"-refused-within", "0", "-refused-bytes", "100", "-refused-sessions", "5"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := o.config(nil)
+	if string(cfg.CheckSend) != "\xf9\xbe\xb4\xd9v" || string(cfg.CheckExpect) != "\xf9\xbe\xb4\xd9" || cfg.CheckTimeout != 3*time.Second {
+		t.Errorf("check: send %x, expect %x, timeout %v", cfg.CheckSend, cfg.CheckExpect, cfg.CheckTimeout)
+	}
+	if cfg.RefusedWithin >= 0 || cfg.RefusedBytes != 100 || cfg.RefusedSessions != 5 {
+		t.Errorf("refused: within %v (want negative: off), bytes %d, sessions %d", cfg.RefusedWithin, cfg.RefusedBytes, cfg.RefusedSessions)
+	}
+	if _, err := pinproxy.New(cfg); err != nil {
+		t.Errorf("New: %v", err)
+	}
+}
