@@ -27,6 +27,14 @@ const (
 	// HAProxy's defaults for its inter, rise and fall.
 	DefaultCheckRise = 2
 	DefaultCheckFall = 3
+
+	// Refused sessions (Config.RefusedWithin): a session the upstream
+	// ends within 2 s of the dial, having sent at most 4 KiB, is refused;
+	// 3 in a row, none held in between, and the upstream is refusing
+	// sessions.
+	DefaultRefusedWithin   = 2 * time.Second
+	DefaultRefusedBytes    = 4 << 10
+	DefaultRefusedSessions = 3
 )
 
 // ErrNoUpstreams is returned by New and SetUpstreams for an empty list.
@@ -117,6 +125,54 @@ type Config struct {
 	CheckInterval time.Duration
 	CheckRise     int // zero means DefaultCheckRise (2)
 	CheckFall     int // zero means DefaultCheckFall (3)
+
+	// CheckSend and CheckExpect, when CheckExpect is set, make every
+	// test-connect an application-level check, as HAProxy's tcp-check
+	// send and expect: a health check (CheckInterval), a rebalance
+	// round's test-connect to the idle upstream and a drain's. Once
+	// connected, the proxy writes CheckSend (if any) and reads until the
+	// reply's first len(CheckExpect) bytes have come; the upstream
+	// answers only if they equal CheckExpect, within CheckTimeout of
+	// the connect. Clients' own dials are not checked: their sessions
+	// are watched instead (RefusedWithin). For a Bitcoin or Litecoin
+	// node, CheckSend is a version message followed by a verack, and
+	// CheckExpect the network's 4 magic bytes and the 12-byte command
+	// "version": the node's own version message (docs/pinproxy.md has
+	// the bytes). CheckSend without CheckExpect is refused.
+	CheckSend   []byte
+	CheckExpect []byte
+	// CheckTimeout bounds the exchange after the connect. Zero means
+	// DialTimeout.
+	CheckTimeout time.Duration
+
+	// RefusedWithin, RefusedBytes and RefusedSessions tell an upstream
+	// that accepts TCP connections but refuses the sessions (a node that
+	// banned the proxy's address, which every client behind the proxy
+	// shares; one whose inbound slots are full; one still starting) from
+	// one that answers. A client's session is refused when the upstream
+	// ends it (its stream ended first: a FIN or a reset from the
+	// upstream; a client that hangs up first never counts) within
+	// RefusedWithin of the dial, having sent at most RefusedBytes to the
+	// client. A session is held when it lives longer than RefusedWithin.
+	// After RefusedSessions refused sessions in a row, none held since
+	// the first, the upstream is refusing sessions: each refused session
+	// from then on counts as a failed dial, it is tried after every
+	// other upstream for FailedBackoff (then one client's session tries
+	// it, as after a failed dial), and Stats, the metrics and the log
+	// say so with the reason ("refusing sessions: 3 ended within 2ms").
+	// It answers again once a session dialed after its last refusal is
+	// held: a client's, or a test-connect's, which for an upstream that
+	// refused recently holds the connection for RefusedWithin (after
+	// the check's exchange, if any) to see that the upstream does not
+	// end it. A rebalance round moves no connection to an upstream until
+	// then.
+	//
+	// Zero means DefaultRefusedWithin (2 s), DefaultRefusedBytes (4 KiB)
+	// and DefaultRefusedSessions (3); a negative RefusedWithin turns the
+	// detection off, for upstreams that end short sessions by design.
+	RefusedWithin   time.Duration
+	RefusedBytes    int64
+	RefusedSessions int
 
 	// SlowStart, when positive, ramps the share of new clients of an
 	// upstream that comes back up (from down) linearly over SlowStart,
@@ -237,10 +293,42 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CheckFall == 0 {
 		c.CheckFall = DefaultCheckFall
 	}
+	if err := c.sessionDefaults(); err != nil {
+		return c, err
+	}
 	if c.SendProxy < 0 || c.SendProxy > 2 {
 		return c, &ConfigError{Field: "SendProxy", Value: strconv.Itoa(c.SendProxy), Want: "want 0 (off), 1 or 2"}
 	}
 	return c, nil
+}
+
+// sessionDefaults checks and fills the check's exchange and the refused
+// sessions' thresholds.
+func (c *Config) sessionDefaults() error {
+	switch {
+	case len(c.CheckSend) > 0 && len(c.CheckExpect) == 0:
+		return &ConfigError{Field: "CheckSend", Value: fmt.Sprintf("(%d bytes)", len(c.CheckSend)), Want: "needs CheckExpect: a check must expect a reply"}
+	case c.CheckTimeout < 0:
+		return &ConfigError{Field: "CheckTimeout", Value: c.CheckTimeout.String(), Want: "must not be negative (0 means DialTimeout)"}
+	case c.RefusedBytes < 0:
+		return &ConfigError{Field: "RefusedBytes", Value: strconv.FormatInt(c.RefusedBytes, 10), Want: "must not be negative (0 means the default)"}
+	case c.RefusedSessions < 0:
+		return &ConfigError{Field: "RefusedSessions", Value: strconv.Itoa(c.RefusedSessions), Want: "must not be negative (0 means the default)"}
+	}
+	c.CheckSend, c.CheckExpect = slices.Clone(c.CheckSend), slices.Clone(c.CheckExpect)
+	if c.CheckTimeout == 0 {
+		c.CheckTimeout = c.DialTimeout
+	}
+	if c.RefusedWithin == 0 {
+		c.RefusedWithin = DefaultRefusedWithin
+	}
+	if c.RefusedBytes == 0 {
+		c.RefusedBytes = DefaultRefusedBytes
+	}
+	if c.RefusedSessions == 0 {
+		c.RefusedSessions = DefaultRefusedSessions
+	}
+	return nil
 }
 
 // checkUpstreams checks a list of upstreams: at least one, each host:port,

@@ -27,6 +27,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"twice", pinproxy.Config{Upstreams: []string{"a:1", "b:2", "a:1"}}, `upstream 3 "a:1": listed twice (also upstream 1)`},
 		{"negative dial timeout", pinproxy.Config{Upstreams: []string{"a:1"}, DialTimeout: -1}, "Config.DialTimeout -1ns"},
 		{"negative max conns", pinproxy.Config{Upstreams: []string{"a:1"}, MaxConns: -1}, "Config.MaxConns -1: must not be negative"},
+		{"send without expect", pinproxy.Config{Upstreams: []string{"a:1"}, CheckSend: []byte("hi")}, "Config.CheckSend (2 bytes): needs CheckExpect"},
+		{"negative check timeout", pinproxy.Config{Upstreams: []string{"a:1"}, CheckTimeout: -1}, "Config.CheckTimeout -1ns"},
+		{"negative refused bytes", pinproxy.Config{Upstreams: []string{"a:1"}, RefusedBytes: -1}, "Config.RefusedBytes -1"},
+		{"negative refused sessions", pinproxy.Config{Upstreams: []string{"a:1"}, RefusedSessions: -1}, "Config.RefusedSessions -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -28,7 +28,16 @@
 // through, and TCP keepalive (with TCP_USER_TIMEOUT on Linux) is on for
 // both sides. An error on one side (a reset, a keepalive or user timeout)
 // ends in a reset on the other, so a broken stream never reaches the
-// other peer as a clean end. Every decision is logged through the
+// other peer as a clean end.
+//
+// A TCP connect says only that an upstream's kernel answered. A node that
+// accepts the connection and then ends the session (a ban of the proxy's
+// address, which every client behind the proxy shares; full inbound
+// slots) is refusing sessions once it has ended a few in a row soon after
+// the dial (Config.RefusedWithin): it is tried last, and no rebalance
+// round moves a connection to it until it holds a session again.
+// Test-connects can run an application-level exchange (Config.CheckSend,
+// CheckExpect), such as a Bitcoin node's version/verack. Every decision is logged through the
 // Config.Logger, for example
 //
 //	level=INFO msg="answers again; moving a connection" from=usa-01:9333 to=eu-01:9333

@@ -228,3 +228,74 @@ func ExampleNewLogHandler() {
 	// Output:
 	// level=INFO msg="pinproxy listening" addr=127.0.0.1:9333
 }
+
+// An upstream that accepts connections and closes them at once, as a node
+// does that banned the proxy's address, is refusing sessions after three
+// in a row (Config.RefusedSessions): Stats says why, and it is tried
+// after every other upstream.
+func ExampleUpstreamStats_refusing() {
+	banning := closingNode()
+	defer banning.Close()
+	b := holdingNode("127.0.0.1:0")
+	defer b.Close()
+	p, err := pinproxy.New(pinproxy.Config{
+		Upstreams:         []string{banning.Addr().String(), b.Addr().String()},
+		RebalanceInterval: -1,
+	})
+	if err != nil {
+		panic(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ln) }()
+
+	for range 3 { // each lands on the first listed, which ends it at once
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			panic(err)
+		}
+		io.Copy(io.Discard, c) // until the upstream's end reaches the client
+		c.Close()
+		for p.Totals().Live != 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	s := p.Stats()[0]
+	fmt.Println(s.State, s.RefusedSessions, strings.HasPrefix(s.Refusing, "refusing sessions: 3 ended within "))
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		panic(err)
+	}
+	for p.Stats()[1].Live != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("the next client is on the second upstream")
+	c.Close()
+	p.Shutdown(context.Background())
+	<-done
+	// Output:
+	// down 3 true
+	// the next client is on the second upstream
+}
+
+// closingNode accepts connections and closes each at once.
+func closingNode() net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln
+}

@@ -72,6 +72,7 @@ type Proxy struct {
 	leaving       []*upstream // removed by SetUpstreams, with connections left
 	gen           int         // bumped by SetUpstreams, so connect knows its tried set is stale
 	moves         int64       // connections closed by rebalance rounds and drains
+	failedMoves   int64       // moves whose redial the idle upstream refused (session.go)
 	listeners     map[net.Listener]struct{}
 	handover      chan struct{}             // while a Handoff runs, from when it lists the listeners; closed when it ends
 	presetKA      map[net.Listener]struct{} // made by Listen: accepted conns have keepalive set already
@@ -88,6 +89,14 @@ type conn struct {
 	prev, next       *conn     // guarded by Proxy.mu
 	linked           bool      // guarded by Proxy.mu
 	reason           endReason // guarded by Proxy.mu; set by whoever closes it from outside
+
+	// Its session, as session.go watches it: when its dial answered (the
+	// real clock; zero when not watched), and, guarded by Proxy.mu, its
+	// trial's timer while on trial and whether it is a moved
+	// connection's redial.
+	dialed    time.Time
+	trial     *time.Timer
+	successor bool
 }
 
 // endReason says why a connection ended, in its log line.
@@ -458,6 +467,7 @@ func (p *Proxy) finish(c *conn, r spliceResult) {
 	p.mu.Lock()
 	p.unlinkLocked(c)
 	reason := c.reason
+	p.sessionEndedLocked(c, r) // refused or held (session.go)
 	p.mu.Unlock()
 	err := r.err
 	if reason == endClosed {
@@ -596,6 +606,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		}
 		c := &conn{client: client, upstream: uc, up: u, start: now}
 		p.linkLocked(c)
+		p.dialedLocked(c)
 		live := u.live
 		p.mu.Unlock()
 		if p.cfg.DialContext != nil && !p.kaLater() { // the proxy's own dialer has set it

@@ -29,6 +29,18 @@ const localTestConnect = "rebalance: cannot test-connect for want of local resou
 //     first), both its client and upstream sides. The client is expected
 //     to redial; least-used order then sends it to the idle upstream.
 //
+// The test-connect runs the check's exchange when Config.CheckExpect is
+// set. An idle upstream that refused a session and has held none since
+// (Config.RefusedWithin) answers only if it holds the test-connect's
+// session: the connection is kept open until RefusedWithin after the
+// dial, and fails if the upstream ends it first. A connection moved to an
+// upstream whose next session, the moved client's redial, is refused is
+// a failed move: the upstream is refusing sessions at once, and no round
+// moves a connection to it again until a client's session holds there.
+// An upstream that answered again on a test-connect's word only takes
+// one move at a time, each once the last one's redial has shown, until
+// a client's session holds there.
+//
 // With Config.DrainRemoved, a round first moves one connection off an
 // upstream that SetUpstreams removed at least that long ago, if the
 // upstream its redial would go to answers a test-connect.
@@ -61,8 +73,8 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("from", m.from), slog.String("to", m.to))
 		}
 	}()
-	planned := make(map[*upstream]int) // redials each move sends to its idle upstream
-	tested := make(map[*upstream]bool) // idle upstreams that answered this round
+	planned := make(map[*upstream]int)   // redials each move sends to its idle upstream
+	answered := make(map[*upstream]bool) // idle upstreams that answered this round
 
 	p.mu.Lock()
 	for len(moves) < p.cfg.RebalanceMaxMoves {
@@ -76,12 +88,12 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 				u.recovered = false
 			}
 		}
-		if idle == nil || tested[idle] && busy.tail == nil {
+		if idle == nil || answered[idle] && busy.tail == nil {
 			most := busy.load()
 			p.mu.Unlock()
 			switch {
 			case len(moves) > 0:
-			case len(tested) > 0:
+			case len(answered) > 0:
 				p.log.LogAttrs(ctx, slog.LevelDebug, "rebalance: spread evened out during the test-connect; nothing moved",
 					slog.String("to", busy.addr))
 			default:
@@ -90,7 +102,14 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			}
 			return nil
 		}
-		if tested[idle] {
+		if answered[idle] && idle.sessions.refusedRecently() { // a client's session to it was refused meanwhile
+			p.mu.Unlock()
+			p.log.LogAttrs(ctx, slog.LevelInfo, "idle node still refuses sessions; nothing moved",
+				slog.String("from", busy.addr), slog.String("to", idle.addr), slog.String("err", idle.sessions.refusing))
+			return nil
+		}
+		if answered[idle] {
+			idle.sessions.moving++ // its redial is the move's successor (session.go)
 			c := busy.tail
 			p.unlinkLocked(c)
 			busy.moved++
@@ -100,27 +119,31 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			moves = append(moves, move{c, busy.addr, idle.addr, idle.recovered})
 			continue
 		}
+		hold := idle.sessions.refusedRecently()
 		idle.dials++
 		p.mu.Unlock()
 
-		tc, out, err := p.attempt(ctx, idle, p.cfg.DialTimeout, localTestConnect, slog.String("to", idle.addr))
-		switch out {
+		t := p.testConnect(ctx, idle, p.cfg.DialTimeout, hold, localTestConnect, slog.String("to", idle.addr))
+		switch t.out {
 		case gaveUp:
 			return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, ctx.Err())
 		case noResources:
 			return nil
 		case refused:
 			p.mu.Lock()
-			p.failedLocked(idle, p.clock(), err, false)
+			p.testedLocked(idle, t, false)
 			p.mu.Unlock()
-			p.log.LogAttrs(ctx, slog.LevelInfo, "idle node still does not answer; nothing moved",
-				slog.String("from", busy.addr), slog.String("to", idle.addr), slog.Any("err", err))
+			msg := "idle node still does not answer; nothing moved"
+			if t.refused {
+				msg = "idle node still refuses sessions; nothing moved"
+			}
+			p.log.LogAttrs(ctx, slog.LevelInfo, msg,
+				slog.String("from", busy.addr), slog.String("to", idle.addr), slog.Any("err", t.err))
 			return nil
 		}
-		tc.Close()
 		p.mu.Lock()
-		p.answeredLocked(idle, p.clock(), false)
-		tested[idle] = true
+		p.testedLocked(idle, t, false)
+		answered[idle] = true
 		// Connections may have come and gone during the test-connect:
 		// the loop looks again.
 	}
@@ -134,8 +157,11 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 // which is where the moved client's redial goes. planned counts the
 // redials already on their way to each upstream. idle is nil when the
 // spread is even. An upstream the health checks mark down is never idle,
-// nor one in slow start: moving connections to it at once is what slow
-// start is there to prevent.
+// nor one in slow start (moving connections to it at once is what slow
+// start is there to prevent), nor one a move to which failed until a
+// client's session holds there, nor one that answered again after
+// refusing sessions while the last move's successor has not shown
+// (sessionState.noMove).
 func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, idle *upstream) {
 	load := func(u *upstream) int { return u.load() + planned[u] }
 	busy = p.upstreams[0]
@@ -145,8 +171,8 @@ func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, id
 		}
 	}
 	for _, u := range p.upstreams {
-		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 {
-			continue // down by the checks, or in slow start
+		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 || u.sessions.noMove() {
+			continue // down by the checks, in slow start, or its sessions are in doubt (session.go)
 		}
 		if load(u) <= load(busy)-2 && (idle == nil || p.before(u, idle, now)) {
 			idle = u

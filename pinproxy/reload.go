@@ -104,24 +104,24 @@ func (p *Proxy) drainRemoved(ctx context.Context) {
 		p.mu.Unlock()
 		return
 	}
+	hold := to.sessions.refusedRecently()
 	to.dials++
 	p.mu.Unlock()
 
-	tc, out, err := p.attempt(ctx, to, p.cfg.DialTimeout, localTestConnect, slog.String("to", to.addr))
-	if out != answered {
-		if out != refused {
+	t := p.testConnect(ctx, to, p.cfg.DialTimeout, hold, localTestConnect, slog.String("to", to.addr))
+	if t.out != answered {
+		if t.out != refused {
 			return
 		}
 		p.mu.Lock()
-		p.failedLocked(to, p.clock(), err, false)
+		p.testedLocked(to, t, false)
 		p.mu.Unlock()
 		p.log.LogAttrs(ctx, slog.LevelInfo, "drain: upstream does not answer; nothing moved",
-			slog.String("from", from.addr), slog.String("to", to.addr), slog.Any("err", err))
+			slog.String("from", from.addr), slog.String("to", to.addr), slog.Any("err", t.err))
 		return
 	}
-	tc.Close()
 	p.mu.Lock()
-	p.answeredLocked(to, p.clock(), false)
+	p.testedLocked(to, t, false)
 	c := from.tail
 	if c == nil || p.closed {
 		p.mu.Unlock()

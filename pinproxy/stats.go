@@ -29,8 +29,18 @@ type UpstreamStats struct {
 
 	// State is "up", "down" or "unknown" (nothing answered or failed
 	// yet): the health checks' verdict when Config.CheckInterval is set,
-	// else the last attempt's.
+	// else the last attempt's; "down" whatever those say while the
+	// upstream refuses sessions.
 	State string `json:"state"`
+
+	// Refusing, while the upstream accepts connections but refuses the
+	// sessions (see Config.RefusedWithin), says so with the figures:
+	// "refusing sessions: 3 ended within 2ms". Empty otherwise.
+	Refusing string `json:"refusing,omitempty"`
+	// RefusedSessions counts the sessions it refused: clients' and
+	// test-connects' sessions it ended within Config.RefusedWithin of
+	// the dial having sent at most Config.RefusedBytes.
+	RefusedSessions int64 `json:"refused_sessions"`
 
 	// Removed is true for an upstream that SetUpstreams took out of the
 	// list and that still has connections; Stats lists these last.
@@ -53,6 +63,10 @@ type Totals struct {
 	Rejected int64 `json:"rejected"` // clients closed at once because MaxConns were being handled
 	Unrouted int64 `json:"unrouted"` // clients closed because no upstream answered
 	Moves    int64 `json:"moves"`    // connections closed by rebalance rounds and drains of removed upstreams
+
+	// FailedMoves counts the moves whose client's redial the idle
+	// upstream refused (a refused session: Config.RefusedWithin).
+	FailedMoves int64 `json:"failed_moves"`
 
 	// LocalErrors counts accepts, dials and checks that failed for want
 	// of local resources (EMFILE, ENFILE, ENOBUFS, ENOMEM); these never
@@ -84,11 +98,14 @@ func (p *Proxy) Stats() []UpstreamStats {
 			LastFailure:   u.lastFailure,
 			LastError:     u.lastError,
 			Answered:      u.answered,
-			State:         u.state.String(),
+			State:         u.shownState().String(),
+			Refusing:      u.sessions.refusing,
 			Removed:       u.removed,
 			Moved:         u.moved,
 			BytesSent:     u.bytes.up.Load(),
 			BytesReceived: u.bytes.down.Load(),
+
+			RefusedSessions: u.sessions.refused,
 		}
 	}
 	return out
@@ -97,7 +114,7 @@ func (p *Proxy) Stats() []UpstreamStats {
 // Totals returns a snapshot of the proxy-wide counters.
 func (p *Proxy) Totals() Totals {
 	p.mu.Lock()
-	moves := p.moves
+	moves, failedMoves := p.moves, p.failedMoves
 	p.mu.Unlock()
 	return Totals{
 		Live:     int(p.active.Load()),
@@ -105,6 +122,8 @@ func (p *Proxy) Totals() Totals {
 		Rejected: p.rejected.Load(),
 		Unrouted: p.unrouted.Load(),
 		Moves:    moves,
+
+		FailedMoves: failedMoves,
 
 		LocalErrors: p.localErrors.Load(),
 
@@ -117,6 +136,7 @@ func (p *Proxy) Totals() Totals {
 // and Shutdown not called) and at least one upstream is up; else an
 // error saying which of those is missing, for a /readyz to answer with.
 //
+// An upstream refusing sessions (Config.RefusedWithin) counts as down.
 // With health checks off, health is passive, from clients' dials, and
 // only clients would try an upstream again: one not tried yet counts as
 // up, and one whose last dial failed counts as down only for
@@ -142,12 +162,12 @@ func (p *Proxy) Ready() error {
 		window = DefaultFailedBackoff
 	}
 	for _, u := range p.upstreams {
-		switch {
-		case u.state == healthUp:
+		switch state := u.shownState(); {
+		case state == healthUp:
 			return nil
-		case passive && u.state == healthUnknown:
+		case passive && state == healthUnknown:
 			return nil
-		case passive && u.state == healthDown && now.Sub(u.lastFailure) >= window:
+		case passive && state == healthDown && now.Sub(u.lastFailure) >= window:
 			return nil
 		}
 	}

@@ -44,6 +44,8 @@ type upstream struct {
 
 	removed   bool      // taken out by SetUpstreams; kept while connections are left
 	removedAt time.Time // when
+
+	sessions sessionState // refused and held sessions (session.go)
 }
 
 func (u *upstream) load() int { return u.live + u.dialing }
@@ -113,12 +115,23 @@ func (p *Proxy) before(a, b *upstream, now time.Time) bool {
 	} else if la != lb {
 		return la < lb
 	}
-	return aBack && a.backoffUntil.Before(b.backoffUntil)
+	return aBack && a.backoffEnd().Before(b.backoffEnd())
 }
 
-// backingOff reports whether u counts as just failed; see before.
+// backingOff reports whether u counts as just failed; see before. An
+// upstream refusing sessions counts as just failed during its back-off,
+// and after it while a session to it is on trial.
 func (u *upstream) backingOff(now time.Time) bool {
-	return now.Before(u.backoffUntil) || u.lastFailed && u.dialing > 0
+	return now.Before(u.backoffUntil) || u.lastFailed && u.dialing > 0 || u.sessions.backingOff(now)
+}
+
+// backoffEnd is when u's back-off ends, for the order among upstreams
+// that just failed.
+func (u *upstream) backoffEnd() time.Time {
+	if u.sessions.refusing != "" && u.sessions.until.After(u.backoffUntil) {
+		return u.sessions.until
+	}
+	return u.backoffUntil
 }
 
 // weight is u's share of new clients during slow start, from just above 0

@@ -89,6 +89,7 @@ func TestLogLinesDocumented(t *testing.T) {
 		`LogAttrs\([^,\n]+, (?:slog\.Level\w+|level), "([^"]+)"`,
 		`logLocal\("([^"]+)"`,
 		`p\.attempt\([^,\n]+, [^,\n]+, [^,\n]+, "([^"]+)"`,
+		`p\.testConnect\([^,\n]+, [^,\n]+, [^,\n]+, [^,\n]+, "([^"]+)"`,
 		`const localTestConnect = "([^"]+)"`,
 		`slog\.NewRecord\([^,\n]+, [^,\n]+, "([^"]+)"`,
 		`\.log\(p, [^,\n]+, slog\.Level\w+, "([^"]+)"`,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,6 +34,12 @@ type options struct {
 	checkInterval     time.Duration
 	checkRise         int
 	checkFall         int
+	checkSend         []byte
+	checkExpect       []byte
+	checkTimeout      time.Duration
+	refusedWithin     time.Duration
+	refusedBytes      int64
+	refusedSessions   int
 	slowStart         time.Duration
 	parkAfter         time.Duration
 	sendProxy         int
@@ -51,6 +58,7 @@ type options struct {
 	origins cmdkit.Origins
 	// raw are the flags parsed on from a string.
 	rawUpstreams, rawSendProxy, rawLogLevel string
+	rawCheckSend, rawCheckExpect            string
 }
 
 // usageError is a bad flag or environment value: exit status 2.
@@ -67,9 +75,15 @@ func flagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.drainRemoved, "drain-removed", 0, "this long after a reload removed an upstream, move its connections, one per rebalance round (0: leave them)")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", pinproxy.DefaultDialTimeout, "bound on each dial to an upstream")
 	fs.IntVar(&o.maxDialAttempts, "max-dial-attempts", pinproxy.DefaultMaxDialAttempts, "most upstreams a client's dials try before the client is closed (negative: every upstream)")
-	fs.DurationVar(&o.checkInterval, "check-interval", 0, "time between active health checks, TCP connects (0: off, health from clients' dials)")
+	fs.DurationVar(&o.checkInterval, "check-interval", 0, "time between active health checks: a connect, and the -check-expect exchange if given (0: off, health from clients' dials and sessions)")
 	fs.IntVar(&o.checkRise, "check-rise", pinproxy.DefaultCheckRise, "checks in a row that must answer to mark a down upstream up")
 	fs.IntVar(&o.checkFall, "check-fall", pinproxy.DefaultCheckFall, "checks in a row that must fail to mark an upstream down")
+	fs.StringVar(&o.rawCheckSend, "check-send", "", "bytes a test-connect (health check, rebalance) sends once connected: hex, or @FILE for a file's bytes")
+	fs.StringVar(&o.rawCheckExpect, "check-expect", "", "bytes a test-connect's reply must begin with (hex, or @FILE); turns the exchange on")
+	fs.DurationVar(&o.checkTimeout, "check-timeout", 0, "bound on a test-connect's exchange after the connect (0: -dial-timeout)")
+	fs.DurationVar(&o.refusedWithin, "refused-within", pinproxy.DefaultRefusedWithin, "a session the upstream ends within this time of the dial is refused (0: never)")
+	fs.Int64Var(&o.refusedBytes, "refused-bytes", pinproxy.DefaultRefusedBytes, "a session the upstream ends within -refused-within having sent at most this many bytes is refused")
+	fs.IntVar(&o.refusedSessions, "refused-sessions", pinproxy.DefaultRefusedSessions, "refused sessions in a row, none held since, that make an upstream refusing sessions: tried last")
 	fs.DurationVar(&o.slowStart, "slow-start", 0, "ramp a returning upstream's share of new clients over this time (0: off)")
 	o.parkAfter = pinproxy.DefaultParkAfter
 	fs.Var((*orNever)(&o.parkAfter), "park-after", "park a connection idle both ways for this `duration`: no goroutine, no buffer (Linux; never, or negative such as -1: never)")
@@ -203,6 +217,8 @@ func (o *options) checkDurations() error {
 		return f.Errorf("park-after", o.parkAfter, "give how long a connection waits before it parks, or a negative duration for never")
 	case o.slowStart < 0:
 		return f.Errorf("slow-start", o.slowStart, "must not be negative (0: off)")
+	case o.refusedWithin < 0:
+		return f.Errorf("refused-within", o.refusedWithin, "must not be negative (0: no session counts as refused)")
 	case o.shutdownTimeout < 0:
 		return f.Errorf("shutdown-timeout", o.shutdownTimeout, "must not be negative")
 	case o.upgradeTimeout <= 0:
@@ -224,6 +240,15 @@ func (o *options) checkCounts() error {
 		return f.Errorf("check-rise", o.checkRise, "must be at least 1")
 	case o.checkFall < 1:
 		return f.Errorf("check-fall", o.checkFall, "must be at least 1")
+	case o.refusedSessions < 1:
+		return f.Errorf("refused-sessions", o.refusedSessions, "must be at least 1")
+	}
+	var err error
+	if o.checkSend, err = checkBytes(f, "check-send", o.rawCheckSend); err != nil {
+		return err
+	}
+	if o.checkExpect, err = checkBytes(f, "check-expect", o.rawCheckExpect); err != nil {
+		return err
 	}
 	switch o.rawSendProxy {
 	case "":
@@ -245,6 +270,10 @@ var configFlags = map[string]string{
 	"CheckRise":         "check-rise",
 	"CheckFall":         "check-fall",
 	"SendProxy":         "send-proxy",
+	"CheckSend":         "check-send",
+	"CheckTimeout":      "check-timeout",
+	"RefusedBytes":      "refused-bytes",
+	"RefusedSessions":   "refused-sessions",
 }
 
 // configError is err, from pinproxy.New, with a refused Config field or
@@ -290,6 +319,26 @@ func (d *orNever) Set(s string) error {
 	return nil
 }
 
+// checkBytes parses -check-send or -check-expect: hex digits (spaces
+// between them are ignored), or @FILE for the bytes of a file.
+func checkBytes(f cmdkit.Origins, name, raw string) ([]byte, error) {
+	if path, ok := strings.CutPrefix(raw, "@"); ok {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name(name), err)
+		}
+		if len(b) == 0 {
+			return nil, f.Errorf(name, raw, "the file is empty")
+		}
+		return b, nil
+	}
+	b, err := hex.DecodeString(strings.Join(strings.Fields(raw), ""))
+	if err != nil {
+		return nil, f.Errorf(name, raw, "want hex digits or @FILE: %v", err)
+	}
+	return b, nil
+}
+
 // readUpstreams reads an upstreams file; the error names the flag as
 // name, the file and, for a bad entry, its line.
 func readUpstreams(name, path string) ([]string, error) {
@@ -323,6 +372,12 @@ func (o options) config(log *slog.Logger) pinproxy.Config {
 		CheckInterval:     o.checkInterval,
 		CheckRise:         o.checkRise,
 		CheckFall:         o.checkFall,
+		CheckSend:         o.checkSend,
+		CheckExpect:       o.checkExpect,
+		CheckTimeout:      o.checkTimeout,
+		RefusedWithin:     o.refusedWithin,
+		RefusedBytes:      o.refusedBytes,
+		RefusedSessions:   o.refusedSessions,
 		SlowStart:         o.slowStart,
 		ParkAfter:         o.parkAfter,
 		SendProxy:         o.sendProxy,
@@ -332,6 +387,9 @@ func (o options) config(log *slog.Logger) pinproxy.Config {
 	}
 	if o.rebalanceInterval == 0 {
 		cfg.RebalanceInterval = -1 // off; zero would mean the default
+	}
+	if o.refusedWithin == 0 {
+		cfg.RefusedWithin = -1 // off, as for the rounds
 	}
 	return cfg
 }

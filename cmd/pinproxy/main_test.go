@@ -383,6 +383,11 @@ func TestBinaryUsageErrors(t *testing.T) {
 		{"bad send-proxy", nil, append(ok, "-send-proxy", "v3"), `-send-proxy "v3": want v1 or v2`},
 		{"bad max moves", nil, append(ok, "-rebalance-max-moves", "0"), "-rebalance-max-moves 0: must be at least 1"},
 		{"bad check fall", nil, append(ok, "-check-fall", "0"), "-check-fall 0: must be at least 1"},
+		{"bad check hex", nil, append(ok, "-check-expect", "f9be zz"), `-check-expect "f9be zz": want hex digits or @FILE: encoding/hex: invalid byte`},
+		{"no check file", nil, append(ok, "-check-send", "@"+badFile+".none", "-check-expect", "00"), "-check-send: open " + badFile + ".none: no such file"},
+		{"send without expect", nil, append(ok, "-check-send", "0a0b"), "-check-send (2 bytes): needs CheckExpect"},
+		{"bad refused sessions", nil, append(ok, "-refused-sessions", "0"), "-refused-sessions 0: must be at least 1"},
+		{"negative refused within", nil, append(ok, "-refused-within", "-1s"), "-refused-within -1s: must not be negative"},
 		{"bad bool env", []string{"PINPROXY_LOG_CONNECTIONS=maybe"}, ok, `PINPROXY_LOG_CONNECTIONS="maybe": parse error (want true or false)`},
 	}
 	for _, tt := range tests {
@@ -515,5 +520,32 @@ func TestMaxDialAttemptsFlag(t *testing.T) {
 	}
 	if _, err := parseFlags(append(base, "-max-dial-attempts", "0"), noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "-max-dial-attempts 0") {
 		t.Errorf("-max-dial-attempts 0: err %v, want one naming the flag", err)
+	}
+}
+
+// -check-send and -check-expect take hex (spaces ignored) or @FILE, and
+// reach the Config with the refused-session flags; -refused-within 0
+// turns the detection off rather than meaning the library's default.
+func TestCheckAndRefusedFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "version.bin")
+	if err := os.WriteFile(file, []byte{0xf9, 0xbe, 0xb4, 0xd9, 'v'}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	o, err := parseFlags([]string{"-listen", "127.0.0.1:0", "-upstreams", "a:1",
+		"-check-send", "@" + file, "-check-expect", "f9be b4d9", "-check-timeout", "3s",
+		"-refused-within", "0", "-refused-bytes", "100", "-refused-sessions", "5"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := o.config(nil)
+	if string(cfg.CheckSend) != "\xf9\xbe\xb4\xd9v" || string(cfg.CheckExpect) != "\xf9\xbe\xb4\xd9" || cfg.CheckTimeout != 3*time.Second {
+		t.Errorf("check: send %x, expect %x, timeout %v", cfg.CheckSend, cfg.CheckExpect, cfg.CheckTimeout)
+	}
+	if cfg.RefusedWithin >= 0 || cfg.RefusedBytes != 100 || cfg.RefusedSessions != 5 {
+		t.Errorf("refused: within %v (want negative: off), bytes %d, sessions %d", cfg.RefusedWithin, cfg.RefusedBytes, cfg.RefusedSessions)
+	}
+	if _, err := pinproxy.New(cfg); err != nil {
+		t.Errorf("New: %v", err)
 	}
 }

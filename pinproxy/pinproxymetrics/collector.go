@@ -30,7 +30,9 @@ type Collector struct {
 	src Source
 
 	live, dials, failures, up, lastFailure, moved, bytes       *prometheus.Desc
+	refusing, refused                                          *prometheus.Desc
 	clientsLive, accepted, rejected, unrouted, moves, upgrades *prometheus.Desc
+	failedMoves                                                *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -51,11 +53,14 @@ func NewCollector(src Source) *Collector {
 		moved:       d("upstream_moved_connections_total", "Connections to the upstream that a rebalance round closed to move them away.", up),
 		bytes: d("upstream_bytes_total", "Bytes copied through the upstream, counted as they are copied: direction \"sent\" from clients to it, \"received\" from it to clients (bytes_sent and bytes_received on /status).",
 			[]string{"upstream", "direction"}),
+		refusing:    d("upstream_refusing_sessions", "1 while the upstream accepts connections but refuses the sessions (it ended the last few within the refused-session time of their dial; /status says why); else 0.", up),
+		refused:     d("upstream_refused_sessions_total", "Sessions the upstream refused: it ended them within the refused-session time of the dial, having sent little or nothing.", up),
 		clientsLive: d("client_connections", "Client connections being handled.", nil),
 		accepted:    d("client_connections_accepted_total", "Client connections accepted.", nil),
 		rejected:    d("client_connections_rejected_total", "Client connections closed at once because the connection limit was reached.", nil),
 		unrouted:    d("client_connections_unrouted_total", "Client connections closed because no upstream answered.", nil),
 		moves:       d("rebalance_moves_total", "Connections closed by rebalance rounds to move them to an idle upstream.", nil),
+		failedMoves: d("rebalance_failed_moves_total", "Moves whose client's redial the idle upstream refused; no move goes to it again until one of its sessions holds.", nil),
 		upgrades: d("upgrades_total", "Upgrades of the binary, by this process and the ones before it: result \"ok\" when the new process took every connection, \"failed\" when the old one kept them and served on.",
 			[]string{"result"}),
 	}
@@ -65,7 +70,9 @@ func NewCollector(src Source) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.live, c.dials, c.failures, c.up, c.lastFailure, c.moved, c.bytes,
+		c.refusing, c.refused,
 		c.clientsLive, c.accepted, c.rejected, c.unrouted, c.moves, c.upgrades,
+		c.failedMoves,
 	} {
 		ch <- d
 	}
@@ -91,6 +98,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		m(c.lastFailure, prometheus.GaugeValue, last)
 		m(c.moved, prometheus.CounterValue, float64(s.Moved))
+		refusing := 0.0
+		if s.Refusing != "" {
+			refusing = 1
+		}
+		m(c.refusing, prometheus.GaugeValue, refusing)
+		m(c.refused, prometheus.CounterValue, float64(s.RefusedSessions))
 		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(s.BytesSent), s.Addr, "sent")
 		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(s.BytesReceived), s.Addr, "received")
 	}
@@ -100,6 +113,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(t.Rejected))
 	ch <- prometheus.MustNewConstMetric(c.unrouted, prometheus.CounterValue, float64(t.Unrouted))
 	ch <- prometheus.MustNewConstMetric(c.moves, prometheus.CounterValue, float64(t.Moves))
+	ch <- prometheus.MustNewConstMetric(c.failedMoves, prometheus.CounterValue, float64(t.FailedMoves))
 	ch <- prometheus.MustNewConstMetric(c.upgrades, prometheus.CounterValue, float64(t.Upgrades), "ok")
 	ch <- prometheus.MustNewConstMetric(c.upgrades, prometheus.CounterValue, float64(t.UpgradesFailed), "failed")
 }

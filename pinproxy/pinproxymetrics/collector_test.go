@@ -30,10 +30,11 @@ func TestCollectorFigures(t *testing.T) {
 	src := fixed{
 		stats: []pinproxy.UpstreamStats{
 			{Addr: "eu-01:9333", Live: 0, Dials: 4, Failures: 3, Answered: false,
-				LastFailure: time.Unix(1_800_000_000, 500_000_000), LastError: "connection refused"},
+				LastFailure: time.Unix(1_800_000_000, 500_000_000), LastError: "connection refused",
+				State: "down", Refusing: "refusing sessions: 3 ended within 2ms", RefusedSessions: 4},
 			{Addr: "usa-01:9333", Live: 2, Dials: 2, Answered: true, State: "up", Moved: 1, BytesSent: 10, BytesReceived: 20},
 		},
-		totals: pinproxy.Totals{Live: 2, Accepted: 3, Rejected: 0, Unrouted: 0, Moves: 1},
+		totals: pinproxy.Totals{Live: 2, Accepted: 3, Rejected: 0, Unrouted: 0, Moves: 1, FailedMoves: 1},
 	}
 	c := pinproxymetrics.NewCollector(src)
 	want := `
@@ -63,6 +64,17 @@ pinproxy_upstream_bytes_total{direction="received",upstream="eu-01:9333"} 0
 pinproxy_upstream_bytes_total{direction="received",upstream="usa-01:9333"} 20
 pinproxy_upstream_bytes_total{direction="sent",upstream="eu-01:9333"} 0
 pinproxy_upstream_bytes_total{direction="sent",upstream="usa-01:9333"} 10
+# HELP pinproxy_upstream_refusing_sessions 1 while the upstream accepts connections but refuses the sessions (it ended the last few within the refused-session time of their dial; /status says why); else 0.
+# TYPE pinproxy_upstream_refusing_sessions gauge
+pinproxy_upstream_refusing_sessions{upstream="eu-01:9333"} 1
+pinproxy_upstream_refusing_sessions{upstream="usa-01:9333"} 0
+# HELP pinproxy_upstream_refused_sessions_total Sessions the upstream refused: it ended them within the refused-session time of the dial, having sent little or nothing.
+# TYPE pinproxy_upstream_refused_sessions_total counter
+pinproxy_upstream_refused_sessions_total{upstream="eu-01:9333"} 4
+pinproxy_upstream_refused_sessions_total{upstream="usa-01:9333"} 0
+# HELP pinproxy_rebalance_failed_moves_total Moves whose client's redial the idle upstream refused; no move goes to it again until one of its sessions holds.
+# TYPE pinproxy_rebalance_failed_moves_total counter
+pinproxy_rebalance_failed_moves_total 1
 # HELP pinproxy_rebalance_moves_total Connections closed by rebalance rounds to move them to an idle upstream.
 # TYPE pinproxy_rebalance_moves_total counter
 pinproxy_rebalance_moves_total 1
@@ -76,10 +88,10 @@ pinproxy_client_connections 2
 			t.Errorf("scrape lacks %q", line)
 		}
 	}
-	// Per upstream: six series, and bytes_total in two directions; then
-	// five totals and the upgrades' two results.
-	if n := strings.Count(got, "\npinproxy_"); n != 8*2+5+2 {
-		t.Errorf("%d samples, want %d:\n%s", n, 8*2+5+2, got)
+	// Per upstream: eight series, and bytes_total in two directions;
+	// then six totals and the upgrades' two results.
+	if n := strings.Count(got, "\npinproxy_"); n != 10*2+6+2 {
+		t.Errorf("%d samples, want %d:\n%s", n, 10*2+6+2, got)
 	}
 }
 

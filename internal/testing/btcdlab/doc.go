@@ -1,0 +1,20 @@
+// Package btcdlab tests pinproxy against real peer-to-peer software: two
+// btcd full nodes (github.com/btcsuite/btcd, pure Go) in simnet as
+// upstreams, and clients on btcd's peer package holding connections
+// through the pinproxy binary, all in a network namespace of the test's
+// own. It is a module of its own so that btcd stays out of nodekit's
+// go.mod; nothing here ships in a binary.
+//
+// Run it from this directory, as root (it skips without):
+//
+//	cd internal/testing/btcdlab && go test -v -count=1 ./...
+//
+// The test builds btcd and cmd/pinproxy once per run (about half a
+// minute with a cold build cache), then plays the case of an upstream
+// that accepts the TCP connection and refuses the session: one node bans
+// the proxy's address (every client behind the proxy shares it), the
+// clients settle on the other node within seconds, and once the banning
+// node restarts clean, connections move back to it one per rebalance
+// round. It also checks the Bitcoin version/verack check bytes documented
+// in docs/pinproxy.md against btcd's own encoding.
+package btcdlab
