@@ -60,13 +60,17 @@ type Action struct {
 }
 
 // String says what to do and why, e.g. "close route r17 of user u3:
-// unused for 2h30m0s; unused own route on an overloaded exit".
+// unused for 2h30m; unused own route on an overloaded exit". How long the
+// route was unused is rounded down for a reader: to the minute from an
+// hour on, with days from a day on ("31d22h19m"), to the second below.
 func (a Action) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "close route %s of user %s: ", a.Route.ID, a.Route.User)
 	switch a.Reason {
 	case ReasonUnused, ReasonDrain:
-		fmt.Fprintf(&b, "unused for %v; %v", a.SinceTraffic, a.Reason)
+		b.WriteString("unused for ")
+		writeDuration(&b, a.SinceTraffic)
+		fmt.Fprintf(&b, "; %v", a.Reason)
 	case ReasonMove:
 		fmt.Fprintf(&b, "in use; the user keeps route %s through node %s (%s, price %d against %d)",
 			a.Keeps.ID, a.Keeps.Node, a.Keeps.Country, a.Keeps.Price, a.Route.Price)
@@ -74,6 +78,25 @@ func (a Action) String() string {
 		b.WriteString(a.Reason.String())
 	}
 	return b.String()
+}
+
+// writeDuration writes d for a reader, rounded down: to the minute from an
+// hour on, with days from a day on ("31d22h19m" for 766h19m31.15s,
+// "2h0m"), to the second below ("45m10s").
+func writeDuration(b *strings.Builder, d time.Duration) {
+	if d < 0 {
+		b.WriteByte('-')
+		d = -max(d, -math.MaxInt64)
+	}
+	if d < time.Hour {
+		b.WriteString(d.Truncate(time.Second).String())
+		return
+	}
+	m := int64(d / time.Minute)
+	if days := m / (24 * 60); days > 0 {
+		fmt.Fprintf(b, "%dd", days)
+	}
+	fmt.Fprintf(b, "%dh%dm", m/60%24, m%60)
 }
 
 // Plan is the outcome of one plan round for one node.

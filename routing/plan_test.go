@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -576,5 +577,40 @@ func TestTheRouteAMoveKeepsStaysInUse(t *testing.T) {
 	fresh.Rely(ann2, ix.ReliedOn(ann2))
 	if p := mustPlan(t, routing.Policy{}, t0, x2, []routing.Route{ann2}, fresh); len(p.Actions) != 0 {
 		t.Errorf("index told with Rely: x2 planned %v, want nothing closed", ids(p))
+	}
+}
+
+// An action says how long its route was unused as a reader would, rounded
+// down: to the minute from an hour on, with days from a day on, to the
+// second below; never with nanoseconds ("766h19m31.154994666s").
+func TestActionStringRoundsDurations(t *testing.T) {
+	r := route("r17", "u3", "k", "de-1", "DE", 10, routing.KindOwn, t0)
+	for _, tc := range []struct {
+		since time.Duration
+		why   routing.Reason
+		want  string
+	}{
+		{766*time.Hour + 19*time.Minute + 31154994666, routing.ReasonUnused, "unused for 31d22h19m; unused own route on an overloaded exit"},
+		{2 * time.Hour, routing.ReasonUnused, "unused for 2h0m; "},
+		{2*time.Hour + 30*time.Minute + 29*time.Second, routing.ReasonDrain, "unused for 2h30m; unused route on a paused node"},
+		{2*time.Hour + 30*time.Minute + 59*time.Second, routing.ReasonDrain, "unused for 2h30m; "},
+		{24*time.Hour - time.Nanosecond, routing.ReasonDrain, "unused for 23h59m; "},
+		{24 * time.Hour, routing.ReasonDrain, "unused for 1d0h0m; "},
+		{48*time.Hour + 5*time.Minute, routing.ReasonDrain, "unused for 2d0h5m; "},
+		{45*time.Minute + 10*time.Second + 400*time.Millisecond, routing.ReasonUnused, "unused for 45m10s; "},
+		{1999 * time.Millisecond, routing.ReasonUnused, "unused for 1s; "},
+		{-90 * time.Minute, routing.ReasonUnused, "unused for -1h30m; "},
+		{math.MinInt64, routing.ReasonUnused, "unused for -106751d23h47m; "},
+	} {
+		a := routing.Action{Route: r, Reason: tc.why, SinceTraffic: tc.since}
+		got := a.String()
+		if want := "close route r17 of user u3: " + tc.want; !strings.HasPrefix(got, want) {
+			t.Errorf("SinceTraffic %d ns: %q, want %q…", int64(tc.since), got, want)
+		}
+	}
+	move := routing.Action{Route: r, Reason: routing.ReasonMove, SinceTraffic: time.Minute + time.Nanosecond,
+		Keeps: route("r18", "u3", "k", "de-2", "DE", 9, routing.KindOwn, t0)}
+	if got, want := move.String(), "close route r17 of user u3: in use; the user keeps route r18 through node de-2 (DE, price 9 against 10)"; got != want {
+		t.Errorf("move: %q, want %q", got, want)
 	}
 }
