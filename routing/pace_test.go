@@ -158,15 +158,16 @@ func (fr firstHourRun) run(t *testing.T) []firstHourPlan {
 // the hourly figure, −1, and at most what T earns, plus one; and no plan
 // closes more than its own period earns, plus one (every 10 minutes, 9;
 // every hour, 51): the first one what the time since the overload's start
-// earns, whatever the platform did before. A node never planned before,
-// first planned at the overload's start, closes one there, then a
-// period's worth. Planned every 10 minutes from the overload's start, the
-// pace before this one closed 34 in the first hour (1, 1, then 8 a plan):
-// its first two plans knew no period.
+// earns. A node never planned before has no plan before to bound its
+// first one, which closes one wherever in the overload it falls, then a
+// period's worth a plan: its first hour is short by what the time before
+// that first plan earns, no more. Planned every 10 minutes from the
+// overload's start, the pace before this one closed 34 in the first hour
+// (1, 1, then 8 a plan): its first two plans knew no period.
 func TestUnusedFirstHour(t *testing.T) {
 	for _, every := range []time.Duration{5 * time.Second, 30 * time.Second, 10 * time.Minute, time.Hour} {
-		runs := []firstHourRun{{every, 0, "never planned"}}
-		for _, before := range []string{"planned while healthy", "an earlier overload"} {
+		var runs []firstHourRun
+		for _, before := range []string{"never planned", "planned while healthy", "an earlier overload"} {
 			for _, phase := range []time.Duration{0, every / 2, every - every/10} {
 				runs = append(runs, firstHourRun{every, phase, before})
 			}
@@ -186,12 +187,57 @@ func TestUnusedFirstHour(t *testing.T) {
 				}
 				last := plans[len(plans)-1].at.Sub(t0)
 				due := 50 * last.Hours()
-				if float64(closed) < due-0.1*50-1 || float64(closed) > due+1 {
-					t.Errorf("by s+%v: %d closed, want %.1f (−6, +1)", last, closed, due)
+				short := 0.0
+				if fr.before == "never planned" {
+					short = 50 * fr.phase.Hours()
+				}
+				if float64(closed) < due-short-0.1*50-1 || float64(closed) > due+1 {
+					t.Errorf("by s+%v: %d closed, want %.1f (−%.1f, +1)", last, closed, due, short+6)
 				}
 				t.Logf("by s+%v: %d closed (%.1f due), %d in the first hour, first plan %d, most %d in one plan",
 					last, closed, due, inHour, plans[0].closed, slices.MaxFunc(plans, func(a, b firstHourPlan) int { return a.closed - b.closed }).closed)
 			})
 		}
+	}
+}
+
+// An overload's first plan closes what the time since the overload's
+// start earns, but nothing the platform saved up before it: not across a
+// stop longer than the period planned before (here an hour, the overload
+// starting 40 minutes into it), and, on a node never planned before, not
+// more than one. 1,000 sessions: 50 an hour, one every 72 s.
+func TestUnusedFirstPlanSavesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every time.Duration // the period planned before the overload; 0: never planned
+		stop  time.Duration // no plan for this long before the overload's first
+		since time.Duration // the overload's age at its first plan
+		want  int
+	}{
+		{"never planned, an hour into the overload", 0, 0, time.Hour, 1},
+		{"never planned, at the overload's start", 0, 0, 0, 1},
+		{"every 10 minutes, 7 minutes in", 10 * time.Minute, 0, 7 * time.Minute, 6},
+		{"every 30 s, 20 s in", 30 * time.Second, 0, 20 * time.Second, 1},
+		{"every 30 s, stopped an hour, 40 minutes in", 30 * time.Second, time.Hour, 40 * time.Minute, 1},
+		{"every 10 minutes, stopped an hour, 40 minutes in", 10 * time.Minute, time.Hour, 40 * time.Minute, 9},
+		{"every hour, 40 minutes in", time.Hour, 0, 40 * time.Minute, 34},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := exitNode(-1, 50)
+			n.Sessions = 1000
+			routes := unusedRoutes(60, n.ID, t0.Add(-3*time.Hour))
+			first := t0.Add(tc.since) // the overload starts at t0
+			if tc.every > 0 {
+				last := first.Add(-max(tc.stop, tc.every))
+				for now := last.Add(-2 * time.Hour); !now.After(last); now = now.Add(tc.every) {
+					n.State = mustPlan(t, routing.Policy{}, now, n, routes, nil).State
+				}
+			}
+			n.OverloadedSince = t0
+			p := mustPlan(t, routing.Policy{}, first, n, routes, nil)
+			if len(p.Actions) != tc.want {
+				t.Errorf("the overload's first plan closed %d, want %d", len(p.Actions), tc.want)
+			}
+		})
 	}
 }
