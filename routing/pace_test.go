@@ -241,3 +241,19 @@ func TestUnusedFirstPlanSavesNothing(t *testing.T) {
 		})
 	}
 }
+
+// Plans more than an hour apart are held to an hour's worth each: an exit
+// of 1,000 unused sessions planned every 2 hours closes 50 or 51 a plan
+// (the hour's figure, plus one), not 100.
+func TestUnusedPlansHoursApart(t *testing.T) {
+	n := exitNode(time.Hour, 50)
+	n.Sessions = 1000
+	routes := unusedRoutes(120, n.ID, t0.Add(-3*time.Hour))
+	for i, now := 0, t0; i < 5; i, now = i+1, now.Add(2*time.Hour) {
+		p := mustPlan(t, routing.Policy{}, now, n, routes, nil)
+		n.State = p.State
+		if lo := min(i, 1) * 50; len(p.Actions) < lo || len(p.Actions) > 51 {
+			t.Errorf("plan %d, 2 hours after the one before: %d closed, want %d to 51", i, len(p.Actions), lo)
+		}
+	}
+}
