@@ -290,11 +290,11 @@ func (p Policy) unusedPace(st NodeState, now, since time.Time, sessions int) unu
 // before it), than the period planned before (nothing is saved up across
 // a longer gap: a platform that stopped, a clock that stepped forward),
 // nor than maxPlanPeriod. Planning at a steady period, the pace is never
-// behind the last plan, and only the first two bounds bind: an overload's
-// first plan closes what the time since the overload's start earns, and
-// every later plan what its period earns. A node never planned before
-// (or whose state was lost) has no plan before to bound its first plan:
-// none.
+// behind the last plan and no bound binds but the overload's start at
+// its first plan: that plan closes what the time since the start earns,
+// and every later plan what its period earns. A node never planned
+// before (or whose state was lost) has no plan before to bound its first
+// plan: none.
 func (st NodeState) lag(now, since time.Time) time.Duration {
 	if st.PlannedAt.IsZero() || !now.After(st.PlannedAt) {
 		return 0
