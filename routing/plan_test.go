@@ -614,3 +614,33 @@ func TestActionStringRoundsDurations(t *testing.T) {
 		t.Errorf("move: %q, want %q", got, want)
 	}
 }
+
+// The Index's promises beyond the move rule itself: the cheapest
+// alternative, the first indexed among equals, so a repeated plan moves
+// the user onto the same route; a route relied on by two moves counts as
+// in use from the later one, whatever the order they are recorded in (a
+// clock that stepped back); a route removed is no longer relied on.
+func TestIndexAnswers(t *testing.T) {
+	r := route("r", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0)
+	first := route("first", "u", "k", "de-2", "DE", 9, routing.KindOwn, t0)
+	second := route("second", "u", "k", "de-3", "DE", 9, routing.KindOwn, t0)
+	dear := route("dear", "u", "k", "de-4", "DE", 10, routing.KindOwn, t0)
+	ix := routing.NewIndex([]routing.Route{r, dear, first, second})
+	if alt, ok := ix.Alternative(r); !ok || alt.ID != "first" {
+		t.Errorf("Alternative = %s, %v; want first (cheapest, first indexed among equals)", alt.ID, ok)
+	}
+	ix.Rely(first, t0.Add(time.Hour))
+	ix.Rely(first, t0)
+	if at := ix.ReliedOn(first); !at.Equal(t0.Add(time.Hour)) {
+		t.Errorf("relied on at t0+1h, then recorded at t0: ReliedOn = %v, want the later", at.Sub(t0))
+	}
+	if !ix.Remove(first) || ix.Remove(first) {
+		t.Error("Remove: want true once, then false")
+	}
+	if at := ix.ReliedOn(first); !at.IsZero() {
+		t.Errorf("removed, ReliedOn = %v, want none", at)
+	}
+	if alt, ok := ix.Alternative(r); !ok || alt.ID != "second" {
+		t.Errorf("first removed: Alternative = %s, %v; want second", alt.ID, ok)
+	}
+}
