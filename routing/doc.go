@@ -68,21 +68,27 @@
 //     zero. "About 5 % … an hour" and "a few at a time" are a pace, not a
 //     budget that fills: the next unused route is due one interval (an
 //     hour / (5 % of the sessions)) after the last, the pace never lags
-//     behind the last plan by more than the period planned before it (the
-//     time between the two plans before), nor by more than 15 minutes,
-//     nor starts before the overload, and catches up to now when there was
-//     nothing more to close. So at any plan period up to 15 minutes an
-//     hour of overload closes about 5 % (an exit of 1,000 unused sessions
-//     closes 700 in a day planned every 30 s, 696 every 10 minutes), one
-//     plan no more than its period earns, plus one (every 10 minutes: 8
-//     or 9, not 50 at once), nothing is saved up across a gap longer than
-//     the period before it (a platform that stopped, a clock that stepped
-//     forward), and a new overload starts with one route, as the first
-//     did. A node's first plans as an overloaded exit (one or two) know no
-//     period yet, and close one each.
-//     Plans more than 15 minutes apart are each held to 15 minutes'
-//     worth, and so close less in an hour. Routes in use: one per 5
-//     minutes, measured from the last one closed.
+//     behind now by more than the time since the last plan, nor by more
+//     than the period planned before it (the time between the two plans
+//     before), nor by more than an hour, nor starts before the overload,
+//     and catches up to now when there was nothing more to close. So at
+//     any plan period up to an hour, an hour of overload closes about 5 %
+//     (an exit of 1,000 unused sessions closes 700 in a day planned every
+//     30 s, 698 every 10 minutes, 693 every hour), one plan no more than
+//     its period earns, plus one (every 10 minutes: 8 or 9, not 50 at
+//     once; every hour, the hour's 50), nothing is saved up across a gap
+//     longer than the period before it (a platform that stopped, a clock
+//     that stepped forward) nor from one overload to the next. The
+//     overload's start is known, so its first hour is paced from it: the
+//     first plan closes what the time since the start earns, plus one
+//     (one if planned at the start), and by the first plan an hour in
+//     about 5 % are closed at any period (51 of 1,000 planned every 30 s,
+//     every 10 minutes or every hour from the start). A node the platform
+//     never planned before (or whose state was lost) has no plan before
+//     to bound its first one, which closes one.
+//     Plans more than an hour apart are each held to an hour's worth, and
+//     so close less in an hour. Routes in use: one per 5 minutes,
+//     measured from the last one closed.
 //   - A stored state that says it moved a route after its own last plan
 //     (a last_move in 2126) is refused, not clamped; the pace's due time,
 //     in the future by nature, is brought back to at most one interval

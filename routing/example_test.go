@@ -138,7 +138,7 @@ func ExamplePolicy_Plan() {
 		fmt.Println(a)
 	}
 	// Output:
-	// close route a of user ann: unused for 5h0m0s; unused route on a paused node
-	// close route b of user bob: unused for 3h0m0s; unused route on a paused node
+	// close route a of user ann: unused for 5h0m; unused route on a paused node
+	// close route b of user bob: unused for 3h0m; unused route on a paused node
 	// close route c of user cem: in use; the user keeps route c2 through node nl-rtm-1 (NL, price 180 against 200)
 }

@@ -79,3 +79,25 @@ func TestSetOverloadFromTracker(t *testing.T) {
 		t.Errorf("memory %v from a reading that misses it", n.MemoryPercent)
 	}
 }
+
+// A tracker whose event list holds no end (a new one, or one restored
+// without its events) leaves the end the platform stored: the cool-down
+// after that overload still holds ("the marketplace waits before offering
+// it again").
+func TestSetOverloadKeepsAnEarlierEnd(t *testing.T) {
+	tr := overload.NewTracker("de-1", overload.Limits{})
+	r := overload.Reading{Version: overload.ReadingVersion, Run: "run-1", Seq: 1, Node: "de-1", At: t0, MemoryUsedPercent: 40, Load15: 0.5, CPUs: 4,
+		ConntrackEntries: 10, ConntrackMax: 1000}
+	if _, err := tr.Observe(r); err != nil {
+		t.Fatal(err)
+	}
+	ended := t0.Add(-5 * time.Minute)
+	n := routing.Node{ID: "de-1", Role: routing.RoleExit, Country: "DE", OverloadEnded: ended}
+	n.SetOverload(tr, r)
+	if !n.OverloadEnded.Equal(ended) || n.Overloaded() {
+		t.Fatalf("after a tracker with no events: ended %v, overloaded %v; want ended %v, not overloaded", n.OverloadEnded, n.Overloaded(), ended)
+	}
+	if ok, why := admit(t, routing.Policy{}, n, t0); ok || why != routing.ReasonCoolDown {
+		t.Errorf("Admit = %v, %q five minutes after the stored end; want the cool-down", ok, why)
+	}
+}

@@ -60,13 +60,17 @@ type Action struct {
 }
 
 // String says what to do and why, e.g. "close route r17 of user u3:
-// unused for 2h30m0s; unused own route on an overloaded exit".
+// unused for 2h30m; unused own route on an overloaded exit". How long the
+// route was unused is rounded down for a reader: to the minute from an
+// hour on, with days from a day on ("31d22h19m"), to the second below.
 func (a Action) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "close route %s of user %s: ", a.Route.ID, a.Route.User)
 	switch a.Reason {
 	case ReasonUnused, ReasonDrain:
-		fmt.Fprintf(&b, "unused for %v; %v", a.SinceTraffic, a.Reason)
+		b.WriteString("unused for ")
+		writeDuration(&b, a.SinceTraffic)
+		fmt.Fprintf(&b, "; %v", a.Reason)
 	case ReasonMove:
 		fmt.Fprintf(&b, "in use; the user keeps route %s through node %s (%s, price %d against %d)",
 			a.Keeps.ID, a.Keeps.Node, a.Keeps.Country, a.Keeps.Price, a.Route.Price)
@@ -74,6 +78,25 @@ func (a Action) String() string {
 		b.WriteString(a.Reason.String())
 	}
 	return b.String()
+}
+
+// writeDuration writes d for a reader, rounded down: to the minute from an
+// hour on, with days from a day on ("31d22h19m" for 766h19m31.15s,
+// "2h0m"), to the second below ("45m10s").
+func writeDuration(b *strings.Builder, d time.Duration) {
+	if d < 0 {
+		b.WriteByte('-')
+		d = -max(d, -math.MaxInt64)
+	}
+	if d < time.Hour {
+		b.WriteString(d.Truncate(time.Second).String())
+		return
+	}
+	m := int64(d / time.Minute)
+	if days := m / (24 * 60); days > 0 {
+		fmt.Fprintf(b, "%dd", days)
+	}
+	fmt.Fprintf(b, "%dh%dm", m/60%24, m%60)
 }
 
 // Plan is the outcome of one plan round for one node.
@@ -103,17 +126,20 @@ type Plan struct {
 //     (2 h) are closed, longest unused first, "a few at a time … about 5 %
 //     of the node's sessions an hour": UnusedPerHour of the sessions
 //     (n.Sessions, or len(routes) when it is zero) an hour, whatever the
-//     plan period from a second up to 15 minutes, and no plan more than
-//     the time since the plan before earns at that rate, plus one (1,000
+//     plan period from a second up to an hour, and no plan more than the
+//     time since the plan before earns at that rate, plus one (1,000
 //     sessions planned every 10 minutes: 50 an hour, 8 or 9 a plan). The
-//     pace follows time, not the number of plans, and nothing is saved
-//     up: not while there was nothing to close, not across a gap between
-//     plans longer than the period planned before it (a platform that
-//     stopped for an hour goes on at the pace it had), and not from one
-//     overload to the next, which starts with the same single route as
-//     the first. Its state is n.State (see [NodeState]). Plans more than
-//     15 minutes apart are held to 15 minutes' worth each, so they close
-//     less in an hour. Partner and extra-link routes are left.
+//     pace follows time, not the number of plans, and starts at the
+//     overload's start (n.OverloadedSince): an overload's first plan
+//     closes what the time since then earns, plus one, so its first hour
+//     closes about 5 % at any period. Nothing is saved up: not while there
+//     was nothing to close, not across a gap between plans longer than the
+//     period planned before it (a platform that stopped for an hour goes
+//     on at the pace it had), and not from one overload to the next. A
+//     node never planned before has no plan before to bound its first
+//     plan, which closes one. Its state is n.State (see [NodeState]).
+//     Plans more than an hour apart are held to an hour's worth each, so
+//     they close less in an hour. Partner and extra-link routes are left.
 //   - Overloaded entry: nothing unused is closed.
 //   - Paused node, of either role: every route unused for UnusedAfter, of
 //     any kind, is closed at once, longest unused first.
@@ -193,9 +219,6 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 			closed = pl.closeUnused(pace.allowed, ReasonUnused)
 		}
 		st = pace.after(st, now, closed)
-		if gap := now.Sub(st.PlannedAt); !st.PlannedAt.IsZero() && gap > 0 {
-			st.Period = gap
-		}
 	}
 	if moves {
 		moved, err := pl.move()
@@ -205,6 +228,9 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 		if moved {
 			st.LastMove = now
 		}
+	}
+	if gap := now.Sub(st.PlannedAt); !st.PlannedAt.IsZero() && gap > 0 {
+		st.Period = gap
 	}
 	st.PlannedAt = now
 	if alts != nil {
@@ -217,8 +243,9 @@ func (p Policy) Plan(now time.Time, n Node, routes []Route, alts Alternatives) (
 
 // maxPlanPeriod is the longest plan period the pace keeps up with: a plan
 // may close what the time since the plan before earns, up to this much
-// time's worth.
-const maxPlanPeriod = 15 * time.Minute
+// time's worth: the hourly figure itself, which a platform planning every
+// hour closes at once.
+const maxPlanPeriod = time.Hour
 
 // unusedPace is one plan's pacing of unused closures on an overloaded
 // exit.
@@ -241,7 +268,7 @@ func (p Policy) unusedPace(st NodeState, now, since time.Time, sessions int) unu
 	// lifetime, and still a Duration.
 	iv := time.Duration(min(float64(time.Hour)/rate, float64(100_000*time.Hour)))
 	due := st.UnusedDue
-	if from := now.Add(-st.lag(now)); due.Before(from) {
+	if from := now.Add(-st.lag(now, since)); due.Before(from) {
 		due = from
 	}
 	if due.Before(since) {
@@ -257,18 +284,26 @@ func (p Policy) unusedPace(st NodeState, now, since time.Time, sessions int) unu
 	return pc
 }
 
-// lag is how far the pace's next turn may lie behind now: the time since
-// the last plan, but no more than the period planned before it (nothing
-// is saved up across a longer gap: a platform that stopped, a clock that
-// stepped forward) and no more than maxPlanPeriod. With no period known
-// yet (a node's first plans, a state from an older version), none.
-// Planning at a steady period, the pace is never behind the last plan,
-// and this does not bind.
-func (st NodeState) lag(now time.Time) time.Duration {
+// lag is how far the pace's next turn may lie behind now: no further
+// back than the last plan (a plan closes what the time since the one
+// before earns), than the overload's start (nothing is saved up from
+// before it), than the period planned before (nothing is saved up across
+// a longer gap: a platform that stopped, a clock that stepped forward),
+// nor than maxPlanPeriod. Planning at a steady period, the pace is never
+// behind the last plan and no bound binds but the overload's start at
+// its first plan: that plan closes what the time since the start earns,
+// and every later plan what its period earns. A node never planned
+// before (or whose state was lost) has no plan before to bound its first
+// plan: none.
+func (st NodeState) lag(now, since time.Time) time.Duration {
 	if st.PlannedAt.IsZero() || !now.After(st.PlannedAt) {
 		return 0
 	}
-	return min(now.Sub(st.PlannedAt), st.Period, maxPlanPeriod)
+	lag := min(now.Sub(st.PlannedAt), now.Sub(since), maxPlanPeriod)
+	if st.Period > 0 {
+		lag = min(lag, st.Period)
+	}
+	return max(lag, 0)
 }
 
 // after returns the state once closed routes went: the pace moves on one

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -576,5 +577,70 @@ func TestTheRouteAMoveKeepsStaysInUse(t *testing.T) {
 	fresh.Rely(ann2, ix.ReliedOn(ann2))
 	if p := mustPlan(t, routing.Policy{}, t0, x2, []routing.Route{ann2}, fresh); len(p.Actions) != 0 {
 		t.Errorf("index told with Rely: x2 planned %v, want nothing closed", ids(p))
+	}
+}
+
+// An action says how long its route was unused as a reader would, rounded
+// down: to the minute from an hour on, with days from a day on, to the
+// second below; never with nanoseconds ("766h19m31.154994666s").
+func TestActionStringRoundsDurations(t *testing.T) {
+	r := route("r17", "u3", "k", "de-1", "DE", 10, routing.KindOwn, t0)
+	for _, tc := range []struct {
+		since time.Duration
+		why   routing.Reason
+		want  string
+	}{
+		{766*time.Hour + 19*time.Minute + 31154994666, routing.ReasonUnused, "unused for 31d22h19m; unused own route on an overloaded exit"},
+		{2 * time.Hour, routing.ReasonUnused, "unused for 2h0m; "},
+		{2*time.Hour + 30*time.Minute + 29*time.Second, routing.ReasonDrain, "unused for 2h30m; unused route on a paused node"},
+		{2*time.Hour + 30*time.Minute + 59*time.Second, routing.ReasonDrain, "unused for 2h30m; "},
+		{24*time.Hour - time.Nanosecond, routing.ReasonDrain, "unused for 23h59m; "},
+		{24 * time.Hour, routing.ReasonDrain, "unused for 1d0h0m; "},
+		{48*time.Hour + 5*time.Minute, routing.ReasonDrain, "unused for 2d0h5m; "},
+		{45*time.Minute + 10*time.Second + 400*time.Millisecond, routing.ReasonUnused, "unused for 45m10s; "},
+		{1999 * time.Millisecond, routing.ReasonUnused, "unused for 1s; "},
+		{-90 * time.Minute, routing.ReasonUnused, "unused for -1h30m; "},
+		{math.MinInt64, routing.ReasonUnused, "unused for -106751d23h47m; "},
+	} {
+		a := routing.Action{Route: r, Reason: tc.why, SinceTraffic: tc.since}
+		got := a.String()
+		if want := "close route r17 of user u3: " + tc.want; !strings.HasPrefix(got, want) {
+			t.Errorf("SinceTraffic %d ns: %q, want %q…", int64(tc.since), got, want)
+		}
+	}
+	move := routing.Action{Route: r, Reason: routing.ReasonMove, SinceTraffic: time.Minute + time.Nanosecond,
+		Keeps: route("r18", "u3", "k", "de-2", "DE", 9, routing.KindOwn, t0)}
+	if got, want := move.String(), "close route r17 of user u3: in use; the user keeps route r18 through node de-2 (DE, price 9 against 10)"; got != want {
+		t.Errorf("move: %q, want %q", got, want)
+	}
+}
+
+// The Index's promises beyond the move rule itself: the cheapest
+// alternative, the first indexed among equals, so a repeated plan moves
+// the user onto the same route; a route relied on by two moves counts as
+// in use from the later one, whatever the order they are recorded in (a
+// clock that stepped back); a route removed is no longer relied on.
+func TestIndexAnswers(t *testing.T) {
+	r := route("r", "u", "k", "de-1", "DE", 10, routing.KindOwn, t0)
+	first := route("first", "u", "k", "de-2", "DE", 9, routing.KindOwn, t0)
+	second := route("second", "u", "k", "de-3", "DE", 9, routing.KindOwn, t0)
+	dear := route("dear", "u", "k", "de-4", "DE", 10, routing.KindOwn, t0)
+	ix := routing.NewIndex([]routing.Route{r, dear, first, second})
+	if alt, ok := ix.Alternative(r); !ok || alt.ID != "first" {
+		t.Errorf("Alternative = %s, %v; want first (cheapest, first indexed among equals)", alt.ID, ok)
+	}
+	ix.Rely(first, t0.Add(time.Hour))
+	ix.Rely(first, t0)
+	if at := ix.ReliedOn(first); !at.Equal(t0.Add(time.Hour)) {
+		t.Errorf("relied on at t0+1h, then recorded at t0: ReliedOn = %v, want the later", at.Sub(t0))
+	}
+	if !ix.Remove(first) || ix.Remove(first) {
+		t.Error("Remove: want true once, then false")
+	}
+	if at := ix.ReliedOn(first); !at.IsZero() {
+		t.Errorf("removed, ReliedOn = %v, want none", at)
+	}
+	if alt, ok := ix.Alternative(r); !ok || alt.ID != "second" {
+		t.Errorf("first removed: Alternative = %s, %v; want second", alt.ID, ok)
 	}
 }

@@ -225,18 +225,17 @@ type NodeState struct {
 	// time (a clock that stepped back) takes the state's later times as
 	// its own (see [Policy.Plan]).
 	PlannedAt time.Time `json:"planned_at,omitzero"`
-	// Period is the time between the last two plans of the node while it
-	// was an overloaded exit (zero until there were two): how far the
-	// pace of unused closures may fall behind across the next gap.
+	// Period is the time between the node's last two plans (zero until
+	// there were two): how far the pace of unused closures may fall
+	// behind across the next gap, an overload's first plan's included.
 	Period time.Duration `json:"period_ns,omitzero"`
 	// UnusedDue paces the closing of unused routes on an overloaded
 	// exit: the next may be closed at this time, and each closure moves
 	// it on by one interval (an hour divided by Policy.UnusedPerHour of
 	// the node's sessions). Plan never lets it lag behind now by more
-	// than the time since the last plan, nor by more than Period or 15
-	// minutes, nor start before the current overload, and brings it up
-	// to now when a plan had nothing more to close, so nothing is saved
-	// up.
+	// than the time since the last plan, nor by more than Period or an
+	// hour, nor start before the current overload, and brings it up to
+	// now when a plan had nothing more to close, so nothing is saved up.
 	UnusedDue time.Time `json:"unused_due,omitzero"`
 	// UnusedRecent is read from states stored by earlier versions, which
 	// held each plan's closures of the last five minutes here.

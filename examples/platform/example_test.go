@@ -60,6 +60,6 @@ func Example() {
 	// overloaded: true
 	// admit: false (the node is overloaded)
 	// notice: de-fra-1 is overloaded: memory at 93 %
-	// close route r1 of user alice: unused for 4h1m0s; unused own route on an overloaded exit
+	// close route r1 of user alice: unused for 4h1m; unused own route on an overloaded exit
 	// routes left: 1
 }
