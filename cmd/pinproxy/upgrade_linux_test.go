@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,27 +66,52 @@ func upgradeLoad(t *testing.T) (streams, idle, upgrades int, gap time.Duration) 
 }
 
 // buildA and buildB are the binary built as version vA and vB, and
-// buildHalf the half-way stand-in in testdata/halfway.
+// buildBad the stand-in for a bad release in testdata/badnew.
 var (
-	buildA    = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vA"}}
-	buildB    = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vB"}}
-	buildHalf = testkit.Build{Pkgs: []string{"./testdata/halfway"}}
+	buildA   = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vA"}}
+	buildB   = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vB"}}
+	buildBad = testkit.Build{Pkgs: []string{"./testdata/badnew"}}
 )
 
-func init() { moreBuilds = append(moreBuilds, &buildA, &buildB, &buildHalf) }
+func init() { moreBuilds = append(moreBuilds, &buildA, &buildB, &buildBad) }
 
 var builds struct {
 	once sync.Once
 	a, b string // pinproxy built as version vA and vB
-	half string // testdata/halfway
+	bad  string // testdata/badnew
 }
 
-// buildVariants builds the two versions of the binary and the half-way
-// stand-in once per test run.
+// buildVariants builds the two versions of the binary and the bad
+// release's stand-in once per test run.
 func buildVariants(t *testing.T) {
 	t.Helper()
-	a, b, half := buildA.Bin(t, "pinproxy"), buildB.Bin(t, "pinproxy"), buildHalf.Bin(t, "halfway")
-	builds.once.Do(func() { builds.a, builds.b, builds.half = a, b, half })
+	a, b, bad := buildA.Bin(t, "pinproxy"), buildB.Bin(t, "pinproxy"), buildBad.Bin(t, "badnew")
+	builds.once.Do(func() { builds.a, builds.b, builds.bad = a, b, bad })
+}
+
+// listenInode returns the inode of the kernel socket listening at addr
+// (an IPv4 host:port), from /proc/net/tcp: the same number before and
+// after an upgrade is the same listen queue.
+func listenInode(t *testing.T, addr string) string {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a4 := ap.Addr().As4()
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a4[3], a4[2], a4[1], a4[0], ap.Port())
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) > 9 && f[1] == want && f[3] == "0A" {
+			return f[9]
+		}
+	}
+	t.Fatalf("no socket listens at %s", addr)
+	return ""
 }
 
 // install puts the file src at path as a package manager does: a new file
@@ -662,33 +688,48 @@ func TestBinaryUpgradeKeepsEveryConnection(t *testing.T) {
 		streams, idle, upgrades, lab.probes.Load(), refused.Load(), maxLived.Round(time.Millisecond))
 }
 
+// A bad release takes nothing: a new binary that exits at once, says
+// nothing, is SIGKILLed at each step of the hand-over (its descriptors
+// closed with it), panics or hangs right after adopting, or hangs after
+// the commit. Each time the old process takes every connection back and
+// serves on, the listener is the same kernel socket throughout and never
+// refuses a dial, and at the end every stream is whole at both ends.
 func TestBinaryUpgradeRollsBack(t *testing.T) {
 	buildVariants(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "pinproxy")
 	install(t, builds.a, path)
-	exits := filepath.Join(dir, "exits")
-	hangs := filepath.Join(dir, "hangs")
-	if err := os.WriteFile(exits, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
-		t.Fatal(err)
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	if err := os.WriteFile(hangs, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	step := func(s string) string { return script(s, "BADNEW_STEP="+s+" exec "+builds.bad+` "$@"`) }
 	lab := newStreamLab(t, 2, 100*time.Millisecond)
 	f := startFamily(t, path, nil, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
 		"-park-after", "300ms", "-log-connections=false", "-upgrade-timeout", "3s")
 	const streams, idle = 50, 350 // more than two batches of connections
 	lab.start(f.addr, streams, idle)
 	f.waitLive(streams + idle)
+	inode := listenInode(t, f.addr)
 	var refused atomic.Int64
 	stopDialing := lab.dialSteadily(f.addr, &refused)
 	pid := f.pid()
 
+	const killed = "signal: killed|closed the socket|broken pipe|reset by peer"
 	for i, bad := range []struct{ name, path, why string }{
-		{"exits at once", exits, "exit status 3|closed the socket|broken pipe|reset by peer"},
-		{"hangs before ready", hangs, "not ready within -upgrade-timeout"},
-		{"killed half-way through receiving", builds.half, "signal: killed|closed the socket|broken pipe|reset by peer"},
+		{"exits at once", script("exits", "exit 3"), "exit status 3|closed the socket"},
+		{"says nothing", step("silent"), "stalled: it did not send its request"},
+		{"is killed once it has the hello", step("hello"), killed},
+		{"is killed once it has a batch", step("batch"), killed},
+		{"is killed once it has everything", step("have"), killed},
+		{"panics right after adopting", step("adopt-panic"), "exit status 2|closed the socket"},
+		{"hangs right after adopting", step("adopt-hang"), "not ready within -upgrade-timeout"},
+		{"is killed once it is ready", step("ready"), killed},
+		{"is killed once it has the commit", step("commit"), killed},
+		{"hangs once it has the commit", step("commit-hang"), "stalled: it did not say it serves"},
 	} {
 		install(t, bad.path, path)
 		if err := syscall.Kill(pid, syscall.SIGUSR2); err != nil {
@@ -712,15 +753,21 @@ func TestBinaryUpgradeRollsBack(t *testing.T) {
 			t.Fatalf("after a new binary that %s: upgrades_failed %d, want %d; pid %d, want %d still serving",
 				bad.name, s.Totals.UpgradesFailed, i+1, f.pid(), pid)
 		}
+		if got := listenInode(t, f.addr); got != inode {
+			t.Fatalf("after a new binary that %s: the listening socket is inode %s, was %s", bad.name, got, inode)
+		}
 		// The streams go on through the old process, which accepts again.
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
 		f.waitLive(streams + idle)
 	}
-	// And a good binary still takes over.
+	// And a good binary still takes over, on the same listening socket.
 	install(t, builds.b, path)
 	f.upgrade(1)
-	if s := f.status(); s.Version != "vB" || s.Totals.UpgradesFailed != 3 || s.Totals.Upgrades != 1 {
-		t.Errorf("after the good upgrade: version %q, upgrades %d, failed %d; want vB, 1, 3", s.Version, s.Totals.Upgrades, s.Totals.UpgradesFailed)
+	if s := f.status(); s.Version != "vB" || s.Totals.UpgradesFailed != 10 || s.Totals.Upgrades != 1 {
+		t.Errorf("after the good upgrade: version %q, upgrades %d, failed %d; want vB, 1, 10", s.Version, s.Totals.Upgrades, s.Totals.UpgradesFailed)
+	}
+	if got := listenInode(t, f.addr); got != inode {
+		t.Errorf("after the good upgrade the listening socket is inode %s, was %s", got, inode)
 	}
 	stopDialing()
 	lab.finish(streams + idle)
