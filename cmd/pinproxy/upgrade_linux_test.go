@@ -1100,3 +1100,185 @@ func TestBinaryUpgradeAfterReloadAndHealthFailure(t *testing.T) {
 		t.Errorf("accepted went from %d to %d", before.Totals.Accepted, s.Totals.Accepted)
 	}
 }
+
+// The upgrade socket admits only its owner and pauses nothing for a
+// process that connects and says nothing: it is dropped after 2 s while
+// clients come and go, and a real new process takes over after it. A
+// path in a directory everyone can write to is refused at both ends.
+func TestBinaryUpgradeSocketGuarded(t *testing.T) {
+	up := pinproxytest.New(t, "A", pinproxytest.Line)
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(open, 0o1777)
+	unsafe := filepath.Join(open, "upgrade.sock")
+	out, err := exec.Command(binary, "-listen", "127.0.0.1:0", "-upstreams", up.Addr, "-upgrade-socket", unsafe).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "writable by others") {
+		t.Errorf("a process given -upgrade-socket %s: %v, %s; want exit 2 saying why", unsafe, err, out)
+	}
+
+	// The binary and a silent stand-in installed side by side: the
+	// socket admits processes run from its binary's directory.
+	buildVariants(t)
+	dir := t.TempDir()
+	path, silentPath := filepath.Join(dir, "pinproxy"), filepath.Join(dir, "badnew")
+	install(t, builds.a, path)
+	install(t, builds.bad, silentPath)
+	sock := filepath.Join(t.TempDir(), "upgrade.sock")
+	args := []string{"-upstreams", up.Addr, "-rebalance-interval", "0", "-upgrade-socket", sock}
+	old := startFamily(t, path, nil, args...)
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the upgrade socket: %v, %v; want mode 0600", fi.Mode(), err)
+	}
+	// This test's own process runs from elsewhere: refused at once.
+	if c, err := net.Dial("unixpacket", sock); err == nil {
+		c.Close()
+	}
+	old.waitCount(`msg="upgrade socket: refused a process"`, 1)
+	cl, on := pinproxytest.Dial(t, old.addr, "before")
+	if on != "A" {
+		t.Fatalf("on %s", on)
+	}
+	silent := exec.Command(silentPath)
+	silent.Env = append(os.Environ(), "BADNEW_STEP=silent", "BADNEW_SOCKET="+sock)
+	if err := silent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { silent.Process.Kill(); silent.Wait() }()
+	t0 := time.Now()
+	for time.Since(t0) < 1500*time.Millisecond { // traffic flows while it says nothing
+		if on, err := cl.Ping(); err != nil || on != "A" {
+			t.Fatalf("a ping %v after the silent process connected: %q, %v", time.Since(t0).Round(time.Millisecond), on, err)
+		}
+		if _, on := pinproxytest.Dial(t, old.addr, "during"); on != "A" {
+			t.Fatalf("a new client %v after the silent process connected: on %q", time.Since(t0).Round(time.Millisecond), on)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	old.waitCount(`stalled: it did not send its request within 2s`, 1)
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("the silent process was dropped after %v, want about 2 s", d)
+	}
+	nu := startFamily(t, path, nil, args...)
+	old.waitCount(`msg="upgrade: connections handed over"`, 1)
+	if nu.addr != old.addr {
+		t.Fatalf("the new process listens on %s, want %s", nu.addr, old.addr)
+	}
+	if on, err := cl.Ping(); err != nil || on != "A" {
+		t.Fatalf("after the upgrade: %q, %v", on, err)
+	}
+}
+
+// sigCaught reports whether process pid handles SIGUSR2 yet (its
+// SigCgt mask in /proc; the Go runtime catches it from its start).
+func sigCaught(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && m&(1<<(int(syscall.SIGUSR2)-1)) != 0
+		}
+	}
+	return false
+}
+
+// holds reports whether process pid has a descriptor of the socket with
+// the given inode.
+func holds(pid int, inode string) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if l, _ := os.Readlink(filepath.Join(dir, e.Name())); l == "socket:["+inode+"]" {
+			return true
+		}
+	}
+	return false
+}
+
+// childOf returns a child of process pid, or 0: one of its threads forked
+// it.
+func childOf(pid int) int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.Atoi(f[0])
+			return n
+		}
+	}
+	return 0
+}
+
+// `kill -USR2 $(pidof pinproxy)` during a hand-over signals the old
+// process and the new one alike. The signals are part of the hand-over
+// under way: every listener moves, the listening socket stays the same
+// kernel socket, and no dial is refused or stream cut.
+func TestBinaryUpgradeSignalsCoalesce(t *testing.T) {
+	buildVariants(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pinproxy")
+	install(t, builds.a, path)
+	lab := newStreamLab(t, 2, 100*time.Millisecond)
+	f := startFamily(t, path, nil, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
+		"-park-after", "300ms", "-log-connections=false")
+	const streams, idle = 50, 1000 // a hand-over long enough to signal into
+	lab.start(f.addr, streams, idle)
+	f.waitLive(streams + idle)
+	inode := listenInode(t, f.addr)
+	var refused atomic.Int64
+	stopDialing := lab.dialSteadily(f.addr, &refused)
+	install(t, builds.b, path)
+	for round := 1; round <= 3; round++ {
+		old := f.pid()
+		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		// Once the new process holds the listening socket it is taking
+		// the hand-over (and handles SIGUSR2): signal both then.
+		nu := 0
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Microsecond) {
+			if nu == 0 {
+				nu = childOf(old)
+			}
+			if nu != 0 && sigCaught(nu) && holds(nu, inode) {
+				break
+			}
+			if time.Now().After(deadline) || gone(old) {
+				t.Fatalf("round %d: did not see the new process adopt", round)
+			}
+		}
+		syscall.Kill(old, syscall.SIGUSR2)
+		syscall.Kill(nu, syscall.SIGUSR2)
+		f.waitCount(`msg="upgrade: connections handed over"`, round)
+		testkit.WaitForWithin(t, 10*time.Second, "the old process to exit", func() bool { return gone(old) })
+		time.Sleep(500 * time.Millisecond) // a hand-over the new one might start by mistake
+		f.mu.Lock()
+		handed, coalesced := count(f.lines, `msg="upgrade: connections handed over"`), count(f.lines, `coalesced into it`)
+		var line string
+		for _, l := range f.lines {
+			if handedOverRE.MatchString(l) {
+				line = l
+			}
+		}
+		f.mu.Unlock()
+		if handed != round {
+			t.Fatalf("round %d: %d hand-overs, want %d: a queued SIGUSR2 started another", round, handed, round)
+		}
+		if !strings.Contains(line, " listeners=2 ") {
+			t.Fatalf("round %d: %s; want both listeners moved", round, line)
+		}
+		if got := listenInode(t, f.addr); got != inode {
+			t.Fatalf("round %d: the listening socket is inode %s, was %s", round, got, inode)
+		}
+		t.Logf("round %d: %d signals coalesced so far; %s", round, coalesced, line[strings.Index(line, "conns="):])
+	}
+	stopDialing()
+	lab.finish(streams + idle)
+	if refused.Load() > 0 {
+		t.Errorf("%d steady dials refused", refused.Load())
+	}
+}

@@ -3,7 +3,8 @@
 // the old process passes (PINPROXY_HANDOFF_FD) and keeps every descriptor
 // it receives, so that its death closes them:
 //
-//	silent       says nothing
+//	silent       says nothing (with BADNEW_SOCKET, it connects there
+//	             first, as a new process started with -upgrade-socket does)
 //	hello        asks, reads the hello, and is SIGKILLed
 //	batch        and the first batch
 //	have         reads everything, says it has it
@@ -17,6 +18,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"syscall"
 
@@ -30,6 +32,13 @@ func main() {
 	step := os.Getenv("BADNEW_STEP")
 	switch step {
 	case "silent":
+		if path := os.Getenv("BADNEW_SOCKET"); path != "" {
+			c, err := net.Dial("unixpacket", path)
+			if err != nil {
+				fail(err)
+			}
+			defer c.Close()
+		}
 		select {}
 	case "adopt-panic", "adopt-hang":
 		p, err := pinproxy.New(pinproxy.Config{Upstreams: []string{"127.0.0.1:1"}})
