@@ -106,12 +106,14 @@ var ErrNotCommitted = errors.New("handover: the old process did not commit")
 // copying and accepting, and waits for its commit (until ctx ends). Then
 // it says this process serves and, once that has reached the old
 // process, calls start, which begins to copy and accept: from there on
-// everything is this process's. If the commit does not come (the old
-// process gave up, as it does when this one is not ready within its
-// timeout, or went away), or "serving" cannot reach it, Ready returns an
-// error wrapping ErrNotCommitted without calling start: the old process
-// has everything, and this one must close what it adopted, untouched,
-// and serve nothing. Ready closes the socket to the old process.
+// everything is this process's. It does the same if the old process
+// died after its commit. If the commit does not come (the old process
+// gave up, as it does when this one is not ready within its timeout, or
+// went away), or the old process stopped waiting for "serving", Ready
+// returns an error wrapping ErrNotCommitted without calling start: the
+// old process has everything, and this one must close what it adopted,
+// untouched, and serve nothing. Ready closes the socket to the old
+// process.
 func (a *Adoption) Ready(ctx context.Context, start func()) error {
 	if a.done {
 		return errors.New("handover: Ready called twice")
@@ -137,7 +139,12 @@ func (a *Adoption) Ready(ctx context.Context, start func()) error {
 	uc.SetWriteDeadline(time.Now().Add(DefaultStall))
 	b, _ = encodeMsg(msgServing, struct{}{})
 	if err := sendMsg(uc, b, nil); err != nil {
-		return fail("saying it serves", err)
+		// The old process stopped waiting and said so (it serves on),
+		// or died after its commit (the socket closed without a word):
+		// then everything is this process's, and nobody else serves it.
+		if _, _, rerr := recvRaw(uc); !errors.Is(rerr, errClosed) {
+			return fail("saying it serves", err)
+		}
 	}
 	start()
 	return nil

@@ -26,8 +26,10 @@
 // everything back if the new process fails, hangs, goes away or is not
 // ready before the old one's ctx ends: nothing was touched, so nothing
 // is lost. Whether "serving" reached it is decided by the socket itself:
-// the old process shuts it for reading before it gives up, so a late
-// "serving" fails in the new process, which then touches nothing.
+// the old process shuts it for reading before it gives up, and says so,
+// so a late "serving" fails in the new process, which then touches
+// nothing. If instead the old process dies after its commit, the new one
+// finds the socket closed without a word, and serves.
 //
 // Re-exec, as a server upgrades itself on a signal:
 //
@@ -44,6 +46,7 @@
 //
 // Or without a parent: the old process listens on a socket path (Listen)
 // and the new one connects there (Dial); both check each other's
-// credentials. Linux only; elsewhere the calls return an error wrapping
-// errors.ErrUnsupported.
+// credentials. Built for Linux; elsewhere reading a peer's credentials
+// returns an error wrapping errors.ErrUnsupported, and off Unix so does
+// passing descriptors.
 package handover

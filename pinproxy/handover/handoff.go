@@ -133,9 +133,11 @@ func Handoff(ctx context.Context, peer *Peer, cfg Config, prepare func(context.C
 		return rep, nil
 	}
 	// Settle it: shut the socket for reading, so that a "serving" not
-	// sent yet fails in the new process (which then touches nothing),
-	// and read what was sent before.
+	// sent yet fails in the new process, say so (the new process then
+	// touches nothing), and read what was sent before.
 	peer.conn.CloseRead()
+	b, _ = encodeMsg(msgTaken, struct{}{})
+	h.write(b, nil)
 	for m := range h.msgs {
 		if m.err != nil {
 			break

@@ -455,3 +455,56 @@ func TestSocket(t *testing.T) {
 	}
 	s2.Close()
 }
+
+// oldSide is an old process that commits and then, instead of waiting
+// for "serving", dies (closes its socket at once) or gives up.
+func oldSide(t *testing.T, old *Peer, dies bool) {
+	t.Helper()
+	h := &handing{peer: old, stall: time.Second, ctx: context.Background(), msgs: make(chan inMsg, 1), quit: make(chan struct{})}
+	go h.read()
+	defer close(h.quit)
+	if err := h.next(msgRequest, &wireRequest{}, time.Second, "ask"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.send(&Offer{State: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []byte{msgHave, msgReady} {
+		if err := h.next(k, &wirePID{}, time.Second, "answer"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := encodeMsg(msgCommit, struct{}{})
+	if !dies {
+		old.conn.CloseRead() // as Handoff gives up: after the commit, before "serving"
+		h.write(b, nil)
+		b, _ = encodeMsg(msgTaken, struct{}{})
+	}
+	h.write(b, nil)
+	old.Close()
+}
+
+// An old process that dies after its commit leaves everything to the new
+// one, which serves; one that gives up after its commit keeps it all.
+func TestOldGoneAfterCommit(t *testing.T) {
+	for _, dies := range []bool{true, false} {
+		old, nu := pair(t)
+		ready := make(chan error, 1)
+		started := false
+		go func() {
+			a, err := Adopt(context.Background(), nu)
+			if err == nil {
+				err = a.Ready(context.Background(), func() { started = true })
+			}
+			ready <- err
+		}()
+		oldSide(t, old, dies)
+		err := <-ready
+		switch {
+		case dies && (err != nil || !started):
+			t.Errorf("the old process died after its commit: Ready %v, started %v; want it serving", err, started)
+		case !dies && (!errors.Is(err, ErrNotCommitted) || started):
+			t.Errorf("the old process took everything back: Ready %v, started %v; want ErrNotCommitted, nothing started", err, started)
+		}
+	}
+}

@@ -26,6 +26,10 @@ import (
 //	old → new  'C' commit: the old process will touch nothing more
 //	new → old  'S' serving: sent before the new process touches a socket;
 //	               until the old one reads it, it can take everything back
+//	old → new  'X' taken back: after the commit, the old process stopped
+//	               waiting for "serving" and serves on; a new process
+//	               whose "serving" failed and that finds the socket closed
+//	               without it knows the old one died, and serves
 //
 // A change that an old reader would misread bumps Version; either side
 // refuses another version, and the old one serves on.
@@ -42,6 +46,7 @@ const (
 	msgReady   = 'R'
 	msgCommit  = 'C'
 	msgServing = 'S'
+	msgTaken   = 'X'
 )
 
 // Bounds a message is checked against; a batch is cut to fit them.
