@@ -114,7 +114,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if code != 0 {
 		return code
 	}
-	d := &daemon{o: o, p: p, log: log, flushLog: lw.Flush, adminLn: adminLn, served: make(chan error, len(lns)+1)}
+	d := &daemon{o: o, p: p, log: log, flushLog: lw.Flush, adminLn: adminLn, served: make(chan error, len(lns)+1), lookupEnv: lookupEnv}
 	if adminLn != nil {
 		d.admin = newAdminServer(p, bi, log, lw)
 		d.extra = []net.Listener{adminLn}
@@ -176,6 +176,7 @@ type daemon struct {
 
 	upgrades     chan *handover.Peer
 	stopUpgrades func()
+	lookupEnv    func(string) (string, bool) // for NOTIFY_SOCKET; nil: none
 }
 
 // serve starts serving lns, and logs the start-up lines.
@@ -215,7 +216,8 @@ func (d *daemon) wait(sigs <-chan os.Signal) (code int, upgraded bool) {
 			case sig = <-sigs:
 			case peer := <-d.upgrades:
 				d.flushLog()
-				if d.handOff(peer) {
+				if res := d.handOff(peer); res.Committed {
+					notifyMainPID(d.lookupEnv, res.NewPID, d.log)
 					d.flushLog()
 					return 0, true
 				}
@@ -233,7 +235,8 @@ func (d *daemon) wait(sigs <-chan os.Signal) (code int, upgraded bool) {
 		case upgradeSignal:
 			d.stopUpgrades()
 			d.flushLog()
-			if upgradeByExec(d.p, d.o.upgradeTimeout, d.extra, d.log) {
+			if res := upgradeByExec(d.p, d.o.upgradeTimeout, d.extra, d.log); res.Committed {
+				notifyMainPID(d.lookupEnv, res.NewPID, d.log)
 				d.flushLog()
 				return 0, true
 			}
@@ -266,18 +269,17 @@ func (d *daemon) coalesce(sigs <-chan os.Signal, pending []os.Signal) []os.Signa
 
 // handOff hands everything to the process connected to -upgrade-socket,
 // and says whether it took it; if not, it listens for upgrades again.
-func (d *daemon) handOff(peer *handover.Peer) bool {
+func (d *daemon) handOff(peer *handover.Peer) pinproxy.HandoffResult {
 	d.stopUpgrades()
 	d.log.Info("upgrade: a process connected to -upgrade-socket; handing over", "upgrade_socket", d.o.upgradeSocket)
 	uctx, ucancel := context.WithTimeoutCause(context.Background(), d.o.upgradeTimeout,
 		fmt.Errorf("the new process was not ready within -upgrade-timeout %v", d.o.upgradeTimeout))
 	res, _ := d.p.Handoff(uctx, peer, d.extra...)
 	ucancel()
-	if res.Committed {
-		return true
+	if !res.Committed {
+		d.stopUpgrades = listenUpgrades(d.o.upgradeSocket, d.upgrades, d.log)
 	}
-	d.stopUpgrades = listenUpgrades(d.o.upgradeSocket, d.upgrades, d.log)
-	return false
+	return res
 }
 
 // handedOver stops the admin server once the new process has it all; it

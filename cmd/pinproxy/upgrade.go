@@ -112,20 +112,35 @@ func notifyReady(lookupEnv func(string) (string, bool), upgraded bool, log *slog
 	}
 }
 
+// notifyMainPID tells systemd, if it asked (NOTIFY_SOCKET), that the new
+// process pid is the service's main process: sent by the old process once
+// the new one serves, before it exits, so that the service never goes
+// without one (the new process says so again with READY=1).
+func notifyMainPID(lookupEnv func(string) (string, bool), pid int, log *slog.Logger) {
+	if lookupEnv == nil || pid <= 0 {
+		return
+	}
+	if sock, ok := lookupEnv("NOTIFY_SOCKET"); ok && sock != "" {
+		if err := sdnotify.Notify(sock, "MAINPID="+strconv.Itoa(pid)); err != nil {
+			log.Warn("cannot notify systemd", "err", err)
+		}
+	}
+}
+
 // upgradeByExec starts the binary at this process's path with its
 // arguments and environment, and hands p's listeners and connections,
-// and extra (the admin listener), to it. It reports whether they were
-// handed over; if not, p serves on and the child is gone.
-func upgradeByExec(p *pinproxy.Proxy, timeout time.Duration, extra []net.Listener, log *slog.Logger) bool {
+// and extra (the admin listener), to it. It reports what was handed
+// over; if not committed, p serves on and the child is gone.
+func upgradeByExec(p *pinproxy.Proxy, timeout time.Duration, extra []net.Listener, log *slog.Logger) pinproxy.HandoffResult {
 	peer, err := handover.Exec(handoffEnv)
 	if err != nil {
 		log.Error("upgrade failed: cannot start the new binary; serving on", "err", err)
-		return false
+		return pinproxy.HandoffResult{}
 	}
 	log.Info("upgrade: new binary started; handing over", "pid", peer.PID(), "timeout", timeout)
 	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout,
 		fmt.Errorf("the new process was not ready within -upgrade-timeout %v", timeout))
 	defer cancel()
 	res, _ := p.Handoff(ctx, peer, extra...) // it logs the outcome and why, and kills a child that did not take over
-	return res.Committed
+	return res
 }

@@ -27,4 +27,8 @@ func listenUpgrades(string, chan<- *handover.Peer, *slog.Logger) func() { return
 
 func notifyReady(func(string) (string, bool), bool, *slog.Logger) {}
 
-func upgradeByExec(*pinproxy.Proxy, time.Duration, []net.Listener, *slog.Logger) bool { return false }
+func notifyMainPID(func(string) (string, bool), int, *slog.Logger) {}
+
+func upgradeByExec(*pinproxy.Proxy, time.Duration, []net.Listener, *slog.Logger) pinproxy.HandoffResult {
+	return pinproxy.HandoffResult{}
+}
