@@ -29,6 +29,30 @@ import (
 // process serves: until then the old proxy keeps every descriptor, and
 // the new one touches none.
 //
+// What a hand-over needs of the data path, whatever holds the
+// connections (a goroutine per connection today, event loops perhaps
+// tomorrow): the seam is handover.Conn, and five steps per connection,
+// done today by hold, giveBack, release and adoptConn in
+// upgrade_linux.go:
+//
+//   - stop: nothing more is read from either socket; a write under way
+//     finishes, or is cut short after writeGrace; the connection says it
+//     stopped, or that it ended meanwhile (it is then left out);
+//   - describe: its handover.Conn, that is the client's and the
+//     upstream's descriptors, the read end of a pipe that still holds
+//     bytes, and its handover.ConnState: each direction's byte count,
+//     which directions ended cleanly and which side first, whether it
+//     was idle (parked), and the bytes read and not yet written (at most
+//     handover.MaxPending a direction);
+//   - resume, when the hand-over fails: copy again from where it
+//     stopped, the pending bytes first;
+//   - forget, once the new process serves: close its descriptors with
+//     neither shutdown(2) nor a reset (closing a descriptor that the new
+//     process holds too sends nothing), and count it out as handed over,
+//     not closed;
+//   - adopt, in the new process, at the commit: start a connection from
+//     a handover.Conn, writing its pending bytes (or its pipe's) first.
+//
 // Off Linux Handoff and Adopt return an error that wraps
 // errors.ErrUnsupported.
 
