@@ -19,6 +19,7 @@ type Adoption struct {
 
 	peer *Peer
 	done bool
+	v1   bool // from an old process of version 1
 }
 
 // Adopt runs the new process's side of a hand-over on peer up to the
@@ -42,19 +43,57 @@ func Adopt(ctx context.Context, peer *Peer) (a *Adoption, err error) {
 			}
 		}
 	}()
-	b, _ := encodeMsg(msgRequest, wireRequest{Version: Version, PID: peer.env.getpid()})
-	if err := sendMsg(peer.conn, b, nil); err != nil {
-		return nil, err
+	// The old process speaks first: its version, or, at version 1, its
+	// hello.
+	first, got, err := recvRaw(peer.conn)
+	fds = append(fds, got...)
+	if err != nil {
+		return nil, fmt.Errorf("handover: adopt: waiting for the old process: %w", err)
 	}
+	a = &Adoption{peer: peer}
 	var hello wireHello
-	if _, err := recvMsg(peer.conn, msgHello, &hello); err != nil {
-		return nil, fmt.Errorf("handover: adopt: hello: %w", err)
+	if len(first) > 0 && first[0] == msgHello {
+		var h1 wireHelloV1
+		if err := parseMsg(first, len(fds), msgHello, &h1); err != nil {
+			return nil, fmt.Errorf("handover: adopt: hello: %w", err)
+		}
+		a.v1 = true
+		hello = wireHello{Version: 1, PID: h1.PID, Listeners: h1.Listeners, Conns: h1.Conns, State: first[1:]}
+	} else {
+		if err := parseMsg(first, len(fds), msgVersion, &wireVersion{}); err != nil {
+			return nil, fmt.Errorf("handover: adopt: %w", err)
+		}
+		b, _ := encodeMsg(msgRequest, wireRequest{Version: Version, PID: peer.env.getpid()})
+		if err := sendMsg(peer.conn, b, nil); err != nil {
+			return nil, err
+		}
+		if _, err := recvMsg(peer.conn, msgHello, &hello); err != nil {
+			return nil, fmt.Errorf("handover: adopt: hello: %w", err)
+		}
 	}
-	a = &Adoption{OldPID: hello.PID, State: hello.State, peer: peer}
+	a.OldPID, a.State = hello.PID, hello.State
 	var states []ConnState
 	for len(a.Listeners) < hello.Listeners || len(states) < hello.Conns {
 		var bt wireBatch
-		got, err := recvMsg(peer.conn, msgBatch, &bt)
+		var got []int
+		var err error
+		if a.v1 {
+			var b1 wireBatchV1
+			got, err = recvMsg(peer.conn, msgBatch, &b1)
+			bt.Conns = b1.Conns
+			for _, l := range b1.Listeners {
+				name := "proxy"
+				switch {
+				case l.Extra:
+					name = "extra"
+				case l.Preset:
+					name = "proxy+keepalive"
+				}
+				bt.Listeners = append(bt.Listeners, wireListener{Addr: l.Addr, Name: name})
+			}
+		} else {
+			got, err = recvMsg(peer.conn, msgBatch, &bt)
+		}
 		fds = append(fds, got...)
 		if err != nil {
 			return nil, fmt.Errorf("handover: adopt: after %d of %d connections: %w", len(states), hello.Conns, err)
@@ -73,7 +112,7 @@ func Adopt(ctx context.Context, peer *Peer) (a *Adoption, err error) {
 		return nil, fmt.Errorf("%w: got %d listeners and %d connections; hello said %d and %d, end %d and %d",
 			errWire, len(a.Listeners), len(states), hello.Listeners, hello.Conns, end.Listeners, end.Conns)
 	}
-	b, _ = encodeMsg(msgHave, struct{}{})
+	b, _ := encodeMsg(msgHave, struct{}{})
 	if err := sendMsg(peer.conn, b, nil); err != nil {
 		return nil, fmt.Errorf("handover: adopt: %w", err)
 	}
@@ -121,6 +160,7 @@ func (a *Adoption) Ready(ctx context.Context, start func()) error {
 	a.done = true
 	uc := a.peer.conn
 	defer a.peer.Close()
+	uc.SetDeadline(time.Time{}) // Adopt's ctx may have cut it short since
 	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(aLongTimeAgo) })
 	defer stop()
 	fail := func(step string, err error) error {
@@ -130,6 +170,17 @@ func (a *Adoption) Ready(ctx context.Context, start func()) error {
 		return fmt.Errorf("%w: %s: %w", ErrNotCommitted, step, err)
 	}
 	b, _ := encodeMsg(msgReady, wirePID{PID: a.peer.env.getpid()})
+	if a.v1 {
+		// A version 1 old process commits at once and lets everything
+		// go: from its commit on, this process must serve.
+		if _, err := recvMsg(uc, msgCommit, &struct{}{}); err != nil {
+			return fail("waiting for the commit", err)
+		}
+		start()
+		uc.SetWriteDeadline(time.Now().Add(DefaultStall))
+		sendMsg(uc, b, nil) // it waits for this before it exits
+		return nil
+	}
 	if err := sendMsg(uc, b, nil); err != nil {
 		return fail("reporting ready", err)
 	}

@@ -52,7 +52,7 @@ func recvRaw(uc *net.UnixConn) ([]byte, []int, error) {
 		}
 	}
 	switch {
-	case errors.Is(err, io.EOF):
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET): // closed, with our messages unread
 		return nil, fds, errClosed
 	case err != nil:
 		return nil, fds, err

@@ -104,6 +104,10 @@ func Handoff(ctx context.Context, peer *Peer, cfg Config, prepare func(context.C
 		}
 	}()
 
+	b, _ := encodeMsg(msgVersion, wireVersion{Version: Version, PID: peer.env.getpid()})
+	if err := h.write(b, nil); err != nil {
+		return rep, err
+	}
 	var req wireRequest
 	if err := h.next(msgRequest, &req, h.stall, "send its request"); err != nil {
 		return rep, err
@@ -123,7 +127,7 @@ func Handoff(ctx context.Context, peer *Peer, cfg Config, prepare func(context.C
 		return rep, err
 	}
 	rep.Ready = true
-	b, _ := encodeMsg(msgCommit, struct{}{})
+	b, _ = encodeMsg(msgCommit, struct{}{})
 	if err := h.write(b, nil); err != nil {
 		return rep, err // not sent: the new process will not serve
 	}

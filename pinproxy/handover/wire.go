@@ -32,12 +32,18 @@ import (
 //	               without it knows the old one died, and serves
 //
 // A change that an old reader would misread bumps Version; either side
-// refuses another version, and the old one serves on.
+// refuses another version, and the old one serves on, with one exception:
+// a new process takes over from an old one of version 1 (pinproxy
+// 0.1.0), which starts with its hello ('H', the proxy's counters in it),
+// sends its batches with listeners flagged "preset" and "extra", takes
+// "have", commits at once, and lets everything go then; the new process
+// starts at the commit, then says it is ready ('R').
 
 // Version is the wire format's version.
 const Version = 2
 
 const (
+	msgVersion = 'V'
 	msgRequest = 'Q'
 	msgHello   = 'H'
 	msgBatch   = 'B'
@@ -61,6 +67,12 @@ const (
 	maxState = 1 << 17 // bytes of the sender's own state in a hello
 )
 
+// wireVersion is the old process's first message.
+type wireVersion struct {
+	Version int `json:"version"`
+	PID     int `json:"pid"`
+}
+
 type wireRequest struct {
 	Version int `json:"version"`
 	PID     int `json:"pid"`
@@ -72,6 +84,26 @@ type wireHello struct {
 	Listeners int             `json:"listeners"`
 	Conns     int             `json:"conns"`
 	State     json.RawMessage `json:"state,omitempty"`
+}
+
+// wireHelloV1 is a version 1 hello; the rest of it (totals, upstreams)
+// is the sender's state.
+type wireHelloV1 struct {
+	Version   int `json:"version"`
+	PID       int `json:"pid"`
+	Listeners int `json:"listeners"`
+	Conns     int `json:"conns"`
+}
+
+// wireBatchV1 is a version 1 batch: its connections are as ConnState,
+// its listeners flagged.
+type wireBatchV1 struct {
+	Listeners []struct {
+		Addr   string `json:"addr"`
+		Preset bool   `json:"preset,omitempty"`
+		Extra  bool   `json:"extra,omitempty"`
+	} `json:"listeners,omitempty"`
+	Conns []ConnState `json:"conns,omitempty"`
 }
 
 // wireListener is one listener; one descriptor.
@@ -149,6 +181,22 @@ func parseMsg(b []byte, nfds int, kind byte, v any) error {
 	}
 	want := 0
 	switch m := v.(type) {
+	case *wireVersion:
+		if m.Version != Version {
+			return fmt.Errorf("%w: the old process speaks version %d, this one %d", errWire, m.Version, Version)
+		}
+	case *wireHelloV1:
+		if m.Version != 1 || m.Listeners < 0 || m.Conns < 0 {
+			return fmt.Errorf("%w: version 1 hello: version %d, %d listeners, %d connections", errWire, m.Version, m.Listeners, m.Conns)
+		}
+	case *wireBatchV1:
+		want = len(m.Listeners)
+		for i, c := range m.Conns {
+			if err := c.check(); err != nil {
+				return fmt.Errorf("%w: connection %d: %v", errWire, i+1, err)
+			}
+			want += c.fds()
+		}
 	case *wireRequest:
 		if m.Version != Version {
 			return fmt.Errorf("%w: the new process speaks version %d, this one %d", errWire, m.Version, Version)

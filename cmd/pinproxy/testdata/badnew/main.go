@@ -5,7 +5,7 @@
 //
 //	silent       says nothing (with BADNEW_SOCKET, it connects there
 //	             first, as a new process started with -upgrade-socket does)
-//	hello        asks, reads the hello, and is SIGKILLed
+//	hello        reads the version, asks, reads the hello, and is SIGKILLed
 //	batch        and the first batch
 //	have         reads everything, says it has it
 //	ready        says it is ready
@@ -57,6 +57,7 @@ func main() {
 		}
 		select {}
 	}
+	recv('V')
 	send(fmt.Sprintf(`Q{"version":%d,"pid":%d}`, handover.Version, os.Getpid()))
 	recv('H')
 	if step == "hello" {
