@@ -12,8 +12,9 @@
 // Adoption.Ready. The hand-over is all-or-nothing until the new process
 // serves:
 //
-//  1. The new process asks (within Config.Stall of connecting: a peer
-//     that says nothing is dropped before anything pauses).
+//  1. The old process says its version; the new process asks (within
+//     Config.Stall of connecting: a peer that says nothing is dropped
+//     before anything pauses).
 //  2. The old process stops everything it offers and sends it; the new
 //     one takes nothing until it has it all, then says so.
 //  3. The new process starts everything but the copying and accepting,
