@@ -93,9 +93,7 @@ func Handoff(ctx context.Context, peer *Peer, cfg Config, prepare func(context.C
 	h := &handing{peer: peer, stall: cfg.stall(), ctx: ctx, msgs: make(chan inMsg, 1), quit: make(chan struct{})}
 	setBuffer(peer.conn)
 	go h.read()
-	stop := context.AfterFunc(ctx, func() { peer.conn.SetWriteDeadline(aLongTimeAgo) })
 	defer func() {
-		stop()
 		close(h.quit)
 		peer.Close()
 		if !rep.Serving && peer.proc != nil {
@@ -139,9 +137,12 @@ func Handoff(ctx context.Context, peer *Peer, cfg Config, prepare func(context.C
 	// Settle it: shut the socket for reading, so that a "serving" not
 	// sent yet fails in the new process, say so (the new process then
 	// touches nothing), and read what was sent before.
+	// "Taken back" goes whatever ctx says: without it, the new process
+	// would take the socket closing for this one's death, and serve.
 	peer.conn.CloseRead()
 	b, _ = encodeMsg(msgTaken, struct{}{})
-	h.write(b, nil)
+	peer.conn.SetWriteDeadline(time.Now().Add(h.stall))
+	sendMsg(peer.conn, b, nil)
 	for m := range h.msgs {
 		if m.err != nil {
 			break
@@ -230,12 +231,17 @@ func (h *handing) why(err error) error {
 	}
 }
 
-// write sends one message, within Stall and ctx.
+// write sends one message, within Stall and ctx's deadline. (A message
+// is sent whole or not at all.)
 func (h *handing) write(b []byte, fds []int) error {
 	if err := h.ctx.Err(); err != nil {
 		return fmt.Errorf("handover: %w", context.Cause(h.ctx))
 	}
-	h.peer.conn.SetWriteDeadline(time.Now().Add(h.stall))
+	d := time.Now().Add(h.stall)
+	if cd, ok := h.ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
+	}
+	h.peer.conn.SetWriteDeadline(d)
 	err := sendMsg(h.peer.conn, b, fds)
 	switch {
 	case err == nil:

@@ -241,35 +241,51 @@ func TestReadyTooLate(t *testing.T) {
 	}
 }
 
-// A "serving" that comes after the old process stopped waiting cannot
-// reach it: the new process is told so, and starts nothing; the old one
+// A "serving" that comes after the old process stopped waiting (its
+// Stall, or its ctx, ran out) cannot reach it, and the old process says
+// it took everything back: the new process starts nothing; the old one
 // has everything.
 func TestServingTooLate(t *testing.T) {
-	old, nu := pair(t)
-	readyErr := make(chan error, 1)
-	go func() {
-		a, err := Adopt(context.Background(), nu)
-		if err != nil {
-			readyErr <- err
-			return
+	for _, byCtx := range []bool{false, true} {
+		old, nu := pair(t)
+		late := make(chan error, 1)
+		taken := make(chan byte, 1)
+		go func() {
+			a, err := Adopt(context.Background(), nu)
+			if err != nil {
+				late <- err
+				return
+			}
+			// As Ready does, with a pause between the commit and "serving".
+			uc := a.peer.conn
+			b, _ := encodeMsg(msgReady, wirePID{PID: 1})
+			sendMsg(uc, b, nil)
+			recvMsg(uc, msgCommit, &struct{}{})
+			time.Sleep(300 * time.Millisecond)
+			b, _ = encodeMsg(msgServing, struct{}{})
+			late <- sendMsg(uc, b, nil)
+			if m, _, err := recvRaw(uc); err == nil {
+				taken <- m[0]
+			}
+			close(taken)
+		}()
+		cfg, ctx := Config{Stall: 100 * time.Millisecond}, context.Background()
+		if byCtx {
+			var cancel context.CancelFunc
+			cfg.Stall = 10 * time.Second
+			ctx, cancel = context.WithTimeout(ctx, 150*time.Millisecond)
+			defer cancel()
 		}
-		// As Ready does, with a pause between the commit and "serving".
-		uc := a.peer.conn
-		b, _ := encodeMsg(msgReady, wirePID{PID: 1})
-		sendMsg(uc, b, nil)
-		recvMsg(uc, msgCommit, &struct{}{})
-		time.Sleep(300 * time.Millisecond)
-		b, _ = encodeMsg(msgServing, struct{}{})
-		readyErr <- sendMsg(uc, b, nil)
-	}()
-	rep, err := Handoff(context.Background(), old, Config{Stall: 100 * time.Millisecond}, func(context.Context) (*Offer, error) {
-		return offer(t, 2), nil
-	})
-	if err == nil || rep.Serving || !errors.Is(err, ErrStalled) || !rep.Ready {
-		t.Fatalf("Handoff: %+v, %v; want ready, then stalled, not serving", rep, err)
-	}
-	if err := <-readyErr; err == nil {
-		t.Fatal("the late \"serving\" was sent: the new process would serve what the old one took back")
+		rep, err := Handoff(ctx, old, cfg, func(context.Context) (*Offer, error) { return offer(t, 2), nil })
+		if err == nil || rep.Serving || !rep.Ready {
+			t.Fatalf("Handoff: %+v, %v; want ready, then given up, not serving", rep, err)
+		}
+		if err := <-late; err == nil {
+			t.Fatal("the late \"serving\" was sent: the new process would serve what the old one took back")
+		}
+		if k := <-taken; k != msgTaken {
+			t.Errorf("after its late \"serving\" the new process read %q, want %q (taken back)", k, msgTaken)
+		}
 	}
 }
 
