@@ -79,16 +79,21 @@
 // Upgrades (Linux): Handoff passes the listeners and every established
 // connection, with its counters, half-close and park state and the bytes
 // it had read but not yet written, to a proxy in another process, which
-// takes them with Adopt, over a Unix socket (SCM_RIGHTS); no connection is
-// closed, and if the other side fails before it has everything, the proxy
-// keeps it all and serves on. cmd/pinproxy does this on SIGUSR2:
+// takes them with Adopt, over a Unix socket (SCM_RIGHTS; the protocol and
+// re-exec are in the subpackage handover); no connection is closed, and
+// until the new process serves, the old one can take everything back,
+// and does if the new one fails, stalls or is not ready in time.
+// cmd/pinproxy does this on SIGUSR2:
 //
-//	res, err := old.Handoff(ctx, uc, adminListener) // in the old process
-//	a, err := p.Adopt(ctx, uc)                      // in the new one
+//	peer, err := handover.Exec("MYSERVER_HANDOVER_FD")       // in the old process
+//	res, err := old.Handoff(ctx, peer, adminListener)
+//
+//	peer, err := handover.Inherited("MYSERVER_HANDOVER_FD") // in the new one
+//	a, err := p.Adopt(ctx, peer)
 //	for _, ln := range a.Listeners {
-//		go p.Serve(ln)
+//		go p.Serve(ln) // waits for the commit
 //	}
-//	a.Ready()
+//	err = a.Ready(ctx) // the old process commits; everything starts here
 //
 // Metrics for Prometheus are in the subpackage pinproxymetrics, which keeps
 // the Prometheus client out of programs that embed the proxy without it.

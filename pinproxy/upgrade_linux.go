@@ -2,6 +2,7 @@ package pinproxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,10 +14,12 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proofkit/nodekit/pinproxy/handover"
 )
 
-// How a link is stopped for a hand-over (see upgrade.go), and why no byte
-// is lost, as the runtime does it (internal/poll, go1.26):
+// How a link is stopped for a hand-over, and why no byte is lost, as the
+// runtime does it (internal/poll, go1.26):
 //
 //   - A read deadline in the past stops each pump as it stops for a park:
 //     a pump waiting for its source returns at once, and a read, or the
@@ -32,231 +35,193 @@ import (
 //     own Splice would destroy the pipe with the bytes in it).
 //   - A parked link has no pump: it leaves the parker's epoll set, and
 //     moves as parked.
+//
+// What moves of a connection is its handover.Conn: the two sockets, the
+// pipes' read ends, and a handover.ConnState (counters, half-closes,
+// pending bytes). A data path that holds connections some other way
+// stops them and fills the same record.
 
 // writeGrace is how long a hand-over lets writes under way finish before
 // it cuts the buffered ones short.
 const writeGrace = time.Second
 
-// Handoff hands every listener given to Serve, every live connection,
-// and the listeners in extra (the caller's own, an admin server's, say,
-// which it must stop serving and close once Handoff returns committed) to
-// the proxy of another process, which calls Adopt on the other end of uc,
-// a Unix socket of type SOCK_SEQPACKET ("unixpacket"). See upgrade.go for
-// the steps. ctx bounds the whole hand-over: if it ends, or the other
-// side fails or goes away before it has everything, Handoff takes every
-// connection back, accepts again, and returns an error with
-// HandoffResult.Committed false. Once committed, the proxy is closed, as
-// after Shutdown, holding nothing; the error is then about the new
-// process's ready report only. A Serve called meanwhile waits until the
-// hand-over ends (see Serve). Handoff closes uc.
-func (p *Proxy) Handoff(ctx context.Context, uc *net.UnixConn, extra ...net.Listener) (res HandoffResult, err error) {
-	t0 := time.Now()
-	defer uc.Close()
-	p.upg.mu.Lock()
-	if p.upg.running {
-		p.upg.mu.Unlock()
+// Listener names on the wire: the proxy's own (keepalive preset on the
+// listening socket by Listen, or not), and the caller's extra ones.
+const (
+	lnProxy  = "proxy"
+	lnPreset = "proxy+keepalive"
+	lnExtra  = "extra"
+)
+
+// Handoff hands every listener of the proxy (those given to Serve, and
+// those made by Listen not served yet), every live connection, and the
+// listeners in extra (the caller's own, an admin server's, say, which it
+// must stop serving and close once Handoff returns committed) to the
+// proxy of the process at the other end of peer, which calls Adopt (see
+// package handover for the protocol). ctx bounds the whole hand-over,
+// and with it how long the new process has to be ready: if it ends, or
+// the other side fails, stalls or goes away before it serves, Handoff
+// takes every connection back, accepts again, and returns an error with
+// HandoffResult.Committed false. Once committed the proxy is closed, as
+// after Shutdown, holding nothing. A Serve called meanwhile waits until
+// the hand-over ends (see Serve). Handoff closes peer.
+func (p *Proxy) Handoff(ctx context.Context, peer *handover.Peer, extra ...net.Listener) (res HandoffResult, err error) {
+	start := p.clock()
+	if !p.upg.begin() {
+		peer.Close()
 		return res, ErrUpgradeRunning
 	}
-	p.upg.running = true
-	p.upg.mu.Unlock()
-	defer func() {
-		p.upg.mu.Lock()
-		p.upg.running = false
-		p.upg.mu.Unlock()
-		res.Took = time.Since(t0)
-		switch {
-		case res.Committed:
-			p.upg.ok.Add(1)
-			attrs := []slog.Attr{
-				slog.Int("conns", res.Conns), slog.Int("parked", res.Parked), slog.Int("pending_bytes", res.Pending),
-				slog.Int("listeners", res.Listeners), slog.Duration("paused", res.Paused), slog.Duration("took", res.Took),
-				slog.Int("new_pid", res.NewPID),
+	defer p.upg.end()
+	var h *holding
+	rep, err := handover.Handoff(ctx, peer, handover.Config{}, func(ctx context.Context) (*handover.Offer, error) {
+		var o *handover.Offer
+		h, o, err = p.hold(ctx, extra)
+		res.Paused = p.clock().Sub(start)
+		if o != nil {
+			res.Conns, res.Listeners = len(o.Conns), len(o.Listeners)
+			for _, c := range o.Conns {
+				if c.State.Parked {
+					res.Parked++
+				}
+				res.Pending += len(c.State.Pending[0]) + len(c.State.Pending[1]) + c.State.PipeBytes[0] + c.State.PipeBytes[1]
 			}
-			if err != nil {
-				attrs = append(attrs, slog.Any("err", err))
-			}
-			p.log.LogAttrs(context.Background(), slog.LevelInfo, "upgrade: connections handed over", attrs...)
-		default:
-			p.upg.failed.Add(1)
-			p.log.LogAttrs(context.Background(), slog.LevelWarn, "upgrade failed; keeping every connection and serving on",
-				slog.Int("conns", res.Conns), slog.Duration("took", res.Took), slog.Any("err", err))
 		}
-	}()
-	uc.SetWriteBuffer(2 * wireMaxMessage) // a message must fit (the kernel caps it at twice wmem_max)
-	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(aLongTimeAgo) })
-	defer stop()
-	cause := func(err error) error { // the context's cause, when it cut a read or write short
-		if ctx.Err() != nil {
-			return fmt.Errorf("pinproxy: upgrade: %w", context.Cause(ctx))
+		return o, err
+	})
+	res.Committed, res.Ready, res.NewPID = rep.Serving, rep.Ready, rep.NewPID
+	if h != nil {
+		if rep.Serving {
+			p.release(h)
+		} else {
+			p.giveBack(h)
 		}
-		return err
 	}
+	res.Took = p.clock().Sub(start)
+	p.logHandoff(res, err)
+	return res, err
+}
 
+// logHandoff counts and logs how a Handoff ended.
+func (p *Proxy) logHandoff(res HandoffResult, err error) {
+	if res.Committed {
+		p.upg.ok.Add(1)
+		p.log.LogAttrs(context.Background(), slog.LevelInfo, "upgrade: connections handed over",
+			slog.Int("conns", res.Conns), slog.Int("parked", res.Parked), slog.Int("pending_bytes", res.Pending),
+			slog.Int("listeners", res.Listeners), slog.Duration("paused", res.Paused), slog.Duration("took", res.Took),
+			slog.Int("new_pid", res.NewPID))
+		return
+	}
+	p.upg.failed.Add(1)
+	p.log.LogAttrs(context.Background(), slog.LevelWarn, "upgrade failed; keeping every connection and serving on",
+		slog.Int("conns", res.Conns), slog.Duration("took", res.Took), slog.Any("err", err))
+}
+
+// holding is what one Handoff holds still: the proxy's listeners, whose
+// accepts it holds, and the links it stopped.
+type holding struct {
+	lns    []net.Listener
+	m      *mover
+	byLink map[*link]*conn
+}
+
+// hold stops everything a hand-over moves and describes it. Whatever it
+// returns as h, even with an error, the caller gives back or releases.
+func (p *Proxy) hold(ctx context.Context, extra []net.Listener) (h *holding, o *handover.Offer, err error) {
 	// Rounds and drains close connections: none runs during a hand-over.
 	p.rebalanceMu.Lock()
-	defer p.rebalanceMu.Unlock()
 	p.mu.Lock()
-	closed := p.closed
-	lns := make([]net.Listener, 0, len(p.listeners))
-	for ln := range p.listeners {
-		lns = append(lns, ln)
-	}
-	if !closed { // a Serve from here on waits for the hand-over to end
-		p.handover = make(chan struct{})
-	}
-	p.mu.Unlock()
-	if closed {
-		return res, ErrProxyClosed
-	}
-	defer func() { // after the rollback, if any (defers run last first)
-		p.mu.Lock()
-		close(p.handover)
-		p.handover = nil
+	if p.closed || p.handover != nil {
 		p.mu.Unlock()
-	}()
-	slices.SortFunc(lns, func(a, b net.Listener) int { return strings.Compare(a.Addr().String(), b.Addr().String()) })
-	if err := p.holdAccepts(lns); err != nil {
-		p.releaseAccepts(lns)
-		return res, err
+		p.rebalanceMu.Unlock()
+		return nil, nil, ErrProxyClosed
 	}
-	m := newMover()
-	committed := false
-	defer func() {
-		if !committed {
-			p.giveBack(m)
-			p.releaseAccepts(lns)
+	h = &holding{m: newMover()}
+	for ln := range p.listeners {
+		h.lns = append(h.lns, ln)
+	}
+	for ln := range p.presetKA { // made by Listen, perhaps not served yet
+		if _, ok := p.listeners[ln]; !ok {
+			h.lns = append(h.lns, ln)
 		}
-	}()
+	}
+	p.handover = make(chan struct{}) // a Serve from here on waits for the hand-over to end
+	p.mu.Unlock()
+	slices.SortFunc(h.lns, func(a, b net.Listener) int { return strings.Compare(a.Addr().String(), b.Addr().String()) })
+	if err := p.holdAccepts(h.lns); err != nil {
+		return h, nil, err
+	}
 	if err := p.waitStarted(ctx); err != nil {
-		return res, cause(err)
+		return h, nil, err
 	}
 	conns, err := p.liveConns()
 	if err != nil {
-		return res, err
+		return h, nil, err
 	}
-	res.Conns = len(conns)
-	if err := p.stopAll(ctx, m, conns); err != nil {
-		return res, cause(err)
+	if err := p.stopAll(ctx, h.m, conns); err != nil {
+		return h, nil, err
 	}
-	res.Paused = time.Since(t0)
+	o, err = p.describe(h, conns, extra)
+	return h, o, err
+}
 
-	// Everything is still; describe it.
-	// The links stopped in whatever order their goroutines ran; they go
-	// in conns' order, each upstream's oldest first, which the new proxy
-	// keeps by linking them as they come: its rounds move the newest.
-	byLink := make(map[*link]*conn, len(conns))
-	stopped := make(map[*link]bool, len(m.stopped))
-	for _, l := range m.stopped {
-		stopped[l] = true
+// describe is the offer of what h holds still: the links stopped, in
+// conns' order (each upstream's oldest first, which the new proxy keeps
+// by linking them as they come: its rounds move the newest).
+func (p *Proxy) describe(h *holding, conns []*conn, extra []net.Listener) (*handover.Offer, error) {
+	o := &handover.Offer{}
+	var err error
+	if o.State, err = json.Marshal(p.stateMsg()); err != nil {
+		return nil, fmt.Errorf("pinproxy: upgrade: %w", err)
 	}
-	var moving []*link
-	for _, c := range conns {
-		byLink[c.link] = c
-		if stopped[c.link] {
-			moving = append(moving, c.link)
-		}
-	}
-	res.Conns = len(moving)
-	hello := p.helloMsg(len(lns)+len(extra), len(moving))
-	var lfds []int
-	var wls []wireListener
-	for i, ln := range slices.Concat(lns, extra) {
+	p.mu.Lock()
+	for i, ln := range slices.Concat(h.lns, extra) {
 		fd, err := listenerFD(ln)
 		if err != nil {
-			return res, err
+			p.mu.Unlock()
+			return nil, err
 		}
-		p.mu.Lock()
-		_, preset := p.presetKA[ln]
-		p.mu.Unlock()
-		lfds = append(lfds, fd)
-		wls = append(wls, wireListener{Addr: ln.Addr().String(), Preset: preset, Extra: i >= len(lns)})
-	}
-	res.Listeners = len(wls)
-	b, err := encodeMsg(msgHello, hello)
-	if err != nil {
-		return res, err
-	}
-	if err := sendMsg(uc, b, nil); err != nil {
-		return res, cause(err)
-	}
-	batch := wireBatch{Listeners: wls}
-	fds := lfds
-	size := 0
-	flush := func() error {
-		b, err := encodeMsg(msgBatch, batch)
-		if err != nil {
-			return err
+		name := lnProxy
+		if _, preset := p.presetKA[ln]; preset {
+			name = lnPreset
 		}
-		if err := sendMsg(uc, b, fds); err != nil {
-			return cause(err)
+		if i >= len(h.lns) {
+			name = lnExtra
 		}
-		batch, fds, size = wireBatch{}, nil, 0
-		return nil
+		o.Listeners = append(o.Listeners, handover.Listener{FD: fd, Addr: ln.Addr().String(), Name: name})
 	}
-	for _, l := range moving {
-		c := byLink[l]
+	p.mu.Unlock()
+	stopped := make(map[*link]bool, len(h.m.stopped))
+	for _, l := range h.m.stopped {
+		stopped[l] = true
+	}
+	h.byLink = make(map[*link]*conn, len(conns))
+	for _, c := range conns {
+		l := c.link
+		h.byLink[l] = c
+		if !stopped[l] {
+			continue
+		}
 		cfd, err1 := connFD(c.client)
 		ufd, err2 := connFD(c.upstream)
 		if err := errors.Join(err1, err2); err != nil {
-			return res, fmt.Errorf("pinproxy: upgrade: connection from %s: %w", c.client.RemoteAddr(), err)
+			return nil, fmt.Errorf("pinproxy: upgrade: connection from %s: %w", c.client.RemoteAddr(), err)
 		}
-		wc := wireConn{
+		hc := handover.Conn{Client: cfd, Upstream: ufd, Pipes: [2]int{-1, -1}, State: handover.ConnState{
 			Upstream: c.up.addr, Start: c.start.UnixNano(),
 			Up: l.dirs[0].n.Load(), Down: l.dirs[1].n.Load(),
 			Ended: [2]bool{l.dirs[0].ended, l.dirs[1].ended}, First: l.first.Load(),
-			Parked:  m.parked[l],
+			Parked:  h.m.parked[l],
 			Pending: [2][]byte{l.dirs[0].pending, l.dirs[1].pending},
-		}
-		cfds := []int{cfd, ufd}
+		}}
 		for i := range l.dirs {
-			if p := l.dirs[i].pipe; p != nil && p.n > 0 {
-				wc.PipeBytes[i] = p.n
-				cfds = append(cfds, p.r)
+			if pp := l.dirs[i].pipe; pp != nil && pp.n > 0 {
+				hc.State.PipeBytes[i] = pp.n
+				hc.Pipes[i] = pp.r
 			}
 		}
-		if wc.Parked {
-			res.Parked++
-		}
-		res.Pending += len(wc.Pending[0]) + len(wc.Pending[1]) + wc.PipeBytes[0] + wc.PipeBytes[1]
-		n := 200 + 4*(len(wc.Pending[0])+len(wc.Pending[1]))/3
-		if len(fds)+len(cfds) > wireMaxFDs || size+n > wireMaxMessage*3/4 {
-			if err := flush(); err != nil {
-				return res, err
-			}
-		}
-		batch.Conns = append(batch.Conns, wc)
-		fds = append(fds, cfds...)
-		size += n
+		o.Conns = append(o.Conns, hc)
 	}
-	if len(fds) > 0 || len(batch.Listeners) > 0 {
-		if err := flush(); err != nil {
-			return res, err
-		}
-	}
-	b, _ = encodeMsg(msgEnd, wireEnd{Listeners: len(wls), Conns: len(moving)})
-	if err := sendMsg(uc, b, nil); err != nil {
-		return res, cause(err)
-	}
-	var have struct{}
-	if _, err := recvMsg(uc, msgHave, &have); err != nil {
-		return res, cause(fmt.Errorf("pinproxy: upgrade: waiting for the new process to say it has everything: %w", err))
-	}
-	b, _ = encodeMsg(msgCommit, struct{}{})
-	if err := sendMsg(uc, b, nil); err != nil {
-		return res, cause(err)
-	}
-
-	// Committed: the new process owns it all. Drop this process's
-	// copies; closing a descriptor another process holds sends nothing.
-	committed = true
-	res.Committed = true
-	p.release(m, byLink, lns)
-	var ready wireReady
-	if _, err := recvMsg(uc, msgReady, &ready); err != nil {
-		return res, cause(fmt.Errorf("pinproxy: upgrade: the new process took everything but did not report ready: %w", err))
-	}
-	res.Ready, res.NewPID = true, ready.PID
-	return res, nil
+	return o, nil
 }
 
 // holdAccepts makes Serve stop accepting on lns until releaseAccepts: a
@@ -475,8 +440,9 @@ func (l *link) ended() {
 }
 
 // giveBack ends a hand-over that failed: every link it stopped copies
-// again, parked ones park again.
-func (p *Proxy) giveBack(m *mover) {
+// again, parked ones park again, and the listeners accept again.
+func (p *Proxy) giveBack(h *holding) {
+	m := h.m
 	m.mu.Lock()
 	parked := m.parked
 	m.mu.Unlock()
@@ -489,24 +455,38 @@ func (p *Proxy) giveBack(m *mover) {
 		}
 	}
 	m.decide(false) // the others' goroutines wait in held
+	p.releaseAccepts(h.lns)
+	p.endHold()
 }
 
-// release drops this process's hold on what it handed over, and closes
-// the proxy as Shutdown would, with nothing left to wait for.
-func (p *Proxy) release(m *mover, byLink map[*link]*conn, lns []net.Listener) {
+// endHold lets Serve calls made during the hand-over go on, and rounds
+// run again.
+func (p *Proxy) endHold() {
+	p.mu.Lock()
+	close(p.handover)
+	p.handover = nil
+	p.mu.Unlock()
+	p.rebalanceMu.Unlock()
+}
+
+// release drops this process's hold on what it handed over (closing a
+// descriptor that another process holds sends nothing to the peer), and
+// closes the proxy as Shutdown would, with nothing left to wait for.
+func (p *Proxy) release(h *holding) {
 	p.stop()
 	p.mu.Lock()
 	p.closed = true
-	for _, ln := range lns {
+	for _, ln := range h.lns {
 		delete(p.listeners, ln)
 	}
 	p.mu.Unlock()
-	for _, ln := range lns {
+	for _, ln := range h.lns {
 		ln.Close()
 	}
+	m := h.m
 	m.decide(true)
 	for _, l := range m.stopped {
-		c := byLink[l]
+		c := h.byLink[l]
 		l.pk.remove(l)
 		l.mu.Lock()
 		l.state.Store(linkEnded)
@@ -522,28 +502,23 @@ func (p *Proxy) release(m *mover, byLink map[*link]*conn, lns []net.Listener) {
 	}
 	p.releaseAccepts(nil)
 	p.kill()
+	p.endHold()
 }
 
-// helloMsg describes the proxy's counters and upstreams.
-func (p *Proxy) helloMsg(listeners, conns int) wireHello {
+// stateMsg describes the proxy's counters and upstreams for the new
+// process.
+func (p *Proxy) stateMsg() wireState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h := wireHello{
-		Version: wireVersion, PID: os.Getpid(), Listeners: listeners, Conns: conns,
+	s := wireState{
 		Totals: wireTotals{
 			Accepted: p.accepted.Load(), Rejected: p.rejected.Load(), Unrouted: p.unrouted.Load(),
 			LocalErrors: p.localErrors.Load(), Moves: p.moves,
 			Upgrades: p.upg.ok.Load(), UpgradesFailed: p.upg.failed.Load(),
 		},
 	}
-	unixNano := func(t time.Time) int64 {
-		if t.IsZero() {
-			return 0
-		}
-		return t.UnixNano()
-	}
 	for _, u := range slices.Concat(p.upstreams, p.leaving) {
-		h.Upstreams = append(h.Upstreams, wireUpstream{
+		s.Upstreams = append(s.Upstreams, wireUpstream{
 			Addr: u.addr, Dials: u.dials, Failures: u.failures, Moved: u.moved,
 			BytesUp: u.bytes.up.Load(), BytesDown: u.bytes.down.Load(),
 			LastFailure: unixNano(u.lastFailure), LastError: u.lastError,
@@ -552,142 +527,148 @@ func (p *Proxy) helloMsg(listeners, conns int) wireHello {
 			Removed: u.removed, RemovedAt: unixNano(u.removedAt),
 		})
 	}
-	return h
+	return s
 }
 
 // Adopt takes the listeners and connections a proxy in another process
-// hands over with Handoff on the other end of uc. Call it on a proxy made
-// by New that serves nothing yet. It adopts nothing until it has received
-// everything; then it says so, and once the old process commits, the
-// connections copy again in this proxy, with their upstreams, counters,
-// and bytes in flight, and the proxy-wide and per-upstream counters go on
-// from the old proxy's values. Serve the returned listeners, then call
-// Adopted.Ready. If anything fails first, or ctx ends, Adopt closes what
-// it received (the old process still holds it all) and returns an error.
-// Upstreams the old proxy had that this one's Config does not list are
-// kept as removed, with their connections.
-func (p *Proxy) Adopt(ctx context.Context, uc *net.UnixConn) (*Adopted, error) {
-	uc.SetWriteBuffer(2 * wireMaxMessage)
-	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(aLongTimeAgo) })
-	fail := func(err error) (*Adopted, error) {
-		stop()
-		uc.Close()
-		if ctx.Err() != nil {
-			err = fmt.Errorf("pinproxy: adopt: %w", context.Cause(ctx))
+// hands over with Handoff, from the other end of peer. Call it on a proxy
+// made by New that serves nothing yet. It returns once it has received
+// everything; nothing is used yet: serve the returned listeners (Serve
+// waits), start what else the process serves, then call Adopted.Ready,
+// which waits for the old process to commit and then starts it all:
+// the connections copy again in this proxy, with their upstreams,
+// counters and bytes in flight, and the proxy-wide and per-upstream
+// counters go on from the old proxy's values. If anything fails first,
+// or ctx ends, Adopt closes what it received (the old process still
+// holds it all) and returns an error. Upstreams the old proxy had that
+// this one's Config does not list are kept as removed, with their
+// connections.
+func (p *Proxy) Adopt(ctx context.Context, peer *handover.Peer) (*Adopted, error) {
+	p.mu.Lock()
+	if p.closed || p.handover != nil {
+		p.mu.Unlock()
+		peer.Close()
+		return nil, errors.New("pinproxy: adopt: the proxy is closed or in a hand-over")
+	}
+	p.handover = make(chan struct{}) // Serve waits for the commit
+	p.mu.Unlock()
+	ad, err := handover.Adopt(ctx, peer)
+	if err != nil {
+		p.endAdopt(false)
+		return nil, fmt.Errorf("pinproxy: adopt: %w", err)
+	}
+	st, err := parseState(ad.State)
+	if err != nil {
+		for _, l := range ad.Listeners {
+			unix.Close(l.FD)
 		}
-		return nil, err
-	}
-	var hello wireHello
-	if _, err := recvMsg(uc, msgHello, &hello); err != nil {
-		return fail(fmt.Errorf("pinproxy: adopt: hello: %w", err))
-	}
-	var fds []int
-	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
+		for _, c := range ad.Conns {
+			closeConnFDs(c)
 		}
-	}()
-	var lns []wireListener
-	var conns []wireConn
-	for len(lns) < hello.Listeners || len(conns) < hello.Conns {
-		var b wireBatch
-		got, err := recvMsg(uc, msgBatch, &b)
-		fds = append(fds, got...)
-		if err != nil {
-			return fail(fmt.Errorf("pinproxy: adopt: after %d of %d connections: %w", len(conns), hello.Conns, err))
-		}
-		lns = append(lns, b.Listeners...)
-		conns = append(conns, b.Conns...)
+		ad.Abort()
+		p.endAdopt(false)
+		return nil, fmt.Errorf("pinproxy: adopt: %w", err)
 	}
-	var end wireEnd
-	if _, err := recvMsg(uc, msgEnd, &end); err != nil {
-		return fail(fmt.Errorf("pinproxy: adopt: end: %w", err))
-	}
-	if end.Listeners != len(lns) || end.Conns != len(conns) || len(lns) != hello.Listeners || len(conns) != hello.Conns {
-		return fail(fmt.Errorf("%w: got %d listeners and %d connections; hello said %d and %d, end %d and %d",
-			errWire, len(lns), len(conns), hello.Listeners, hello.Conns, end.Listeners, end.Conns))
-	}
-	b, _ := encodeMsg(msgHave, struct{}{})
-	if err := sendMsg(uc, b, nil); err != nil {
-		return fail(fmt.Errorf("pinproxy: adopt: %w", err))
-	}
-	var commit struct{}
-	if _, err := recvMsg(uc, msgCommit, &commit); err != nil {
-		return fail(fmt.Errorf("pinproxy: adopt: the old process did not commit: %w", err))
-	}
-	stop()
-	uc.SetDeadline(time.Time{})
-
-	// Ours now. Nothing below may give up half-way: whatever cannot be
-	// taken is closed and logged.
-	a := &Adopted{OldPID: hello.PID}
-	a.ready = func() error {
-		defer uc.Close()
-		b, _ := encodeMsg(msgReady, wireReady{PID: os.Getpid()})
-		uc.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		return sendMsg(uc, b, nil)
-	}
-	p.adoptCounters(hello)
-	for i, wl := range lns {
-		f := os.NewFile(uintptr(fds[i]), "listener "+wl.Addr)
-		fds[i] = -1
+	a := &Adopted{OldPID: ad.OldPID, p: p}
+	for _, l := range ad.Listeners {
+		f := os.NewFile(uintptr(l.FD), "listener "+l.Addr)
 		ln, err := net.FileListener(f)
 		f.Close()
 		if err != nil {
-			p.log.LogAttrs(ctx, slog.LevelError, "adopt: cannot take a listener", slog.String("addr", wl.Addr), slog.Any("err", err))
+			p.log.LogAttrs(ctx, slog.LevelError, "adopt: cannot take a listener", slog.String("addr", l.Addr), slog.Any("err", err))
 			continue
 		}
-		if wl.Extra {
+		switch l.Name {
+		case lnExtra:
 			a.Extra = append(a.Extra, ln)
 			continue
-		}
-		if wl.Preset {
+		case lnPreset:
 			p.mu.Lock()
 			p.presetKA[ln] = struct{}{}
 			p.mu.Unlock()
 		}
 		a.Listeners = append(a.Listeners, ln)
 	}
-	cfds := fds[len(lns):]
-	for _, wc := range conns {
-		client, err1 := p.fileConn(cfds[0], "client")
-		up, err2 := p.fileConn(cfds[1], "upstream")
-		cfds[0], cfds[1] = -1, -1
-		cfds = cfds[2:]
-		var pipes [2]*splicePipe
-		for i, n := range wc.PipeBytes {
-			if n > 0 {
-				pipes[i] = newSplicePipe(cfds[0], -1, n) // closed by its cleanup once written out
-				cfds[0] = -1
-				cfds = cfds[1:]
-			}
-		}
-		if err := errors.Join(err1, err2); err != nil {
-			for _, c := range []net.Conn{client, up} {
-				if c != nil {
-					c.Close()
-				}
-			}
-			p.log.LogAttrs(ctx, slog.LevelError, "adopt: cannot take a connection", slog.String("upstream", wc.Upstream), slog.Any("err", err))
-			continue
-		}
-		p.adoptConn(wc, client, up, pipes)
+	for _, c := range ad.Conns {
 		a.Conns++
-		if wc.Parked {
+		if c.State.Parked {
 			a.Parked++
 		}
 	}
-	fds = nil
-	p.log.LogAttrs(ctx, slog.LevelInfo, "upgrade: adopted",
-		slog.Int("conns", a.Conns), slog.Int("parked", a.Parked), slog.Int("listeners", len(a.Listeners)+len(a.Extra)),
-		slog.Int("from_pid", hello.PID))
+	a.ready = func(ctx context.Context) error {
+		err := ad.Ready(ctx, func() { p.startAdopted(st, a, ad.Conns) })
+		if err != nil {
+			p.dropAdopted(a, ad.Conns)
+			return fmt.Errorf("pinproxy: adopt: %w", err)
+		}
+		return nil
+	}
 	return a, nil
+}
+
+// endAdopt lets Serve calls go on after an adoption: they serve, or
+// (closed) return ErrProxyClosed.
+func (p *Proxy) endAdopt(closed bool) {
+	if closed {
+		p.stop()
+	}
+	p.mu.Lock()
+	p.closed = p.closed || closed
+	close(p.handover)
+	p.handover = nil
+	p.mu.Unlock()
+	if closed {
+		p.kill()
+	}
+}
+
+// startAdopted is the commit in the new process: the counters go on from
+// the old proxy's, the connections copy (parked ones park), and the
+// listeners accept.
+func (p *Proxy) startAdopted(st wireState, a *Adopted, conns []handover.Conn) {
+	p.adoptCounters(st)
+	p.mu.Lock()
+	for _, ln := range a.Listeners { // handed over by a Handoff from here on, served or not yet
+		p.listeners[ln] = struct{}{}
+	}
+	p.mu.Unlock()
+	n := 0
+	for _, c := range conns {
+		if p.adoptConn(c) {
+			n++
+		}
+	}
+	p.endAdopt(false)
+	p.log.LogAttrs(context.Background(), slog.LevelInfo, "upgrade: adopted",
+		slog.Int("conns", n), slog.Int("parked", a.Parked), slog.Int("listeners", len(a.Listeners)+len(a.Extra)),
+		slog.Int("from_pid", a.OldPID))
+}
+
+// dropAdopted closes everything adopted, untouched (the old process
+// holds it all), and the proxy.
+func (p *Proxy) dropAdopted(a *Adopted, conns []handover.Conn) {
+	for _, c := range conns {
+		closeConnFDs(c)
+	}
+	for _, ln := range slices.Concat(a.Listeners, a.Extra) {
+		ln.Close()
+	}
+	p.endAdopt(true)
+}
+
+// closeConnFDs closes a received connection's descriptors.
+func closeConnFDs(c handover.Conn) {
+	for _, fd := range []int{c.Client, c.Upstream, c.Pipes[0], c.Pipes[1]} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
 }
 
 // adoptCounters adds the old proxy's counters to p's, and takes its
 // upstreams' state.
-func (p *Proxy) adoptCounters(h wireHello) {
-	t := h.Totals
+func (p *Proxy) adoptCounters(s wireState) {
+	t := s.Totals
 	p.accepted.Add(t.Accepted)
 	p.rejected.Add(t.Rejected)
 	p.unrouted.Add(t.Unrouted)
@@ -697,25 +678,19 @@ func (p *Proxy) adoptCounters(h wireHello) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.moves += t.Moves
-	fromNano := func(n int64) time.Time {
-		if n == 0 {
-			return time.Time{}
-		}
-		return time.Unix(0, n)
-	}
-	for _, w := range h.Upstreams {
+	for _, w := range s.Upstreams {
 		u := p.upstreamLocked(w.Addr)
 		u.dials += w.Dials
 		u.failures += w.Failures
 		u.moved += w.Moved
 		u.bytes.up.Add(w.BytesUp)
 		u.bytes.down.Add(w.BytesDown)
-		u.lastFailure, u.lastError = fromNano(w.LastFailure), w.LastError
-		u.backoffUntil, u.upSince = fromNano(w.BackoffUntil), fromNano(w.UpSince)
+		u.lastFailure, u.lastError = fromUnixNano(w.LastFailure), w.LastError
+		u.backoffUntil, u.upSince = fromUnixNano(w.BackoffUntil), fromUnixNano(w.UpSince)
 		u.answered, u.lastFailed = w.Answered, w.LastFailed
 		u.state, u.rise, u.fall = health(w.State), w.Rise, w.Fall
 		if u.removed && w.Removed {
-			u.removedAt = fromNano(w.RemovedAt)
+			u.removedAt = fromUnixNano(w.RemovedAt)
 		}
 	}
 }
@@ -728,15 +703,35 @@ func (p *Proxy) upstreamLocked(addr string) *upstream {
 			return u
 		}
 	}
-	u := &upstream{addr: addr, removed: true, removedAt: time.Now()}
+	u := &upstream{addr: addr, removed: true, removedAt: p.clock()}
 	p.leaving = append(p.leaving, u)
 	slices.SortFunc(p.leaving, func(a, b *upstream) int { return strings.Compare(a.addr, b.addr) })
 	return u
 }
 
 // adoptConn links a handed-over connection and starts its copy path:
-// parked again if it was parked.
-func (p *Proxy) adoptConn(wc wireConn, client, upc net.Conn, pipes [2]*splicePipe) {
+// parked again if it was parked. It reports whether it could; a
+// connection it cannot take is closed and logged.
+func (p *Proxy) adoptConn(hc handover.Conn) bool {
+	client, err1 := p.fileConn(hc.Client, "client")
+	upc, err2 := p.fileConn(hc.Upstream, "upstream")
+	var pipes [2]*splicePipe
+	for i, n := range hc.State.PipeBytes {
+		if n > 0 {
+			pipes[i] = newSplicePipe(hc.Pipes[i], -1, n) // closed by its cleanup once written out
+		}
+	}
+	if err := errors.Join(err1, err2); err != nil {
+		for _, c := range []net.Conn{client, upc} {
+			if c != nil {
+				c.Close()
+			}
+		}
+		p.log.LogAttrs(context.Background(), slog.LevelError, "adopt: cannot take a connection",
+			slog.String("upstream", hc.State.Upstream), slog.Any("err", err))
+		return false
+	}
+	wc := hc.State
 	p.mu.Lock()
 	u := p.upstreamLocked(wc.Upstream)
 	c := &conn{client: client, upstream: upc, up: u, start: time.Unix(0, wc.Start)}
@@ -763,11 +758,12 @@ func (p *Proxy) adoptConn(wc wireConn, client, upc net.Conn, pipes [2]*splicePip
 	if wc.Parked && l.pk != nil {
 		l.state.Store(linkParking)
 		if l.pk.park(l) {
-			return
+			return true
 		}
 		l.state.Store(linkActive)
 	}
 	go l.run()
+	return true
 }
 
 // fileConn makes a net.Conn of a received socket descriptor, which it
@@ -819,48 +815,4 @@ func rawFD(sc syscall.Conn) (int, error) {
 		return -1, err
 	}
 	return fd, nil
-}
-
-// sendMsg sends one message with fds.
-func sendMsg(uc *net.UnixConn, b []byte, fds []int) error {
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
-	}
-	n, oobn, err := uc.WriteMsgUnix(b, oob, nil)
-	if err != nil {
-		return fmt.Errorf("pinproxy: hand-over: sending %c: %w", b[0], err)
-	}
-	if n != len(b) || oobn != len(oob) {
-		return fmt.Errorf("pinproxy: hand-over: sending %c: short write", b[0])
-	}
-	return nil
-}
-
-// recvMsg receives one message of kind into v and returns the
-// descriptors it carried (the caller closes them, even on error).
-func recvMsg(uc *net.UnixConn, kind byte, v any) ([]int, error) {
-	buf := make([]byte, wireMaxMessage+1)
-	oob := make([]byte, unix.CmsgSpace(253*4))
-	n, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
-	var fds []int
-	if oobn > 0 {
-		msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
-		if perr == nil {
-			for i := range msgs {
-				if got, err := unix.ParseUnixRights(&msgs[i]); err == nil {
-					fds = append(fds, got...)
-				}
-			}
-		}
-	}
-	switch {
-	case err != nil:
-		return fds, err
-	case n == 0:
-		return fds, fmt.Errorf("the other process closed the socket before %q", kind)
-	case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > wireMaxMessage:
-		return fds, fmt.Errorf("%w: %c: truncated", errWire, kind)
-	}
-	return fds, parseMsg(buf[:n], len(fds), kind, v)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/pinproxy/handover"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
@@ -176,7 +178,7 @@ func handOver(t *testing.T, oldP, newP *Proxy) HandoffResult {
 	ucOld, ucNew := handoffPair(t)
 	adopted := make(chan *Adopted, 1)
 	go func() {
-		a, err := newP.Adopt(context.Background(), ucNew)
+		a, err := newP.Adopt(context.Background(), handover.NewPeer(ucNew, nil))
 		if err != nil {
 			t.Error(err)
 		}
@@ -184,7 +186,7 @@ func handOver(t *testing.T, oldP, newP *Proxy) HandoffResult {
 	}()
 	ready := make(chan HandoffResult, 1)
 	go func() {
-		res, err := oldP.Handoff(context.Background(), ucOld)
+		res, err := oldP.Handoff(context.Background(), handover.NewPeer(ucOld, nil))
 		if err != nil {
 			t.Error(err)
 		}
@@ -198,7 +200,7 @@ func handOver(t *testing.T, oldP, newP *Proxy) HandoffResult {
 		go newP.Serve(ln)
 	}
 	waitFor(t, "the new proxy to serve", func() bool { return newP.Ready() == nil })
-	a.Ready()
+	a.Ready(context.Background())
 	return <-ready
 }
 
@@ -311,13 +313,14 @@ func TestHandoffRollsBack(t *testing.T) {
 	waitFor(t, "the idle connection to park", func() bool { return oldP.park.parkedNow() >= 1 })
 
 	ucOld, ucNew := handoffPair(t)
-	go func() { // reads the hello and one batch, then goes away
+	go func() { // asks, reads the hello and one batch, then goes away
+		sendRequest(ucNew)
 		for range 2 {
 			readAndDrop(ucNew)
 		}
 		ucNew.Close()
 	}()
-	res, err := oldP.Handoff(context.Background(), ucOld)
+	res, err := oldP.Handoff(context.Background(), handover.NewPeer(ucOld, nil))
 	if err == nil || res.Committed {
 		t.Fatalf("Handoff to a side that went away: %+v, %v; want an error, not committed", res, err)
 	}
@@ -352,13 +355,18 @@ func TestHandoffRollsBack(t *testing.T) {
 	}
 }
 
+// sendRequest asks for a hand-over, as a new process does first.
+func sendRequest(uc *net.UnixConn) {
+	uc.Write([]byte(fmt.Sprintf(`Q{"version":%d,"pid":%d}`, handover.Version, os.Getpid())))
+}
+
 // readAndDrop reads one message of a hand-over, as a new process that
 // then gives up would, and closes the descriptors it carried. Each is a
 // copy of a socket the old proxy keeps after the rollback: left open, it
 // keeps that socket open after the proxy closes it, and the tests that
 // follow in the same process have that many descriptors fewer.
 func readAndDrop(uc *net.UnixConn) {
-	buf, oob := make([]byte, wireMaxMessage+1), make([]byte, 1<<12)
+	buf, oob := make([]byte, 1<<19), make([]byte, 1<<12)
 	_, oobn, _, _, _ := uc.ReadMsgUnix(buf, oob)
 	msgs, _ := syscall.ParseSocketControlMessage(oob[:oobn])
 	for i := range msgs {
@@ -430,13 +438,14 @@ func TestHandoffRollbackStress(t *testing.T) {
 	for i := range 20 {
 		ucOld, ucNew := handoffPair(t)
 		go func() {
+			sendRequest(ucNew)
 			readAndDrop(ucNew)
 			if i%2 == 0 {
 				readAndDrop(ucNew)
 			}
 			ucNew.Close()
 		}()
-		if res, err := p.Handoff(context.Background(), ucOld); err == nil || res.Committed {
+		if res, err := p.Handoff(context.Background(), handover.NewPeer(ucOld, nil)); err == nil || res.Committed {
 			t.Fatalf("round %d: %+v, %v; want a rollback", i, res, err)
 		}
 		time.Sleep(time.Duration(i%4) * 5 * time.Millisecond)
@@ -513,7 +522,7 @@ type handoff struct {
 func startHandoff(ctx context.Context, p *Proxy, uc *net.UnixConn) chan handoff {
 	handed := make(chan handoff, 1)
 	go func() {
-		res, err := p.Handoff(ctx, uc)
+		res, err := p.Handoff(ctx, handover.NewPeer(uc, nil))
 		handed <- handoff{res, err}
 	}()
 	return handed
@@ -531,12 +540,12 @@ func TestHandoffTakesClientsBeingAccepted(t *testing.T) {
 	ucOld, ucNew := handoffPair(t)
 	adopted := make(chan error, 1)
 	go func() {
-		a, err := newP.Adopt(context.Background(), ucNew)
+		a, err := newP.Adopt(context.Background(), handover.NewPeer(ucNew, nil))
 		if err == nil {
 			for _, ln := range a.Listeners {
 				go newP.Serve(ln)
 			}
-			err = a.Ready()
+			err = a.Ready(context.Background())
 		}
 		adopted <- err
 	}()
@@ -622,13 +631,13 @@ func TestHandoffKeepsAcceptOrder(t *testing.T) {
 	ucOld, ucNew := handoffPair(t)
 	adopted := make(chan error, 1)
 	go func() {
-		a, err := newP.Adopt(context.Background(), ucNew)
+		a, err := newP.Adopt(context.Background(), handover.NewPeer(ucNew, nil))
 		if err == nil {
-			err = a.Ready()
+			err = a.Ready(context.Background())
 		}
 		adopted <- err
 	}()
-	if res, err := oldP.Handoff(context.Background(), ucOld); err != nil || !res.Committed {
+	if res, err := oldP.Handoff(context.Background(), handover.NewPeer(ucOld, nil)); err != nil || !res.Committed {
 		t.Fatalf("Handoff: %+v, %v", res, err)
 	}
 	if err := <-adopted; err != nil {
@@ -657,7 +666,7 @@ func TestServeDuringHandoff(t *testing.T) {
 			ucOld, ucNew := handoffPair(t)
 			if commit {
 				go func() {
-					a, err := newP.Adopt(context.Background(), ucNew)
+					a, err := newP.Adopt(context.Background(), handover.NewPeer(ucNew, nil))
 					if err != nil {
 						t.Error(err)
 						return
@@ -665,10 +674,14 @@ func TestServeDuringHandoff(t *testing.T) {
 					for _, ln := range a.Listeners {
 						go newP.Serve(ln)
 					}
-					a.Ready()
+					a.Ready(context.Background())
 				}()
 			} else {
-				ucNew.Close() // the new side is gone: the hello fails
+				go func() { // asks, then goes away: the hello fails
+					sendRequest(ucNew)
+					readAndDrop(ucNew)
+					ucNew.Close()
+				}()
 			}
 			// Bounded: a hand-over that waits for the new listener's
 			// Serve loop ends here.

@@ -11,6 +11,7 @@ import (
 	"github.com/proofkit/nodekit/internal/logbuf"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/handover"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
 )
 
@@ -40,9 +41,9 @@ func TestLogFlushedBeforeHandOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &daemon{p: p, log: log, flushLog: lw.Flush, served: make(chan error, 1),
-		upgrades: make(chan *net.UnixConn, 1), stopUpgrades: func() {}}
+		upgrades: make(chan *handover.Peer, 1), stopUpgrades: func() {}}
 	d.o.upgradeTimeout = pinproxytest.WaitFor
-	d.upgrades <- c.(*net.UnixConn)
+	d.upgrades <- handover.NewPeer(c.(*net.UnixConn), nil)
 	sigs := make(chan os.Signal, 1)
 	waited := make(chan bool, 1)
 	go func() {

@@ -23,7 +23,7 @@ func listeners(ctx context.Context, p *pinproxy.Proxy, o options, lookupEnv func
 		return nil, nil, nil, 2
 	}
 	if src != nil {
-		actx, cancel := context.WithTimeout(ctx, o.upgradeTimeout)
+		actx, cancel := context.WithTimeout(ctx, o.upgradeTimeout) // Ready, in run, waits for the commit
 		adopted, err = p.Adopt(actx, src)
 		cancel()
 		if err != nil {

@@ -68,6 +68,7 @@ import (
 	"github.com/proofkit/nodekit/internal/cmdkit"
 	"github.com/proofkit/nodekit/internal/logbuf"
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/handover"
 	"github.com/proofkit/nodekit/pinproxy/pinproxymetrics"
 )
 
@@ -113,19 +114,30 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if code != 0 {
 		return code
 	}
-	d := &daemon{o: o, p: p, log: log, flushLog: lw.Flush, adminLn: adminLn, served: make(chan error, len(lns)+1)}
+	d := &daemon{o: o, p: p, log: log, flushLog: lw.Flush, adminLn: adminLn, served: make(chan error, len(lns)+1), lookupEnv: lookupEnv}
 	if adminLn != nil {
 		d.admin = newAdminServer(p, bi, log, lw)
 		d.extra = []net.Listener{adminLn}
 	}
-	d.serve(lns, bi)
-	notifyReady(lookupEnv, adopted != nil, log)
-	if adopted != nil {
-		if err := adopted.Ready(); err != nil {
-			log.Warn("upgrade: cannot tell the old process this one is ready", "err", err)
-		}
+	if adopted == nil {
+		d.serveAdmin()
 	}
-	d.upgrades = make(chan *net.UnixConn)
+	d.serve(lns, bi)
+	if adopted != nil {
+		// Nothing adopted is used before the old process commits: then
+		// the connections copy, the listeners accept, and the admin
+		// server answers here.
+		rctx, cancel := context.WithTimeout(context.Background(), o.upgradeTimeout)
+		err := adopted.Ready(rctx)
+		cancel()
+		if err != nil {
+			log.Error("upgrade: the old process did not commit; it serves on, and this one stops", "err", err)
+			return 1
+		}
+		d.serveAdmin()
+	}
+	notifyReady(lookupEnv, adopted != nil, log)
+	d.upgrades = make(chan *handover.Peer)
 	d.stopUpgrades = listenUpgrades(o.upgradeSocket, d.upgrades, log)
 	defer func() { d.stopUpgrades() }()
 	code, upgraded := d.wait(sigs)
@@ -162,77 +174,112 @@ type daemon struct {
 	extra    []net.Listener // handed over beside the proxy's: the admin's
 	served   chan error     // a Serve that returned
 
-	upgrades     chan *net.UnixConn
+	upgrades     chan *handover.Peer
 	stopUpgrades func()
+	lookupEnv    func(string) (string, bool) // for NOTIFY_SOCKET; nil: none
 }
 
-// serve starts serving lns and the admin server, and logs the start-up
-// lines.
+// serve starts serving lns, and logs the start-up lines.
 func (d *daemon) serve(lns []net.Listener, bi buildinfo.Info) {
 	o, log := d.o, d.log
 	for _, ln := range lns {
 		go func() { d.served <- d.p.Serve(ln) }()
 	}
 	go warnUnresolved(o.upstreamsFile, o.upstreams, net.DefaultResolver, log)
-	if d.admin != nil {
-		go func() { d.served <- d.admin.Serve(d.adminLn) }()
-		log.Info("admin listening", "addr", d.adminLn.Addr().String(), "paths", strings.Join(d.admin.paths, " "))
-	}
 	log.Info("pinproxy listening", "addr", lns[0].Addr().String(), "version", bi.Version, "commit", bi.Commit,
 		"upstreams", strings.Join(o.upstreams, ","), "upstreams_file", o.upstreamsFile,
 		"rebalance_interval", o.rebalanceInterval, "dial_timeout", o.dialTimeout,
 		"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "check_interval", o.checkInterval)
 }
 
+// serveAdmin starts the admin server, if there is one.
+func (d *daemon) serveAdmin() {
+	if d.admin != nil {
+		go func() { d.served <- d.admin.Serve(d.adminLn) }()
+		d.log.Info("admin listening", "addr", d.adminLn.Addr().String(), "paths", strings.Join(d.admin.paths, " "))
+	}
+}
+
 // wait serves until a signal to stop, a hand-over to a new process
-// (upgraded), or a Serve that fails (code 1).
+// (upgraded), or a Serve that fails (code 1). SIGUSR2s that arrived
+// while this process was taking over, or during a hand-over of its own,
+// are part of that hand-over: they are dropped (coalesced), never the
+// start of another one.
 func (d *daemon) wait(sigs <-chan os.Signal) (code int, upgraded bool) {
+	pending := d.coalesce(sigs, nil)
 	for {
-		select {
-		case sig := <-sigs:
-			switch sig {
-			case syscall.SIGHUP:
-				reload(d.p, d.o.upstreamsFile, d.log)
-				continue
-			case upgradeSignal:
-				d.stopUpgrades()
+		var sig os.Signal
+		if len(pending) > 0 {
+			sig, pending = pending[0], pending[1:]
+		} else {
+			select {
+			case sig = <-sigs:
+			case peer := <-d.upgrades:
 				d.flushLog()
-				if upgradeByExec(d.p, d.o.upgradeTimeout, d.extra, d.log) {
+				if res := d.handOff(peer); res.Committed {
+					notifyMainPID(d.lookupEnv, res.NewPID, d.log)
 					d.flushLog()
 					return 0, true
 				}
-				d.stopUpgrades = listenUpgrades(d.o.upgradeSocket, d.upgrades, d.log)
+				pending = d.coalesce(sigs, pending)
 				continue
+			case err := <-d.served:
+				d.log.Error("serving failed", "err", err)
+				return 1, false
 			}
-			d.log.Info("signal received; draining", "signal", sig.String(), "live", d.p.Totals().Live, "timeout", d.o.shutdownTimeout)
-			return 0, false
-		case uc := <-d.upgrades:
+		}
+		switch sig {
+		case syscall.SIGHUP:
+			reload(d.p, d.o.upstreamsFile, d.log)
+			continue
+		case upgradeSignal:
+			d.stopUpgrades()
 			d.flushLog()
-			if d.handOff(uc) {
+			if res := upgradeByExec(d.p, d.o.upgradeTimeout, d.extra, d.log); res.Committed {
+				notifyMainPID(d.lookupEnv, res.NewPID, d.log)
 				d.flushLog()
 				return 0, true
 			}
-		case err := <-d.served:
-			d.log.Error("serving failed", "err", err)
-			return 1, false
+			d.stopUpgrades = listenUpgrades(d.o.upgradeSocket, d.upgrades, d.log)
+			pending = d.coalesce(sigs, pending)
+			continue
+		}
+		d.log.Info("signal received; draining", "signal", sig.String(), "live", d.p.Totals().Live, "timeout", d.o.shutdownTimeout)
+		return 0, false
+	}
+}
+
+// coalesce takes the signals queued so far, drops the upgrade signals
+// among them (a hand-over just ran, or this process just took over) and
+// appends the others to pending.
+func (d *daemon) coalesce(sigs <-chan os.Signal, pending []os.Signal) []os.Signal {
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == upgradeSignal && upgradeSignal != nil {
+				d.log.Info("upgrade signal during a hand-over; coalesced into it", "signal", sig.String())
+				continue
+			}
+			pending = append(pending, sig)
+		default:
+			return pending
 		}
 	}
 }
 
-// handOff hands everything to the process connected on uc, and says
-// whether it took it; if not, it listens for upgrades again.
-func (d *daemon) handOff(uc *net.UnixConn) bool {
+// handOff hands everything to the process connected to -upgrade-socket,
+// and says whether it took it; if not, it listens for upgrades again.
+func (d *daemon) handOff(peer *handover.Peer) pinproxy.HandoffResult {
 	d.stopUpgrades()
 	d.log.Info("upgrade: a process connected to -upgrade-socket; handing over", "upgrade_socket", d.o.upgradeSocket)
 	uctx, ucancel := context.WithTimeoutCause(context.Background(), d.o.upgradeTimeout,
 		fmt.Errorf("the new process was not ready within -upgrade-timeout %v", d.o.upgradeTimeout))
-	res, _ := d.p.Handoff(uctx, uc, d.extra...)
+	res, _ := d.p.Handoff(uctx, peer, d.extra...)
 	ucancel()
-	if res.Committed {
-		return true
+	if !res.Committed {
+		d.stopUpgrades = listenUpgrades(d.o.upgradeSocket, d.upgrades, d.log)
 	}
-	d.stopUpgrades = listenUpgrades(d.o.upgradeSocket, d.upgrades, d.log)
-	return false
+	return res
 }
 
 // handedOver stops the admin server once the new process has it all; it

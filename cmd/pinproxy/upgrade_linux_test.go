@@ -11,10 +11,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,27 +67,52 @@ func upgradeLoad(t *testing.T) (streams, idle, upgrades int, gap time.Duration) 
 }
 
 // buildA and buildB are the binary built as version vA and vB, and
-// buildHalf the half-way stand-in in testdata/halfway.
+// buildBad the stand-in for a bad release in testdata/badnew.
 var (
-	buildA    = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vA"}}
-	buildB    = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vB"}}
-	buildHalf = testkit.Build{Pkgs: []string{"./testdata/halfway"}}
+	buildA   = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vA"}}
+	buildB   = testkit.Build{Pkgs: []string{"."}, Flags: []string{"-ldflags", "-X github.com/proofkit/nodekit/internal/buildinfo.version=vB"}}
+	buildBad = testkit.Build{Pkgs: []string{"./testdata/badnew"}}
 )
 
-func init() { moreBuilds = append(moreBuilds, &buildA, &buildB, &buildHalf) }
+func init() { moreBuilds = append(moreBuilds, &buildA, &buildB, &buildBad) }
 
 var builds struct {
 	once sync.Once
 	a, b string // pinproxy built as version vA and vB
-	half string // testdata/halfway
+	bad  string // testdata/badnew
 }
 
-// buildVariants builds the two versions of the binary and the half-way
-// stand-in once per test run.
+// buildVariants builds the two versions of the binary and the bad
+// release's stand-in once per test run.
 func buildVariants(t *testing.T) {
 	t.Helper()
-	a, b, half := buildA.Bin(t, "pinproxy"), buildB.Bin(t, "pinproxy"), buildHalf.Bin(t, "halfway")
-	builds.once.Do(func() { builds.a, builds.b, builds.half = a, b, half })
+	a, b, bad := buildA.Bin(t, "pinproxy"), buildB.Bin(t, "pinproxy"), buildBad.Bin(t, "badnew")
+	builds.once.Do(func() { builds.a, builds.b, builds.bad = a, b, bad })
+}
+
+// listenInode returns the inode of the kernel socket listening at addr
+// (an IPv4 host:port), from /proc/net/tcp: the same number before and
+// after an upgrade is the same listen queue.
+func listenInode(t *testing.T, addr string) string {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a4 := ap.Addr().As4()
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a4[3], a4[2], a4[1], a4[0], ap.Port())
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) > 9 && f[1] == want && f[3] == "0A" {
+			return f[9]
+		}
+	}
+	t.Fatalf("no socket listens at %s", addr)
+	return ""
 }
 
 // install puts the file src at path as a package manager does: a new file
@@ -630,8 +657,12 @@ func TestBinaryUpgradeKeepsEveryConnection(t *testing.T) {
 		install(t, next, path)
 		line, lived := f.upgrade(i)
 		maxLived = max(maxLived, lived)
-		if got, want := notes.next(t), fmt.Sprintf("MAINPID=%d\nREADY=1", f.pid()); got != want {
-			t.Errorf("upgrade %d: the new process told systemd %q, want %q", i, got, want)
+		// The old process names the new one before it exits, so the
+		// service always has a main process; the new one says it is ready.
+		got := []string{notes.next(t), notes.next(t)}
+		slices.Sort(got)
+		if want := []string{fmt.Sprintf("MAINPID=%d", f.pid()), fmt.Sprintf("MAINPID=%d\nREADY=1", f.pid())}; !slices.Equal(got, want) {
+			t.Errorf("upgrade %d: systemd was told %q, want %q", i, got, want)
 		}
 		t.Logf("upgrade %d to %s: %s; old process gone %v after the signal; new process VmRSS %s",
 			i, ver, line[strings.Index(line, "conns="):], lived.Round(time.Millisecond), vmRSS(f.pid()))
@@ -662,33 +693,48 @@ func TestBinaryUpgradeKeepsEveryConnection(t *testing.T) {
 		streams, idle, upgrades, lab.probes.Load(), refused.Load(), maxLived.Round(time.Millisecond))
 }
 
+// A bad release takes nothing: a new binary that exits at once, says
+// nothing, is SIGKILLed at each step of the hand-over (its descriptors
+// closed with it), panics or hangs right after adopting, or hangs after
+// the commit. Each time the old process takes every connection back and
+// serves on, the listener is the same kernel socket throughout and never
+// refuses a dial, and at the end every stream is whole at both ends.
 func TestBinaryUpgradeRollsBack(t *testing.T) {
 	buildVariants(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "pinproxy")
 	install(t, builds.a, path)
-	exits := filepath.Join(dir, "exits")
-	hangs := filepath.Join(dir, "hangs")
-	if err := os.WriteFile(exits, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
-		t.Fatal(err)
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	if err := os.WriteFile(hangs, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	step := func(s string) string { return script(s, "BADNEW_STEP="+s+" exec "+builds.bad+` "$@"`) }
 	lab := newStreamLab(t, 2, 100*time.Millisecond)
 	f := startFamily(t, path, nil, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
 		"-park-after", "300ms", "-log-connections=false", "-upgrade-timeout", "3s")
 	const streams, idle = 50, 350 // more than two batches of connections
 	lab.start(f.addr, streams, idle)
 	f.waitLive(streams + idle)
+	inode := listenInode(t, f.addr)
 	var refused atomic.Int64
 	stopDialing := lab.dialSteadily(f.addr, &refused)
 	pid := f.pid()
 
+	const killed = "signal: killed|closed the socket|broken pipe|reset by peer"
 	for i, bad := range []struct{ name, path, why string }{
-		{"exits at once", exits, "exit status 3|closed the socket|broken pipe|reset by peer"},
-		{"hangs before ready", hangs, "not ready within -upgrade-timeout"},
-		{"killed half-way through receiving", builds.half, "signal: killed|closed the socket|broken pipe|reset by peer"},
+		{"exits at once", script("exits", "exit 3"), "exit status 3|closed the socket|broken pipe"},
+		{"says nothing", step("silent"), "stalled: it did not send its request"},
+		{"is killed once it has the hello", step("hello"), killed},
+		{"is killed once it has a batch", step("batch"), killed},
+		{"is killed once it has everything", step("have"), killed},
+		{"panics right after adopting", step("adopt-panic"), "exit status 2|closed the socket"},
+		{"hangs right after adopting", step("adopt-hang"), "not ready within -upgrade-timeout"},
+		{"is killed once it is ready", step("ready"), killed},
+		{"is killed once it has the commit", step("commit"), killed},
+		{"hangs once it has the commit", step("commit-hang"), "stalled: it did not say it serves"},
 	} {
 		install(t, bad.path, path)
 		if err := syscall.Kill(pid, syscall.SIGUSR2); err != nil {
@@ -712,15 +758,21 @@ func TestBinaryUpgradeRollsBack(t *testing.T) {
 			t.Fatalf("after a new binary that %s: upgrades_failed %d, want %d; pid %d, want %d still serving",
 				bad.name, s.Totals.UpgradesFailed, i+1, f.pid(), pid)
 		}
+		if got := listenInode(t, f.addr); got != inode {
+			t.Fatalf("after a new binary that %s: the listening socket is inode %s, was %s", bad.name, got, inode)
+		}
 		// The streams go on through the old process, which accepts again.
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
 		f.waitLive(streams + idle)
 	}
-	// And a good binary still takes over.
+	// And a good binary still takes over, on the same listening socket.
 	install(t, builds.b, path)
 	f.upgrade(1)
-	if s := f.status(); s.Version != "vB" || s.Totals.UpgradesFailed != 3 || s.Totals.Upgrades != 1 {
-		t.Errorf("after the good upgrade: version %q, upgrades %d, failed %d; want vB, 1, 3", s.Version, s.Totals.Upgrades, s.Totals.UpgradesFailed)
+	if s := f.status(); s.Version != "vB" || s.Totals.UpgradesFailed != 10 || s.Totals.Upgrades != 1 {
+		t.Errorf("after the good upgrade: version %q, upgrades %d, failed %d; want vB, 1, 10", s.Version, s.Totals.Upgrades, s.Totals.UpgradesFailed)
+	}
+	if got := listenInode(t, f.addr); got != inode {
+		t.Errorf("after the good upgrade the listening socket is inode %s, was %s", got, inode)
 	}
 	stopDialing()
 	lab.finish(streams + idle)
@@ -1051,5 +1103,239 @@ func TestBinaryUpgradeAfterReloadAndHealthFailure(t *testing.T) {
 	}
 	if s.Totals.Accepted < before.Totals.Accepted {
 		t.Errorf("accepted went from %d to %d", before.Totals.Accepted, s.Totals.Accepted)
+	}
+}
+
+// The upgrade socket admits only its owner and pauses nothing for a
+// process that connects and says nothing: it is dropped after 2 s while
+// clients come and go, and a real new process takes over after it. A
+// path in a directory everyone can write to is refused at both ends.
+func TestBinaryUpgradeSocketGuarded(t *testing.T) {
+	up := pinproxytest.New(t, "A", pinproxytest.Line)
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(open, 0o1777)
+	unsafe := filepath.Join(open, "upgrade.sock")
+	out, err := exec.Command(binary, "-listen", "127.0.0.1:0", "-upstreams", up.Addr, "-upgrade-socket", unsafe).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "writable by others") {
+		t.Errorf("a process given -upgrade-socket %s: %v, %s; want exit 2 saying why", unsafe, err, out)
+	}
+
+	// The binary and a silent stand-in installed side by side: the
+	// socket admits processes run from its binary's directory.
+	buildVariants(t)
+	dir := t.TempDir()
+	path, silentPath := filepath.Join(dir, "pinproxy"), filepath.Join(dir, "badnew")
+	install(t, builds.a, path)
+	install(t, builds.bad, silentPath)
+	sock := filepath.Join(t.TempDir(), "upgrade.sock")
+	args := []string{"-upstreams", up.Addr, "-rebalance-interval", "0", "-upgrade-socket", sock}
+	old := startFamily(t, path, nil, args...)
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the upgrade socket: %v, %v; want mode 0600", fi.Mode(), err)
+	}
+	// This test's own process runs from elsewhere: refused at once.
+	if c, err := net.Dial("unixpacket", sock); err == nil {
+		c.Close()
+	}
+	old.waitCount(`msg="upgrade socket: refused a process"`, 1)
+	cl, on := pinproxytest.Dial(t, old.addr, "before")
+	if on != "A" {
+		t.Fatalf("on %s", on)
+	}
+	silent := exec.Command(silentPath)
+	silent.Env = append(os.Environ(), "BADNEW_STEP=silent", "BADNEW_SOCKET="+sock)
+	if err := silent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { silent.Process.Kill(); silent.Wait() }()
+	t0 := time.Now()
+	for time.Since(t0) < 1500*time.Millisecond { // traffic flows while it says nothing
+		if on, err := cl.Ping(); err != nil || on != "A" {
+			t.Fatalf("a ping %v after the silent process connected: %q, %v", time.Since(t0).Round(time.Millisecond), on, err)
+		}
+		if _, on := pinproxytest.Dial(t, old.addr, "during"); on != "A" {
+			t.Fatalf("a new client %v after the silent process connected: on %q", time.Since(t0).Round(time.Millisecond), on)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	old.waitCount(`stalled: it did not send its request within 2s`, 1)
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("the silent process was dropped after %v, want about 2 s", d)
+	}
+	nu := startFamily(t, path, nil, args...)
+	old.waitCount(`msg="upgrade: connections handed over"`, 1)
+	if nu.addr != old.addr {
+		t.Fatalf("the new process listens on %s, want %s", nu.addr, old.addr)
+	}
+	if on, err := cl.Ping(); err != nil || on != "A" {
+		t.Fatalf("after the upgrade: %q, %v", on, err)
+	}
+}
+
+// sigCaught reports whether process pid handles SIGUSR2 yet (its
+// SigCgt mask in /proc; the Go runtime catches it from its start).
+func sigCaught(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && m&(1<<(int(syscall.SIGUSR2)-1)) != 0
+		}
+	}
+	return false
+}
+
+// openFiles returns how many descriptors process pid has open.
+func openFiles(pid int) int {
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(ents)
+}
+
+// children returns the children of process pid, forked by any of its
+// threads (the Go runtime forks a short-lived one of its own, to check
+// for pidfd, before the first process it starts).
+func children(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// `kill -USR2 $(pidof pinproxy)` during a hand-over signals the old
+// process and the new one alike. The signals are part of the hand-over
+// under way: every listener moves, the listening socket stays the same
+// kernel socket, and no dial is refused or stream cut.
+func TestBinaryUpgradeSignalsCoalesce(t *testing.T) {
+	buildVariants(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pinproxy")
+	install(t, builds.a, path)
+	lab := newStreamLab(t, 2, 100*time.Millisecond)
+	f := startFamily(t, path, nil, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
+		"-park-after", "300ms", "-log-connections=false")
+	const streams, idle = 50, 2000 // a hand-over long enough to signal into
+	lab.start(f.addr, streams, idle)
+	f.waitLive(streams + idle)
+	inode := listenInode(t, f.addr)
+	var refused atomic.Int64
+	stopDialing := lab.dialSteadily(f.addr, &refused)
+	install(t, builds.b, path)
+	rounds := 0 // signalled during the hand-over
+	for round := 1; round <= 3; round++ {
+		old := f.pid()
+		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		// Once the new process holds descriptors by the hundred it is
+		// taking the hand-over (and handles SIGUSR2): signal both then.
+		// On a loaded machine the window can pass unseen; that round
+		// then only checks the hand-over.
+		signalled := false
+	poll:
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !gone(old); time.Sleep(200 * time.Microsecond) {
+			for _, nu := range children(old) {
+				// Between fork and exec the child is a copy of the old
+				// process, its descriptors and its handlers too, and the
+				// signal would kill it: wait until it runs the new file.
+				if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", nu)); exe != path {
+					continue
+				}
+				if sigCaught(nu) && openFiles(nu) > 100 {
+					syscall.Kill(old, syscall.SIGUSR2)
+					syscall.Kill(nu, syscall.SIGUSR2)
+					signalled = true
+					break poll
+				}
+			}
+		}
+		if signalled {
+			rounds++
+		}
+		f.waitCount(`msg="upgrade: connections handed over"`, round)
+		testkit.WaitForWithin(t, 10*time.Second, "the old process to exit", func() bool { return gone(old) })
+		time.Sleep(500 * time.Millisecond) // a hand-over the new one might start by mistake
+		f.mu.Lock()
+		handed, coalesced := count(f.lines, `msg="upgrade: connections handed over"`), count(f.lines, `coalesced into it`)
+		var line string
+		for _, l := range f.lines {
+			if handedOverRE.MatchString(l) {
+				line = l
+			}
+		}
+		f.mu.Unlock()
+		if handed != round {
+			t.Fatalf("round %d: %d hand-overs, want %d: a queued SIGUSR2 started another", round, handed, round)
+		}
+		if !strings.Contains(line, " listeners=2 ") {
+			t.Fatalf("round %d: %s; want both listeners moved", round, line)
+		}
+		if got := listenInode(t, f.addr); got != inode {
+			t.Fatalf("round %d: the listening socket is inode %s, was %s", round, got, inode)
+		}
+		t.Logf("round %d: signalled during the hand-over %v, %d signals coalesced so far; %s", round, signalled, coalesced, line[strings.Index(line, "conns="):])
+	}
+	f.mu.Lock()
+	coalesced := count(f.lines, `coalesced into it`)
+	f.mu.Unlock()
+	if rounds == 0 || coalesced == 0 {
+		t.Errorf("%d rounds caught the new process during its hand-over, %d signals coalesced; want some", rounds, coalesced)
+	}
+	stopDialing()
+	lab.finish(streams + idle)
+	if refused.Load() > 0 {
+		t.Errorf("%d steady dials refused", refused.Load())
+	}
+}
+
+// A process of wire version 1 (a build before this one, whose old
+// process commits at once and lets go) upgrades to this build: the new
+// process takes everything over the old protocol, and the next upgrade
+// speaks the new one. It needs that build: run with
+// PINPROXY_V1_BINARY=path, the binary built from a tree of that time
+// (git archive 3f1d395 | tar -x -C DIR; go build ./cmd/pinproxy in DIR).
+func TestBinaryUpgradeFromVersion1(t *testing.T) {
+	v1 := os.Getenv("PINPROXY_V1_BINARY")
+	if v1 == "" {
+		t.Skip("set PINPROXY_V1_BINARY to a pinproxy built with wire version 1")
+	}
+	buildVariants(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pinproxy")
+	install(t, v1, path)
+	lab := newStreamLab(t, 2, 100*time.Millisecond)
+	f := startFamily(t, path, nil, "-upstreams", lab.upstreams(), "-rebalance-interval", "0",
+		"-park-after", "300ms", "-log-connections=false")
+	const streams, idle = 100, 400
+	lab.start(f.addr, streams, idle)
+	f.waitLive(streams + idle)
+	inode := listenInode(t, f.addr)
+	var refused atomic.Int64
+	stopDialing := lab.dialSteadily(f.addr, &refused)
+	for i, next := range []string{builds.b, builds.a} {
+		install(t, next, path)
+		line, lived := f.upgrade(i + 1)
+		t.Logf("upgrade %d: %s; old process gone %v after the signal", i+1, line[strings.Index(line, "conns="):], lived.Round(time.Millisecond))
+		time.Sleep(time.Second)
+	}
+	if got := listenInode(t, f.addr); got != inode {
+		t.Errorf("the listening socket is inode %s, was %s", got, inode)
+	}
+	stopDialing()
+	lab.finish(streams + idle)
+	if refused.Load() > 0 {
+		t.Errorf("%d steady dials refused", refused.Load())
 	}
 }

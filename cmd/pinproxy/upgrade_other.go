@@ -11,19 +11,24 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/handover"
 )
 
 var upgradeSignal os.Signal // none: no SIGUSR2
 
-func handoffSource(o options, lookupEnv func(string) (string, bool)) (*net.UnixConn, error) {
+func handoffSource(o options, lookupEnv func(string) (string, bool)) (*handover.Peer, error) {
 	if o.upgradeSocket != "" {
 		return nil, fmt.Errorf("-upgrade-socket: upgrades need Linux: %w", errors.ErrUnsupported)
 	}
 	return nil, nil
 }
 
-func listenUpgrades(string, chan<- *net.UnixConn, *slog.Logger) func() { return func() {} }
+func listenUpgrades(string, chan<- *handover.Peer, *slog.Logger) func() { return func() {} }
 
 func notifyReady(func(string) (string, bool), bool, *slog.Logger) {}
 
-func upgradeByExec(*pinproxy.Proxy, time.Duration, []net.Listener, *slog.Logger) bool { return false }
+func notifyMainPID(func(string) (string, bool), int, *slog.Logger) {}
+
+func upgradeByExec(*pinproxy.Proxy, time.Duration, []net.Listener, *slog.Logger) pinproxy.HandoffResult {
+	return pinproxy.HandoffResult{}
+}

@@ -18,7 +18,15 @@
 //     component=pinproxy, and logs Stats every -stats-every;
 //
 //   - on SIGTERM or SIGINT stops accepting, gives live connections -drain to
-//     finish, closes what is left, and exits 0.
+//     finish, closes what is left, and exits 0;
+//
+//   - on SIGUSR2 (Linux) upgrades itself without closing a connection:
+//     it starts its binary again (a new one installed at the same path)
+//     and hands it the proxy's listener and connections and its own API
+//     listener (package pinproxy/handover: Exec, then Proxy.Handoff);
+//     the new process finds the hand-over at start (Inherited, then
+//     Proxy.Adopt) and serves them. Until the new process serves, this
+//     one keeps everything, and serves on if the new one fails.
 //
 //     go run ./examples/embedded-proxy -listen 127.0.0.1:9333 \
 //     -upstream eu-01.example:9333 -upstream usa-01.example:9333
@@ -41,14 +49,21 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/handover"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	code := run(ctx, os.Args[1:], os.Stderr)
+	upgrade := make(chan os.Signal, 4)
+	signal.Notify(upgrade, syscall.SIGUSR2)
+	code := run(ctx, os.Args[1:], os.Stderr, upgrade)
 	stop()
 	os.Exit(code)
 }
+
+// handoverEnv names the descriptor of the hand-over socket a process
+// started for an upgrade inherits.
+const handoverEnv = "EMBEDDED_PROXY_HANDOVER_FD"
 
 type options struct {
 	listen     string
@@ -57,6 +72,7 @@ type options struct {
 	statsEvery time.Duration
 	rebalance  time.Duration
 	drain      time.Duration
+	upgrade    time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -86,6 +102,7 @@ Flags:
 	fs.DurationVar(&o.statsEvery, "stats-every", 30*time.Second, "how often to log the proxy's Stats (0: never)")
 	fs.DurationVar(&o.rebalance, "rebalance-every", pinproxy.DefaultRebalanceInterval, "time between rebalance rounds (negative: none)")
 	fs.DurationVar(&o.drain, "drain", 10*time.Second, "on SIGTERM, how long live connections get to finish")
+	fs.DurationVar(&o.upgrade, "upgrade-timeout", 10*time.Second, "on SIGUSR2, how long the new binary has to take over before this one serves on")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -95,8 +112,8 @@ Flags:
 	if len(o.upstreams) == 0 {
 		return o, errors.New("at least one -upstream is required")
 	}
-	if o.statsEvery < 0 || o.drain < 0 {
-		return o, errors.New("-stats-every and -drain must not be negative")
+	if o.statsEvery < 0 || o.drain < 0 || o.upgrade <= 0 {
+		return o, errors.New("-stats-every and -drain must not be negative, -upgrade-timeout must be positive")
 	}
 	if o.rebalance == 0 {
 		o.rebalance = -1 // "0" on the command line means none; pinproxy reads 0 as the default
@@ -113,7 +130,8 @@ type statsView struct {
 	Upstreams []pinproxy.UpstreamStats `json:"upstreams"`
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+// run is the service; upgrade delivers SIGUSR2 (nil: never).
+func run(ctx context.Context, args []string, stderr io.Writer, upgrade <-chan os.Signal) int {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -134,13 +152,35 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "embedded-proxy: %v\n", err)
 		return 2
 	}
+	// Started by an upgrade? Then the listeners and connections come
+	// from the process before this one.
+	var ln, hl net.Listener
+	var adopted *pinproxy.Adopted
+	if peer, err := handover.Inherited(handoverEnv); err != nil || peer != nil {
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, o.upgrade)
+			adopted, err = proxy.Adopt(actx, peer)
+			cancel()
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "embedded-proxy: upgrade: %v\n", err)
+			return 1
+		}
+		if len(adopted.Listeners) > 0 {
+			ln = adopted.Listeners[0]
+		}
+		if len(adopted.Extra) > 0 {
+			hl = adopted.Extra[0]
+		}
+	}
 	// The service's own listener: any net.Listener works (one from systemd
 	// socket activation, say). proxy.Listen would give one that sets TCP
 	// keepalive once on the listening socket instead of on each client.
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		fmt.Fprintf(stderr, "embedded-proxy: -listen: %v\n", err)
-		return 1
+	if ln == nil {
+		if ln, err = net.Listen("tcp", o.listen); err != nil {
+			fmt.Fprintf(stderr, "embedded-proxy: -listen: %v\n", err)
+			return 1
+		}
 	}
 	served := make(chan error, 1)
 	go func() { served <- proxy.Serve(ln) }()
@@ -148,13 +188,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 
 	// The service's own API, beside the proxy.
 	var api *http.Server
-	if o.httpAddr != "" {
-		hl, err := net.Listen("tcp", o.httpAddr)
-		if err != nil {
+	if hl == nil && o.httpAddr != "" {
+		if hl, err = net.Listen("tcp", o.httpAddr); err != nil {
 			proxy.Shutdown(context.Background())
 			fmt.Fprintf(stderr, "embedded-proxy: -http: %v\n", err)
 			return 1
 		}
+	}
+	if hl != nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -170,6 +211,19 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		})
 		api = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	}
+	if adopted != nil {
+		// Nothing adopted is touched before the old process commits.
+		rctx, cancel := context.WithTimeout(ctx, o.upgrade)
+		err := adopted.Ready(rctx)
+		cancel()
+		if err != nil {
+			log.Error("upgrade: the old process did not commit; it serves on, and this one stops", "err", err)
+			return 1
+		}
+		log.Info("upgrade: took over", "from_pid", adopted.OldPID, "conns", adopted.Conns)
+	}
+	if api != nil {
 		go func() {
 			if err := api.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("API stopped", "err", err)
@@ -184,20 +238,33 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		defer t.Stop()
 		tick = t.C
 	}
+	stopAPI := func() {
+		if api != nil {
+			actx, cancel := context.WithTimeout(context.Background(), time.Second)
+			api.Shutdown(actx)
+			cancel()
+		}
+	}
 	for {
 		select {
 		case <-tick:
 			logStats(log, proxy)
+		case <-upgrade:
+			if upgradeSelf(log, proxy, o.upgrade, hl) {
+				stopAPI()
+				<-served // returns ErrProxyClosed
+				log.Info("upgraded; exiting")
+				return 0
+			}
+			for len(upgrade) > 0 { // signals sent during the hand-over were for it
+				<-upgrade
+			}
 		case err := <-served:
 			log.Error("proxy stopped serving", "err", err)
 			return 1
 		case <-ctx.Done():
 			log.Info("stopping: no new clients; draining", "drain", o.drain, "live", proxy.Totals().Live)
-			if api != nil {
-				actx, cancel := context.WithTimeout(context.Background(), time.Second)
-				api.Shutdown(actx)
-				cancel()
-			}
+			stopAPI()
 			dctx, cancel := context.WithTimeout(context.Background(), o.drain)
 			err := proxy.Shutdown(dctx)
 			cancel()
@@ -210,6 +277,30 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// upgradeSelf starts this program's binary again and hands it the proxy's
+// listener and connections and api, the API's listener (nil: none). It
+// reports whether the new process took them; if not, this one serves on
+// with everything.
+func upgradeSelf(log *slog.Logger, proxy *pinproxy.Proxy, timeout time.Duration, api net.Listener) bool {
+	peer, err := handover.Exec(handoverEnv)
+	if err != nil {
+		log.Error("upgrade failed: cannot start the new binary; serving on", "err", err)
+		return false
+	}
+	log.Info("upgrade: new binary started; handing over", "pid", peer.PID())
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var extra []net.Listener
+	if api != nil {
+		extra = append(extra, api)
+	}
+	res, err := proxy.Handoff(ctx, peer, extra...) // the proxy logs how it went
+	if !res.Committed {
+		log.Warn("upgrade failed; serving on", "err", err)
+	}
+	return res.Committed
 }
 
 func logStats(log *slog.Logger, p *pinproxy.Proxy) {

@@ -40,7 +40,7 @@ func TestService(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-http", "127.0.0.1:0",
-			"-upstream", a + "," + b, "-stats-every", "50ms", "-drain", "500ms"}, out)
+			"-upstream", a + "," + b, "-stats-every", "50ms", "-drain", "500ms"}, out, nil)
 	}()
 	proxyAddr := waitAddr(t, out, "proxy listening")
 	apiAddr := waitAddr(t, out, "http listening")
@@ -109,7 +109,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"-upstream", "a:1", "-drain", "-1s"}, 2},
 	} {
 		out := &testkit.LogBuffer{}
-		if code := run(context.Background(), tc.args, out); code != tc.code {
+		if code := run(context.Background(), tc.args, out, nil); code != tc.code {
 			t.Errorf("%q: exit %d, want %d\n%s", tc.args, code, tc.code, out)
 		}
 	}

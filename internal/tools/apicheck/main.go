@@ -49,7 +49,7 @@ import (
 
 // defaultPackages are the packages whose API is kept, relative to the
 // module root.
-var defaultPackages = []string{"overload", "overload/probe", "pinproxy", "routing", "pricing", "sysctl", "agent"}
+var defaultPackages = []string{"overload", "overload/probe", "pinproxy", "pinproxy/handover", "routing", "pricing", "sysctl", "agent"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

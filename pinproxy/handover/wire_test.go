@@ -1,4 +1,4 @@
-package pinproxy
+package handover
 
 import (
 	"errors"
@@ -15,9 +15,11 @@ func TestParseMsg(t *testing.T) {
 		kind byte
 		err  string // "" for none
 	}{
-		{"hello", `H{"version":1,"pid":7,"listeners":1,"conns":2,"upstreams":[{"addr":"a:1","state":1}]}`, 0, msgHello, ""},
-		{"other version", `H{"version":2}`, 0, msgHello, "version 2, this binary speaks 1"},
-		{"upstream state", `H{"version":1,"upstreams":[{"addr":"a:1","state":9}]}`, 0, msgHello, "upstream 1"},
+		{"hello", `H{"version":2,"pid":7,"listeners":1,"conns":2,"state":{"any":"thing"}}`, 0, msgHello, ""},
+		{"other version", `H{"version":1}`, 0, msgHello, "the old process speaks version 1, this one 2"},
+		{"request", `Q{"version":2,"pid":7}`, 0, msgRequest, ""},
+		{"request of another version", `Q{"version":3,"pid":7}`, 0, msgRequest, "the new process speaks version 3"},
+		{"negative counts", `H{"version":2,"listeners":-1}`, 0, msgHello, "-1 listeners"},
 		{"batch", `B{"listeners":[{"addr":"x"}],"conns":[` + conn + `]}`, 3, msgBatch, ""},
 		{"descriptors missing", `B{"conns":[` + conn + `]}`, 1, msgBatch, "1 descriptors, want 2"},
 		{"no upstream", `B{"conns":[{"start":1,"ended":[false,false]}]}`, 2, msgBatch, "connection 1: no upstream"},
@@ -39,6 +41,8 @@ func TestParseMsg(t *testing.T) {
 			switch tt.kind {
 			case msgHello:
 				v = new(wireHello)
+			case msgRequest:
+				v = new(wireRequest)
 			case msgBatch:
 				v = new(wireBatch)
 			default:
@@ -58,8 +62,8 @@ func TestParseMsg(t *testing.T) {
 // A batch that encodes parses back with its descriptors.
 func TestWireRoundTrip(t *testing.T) {
 	b := wireBatch{
-		Listeners: []wireListener{{Addr: "127.0.0.1:9333", Preset: true}},
-		Conns: []wireConn{{Upstream: "eu-01:9333", Start: 17, Up: 5, Down: 6, Ended: [2]bool{true, false}, First: int32(sideClient),
+		Listeners: []wireListener{{Addr: "127.0.0.1:9333", Name: "proxy"}},
+		Conns: []ConnState{{Upstream: "eu-01:9333", Start: 17, Up: 5, Down: 6, Ended: [2]bool{true, false}, First: 1,
 			Pending: [2][]byte{nil, []byte("in flight")}}},
 	}
 	msg, err := encodeMsg(msgBatch, b)
@@ -70,7 +74,7 @@ func TestWireRoundTrip(t *testing.T) {
 	if err := parseMsg(msg, 3, msgBatch, &got); err != nil {
 		t.Fatal(err)
 	}
-	if c := got.Conns[0]; c.Upstream != "eu-01:9333" || string(c.Pending[1]) != "in flight" || !c.Ended[0] || !got.Listeners[0].Preset {
+	if c := got.Conns[0]; c.Upstream != "eu-01:9333" || string(c.Pending[1]) != "in flight" || !c.Ended[0] || got.Listeners[0].Name != "proxy" {
 		t.Errorf("round trip: %+v", got)
 	}
 }
@@ -79,7 +83,8 @@ func TestWireRoundTrip(t *testing.T) {
 // never panics.
 func FuzzParseMsg(f *testing.F) {
 	f.Add([]byte(`B{"conns":[{"upstream":"a:1","start":1,"ended":[false,true],"first":1}]}`), 2)
-	f.Add([]byte(`H{"version":1,"listeners":1,"conns":1,"upstreams":[{"addr":"a:1"}]}`), 0)
+	f.Add([]byte(`H{"version":2,"listeners":1,"conns":1,"state":{}}`), 0)
+	f.Add([]byte(`Q{"version":2,"pid":1}`), 0)
 	f.Add([]byte(`E{"listeners":1,"conns":1}`), 0)
 	f.Fuzz(func(t *testing.T, b []byte, nfds int) {
 		if len(b) == 0 {
@@ -89,6 +94,8 @@ func FuzzParseMsg(f *testing.F) {
 		switch b[0] {
 		case msgHello:
 			v = new(wireHello)
+		case msgRequest:
+			v = new(wireRequest)
 		case msgBatch:
 			v = new(wireBatch)
 		default:
