@@ -109,6 +109,7 @@ type binary struct {
 	etc         map[string]string // conffile path → file in examples/deploy (/etc/default/NAME is added)
 	etcDirs     []string          // directories made 0700 for the operator's secrets
 	user        string            // the system user postinst makes; "" runs as root
+	groupDir    string            // a directory of etcDirs the user's group may read (0750)
 	// upgrade is the postinst's command for a service running during an
 	// upgrade.
 	upgrade string
@@ -149,11 +150,12 @@ var binaries = []binary{
 		description: "ProofKit reference platform: agents' reports, admission, routes\n" +
 			"Applies the overload, routing and pricing rules to agents' reports, on\n" +
 			"files or PostgreSQL. An example, not a production control plane.",
-		units:   []string{"proofkit-platform.service"},
-		etcDirs: []string{"/etc/proofkit-platform"},
-		user:    "proofkit-platform",
-		upgrade: "systemctl try-restart proofkit-platform.service",
-		next: "proofkit-platform: write /etc/proofkit-platform/tokens (mode 0600) and set PLATFORM_FLAGS in\n" +
+		units:    []string{"proofkit-platform.service"},
+		etcDirs:  []string{"/etc/proofkit-platform"},
+		user:     "proofkit-platform",
+		groupDir: "/etc/proofkit-platform",
+		upgrade:  "systemctl try-restart proofkit-platform.service",
+		next: "proofkit-platform: write /etc/proofkit-platform/tokens (mode 0640, group proofkit-platform) and set PLATFORM_FLAGS in\n" +
 			"/etc/default/proofkit-platform, then: systemctl enable --now proofkit-platform",
 	},
 }

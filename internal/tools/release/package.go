@@ -134,8 +134,8 @@ func debPackage(root string, bin binary, arch string, b build, exe []byte) ([]by
 			services = append(services, u)
 		}
 	}
-	vars := struct{ User, Services, Units, Upgrade, Next string }{
-		bin.user, strings.Join(services, " "), strings.Join(bin.units, " "), bin.upgrade, bin.next}
+	vars := struct{ User, GroupDir, Services, Units, Upgrade, Next string }{
+		bin.user, bin.groupDir, strings.Join(services, " "), strings.Join(bin.units, " "), bin.upgrade, bin.next}
 	for name, tmpl := range scripts {
 		var s strings.Builder
 		if err := tmpl.Execute(&s, vars); err != nil {
@@ -174,6 +174,12 @@ if [ "$1" = configure ]; then
 {{- if .User}}
 	if ! getent passwd {{.User}} >/dev/null; then
 		adduser --system --group --no-create-home --home /nonexistent --quiet {{.User}}
+	fi
+{{- end}}
+{{- if .GroupDir}}
+	if ! dpkg-statoverride --list {{.GroupDir}} >/dev/null; then
+		chown root:{{.User}} {{.GroupDir}}
+		chmod 0750 {{.GroupDir}}
 	fi
 {{- end}}
 	if [ -d /run/systemd/system ]; then
