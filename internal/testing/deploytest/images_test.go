@@ -2,9 +2,7 @@ package deploytest
 
 import (
 	"archive/tar"
-	"compress/gzip"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,31 +104,15 @@ func TestOfflineImages(t *testing.T) {
 // returns the directory it holds.
 func untar(t *testing.T, tgz string) string {
 	t.Helper()
-	f, err := os.Open(tgz)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	tr := tar.NewReader(zr)
+	_, files := Tarball(t, tgz)
 	top := ""
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := filepath.Join(dir, filepath.FromSlash(h.Name))
+	for _, f := range files {
+		name := filepath.Join(dir, filepath.FromSlash(f.Name))
 		if !strings.HasPrefix(name, dir+string(filepath.Separator)) {
-			t.Fatalf("%s: entry %s outside the directory", tgz, h.Name)
+			t.Fatalf("%s: entry %s outside the directory", tgz, f.Name)
 		}
-		if h.Typeflag == tar.TypeDir {
+		if f.Typeflag == tar.TypeDir {
 			if top == "" {
 				top = name
 			}
@@ -139,11 +121,7 @@ func untar(t *testing.T, tgz string) string {
 			}
 			continue
 		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(name, b, os.FileMode(h.Mode)); err != nil {
+		if err := os.WriteFile(name, f.Body, os.FileMode(f.Mode)); err != nil {
 			t.Fatal(err)
 		}
 	}

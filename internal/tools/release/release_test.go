@@ -1,13 +1,10 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proofkit/nodekit/internal/testing/deploytest"
 )
 
 func TestDebVersion(t *testing.T) {
@@ -169,34 +168,17 @@ func checkSums(t *testing.T, dir string, names []string) {
 // -version (an arm64 one under qemu-aarch64 where it is installed).
 func checkTarball(t *testing.T, tgz string, bin binary, arch, version string) {
 	t.Helper()
-	f, err := os.Open(tgz)
-	if err != nil {
-		t.Fatal(err)
+	zh, entries := deploytest.Tarball(t, tgz)
+	if !zh.ModTime.IsZero() || zh.Name != "" {
+		t.Errorf("gzip header records time %v, name %q", zh.ModTime, zh.Name)
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !zr.ModTime.IsZero() || zr.Name != "" {
-		t.Errorf("gzip header records time %v, name %q", zr.ModTime, zr.Name)
-	}
-	tr := tar.NewReader(zr)
 	dir := strings.TrimSuffix(filepath.Base(tgz), ".tar.gz") + "/"
 	files := map[string][]byte{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name, dir) || e.Uid != 0 || e.Gid != 0 {
+			t.Errorf("%s: entry %s (uid %d gid %d): want everything under %s, owned by 0:0", tgz, e.Name, e.Uid, e.Gid, dir)
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.HasPrefix(h.Name, dir) || h.Uid != 0 || h.Gid != 0 {
-			t.Errorf("%s: entry %s (uid %d gid %d): want everything under %s, owned by 0:0", tgz, h.Name, h.Uid, h.Gid, dir)
-		}
-		body, _ := io.ReadAll(tr)
-		files[strings.TrimPrefix(h.Name, dir)] = body
+		files[strings.TrimPrefix(e.Name, dir)] = e.Body
 	}
 	want := append([]string{bin.name, "LICENSE", "README.md", bin.name + ".default"}, bin.units...)
 	for _, w := range want {
