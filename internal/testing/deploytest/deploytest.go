@@ -160,3 +160,23 @@ func Tarball(t testing.TB, tgz string) (gzip.Header, []TarFile) {
 		files = append(files, TarFile{h, body})
 	}
 }
+
+// Settings returns the KEY=VALUE lines of the /etc/default file name
+// (proofkit-agent.default), as systemd's EnvironmentFile= reads them:
+// comments and blank lines skipped, values as written.
+func Settings(t testing.TB, name string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for i, l := range strings.Split(Read(t, name), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			t.Fatalf("%s:%d: %q: want KEY=VALUE", name, i+1, l)
+		}
+		env[k] = v
+	}
+	return env
+}

@@ -54,11 +54,12 @@ func TestAgentUnitSettings(t *testing.T) {
 	if got := UnitValue(t, "proofkit-agent.service", unit, "RestartPreventExitStatus"); got != "2" {
 		t.Errorf("RestartPreventExitStatus=%s, want 2 (the agent's configuration errors)", got)
 	}
-	settings := Read(t, "proofkit-agent.default")
-	for _, want := range []string{"\nPROOFKIT_AGENT_REPORT_URL=\n", "\nPROOFKIT_AGENT_TOKEN_FILE=/etc/proofkit-agent/token\n"} {
-		if !strings.Contains(settings, want) {
-			t.Errorf("proofkit-agent.default lacks the line %q", strings.TrimSpace(want))
-		}
+	settings := Settings(t, "proofkit-agent.default")
+	if url, ok := settings["PROOFKIT_AGENT_REPORT_URL"]; !ok || url != "" {
+		t.Errorf("proofkit-agent.default: PROOFKIT_AGENT_REPORT_URL=%q (set: %v), want the line, empty, for the operator to fill", url, ok)
+	}
+	if got := settings["PROOFKIT_AGENT_TOKEN_FILE"]; got != "/etc/proofkit-agent/token" {
+		t.Errorf("proofkit-agent.default: PROOFKIT_AGENT_TOKEN_FILE=%q, want /etc/proofkit-agent/token", got)
 	}
 	if strings.Contains(unit, "Environment=PROOFKIT_AGENT_") {
 		t.Error("the unit suggests Environment= in a drop-in; the settings file is where settings go")

@@ -173,19 +173,26 @@ func testAgent(t *testing.T, m *Machine) {
 	help, _ := m.Exec("/usr/bin/proofkit-agent", "-help")
 	requireReport := strings.Contains(help, "-require-report")
 	if requireReport {
-		// Unconfigured: a clear refusal, exit 2, and no restart loop.
-		if out, err := m.Exec("systemctl", "start", "proofkit-agent"); err == nil {
-			t.Errorf("systemctl start with no report URL succeeded:\n%s", out)
+		// Unconfigured, then the documentation's placeholder: each a
+		// refusal that names the setting, exit 2, and no restart loop.
+		shipped := m.Run(t, "cat", "/etc/default/proofkit-agent")
+		for _, url := range []string{"", "https://platform.example/api/v1/readings"} {
+			m.WriteFile(t, "/etc/default/proofkit-agent", []byte(strings.Replace(shipped,
+				"PROOFKIT_AGENT_REPORT_URL=\n", "PROOFKIT_AGENT_REPORT_URL="+url+"\n", 1)), 0o644)
+			if out, err := m.Exec("systemctl", "start", "proofkit-agent"); err == nil {
+				t.Errorf("systemctl start with report URL %q succeeded:\n%s", url, out)
+			}
+			time.Sleep(7 * time.Second) // longer than RestartSec=5: a restart would have come
+			if st, n := m.Show(t, "proofkit-agent", "ExecMainStatus"), m.Show(t, "proofkit-agent", "NRestarts"); st != "2" || n != "0" {
+				t.Errorf("report URL %q: exit status %s, %s restarts; want 2, none (RestartPreventExitStatus=2)", url, st, n)
+			}
+			journal := strings.ToLower(m.Run(t, "journalctl", "-u", "proofkit-agent", "--no-pager"))
+			if !strings.Contains(journal, "report_url") && !strings.Contains(journal, "report-url") {
+				t.Errorf("report URL %q: the journal does not name the setting:\n%s", url, journal)
+			}
+			m.Run(t, "systemctl", "reset-failed", "proofkit-agent")
 		}
-		time.Sleep(7 * time.Second) // longer than RestartSec=5: a restart would have come
-		if st, n := m.Show(t, "proofkit-agent", "ExecMainStatus"), m.Show(t, "proofkit-agent", "NRestarts"); st != "2" || n != "0" {
-			t.Errorf("unconfigured agent: exit status %s, %s restarts; want 2, none (RestartPreventExitStatus=2)", st, n)
-		}
-		journal := m.Run(t, "journalctl", "-u", "proofkit-agent", "--no-pager")
-		if !strings.Contains(journal, "PROOFKIT_AGENT_REPORT_URL") && !strings.Contains(journal, "report") {
-			t.Errorf("the journal does not say what to set:\n%s", journal)
-		}
-		m.Run(t, "systemctl", "reset-failed", "proofkit-agent")
+		m.WriteFile(t, "/etc/default/proofkit-agent", []byte(shipped), 0o644)
 	} else {
 		// The agent of this tree predates -require-report: run the unit
 		// without that flag, everything else as shipped.
