@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -206,7 +207,7 @@ func (s *session) finished(n int) string {
 	end := strings.Index(out, fmt.Sprintf("@@done-%d\n", n))
 	var keep []string
 	for _, l := range strings.Split(out[begin:end], "\n")[1:] {
-		if !strings.HasPrefix(l, "time=") {
+		if label, rest := cutLabel(l); label == "" && !strings.HasPrefix(rest, "time=") {
 			keep = append(keep, l)
 		}
 	}
@@ -286,6 +287,19 @@ func (s *session) tryCurl(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// labelRE matches a line a quick start labelled with the name of the
+// process that wrote it, as docker compose logs does: "platform | …".
+var labelRE = regexp.MustCompile(`^([a-z][a-z0-9-]*) +\| (.*)$`)
+
+// cutLabel returns the label of a labelled line and the line without it,
+// or "" and the line.
+func cutLabel(line string) (label, rest string) {
+	if m := labelRE.FindStringSubmatch(line); m != nil {
+		return m[1], m[2]
+	}
+	return "", line
+}
+
 // variable names the log keys whose values differ from run to run; a
 // sample line in the README must show the key, and any value.
 var variable = []string{"time", "at", "client", "duration", "lasted", "offered_again", "found", "err"}
@@ -363,12 +377,18 @@ func matches(want, got map[string]string, wantKeys []string) bool {
 func (s *session) waitSamples(b block) {
 	s.t.Helper()
 	for i, l := range strings.Split(strings.TrimSpace(b.text), "\n") {
-		want, keys, err := logfmt(l)
+		// A labelled sample line matches only that process's lines.
+		label, line := cutLabel(l)
+		want, keys, err := logfmt(line)
 		if err != nil {
 			s.t.Fatalf("README.md:%d: sample line %q: %v", b.line+1+i, l, err)
 		}
 		seen := func() bool {
 			for _, g := range strings.Split(s.proc.Log.String(), "\n") {
+				gotLabel, g := cutLabel(g)
+				if label != "" && gotLabel != label {
+					continue
+				}
 				if got, _, err := logfmt(g); err == nil && matches(want, got, keys) {
 					return true
 				}
@@ -639,8 +659,14 @@ func TestReadmeQuickStarts(t *testing.T) {
 				continue
 			}
 			for i, l := range strings.Split(strings.TrimSpace(b.text), "\n") {
-				if _, keys, err := logfmt(l); err != nil || len(keys) < 2 || keys[0] != "level" || keys[1] != "msg" {
+				label, line := cutLabel(l)
+				if _, keys, err := logfmt(line); err != nil || len(keys) < 2 || keys[0] != "level" || keys[1] != "msg" {
 					t.Errorf("README.md:%d: sample line %q: want level=… msg=… pairs (%v)", b.line+1+i, l, err)
+				}
+				// Where two processes log to one terminal, each line
+				// says which wrote it.
+				if name == "rules" && label == "" {
+					t.Errorf("README.md:%d: sample line %q: want it labelled with its process (platform | …)", b.line+1+i, l)
 				}
 			}
 		}
@@ -672,6 +698,19 @@ func TestLogfmt(t *testing.T) {
 	for _, bad := range []string{`level=INFO msg="open`, `just words`} {
 		if _, _, err := logfmt(bad); err == nil {
 			t.Errorf("logfmt(%q): no error", bad)
+		}
+	}
+}
+
+func TestCutLabel(t *testing.T) {
+	for _, c := range []struct{ in, label, rest string }{
+		{`platform | level=WARN msg=notice`, "platform", "level=WARN msg=notice"},
+		{`agent    | time=x level=INFO`, "agent", "time=x level=INFO"},
+		{`level=WARN msg="a | b"`, "", `level=WARN msg="a | b"`},
+		{`{"admit": false}`, "", `{"admit": false}`},
+	} {
+		if label, rest := cutLabel(c.in); label != c.label || rest != c.rest {
+			t.Errorf("cutLabel(%q) = %q, %q; want %q, %q", c.in, label, rest, c.label, c.rest)
 		}
 	}
 }

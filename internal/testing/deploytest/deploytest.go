@@ -9,7 +9,10 @@
 package deploytest
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,4 +122,61 @@ func BuildStamped(t testing.TB, name, version, commit string) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// A TarFile is one entry of a tarball.
+type TarFile struct {
+	*tar.Header
+	Body []byte
+}
+
+// Tarball reads the gzipped tar tgz (a release tarball) and returns its
+// gzip header and its entries in order, failing t on an error.
+func Tarball(t testing.TB, tgz string) (gzip.Header, []TarFile) {
+	t.Helper()
+	f, err := os.Open(tgz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", tgz, err)
+	}
+	var files []TarFile
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return zr.Header, files
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tgz, err)
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", tgz, h.Name, err)
+		}
+		files = append(files, TarFile{h, body})
+	}
+}
+
+// Settings returns the KEY=VALUE lines of the /etc/default file name
+// (proofkit-agent.default), as systemd's EnvironmentFile= reads them:
+// comments and blank lines skipped, values as written.
+func Settings(t testing.TB, name string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for i, l := range strings.Split(Read(t, name), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			t.Fatalf("%s:%d: %q: want KEY=VALUE", name, i+1, l)
+		}
+		env[k] = v
+	}
+	return env
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,7 +86,7 @@ func Start(t testing.TB, tools ...string) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { removeAll(dir) })
 	sock := filepath.Join(dir, "docker.sock")
 	logf, err := os.Create(filepath.Join(dir, "dockerd.log"))
 	if err != nil {
@@ -129,6 +130,25 @@ func Start(t testing.TB, tools ...string) *Daemon {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// removeAll removes dir after lazily unmounting what dockerd left
+// mounted below it (its exec root's netns/default, a nsfs mount that
+// outlives the daemon and would keep the directory).
+func removeAll(dir string) {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var mounts []string
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			mounts = append(mounts, f[4])
+		}
+	}
+	// Deepest first.
+	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) })
+	for _, m := range mounts {
+		exec.Command("umount", "-l", m).Run()
+	}
+	os.RemoveAll(dir)
 }
 
 func lastLine(s string) string {

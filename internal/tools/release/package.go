@@ -1,0 +1,213 @@
+package main
+
+import (
+	"crypto/md5"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/template"
+)
+
+// deployFile reads a file of examples/deploy.
+func deployFile(root, name string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(root, "examples", "deploy", name))
+}
+
+func fileExists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
+}
+
+// defaultFile is the name in examples/deploy of bin's /etc/default file.
+func defaultFile(bin binary) string { return bin.name + ".default" }
+
+// tarball returns bin's tarball: a directory NAME-VERSION-linux-ARCH
+// holding the binary, LICENSE, README.md, the units, the /etc/default
+// file as NAME.default, the other files the units name, and the FROM
+// scratch Dockerfile that builds an image of the binary with the
+// directory as its context.
+func tarball(root string, bin binary, arch string, b build, exe []byte) ([]byte, error) {
+	entries := []entry{{path: bin.name, mode: 0o755, body: exe}}
+	files := map[string]string{ // name in the tarball → file
+		"LICENSE":        filepath.Join(root, "LICENSE"),
+		"README.md":      filepath.Join(root, "README.md"),
+		defaultFile(bin): filepath.Join(root, "examples", "deploy", defaultFile(bin)),
+	}
+	if df := filepath.Join(root, "examples", "deploy", "offline", bin.name+".Dockerfile"); fileExists(df) {
+		files["Dockerfile"] = df
+	}
+	for _, u := range bin.units {
+		files[u] = filepath.Join(root, "examples", "deploy", u)
+	}
+	for _, src := range bin.etc {
+		files[src] = filepath.Join(root, "examples", "deploy", src)
+	}
+	for name, src := range files {
+		body, err := os.ReadFile(src)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, entry{path: name, mode: 0o644, body: body})
+	}
+	dir := strings.TrimSuffix(tarballName(bin.name, b.version, arch), ".tar.gz")
+	return tarGz(withDirs(entries, true), b.date, dir+"/")
+}
+
+// debPackage returns bin's Debian package (format 2.0: an ar archive of
+// debian-binary, control.tar.gz and data.tar.gz).
+func debPackage(root string, bin binary, arch string, b build, exe []byte) ([]byte, error) {
+	data := []entry{{path: "usr/bin/" + bin.name, mode: 0o755, body: exe}}
+	// The units run the binary where the package puts it.
+	for _, u := range bin.units {
+		text, err := deployFile(root, u)
+		if err != nil {
+			return nil, err
+		}
+		text = []byte(strings.ReplaceAll(string(text), "/usr/local/bin/", "/usr/bin/"))
+		data = append(data, entry{path: "lib/systemd/system/" + u, mode: 0o644, body: text})
+	}
+	conffiles := map[string]string{"/etc/default/" + bin.name: defaultFile(bin)}
+	for dst, src := range bin.etc {
+		conffiles[dst] = src
+	}
+	var confList []string
+	for dst, src := range conffiles {
+		body, err := deployFile(root, src)
+		if err != nil {
+			return nil, err
+		}
+		data = append(data, entry{path: strings.TrimPrefix(dst, "/"), mode: 0o644, body: body})
+		confList = append(confList, dst)
+	}
+	slices.Sort(confList)
+	for _, d := range bin.etcDirs {
+		data = append(data, entry{path: strings.TrimPrefix(d, "/") + "/", mode: 0o700})
+	}
+	doc := "usr/share/doc/" + bin.name + "/"
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		return nil, err
+	}
+	data = append(data,
+		entry{path: doc + "copyright", mode: 0o644, body: []byte(copyright)},
+		entry{path: doc + "README.md", mode: 0o644, body: readme})
+
+	var size int64
+	var md5sums strings.Builder
+	slices.SortFunc(data, func(x, y entry) int { return strings.Compare(x.path, y.path) })
+	for _, e := range data {
+		size += (int64(len(e.body)) + 1023) / 1024
+		if strings.HasSuffix(e.path, "/") || slices.Contains(confList, "/"+e.path) {
+			continue
+		}
+		fmt.Fprintf(&md5sums, "%x  %s\n", md5.Sum(e.body), e.path)
+	}
+	dataTar, err := tarGz(withDirs(data, true), b.date, "./")
+	if err != nil {
+		return nil, err
+	}
+
+	var control strings.Builder
+	fmt.Fprintf(&control, "Package: %s\nVersion: %s\nArchitecture: %s\n", bin.name, debVersion(b.version), debArch[arch])
+	control.WriteString("Maintainer: nodekit maintainers <nodekit@proofkit.invalid>\n")
+	fmt.Fprintf(&control, "Installed-Size: %d\n", size)
+	if bin.user != "" {
+		control.WriteString("Pre-Depends: adduser\n")
+	}
+	control.WriteString("Section: net\nPriority: optional\nHomepage: https://github.com/proofkit/nodekit\n")
+	summary, text, _ := strings.Cut(bin.description, "\n")
+	fmt.Fprintf(&control, "Description: %s\n", summary)
+	for l := range strings.SplitSeq(text, "\n") {
+		fmt.Fprintf(&control, " %s\n", l)
+	}
+	scripts := map[string]*template.Template{"postinst": postinst, "prerm": prerm, "postrm": postrm}
+	ctl := []entry{
+		{path: "control", mode: 0o644, body: []byte(control.String())},
+		{path: "conffiles", mode: 0o644, body: []byte(strings.Join(confList, "\n") + "\n")},
+		{path: "md5sums", mode: 0o644, body: []byte(md5sums.String())},
+	}
+	var services []string
+	for _, u := range bin.units {
+		if strings.HasSuffix(u, ".service") {
+			services = append(services, u)
+		}
+	}
+	vars := struct{ User, GroupDir, Services, Units, Upgrade, Next string }{
+		bin.user, bin.groupDir, strings.Join(services, " "), strings.Join(bin.units, " "), bin.upgrade, bin.next}
+	for name, tmpl := range scripts {
+		var s strings.Builder
+		if err := tmpl.Execute(&s, vars); err != nil {
+			return nil, err
+		}
+		ctl = append(ctl, entry{path: name, mode: 0o755, body: []byte(s.String())})
+	}
+	controlTar, err := tarGz(withDirs(ctl, true), b.date, "./")
+	if err != nil {
+		return nil, err
+	}
+	return arArchive(b.date,
+		[2][]byte{[]byte("debian-binary"), []byte("2.0\n")},
+		[2][]byte{[]byte("control.tar.gz"), controlTar},
+		[2][]byte{[]byte("data.tar.gz"), dataTar}), nil
+}
+
+const copyright = `Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: nodekit
+Source: https://github.com/proofkit/nodekit
+
+Files: *
+Copyright: 2026 The nodekit authors
+License: Apache-2.0
+ On Debian systems the full text of the Apache License 2.0 is in
+ /usr/share/common-licenses/Apache-2.0.
+`
+
+// The maintainer scripts. Nothing is enabled or started: the operator
+// gives the settings first. A service running during an upgrade is
+// carried over (pinproxy hands its connections to the new binary).
+var (
+	postinst = template.Must(template.New("postinst").Parse(`#!/bin/sh
+set -e
+if [ "$1" = configure ]; then
+{{- if .User}}
+	if ! getent passwd {{.User}} >/dev/null; then
+		adduser --system --group --no-create-home --home /nonexistent --quiet {{.User}}
+	fi
+{{- end}}
+{{- if .GroupDir}}
+	if ! dpkg-statoverride --list {{.GroupDir}} >/dev/null; then
+		chown root:{{.User}} {{.GroupDir}}
+		chmod 0750 {{.GroupDir}}
+	fi
+{{- end}}
+	if [ -d /run/systemd/system ]; then
+		systemctl daemon-reload >/dev/null || true
+		if [ -n "$2" ] && systemctl is-active --quiet {{.Services}}; then
+			{{.Upgrade}} || true
+		fi
+	fi
+	if [ -z "$2" ]; then
+		cat <<'EOF'
+{{.Next}}
+EOF
+	fi
+fi
+exit 0
+`))
+	prerm = template.Must(template.New("prerm").Parse(`#!/bin/sh
+set -e
+if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
+	systemctl stop {{.Units}} >/dev/null 2>&1 || true
+fi
+exit 0
+`))
+	postrm = template.Must(template.New("postrm").Parse(`#!/bin/sh
+set -e
+if [ -d /run/systemd/system ]; then
+	systemctl daemon-reload >/dev/null || true
+fi
+exit 0
+`))
+)
