@@ -316,17 +316,21 @@ func registry() (*prometheus.Registry, error) {
 // to skip or drop, and makes sure the next seq of this run is above every
 // seq the queue holds (in case the state's last save failed).
 func (a *Agent) openQueue(path string, max int) (*queue, error) {
-	q, skipped, dropped, err := openQueue(path, max)
+	q, ld, err := openQueue(path, max)
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range skipped {
-		a.m.reportsDropped.WithLabelValues("torn").Inc()
+	for _, s := range ld.bad {
 		a.log.Warn("report queue: skipped a line that is not one report (cut by a crash or a full disk?); the lines after it are kept",
 			"path", path, "offset", s.offset, "length", s.length, "reason", s.reason)
 	}
-	a.m.reportsDropped.WithLabelValues("overflow").Add(float64(len(dropped)))
-	logOverflow(a.log, "report queue held more than its bound; dropped the oldest", dropped, max)
+	if n := ld.badLines - int64(len(ld.bad)); n > 0 {
+		a.log.Warn("report queue: skipped more lines that are not reports; the lines after them are kept",
+			"path", path, "lines", n, "bytes", ld.badBytes-sumLength(ld.bad))
+	}
+	a.m.reportsDropped.WithLabelValues("torn").Add(float64(ld.badLines))
+	a.m.reportsDropped.WithLabelValues("overflow").Add(float64(ld.dropped.n))
+	logDrops(a.log, ld.dropped, max)
 	// A seq past the bound is a corrupt line (it is sent, and refused):
 	// going on from it would have every reading refused.
 	//

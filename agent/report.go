@@ -169,6 +169,33 @@ func logOverflow(log *slog.Logger, msg string, dropped []queued, max int) {
 	}
 }
 
+// logDrops logs the reports an opening of the queue dropped on overflow,
+// one line per run, as logOverflow does; a run of more than
+// maxSeqsListed gives its lowest and highest seq instead of every seq.
+func logDrops(log *slog.Logger, d drops, max int) {
+	const msg = "report queue held more than its bound; dropped the oldest"
+	for _, r := range d.runs {
+		args := []any{"dropped", r.n, "queue_max", max, "reason", "overflow", "run", r.run}
+		if r.n <= int64(len(r.seqs)) {
+			args = append(args, "seqs", joinSeqs(r.seqs))
+		} else {
+			args = append(args, "seq_first", r.first, "seq_last", r.last)
+		}
+		log.Warn(msg, args...)
+	}
+	if d.otherN > 0 {
+		log.Warn(msg, "dropped", d.otherN, "queue_max", max, "reason", "overflow", "runs", fmt.Sprintf("more than %d", maxRunsListed))
+	}
+}
+
+// sumLength is the sum of the lines' lengths.
+func sumLength(lines []badLine) (n int64) {
+	for _, l := range lines {
+		n += l.length
+	}
+	return n
+}
+
 // release lets the report id go, and wakes the sender.
 func (r *reporter) release(id uint64) {
 	r.q.release(id)
@@ -180,12 +207,21 @@ func (r *reporter) release(id uint64) {
 
 // seqs lists the seqs of items, for the log.
 func seqs(items []queued) string {
-	var b strings.Builder
+	s := make([]uint64, len(items))
 	for i, it := range items {
+		s[i] = it.seq
+	}
+	return joinSeqs(s)
+}
+
+// joinSeqs is "1,2,3".
+func joinSeqs(seqs []uint64) string {
+	var b strings.Builder
+	for i, s := range seqs {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.FormatUint(it.seq, 10))
+		b.WriteString(strconv.FormatUint(s, 10))
 	}
 	return b.String()
 }
