@@ -20,6 +20,7 @@ import (
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/overload/probe"
 	"github.com/proofkit/nodekit/sysctl"
 )
 
@@ -30,6 +31,21 @@ type Source interface {
 	// (counted as a reading error). Read should return promptly once ctx
 	// ends.
 	Read(ctx context.Context) (overload.Reading, error)
+}
+
+// A LinkByteSource is a Source that also gives, with each reading, the
+// bytes each link moved since the previous reading as the kernel counts
+// them; *probe.Probe is one. The agent's byte counters
+// (proofkit_agent_network_receive_bytes_total and …_transmit_…) then add
+// exactly the kernel's counts, whatever the wall clock does. From a
+// Source without ReadLinkBytes they add each link's rate times the
+// monotonic time since the previous reading, which is the same give or
+// take the time a reading takes.
+type LinkByteSource interface {
+	Source
+	// ReadLinkBytes takes one reading, as Read does, with the bytes each
+	// link in its Links moved since the previous reading.
+	ReadLinkBytes(ctx context.Context) (overload.Reading, []probe.LinkBytes, error)
 }
 
 // Defaults for the zero fields of Config.
@@ -454,7 +470,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // Step returns once ctx ends even if the source's Read does not: the read
 // is then left to finish on its own, and the next Step waits for it.
 func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
-	r, err := a.read(ctx)
+	r, moved, err := a.read(ctx)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) { // stopping: not a failed reading
 			return overload.Result{}, ctx.Err()
@@ -472,8 +488,10 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	a.mu.Lock()
 	mono := time.Now()
 	elapsed := time.Second // across a restart
+	var sinceLast time.Duration // monotonic; 0 for the first reading of this process
 	if !a.lastMono.IsZero() {
 		elapsed = mono.Sub(a.lastMono)
+		sinceLast = elapsed
 	}
 	if r.At.IsZero() {
 		r.At = a.now()
@@ -494,7 +512,7 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	since := a.tracker.Since()
 	a.mu.Unlock()
 
-	a.m.observeReading(r)
+	a.m.observeReading(r, moved, sinceLast)
 	a.m.overloaded.Set(b2f(res.Overloaded))
 	if res.Overloaded {
 		a.m.overloadedSince.Set(float64(since.Unix()))
@@ -592,27 +610,36 @@ func (a *Agent) queueReport(r overload.Reading) (id uint64, queued bool) {
 
 // read calls the source's Read, returning when ctx ends even if Read does
 // not. Only one Read runs at a time.
-func (a *Agent) read(ctx context.Context) (overload.Reading, error) {
+//
+// moved is what the source's ReadLinkBytes gave; nil when it has none
+// (see LinkByteSource).
+func (a *Agent) read(ctx context.Context) (r overload.Reading, moved []probe.LinkBytes, err error) {
 	select {
 	case a.reading <- struct{}{}:
 	case <-ctx.Done():
-		return overload.Reading{}, ctx.Err()
+		return overload.Reading{}, nil, ctx.Err()
 	}
 	type result struct {
-		r   overload.Reading
-		err error
+		r     overload.Reading
+		moved []probe.LinkBytes
+		err   error
 	}
 	ch := make(chan result, 1)
 	go func() {
 		defer func() { <-a.reading }()
-		r, err := a.src.Read(ctx)
-		ch <- result{r, err}
+		var res result
+		if bs, ok := a.src.(LinkByteSource); ok {
+			res.r, res.moved, res.err = bs.ReadLinkBytes(ctx)
+		} else {
+			res.r, res.err = a.src.Read(ctx)
+		}
+		ch <- res
 	}()
 	select {
 	case res := <-ch:
-		return res.r, res.err
+		return res.r, res.moved, res.err
 	case <-ctx.Done():
-		return overload.Reading{}, ctx.Err()
+		return overload.Reading{}, nil, ctx.Err()
 	}
 }
 
