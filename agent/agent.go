@@ -130,7 +130,10 @@ type Config struct {
 	// its Location.
 	HTTPClient *http.Client
 	// RetryMax caps the back-off between attempts while the platform does
-	// not answer (it starts at 1 s and doubles); 0 means Interval.
+	// not answer (it starts at 1 s and doubles); 0 means Interval. Each
+	// wait is the back-off spread over 0.8–1.2 times itself, or the
+	// platform's Retry-After (seconds or an HTTP date) when that is later,
+	// at most 10 minutes.
 	RetryMax time.Duration
 
 	// Now is the wall clock: a saved state whose latest reading is more
@@ -487,7 +490,7 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 
 	a.mu.Lock()
 	mono := time.Now()
-	elapsed := time.Second // across a restart
+	elapsed := time.Second      // across a restart
 	var sinceLast time.Duration // monotonic; 0 for the first reading of this process
 	if !a.lastMono.IsZero() {
 		elapsed = mono.Sub(a.lastMono)

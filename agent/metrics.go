@@ -44,7 +44,6 @@ type metrics struct {
 	reportsDropped   *prometheus.CounterVec
 	reportFailures   prometheus.Counter
 	buildInfo        *prometheus.GaugeVec
-
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
