@@ -39,6 +39,14 @@
 // $NOTIFY_SOCKET once its first reading is taken and its state written,
 // and STOPPING=1 when it stops.
 //
+// -require-report makes a start without a report URL an error (exit 2,
+// "no report URL: give -report-url or PROOFKIT_AGENT_REPORT_URL (…)"):
+// the packaged unit passes it and takes the URL from
+// /etc/default/proofkit-agent, so an unedited file stops the agent at
+// once. A report URL on a name reserved for documentation
+// (platform.example, anything under .example or .invalid, example.com,
+// .net, .org) is always refused, naming the host.
+//
 // -report-ca names a PEM file of CA certificates to trust for an https
 // -report-url instead of the system's: a platform with its own CA. A
 // reporting agent checks -node (by default the host name) at start
@@ -47,7 +55,8 @@
 //
 // Exit status: 0 on SIGTERM or SIGINT (state saved) and after -once; 2 for
 // a bad flag (a -proc without meminfo, a flag whose value is missing, a
-// -node the platform would refuse), an unreadable token file (also one
+// -node the platform would refuse, a placeholder -report-url, no report
+// URL with -require-report), an unreadable token file (also one
 // that is a FIFO, a device or over 64 KiB) or an unwritable state
 // directory, with one line on stderr saying why; 1 when the agent cannot run (no probe on this
 // system, the listen address taken, the state directory locked by another
