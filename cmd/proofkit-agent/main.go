@@ -366,7 +366,13 @@ func sizeKernel(o options, log *slog.Logger) (sysctl.Report, bool) {
 	if err != nil {
 		log.Error("sysctl: sizing the kernel failed", "mode", o.sysctlMode, "err", err)
 	}
-	if rep.File != "" {
+	switch {
+	case rep.File == "":
+	case o.sysctlMode == "file":
+		// Told not to set them: nothing failed.
+		log.Info("sysctl: wrote the kernel values to raise to the file, as -sysctl file asks, and set none; to apply them copy the file to /etc/sysctl.d/, run sudo sysctl --system, restart the agent",
+			"file", rep.File)
+	default:
 		log.Warn("sysctl: some kernel values could not be set here; copy the file to /etc/sysctl.d/, run sudo sysctl --system, restart the agent",
 			"file", rep.File)
 	}

@@ -756,6 +756,15 @@ func TestSysctlOnAFakeTree(t *testing.T) {
 				if ferr != nil {
 					t.Errorf("-sysctl file wrote no file: %v", ferr)
 				}
+				// Told not to set them, it says so: not that it could
+				// not (it runs as root, on a writable tree).
+				b, _ := os.ReadFile(filepath.Join(confDir, sysctl.FileName))
+				if strings.Contains(a.log(), "could not be set") || strings.Contains(string(b), "could not\n# set these kernel values") {
+					t.Errorf("-sysctl file says the values could not be set; log:\n%s\nfile:\n%s", a.log(), b)
+				}
+				if a.count("sysctl: wrote the kernel values to raise to the file, as -sysctl file asks, and set none; to apply them copy the file to /etc/sysctl.d/, run sudo sysctl --system, restart the agent") != 1 {
+					t.Errorf("-sysctl file does not say it wrote the file as asked:\n%s", a.log())
+				}
 			}
 		})
 	}
