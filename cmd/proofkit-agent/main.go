@@ -90,17 +90,22 @@ import (
 
 // stopGrace is how long the agent may take to stop after SIGTERM or
 // SIGINT before it exits anyway (status 1), whatever it is blocked on (a
-// probe read of a file that never answers, a disk that does not).
-const stopGrace = 900 * time.Millisecond
+// probe read of a file that never answers, a disk that does not, a
+// stderr whose reader stopped reading). With lastWords and the time the
+// process takes to be scheduled and torn down, the agent is gone within
+// the 0.9 s the documentation gives (0.76 s measured with CPU to spare;
+// a machine whose every CPU is busy adds its scheduling delays).
+const stopGrace = 700 * time.Millisecond
+
+// lastWords bounds the wait for the watchdog's last line: a stderr that
+// does not drain (a pipe to a journald that is not reading) must not
+// hold the exit. Without it, such a pipe kept the agent from ever
+// exiting after SIGTERM.
+const lastWords = 50 * time.Millisecond
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	go func() {
-		<-ctx.Done()
-		time.Sleep(stopGrace)
-		fmt.Fprintf(os.Stderr, "proofkit-agent: did not stop within %v of the signal; exiting without waiting\n", stopGrace)
-		os.Exit(1)
-	}()
+	go watchdog(ctx, stopGrace, os.Stderr, os.Exit)
 	// Caught from the start: SIGHUP's default action would end the agent.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -108,6 +113,24 @@ func main() {
 	signal.Stop(hup)
 	stop()
 	os.Exit(code)
+}
+
+// watchdog calls exit(1) once grace has passed since ctx ended, unless
+// the process has exited by then. Its last line goes to stderr from a
+// goroutine of its own, waited for at most lastWords.
+func watchdog(ctx context.Context, grace time.Duration, stderr io.Writer, exit func(int)) {
+	<-ctx.Done()
+	time.Sleep(grace)
+	said := make(chan struct{})
+	go func() {
+		fmt.Fprintf(stderr, "proofkit-agent: did not stop within %v of the signal; exiting without waiting\n", grace)
+		close(said)
+	}()
+	select {
+	case <-said:
+	case <-time.After(lastWords):
+	}
+	exit(1)
 }
 
 func newLogger(o options, w io.Writer) *slog.Logger {
