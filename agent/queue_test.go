@@ -12,7 +12,20 @@ import (
 
 func body(i int) []byte { return fmt.Appendf(nil, `{"n":%d}`, i) }
 
+// drain drains q, giving each report's body.
 func drain(t *testing.T, q *queue) []string {
+	t.Helper()
+	return drainAs(t, q, func(it queued) string { return string(it.body) })
+}
+
+// drainSeqs drains q, giving each report as run/seq.
+func drainSeqs(t *testing.T, q *queue) []string {
+	t.Helper()
+	return drainAs(t, q, func(it queued) string { return fmt.Sprintf("%s/%d", it.run, it.seq) })
+}
+
+// drainAs takes every report off q, oldest first, each as show gives it.
+func drainAs(t *testing.T, q *queue, show func(queued) string) []string {
 	t.Helper()
 	var out []string
 	for {
@@ -20,7 +33,7 @@ func drain(t *testing.T, q *queue) []string {
 		if !ok {
 			return out
 		}
-		out = append(out, string(it.body))
+		out = append(out, show(it))
 		if err := q.remove(it.id); err != nil {
 			t.Fatal(err)
 		}
@@ -199,22 +212,6 @@ func TestQueueOpenDrops(t *testing.T) {
 	}
 	if r := d.runs[1]; r.run != "b" || r.n != 1001 || r.first != 1 || r.last != 1001 || len(r.seqs) != maxSeqsListed {
 		t.Errorf("run b: n %d, seqs %d–%d, %d listed", r.n, r.first, r.last, len(r.seqs))
-	}
-}
-
-// drainSeqs drains q, giving each report as run/seq.
-func drainSeqs(t *testing.T, q *queue) []string {
-	t.Helper()
-	var out []string
-	for {
-		it, ok := q.head()
-		if !ok {
-			return out
-		}
-		out = append(out, fmt.Sprintf("%s/%d", it.run, it.seq))
-		if err := q.remove(it.id); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
