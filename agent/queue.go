@@ -101,10 +101,12 @@ type badLine struct {
 // Bounds on what opening a queue file keeps to say what it skipped and
 // dropped: a file of any size is read in bounded memory.
 const (
-	maxBadListed   = 8  // bad lines listed one by one; the rest are counted
-	maxRunsListed  = 16 // runs whose dropped reports are listed; the rest are counted
-	maxSeqsListed  = 32 // seqs listed of one run's dropped reports; the rest as a range
-	queueReadChunk = 64 << 10
+	maxBadListed  = 8  // bad lines listed one by one; the rest are counted
+	maxRunsListed = 16 // runs whose dropped reports are listed; the rest are counted
+	maxSeqsListed = 32 // seqs listed of one run's dropped reports; the rest as a range
+	// queueReadChunk is the read size: 2,048 reads for a 2 GiB file.
+	queueReadChunk = 1 << 20
+	keepLineBuf    = 64 << 10 // a line buffer grown past this is let go
 )
 
 // loaded is what opening a queue file left out of the queue: the lines
@@ -225,7 +227,8 @@ func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
 	return q, ld, nil
 }
 
-// scanQueue reads a queue file from r, line by line in bounded memory,
+// scanQueue reads a queue file from r, line by line in bounded memory
+// (its 1 MiB read buffer and a line of at most maxQueueLine),
 // and calls report with each line that is one JSON value (without the
 // white space around it) and bad with each that is not, or is longer
 // than maxQueueLine (read past, never held); blank lines are ignored.
@@ -271,7 +274,7 @@ func scanQueue(r io.Reader, report func([]byte), bad func(badLine)) (clean bool,
 				off++
 			}
 			length = 0
-			if cap(line) > queueReadChunk {
+			if cap(line) > keepLineBuf {
 				line = nil // a long line's buffer goes
 			}
 			line = line[:0]

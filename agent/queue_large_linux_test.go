@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // childQueueEnv names the queue file (and bound) the child of
@@ -67,6 +69,9 @@ func TestQueueOpenChild(t *testing.T) {
 func TestQueueOpenLargeFile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: reads 2.1 GiB")
+	}
+	if testkit.BuiltWithRace(t) {
+		t.Skip("skipping: reading 3.8 million reports under the race detector takes minutes")
 	}
 	const maxRSS = 64 << 20 // the test binary alone: about 15 MiB
 	report := func(w *bufio.Writer, seq int) {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/proofkit/nodekit/agent/agenttest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -44,7 +45,8 @@ func TestLargeQueueFile(t *testing.T) {
 	}
 	dir := node(t, agenttest.Node{MemoryUsedPercent: 40})
 	a := start(t, dir, "-sysctl", "off", "-interval", "1h", "-state-dir", state, "-queue-max", "4")
-	testkit.WaitFor(t, "the first reading", func() bool { return a.count("reading") >= 1 })
+	// Reading 2 GiB of a sparse file takes 1-15 s here, with the load.
+	testkit.WaitForWithin(t, 2*time.Minute, "the first reading", func() bool { return a.count("reading") >= 1 })
 	hwm := vmHWM(t, a.Cmd.Process.Pid)
 	if code := a.stop(); code != 0 {
 		t.Errorf("exit status %d", code)
