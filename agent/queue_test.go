@@ -2,12 +2,14 @@ package agent
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func body(i int) []byte { return fmt.Appendf(nil, `{"n":%d}`, i) }
@@ -381,5 +383,27 @@ func TestQueueOverflowKeepsAReportThePlatformMayHave(t *testing.T) {
 				t.Errorf("queue = %s, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestQueueOpenRefusesAFIFO: a named pipe in the queue file's place is
+// refused, naming it, never read (reading one blocks until something
+// writes).
+func TestQueueOpenRefusesAFIFO(t *testing.T) {
+	path := filepath.Join(t.TempDir(), queueFile)
+	if err := mkfifo(path); errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("skipping: no named pipes here")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, _, err := openQueue(path, 10); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), path+" is a named pipe (FIFO)") {
+			t.Errorf("openQueue of a FIFO: %v, want an error naming it", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("openQueue of a FIFO blocked")
 	}
 }
