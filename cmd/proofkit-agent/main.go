@@ -8,8 +8,12 @@
 // serves, and reports nothing. The logic is in package agent; this
 // command parses flags, wires the packages and handles signals.
 //
-//	proofkit-agent -report-url https://platform.example/api/v1/readings \
+//	proofkit-agent -report-url "$PLATFORM_URL" \
 //	    -token-file /etc/proofkit-agent/token -state-dir /var/lib/proofkit-agent
+//
+// where PLATFORM_URL is the report URL your platform gave, such as
+// https://platform.example/api/v1/readings in its documentation: that
+// placeholder itself is refused.
 //
 // SIGHUP (systemctl reload, with ExecReload=kill -HUP $MAINPID) reads the
 // -token-file again after the platform's token was rotated and logs
