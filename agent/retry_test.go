@@ -103,7 +103,8 @@ func TestRetryAfter(t *testing.T) {
 }
 
 // TestStalledUploadIsResent: the platform's answers to a body that
-// stalls (408, or 503, with a Retry-After in seconds or as an HTTP date)
+// stalls (examples/platform answers 408 "incomplete" with Retry-After: 1;
+// a proxy may answer 503; Retry-After in seconds or as an HTTP date)
 // and to a busy platform (429, 5xx) keep the report: it is sent again
 // after the wait the platform asked for, and counted once. 413 (the body
 // is too large) still drops it.
@@ -132,7 +133,7 @@ func TestStalledUploadIsResent(t *testing.T) {
 				at = append(at, time.Now())
 				mu.Unlock()
 				if try == 1 {
-					return tt.status, `{"error": "the body stalled", "reason": "timeout"}`, ""
+					return tt.status, `{"error": "the body stalled", "reason": "incomplete"}`, "" // the platform's answer
 				}
 				return 0, "", ""
 			}}
