@@ -20,6 +20,7 @@ import (
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/overload/probe"
 	"github.com/proofkit/nodekit/sysctl"
 )
 
@@ -30,6 +31,21 @@ type Source interface {
 	// (counted as a reading error). Read should return promptly once ctx
 	// ends.
 	Read(ctx context.Context) (overload.Reading, error)
+}
+
+// A LinkByteSource is a Source that also gives, with each reading, the
+// bytes each link moved since the previous reading as the kernel counts
+// them; *probe.Probe is one. The agent's byte counters
+// (proofkit_agent_network_receive_bytes_total and …_transmit_…) then add
+// exactly the kernel's counts, whatever the wall clock does. From a
+// Source without ReadLinkBytes they add each link's rate times the
+// monotonic time since the previous reading, which is the same give or
+// take the time a reading takes.
+type LinkByteSource interface {
+	Source
+	// ReadLinkBytes takes one reading, as Read does, with the bytes each
+	// link in its Links moved since the previous reading.
+	ReadLinkBytes(ctx context.Context) (overload.Reading, []probe.LinkBytes, error)
 }
 
 // Defaults for the zero fields of Config.
@@ -114,7 +130,10 @@ type Config struct {
 	// its Location.
 	HTTPClient *http.Client
 	// RetryMax caps the back-off between attempts while the platform does
-	// not answer (it starts at 1 s and doubles); 0 means Interval.
+	// not answer (it starts at 1 s and doubles); 0 means Interval. Each
+	// wait is the back-off spread over 0.8–1.2 times itself, or the
+	// platform's Retry-After (seconds or an HTTP date) when that is later,
+	// at most 10 minutes.
 	RetryMax time.Duration
 
 	// Now is the wall clock: a saved state whose latest reading is more
@@ -316,17 +335,21 @@ func registry() (*prometheus.Registry, error) {
 // to skip or drop, and makes sure the next seq of this run is above every
 // seq the queue holds (in case the state's last save failed).
 func (a *Agent) openQueue(path string, max int) (*queue, error) {
-	q, skipped, dropped, err := openQueue(path, max)
+	q, ld, err := openQueue(path, max)
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range skipped {
-		a.m.reportsDropped.WithLabelValues("torn").Inc()
+	for _, s := range ld.bad {
 		a.log.Warn("report queue: skipped a line that is not one report (cut by a crash or a full disk?); the lines after it are kept",
 			"path", path, "offset", s.offset, "length", s.length, "reason", s.reason)
 	}
-	a.m.reportsDropped.WithLabelValues("overflow").Add(float64(len(dropped)))
-	logOverflow(a.log, "report queue held more than its bound; dropped the oldest", dropped, max)
+	if n := ld.badLines - int64(len(ld.bad)); n > 0 {
+		a.log.Warn("report queue: skipped more lines that are not reports; the lines after them are kept",
+			"path", path, "lines", n, "bytes", ld.badBytes-sumLength(ld.bad))
+	}
+	a.m.reportsDropped.WithLabelValues("torn").Add(float64(ld.badLines))
+	a.m.reportsDropped.WithLabelValues("overflow").Add(float64(ld.dropped.n))
+	logDrops(a.log, ld.dropped, max)
 	// A seq past the bound is a corrupt line (it is sent, and refused):
 	// going on from it would have every reading refused.
 	//
@@ -450,7 +473,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // Step returns once ctx ends even if the source's Read does not: the read
 // is then left to finish on its own, and the next Step waits for it.
 func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
-	r, err := a.read(ctx)
+	r, moved, err := a.read(ctx)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) { // stopping: not a failed reading
 			return overload.Result{}, ctx.Err()
@@ -464,12 +487,15 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	}
 	r.Node = a.node
 	r.Version = overload.ReadingVersion
+	r.Notes = operatorNotes(r.Notes)
 
 	a.mu.Lock()
 	mono := time.Now()
-	elapsed := time.Second // across a restart
+	elapsed := time.Second      // across a restart
+	var sinceLast time.Duration // monotonic; 0 for the first reading of this process
 	if !a.lastMono.IsZero() {
 		elapsed = mono.Sub(a.lastMono)
+		sinceLast = elapsed
 	}
 	if r.At.IsZero() {
 		r.At = a.now()
@@ -490,7 +516,7 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	since := a.tracker.Since()
 	a.mu.Unlock()
 
-	a.m.observeReading(r)
+	a.m.observeReading(r, moved, sinceLast)
 	a.m.overloaded.Set(b2f(res.Overloaded))
 	if res.Overloaded {
 		a.m.overloadedSince.Set(float64(since.Unix()))
@@ -588,28 +614,51 @@ func (a *Agent) queueReport(r overload.Reading) (id uint64, queued bool) {
 
 // read calls the source's Read, returning when ctx ends even if Read does
 // not. Only one Read runs at a time.
-func (a *Agent) read(ctx context.Context) (overload.Reading, error) {
+//
+// moved is what the source's ReadLinkBytes gave; nil when it has none
+// (see LinkByteSource).
+func (a *Agent) read(ctx context.Context) (r overload.Reading, moved []probe.LinkBytes, err error) {
 	select {
 	case a.reading <- struct{}{}:
 	case <-ctx.Done():
-		return overload.Reading{}, ctx.Err()
+		return overload.Reading{}, nil, ctx.Err()
 	}
 	type result struct {
-		r   overload.Reading
-		err error
+		r     overload.Reading
+		moved []probe.LinkBytes
+		err   error
 	}
 	ch := make(chan result, 1)
 	go func() {
 		defer func() { <-a.reading }()
-		r, err := a.src.Read(ctx)
-		ch <- result{r, err}
+		var res result
+		if bs, ok := a.src.(LinkByteSource); ok {
+			res.r, res.moved, res.err = bs.ReadLinkBytes(ctx)
+		} else {
+			res.r, res.err = a.src.Read(ctx)
+		}
+		ch <- res
 	}()
 	select {
 	case res := <-ch:
-		return res.r, res.err
+		return res.r, res.moved, res.err
 	case <-ctx.Done():
-		return overload.Reading{}, ctx.Err()
+		return overload.Reading{}, nil, ctx.Err()
 	}
+}
+
+// operatorNotes is notes with each note about a Go field of the probe
+// rewritten to name the flag an operator sets it with (flagNotes), in a
+// new slice: the source's is left as it was.
+func operatorNotes(notes []string) []string {
+	if notes == nil {
+		return nil
+	}
+	out := make([]string, len(notes))
+	for i, n := range notes {
+		out[i] = flagNotes.Replace(n)
+	}
+	return out
 }
 
 // nextAt dates a reading whose wall-clock time is wall, taken elapsed

@@ -19,7 +19,9 @@
 // fsync'd appends cut back to the last whole line when one fails, atomic
 // rewrites): while the platform does not answer they wait, in order, and
 // are sent oldest first when it answers again, with a back-off from 1 s
-// capped at the interval. Nothing is lost within the bound (120 readings,
+// doubling to the interval, each wait spread over 0.8–1.2 times itself (a
+// Retry-After in seconds or as an HTTP date is honoured, up to 10
+// minutes). Nothing is lost within the bound (120 readings,
 // one hour, by default); beyond it the oldest are dropped, counted and
 // logged, since the platform needs the node's latest state most. A
 // report the platform may have counted is never among them: the oldest

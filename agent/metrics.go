@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/overload/probe"
 )
 
 // metrics are the agent's Prometheus metrics, all under proofkit_agent_,
@@ -44,10 +44,6 @@ type metrics struct {
 	reportsDropped   *prometheus.CounterVec
 	reportFailures   prometheus.Counter
 	buildInfo        *prometheus.GaugeVec
-
-	// prevAt is the time of the previous reading, for the byte counters.
-	prevMu sync.Mutex
-	prevAt time.Time
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -79,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		conntrackLimit:   g("proofkit_agent_nf_conntrack_entries_limit", "Maximum size of connection tracking table (as node_nf_conntrack_entries_limit)."),
 		conntrackDrops:   c("proofkit_agent_conntrack_drops_total", "Connections dropped because the conntrack table was full, summed over readings since the agent started."),
 		listenDrops:      c("proofkit_agent_listen_drops_total", "Connections dropped by full listen queues, summed over readings since the agent started."),
-		linkRx:           cv("proofkit_agent_network_receive_bytes_total", "Bytes received on the link, summed over the readings since the agent started (each reading's rate times the time since the previous reading; loopback and links that are down are left out).", "device"),
+		linkRx:           cv("proofkit_agent_network_receive_bytes_total", "Bytes received on the link since the agent started, as the kernel counts them (the growth of the link's own counter between readings; loopback and links that are down are left out).", "device"),
 		linkTx:           cv("proofkit_agent_network_transmit_bytes_total", "Bytes transmitted on the link, summed as proofkit_agent_network_receive_bytes_total.", "device"),
 		linkSpeed:        gv("proofkit_agent_network_speed_bytes", "Link speed in bytes per second, known links only (as node_network_speed_bytes).", "device"),
 		notices:          c("proofkit_agent_notices_total", "Overload notices produced (at most one an hour for a node)."),
@@ -122,7 +118,9 @@ func registerProcess(reg prometheus.Registerer) error {
 }
 
 // observeReading sets the gauges that mirror a reading.
-func (m *metrics) observeReading(r overload.Reading) {
+//
+// moved and sinceLast are for the byte counters (see addLinkBytes).
+func (m *metrics) observeReading(r overload.Reading, moved []probe.LinkBytes, sinceLast time.Duration) {
 	m.readings.Inc()
 	m.lastReading.Set(float64(r.At.UnixNano()) / 1e9)
 	missing := make(map[overload.Input]bool, len(r.Missing))
@@ -148,23 +146,33 @@ func (m *metrics) observeReading(r overload.Reading) {
 	}
 	m.conntrackDrops.Add(float64(r.ConntrackDrops))
 	m.listenDrops.Add(float64(r.ListenDrops))
-	// The reading carries each link's rate over the probe's interval; the
-	// counters add rate × the time since the previous reading, which is
-	// that interval give or take the time a reading takes.
-	var dt float64
-	m.prevMu.Lock()
-	if !m.prevAt.IsZero() && r.At.After(m.prevAt) {
-		dt = r.At.Sub(m.prevAt).Seconds()
-	}
-	m.prevAt = r.At
-	m.prevMu.Unlock()
 	m.linkSpeed.Reset()
 	for _, l := range r.Links {
-		m.linkRx.WithLabelValues(l.Name).Add(max(l.RxBitsPerSecond, 0) / 8 * dt)
-		m.linkTx.WithLabelValues(l.Name).Add(max(l.TxBitsPerSecond, 0) / 8 * dt)
 		if l.SpeedMbps > 0 {
 			m.linkSpeed.WithLabelValues(l.Name).Set(float64(l.SpeedMbps) * 1e6 / 8)
 		}
+	}
+	addLinkBytes(m.linkRx, m.linkTx, r.Links, moved, sinceLast)
+}
+
+// addLinkBytes adds to the byte counters what each link moved: the
+// kernel's own counts when the source gave them (moved is not nil), else
+// each link's rate times sinceLast, the monotonic time since the previous
+// reading (nothing for the first). Never the wall clock: a counter that
+// followed it would jump with a clock step, and Prometheus's rate() of it
+// would show that step as traffic.
+func addLinkBytes(rx, tx *prometheus.CounterVec, links []overload.Link, moved []probe.LinkBytes, sinceLast time.Duration) {
+	if moved != nil {
+		for _, b := range moved {
+			rx.WithLabelValues(b.Name).Add(float64(b.RxBytes))
+			tx.WithLabelValues(b.Name).Add(float64(b.TxBytes))
+		}
+		return
+	}
+	dt := sinceLast.Seconds()
+	for _, l := range links {
+		rx.WithLabelValues(l.Name).Add(max(l.RxBitsPerSecond, 0) / 8 * dt)
+		tx.WithLabelValues(l.Name).Add(max(l.TxBitsPerSecond, 0) / 8 * dt)
 	}
 }
 

@@ -120,7 +120,8 @@ const (
 )
 
 // flagNotes rewrites a probe note about a Go field into the flag the
-// operator sets it with.
+// operator sets it with; Step applies it to each reading, so the page,
+// /status and the report all say it.
 var flagNotes = strings.NewReplacer(
 	"an operator can give it in LinkSpeedMbps", "give it with -link-speed, e.g. -link-speed eth0=1000 for 1 Gbit/s",
 )
@@ -195,9 +196,7 @@ func (a *Agent) pageData(now time.Time) pageData {
 	if len(pts) > 0 {
 		last = &pts[len(pts)-1]
 		d.ReadingAt = last.at
-		for _, n := range last.reading.Notes {
-			d.Notes = append(d.Notes, flagNotes.Replace(n))
-		}
+		d.Notes = append(d.Notes, last.reading.Notes...) // Step named the flags in them
 		for _, m := range last.reading.Missing {
 			d.Missing = append(d.Missing, string(m))
 		}

@@ -225,6 +225,15 @@ func TestPageForTheOperator(t *testing.T) {
 			t.Errorf("page has %q", bad)
 		}
 	}
+	// /status and the report say the same: the reading's notes name the
+	// flag.
+	_, status := get(t, srv.URL+"/status")
+	it, _ := a.q.head()
+	for what, text := range map[string]string{"/status": status, "the report": string(it.body)} {
+		if !strings.Contains(text, "give it with -link-speed") || strings.Contains(text, "LinkSpeedMbps") {
+			t.Errorf("%s does not name -link-speed in the note:\n%s", what, text)
+		}
+	}
 }
 
 // Every check has a label on the page.

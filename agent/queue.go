@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,14 +14,18 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/internal/atomicfile"
+	"github.com/proofkit/nodekit/internal/procfile"
 )
 
 // queueFile is the name of the report queue in the state directory.
 const queueFile = "reports.jsonl"
 
-// maxQueueLine bounds one line of the queue file: a report is a few
-// hundred bytes to a few KiB, so a longer line is not one.
-const maxQueueLine = 16 << 20
+// maxQueueLine bounds one line of the queue file. The platform takes a
+// report of at most 1 MiB and refuses a longer one as too large, so a
+// longer line is not a report worth keeping; a report is a few hundred
+// bytes to a few KiB (about 60 KiB with the 1,024 listeners a probe
+// lists at most).
+const maxQueueLine = 1 << 20
 
 // A queue holds the reports not yet accepted by the platform, oldest first,
 // bounded to max entries.
@@ -45,10 +51,13 @@ const maxQueueLine = 16 << 20
 // removed reports again, which the platform acknowledges as duplicates
 // (same run, seq not above its last). A crash therefore loses nothing that
 // was pushed: at worst the last line is torn. When the queue is opened
-// again, a line that is not one JSON value (torn, or longer than 16 MiB)
-// is skipped alone, and reported with its byte offset; every line after it
-// is kept. With the default bound (120 readings, about 100 KiB for a node
-// with one link and five listeners) a rewrite is cheap.
+// again, the file is read as a stream with the bound applied while
+// reading, so a file of any size opens in bounded memory: a line that is
+// not one JSON value (torn, or longer than 1 MiB) is skipped alone, and
+// reported with its byte offset; every line after it is kept; of more
+// reports than the bound, the newest are kept. With the default bound
+// (120 readings, about 100 KiB for a node with one link and five
+// listeners) a rewrite is cheap.
 //
 // A queue whose path is empty lives in memory only.
 type queue struct {
@@ -85,68 +94,198 @@ type queued struct {
 // badLine is a line of a queue file that is not one report.
 type badLine struct {
 	offset int64  // byte offset of the line in the file
-	length int    // its length in bytes, without the newline
-	reason string // "not JSON", "longer than 16 MiB"
+	length int64  // its length in bytes, without the newline
+	reason string // "not JSON", "longer than 1 MiB"
+}
+
+// Bounds on what opening a queue file keeps to say what it skipped and
+// dropped: a file of any size is read in bounded memory.
+const (
+	maxBadListed  = 8  // bad lines listed one by one; the rest are counted
+	maxRunsListed = 16 // runs whose dropped reports are listed; the rest are counted
+	maxSeqsListed = 32 // seqs listed of one run's dropped reports; the rest as a range
+	// queueReadChunk is the read size: 2,048 reads for a 2 GiB file.
+	queueReadChunk = 1 << 20
+	keepLineBuf    = 64 << 10 // a line buffer grown past this is let go
+)
+
+// loaded is what opening a queue file left out of the queue: the lines
+// that are not reports, and the old reports beyond the bound.
+type loaded struct {
+	bad      []badLine // the first maxBadListed lines skipped
+	badLines int64     // every line skipped
+	badBytes int64     // their length in bytes
+	dropped  drops
+}
+
+// drops sums up reports dropped on overflow, by run, in bounded memory.
+type drops struct {
+	n      int64
+	runs   []runDrops // the first maxRunsListed runs met, in that order
+	otherN int64      // the reports of further runs
+}
+
+// runDrops is the reports of one run dropped on overflow.
+type runDrops struct {
+	run         string
+	n           int64
+	seqs        []uint64 // the first maxSeqsListed
+	first, last uint64   // the lowest and highest seq
+}
+
+// add counts it as dropped.
+func (d *drops) add(it queued) {
+	d.n++
+	for i := range d.runs {
+		if r := &d.runs[i]; r.run == it.run {
+			r.n++
+			if len(r.seqs) < maxSeqsListed {
+				r.seqs = append(r.seqs, it.seq)
+			}
+			r.first, r.last = min(r.first, it.seq), max(r.last, it.seq)
+			return
+		}
+	}
+	if len(d.runs) == maxRunsListed {
+		d.otherN++
+		return
+	}
+	d.runs = append(d.runs, runDrops{run: it.run, n: 1, seqs: []uint64{it.seq}, first: it.seq, last: it.seq})
 }
 
 // openQueue opens (or creates) the queue at path, keeping at most max
-// reports. It returns the lines it could not read (torn by a crash or a
-// full disk) and the old reports dropped because the file held more than
-// max (the bound was lowered since). The head is kept as sent: the process
-// that queued it may have sent it, and stopped before the platform's
-// answer or before taking it off the queue.
-func openQueue(path string, max int) (q *queue, bad []badLine, dropped []queued, err error) {
-	if max < 1 {
-		return nil, nil, nil, fmt.Errorf("open report queue: bound %d is less than 1", max)
+// reports. It reads the file as a stream, holding at most max reports
+// (each at most 1 MiB) at any moment, so a file of any size or content
+// opens in bounded memory. It returns what it left out: the lines it
+// could not read (torn by a crash or a full disk, or longer than a
+// report can be) and the old reports beyond the bound (lowered since, or
+// a file not written by an agent), the oldest after the head. The head is
+// kept as sent: the process that queued it may have sent it, and stopped
+// before the platform's answer or before taking it off the queue. A file
+// from which anything was left out is rewritten with what was kept.
+//
+// The file must be a regular one: a FIFO or a device in its place is an
+// error, never read (reading a FIFO blocks until something writes).
+func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
+	if bound < 1 {
+		return nil, ld, fmt.Errorf("open report queue: bound %d is less than 1", bound)
 	}
-	q = &queue{path: path, max: max}
+	q = &queue{path: path, max: bound}
 	if path == "" {
-		return q, nil, nil, nil
+		return q, ld, nil
 	}
 	_ = atomicfile.RemoveTemps(path) // left by a crash during a rewrite
-	b, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, nil, fmt.Errorf("open report queue: %w", err)
+	f, _, err := procfile.Open(context.Background(), path)
+	if errors.Is(err, os.ErrNotExist) {
+		return q, ld, nil
 	}
-	var bodies [][]byte
-	bodies, bad = parseQueue(b)
-	for _, body := range bodies {
-		q.items = append(q.items, q.item(body))
+	if err != nil {
+		return nil, ld, fmt.Errorf("open report queue: %w", err)
 	}
-	if len(q.items) > 0 {
-		q.items[0].sent = true
+	defer f.Close()
+	// The head, and the newest of the others the bound leaves room for
+	// (see overflow: with a bound of 1, the head and one more).
+	var (
+		head  *queued
+		ring  = make([]queued, 0, min(bound, 1024))
+		start int // the oldest of ring once it is full
+		keep  = max(bound, 2) - 1
+	)
+	clean, err := scanQueue(f, func(body []byte) {
+		it := q.item(body)
+		switch {
+		case head == nil:
+			head = &it
+		case len(ring) < keep:
+			ring = append(ring, it)
+		default:
+			ld.dropped.add(ring[start])
+			ring[start] = it
+			start = (start + 1) % keep
+		}
+	}, func(b badLine) {
+		if len(ld.bad) < maxBadListed {
+			ld.bad = append(ld.bad, b)
+		}
+		ld.badLines++
+		ld.badBytes += b.length
+	})
+	if err != nil {
+		return nil, loaded{}, fmt.Errorf("open report queue: %s: %w", path, err)
 	}
-	dropped = q.overflow(0)
-	if len(bad) > 0 || len(dropped) > 0 || (err == nil && len(b) > 0 && b[len(b)-1] != '\n') {
+	if head != nil {
+		head.sent = true
+		q.items = append(q.items, *head)
+		q.items = append(q.items, ring[start:]...)
+		q.items = append(q.items, ring[:start]...)
+	}
+	if !clean || ld.badLines > 0 || ld.dropped.n > 0 {
 		if err := q.rewrite(); err != nil {
-			return nil, nil, nil, fmt.Errorf("open report queue: %w", err)
+			return nil, loaded{}, fmt.Errorf("open report queue: %w", err)
 		}
 	}
-	return q, bad, dropped, nil
+	return q, ld, nil
 }
 
-// parseQueue splits a queue file into its reports. A line that is not one
-// complete JSON value (torn by a crash mid-append), or is longer than
-// maxQueueLine, is skipped on its own; blank lines are ignored.
-func parseQueue(b []byte) (items [][]byte, bad []badLine) {
-	var off int64
-	for len(b) > 0 {
-		line, rest, _ := bytes.Cut(b, []byte{'\n'})
-		start := off
-		off += int64(len(line)) + 1
-		b = rest
-		trimmed := bytes.TrimSpace(line)
+// scanQueue reads a queue file from r, line by line in bounded memory
+// (its 1 MiB read buffer and a line of at most maxQueueLine),
+// and calls report with each line that is one JSON value (without the
+// white space around it) and bad with each that is not, or is longer
+// than maxQueueLine (read past, never held); blank lines are ignored.
+// The body given to report is its own. clean says whether the file ended
+// in a newline (or was empty): if not, its last line was torn.
+func scanQueue(r io.Reader, report func([]byte), bad func(badLine)) (clean bool, err error) {
+	br := bufio.NewReaderSize(r, queueReadChunk)
+	var (
+		line    []byte // the line so far, while it is within maxQueueLine
+		length  int64  // its length so far
+		off     int64  // the offset of the line
+		endedNL = true
+	)
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			endedNL = chunk[len(chunk)-1] == '\n'
+		}
+		end := endedNL && len(chunk) > 0
+		part := chunk
+		if end {
+			part = chunk[:len(chunk)-1]
+		}
+		length += int64(len(part))
+		if length <= maxQueueLine {
+			line = append(line, part...)
+		} else {
+			line = line[:0] // too long: only its length is kept
+		}
+		if end || (err == io.EOF && length > 0) {
+			trimmed := bytes.TrimSpace(line)
+			switch {
+			case length > maxQueueLine:
+				bad(badLine{off, length, "longer than 1 MiB"})
+			case len(trimmed) == 0:
+			case !json.Valid(trimmed):
+				bad(badLine{off, length, "not JSON"})
+			default:
+				report(bytes.Clone(trimmed))
+			}
+			off += length
+			if end {
+				off++
+			}
+			length = 0
+			if cap(line) > keepLineBuf {
+				line = nil // a long line's buffer goes
+			}
+			line = line[:0]
+		}
 		switch {
-		case len(trimmed) == 0:
-		case len(line) > maxQueueLine:
-			bad = append(bad, badLine{start, len(line), "longer than 16 MiB"})
-		case !json.Valid(trimmed):
-			bad = append(bad, badLine{start, len(line), "not JSON"})
-		default:
-			items = append(items, bytes.Clone(trimmed))
+		case err == io.EOF:
+			return endedNL, nil
+		case err != nil && !errors.Is(err, bufio.ErrBufferFull):
+			return false, err
 		}
 	}
-	return items, bad
 }
 
 // item makes the queue entry of body, with the next id.

@@ -24,7 +24,7 @@ func TestIntegrationQueueDiskFull(t *testing.T) {
 		t.Skipf("skipping: %v", err)
 	}
 	path := filepath.Join(dir, queueFile)
-	q, _, _, err := openQueue(path, 1000)
+	q, _, err := openQueue(path, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestIntegrationQueueDiskFull(t *testing.T) {
 			failed++
 			// What is on disk is whole lines only.
 			b, _ := os.ReadFile(path)
-			if _, bad := parseQueue(b); len(bad) > 0 || (len(b) > 0 && b[len(b)-1] != '\n') {
+			if _, bad := parseQueue(t, b); len(bad) > 0 || (len(b) > 0 && b[len(b)-1] != '\n') {
 				t.Fatalf("after a failed append the file ends in a part line (%d bytes, bad %v)", len(b), bad)
 			}
 		}
@@ -68,9 +68,9 @@ func TestIntegrationQueueDiskFull(t *testing.T) {
 	if _, err := q.push(report(pushed)); err != nil {
 		t.Fatal(err)
 	}
-	q2, bad, _, err := openQueue(path, 1000)
-	if err != nil || len(bad) > 0 {
-		t.Fatalf("reopen: bad %v err %v", bad, err)
+	q2, ld, err := openQueue(path, 1000)
+	if err != nil || ld.badLines > 0 {
+		t.Fatalf("reopen: bad %v err %v", ld.bad, err)
 	}
 	for i := 0; i <= pushed; i++ {
 		it, ok := q2.head()

@@ -128,6 +128,9 @@ type reporter struct {
 	retryMin  time.Duration
 	retryMax  time.Duration
 	wake      chan struct{}
+	// rand spreads the back-off (see retryWait); nil means
+	// math/rand/v2's Float64. Tests fix it.
+	rand func() float64
 
 	// The current outage, for the line that says delivery recovered:
 	// failedAt is the first failed attempt since the queue was last
@@ -169,6 +172,33 @@ func logOverflow(log *slog.Logger, msg string, dropped []queued, max int) {
 	}
 }
 
+// logDrops logs the reports an opening of the queue dropped on overflow,
+// one line per run, as logOverflow does; a run of more than
+// maxSeqsListed gives its lowest and highest seq instead of every seq.
+func logDrops(log *slog.Logger, d drops, max int) {
+	const msg = "report queue held more than its bound; dropped the oldest"
+	for _, r := range d.runs {
+		args := []any{"dropped", r.n, "queue_max", max, "reason", "overflow", "run", r.run}
+		if r.n <= int64(len(r.seqs)) {
+			args = append(args, "seqs", joinSeqs(r.seqs))
+		} else {
+			args = append(args, "seq_first", r.first, "seq_last", r.last)
+		}
+		log.Warn(msg, args...)
+	}
+	if d.otherN > 0 {
+		log.Warn(msg, "dropped", d.otherN, "queue_max", max, "reason", "overflow", "runs", fmt.Sprintf("more than %d", maxRunsListed))
+	}
+}
+
+// sumLength is the sum of the lines' lengths.
+func sumLength(lines []badLine) (n int64) {
+	for _, l := range lines {
+		n += l.length
+	}
+	return n
+}
+
 // release lets the report id go, and wakes the sender.
 func (r *reporter) release(id uint64) {
 	r.q.release(id)
@@ -180,12 +210,21 @@ func (r *reporter) release(id uint64) {
 
 // seqs lists the seqs of items, for the log.
 func seqs(items []queued) string {
-	var b strings.Builder
+	s := make([]uint64, len(items))
 	for i, it := range items {
+		s[i] = it.seq
+	}
+	return joinSeqs(s)
+}
+
+// joinSeqs is "1,2,3".
+func joinSeqs(seqs []uint64) string {
+	var b strings.Builder
+	for i, s := range seqs {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.FormatUint(it.seq, 10))
+		b.WriteString(strconv.FormatUint(s, 10))
 	}
 	return b.String()
 }
@@ -259,10 +298,7 @@ func (r *reporter) run(ctx context.Context) {
 			r.m.reportFailures.Inc()
 			r.failed()
 			backoff = nextBackoff(backoff, r.retryMin, r.retryMax)
-			wait := jitter(backoff)
-			if rep.after > wait {
-				wait = min(rep.after, maxRetryAfter)
-			}
+			wait := retryWait(backoff, r.spread(), rep.after)
 			args := []any{"reason", rep.detail, "queued", r.q.len(), "retry_in", wait.Round(time.Millisecond)}
 			if rep.out == redirected {
 				r.log.Warn("the report URL answers with a redirect, which the agent does not follow; fix the URL (report kept, will retry)",
@@ -350,6 +386,14 @@ func (r *reporter) newToken(token, detail string) bool {
 // queue.
 const maxRetryAfter = 10 * time.Minute
 
+// spread is a number in [0, 1) from r.rand.
+func (r *reporter) spread() float64 {
+	if r.rand != nil {
+		return r.rand()
+	}
+	return rand.Float64()
+}
+
 // send posts one report and says what the answer means.
 func (r *reporter) send(ctx context.Context, body []byte, token string) reply {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
@@ -388,9 +432,9 @@ func (r *reporter) send(ctx context.Context, body []byte, token string) reply {
 		if rep.location == "" {
 			rep.location = "(none given)"
 		}
-		rep.after = retryAfter(resp.Header.Get("Retry-After"))
+		rep.after = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	default:
-		rep.after = retryAfter(resp.Header.Get("Retry-After"))
+		rep.after = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
 	return rep
 }
@@ -415,13 +459,26 @@ func redactErr(err error) string {
 	return err.Error()
 }
 
-// retryAfter parses a Retry-After header given in seconds.
-func retryAfter(v string) time.Duration {
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
+// retryAfter is how long a Retry-After header asks the agent to wait,
+// at now: given in seconds ("120") or as an HTTP date ("Thu, 03 Dec 2026
+// 09:30:00 GMT", or the two older forms net/http parses), 0 when it is
+// missing, malformed or not in the future. retryWait bounds it.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
 		return 0
 	}
-	return time.Duration(n) * time.Second
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	return max(t.Sub(now), 0)
 }
 
 // nextBackoff doubles prev within [min, max].
@@ -436,11 +493,16 @@ func nextBackoff(prev, min, max time.Duration) time.Duration {
 	return next
 }
 
-// jitter spreads d over [0.8d, 1.2d] so that nodes whose platform came
-// back at the same moment do not all retry in step.
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
+// retryWait is the wait before the next attempt, after a failed one whose
+// back-off is backoff (nextBackoff: 1 s, 2 s, 4 s, … doubling to at most
+// the interval): backoff spread over [0.8, 1.2) of itself by u, a number
+// in [0, 1), so that nodes whose platform came back at the same moment do
+// not all retry in step; or the platform's Retry-After (after) when that
+// is later, at most maxRetryAfter.
+func retryWait(backoff time.Duration, u float64, after time.Duration) time.Duration {
+	wait := time.Duration(float64(backoff) * (0.8 + 0.4*u))
+	if after > wait {
+		wait = min(after, maxRetryAfter)
 	}
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+	return wait
 }

@@ -282,10 +282,10 @@ func TestReadingBounds(t *testing.T) {
 		{"memory missing, NaN", func(r *Reading) {
 			r.MemoryUsedPercent, r.Missing = math.NaN(), []Input{InputMemory}
 		}, "memory_used_percent NaN"},
-		{"before 2000", func(r *Reading) { r.At = time.Date(1999, 12, 31, 23, 59, 59, 0, time.UTC) }, "at 1999-12-31 23:59:59 +0000 UTC, before 2000"},
+		{"before 2000", func(r *Reading) { r.At = time.Date(1999, 12, 31, 23, 59, 59, 0, time.UTC) }, "at 1999-12-31T23:59:59Z, before 2000"},
 		{"1970", func(r *Reading) { r.At = time.Unix(0, 0) }, "before 2000"},
 		{"2000", func(r *Reading) { r.At = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC) }, ""},
-		{"year 2200", func(r *Reading) { r.At = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC) }, "at 2200-01-01 00:00:00 +0000 UTC, in 2200 or later"},
+		{"year 2200", func(r *Reading) { r.At = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC) }, "at 2200-01-01T00:00:00Z, in 2200 or later"},
 		{"year 10000", func(r *Reading) { r.At = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "in 2200 or later"},
 		{"unknown missing", func(r *Reading) { r.Missing = []Input{"disk"} }, `missing lists "disk", not an input`},
 		{"version 2 without run", func(r *Reading) { r.Version, r.Seq = 2, 1 }, "run missing with seq 1"},

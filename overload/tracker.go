@@ -286,12 +286,12 @@ func (t *Tracker) Observe(r Reading) (Result, error) {
 	l := t.limits.withDefaults()
 	if err := r.Validate(); err != nil {
 		if r.Node != "" { // the error names it
-			return Result{}, fmt.Errorf("observe reading at %v: %w", r.At, err)
+			return Result{}, fmt.Errorf("observe reading at %s: %w", stamp(r.At), oneLine{err})
 		}
-		return Result{}, fmt.Errorf("observe reading of node %q at %v: %w", t.node, r.At, err)
+		return Result{}, fmt.Errorf("observe reading of node %q at %s: %w", t.node, stamp(r.At), oneLine{err})
 	}
 	if r.Node != "" && t.node != "" && r.Node != t.node {
-		return Result{}, fmt.Errorf("observe reading at %v: reading is of node %q, tracker is for node %q", r.At, r.Node, t.node)
+		return Result{}, fmt.Errorf("observe reading at %s: reading is of node %q, tracker is for node %q", stamp(r.At), r.Node, t.node)
 	}
 	at, err := t.order(r)
 	if err != nil {
@@ -355,9 +355,9 @@ func (t *Tracker) order(r Reading) (time.Time, error) {
 		switch {
 		case t.last.IsZero():
 		case r.At.Equal(t.last):
-			return time.Time{}, fmt.Errorf("observe reading of node %q at %v: %w: the previous reading has the same time", t.node, r.At, ErrDuplicate)
+			return time.Time{}, fmt.Errorf("observe reading of node %q at %s: %w: the previous reading has the same time", t.node, stamp(r.At), ErrDuplicate)
 		case r.At.Before(t.last):
-			return time.Time{}, fmt.Errorf("observe reading of node %q at %v: %w: the previous reading is at %v", t.node, r.At, ErrOutOfOrder, t.last)
+			return time.Time{}, fmt.Errorf("observe reading of node %q at %s: %w: the previous reading is at %s", t.node, stamp(r.At), ErrOutOfOrder, stamp(t.last))
 		}
 		return r.At, nil
 	}
@@ -368,16 +368,16 @@ func (t *Tracker) order(r Reading) (time.Time, error) {
 	// backup) and goes on from an older seq. It is counted, and the run
 	// goes on from that seq, so a rollback never blinds the window.
 	if r.Run == t.run && r.Seq <= t.seq && !r.At.After(t.last) {
-		return time.Time{}, fmt.Errorf("observe reading of node %q at %v: %w: seq %d of run %s, the latest observed is %d",
-			t.node, r.At, ErrDuplicate, r.Seq, r.Run, t.seq)
+		return time.Time{}, fmt.Errorf("observe reading of node %q at %s: %w: seq %d of run %s, the latest observed is %d",
+			t.node, stamp(r.At), ErrDuplicate, r.Seq, r.Run, t.seq)
 	}
 	// The same holds of the few runs before the latest: a retry of one
 	// that arrives after a new run began (its answer lost, then sent
 	// again through another replica) was counted already.
 	for _, m := range t.earlier {
 		if r.Run == m.run && r.Seq <= m.seq && !r.At.After(t.last) {
-			return time.Time{}, fmt.Errorf("observe reading of node %q at %v: %w: seq %d of the earlier run %s, whose latest observed is %d",
-				t.node, r.At, ErrDuplicate, r.Seq, r.Run, m.seq)
+			return time.Time{}, fmt.Errorf("observe reading of node %q at %s: %w: seq %d of the earlier run %s, whose latest observed is %d",
+				t.node, stamp(r.At), ErrDuplicate, r.Seq, r.Run, m.seq)
 		}
 	}
 	if !t.last.IsZero() && !r.At.After(t.last) {
@@ -385,6 +385,17 @@ func (t *Tracker) order(r Reading) (time.Time, error) {
 	}
 	return r.At, nil
 }
+
+// stamp is t in an error: RFC 3339 with the nanoseconds it has, without
+// the monotonic clock reading that %v would print ("m=+0.000026882").
+func stamp(t time.Time) string { return t.Format(time.RFC3339Nano) }
+
+// oneLine is err on one line: the lines of a joined error (Validate's,
+// one a problem) are separated by "; ". It unwraps to err.
+type oneLine struct{ err error }
+
+func (e oneLine) Error() string { return strings.ReplaceAll(e.err.Error(), "\n", "; ") }
+func (e oneLine) Unwrap() error { return e.err }
 
 // rememberRun returns earlier with the run being left (run, at seq)
 // added as the newest, and next, the run taking over, taken out: a run

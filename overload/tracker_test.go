@@ -676,3 +676,44 @@ func TestDurationsJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestObserveErrorText: Observe's errors give times in RFC 3339, never
+// with the monotonic clock reading %v prints ("m=+0.000026882"), and fit
+// on one line, however many problems a reading has.
+func TestObserveErrorText(t *testing.T) {
+	now := time.Now() // carries a monotonic reading
+	tr := NewTracker("n1", Limits{})
+	if _, err := tr.Observe(Reading{At: now, CPUs: 1, ConntrackMax: 100, MemoryUsedPercent: 10}); err != nil {
+		t.Fatal(err)
+	}
+	stamp := now.Format(time.RFC3339Nano)
+	tests := []struct {
+		name string
+		r    Reading
+		want string
+	}{
+		{"invalid, two problems", Reading{At: now, CPUs: 0, ConntrackMax: 0, MemoryUsedPercent: 120},
+			"observe reading of node \"n1\" at " + stamp + ": invalid reading"},
+		{"version 1, out of order", Reading{At: now.Add(-time.Second), CPUs: 1, ConntrackMax: 100},
+			"at " + now.Add(-time.Second).Format(time.RFC3339Nano) + ": reading out of order: the previous reading is at " + stamp},
+		{"version 1, same time", Reading{At: now, CPUs: 1, ConntrackMax: 100}, "at " + stamp + ": duplicate reading"},
+		{"another node", Reading{Node: "n2", At: now.Add(time.Second), CPUs: 1, ConntrackMax: 100},
+			"observe reading at " + now.Add(time.Second).Format(time.RFC3339Nano) + ": reading is of node \"n2\""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tr.Observe(tt.r)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "m=+") || strings.Contains(msg, "\n") || !strings.Contains(msg, tt.want) {
+				t.Errorf("error %q: want one line, no monotonic reading, holding %q", msg, tt.want)
+			}
+		})
+	}
+	_, err := tr.Observe(tests[0].r)
+	if !errors.Is(err, ErrInvalidReading) || strings.Count(err.Error(), "; ") < 2 {
+		t.Errorf("error %q: want ErrInvalidReading, each problem after \"; \"", err)
+	}
+}

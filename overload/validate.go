@@ -94,8 +94,8 @@ func (r Reading) Validate() error { return r.invalid(nil) }
 func (r Reading) ValidateAt(now time.Time) error {
 	late := func() error {
 		if ahead := r.At.Sub(now); ahead > maxAhead {
-			return fmt.Errorf("at %v, %v after the receiver's clock (%v), more than %v",
-				r.At, ahead.Round(time.Second), now, maxAhead)
+			return fmt.Errorf("at %s, %v after the receiver's clock (%s), more than %v",
+				stamp(r.At), ahead.Round(time.Second), stamp(now), maxAhead)
 		}
 		return nil
 	}
@@ -129,9 +129,9 @@ func (r Reading) invalid(more func() error) error {
 	case r.At.IsZero():
 		bad("at missing, want the time of the reading")
 	case r.At.Before(minReadingTime):
-		bad("at %v, before %d", r.At, minReadingTime.Year())
+		bad("at %s, before %d", stamp(r.At), minReadingTime.Year())
 	case !r.At.Before(maxReadingTime):
-		bad("at %v, in %d or later", r.At, maxReadingTime.Year())
+		bad("at %s, in %d or later", stamp(r.At), maxReadingTime.Year())
 	}
 	var missing [numChecks]bool
 	for _, in := range r.Missing {

@@ -165,6 +165,24 @@ const fileHeader = `# Written by the proofkit agent (nodekit/sysctl) at its star
 # and removes it when nothing is left to set.
 `
 
+// plannedHeader heads a file of values the agent was told to write
+// rather than set (Plan, then WriteFile: proofkit-agent -sysctl file).
+// Some of them it may not have been able to set either; the comment
+// above each key says so.
+const plannedHeader = `# Written by the proofkit agent (nodekit/sysctl) at its start. It was told
+# to write the kernel values it would raise to this file rather than set
+# them (its -sysctl file mode), so it changed nothing; the comment above
+# each key says what it found. On the host, copy this file to
+# /etc/sysctl.d/, run sudo sysctl --system, then restart the agent:
+#
+#   sudo cp 99-proofkit-sysctl.conf /etc/sysctl.d/
+#   sudo sysctl --system
+#
+# Every value here is a raise over what the agent found; it never lowers a
+# size the host holds higher. The agent rewrites this file at each start
+# and removes it when nothing is left to set.
+`
+
 // WriteFile writes FileName in dir with every key of keys whose Action is
 // CannotWrite or WouldRaise (so the agent's "write the file only" mode is
 // Plan then WriteFile of its Keys) and returns its path. Other keys are
@@ -172,8 +190,10 @@ const fileHeader = `# Written by the proofkit agent (nodekit/sysctl) at its star
 // it removes any file an earlier start left and returns "".
 //
 // The file is written atomically (internal/atomicfile: a reader sees the
-// old file or the new one, never a part) with mode 0644: a comment line per key with the value found and why the
-// agent could not set it, then "key = value".
+// old file or the new one, never a part) with mode 0644: a header, which
+// says the agent could not set these values, or, when keys holds a
+// WouldRaise (a Plan's), that it was told not to; then a comment line
+// per key with the value found and why it is there, then "key = value".
 func WriteFile(dir string, keys []KeyResult) (string, error) {
 	if dir == "" {
 		dir = "config"
@@ -198,7 +218,13 @@ func WriteFile(dir string, keys []KeyResult) (string, error) {
 // fileContent returns the fallback file's text and how many keys it sets.
 func fileContent(keys []KeyResult) (string, int) {
 	var b strings.Builder
-	b.WriteString(fileHeader)
+	header := fileHeader
+	for _, k := range keys {
+		if k.Action == WouldRaise { // a Plan's: the agent was told not to set it
+			header = plannedHeader
+		}
+	}
+	b.WriteString(header)
 	n := 0
 	for _, k := range keys {
 		if !k.Action.needsFile() || !validLine(k.Key, k.Target) {

@@ -565,6 +565,38 @@ func TestWriteFile(t *testing.T) {
 	}
 }
 
+// TestWriteFileHeader: a file of the values a Plan would raise (the
+// agent's "write the file only" mode) says the agent was told not to set
+// them, never that it could not; a file of values Apply could not set
+// says why.
+func TestWriteFileHeader(t *testing.T) {
+	tests := []struct {
+		name      string
+		keys      []KeyResult
+		want, not string
+	}{
+		{"planned", []KeyResult{{Key: KeySomaxconn, Found: "4096", Target: "65535", Action: WouldRaise}},
+			"It was told\n# to write the kernel values it would raise to this file rather than set\n# them", "could not"},
+		{"planned, one key read-only too", []KeyResult{
+			{Key: KeySomaxconn, Found: "4096", Target: "65535", Action: WouldRaise},
+			{Key: KeyRmemMax, Found: "212992", Target: "33554432", Action: CannotWrite, Reason: "host-only key: read-only inside a network namespace (mode 0444)"},
+		}, "# host-only key: read-only inside a network namespace (mode 0444); found 212992\nnet.core.rmem_max = 33554432", "could not\n# set these kernel values"},
+		{"applied", []KeyResult{{Key: KeySomaxconn, Found: "4096", Target: "65535", Action: CannotWrite, Reason: "read-only /proc/sys (EROFS)"}},
+			"it could not\n# set these kernel values itself", "was told"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			content, n := fileContent(tt.keys)
+			if n != len(tt.keys) {
+				t.Errorf("%d keys in the file, want %d", n, len(tt.keys))
+			}
+			if !strings.Contains(content, tt.want) || strings.Contains(content, tt.not) {
+				t.Errorf("file lacks %q or holds %q:\n%s", tt.want, tt.not, content)
+			}
+		})
+	}
+}
+
 func TestWriteReason(t *testing.T) {
 	hostOnly, perNetns := specOf(KeyRmemMax), specOf(KeySomaxconn)
 	tests := []struct {

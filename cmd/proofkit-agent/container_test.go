@@ -269,7 +269,9 @@ func TestIntegrationContainer(t *testing.T) {
 	// The project: the compose file and a token, as an operator has them.
 	project := fmt.Sprintf("nkops%d", os.Getpid())
 	dir := t.TempDir()
-	composeText := readDeploy(t, "docker-compose.yml")
+	// The operator's one edit: the platform's URL for the documentation's
+	// placeholder, which the agent refuses.
+	composeText := strings.ReplaceAll(readDeploy(t, "docker-compose.yml"), "https://platform.example/", "https://platform.nodekit.test/")
 	if err := os.WriteFile(filepath.Join(dir, "docker-compose.yml"), []byte(composeText), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -21,22 +21,68 @@ import (
 // readDeploy returns the deployment file name's text.
 func readDeploy(t *testing.T, name string) string { return deploytest.Read(t, name) }
 
+// defaultFile is where the packaged unit takes the operator's settings
+// from (EnvironmentFile=-/etc/default/proofkit-agent).
+const defaultFile = "/etc/default/proofkit-agent"
+
 func TestDeployUnitFlags(t *testing.T) {
-	args := strings.Fields(deploytest.UnitValue(t, "proofkit-agent.service", readDeploy(t, "proofkit-agent.service"), "ExecStart"))
-	if args[0] != "/usr/local/bin/proofkit-agent" {
-		t.Errorf("ExecStart runs %s, want /usr/local/bin/proofkit-agent (where the unit's comment installs it)", args[0])
+	unit := readDeploy(t, "proofkit-agent.service")
+	args := strings.Fields(deploytest.UnitValue(t, "proofkit-agent.service", unit, "ExecStart"))
+	if args[0] != "/usr/bin/proofkit-agent" && args[0] != "/usr/local/bin/proofkit-agent" {
+		t.Errorf("ExecStart runs %s, want /usr/bin/proofkit-agent (the package's) or /usr/local/bin/proofkit-agent", args[0])
 	}
 	// systemd sets STATE_DIRECTORY from StateDirectory=.
 	state := t.TempDir()
 	for i, a := range args {
 		args[i] = strings.ReplaceAll(a, "${STATE_DIRECTORY}", state)
 	}
-	o, err := parseFlags(args[1:], io.Discard)
-	if err != nil {
-		t.Fatalf("the unit's ExecStart does not parse: %v\nargs: %q", err, args[1:])
+	if !strings.Contains(unit, "EnvironmentFile=-"+defaultFile) {
+		// A unit that gives the URL on its command line: as shipped, with
+		// the documentation's placeholder, which the agent refuses, and
+		// parses once the operator has put a real one in its place.
+		if _, err := parseFlags(args[1:], io.Discard); err != nil && strings.Contains(err.Error(), "placeholder") {
+			for i, a := range args {
+				if u, ok := strings.CutPrefix(a, "https://platform.example"); ok {
+					args[i] = "https://platform.nodekit.test" + u
+				}
+			}
+		}
+		o, err := parseFlags(args[1:], io.Discard)
+		if err != nil {
+			t.Fatalf("the unit's ExecStart does not parse: %v\nargs: %q", err, args[1:])
+		}
+		if o.tokenFile == "" || o.reportURL == "" {
+			t.Errorf("the unit reports nowhere: -report-url %q -token-file %q", o.reportURL, o.tokenFile)
+		}
+		return
 	}
-	if o.tokenFile == "" || o.reportURL == "" {
-		t.Errorf("the unit reports nowhere: -report-url %q -token-file %q", o.reportURL, o.tokenFile)
+	// The unit whose settings are in the default file: a flag on the
+	// command line would win over the file, so the URL must not be one,
+	// and -require-report makes an unedited file a clear exit 2.
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(strings.TrimLeft(a, "-"), "report-url") }) {
+		t.Errorf("ExecStart gives -report-url, which would win over %s: %q", defaultFile, args)
+	}
+	if !slices.Contains(args, "-require-report") {
+		t.Errorf("ExecStart lacks -require-report: an unedited %s would start an agent that reports nowhere", defaultFile)
+	}
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(vars map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	}
+	unedited := map[string]string{"PROOFKIT_AGENT_REPORT_URL": "", "PROOFKIT_AGENT_TOKEN_FILE": token}
+	if _, err := parseFlagsEnv(args[1:], io.Discard, env(unedited)); err == nil || !strings.Contains(err.Error(), "no report URL") {
+		t.Errorf("with the default file unedited: %v, want the error that says no report URL", err)
+	}
+	edited := map[string]string{"PROOFKIT_AGENT_REPORT_URL": "https://platform.nodekit.test/api/v1/readings", "PROOFKIT_AGENT_TOKEN_FILE": token}
+	o, err := parseFlagsEnv(args[1:], io.Discard, env(edited))
+	if err != nil {
+		t.Fatalf("the unit's ExecStart with the default file edited does not parse: %v\nargs: %q", err, args[1:])
+	}
+	if o.reportURL != edited["PROOFKIT_AGENT_REPORT_URL"] || o.tokenFile != token {
+		t.Errorf("with the default file edited: -report-url %q -token-file %q", o.reportURL, o.tokenFile)
 	}
 }
 
@@ -70,8 +116,11 @@ func TestDeployDockerFlags(t *testing.T) {
 	args := append(entry[1:], command...)
 	// The container sees the host's /proc and /sys at /host/...; here the
 	// test's own stand in, and the volumes become temporary directories.
+	// The documentation's placeholder URL, which the agent refuses, stands
+	// for the operator's own.
 	repl := strings.NewReplacer("/host/proc", "/proc", "/host/sys", "/sys",
-		"/var/lib/proofkit-agent", t.TempDir(), "/config", t.TempDir())
+		"/var/lib/proofkit-agent", t.TempDir(), "/config", t.TempDir(),
+		"https://platform.example/", "https://platform.nodekit.test/")
 	for i, a := range args {
 		args[i] = repl.Replace(a)
 	}

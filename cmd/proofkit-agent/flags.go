@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +24,7 @@ type options struct {
 	node       string
 	interval   time.Duration
 	reportURL  string
+	requireURL bool
 	tokenFile  string
 	reportCA   string
 	stateDir   string
@@ -59,7 +61,8 @@ func flagSet(o *options) *flag.FlagSet {
 	fs := cmdkit.NewFlagSet("proofkit-agent")
 	fs.StringVar(&o.node, "node", "", "node name sent with each reading: 1 to 64 of A-Z a-z 0-9 . _ - (default: the host name)")
 	fs.DurationVar(&o.interval, "interval", agent.DefaultInterval, "time between readings")
-	fs.StringVar(&o.reportURL, "report-url", "", "platform URL each reading is POSTed to as JSON (default: none, standalone)")
+	fs.StringVar(&o.reportURL, "report-url", "", "platform URL each reading is POSTed to as JSON (default: none, standalone); a documentation placeholder (platform.example, any host under .example or .invalid, example.com/.net/.org) is refused")
+	fs.BoolVar(&o.requireURL, "require-report", false, "refuse to start without a report URL (-report-url or "+envPrefix+"REPORT_URL): for a node that must report, such as one started by the packaged unit")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the platform's bearer token (required with -report-url)")
 	fs.StringVar(&o.reportCA, "report-ca", "", "PEM file of the CA certificates to trust for an https -report-url, instead of the system's")
 	fs.StringVar(&o.stateDir, "state-dir", "state", "directory for the tracker's state and the report queue, relative to the working directory unless absolute")
@@ -92,8 +95,8 @@ func parseFlagsEnv(args []string, stderr io.Writer, lookupEnv func(string) (stri
 	// holds: it is what one runs to see which agent a broken set-up has.
 	origins, err := cmdkit.Parse(fs, args, envPrefix, lookupEnv, func() bool { return o.version })
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\nEvery flag but -version may also be set in the environment as %s<NAME>\n(-report-url as %s); the command line wins.\n\n",
-			envPrefix, cmdkit.EnvName(envPrefix, "report-url"))
+		fmt.Fprintf(stderr, "usage: proofkit-agent [flags]\n\nEvery flag but -version may also be set in the environment as %s<NAME>\n(-report-url as %s, -require-report as %s=true);\na flag given on the command line wins over its variable.\n\n",
+			envPrefix, cmdkit.EnvName(envPrefix, "report-url"), cmdkit.EnvName(envPrefix, "require-report"))
 		fs.SetOutput(stderr)
 		fs.PrintDefaults()
 		return o, err
@@ -134,6 +137,15 @@ func (o *options) check() error {
 		return err
 	}
 	o.logLevel = level
+	// -healthcheck runs with the agent's environment and only asks its
+	// /healthz: the report URL is not its business.
+	if host, ok := placeholderURL(o.reportURL); ok && !o.healthcheck {
+		return f.Errorf("report-url", o.reportURL, "%s is a placeholder from the documentation, a reserved name that never resolves; give your platform's report URL", host)
+	}
+	if o.requireURL && o.reportURL == "" && !o.healthcheck {
+		return usageError{Msg: fmt.Sprintf("no report URL: give -report-url or %s (%s is set: this node must report; a packaged install reads the variable from /etc/default/proofkit-agent)",
+			cmdkit.EnvName(envPrefix, "report-url"), f.Name("require-report"))}
+	}
 	if o.reportURL != "" && o.tokenFile == "" {
 		return errors.New("-report-url needs -token-file (the token is never given as a flag value)")
 	}
@@ -156,6 +168,31 @@ func (o *options) check() error {
 		return f.Errorf("link-speed", o.rawLinkSpeed, "%v", err)
 	}
 	return checkRoots(*o)
+}
+
+// placeholderZones are the names reserved for documentation and for
+// names that must never resolve (RFC 2606, RFC 6761): a report URL on
+// one of them, or under one, was copied from an example and never edited.
+var placeholderZones = []string{"example", "invalid", "example.com", "example.net", "example.org"}
+
+// placeholderURL returns the host of rawURL and true when that host is a
+// documentation placeholder (platform.example, any host under .example
+// or .invalid, example.com, .net or .org and the hosts under them).
+func placeholderURL(rawURL string) (host string, ok bool) {
+	if rawURL == "" {
+		return "", false
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", false // the agent says what is wrong with it
+	}
+	host = strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	for _, z := range placeholderZones {
+		if host == z || strings.HasSuffix(host, "."+z) {
+			return host, true
+		}
+	}
+	return host, false
 }
 
 // checkListen checks a -listen that is not off.

@@ -249,6 +249,26 @@ func tokenFile(t *testing.T) string {
 	return path
 }
 
+// TestReportSettingsFromTheEnvironment: the packaged unit passes
+// -require-report and takes the report URL and the token file from
+// /etc/default/proofkit-agent (EnvironmentFile=): with them set there,
+// the agent starts and its readings reach the platform.
+func TestReportSettingsFromTheEnvironment(t *testing.T) {
+	dir := node(t, agenttest.Node{MemoryUsedPercent: 40})
+	plat := newPlatform(t)
+	a := startEnv(t, []string{
+		"PROOFKIT_AGENT_REPORT_URL=http://" + plat.addr + "/readings",
+		"PROOFKIT_AGENT_TOKEN_FILE=" + tokenFile(t),
+	}, dir, "-require-report", "-sysctl", "off", "-interval", "150ms", "-state-dir", t.TempDir())
+	testkit.WaitFor(t, "a reading accepted", func() bool { return len(plat.readings()) >= 1 })
+	if code := a.stop(); code != 0 {
+		t.Errorf("exit status after SIGTERM = %d, want 0", code)
+	}
+	if auth := plat.authorizations(); auth[0] != "Bearer tok-123" {
+		t.Errorf("Authorization %q, want the token file's", auth[0])
+	}
+}
+
 // TestReadingsReachThePlatformThroughAnOutage: readings arrive every
 // interval; while the platform is down they queue on disk; when it is
 // back it receives every one of them once, in order.
@@ -628,35 +648,51 @@ func TestBadFlags(t *testing.T) {
 		name string
 		args []string
 		want string
+		env  []string
 	}{
-		{"unknown flag", []string{"-bogus"}, "flag provided but not defined: -bogus"},
-		{"zero interval", []string{"-interval", "0s"}, "-interval 0s: must be positive"},
-		{"bad duration", []string{"-interval", "soon"}, `invalid value "soon" for flag -interval: parse error (want a duration such as 30s or 1m30s)`},
-		{"sysctl mode", []string{"-sysctl", "maybe"}, `-sysctl "maybe": want apply, file or off`},
-		{"log format", []string{"-log-format", "xml"}, `-log-format "xml": want text or json`},
-		{"report url without token", []string{"-report-url", "http://127.0.0.1:1/r"}, "-report-url needs -token-file"},
-		{"report url not http", []string{"-report-url", "ftp://x/r", "-token-file", file}, "want an http:// or https:// URL"},
+		{"unknown flag", []string{"-bogus"}, "flag provided but not defined: -bogus", nil},
+		{"zero interval", []string{"-interval", "0s"}, "-interval 0s: must be positive", nil},
+		{"bad duration", []string{"-interval", "soon"}, `invalid value "soon" for flag -interval: parse error (want a duration such as 30s or 1m30s)`, nil},
+		{"sysctl mode", []string{"-sysctl", "maybe"}, `-sysctl "maybe": want apply, file or off`, nil},
+		{"log format", []string{"-log-format", "xml"}, `-log-format "xml": want text or json`, nil},
+		{"report url without token", []string{"-report-url", "http://127.0.0.1:1/r"}, "-report-url needs -token-file", nil},
+		{"report url not http", []string{"-report-url", "ftp://x/r", "-token-file", file}, "want an http:// or https:// URL", nil},
 		{"token file missing", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", filepath.Join(dir, "nope")},
-			"token file " + filepath.Join(dir, "nope") + ": no such file or directory"},
-		{"token file empty", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", file}, "token file " + file + ": empty"},
-		{"token file of two lines", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", twoLines}, "token file " + twoLines + ": more than one line"},
-		{"state dir unwritable", []string{"-state-dir", filepath.Join(file, "state")}, "state directory"},
-		{"link speed", []string{"-link-speed", "eth0=fast"}, `-link-speed "eth0=fast"`},
-		{"queue bound", []string{"-queue-max", "0"}, "-queue-max 0: must be 1 or more"},
-		{"listen address", []string{"-listen", "9464"}, `-listen "9464": want host:port or off`},
-		{"argument", []string{"now"}, `unexpected argument "now"`},
-		{"value missing", []string{"-node", "-once"}, `-node "-once": a value is missing`},
-		{"proc without meminfo", []string{"-proc", dir}, "-proc " + dir + ": no meminfo there"},
-		{"proc without meminfo, once", []string{"-once", "-proc", dir}, "-proc " + dir + ": no meminfo there"},
-		{"sys missing", []string{"-sys", filepath.Join(dir, "nope")}, "-sys " + filepath.Join(dir, "nope") + ": not a directory"},
-		{"netns missing", []string{"-netns", filepath.Join(dir, "nope")}, "-netns " + filepath.Join(dir, "nope")},
-		{"listen port", []string{"-listen", "127.0.0.1:99999"}, `-listen "127.0.0.1:99999": want host:port or off`},
-		{"token file a FIFO", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", fifo}, "token file: " + fifo + " is a named pipe (FIFO), not a regular file"},
-		{"token file a device", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", "/dev/zero"}, "token file: /dev/zero is a character device, not a regular file"},
-		{"node too long", append([]string{"-node", long}, report...), `-node "` + long + `": want 1 to 64 of A-Z a-z 0-9 . _ -`},
-		{"node with a space", append([]string{"-node", "exit fra"}, report...), `-node "exit fra": want 1 to 64`},
-		{"report ca over http", append([]string{"-report-ca", good}, report...), `-report-ca "` + good + `": needs an https:// report URL`},
-		{"report ca not PEM", []string{"-report-url", "https://127.0.0.1:1/r", "-token-file", good, "-report-ca", good}, `-report-ca "` + good + `": no PEM certificate in it`},
+			"token file " + filepath.Join(dir, "nope") + ": no such file or directory", nil},
+		{"token file empty", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", file}, "token file " + file + ": empty", nil},
+		{"token file of two lines", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", twoLines}, "token file " + twoLines + ": more than one line", nil},
+		{"state dir unwritable", []string{"-state-dir", filepath.Join(file, "state")}, "state directory", nil},
+		{"link speed", []string{"-link-speed", "eth0=fast"}, `-link-speed "eth0=fast"`, nil},
+		{"queue bound", []string{"-queue-max", "0"}, "-queue-max 0: must be 1 or more", nil},
+		{"listen address", []string{"-listen", "9464"}, `-listen "9464": want host:port or off`, nil},
+		{"argument", []string{"now"}, `unexpected argument "now"`, nil},
+		{"value missing", []string{"-node", "-once"}, `-node "-once": a value is missing`, nil},
+		{"proc without meminfo", []string{"-proc", dir}, "-proc " + dir + ": no meminfo there", nil},
+		{"proc without meminfo, once", []string{"-once", "-proc", dir}, "-proc " + dir + ": no meminfo there", nil},
+		{"sys missing", []string{"-sys", filepath.Join(dir, "nope")}, "-sys " + filepath.Join(dir, "nope") + ": not a directory", nil},
+		{"netns missing", []string{"-netns", filepath.Join(dir, "nope")}, "-netns " + filepath.Join(dir, "nope"), nil},
+		{"listen port", []string{"-listen", "127.0.0.1:99999"}, `-listen "127.0.0.1:99999": want host:port or off`, nil},
+		{"token file a FIFO", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", fifo}, "token file: " + fifo + " is a named pipe (FIFO), not a regular file", nil},
+		{"token file a device", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", "/dev/zero"}, "token file: /dev/zero is a character device, not a regular file", nil},
+		{"node too long", append([]string{"-node", long}, report...), `-node "` + long + `": want 1 to 64 of A-Z a-z 0-9 . _ -`, nil},
+		{"node with a space", append([]string{"-node", "exit fra"}, report...), `-node "exit fra": want 1 to 64`, nil},
+		{"report ca over http", append([]string{"-report-ca", good}, report...), `-report-ca "` + good + `": needs an https:// report URL`, nil},
+		{"report ca not PEM", []string{"-report-url", "https://127.0.0.1:1/r", "-token-file", good, "-report-ca", good}, `-report-ca "` + good + `": no PEM certificate in it`, nil},
+		{"placeholder report url", []string{"-report-url", "https://platform.example/api/v1/readings", "-token-file", good},
+			`-report-url "https://platform.example/api/v1/readings": platform.example is a placeholder from the documentation`, nil},
+		{"placeholder under example.com", []string{"-report-url", "https://api.Example.COM./r", "-token-file", good},
+			"api.example.com is a placeholder from the documentation", nil},
+		{"placeholder under .invalid", []string{"-report-url", "http://platform.invalid:8080/r", "-token-file", good},
+			"platform.invalid is a placeholder", nil},
+		{"placeholder from the environment", nil,
+			`PROOFKIT_AGENT_REPORT_URL (-report-url) "https://platform.example/api/v1/readings": platform.example is a placeholder`,
+			[]string{"PROOFKIT_AGENT_REPORT_URL=https://platform.example/api/v1/readings", "PROOFKIT_AGENT_TOKEN_FILE=" + good}},
+		{"report required, none given", []string{"-require-report"},
+			"no report URL: give -report-url or PROOFKIT_AGENT_REPORT_URL (-require-report is set: this node must report; a packaged install reads the variable from /etc/default/proofkit-agent)", nil},
+		{"report required, variable empty", []string{"-require-report"}, "no report URL: give -report-url or PROOFKIT_AGENT_REPORT_URL",
+			[]string{"PROOFKIT_AGENT_REPORT_URL=", "PROOFKIT_AGENT_TOKEN_FILE=" + good}},
+		{"report required by the environment", nil, "(PROOFKIT_AGENT_REQUIRE_REPORT (-require-report) is set",
+			[]string{"PROOFKIT_AGENT_REQUIRE_REPORT=true"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -665,6 +701,7 @@ func TestBadFlags(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, append(append([]string{}, roots...), tt.args...)...)
+			cmd.Env = append(os.Environ(), tt.env...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()
@@ -718,6 +755,15 @@ func TestSysctlOnAFakeTree(t *testing.T) {
 				}
 				if ferr != nil {
 					t.Errorf("-sysctl file wrote no file: %v", ferr)
+				}
+				// Told not to set them, it says so: not that it could
+				// not (it runs as root, on a writable tree).
+				b, _ := os.ReadFile(filepath.Join(confDir, sysctl.FileName))
+				if strings.Contains(a.log(), "could not be set") || strings.Contains(string(b), "could not\n# set these kernel values") {
+					t.Errorf("-sysctl file says the values could not be set; log:\n%s\nfile:\n%s", a.log(), b)
+				}
+				if a.count("sysctl: wrote the kernel values to raise to the file, as -sysctl file asks, and set none; to apply them copy the file to /etc/sysctl.d/, run sudo sysctl --system, restart the agent") != 1 {
+					t.Errorf("-sysctl file does not say it wrote the file as asked:\n%s", a.log())
 				}
 			}
 		})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/overload/probe"
 )
 
 // testClock, in a binary built with -tags proofkit_testclock (the fault
@@ -48,4 +49,18 @@ func (s shifted) Read(ctx context.Context) (overload.Reading, error) {
 	r, err := s.Source.Read(ctx)
 	r.At = r.At.Add(offset(s.file))
 	return r, err
+}
+
+// ReadLinkBytes shifts the reading as Read does and passes the source's
+// byte counts on, so the binary's tests see the byte counters the agent
+// exports with a real probe (see agent.LinkByteSource).
+func (s shifted) ReadLinkBytes(ctx context.Context) (overload.Reading, []probe.LinkBytes, error) {
+	bs, ok := s.Source.(agent.LinkByteSource)
+	if !ok {
+		r, err := s.Read(ctx)
+		return r, nil, err
+	}
+	r, moved, err := bs.ReadLinkBytes(ctx)
+	r.At = r.At.Add(offset(s.file))
+	return r, moved, err
 }

@@ -282,8 +282,32 @@ func TestDeltas(t *testing.T) {
 			if tt.check != nil {
 				tt.check(t, r)
 			}
+			// The bytes: one count per link with a rate, its counters'
+			// growth, never a rate times a time.
+			moved := linkBytes(r, tt.prev, tt.cur)
+			if len(moved) != len(r.Links) {
+				t.Fatalf("bytes of %d links, rates of %d", len(moved), len(r.Links))
+			}
+			for i, b := range moved {
+				pl, cl := findLink(tt.prev, b.Name), findLink(tt.cur, b.Name)
+				if b.Name != r.Links[i].Name || b.RxBytes != cl.rxBytes-pl.rxBytes || b.TxBytes != cl.txBytes-pl.txBytes {
+					t.Errorf("bytes %+v; counters went from %d/%d to %d/%d", b, pl.rxBytes, pl.txBytes, cl.rxBytes, cl.txBytes)
+				}
+			}
+			if tt.name == "growth" && (len(moved) != 1 || moved[0] != LinkBytes{Name: "eth0", RxBytes: 1250, TxBytes: 2500}) {
+				t.Errorf("bytes %+v, want eth0 1250 received, 2500 sent", moved)
+			}
 		})
 	}
+}
+
+func findLink(s *sample, name string) linkSample {
+	for _, l := range s.links {
+		if l.name == name {
+			return l
+		}
+	}
+	return linkSample{}
 }
 
 // TestSourcesOnePerInput: every input the overload checks read has one

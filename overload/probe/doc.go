@@ -29,7 +29,9 @@
 //     1,024 fullest), for information.
 //   - Links: bits per second each way for links that are up and running,
 //     loopback left out; the speed from SysRoot/class/net/IF/speed or
-//     Config.LinkSpeedMbps, 0 when unknown (with a note).
+//     Config.LinkSpeedMbps, 0 when unknown (with a note). ReadLinkBytes
+//     gives with the reading the bytes each link moved, the growth of the
+//     kernel's own counters the rates were made from.
 //
 // Counters that only grow in the kernel become deltas between readings.
 // The first reading has none and says so; a counter that went back (a

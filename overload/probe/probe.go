@@ -152,11 +152,48 @@ func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
 	if p.closed {
 		return overload.Reading{}, fmt.Errorf("probe: read: %w", os.ErrClosed)
 	}
-	r, err := p.read(ctx)
+	r, _, err := p.read(ctx)
 	if err != nil {
 		return overload.Reading{}, fmt.Errorf("probe: read: %w", err)
 	}
 	return r, nil
+}
+
+// LinkBytes is what one link moved between two readings, as the kernel
+// counts it: the growth of the link's own byte counters (rtnetlink's
+// 64-bit statistics, as in /sys/class/net/IF/statistics/rx_bytes). It
+// depends on no clock, so a sum of LinkBytes equals the kernel's counters'
+// growth whatever the wall clock did meanwhile.
+type LinkBytes struct {
+	// Name is the link's name, as in the reading's Links.
+	Name string
+	// RxBytes and TxBytes are the bytes received and transmitted.
+	RxBytes, TxBytes uint64
+}
+
+// ReadLinkBytes takes one reading, as Read does, and returns with it the
+// bytes each of its links moved since the previous reading (Read or
+// ReadLinkBytes): one LinkBytes for each link that has a rate in the
+// reading, the same counters' growth the rate was made from. A link
+// without a rate (new, replaced, its counters reset, the first reading,
+// a reboot) has none.
+func (p *Probe) ReadLinkBytes(ctx context.Context) (overload.Reading, []LinkBytes, error) {
+	if err := unsupported("read"); err != nil {
+		return overload.Reading{}, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return overload.Reading{}, nil, fmt.Errorf("probe: read: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return overload.Reading{}, nil, fmt.Errorf("probe: read: %w", os.ErrClosed)
+	}
+	r, b, err := p.read(ctx)
+	if err != nil {
+		return overload.Reading{}, nil, fmt.Errorf("probe: read: %w", err)
+	}
+	return r, b, nil
 }
 
 // Close releases the network namespace handle. Read fails after Close.

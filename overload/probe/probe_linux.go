@@ -122,15 +122,16 @@ func (p *Probe) close() error {
 
 // read takes a sample of the raw counters, then turns it and the previous
 // one into a reading.
-func (p *Probe) read(ctx context.Context) (overload.Reading, error) {
+func (p *Probe) read(ctx context.Context) (overload.Reading, []LinkBytes, error) {
 	cur, err := p.take(ctx)
 	if err != nil {
-		return overload.Reading{}, err
+		return overload.Reading{}, nil, err
 	}
 	if cur.memoryErr != nil && cur.loadErr != nil {
-		return overload.Reading{}, fmt.Errorf("%s unreadable: %w", p.cfg.ProcRoot, errors.Join(cur.memoryErr, cur.loadErr))
+		return overload.Reading{}, nil, fmt.Errorf("%s unreadable: %w", p.cfg.ProcRoot, errors.Join(cur.memoryErr, cur.loadErr))
 	}
 	r := deltas(p.prev, cur)
+	moved := linkBytes(r, p.prev, cur)
 	r.Version, r.Node, r.At = overload.ReadingVersion, p.cfg.Node, cur.mono
 	if cur.netErr == nil {
 		p.prev = cur
@@ -138,7 +139,33 @@ func (p *Probe) read(ctx context.Context) (overload.Reading, error) {
 	if len(r.Missing) > 0 {
 		p.cfg.Logger.Debug("reading with inputs missing", "missing", r.Missing, "notes", r.Notes)
 	}
-	return r, nil
+	return r, moved, nil
+}
+
+// linkBytes returns the bytes each link of r moved since prev: for each
+// link deltas gave a rate, the growth of the counters it was made from.
+func linkBytes(r overload.Reading, prev, cur *sample) []LinkBytes {
+	if prev == nil || len(r.Links) == 0 {
+		return nil
+	}
+	before := make(map[string]linkSample, len(prev.links))
+	for _, l := range prev.links {
+		before[l.name] = l
+	}
+	now := make(map[string]linkSample, len(cur.links))
+	for _, l := range cur.links {
+		now[l.name] = l
+	}
+	out := make([]LinkBytes, 0, len(r.Links))
+	for _, k := range r.Links {
+		pl, ok1 := before[k.Name]
+		l, ok2 := now[k.Name]
+		if !ok1 || !ok2 || pl.index != l.index || l.rxBytes < pl.rxBytes || l.txBytes < pl.txBytes {
+			continue // deltas gave no rate for it either
+		}
+		out = append(out, LinkBytes{Name: k.Name, RxBytes: l.rxBytes - pl.rxBytes, TxBytes: l.txBytes - pl.txBytes})
+	}
+	return out
 }
 
 // sample holds what one reading found, before any delta: values, raw

@@ -22,8 +22,8 @@ func unsupported(op string) error {
 
 func (p *Probe) open() error { return unsupported("new") }
 
-func (p *Probe) read(context.Context) (overload.Reading, error) {
-	return overload.Reading{}, unsupported("read")
+func (p *Probe) read(context.Context) (overload.Reading, []LinkBytes, error) {
+	return overload.Reading{}, nil, unsupported("read")
 }
 
 func (p *Probe) close() error { return nil }
