@@ -49,6 +49,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -65,6 +66,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/internal/buildinfo"
+	"github.com/proofkit/nodekit/internal/procfile"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -348,11 +350,17 @@ func debugHandler() http.Handler {
 	return mux
 }
 
+// maxConfigFile bounds the token and notify files: a line per node of a
+// 100,000-node fleet is a few megabytes.
+const maxConfigFile = 32 << 20
+
+// readTokens reads the token file: a regular file of at most
+// maxConfigFile bytes (a FIFO or a device is refused at once, never
+// waited on or read without end).
 func readTokens(path string) (tokens, error) {
-	f, err := os.Open(path)
+	b, _, err := procfile.Read(context.Background(), path, maxConfigFile)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return parseTokens(f)
+	return parseTokens(bytes.NewReader(b))
 }
