@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,6 +123,7 @@ const (
 	reasonInvalid      = "invalid"
 	reasonUnauthorized = "unauthorized"
 	reasonTooLarge     = "too_large"
+	reasonIncomplete   = "incomplete"
 	reasonUnknownNode  = "unknown_node"
 	reasonNotFound     = "not_found"
 	reasonNotAdmitted  = "not_admitted"
@@ -334,7 +337,8 @@ func limitBody(w http.ResponseWriter, r *http.Request) {
 // "duplicate": true for one already counted (a retry after a lost answer,
 // acknowledged so it is not retried for ever); 409 "older" for a version 1
 // reading not newer than the latest and 400 "invalid" for one that cannot
-// be true (the agent drops both); 413 "too_large"; 401/403 "unauthorized"
+// be true (the agent drops both); 413 "too_large"; 408 "incomplete" for
+// a body that stalled or broke off (retried); 401/403 "unauthorized"
 // (kept and retried: the operator must fix the agent's configuration);
 // 503 while the store is unavailable and 500 when this node's state
 // cannot be saved (both retried).
@@ -344,7 +348,7 @@ func handleReport(ctx context.Context, svc service, w http.ResponseWriter, r *ht
 	body, err := readBody(r, *buf)
 	*buf = body
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, reasonTooLarge, fmt.Errorf("reading body: %w", err))
+		writeBodyFailure(w, fmt.Errorf("reading body: %w", err))
 		return
 	}
 	var rd overload.Reading
@@ -496,9 +500,8 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, reasonTooLarge, fmt.Errorf("request body: %w", err))
+		if isBodyFailure(err) {
+			writeBodyFailure(w, fmt.Errorf("request body: %w", err))
 			return false
 		}
 		writeError(w, http.StatusBadRequest, reasonInvalid, fmt.Errorf("request body: %w", err))
@@ -511,6 +514,30 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// isBodyFailure reports whether err, from reading a request's body, is
+// the body's fault in transit (too large, or not all of it came in time)
+// rather than its content's.
+func isBodyFailure(err error) bool {
+	var tooLarge *http.MaxBytesError
+	var ne net.Error
+	return errors.As(err, &tooLarge) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// writeBodyFailure answers a body that could not be read: 413 "too_large"
+// for one over maxBody, which resending cannot fix; otherwise (it stalled
+// past the server's read timeout, or the connection broke mid-body) 408
+// "incomplete" with Retry-After, which a client sends again: a slow link
+// must not lose a reading.
+func writeBodyFailure(w http.ResponseWriter, err error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeError(w, http.StatusRequestEntityTooLarge, reasonTooLarge, err)
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusRequestTimeout, reasonIncomplete, err)
 }
 
 // statusOf maps an error of the platform to its status and reason word.
