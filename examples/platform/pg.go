@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -1294,9 +1293,7 @@ func (p *pgPlatform) logClosures(nodes ...*pgNode) {
 			continue
 		}
 		for _, c := range n.closing {
-			a := c.Action
-			p.log.Warn("closing route", "node", n.info.ID, "route", a.Route.ID, "user", a.Route.User,
-				"reason", string(a.Reason), "action", a.String())
+			p.logClosure(n.info.ID, c.Action)
 		}
 	}
 }
@@ -1309,9 +1306,7 @@ func (p *pgPlatform) plan(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Ti
 	// The closures are logged once committed (logClosures), not here: a
 	// transaction run again plans again, and one that fails closes
 	// nothing.
-	quiet := p.rules
-	quiet.log = slog.New(slog.DiscardHandler)
-	plan, _, err := quiet.planOne(now, n.node, alts)
+	plan, _, err := p.planOne(now, n.node, alts)
 	if alts.err != nil {
 		return alts.err
 	}

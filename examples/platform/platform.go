@@ -85,7 +85,7 @@ type rules struct {
 }
 
 func newRules(cfg config) (rules, error) {
-	if err := validatePolicy(cfg.Policy); err != nil {
+	if err := cfg.Policy.Validate(); err != nil {
 		return rules{}, fmt.Errorf("policy: %w", err)
 	}
 	if err := cfg.Limits.Validate(); err != nil {
@@ -314,7 +314,7 @@ func (c *rules) take(n *node, r overload.Reading, now time.Time) (reportOutcome,
 	// memory from this reading (0 when the reading lacks it, so a stale
 	// figure never counts as above the move threshold).
 	ended := n.info.OverloadEnded
-	setOverload(&n.info, n.tracker, r)
+	n.info.SetOverload(n.tracker, r)
 	platformClock(n, res.Event, ended, now)
 	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
 }
@@ -328,7 +328,7 @@ func (c *rules) logOutcome(r overload.Reading, out reportOutcome, now time.Time)
 			c.log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", overload.Texts(ev.Findings))
 		case overload.End:
 			c.log.Info("overload ended", "node", r.Node, "at", now, "reading_at", ev.At, "lasted", ev.Lasted,
-				"offered_again", offeredAgain(c.cfg.Policy, now))
+				"offered_again", c.cfg.Policy.OfferedAgain(now))
 		}
 	}
 	if out.Notice != nil {
@@ -372,7 +372,7 @@ func (p *platform) admit(_ context.Context, id string) (admitAnswer, error) {
 }
 
 func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
-	ok, why, err := admitNode(p.cfg.Policy, n.info, now)
+	ok, why, err := p.cfg.Policy.Admit(n.info, now)
 	a := admitAnswer{Node: n.info.ID, Admit: ok, Reason: string(why), At: now}
 	if err != nil {
 		a.Why = err.Error()
@@ -382,7 +382,7 @@ func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
 		a.Why = why.String()
 	}
 	if why == routing.ReasonCoolDown {
-		a.Until = offeredAgain(p.cfg.Policy, n.info.OverloadEnded)
+		a.Until = p.cfg.Policy.OfferedAgain(n.info.OverloadEnded)
 	}
 	return a
 }
@@ -419,6 +419,7 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 			continue
 		}
 		for _, a := range plan.Actions {
+			p.logClosure(id, a)
 			alts.remove(a.Route)
 			// The route the move relies on counts as in use from now,
 			// saved with its node.
@@ -453,7 +454,7 @@ func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (rout
 		return routing.Plan{}, false, nil
 	}
 	routes := c.appendPricedRoutes(make([]routing.Route, 0, len(n.routes)), n, now)
-	plan, err := planNode(c.cfg.Policy, now, n.info, routes, alts)
+	plan, err := c.cfg.Policy.Plan(now, n.info, routes, alts)
 	if err != nil {
 		return routing.Plan{}, false, err
 	}
@@ -464,14 +465,37 @@ func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (rout
 		delete(n.routes, a.Route.ID)
 		rt.Session.End = now
 		n.closed = appendBounded(n.closed, closedRoute{Action: a, At: now, Earned: rt.Earned}, maxClosed)
-		c.log.Warn("closing route", "node", n.info.ID, "route", a.Route.ID, "user", a.Route.User,
-			"reason", string(a.Reason), "action", a.String())
 	}
 	if len(plan.Actions) > 0 {
 		n.lastPlan = &plan
 		n.info.LiveUsers = liveUsers(n)
 	}
 	return plan, len(plan.Actions) > 0 || budgetsChanged, nil
+}
+
+// sameBudgets reports whether two plan states hold the same budgets; the
+// plan time alone is not worth a write: the budgets, which pace moves and
+// closures, are what the next plan needs. The period between plans is
+// not worth one either: a stale stored period only bounds how far the
+// pace may fall behind after a restart.
+func sameBudgets(a, b routing.NodeState) bool {
+	a.PlannedAt, b.PlannedAt = time.Time{}, time.Time{}
+	a.Period, b.Period = 0, 0
+	return a.Equal(b)
+}
+
+// reliesOn is the route a closure relies on, the user's other copy that
+// carries the user on; false for an action that relies on none (an unused
+// route).
+func reliesOn(a routing.Action) (routing.Route, bool) {
+	return a.Keeps, a.Reason == routing.ReasonMove && a.Keeps.ID != ""
+}
+
+// logClosure logs a route a plan of node closed, once the closure is
+// the store's.
+func (c *rules) logClosure(node string, a routing.Action) {
+	c.log.Warn("closing route", "node", node, "route", a.Route.ID, "user", a.Route.User,
+		"reason", string(a.Reason), "action", a.String())
 }
 
 // fleetIndex is the index of the whole route table, each route at its
@@ -482,7 +506,7 @@ func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (rout
 type fleetIndex struct {
 	p   *platform
 	now time.Time
-	idx *memIndex
+	idx *routing.Index
 }
 
 func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
@@ -491,15 +515,14 @@ func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
 		for _, id := range f.p.ids() {
 			all = f.p.appendPricedRoutes(all, f.p.nodes[id], f.now)
 		}
-		f.idx = newMemIndex(all)
+		f.idx = routing.NewIndex(all)
 	}
 	return f.idx.Alternative(r)
 }
 
-// Record and ReliedOn are the methods routing's Alternatives gains with
-// the reliance it tracks itself: the platform records closures and
-// reliance after Plan returns (planRoundLocked), and answers from the
-// routes' ReliedOn.
+// Record does nothing: the platform records closures and reliance in its
+// own data after Plan returns (planRoundLocked), and ReliedOn answers from
+// the routes' ReliedOn.
 func (f *fleetIndex) Record(time.Time, routing.Action) {}
 
 func (f *fleetIndex) ReliedOn(r routing.Route) time.Time {
@@ -509,15 +532,9 @@ func (f *fleetIndex) ReliedOn(r routing.Route) time.Time {
 	return time.Time{}
 }
 
-// reliance is what routing's coming Alternatives asks beyond Alternative.
-type reliance interface {
-	Record(at time.Time, a routing.Action)
-	ReliedOn(r routing.Route) time.Time
-}
-
 var (
-	_ reliance = (*fleetIndex)(nil)
-	_ reliance = (*pgAlternatives)(nil)
+	_ routing.Alternatives = (*fleetIndex)(nil)
+	_ routing.Alternatives = (*pgAlternatives)(nil)
 )
 
 // remove records a closure in the index, if it was built.
@@ -866,7 +883,7 @@ func (p *platform) events(_ context.Context, id string, after int64, limit int) 
 }
 
 func (p *rules) viewLocked(n *node, now time.Time) nodeView {
-	ok, why, admitErr := admitNode(p.cfg.Policy, n.info, now)
+	ok, why, admitErr := p.cfg.Policy.Admit(n.info, now)
 	v := nodeView{
 		ID: n.info.ID, Registered: n.info.Role != 0, Country: n.info.Country, Paused: n.info.Paused,
 		Overloaded: n.tracker.Overloaded(), Since: n.info.OverloadedSince, SinceReading: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
