@@ -332,6 +332,7 @@ type notifier struct {
 
 	mu       sync.Mutex
 	inFlight map[string]int      // by receiver URL
+	failing  map[string]bool     // by receiver URL: its last attempt is to be retried
 	total    int                 // attempts in flight
 	disabled map[string][32]byte // receiver URL → the notify file's hash when it answered 410
 	attempts [len(outcomeNames)]atomic.Int64
@@ -349,7 +350,7 @@ func newNotifier(cfg notifyConfig, rs *receivers, log *slog.Logger, now func() t
 	}
 	n := &notifier{
 		cfg: cfg, log: log, now: now, wake: make(chan struct{}, 1),
-		inFlight: map[string]int{}, disabled: map[string][32]byte{},
+		inFlight: map[string]int{}, failing: map[string]bool{}, disabled: map[string][32]byte{},
 		client: &http.Client{
 			Timeout: cfg.Timeout,
 			// A receiver's redirect is not followed: the signed body goes
@@ -421,36 +422,76 @@ func (n *notifier) run(ctx context.Context) {
 	}
 }
 
-// filter is the claim filter for the receivers now busy.
-func (n *notifier) filter(rs *receivers) claimFilter {
+// Fairness between receivers. Each receiver has its own share of the
+// attempts in flight: cfg.perReceiver while it answers, one while it
+// fails (its last attempt timed out, was refused or answered 408, 429 or
+// 5xx), so a receiver that hangs holds one slot, not a share of them.
+// The replica's cfg.maxInFlight bounds the attempts beyond each
+// receiver's first: a receiver with nothing in flight may always start
+// one, so receivers that hang, however many, never hold back another's
+// messages. A claim skips every receiver that may start no attempt now,
+// so the oldest messages of a busy receiver never take the place of a
+// newer one of an idle receiver.
+
+// limitOf is how many attempts the receiver with key may have in flight;
+// n.mu held.
+func (n *notifier) limitOf(key string) int {
+	if n.failing[key] {
+		return 1
+	}
+	return n.cfg.perReceiver
+}
+
+// busyLocked reports whether the receiver with key may start no attempt
+// now; n.mu held.
+func (n *notifier) busyLocked(key string) bool {
+	in := n.inFlight[key]
+	return in >= n.limitOf(key) || (in > 0 && n.total >= n.cfg.maxInFlight)
+}
+
+// filter is the claim filter for the receivers now busy, and how many
+// deliveries a claim may take: the free slots, or, with none free, one
+// for each receiver with nothing in flight.
+func (n *notifier) filter(rs *receivers) (claimFilter, int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var f claimFilter
+	idle := 0
 	for node, rc := range rs.byNode {
 		f.Own = append(f.Own, node)
-		if n.inFlight[rc.URL.String()] >= n.cfg.perReceiver {
+		key := rc.URL.String()
+		if n.busyLocked(key) {
 			f.Busy = append(f.Busy, node)
+		} else if n.inFlight[key] == 0 {
+			idle++
 		}
 	}
-	if rs.any != nil && n.inFlight[rs.any.URL.String()] >= n.cfg.perReceiver {
-		f.AnyBusy = true
+	if rs.any != nil {
+		key := rs.any.URL.String()
+		if n.busyLocked(key) {
+			f.AnyBusy = true
+		} else if n.inFlight[key] == 0 {
+			idle++
+		}
 	}
-	return f
+	free := n.cfg.maxInFlight - n.total
+	if free <= 0 {
+		free = idle
+	}
+	return f, free
 }
 
 // pump claims what is due, as many as there are free slots, and starts
 // an attempt of each.
 func (n *notifier) pump(ctx context.Context) {
 	for ctx.Err() == nil {
-		n.mu.Lock()
-		free := n.cfg.maxInFlight - n.total
-		n.mu.Unlock()
+		rs := n.receivers()
+		f, free := n.filter(rs)
 		if free <= 0 {
 			return
 		}
-		rs := n.receivers()
 		qctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		ds, err := n.box.claim(qctx, n.now(), free, n.cfg.lease, n.filter(rs))
+		ds, err := n.box.claim(qctx, n.now(), free, n.cfg.lease, f)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -481,7 +522,7 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
 	key := rc.URL.String()
 	n.mu.Lock()
 	sum, off := n.disabled[key]
-	busy := n.inFlight[key] >= n.cfg.perReceiver
+	busy := n.busyLocked(key)
 	if !off && !busy {
 		n.inFlight[key]++
 		n.total++
@@ -511,8 +552,13 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
 		n.mu.Lock()
 		n.inFlight[key]--
 		n.total--
-		if res.outcome == outcomeGone {
+		switch res.outcome {
+		case outcomeGone:
 			n.disabled[key] = rs.sum
+		case outcomeRetry:
+			n.failing[key] = true
+		default: // it answered
+			delete(n.failing, key)
 		}
 		n.mu.Unlock()
 		n.settle(context.WithoutCancel(ctx), d, rc, res)
@@ -555,7 +601,7 @@ func (n *notifier) attempt(ctx context.Context, rc *receiver, d delivery) attemp
 			res.err = fmt.Sprintf("given up after %d attempts over %v: %s", d.Attempts, n.cfg.GiveUp, res.err)
 		} else {
 			wait := backoff(n.cfg.backoffBase, n.cfg.backoffMax, d.Attempts, rand.Float64())
-			if ra := retryAfter(resp); ra > wait {
+			if ra := retryAfter(resp, now); ra > wait {
 				wait = min(ra, n.cfg.backoffMax)
 			}
 			res.next = now.Add(wait)
@@ -564,16 +610,21 @@ func (n *notifier) attempt(ctx context.Context, rc *receiver, d delivery) attemp
 	return res
 }
 
-// retryAfter is a 429's or 503's Retry-After in seconds, or 0.
-func retryAfter(resp *http.Response) time.Duration {
+// retryAfter is how long an answer's Retry-After asks to wait from now,
+// given in seconds or as an HTTP date (RFC 9110, 10.2.3); 0 for none or
+// a value that is neither.
+func retryAfter(resp *http.Response, now time.Time) time.Duration {
 	if resp == nil {
 		return 0
 	}
-	s, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-	if err != nil || s < 0 {
-		return 0
+	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
+	if s, err := strconv.Atoi(v); err == nil {
+		return time.Duration(max(s, 0)) * time.Second
 	}
-	return time.Duration(s) * time.Second
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
 }
 
 // urlless is err without the URL an *url.Error carries, which may hold

@@ -685,6 +685,73 @@ func TestNotifySlowReceiver(t *testing.T) {
 	<-done
 }
 
+// TestNotifyHangingReceivers: ten receivers that hang (each holding
+// every request it gets for longer than the test) and one that answers,
+// on both stores. The hanging receivers' 80 notices are older than the
+// healthy one's and more than the replicas' attempts in flight, yet the
+// healthy receiver has its notice within a second of its decision: a
+// receiver that hangs holds back only its own messages.
+func TestNotifyHangingReceivers(t *testing.T) { eachNotifyStore(t, testNotifyHangingReceivers) }
+
+func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	healthy := newHook(t, c, hookSecret)
+	lines := []string{"ok " + healthy.url() + " " + hookSecret}
+	var hanging []*hook
+	for i := range 10 {
+		h := newHook(t, c, hookSecret)
+		h.mu.Lock()
+		h.hold = make(chan struct{})
+		h.mu.Unlock()
+		hanging = append(hanging, h)
+		for j := range 8 {
+			lines = append(lines, fmt.Sprintf("h%d-%d %s %s", i, j, h.url(), hookSecret))
+		}
+	}
+	cfg := testNotifyConfig(notifyFile(t, lines...))
+	cfg.Timeout = time.Minute // longer than the test: the receivers hang
+	ps, ns := openReplicas(open, c, cfg, replicas)
+	for i := range 10 {
+		for j := range 8 {
+			overloadNode(t, c, fmt.Sprintf("h%d-%d", i, j), ps...)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var running sync.WaitGroup
+	for _, n := range ns {
+		running.Go(func() { n.run(ctx) })
+	}
+	defer func() {
+		for _, h := range hanging {
+			h.mu.Lock()
+			close(h.hold)
+			h.hold = nil
+			h.mu.Unlock()
+		}
+		cancel()
+		running.Wait()
+	}()
+	testkit.WaitFor(t, "every attempt slot of the replicas taken by the hanging receivers", func() bool {
+		total := 0
+		for _, n := range ns {
+			n.mu.Lock()
+			total += n.total
+			n.mu.Unlock()
+		}
+		return total >= defaultMaxInFlight*len(ns)
+	})
+	overloadNode(t, c, "ok", ps...)
+	testkit.WaitForWithin(t, time.Second, "the healthy receiver's notice delivered while ten others hang", func() bool {
+		_, acc := healthy.snapshot()
+		return len(acc) == 1
+	})
+	for _, h := range hanging {
+		if _, acc := h.snapshot(); len(acc) != 0 {
+			t.Errorf("a hanging receiver accepted %d messages", len(acc))
+		}
+	}
+}
+
 // TestNotifyCrashAndRestart, on PostgreSQL: a replica dies in the middle
 // of its deliveries (its attempts reach the receiver, their results are
 // never recorded) and the database restarts while readings arrive: every
@@ -1058,4 +1125,29 @@ func openReplicas(open notifyOpener, c *clock, cfg notifyConfig, replicas int) (
 		ps, ns = append(ps, p), append(ns, p.n)
 	}
 	return ps, ns
+}
+
+// TestRetryAfter: a receiver's Retry-After in seconds or as an HTTP date
+// is the wait it asks for; anything else asks for none.
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		v    string
+		want time.Duration
+	}{
+		{"120", 2 * time.Minute},
+		{" 5 ", 5 * time.Second},
+		{"-3", 0},
+		{"Thu, 03 Dec 2026 09:10:00 GMT", 10 * time.Minute},
+		{"Thursday, 03-Dec-26 09:00:30 GMT", 30 * time.Second}, // RFC 850
+		{"Thu Dec  3 09:01:00 2026", time.Minute},              // asctime
+		{"Thu, 03 Dec 2026 08:00:00 GMT", 0},                   // past
+		{"soon", 0},
+		{"", 0},
+	} {
+		resp := &http.Response{Header: http.Header{"Retry-After": {tt.v}}}
+		if got := retryAfter(resp, now); got != tt.want {
+			t.Errorf("Retry-After %q: %v, want %v", tt.v, got, tt.want)
+		}
+	}
 }
