@@ -95,26 +95,17 @@ func parseNoticeCursor(s string) (int64, error) {
 // included.
 const requestTimeout = 10 * time.Second
 
-// service is what the HTTP API serves: the file store (*platform) or the
-// PostgreSQL store (*pgPlatform).
+// service is what each store still does its own way: the report path
+// (the PostgreSQL store batches reports and decides quiet nodes' from a
+// cache), plan rounds and the lists.
 type service interface {
 	report(ctx context.Context, r overload.Reading) (reportOutcome, error)
-	admit(ctx context.Context, id string) (admitAnswer, error)
-	open(ctx context.Context, req openRequest) (route, error)
-	traffic(ctx context.Context, req trafficRequest) (route, error)
-	setPrice(ctx context.Context, req priceRequest) error
 	views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error)
-	view(ctx context.Context, id string) (nodeView, error)
 	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
 	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
 	plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error)
 	planRound(ctx context.Context) error
 }
-
-var (
-	_ service = (*platform)(nil)
-	_ service = (*pgPlatform)(nil)
-)
 
 // Refusal reasons, the "reason" word of every error body (the report
 // protocol's words, and a few of the operator endpoints').
@@ -136,7 +127,8 @@ const (
 // "Authorization: Bearer <token>": a node's token may only report for its
 // node; an operator's token (no node) may do anything, and only it may
 // read the endpoints that show users' routes, keys and prices.
-func handler(svc service, toks tokens) http.Handler {
+func handler(f *fleet, toks tokens) http.Handler {
+	svc := f.store
 	mux := http.NewServeMux()
 	idx := toks.index()
 	auth := func(agentMay bool, h func(w http.ResponseWriter, r *http.Request, node string)) http.HandlerFunc {
@@ -172,38 +164,20 @@ func handler(svc service, toks tokens) http.Handler {
 	rep := reportHandler{svc, idx}
 	mux.Handle("POST /report", rep)
 	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, req openRequest) (route, error) {
-		if err := checkNodeID(req.Node); err != nil {
-			return route{}, fmt.Errorf("open route: %w", err)
-		}
-		if req.User == "" || req.Key == "" {
-			return route{}, fmt.Errorf("open route: user and key are required: %w", errBadInput)
-		}
-		if err := errors.Join(checkText("open route: user", req.User), checkText("open route: key", req.Key)); err != nil {
-			return route{}, err
-		}
-		return svc.open(ctx, req)
+		return f.open(ctx, req)
 	})))
 	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, func(ctx context.Context, req trafficRequest) (route, error) {
-		if err := checkText("traffic: route", req.Route); err != nil {
-			return route{}, err
-		}
-		return svc.traffic(ctx, req)
+		return f.traffic(ctx, req)
 	})))
 	mux.HandleFunc("POST /price", auth(false, serve(http.StatusNoContent, func(ctx context.Context, req priceRequest) (struct{}, error) {
-		if err := checkNodeID(req.Node); err != nil {
-			return struct{}{}, fmt.Errorf("price: %w", err)
-		}
-		return struct{}{}, svc.setPrice(ctx, req)
+		return struct{}{}, f.setPrice(ctx, req)
 	})))
 	mux.HandleFunc("GET /admit", get(func(r *http.Request) (any, error) {
 		id := r.URL.Query().Get("node")
 		if id == "" {
 			return nil, fmt.Errorf("admit: ?node= is required: %w", errBadInput)
 		}
-		if err := checkNodeID(id); err != nil {
-			return nil, fmt.Errorf("admit: %w", err)
-		}
-		return svc.admit(r.Context(), id)
+		return f.admit(r.Context(), id)
 	}))
 	// paged serves a list: do reads the page after after, at most limit
 	// items; a page that may be followed by more links the next.
@@ -235,11 +209,7 @@ func handler(svc service, toks tokens) http.Handler {
 		return page{vs, last, len(vs) == limit}, err
 	}))
 	mux.HandleFunc("GET /nodes/{id}", get(func(r *http.Request) (any, error) {
-		id := r.PathValue("id")
-		if err := checkNodeID(id); err != nil {
-			return nil, err
-		}
-		return svc.view(r.Context(), id)
+		return f.view(r.Context(), r.PathValue("id"))
 	}))
 	mux.HandleFunc("GET /nodes/{id}/events", paged("events", func(r *http.Request, after string, limit int) (page, error) {
 		id := r.PathValue("id")
@@ -261,7 +231,7 @@ func handler(svc service, toks tokens) http.Handler {
 		if err != nil {
 			return page{}, err
 		}
-		ns, last, err := svc.notices(r.Context(), from, limit)
+		ns, last, err := f.notices(r.Context(), from, limit)
 		return page{ns, strconv.FormatInt(last, 10), len(ns) == limit}, err
 	}))
 	mux.HandleFunc("GET /plans", paged("plans", func(r *http.Request, after string, limit int) (page, error) {
@@ -270,6 +240,9 @@ func handler(svc service, toks tokens) http.Handler {
 		}
 		ps, last, err := svc.plans(r.Context(), after, limit)
 		return page{ps, last, len(ps) == limit}, err
+	}))
+	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
+		serveMetrics(f.notify, w, r)
 	}))
 	return reportFirst{rep, mux}
 }

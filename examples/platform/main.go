@@ -251,7 +251,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	var svc service
+	var svc store
 	where := []any{"state_dir", o.stateDir}
 	if o.db != "" {
 		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)
@@ -277,7 +277,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ln = newCapListener(ln, o.maxConns, log)
 	srv := &http.Server{
-		Handler:           atCap(notifyRoutes(handler(withNotify(svc), toks), o.cfg.Notifier, toks), o.maxConns),
+		Handler:           atCap(handler(newFleet(svc), toks), o.maxConns),
 		ConnContext:       connContext,
 		ReadHeaderTimeout: readHeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,

@@ -686,37 +686,6 @@ func (d delivery) apply(res attemptResult) delivery {
 	return d
 }
 
-// withNotify is svc whose notices (GET /notices) and node views (GET
-// /nodes/X) carry their deliveries; svc itself without a notifier.
-func withNotify(svc service) service {
-	n := notifierOf(svc)
-	if n == nil || n.box == nil {
-		return svc
-	}
-	return notifying{svc, n}
-}
-
-type notifying struct {
-	service
-	n *notifier
-}
-
-func (s notifying) view(ctx context.Context, id string) (nodeView, error) {
-	v, err := s.service.view(ctx, id)
-	if err == nil {
-		v.Deliveries, err = nodeDeliveries(ctx, s.n.box, v.ID)
-	}
-	return v, err
-}
-
-func (s notifying) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
-	ns, last, err := s.service.notices(ctx, after, limit)
-	if err == nil {
-		err = addDeliveries(ctx, s.n.box, ns)
-	}
-	return ns, last, err
-}
-
 // addDeliveries sets each notice's delivery. A notice the outbox does not
 // hold (decided before there was one) shows as undeliverable.
 func addDeliveries(ctx context.Context, box outboxStore, ns []numberedNotice) error {
@@ -737,45 +706,6 @@ func addDeliveries(ctx context.Context, box outboxStore, ns []numberedNotice) er
 	}
 	return nil
 }
-
-// notifyRoutes serves GET /metrics, with an operator's token, and passes
-// every other request to h.
-func notifyRoutes(h http.Handler, n *notifier, toks tokens) http.Handler {
-	idx := toks.index()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/metrics" {
-			h.ServeHTTP(w, r)
-			return
-		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, reasonInvalid, errors.New("/metrics: GET only"))
-			return
-		}
-		node, ok := idx.lookup(r.Header.Get("Authorization"))
-		switch {
-		case !ok:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
-			writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
-		case node != "":
-			writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the token of node %s may only report", node))
-		default:
-			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
-			defer cancel()
-			serveMetrics(n, w, r.WithContext(ctx))
-		}
-	})
-}
-
-// notifierOf is the notifier of a store, nil for none.
-func notifierOf(svc service) *notifier {
-	if s, ok := svc.(interface{ notifier() *notifier }); ok {
-		return s.notifier()
-	}
-	return nil
-}
-
-func (c *rules) notifier() *notifier { return c.notify }
 
 // maxNodeDeliveries is how many of a node's deliveries /nodes/X shows.
 const maxNodeDeliveries = 10

@@ -272,9 +272,9 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 
 // serveNotifyTest serves svc as main does: notices and views with their
 // deliveries, and /metrics.
-func serveNotifyTest(t *testing.T, c *clock, svc service) *testPlatform {
+func serveNotifyTest(t *testing.T, c *clock, svc store) *testPlatform {
 	toks := tokens{testToken: "", "x1-token": "x1"}
-	srv := httptest.NewServer(notifyRoutes(handler(withNotify(svc), toks), notifierOf(svc), toks))
+	srv := httptest.NewServer(handler(newFleet(svc), toks))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }

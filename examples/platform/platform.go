@@ -120,7 +120,11 @@ type node struct {
 	readings   int64             // readings counted (not duplicates, not refused)
 	eventsSeen int64             // events the tracker produced, kept or not
 	startedAt  time.Time         // the overload's start by the platform's clock; zero when not overloaded
-	savedBytes []byte            // the file's content as last written
+	// noticeCount is how many notices the store keeps of the node
+	// beside notices (the PostgreSQL store keeps them in a table), set
+	// by its read with history.
+	noticeCount int
+	savedBytes  []byte // the file's content as last written
 }
 
 // route is a live route with its pricing session and what it has earned.
@@ -360,17 +364,6 @@ func platformClock(n *node, ev *overload.Event, ended, now time.Time) {
 	}
 }
 
-// admit answers whether node id takes new connections now.
-func (p *platform) admit(_ context.Context, id string) (admitAnswer, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.nodes[id]
-	if n == nil {
-		return admitAnswer{}, fmt.Errorf("admit %q: %w", id, errUnknownNode)
-	}
-	return p.admitLocked(n, p.now()), nil
-}
-
 func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
 	ok, why, err := p.cfg.Policy.Admit(n.info, now)
 	a := admitAnswer{Node: n.info.ID, Admit: ok, Reason: string(why), At: now}
@@ -598,53 +591,6 @@ type openRequest struct {
 	Kind routing.Kind `json:"kind,omitempty"` // default own
 }
 
-// open sets up a route if the node is admitted: the session locks the
-// node's price now.
-func (p *platform) open(_ context.Context, req openRequest) (route, error) {
-	if req.User == "" || req.Key == "" {
-		return route{}, fmt.Errorf("open route: user and key are required: %w", errBadInput)
-	}
-	if req.Kind == 0 {
-		req.Kind = routing.KindOwn
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.nodes[req.Node]
-	if n == nil || n.info.Role == 0 {
-		return route{}, fmt.Errorf("open route through %q: %w", req.Node, errUnknownNode)
-	}
-	now := p.now()
-	if a := p.admitLocked(n, now); !a.Admit {
-		return route{}, admitError{answer: a}
-	}
-	s, err := n.prices.Lock(now)
-	if err != nil {
-		return route{}, fmt.Errorf("open route through %s: %w: %w", req.Node, errBadInput, err)
-	}
-	// Route IDs are global (traffic finds a route by ID alone): skip any a
-	// seeded route already holds.
-	id := ""
-	for id == "" || p.routeExists(id) {
-		n.nextRoute++
-		id = fmt.Sprintf("%s-%d", req.Node, n.nextRoute)
-	}
-	rt := &route{
-		Route: routing.Route{
-			ID: id, User: req.User, Key: req.Key,
-			Node: req.Node, Country: n.info.Country, Price: s.Locked, Kind: req.Kind, Start: now,
-		},
-		Session: s,
-	}
-	n.routes[rt.Route.ID] = rt
-	n.info.LiveUsers = liveUsers(n)
-	p.log.Info("route opened", "node", req.Node, "route", rt.Route.ID, "user", req.User, "price", s.Locked)
-	if err := p.save(n); err != nil {
-		p.revert(n)
-		return route{}, err
-	}
-	return *rt, nil
-}
-
 // admitError says why a node took nobody new.
 type admitError struct{ answer admitAnswer }
 
@@ -659,35 +605,54 @@ type trafficRequest struct {
 	Bytes uint64 `json:"bytes"`
 }
 
-// traffic charges a route's traffic at its session's price now and marks
-// it in use. A closed route is not found: it earns nothing more.
-func (p *platform) traffic(_ context.Context, req trafficRequest) (route, error) {
+// update runs fn on node id under the store's lock and saves what it
+// changed; on an error from fn or the save, the node goes back to what
+// its file holds.
+func (p *platform) update(_ context.Context, id string, fn func(n *node, now time.Time, tx nodeTx) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, id := range p.ids() {
-		n := p.nodes[id]
-		rt := n.routes[req.Route]
-		if rt == nil {
-			continue
-		}
-		now := p.now()
-		c, err := n.prices.Charge(rt.Session, []pricing.Usage{{At: now, Bytes: req.Bytes}})
-		if err != nil {
-			return route{}, fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
-		}
-		if rt.Earned, err = rt.Earned.Add(c); err != nil {
-			return route{}, fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
-		}
-		rt.Route.LastTraffic = now
-		rt.Route.Price = p.sessionPrice(n, rt, now)
-		if err := p.save(n); err != nil {
-			p.revert(n)
-			return route{}, err
-		}
-		return *rt, nil
+	n := p.nodes[id]
+	if n == nil {
+		return fmt.Errorf("node %q: %w", id, errUnknownNode)
 	}
-	return route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
+	if err := fn(n, p.now(), fileTx{p}); err != nil {
+		p.revert(n)
+		return err
+	}
+	if err := p.save(n); err != nil {
+		p.revert(n)
+		return err
+	}
+	return nil
 }
+
+// read runs fn on node id under the store's lock.
+func (p *platform) read(_ context.Context, id string, history bool, fn func(n *node, now time.Time) error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.nodes[id]
+	if n == nil {
+		return fmt.Errorf("node %q: %w", id, errUnknownNode)
+	}
+	return fn(n, p.now())
+}
+
+// routeNode is the node holding live route id.
+func (p *platform) routeNode(_ context.Context, id string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for nid, n := range p.nodes {
+		if n.routes[id] != nil {
+			return nid, nil
+		}
+	}
+	return "", errUnknown
+}
+
+// fileTx is the file store's nodeTx: the store's lock is held.
+type fileTx struct{ p *platform }
+
+func (t fileTx) routeTaken(id string) (bool, error) { return t.p.routeExists(id), nil }
 
 // routeExists reports whether any node holds a route with this ID.
 func (p *platform) routeExists(id string) bool {
@@ -703,28 +668,6 @@ func (p *platform) routeExists(id string) bool {
 type priceRequest struct {
 	Node  string        `json:"node"`
 	Price pricing.Price `json:"price"`
-}
-
-// setPrice records the node's new price from now on. Running sessions
-// keep their lock: a rise never reaches them, a drop once it has stood for
-// the window.
-func (p *platform) setPrice(_ context.Context, req priceRequest) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.nodes[req.Node]
-	if n == nil || n.info.Role == 0 {
-		return fmt.Errorf("price of %q: %w", req.Node, errUnknownNode)
-	}
-	if err := n.prices.Set(p.now(), req.Price); err != nil {
-		return fmt.Errorf("price of %s: %w: %w", req.Node, errBadInput, err)
-	}
-	n.info.Price = req.Price
-	p.log.Info("price changed", "node", req.Node, "price", req.Price)
-	if err := p.save(n); err != nil {
-		p.revert(n)
-		return err
-	}
-	return nil
 }
 
 // nodeView is what /nodes shows of a node.
@@ -843,16 +786,6 @@ func marshalView(id string, v nodeView) json.RawMessage {
 	return b
 }
 
-func (p *platform) view(_ context.Context, id string) (nodeView, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.nodes[id]
-	if n == nil {
-		return nodeView{}, fmt.Errorf("node %q: %w", id, errUnknownNode)
-	}
-	return p.viewLocked(n, p.now()), nil
-}
-
 // events pages through node id's events (the tracker keeps the newest
 // MaxEvents; the PostgreSQL store keeps every one): those after the
 // after-th, at most limit.
@@ -890,7 +823,7 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 		Findings: n.tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.info.MemoryPercent,
 		LastReading: n.tracker.LastReading(), Price: n.info.Price, MaxUsers: n.info.MaxUsers,
 		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,
-		Closed: slices.Clone(n.closed), Notices: len(n.notices), Readings: n.readings, Events: n.tracker.Events(),
+		Closed: slices.Clone(n.closed), Notices: len(n.notices) + n.noticeCount, Readings: n.readings, Events: n.tracker.Events(),
 		Routes: []route{},
 	}
 	if admitErr != nil { // not registered (no role), or invalid: not admitted

@@ -70,7 +70,7 @@ type testPlatform struct {
 	clock *clock
 	dir   string
 	p     *platform // the file store; nil for PostgreSQL
-	svc   service
+	svc   store
 	srv   *httptest.Server
 }
 
@@ -85,8 +85,8 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPl
 	return tp
 }
 
-func serveTest(t *testing.T, c *clock, svc service) *testPlatform {
-	srv := httptest.NewServer(handler(svc, tokens{testToken: "", "x1-token": "x1"}))
+func serveTest(t *testing.T, c *clock, svc store) *testPlatform {
+	srv := httptest.NewServer(handler(newFleet(svc), tokens{testToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }
@@ -530,7 +530,7 @@ func BenchmarkReport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := handler(p, tokens{testToken: ""})
+	h := handler(newFleet(p), tokens{testToken: ""})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.add(30 * time.Second)
@@ -1030,7 +1030,8 @@ func TestErrorsShowWallTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.setPrice(t.Context(), priceRequest{Node: "x1", Price: -5})
+	f := newFleet(p)
+	err = f.setPrice(t.Context(), priceRequest{Node: "x1", Price: -5})
 	if err == nil || strings.Contains(err.Error(), "m=") {
 		t.Fatalf("a negative price: %v, want an error without a monotonic reading", err)
 	}

@@ -20,7 +20,12 @@ import (
 
 // quietStore answers every report as counted, not overloaded, and does
 // nothing else: what is left of a report's cost is the HTTP and JSON.
-type quietStore struct{ service }
+type quietStore struct {
+	store
+	r *rules
+}
+
+func (q quietStore) base() *rules { return q.r }
 
 func (quietStore) report(_ context.Context, r overload.Reading) (reportOutcome, error) {
 	return reportOutcome{Node: r.Node}, nil
@@ -33,7 +38,11 @@ func benchFleet(n int) (http.Handler, tokens) {
 	for i := range n {
 		toks["tok-"+strconv.Itoa(i)] = "n" + strconv.Itoa(i)
 	}
-	return atCap(notifyRoutes(handler(withNotify(quietStore{}), toks), nil, toks), 1000), toks
+	r, err := newRules(config{})
+	if err != nil {
+		panic(err)
+	}
+	return atCap(handler(newFleet(quietStore{r: &r}), toks), 1000), toks
 }
 
 // benchReadings are the bodies the benchmarks post: platformload's (what
