@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -327,11 +328,38 @@ func TestPGRestart(t *testing.T) {
 	t.Logf("answers: %v", statuses)
 }
 
+// TestReadMigrations: the embedded migrations are numbered from 001
+// without a gap; a gap, a duplicate or a bad name is refused.
+func TestReadMigrations(t *testing.T) {
+	ms, err := readMigrations(migrationFiles)
+	if err != nil || len(ms) < 6 || !strings.Contains(ms[0], "CREATE TABLE nodes") {
+		t.Fatalf("embedded migrations: %d, %v", len(ms), err)
+	}
+	for _, names := range [][]string{
+		{"001_a.sql", "003_b.sql"},
+		{"001_a.sql", "001_b.sql"},
+		{"1_a.sql"},
+		{"001a.sql"},
+	} {
+		fsys := fstest.MapFS{}
+		for _, n := range names {
+			fsys["migrations/"+n] = &fstest.MapFile{Data: []byte("SELECT 1;")}
+		}
+		if _, err := readMigrations(fsys); err == nil {
+			t.Errorf("migrations %v: read, want an error", names)
+		}
+	}
+}
+
 // TestPGMigrateFromVersion1: a database a version 1 platform made (its
 // schema, one node with a notice) is migrated to the current version at
 // start, keeps its data, and serves it on the new paths.
 func TestPGMigrateFromVersion1(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
+	migrations, err := readMigrations(migrationFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pgExec(t, url, `CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());`+
 		migrations[0]+`
 INSERT INTO schema_version (version) VALUES (1);
