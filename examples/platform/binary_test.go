@@ -20,7 +20,7 @@ import (
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
-// writeTokens writes a token file with the operator's token "tok".
+// writeTokens writes a token file with the admin's token "tok".
 func writeTokens(t *testing.T, dir string) string {
 	t.Helper()
 	path := filepath.Join(dir, "tokens")

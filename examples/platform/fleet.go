@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -61,6 +63,8 @@ var (
 type fleet struct {
 	*rules
 	store store
+	// owners is each node's operator as the route table names it.
+	owners map[string]string
 }
 
 func newFleet(st store) *fleet { return &fleet{rules: st.base(), store: st} }
@@ -222,4 +226,212 @@ func (f *fleet) notices(ctx context.Context, after int64, limit int) ([]numbered
 		err = addDeliveries(ctx, f.notify.box, ns)
 	}
 	return ns, last, err
+}
+
+// ownersWith is each node's operator, as the seed names it and as the
+// token file's agent lines do (main refuses the two disagreeing).
+func (f *fleet) ownersWith(toks tokens) map[string]string {
+	out, _ := toks.owners()
+	if out == nil {
+		out = map[string]string{}
+	}
+	for node, op := range f.owners {
+		out[node] = op
+	}
+	return out
+}
+
+// nodesOf is operator's nodes, sorted.
+func nodesOf(owners map[string]string, operator string) []string {
+	var ids []string
+	for node, op := range owners {
+		if op == operator {
+			ids = append(ids, node)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// operatorView is what an operator sees of their node: its state in the
+// help page's words, its figures, its sessions and earnings, its
+// events; never a user's id, key or route (users' data is the
+// platform's).
+type operatorView struct {
+	ID            string             `json:"id"`
+	Registered    bool               `json:"registered"`
+	Role          string             `json:"role,omitempty"`
+	Country       string             `json:"country,omitempty"`
+	Status        string             `json:"status"` // the node's state in the help page's words
+	Paused        bool               `json:"paused"`
+	Overloaded    bool               `json:"overloaded"`
+	Since         time.Time          `json:"since,omitzero"`
+	OverloadEnded time.Time          `json:"overload_ended,omitzero"`
+	Findings      []overload.Finding `json:"findings"`
+	Admitted      bool               `json:"admitted"`
+	Reason        routing.Reason     `json:"reason,omitempty"`
+	MemoryPercent float64            `json:"memory_percent"`
+	LastReading   time.Time          `json:"last_reading,omitzero"`
+	Price         pricing.Price      `json:"price"`
+	MaxUsers      int                `json:"max_users"`
+	LiveUsers     int                `json:"live_users"`
+	Sessions      int                `json:"sessions"`
+	Earned        pricing.Money      `json:"earned"` // by its sessions, running and closed (the latest closures)
+	Notices       int                `json:"notices"`
+	Deliveries    []deliveryView     `json:"deliveries,omitempty"`
+	Readings      int64              `json:"readings"`
+	Events        []overload.Event   `json:"events"`
+}
+
+// status words, as the help page says them.
+const (
+	statusWordsPaused     = "routing paused: the node is being emptied"
+	statusWordsOverloaded = "overloaded: new connections refused"
+	statusWordsFull       = "max_users filled: your cap, not an overload"
+	statusWordsCoolDown   = "cooling down after an overload: offered again soon"
+	statusWordsAdmitted   = "taking new connections"
+	statusWordsUnknown    = "not in the route table: reports kept, no routes"
+)
+
+// operatorViewOf is v as its operator sees it.
+func operatorViewOf(v nodeView) operatorView {
+	o := operatorView{
+		ID: v.ID, Registered: v.Registered, Role: v.Role, Country: v.Country, Paused: v.Paused,
+		Overloaded: v.Overloaded, Since: v.Since, OverloadEnded: v.OverloadEnded, Findings: v.Findings,
+		Admitted: v.Admitted, Reason: v.Reason, MemoryPercent: v.MemoryPercent, LastReading: v.LastReading,
+		Price: v.Price, MaxUsers: v.MaxUsers, LiveUsers: v.LiveUsers, Sessions: len(v.Routes),
+		Notices: v.Notices, Deliveries: v.Deliveries, Readings: v.Readings, Events: v.Events,
+	}
+	for _, rt := range v.Routes {
+		o.Earned += rt.Earned.Total
+	}
+	for _, c := range v.Closed {
+		o.Earned += c.Earned.Total
+	}
+	switch {
+	case !v.Registered:
+		o.Status = statusWordsUnknown
+	case v.Reason == routing.ReasonPaused:
+		o.Status = statusWordsPaused
+	case v.Reason == routing.ReasonOverloaded:
+		o.Status = statusWordsOverloaded
+	case v.Reason == routing.ReasonFull:
+		o.Status = statusWordsFull
+	case v.Reason == routing.ReasonCoolDown:
+		o.Status = statusWordsCoolDown
+	case v.Admitted:
+		o.Status = statusWordsAdmitted
+	default:
+		o.Status = v.Why
+	}
+	return o
+}
+
+// operatorViews shows the nodes of ids (an operator's, sorted) after
+// after, at most limit, as their operator sees them; ids the store does
+// not hold are left out.
+func (f *fleet) operatorViews(ctx context.Context, ids []string, after string, limit int) ([]operatorView, string, error) {
+	out := []operatorView{}
+	last := ""
+	for _, id := range ids[sortSearch(ids, after):] {
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		v, err := f.view(ctx, id)
+		if errors.Is(err, errUnknownNode) {
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		out, last = append(out, operatorViewOf(v)), id
+	}
+	return out, last, nil
+}
+
+// noticesOf is notices, of the nodes keep keeps (nil: all): a page of
+// at most limit after after, and the last one's id.
+func (f *fleet) noticesOf(ctx context.Context, keep func(node string) bool, after int64, limit int) ([]numberedNotice, int64, error) {
+	if keep == nil {
+		return f.notices(ctx, after, limit)
+	}
+	out := []numberedNotice{}
+	last := after
+	for {
+		ns, _, err := f.store.notices(ctx, last, maxPage)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, n := range ns {
+			if len(out) == limit {
+				break
+			}
+			last = n.ID
+			if keep(n.Node) {
+				out = append(out, n)
+			}
+		}
+		if len(ns) < maxPage || len(out) == limit {
+			break
+		}
+	}
+	if f.notify != nil && f.notify.box != nil {
+		if err := addDeliveries(ctx, f.notify.box, out); err != nil {
+			return nil, 0, err
+		}
+	}
+	return out, last, nil
+}
+
+// maxUsersRequest sets a node's max_users.
+type maxUsersRequest struct {
+	Node     string `json:"node"`
+	MaxUsers int    `json:"max_users"`
+}
+
+// setMaxUsers sets the node's cap of live users (0: none): a node whose
+// cap is filled takes nobody new, which is not an overload.
+func (f *fleet) setMaxUsers(ctx context.Context, req maxUsersRequest) error {
+	if err := checkNodeID(req.Node); err != nil {
+		return fmt.Errorf("max_users: %w", err)
+	}
+	if req.MaxUsers < 0 {
+		return fmt.Errorf("max_users of %s: %d: want 0 (no cap) or more: %w", req.Node, req.MaxUsers, errBadInput)
+	}
+	err := f.store.update(ctx, req.Node, func(n *node, _ time.Time, _ nodeTx) error {
+		if n.info.Role == 0 {
+			return fmt.Errorf("max_users of %q: %w", req.Node, errUnknownNode)
+		}
+		n.info.MaxUsers = req.MaxUsers
+		return nil
+	})
+	if err == nil {
+		f.log.Info("max_users changed", "node", req.Node, "max_users", req.MaxUsers)
+	}
+	return err
+}
+
+// pause pauses routing to node id (paused), or approves it again: from
+// the next admission and plan on, routing's paused rules hold (nobody
+// new; every route unused for two hours closed; above the move
+// threshold, routes in use moved).
+func (f *fleet) pause(ctx context.Context, id string, paused bool) error {
+	if err := checkNodeID(id); err != nil {
+		return err
+	}
+	err := f.store.update(ctx, id, func(n *node, _ time.Time, _ nodeTx) error {
+		if n.info.Role == 0 {
+			return fmt.Errorf("node %q: %w", id, errUnknownNode)
+		}
+		n.info.Paused = paused
+		return nil
+	})
+	if err == nil {
+		if paused {
+			f.log.Warn("routing paused", "node", id)
+		} else {
+			f.log.Info("node approved: routing resumed", "node", id)
+		}
+	}
+	return err
 }

@@ -83,7 +83,7 @@ func (r *replica) waitUp() {
 	})
 }
 
-// do sends body as JSON (none when nil) with the operator's token and
+// do sends body as JSON (none when nil) with the admin's token and
 // returns the status and the answer; a request that got no answer is
 // status 0 with the error as the answer.
 func (r *replica) do(method, path string, body any) (int, []byte) {

@@ -124,33 +124,44 @@ const (
 )
 
 // handler serves the platform's API. Every endpoint but GET /healthz needs
-// "Authorization: Bearer <token>": a node's token may only report for its
-// node; an operator's token (no node) may do anything, and only it may
-// read the endpoints that show users' routes, keys and prices.
+// "Authorization: Bearer <token>", and answers by who the token speaks
+// for (docs/platform.md has the table): the admin may do anything; an
+// operator reads and sets their own nodes only, and a node that is not
+// theirs answers as a node that does not exist; a node's agent may only
+// report for its node.
 func handler(f *fleet, toks tokens) http.Handler {
 	svc := f.store
 	mux := http.NewServeMux()
 	idx := toks.index()
-	auth := func(agentMay bool, h func(w http.ResponseWriter, r *http.Request, node string)) http.HandlerFunc {
+	owners := f.ownersWith(toks)
+	// auth serves h to the admin, and to an operator when operators may.
+	auth := func(operatorMay bool, h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			node, ok := authorize(idx, w, r)
+			id, ok := authorize(idx, w, r)
 			if !ok {
 				return
 			}
-			if node != "" && !agentMay {
-				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the token of node %s may only report", node))
+			switch {
+			case id.node != "":
+				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the token of node %s may only report", id.node))
+				return
+			case id.isOperator() && !operatorMay:
+				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("operator %s's token: %s %s is the admin's", id.operator, r.Method, r.URL.Path))
 				return
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)
 			limitBody(w, r)
-			h(w, r, node)
+			h(w, r, id)
 		}
 	}
-	get := func(do func(r *http.Request) (any, error)) http.HandlerFunc {
-		return auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
-			v, err := do(r)
+	// owns reports whether id may see and set node: an operator's own
+	// node, or any node for the admin.
+	owns := func(id identity, node string) bool { return id.admin() || owners[node] == id.operator }
+	get := func(operatorMay bool, do func(r *http.Request, id identity) (any, error)) http.HandlerFunc {
+		return auth(operatorMay, func(w http.ResponseWriter, r *http.Request, id identity) {
+			v, err := do(r, id)
 			if err != nil {
 				writeFailure(w, err)
 				return
@@ -163,16 +174,25 @@ func handler(f *fleet, toks tokens) http.Handler {
 	})
 	rep := reportHandler{svc, idx}
 	mux.Handle("POST /report", rep)
-	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, req openRequest) (route, error) {
+	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, _ identity, req openRequest) (route, error) {
 		return f.open(ctx, req)
 	})))
-	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, func(ctx context.Context, req trafficRequest) (route, error) {
+	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, func(ctx context.Context, _ identity, req trafficRequest) (route, error) {
 		return f.traffic(ctx, req)
 	})))
-	mux.HandleFunc("POST /price", auth(false, serve(http.StatusNoContent, func(ctx context.Context, req priceRequest) (struct{}, error) {
+	mux.HandleFunc("POST /price", auth(true, serve(http.StatusNoContent, func(ctx context.Context, id identity, req priceRequest) (struct{}, error) {
+		if !owns(id, req.Node) {
+			return struct{}{}, notYours(req.Node)
+		}
 		return struct{}{}, f.setPrice(ctx, req)
 	})))
-	mux.HandleFunc("GET /admit", get(func(r *http.Request) (any, error) {
+	mux.HandleFunc("POST /max-users", auth(true, serve(http.StatusNoContent, func(ctx context.Context, id identity, req maxUsersRequest) (struct{}, error) {
+		if !owns(id, req.Node) {
+			return struct{}{}, notYours(req.Node)
+		}
+		return struct{}{}, f.setMaxUsers(ctx, req)
+	})))
+	mux.HandleFunc("GET /admit", get(false, func(r *http.Request, _ identity) (any, error) {
 		id := r.URL.Query().Get("node")
 		if id == "" {
 			return nil, fmt.Errorf("admit: ?node= is required: %w", errBadInput)
@@ -181,15 +201,15 @@ func handler(f *fleet, toks tokens) http.Handler {
 	}))
 	// paged serves a list: do reads the page after after, at most limit
 	// items; a page that may be followed by more links the next.
-	paged := func(list string, do func(r *http.Request, after string, limit int) (page, error)) http.HandlerFunc {
-		return auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
+	paged := func(list string, operatorMay bool, do func(r *http.Request, id identity, after string, limit int) (page, error)) http.HandlerFunc {
+		return auth(operatorMay, func(w http.ResponseWriter, r *http.Request, id identity) {
 			q := r.URL.Query()
 			limit, err := pageLimit(list, q.Get("limit"))
 			if err != nil {
 				writeFailure(w, err)
 				return
 			}
-			pg, err := do(r, q.Get("after"), limit)
+			pg, err := do(r, id, q.Get("after"), limit)
 			if err != nil {
 				writeFailure(w, err)
 				return
@@ -201,20 +221,35 @@ func handler(f *fleet, toks tokens) http.Handler {
 			writeJSON(w, http.StatusOK, pg.body)
 		})
 	}
-	mux.HandleFunc("GET /nodes", paged("nodes", func(r *http.Request, after string, limit int) (page, error) {
+	mux.HandleFunc("GET /nodes", paged("nodes", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
 		if err := afterNodeID("nodes", after); err != nil {
 			return page{}, err
+		}
+		if id.isOperator() {
+			vs, last, err := f.operatorViews(r.Context(), nodesOf(owners, id.operator), after, limit)
+			return page{vs, last, len(vs) == limit}, err
 		}
 		vs, last, err := svc.views(r.Context(), after, limit)
 		return page{vs, last, len(vs) == limit}, err
 	}))
-	mux.HandleFunc("GET /nodes/{id}", get(func(r *http.Request) (any, error) {
-		return f.view(r.Context(), r.PathValue("id"))
+	mux.HandleFunc("GET /nodes/{id}", get(true, func(r *http.Request, id identity) (any, error) {
+		node := r.PathValue("id")
+		if !owns(id, node) {
+			return nil, notYours(node)
+		}
+		v, err := f.view(r.Context(), node)
+		if err != nil || id.admin() {
+			return v, err
+		}
+		return operatorViewOf(v), nil
 	}))
-	mux.HandleFunc("GET /nodes/{id}/events", paged("events", func(r *http.Request, after string, limit int) (page, error) {
-		id := r.PathValue("id")
-		if err := checkNodeID(id); err != nil {
+	mux.HandleFunc("GET /nodes/{id}/events", paged("events", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
+		node := r.PathValue("id")
+		if err := checkNodeID(node); err != nil {
 			return page{}, fmt.Errorf("events: %w", err)
+		}
+		if !owns(id, node) {
+			return page{}, fmt.Errorf("events of node %q: %w", node, errUnknownNode)
 		}
 		var from int64
 		if after != "" {
@@ -223,28 +258,56 @@ func handler(f *fleet, toks tokens) http.Handler {
 				return page{}, fmt.Errorf("events: after=%.80q: want an event id, 0 or more, the value of the previous page's Link: %w", after, errBadInput)
 			}
 		}
-		evs, err := svc.events(r.Context(), id, from, limit)
+		evs, err := svc.events(r.Context(), node, from, limit)
 		return page{evs, strconv.FormatInt(evs.Next, 10), evs.Next != 0}, err
 	}))
-	mux.HandleFunc("GET /notices", paged("notices", func(r *http.Request, after string, limit int) (page, error) {
+	mux.HandleFunc("GET /notices", paged("notices", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
 		from, err := parseNoticeCursor(after)
 		if err != nil {
 			return page{}, err
 		}
-		ns, last, err := f.notices(r.Context(), from, limit)
+		var keep func(node string) bool
+		if id.isOperator() {
+			keep = func(node string) bool { return owners[node] == id.operator }
+		}
+		ns, last, err := f.noticesOf(r.Context(), keep, from, limit)
 		return page{ns, strconv.FormatInt(last, 10), len(ns) == limit}, err
 	}))
-	mux.HandleFunc("GET /plans", paged("plans", func(r *http.Request, after string, limit int) (page, error) {
+	mux.HandleFunc("GET /plans", paged("plans", false, func(r *http.Request, _ identity, after string, limit int) (page, error) {
 		if err := afterNodeID("plans", after); err != nil {
 			return page{}, err
 		}
 		ps, last, err := svc.plans(r.Context(), after, limit)
 		return page{ps, last, len(ps) == limit}, err
 	}))
-	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
+	mux.HandleFunc("POST /nodes/{id}/pause", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
+		if err := f.pause(r.Context(), r.PathValue("id"), true); err != nil {
+			writeFailure(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux.HandleFunc("POST /nodes/{id}/approve", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
+		if err := f.pause(r.Context(), r.PathValue("id"), false); err != nil {
+			writeFailure(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
 		serveMetrics(f.notify, w, r)
 	}))
 	return reportFirst{rep, mux}
+}
+
+// notYours is the error for a node an operator does not own: the one a
+// node that does not exist gets, word for word, so an answer never tells
+// an operator that another's node exists.
+func notYours(node string) error {
+	if err := checkNodeID(node); err != nil {
+		return err
+	}
+	return fmt.Errorf("node %q: %w", node, errUnknownNode)
 }
 
 // reportFirst serves POST /report, which every node sends every 30 s,
@@ -273,26 +336,29 @@ type reportHandler struct {
 }
 
 func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	node, ok := authorize(h.idx, w, r)
+	id, ok := authorize(h.idx, w, r)
 	if !ok {
+		return
+	}
+	if id.isOperator() {
+		writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("operator %s's token: readings come from a node's agent token", id.operator))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
 	limitBody(w, r)
-	handleReport(ctx, h.svc, w, r, node)
+	handleReport(ctx, h.svc, w, r, id.node)
 }
 
-// authorize returns the node whose token r carries ("" for the
-// platform's own token); without a known token it answers 401 and
-// returns false.
-func authorize(idx tokenIndex, w http.ResponseWriter, r *http.Request) (node string, ok bool) {
-	node, ok = idx.lookup(r.Header.Get("Authorization"))
+// authorize returns who r's token speaks for; without a known token it
+// answers 401 and returns false.
+func authorize(idx tokenIndex, w http.ResponseWriter, r *http.Request) (id identity, ok bool) {
+	id, ok = idx.lookup(r.Header.Get("Authorization"))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
 		writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
 	}
-	return node, ok
+	return id, ok
 }
 
 // limitBody bounds r's body at maxBody. A body whose length is given,
@@ -305,7 +371,7 @@ func limitBody(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleReport takes one overload.Reading. The node is the token's, or,
-// for an operator's token, the one the reading names. The answers follow
+// for the admin's token, the one the reading names. The answers follow
 // the report protocol: 200 for a reading counted now, and 200 with
 // "duplicate": true for one already counted (a retry after a lost answer,
 // acknowledged so it is not retried for ever); 409 "older" for a version 1
@@ -442,16 +508,16 @@ type admitAnswer struct {
 	Until time.Time `json:"until,omitzero"`
 }
 
-// serve decodes an operator's request into a Req, does it and answers
+// serve decodes a request into a Req, does it and answers
 // with the result at status (204: no body), 409 with the admit answer for
 // a node that takes nobody new, or the error's status.
-func serve[Req, Resp any](status int, do func(context.Context, Req) (Resp, error)) func(http.ResponseWriter, *http.Request, string) {
-	return func(w http.ResponseWriter, r *http.Request, _ string) {
+func serve[Req, Resp any](status int, do func(context.Context, identity, Req) (Resp, error)) func(http.ResponseWriter, *http.Request, identity) {
+	return func(w http.ResponseWriter, r *http.Request, id identity) {
 		var req Req
 		if !decode(w, r, &req) {
 			return
 		}
-		resp, err := do(r.Context(), req)
+		resp, err := do(r.Context(), id, req)
 		var ae admitError
 		switch {
 		case errors.As(err, &ae):

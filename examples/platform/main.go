@@ -14,15 +14,18 @@
 //
 //	go run ./examples/platform -token-file token -routes examples/platform/routes.json
 //
-// API (everything but /healthz needs "Authorization: Bearer <token>"; a
-// node's token may only report for that node; the GETs, which show users'
-// routes, keys and prices, need an operator's token):
+// API (everything but /healthz needs "Authorization: Bearer <token>": the
+// admin's token may do anything; an operator's reads and sets their own
+// nodes only; a node's agent's may only report for that node; see
+// docs/platform.md for the table):
 //
 //	POST /report          an overload.Reading, as the agent sends it
 //	GET  /admit?node=X    {"admit":false,"reason":"overloaded",…}
 //	POST /routes          {"node","user","key"} opens a route if admitted (409 if not)
 //	POST /traffic         {"route","bytes"} charges traffic at the session's price
 //	POST /price           {"node","price"} changes a node's price from now on
+//	POST /max-users       {"node","max_users"} sets a node's cap of live users
+//	POST /nodes/X/pause   pauses routing to a node; /nodes/X/approve gives it back
 //	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events
 //	GET  /nodes/X/events  the node's events, oldest first
 //	GET  /notices         every notice, by id (the order sent)
@@ -118,7 +121,7 @@ Flags:
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
 	fs.StringVar(&o.debug, "debug-listen", "", "address to serve Go's profiles on (/debug/pprof/), without a token: a loopback address, for measuring (empty: none)")
-	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (operator: any node, every endpoint) or TOKEN NODE (that node's agent: reports only) (required)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (the admin: any node, every endpoint), TOKEN operator:NAME (an operator: their own nodes), TOKEN NODE [operator:NAME] (that node's agent: reports only) (required)")
 	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
 	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
@@ -270,6 +273,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		svc = p
 	}
 
+	f := newFleet(svc)
+	if seed != nil {
+		f.owners = seed.Operators
+	}
+	if err := checkOwners(toks, f.owners); err != nil {
+		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
+		return 2
+	}
+
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "platform: -listen: %v\n", err)
@@ -277,7 +289,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ln = newCapListener(ln, o.maxConns, log)
 	srv := &http.Server{
-		Handler:           atCap(handler(newFleet(svc), toks), o.maxConns),
+		Handler:           atCap(handler(f, toks), o.maxConns),
 		ConnContext:       connContext,
 		ReadHeaderTimeout: readHeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -348,6 +360,21 @@ func debugHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	return mux
+}
+
+// checkOwners refuses a token file that names a node's operator
+// otherwise than the route table does.
+func checkOwners(toks tokens, seed map[string]string) error {
+	owners, err := toks.owners()
+	if err != nil {
+		return err
+	}
+	for node, op := range owners {
+		if s, ok := seed[node]; ok && s != op {
+			return fmt.Errorf("node %s is operator %s's, and operator %s's in the route table", node, op, s)
+		}
+	}
+	return nil
 }
 
 // maxConfigFile bounds the token and notify files: a line per node of a

@@ -62,7 +62,7 @@ func pgExec(t *testing.T, url, sql string) {
 	}
 }
 
-// post sends body to path with the operator's token and returns the
+// post sends body to path with the admin's token and returns the
 // status and the body's reason and duplicate fields.
 func (tp *testPlatform) post(path string, body any) (int, string, bool) {
 	tp.t.Helper()
