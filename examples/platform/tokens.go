@@ -2,10 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/proofkit/nodekit/internal/procfile"
 )
 
 // identity is who a bearer token speaks for. The admin is the platform's
@@ -171,4 +175,34 @@ func (x tokenIndex) lookup(header string) (id identity, ok bool) {
 	var a [128]byte
 	id, ok = x[sha256.Sum256(append(a[:0], header[len(scheme):]...))]
 	return id, ok
+}
+
+// checkOwners refuses a token file that names a node's operator
+// otherwise than the route table does.
+func checkOwners(toks tokens, seed map[string]string) error {
+	owners, err := toks.owners()
+	if err != nil {
+		return err
+	}
+	for node, op := range owners {
+		if s, ok := seed[node]; ok && s != op {
+			return fmt.Errorf("node %s is operator %s's, and operator %s's in the route table", node, op, s)
+		}
+	}
+	return nil
+}
+
+// maxConfigFile bounds the token and notify files: a line per node of a
+// 100,000-node fleet is a few megabytes.
+const maxConfigFile = 32 << 20
+
+// readTokens reads the token file: a regular file of at most
+// maxConfigFile bytes (a FIFO or a device is refused at once, never
+// waited on or read without end).
+func readTokens(path string) (tokens, error) {
+	b, _, err := procfile.Read(context.Background(), path, maxConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	return parseTokens(bytes.NewReader(b))
 }
