@@ -43,10 +43,14 @@ const (
 // delivery is one message in the outbox: written when the notice is
 // decided, with the body every attempt sends.
 type delivery struct {
-	ID      string    `json:"id"` // webhook-id: the same on every attempt, from every replica
-	Node    string    `json:"node"`
-	Type    string    `json:"type"`
-	At      time.Time `json:"at"`      // the notice's (or end's) time, as counted
+	ID   string    `json:"id"` // webhook-id: the same on every attempt, from every replica
+	Node string    `json:"node"`
+	Type string    `json:"type"`
+	At   time.Time `json:"at"` // the notice's (or end's) time, as counted
+	// Seq orders a node's messages: the node's readings counted when the
+	// message was decided. A node's message is claimed only once none of
+	// its messages with a lower Seq is pending.
+	Seq     int64     `json:"seq,omitempty"`
 	Body    []byte    `json:"body"`    // the message, byte for byte as signed
 	Created time.Time `json:"created"` // when the platform decided it
 	// What the attempts so far did.
@@ -119,7 +123,7 @@ type messageFinding struct {
 
 // noticeDelivery is the outbox entry of notice n, decided at now. With
 // no receiver for the node it is undeliverable from the start.
-func noticeDelivery(n overload.Notice, now time.Time, rs *receivers) (delivery, error) {
+func noticeDelivery(n overload.Notice, seq int64, now time.Time, rs *receivers) (delivery, error) {
 	m := message{Type: typeOverloaded, Timestamp: now.UTC(), Data: messageData{
 		Node: n.Node, At: n.At.UTC(), Received: now.UTC(), Text: n.Text, Findings: []messageFinding{},
 	}}
@@ -129,24 +133,24 @@ func noticeDelivery(n overload.Notice, now time.Time, rs *receivers) (delivery, 
 			Figures: map[string]float64{"value": f.Value, "limit": f.Limit},
 		})
 	}
-	return newDelivery(noticeID(n.Node, n.At), n.Node, m, now, rs)
+	return newDelivery(noticeID(n.Node, n.At), n.Node, seq, m, now, rs)
 }
 
 // endDelivery is the outbox entry of the end of an overload.
-func endDelivery(node string, e overload.Event, now time.Time, rs *receivers) (delivery, error) {
+func endDelivery(node string, seq int64, e overload.Event, now time.Time, rs *receivers) (delivery, error) {
 	m := message{Type: typeOverloadEnded, Timestamp: now.UTC(), Data: messageData{
 		Node: node, At: e.At.UTC(), Received: now.UTC(), Lasted: e.Lasted.String(),
 		Text: fmt.Sprintf("%s is no longer overloaded, after %v", node, e.Lasted.Round(time.Second)),
 	}}
-	return newDelivery(endID(node, e.At), node, m, now, rs)
+	return newDelivery(endID(node, e.At), node, seq, m, now, rs)
 }
 
-func newDelivery(id, node string, m message, now time.Time, rs *receivers) (delivery, error) {
+func newDelivery(id, node string, seq int64, m message, now time.Time, rs *receivers) (delivery, error) {
 	body, err := json.Marshal(m)
 	if err != nil {
 		return delivery{}, fmt.Errorf("node %s: message: %w: %w", node, errUnsaved, err)
 	}
-	d := delivery{ID: id, Node: node, Type: m.Type, At: m.Data.At, Body: body, Created: now, Status: statusPending, NextAt: now}
+	d := delivery{ID: id, Node: node, Type: m.Type, At: m.Data.At, Seq: seq, Body: body, Created: now, Status: statusPending, NextAt: now}
 	if rs.forNode(node) == nil {
 		d.Status, d.LastError, d.NextAt = statusUndeliverable, "no receiver for the node in the notify file", time.Time{}
 	}

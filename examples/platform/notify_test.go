@@ -915,7 +915,7 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	drain(t, n)
 	// A crash after the outbox's append, before the node's file: an
 	// entry for a notice r2's file does not hold.
-	ghost, err := noticeDelivery(overload.Notice{Node: "r1", At: c.now().Add(time.Hour), Text: "never saved"}, c.now(), n.receivers())
+	ghost, err := noticeDelivery(overload.Notice{Node: "r1", At: c.now().Add(time.Hour), Text: "never saved"}, 1, c.now(), n.receivers())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1080,6 +1080,62 @@ func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
 	for _, a := range attempts {
 		if a.Msg.Type == typeOverloadEnded && (a.Msg.Data.Lasted == "" || !strings.Contains(a.Msg.Data.Text, "e1 is no longer overloaded")) {
 			t.Fatalf("end message %+v", a.Msg.Data)
+		}
+	}
+}
+
+// TestNotifyOrder: a node's node.overload_ended is never delivered
+// before its node.overloaded: with the receiver failing (503) while the
+// notice is retried, the end, decided meanwhile, is not attempted until
+// the notice is delivered, across replicas; and another node's messages
+// are not held back by it.
+func TestNotifyOrder(t *testing.T) { eachNotifyStore(t, testNotifyOrder) }
+
+func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	other := newHook(t, c, hookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "o1 "+h.url()+" "+hookSecret, "o2 "+other.url()+" "+hookSecret))
+	cfg.Ended = true
+	ps, ns := openReplicas(open, c, cfg, replicas)
+	h.setAnswer(http.StatusServiceUnavailable)
+	overloadNode(t, c, "o1", ps...)
+	drain(t, ns...)
+	calm(t, c, "o1", ps...)
+	overloadNode(t, c, "o2", ps...)
+	calm(t, c, "o2", ps...)
+	for range 5 * 60 {
+		drain(t, ns...)
+		c.add(time.Second)
+	}
+	attempts, _ := h.snapshot()
+	for _, a := range attempts {
+		if a.Msg.Type != typeOverloaded {
+			t.Fatalf("%s attempted while the node's notice is not delivered", a.Msg.Type)
+		}
+	}
+	if len(attempts) < 3 {
+		t.Fatalf("%d attempts of the notice in 5 minutes", len(attempts))
+	}
+	if _, acc := other.snapshot(); len(acc) != 2 {
+		t.Fatalf("another node's receiver accepted %d messages, want its notice and its end", len(acc))
+	}
+	h.setAnswer(http.StatusOK)
+	for range 5 * 60 {
+		drain(t, ns...)
+		c.add(time.Second)
+	}
+	attempts, acc := h.snapshot()
+	if len(acc) != 2 {
+		t.Fatalf("%d messages accepted once the receiver answers, want the notice and the end", len(acc))
+	}
+	noticeAt := -1
+	for i, a := range attempts {
+		switch {
+		case a.Msg.Type == typeOverloaded && a.Status == 200:
+			noticeAt = i
+		case a.Msg.Type == typeOverloadEnded && noticeAt < 0:
+			t.Fatalf("the end attempted (attempt %d) before the notice was delivered", i)
 		}
 	}
 }

@@ -166,9 +166,17 @@ func (o *fileOutbox) pending() []delivery {
 func (o *fileOutbox) claim(_ context.Context, now time.Time, max int, lease time.Duration, f claimFilter) ([]delivery, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// A node's messages go in the order they were decided: only its
+	// pending message of the lowest Seq may be claimed.
+	first := map[string]int64{}
+	for _, d := range o.all {
+		if s, ok := first[d.Node]; d.Status == statusPending && (!ok || d.Seq < s) {
+			first[d.Node] = d.Seq
+		}
+	}
 	var due []*delivery
 	for id, d := range o.all {
-		if d.Status != statusPending || d.NextAt.After(now) || o.leased[id].After(now) || !f.allows(d.Node) {
+		if d.Status != statusPending || d.NextAt.After(now) || o.leased[id].After(now) || !f.allows(d.Node) || d.Seq > first[d.Node] {
 			continue
 		}
 		due = append(due, d)
@@ -288,21 +296,21 @@ func (p *platform) openOutbox() error {
 // file is written: a crash between the two leaves an entry whose notice
 // the node file does not hold, which openOutbox drops, never a notice
 // without its entry. It returns the ids written, for dropDecided.
-func (p *platform) enqueueDecided(out reportOutcome, now time.Time) ([]string, error) {
+func (p *platform) enqueueDecided(out reportOutcome, seq int64, now time.Time) ([]string, error) {
 	if p.box == nil {
 		return nil, nil
 	}
 	rs := p.notify.receivers()
 	var ds []delivery
 	if out.Notice != nil {
-		d, err := noticeDelivery(*out.Notice, now, rs)
+		d, err := noticeDelivery(*out.Notice, seq, now, rs)
 		if err != nil {
 			return nil, err
 		}
 		ds = append(ds, d)
 	}
 	if e := out.Event; e != nil && e.Kind == overload.End && p.notify.cfg.Ended {
-		d, err := endDelivery(out.Node, *e, now, rs)
+		d, err := endDelivery(out.Node, seq, *e, now, rs)
 		if err != nil {
 			return nil, err
 		}

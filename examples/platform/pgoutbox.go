@@ -42,7 +42,7 @@ func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (delivery, bool,
 	if p.notify == nil || n.notice == nil {
 		return delivery{}, false, nil
 	}
-	d, err := noticeDelivery(*n.notice, cmp.Or(n.startedAt, now), p.notify.receivers()) // received when the overload started
+	d, err := noticeDelivery(*n.notice, n.readings, cmp.Or(n.startedAt, now), p.notify.receivers()) // received when the overload started
 	return d, err == nil, err
 }
 
@@ -53,7 +53,7 @@ func (p *pgPlatform) endDeliveryOf(n *pgNode, now time.Time) (delivery, bool, er
 	if p.notify == nil || e == nil || e.Kind != overload.End || !p.notify.cfg.Ended {
 		return delivery{}, false, nil
 	}
-	d, err := endDelivery(n.info.ID, *e, cmp.Or(n.info.OverloadEnded, now), p.notify.receivers())
+	d, err := endDelivery(n.info.ID, n.readings, *e, cmp.Or(n.info.OverloadEnded, now), p.notify.receivers())
 	return d, err == nil, err
 }
 
@@ -62,6 +62,7 @@ func (p *pgPlatform) endDeliveryOf(n *pgNode, now time.Time) (delivery, bool, er
 type outboxRows struct {
 	ids, nodes, types, statuses, lastErrors []string
 	ats, created                            []time.Time
+	seqs                                    []int64
 	next                                    []*time.Time
 	bodies                                  [][]byte
 	ofNotice                                []bool
@@ -70,30 +71,31 @@ type outboxRows struct {
 func (o *outboxRows) add(d delivery, at time.Time, ofNotice bool) {
 	o.ids, o.nodes, o.types, o.statuses, o.lastErrors = append(o.ids, d.ID), append(o.nodes, d.Node), append(o.types, d.Type), append(o.statuses, d.Status), append(o.lastErrors, d.LastError)
 	o.ats, o.created, o.next = append(o.ats, at), append(o.created, d.Created), append(o.next, nullTime(d.NextAt))
+	o.seqs = append(o.seqs, d.Seq)
 	o.bodies, o.ofNotice = append(o.bodies, d.Body), append(o.ofNotice, ofNotice)
 }
 
 // args are the rows as outboxInsert's arguments, in its order.
 func (o *outboxRows) args() []any {
 	if o.ids == nil {
-		return []any{[]string{}, []string{}, []string{}, []time.Time{}, [][]byte{}, []time.Time{}, []string{}, []*time.Time{}, []string{}, []bool{}}
+		return []any{[]string{}, []string{}, []string{}, []time.Time{}, [][]byte{}, []time.Time{}, []string{}, []*time.Time{}, []string{}, []bool{}, []int64{}}
 	}
-	return []any{o.ids, o.nodes, o.types, o.ats, o.bodies, o.created, o.statuses, o.next, o.lastErrors, o.ofNotice}
+	return []any{o.ids, o.nodes, o.types, o.ats, o.bodies, o.created, o.statuses, o.next, o.lastErrors, o.ofNotice, o.seqs}
 }
 
 // outboxInsert is the INSERT of outboxRows whose arguments start at $from
-// (ten of them, outboxRows.args), each row only where cond holds (d is
+// (eleven of them, outboxRows.args), each row only where cond holds (d is
 // the row, d.of_notice whether it is a notice's); a delivery decided
 // twice (it cannot be: one notice an hour) is inserted once.
 func outboxInsert(from int, cond string) string {
-	ps := make([]any, 10)
+	ps := make([]any, 11)
 	for i := range ps {
 		ps[i] = from + i
 	}
-	return fmt.Sprintf(`INSERT INTO deliveries (id, node, type, at, body, created_at, status, next_at, last_error)
-		SELECT d.id, d.node, d.type, d.at, d.body, d.created_at, d.status, d.next_at, nullif(d.last_error, '')
-		FROM unnest($%d::text[], $%d::text[], $%d::text[], $%d::timestamptz[], $%d::bytea[], $%d::timestamptz[], $%d::text[], $%d::timestamptz[], $%d::text[], $%d::boolean[])
-			WITH ORDINALITY AS d (id, node, type, at, body, created_at, status, next_at, last_error, of_notice, i)
+	return fmt.Sprintf(`INSERT INTO deliveries (id, node, type, at, body, created_at, status, next_at, last_error, seq)
+		SELECT d.id, d.node, d.type, d.at, d.body, d.created_at, d.status, d.next_at, nullif(d.last_error, ''), d.seq
+		FROM unnest($%d::text[], $%d::text[], $%d::text[], $%d::timestamptz[], $%d::bytea[], $%d::timestamptz[], $%d::text[], $%d::timestamptz[], $%d::text[], $%d::boolean[], $%d::bigint[])
+			WITH ORDINALITY AS d (id, node, type, at, body, created_at, status, next_at, last_error, of_notice, seq, i)
 		WHERE `+cond+`
 		ORDER BY d.i
 		ON CONFLICT (id) DO NOTHING`, ps...)
@@ -126,8 +128,10 @@ func (o *pgOutbox) claim(ctx context.Context, now time.Time, max int, lease time
 		own = []string{}
 	}
 	rows, err := o.db.Query(ctx, `WITH due AS (
-			SELECT id FROM deliveries
+			SELECT id FROM deliveries x
 			WHERE status = 'pending' AND next_at <= $1 AND NOT (node = ANY($4)) AND (NOT $5 OR node = ANY($6))
+				-- a node's messages in the order they were decided
+				AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.node = x.node AND e.status = 'pending' AND e.seq < x.seq)
 			ORDER BY next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE deliveries d SET attempts = d.attempts + 1, next_at = $2
 		FROM due WHERE d.id = due.id

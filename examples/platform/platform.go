@@ -262,7 +262,7 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 	}
 	// The outbox first: a notice saved in the node's file is always on
 	// its way (see enqueueDecided).
-	added, err := p.enqueueDecided(out, now)
+	added, err := p.enqueueDecided(out, n.readings, now)
 	if err != nil {
 		p.revert(n)
 		return reportOutcome{}, err
