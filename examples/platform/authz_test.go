@@ -50,6 +50,7 @@ func authzTable() []authzRow {
 		{"GET", "/nodes/X", "", own(200)},
 		{"GET", "/nodes/X/events", "", own(200)},
 		{"GET", "/notices", "", list()},
+		{"POST", "/notices/NOTICE/redeliver", "", own(202)},
 		{"GET", "/plans", "", admin(200, 200)},
 		{"POST", "/nodes/X/pause", "", admin(204, 404)},
 		{"POST", "/nodes/X/approve", "", admin(204, 404)},
@@ -64,10 +65,16 @@ func authzTable() []authzRow {
 // with the table; an operator's answer for another's node is the
 // unknown node's, byte for byte, and the lists show an operator only
 // their own nodes and notices.
-func TestAuthorizationMatrix(t *testing.T) { eachStore(t, testAuthorizationMatrix) }
+func TestAuthorizationMatrix(t *testing.T) {
+	eachNotifyStore(t, func(t *testing.T, open notifyOpener, _ int) {
+		c := &clock{t: t0}
+		h := newHook(t, c, hookSecret)
+		cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+		testAuthorizationMatrix(t, c, func(seed *seedFile) *testPlatform { return open(c, cfg, seed).testPlatform })
+	})
+}
 
-func testAuthorizationMatrix(t *testing.T, open opener) {
-	c := &clock{t: t0}
+func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) *testPlatform) {
 	start := t0.Add(-8 * time.Hour)
 	seed := &seedFile{
 		Nodes: []routing.Node{
@@ -80,7 +87,7 @@ func testAuthorizationMatrix(t *testing.T, open opener) {
 		},
 		Operators: map[string]string{"b1": "bob"},
 	}
-	tp := open(c, seed)
+	tp := open(seed)
 	toks := tokens{testToken: "", "tok-alice": "operator:alice", "tok-bob": "operator:bob", "tok-a1": "a1 operator:alice"}
 	f := newFleet(tp.svc)
 	f.owners = seed.Operators
@@ -121,6 +128,14 @@ func testAuthorizationMatrix(t *testing.T, open opener) {
 		}
 	}
 	c.add(time.Hour)
+	var ns []numberedNotice
+	if code, b := do("GET", "/notices", testToken, ""); code != 200 || json.Unmarshal([]byte(b), &ns) != nil || len(ns) != 2 {
+		t.Fatalf("notices: %d %s", code, b)
+	}
+	noticeOf := map[string]string{"zz": "999999"}
+	for _, n := range ns {
+		noticeOf[n.Node] = fmt.Sprint(n.ID)
+	}
 	price := 100
 	kinds := []string{"admin", "opA", "opB", "agentA", "none"}
 	for _, row := range authzTable() {
@@ -132,7 +147,7 @@ func testAuthorizationMatrix(t *testing.T, open opener) {
 				if row.path == "/report" && i == 2 && kind == "admin" {
 					node = "zz-report" // the admin's reading of a node never seen creates it
 				}
-				r := strings.NewReplacer("X", node, "AT", c.now().Format(time.RFC3339Nano), "PRICE", fmt.Sprint(price))
+				r := strings.NewReplacer("X", node, "AT", c.now().Format(time.RFC3339Nano), "PRICE", fmt.Sprint(price), "NOTICE", noticeOf[node])
 				code, body := do(row.method, r.Replace(row.path), tokenOf[kind], r.Replace(row.body))
 				bodies[i] = body
 				if want := row.want[kind][i]; code != want {
@@ -142,7 +157,9 @@ func testAuthorizationMatrix(t *testing.T, open opener) {
 			// Another operator's node answers as an unknown one.
 			other := map[string]int{"opA": 1, "opB": 0}
 			if i, ok := other[kind]; ok && row.want[kind][i] == 404 {
-				if got, want := strings.ReplaceAll(bodies[i], authzNodes[i], "zz"), bodies[2]; got != want {
+				got := strings.ReplaceAll(bodies[i], authzNodes[i], "zz")
+				got = strings.ReplaceAll(got, "notice "+noticeOf[authzNodes[i]]+":", "notice 999999:")
+				if want := bodies[2]; got != want {
 					t.Errorf("%s %s with %s's token: another's node answers\n%s\nwhere an unknown node answers\n%s", row.method, row.path, kind, bodies[i], bodies[2])
 				}
 			}

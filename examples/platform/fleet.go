@@ -435,3 +435,35 @@ func (f *fleet) pause(ctx context.Context, id string, paused bool) error {
 	}
 	return err
 }
+
+// redeliver sends notice id again, with its first webhook-id, if keep
+// (nil: any) keeps its node: a notice of another operator's node is not
+// found, as one that does not exist. The delivery is due at once and
+// keeps its log.
+func (f *fleet) redeliver(ctx context.Context, id int64, keep func(node string) bool) error {
+	notFound := fmt.Errorf("notice %d: %w", id, errUnknown)
+	if id < 1 {
+		return notFound
+	}
+	ns, _, err := f.store.notices(ctx, id-1, 1)
+	if err != nil {
+		return err
+	}
+	if len(ns) == 0 || ns[0].ID != id || (keep != nil && !keep(ns[0].Node)) {
+		return notFound
+	}
+	if f.notify == nil || f.notify.box == nil {
+		return fmt.Errorf("notice %d: %w (no deliveries: the platform runs without -notify-file)", id, errUnknown)
+	}
+	did := noticeID(ns[0].Node, ns[0].At)
+	found, err := f.notify.box.redeliver(ctx, did, f.now())
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("notice %d: %w (no delivery: decided before the platform delivered notices)", id, errUnknown)
+	}
+	f.log.Info("notice to be delivered again", "notice", id, "id", did, "node", ns[0].Node)
+	f.notify.poke()
+	return nil
+}

@@ -273,6 +273,22 @@ func handler(f *fleet, toks tokens) http.Handler {
 		ns, last, err := f.noticesOf(r.Context(), keep, from, limit)
 		return page{ns, strconv.FormatInt(last, 10), len(ns) == limit}, err
 	}))
+	mux.HandleFunc("POST /notices/{id}/redeliver", auth(true, func(w http.ResponseWriter, r *http.Request, id identity) {
+		n, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		if err != nil || n < 1 {
+			writeFailure(w, fmt.Errorf("redeliver: notice %.80q: want a notice's id, 1 or more: %w", r.PathValue("id"), errBadInput))
+			return
+		}
+		var keep func(node string) bool
+		if id.isOperator() {
+			keep = func(node string) bool { return owners[node] == id.operator }
+		}
+		if err := f.redeliver(r.Context(), n, keep); err != nil {
+			writeFailure(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
 	mux.HandleFunc("GET /plans", paged("plans", false, func(r *http.Request, _ identity, after string, limit int) (page, error) {
 		if err := afterNodeID("plans", after); err != nil {
 			return page{}, err

@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,7 +61,21 @@ type delivery struct {
 	LastStatus  int       `json:"last_status,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
 	DeliveredAt time.Time `json:"delivered_at,omitzero"`
+	// Log is the latest attempts, oldest first, at most maxLog.
+	Log []attemptLog `json:"log,omitempty"`
 }
+
+// attemptLog is one attempt of a delivery: when, and the receiver's
+// status code or the error (never the receiver's URL).
+type attemptLog struct {
+	At     time.Time `json:"at"`
+	Status int       `json:"status,omitempty"`
+	Error  string    `json:"error,omitempty"`
+}
+
+// maxLog bounds a delivery's log: a day of retries backing off to an
+// hour is some 30 attempts; the latest 20 say what is going on.
+const maxLog = 20
 
 // deliveryView is what the API shows of a notice's delivery.
 type deliveryView struct {
@@ -72,11 +87,16 @@ type deliveryView struct {
 	NextAttempt time.Time `json:"next_attempt,omitzero"`
 	LastStatus  int       `json:"last_status,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
+	// Log is the latest attempts, oldest first: the delivery log.
+	Log []attemptLog `json:"log"`
 }
 
 func (d *delivery) view() deliveryView {
 	v := deliveryView{ID: d.ID, Type: d.Type, Status: d.Status, Attempts: d.Attempts, DeliveredAt: d.DeliveredAt,
-		LastStatus: d.LastStatus, LastError: d.LastError}
+		LastStatus: d.LastStatus, LastError: d.LastError, Log: d.Log}
+	if v.Log == nil {
+		v.Log = []attemptLog{}
+	}
 	if d.Status == statusPending {
 		v.NextAttempt = d.NextAt
 	}
@@ -315,6 +335,9 @@ type outboxStore interface {
 	settle(ctx context.Context, d delivery, res attemptResult) error
 	// byIDs returns the deliveries of ids that exist.
 	byIDs(ctx context.Context, ids []string) (map[string]delivery, error)
+	// redeliver makes delivery id due again at now, whatever its status,
+	// keeping its id and its log; false when there is no such delivery.
+	redeliver(ctx context.Context, id string, now time.Time) (bool, error)
 	// byNode returns node's newest deliveries, newest first.
 	byNode(ctx context.Context, node string, limit int) ([]delivery, error)
 	// counts returns the deliveries by status, and when the oldest
@@ -677,6 +700,10 @@ func (d delivery) apply(res attemptResult) delivery {
 		return d
 	}
 	d.LastStatus, d.LastError = res.status, res.err
+	d.Log = append(slices.Clip(d.Log), attemptLog{At: res.at, Status: res.status, Error: res.err})
+	if len(d.Log) > maxLog {
+		d.Log = d.Log[len(d.Log)-maxLog:]
+	}
 	switch res.outcome {
 	case outcomeDelivered:
 		d.Status, d.DeliveredAt, d.NextAt, d.LastError = statusDelivered, res.at, time.Time{}, ""

@@ -186,7 +186,8 @@ type notifyPlatform struct {
 
 // notifyOpener starts a platform with a notifier on a subtest's store;
 // called again, another on the same store (a restart, or a replica).
-type notifyOpener func(c *clock, cfg notifyConfig) notifyPlatform
+// A seed, if given, is the route table.
+type notifyOpener func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform
 
 func newNotifier4Test(t *testing.T, c *clock, cfg notifyConfig) *notifier {
 	t.Helper()
@@ -204,9 +205,9 @@ func newNotifier4Test(t *testing.T, c *clock, cfg notifyConfig) *notifier {
 func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, replicas int)) {
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
-		test(t, func(c *clock, cfg notifyConfig) notifyPlatform {
+		test(t, func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform {
 			n := newNotifier4Test(t, c, cfg)
-			p, err := newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
+			p, err := newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Notifier: n}, firstSeed(seed))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,9 +219,9 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
-		test(t, func(c *clock, cfg notifyConfig) notifyPlatform {
+		test(t, func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform {
 			n := newNotifier4Test(t, c, cfg)
-			p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
+			p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,6 +229,14 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 			return notifyPlatform{serveNotifyTest(t, c, p), n}
 		}, 2)
 	})
+}
+
+// firstSeed is seed's first, or nil.
+func firstSeed(seed []*seedFile) *seedFile {
+	if len(seed) == 0 {
+		return nil
+	}
+	return seed[0]
 }
 
 // drain pumps the notifiers at the clock's time until no attempt is in
@@ -1137,6 +1146,41 @@ func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
 		case a.Msg.Type == typeOverloadEnded && noticeAt < 0:
 			t.Fatalf("the end attempted (attempt %d) before the notice was delivered", i)
 		}
+	}
+}
+
+// TestNotifyRedeliver: each notice carries its delivery log (every
+// attempt's time and status or error); POST /notices/N/redeliver sends a
+// delivered notice again with its first webhook-id, and its log grows.
+func TestNotifyRedeliver(t *testing.T) { eachNotifyStore(t, testNotifyRedeliver) }
+
+func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	ps, ns := openReplicas(open, c, cfg, replicas)
+	h.setAnswer(http.StatusServiceUnavailable)
+	overloadNode(t, c, "d1", ps...)
+	drain(t, ns...)
+	h.setAnswer(http.StatusOK)
+	c.add(10 * time.Minute)
+	drain(t, ns...)
+	nt := ps[0].notices()[0]
+	if log := nt.Delivery.Log; nt.Delivery.Status != statusDelivered || len(log) != 2 || log[0].Status != 503 || log[0].Error == "" || log[1].Status != 200 || log[1].At.Before(log[0].At) {
+		t.Fatalf("the delivery after a 503 and a 200: %+v", nt.Delivery)
+	}
+	if code, _, b := ps[0].raw("POST", fmt.Sprintf("/notices/%d/redeliver", nt.ID), testToken, ""); code != http.StatusAccepted {
+		t.Fatalf("redeliver: %d %s", code, b)
+	}
+	if code, _, _ := ps[0].raw("POST", "/notices/9999/redeliver", testToken, ""); code != http.StatusNotFound {
+		t.Errorf("redeliver of an unknown notice: %d, want 404", code)
+	}
+	drain(t, ns...)
+	if _, acc := h.snapshot(); acc[nt.Delivery.ID] != 2 || len(acc) != 1 {
+		t.Fatalf("accepted %v, want %s twice", acc, nt.Delivery.ID)
+	}
+	if d := ps[len(ps)-1].notices()[0].Delivery; d.Status != statusDelivered || len(d.Log) != 3 {
+		t.Fatalf("the delivery after its redelivery: %+v", d)
 	}
 }
 

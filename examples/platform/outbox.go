@@ -215,6 +215,23 @@ func (o *fileOutbox) settle(_ context.Context, d delivery, res attemptResult) er
 	return nil
 }
 
+func (o *fileOutbox) redeliver(_ context.Context, id string, now time.Time) (bool, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	cur := o.all[id]
+	if cur == nil {
+		return false, nil
+	}
+	next := *cur
+	next.Status, next.NextAt, next.DeliveredAt = statusPending, now, time.Time{}
+	if err := o.appendLocked(outboxRecord{Op: "put", D: &next}); err != nil {
+		return false, err
+	}
+	*cur = next
+	delete(o.leased, id)
+	return true, nil
+}
+
 func (o *fileOutbox) byIDs(_ context.Context, ids []string) (map[string]delivery, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -1476,17 +1476,6 @@ func (p *pgPlatform) routeNode(ctx context.Context, id string) (string, error) {
 	return node, classify(err)
 }
 
-// readNode loads a node without locking it, for reads.
-func (p *pgPlatform) readNode(ctx context.Context, id string) (*pgNode, error) {
-	var n *pgNode
-	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		n, err = p.selectNode(ctx, tx, id)
-		return err
-	})
-	return n, err
-}
-
 // selectNode loads node id in tx without locking it; an unknown id is an
 // error wrapping errUnknownNode.
 func (p *pgPlatform) selectNode(ctx context.Context, tx pgx.Tx, id string) (*pgNode, error) {

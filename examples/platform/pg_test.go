@@ -1048,7 +1048,7 @@ func TestPGNoticeInsertPlanKeepsIndex(t *testing.T) {
 		t.Helper()
 		// A notice of n5, whose last was two hours ago; no outbox rows.
 		args := []string{`'{n5}'`, `'{"2026-12-02 12:00:00+00"}'`, `'{"{}"}'`, `'{"2026-12-02 11:00:00+00"}'`}
-		for range 10 {
+		for range len((&outboxRows{}).args()) {
 			args = append(args, `'{}'`)
 		}
 		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE notice("+strings.Join(args, ", ")+")", pgx.QueryExecModeSimpleProtocol)

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -101,15 +102,21 @@ func outboxInsert(from int, cond string) string {
 		ON CONFLICT (id) DO NOTHING`, ps...)
 }
 
-const deliveryColumns = `id, node, type, body, created_at, status, attempts, next_at, coalesce(last_status, 0), coalesce(last_error, ''), delivered_at`
+const deliveryColumns = `id, node, type, body, created_at, status, attempts, next_at, coalesce(last_status, 0), coalesce(last_error, ''), delivered_at, log`
 
 // claimedColumns are deliveryColumns of the claim's UPDATE … FROM.
-const claimedColumns = `d.id, d.node, d.type, d.body, d.created_at, d.status, d.attempts, d.next_at, coalesce(d.last_status, 0), coalesce(d.last_error, ''), d.delivered_at`
+const claimedColumns = `d.id, d.node, d.type, d.body, d.created_at, d.status, d.attempts, d.next_at, coalesce(d.last_status, 0), coalesce(d.last_error, ''), d.delivered_at, d.log`
 
 func scanDelivery(row pgx.Row) (delivery, error) {
 	var d delivery
 	var next, delivered *time.Time
-	err := row.Scan(&d.ID, &d.Node, &d.Type, &d.Body, &d.Created, &d.Status, &d.Attempts, &next, &d.LastStatus, &d.LastError, &delivered)
+	var log []byte
+	err := row.Scan(&d.ID, &d.Node, &d.Type, &d.Body, &d.Created, &d.Status, &d.Attempts, &next, &d.LastStatus, &d.LastError, &delivered, &log)
+	if err == nil && len(log) > 0 {
+		if jerr := json.Unmarshal(log, &d.Log); jerr != nil {
+			return d, fmt.Errorf("delivery %s: log: %w", d.ID, jerr)
+		}
+	}
 	if next != nil {
 		d.NextAt = *next
 	}
@@ -153,13 +160,28 @@ func (o *pgOutbox) claim(ctx context.Context, now time.Time, max int, lease time
 
 func (o *pgOutbox) settle(ctx context.Context, d delivery, res attemptResult) error {
 	next := d.apply(res)
+	log, err := json.Marshal(next.Log)
+	if err != nil {
+		return err
+	}
+	if next.Log == nil {
+		log = []byte("[]")
+	}
 	// Another replica may have claimed the row again (this one's lease ran
 	// out): then only a delivery is recorded over its attempt.
-	_, err := o.db.Exec(ctx, `UPDATE deliveries SET status = $3, attempts = $4, next_at = $5, last_status = nullif($6, 0),
-			last_error = nullif($7, ''), delivered_at = $8
+	_, err = o.db.Exec(ctx, `UPDATE deliveries SET status = $3, attempts = $4, next_at = $5, last_status = nullif($6, 0),
+			last_error = nullif($7, ''), delivered_at = $8, log = $9
 		WHERE id = $1 AND status = 'pending' AND (attempts = $2 OR $3 = 'delivered')`,
-		d.ID, d.Attempts, next.Status, next.Attempts, nullTime(next.NextAt), next.LastStatus, next.LastError, nullTime(next.DeliveredAt))
+		d.ID, d.Attempts, next.Status, next.Attempts, nullTime(next.NextAt), next.LastStatus, next.LastError, nullTime(next.DeliveredAt), log)
 	return err
+}
+
+func (o *pgOutbox) redeliver(ctx context.Context, id string, now time.Time) (bool, error) {
+	tag, err := o.db.Exec(ctx, `UPDATE deliveries SET status = 'pending', next_at = $2, delivered_at = NULL WHERE id = $1`, id, now)
+	if err != nil {
+		return false, classify(err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 func (o *pgOutbox) byIDs(ctx context.Context, ids []string) (map[string]delivery, error) {

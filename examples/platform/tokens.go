@@ -22,18 +22,6 @@ type identity struct {
 	operator string // an operator's token: the operator; an agent's: its node's operator
 }
 
-// kind names the identity for logs and errors: "admin", "operator NAME"
-// or "node NODE".
-func (id identity) kind() string {
-	switch {
-	case id.node != "":
-		return "node " + id.node
-	case id.operator != "":
-		return "operator " + id.operator
-	}
-	return "admin"
-}
-
 func (id identity) admin() bool { return id.node == "" && id.operator == "" }
 
 // isOperator reports whether id is an operator's own token.
