@@ -70,11 +70,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 		c := &clock{t: t0}
 		h := newHook(t, c, hookSecret)
 		cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
-		testAuthorizationMatrix(t, c, func(seed *seedFile) *testPlatform { return open(c, cfg, seed).testPlatform })
+		testAuthorizationMatrix(t, c, func(seed *seedFile) notifyPlatform { return open(c, cfg, seed) })
 	})
 }
 
-func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) *testPlatform) {
+func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) notifyPlatform) {
 	start := t0.Add(-8 * time.Hour)
 	seed := &seedFile{
 		Nodes: []routing.Node{
@@ -89,7 +89,7 @@ func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) *
 	}
 	tp := open(seed)
 	toks := tokens{testToken: "", "tok-alice": "operator:alice", "tok-bob": "operator:bob", "tok-a1": "a1 operator:alice"}
-	f := newFleet(tp.svc)
+	f := newFleet(tp.svc, tp.n)
 	f.owners = seed.Operators
 	srv := httptest.NewServer(handler(f, toks))
 	defer srv.Close()
@@ -189,7 +189,7 @@ func TestPauseAndApprove(t *testing.T) { eachStore(t, testPauseAndApprove) }
 func testPauseAndApprove(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	tp := open(c, testSeed())
-	f := newFleet(tp.svc)
+	f := newFleet(tp.svc, nil)
 	srv := httptest.NewServer(handler(f, tokens{testToken: "", "tok-alice": "operator:alice", "tok-x1": "x1 operator:alice"}))
 	defer srv.Close()
 	do := func(method, path, token, body string, out any) int {

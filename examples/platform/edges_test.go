@@ -167,7 +167,7 @@ func TestReportDecodeAsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler(newFleet(p), tokens{testToken: ""})
+	h := handler(newFleet(p, nil), tokens{testToken: ""})
 	for _, body := range []string{
 		`{`, `null`, `[]`, `{"v":1}x`, `{"v":3,"node":"x1"}`, `{"V":1,"node":"x1"}`,
 		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":1.5,"conntrack_max":1}`,
@@ -253,7 +253,7 @@ func TestStalledBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: handler(newFleet(p), tokens{testToken: ""}), ReadHeaderTimeout: readHeaderTimeout,
+	srv := &http.Server{Handler: handler(newFleet(p, nil), tokens{testToken: ""}), ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout: time.Second, WriteTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()

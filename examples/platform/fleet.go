@@ -46,8 +46,10 @@ type store interface {
 	nodeStore
 	service
 	// base is the store's rules: its configuration, log, clock and
-	// notifier.
+	// dispatch.
 	base() *rules
+	// outbox is the store's outbox of deliveries; nil without a dispatch.
+	outbox() outboxStore
 }
 
 func (c *rules) base() *rules { return c }
@@ -63,11 +65,16 @@ var (
 type fleet struct {
 	*rules
 	store store
+	// notify is the notifier delivering the store's outbox; nil: notices
+	// are not delivered.
+	notify *notifier
 	// owners is each node's operator as the route table names it.
 	owners map[string]string
 }
 
-func newFleet(st store) *fleet { return &fleet{rules: st.base(), store: st} }
+// newFleet is the use cases over st, whose deliveries n delivers (nil:
+// none).
+func newFleet(st store, n *notifier) *fleet { return &fleet{rules: st.base(), store: st, notify: n} }
 
 // admit answers whether node id takes new connections now.
 func (f *fleet) admit(ctx context.Context, id string) (admitAnswer, error) {
@@ -464,6 +471,6 @@ func (f *fleet) redeliver(ctx context.Context, id int64, keep func(node string) 
 		return fmt.Errorf("notice %d: %w (no delivery: decided before the platform delivered notices)", id, errUnknown)
 	}
 	f.log.Info("notice to be delivered again", "notice", id, "id", did, "node", ns[0].Node)
-	f.notify.poke()
+	f.dispatch.poke()
 	return nil
 }

@@ -192,7 +192,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	o.cfg.Notifier = newNotifier(o.notify, rs, log, o.cfg.Now)
+	o.cfg.Dispatch = newDispatch(o.notify, rs)
 	var seed *seedFile
 	if o.routes != "" {
 		if seed, err = readSeed(o.routes); err != nil {
@@ -219,7 +219,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		svc = p
 	}
 
-	f := newFleet(svc)
+	sender := newNotifier(o.notify, o.cfg.Dispatch, svc.outbox(), log, o.cfg.Now)
+	f := newFleet(svc, sender)
 	if seed != nil {
 		f.owners = seed.Operators
 	}
@@ -261,17 +262,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown,
 			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "gogc", gogc, "memory_limit", memLimit)...)...)
 
-	notifyUnreached(ctx, svc, o.cfg.Notifier, log)
+	notifyUnreached(ctx, svc, sender, log)
 	nctx, stopNotify := context.WithCancel(ctx)
 	notifying := make(chan struct{})
-	go func() { defer close(notifying); o.cfg.Notifier.run(nctx) }()
+	go func() { defer close(notifying); sender.run(nctx) }()
 	defer func() { stopNotify(); <-notifying }()
 	tick := time.NewTicker(o.planEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-hup:
-			if err := o.cfg.Notifier.reload(); err != nil {
+			if err := sender.reload(); err != nil {
 				log.Error("notify file not reloaded", "err", err)
 			}
 		case <-tick.C:

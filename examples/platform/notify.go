@@ -345,17 +345,57 @@ type outboxStore interface {
 	counts(ctx context.Context) (map[string]int64, time.Time, error)
 }
 
+// dispatch is what a store and the notifier share: the receivers in
+// force (a notice decided for a node without one goes into the outbox
+// undeliverable), whether ends of overloads are sent, and the wake-up a
+// store gives the notifier when it wrote a delivery. It is made first;
+// the store is opened with it, and the notifier with it and the store's
+// outbox.
+type dispatch struct {
+	ended bool
+	rcv   atomic.Pointer[receivers]
+	wake  chan struct{}
+}
+
+// newDispatch is the dispatch of a notify file's receivers rs (nil: none).
+func newDispatch(cfg notifyConfig, rs *receivers) *dispatch {
+	d := &dispatch{ended: cfg.Ended, wake: make(chan struct{}, 1)}
+	if rs == nil {
+		rs = &receivers{byNode: map[string]*receiver{}}
+	}
+	d.rcv.Store(rs)
+	return d
+}
+
+// receivers is the notify file in force; nil without a dispatch.
+func (d *dispatch) receivers() *receivers {
+	if d == nil {
+		return nil
+	}
+	return d.rcv.Load()
+}
+
+// poke wakes the workers: a delivery was written.
+func (d *dispatch) poke() {
+	if d == nil {
+		return
+	}
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
 // notifier delivers the outbox: on every replica, it claims due
 // deliveries and sends each to its node's receiver, a few at a time per
 // receiver so one slow receiver does not hold back the others.
 type notifier struct {
+	*dispatch
 	cfg    notifyConfig
 	box    outboxStore
 	log    *slog.Logger
 	now    func() time.Time
 	client *http.Client
-	rcv    atomic.Pointer[receivers]
-	wake   chan struct{}
 
 	mu       sync.Mutex
 	inFlight map[string]int      // by receiver URL
@@ -367,7 +407,9 @@ type notifier struct {
 	running  sync.WaitGroup
 }
 
-func newNotifier(cfg notifyConfig, rs *receivers, log *slog.Logger, now func() time.Time) *notifier {
+// newNotifier is the notifier of d's receivers, delivering box (a
+// store's outbox; nil: none, for a platform that only reloads its file).
+func newNotifier(cfg notifyConfig, d *dispatch, box outboxStore, log *slog.Logger, now func() time.Time) *notifier {
 	cfg = cfg.withDefaults()
 	if now == nil {
 		now = func() time.Time { return time.Now().Round(0) }
@@ -376,7 +418,7 @@ func newNotifier(cfg notifyConfig, rs *receivers, log *slog.Logger, now func() t
 		log = slog.New(slog.DiscardHandler)
 	}
 	n := &notifier{
-		cfg: cfg, log: log, now: now, wake: make(chan struct{}, 1),
+		dispatch: d, cfg: cfg, box: box, log: log, now: now,
 		inFlight: map[string]int{}, failing: map[string]bool{}, disabled: map[string][32]byte{},
 		client: &http.Client{
 			Timeout: cfg.Timeout,
@@ -385,19 +427,7 @@ func newNotifier(cfg notifyConfig, rs *receivers, log *slog.Logger, now func() t
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
-	if rs == nil {
-		rs = &receivers{byNode: map[string]*receiver{}}
-	}
-	n.rcv.Store(rs)
 	return n
-}
-
-// receivers is the notify file in force.
-func (n *notifier) receivers() *receivers {
-	if n == nil {
-		return nil
-	}
-	return n.rcv.Load()
 }
 
 // reload reads the notify file again; a file that does not parse is
@@ -419,17 +449,6 @@ func (n *notifier) reload() error {
 	n.log.Info("notify file reloaded", "file", n.cfg.File, "receivers", len(rs.byNode), "any", rs.any != nil)
 	n.poke()
 	return nil
-}
-
-// poke wakes the workers: a delivery was written.
-func (n *notifier) poke() {
-	if n == nil {
-		return
-	}
-	select {
-	case n.wake <- struct{}{}:
-	default:
-	}
 }
 
 // run claims and delivers until ctx ends, then waits for the attempts in

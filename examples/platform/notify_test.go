@@ -189,7 +189,8 @@ type notifyPlatform struct {
 // A seed, if given, is the route table.
 type notifyOpener func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform
 
-func newNotifier4Test(t *testing.T, c *clock, cfg notifyConfig) *notifier {
+// newDispatch4Test is the dispatch of cfg's notify file.
+func newDispatch4Test(t *testing.T, cfg notifyConfig) *dispatch {
 	t.Helper()
 	var rs *receivers
 	if cfg.File != "" {
@@ -198,7 +199,19 @@ func newNotifier4Test(t *testing.T, c *clock, cfg notifyConfig) *notifier {
 			t.Fatal(err)
 		}
 	}
-	return newNotifier(cfg, rs, testLogger(t), c.now)
+	return newDispatch(cfg, rs)
+}
+
+// notified opens a store with cfg's dispatch, as main does, and the
+// notifier delivering its outbox, on clock c, logging to log.
+func notified[S store](t *testing.T, c *clock, cfg notifyConfig, log *slog.Logger, open func(d *dispatch) (S, error)) (S, *notifier) {
+	t.Helper()
+	d := newDispatch4Test(t, cfg)
+	st, err := open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, newNotifier(cfg, d, st.outbox(), log, c.now)
 }
 
 // eachNotifyStore runs test on the file store and on PostgreSQL.
@@ -206,12 +219,10 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
 		test(t, func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform {
-			n := newNotifier4Test(t, c, cfg)
-			p, err := newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Notifier: n}, firstSeed(seed))
-			if err != nil {
-				t.Fatal(err)
-			}
-			tp := serveNotifyTest(t, c, p)
+			p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
+				return newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, firstSeed(seed))
+			})
+			tp := serveNotifyTest(t, c, p, n)
 			tp.dir, tp.p = dir, p
 			t.Cleanup(func() { p.box.close() })
 			return notifyPlatform{tp, n}
@@ -220,13 +231,11 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
 		test(t, func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform {
-			n := newNotifier4Test(t, c, cfg)
-			p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*pgPlatform, error) {
+				return openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
+			})
 			t.Cleanup(p.close)
-			return notifyPlatform{serveNotifyTest(t, c, p), n}
+			return notifyPlatform{serveNotifyTest(t, c, p, n), n}
 		}, 2)
 	})
 }
@@ -281,9 +290,9 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 
 // serveNotifyTest serves svc as main does: notices and views with their
 // deliveries, and /metrics.
-func serveNotifyTest(t *testing.T, c *clock, svc store) *testPlatform {
+func serveNotifyTest(t *testing.T, c *clock, svc store, n *notifier) *testPlatform {
 	toks := tokens{testToken: "", "x1-token": "x1"}
-	srv := httptest.NewServer(handler(newFleet(svc), toks))
+	srv := httptest.NewServer(handler(newFleet(svc, n), toks))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }
@@ -604,13 +613,11 @@ func TestNotifyFailureLogsHostOnly(t *testing.T) {
 	var log testkit.LogBuffer
 	secretURL := "http://ops:hunter2@" + h.addr + "/hook?token=tok-abc123"
 	file := notifyFile(t, "* "+secretURL+" "+hookSecret)
-	n := newNotifier(testNotifyConfig(file), mustReceivers(t, file), slogTo(&log), c.now)
-	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Notifier: n}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, n := notified(t, c, testNotifyConfig(file), slogTo(&log), func(d *dispatch) (*platform, error) {
+		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Dispatch: d}, nil)
+	})
 	defer p.box.close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "x", tp)
 	drain(t, n)
 	c.add(time.Hour)
@@ -631,15 +638,6 @@ func TestNotifyFailureLogsHostOnly(t *testing.T) {
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
-func mustReceivers(t *testing.T, path string) *receivers {
-	t.Helper()
-	rs, err := readReceivers(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rs
-}
-
 // TestNotifySlowReceiver: a receiver that does not answer holds a few
 // attempts in flight, never the others' deliveries.
 func TestNotifySlowReceiver(t *testing.T) {
@@ -654,13 +652,11 @@ func TestNotifySlowReceiver(t *testing.T) {
 	}
 	cfg := testNotifyConfig(notifyFile(t, lines...))
 	cfg.Timeout = time.Minute // the slow receiver holds its requests until released
-	n := newNotifier4Test(t, c, cfg)
-	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
+		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	})
 	defer p.box.close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	for i := range 10 {
 		overloadNode(t, c, fmt.Sprintf("s%d", i), tp)
 	}
@@ -773,13 +769,11 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	h := newHook(t, c, hookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	open := func() notifyPlatform {
-		n := newNotifier4Test(t, c, cfg)
-		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*pgPlatform, error) {
+			return openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
+		})
 		t.Cleanup(p.close)
-		return notifyPlatform{serveNotifyTest(t, c, p), n}
+		return notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	}
 	a, b := open(), open()
 	for i := range 10 {
@@ -911,15 +905,13 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	open := func() (*platform, *notifier) {
-		n := newNotifier4Test(t, c, cfg)
-		p, err := newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
+			return newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+		})
 		return p, n
 	}
 	p, n := open()
-	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "r1", tp)
 	drain(t, n)
 	// A crash after the outbox's append, before the node's file: an
@@ -1000,7 +992,8 @@ func TestNotifyFileRefused(t *testing.T) {
 	}
 	c := &clock{t: t0}
 	file := notifyFile(t, "* http://127.0.0.1:9/ "+hookSecret)
-	n := newNotifier4Test(t, c, testNotifyConfig(file))
+	cfg := testNotifyConfig(file)
+	n := newNotifier(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), c.now)
 	writeFile(t, file, "* http://127.0.0.1:9/\n")
 	if err := n.reload(); err == nil || !strings.Contains(err.Error(), file+":1:") || !strings.Contains(err.Error(), "previous file stays") {
 		t.Fatalf("reload of a bad file: %v", err)
@@ -1050,13 +1043,11 @@ func TestNotifyTimeout(t *testing.T) {
 	h.mu.Unlock()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	cfg.Timeout = 200 * time.Millisecond
-	n := newNotifier4Test(t, c, cfg)
-	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
+		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	})
 	defer p.box.close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "slow", tp)
 	drain(t, n)
 	ns := tp.notices()
@@ -1192,13 +1183,11 @@ func TestNotifyGiveUp(t *testing.T) {
 	h.setAnswer(http.StatusServiceUnavailable)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	cfg.GiveUp = 5 * time.Minute
-	n := newNotifier4Test(t, c, cfg)
-	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
+		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	})
 	defer p.box.close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "g1", tp)
 	start := c.now()
 	for c.now().Sub(start) < 10*time.Minute {

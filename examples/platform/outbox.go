@@ -278,7 +278,7 @@ func (o *fileOutbox) counts(context.Context) (map[string]int64, time.Time, error
 // delivers notices, and drops the deliveries whose notice never reached
 // its node's file (the platform stopped between the two writes).
 func (p *platform) openOutbox() error {
-	if p.notify == nil {
+	if p.dispatch == nil {
 		return nil
 	}
 	box, err := openFileOutbox(p.cfg.StateDir, p.now())
@@ -304,8 +304,15 @@ func (p *platform) openOutbox() error {
 		}
 	}
 	p.box = box
-	p.notify.box = box
 	return nil
+}
+
+// outbox is the store's outbox, for its notifier; nil without one.
+func (p *platform) outbox() outboxStore {
+	if p.box == nil {
+		return nil
+	}
+	return p.box
 }
 
 // enqueueDecided writes the outbox entries of what a report decided (its
@@ -317,7 +324,7 @@ func (p *platform) enqueueDecided(out reportOutcome, seq int64, now time.Time) (
 	if p.box == nil {
 		return nil, nil
 	}
-	rs := p.notify.receivers()
+	rs := p.dispatch.receivers()
 	var ds []delivery
 	if out.Notice != nil {
 		d, err := noticeDelivery(*out.Notice, seq, now, rs)
@@ -326,7 +333,7 @@ func (p *platform) enqueueDecided(out reportOutcome, seq int64, now time.Time) (
 		}
 		ds = append(ds, d)
 	}
-	if e := out.Event; e != nil && e.Kind == overload.End && p.notify.cfg.Ended {
+	if e := out.Event; e != nil && e.Kind == overload.End && p.dispatch.ended {
 		d, err := endDelivery(out.Node, seq, *e, now, rs)
 		if err != nil {
 			return nil, err

@@ -191,9 +191,6 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		return nil, dbError(url, err)
 	}
 	p := &pgPlatform{rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2), spill: cmp.Or(opt.Spill, defaultBatchSpill)}
-	if p.notify != nil {
-		p.notify.box = &pgOutbox{db: db}
-	}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -225,6 +222,15 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		}
 	}
 	return p, nil
+}
+
+// outbox is the store's outbox, for its notifier; nil without a
+// dispatch.
+func (p *pgPlatform) outbox() outboxStore {
+	if p.dispatch == nil {
+		return nil
+	}
+	return &pgOutbox{db: p.db}
 }
 
 func (p *pgPlatform) close() {

@@ -32,18 +32,18 @@ var _ outboxStore = (*pgOutbox)(nil)
 // costs, a statement and a commit, found nothing: 0.07 a report at
 // 100,000 nodes without a notify file).
 func (p *pgPlatform) pokeFor(out reportOutcome) {
-	if out.Notice != nil && p.notify.receivers().forNode(out.Notice.Node) != nil {
-		p.notify.poke()
+	if out.Notice != nil && p.dispatch.receivers().forNode(out.Notice.Node) != nil {
+		p.dispatch.poke()
 	}
 }
 
 // noticeDeliveryOf is the outbox row of n's notice; false without a
 // notifier.
 func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (delivery, bool, error) {
-	if p.notify == nil || n.notice == nil {
+	if p.dispatch == nil || n.notice == nil {
 		return delivery{}, false, nil
 	}
-	d, err := noticeDelivery(*n.notice, n.readings, cmp.Or(n.startedAt, now), p.notify.receivers()) // received when the overload started
+	d, err := noticeDelivery(*n.notice, n.readings, cmp.Or(n.startedAt, now), p.dispatch.receivers()) // received when the overload started
 	return d, err == nil, err
 }
 
@@ -51,10 +51,10 @@ func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (delivery, bool,
 // notifier is asked to send ends; false otherwise.
 func (p *pgPlatform) endDeliveryOf(n *pgNode, now time.Time) (delivery, bool, error) {
 	e := n.event
-	if p.notify == nil || e == nil || e.Kind != overload.End || !p.notify.cfg.Ended {
+	if p.dispatch == nil || e == nil || e.Kind != overload.End || !p.dispatch.ended {
 		return delivery{}, false, nil
 	}
-	d, err := endDelivery(n.info.ID, n.readings, *e, cmp.Or(n.info.OverloadEnded, now), p.notify.receivers())
+	d, err := endDelivery(n.info.ID, n.readings, *e, cmp.Or(n.info.OverloadEnded, now), p.dispatch.receivers())
 	return d, err == nil, err
 }
 

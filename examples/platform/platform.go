@@ -32,9 +32,10 @@ type config struct {
 	// Now is the clock at the edges; nil means time.Now. The pure packages
 	// get the times it returns as arguments.
 	Now func() time.Time
-	// Notifier delivers notices (notify.go); nil: none are written to an
-	// outbox.
-	Notifier *notifier
+	// Dispatch is the receivers of notices and the notifier's wake-up
+	// (notify.go): with it, a store keeps an outbox of the deliveries it
+	// decides (outbox), which a notifier delivers; nil: none are written.
+	Dispatch *dispatch
 }
 
 // maxClosed and maxNotices bound what a node keeps for display.
@@ -78,10 +79,10 @@ type numberedNotice struct {
 // steps (observe a reading, plan a round, show a node), each run with the
 // node locked by the store.
 type rules struct {
-	cfg    config
-	log    *slog.Logger
-	now    func() time.Time
-	notify *notifier
+	cfg      config
+	log      *slog.Logger
+	now      func() time.Time
+	dispatch *dispatch
 }
 
 func newRules(cfg config) (rules, error) {
@@ -94,7 +95,7 @@ func newRules(cfg config) (rules, error) {
 	if _, err := pricing.NewHistory(cfg.Prices); err != nil {
 		return rules{}, fmt.Errorf("prices: %w", err)
 	}
-	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now, notify: cfg.Notifier}
+	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now, dispatch: cfg.Dispatch}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -277,7 +278,7 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 		return reportOutcome{}, err
 	}
 	if len(added) > 0 {
-		p.notify.poke()
+		p.dispatch.poke()
 	}
 	return out, nil
 }

@@ -86,7 +86,7 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPl
 }
 
 func serveTest(t *testing.T, c *clock, svc store) *testPlatform {
-	srv := httptest.NewServer(handler(newFleet(svc), tokens{testToken: "", "x1-token": "x1"}))
+	srv := httptest.NewServer(handler(newFleet(svc, nil), tokens{testToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }
@@ -563,7 +563,7 @@ func BenchmarkReport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := handler(newFleet(p), tokens{testToken: ""})
+	h := handler(newFleet(p, nil), tokens{testToken: ""})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.add(30 * time.Second)
@@ -1063,7 +1063,7 @@ func TestErrorsShowWallTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFleet(p)
+	f := newFleet(p, nil)
 	err = f.setPrice(t.Context(), priceRequest{Node: "x1", Price: -5})
 	if err == nil || strings.Contains(err.Error(), "m=") {
 		t.Fatalf("a negative price: %v, want an error without a monotonic reading", err)

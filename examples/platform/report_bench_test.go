@@ -42,7 +42,7 @@ func benchFleet(n int) (http.Handler, tokens) {
 	if err != nil {
 		panic(err)
 	}
-	return atCap(handler(newFleet(quietStore{r: &r}), toks), 1000), toks
+	return atCap(handler(newFleet(quietStore{r: &r}, nil), toks), 1000), toks
 }
 
 // benchReadings are the bodies the benchmarks post: platformload's (what
