@@ -292,7 +292,7 @@ func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) 
 				if err := p.seedNode(n.node, sn, byNode[sn.ID], now); err != nil {
 					return err
 				}
-				if err := p.saveNode(ctx, tx, n); err != nil {
+				if err := p.saveNode(ctx, tx, n, now); err != nil {
 					return fmt.Errorf("route table: node %s: %w", sn.ID, err)
 				}
 			}
@@ -391,16 +391,20 @@ var errConflict = errors.New("concurrent change")
 // does not hold is created (and, if fn fails, not kept). A transaction
 // that conflicts with another (a deadlock, or a route a move relies on
 // closed meanwhile) is run again.
-func (p *pgPlatform) withNode(ctx context.Context, id string, create bool, fn func(pgx.Tx, *pgNode) error) error {
+//
+// The clock is read once the node is locked, and fn and the write-back
+// are given that time.
+func (p *pgPlatform) withNode(ctx context.Context, id string, create bool, fn func(tx pgx.Tx, n *pgNode, now time.Time) error) error {
 	return p.inTx(ctx, func(tx pgx.Tx) error {
 		n, err := p.lockNode(ctx, tx, id, create)
 		if err != nil {
 			return err
 		}
-		if err := fn(tx, n); err != nil {
+		now := p.now()
+		if err := fn(tx, n, now); err != nil {
 			return err
 		}
-		return p.saveNode(ctx, tx, n)
+		return p.saveNode(ctx, tx, n, now)
 	})
 }
 
@@ -611,9 +615,9 @@ func loadRoutes(ctx context.Context, tx pgx.Tx, id string, n *pgNode) error {
 
 // saveNode writes back what changed in n: the node's row (its version
 // goes up by one), new and changed routes, closures with the routes the
-// moves rely on, and the event.
-func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
-	now := p.now()
+// moves rely on, and the event; now is the time the transaction decided
+// at.
+func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
 	if err := p.saveRoutes(ctx, tx, n, now); err != nil {
 		return err
 	}
@@ -1397,7 +1401,7 @@ func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading
 	if err := p.plan(ctx, tx, n, now); err != nil {
 		return out, nil, nil, err
 	}
-	if err := p.saveNode(ctx, tx, n); err != nil {
+	if err := p.saveNode(ctx, tx, n, now); err != nil {
 		return out, nil, nil, err
 	}
 	return out, nil, n, nil
@@ -1406,8 +1410,8 @@ func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading
 // update runs fn on node id in a transaction holding its row lock, and
 // writes back what fn changed (withNode).
 func (p *pgPlatform) update(ctx context.Context, id string, fn func(n *node, now time.Time, tx nodeTx) error) error {
-	return p.withNode(ctx, id, false, func(tx pgx.Tx, n *pgNode) error {
-		return fn(n.node, p.now(), pgTx{ctx, tx})
+	return p.withNode(ctx, id, false, func(tx pgx.Tx, n *pgNode, now time.Time) error {
+		return fn(n.node, now, pgTx{ctx, tx})
 	})
 }
 
@@ -1766,7 +1770,7 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 				return err
 			}
 			planned = n
-			return p.saveNode(ctx, tx, n)
+			return p.saveNode(ctx, tx, n, now)
 		})
 		if err == nil {
 			p.logClosures(planned)

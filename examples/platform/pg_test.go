@@ -399,7 +399,7 @@ func TestPGFrozenReplica(t *testing.T) {
 	other := newPGTestPlatform(t, url, c, nil)
 	locked, thaw, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
-		done <- frozen.withNode(t.Context(), "x1", false, func(pgx.Tx, *pgNode) error {
+		done <- frozen.withNode(t.Context(), "x1", false, func(pgx.Tx, *pgNode, time.Time) error {
 			close(locked)
 			<-thaw
 			return nil
@@ -667,7 +667,7 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 			}
 			pgExec(t, url, tc.behind)
 			tc.change(n)
-			if err := p.saveNode(ctx, tx, n); !errors.Is(err, errConflict) {
+			if err := p.saveNode(ctx, tx, n, p.now()); !errors.Is(err, errConflict) {
 				t.Fatalf("write-back: %v, want a conflict", err)
 			}
 		})
