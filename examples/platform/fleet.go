@@ -31,6 +31,8 @@ type nodeStore interface {
 	// routeNode is the node that holds live route id; an error wrapping
 	// errUnknown when none does.
 	routeNode(ctx context.Context, id string) (string, error)
+	// nodeIDs is every node's id, sorted.
+	nodeIDs(ctx context.Context) ([]string, error)
 }
 
 // nodeTx is what a use case may ask of the store while update holds a

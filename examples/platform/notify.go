@@ -21,8 +21,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -775,7 +773,7 @@ func nodeDeliveries(ctx context.Context, box outboxStore, node string) ([]delive
 
 // notifyUnreached says at start which nodes have no receiver: their
 // notices are kept, and marked undeliverable.
-func notifyUnreached(ctx context.Context, svc service, n *notifier, log *slog.Logger) {
+func notifyUnreached(ctx context.Context, svc store, n *notifier, log *slog.Logger) {
 	rs := n.receivers()
 	if n.cfg.File == "" {
 		log.Warn("notify: no -notify-file: notices are kept, marked undeliverable, and sent to nobody")
@@ -785,22 +783,11 @@ func notifyUnreached(ctx context.Context, svc service, n *notifier, log *slog.Lo
 		log.Info("notify: receivers", "file", n.cfg.File, "nodes", len(rs.byNode), "any", rs.any.host())
 		return
 	}
-	var ids []string
-	switch s := svc.(type) {
-	case *platform:
-		s.mu.Lock()
-		ids = s.ids()
-		s.mu.Unlock()
-	case *pgPlatform:
-		qctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		rows, err := s.db.Query(qctx, `SELECT id FROM nodes ORDER BY id`)
-		if err == nil {
-			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		}
-		cancel()
-		if err != nil {
-			log.Warn("notify: listing nodes", "err", err)
-		}
+	qctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	ids, err := svc.nodeIDs(qctx)
+	cancel()
+	if err != nil {
+		log.Warn("notify: listing nodes", "err", err)
 	}
 	var none []string
 	for _, id := range ids {

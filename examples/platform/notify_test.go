@@ -1240,3 +1240,18 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestNotifyUnreached: at start the platform names the nodes no line of
+// the notify file reaches, on both stores.
+func TestNotifyUnreached(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		tp := open(&clock{t: t0}, testSeed())
+		cfg := testNotifyConfig(notifyFile(t, "x1 http://127.0.0.1:9/ "+hookSecret))
+		n := newNotifier(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), nil)
+		var log testkit.LogBuffer
+		notifyUnreached(t.Context(), tp.svc, n, slogTo(&log))
+		if !strings.Contains(log.String(), "count=2 nodes=\"f1 x2\"") {
+			t.Errorf("the start's log does not name f1 and x2:\n%s", log.String())
+		}
+	})
+}

@@ -1476,6 +1476,16 @@ func loadHistory(ctx context.Context, tx pgx.Tx, n *node) error {
 	return tx.QueryRow(ctx, `SELECT count(*) FROM notices WHERE node = $1`, id).Scan(&n.noticeCount)
 }
 
+// nodeIDs is every node's id, sorted.
+func (p *pgPlatform) nodeIDs(ctx context.Context) ([]string, error) {
+	rows, err := p.db.Query(ctx, `SELECT id FROM nodes ORDER BY id`)
+	if err != nil {
+		return nil, classify(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, classify(err)
+}
+
 // routeNode is the node holding live route id.
 func (p *pgPlatform) routeNode(ctx context.Context, id string) (string, error) {
 	var node string

@@ -650,6 +650,13 @@ func (p *platform) routeNode(_ context.Context, id string) (string, error) {
 	return "", errUnknown
 }
 
+// nodeIDs is every node's id, sorted.
+func (p *platform) nodeIDs(context.Context) ([]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ids(), nil
+}
+
 // fileTx is the file store's nodeTx: the store's lock is held.
 type fileTx struct{ p *platform }
 

@@ -13,8 +13,8 @@ import (
 // restart (or on another replica), and nothing of it when it returns an
 // error; updates of one node from many goroutines (and, on PostgreSQL,
 // two replicas) never lose one another's change; read shows the node as
-// last kept; routeNode finds a live route's node and errUnknown for
-// none.
+// last kept; nodeIDs lists every node; routeNode finds a live route's
+// node and errUnknown for none.
 func TestNodeStoreConformance(t *testing.T) { eachStore(t, testNodeStoreConformance) }
 
 func testNodeStoreConformance(t *testing.T, open opener) {
@@ -85,6 +85,11 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 	}
 	if m, want := maxUsers(a), before+len(writers)*each; m != want {
 		t.Errorf("max_users %d after %d increments from %d instances, want %d", m, len(writers)*each, len(writers), want)
+	}
+
+	// nodeIDs: every node, sorted.
+	if ids, err := b.nodeIDs(ctx); err != nil || len(ids) != 3 || ids[0] != "f1" || ids[2] != "x2" {
+		t.Errorf("nodeIDs = %v, %v; want f1 x1 x2", ids, err)
 	}
 
 	// routeNode, and routeTaken under update.
