@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
-// writeTokens writes a token file with the operator's token "tok".
+// writeTokens writes a token file with the admin's token "tok".
 func writeTokens(t *testing.T, dir string) string {
 	t.Helper()
 	path := filepath.Join(dir, "tokens")
@@ -205,5 +206,61 @@ func TestBinaryVersion(t *testing.T) {
 	out, err := exec.Command(platformBinary(t), "-version").CombinedOutput()
 	if err != nil || !regexp.MustCompile(`^platform \S+ \(commit \S+, go\S+\)\n$`).Match(out) {
 		t.Fatalf("-version: %v, output %q", err, out)
+	}
+}
+
+// TestBinaryConfigFiles: the token and notify files are regular files of
+// bounded size. A FIFO as -token-file or -notify-file and /dev/zero as
+// -notify-file end start-up at once with exit 2 naming the file; a notify
+// file replaced by a FIFO and reloaded on SIGHUP is refused, the old one
+// kept, and SIGTERM still stops the platform.
+func TestBinaryConfigFiles(t *testing.T) {
+	bin := platformBinary(t)
+	dir := t.TempDir()
+	tokens := writeTokens(t, dir)
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	for _, tt := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"-token-file", fifo}, "-token-file " + fifo + ": " + fifo + " is a named pipe (FIFO), not a regular file"},
+		{[]string{"-token-file", tokens, "-notify-file", fifo}, "-notify-file: " + fifo + " is a named pipe (FIFO), not a regular file"},
+		{[]string{"-token-file", tokens, "-notify-file", "/dev/zero"}, "-notify-file: /dev/zero is a character device, not a regular file"},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, bin, append(tt.args, "-listen", "127.0.0.1:0", "-state-dir", state)...).CombinedOutput()
+		cancel()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), tt.says) {
+			t.Errorf("%v: %v, output %q; want exit 2 saying %q", tt.args, err, out, tt.says)
+		}
+	}
+
+	notify := filepath.Join(dir, "notify")
+	if err := os.WriteFile(notify, []byte("* http://127.0.0.1:1/hook "+hookSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := testkit.StartProc(t, exec.Command(bin, "-token-file", tokens, "-notify-file", notify, "-listen", "127.0.0.1:0", "-state-dir", state), nil)
+	out := p.Log.String
+	testkit.WaitFor(t, "the platform serving", func() bool { return strings.Contains(out(), "platform serving") })
+	if err := os.Remove(notify); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(notify, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	testkit.WaitFor(t, "the FIFO refused on SIGHUP", func() bool { return strings.Contains(out(), "notify file not reloaded") })
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30 s after SIGTERM:\n%s", out())
+	}
+	if !strings.Contains(out(), "named pipe (FIFO)") {
+		t.Errorf("the refusal does not say why:\n%s", out())
 	}
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -163,7 +167,7 @@ func TestReportDecodeAsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler(p, tokens{testToken: ""})
+	h := handler(newFleet(p, nil), tokens{testToken: ""})
 	for _, body := range []string{
 		`{`, `null`, `[]`, `{"v":1}x`, `{"v":3,"node":"x1"}`, `{"V":1,"node":"x1"}`,
 		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":1.5,"conntrack_max":1}`,
@@ -232,5 +236,51 @@ func TestGCSettings(t *testing.T) {
 	}
 	if m := processMemory(); m == 0 {
 		t.Log("no memory figure here: the limit is left unset")
+	}
+}
+
+// TestStalledBody: a client that sends part of a body and stalls past
+// the server's read timeout, with its length given or chunked, on
+// POST /report and on an operator's POST, is answered 408 "incomplete"
+// with Retry-After, which the agent sends again, never 413 "too_large",
+// which it drops.
+func TestStalledBody(t *testing.T) {
+	p, err := newPlatform(config{StateDir: t.TempDir(), Logger: testLogger(t)}, testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler(newFleet(p, nil), tokens{testToken: ""}), ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout: time.Second, WriteTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+	reading := `{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","memory_used_percent":50}`
+	for _, tt := range []struct{ name, path, header, part string }{
+		{"report, length", "/report", fmt.Sprintf("Content-Length: %d\r\n", len(reading)), reading[:20]},
+		{"report, chunked", "/report", "Transfer-Encoding: chunked\r\n", fmt.Sprintf("%x\r\n%s\r\n", 20, reading[:20])},
+		{"routes, length", "/routes", "Content-Length: 100\r\n", `{"node":"x1",`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: platform\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n%s\r\n%s",
+				tt.path, testToken, tt.header, tt.part)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), `"reason":"incomplete"`) {
+				t.Errorf("answered %s, Retry-After %q: %s; want 408 incomplete with Retry-After", resp.Status, resp.Header.Get("Retry-After"), b)
+			}
+		})
 	}
 }

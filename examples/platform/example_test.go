@@ -35,6 +35,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	f := newFleet(p, nil)
 	for range 3 {
 		out, err := p.report(ctx, overload.Reading{Node: "de-fra-1", At: now, MemoryUsedPercent: 93, CPUs: 4, ConntrackMax: 262144})
 		if err != nil {
@@ -43,13 +44,13 @@ func Example() {
 		fmt.Println("overloaded:", out.Overloaded)
 		now = now.Add(30 * time.Second)
 	}
-	a, _ := p.admit(ctx, "de-fra-1")
+	a, _ := f.admit(ctx, "de-fra-1")
 	fmt.Printf("admit: %v (%s)\n", a.Admit, a.Why)
-	notices, _, _ := p.notices(ctx, 0, 0)
+	notices, _, _ := f.notices(ctx, 0, 0)
 	for _, n := range notices {
 		fmt.Println("notice:", n.Text)
 	}
-	v, _ := p.view(ctx, "de-fra-1")
+	v, _ := f.view(ctx, "de-fra-1")
 	for _, c := range v.Closed {
 		fmt.Println(c.Action)
 	}

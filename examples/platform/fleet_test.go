@@ -83,7 +83,7 @@ func (r *replica) waitUp() {
 	})
 }
 
-// do sends body as JSON (none when nil) with the operator's token and
+// do sends body as JSON (none when nil) with the admin's token and
 // returns the status and the answer; a request that got no answer is
 // status 0 with the error as the answer.
 func (r *replica) do(method, path string, body any) (int, []byte) {
@@ -128,9 +128,9 @@ func (r *replica) view(id string) nodeView {
 	return v
 }
 
-// fleet is what the suite runs against: two targets for the two requests
+// replicaSet is what the suite runs against: two targets for the two requests
 // of a pair (two replicas on one database, or one process twice).
-type fleet struct {
+type replicaSet struct {
 	name string
 	a, b *replica
 	url  string // the database; "" for the file store
@@ -155,14 +155,14 @@ func writeSeed(t testing.TB, s *seedFile) string {
 
 // eachFleet runs test on two replicas on PostgreSQL (skipped without it)
 // and on one process on the file store, each started with seed and flags.
-func eachFleet(t *testing.T, seed *seedFile, flags []string, test func(t *testing.T, f *fleet)) {
+func eachFleet(t *testing.T, seed *seedFile, flags []string, test func(t *testing.T, f *replicaSet)) {
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
 		routes := writeSeed(t, seed)
 		start := func(extra ...string) *replica {
 			return startReplica(t, append(append([]string{"-db", url, "-routes", routes}, flags...), extra...)...)
 		}
-		f := &fleet{name: "postgres", url: url}
+		f := &replicaSet{name: "postgres", url: url}
 		f.start = func(extra ...string) *replica {
 			r := start(extra...)
 			f.all = append(f.all, r)
@@ -177,7 +177,7 @@ func eachFleet(t *testing.T, seed *seedFile, flags []string, test func(t *testin
 		start := func(extra ...string) *replica {
 			return startReplica(t, append(append([]string{"-state-dir", dir, "-routes", routes}, flags...), extra...)...)
 		}
-		f := &fleet{name: "file", start: start}
+		f := &replicaSet{name: "file", start: start}
 		f.a = start()
 		f.b, f.all = f.a, []*replica{f.a}
 		test(t, f)
@@ -345,7 +345,7 @@ func pairsSeed() *seedFile {
 // PostgreSQL database (and on one process on the file store); then
 // what the replicas acknowledged is checked against what they store.
 func TestFleetPairs(t *testing.T) {
-	eachFleet(t, pairsSeed(), []string{"-plan-every", "1h"}, func(t *testing.T, f *fleet) {
+	eachFleet(t, pairsSeed(), []string{"-plan-every", "1h"}, func(t *testing.T, f *replicaSet) {
 		if f.url != "" {
 			pgExec(t, f.url, closureAudit)
 		}
@@ -452,7 +452,7 @@ CREATE TRIGGER closure_audit AFTER UPDATE ON routes FOR EACH ROW EXECUTE FUNCTIO
 // closed at most once and never as unused after acknowledged traffic,
 // every acknowledged reading counted once, one notice an hour, every
 // start and end once.
-func checkLedger(t *testing.T, f *fleet, l *ledger, evReadings []overload.Reading) {
+func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.Reading) {
 	t.Helper()
 	var all []json.RawMessage
 	f.a.get("/nodes", &all)
@@ -600,7 +600,7 @@ func TestFleetRoutesPlanRound(t *testing.T) {
 	for i := range nodes {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("rp-%d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
 	}
-	eachFleet(t, seed, []string{"-plan-every", "100ms"}, func(t *testing.T, f *fleet) {
+	eachFleet(t, seed, []string{"-plan-every", "100ms"}, func(t *testing.T, f *replicaSet) {
 		l := newLedger()
 		for i := range trials {
 			r := f.a

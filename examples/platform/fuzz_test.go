@@ -49,7 +49,7 @@ func FuzzReport(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	h := handler(p, tokens{testToken: ""})
+	h := handler(newFleet(p, nil), tokens{testToken: ""})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest("POST", "/report", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+testToken)

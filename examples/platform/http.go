@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,26 +95,17 @@ func parseNoticeCursor(s string) (int64, error) {
 // included.
 const requestTimeout = 10 * time.Second
 
-// service is what the HTTP API serves: the file store (*platform) or the
-// PostgreSQL store (*pgPlatform).
+// service is what each store still does its own way: the report path
+// (the PostgreSQL store batches reports and decides quiet nodes' from a
+// cache), plan rounds and the lists.
 type service interface {
 	report(ctx context.Context, r overload.Reading) (reportOutcome, error)
-	admit(ctx context.Context, id string) (admitAnswer, error)
-	open(ctx context.Context, req openRequest) (route, error)
-	traffic(ctx context.Context, req trafficRequest) (route, error)
-	setPrice(ctx context.Context, req priceRequest) error
 	views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error)
-	view(ctx context.Context, id string) (nodeView, error)
 	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
 	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
 	plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error)
 	planRound(ctx context.Context) error
 }
-
-var (
-	_ service = (*platform)(nil)
-	_ service = (*pgPlatform)(nil)
-)
 
 // Refusal reasons, the "reason" word of every error body (the report
 // protocol's words, and a few of the operator endpoints').
@@ -121,6 +114,7 @@ const (
 	reasonInvalid      = "invalid"
 	reasonUnauthorized = "unauthorized"
 	reasonTooLarge     = "too_large"
+	reasonIncomplete   = "incomplete"
 	reasonUnknownNode  = "unknown_node"
 	reasonNotFound     = "not_found"
 	reasonNotAdmitted  = "not_admitted"
@@ -130,32 +124,44 @@ const (
 )
 
 // handler serves the platform's API. Every endpoint but GET /healthz needs
-// "Authorization: Bearer <token>": a node's token may only report for its
-// node; an operator's token (no node) may do anything, and only it may
-// read the endpoints that show users' routes, keys and prices.
-func handler(svc service, toks tokens) http.Handler {
+// "Authorization: Bearer <token>", and answers by who the token speaks
+// for (docs/platform.md has the table): the admin may do anything; an
+// operator reads and sets their own nodes only, and a node that is not
+// theirs answers as a node that does not exist; a node's agent may only
+// report for its node.
+func handler(f *fleet, toks tokens) http.Handler {
+	svc := f.store
 	mux := http.NewServeMux()
 	idx := toks.index()
-	auth := func(agentMay bool, h func(w http.ResponseWriter, r *http.Request, node string)) http.HandlerFunc {
+	owners := f.ownersWith(toks)
+	// auth serves h to the admin, and to an operator when operators may.
+	auth := func(operatorMay bool, h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			node, ok := authorize(idx, w, r)
+			id, ok := authorize(idx, w, r)
 			if !ok {
 				return
 			}
-			if node != "" && !agentMay {
-				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the token of node %s may only report", node))
+			switch {
+			case id.node != "":
+				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the token of node %s may only report", id.node))
+				return
+			case id.isOperator() && !operatorMay:
+				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("operator %s's token: %s %s is the admin's", id.operator, r.Method, r.URL.Path))
 				return
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)
 			limitBody(w, r)
-			h(w, r, node)
+			h(w, r, id)
 		}
 	}
-	get := func(do func(r *http.Request) (any, error)) http.HandlerFunc {
-		return auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
-			v, err := do(r)
+	// owns reports whether id may see and set node: an operator's own
+	// node, or any node for the admin.
+	owns := func(id identity, node string) bool { return id.admin() || owners[node] == id.operator }
+	get := func(operatorMay bool, do func(r *http.Request, id identity) (any, error)) http.HandlerFunc {
+		return auth(operatorMay, func(w http.ResponseWriter, r *http.Request, id identity) {
+			v, err := do(r, id)
 			if err != nil {
 				writeFailure(w, err)
 				return
@@ -168,51 +174,42 @@ func handler(svc service, toks tokens) http.Handler {
 	})
 	rep := reportHandler{svc, idx}
 	mux.Handle("POST /report", rep)
-	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, req openRequest) (route, error) {
-		if err := checkNodeID(req.Node); err != nil {
-			return route{}, fmt.Errorf("open route: %w", err)
-		}
-		if req.User == "" || req.Key == "" {
-			return route{}, fmt.Errorf("open route: user and key are required: %w", errBadInput)
-		}
-		if err := errors.Join(checkText("open route: user", req.User), checkText("open route: key", req.Key)); err != nil {
-			return route{}, err
-		}
-		return svc.open(ctx, req)
+	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, _ identity, req openRequest) (route, error) {
+		return f.open(ctx, req)
 	})))
-	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, func(ctx context.Context, req trafficRequest) (route, error) {
-		if err := checkText("traffic: route", req.Route); err != nil {
-			return route{}, err
-		}
-		return svc.traffic(ctx, req)
+	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, func(ctx context.Context, _ identity, req trafficRequest) (route, error) {
+		return f.traffic(ctx, req)
 	})))
-	mux.HandleFunc("POST /price", auth(false, serve(http.StatusNoContent, func(ctx context.Context, req priceRequest) (struct{}, error) {
-		if err := checkNodeID(req.Node); err != nil {
-			return struct{}{}, fmt.Errorf("price: %w", err)
+	mux.HandleFunc("POST /price", auth(true, serve(http.StatusNoContent, func(ctx context.Context, id identity, req priceRequest) (struct{}, error) {
+		if !owns(id, req.Node) {
+			return struct{}{}, notYours(req.Node)
 		}
-		return struct{}{}, svc.setPrice(ctx, req)
+		return struct{}{}, f.setPrice(ctx, req)
 	})))
-	mux.HandleFunc("GET /admit", get(func(r *http.Request) (any, error) {
+	mux.HandleFunc("POST /max-users", auth(true, serve(http.StatusNoContent, func(ctx context.Context, id identity, req maxUsersRequest) (struct{}, error) {
+		if !owns(id, req.Node) {
+			return struct{}{}, notYours(req.Node)
+		}
+		return struct{}{}, f.setMaxUsers(ctx, req)
+	})))
+	mux.HandleFunc("GET /admit", get(false, func(r *http.Request, _ identity) (any, error) {
 		id := r.URL.Query().Get("node")
 		if id == "" {
 			return nil, fmt.Errorf("admit: ?node= is required: %w", errBadInput)
 		}
-		if err := checkNodeID(id); err != nil {
-			return nil, fmt.Errorf("admit: %w", err)
-		}
-		return svc.admit(r.Context(), id)
+		return f.admit(r.Context(), id)
 	}))
 	// paged serves a list: do reads the page after after, at most limit
 	// items; a page that may be followed by more links the next.
-	paged := func(list string, do func(r *http.Request, after string, limit int) (page, error)) http.HandlerFunc {
-		return auth(false, func(w http.ResponseWriter, r *http.Request, _ string) {
+	paged := func(list string, operatorMay bool, do func(r *http.Request, id identity, after string, limit int) (page, error)) http.HandlerFunc {
+		return auth(operatorMay, func(w http.ResponseWriter, r *http.Request, id identity) {
 			q := r.URL.Query()
 			limit, err := pageLimit(list, q.Get("limit"))
 			if err != nil {
 				writeFailure(w, err)
 				return
 			}
-			pg, err := do(r, q.Get("after"), limit)
+			pg, err := do(r, id, q.Get("after"), limit)
 			if err != nil {
 				writeFailure(w, err)
 				return
@@ -224,24 +221,35 @@ func handler(svc service, toks tokens) http.Handler {
 			writeJSON(w, http.StatusOK, pg.body)
 		})
 	}
-	mux.HandleFunc("GET /nodes", paged("nodes", func(r *http.Request, after string, limit int) (page, error) {
+	mux.HandleFunc("GET /nodes", paged("nodes", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
 		if err := afterNodeID("nodes", after); err != nil {
 			return page{}, err
+		}
+		if id.isOperator() {
+			vs, last, err := f.operatorViews(r.Context(), nodesOf(owners, id.operator), after, limit)
+			return page{vs, last, len(vs) == limit}, err
 		}
 		vs, last, err := svc.views(r.Context(), after, limit)
 		return page{vs, last, len(vs) == limit}, err
 	}))
-	mux.HandleFunc("GET /nodes/{id}", get(func(r *http.Request) (any, error) {
-		id := r.PathValue("id")
-		if err := checkNodeID(id); err != nil {
-			return nil, err
+	mux.HandleFunc("GET /nodes/{id}", get(true, func(r *http.Request, id identity) (any, error) {
+		node := r.PathValue("id")
+		if !owns(id, node) {
+			return nil, notYours(node)
 		}
-		return svc.view(r.Context(), id)
+		v, err := f.view(r.Context(), node)
+		if err != nil || id.admin() {
+			return v, err
+		}
+		return operatorViewOf(v), nil
 	}))
-	mux.HandleFunc("GET /nodes/{id}/events", paged("events", func(r *http.Request, after string, limit int) (page, error) {
-		id := r.PathValue("id")
-		if err := checkNodeID(id); err != nil {
+	mux.HandleFunc("GET /nodes/{id}/events", paged("events", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
+		node := r.PathValue("id")
+		if err := checkNodeID(node); err != nil {
 			return page{}, fmt.Errorf("events: %w", err)
+		}
+		if !owns(id, node) {
+			return page{}, fmt.Errorf("events of node %q: %w", node, errUnknownNode)
 		}
 		var from int64
 		if after != "" {
@@ -250,25 +258,72 @@ func handler(svc service, toks tokens) http.Handler {
 				return page{}, fmt.Errorf("events: after=%.80q: want an event id, 0 or more, the value of the previous page's Link: %w", after, errBadInput)
 			}
 		}
-		evs, err := svc.events(r.Context(), id, from, limit)
+		evs, err := svc.events(r.Context(), node, from, limit)
 		return page{evs, strconv.FormatInt(evs.Next, 10), evs.Next != 0}, err
 	}))
-	mux.HandleFunc("GET /notices", paged("notices", func(r *http.Request, after string, limit int) (page, error) {
+	mux.HandleFunc("GET /notices", paged("notices", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
 		from, err := parseNoticeCursor(after)
 		if err != nil {
 			return page{}, err
 		}
-		ns, last, err := svc.notices(r.Context(), from, limit)
+		var keep func(node string) bool
+		if id.isOperator() {
+			keep = func(node string) bool { return owners[node] == id.operator }
+		}
+		ns, last, err := f.noticesOf(r.Context(), keep, from, limit)
 		return page{ns, strconv.FormatInt(last, 10), len(ns) == limit}, err
 	}))
-	mux.HandleFunc("GET /plans", paged("plans", func(r *http.Request, after string, limit int) (page, error) {
+	mux.HandleFunc("POST /notices/{id}/redeliver", auth(true, func(w http.ResponseWriter, r *http.Request, id identity) {
+		n, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		if err != nil || n < 1 {
+			writeFailure(w, fmt.Errorf("redeliver: notice %.80q: want a notice's id, 1 or more: %w", r.PathValue("id"), errBadInput))
+			return
+		}
+		var keep func(node string) bool
+		if id.isOperator() {
+			keep = func(node string) bool { return owners[node] == id.operator }
+		}
+		if err := f.redeliver(r.Context(), n, keep); err != nil {
+			writeFailure(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	mux.HandleFunc("GET /plans", paged("plans", false, func(r *http.Request, _ identity, after string, limit int) (page, error) {
 		if err := afterNodeID("plans", after); err != nil {
 			return page{}, err
 		}
 		ps, last, err := svc.plans(r.Context(), after, limit)
 		return page{ps, last, len(ps) == limit}, err
 	}))
+	mux.HandleFunc("POST /nodes/{id}/pause", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
+		if err := f.pause(r.Context(), r.PathValue("id"), true); err != nil {
+			writeFailure(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux.HandleFunc("POST /nodes/{id}/approve", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
+		if err := f.pause(r.Context(), r.PathValue("id"), false); err != nil {
+			writeFailure(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
+		serveMetrics(f.notify, w, r)
+	}))
 	return reportFirst{rep, mux}
+}
+
+// notYours is the error for a node an operator does not own: the one a
+// node that does not exist gets, word for word, so an answer never tells
+// an operator that another's node exists.
+func notYours(node string) error {
+	if err := checkNodeID(node); err != nil {
+		return err
+	}
+	return fmt.Errorf("node %q: %w", node, errUnknownNode)
 }
 
 // reportFirst serves POST /report, which every node sends every 30 s,
@@ -297,26 +352,29 @@ type reportHandler struct {
 }
 
 func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	node, ok := authorize(h.idx, w, r)
+	id, ok := authorize(h.idx, w, r)
 	if !ok {
+		return
+	}
+	if id.isOperator() {
+		writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("operator %s's token: readings come from a node's agent token", id.operator))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
 	limitBody(w, r)
-	handleReport(ctx, h.svc, w, r, node)
+	handleReport(ctx, h.svc, w, r, id.node)
 }
 
-// authorize returns the node whose token r carries ("" for the
-// platform's own token); without a known token it answers 401 and
-// returns false.
-func authorize(idx tokenIndex, w http.ResponseWriter, r *http.Request) (node string, ok bool) {
-	node, ok = idx.lookup(r.Header.Get("Authorization"))
+// authorize returns who r's token speaks for; without a known token it
+// answers 401 and returns false.
+func authorize(idx tokenIndex, w http.ResponseWriter, r *http.Request) (id identity, ok bool) {
+	id, ok = idx.lookup(r.Header.Get("Authorization"))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
 		writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
 	}
-	return node, ok
+	return id, ok
 }
 
 // limitBody bounds r's body at maxBody. A body whose length is given,
@@ -329,12 +387,13 @@ func limitBody(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleReport takes one overload.Reading. The node is the token's, or,
-// for an operator's token, the one the reading names. The answers follow
+// for the admin's token, the one the reading names. The answers follow
 // the report protocol: 200 for a reading counted now, and 200 with
 // "duplicate": true for one already counted (a retry after a lost answer,
 // acknowledged so it is not retried for ever); 409 "older" for a version 1
 // reading not newer than the latest and 400 "invalid" for one that cannot
-// be true (the agent drops both); 413 "too_large"; 401/403 "unauthorized"
+// be true (the agent drops both); 413 "too_large"; 408 "incomplete" for
+// a body that stalled or broke off (retried); 401/403 "unauthorized"
 // (kept and retried: the operator must fix the agent's configuration);
 // 503 while the store is unavailable and 500 when this node's state
 // cannot be saved (both retried).
@@ -344,7 +403,7 @@ func handleReport(ctx context.Context, svc service, w http.ResponseWriter, r *ht
 	body, err := readBody(r, *buf)
 	*buf = body
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, reasonTooLarge, fmt.Errorf("reading body: %w", err))
+		writeBodyFailure(w, fmt.Errorf("reading body: %w", err))
 		return
 	}
 	var rd overload.Reading
@@ -384,21 +443,30 @@ func handleReport(ctx context.Context, svc service, w http.ResponseWriter, r *ht
 		}
 		writeJSON(w, http.StatusOK, out)
 	default:
-		// Most answers: a node's name and whether it is overloaded,
-		// written as writeJSON writes them.
-		b := append((*buf)[:0], "{\n  \"node\": \""...)
-		b = append(b, out.Node...)
-		b = append(b, "\",\n  \"overloaded\": "...)
-		b = strconv.AppendBool(b, out.Overloaded)
-		if dup {
-			b = append(b, ",\n  \"duplicate\": true"...)
-		}
-		b = append(b, "\n}\n"...)
+		// Most answers: a node's name and whether it is overloaded.
+		b := appendPlainAnswer((*buf)[:0], out, dup)
 		*buf = b
 		w.Header()["Content-Type"] = jsonContentType
 		w.WriteHeader(http.StatusOK)
 		w.Write(b)
 	}
+}
+
+// appendPlainAnswer appends the answer to a report that started and
+// ended nothing, as writeJSON writes it: the node's name, whether it is
+// overloaded, and whether it was a duplicate. Every quiet report is
+// answered so, and by hand it costs a small part of writeJSON's time
+// (BenchmarkReportAnswer, side by side in one run, medians of 6: 49 ns
+// and no allocation, against 4.1 µs and 3 allocations).
+func appendPlainAnswer(b []byte, out reportOutcome, dup bool) []byte {
+	b = append(b, "{\n  \"node\": \""...)
+	b = append(b, out.Node...)
+	b = append(b, "\",\n  \"overloaded\": "...)
+	b = strconv.AppendBool(b, out.Overloaded)
+	if dup {
+		b = append(b, ",\n  \"duplicate\": true"...)
+	}
+	return append(b, "\n}\n"...)
 }
 
 // plainJSON reports whether s is written in JSON as it is, between
@@ -465,16 +533,16 @@ type admitAnswer struct {
 	Until time.Time `json:"until,omitzero"`
 }
 
-// serve decodes an operator's request into a Req, does it and answers
+// serve decodes a request into a Req, does it and answers
 // with the result at status (204: no body), 409 with the admit answer for
 // a node that takes nobody new, or the error's status.
-func serve[Req, Resp any](status int, do func(context.Context, Req) (Resp, error)) func(http.ResponseWriter, *http.Request, string) {
-	return func(w http.ResponseWriter, r *http.Request, _ string) {
+func serve[Req, Resp any](status int, do func(context.Context, identity, Req) (Resp, error)) func(http.ResponseWriter, *http.Request, identity) {
+	return func(w http.ResponseWriter, r *http.Request, id identity) {
 		var req Req
 		if !decode(w, r, &req) {
 			return
 		}
-		resp, err := do(r.Context(), req)
+		resp, err := do(r.Context(), id, req)
 		var ae admitError
 		switch {
 		case errors.As(err, &ae):
@@ -496,9 +564,8 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, reasonTooLarge, fmt.Errorf("request body: %w", err))
+		if isBodyFailure(err) {
+			writeBodyFailure(w, fmt.Errorf("request body: %w", err))
 			return false
 		}
 		writeError(w, http.StatusBadRequest, reasonInvalid, fmt.Errorf("request body: %w", err))
@@ -511,6 +578,30 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// isBodyFailure reports whether err, from reading a request's body, is
+// the body's fault in transit (too large, or not all of it came in time)
+// rather than its content's.
+func isBodyFailure(err error) bool {
+	var tooLarge *http.MaxBytesError
+	var ne net.Error
+	return errors.As(err, &tooLarge) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// writeBodyFailure answers a body that could not be read: 413 "too_large"
+// for one over maxBody, which resending cannot fix; otherwise (it stalled
+// past the server's read timeout, or the connection broke mid-body) 408
+// "incomplete" with Retry-After, which a client sends again: a slow link
+// must not lose a reading.
+func writeBodyFailure(w http.ResponseWriter, err error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeError(w, http.StatusRequestEntityTooLarge, reasonTooLarge, err)
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusRequestTimeout, reasonIncomplete, err)
 }
 
 // statusOf maps an error of the platform to its status and reason word.

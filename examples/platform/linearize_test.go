@@ -318,7 +318,7 @@ func linAnswer(in linInput, code int, b []byte) (linOutput, error) {
 // PostgreSQL) the database restarted, mid-history. A history that is not
 // is saved with porcupine's visualisation in $TEST_ARTIFACTS.
 func TestFleetLinearizable(t *testing.T) {
-	eachFleet(t, linSeed(), []string{"-plan-every", "1h"}, func(t *testing.T, f *fleet) {
+	eachFleet(t, linSeed(), []string{"-plan-every", "1h"}, func(t *testing.T, f *replicaSet) {
 		h := &linHistory{start: time.Now(), base: time.Now().Add(-time.Hour)}
 		const perClient = 150
 		var wg sync.WaitGroup

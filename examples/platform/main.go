@@ -1,51 +1,3 @@
-// Command platform is a small example of the platform's side of nodekit:
-// an HTTP service that takes the agents' readings, keeps one
-// overload.Tracker per node, answers whether a node takes new connections,
-// runs routing plan rounds over an in-memory route table, and prices each
-// route's session with the pricing package.
-//
-// Its embedded store is one process, one lock and one JSON file per node in
-// -state-dir (written atomically after each change, read back at start, so
-// a restart loses nothing). With -db postgres://… the state lives in
-// PostgreSQL instead, and several replicas may serve one fleet (see
-// docs/platform.md, "Running at fleet scale"). The route table is
-// seeded from a JSON file, and "carrying out" a plan means closing the
-// route in that table and logging it.
-//
-//	go run ./examples/platform -token-file token -routes examples/platform/routes.json
-//
-// API (everything but /healthz needs "Authorization: Bearer <token>"; a
-// node's token may only report for that node; the GETs, which show users'
-// routes, keys and prices, need an operator's token):
-//
-//	POST /report          an overload.Reading, as the agent sends it
-//	GET  /admit?node=X    {"admit":false,"reason":"overloaded",…}
-//	POST /routes          {"node","user","key"} opens a route if admitted (409 if not)
-//	POST /traffic         {"route","bytes"} charges traffic at the session's price
-//	POST /price           {"node","price"} changes a node's price from now on
-//	GET  /nodes, /nodes/X per node: overload, admission, routes, last plan, events
-//	GET  /nodes/X/events  the node's events, oldest first
-//	GET  /notices         every notice, by id (the order sent)
-//	GET  /plans           each node's latest plan that closed something
-//	GET  /metrics         notice deliveries, Prometheus text format
-//	GET  /healthz         {"ok":true}, no token
-//
-// Every list pages one way: ?limit=N (1 to 1000, by default 1000), and a
-// page that may be followed by more has "Link: <…?after=…&limit=N>;
-// rel="next"", to be followed as it is.
-//
-// -max-conns caps the connections served at once (by default from the
-// open-file limit); over it /healthz is still answered and the rest 503.
-// Secrets in -db (a URL's password; password, sslpassword and sslkey in
-// a URL's query or in key=value form) never reach a log line or an error.
-//
-// The garbage collector runs at GOGC=300, under a memory limit of half
-// the memory the process may use (gc.go says why); GOGC and GOMEMLIMIT
-// in the environment set either as for any Go program.
-//
-// With -notify-file, each notice is delivered to the node's operator as
-// a Standard Webhooks message (notify.go), through an outbox written
-// with the notice; SIGHUP reloads the file.
 package main
 
 import (
@@ -57,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -116,7 +67,7 @@ Flags:
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
 	fs.StringVar(&o.debug, "debug-listen", "", "address to serve Go's profiles on (/debug/pprof/), without a token: a loopback address, for measuring (empty: none)")
-	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (operator: any node, every endpoint) or TOKEN NODE (that node's agent: reports only) (required)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (the admin: any node, every endpoint), TOKEN operator:NAME (an operator: their own nodes), TOKEN NODE [operator:NAME] (that node's agent: reports only) (required)")
 	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
 	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
@@ -241,7 +192,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	o.cfg.Notifier = newNotifier(o.notify, rs, log, o.cfg.Now)
+	o.cfg.Dispatch = newDispatch(o.notify, rs)
 	var seed *seedFile
 	if o.routes != "" {
 		if seed, err = readSeed(o.routes); err != nil {
@@ -249,7 +200,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	var svc service
+	var svc store
 	where := []any{"state_dir", o.stateDir}
 	if o.db != "" {
 		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)
@@ -268,6 +219,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		svc = p
 	}
 
+	sender := newNotifier(o.notify, o.cfg.Dispatch, svc.outbox(), log, o.cfg.Now)
+	f := newFleet(svc, sender)
+	if seed != nil {
+		f.owners = seed.Operators
+	}
+	if err := checkOwners(toks, f.owners); err != nil {
+		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
+		return 2
+	}
+
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "platform: -listen: %v\n", err)
@@ -275,7 +236,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ln = newCapListener(ln, o.maxConns, log)
 	srv := &http.Server{
-		Handler:           atCap(notifyRoutes(handler(withNotify(svc), toks), o.cfg.Notifier, toks), o.maxConns),
+		Handler:           atCap(handler(f, toks), o.maxConns),
 		ConnContext:       connContext,
 		ReadHeaderTimeout: readHeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -301,17 +262,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown,
 			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "gogc", gogc, "memory_limit", memLimit)...)...)
 
-	notifyUnreached(ctx, svc, o.cfg.Notifier, log)
+	notifyUnreached(ctx, svc, sender, log)
 	nctx, stopNotify := context.WithCancel(ctx)
 	notifying := make(chan struct{})
-	go func() { defer close(notifying); o.cfg.Notifier.run(nctx) }()
+	go func() { defer close(notifying); sender.run(nctx) }()
 	defer func() { stopNotify(); <-notifying }()
 	tick := time.NewTicker(o.planEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-hup:
-			if err := o.cfg.Notifier.reload(); err != nil {
+			if err := sender.reload(); err != nil {
 				log.Error("notify file not reloaded", "err", err)
 			}
 		case <-tick.C:
@@ -334,25 +295,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
-}
-
-// debugHandler serves Go's profiles (net/http/pprof) on a listener of
-// their own, never beside the API.
-func debugHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	return mux
-}
-
-func readTokens(path string) (tokens, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return parseTokens(f)
 }

@@ -14,13 +14,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/proofkit/nodekit/overload"
 )
@@ -43,10 +42,14 @@ const (
 // delivery is one message in the outbox: written when the notice is
 // decided, with the body every attempt sends.
 type delivery struct {
-	ID      string    `json:"id"` // webhook-id: the same on every attempt, from every replica
-	Node    string    `json:"node"`
-	Type    string    `json:"type"`
-	At      time.Time `json:"at"`      // the notice's (or end's) time, as counted
+	ID   string    `json:"id"` // webhook-id: the same on every attempt, from every replica
+	Node string    `json:"node"`
+	Type string    `json:"type"`
+	At   time.Time `json:"at"` // the notice's (or end's) time, as counted
+	// Seq orders a node's messages: the node's readings counted when the
+	// message was decided. A node's message is claimed only once none of
+	// its messages with a lower Seq is pending.
+	Seq     int64     `json:"seq,omitempty"`
 	Body    []byte    `json:"body"`    // the message, byte for byte as signed
 	Created time.Time `json:"created"` // when the platform decided it
 	// What the attempts so far did.
@@ -56,7 +59,21 @@ type delivery struct {
 	LastStatus  int       `json:"last_status,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
 	DeliveredAt time.Time `json:"delivered_at,omitzero"`
+	// Log is the latest attempts, oldest first, at most maxLog.
+	Log []attemptLog `json:"log,omitempty"`
 }
+
+// attemptLog is one attempt of a delivery: when, and the receiver's
+// status code or the error (never the receiver's URL).
+type attemptLog struct {
+	At     time.Time `json:"at"`
+	Status int       `json:"status,omitempty"`
+	Error  string    `json:"error,omitempty"`
+}
+
+// maxLog bounds a delivery's log: a day of retries backing off to an
+// hour is some 30 attempts; the latest 20 say what is going on.
+const maxLog = 20
 
 // deliveryView is what the API shows of a notice's delivery.
 type deliveryView struct {
@@ -68,11 +85,16 @@ type deliveryView struct {
 	NextAttempt time.Time `json:"next_attempt,omitzero"`
 	LastStatus  int       `json:"last_status,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
+	// Log is the latest attempts, oldest first: the delivery log.
+	Log []attemptLog `json:"log"`
 }
 
 func (d *delivery) view() deliveryView {
 	v := deliveryView{ID: d.ID, Type: d.Type, Status: d.Status, Attempts: d.Attempts, DeliveredAt: d.DeliveredAt,
-		LastStatus: d.LastStatus, LastError: d.LastError}
+		LastStatus: d.LastStatus, LastError: d.LastError, Log: d.Log}
+	if v.Log == nil {
+		v.Log = []attemptLog{}
+	}
 	if d.Status == statusPending {
 		v.NextAttempt = d.NextAt
 	}
@@ -119,7 +141,7 @@ type messageFinding struct {
 
 // noticeDelivery is the outbox entry of notice n, decided at now. With
 // no receiver for the node it is undeliverable from the start.
-func noticeDelivery(n overload.Notice, now time.Time, rs *receivers) (delivery, error) {
+func noticeDelivery(n overload.Notice, seq int64, now time.Time, rs *receivers) (delivery, error) {
 	m := message{Type: typeOverloaded, Timestamp: now.UTC(), Data: messageData{
 		Node: n.Node, At: n.At.UTC(), Received: now.UTC(), Text: n.Text, Findings: []messageFinding{},
 	}}
@@ -129,24 +151,24 @@ func noticeDelivery(n overload.Notice, now time.Time, rs *receivers) (delivery, 
 			Figures: map[string]float64{"value": f.Value, "limit": f.Limit},
 		})
 	}
-	return newDelivery(noticeID(n.Node, n.At), n.Node, m, now, rs)
+	return newDelivery(noticeID(n.Node, n.At), n.Node, seq, m, now, rs)
 }
 
 // endDelivery is the outbox entry of the end of an overload.
-func endDelivery(node string, e overload.Event, now time.Time, rs *receivers) (delivery, error) {
+func endDelivery(node string, seq int64, e overload.Event, now time.Time, rs *receivers) (delivery, error) {
 	m := message{Type: typeOverloadEnded, Timestamp: now.UTC(), Data: messageData{
 		Node: node, At: e.At.UTC(), Received: now.UTC(), Lasted: e.Lasted.String(),
 		Text: fmt.Sprintf("%s is no longer overloaded, after %v", node, e.Lasted.Round(time.Second)),
 	}}
-	return newDelivery(endID(node, e.At), node, m, now, rs)
+	return newDelivery(endID(node, e.At), node, seq, m, now, rs)
 }
 
-func newDelivery(id, node string, m message, now time.Time, rs *receivers) (delivery, error) {
+func newDelivery(id, node string, seq int64, m message, now time.Time, rs *receivers) (delivery, error) {
 	body, err := json.Marshal(m)
 	if err != nil {
 		return delivery{}, fmt.Errorf("node %s: message: %w: %w", node, errUnsaved, err)
 	}
-	d := delivery{ID: id, Node: node, Type: m.Type, At: m.Data.At, Body: body, Created: now, Status: statusPending, NextAt: now}
+	d := delivery{ID: id, Node: node, Type: m.Type, At: m.Data.At, Seq: seq, Body: body, Created: now, Status: statusPending, NextAt: now}
 	if rs.forNode(node) == nil {
 		d.Status, d.LastError, d.NextAt = statusUndeliverable, "no receiver for the node in the notify file", time.Time{}
 	}
@@ -311,6 +333,9 @@ type outboxStore interface {
 	settle(ctx context.Context, d delivery, res attemptResult) error
 	// byIDs returns the deliveries of ids that exist.
 	byIDs(ctx context.Context, ids []string) (map[string]delivery, error)
+	// redeliver makes delivery id due again at now, whatever its status,
+	// keeping its id and its log; false when there is no such delivery.
+	redeliver(ctx context.Context, id string, now time.Time) (bool, error)
 	// byNode returns node's newest deliveries, newest first.
 	byNode(ctx context.Context, node string, limit int) ([]delivery, error)
 	// counts returns the deliveries by status, and when the oldest
@@ -318,20 +343,61 @@ type outboxStore interface {
 	counts(ctx context.Context) (map[string]int64, time.Time, error)
 }
 
+// dispatch is what a store and the notifier share: the receivers in
+// force (a notice decided for a node without one goes into the outbox
+// undeliverable), whether ends of overloads are sent, and the wake-up a
+// store gives the notifier when it wrote a delivery. It is made first;
+// the store is opened with it, and the notifier with it and the store's
+// outbox.
+type dispatch struct {
+	ended bool
+	rcv   atomic.Pointer[receivers]
+	wake  chan struct{}
+}
+
+// newDispatch is the dispatch of a notify file's receivers rs (nil: none).
+func newDispatch(cfg notifyConfig, rs *receivers) *dispatch {
+	d := &dispatch{ended: cfg.Ended, wake: make(chan struct{}, 1)}
+	if rs == nil {
+		rs = &receivers{byNode: map[string]*receiver{}}
+	}
+	d.rcv.Store(rs)
+	return d
+}
+
+// receivers is the notify file in force; nil without a dispatch.
+func (d *dispatch) receivers() *receivers {
+	if d == nil {
+		return nil
+	}
+	return d.rcv.Load()
+}
+
+// poke wakes the workers: a delivery was written.
+func (d *dispatch) poke() {
+	if d == nil {
+		return
+	}
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
 // notifier delivers the outbox: on every replica, it claims due
 // deliveries and sends each to its node's receiver, a few at a time per
 // receiver so one slow receiver does not hold back the others.
 type notifier struct {
+	*dispatch
 	cfg    notifyConfig
 	box    outboxStore
 	log    *slog.Logger
 	now    func() time.Time
 	client *http.Client
-	rcv    atomic.Pointer[receivers]
-	wake   chan struct{}
 
 	mu       sync.Mutex
 	inFlight map[string]int      // by receiver URL
+	failing  map[string]bool     // by receiver URL: its last attempt is to be retried
 	total    int                 // attempts in flight
 	disabled map[string][32]byte // receiver URL → the notify file's hash when it answered 410
 	attempts [len(outcomeNames)]atomic.Int64
@@ -339,7 +405,9 @@ type notifier struct {
 	running  sync.WaitGroup
 }
 
-func newNotifier(cfg notifyConfig, rs *receivers, log *slog.Logger, now func() time.Time) *notifier {
+// newNotifier is the notifier of d's receivers, delivering box (a
+// store's outbox; nil: none, for a platform that only reloads its file).
+func newNotifier(cfg notifyConfig, d *dispatch, box outboxStore, log *slog.Logger, now func() time.Time) *notifier {
 	cfg = cfg.withDefaults()
 	if now == nil {
 		now = func() time.Time { return time.Now().Round(0) }
@@ -348,8 +416,8 @@ func newNotifier(cfg notifyConfig, rs *receivers, log *slog.Logger, now func() t
 		log = slog.New(slog.DiscardHandler)
 	}
 	n := &notifier{
-		cfg: cfg, log: log, now: now, wake: make(chan struct{}, 1),
-		inFlight: map[string]int{}, disabled: map[string][32]byte{},
+		dispatch: d, cfg: cfg, box: box, log: log, now: now,
+		inFlight: map[string]int{}, failing: map[string]bool{}, disabled: map[string][32]byte{},
 		client: &http.Client{
 			Timeout: cfg.Timeout,
 			// A receiver's redirect is not followed: the signed body goes
@@ -357,19 +425,7 @@ func newNotifier(cfg notifyConfig, rs *receivers, log *slog.Logger, now func() t
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
-	if rs == nil {
-		rs = &receivers{byNode: map[string]*receiver{}}
-	}
-	n.rcv.Store(rs)
 	return n
-}
-
-// receivers is the notify file in force.
-func (n *notifier) receivers() *receivers {
-	if n == nil {
-		return nil
-	}
-	return n.rcv.Load()
 }
 
 // reload reads the notify file again; a file that does not parse is
@@ -393,17 +449,6 @@ func (n *notifier) reload() error {
 	return nil
 }
 
-// poke wakes the workers: a delivery was written.
-func (n *notifier) poke() {
-	if n == nil {
-		return
-	}
-	select {
-	case n.wake <- struct{}{}:
-	default:
-	}
-}
-
 // run claims and delivers until ctx ends, then waits for the attempts in
 // flight (each bounded by the timeout).
 func (n *notifier) run(ctx context.Context) {
@@ -421,36 +466,76 @@ func (n *notifier) run(ctx context.Context) {
 	}
 }
 
-// filter is the claim filter for the receivers now busy.
-func (n *notifier) filter(rs *receivers) claimFilter {
+// Fairness between receivers. Each receiver has its own share of the
+// attempts in flight: cfg.perReceiver while it answers, one while it
+// fails (its last attempt timed out, was refused or answered 408, 429 or
+// 5xx), so a receiver that hangs holds one slot, not a share of them.
+// The replica's cfg.maxInFlight bounds the attempts beyond each
+// receiver's first: a receiver with nothing in flight may always start
+// one, so receivers that hang, however many, never hold back another's
+// messages. A claim skips every receiver that may start no attempt now,
+// so the oldest messages of a busy receiver never take the place of a
+// newer one of an idle receiver.
+
+// limitOf is how many attempts the receiver with key may have in flight;
+// n.mu held.
+func (n *notifier) limitOf(key string) int {
+	if n.failing[key] {
+		return 1
+	}
+	return n.cfg.perReceiver
+}
+
+// busyLocked reports whether the receiver with key may start no attempt
+// now; n.mu held.
+func (n *notifier) busyLocked(key string) bool {
+	in := n.inFlight[key]
+	return in >= n.limitOf(key) || (in > 0 && n.total >= n.cfg.maxInFlight)
+}
+
+// filter is the claim filter for the receivers now busy, and how many
+// deliveries a claim may take: the free slots, or, with none free, one
+// for each receiver with nothing in flight.
+func (n *notifier) filter(rs *receivers) (claimFilter, int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var f claimFilter
+	idle := 0
 	for node, rc := range rs.byNode {
 		f.Own = append(f.Own, node)
-		if n.inFlight[rc.URL.String()] >= n.cfg.perReceiver {
+		key := rc.URL.String()
+		if n.busyLocked(key) {
 			f.Busy = append(f.Busy, node)
+		} else if n.inFlight[key] == 0 {
+			idle++
 		}
 	}
-	if rs.any != nil && n.inFlight[rs.any.URL.String()] >= n.cfg.perReceiver {
-		f.AnyBusy = true
+	if rs.any != nil {
+		key := rs.any.URL.String()
+		if n.busyLocked(key) {
+			f.AnyBusy = true
+		} else if n.inFlight[key] == 0 {
+			idle++
+		}
 	}
-	return f
+	free := n.cfg.maxInFlight - n.total
+	if free <= 0 {
+		free = idle
+	}
+	return f, free
 }
 
 // pump claims what is due, as many as there are free slots, and starts
 // an attempt of each.
 func (n *notifier) pump(ctx context.Context) {
 	for ctx.Err() == nil {
-		n.mu.Lock()
-		free := n.cfg.maxInFlight - n.total
-		n.mu.Unlock()
+		rs := n.receivers()
+		f, free := n.filter(rs)
 		if free <= 0 {
 			return
 		}
-		rs := n.receivers()
 		qctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		ds, err := n.box.claim(qctx, n.now(), free, n.cfg.lease, n.filter(rs))
+		ds, err := n.box.claim(qctx, n.now(), free, n.cfg.lease, f)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -481,7 +566,7 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
 	key := rc.URL.String()
 	n.mu.Lock()
 	sum, off := n.disabled[key]
-	busy := n.inFlight[key] >= n.cfg.perReceiver
+	busy := n.busyLocked(key)
 	if !off && !busy {
 		n.inFlight[key]++
 		n.total++
@@ -511,8 +596,13 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
 		n.mu.Lock()
 		n.inFlight[key]--
 		n.total--
-		if res.outcome == outcomeGone {
+		switch res.outcome {
+		case outcomeGone:
 			n.disabled[key] = rs.sum
+		case outcomeRetry:
+			n.failing[key] = true
+		default: // it answered
+			delete(n.failing, key)
 		}
 		n.mu.Unlock()
 		n.settle(context.WithoutCancel(ctx), d, rc, res)
@@ -555,7 +645,7 @@ func (n *notifier) attempt(ctx context.Context, rc *receiver, d delivery) attemp
 			res.err = fmt.Sprintf("given up after %d attempts over %v: %s", d.Attempts, n.cfg.GiveUp, res.err)
 		} else {
 			wait := backoff(n.cfg.backoffBase, n.cfg.backoffMax, d.Attempts, rand.Float64())
-			if ra := retryAfter(resp); ra > wait {
+			if ra := retryAfter(resp, now); ra > wait {
 				wait = min(ra, n.cfg.backoffMax)
 			}
 			res.next = now.Add(wait)
@@ -564,16 +654,21 @@ func (n *notifier) attempt(ctx context.Context, rc *receiver, d delivery) attemp
 	return res
 }
 
-// retryAfter is a 429's or 503's Retry-After in seconds, or 0.
-func retryAfter(resp *http.Response) time.Duration {
+// retryAfter is how long an answer's Retry-After asks to wait from now,
+// given in seconds or as an HTTP date (RFC 9110, 10.2.3); 0 for none or
+// a value that is neither.
+func retryAfter(resp *http.Response, now time.Time) time.Duration {
 	if resp == nil {
 		return 0
 	}
-	s, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-	if err != nil || s < 0 {
-		return 0
+	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
+	if s, err := strconv.Atoi(v); err == nil {
+		return time.Duration(max(s, 0)) * time.Second
 	}
-	return time.Duration(s) * time.Second
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
 }
 
 // urlless is err without the URL an *url.Error carries, which may hold
@@ -622,6 +717,10 @@ func (d delivery) apply(res attemptResult) delivery {
 		return d
 	}
 	d.LastStatus, d.LastError = res.status, res.err
+	d.Log = append(slices.Clip(d.Log), attemptLog{At: res.at, Status: res.status, Error: res.err})
+	if len(d.Log) > maxLog {
+		d.Log = d.Log[len(d.Log)-maxLog:]
+	}
 	switch res.outcome {
 	case outcomeDelivered:
 		d.Status, d.DeliveredAt, d.NextAt, d.LastError = statusDelivered, res.at, time.Time{}, ""
@@ -633,37 +732,6 @@ func (d delivery) apply(res attemptResult) delivery {
 		d.Status, d.NextAt = statusUndeliverable, time.Time{}
 	}
 	return d
-}
-
-// withNotify is svc whose notices (GET /notices) and node views (GET
-// /nodes/X) carry their deliveries; svc itself without a notifier.
-func withNotify(svc service) service {
-	n := notifierOf(svc)
-	if n == nil || n.box == nil {
-		return svc
-	}
-	return notifying{svc, n}
-}
-
-type notifying struct {
-	service
-	n *notifier
-}
-
-func (s notifying) view(ctx context.Context, id string) (nodeView, error) {
-	v, err := s.service.view(ctx, id)
-	if err == nil {
-		v.Deliveries, err = nodeDeliveries(ctx, s.n.box, v.ID)
-	}
-	return v, err
-}
-
-func (s notifying) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
-	ns, last, err := s.service.notices(ctx, after, limit)
-	if err == nil {
-		err = addDeliveries(ctx, s.n.box, ns)
-	}
-	return ns, last, err
 }
 
 // addDeliveries sets each notice's delivery. A notice the outbox does not
@@ -687,45 +755,6 @@ func addDeliveries(ctx context.Context, box outboxStore, ns []numberedNotice) er
 	return nil
 }
 
-// notifyRoutes serves GET /metrics, with an operator's token, and passes
-// every other request to h.
-func notifyRoutes(h http.Handler, n *notifier, toks tokens) http.Handler {
-	idx := toks.index()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/metrics" {
-			h.ServeHTTP(w, r)
-			return
-		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, reasonInvalid, errors.New("/metrics: GET only"))
-			return
-		}
-		node, ok := idx.lookup(r.Header.Get("Authorization"))
-		switch {
-		case !ok:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
-			writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
-		case node != "":
-			writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the token of node %s may only report", node))
-		default:
-			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
-			defer cancel()
-			serveMetrics(n, w, r.WithContext(ctx))
-		}
-	})
-}
-
-// notifierOf is the notifier of a store, nil for none.
-func notifierOf(svc service) *notifier {
-	if s, ok := svc.(interface{ notifier() *notifier }); ok {
-		return s.notifier()
-	}
-	return nil
-}
-
-func (c *rules) notifier() *notifier { return c.notify }
-
 // maxNodeDeliveries is how many of a node's deliveries /nodes/X shows.
 const maxNodeDeliveries = 10
 
@@ -744,7 +773,7 @@ func nodeDeliveries(ctx context.Context, box outboxStore, node string) ([]delive
 
 // notifyUnreached says at start which nodes have no receiver: their
 // notices are kept, and marked undeliverable.
-func notifyUnreached(ctx context.Context, svc service, n *notifier, log *slog.Logger) {
+func notifyUnreached(ctx context.Context, svc store, n *notifier, log *slog.Logger) {
 	rs := n.receivers()
 	if n.cfg.File == "" {
 		log.Warn("notify: no -notify-file: notices are kept, marked undeliverable, and sent to nobody")
@@ -754,22 +783,11 @@ func notifyUnreached(ctx context.Context, svc service, n *notifier, log *slog.Lo
 		log.Info("notify: receivers", "file", n.cfg.File, "nodes", len(rs.byNode), "any", rs.any.host())
 		return
 	}
-	var ids []string
-	switch s := svc.(type) {
-	case *platform:
-		s.mu.Lock()
-		ids = s.ids()
-		s.mu.Unlock()
-	case *pgPlatform:
-		qctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		rows, err := s.db.Query(qctx, `SELECT id FROM nodes ORDER BY id`)
-		if err == nil {
-			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		}
-		cancel()
-		if err != nil {
-			log.Warn("notify: listing nodes", "err", err)
-		}
+	qctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	ids, err := svc.nodeIDs(qctx)
+	cancel()
+	if err != nil {
+		log.Warn("notify: listing nodes", "err", err)
 	}
 	var none []string
 	for _, id := range ids {

@@ -186,9 +186,11 @@ type notifyPlatform struct {
 
 // notifyOpener starts a platform with a notifier on a subtest's store;
 // called again, another on the same store (a restart, or a replica).
-type notifyOpener func(c *clock, cfg notifyConfig) notifyPlatform
+// A seed, if given, is the route table.
+type notifyOpener func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform
 
-func newNotifier4Test(t *testing.T, c *clock, cfg notifyConfig) *notifier {
+// newDispatch4Test is the dispatch of cfg's notify file.
+func newDispatch4Test(t *testing.T, cfg notifyConfig) *dispatch {
 	t.Helper()
 	var rs *receivers
 	if cfg.File != "" {
@@ -197,20 +199,30 @@ func newNotifier4Test(t *testing.T, c *clock, cfg notifyConfig) *notifier {
 			t.Fatal(err)
 		}
 	}
-	return newNotifier(cfg, rs, testLogger(t), c.now)
+	return newDispatch(cfg, rs)
+}
+
+// notified opens a store with cfg's dispatch, as main does, and the
+// notifier delivering its outbox, on clock c, logging to log.
+func notified[S store](t *testing.T, c *clock, cfg notifyConfig, log *slog.Logger, open func(d *dispatch) (S, error)) (S, *notifier) {
+	t.Helper()
+	d := newDispatch4Test(t, cfg)
+	st, err := open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, newNotifier(cfg, d, st.outbox(), log, c.now)
 }
 
 // eachNotifyStore runs test on the file store and on PostgreSQL.
 func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, replicas int)) {
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
-		test(t, func(c *clock, cfg notifyConfig) notifyPlatform {
-			n := newNotifier4Test(t, c, cfg)
-			p, err := newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tp := serveNotifyTest(t, c, p)
+		test(t, func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform {
+			p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
+				return newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, firstSeed(seed))
+			})
+			tp := serveNotifyTest(t, c, p, n)
 			tp.dir, tp.p = dir, p
 			t.Cleanup(func() { p.box.close() })
 			return notifyPlatform{tp, n}
@@ -218,16 +230,22 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
-		test(t, func(c *clock, cfg notifyConfig) notifyPlatform {
-			n := newNotifier4Test(t, c, cfg)
-			p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+		test(t, func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform {
+			p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*pgPlatform, error) {
+				return openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
+			})
 			t.Cleanup(p.close)
-			return notifyPlatform{serveNotifyTest(t, c, p), n}
+			return notifyPlatform{serveNotifyTest(t, c, p, n), n}
 		}, 2)
 	})
+}
+
+// firstSeed is seed's first, or nil.
+func firstSeed(seed []*seedFile) *seedFile {
+	if len(seed) == 0 {
+		return nil
+	}
+	return seed[0]
 }
 
 // drain pumps the notifiers at the clock's time until no attempt is in
@@ -272,9 +290,9 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 
 // serveNotifyTest serves svc as main does: notices and views with their
 // deliveries, and /metrics.
-func serveNotifyTest(t *testing.T, c *clock, svc service) *testPlatform {
+func serveNotifyTest(t *testing.T, c *clock, svc store, n *notifier) *testPlatform {
 	toks := tokens{testToken: "", "x1-token": "x1"}
-	srv := httptest.NewServer(notifyRoutes(handler(withNotify(svc), toks), notifierOf(svc), toks))
+	srv := httptest.NewServer(handler(newFleet(svc, n), toks))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }
@@ -595,13 +613,11 @@ func TestNotifyFailureLogsHostOnly(t *testing.T) {
 	var log testkit.LogBuffer
 	secretURL := "http://ops:hunter2@" + h.addr + "/hook?token=tok-abc123"
 	file := notifyFile(t, "* "+secretURL+" "+hookSecret)
-	n := newNotifier(testNotifyConfig(file), mustReceivers(t, file), slogTo(&log), c.now)
-	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Notifier: n}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, n := notified(t, c, testNotifyConfig(file), slogTo(&log), func(d *dispatch) (*platform, error) {
+		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Dispatch: d}, nil)
+	})
 	defer p.box.close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "x", tp)
 	drain(t, n)
 	c.add(time.Hour)
@@ -622,15 +638,6 @@ func TestNotifyFailureLogsHostOnly(t *testing.T) {
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
-func mustReceivers(t *testing.T, path string) *receivers {
-	t.Helper()
-	rs, err := readReceivers(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rs
-}
-
 // TestNotifySlowReceiver: a receiver that does not answer holds a few
 // attempts in flight, never the others' deliveries.
 func TestNotifySlowReceiver(t *testing.T) {
@@ -645,13 +652,11 @@ func TestNotifySlowReceiver(t *testing.T) {
 	}
 	cfg := testNotifyConfig(notifyFile(t, lines...))
 	cfg.Timeout = time.Minute // the slow receiver holds its requests until released
-	n := newNotifier4Test(t, c, cfg)
-	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
+		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	})
 	defer p.box.close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	for i := range 10 {
 		overloadNode(t, c, fmt.Sprintf("s%d", i), tp)
 	}
@@ -685,6 +690,73 @@ func TestNotifySlowReceiver(t *testing.T) {
 	<-done
 }
 
+// TestNotifyHangingReceivers: ten receivers that hang (each holding
+// every request it gets for longer than the test) and one that answers,
+// on both stores. The hanging receivers' 80 notices are older than the
+// healthy one's and more than the replicas' attempts in flight, yet the
+// healthy receiver has its notice within a second of its decision: a
+// receiver that hangs holds back only its own messages.
+func TestNotifyHangingReceivers(t *testing.T) { eachNotifyStore(t, testNotifyHangingReceivers) }
+
+func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	healthy := newHook(t, c, hookSecret)
+	lines := []string{"ok " + healthy.url() + " " + hookSecret}
+	var hanging []*hook
+	for i := range 10 {
+		h := newHook(t, c, hookSecret)
+		h.mu.Lock()
+		h.hold = make(chan struct{})
+		h.mu.Unlock()
+		hanging = append(hanging, h)
+		for j := range 8 {
+			lines = append(lines, fmt.Sprintf("h%d-%d %s %s", i, j, h.url(), hookSecret))
+		}
+	}
+	cfg := testNotifyConfig(notifyFile(t, lines...))
+	cfg.Timeout = time.Minute // longer than the test: the receivers hang
+	ps, ns := openReplicas(open, c, cfg, replicas)
+	for i := range 10 {
+		for j := range 8 {
+			overloadNode(t, c, fmt.Sprintf("h%d-%d", i, j), ps...)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var running sync.WaitGroup
+	for _, n := range ns {
+		running.Go(func() { n.run(ctx) })
+	}
+	defer func() {
+		for _, h := range hanging {
+			h.mu.Lock()
+			close(h.hold)
+			h.hold = nil
+			h.mu.Unlock()
+		}
+		cancel()
+		running.Wait()
+	}()
+	testkit.WaitFor(t, "every attempt slot of the replicas taken by the hanging receivers", func() bool {
+		total := 0
+		for _, n := range ns {
+			n.mu.Lock()
+			total += n.total
+			n.mu.Unlock()
+		}
+		return total >= defaultMaxInFlight*len(ns)
+	})
+	overloadNode(t, c, "ok", ps...)
+	testkit.WaitForWithin(t, time.Second, "the healthy receiver's notice delivered while ten others hang", func() bool {
+		_, acc := healthy.snapshot()
+		return len(acc) == 1
+	})
+	for _, h := range hanging {
+		if _, acc := h.snapshot(); len(acc) != 0 {
+			t.Errorf("a hanging receiver accepted %d messages", len(acc))
+		}
+	}
+}
+
 // TestNotifyCrashAndRestart, on PostgreSQL: a replica dies in the middle
 // of its deliveries (its attempts reach the receiver, their results are
 // never recorded) and the database restarts while readings arrive: every
@@ -697,13 +769,11 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	h := newHook(t, c, hookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	open := func() notifyPlatform {
-		n := newNotifier4Test(t, c, cfg)
-		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Notifier: n}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*pgPlatform, error) {
+			return openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
+		})
 		t.Cleanup(p.close)
-		return notifyPlatform{serveNotifyTest(t, c, p), n}
+		return notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	}
 	a, b := open(), open()
 	for i := range 10 {
@@ -835,20 +905,18 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	open := func() (*platform, *notifier) {
-		n := newNotifier4Test(t, c, cfg)
-		p, err := newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
+			return newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+		})
 		return p, n
 	}
 	p, n := open()
-	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "r1", tp)
 	drain(t, n)
 	// A crash after the outbox's append, before the node's file: an
 	// entry for a notice r2's file does not hold.
-	ghost, err := noticeDelivery(overload.Notice{Node: "r1", At: c.now().Add(time.Hour), Text: "never saved"}, c.now(), n.receivers())
+	ghost, err := noticeDelivery(overload.Notice{Node: "r1", At: c.now().Add(time.Hour), Text: "never saved"}, 1, c.now(), n.receivers())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -924,7 +992,8 @@ func TestNotifyFileRefused(t *testing.T) {
 	}
 	c := &clock{t: t0}
 	file := notifyFile(t, "* http://127.0.0.1:9/ "+hookSecret)
-	n := newNotifier4Test(t, c, testNotifyConfig(file))
+	cfg := testNotifyConfig(file)
+	n := newNotifier(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), c.now)
 	writeFile(t, file, "* http://127.0.0.1:9/\n")
 	if err := n.reload(); err == nil || !strings.Contains(err.Error(), file+":1:") || !strings.Contains(err.Error(), "previous file stays") {
 		t.Fatalf("reload of a bad file: %v", err)
@@ -974,13 +1043,11 @@ func TestNotifyTimeout(t *testing.T) {
 	h.mu.Unlock()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	cfg.Timeout = 200 * time.Millisecond
-	n := newNotifier4Test(t, c, cfg)
-	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
+		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	})
 	defer p.box.close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "slow", tp)
 	drain(t, n)
 	ns := tp.notices()
@@ -1017,6 +1084,97 @@ func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
 	}
 }
 
+// TestNotifyOrder: a node's node.overload_ended is never delivered
+// before its node.overloaded: with the receiver failing (503) while the
+// notice is retried, the end, decided meanwhile, is not attempted until
+// the notice is delivered, across replicas; and another node's messages
+// are not held back by it.
+func TestNotifyOrder(t *testing.T) { eachNotifyStore(t, testNotifyOrder) }
+
+func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	other := newHook(t, c, hookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "o1 "+h.url()+" "+hookSecret, "o2 "+other.url()+" "+hookSecret))
+	cfg.Ended = true
+	ps, ns := openReplicas(open, c, cfg, replicas)
+	h.setAnswer(http.StatusServiceUnavailable)
+	overloadNode(t, c, "o1", ps...)
+	drain(t, ns...)
+	calm(t, c, "o1", ps...)
+	overloadNode(t, c, "o2", ps...)
+	calm(t, c, "o2", ps...)
+	for range 5 * 60 {
+		drain(t, ns...)
+		c.add(time.Second)
+	}
+	attempts, _ := h.snapshot()
+	for _, a := range attempts {
+		if a.Msg.Type != typeOverloaded {
+			t.Fatalf("%s attempted while the node's notice is not delivered", a.Msg.Type)
+		}
+	}
+	if len(attempts) < 3 {
+		t.Fatalf("%d attempts of the notice in 5 minutes", len(attempts))
+	}
+	if _, acc := other.snapshot(); len(acc) != 2 {
+		t.Fatalf("another node's receiver accepted %d messages, want its notice and its end", len(acc))
+	}
+	h.setAnswer(http.StatusOK)
+	for range 5 * 60 {
+		drain(t, ns...)
+		c.add(time.Second)
+	}
+	attempts, acc := h.snapshot()
+	if len(acc) != 2 {
+		t.Fatalf("%d messages accepted once the receiver answers, want the notice and the end", len(acc))
+	}
+	noticeAt := -1
+	for i, a := range attempts {
+		switch {
+		case a.Msg.Type == typeOverloaded && a.Status == 200:
+			noticeAt = i
+		case a.Msg.Type == typeOverloadEnded && noticeAt < 0:
+			t.Fatalf("the end attempted (attempt %d) before the notice was delivered", i)
+		}
+	}
+}
+
+// TestNotifyRedeliver: each notice carries its delivery log (every
+// attempt's time and status or error); POST /notices/N/redeliver sends a
+// delivered notice again with its first webhook-id, and its log grows.
+func TestNotifyRedeliver(t *testing.T) { eachNotifyStore(t, testNotifyRedeliver) }
+
+func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
+	c := &clock{t: t0}
+	h := newHook(t, c, hookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	ps, ns := openReplicas(open, c, cfg, replicas)
+	h.setAnswer(http.StatusServiceUnavailable)
+	overloadNode(t, c, "d1", ps...)
+	drain(t, ns...)
+	h.setAnswer(http.StatusOK)
+	c.add(10 * time.Minute)
+	drain(t, ns...)
+	nt := ps[0].notices()[0]
+	if log := nt.Delivery.Log; nt.Delivery.Status != statusDelivered || len(log) != 2 || log[0].Status != 503 || log[0].Error == "" || log[1].Status != 200 || log[1].At.Before(log[0].At) {
+		t.Fatalf("the delivery after a 503 and a 200: %+v", nt.Delivery)
+	}
+	if code, _, b := ps[0].raw("POST", fmt.Sprintf("/notices/%d/redeliver", nt.ID), testToken, ""); code != http.StatusAccepted {
+		t.Fatalf("redeliver: %d %s", code, b)
+	}
+	if code, _, _ := ps[0].raw("POST", "/notices/9999/redeliver", testToken, ""); code != http.StatusNotFound {
+		t.Errorf("redeliver of an unknown notice: %d, want 404", code)
+	}
+	drain(t, ns...)
+	if _, acc := h.snapshot(); acc[nt.Delivery.ID] != 2 || len(acc) != 1 {
+		t.Fatalf("accepted %v, want %s twice", acc, nt.Delivery.ID)
+	}
+	if d := ps[len(ps)-1].notices()[0].Delivery; d.Status != statusDelivered || len(d.Log) != 3 {
+		t.Fatalf("the delivery after its redelivery: %+v", d)
+	}
+}
+
 // TestNotifyGiveUp: a receiver answering 503 past -notify-give-up: the
 // delivery is failed, and no attempt is made after.
 func TestNotifyGiveUp(t *testing.T) {
@@ -1025,13 +1183,11 @@ func TestNotifyGiveUp(t *testing.T) {
 	h.setAnswer(http.StatusServiceUnavailable)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	cfg.GiveUp = 5 * time.Minute
-	n := newNotifier4Test(t, c, cfg)
-	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Notifier: n}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
+		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	})
 	defer p.box.close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p), n}
+	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "g1", tp)
 	start := c.now()
 	for c.now().Sub(start) < 10*time.Minute {
@@ -1058,4 +1214,44 @@ func openReplicas(open notifyOpener, c *clock, cfg notifyConfig, replicas int) (
 		ps, ns = append(ps, p), append(ns, p.n)
 	}
 	return ps, ns
+}
+
+// TestRetryAfter: a receiver's Retry-After in seconds or as an HTTP date
+// is the wait it asks for; anything else asks for none.
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		v    string
+		want time.Duration
+	}{
+		{"120", 2 * time.Minute},
+		{" 5 ", 5 * time.Second},
+		{"-3", 0},
+		{"Thu, 03 Dec 2026 09:10:00 GMT", 10 * time.Minute},
+		{"Thursday, 03-Dec-26 09:00:30 GMT", 30 * time.Second}, // RFC 850
+		{"Thu Dec  3 09:01:00 2026", time.Minute},              // asctime
+		{"Thu, 03 Dec 2026 08:00:00 GMT", 0},                   // past
+		{"soon", 0},
+		{"", 0},
+	} {
+		resp := &http.Response{Header: http.Header{"Retry-After": {tt.v}}}
+		if got := retryAfter(resp, now); got != tt.want {
+			t.Errorf("Retry-After %q: %v, want %v", tt.v, got, tt.want)
+		}
+	}
+}
+
+// TestNotifyUnreached: at start the platform names the nodes no line of
+// the notify file reaches, on both stores.
+func TestNotifyUnreached(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		tp := open(&clock{t: t0}, testSeed())
+		cfg := testNotifyConfig(notifyFile(t, "x1 http://127.0.0.1:9/ "+hookSecret))
+		n := newNotifier(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), nil)
+		var log testkit.LogBuffer
+		notifyUnreached(t.Context(), tp.svc, n, slogTo(&log))
+		if !strings.Contains(log.String(), "count=2 nodes=\"f1 x2\"") {
+			t.Errorf("the start's log does not name f1 and x2:\n%s", log.String())
+		}
+	})
 }

@@ -166,9 +166,17 @@ func (o *fileOutbox) pending() []delivery {
 func (o *fileOutbox) claim(_ context.Context, now time.Time, max int, lease time.Duration, f claimFilter) ([]delivery, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// A node's messages go in the order they were decided: only its
+	// pending message of the lowest Seq may be claimed.
+	first := map[string]int64{}
+	for _, d := range o.all {
+		if s, ok := first[d.Node]; d.Status == statusPending && (!ok || d.Seq < s) {
+			first[d.Node] = d.Seq
+		}
+	}
 	var due []*delivery
 	for id, d := range o.all {
-		if d.Status != statusPending || d.NextAt.After(now) || o.leased[id].After(now) || !f.allows(d.Node) {
+		if d.Status != statusPending || d.NextAt.After(now) || o.leased[id].After(now) || !f.allows(d.Node) || d.Seq > first[d.Node] {
 			continue
 		}
 		due = append(due, d)
@@ -205,6 +213,23 @@ func (o *fileOutbox) settle(_ context.Context, d delivery, res attemptResult) er
 	*cur = next
 	delete(o.leased, d.ID)
 	return nil
+}
+
+func (o *fileOutbox) redeliver(_ context.Context, id string, now time.Time) (bool, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	cur := o.all[id]
+	if cur == nil {
+		return false, nil
+	}
+	next := *cur
+	next.Status, next.NextAt, next.DeliveredAt = statusPending, now, time.Time{}
+	if err := o.appendLocked(outboxRecord{Op: "put", D: &next}); err != nil {
+		return false, err
+	}
+	*cur = next
+	delete(o.leased, id)
+	return true, nil
 }
 
 func (o *fileOutbox) byIDs(_ context.Context, ids []string) (map[string]delivery, error) {
@@ -253,7 +278,7 @@ func (o *fileOutbox) counts(context.Context) (map[string]int64, time.Time, error
 // delivers notices, and drops the deliveries whose notice never reached
 // its node's file (the platform stopped between the two writes).
 func (p *platform) openOutbox() error {
-	if p.notify == nil {
+	if p.dispatch == nil {
 		return nil
 	}
 	box, err := openFileOutbox(p.cfg.StateDir, p.now())
@@ -279,8 +304,15 @@ func (p *platform) openOutbox() error {
 		}
 	}
 	p.box = box
-	p.notify.box = box
 	return nil
+}
+
+// outbox is the store's outbox, for its notifier; nil without one.
+func (p *platform) outbox() outboxStore {
+	if p.box == nil {
+		return nil
+	}
+	return p.box
 }
 
 // enqueueDecided writes the outbox entries of what a report decided (its
@@ -288,21 +320,21 @@ func (p *platform) openOutbox() error {
 // file is written: a crash between the two leaves an entry whose notice
 // the node file does not hold, which openOutbox drops, never a notice
 // without its entry. It returns the ids written, for dropDecided.
-func (p *platform) enqueueDecided(out reportOutcome, now time.Time) ([]string, error) {
+func (p *platform) enqueueDecided(out reportOutcome, seq int64, now time.Time) ([]string, error) {
 	if p.box == nil {
 		return nil, nil
 	}
-	rs := p.notify.receivers()
+	rs := p.dispatch.receivers()
 	var ds []delivery
 	if out.Notice != nil {
-		d, err := noticeDelivery(*out.Notice, now, rs)
+		d, err := noticeDelivery(*out.Notice, seq, now, rs)
 		if err != nil {
 			return nil, err
 		}
 		ds = append(ds, d)
 	}
-	if e := out.Event; e != nil && e.Kind == overload.End && p.notify.cfg.Ended {
-		d, err := endDelivery(out.Node, *e, now, rs)
+	if e := out.Event; e != nil && e.Kind == overload.End && p.dispatch.ended {
+		d, err := endDelivery(out.Node, seq, *e, now, rs)
 		if err != nil {
 			return nil, err
 		}

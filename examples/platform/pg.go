@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -19,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proofkit/nodekit/overload"
-	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -193,9 +191,6 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		return nil, dbError(url, err)
 	}
 	p := &pgPlatform{rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2), spill: cmp.Or(opt.Spill, defaultBatchSpill)}
-	if p.notify != nil {
-		p.notify.box = &pgOutbox{db: db}
-	}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -227,6 +222,15 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		}
 	}
 	return p, nil
+}
+
+// outbox is the store's outbox, for its notifier; nil without a
+// dispatch.
+func (p *pgPlatform) outbox() outboxStore {
+	if p.dispatch == nil {
+		return nil
+	}
+	return &pgOutbox{db: p.db}
 }
 
 func (p *pgPlatform) close() {
@@ -288,7 +292,7 @@ func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) 
 				if err := p.seedNode(n.node, sn, byNode[sn.ID], now); err != nil {
 					return err
 				}
-				if err := p.saveNode(ctx, tx, n); err != nil {
+				if err := p.saveNode(ctx, tx, n, now); err != nil {
 					return fmt.Errorf("route table: node %s: %w", sn.ID, err)
 				}
 			}
@@ -387,16 +391,20 @@ var errConflict = errors.New("concurrent change")
 // does not hold is created (and, if fn fails, not kept). A transaction
 // that conflicts with another (a deadlock, or a route a move relies on
 // closed meanwhile) is run again.
-func (p *pgPlatform) withNode(ctx context.Context, id string, create bool, fn func(pgx.Tx, *pgNode) error) error {
+//
+// The clock is read once the node is locked, and fn and the write-back
+// are given that time.
+func (p *pgPlatform) withNode(ctx context.Context, id string, create bool, fn func(tx pgx.Tx, n *pgNode, now time.Time) error) error {
 	return p.inTx(ctx, func(tx pgx.Tx) error {
 		n, err := p.lockNode(ctx, tx, id, create)
 		if err != nil {
 			return err
 		}
-		if err := fn(tx, n); err != nil {
+		now := p.now()
+		if err := fn(tx, n, now); err != nil {
 			return err
 		}
-		return p.saveNode(ctx, tx, n)
+		return p.saveNode(ctx, tx, n, now)
 	})
 }
 
@@ -607,9 +615,9 @@ func loadRoutes(ctx context.Context, tx pgx.Tx, id string, n *pgNode) error {
 
 // saveNode writes back what changed in n: the node's row (its version
 // goes up by one), new and changed routes, closures with the routes the
-// moves rely on, and the event.
-func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode) error {
-	now := p.now()
+// moves rely on, and the event; now is the time the transaction decided
+// at.
+func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
 	if err := p.saveRoutes(ctx, tx, n, now); err != nil {
 		return err
 	}
@@ -1294,9 +1302,7 @@ func (p *pgPlatform) logClosures(nodes ...*pgNode) {
 			continue
 		}
 		for _, c := range n.closing {
-			a := c.Action
-			p.log.Warn("closing route", "node", n.info.ID, "route", a.Route.ID, "user", a.Route.User,
-				"reason", string(a.Reason), "action", a.String())
+			p.logClosure(n.info.ID, c.Action)
 		}
 	}
 }
@@ -1309,9 +1315,7 @@ func (p *pgPlatform) plan(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Ti
 	// The closures are logged once committed (logClosures), not here: a
 	// transaction run again plans again, and one that fails closes
 	// nothing.
-	quiet := p.rules
-	quiet.log = slog.New(slog.DiscardHandler)
-	plan, _, err := quiet.planOne(now, n.node, alts)
+	plan, _, err := p.planOne(now, n.node, alts)
 	if alts.err != nil {
 		return alts.err
 	}
@@ -1397,29 +1401,99 @@ func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading
 	if err := p.plan(ctx, tx, n, now); err != nil {
 		return out, nil, nil, err
 	}
-	if err := p.saveNode(ctx, tx, n); err != nil {
+	if err := p.saveNode(ctx, tx, n, now); err != nil {
 		return out, nil, nil, err
 	}
 	return out, nil, n, nil
 }
 
-func (p *pgPlatform) admit(ctx context.Context, id string) (admitAnswer, error) {
-	n, err := p.readNode(ctx, id)
-	if err != nil {
-		return admitAnswer{}, fmt.Errorf("admit %q: %w", id, err)
-	}
-	return p.admitLocked(n.node, p.now()), nil
+// update runs fn on node id in a transaction holding its row lock, and
+// writes back what fn changed (withNode).
+func (p *pgPlatform) update(ctx context.Context, id string, fn func(n *node, now time.Time, tx nodeTx) error) error {
+	return p.withNode(ctx, id, false, func(tx pgx.Tx, n *pgNode, now time.Time) error {
+		return fn(n.node, now, pgTx{ctx, tx})
+	})
 }
 
-// readNode loads a node without locking it, for reads.
-func (p *pgPlatform) readNode(ctx context.Context, id string) (*pgNode, error) {
-	var n *pgNode
-	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		n, err = p.selectNode(ctx, tx, id)
-		return err
+// pgTx is the PostgreSQL store's nodeTx: a transaction holding a node's
+// row lock.
+type pgTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+// routeTaken: route ids are never reused, so closed routes count.
+func (t pgTx) routeTaken(id string) (bool, error) {
+	var taken bool
+	err := t.tx.QueryRow(t.ctx, `SELECT EXISTS (SELECT 1 FROM routes WHERE id = $1)`, id).Scan(&taken)
+	return taken, err
+}
+
+// read runs fn on node id as one read-only snapshot shows it: with
+// history, with its latest closures and its notice count.
+func (p *pgPlatform) read(ctx context.Context, id string, history bool, fn func(n *node, now time.Time) error) error {
+	return p.inReadTx(ctx, func(tx pgx.Tx) error {
+		n, err := p.selectNode(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if history {
+			if err := loadHistory(ctx, tx, n.node); err != nil {
+				return err
+			}
+		}
+		return fn(n.node, p.now())
 	})
-	return n, err
+}
+
+// loadHistory loads node n's latest closures, oldest first, and its
+// notice count.
+func loadHistory(ctx context.Context, tx pgx.Tx, n *node) error {
+	id := n.info.ID
+	rows, err := tx.Query(ctx, `SELECT closed_by, closed_at, body FROM routes WHERE node = $1 AND closed_at IS NOT NULL
+		ORDER BY closed_at DESC, id DESC LIMIT $2`, id, maxClosed)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var action, body []byte
+		var c closedRoute
+		var rt route
+		if err := rows.Scan(&action, &c.At, &body); err != nil {
+			rows.Close()
+			return err
+		}
+		if json.Unmarshal(action, &c.Action) == nil && json.Unmarshal(body, &rt) == nil {
+			c.Earned = rt.Earned
+			n.closed = append(n.closed, c)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	slices.Reverse(n.closed)
+	return tx.QueryRow(ctx, `SELECT count(*) FROM notices WHERE node = $1`, id).Scan(&n.noticeCount)
+}
+
+// nodeIDs is every node's id, sorted.
+func (p *pgPlatform) nodeIDs(ctx context.Context) ([]string, error) {
+	rows, err := p.db.Query(ctx, `SELECT id FROM nodes ORDER BY id`)
+	if err != nil {
+		return nil, classify(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, classify(err)
+}
+
+// routeNode is the node holding live route id.
+func (p *pgPlatform) routeNode(ctx context.Context, id string) (string, error) {
+	var node string
+	err := p.db.QueryRow(ctx, `SELECT node FROM routes WHERE id = $1 AND closed_at IS NULL`, id).Scan(&node)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", errUnknown
+	}
+	return node, classify(err)
 }
 
 // selectNode loads node id in tx without locking it; an unknown id is an
@@ -1434,107 +1508,6 @@ func (p *pgPlatform) selectNode(ctx context.Context, tx pgx.Tx, id string) (*pgN
 		return nil, err
 	}
 	return p.loadNode(ctx, tx, id, state)
-}
-
-func (p *pgPlatform) open(ctx context.Context, req openRequest) (route, error) {
-	if req.User == "" || req.Key == "" {
-		return route{}, fmt.Errorf("open route: user and key are required: %w", errBadInput)
-	}
-	if req.Kind == 0 {
-		req.Kind = routing.KindOwn
-	}
-	if err := checkNodeID(req.Node); err != nil {
-		return route{}, fmt.Errorf("open route: %w", err)
-	}
-	var opened route
-	err := p.withNode(ctx, req.Node, false, func(tx pgx.Tx, n *pgNode) error {
-		if n.info.Role == 0 {
-			return fmt.Errorf("open route through %q: %w", req.Node, errUnknownNode)
-		}
-		now := p.now()
-		if a := p.admitLocked(n.node, now); !a.Admit {
-			return admitError{answer: a}
-		}
-		s, err := n.prices.Lock(now)
-		if err != nil {
-			return fmt.Errorf("open route through %s: %w: %w", req.Node, errBadInput, err)
-		}
-		id := ""
-		for taken := true; taken; {
-			n.nextRoute++
-			id = fmt.Sprintf("%s-%d", req.Node, n.nextRoute)
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM routes WHERE id = $1)`, id).Scan(&taken); err != nil {
-				return err
-			}
-		}
-		rt := &route{
-			Route: routing.Route{
-				ID: id, User: req.User, Key: req.Key,
-				Node: req.Node, Country: n.info.Country, Price: s.Locked, Kind: req.Kind, Start: now,
-			},
-			Session: s,
-		}
-		n.routes[id] = rt
-		n.info.LiveUsers = liveUsers(n.node)
-		opened = *rt
-		return nil
-	})
-	if err != nil {
-		return route{}, err
-	}
-	p.log.Info("route opened", "node", req.Node, "route", opened.Route.ID, "user", req.User, "price", opened.Session.Locked)
-	return opened, nil
-}
-
-func (p *pgPlatform) traffic(ctx context.Context, req trafficRequest) (route, error) {
-	var nodeID string
-	err := p.db.QueryRow(ctx, `SELECT node FROM routes WHERE id = $1 AND closed_at IS NULL`, req.Route).Scan(&nodeID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
-	}
-	if err != nil {
-		return route{}, classify(err)
-	}
-	var out route
-	err = p.withNode(ctx, nodeID, false, func(tx pgx.Tx, n *pgNode) error {
-		rt := n.routes[req.Route]
-		if rt == nil {
-			return fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
-		}
-		now := p.now()
-		c, err := n.prices.Charge(rt.Session, []pricing.Usage{{At: now, Bytes: req.Bytes}})
-		if err != nil {
-			return fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
-		}
-		if rt.Earned, err = rt.Earned.Add(c); err != nil {
-			return fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
-		}
-		rt.Route.LastTraffic = now
-		rt.Route.Price = p.sessionPrice(n.node, rt, now)
-		out = *rt
-		return nil
-	})
-	return out, err
-}
-
-func (p *pgPlatform) setPrice(ctx context.Context, req priceRequest) error {
-	if err := checkNodeID(req.Node); err != nil {
-		return fmt.Errorf("price: %w", err)
-	}
-	err := p.withNode(ctx, req.Node, false, func(tx pgx.Tx, n *pgNode) error {
-		if n.info.Role == 0 {
-			return fmt.Errorf("price of %q: %w", req.Node, errUnknownNode)
-		}
-		if err := n.prices.Set(p.now(), req.Price); err != nil {
-			return fmt.Errorf("price of %s: %w: %w", req.Node, errBadInput, err)
-		}
-		n.info.Price = req.Price
-		return nil
-	})
-	if err == nil {
-		p.log.Info("price changed", "node", req.Node, "price", req.Price)
-	}
-	return err
 }
 
 // views shows the nodes whose ids sort after after, at most limit of
@@ -1653,42 +1626,6 @@ func noticeCounts(ctx context.Context, tx pgx.Tx, ids []string) (map[string]int,
 		out[node] = n
 	}
 	return out, rows.Err()
-}
-
-func (p *pgPlatform) view(ctx context.Context, id string) (nodeView, error) {
-	var v nodeView
-	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
-		n, err := p.selectNode(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT closed_by, closed_at, body FROM routes WHERE node = $1 AND closed_at IS NOT NULL
-			ORDER BY closed_at DESC, id DESC LIMIT $2`, id, maxClosed)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var action, body []byte
-			var c closedRoute
-			var rt route
-			if err := rows.Scan(&action, &c.At, &body); err != nil {
-				rows.Close()
-				return err
-			}
-			if json.Unmarshal(action, &c.Action) == nil && json.Unmarshal(body, &rt) == nil {
-				c.Earned = rt.Earned
-				n.closed = append(n.closed, c)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		slices.Reverse(n.closed)
-		v = p.viewLocked(n.node, p.now())
-		return tx.QueryRow(ctx, `SELECT count(*) FROM notices WHERE node = $1`, id).Scan(&v.Notices)
-	})
-	return v, err
 }
 
 // events pages through every event of node id, oldest first.
@@ -1843,7 +1780,7 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 				return err
 			}
 			planned = n
-			return p.saveNode(ctx, tx, n)
+			return p.saveNode(ctx, tx, n, now)
 		})
 		if err == nil {
 			p.logClosures(planned)

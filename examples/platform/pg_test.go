@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,7 +62,7 @@ func pgExec(t *testing.T, url, sql string) {
 	}
 }
 
-// post sends body to path with the operator's token and returns the
+// post sends body to path with the admin's token and returns the
 // status and the body's reason and duplicate fields.
 func (tp *testPlatform) post(path string, body any) (int, string, bool) {
 	tp.t.Helper()
@@ -327,11 +328,38 @@ func TestPGRestart(t *testing.T) {
 	t.Logf("answers: %v", statuses)
 }
 
+// TestReadMigrations: the embedded migrations are numbered from 001
+// without a gap; a gap, a duplicate or a bad name is refused.
+func TestReadMigrations(t *testing.T) {
+	ms, err := readMigrations(migrationFiles)
+	if err != nil || len(ms) < 6 || !strings.Contains(ms[0], "CREATE TABLE nodes") {
+		t.Fatalf("embedded migrations: %d, %v", len(ms), err)
+	}
+	for _, names := range [][]string{
+		{"001_a.sql", "003_b.sql"},
+		{"001_a.sql", "001_b.sql"},
+		{"1_a.sql"},
+		{"001a.sql"},
+	} {
+		fsys := fstest.MapFS{}
+		for _, n := range names {
+			fsys["migrations/"+n] = &fstest.MapFile{Data: []byte("SELECT 1;")}
+		}
+		if _, err := readMigrations(fsys); err == nil {
+			t.Errorf("migrations %v: read, want an error", names)
+		}
+	}
+}
+
 // TestPGMigrateFromVersion1: a database a version 1 platform made (its
 // schema, one node with a notice) is migrated to the current version at
 // start, keeps its data, and serves it on the new paths.
 func TestPGMigrateFromVersion1(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
+	migrations, err := readMigrations(migrationFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pgExec(t, url, `CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());`+
 		migrations[0]+`
 INSERT INTO schema_version (version) VALUES (1);
@@ -371,7 +399,7 @@ func TestPGFrozenReplica(t *testing.T) {
 	other := newPGTestPlatform(t, url, c, nil)
 	locked, thaw, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
-		done <- frozen.withNode(t.Context(), "x1", false, func(pgx.Tx, *pgNode) error {
+		done <- frozen.withNode(t.Context(), "x1", false, func(pgx.Tx, *pgNode, time.Time) error {
 			close(locked)
 			<-thaw
 			return nil
@@ -639,7 +667,7 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 			}
 			pgExec(t, url, tc.behind)
 			tc.change(n)
-			if err := p.saveNode(ctx, tx, n); !errors.Is(err, errConflict) {
+			if err := p.saveNode(ctx, tx, n, p.now()); !errors.Is(err, errConflict) {
 				t.Fatalf("write-back: %v, want a conflict", err)
 			}
 		})
@@ -1020,7 +1048,7 @@ func TestPGNoticeInsertPlanKeepsIndex(t *testing.T) {
 		t.Helper()
 		// A notice of n5, whose last was two hours ago; no outbox rows.
 		args := []string{`'{n5}'`, `'{"2026-12-02 12:00:00+00"}'`, `'{"{}"}'`, `'{"2026-12-02 11:00:00+00"}'`}
-		for range 10 {
+		for range len((&outboxRows{}).args()) {
 			args = append(args, `'{}'`)
 		}
 		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE notice("+strings.Join(args, ", ")+")", pgx.QueryExecModeSimpleProtocol)

@@ -71,3 +71,43 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStateCodec: the state column of an overloaded node as the
+// PostgreSQL store writes it on every report (by hand, encodeState)
+// beside encoding/json's node file without routes (encodeNode), side by
+// side in one run.
+func BenchmarkStateCodec(b *testing.B) {
+	c, err := newRules(config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := c.newNode("de-fra-1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := t0
+	for i, m := range []float64{95, 95, 95, 40, 95} {
+		at = at.Add(30 * time.Second)
+		r := reading(n.info.ID, i+1, m)
+		r.At = at
+		if _, err := c.observe(n, r, at); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("by-hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := encodeState(n); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := encodeNode(n, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -31,18 +32,18 @@ var _ outboxStore = (*pgOutbox)(nil)
 // costs, a statement and a commit, found nothing: 0.07 a report at
 // 100,000 nodes without a notify file).
 func (p *pgPlatform) pokeFor(out reportOutcome) {
-	if out.Notice != nil && p.notify.receivers().forNode(out.Notice.Node) != nil {
-		p.notify.poke()
+	if out.Notice != nil && p.dispatch.receivers().forNode(out.Notice.Node) != nil {
+		p.dispatch.poke()
 	}
 }
 
 // noticeDeliveryOf is the outbox row of n's notice; false without a
 // notifier.
 func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (delivery, bool, error) {
-	if p.notify == nil || n.notice == nil {
+	if p.dispatch == nil || n.notice == nil {
 		return delivery{}, false, nil
 	}
-	d, err := noticeDelivery(*n.notice, cmp.Or(n.startedAt, now), p.notify.receivers()) // received when the overload started
+	d, err := noticeDelivery(*n.notice, n.readings, cmp.Or(n.startedAt, now), p.dispatch.receivers()) // received when the overload started
 	return d, err == nil, err
 }
 
@@ -50,10 +51,10 @@ func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (delivery, bool,
 // notifier is asked to send ends; false otherwise.
 func (p *pgPlatform) endDeliveryOf(n *pgNode, now time.Time) (delivery, bool, error) {
 	e := n.event
-	if p.notify == nil || e == nil || e.Kind != overload.End || !p.notify.cfg.Ended {
+	if p.dispatch == nil || e == nil || e.Kind != overload.End || !p.dispatch.ended {
 		return delivery{}, false, nil
 	}
-	d, err := endDelivery(n.info.ID, *e, cmp.Or(n.info.OverloadEnded, now), p.notify.receivers())
+	d, err := endDelivery(n.info.ID, n.readings, *e, cmp.Or(n.info.OverloadEnded, now), p.dispatch.receivers())
 	return d, err == nil, err
 }
 
@@ -62,6 +63,7 @@ func (p *pgPlatform) endDeliveryOf(n *pgNode, now time.Time) (delivery, bool, er
 type outboxRows struct {
 	ids, nodes, types, statuses, lastErrors []string
 	ats, created                            []time.Time
+	seqs                                    []int64
 	next                                    []*time.Time
 	bodies                                  [][]byte
 	ofNotice                                []bool
@@ -70,44 +72,51 @@ type outboxRows struct {
 func (o *outboxRows) add(d delivery, at time.Time, ofNotice bool) {
 	o.ids, o.nodes, o.types, o.statuses, o.lastErrors = append(o.ids, d.ID), append(o.nodes, d.Node), append(o.types, d.Type), append(o.statuses, d.Status), append(o.lastErrors, d.LastError)
 	o.ats, o.created, o.next = append(o.ats, at), append(o.created, d.Created), append(o.next, nullTime(d.NextAt))
+	o.seqs = append(o.seqs, d.Seq)
 	o.bodies, o.ofNotice = append(o.bodies, d.Body), append(o.ofNotice, ofNotice)
 }
 
 // args are the rows as outboxInsert's arguments, in its order.
 func (o *outboxRows) args() []any {
 	if o.ids == nil {
-		return []any{[]string{}, []string{}, []string{}, []time.Time{}, [][]byte{}, []time.Time{}, []string{}, []*time.Time{}, []string{}, []bool{}}
+		return []any{[]string{}, []string{}, []string{}, []time.Time{}, [][]byte{}, []time.Time{}, []string{}, []*time.Time{}, []string{}, []bool{}, []int64{}}
 	}
-	return []any{o.ids, o.nodes, o.types, o.ats, o.bodies, o.created, o.statuses, o.next, o.lastErrors, o.ofNotice}
+	return []any{o.ids, o.nodes, o.types, o.ats, o.bodies, o.created, o.statuses, o.next, o.lastErrors, o.ofNotice, o.seqs}
 }
 
 // outboxInsert is the INSERT of outboxRows whose arguments start at $from
-// (ten of them, outboxRows.args), each row only where cond holds (d is
+// (eleven of them, outboxRows.args), each row only where cond holds (d is
 // the row, d.of_notice whether it is a notice's); a delivery decided
 // twice (it cannot be: one notice an hour) is inserted once.
 func outboxInsert(from int, cond string) string {
-	ps := make([]any, 10)
+	ps := make([]any, 11)
 	for i := range ps {
 		ps[i] = from + i
 	}
-	return fmt.Sprintf(`INSERT INTO deliveries (id, node, type, at, body, created_at, status, next_at, last_error)
-		SELECT d.id, d.node, d.type, d.at, d.body, d.created_at, d.status, d.next_at, nullif(d.last_error, '')
-		FROM unnest($%d::text[], $%d::text[], $%d::text[], $%d::timestamptz[], $%d::bytea[], $%d::timestamptz[], $%d::text[], $%d::timestamptz[], $%d::text[], $%d::boolean[])
-			WITH ORDINALITY AS d (id, node, type, at, body, created_at, status, next_at, last_error, of_notice, i)
+	return fmt.Sprintf(`INSERT INTO deliveries (id, node, type, at, body, created_at, status, next_at, last_error, seq)
+		SELECT d.id, d.node, d.type, d.at, d.body, d.created_at, d.status, d.next_at, nullif(d.last_error, ''), d.seq
+		FROM unnest($%d::text[], $%d::text[], $%d::text[], $%d::timestamptz[], $%d::bytea[], $%d::timestamptz[], $%d::text[], $%d::timestamptz[], $%d::text[], $%d::boolean[], $%d::bigint[])
+			WITH ORDINALITY AS d (id, node, type, at, body, created_at, status, next_at, last_error, of_notice, seq, i)
 		WHERE `+cond+`
 		ORDER BY d.i
 		ON CONFLICT (id) DO NOTHING`, ps...)
 }
 
-const deliveryColumns = `id, node, type, body, created_at, status, attempts, next_at, coalesce(last_status, 0), coalesce(last_error, ''), delivered_at`
+const deliveryColumns = `id, node, type, body, created_at, status, attempts, next_at, coalesce(last_status, 0), coalesce(last_error, ''), delivered_at, log`
 
 // claimedColumns are deliveryColumns of the claim's UPDATE … FROM.
-const claimedColumns = `d.id, d.node, d.type, d.body, d.created_at, d.status, d.attempts, d.next_at, coalesce(d.last_status, 0), coalesce(d.last_error, ''), d.delivered_at`
+const claimedColumns = `d.id, d.node, d.type, d.body, d.created_at, d.status, d.attempts, d.next_at, coalesce(d.last_status, 0), coalesce(d.last_error, ''), d.delivered_at, d.log`
 
 func scanDelivery(row pgx.Row) (delivery, error) {
 	var d delivery
 	var next, delivered *time.Time
-	err := row.Scan(&d.ID, &d.Node, &d.Type, &d.Body, &d.Created, &d.Status, &d.Attempts, &next, &d.LastStatus, &d.LastError, &delivered)
+	var log []byte
+	err := row.Scan(&d.ID, &d.Node, &d.Type, &d.Body, &d.Created, &d.Status, &d.Attempts, &next, &d.LastStatus, &d.LastError, &delivered, &log)
+	if err == nil && len(log) > 0 {
+		if jerr := json.Unmarshal(log, &d.Log); jerr != nil {
+			return d, fmt.Errorf("delivery %s: log: %w", d.ID, jerr)
+		}
+	}
 	if next != nil {
 		d.NextAt = *next
 	}
@@ -126,8 +135,10 @@ func (o *pgOutbox) claim(ctx context.Context, now time.Time, max int, lease time
 		own = []string{}
 	}
 	rows, err := o.db.Query(ctx, `WITH due AS (
-			SELECT id FROM deliveries
+			SELECT id FROM deliveries x
 			WHERE status = 'pending' AND next_at <= $1 AND NOT (node = ANY($4)) AND (NOT $5 OR node = ANY($6))
+				-- a node's messages in the order they were decided
+				AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.node = x.node AND e.status = 'pending' AND e.seq < x.seq)
 			ORDER BY next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE deliveries d SET attempts = d.attempts + 1, next_at = $2
 		FROM due WHERE d.id = due.id
@@ -149,13 +160,28 @@ func (o *pgOutbox) claim(ctx context.Context, now time.Time, max int, lease time
 
 func (o *pgOutbox) settle(ctx context.Context, d delivery, res attemptResult) error {
 	next := d.apply(res)
+	log, err := json.Marshal(next.Log)
+	if err != nil {
+		return err
+	}
+	if next.Log == nil {
+		log = []byte("[]")
+	}
 	// Another replica may have claimed the row again (this one's lease ran
 	// out): then only a delivery is recorded over its attempt.
-	_, err := o.db.Exec(ctx, `UPDATE deliveries SET status = $3, attempts = $4, next_at = $5, last_status = nullif($6, 0),
-			last_error = nullif($7, ''), delivered_at = $8
+	_, err = o.db.Exec(ctx, `UPDATE deliveries SET status = $3, attempts = $4, next_at = $5, last_status = nullif($6, 0),
+			last_error = nullif($7, ''), delivered_at = $8, log = $9
 		WHERE id = $1 AND status = 'pending' AND (attempts = $2 OR $3 = 'delivered')`,
-		d.ID, d.Attempts, next.Status, next.Attempts, nullTime(next.NextAt), next.LastStatus, next.LastError, nullTime(next.DeliveredAt))
+		d.ID, d.Attempts, next.Status, next.Attempts, nullTime(next.NextAt), next.LastStatus, next.LastError, nullTime(next.DeliveredAt), log)
 	return err
+}
+
+func (o *pgOutbox) redeliver(ctx context.Context, id string, now time.Time) (bool, error) {
+	tag, err := o.db.Exec(ctx, `UPDATE deliveries SET status = 'pending', next_at = $2, delivered_at = NULL WHERE id = $1`, id, now)
+	if err != nil {
+		return false, classify(err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 func (o *pgOutbox) byIDs(ctx context.Context, ids []string) (map[string]delivery, error) {

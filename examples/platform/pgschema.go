@@ -2,115 +2,46 @@ package main
 
 import (
 	"context"
+	"embed"
 	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// migrations are the schema's versions, in order: migrations[i] takes the
-// schema from version i to i+1. A new version is a new entry; an entry
-// once released is never edited.
-var migrations = []string{
-	// 1: nodes, their routes, and the append-only events and notices.
-	`
-CREATE TABLE nodes (
-	id           text PRIMARY KEY,
-	role         text,                  -- NULL: reports only, never planned
-	country      text NOT NULL DEFAULT '',
-	state        json NOT NULL,         -- tracker, prices, plan budgets (a node file without routes); json, not jsonb: kept as written, so a write-back is compared byte for byte and not parsed
-	readings     bigint NOT NULL DEFAULT 0,
-	overloaded   boolean NOT NULL DEFAULT false,
-	next_plan_at timestamptz NOT NULL DEFAULT '-infinity',
-	version      bigint NOT NULL DEFAULT 0,
-	updated_at   timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX nodes_plan_due ON nodes (next_plan_at) WHERE role IS NOT NULL;
+// migrationFiles are the schema's versions, in order, one file each:
+// migrations/NNN_what.sql takes the schema from version NNN-1 to NNN. A
+// new version is a new file; a file once released is never edited.
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
 
-CREATE TABLE routes (
-	id           text PRIMARY KEY,
-	node         text NOT NULL REFERENCES nodes (id),
-	user_id      text NOT NULL,
-	key          text NOT NULL,
-	country      text NOT NULL,
-	price        bigint NOT NULL,       -- the session's price when the node was last saved
-	last_traffic timestamptz,
-	relied_on    timestamptz,           -- a move on another node relies on this route since
-	body         json NOT NULL,         -- route, session, earned
-	closed_at    timestamptz,
-	closed_by    json                   -- the plan's action
-);
-CREATE INDEX routes_live_by_node ON routes (node) WHERE closed_at IS NULL;
-CREATE INDEX routes_alternatives ON routes (user_id, key, country, price) WHERE closed_at IS NULL;
-CREATE INDEX routes_closed_by_node ON routes (node, closed_at) WHERE closed_at IS NOT NULL;
-
-CREATE TABLE events (
-	id   bigserial PRIMARY KEY,
-	node text NOT NULL REFERENCES nodes (id),
-	kind text NOT NULL,
-	at   timestamptz NOT NULL,
-	body jsonb NOT NULL
-);
-CREATE INDEX events_by_node ON events (node, id);
-
-CREATE TABLE notices (
-	id   bigserial PRIMARY KEY,
-	node text NOT NULL REFERENCES nodes (id),
-	at   timestamptz NOT NULL,
-	body jsonb NOT NULL
-);
-CREATE INDEX notices_by_node ON notices (node, at);
-`,
-	// 2: notices paged by time (GET /notices?after=…).
-	`
-CREATE INDEX notices_by_time ON notices (at, node);
-`,
-	// 3: notices paged by id (their primary key), which grows with
-	// commits; the index by time is no longer read.
-	`
-DROP INDEX notices_by_time;
-`,
-	// 4: the outbox: one row per message, written with its notice.
-	`
-CREATE TABLE deliveries (
-	id           text PRIMARY KEY,      -- webhook-id
-	node         text NOT NULL,
-	type         text NOT NULL,         -- node.overloaded, node.overload_ended
-	at           timestamptz NOT NULL,  -- the notice's (or end's) time
-	body         bytea NOT NULL,        -- the message, byte for byte as signed
-	created_at   timestamptz NOT NULL,  -- when the platform decided it
-	status       text NOT NULL,         -- pending, delivered, failed, undeliverable
-	attempts     integer NOT NULL DEFAULT 0,
-	next_at      timestamptz,           -- pending: due at (or leased until)
-	last_status  integer,
-	last_error   text,
-	delivered_at timestamptz
-);
-CREATE INDEX deliveries_due ON deliveries (next_at) WHERE status = 'pending';
-CREATE INDEX deliveries_by_node ON deliveries (node, created_at);
-`,
-	// 5: a node nothing can be planned for (neither overloaded nor
-	// paused) has no next plan (NULL): its report rewrites its row
-	// without touching an index, so PostgreSQL updates it in place in its
-	// page (a HOT update), for which each page keeps room.
-	`
-ALTER TABLE nodes ALTER COLUMN next_plan_at DROP NOT NULL;
-DROP INDEX nodes_plan_due;
-CREATE INDEX nodes_plan_due ON nodes (next_plan_at) WHERE role IS NOT NULL AND next_plan_at IS NOT NULL;
-ALTER TABLE nodes SET (fillfactor = 70);
-`,
-	// 6: a notice's number, the id GET /notices shows and pages by, is
-	// given after the notice's transaction committed, by a short
-	// transaction of its own (numberNotices), so the reports' transactions
-	// no longer wait on one another's commits for it. Notices numbered
-	// before keep their id as their number.
-	`
-CREATE SEQUENCE notice_numbers;
-ALTER TABLE notices ADD COLUMN num bigint;
-UPDATE notices SET num = id;
-SELECT setval('notice_numbers', (SELECT coalesce(max(id), 0) + 1 FROM notices), false);
-CREATE UNIQUE INDEX notices_by_num ON notices (num);
-CREATE INDEX notices_unnumbered ON notices (id) WHERE num IS NULL;
-`,
+// readMigrations returns the migrations' statements, version 1 first.
+// Files must be numbered from 001 without a gap.
+func readMigrations(fsys fs.FS) ([]string, error) {
+	names, err := fs.Glob(fsys, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	out := make([]string, 0, len(names))
+	for i, name := range names {
+		base := path.Base(name)
+		num, _, ok := strings.Cut(base, "_")
+		if v, err := strconv.Atoi(num); !ok || err != nil || v != i+1 || len(num) != 3 {
+			return nil, fmt.Errorf("migration %s: want %03d_NAME.sql (numbered from 001, without a gap)", name, i+1)
+		}
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, string(b))
+	}
+	return out, nil
 }
 
 // schemaLock is the advisory lock key replicas take while migrating, so
@@ -123,6 +54,10 @@ const schemaLock = 0x6e6f64656b6974 // "nodekit"
 func migrate(ctx context.Context, db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }) (from, to int, err error) {
+	migrations, err := readMigrations(migrationFiles)
+	if err != nil {
+		return 0, 0, err
+	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, 0, err

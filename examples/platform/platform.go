@@ -32,9 +32,10 @@ type config struct {
 	// Now is the clock at the edges; nil means time.Now. The pure packages
 	// get the times it returns as arguments.
 	Now func() time.Time
-	// Notifier delivers notices (notify.go); nil: none are written to an
-	// outbox.
-	Notifier *notifier
+	// Dispatch is the receivers of notices and the notifier's wake-up
+	// (notify.go): with it, a store keeps an outbox of the deliveries it
+	// decides (outbox), which a notifier delivers; nil: none are written.
+	Dispatch *dispatch
 }
 
 // maxClosed and maxNotices bound what a node keeps for display.
@@ -78,14 +79,14 @@ type numberedNotice struct {
 // steps (observe a reading, plan a round, show a node), each run with the
 // node locked by the store.
 type rules struct {
-	cfg    config
-	log    *slog.Logger
-	now    func() time.Time
-	notify *notifier
+	cfg      config
+	log      *slog.Logger
+	now      func() time.Time
+	dispatch *dispatch
 }
 
 func newRules(cfg config) (rules, error) {
-	if err := validatePolicy(cfg.Policy); err != nil {
+	if err := cfg.Policy.Validate(); err != nil {
 		return rules{}, fmt.Errorf("policy: %w", err)
 	}
 	if err := cfg.Limits.Validate(); err != nil {
@@ -94,7 +95,7 @@ func newRules(cfg config) (rules, error) {
 	if _, err := pricing.NewHistory(cfg.Prices); err != nil {
 		return rules{}, fmt.Errorf("prices: %w", err)
 	}
-	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now, notify: cfg.Notifier}
+	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now, dispatch: cfg.Dispatch}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -120,7 +121,11 @@ type node struct {
 	readings   int64             // readings counted (not duplicates, not refused)
 	eventsSeen int64             // events the tracker produced, kept or not
 	startedAt  time.Time         // the overload's start by the platform's clock; zero when not overloaded
-	savedBytes []byte            // the file's content as last written
+	// noticeCount is how many notices the store keeps of the node
+	// beside notices (the PostgreSQL store keeps them in a table), set
+	// by its read with history.
+	noticeCount int
+	savedBytes  []byte // the file's content as last written
 }
 
 // route is a live route with its pricing session and what it has earned.
@@ -258,7 +263,7 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 	}
 	// The outbox first: a notice saved in the node's file is always on
 	// its way (see enqueueDecided).
-	added, err := p.enqueueDecided(out, now)
+	added, err := p.enqueueDecided(out, n.readings, now)
 	if err != nil {
 		p.revert(n)
 		return reportOutcome{}, err
@@ -273,7 +278,7 @@ func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome,
 		return reportOutcome{}, err
 	}
 	if len(added) > 0 {
-		p.notify.poke()
+		p.dispatch.poke()
 	}
 	return out, nil
 }
@@ -314,7 +319,7 @@ func (c *rules) take(n *node, r overload.Reading, now time.Time) (reportOutcome,
 	// memory from this reading (0 when the reading lacks it, so a stale
 	// figure never counts as above the move threshold).
 	ended := n.info.OverloadEnded
-	setOverload(&n.info, n.tracker, r)
+	n.info.SetOverload(n.tracker, r)
 	platformClock(n, res.Event, ended, now)
 	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
 }
@@ -328,7 +333,7 @@ func (c *rules) logOutcome(r overload.Reading, out reportOutcome, now time.Time)
 			c.log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", overload.Texts(ev.Findings))
 		case overload.End:
 			c.log.Info("overload ended", "node", r.Node, "at", now, "reading_at", ev.At, "lasted", ev.Lasted,
-				"offered_again", offeredAgain(c.cfg.Policy, now))
+				"offered_again", c.cfg.Policy.OfferedAgain(now))
 		}
 	}
 	if out.Notice != nil {
@@ -360,19 +365,8 @@ func platformClock(n *node, ev *overload.Event, ended, now time.Time) {
 	}
 }
 
-// admit answers whether node id takes new connections now.
-func (p *platform) admit(_ context.Context, id string) (admitAnswer, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.nodes[id]
-	if n == nil {
-		return admitAnswer{}, fmt.Errorf("admit %q: %w", id, errUnknownNode)
-	}
-	return p.admitLocked(n, p.now()), nil
-}
-
 func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
-	ok, why, err := admitNode(p.cfg.Policy, n.info, now)
+	ok, why, err := p.cfg.Policy.Admit(n.info, now)
 	a := admitAnswer{Node: n.info.ID, Admit: ok, Reason: string(why), At: now}
 	if err != nil {
 		a.Why = err.Error()
@@ -382,7 +376,7 @@ func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
 		a.Why = why.String()
 	}
 	if why == routing.ReasonCoolDown {
-		a.Until = offeredAgain(p.cfg.Policy, n.info.OverloadEnded)
+		a.Until = p.cfg.Policy.OfferedAgain(n.info.OverloadEnded)
 	}
 	return a
 }
@@ -419,6 +413,7 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 			continue
 		}
 		for _, a := range plan.Actions {
+			p.logClosure(id, a)
 			alts.remove(a.Route)
 			// The route the move relies on counts as in use from now,
 			// saved with its node.
@@ -453,7 +448,7 @@ func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (rout
 		return routing.Plan{}, false, nil
 	}
 	routes := c.appendPricedRoutes(make([]routing.Route, 0, len(n.routes)), n, now)
-	plan, err := planNode(c.cfg.Policy, now, n.info, routes, alts)
+	plan, err := c.cfg.Policy.Plan(now, n.info, routes, alts)
 	if err != nil {
 		return routing.Plan{}, false, err
 	}
@@ -464,14 +459,37 @@ func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (rout
 		delete(n.routes, a.Route.ID)
 		rt.Session.End = now
 		n.closed = appendBounded(n.closed, closedRoute{Action: a, At: now, Earned: rt.Earned}, maxClosed)
-		c.log.Warn("closing route", "node", n.info.ID, "route", a.Route.ID, "user", a.Route.User,
-			"reason", string(a.Reason), "action", a.String())
 	}
 	if len(plan.Actions) > 0 {
 		n.lastPlan = &plan
 		n.info.LiveUsers = liveUsers(n)
 	}
 	return plan, len(plan.Actions) > 0 || budgetsChanged, nil
+}
+
+// sameBudgets reports whether two plan states hold the same budgets; the
+// plan time alone is not worth a write: the budgets, which pace moves and
+// closures, are what the next plan needs. The period between plans is
+// not worth one either: a stale stored period only bounds how far the
+// pace may fall behind after a restart.
+func sameBudgets(a, b routing.NodeState) bool {
+	a.PlannedAt, b.PlannedAt = time.Time{}, time.Time{}
+	a.Period, b.Period = 0, 0
+	return a.Equal(b)
+}
+
+// reliesOn is the route a closure relies on, the user's other copy that
+// carries the user on; false for an action that relies on none (an unused
+// route).
+func reliesOn(a routing.Action) (routing.Route, bool) {
+	return a.Keeps, a.Reason == routing.ReasonMove && a.Keeps.ID != ""
+}
+
+// logClosure logs a route a plan of node closed, once the closure is
+// the store's.
+func (c *rules) logClosure(node string, a routing.Action) {
+	c.log.Warn("closing route", "node", node, "route", a.Route.ID, "user", a.Route.User,
+		"reason", string(a.Reason), "action", a.String())
 }
 
 // fleetIndex is the index of the whole route table, each route at its
@@ -482,7 +500,7 @@ func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (rout
 type fleetIndex struct {
 	p   *platform
 	now time.Time
-	idx *memIndex
+	idx *routing.Index
 }
 
 func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
@@ -491,15 +509,14 @@ func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
 		for _, id := range f.p.ids() {
 			all = f.p.appendPricedRoutes(all, f.p.nodes[id], f.now)
 		}
-		f.idx = newMemIndex(all)
+		f.idx = routing.NewIndex(all)
 	}
 	return f.idx.Alternative(r)
 }
 
-// Record and ReliedOn are the methods routing's Alternatives gains with
-// the reliance it tracks itself: the platform records closures and
-// reliance after Plan returns (planRoundLocked), and answers from the
-// routes' ReliedOn.
+// Record does nothing: the platform records closures and reliance in its
+// own data after Plan returns (planRoundLocked), and ReliedOn answers from
+// the routes' ReliedOn.
 func (f *fleetIndex) Record(time.Time, routing.Action) {}
 
 func (f *fleetIndex) ReliedOn(r routing.Route) time.Time {
@@ -509,15 +526,9 @@ func (f *fleetIndex) ReliedOn(r routing.Route) time.Time {
 	return time.Time{}
 }
 
-// reliance is what routing's coming Alternatives asks beyond Alternative.
-type reliance interface {
-	Record(at time.Time, a routing.Action)
-	ReliedOn(r routing.Route) time.Time
-}
-
 var (
-	_ reliance = (*fleetIndex)(nil)
-	_ reliance = (*pgAlternatives)(nil)
+	_ routing.Alternatives = (*fleetIndex)(nil)
+	_ routing.Alternatives = (*pgAlternatives)(nil)
 )
 
 // remove records a closure in the index, if it was built.
@@ -581,53 +592,6 @@ type openRequest struct {
 	Kind routing.Kind `json:"kind,omitempty"` // default own
 }
 
-// open sets up a route if the node is admitted: the session locks the
-// node's price now.
-func (p *platform) open(_ context.Context, req openRequest) (route, error) {
-	if req.User == "" || req.Key == "" {
-		return route{}, fmt.Errorf("open route: user and key are required: %w", errBadInput)
-	}
-	if req.Kind == 0 {
-		req.Kind = routing.KindOwn
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.nodes[req.Node]
-	if n == nil || n.info.Role == 0 {
-		return route{}, fmt.Errorf("open route through %q: %w", req.Node, errUnknownNode)
-	}
-	now := p.now()
-	if a := p.admitLocked(n, now); !a.Admit {
-		return route{}, admitError{answer: a}
-	}
-	s, err := n.prices.Lock(now)
-	if err != nil {
-		return route{}, fmt.Errorf("open route through %s: %w: %w", req.Node, errBadInput, err)
-	}
-	// Route IDs are global (traffic finds a route by ID alone): skip any a
-	// seeded route already holds.
-	id := ""
-	for id == "" || p.routeExists(id) {
-		n.nextRoute++
-		id = fmt.Sprintf("%s-%d", req.Node, n.nextRoute)
-	}
-	rt := &route{
-		Route: routing.Route{
-			ID: id, User: req.User, Key: req.Key,
-			Node: req.Node, Country: n.info.Country, Price: s.Locked, Kind: req.Kind, Start: now,
-		},
-		Session: s,
-	}
-	n.routes[rt.Route.ID] = rt
-	n.info.LiveUsers = liveUsers(n)
-	p.log.Info("route opened", "node", req.Node, "route", rt.Route.ID, "user", req.User, "price", s.Locked)
-	if err := p.save(n); err != nil {
-		p.revert(n)
-		return route{}, err
-	}
-	return *rt, nil
-}
-
 // admitError says why a node took nobody new.
 type admitError struct{ answer admitAnswer }
 
@@ -642,35 +606,61 @@ type trafficRequest struct {
 	Bytes uint64 `json:"bytes"`
 }
 
-// traffic charges a route's traffic at its session's price now and marks
-// it in use. A closed route is not found: it earns nothing more.
-func (p *platform) traffic(_ context.Context, req trafficRequest) (route, error) {
+// update runs fn on node id under the store's lock and saves what it
+// changed; on an error from fn or the save, the node goes back to what
+// its file holds.
+func (p *platform) update(_ context.Context, id string, fn func(n *node, now time.Time, tx nodeTx) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, id := range p.ids() {
-		n := p.nodes[id]
-		rt := n.routes[req.Route]
-		if rt == nil {
-			continue
-		}
-		now := p.now()
-		c, err := n.prices.Charge(rt.Session, []pricing.Usage{{At: now, Bytes: req.Bytes}})
-		if err != nil {
-			return route{}, fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
-		}
-		if rt.Earned, err = rt.Earned.Add(c); err != nil {
-			return route{}, fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
-		}
-		rt.Route.LastTraffic = now
-		rt.Route.Price = p.sessionPrice(n, rt, now)
-		if err := p.save(n); err != nil {
-			p.revert(n)
-			return route{}, err
-		}
-		return *rt, nil
+	n := p.nodes[id]
+	if n == nil {
+		return fmt.Errorf("node %q: %w", id, errUnknownNode)
 	}
-	return route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
+	if err := fn(n, p.now(), fileTx{p}); err != nil {
+		p.revert(n)
+		return err
+	}
+	if err := p.save(n); err != nil {
+		p.revert(n)
+		return err
+	}
+	return nil
 }
+
+// read runs fn on node id under the store's lock.
+func (p *platform) read(_ context.Context, id string, history bool, fn func(n *node, now time.Time) error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.nodes[id]
+	if n == nil {
+		return fmt.Errorf("node %q: %w", id, errUnknownNode)
+	}
+	return fn(n, p.now())
+}
+
+// routeNode is the node holding live route id.
+func (p *platform) routeNode(_ context.Context, id string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for nid, n := range p.nodes {
+		if n.routes[id] != nil {
+			return nid, nil
+		}
+	}
+	return "", errUnknown
+}
+
+// nodeIDs is every node's id, sorted.
+func (p *platform) nodeIDs(context.Context) ([]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ids(), nil
+}
+
+// fileTx is the file store's nodeTx: the store's lock is held.
+type fileTx struct{ p *platform }
+
+func (t fileTx) routeTaken(id string) (bool, error) { return t.p.routeExists(id), nil }
 
 // routeExists reports whether any node holds a route with this ID.
 func (p *platform) routeExists(id string) bool {
@@ -686,28 +676,6 @@ func (p *platform) routeExists(id string) bool {
 type priceRequest struct {
 	Node  string        `json:"node"`
 	Price pricing.Price `json:"price"`
-}
-
-// setPrice records the node's new price from now on. Running sessions
-// keep their lock: a rise never reaches them, a drop once it has stood for
-// the window.
-func (p *platform) setPrice(_ context.Context, req priceRequest) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.nodes[req.Node]
-	if n == nil || n.info.Role == 0 {
-		return fmt.Errorf("price of %q: %w", req.Node, errUnknownNode)
-	}
-	if err := n.prices.Set(p.now(), req.Price); err != nil {
-		return fmt.Errorf("price of %s: %w: %w", req.Node, errBadInput, err)
-	}
-	n.info.Price = req.Price
-	p.log.Info("price changed", "node", req.Node, "price", req.Price)
-	if err := p.save(n); err != nil {
-		p.revert(n)
-		return err
-	}
-	return nil
 }
 
 // nodeView is what /nodes shows of a node.
@@ -826,16 +794,6 @@ func marshalView(id string, v nodeView) json.RawMessage {
 	return b
 }
 
-func (p *platform) view(_ context.Context, id string) (nodeView, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.nodes[id]
-	if n == nil {
-		return nodeView{}, fmt.Errorf("node %q: %w", id, errUnknownNode)
-	}
-	return p.viewLocked(n, p.now()), nil
-}
-
 // events pages through node id's events (the tracker keeps the newest
 // MaxEvents; the PostgreSQL store keeps every one): those after the
 // after-th, at most limit.
@@ -866,14 +824,14 @@ func (p *platform) events(_ context.Context, id string, after int64, limit int) 
 }
 
 func (p *rules) viewLocked(n *node, now time.Time) nodeView {
-	ok, why, admitErr := admitNode(p.cfg.Policy, n.info, now)
+	ok, why, admitErr := p.cfg.Policy.Admit(n.info, now)
 	v := nodeView{
 		ID: n.info.ID, Registered: n.info.Role != 0, Country: n.info.Country, Paused: n.info.Paused,
 		Overloaded: n.tracker.Overloaded(), Since: n.info.OverloadedSince, SinceReading: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
 		Findings: n.tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.info.MemoryPercent,
 		LastReading: n.tracker.LastReading(), Price: n.info.Price, MaxUsers: n.info.MaxUsers,
 		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,
-		Closed: slices.Clone(n.closed), Notices: len(n.notices), Readings: n.readings, Events: n.tracker.Events(),
+		Closed: slices.Clone(n.closed), Notices: len(n.notices) + n.noticeCount, Readings: n.readings, Events: n.tracker.Events(),
 		Routes: []route{},
 	}
 	if admitErr != nil { // not registered (no role), or invalid: not admitted

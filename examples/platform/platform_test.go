@@ -70,7 +70,7 @@ type testPlatform struct {
 	clock *clock
 	dir   string
 	p     *platform // the file store; nil for PostgreSQL
-	svc   service
+	svc   store
 	srv   *httptest.Server
 }
 
@@ -85,8 +85,8 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPl
 	return tp
 }
 
-func serveTest(t *testing.T, c *clock, svc service) *testPlatform {
-	srv := httptest.NewServer(handler(svc, tokens{testToken: "", "x1-token": "x1"}))
+func serveTest(t *testing.T, c *clock, svc store) *testPlatform {
+	srv := httptest.NewServer(handler(newFleet(svc, nil), tokens{testToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }
@@ -133,7 +133,7 @@ func (tp *testPlatform) raw(method, path, token, body string) (int, http.Header,
 	return resp.StatusCode, resp.Header, b
 }
 
-// do sends body as JSON with the operator's token and decodes a 2xx
+// do sends body as JSON with the admin's token and decodes a 2xx
 // answer into out, if given.
 func (tp *testPlatform) do(method, path string, body any, out any) int {
 	tp.t.Helper()
@@ -380,6 +380,12 @@ func TestParseTokens(t *testing.T) {
 		{"a x1 extra", nil, "line 1"},
 		{"a\na x1", nil, "twice"},
 		{"a ../x", nil, "node"},
+		{"adm\nal operator:alice\nag x1 operator:alice\n", tokens{"adm": "", "al": "operator:alice", "ag": "x1 operator:alice"}, ""},
+		{"a\tx1\t operator:alice", tokens{"a": "x1 operator:alice"}, ""},
+		{"a operator:", nil, "operator name"},
+		{"a x1 alice", nil, "operator:NAME"},
+		{"a operator:alice x1", nil, "want TOKEN"},
+		{"a x1 operator:bob\nb x1 operator:carol", nil, "node x1 is named operator"},
 	} {
 		got, err := parseTokens(strings.NewReader(tc.in))
 		if tc.err != "" {
@@ -395,6 +401,12 @@ func TestParseTokens(t *testing.T) {
 			if got[k] != v {
 				t.Errorf("%q: token %s → %q, want %q", tc.in, k, got[k], v)
 			}
+		}
+	}
+	for tok, want := range map[string]identity{"adm": {}, "al": {operator: "alice"}, "ag": {node: "x1", operator: "alice"}, "x": {node: "x1"}} {
+		x := tokens{"adm": "", "al": "operator:alice", "ag": "x1 operator:alice", "x": "x1"}.index()
+		if got, ok := x.lookup("Bearer " + tok); !ok || got != want {
+			t.Errorf("token %s: %+v %v, want %+v", tok, got, ok, want)
 		}
 	}
 	toks := tokens{"abc": "x1"}.index()
@@ -481,6 +493,27 @@ func TestStateFiles(t *testing.T) {
 	}
 }
 
+// TestSeedOperators: a route table's node may name its operator; a bad
+// name or an unknown field is refused, naming the node.
+func TestSeedOperators(t *testing.T) {
+	var s seedFile
+	err := json.Unmarshal([]byte(`{"nodes":[{"id":"a1","role":"exit","country":"DE","price":1,"operator":"alice"},{"id":"b1","role":"exit","country":"DE","price":1}],"routes":[]}`), &s)
+	if err != nil || len(s.Nodes) != 2 || s.Nodes[0].ID != "a1" || s.Operators["a1"] != "alice" || len(s.Operators) != 1 {
+		t.Fatalf("seed: %+v, %v", s, err)
+	}
+	for in, want := range map[string]string{
+		`{"nodes":[{"id":"a1","role":"exit","operator":"a/b"}]}`: "node a1: operator name",
+		`{"nodes":[{"id":"a1","role":"exit","owner":"x"}]}`:      "unknown field",
+	} {
+		if err := json.Unmarshal([]byte(in), &s); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", in, err, want)
+		}
+	}
+	if err := checkOwners(tokens{"t": "a1 operator:bob"}, map[string]string{"a1": "alice"}); err == nil {
+		t.Error("a token file naming another operator than the route table: no error")
+	}
+}
+
 func TestSeedErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -530,7 +563,7 @@ func BenchmarkReport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := handler(p, tokens{testToken: ""})
+	h := handler(newFleet(p, nil), tokens{testToken: ""})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.add(30 * time.Second)
@@ -671,11 +704,11 @@ func testRefusalReasons(t *testing.T, open opener) {
 	}
 }
 
-// TestReadsNeedOperatorToken: the endpoints that show users' routes, keys
-// and prices answer only an operator's token; /healthz answers anyone.
-func TestReadsNeedOperatorToken(t *testing.T) { eachStore(t, testReadsNeedOperatorToken) }
+// TestReadsNeedAdminToken: the endpoints that show users' routes, keys
+// and prices answer only the admin's token; /healthz answers anyone.
+func TestReadsNeedAdminToken(t *testing.T) { eachStore(t, testReadsNeedAdminToken) }
 
-func testReadsNeedOperatorToken(t *testing.T, open opener) {
+func testReadsNeedAdminToken(t *testing.T, open opener) {
 	tp := open(&clock{t: t0}, testSeed())
 	get := func(path, token string) int {
 		code, _, _ := tp.raw("GET", path, token, "")
@@ -689,7 +722,7 @@ func testReadsNeedOperatorToken(t *testing.T, open opener) {
 			t.Errorf("GET %s with a node's token: %d, want 403", path, code)
 		}
 		if code := get(path, testToken); code != 200 {
-			t.Errorf("GET %s with the operator's token: %d, want 200", path, code)
+			t.Errorf("GET %s with the admin's token: %d, want 200", path, code)
 		}
 	}
 	if code := get("/healthz", ""); code != 200 {
@@ -1030,7 +1063,8 @@ func TestErrorsShowWallTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.setPrice(t.Context(), priceRequest{Node: "x1", Price: -5})
+	f := newFleet(p, nil)
+	err = f.setPrice(t.Context(), priceRequest{Node: "x1", Price: -5})
 	if err == nil || strings.Contains(err.Error(), "m=") {
 		t.Fatalf("a negative price: %v, want an error without a monotonic reading", err)
 	}

@@ -3,13 +3,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"strings"
+
+	"github.com/proofkit/nodekit/internal/procfile"
 )
 
 // receiver is where one node's notices go: a URL and the secrets its
@@ -130,14 +132,16 @@ func decodeSecret(s string) ([]byte, error) {
 	return key, nil
 }
 
-// readReceivers reads and parses the notify file at path.
+// readReceivers reads and parses the notify file at path: a regular
+// file of at most maxConfigFile bytes, so that neither a FIFO (which
+// blocks its reader) nor a device such as /dev/zero (which never ends)
+// stops the platform starting or reloading.
 func readReceivers(path string) (*receivers, error) {
-	f, err := os.Open(path)
+	b, _, err := procfile.Read(context.Background(), path, maxConfigFile)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return parseReceivers(path, f)
+	return parseReceivers(path, bytes.NewReader(b))
 }
 
 // forNode is node's receiver, or nil when it has none.

@@ -20,7 +20,12 @@ import (
 
 // quietStore answers every report as counted, not overloaded, and does
 // nothing else: what is left of a report's cost is the HTTP and JSON.
-type quietStore struct{ service }
+type quietStore struct {
+	store
+	r *rules
+}
+
+func (q quietStore) base() *rules { return q.r }
 
 func (quietStore) report(_ context.Context, r overload.Reading) (reportOutcome, error) {
 	return reportOutcome{Node: r.Node}, nil
@@ -33,7 +38,11 @@ func benchFleet(n int) (http.Handler, tokens) {
 	for i := range n {
 		toks["tok-"+strconv.Itoa(i)] = "n" + strconv.Itoa(i)
 	}
-	return atCap(notifyRoutes(handler(withNotify(quietStore{}), toks), nil, toks), 1000), toks
+	r, err := newRules(config{})
+	if err != nil {
+		panic(err)
+	}
+	return atCap(handler(newFleet(quietStore{r: &r}, nil), toks), 1000), toks
 }
 
 // benchReadings are the bodies the benchmarks post: platformload's (what
@@ -220,4 +229,30 @@ func TestReportAllocs(t *testing.T) {
 		t.Errorf("%v allocations a report, want 8 at most", allocs)
 	}
 	t.Logf("%v allocations a report", allocs)
+}
+
+// BenchmarkReportAnswer: the answer to a quiet report, written by hand
+// (appendPlainAnswer) beside writeJSON, side by side in one run; and a
+// check that both write the same bytes.
+func BenchmarkReportAnswer(b *testing.B) {
+	out := reportOutcome{Node: "de-fra-1"}
+	w := &benchWriter{h: http.Header{}}
+	writeJSON(w, http.StatusOK, out)
+	if got := appendPlainAnswer(nil, out, false); !bytes.Equal(got, w.body.Bytes()) {
+		b.Fatalf("by hand %q, writeJSON %q", got, w.body.Bytes())
+	}
+	b.Run("by-hand", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 256)
+		for b.Loop() {
+			buf = appendPlainAnswer(buf[:0], out, false)
+		}
+	})
+	b.Run("writeJSON", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			w.reset()
+			writeJSON(w, http.StatusOK, out)
+		}
+	})
 }

@@ -259,6 +259,45 @@ func (p *rules) decodeNode(b []byte) (*node, error) {
 type seedFile struct {
 	Nodes  []routing.Node  `json:"nodes"`
 	Routes []routing.Route `json:"routes"`
+	// Operators is each node's operator, by node, as a node's
+	// "operator" names it in the file.
+	Operators map[string]string `json:"-"`
+}
+
+// seedNode is a node of the route table's file: routing's node, and who
+// runs it.
+type seedNode struct {
+	routing.Node
+	Operator string `json:"operator,omitempty"`
+}
+
+// UnmarshalJSON reads the route table, every node's "operator" beside
+// its routing fields; an unknown field is an error.
+func (s *seedFile) UnmarshalJSON(b []byte) error {
+	var f struct {
+		Nodes  []seedNode      `json:"nodes"`
+		Routes []routing.Route `json:"routes"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return err
+	}
+	*s = seedFile{Routes: f.Routes}
+	for _, n := range f.Nodes {
+		s.Nodes = append(s.Nodes, n.Node)
+		if n.Operator == "" {
+			continue
+		}
+		if err := checkOperator(n.Operator); err != nil {
+			return fmt.Errorf("node %s: %w", n.ID, err)
+		}
+		if s.Operators == nil {
+			s.Operators = map[string]string{}
+		}
+		s.Operators[n.ID] = n.Operator
+	}
+	return nil
 }
 
 func readSeed(path string) (*seedFile, error) {

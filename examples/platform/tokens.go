@@ -2,25 +2,86 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/proofkit/nodekit/internal/procfile"
 )
 
-// tokens maps each bearer token to the node it may report for; "" means
-// an operator's token, which may report for any node (the reading names
-// it) and use every endpoint.
+// identity is who a bearer token speaks for. The admin is the platform's
+// own token: every node, every endpoint. An operator is a node's owner,
+// the person the help page speaks to: their own nodes' state, events,
+// notices and settings, nobody else's. A node's agent reports for its
+// node and does nothing else; its line may name the node's operator.
+type identity struct {
+	node     string // a node's agent: the node it reports for
+	operator string // an operator's token: the operator; an agent's: its node's operator
+}
+
+func (id identity) admin() bool { return id.node == "" && id.operator == "" }
+
+// isOperator reports whether id is an operator's own token.
+func (id identity) isOperator() bool { return id.node == "" && id.operator != "" }
+
+// tokens maps each bearer token to what its line says after it: "" (the
+// admin), "NODE" (that node's agent), "operator:NAME" (operator NAME) or
+// "NODE operator:NAME" (that node's agent, the node being NAME's).
 type tokens map[string]string
 
-// parseTokens reads a token file: one token a line, optionally followed by
-// the node it belongs to; blank lines and lines starting with # are
-// skipped.
+// operatorPrefix marks an operator's name in the token file: node ids
+// never hold a ':'.
+const operatorPrefix = "operator:"
+
+// identityOf parses a tokens value.
+func identityOf(v string) (identity, error) {
+	var id identity
+	f := strings.Fields(v)
+	if len(f) > 0 && !strings.HasPrefix(f[0], operatorPrefix) {
+		if err := checkNodeID(f[0]); err != nil {
+			return id, err
+		}
+		id.node, f = f[0], f[1:]
+	}
+	if len(f) > 0 {
+		name, ok := strings.CutPrefix(f[0], operatorPrefix)
+		if !ok {
+			return id, fmt.Errorf("%q: want operator:NAME", f[0])
+		}
+		if err := checkOperator(name); err != nil {
+			return id, err
+		}
+		id.operator, f = name, f[1:]
+	}
+	if len(f) > 0 {
+		return id, fmt.Errorf("want TOKEN, TOKEN NODE, TOKEN operator:NAME or TOKEN NODE operator:NAME")
+	}
+	return id, nil
+}
+
+// checkOperator checks an operator's name: the node-id rule, which a
+// log line and a URL carry as they are. The error wraps errBadInput.
+func checkOperator(name string) error {
+	if err := checkNodeID(name); err != nil {
+		return fmt.Errorf("operator name: %w", err)
+	}
+	return nil
+}
+
+// parseTokens reads a token file: one token a line, then what it may do;
+// blank lines and lines starting with # are skipped.
 //
-//	# operator (and agents that name their node in each reading)
+//	# the admin (the platform's own token: every node, every endpoint)
 //	Zx9…
-//	# one node's agent
+//	# operator alice: her nodes, their events, notices and settings
+//	Hk2… operator:alice
+//	# one node's agent: reports for that node only
 //	Qm3… de-fra-1
+//	# one node's agent, the node being alice's
+//	Pw7… de-fra-2 operator:alice
 func parseTokens(r io.Reader) (tokens, error) {
 	t := tokens{}
 	sc := bufio.NewScanner(r)
@@ -30,20 +91,14 @@ func parseTokens(r io.Reader) (tokens, error) {
 			continue
 		}
 		f := strings.Fields(s)
-		if len(f) > 2 {
-			return nil, fmt.Errorf("line %d: want TOKEN or TOKEN NODE", line)
+		tok, rest := f[0], strings.Join(f[1:], " ")
+		if _, err := identityOf(rest); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
-		if _, dup := t[f[0]]; dup {
+		if _, dup := t[tok]; dup {
 			return nil, fmt.Errorf("line %d: token listed twice", line)
 		}
-		node := ""
-		if len(f) == 2 {
-			if err := checkNodeID(f[1]); err != nil {
-				return nil, fmt.Errorf("line %d: %w", line, err)
-			}
-			node = f[1]
-		}
-		t[f[0]] = node
+		t[tok] = rest
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -51,34 +106,91 @@ func parseTokens(r io.Reader) (tokens, error) {
 	if len(t) == 0 {
 		return nil, fmt.Errorf("no token in it")
 	}
+	if _, err := t.owners(); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// owners is each node's operator as the agents' lines name it; a node
+// named with two operators is an error.
+func (t tokens) owners() (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range t {
+		id, err := identityOf(v)
+		if err != nil {
+			return nil, err
+		}
+		if id.node == "" || id.operator == "" {
+			continue
+		}
+		if prev, ok := out[id.node]; ok && prev != id.operator {
+			return nil, fmt.Errorf("node %s is named operator %s's and operator %s's", id.node, prev, id.operator)
+		}
+		out[id.node] = id.operator
+	}
+	return out, nil
 }
 
 // tokenIndex is tokens keyed by the SHA-256 of each token. A request's
 // token is hashed once and looked up: checking it costs the same for one
 // token as for a token per node of a fleet, and its timing tells nothing
 // of the tokens, only of their hashes.
-type tokenIndex map[[sha256.Size]byte]string
+type tokenIndex map[[sha256.Size]byte]identity
 
+// index is t keyed by hash; a value that does not parse (a tokens map
+// not read by parseTokens) is left out.
 func (t tokens) index() tokenIndex {
 	x := make(tokenIndex, len(t))
-	for tok, node := range t {
-		x[sha256.Sum256([]byte(tok))] = node
+	for tok, v := range t {
+		if id, err := identityOf(v); err == nil {
+			x[sha256.Sum256([]byte(tok))] = id
+		}
 	}
 	return x
 }
 
-// lookup returns the node the request's bearer token belongs to and
-// whether the token is known. The scheme's name is case-insensitive, as
-// HTTP's authentication schemes are (RFC 9110, 11.1).
-func (x tokenIndex) lookup(header string) (node string, ok bool) {
+// lookup returns who the request's bearer token speaks for and whether
+// the token is known. The scheme's name is case-insensitive, as HTTP's
+// authentication schemes are (RFC 9110, 11.1).
+func (x tokenIndex) lookup(header string) (id identity, ok bool) {
 	const scheme = "Bearer "
 	if len(header) < len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
-		return "", false
+		return identity{}, false
 	}
 	// The token is copied to hash it; a copy in an array on the stack
 	// saves the heap one []byte(token) makes of a token over 32 bytes.
 	var a [128]byte
-	node, ok = x[sha256.Sum256(append(a[:0], header[len(scheme):]...))]
-	return node, ok
+	id, ok = x[sha256.Sum256(append(a[:0], header[len(scheme):]...))]
+	return id, ok
+}
+
+// checkOwners refuses a token file that names a node's operator
+// otherwise than the route table does.
+func checkOwners(toks tokens, seed map[string]string) error {
+	owners, err := toks.owners()
+	if err != nil {
+		return err
+	}
+	for node, op := range owners {
+		if s, ok := seed[node]; ok && s != op {
+			return fmt.Errorf("node %s is operator %s's, and operator %s's in the route table", node, op, s)
+		}
+	}
+	return nil
+}
+
+// maxConfigFile bounds the token and notify files: a line per node of a
+// 100,000-node fleet is a few megabytes.
+const maxConfigFile = 32 << 20
+
+// readTokens reads the token file: a regular file of at most
+// maxConfigFile bytes (a FIFO or a device is refused at once, never
+// waited on or read without end).
+func readTokens(path string) (tokens, error) {
+	b, _, err := procfile.Read(context.Background(), path, maxConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	return parseTokens(bytes.NewReader(b))
 }

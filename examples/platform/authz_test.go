@@ -1,0 +1,248 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/routing"
+)
+
+// The authorization table of docs/platform.md, as the matrix test walks
+// it: for each endpoint, the status each kind of token gets on operator
+// A's node, on operator B's and on a node that does not exist.
+type authzRow struct {
+	method, path string // path with X for the node
+	body         string // with X for the node; "" for none
+	// by token kind: admin, opA, opB, agentA (the agent of A's node a1), none
+	want map[string][3]int
+}
+
+// Nodes of the matrix: A's, B's, and one that does not exist.
+var authzNodes = [3]string{"a1", "b1", "zz"}
+
+func authzTable() []authzRow {
+	all := func(code int) [3]int { return [3]int{code, code, code} }
+	own := func(ok int) map[string][3]int { // the admin any node; an operator their own
+		return map[string][3]int{"admin": {ok, ok, 404}, "opA": {ok, 404, 404}, "opB": {404, ok, 404}, "agentA": all(403), "none": all(401)}
+	}
+	admin := func(ok, unknown int) map[string][3]int { // the admin's alone
+		return map[string][3]int{"admin": {ok, ok, unknown}, "opA": all(403), "opB": all(403), "agentA": all(403), "none": all(401)}
+	}
+	list := func() map[string][3]int { // every token but an agent's; what it lists is checked apart
+		return map[string][3]int{"admin": all(200), "opA": all(200), "opB": all(200), "agentA": all(403), "none": all(401)}
+	}
+	return []authzRow{
+		{"POST", "/report", `{"v":1,"node":"X","at":"AT","memory_used_percent":40,"cpus":4,"conntrack_max":262144}`,
+			map[string][3]int{"admin": all(200), "opA": all(403), "opB": all(403), "agentA": {200, 403, 403}, "none": all(401)}},
+		{"GET", "/admit?node=X", "", admin(200, 404)},
+		{"POST", "/routes", `{"node":"X","user":"u-AT","key":"vpn"}`, admin(201, 404)},
+		{"POST", "/traffic", `{"route":"r-X","bytes":100}`, admin(200, 404)},
+		{"POST", "/price", `{"node":"X","price":PRICE}`, own(204)},
+		{"POST", "/max-users", `{"node":"X","max_users":50}`, own(204)},
+		{"GET", "/nodes", "", list()},
+		{"GET", "/nodes/X", "", own(200)},
+		{"GET", "/nodes/X/events", "", own(200)},
+		{"GET", "/notices", "", list()},
+		{"POST", "/notices/NOTICE/redeliver", "", own(202)},
+		{"GET", "/plans", "", admin(200, 200)},
+		{"POST", "/nodes/X/pause", "", admin(204, 404)},
+		{"POST", "/nodes/X/approve", "", admin(204, 404)},
+		{"GET", "/metrics", "", admin(200, 200)},
+		{"GET", "/healthz", "", map[string][3]int{"admin": all(200), "opA": all(200), "opB": all(200), "agentA": all(200), "none": all(200)}},
+	}
+}
+
+// TestAuthorizationMatrix walks every endpoint × every kind of token
+// (admin, operator A, operator B, A's node's agent, none) × every kind
+// of node (A's, B's, unknown) on both stores and compares each answer
+// with the table; an operator's answer for another's node is the
+// unknown node's, byte for byte, and the lists show an operator only
+// their own nodes and notices.
+func TestAuthorizationMatrix(t *testing.T) {
+	eachNotifyStore(t, func(t *testing.T, open notifyOpener, _ int) {
+		c := &clock{t: t0}
+		h := newHook(t, c, hookSecret)
+		cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+		testAuthorizationMatrix(t, c, func(seed *seedFile) notifyPlatform { return open(c, cfg, seed) })
+	})
+}
+
+func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) notifyPlatform) {
+	start := t0.Add(-8 * time.Hour)
+	seed := &seedFile{
+		Nodes: []routing.Node{
+			{ID: "a1", Role: routing.RoleExit, Country: "DE", Price: 100},
+			{ID: "b1", Role: routing.RoleExit, Country: "DE", Price: 100},
+		},
+		Routes: []routing.Route{
+			{ID: "r-a1", User: "ua", Key: "vpn", Node: "a1", Kind: routing.KindOwn, Start: start, LastTraffic: t0},
+			{ID: "r-b1", User: "ub", Key: "vpn", Node: "b1", Kind: routing.KindOwn, Start: start, LastTraffic: t0},
+		},
+		Operators: map[string]string{"b1": "bob"},
+	}
+	tp := open(seed)
+	toks := tokens{testToken: "", "tok-alice": "operator:alice", "tok-bob": "operator:bob", "tok-a1": "a1 operator:alice"}
+	f := newFleet(tp.svc, tp.n)
+	f.owners = seed.Operators
+	srv := httptest.NewServer(handler(f, toks))
+	defer srv.Close()
+	tokenOf := map[string]string{"admin": testToken, "opA": "tok-alice", "opB": "tok-bob", "agentA": "tok-a1", "none": ""}
+	do := func(method, path, token, body string) (int, string) {
+		t.Helper()
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		req, _ := http.NewRequest(method, srv.URL+path, rd)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// A notice for each of A's and B's nodes, and the overload over
+	// since well past its cool-down.
+	for _, n := range []string{"a1", "b1"} {
+		for i := range 8 {
+			c.add(time.Second)
+			mem := 95.0
+			if i >= 3 {
+				mem = 40
+			}
+			rd, _ := json.Marshal(overload.Reading{Node: n, At: c.now(), MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144})
+			if code, b := do("POST", "/report", testToken, string(rd)); code != 200 {
+				t.Fatalf("reading of %s: %d %s", n, code, b)
+			}
+		}
+	}
+	c.add(time.Hour)
+	var ns []numberedNotice
+	if code, b := do("GET", "/notices", testToken, ""); code != 200 || json.Unmarshal([]byte(b), &ns) != nil || len(ns) != 2 {
+		t.Fatalf("notices: %d %s", code, b)
+	}
+	noticeOf := map[string]string{"zz": "999999"}
+	for _, n := range ns {
+		noticeOf[n.Node] = fmt.Sprint(n.ID)
+	}
+	price := 100
+	kinds := []string{"admin", "opA", "opB", "agentA", "none"}
+	for _, row := range authzTable() {
+		for _, kind := range kinds {
+			bodies := [3]string{}
+			for i, node := range authzNodes {
+				c.add(time.Second)
+				price++
+				if row.path == "/report" && i == 2 && kind == "admin" {
+					node = "zz-report" // the admin's reading of a node never seen creates it
+				}
+				r := strings.NewReplacer("X", node, "AT", c.now().Format(time.RFC3339Nano), "PRICE", fmt.Sprint(price), "NOTICE", noticeOf[node])
+				code, body := do(row.method, r.Replace(row.path), tokenOf[kind], r.Replace(row.body))
+				bodies[i] = body
+				if want := row.want[kind][i]; code != want {
+					t.Errorf("%s %s with %s's token on %s: %d, want %d: %s", row.method, row.path, kind, []string{"A's node", "B's node", "an unknown node"}[i], code, want, strings.TrimSpace(body))
+				}
+			}
+			// Another operator's node answers as an unknown one.
+			other := map[string]int{"opA": 1, "opB": 0}
+			if i, ok := other[kind]; ok && row.want[kind][i] == 404 {
+				got := strings.ReplaceAll(bodies[i], authzNodes[i], "zz")
+				got = strings.ReplaceAll(got, "notice "+noticeOf[authzNodes[i]]+":", "notice 999999:")
+				if want := bodies[2]; got != want {
+					t.Errorf("%s %s with %s's token: another's node answers\n%s\nwhere an unknown node answers\n%s", row.method, row.path, kind, bodies[i], bodies[2])
+				}
+			}
+		}
+	}
+	// What the lists show an operator: their own nodes and notices alone.
+	for kind, want := range map[string][2]string{"opA": {`"a1"`, `"b1"`}, "opB": {`"b1"`, `"a1"`}} {
+		for _, path := range []string{"/nodes", "/notices"} {
+			code, body := do("GET", path, tokenOf[kind], "")
+			if code != 200 || !strings.Contains(body, want[0]) || strings.Contains(body, want[1]) {
+				t.Errorf("GET %s with %s's token: %d, want %s listed and %s not:\n%s", path, kind, code, want[0], want[1], body)
+			}
+		}
+	}
+	// An operator's view never shows a user's id, key or route id.
+	if _, body := do("GET", "/nodes/a1", tokenOf["opA"], ""); strings.Contains(body, "ua") || strings.Contains(body, "r-a1") || strings.Contains(body, `"key"`) {
+		t.Errorf("operator A's view of a1 shows users' data:\n%s", body)
+	}
+}
+
+// TestPauseAndApprove: the admin pauses a node: from that moment it takes
+// nobody new, its operator's view says so in the help page's words, and
+// an approval gives routing back. An operator sets their node's
+// max_users and sees it.
+func TestPauseAndApprove(t *testing.T) { eachStore(t, testPauseAndApprove) }
+
+func testPauseAndApprove(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	tp := open(c, testSeed())
+	f := newFleet(tp.svc, nil)
+	srv := httptest.NewServer(handler(f, tokens{testToken: "", "tok-alice": "operator:alice", "tok-x1": "x1 operator:alice"}))
+	defer srv.Close()
+	do := func(method, path, token, body string, out any) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if out != nil {
+			json.NewDecoder(resp.Body).Decode(out)
+		}
+		return resp.StatusCode
+	}
+	status := func() operatorView {
+		t.Helper()
+		var v operatorView
+		if code := do("GET", "/nodes/x1", "tok-alice", "", &v); code != 200 {
+			t.Fatalf("operator's view of x1: %d", code)
+		}
+		return v
+	}
+	if v := status(); v.Status != statusWordsAdmitted || v.Paused {
+		t.Fatalf("x1 before a pause: %+v", v)
+	}
+	if code := do("POST", "/nodes/x1/pause", testToken, "", nil); code != 204 {
+		t.Fatalf("pause: %d", code)
+	}
+	var a admitAnswer
+	if do("GET", "/admit?node=x1", testToken, "", &a); a.Admit || a.Reason != string(routing.ReasonPaused) {
+		t.Errorf("admit of a paused node: %+v", a)
+	}
+	if v := status(); v.Status != "routing paused: the node is being emptied" || !v.Paused {
+		t.Errorf("the operator's view of a paused node: %q, paused %v", v.Status, v.Paused)
+	}
+	if code := do("POST", "/routes", testToken, `{"node":"x1","user":"u9","key":"vpn"}`, nil); code != 409 {
+		t.Errorf("a route through a paused node: %d, want 409", code)
+	}
+	if code := do("POST", "/nodes/x1/approve", testToken, "", nil); code != 204 {
+		t.Fatalf("approve: %d", code)
+	}
+	if do("GET", "/admit?node=x1", testToken, "", &a); !a.Admit {
+		t.Errorf("admit of an approved node: %+v", a)
+	}
+	if code := do("POST", "/max-users", "tok-alice", `{"node":"x1","max_users":1}`, nil); code != 204 {
+		t.Fatalf("max-users: %d", code)
+	}
+	if v := status(); v.MaxUsers != 1 || v.Status != statusWordsFull {
+		t.Errorf("after max_users 1 with its users live: max_users %d, %q", v.MaxUsers, v.Status)
+	}
+	if code := do("POST", "/max-users", "tok-alice", `{"node":"x1","max_users":-1}`, nil); code != 400 {
+		t.Errorf("max-users -1: %d, want 400", code)
+	}
+}
