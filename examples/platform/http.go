@@ -313,6 +313,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
 		serveMetrics(f.notify, w, r)
 	}))
+	serveDashboard(mux, f, idx, owners) // GET /, POST /login, /logout, /dashboard/…: dashboard.go
 	return reportFirst{rep, mux}
 }
 
