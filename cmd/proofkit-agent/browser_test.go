@@ -1,65 +1,24 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/agent/agenttest"
+	"github.com/proofkit/nodekit/internal/testing/chromium"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
-
-// chromium is Debian's headless browser.
-const chromium = "/usr/bin/chromium"
-
-// artifactDir is where a test leaves files for people to look at:
-// $TEST_ARTIFACTS/<test> when set (CI keeps it), else go test's own
-// artifact directory (kept with -artifacts).
-func artifactDir(t *testing.T) string {
-	t.Helper()
-	if root := os.Getenv("TEST_ARTIFACTS"); root != "" {
-		dir := filepath.Join(root, t.Name())
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	return t.ArtifactDir()
-}
-
-// runChromium runs headless chromium on url with extra flags, within a
-// minute, and returns its standard output.
-func runChromium(t *testing.T, url string, flags ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir=" + t.TempDir()}, flags...)
-	cmd := exec.CommandContext(ctx, chromium, append(args, url)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium %s: %v\n%s", strings.Join(flags, " "), err, stderr.String())
-	}
-	return string(out)
-}
 
 // TestPageInBrowser loads the agent's page in a real headless browser
 // while a node fed by agenttest is overloaded: the DOM says so, with the
 // notice's figures, and a screenshot is kept.
 func TestPageInBrowser(t *testing.T) {
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skip("skipping: needs Debian's chromium at " + chromium)
-	}
+	chromium.Need(t)
 	dir := node(t, agenttest.Node{MemoryUsedPercent: 40, ConntrackCount: 1000})
 	p := start(t, dir, "-sysctl", "off", "-state-dir", t.TempDir(), "-interval", "300ms")
 	status := func() agent.Status {
@@ -91,7 +50,7 @@ func TestPageInBrowser(t *testing.T) {
 		t.Fatalf("the notice %q lacks the memory figure", notice)
 	}
 
-	dom := runChromium(t, p.url("/"), "--dump-dom")
+	dom := chromium.Run(t, p.url("/"), "--dump-dom")
 	for _, want := range []string{
 		`<p id="state" class="state overloaded">overloaded since `,
 		notice,
@@ -108,8 +67,8 @@ func TestPageInBrowser(t *testing.T) {
 		t.Logf("DOM:\n%s", dom)
 	}
 
-	shot := filepath.Join(artifactDir(t), "agent-page.png")
-	runChromium(t, p.url("/"), "--window-size=1100,1600", "--hide-scrollbars", "--screenshot="+shot)
+	shot := filepath.Join(chromium.ArtifactDir(t), "agent-page.png")
+	chromium.Run(t, p.url("/"), "--window-size=1100,1600", "--hide-scrollbars", "--screenshot="+shot)
 	fi, err := os.Stat(shot)
 	if err != nil || fi.Size() < 10_000 {
 		t.Fatalf("screenshot %s: %v (size %v)", shot, err, fi)

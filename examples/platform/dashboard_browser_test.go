@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -16,286 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/testing/chromium"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
-
-// chromium is Debian's headless browser.
-const chromium = "/usr/bin/chromium"
-
-// artifactDir is where a test leaves files for people to look at:
-// $TEST_ARTIFACTS/<test> when set (CI keeps it), else go test's own
-// artifact directory (kept with -artifacts).
-func artifactDir(t *testing.T) string {
-	t.Helper()
-	if root := os.Getenv("TEST_ARTIFACTS"); root != "" {
-		dir := filepath.Join(root, t.Name())
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	return t.ArtifactDir()
-}
-
-// devtools drives a headless chromium through the DevTools protocol on
-// --remote-debugging-pipe: JSON messages ending in a NUL byte, which the
-// browser reads on its descriptor 3 and writes on 4. No websocket, no
-// library: what a person does is done as input events (focus a field,
-// type, press Enter), and the page runs no script.
-type devtools struct {
-	t       *testing.T
-	w       *os.File
-	msgs    chan cdpMessage
-	next    int
-	backlog []cdpMessage // events read while waiting for an answer
-	session string
-}
-
-type cdpMessage struct {
-	ID        int             `json:"id,omitempty"`
-	Method    string          `json:"method,omitempty"`
-	SessionID string          `json:"sessionId,omitempty"`
-	Params    json.RawMessage `json:"params,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Error     *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error,omitempty"`
-}
-
-// cdpTimeout bounds each wait for the browser.
-const cdpTimeout = 30 * time.Second
-
-// startBrowser starts headless chromium with a fresh profile, and a
-// page of the given size to drive.
-func startBrowser(t *testing.T, width, height int) *devtools {
-	t.Helper()
-	in, w, err := os.Pipe() // the browser reads in as its fd 3
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, out, err := os.Pipe() // and writes out as its fd 4
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+t.TempDir(), "--remote-debugging-pipe", "about:blank")
-	cmd.ExtraFiles = []*os.File{in, out}
-	var stderr testkit.LogBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	in.Close()
-	out.Close()
-	d := &devtools{t: t, w: w, msgs: make(chan cdpMessage, 64)}
-	go func() {
-		defer close(d.msgs)
-		br := bufio.NewReaderSize(r, 1<<20)
-		for {
-			b, err := br.ReadBytes(0)
-			if err != nil {
-				return
-			}
-			var m cdpMessage
-			if json.Unmarshal(b[:len(b)-1], &m) == nil {
-				d.msgs <- m
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		w.Close() // the browser exits when its pipe closes
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cancel()
-			<-done
-		}
-		cancel()
-		r.Close()
-		if t.Failed() {
-			t.Logf("chromium's output:\n%s", stderr.String())
-		}
-	})
-	var target struct {
-		TargetID string `json:"targetId"`
-	}
-	d.call("Target.createTarget", map[string]any{"url": "about:blank"}, &target)
-	var att struct {
-		SessionID string `json:"sessionId"`
-	}
-	d.call("Target.attachToTarget", map[string]any{"targetId": target.TargetID, "flatten": true}, &att)
-	d.session = att.SessionID
-	d.call("Page.enable", nil, nil)
-	d.call("Emulation.setDeviceMetricsOverride", map[string]any{"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}, nil)
-	return d
-}
-
-// call sends method with params to the page (to the browser before a
-// page is attached) and decodes its result into result (nil: none).
-func (d *devtools) call(method string, params, result any) {
-	d.t.Helper()
-	d.next++
-	m := map[string]any{"id": d.next, "method": method}
-	if params != nil {
-		m["params"] = params
-	}
-	if d.session != "" {
-		m["sessionId"] = d.session
-	}
-	b, _ := json.Marshal(m)
-	if _, err := d.w.Write(append(b, 0)); err != nil {
-		d.t.Fatalf("devtools %s: %v", method, err)
-	}
-	deadline := time.After(cdpTimeout)
-	for {
-		select {
-		case msg, ok := <-d.msgs:
-			if !ok {
-				d.t.Fatalf("devtools %s: the browser has gone", method)
-			}
-			if msg.ID != d.next {
-				if msg.Method != "" {
-					d.backlog = append(d.backlog, msg)
-				}
-				continue
-			}
-			if msg.Error != nil {
-				d.t.Fatalf("devtools %s: %d %s", method, msg.Error.Code, msg.Error.Message)
-			}
-			if result != nil {
-				if err := json.Unmarshal(msg.Result, result); err != nil {
-					d.t.Fatalf("devtools %s: %v", method, err)
-				}
-			}
-			return
-		case <-deadline:
-			d.t.Fatalf("devtools %s: no answer in %v", method, cdpTimeout)
-		}
-	}
-}
-
-// waitLoad waits for the page's next load event (a navigation's, a
-// form's answer's).
-func (d *devtools) waitLoad(what string) {
-	d.t.Helper()
-	deadline := time.After(cdpTimeout)
-	for {
-		for i, m := range d.backlog {
-			if m.Method == "Page.loadEventFired" {
-				d.backlog = append(d.backlog[:i], d.backlog[i+1:]...)
-				return
-			}
-		}
-		select {
-		case msg, ok := <-d.msgs:
-			if !ok {
-				d.t.Fatalf("%s: the browser has gone", what)
-			}
-			if msg.Method != "" {
-				d.backlog = append(d.backlog, msg)
-			}
-		case <-deadline:
-			d.t.Fatalf("%s: no page loaded in %v", what, cdpTimeout)
-		}
-	}
-}
-
-// navigate opens url, as typed in the address bar, and waits for it.
-func (d *devtools) navigate(url string) {
-	d.t.Helper()
-	d.backlog = nil
-	d.call("Page.navigate", map[string]any{"url": url}, nil)
-	d.waitLoad("navigate to " + url)
-}
-
-// node is the DOM node selector finds in the page.
-func (d *devtools) node(selector string) int {
-	d.t.Helper()
-	var doc struct {
-		Root struct {
-			NodeID int `json:"nodeId"`
-		} `json:"root"`
-	}
-	d.call("DOM.getDocument", map[string]any{"depth": 0}, &doc)
-	var q struct {
-		NodeID int `json:"nodeId"`
-	}
-	d.call("DOM.querySelector", map[string]any{"nodeId": doc.Root.NodeID, "selector": selector}, &q)
-	if q.NodeID == 0 {
-		d.t.Fatalf("no %s in the page:\n%s", selector, d.html())
-	}
-	return q.NodeID
-}
-
-// typeIn focuses the field selector finds and types text into it.
-func (d *devtools) typeIn(selector, text string) {
-	d.t.Helper()
-	d.call("DOM.focus", map[string]any{"nodeId": d.node(selector)}, nil)
-	d.call("Input.insertText", map[string]any{"text": text}, nil)
-}
-
-// setValue makes text the value of the field selector finds, as it
-// would be after the person cleared it and typed text, and focuses it.
-func (d *devtools) setValue(selector, text string) {
-	d.t.Helper()
-	id := d.node(selector)
-	d.call("DOM.setAttributeValue", map[string]any{"nodeId": id, "name": "value", "value": text}, nil)
-	d.call("DOM.focus", map[string]any{"nodeId": id}, nil)
-}
-
-// enter presses Enter in the focused field, which submits its form,
-// and waits for the answer's page.
-func (d *devtools) enter(what string) {
-	d.t.Helper()
-	d.backlog = nil
-	for _, typ := range []string{"keyDown", "keyUp"} {
-		ev := map[string]any{"type": typ, "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "nativeVirtualKeyCode": 13}
-		if typ == "keyDown" {
-			ev["text"], ev["unmodifiedText"] = "\r", "\r"
-		}
-		d.call("Input.dispatchKeyEvent", ev, nil)
-	}
-	d.waitLoad(what)
-}
-
-// html is the page's DOM as HTML.
-func (d *devtools) html() string {
-	d.t.Helper()
-	var doc struct {
-		Root struct {
-			NodeID int `json:"nodeId"`
-		} `json:"root"`
-	}
-	d.call("DOM.getDocument", map[string]any{"depth": 0}, &doc)
-	var out struct {
-		OuterHTML string `json:"outerHTML"`
-	}
-	d.call("DOM.getOuterHTML", map[string]any{"nodeId": doc.Root.NodeID}, &out)
-	return out.OuterHTML
-}
-
-// screenshot saves the whole page as a PNG at path.
-func (d *devtools) screenshot(path string) {
-	d.t.Helper()
-	var shot struct {
-		Data string `json:"data"`
-	}
-	d.call("Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true}, &shot)
-	b, err := base64.StdEncoding.DecodeString(shot.Data)
-	if err != nil || len(b) < 10_000 {
-		d.t.Fatalf("screenshot: %d bytes, %v", len(b), err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		d.t.Fatal(err)
-	}
-	d.t.Logf("screenshot: %s (%d bytes)", path, len(b))
-}
 
 // TestDashboardInBrowser runs the built platform with two operators'
 // nodes, overloads one, and has a real headless chromium log its
@@ -303,9 +25,7 @@ func (d *devtools) screenshot(path string) {
 // form from another site: what the page says is checked, and each page
 // is kept as a screenshot.
 func TestDashboardInBrowser(t *testing.T) {
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skip("skipping: needs Debian's chromium at " + chromium)
-	}
+	chromium.Need(t)
 	bin := platformBinary(t)
 	dir := t.TempDir()
 	const (
@@ -367,22 +87,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		return json.NewDecoder(resp.Body).Decode(&ns) == nil && len(ns) == 1 && ns[0].Delivery != nil && ns[0].Delivery.Status == statusDelivered
 	})
 
-	shots := artifactDir(t)
-	b := startBrowser(t, 1200, 900)
-	b.navigate(base + "/")
-	if page := b.html(); !strings.Contains(page, `action="/login"`) {
+	shots := chromium.ArtifactDir(t)
+	b := chromium.Start(t, 1200, 900)
+	b.Navigate(base + "/")
+	if page := b.HTML(); !strings.Contains(page, `action="/login"`) {
 		t.Fatalf("the first page is not the login form:\n%s", page)
 	}
-	b.typeIn("#token", "not-a-token")
-	b.enter("a wrong token")
-	if page := b.html(); !strings.Contains(page, "This token is not known") {
+	b.TypeIn("#token", "not-a-token")
+	b.Enter("a wrong token")
+	if page := b.HTML(); !strings.Contains(page, "This token is not known") {
 		t.Errorf("a wrong token's page:\n%s", page)
 	}
-	b.screenshot(filepath.Join(shots, "1-wrong-token.png"))
+	b.Screenshot(filepath.Join(shots, "1-wrong-token.png"))
 
-	b.typeIn("#token", alice)
-	b.enter("alice's login")
-	page := b.html()
+	b.TypeIn("#token", alice)
+	b.Enter("alice's login")
+	page := b.HTML()
 	for _, want := range []string{
 		`<p class="state overloaded" id="state-de-fra-1">overloaded: new connections refused</p>`,
 		"Overloaded since", "<li>memory at 93 %</li>", "overload started",
@@ -402,14 +122,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	if t.Failed() {
 		t.Logf("alice's dashboard:\n%s", page)
 	}
-	b.screenshot(filepath.Join(shots, "2-dashboard.png"))
+	b.Screenshot(filepath.Join(shots, "2-dashboard.png"))
 
-	b.setValue("#price-de-fra-1", "120")
-	b.enter("alice's price form")
-	if page := b.html(); !strings.Contains(page, "The price of de-fra-1 is 120 from now on.") || !strings.Contains(page, `value="120"`) {
+	b.SetValue("#price-de-fra-1", "120")
+	b.Enter("alice's price form")
+	if page := b.HTML(); !strings.Contains(page, "The price of de-fra-1 is 120 from now on.") || !strings.Contains(page, `value="120"`) {
 		t.Errorf("the page after the price form:\n%s", page)
 	}
-	b.screenshot(filepath.Join(shots, "3-price-set.png"))
+	b.Screenshot(filepath.Join(shots, "3-price-set.png"))
 
 	// A page of another site (localhost is not 127.0.0.1's site) with a
 	// form aimed at the dashboard: refused, nothing done.
@@ -419,21 +139,21 @@ func TestDashboardInBrowser(t *testing.T) {
 <input id="csrf" name="csrf" value="guess"><button>Win</button></form>`, base)
 	}))
 	defer evil.Close()
-	b.navigate(strings.Replace(evil.URL, "127.0.0.1", "localhost", 1) + "/")
-	b.setValue("#csrf", "guess")
-	b.enter("the cross-site form")
-	if page := b.html(); !strings.Contains(page, "This request came from another site: nothing was done.") {
+	b.Navigate(strings.Replace(evil.URL, "127.0.0.1", "localhost", 1) + "/")
+	b.SetValue("#csrf", "guess")
+	b.Enter("the cross-site form")
+	if page := b.HTML(); !strings.Contains(page, "This request came from another site: nothing was done.") {
 		t.Errorf("the cross-site form's answer:\n%s", page)
 	}
-	b.screenshot(filepath.Join(shots, "4-cross-site-refused.png"))
-	b.navigate(base + "/")
-	if page := b.html(); !strings.Contains(page, `value="120"`) {
+	b.Screenshot(filepath.Join(shots, "4-cross-site-refused.png"))
+	b.Navigate(base + "/")
+	if page := b.HTML(); !strings.Contains(page, `value="120"`) {
 		t.Errorf("the price after the cross-site form:\n%s", page)
 	}
 
-	b.call("DOM.focus", map[string]any{"nodeId": b.node(`form[action="/logout"] button`)}, nil)
-	b.enter("the logout")
-	if page := b.html(); !strings.Contains(page, `action="/login"`) {
+	b.Focus(`form[action="/logout"] button`)
+	b.Enter("the logout")
+	if page := b.HTML(); !strings.Contains(page, `action="/login"`) {
 		t.Errorf("the page after logging out:\n%s", page)
 	}
 
