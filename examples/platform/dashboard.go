@@ -36,7 +36,7 @@ import (
 //
 // A session is a random 256-bit id in an HttpOnly, SameSite=Strict
 // cookie (Secure, and named __Host-session, when the request came over
-// TLS), held in the process for sessionLifetime; the token is never in
+// TLS, or through a proxy that says so with X-Forwarded-Proto), held in the process for sessionLifetime; the token is never in
 // the cookie nor kept. Every POST is checked twice against cross-site
 // requests: net/http's CrossOriginProtection (Sec-Fetch-Site, or Origin
 // against Host), then, but for the login, the session's own CSRF token
@@ -155,10 +155,18 @@ func (d *dashboard) done(w http.ResponseWriter, r *http.Request, s *dashboardSes
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// cookieName is the session cookie's name: with TLS, __Host-, which a
+// overTLS reports whether r came over TLS: to this server, or to a
+// proxy in front of it that says so with X-Forwarded-Proto: https. A
+// client that sends that header itself over plain HTTP only gets a
+// cookie its browser will not send back.
+func overTLS(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}
+
+// cookieName is the session cookie's name: over TLS, __Host-, which a
 // browser keeps only when Secure, for this host and path /.
 func cookieName(r *http.Request) string {
-	if r.TLS != nil {
+	if overTLS(r) {
 		return "__Host-session"
 	}
 	return "session"
@@ -348,7 +356,7 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 	d.sessions[sha256.Sum256([]byte(sid))] = s
 	d.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: sid, Path: "/", MaxAge: int(sessionLifetime / time.Second),
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode})
 	d.f.log.Info("dashboard: logged in", "operator", id.operator, "remote", r.RemoteAddr)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
@@ -385,7 +393,7 @@ func (d *dashboard) logout(w http.ResponseWriter, r *http.Request) {
 
 func clearCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode})
 }
 
 // form serves a POST of a logged-in page: from this origin, in a

@@ -380,8 +380,9 @@ func TestDashboardStates(t *testing.T) {
 	})
 }
 
-// TestDashboardOverTLS: behind TLS the session cookie is Secure and
-// __Host-, and a plain-HTTP name is not taken for it.
+// TestDashboardOverTLS: over TLS, or behind a proxy that says it took
+// the request over TLS, the session cookie is Secure and __Host-, and a
+// plain-HTTP name is not taken for it.
 func TestDashboardOverTLS(t *testing.T) {
 	c := &clock{t: t0}
 	tp := newTestPlatform(t, t.TempDir(), c, dashboardSeed())
@@ -410,5 +411,13 @@ func TestDashboardOverTLS(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `id="node-a1"`) {
 		t.Errorf("alice's page over TLS: %d\n%s", resp.StatusCode, body)
+	}
+
+	plain := httptest.NewServer(handler(f, dashboardTokens))
+	defer plain.Close()
+	b = browser{t, plain}
+	a = b.do("POST", "/login", url.Values{"token": {"tok-alice"}}, "", "X-Forwarded-Proto", "https")
+	if a.code != 303 || len(a.cookies) != 1 || a.cookies[0].Name != "__Host-session" || !a.cookies[0].Secure {
+		t.Errorf("login through a TLS proxy: %d %+v", a.code, a.cookies)
 	}
 }
