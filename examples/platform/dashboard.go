@@ -64,6 +64,9 @@ const (
 	maxForm = 16 << 10
 	// dashboardNotices is how many of the newest notices the page shows.
 	dashboardNotices = 50
+	// dashboardScan is how far back from the last notice, in ids, the
+	// page looks for the operator's.
+	dashboardScan = 100 * maxPage
 )
 
 // dashboardSession is one operator's login.
@@ -294,26 +297,84 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 		}
 		p.Nodes = append(p.Nodes, n)
 	}
-	// The newest notices of the operator's nodes, newest first.
-	keep := func(node string) bool { return d.owners[node] == s.operator }
-	for after := int64(0); ; {
-		ns, last, err := d.f.noticesOf(ctx, keep, after, maxPage)
+	p.Notices, err = d.newestNotices(ctx, func(node string) bool { return d.owners[node] == s.operator })
+	return p, err
+}
+
+// newestNotices is the newest dashboardNotices of the notices keep
+// keeps, newest first, with their deliveries. It reads back from the
+// last notice a window of maxPage ids at a time, and no further than
+// dashboardScan ids: a page costs what the operator's newest notices
+// are spread over, never every notice the platform holds.
+func (d *dashboard) newestNotices(ctx context.Context, keep func(node string) bool) ([]numberedNotice, error) {
+	last, err := d.lastNotice(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []numberedNotice{}
+	for hi := last; hi > 0 && last-hi < dashboardScan && len(out) < dashboardNotices; {
+		lo := max(hi-maxPage, 0)
+		ns, _, err := d.f.store.notices(ctx, lo, maxPage)
 		if err != nil {
-			return p, err
+			return nil, err
 		}
-		p.Notices = append(p.Notices, ns...)
-		if len(p.Notices) > dashboardNotices {
-			p.Notices = p.Notices[len(p.Notices)-dashboardNotices:]
+		for i := len(ns) - 1; i >= 0 && len(out) < dashboardNotices; i-- {
+			if ns[i].ID <= hi && keep(ns[i].Node) {
+				out = append(out, ns[i])
+			}
 		}
-		if len(ns) < maxPage {
+		hi = lo
+	}
+	if d.f.notify != nil && d.f.notify.box != nil {
+		if err := addDeliveries(ctx, d.f.notify.box, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// lastNotice is the id of the newest notice (0: none), found in
+// O(log n) reads of one notice each: the store lists notices only
+// forward from an id.
+func (d *dashboard) lastNotice(ctx context.Context) (int64, error) {
+	// after is the first notice's id after id, 0 when there is none.
+	after := func(id int64) (int64, error) {
+		ns, _, err := d.f.store.notices(ctx, id, 1)
+		if err != nil || len(ns) == 0 {
+			return 0, err
+		}
+		return ns[0].ID, nil
+	}
+	// lo is a notice's id; no notice's id is above hi.
+	lo, err := after(0)
+	if err != nil || lo == 0 {
+		return 0, err
+	}
+	hi := lo
+	for step := int64(maxPage); ; step *= 2 {
+		hi = lo + step
+		n, err := after(hi)
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
 			break
 		}
-		after = last
+		lo = n
 	}
-	for i, j := 0, len(p.Notices)-1; i < j; i, j = i+1, j-1 {
-		p.Notices[i], p.Notices[j] = p.Notices[j], p.Notices[i]
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		n, err := after(mid)
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			hi = mid
+		} else {
+			lo = n
+		}
 	}
-	return p, nil
+	return lo, nil
 }
 
 // login takes an operator's token from the form and starts a session.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -419,5 +421,82 @@ func TestDashboardOverTLS(t *testing.T) {
 	a = b.do("POST", "/login", url.Values{"token": {"tok-alice"}}, "", "X-Forwarded-Proto", "https")
 	if a.code != 303 || len(a.cookies) != 1 || a.cookies[0].Name != "__Host-session" || !a.cookies[0].Secure {
 		t.Errorf("login through a TLS proxy: %d %+v", a.code, a.cookies)
+	}
+}
+
+// noticeStore is a store of notices alone, numbered ids, each of node
+// nodes[id].
+type noticeStore struct {
+	store
+	ids   []int64 // sorted
+	nodes map[int64]string
+	reads int
+}
+
+func (s *noticeStore) notices(_ context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
+	s.reads++
+	out := []numberedNotice{}
+	i, _ := slices.BinarySearch(s.ids, after+1)
+	for ; i < len(s.ids) && len(out) < limit; i++ {
+		out = append(out, numberedNotice{ID: s.ids[i], Notice: overload.Notice{Node: s.nodes[s.ids[i]]}})
+	}
+	last := after
+	if len(out) > 0 {
+		last = out[len(out)-1].ID
+	}
+	return out, last, nil
+}
+
+// TestDashboardNewestNotices: the page's notices are the operator's
+// newest, newest first, found without reading every notice the platform
+// holds: the last notice's id in a few dozen reads, then windows back
+// from it.
+func TestDashboardNewestNotices(t *testing.T) {
+	for _, total := range []int64{0, 1, 999, 1000, 1001, 123_457} {
+		st := &noticeStore{nodes: map[int64]string{}}
+		for id := int64(1); id <= total; id++ {
+			if id%97 == 0 {
+				continue // a gap, as a sequence may leave
+			}
+			st.ids = append(st.ids, id)
+			st.nodes[id] = "b1"
+			if id%7 == 0 {
+				st.nodes[id] = "a1"
+			}
+		}
+		d := &dashboard{f: &fleet{store: st}}
+		last, err := d.lastNotice(t.Context())
+		want := int64(0)
+		if len(st.ids) > 0 {
+			want = st.ids[len(st.ids)-1]
+		}
+		if err != nil || last != want {
+			t.Errorf("%d notices: the last is %d (%v), want %d", total, last, err, want)
+		}
+		if st.reads > 64 {
+			t.Errorf("%d notices: the last found in %d reads", total, st.reads)
+		}
+		lastReads := st.reads
+		st.reads = 0
+		ns, err := d.newestNotices(t.Context(), func(node string) bool { return node == "a1" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wantIDs, got []int64
+		for i := len(st.ids) - 1; i >= 0 && len(wantIDs) < dashboardNotices; i-- {
+			if st.nodes[st.ids[i]] == "a1" {
+				wantIDs = append(wantIDs, st.ids[i])
+			}
+		}
+		for _, n := range ns {
+			got = append(got, n.ID)
+		}
+		if !slices.Equal(got, wantIDs) {
+			t.Errorf("%d notices: alice's newest are %v, want %v", total, got, wantIDs)
+		}
+		t.Logf("%d notices: the last found in %d reads; alice's newest, the last included, in %d", total, lastReads, st.reads)
+		if total > 100_000 && st.reads > 64 {
+			t.Errorf("%d notices: alice's newest read in %d reads", total, st.reads)
+		}
 	}
 }
