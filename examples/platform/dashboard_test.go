@@ -210,6 +210,9 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("alice's page shows %q:\n%s", never, page.body)
 			}
 		}
+		if strings.Contains(page.body, "<script") {
+			t.Error("alice's page holds a script")
+		}
 		csrfA := csrfOf(t, page.body)
 		bob, csrfB := b.login("tok-bob")
 		pageB := b.do("GET", "/", nil, bob)
