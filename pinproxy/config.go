@@ -173,6 +173,11 @@ type Config struct {
 	// socket deadlines run on the real clock.
 	clock func() time.Time
 
+	// goroutines, when set (by the tests: ForcedGoroutinesForTest),
+	// relays connections with goroutines (copy.go), as off Linux, rather
+	// than on the proxy's event loops (loop_linux.go).
+	goroutines bool
+
 	// Logger receives every decision: the upstream each client is pinned
 	// to, each failover, clients closed because no upstream answered, and
 	// each rebalance round's outcome. Nil means discard.

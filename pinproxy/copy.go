@@ -11,8 +11,12 @@ import (
 
 // This file is the data path: the bytes of one client connection and its
 // upstream. It is kept apart so it can be reworked and benchmarked
-// (internal/tools/proxybench) without touching the routing logic. The contract
-// with proxy.go:
+// (internal/tools/proxybench) without touching the routing logic. On Linux
+// a connection between two *net.TCPConn is relayed by the proxy's event
+// loops (loop_linux.go: loops.attach instead of start, link.kill instead
+// of closePair, the same done); what follows is the goroutine path, for
+// other systems and other conns, and the contract with proxy.go, which the
+// loops keep too:
 //
 //   - newLink makes a connection's link and its start is called once, from
 //     the connection's own goroutine, after both conns are open. It calls
@@ -32,6 +36,8 @@ import (
 //   - bytes are added to total as they are copied (splice included), up
 //     for client to upstream, down the other way; done's spliceResult has
 //     the connection's own totals and which side's stream ended first.
+//     done (Proxy.finish) is the one place a connection's end is
+//     reported, from either path.
 
 // byteCounters are live byte counts, added to as bytes are copied: up
 // from client to upstream, down from upstream to client. One upstream's
@@ -84,6 +90,10 @@ const (
 	// whether the link was handed over or goes on here.
 	linkMoving
 	linkEnded // end has run
+	// An event loop holds the link (loop_linux.go): no goroutine is its
+	// own, and its conns are closed, the loop holding duplicates of their
+	// sockets.
+	linkLooped
 )
 
 // link is one connection's data path: its two conns and what the copy
@@ -107,6 +117,8 @@ type link struct {
 	// upgrade's new process sets its own on what it adopts).
 	kaPending atomic.Bool
 	mv        *mover // the upgrade holding the link while linkMoving; under parkedLink.mu
+
+	loopState // while an event loop holds it (loop_linux.go)
 }
 
 // direction is one direction's state, shared between its pump and the

@@ -75,6 +75,10 @@ type parker struct {
 	// tick, at most a second, of its dial) sets it, so a connection that
 	// ends before costs no setsockopt at all.
 	keepAlive func(net.Conn)
+
+	// lps, if not nil, are the proxy's event loops: their idle
+	// connections count as parked.
+	lps *loops
 }
 
 type slot struct {
@@ -397,8 +401,9 @@ func (pk *parker) parkedNow() int {
 		return 0
 	}
 	pk.mu.Lock()
-	defer pk.mu.Unlock()
-	return pk.parked
+	n := pk.parked
+	pk.mu.Unlock()
+	return n + pk.lps.idle()
 }
 
 // closed wakes the link parked on client, if any, after its conns were

@@ -195,8 +195,12 @@ func (p *Proxy) Handoff(ctx context.Context, uc *net.UnixConn, extra ...net.List
 	}
 	for _, l := range moving {
 		c := byLink[l]
-		cfd, err1 := connFD(c.client)
-		ufd, err2 := connFD(c.upstream)
+		cfd, ufd, ok := l.heldFDs() // an event loop's sockets
+		var err1, err2 error
+		if !ok {
+			cfd, err1 = connFD(c.client)
+			ufd, err2 = connFD(c.upstream)
+		}
 		if err := errors.Join(err1, err2); err != nil {
 			return res, fmt.Errorf("pinproxy: upgrade: connection from %s: %w", c.client.RemoteAddr(), err)
 		}
@@ -204,7 +208,7 @@ func (p *Proxy) Handoff(ctx context.Context, uc *net.UnixConn, extra ...net.List
 			Upstream: c.up.addr, Start: c.start.UnixNano(),
 			Up: l.dirs[0].n.Load(), Down: l.dirs[1].n.Load(),
 			Ended: [2]bool{l.dirs[0].ended, l.dirs[1].ended}, First: l.first.Load(),
-			Parked:  m.parked[l],
+			Parked:  m.handedParked(l),
 			Pending: [2][]byte{l.dirs[0].pending, l.dirs[1].pending},
 		}
 		cfds := []int{cfd, ufd}
@@ -395,6 +399,9 @@ func (p *Proxy) stopAll(ctx context.Context, m *mover, conns []*conn) error {
 // ask asks l to stop for m, and reports whether it did (false: l is
 // waking from a park; ask again). A parked link stops at once.
 func (m *mover) ask(l *link) bool {
+	if l.onLoop.Load() != nil {
+		return m.askLooped(l)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch l.state.Load() {
@@ -482,6 +489,9 @@ func (p *Proxy) giveBack(m *mover) {
 	m.mu.Unlock()
 	for l := range parked {
 		l.unhold()
+		if p.loops.reattach(l) {
+			continue
+		}
 		l.state.Store(linkParking)
 		if !l.pk.park(l) {
 			l.state.Store(linkActive)
@@ -514,6 +524,7 @@ func (p *Proxy) release(m *mover, byLink map[*link]*conn, lns []net.Listener) {
 		l.mu.Unlock()
 		c.client.Close()
 		c.upstream.Close()
+		l.closeHeld()
 		p.mu.Lock()
 		p.unlinkLocked(c)
 		p.mu.Unlock()
@@ -759,6 +770,12 @@ func (p *Proxy) adoptConn(wc wireConn, client, upc net.Conn, pipes [2]*splicePip
 	l.dirs[1].n.Store(wc.Down)
 	l.clean.Store(clean)
 	l.first.Store(wc.First)
+	if p.loops != nil {
+		c.looped.Store(l)
+		if p.loops.attach(l, [2]bool{}) {
+			return
+		}
+	}
 	p.park.add(l)
 	if wc.Parked && l.pk != nil {
 		l.state.Store(linkParking)
