@@ -107,16 +107,18 @@ type link struct {
 	clean            atomic.Int32 // directions that ended with EOF
 	first            atomic.Int32 // side whose stream ended first
 
-	// Parking (park_linux.go). state is read without parkedLink.mu but
-	// changed under it, except by the link's run goroutine where it says
-	// so.
+	// Parking (park_linux.go). state is read without mu but changed
+	// under it, except by the link's run goroutine where it says so.
 	state atomic.Int32
-	parkedLink
+	mu    sync.Mutex
+	// The parker's part, made by parker.add: a link an event loop holds
+	// never parks, and goes without.
+	*parkedLink
 	// kaPending: the upstream's keepalive is still to be set, by the
-	// parker's next sweep, which clears it under parkedLink.mu (an
+	// parker's next sweep or the link's event loop, which clear it (an
 	// upgrade's new process sets its own on what it adopts).
 	kaPending atomic.Bool
-	mv        *mover // the upgrade holding the link while linkMoving; under parkedLink.mu
+	mv        *mover // the upgrade holding the link while linkMoving; under mu
 
 	loopState // while an event loop holds it (loop_linux.go)
 }
@@ -124,18 +126,13 @@ type link struct {
 // direction is one direction's state, shared between its pump and the
 // parker's sweeps.
 type direction struct {
-	waiting atomic.Bool   // the pump waits for its source to become readable
-	n       atomic.Int64  // bytes copied so far
-	total   *atomic.Int64 // the upstream's counter for this direction
-	// eager: the link parks as soon as both directions wait (a
-	// ParkAfter under a millisecond); then each wait calls waited.
-	eager bool
-	link  *link
+	n     atomic.Int64  // bytes copied so far
+	total *atomic.Int64 // the upstream's counter for this direction
+	link  *link         // set when eager
 
 	// Written by the direction's goroutine, read by the link's run
-	// goroutine after the join.
-	ended bool
-	err   error
+	// goroutine after the join; so ended, below.
+	err error
 
 	// pending holds bytes read from src but not yet written to dst: an
 	// upgrade cut the write short (or handed them over from the process
@@ -143,6 +140,12 @@ type direction struct {
 	// same way (never both). copyDir writes them before it reads again.
 	pending []byte
 	pipe    *splicePipe
+
+	waiting atomic.Bool // the pump waits for its source to become readable
+	// eager: the link parks as soon as both directions wait (a
+	// ParkAfter under a millisecond); then each wait calls waited.
+	eager bool
+	ended bool
 }
 
 // add counts n bytes copied.

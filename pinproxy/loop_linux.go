@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -77,6 +78,38 @@ type loops struct {
 	ls      []*evloop // made on the first attach, under startMu
 	wg      sync.WaitGroup
 	next    atomic.Uint32
+
+	// A wave of connections leaves garbage behind (their accepts' and
+	// dials'), which an idle process collects only every two minutes:
+	// once a wave of at least wave connections has settled (none joined
+	// for waveSettle), the memory goes back to the kernel, at most once a
+	// minute, as the parker does for a wave of parks.
+	waved   atomic.Int64 // attaches since the wave began
+	waveT   *time.Timer  // under startMu
+	waveN   int64        // waved at the timer's last look
+	freedAt time.Time
+}
+
+const (
+	wave       = 1000
+	waveSettle = 250 * time.Millisecond
+)
+
+// settle is the wave timer's function.
+func (ls *loops) settle() {
+	ls.startMu.Lock()
+	defer ls.startMu.Unlock()
+	n := ls.waved.Load()
+	if n != ls.waveN || !ls.waved.CompareAndSwap(n, 0) {
+		ls.waveN = ls.waved.Load()
+		ls.waveT.Reset(waveSettle)
+		return
+	}
+	ls.waveN = 0
+	if n >= wave && time.Since(ls.freedAt) >= time.Minute {
+		ls.freedAt = time.Now()
+		debug.FreeOSMemory()
+	}
 }
 
 // evloop is one event loop: an epoll set, the connections in it, and its
@@ -92,7 +125,7 @@ type evloop struct {
 	pipes    []*splicePipe // empty pipes, ready for a burst
 	again    []loopDir     // directions that used their budget
 	ended    []*link       // ended in this batch: reported after mu is let go
-	buf      []byte        // copy buffer when no pipe can be had
+	buf      []byte        // the looks' buffer (pump)
 	stopping bool
 	// kaq lists the connections whose upstream's keepalive is still to be
 	// set (link.kaPending); the loop sets it kaDelay after the first was
@@ -122,13 +155,13 @@ type loopDir struct {
 
 // loopState is what a link keeps while a loop holds it.
 type loopState struct {
-	lp      *evloop
 	lfd     [2]int32       // client, upstream; -1: not held
 	lkey    uint64         // gen<<32 | slot; 0: not in a slot
 	pipe    [2]*splicePipe // bytes in flight per direction
 	own     [2]bool        // pipe[i] is the loop's (closed by it, not by a cleanup)
 	blocked [2]bool        // direction i waits for its destination's room
 	outOn   [2]bool        // socket i has output readiness in the set
+	hup     [2]bool        // socket i's peer is closing (EPOLLRDHUP, HUP or ERR seen): read it to its end
 	kept    [2]bool        // lfd[i] is conn i's own descriptor, borrowed (the caller's conn stays open)
 	last    atomic.Int64   // when bytes last moved, ns since lp.epoch
 	killed  atomic.Bool    // closed from outside before or while the loop holds it
@@ -192,7 +225,7 @@ func newEvloop(ka net.KeepAliveConfig) (*evloop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	lp := &evloop{ep: ep, efd: efd, epoch: time.Now(), ka: ka}
+	lp := &evloop{ep: ep, efd: efd, epoch: time.Now(), ka: ka, buf: make([]byte, smallBurst)}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1, Pad: -1}
 	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &ev); err != nil {
 		lp.close()
@@ -219,6 +252,11 @@ func (ls *loops) stop() {
 	ls.rw.Lock()
 	ls.stopped = true
 	ls.rw.Unlock()
+	ls.startMu.Lock()
+	if ls.waveT != nil {
+		ls.waveT.Stop()
+	}
+	ls.startMu.Unlock()
 	all := ls.all()
 	for _, lp := range all {
 		lp.mu.Lock()
@@ -264,6 +302,15 @@ func (ls *loops) attach(l *link, keep [2]bool) bool {
 	lp := ls.pick()
 	if lp == nil {
 		return false
+	}
+	if ls.waved.Add(1) == 1 {
+		ls.startMu.Lock()
+		if ls.waveT == nil {
+			ls.waveT = time.AfterFunc(waveSettle, ls.settle)
+		} else {
+			ls.waveT.Reset(waveSettle)
+		}
+		ls.startMu.Unlock()
 	}
 	l.onLoop.Store(lp)
 	cfd, err1 := dupConn(c, keep[0])
@@ -341,7 +388,7 @@ func closeFD(fd int32) {
 // ended (closed from outside meanwhile, or epoll failed), with the sockets
 // closed and its result in l.dirs.
 func (lp *evloop) addLocked(l *link, cfd, ufd int32) bool {
-	l.lp, l.lfd = lp, [2]int32{cfd, ufd}
+	l.lfd = [2]int32{cfd, ufd}
 	l.outOn = [2]bool{}
 	for i := range l.dirs { // a pipe a hand-over brought, or gave back
 		if p := l.dirs[i].pipe; p != nil {
@@ -454,6 +501,9 @@ func (lp *evloop) run() {
 			if l == nil {
 				continue // ended earlier in this batch
 			}
+			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				l.hup[side] = true
+			}
 			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				lp.pump(l, side)
 			}
@@ -500,7 +550,7 @@ func (lp *evloop) pump(l *link, i int) {
 	}
 	src, dst := l.lfd[i], l.lfd[1-i]
 	budget := loopBudget
-	moved := false
+	moved, look := false, true
 	defer func() {
 		if moved {
 			l.last.Store(int64(time.Since(lp.epoch)))
@@ -548,14 +598,21 @@ func (lp *evloop) pump(l *link, i int) {
 			return
 		}
 		p := l.pipe[i]
-		if p == nil || p.w < 0 {
+		if look || p == nil || p.w < 0 {
 			lp.putPipe(l, i)
-			p = lp.getPipe(l, i)
-		}
-		if p == nil { // no pipe to be had: through the loop's buffer
-			if lp.buf == nil {
-				lp.buf = make([]byte, smallBurst)
+			if !look {
+				p = lp.getPipe(l, i)
 			}
+		}
+		if look || p == nil {
+			// A look: what src has, up to the loop's buffer, read and
+			// written through it. A burst that fits (a peer protocol's
+			// message, a request) moves with two system calls and no
+			// pipe, and a short read says src has nothing more (an edge
+			// comes with the next byte) unless its peer is closing; a
+			// burst that fills the buffer goes on by splice. Without a
+			// pipe to be had, every read is a look.
+			look = false
 			n, errno := recvNow(uintptr(src), lp.buf)
 			switch {
 			case errno == unix.EAGAIN:
@@ -567,8 +624,24 @@ func (lp *evloop) pump(l *link, i int) {
 				lp.eof(l, i)
 				return
 			}
-			d.pending = append([]byte(nil), lp.buf[:n]...)
+			m, errno := sendNow(dst, lp.buf[:n])
+			if errno == unix.EAGAIN {
+				m = 0
+			} else if errno != 0 {
+				lp.fail(l, i, "write", errno)
+				return
+			}
+			d.add(int64(m))
+			moved = true
+			if m < n {
+				d.pending = append([]byte(nil), lp.buf[m:n]...)
+				lp.block(l, i)
+				return
+			}
 			budget -= n
+			if n < len(lp.buf) && !l.hup[i] {
+				return
+			}
 			continue
 		}
 		n, errno := spliceNow(int(src), int(p.w), splicePipeSize)

@@ -88,7 +88,6 @@ type slot struct {
 
 // parkedLink is what a link keeps for the parker.
 type parkedLink struct {
-	mu         sync.Mutex
 	rcs        [2]syscall.RawConn // client, upstream; set while parked
 	key        uint64             // gen<<32 | slot while parked; never 0
 	prev, next *link              // in parker.head's list, under parker.mu
@@ -138,6 +137,9 @@ func (pk *parker) add(l *link) {
 		return
 	}
 	l.pk = pk
+	if l.parkedLink == nil {
+		l.parkedLink = new(parkedLink)
+	}
 	if pk.after < time.Millisecond {
 		for i := range l.dirs {
 			l.dirs[i].eager, l.dirs[i].link = true, l
@@ -158,7 +160,7 @@ func (pk *parker) add(l *link) {
 
 // remove takes an ended link off the sweeps' list.
 func (pk *parker) remove(l *link) {
-	if pk == nil {
+	if pk == nil || l.parkedLink == nil {
 		return
 	}
 	pk.mu.Lock()
