@@ -152,13 +152,15 @@ type Config struct {
 	KeepAlive time.Duration
 
 	// ParkAfter is how long both directions of a connection must have
-	// waited, with no byte moved, before it parks: on Linux its two
-	// goroutines end, and its sockets wait in an epoll set of the proxy's
-	// with no goroutine and no buffer, until either side sends or hangs
-	// up; then a fresh goroutine copies as before. A connection parks
-	// within ParkAfter of going idle. Zero means DefaultParkAfter (30 s);
-	// a negative value turns parking off. Off Linux connections never
-	// park.
+	// waited, with no byte moved, before it parks. On Linux a connection
+	// between two *net.TCPConn is relayed by the proxy's event loops,
+	// which hold an idle one with no goroutine, stack or buffer from the
+	// start: it counts as parked after ParkAfter. Any other connection is
+	// copied by two goroutines, which end when it parks: its sockets wait
+	// in an epoll set of the proxy's until either side sends or hangs up;
+	// then a fresh goroutine copies as before. A connection parks within
+	// ParkAfter of going idle. Zero means DefaultParkAfter (30 s); a
+	// negative value turns parking off. Off Linux connections never park.
 	ParkAfter time.Duration
 
 	// DialContext dials an upstream. Nil means a net.Dialer with KeepAlive
