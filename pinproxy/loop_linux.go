@@ -115,7 +115,9 @@ func (ls *loops) settle() {
 // evloop is one event loop: an epoll set, the connections in it, and its
 // pool of pipes.
 type evloop struct {
-	ep, efd int // epoll set; eventfd that wakes the loop to stop
+	ep, efd int             // epoll set; eventfd that wakes the loop to stop
+	epf     *os.File        // ep, in the runtime's netpoller
+	erc     syscall.RawConn // epf's
 	epoch   time.Time
 
 	mu       sync.Mutex
@@ -228,14 +230,32 @@ func newEvloop(ka net.KeepAliveConfig) (*evloop, error) {
 	lp := &evloop{ep: ep, efd: efd, epoch: time.Now(), ka: ka, buf: make([]byte, smallBurst)}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1, Pad: -1}
 	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &ev); err != nil {
-		lp.close()
+		unix.Close(ep)
+		unix.Close(efd)
 		return nil, err
 	}
+	// The set itself waits in the runtime's netpoller, as the parker's
+	// does: a loop with nothing to do parks its goroutine rather than an
+	// OS thread in epoll_wait, which would cost the scheduler a hand-off
+	// of its P and a wake-up (futex) at every event.
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		unix.Close(efd)
+		return nil, err
+	}
+	lp.epf = os.NewFile(uintptr(ep), "pinproxy-loop")
+	rc, err := lp.epf.SyscallConn()
+	if err != nil {
+		lp.epf.Close()
+		unix.Close(efd)
+		return nil, err
+	}
+	lp.erc = rc
 	return lp, nil
 }
 
 func (lp *evloop) close() {
-	unix.Close(lp.ep)
+	lp.epf.Close()
 	unix.Close(lp.efd)
 	for _, p := range lp.pipes {
 		p.closeOwn()
@@ -473,20 +493,30 @@ func (lp *evloop) run() {
 	var again []loopDir
 	for {
 		lp.mu.Lock()
-		wait := -1
-		if len(lp.again) > 0 || len(lp.ended) > 0 {
-			wait = 0
-		} else if len(lp.kaq) > 0 {
-			wait = max(int((lp.kaAt-time.Since(lp.epoch))/time.Millisecond)+1, 0)
+		wait := len(lp.again) == 0 && len(lp.ended) == 0
+		var due time.Duration
+		if len(lp.kaq) > 0 {
+			due = lp.kaAt
 		}
 		if lp.stopping && lp.held == 0 && len(lp.ended) == 0 {
 			lp.mu.Unlock()
 			return
 		}
 		lp.mu.Unlock()
-		n, err := unix.EpollWait(lp.ep, evs, wait)
-		if err != nil {
-			n = 0
+		n := 0
+		if !wait {
+			n = epollNow(lp.ep, evs)
+		} else {
+			if due != 0 {
+				lp.epf.SetReadDeadline(lp.epoch.Add(due))
+			}
+			lp.erc.Read(func(fd uintptr) bool {
+				n = epollNow(int(fd), evs)
+				return n > 0
+			}) // an error is the deadline: the keepalives are due
+			if due != 0 {
+				lp.epf.SetReadDeadline(time.Time{})
+			}
 		}
 		lp.mu.Lock()
 		for _, ev := range evs[:n] {
@@ -924,6 +954,20 @@ func (ls *loops) idle() int {
 		lp.mu.Unlock()
 	}
 	return n
+}
+
+// epollNow returns the events ready in the set ep, without waiting.
+func epollNow(ep int, evs []unix.EpollEvent) int {
+	for {
+		r, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0
+		}
+		return int(r)
+	}
 }
 
 // spliceNow splices up to n bytes from fd in to fd out without waiting.

@@ -78,6 +78,10 @@ func ForcedGoroutinesForTest(cfg *Config) {
 	}
 }
 
+// GoroutinesForcedForTest reports whether PINPROXY_TEST_GOROUTINES=1 is
+// set.
+func GoroutinesForcedForTest() bool { return forcedGoroutines }
+
 // SetClockForTest makes the proxy New makes from cfg take its decisions
 // (back-off, slow start, drains, Ready) at the times now returns.
 func SetClockForTest(cfg *Config, now func() time.Time) { cfg.clock = now }
