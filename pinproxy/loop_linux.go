@@ -164,6 +164,7 @@ type loopState struct {
 	blocked [2]bool        // direction i waits for its destination's room
 	outOn   [2]bool        // socket i has output readiness in the set
 	hup     [2]bool        // socket i's peer is closing (EPOLLRDHUP, HUP or ERR seen): read it to its end
+	bulk    [2]bool        // direction i moved more than a look's buffer at its last event
 	kept    [2]bool        // lfd[i] is conn i's own descriptor, borrowed (the caller's conn stays open)
 	last    atomic.Int64   // when bytes last moved, ns since lp.epoch
 	killed  atomic.Bool    // closed from outside before or while the loop holds it
@@ -580,7 +581,9 @@ func (lp *evloop) pump(l *link, i int) {
 	}
 	src, dst := l.lfd[i], l.lfd[1-i]
 	budget := loopBudget
-	moved, look := false, true
+	// A direction that moved more than a look's buffer at its last event
+	// is streaming: its bytes go by splice at once, with no copy.
+	moved, look := false, !l.bulk[i]
 	defer func() {
 		if moved {
 			l.last.Store(int64(time.Since(lp.epoch)))
@@ -670,6 +673,7 @@ func (lp *evloop) pump(l *link, i int) {
 			}
 			budget -= n
 			if n < len(lp.buf) && !l.hup[i] {
+				l.bulk[i] = false
 				return
 			}
 			continue
@@ -678,6 +682,7 @@ func (lp *evloop) pump(l *link, i int) {
 		switch {
 		case errno == unix.EAGAIN: // the pipe is empty: src has nothing more
 			lp.putPipe(l, i)
+			l.bulk[i] = loopBudget-budget > smallBurst
 			return
 		case errno != 0:
 			lp.putPipe(l, i)
