@@ -349,7 +349,7 @@ func measureIdle(o options, res results, t *target, echo []string) error {
 	if err != nil {
 		return fmt.Errorf("%d idle connections: %w", n, err)
 	}
-		opened := time.Now()
+	opened := time.Now()
 	defer closeAll(conns)
 	// Each connection went idle after its echo, as it opened: read the
 	// memory one and a half seconds after the last one did.
