@@ -208,13 +208,15 @@ type Config struct {
 	KeepAlive time.Duration
 
 	// ParkAfter is how long both directions of a connection must have
-	// waited, with no byte moved, before it parks: on Linux its two
-	// goroutines end, and its sockets wait in an epoll set of the proxy's
-	// with no goroutine and no buffer, until either side sends or hangs
-	// up; then a fresh goroutine copies as before. A connection parks
-	// within ParkAfter of going idle. Zero means DefaultParkAfter (30 s);
-	// a negative value turns parking off. Off Linux connections never
-	// park.
+	// waited, with no byte moved, before it parks. On Linux a connection
+	// between two *net.TCPConn is relayed by the proxy's event loops,
+	// which hold an idle one with no goroutine, stack or buffer from the
+	// start: it counts as parked after ParkAfter. Any other connection is
+	// copied by two goroutines, which end when it parks: its sockets wait
+	// in an epoll set of the proxy's until either side sends or hangs up;
+	// then a fresh goroutine copies as before. A connection parks within
+	// ParkAfter of going idle. Zero means DefaultParkAfter (30 s); a
+	// negative value turns parking off. Off Linux connections never park.
 	ParkAfter time.Duration
 
 	// DialContext dials an upstream. Nil means a net.Dialer with KeepAlive
@@ -228,6 +230,11 @@ type Config struct {
 	// Ready and the connection lines. Nil means time.Now. Timers and
 	// socket deadlines run on the real clock.
 	clock func() time.Time
+
+	// goroutines, when set (by the tests: ForcedGoroutinesForTest),
+	// relays connections with goroutines (copy.go), as off Linux, rather
+	// than on the proxy's event loops (loop_linux.go).
+	goroutines bool
 
 	// Logger receives every decision: the upstream each client is pinned
 	// to, each failover, clients closed because no upstream answered, and

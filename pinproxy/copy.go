@@ -11,8 +11,12 @@ import (
 
 // This file is the data path: the bytes of one client connection and its
 // upstream. It is kept apart so it can be reworked and benchmarked
-// (internal/tools/proxybench) without touching the routing logic. The contract
-// with proxy.go:
+// (internal/tools/proxybench) without touching the routing logic. On Linux
+// a connection between two *net.TCPConn is relayed by the proxy's event
+// loops (loop_linux.go: loops.attach instead of start, link.kill instead
+// of closePair, the same done); what follows is the goroutine path, for
+// other systems and other conns, and the contract with proxy.go, which the
+// loops keep too:
 //
 //   - newLink makes a connection's link and its start is called once, from
 //     the connection's own goroutine, after both conns are open. It calls
@@ -32,6 +36,8 @@ import (
 //   - bytes are added to total as they are copied (splice included), up
 //     for client to upstream, down the other way; done's spliceResult has
 //     the connection's own totals and which side's stream ended first.
+//     done (Proxy.finish) is the one place a connection's end is
+//     reported, from either path.
 
 // byteCounters are live byte counts, added to as bytes are copied: up
 // from client to upstream, down from upstream to client. One upstream's
@@ -84,6 +90,10 @@ const (
 	// whether the link was handed over or goes on here.
 	linkMoving
 	linkEnded // end has run
+	// An event loop holds the link (loop_linux.go): no goroutine is its
+	// own, and its conns are closed, the loop holding duplicates of their
+	// sockets.
+	linkLooped
 )
 
 // link is one connection's data path: its two conns and what the copy
@@ -97,33 +107,32 @@ type link struct {
 	clean            atomic.Int32 // directions that ended with EOF
 	first            atomic.Int32 // side whose stream ended first
 
-	// Parking (park_linux.go). state is read without parkedLink.mu but
-	// changed under it, except by the link's run goroutine where it says
-	// so.
+	// Parking (park_linux.go). state is read without mu but changed
+	// under it, except by the link's run goroutine where it says so.
 	state atomic.Int32
-	parkedLink
+	mu    sync.Mutex
+	// The parker's part, made by parker.add: a link an event loop holds
+	// never parks, and goes without.
+	*parkedLink
 	// kaPending: the upstream's keepalive is still to be set, by the
-	// parker's next sweep, which clears it under parkedLink.mu (an
+	// parker's next sweep or the link's event loop, which clear it (an
 	// upgrade's new process sets its own on what it adopts).
 	kaPending atomic.Bool
-	mv        *mover // the upgrade holding the link while linkMoving; under parkedLink.mu
+	mv        *mover // the upgrade holding the link while linkMoving; under mu
+
+	loopState // while an event loop holds it (loop_linux.go)
 }
 
 // direction is one direction's state, shared between its pump and the
 // parker's sweeps.
 type direction struct {
-	waiting atomic.Bool   // the pump waits for its source to become readable
-	n       atomic.Int64  // bytes copied so far
-	total   *atomic.Int64 // the upstream's counter for this direction
-	// eager: the link parks as soon as both directions wait (a
-	// ParkAfter under a millisecond); then each wait calls waited.
-	eager bool
-	link  *link
+	n     atomic.Int64  // bytes copied so far
+	total *atomic.Int64 // the upstream's counter for this direction
+	link  *link         // set when eager
 
 	// Written by the direction's goroutine, read by the link's run
-	// goroutine after the join.
-	ended bool
-	err   error
+	// goroutine after the join; so ended, below.
+	err error
 
 	// pending holds bytes read from src but not yet written to dst: an
 	// upgrade cut the write short (or handed them over from the process
@@ -131,6 +140,12 @@ type direction struct {
 	// same way (never both). copyDir writes them before it reads again.
 	pending []byte
 	pipe    *splicePipe
+
+	waiting atomic.Bool // the pump waits for its source to become readable
+	// eager: the link parks as soon as both directions wait (a
+	// ParkAfter under a millisecond); then each wait calls waited.
+	eager bool
+	ended bool
 }
 
 // add counts n bytes copied.

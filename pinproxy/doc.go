@@ -21,10 +21,12 @@
 // one connection is closed per round, and with an even spread the round
 // makes no connection at all.
 //
-// Between two *net.TCPConn bulk bytes move with splice(2) in the kernel, as
-// io.Copy does; bursts of up to 16 KiB move with one read and one write
-// through a pooled buffer, and an idle connection holds neither a splice
-// pipe nor a buffer (copy_linux.go); a half-close (CloseWrite) is carried
+// Between two *net.TCPConn bulk bytes move with splice(2) in the kernel;
+// bursts of up to 16 KiB move with one read and one write. On Linux the
+// established connections are relayed by the proxy's event loops, one per
+// GOMAXPROCS, as HAProxy relays (loop_linux.go): an idle connection holds
+// its two sockets and a small record, no goroutine, buffer or splice pipe;
+// elsewhere two goroutines copy each (copy.go); a half-close is carried
 // through, and TCP keepalive (with TCP_USER_TIMEOUT on Linux) is on for
 // both sides. An error on one side (a reset, a keepalive or user timeout)
 // ends in a reset on the other, so a broken stream never reaches the

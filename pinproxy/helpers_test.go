@@ -68,12 +68,14 @@ func shutdown(t testing.TB, p *pinproxy.Proxy, served <-chan error) {
 }
 
 // newProxy makes a proxy for a test; with PINPROXY_TEST_PARK set, its
-// connections park as that says unless cfg turns parking off.
+// connections park as that says unless cfg turns parking off; with
+// PINPROXY_TEST_GOROUTINES=1, goroutines relay them.
 func newProxy(t testing.TB, cfg pinproxy.Config) *pinproxy.Proxy {
 	t.Helper()
 	if d, ok := pinproxy.ForcedParkForTest(); ok && cfg.ParkAfter >= 0 {
 		cfg.ParkAfter = d
 	}
+	pinproxy.ForcedGoroutinesForTest(&cfg)
 	p, err := pinproxy.New(cfg)
 	if err != nil {
 		t.Fatal(err)

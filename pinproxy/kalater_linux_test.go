@@ -32,12 +32,14 @@ func keepAliveOn(t *testing.T, c net.Conn) (on, idle int) {
 	return on, idle
 }
 
-// heldLink starts a proxy to lab, with the parker's sweeps held off
+// heldLink starts a proxy to lab, relaying with goroutines (the parker
+// sets the keepalive of their upstreams; the event loops do it for
+// theirs, see TestKeepAliveBothSides), with the parker's sweeps held off
 // (holdSweeps), dials one echoing connection through it, and returns the
 // proxy and the connection's link.
 func heldLink(t *testing.T, lab *flightLab) (*Proxy, *link) {
 	t.Helper()
-	p := newTestProxy(t, lab.ln.Addr().String())
+	p := newGoroutineTestProxy(t, lab.ln.Addr().String())
 	holdSweeps(p)
 	ln, err := p.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -96,7 +98,7 @@ func TestHandoffKeepAlive(t *testing.T) {
 		t.Fatal("the upstream's keepalive is not pending before the hand-over")
 	}
 
-	newP := newTestProxy(t, lab.ln.Addr().String())
+	newP := newGoroutineTestProxy(t, lab.ln.Addr().String())
 	if res := handOver(t, oldP, newP); !res.Committed || res.Conns != 1 {
 		t.Fatalf("Handoff: %+v; want committed, 1 connection", res)
 	}

@@ -62,6 +62,26 @@ func ForcedParkForTest() (time.Duration, bool) {
 	return max(forcedPark, time.Nanosecond), true
 }
 
+// PINPROXY_TEST_GOROUTINES=1 runs the tests with the connections of
+// every proxy made by the tests' newProxy relayed by goroutines (the path
+// of other systems, and of conns that are not *net.TCPConn) rather than by
+// event loops:
+//
+//	PINPROXY_TEST_GOROUTINES=1 go test -race ./pinproxy
+var forcedGoroutines = os.Getenv("PINPROXY_TEST_GOROUTINES") == "1"
+
+// ForcedGoroutinesForTest makes cfg's proxy relay with goroutines if
+// PINPROXY_TEST_GOROUTINES=1 asks for it.
+func ForcedGoroutinesForTest(cfg *Config) {
+	if forcedGoroutines {
+		cfg.goroutines = true
+	}
+}
+
+// GoroutinesForcedForTest reports whether PINPROXY_TEST_GOROUTINES=1 is
+// set.
+func GoroutinesForcedForTest() bool { return forcedGoroutines }
+
 // SetClockForTest makes the proxy New makes from cfg take its decisions
 // (back-off, slow start, drains, Ready) at the times now returns.
 func SetClockForTest(cfg *Config, now func() time.Time) { cfg.clock = now }

@@ -75,6 +75,10 @@ type parker struct {
 	// tick, at most a second, of its dial) sets it, so a connection that
 	// ends before costs no setsockopt at all.
 	keepAlive func(net.Conn)
+
+	// lps, if not nil, are the proxy's event loops: their idle
+	// connections count as parked.
+	lps *loops
 }
 
 type slot struct {
@@ -84,7 +88,6 @@ type slot struct {
 
 // parkedLink is what a link keeps for the parker.
 type parkedLink struct {
-	mu         sync.Mutex
 	rcs        [2]syscall.RawConn // client, upstream; set while parked
 	key        uint64             // gen<<32 | slot while parked; never 0
 	prev, next *link              // in parker.head's list, under parker.mu
@@ -134,6 +137,9 @@ func (pk *parker) add(l *link) {
 		return
 	}
 	l.pk = pk
+	if l.parkedLink == nil {
+		l.parkedLink = new(parkedLink)
+	}
 	if pk.after < time.Millisecond {
 		for i := range l.dirs {
 			l.dirs[i].eager, l.dirs[i].link = true, l
@@ -154,7 +160,7 @@ func (pk *parker) add(l *link) {
 
 // remove takes an ended link off the sweeps' list.
 func (pk *parker) remove(l *link) {
-	if pk == nil {
+	if pk == nil || l.parkedLink == nil {
 		return
 	}
 	pk.mu.Lock()
@@ -397,8 +403,9 @@ func (pk *parker) parkedNow() int {
 		return 0
 	}
 	pk.mu.Lock()
-	defer pk.mu.Unlock()
-	return pk.parked
+	n := pk.parked
+	pk.mu.Unlock()
+	return n + pk.lps.idle()
 }
 
 // closed wakes the link parked on client, if any, after its conns were

@@ -8,7 +8,7 @@ import (
 )
 
 // parker is nil off Linux: connections never park.
-type parker struct{}
+type parker struct{ lps *loops }
 
 type parkedLink struct{}
 

@@ -32,6 +32,7 @@ type Proxy struct {
 	keepAlive net.KeepAliveConfig // what setKeepAlive sets, from cfg.KeepAlive
 	bufs      sync.Pool           // the data path's buffers for small bursts (copy_linux.go)
 	park      *parker             // parks idle connections (park_linux.go); nil: never
+	loops     *loops              // the event loops that relay connections (loop_linux.go); nil: goroutines do
 
 	// stopCtx ends when Shutdown is called: it stops the rebalance
 	// rounds and the accept loops' back-off sleeps. killCtx ends when
@@ -85,10 +86,11 @@ type conn struct {
 	client, upstream net.Conn
 	up               *upstream
 	start            time.Time
-	link             *link     // its data path, set before it copies
-	prev, next       *conn     // guarded by Proxy.mu
-	linked           bool      // guarded by Proxy.mu
-	reason           endReason // guarded by Proxy.mu; set by whoever closes it from outside
+	link             *link                // its data path, set before it copies
+	looped           atomic.Pointer[link] // link, once an event loop may hold it: closeConn tells the loop
+	prev, next       *conn                // guarded by Proxy.mu
+	linked           bool                 // guarded by Proxy.mu
+	reason           endReason            // guarded by Proxy.mu; set by whoever closes it from outside
 
 	// Its session, as session.go watches it: when its dial answered (the
 	// real clock; zero when not watched), and, guarded by Proxy.mu, its
@@ -147,6 +149,10 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.bufs.New = newBurstBuf
 	p.park = newParker(cfg.ParkAfter, p.setKeepAlive)
+	p.loops = newLoops(!cfg.goroutines, cfg.ParkAfter, p.keepAlive)
+	if p.park != nil {
+		p.park.lps = p.loops
+	}
 	if p.dial == nil {
 		// Unless the parker sets it (kaLater), the dialer sets keepalive
 		// once, as configured (KeepAlive is ignored when KeepAliveConfig
@@ -159,6 +165,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.killCtx, p.kill = context.WithCancel(context.Background())
+	if p.loops != nil {
+		context.AfterFunc(p.killCtx, p.loops.stop)
+	}
 	p.upstreams = make([]*upstream, len(cfg.Upstreams))
 	for i, addr := range cfg.Upstreams {
 		p.upstreams[i] = &upstream{addr: addr}
@@ -427,6 +436,12 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 	}
 	c.link = newLink(c.client, c.upstream, &p.bufs, &c.up.bytes, func(r spliceResult) { p.finish(c, r) })
 	c.link.kaPending.Store(p.kaLater())
+	if p.loops != nil {
+		c.looped.Store(c.link)
+		if p.loops.attach(c.link, [2]bool{!preset, p.cfg.DialContext != nil}) {
+			return
+		}
+	}
 	// This goroutine's stack is 8 KiB, for the dial (growStack), and a
 	// goroutine keeps its stack for life: hand the
 	// connection to a fresh goroutine, which stays at 2 KiB while the
@@ -534,6 +549,9 @@ func (p *Proxy) endLocked(c *conn, reason endReason) {
 // closeConn closes both sides of c from outside its goroutine, which then
 // finishes it. Call it without p.mu held, after endLocked.
 func (p *Proxy) closeConn(c *conn) {
+	if l := c.looped.Load(); l != nil && l.kill() {
+		return
+	}
 	p.park.closePair(c.client, c.upstream)
 }
 
@@ -663,8 +681,9 @@ func (p *Proxy) forgetLocked(u *upstream) {
 }
 
 // kaLater reports whether an upstream's keepalive is set by the parker's
-// first sweep after the dial, within a second (see parker.keepAlive),
-// rather than at the dial: so with a parker. A connection that ends
+// first sweep after the dial, within a second (see parker.keepAlive), or
+// by its event loop a second or two after it (evloop.kaq), rather than at
+// the dial: so with a parker. A connection that ends
 // sooner, as most short ones do, spares four setsockopt calls; a probe
 // is due only after the idle time (30 s by default), so setting it a
 // sweep late delays none.
@@ -723,7 +742,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	for _, c := range left {
-		p.park.closePair(c.client, c.upstream)
+		p.closeConn(c)
 	}
 	p.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown: stopped waiting; closed the connections left",
 		slog.Int("closed", len(left)), slog.Any("err", ctx.Err()))

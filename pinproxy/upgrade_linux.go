@@ -201,8 +201,12 @@ func (p *Proxy) describe(h *holding, conns []*conn, extra []net.Listener) (*hand
 		if !stopped[l] {
 			continue
 		}
-		cfd, err1 := connFD(c.client)
-		ufd, err2 := connFD(c.upstream)
+		cfd, ufd, ok := l.heldFDs() // an event loop's sockets
+		var err1, err2 error
+		if !ok {
+			cfd, err1 = connFD(c.client)
+			ufd, err2 = connFD(c.upstream)
+		}
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, fmt.Errorf("pinproxy: upgrade: connection from %s: %w", c.client.RemoteAddr(), err)
 		}
@@ -210,7 +214,7 @@ func (p *Proxy) describe(h *holding, conns []*conn, extra []net.Listener) (*hand
 			Upstream: c.up.addr, Start: c.start.UnixNano(),
 			Up: l.dirs[0].n.Load(), Down: l.dirs[1].n.Load(),
 			Ended: [2]bool{l.dirs[0].ended, l.dirs[1].ended}, First: l.first.Load(),
-			Parked:  h.m.parked[l],
+			Parked:  h.m.handedParked(l),
 			Pending: [2][]byte{l.dirs[0].pending, l.dirs[1].pending},
 		}}
 		for i := range l.dirs {
@@ -360,6 +364,9 @@ func (p *Proxy) stopAll(ctx context.Context, m *mover, conns []*conn) error {
 // ask asks l to stop for m, and reports whether it did (false: l is
 // waking from a park; ask again). A parked link stops at once.
 func (m *mover) ask(l *link) bool {
+	if l.onLoop.Load() != nil {
+		return m.askLooped(l)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch l.state.Load() {
@@ -448,6 +455,9 @@ func (p *Proxy) giveBack(h *holding) {
 	m.mu.Unlock()
 	for l := range parked {
 		l.unhold()
+		if p.loops.reattach(l) {
+			continue
+		}
 		l.state.Store(linkParking)
 		if !l.pk.park(l) {
 			l.state.Store(linkActive)
@@ -494,6 +504,7 @@ func (p *Proxy) release(h *holding) {
 		l.mu.Unlock()
 		c.client.Close()
 		c.upstream.Close()
+		l.closeHeld()
 		p.mu.Lock()
 		p.unlinkLocked(c)
 		p.mu.Unlock()
@@ -754,6 +765,12 @@ func (p *Proxy) adoptConn(hc handover.Conn) bool {
 	l.dirs[1].n.Store(wc.Down)
 	l.clean.Store(clean)
 	l.first.Store(wc.First)
+	if p.loops != nil {
+		c.looped.Store(l)
+		if p.loops.attach(l, [2]bool{}) {
+			return true
+		}
+	}
 	p.park.add(l)
 	if wc.Parked && l.pk != nil {
 		l.state.Store(linkParking)

@@ -351,7 +351,9 @@ func measureIdle(o options, res results, t *target, echo []string) error {
 	}
 	opened := time.Now()
 	defer closeAll(conns)
-	time.Sleep(time.Second)
+	// Each connection went idle after its echo, as it opened: read the
+	// memory one and a half seconds after the last one did.
+	time.Sleep(1500 * time.Millisecond)
 	after, err := snapshot(r)
 	if err != nil {
 		return err
