@@ -1007,14 +1007,6 @@ func (m *mover) askLooped(l *link) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.state.Store(linkMoving)
-	l.mv = m
-	m.asked()
-	m.mu.Lock()
-	if m.parked == nil {
-		m.parked = make(map[*link]bool)
-	}
-	m.parked[l] = true
-	m.mu.Unlock()
-	m.report(l, true)
+	m.takeStill(l)
 	return true
 }

@@ -361,6 +361,21 @@ func (p *Proxy) stopAll(ctx context.Context, m *mover, conns []*conn) error {
 	}
 }
 
+// takeStill counts l, which no goroutine copies (parked, or taken off
+// its event loop), as stopped for m at once, with its bytes in flight;
+// l.mu is held.
+func (m *mover) takeStill(l *link) {
+	l.mv = m
+	m.asked()
+	m.mu.Lock()
+	if m.parked == nil {
+		m.parked = make(map[*link]bool)
+	}
+	m.parked[l] = true
+	m.mu.Unlock()
+	m.report(l, true)
+}
+
 // ask asks l to stop for m, and reports whether it did (false: l is
 // waking from a park; ask again). A parked link stops at once.
 func (m *mover) ask(l *link) bool {
@@ -378,15 +393,7 @@ func (m *mover) ask(l *link) bool {
 		l.upstream.SetReadDeadline(aLongTimeAgo)
 	case linkParked:
 		l.pk.unparkLocked(l)
-		l.mv = m
-		m.asked()
-		m.mu.Lock()
-		if m.parked == nil {
-			m.parked = make(map[*link]bool)
-		}
-		m.parked[l] = true
-		m.mu.Unlock()
-		m.report(l, true)
+		m.takeStill(l)
 	case linkWaking:
 		return false
 	}
