@@ -1175,22 +1175,6 @@ func TestBinaryUpgradeSocketGuarded(t *testing.T) {
 	}
 }
 
-// sigCaught reports whether process pid handles SIGUSR2 yet (its
-// SigCgt mask in /proc; the Go runtime catches it from its start).
-func sigCaught(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return false
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
-			m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && m&(1<<(int(syscall.SIGUSR2)-1)) != 0
-		}
-	}
-	return false
-}
-
 // openFiles returns how many descriptors process pid has open.
 func openFiles(pid int) int {
 	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -1215,9 +1199,11 @@ func children(pid int) []int {
 }
 
 // `kill -USR2 $(pidof pinproxy)` during a hand-over signals the old
-// process and the new one alike. The signals are part of the hand-over
-// under way: every listener moves, the listening socket stays the same
-// kernel socket, and no dial is refused or stream cut.
+// process and the new one alike, at any moment: between the fork and the
+// exec, before the new runtime catches signals, while it takes the
+// connections. The signals are part of the hand-over under way: every
+// listener moves, the listening socket stays the same kernel socket, and
+// no dial is refused or stream cut.
 func TestBinaryUpgradeSignalsCoalesce(t *testing.T) {
 	buildVariants(t)
 	dir := t.TempDir()
@@ -1239,26 +1225,31 @@ func TestBinaryUpgradeSignalsCoalesce(t *testing.T) {
 		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
 			t.Fatal(err)
 		}
-		// Once the new process holds descriptors by the hundred it is
-		// taking the hand-over (and handles SIGUSR2): signal both then.
-		// On a loaded machine the window can pass unseen; that round
-		// then only checks the hand-over.
-		signalled := false
+		// Signal every child of the old process, and the old process
+		// with it, as soon as it is seen (between fork and exec, or
+		// before its runtime catches signals) and again once it holds
+		// descriptors by the hundred, taking the hand-over. Stop at the
+		// old process's commit: a signal after it is an operator's next
+		// upgrade (the new process starts to serve, and to take one,
+		// some 100 ms later, time enough for this loop to see the line).
+		signalled, seen, busy := false, map[int]bool{}, map[int]bool{}
 	poll:
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !gone(old); time.Sleep(200 * time.Microsecond) {
 			for _, nu := range children(old) {
-				// Between fork and exec the child is a copy of the old
-				// process, its descriptors and its handlers too, and the
-				// signal would kill it: wait until it runs the new file.
-				if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", nu)); exe != path {
+				if seen[nu] && (busy[nu] || openFiles(nu) <= 100) {
 					continue
 				}
-				if sigCaught(nu) && openFiles(nu) > 100 {
-					syscall.Kill(old, syscall.SIGUSR2)
-					syscall.Kill(nu, syscall.SIGUSR2)
-					signalled = true
+				f.mu.Lock()
+				committed := count(f.lines, `msg="upgrade: connections handed over"`) >= round
+				f.mu.Unlock()
+				if committed {
 					break poll
 				}
+				busy[nu] = seen[nu]
+				seen[nu] = true
+				syscall.Kill(old, syscall.SIGUSR2)
+				syscall.Kill(nu, syscall.SIGUSR2)
+				signalled = true
 			}
 		}
 		if signalled {

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +19,7 @@ var stdEnv = &env{
 	environ:    os.Environ,
 	getenv:     os.Getenv,
 	newFile:    os.NewFile,
-	start:      startChild,
+	start:      startChildUSR2Blocked,
 	peerCred:   peerCred,
 	exe:        func(pid int) (string, error) { return os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe") },
 }
@@ -39,4 +41,38 @@ func peerCred(uc *net.UnixConn) (Cred, error) {
 		return Cred{}, fmt.Errorf("handover: SO_PEERCRED: %w", cerr)
 	}
 	return Cred{PID: int(uc2.Pid), UID: int(uc2.Uid), GID: int(uc2.Gid)}, nil
+}
+
+// startChildUSR2Blocked is startChild with SIGUSR2 blocked in the child
+// from its fork on. Between fork and exec the child runs the old
+// process's code with Go's handlers reset to the default, and after exec
+// it runs the new file with every handler at the default until its
+// runtime installs its own: a SIGUSR2 in either window (an operator's
+// `kill -USR2 $(pidof server)` during a hand-over) would kill it. The
+// signal mask, unlike the handlers, survives exec, so a blocked SIGUSR2
+// waits, pending, until the new process asks for it: os/signal.Notify
+// unblocks it. The runtime saves the forking thread's mask before the
+// fork and gives it to the child, so the fork runs on a thread of its
+// own with SIGUSR2 blocked, which exits with it.
+func startChildUSR2Blocked(path string, args, environ []string, files []*os.File) (process, error) {
+	type started struct {
+		p   process
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		var set unix.Sigset_t
+		const bits = int(unsafe.Sizeof(set.Val[0])) * 8
+		sig := int(unix.SIGUSR2) - 1
+		set.Val[sig/bits] |= 1 << (sig % bits)
+		if err := unix.PthreadSigmask(unix.SIG_BLOCK, &set, nil); err != nil {
+			done <- started{err: fmt.Errorf("handover: blocking SIGUSR2 for the child: %w", err)}
+			return
+		}
+		p, err := startChild(path, args, environ, files)
+		done <- started{p, err}
+	}()
+	s := <-done
+	return s.p, s.err
 }

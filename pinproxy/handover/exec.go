@@ -23,6 +23,12 @@ const inheritedFD = 3
 // arguments and environment, and envVar set to the descriptor of the
 // hand-over socket it inherits. It returns the new process as a Peer for
 // Handoff, which kills it if it does not take over.
+//
+// On Linux the new process starts with SIGUSR2 blocked, so that the
+// signal that upgrades a server, sent again to every process of its name
+// during the hand-over, cannot kill it before its runtime catches it: a
+// Go program's os/signal.Notify for SIGUSR2 unblocks it, and one sent
+// earlier is delivered then.
 func Exec(envVar string) (*Peer, error) { return execEnv(stdEnv, envVar) }
 
 func execEnv(e *env, envVar string) (*Peer, error) {
