@@ -123,7 +123,12 @@ func banFailover(t *testing.T, bin string, checks bool) {
 			t.Logf("pinproxy:\n%s\nbtcd A:\n%s\nbtcd B:\n%s", proxy.Log.String(), a.Log.String(), b.Log.String())
 		}
 	})
-	waitListening(t, proxyAddr)
+	// Not a probe connection: it would hold one of B's until B, which
+	// accepts only once its chain is loaded, closes it, and least-used
+	// dialing would send the misbehaving client to A meanwhile.
+	waitFor(t, "pinproxy to listen", func() bool {
+		return strings.Contains(proxy.Log.String(), `msg="pinproxy listening"`)
+	})
 	if checks {
 		waitFor(t, "the checks to find both nodes up", func() bool {
 			st := status(t)
