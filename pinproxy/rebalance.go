@@ -36,7 +36,8 @@ const localTestConnect = "rebalance: cannot test-connect for want of local resou
 // dial, and fails if the upstream ends it first. A connection moved to an
 // upstream whose next session, the moved client's redial, is refused is
 // a failed move: the upstream is refusing sessions at once, and no round
-// moves a connection to it again until a client's session holds there.
+// moves a connection to it again until a client's session holds there,
+// or, after Config.FailedBackoff, a test-connect's session does.
 // An upstream that answered again on a test-connect's word only takes
 // one move at a time, each once the last one's redial has shown, until
 // a client's session holds there.
@@ -171,7 +172,7 @@ func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, id
 		}
 	}
 	for _, u := range p.upstreams {
-		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 || u.sessions.noMove() {
+		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 || u.sessions.noMove(now) {
 			continue // down by the checks, in slow start, or its sessions are in doubt (session.go)
 		}
 		if load(u) <= load(busy)-2 && (idle == nil || p.before(u, idle, now)) {

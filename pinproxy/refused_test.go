@@ -353,3 +353,106 @@ func TestRebalanceProbationAfterRefusing(t *testing.T) {
 		return l.p.Totals().Moves == 2
 	})
 }
+
+// A failed move stops moves to the upstream only for its back-off: after
+// it, with no client's session there to show it holds (least-used dialing
+// sends none while the others answer), a round test-connects it, holding
+// the session for RefusedWithin, and moves one connection once it holds.
+func TestRebalanceAfterFailedMoveBackoff(t *testing.T) {
+	l := newRefusedLab(t)
+	refuse, a, clock, p, addr := &l.refuse, l.a, &l.clock, l.p, l.addr
+	ctx := context.Background()
+	settle(t, p, addr, "c0")
+	c1, _ := pinproxytest.Dial(t, addr, "c1")
+	refuse.Store(false)
+	if err := p.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Totals().Moves != 1 || !c1.Closed() {
+		t.Fatal("the round did not move c1 to A")
+	}
+	refuse.Store(true)
+	if _, on := session(t, addr, "c1"); on != "" {
+		t.Fatalf("c1's redial answered by %s, want it refused by A", on)
+	}
+	testkit.WaitFor(t, "the failed move to count", func() bool { return p.Totals().FailedMoves == 1 })
+	c1b, _ := pinproxytest.Dial(t, addr, "c1")
+	if s := stat(p, a.Addr); s.Live != 0 {
+		t.Fatalf("A holds %d after the failed move, want 0", s.Live)
+	}
+
+	// A holds sessions again, but within the back-off no round moves.
+	refuse.Store(false)
+	if err := p.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Totals().Moves != 1 {
+		t.Fatal("a round within the failed move's back-off moved a connection")
+	}
+	// After it, the round's held test-connect is enough.
+	clock.advance(pinproxy.DefaultFailedBackoff)
+	if err := p.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Totals().Moves != 2 || !c1b.Closed() {
+		t.Fatalf("moves after the back-off = %d, want 2 (the newest, c1, moved)", p.Totals().Moves)
+	}
+}
+
+// An upstream whose move failed, then went down by the health checks (its
+// process gone: connects refused) and came back up, is another process:
+// what its sessions said is forgotten, and the next round moves a
+// connection to it at once ("answers again"), as after any outage.
+func TestRebalanceAfterFailedMoveRestart(t *testing.T) {
+	var refuse atomic.Bool
+	a := pinproxytest.New(t, "A", refuser(&refuse))
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
+	log, logs := testLogger(t)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1, Logger: log,
+		RefusedWithin: 200 * time.Millisecond,
+		CheckInterval: 20 * time.Millisecond, CheckRise: 2, CheckFall: 1,
+	})
+	addr := serve(t, p)
+	ctx := context.Background()
+	a.Stop() // both clients land on B
+	testkit.WaitFor(t, "A down", func() bool { return stat(p, a.Addr).State == "down" })
+	pinproxytest.Dial(t, addr, "c0")
+	pinproxytest.Dial(t, addr, "c1")
+	a.Start()
+	testkit.WaitFor(t, "A up", func() bool { return stat(p, a.Addr).State == "up" })
+
+	// The round moves c1 to A, which then ends its redial: a failed move.
+	if err := p.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Totals().Moves != 1 {
+		t.Fatalf("the round after A came up moved %d, want 1", p.Totals().Moves)
+	}
+	refuse.Store(true)
+	if _, on := session(t, addr, "c1"); on != "" {
+		t.Fatalf("c1's redial answered by %s, want it refused by A", on)
+	}
+	testkit.WaitFor(t, "the failed move to count", func() bool { return p.Totals().FailedMoves == 1 })
+	settle(t, p, addr, "c1")
+	moves := p.Totals().Moves
+
+	// A's process goes and comes back, refusing nothing. (A is shown
+	// down already, as refusing sessions: wait for the checks' word.)
+	a.Stop()
+	testkit.WaitFor(t, "the checks to find A down", func() bool {
+		return strings.Count(logs.String(), `msg="health check: upstream down"`) == 2
+	})
+	refuse.Store(false)
+	a.Start()
+	testkit.WaitFor(t, "A up", func() bool { return stat(p, a.Addr).State == "up" })
+	if err := p.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Totals().Moves != moves+1 {
+		t.Fatalf("moves after A came back = %d, want %d", p.Totals().Moves, moves+1)
+	}
+	if want := fmt.Sprintf(`msg="answers again; moving a connection" from=%s to=%s`, b.Addr, a.Addr); !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q", want)
+	}
+}

@@ -43,13 +43,16 @@ type sessionState struct {
 	// moving counts rebalance moves to it whose redial has not come yet;
 	// the next session dialed to it is taken for the moved connection's
 	// successor. stopped: a successor was refused; no move goes to it
-	// until a client's session holds there. probation: it answered again
-	// after refusing, on a test-connect's word only; rounds move one
-	// connection to it at a time, each once the last one's successor has
-	// shown, until a client's session holds there.
-	moving    int
-	stopped   bool
-	probation bool
+	// until a client's session holds there, or, once stoppedUntil (the
+	// failed move plus Config.FailedBackoff, on the proxy's clock) has
+	// passed, a test-connect's. probation: it answered again after
+	// refusing, on a test-connect's word only; rounds move one connection
+	// to it at a time, each once the last one's successor has shown,
+	// until a client's session holds there.
+	moving       int
+	stopped      bool
+	stoppedUntil time.Time
+	probation    bool
 }
 
 // backingOff reports whether an upstream refusing sessions counts as
@@ -59,21 +62,34 @@ func (s *sessionState) backingOff(now time.Time) bool {
 	return s.refusing != "" && (now.Before(s.until) || s.trials > 0)
 }
 
-// refusedRecently reports whether the upstream refused a session and has
-// held none since: "answers" then takes a session held, not a connect.
-func (s *sessionState) refusedRecently() bool { return s.streak > 0 || s.refusing != "" }
+// refusedRecently reports whether the upstream refused a session (or a
+// move to it failed) and has held none since: "answers" then takes a
+// session held, not a connect.
+func (s *sessionState) refusedRecently() bool {
+	return s.streak > 0 || s.refusing != "" || s.stopped
+}
 
 // suspect reports whether a session dialed to the upstream now goes on
 // trial, to be found held at RefusedWithin.
 func (s *sessionState) suspect() bool {
-	return s.refusedRecently() || s.moving > 0 || s.stopped || s.probation
+	return s.refusedRecently() || s.moving > 0 || s.probation
 }
 
 // noMove reports whether a rebalance round must not move a connection to
-// the upstream now: a move to it failed and no client's session held
-// since, or it is on probation with a move's successor still to show.
-func (s *sessionState) noMove() bool {
-	return s.stopped || s.probation && (s.moving > 0 || s.trials > 0)
+// the upstream at now: a move to it failed within its back-off and no
+// client's session held since, or it is on probation with a move's
+// successor still to show. After the back-off a round may test-connect
+// it again, holding the session (refusedRecently): held, it is on
+// probation; refused, the stop starts again.
+func (s *sessionState) noMove(now time.Time) bool {
+	return s.stopped && now.Before(s.stoppedUntil) || s.probation && (s.moving > 0 || s.trials > 0)
+}
+
+// restarted forgets what u's sessions said of it: the upstream refused
+// connects and accepts them again, so it is another process, whose
+// sessions are to be judged afresh (a node restarted clean keeps no ban).
+func (s *sessionState) restarted() {
+	*s = sessionState{refused: s.refused, lastRefused: s.lastRefused, trials: s.trials, moving: s.moving}
 }
 
 // dialedLocked starts watching c's session; connect calls it once c is
@@ -149,6 +165,7 @@ func (p *Proxy) refusedLocked(u *upstream, life time.Duration, successor, client
 	s.lastRefused = time.Now()
 	if successor {
 		s.stopped = true
+		s.stoppedUntil = p.clock().Add(p.cfg.FailedBackoff)
 		p.failedMoves++
 		p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "rebalance: the moved connection's redial was refused; no moves to it until it holds a session",
 			slog.String("upstream", u.addr), slog.Duration("lasted", roundForLog(life)))
@@ -190,6 +207,9 @@ func (p *Proxy) heldLocked(u *upstream, dialed time.Time, client bool) {
 		s.stopped, s.probation = false, false
 	} else if s.refusedRecently() {
 		s.probation = true
+		if !p.clock().Before(s.stoppedUntil) {
+			s.stopped = false
+		}
 	}
 	s.streak, s.longest = 0, 0
 	if s.refusing == "" {

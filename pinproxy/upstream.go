@@ -198,6 +198,7 @@ func (p *Proxy) upLocked(u *upstream, now time.Time) {
 	if u.state == healthDown {
 		u.upSince = now
 		u.recovered = true
+		u.sessions.restarted()
 	}
 	u.state = healthUp
 }
