@@ -28,6 +28,21 @@ type env struct {
 	exe func(pid int) (string, error)
 }
 
+// stdEnv is the operating system's: the per-OS parts are startStd,
+// peerCred and exeOf (env_linux.go, env_others.go).
+var stdEnv = &env{
+	getpid:     os.Getpid,
+	geteuid:    os.Geteuid,
+	executable: os.Executable,
+	args:       func() []string { return os.Args[1:] },
+	environ:    os.Environ,
+	getenv:     os.Getenv,
+	newFile:    os.NewFile,
+	start:      startStd,
+	peerCred:   peerCred,
+	exe:        exeOf,
+}
+
 // process is a child: the new process, to the old one that started it.
 type process interface {
 	Pid() int

@@ -11,18 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var stdEnv = &env{
-	getpid:     os.Getpid,
-	geteuid:    os.Geteuid,
-	executable: os.Executable,
-	args:       func() []string { return os.Args[1:] },
-	environ:    os.Environ,
-	getenv:     os.Getenv,
-	newFile:    os.NewFile,
-	start:      startChildUSR2Blocked,
-	peerCred:   peerCred,
-	exe:        func(pid int) (string, error) { return os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe") },
-}
+// startStd is env.start on Linux: SIGUSR2 blocked in the child.
+var startStd = startChildUSR2Blocked
+
+// exeOf reads /proc/PID/exe.
+func exeOf(pid int) (string, error) { return os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe") }
 
 // peerCred reads SO_PEERCRED.
 func peerCred(uc *net.UnixConn) (Cred, error) {
