@@ -121,8 +121,7 @@ type evloop struct {
 	epoch   time.Time
 
 	mu       sync.Mutex
-	slots    []loopSlot
-	free     []uint32
+	slots    slotTable
 	held     int           // connections in the set
 	pipes    []*splicePipe // empty pipes, ready for a burst
 	again    []loopDir     // directions that used their budget
@@ -143,11 +142,6 @@ type evloop struct {
 // most twice that): a probe is due only after the idle time (30 s by
 // default), so setting it a second late delays none.
 const kaDelay = time.Second
-
-type loopSlot struct {
-	l   *link
-	gen uint32
-}
 
 // loopDir names one direction of the connection in a slot.
 type loopDir struct {
@@ -421,19 +415,7 @@ func (lp *evloop) addLocked(l *link, cfd, ufd int32) bool {
 		lp.closeLocked(l, net.ErrClosed, false)
 		return false
 	}
-	var i uint32
-	if n := len(lp.free); n > 0 {
-		i, lp.free = lp.free[n-1], lp.free[:n-1]
-	} else {
-		i = uint32(len(lp.slots))
-		lp.slots = append(lp.slots, loopSlot{})
-	}
-	s := &lp.slots[i]
-	s.l, s.gen = l, (s.gen+1)&0x7fffffff
-	if s.gen == 0 {
-		s.gen = 1
-	}
-	l.lkey = uint64(s.gen)<<32 | uint64(i)
+	l.lkey = lp.slots.take(l)
 	lp.held++
 	l.last.Store(int64(time.Since(lp.epoch)))
 	l.state.Store(linkLooped)
@@ -466,7 +448,7 @@ func (lp *evloop) keepAlives(now time.Duration) {
 		return
 	}
 	for _, key := range lp.kaq {
-		if l := lp.lookup(key); l != nil && l.kaPending.CompareAndSwap(true, false) {
+		if l := lp.slots.lookup(key); l != nil && l.kaPending.CompareAndSwap(true, false) {
 			fd := int(l.lfd[1])
 			if setKeepAliveFD(fd, lp.ka) == nil && lp.ka.Enable {
 				setUserTimeoutFD(fd, userTimeout(lp.ka))
@@ -528,7 +510,7 @@ func (lp *evloop) run() {
 			}
 			key := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
 			side := int(key >> 63)
-			l := lp.lookup(key &^ (1 << 63))
+			l := lp.slots.lookup(key &^ (1 << 63))
 			if l == nil {
 				continue // ended earlier in this batch
 			}
@@ -546,7 +528,7 @@ func (lp *evloop) run() {
 		// batch; those that use it again wait for the next.
 		again, lp.again = lp.again, again[:0]
 		for _, d := range again {
-			if l := lp.lookup(d.key); l != nil {
+			if l := lp.slots.lookup(d.key); l != nil {
 				lp.pump(l, d.i)
 			}
 		}
@@ -561,15 +543,6 @@ func (lp *evloop) run() {
 			l.end()
 		}
 	}
-}
-
-// lookup returns the link in the slot key names, or nil.
-func (lp *evloop) lookup(key uint64) *link {
-	i, gen := uint32(key), uint32(key>>32)
-	if int(i) >= len(lp.slots) || lp.slots[i].gen != gen {
-		return nil
-	}
-	return lp.slots[i].l
 }
 
 // pump moves what socket i of l has to socket 1-i: direction i (0: client
@@ -772,9 +745,7 @@ func (lp *evloop) freeSlot(l *link) {
 	if l.lkey == 0 {
 		return
 	}
-	i := uint32(l.lkey)
-	lp.slots[i].l = nil
-	lp.free = append(lp.free, i)
+	lp.slots.release(l.lkey)
 	l.lkey = 0
 	lp.held--
 }
@@ -951,7 +922,7 @@ func (ls *loops) idle() int {
 	for _, lp := range all {
 		lp.mu.Lock()
 		now := int64(time.Since(lp.epoch))
-		for _, s := range lp.slots {
+		for _, s := range lp.slots.slots {
 			if l := s.l; l != nil && now-l.last.Load() >= int64(ls.after) && !l.blocked[0] && !l.blocked[1] {
 				n++
 			}

@@ -59,8 +59,7 @@ type parker struct {
 	epf       *os.File // the epoll set; nil while nothing is parked
 	epfd      int      // epf's fd (epf.Fd would make it blocking)
 	erc       syscall.RawConn
-	slots     []slot             // parked links by slot, for events
-	free      []uint32           // free slots
+	slots     slotTable          // parked links by slot, for events
 	byConn    map[net.Conn]*link // parked links by client conn, for closePair
 	parked    int
 	looping   bool      // the event goroutine runs
@@ -79,11 +78,6 @@ type parker struct {
 	// lps, if not nil, are the proxy's event loops: their idle
 	// connections count as parked.
 	lps *loops
-}
-
-type slot struct {
-	l   *link
-	gen uint32
 }
 
 // parkedLink is what a link keeps for the parker.
@@ -301,27 +295,15 @@ func (pk *parker) park(l *link) bool {
 	if pk.epf == nil && !pk.openLocked() {
 		return false
 	}
-	var i uint32
-	if n := len(pk.free); n > 0 {
-		i, pk.free = pk.free[n-1], pk.free[:n-1]
-	} else {
-		i = uint32(len(pk.slots))
-		pk.slots = append(pk.slots, slot{})
-	}
-	s := &pk.slots[i]
-	s.l, s.gen = l, s.gen+1
-	if s.gen == 0 {
-		s.gen = 1
-	}
-	key := uint64(s.gen)<<32 | uint64(i)
+	key := pk.slots.take(l)
 	epfd := pk.epfd
 	if !epollCtl(epfd, unix.EPOLL_CTL_ADD, rc0, key) {
-		pk.freeSlotLocked(i)
+		pk.slots.release(key)
 		return false
 	}
 	if !epollCtl(epfd, unix.EPOLL_CTL_ADD, rc1, key) {
 		epollCtl(epfd, unix.EPOLL_CTL_DEL, rc0, 0)
-		pk.freeSlotLocked(i)
+		pk.slots.release(key)
 		return false
 	}
 	l.rcs, l.key = [2]syscall.RawConn{rc0, rc1}, key
@@ -334,11 +316,6 @@ func (pk *parker) park(l *link) bool {
 		go pk.loop(pk.epf, pk.erc)
 	}
 	return true
-}
-
-func (pk *parker) freeSlotLocked(i uint32) {
-	pk.slots[i].l = nil
-	pk.free = append(pk.free, i)
 }
 
 // openLocked makes the epoll set.
@@ -442,9 +419,8 @@ func (pk *parker) loop(f *os.File, rc syscall.RawConn) {
 		pk.mu.Lock()
 		for _, ev := range events[:n] {
 			key := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
-			i, gen := uint32(key), uint32(key>>32)
-			if int(i) < len(pk.slots) && pk.slots[i].gen == gen && pk.slots[i].l != nil {
-				woken = append(woken, pk.slots[i].l)
+			if l := pk.slots.lookup(key); l != nil {
+				woken = append(woken, l)
 				keys = append(keys, key)
 			}
 		}
@@ -519,7 +495,7 @@ func (pk *parker) forgetLocked(l *link) {
 		epollCtl(pk.epfd, unix.EPOLL_CTL_DEL, l.rcs[0], 0)
 		epollCtl(pk.epfd, unix.EPOLL_CTL_DEL, l.rcs[1], 0)
 	}
-	pk.freeSlotLocked(uint32(l.key))
+	pk.slots.release(l.key)
 	delete(pk.byConn, l.client)
 	pk.parked--
 	l.rcs, l.key = [2]syscall.RawConn{}, 0
