@@ -107,7 +107,7 @@ type binary struct {
 	description string // the package's one-line summary, then its text
 	units       []string
 	etc         map[string]string // conffile path → file in examples/deploy (/etc/default/NAME is added)
-	etcDirs     []string          // directories made 0700 for the operator's secrets
+	etcDirs     []string          // directories postinst makes 0700 for the operator's secrets
 	user        string            // the system user postinst makes; "" runs as root
 	groupDir    string            // a directory of etcDirs the user's group may read (0750)
 	// upgrade is the postinst's command for a service running during an
@@ -128,7 +128,7 @@ var binaries = []binary{
 		units:   []string{"proofkit-agent.service"},
 		etcDirs: []string{"/etc/proofkit-agent"},
 		// Root: it sizes the kernel at every start (see the unit).
-		upgrade: "systemctl try-restart proofkit-agent.service",
+		upgrade: "deb-systemd-invoke try-restart proofkit-agent.service",
 		next: "proofkit-agent: set PROOFKIT_AGENT_REPORT_URL in /etc/default/proofkit-agent and the token in\n" +
 			"/etc/proofkit-agent/token, then: systemctl enable --now proofkit-agent",
 	},
@@ -141,8 +141,11 @@ var binaries = []binary{
 		units: []string{"pinproxy.service", "pinproxy.socket"},
 		etc:   map[string]string{"/etc/pinproxy/upstreams": "pinproxy-upstreams"},
 		user:  "pinproxy",
-		// The new binary takes the listener and every connection.
-		upgrade: "systemctl kill -s USR2 --kill-whom=main pinproxy.service",
+		// The new binary takes the listener and every connection. "--"
+		// ends deb-systemd-invoke's own options; it passes kill on to
+		// systemctl once policy-rc.d allows it. A proxy not running has
+		// no main process to signal: nothing to hand over.
+		upgrade: "deb-systemd-invoke -- kill --kill-whom=main --signal=USR2 pinproxy.service 2>/dev/null",
 		next:    "pinproxy: set the upstreams in /etc/pinproxy/upstreams, then: systemctl enable --now pinproxy",
 	},
 	{
@@ -154,7 +157,7 @@ var binaries = []binary{
 		etcDirs:  []string{"/etc/proofkit-platform"},
 		user:     "proofkit-platform",
 		groupDir: "/etc/proofkit-platform",
-		upgrade:  "systemctl try-restart proofkit-platform.service",
+		upgrade:  "deb-systemd-invoke try-restart proofkit-platform.service",
 		next: "proofkit-platform: write /etc/proofkit-platform/tokens (mode 0640, group proofkit-platform) and set PLATFORM_FLAGS in\n" +
 			"/etc/default/proofkit-platform, then: systemctl enable --now proofkit-platform",
 	},

@@ -82,9 +82,6 @@ func debPackage(root string, bin binary, arch string, b build, exe []byte) ([]by
 		confList = append(confList, dst)
 	}
 	slices.Sort(confList)
-	for _, d := range bin.etcDirs {
-		data = append(data, entry{path: strings.TrimPrefix(d, "/") + "/", mode: 0o700})
-	}
 	doc := "usr/share/doc/" + bin.name + "/"
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
@@ -134,8 +131,10 @@ func debPackage(root string, bin binary, arch string, b build, exe []byte) ([]by
 			services = append(services, u)
 		}
 	}
-	vars := struct{ User, GroupDir, Services, Units, Upgrade, Next string }{
-		bin.user, bin.groupDir, strings.Join(services, " "), strings.Join(bin.units, " "), bin.upgrade, bin.next}
+	vars := struct {
+		User, GroupDir, Services, Units, Upgrade, Next string
+		EtcDirs                                        []string
+	}{bin.user, bin.groupDir, strings.Join(services, " "), strings.Join(bin.units, " "), bin.upgrade, bin.next, bin.etcDirs}
 	for name, tmpl := range scripts {
 		var s strings.Builder
 		if err := tmpl.Execute(&s, vars); err != nil {
@@ -165,7 +164,9 @@ License: Apache-2.0
 `
 
 // The maintainer scripts. Nothing is enabled or started: the operator
-// gives the settings first. A service running during an upgrade is
+// gives the settings first. Service actions go through deb-systemd-invoke
+// (init-system-helpers, essential), which obeys policy-rc.d: an image build
+// that forbids starting services starts none. A service running during an upgrade is
 // carried over (pinproxy hands its connections to the new binary).
 var (
 	postinst = template.Must(template.New("postinst").Parse(`#!/bin/sh
@@ -176,15 +177,20 @@ if [ "$1" = configure ]; then
 		adduser --system --group --no-create-home --home /nonexistent --quiet {{.User}}
 	fi
 {{- end}}
-{{- if .GroupDir}}
-	if ! dpkg-statoverride --list {{.GroupDir}} >/dev/null; then
-		chown root:{{.User}} {{.GroupDir}}
-		chmod 0750 {{.GroupDir}}
+{{- range .EtcDirs}}
+	# Made here, not shipped: the operator's secrets live in it, and a
+	# mode or owner the operator gives it later is theirs to keep.
+	if [ ! -d {{.}} ]; then
+{{- if eq . $.GroupDir}}
+		install -d -m 0750 -o root -g {{$.User}} {{.}}
+{{- else}}
+		install -d -m 0700 {{.}}
+{{- end}}
 	fi
 {{- end}}
 	if [ -d /run/systemd/system ]; then
 		systemctl daemon-reload >/dev/null || true
-		if [ -n "$2" ] && systemctl is-active --quiet {{.Services}}; then
+		if [ -n "$2" ]; then
 			{{.Upgrade}} || true
 		fi
 	fi
@@ -199,7 +205,7 @@ exit 0
 	prerm = template.Must(template.New("prerm").Parse(`#!/bin/sh
 set -e
 if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
-	systemctl stop {{.Units}} >/dev/null 2>&1 || true
+	deb-systemd-invoke stop {{.Units}} >/dev/null 2>&1 || true
 fi
 exit 0
 `))
@@ -208,6 +214,11 @@ set -e
 if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload >/dev/null || true
 fi
+{{- range .EtcDirs}}
+if [ "$1" = purge ]; then
+	rmdir --ignore-fail-on-non-empty {{.}} || true
+fi
+{{- end}}
 exit 0
 `))
 )
