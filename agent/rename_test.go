@@ -20,11 +20,11 @@ import (
 )
 
 // namePlatform accepts the readings of the nodes its token allows (any,
-// for an operator's token) and answers 403 for the others, as the
+// for the platform admin's token) and answers 403 for the others, as the
 // reference platform does for a node's token.
 type namePlatform struct {
 	mu    sync.Mutex
-	allow map[string]bool // nil: an operator's token, any node
+	allow map[string]bool // nil: the admin's token, any node
 	down  bool
 	got   []overload.Reading
 }

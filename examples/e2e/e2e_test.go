@@ -229,7 +229,7 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 	if err := agenttest.WriteNode(fake, agenttest.Node{MemoryUsedPercent: 40}); err != nil {
 		t.Fatal(err)
 	}
-	// The platform knows an operator's token and node-1's; the agent
+	// The platform knows its admin's token and node-1's; the agent
 	// holds node-1's.
 	tokens, agentToken := filepath.Join(dir, "tokens"), filepath.Join(dir, "agent-token")
 	if err := os.WriteFile(tokens, []byte("e2e-operator\ne2e-node-1 node-1\n"), 0o600); err != nil {
