@@ -158,3 +158,26 @@ func BenchmarkTrackerMarshalJSON(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTrackerUnmarshalJSON: restoring the states of
+// BenchmarkTrackerMarshalJSON, through encoding/json, as a platform does
+// when it loads a node.
+func BenchmarkTrackerUnmarshalJSON(b *testing.B) {
+	for _, st := range []struct {
+		name string
+		tr   *Tracker
+	}{{"calm", calmTracker(b)}, {"busy", busyTracker(b, 4)}, {"events100", busyTracker(b, 50)}} {
+		state, err := st.tr.MarshalJSON()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("state="+st.name+"/codec=encoding_json", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := RestoreTracker(state, Limits{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

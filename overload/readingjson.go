@@ -18,6 +18,24 @@ import (
 // whose answer (and error) then stands. So it refuses no input
 // encoding/json takes, and changes no error: FuzzDecodePlain holds it to
 // that.
+//
+// It pays: a platform decodes a reading of every node every 30 s, and
+// encoding/json, which finds each field by reflection after a first pass
+// over the bytes, takes five times as long. BenchmarkReadingUnmarshal,
+// validation included, the two side by side, medians of 10 runs
+// alternated in one session on a shared 2-core machine (6e5cfe1): an
+// agent's reading of a node with two links and eight listeners (797
+// bytes) in 5.0 µs against 25.0 µs through encoding/json, 20 µs saved,
+// 14 % of the 0.14 ms of CPU a report costs the platform at 100,000
+// nodes; platformload's reading, with neither (257 bytes), 1.5 against
+// 8.2 µs, 5 %. The machine was busier than when the 0.14 ms was
+// measured (the encoding of BenchmarkTrackerMarshalJSON's busy state
+// took twice as long as it did then), so on a quiet one the shares are
+// about half: 7 % and 2 %.
+//
+//	go test -c -o /tmp/o.test ./overload/
+//	flock /tmp/bench.lock sh -c 'for i in $(seq 10); do /tmp/o.test -test.run "^$" -test.bench ReadingUnmarshal -test.benchmem; done' >ab.txt
+//	benchstat -col /codec ab.txt
 func decodePlain(b []byte, r *Reading) bool {
 	d := plainDecoder{b: b}
 	if !d.object(r) {
