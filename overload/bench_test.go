@@ -108,33 +108,76 @@ func busyTracker(tb testing.TB, overloads int) *Tracker {
 	return tr
 }
 
-// BenchmarkTrackerMarshalJSON: encoding the state of a node that has
-// been through overloads (busyTracker), as a platform does on every
-// report of every node.
-func BenchmarkTrackerMarshalJSON(b *testing.B) {
-	tr := busyTracker(b, 4)
-	state, err := tr.MarshalJSON()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := tr.MarshalJSON(); err != nil {
-			b.Fatal(err)
+// calmTracker returns the tracker of a node no check has passed on, as
+// most of a fleet's are: version 2 readings of one run, its windows full,
+// no finding and no event.
+func calmTracker(tb testing.TB) *Tracker {
+	tr := NewTracker("eu-01", Limits{})
+	at := t0.Add(417305112)
+	for i := range 8 {
+		r := calm(at)
+		r.Version, r.Run, r.Seq = ReadingVersion, "4f1c2a9be0d34c5e8a6b7c9d0e1f2a3b", uint64(i+1)
+		if _, err := tr.Observe(r); err != nil {
+			tb.Fatal(err)
 		}
+		at = at.Add(step)
 	}
-	b.ReportMetric(float64(len(state)), "state-bytes")
+	return tr
 }
 
-// BenchmarkTrackerMarshalJSONReference: the same state through
-// encoding/json, as MarshalJSON encoded it before it was written by hand
-// (marshalReference), to compare with BenchmarkTrackerMarshalJSON.
-func BenchmarkTrackerMarshalJSONReference(b *testing.B) {
-	tr := busyTracker(b, 4)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := marshalReference(tr); err != nil {
+// BenchmarkTrackerMarshalJSON: encoding a node's tracker state, as a
+// platform does on every report of every node, by MarshalJSON
+// (codec=hand) and through encoding/json as MarshalJSON did before it
+// was written by hand (codec=encoding_json, marshalReference), side by
+// side, for a calm node (calmTracker), a node that has been through four
+// overloads (busyTracker) and one whose event list is full (100 events,
+// the default MaxEvents). Compare with
+// benchstat -col /codec.
+func BenchmarkTrackerMarshalJSON(b *testing.B) {
+	for _, st := range []struct {
+		name string
+		tr   *Tracker
+	}{{"calm", calmTracker(b)}, {"busy", busyTracker(b, 4)}, {"events100", busyTracker(b, 50)}} {
+		state, err := st.tr.MarshalJSON()
+		if err != nil {
 			b.Fatal(err)
 		}
+		for _, codec := range []struct {
+			name    string
+			marshal func(*Tracker) ([]byte, error)
+		}{{"hand", (*Tracker).MarshalJSON}, {"encoding_json", marshalReference}} {
+			b.Run("state="+st.name+"/codec="+codec.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := codec.marshal(st.tr); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(len(state)), "state-bytes")
+			})
+		}
+	}
+}
+
+// BenchmarkTrackerUnmarshalJSON: restoring the states of
+// BenchmarkTrackerMarshalJSON, through encoding/json, as a platform does
+// when it loads a node.
+func BenchmarkTrackerUnmarshalJSON(b *testing.B) {
+	for _, st := range []struct {
+		name string
+		tr   *Tracker
+	}{{"calm", calmTracker(b)}, {"busy", busyTracker(b, 4)}, {"events100", busyTracker(b, 50)}} {
+		state, err := st.tr.MarshalJSON()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("state="+st.name+"/codec=encoding_json", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := RestoreTracker(state, Limits{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

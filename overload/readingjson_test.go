@@ -2,6 +2,7 @@ package overload
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -19,10 +20,9 @@ var plainCases = []struct {
 	{`{}`, true},
 	{`{"links":[],"listeners":[],"missing":[],"notes":[]}`, true},
 	{`{"links":[{}],"listeners":[{}]}`, true},
-	{`{"links":[{"name":"eth0","rx_bps":-0,"tx_bps":1.5e-3,"speed_mbps":1000,"x":{"a":[1,true,false,"s",{}]}}]}`, true},
+	{`{"links":[{"name":"eth0","rx_bps":-0,"tx_bps":1.5e-3,"speed_mbps":1000}]}`, true},
 	{`{"listeners":[{"addr":"[::]:443","queue":4294967295,"backlog":0}]}`, true},
 	{`{"missing":["memory","nope"],"notes":["é ok"]}`, true},
-	{`{"extra":[1,2,{"b":"c"}],"more":-1.5E+3,"":true}`, true},
 	{`{"v":-9223372036854775808,"cpus":9223372036854775807,"seq":18446744073709551615}`, true},
 	{`{"v":-0}`, true},
 	{`{"load15":1e-400}`, true},
@@ -57,6 +57,8 @@ var plainCases = []struct {
 	{`{"links":[{"name":"a","name":"b"}]}`, false},
 	{`{"links":[null]}`, false},
 	{`{"links":{}}`, false},
+	{`{"links":[{"name":"eth0","x":{"a":[1,true,false,"s",{}]}}]}`, false},
+	{`{"extra":[1,2,{"b":"c"}],"more":-1.5E+3,"":true}`, false},
 	{`{"x":null}`, false},
 	{`{"x":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, false},
 }
@@ -100,15 +102,60 @@ func FuzzDecodePlain(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) { samePlain(t, b) })
 }
 
-// BenchmarkReadingUnmarshal: decoding a reading as an agent sends it,
-// validation included.
+// decodeReference decodes b as UnmarshalJSON does, through encoding/json
+// alone, without decodePlain.
+func decodeReference(b []byte, r *Reading) error {
+	var v readingJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("decode reading: %w: %w", ErrInvalidReading, err)
+	}
+	if v.Version != 1 && v.Version != ReadingVersion {
+		return fmt.Errorf("decode reading: %w%s: v %d, want 1 or %d", ErrInvalidReading, ofNode(v.Node), v.Version, ReadingVersion)
+	}
+	if err := Reading(v).Validate(); err != nil {
+		return fmt.Errorf("decode reading: %w", err)
+	}
+	*r = Reading(v)
+	return nil
+}
+
+// BenchmarkReadingUnmarshal: decoding a reading, validation included, as
+// the platform's report handler does (UnmarshalJSON called directly),
+// by UnmarshalJSON (codec=hand: decodePlain) and through encoding/json
+// alone (codec=encoding_json: decodeReference), side by side, for
+// platformload's reading (no link, no listener) and for an agent's on a
+// node with two links and eight listeners (sshd and a proxy on IPv4
+// and IPv6, a local resolver's two, two exporters on loopback).
+// Compare with benchstat -col /codec.
 func BenchmarkReadingUnmarshal(b *testing.B) {
-	body := []byte(`{"v":2,"node":"n7","at":"2026-11-30T12:00:00Z","run":"4f1c2a9be0d34c5e8a6b7c9d0e1f2a3b","seq":812,"memory_used_percent":61.25,"load15":1.5,"cpus":4,"conntrack_entries":1000,"conntrack_max":262144,"conntrack_drops":0,"listen_drops":0,"missing":["bandwidth"]}`)
-	b.ReportAllocs()
-	for b.Loop() {
-		var r Reading
-		if err := json.Unmarshal(body, &r); err != nil {
-			b.Fatal(err)
+	for _, rd := range []struct {
+		name string
+		body string
+	}{
+		{"platformload", `{"v":2,"node":"n7","at":"2026-11-30T12:00:00Z","run":"4f1c2a9be0d34c5e8a6b7c9d0e1f2a3b","seq":812,"memory_used_percent":61.25,"load15":1.5,"cpus":4,"conntrack_entries":1000,"conntrack_max":262144,"conntrack_drops":0,"listen_drops":0,"missing":["bandwidth"]}`},
+		{"node", `{"v":2,"node":"eu-01","at":"2026-11-30T12:00:00.417305112Z","run":"4f1c2a9be0d34c5e8a6b7c9d0e1f2a3b","seq":812,"memory_used_percent":61.25,"load15":1.5,"cpus":8,"conntrack_entries":21344,"conntrack_max":262144,"conntrack_drops":0,"listen_drops":0,"listeners":[{"addr":"0.0.0.0:22","queue":0,"backlog":128},{"addr":"[::]:22","queue":0,"backlog":128},{"addr":"127.0.0.53:53","queue":0,"backlog":4096},{"addr":"127.0.0.54:53","queue":0,"backlog":4096},{"addr":"0.0.0.0:443","queue":0,"backlog":4096},{"addr":"[::]:443","queue":0,"backlog":4096},{"addr":"127.0.0.1:9100","queue":0,"backlog":4096},{"addr":"127.0.0.1:9464","queue":0,"backlog":4096}],"links":[{"name":"eth0","rx_bps":81234567.5,"tx_bps":91234567.25,"speed_mbps":10000},{"name":"eth1","rx_bps":1234.5,"tx_bps":2345.5,"speed_mbps":1000}]}`},
+	} {
+		body := []byte(rd.body)
+		for _, hand := range []bool{true, false} {
+			codec := "hand"
+			if !hand {
+				codec = "encoding_json"
+			}
+			b.Run("reading="+rd.name+"/codec="+codec, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					var r Reading
+					var err error
+					if hand {
+						err = r.UnmarshalJSON(body)
+					} else {
+						err = decodeReference(body, &r)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }

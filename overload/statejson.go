@@ -20,6 +20,22 @@ import (
 // them, times as time.Time.MarshalJSON writes them and floats as
 // encoding/json formats them. What encoding/json refuses (a NaN, a time
 // outside years 0 to 9999) is an error here too.
+//
+// It pays, the more the longer a node's history: the state holds the
+// node's events, up to MaxEvents (100), and is encoded whole on every
+// report. BenchmarkTrackerMarshalJSON, these functions against
+// encoding/json (marshalReference), side by side, medians of 10 runs
+// alternated in one session on a shared 2-core machine (6e5cfe1): a calm
+// node's state (351 bytes) in 0.8 µs against 5.1 µs, a node's with nine
+// events (3.6 KiB) in 10.5 against 43.4 µs, with 100 events (28 KiB) in
+// 87 against 322 µs; one allocation against 24, 60 and 332. Against the
+// 0.14 ms of CPU a report costs the platform at 100,000 nodes, 3 %, 23 %
+// and 170 % saved; about half that on the quiet machine the 0.14 ms was
+// measured on, where the busy state took 5.3 µs against 18.8.
+//
+//	go test -c -o /tmp/o.test ./overload/
+//	flock /tmp/bench.lock sh -c 'for i in $(seq 10); do /tmp/o.test -test.run "^$" -test.bench TrackerMarshalJSON -test.benchmem; done' >ab.txt
+//	benchstat -col /codec ab.txt
 
 // appendState appends t's state as MarshalJSON encodes it.
 func (t *Tracker) appendState(b []byte) ([]byte, error) {

@@ -25,6 +25,11 @@ func (e Event) toJSON() eventJSON {
 // encoding/json. MarshalJSON must give the same bytes, and refuse the
 // same states.
 func marshalReference(tr *Tracker) ([]byte, error) {
+	return json.Marshal(referenceState(tr))
+}
+
+// referenceState returns tr's state as marshalReference encodes it.
+func referenceState(tr *Tracker) trackerState {
 	s := trackerState{
 		Version:    stateVersion,
 		Node:       tr.node,
@@ -61,7 +66,7 @@ func marshalReference(tr *Tracker) ([]byte, error) {
 		}
 		s.Checks[c] = checkJSON{Window: string(w), Last: st.last}
 	}
-	return json.Marshal(s)
+	return s
 }
 
 // stateStrings returns every string tr's state holds.
