@@ -28,6 +28,28 @@ type nodeStore interface {
 	// history, n also holds its latest closures and n.noticeCount its
 	// notices. fn must not change n.
 	read(ctx context.Context, id string, history bool, fn func(n *node, now time.Time) error) error
+	// report takes a reading of node id: take, then plan, on the node
+	// locked, created if the store does not hold it; what they changed,
+	// the event, notice and closures they decided (node.clearChange's
+	// fields) included, is kept when both return nil. take's error is
+	// the reading's own (refused): nothing of it is kept, and a node
+	// created for it is not. It returns the notice as kept: nil when
+	// the store refused it (PostgreSQL decides the one notice an hour in
+	// the database too).
+	//
+	// How is the store's: it may run take and plan again (a transaction
+	// run again), run them beside other reports' in one transaction
+	// (batching), or run take on its own copy of the node before it
+	// locks it and plan there too, keeping the result only if the node
+	// has not changed since the copy (PostgreSQL's cache of quiet
+	// nodes). So take and plan change only n and what they capture, and
+	// plan asks tx for routes only when it needs them.
+	report(ctx context.Context, id string, take takeFunc, plan planFunc) (*overload.Notice, error)
+	// planDue runs plan on every registered node whose plan is due, each
+	// locked, and keeps what it changed; a node whose plan fails is
+	// logged and left, and the round goes on (PostgreSQL returns an
+	// error naming them).
+	planDue(ctx context.Context, plan planFunc) error
 	// routeNode is the node that holds live route id; an error wrapping
 	// errUnknown when none does.
 	routeNode(ctx context.Context, id string) (string, error)
@@ -35,11 +57,23 @@ type nodeStore interface {
 	nodeIDs(ctx context.Context) ([]string, error)
 }
 
-// nodeTx is what a use case may ask of the store while update holds a
-// node.
+// takeFunc takes a reading on node n at now (nodeStore.report).
+type takeFunc func(n *node, now time.Time) error
+
+// planFunc plans node n at now (nodeStore.report and planDue).
+type planFunc func(n *node, now time.Time, tx nodeTx) error
+
+// nodeTx is what a use case may ask of the store while it holds a node.
 type nodeTx interface {
 	// routeTaken reports whether a route id is held by a node already.
 	routeTaken(id string) (bool, error)
+	// alternatives loads n's live routes into n, if the store keeps
+	// them apart and has not yet, and answers routing's question for a
+	// plan of n at now: the alternatives in the whole route table.
+	alternatives(n *node, now time.Time) (routing.Alternatives, error)
+	// failed is the first error the store met answering alternatives:
+	// the change then fails.
+	failed() error
 }
 
 // store is a whole store: the node use cases' nodeStore, and what each
@@ -77,6 +111,68 @@ type fleet struct {
 // newFleet is the use cases over st, whose deliveries n delivers (nil:
 // none).
 func newFleet(st store, n *notifier) *fleet { return &fleet{rules: st.base(), store: st, notify: n} }
+
+// report takes reading r of the node it names and plans the node: a
+// reading the node's tracker already counted returns errDuplicate and
+// an older one errStale, with the node's name and state; both change
+// nothing. The outcome is logged, and the notifier woken for what it
+// sent, once the store has kept it: only for a node with a receiver (a
+// wake costs the PostgreSQL store a claim, a statement and a commit,
+// which for an undeliverable notice finds nothing).
+func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, error) {
+	if err := checkNodeID(r.Node); err != nil {
+		return reportOutcome{}, fmt.Errorf("report: %w", err)
+	}
+	out := reportOutcome{Node: r.Node}
+	var at time.Time
+	notice, err := f.store.report(ctx, r.Node, func(n *node, now time.Time) error {
+		var err error
+		out, err = f.take(n, r, now)
+		n.event, n.notice, at = out.Event, out.Notice, now
+		return err
+	}, f.planNode)
+	switch {
+	case errors.Is(err, errDuplicate) || errors.Is(err, errStale):
+		return out, err
+	case err != nil:
+		return reportOutcome{}, err
+	}
+	out.Notice = notice
+	f.logOutcome(r, out, at)
+	if f.dispatch != nil && (out.Notice != nil || (out.Event != nil && out.Event.Kind == overload.End && f.dispatch.ended)) &&
+		f.dispatch.receivers().forNode(r.Node) != nil {
+		f.dispatch.poke()
+	}
+	return out, nil
+}
+
+// planNode plans node n at now and carries the plan out in n (planOne),
+// for the store to write. A node whose plan can change nothing but its
+// budgets' dates (quiet) is planned without its routes, which the
+// PostgreSQL store then need not read.
+func (f *fleet) planNode(n *node, now time.Time, tx nodeTx) error {
+	if n.info.Role == 0 {
+		return nil
+	}
+	var alts routing.Alternatives
+	if !f.quiet(n, now) {
+		var err error
+		if alts, err = tx.alternatives(n, now); err != nil {
+			return err
+		}
+	}
+	_, err := f.planOne(now, n, alts)
+	if ferr := tx.failed(); ferr != nil {
+		return ferr
+	}
+	if err != nil {
+		f.log.Error("plan round", "node", n.info.ID, "err", err)
+	}
+	return nil
+}
+
+// planRound plans every node whose plan is due.
+func (f *fleet) planRound(ctx context.Context) error { return f.store.planDue(ctx, f.planNode) }
 
 // admit answers whether node id takes new connections now.
 func (f *fleet) admit(ctx context.Context, id string) (admitAnswer, error) {

@@ -95,16 +95,12 @@ func parseNoticeCursor(s string) (int64, error) {
 // included.
 const requestTimeout = 10 * time.Second
 
-// service is what each store still does its own way: the report path
-// (the PostgreSQL store batches reports and decides quiet nodes' from a
-// cache), plan rounds and the lists.
+// service is what each store still does its own way: the lists.
 type service interface {
-	report(ctx context.Context, r overload.Reading) (reportOutcome, error)
 	views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error)
 	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
 	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
 	plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error)
-	planRound(ctx context.Context) error
 }
 
 // Refusal reasons, the "reason" word of every error body (the report
@@ -172,7 +168,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})
-	rep := reportHandler{svc, idx}
+	rep := reportHandler{f, idx}
 	mux.Handle("POST /report", rep)
 	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, _ identity, req openRequest) (route, error) {
 		return f.open(ctx, req)
@@ -348,7 +344,7 @@ func (h reportFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // bound, and handleReport, without the request's copy that auth makes to
 // carry its context (handleReport takes the context as an argument).
 type reportHandler struct {
-	svc service
+	f   *fleet
 	idx tokenIndex
 }
 
@@ -364,7 +360,7 @@ func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
 	limitBody(w, r)
-	handleReport(ctx, h.svc, w, r, id.node)
+	handleReport(ctx, h.f, w, r, id.node)
 }
 
 // authorize returns who r's token speaks for; without a known token it
@@ -398,7 +394,7 @@ func limitBody(w http.ResponseWriter, r *http.Request) {
 // (kept and retried: the operator must fix the agent's configuration);
 // 503 while the store is unavailable and 500 when this node's state
 // cannot be saved (both retried).
-func handleReport(ctx context.Context, svc service, w http.ResponseWriter, r *http.Request, tokenNode string) {
+func handleReport(ctx context.Context, f *fleet, w http.ResponseWriter, r *http.Request, tokenNode string) {
 	buf := getBuffer()
 	defer putBuffer(buf)
 	body, err := readBody(r, *buf)
@@ -429,7 +425,7 @@ func handleReport(ctx context.Context, svc service, w http.ResponseWriter, r *ht
 		}
 		rd.Node = tokenNode
 	}
-	out, err := svc.report(ctx, rd)
+	out, err := f.report(ctx, rd)
 	dup := errors.Is(err, errDuplicate)
 	switch {
 	case err != nil && !dup:

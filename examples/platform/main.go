@@ -277,7 +277,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		case <-tick.C:
 			rctx, cancel := context.WithTimeout(ctx, o.planEvery)
-			if err := svc.planRound(rctx); err != nil {
+			if err := f.planRound(rctx); err != nil {
 				log.Warn("plan round", "err", err)
 			}
 			cancel()

@@ -126,6 +126,19 @@ type node struct {
 	// by its read with history.
 	noticeCount int
 	savedBytes  []byte // the file's content as last written
+
+	// What the change being made decided, for the store to write with
+	// it (the store clears them before each change: clearChange).
+	event     *overload.Event  // the event a reading produced
+	notice    *overload.Notice // the notice a reading sends; the store may refuse it (one an hour)
+	closing   []closedRoute    // the routes a plan closed
+	relied    []routing.Route  // routes of other nodes the plan's moves rely on
+	replanned bool             // the plan closed something or moved the budgets on
+}
+
+// clearChange forgets what the last change decided.
+func (n *node) clearChange() {
+	n.event, n.notice, n.closing, n.relied, n.replanned = nil, nil, nil, nil, false
 }
 
 // route is a live route with its pricing session and what it has earned.
@@ -228,69 +241,62 @@ type reportOutcome struct {
 	Notice     *overload.Notice `json:"notice,omitempty"`
 }
 
-// report observes one reading of the node it names, then runs a plan
-// round. A reading the node's tracker already counted returns errDuplicate
-// and an older one errStale; both change nothing. A node whose state
-// cannot be saved gets errUnsaved, and its record goes back to what is on
-// disk: the next request sees what the last answered one left.
-func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome, error) {
-	if err := checkNodeID(r.Node); err != nil {
-		return reportOutcome{}, fmt.Errorf("report: %w", err)
-	}
+// report takes a reading of node id (nodeStore.report), under the
+// store's one lock: the node, created if new, is written once, after
+// take and plan, with the outbox entries of its notice before it. A node
+// whose state cannot be saved gets errUnsaved, and its record goes back
+// to what is on disk: the next request sees what the last answered one
+// left.
+func (p *platform) report(_ context.Context, id string, take takeFunc, plan planFunc) (*overload.Notice, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
-	n := p.nodes[r.Node]
+	n := p.nodes[id]
 	isNew := n == nil
 	if isNew {
 		var err error
-		if n, err = p.newNode(r.Node); err != nil {
-			return reportOutcome{}, err
+		if n, err = p.newNode(id); err != nil {
+			return nil, err
 		}
 	}
-	out, err := p.observe(n, r, now)
-	if err != nil {
-		return out, err
+	n.clearChange()
+	if err := take(n, now); err != nil {
+		if !isNew {
+			p.revert(n)
+		}
+		return nil, err
 	}
 	if isNew {
-		p.nodes[r.Node] = n
+		p.nodes[id] = n
 		p.log.Warn("reports from a node the route table does not hold: tracked, not admitted until it is, never planned",
-			"node", r.Node)
+			"node", id)
 	}
-	if out.Notice != nil {
+	if n.notice != nil {
 		p.lastNotice++
-		n.notices = appendBounded(n.notices, numberedNotice{ID: p.lastNotice, Notice: *out.Notice}, maxNotices)
+		n.notices = appendBounded(n.notices, numberedNotice{ID: p.lastNotice, Notice: *n.notice}, maxNotices)
 	}
 	// The outbox first: a notice saved in the node's file is always on
 	// its way (see enqueueDecided).
-	added, err := p.enqueueDecided(out, n.readings, now)
+	added, err := p.enqueueDecided(n, now)
 	if err != nil {
 		p.revert(n)
-		return reportOutcome{}, err
+		return nil, err
 	}
-	// Plan the node at once (the round writes its file if it closes
-	// something), then write what the reading changed (a no-op if the
-	// round just did): one write per report.
-	p.planRoundLocked(now, r.Node)
+	// Plan the node at once, then write what the reading and the plan
+	// changed: one write per report (and one for each node a move relies
+	// on).
+	if err := plan(n, now, &fileTx{p: p, now: now}); err != nil {
+		p.revert(n)
+		p.dropDecided(added)
+		return nil, err
+	}
+	p.carryOut(n, now, nil)
 	if err := p.save(n); err != nil {
 		p.revert(n)
 		p.dropDecided(added)
-		return reportOutcome{}, err
+		return nil, err
 	}
-	if len(added) > 0 {
-		p.dispatch.poke()
-	}
-	return out, nil
-}
-
-// observe counts reading r in n's tracker and copies its verdict into the
-// node routing plans; both stores call it with the node locked.
-func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutcome, error) {
-	out, err := c.take(n, r, now)
-	if err == nil {
-		c.logOutcome(r, out, now)
-	}
-	return out, err
+	return n.notice, nil
 }
 
 // take is observe without its log lines, which logOutcome writes.
@@ -381,53 +387,34 @@ func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
 	return a
 }
 
-// planRound runs one plan round over every registered node.
-func (p *platform) planRound(_ context.Context) error {
+// planDue plans every registered node, one after another, over one
+// index of the whole route table (fileTx.alternatives), each node's
+// closures recorded in the index before the next node is planned, so two
+// nodes never each close the route the other counted on. The example
+// "carries out" an action by removing the route from its table, ending
+// its pricing session and logging it.
+//
+// A node's file is written when the round closed something or changed
+// its budgets, not for a round that changed only the plan time: a quiet
+// fleet costs no disk writes.
+func (p *platform) planDue(_ context.Context, plan planFunc) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.planRoundLocked(p.now(), "")
-	return nil
-}
-
-// planRoundLocked plans the nodes one after another (only node `only` if
-// it is not empty) over one index of the whole route table, recording each
-// node's closures in the index before the next node is planned, so two
-// nodes never each close the route the other counted on. The example
-// "carries out" an action by removing the route from its table, ending its
-// pricing session and logging it.
-//
-// A node's file is written when the round closed something or changed its
-// budgets, not for a round that changed only the plan time: a quiet fleet
-// costs no disk writes.
-func (p *platform) planRoundLocked(now time.Time, only string) {
-	alts := &fleetIndex{p: p, now: now}
-	ids := []string{only}
-	if only == "" {
-		ids = p.ids()
-	}
-	for _, id := range ids {
+	now := p.now()
+	tx := &fileTx{p: p, now: now}
+	for _, id := range p.ids() {
 		n := p.nodes[id]
-		plan, changed, err := p.planOne(now, n, alts)
-		if err != nil {
-			p.log.Error("plan round", "node", id, "err", err)
+		if n.info.Role == 0 {
 			continue
 		}
-		for _, a := range plan.Actions {
-			p.logClosure(id, a)
-			alts.remove(a.Route)
-			// The route the move relies on counts as in use from now,
-			// saved with its node.
-			if keeps, ok := reliesOn(a); ok {
-				if kn := p.nodes[keeps.Node]; kn != nil && kn.routes[keeps.ID] != nil {
-					kn.routes[keeps.ID].ReliedOn = now
-					if err := p.save(kn); err != nil {
-						p.log.Error("saving node state", "node", kn.info.ID, "err", err)
-						p.revert(kn)
-					}
-				}
-			}
+		n.clearChange()
+		if err := plan(n, now, tx); err != nil {
+			p.log.Error("plan round", "node", id, "err", err)
+			p.revert(n)
+			continue
 		}
-		if !changed {
+		p.carryOut(n, now, tx.idx)
+		if !n.replanned {
 			continue
 		}
 		if err := p.save(n); err != nil {
@@ -435,22 +422,45 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 			p.revert(n)
 		}
 	}
+	return nil
+}
+
+// carryOut logs the closures n's plan decided, takes them out of the
+// round's index (nil: none built), and dates the routes its moves rely
+// on as in use from now, each saved with its node.
+func (p *platform) carryOut(n *node, now time.Time, idx *fleetIndex) {
+	for _, c := range n.closing {
+		p.logClosure(n.info.ID, c.Action)
+		idx.remove(c.Action.Route)
+	}
+	for _, keeps := range n.relied {
+		kn := p.nodes[keeps.Node]
+		if kn == nil || kn.routes[keeps.ID] == nil {
+			continue
+		}
+		kn.routes[keeps.ID].ReliedOn = now
+		if err := p.save(kn); err != nil {
+			p.log.Error("saving node state", "node", kn.info.ID, "err", err)
+			p.revert(kn)
+		}
+	}
 }
 
 // planOne plans node n at now and carries out the plan in n: its closed
-// routes leave n.routes, their sessions end, and n's budgets move on.
-// It reports whether n changed in a way worth saving (a round that
+// routes leave n.routes for n.closing, their sessions end, the routes
+// its moves rely on go into n.relied, and n's budgets move on;
+// n.replanned says whether n changed in a way worth saving (a round that
 // changed only the plan time is not: the budgets, which pace moves and
 // closures, are what the next plan needs). An unregistered node is not
 // planned.
-func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (routing.Plan, bool, error) {
+func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (routing.Plan, error) {
 	if n.info.Role == 0 {
-		return routing.Plan{}, false, nil
+		return routing.Plan{}, nil
 	}
 	routes := c.appendPricedRoutes(make([]routing.Route, 0, len(n.routes)), n, now)
 	plan, err := c.cfg.Policy.Plan(now, n.info, routes, alts)
 	if err != nil {
-		return routing.Plan{}, false, err
+		return routing.Plan{}, err
 	}
 	budgetsChanged := !sameBudgets(n.info.State, plan.State)
 	n.info.State = plan.State
@@ -458,13 +468,44 @@ func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (rout
 		rt := n.routes[a.Route.ID]
 		delete(n.routes, a.Route.ID)
 		rt.Session.End = now
-		n.closed = appendBounded(n.closed, closedRoute{Action: a, At: now, Earned: rt.Earned}, maxClosed)
+		cr := closedRoute{Action: a, At: now, Earned: rt.Earned, session: rt.Session}
+		n.closed = appendBounded(n.closed, cr, maxClosed)
+		n.closing = append(n.closing, cr)
+		if keeps, ok := reliesOn(a); ok {
+			n.relied = append(n.relied, keeps)
+		}
 	}
 	if len(plan.Actions) > 0 {
 		n.lastPlan = &plan
 		n.info.LiveUsers = liveUsers(n)
 	}
-	return plan, len(plan.Actions) > 0 || budgetsChanged, nil
+	n.replanned = n.replanned || len(plan.Actions) > 0 || budgetsChanged
+	return plan, nil
+}
+
+// quiet reports whether a plan of n at now can change nothing but n's
+// budgets' dates: n is registered, neither overloaded nor paused (so
+// routing closes none of its routes, used or not), and no price change
+// may have reached its sessions since its last plan (which priced its
+// routes as they are stored). Such a plan needs none of n's routes.
+func (c *rules) quiet(n *node, now time.Time) bool {
+	if n.info.Role == 0 {
+		return true // never planned
+	}
+	if n.info.Paused || n.info.Overloaded() {
+		return false
+	}
+	last := n.info.State.PlannedAt
+	if last.IsZero() || now.Before(last) {
+		return false
+	}
+	if k := n.prices.Len(); k > 0 {
+		c := n.prices.Changes()[k-1]
+		if !c.At.Add(n.prices.Window()).Before(last) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameBudgets reports whether two plan states hold the same budgets; the
@@ -515,8 +556,8 @@ func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
 }
 
 // Record does nothing: the platform records closures and reliance in its
-// own data after Plan returns (planRoundLocked), and ReliedOn answers from
-// the routes' ReliedOn.
+// own data after Plan returns (carryOut), and ReliedOn answers from the
+// routes' ReliedOn.
 func (f *fleetIndex) Record(time.Time, routing.Action) {}
 
 func (f *fleetIndex) ReliedOn(r routing.Route) time.Time {
@@ -533,7 +574,7 @@ var (
 
 // remove records a closure in the index, if it was built.
 func (f *fleetIndex) remove(r routing.Route) {
-	if f.idx != nil {
+	if f != nil && f.idx != nil {
 		f.idx.Remove(r)
 	}
 }
@@ -616,7 +657,9 @@ func (p *platform) update(_ context.Context, id string, fn func(n *node, now tim
 	if n == nil {
 		return fmt.Errorf("node %q: %w", id, errUnknownNode)
 	}
-	if err := fn(n, p.now(), fileTx{p}); err != nil {
+	n.clearChange()
+	now := p.now()
+	if err := fn(n, now, &fileTx{p: p, now: now}); err != nil {
 		p.revert(n)
 		return err
 	}
@@ -657,10 +700,25 @@ func (p *platform) nodeIDs(context.Context) ([]string, error) {
 	return p.ids(), nil
 }
 
-// fileTx is the file store's nodeTx: the store's lock is held.
-type fileTx struct{ p *platform }
+// fileTx is the file store's nodeTx: the store's lock is held, and a
+// plan's alternatives are the round's one index of the route table.
+type fileTx struct {
+	p   *platform
+	now time.Time
+	idx *fleetIndex // built at the first plan that asks
+}
 
-func (t fileTx) routeTaken(id string) (bool, error) { return t.p.routeExists(id), nil }
+func (t *fileTx) routeTaken(id string) (bool, error) { return t.p.routeExists(id), nil }
+
+// alternatives: the file store holds every route in memory.
+func (t *fileTx) alternatives(*node, time.Time) (routing.Alternatives, error) {
+	if t.idx == nil {
+		t.idx = &fleetIndex{p: t.p, now: t.now}
+	}
+	return t.idx, nil
+}
+
+func (t *fileTx) failed() error { return nil }
 
 // routeExists reports whether any node holds a route with this ID.
 func (p *platform) routeExists(id string) bool {
