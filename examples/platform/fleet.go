@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -55,6 +56,25 @@ type nodeStore interface {
 	routeNode(ctx context.Context, id string) (string, error)
 	// nodeIDs is every node's id, sorted.
 	nodeIDs(ctx context.Context) ([]string, error)
+
+	// The pages, each of at most limit items (0: all) after the cursor
+	// after, with the last one's cursor:
+	//
+	// eachNode runs fn on the nodes whose ids sort after after, by id,
+	// as one snapshot shows them, with their live routes and notice
+	// counts; a node whose stored state cannot be read is given with
+	// its error (and n nil). fn must not change n.
+	eachNode(ctx context.Context, after string, limit int, fn func(id string, n *node, now time.Time, err error)) (string, error)
+	// events pages through node id's events, oldest first, by their
+	// place in the node's event list (the file store keeps the newest
+	// overload.Limits.MaxEvents, PostgreSQL every one).
+	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
+	// notices pages through every node's notices by id, the order they
+	// became visible in.
+	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
+	// plans pages through each node's latest plan that closed something,
+	// by node id.
+	plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error)
 }
 
 // takeFunc takes a reading on node n at now (nodeStore.report).
@@ -76,11 +96,9 @@ type nodeTx interface {
 	failed() error
 }
 
-// store is a whole store: the node use cases' nodeStore, and what each
-// store still does its own way.
+// store is a whole store: the use cases' nodeStore, and what wires it.
 type store interface {
 	nodeStore
-	service
 	// base is the store's rules: its configuration, log, clock and
 	// dispatch.
 	base() *rules
@@ -321,6 +339,37 @@ func (f *fleet) view(ctx context.Context, id string) (nodeView, error) {
 		}
 	}
 	return v, nil
+}
+
+// views shows the nodes whose ids sort after after, at most limit of
+// them (0: all), by id, and returns the last one's id. A node that cannot
+// be shown (its stored state does not read, or does not marshal) is
+// listed with its error alone: one node's bad state never takes the
+// fleet's view down.
+func (f *fleet) views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
+	out := []json.RawMessage{}
+	last, err := f.store.eachNode(ctx, after, limit, func(id string, n *node, now time.Time, err error) {
+		if err != nil {
+			b, _ := json.Marshal(map[string]string{"id": id, "error": err.Error()})
+			out = append(out, b)
+			return
+		}
+		out = append(out, marshalView(id, f.viewLocked(n, now)))
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, last, nil
+}
+
+// events pages through node id's events, oldest first.
+func (f *fleet) events(ctx context.Context, id string, after int64, limit int) (eventPage, error) {
+	return f.store.events(ctx, id, after, limit)
+}
+
+// plans pages through each node's latest plan that closed something.
+func (f *fleet) plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
+	return f.store.plans(ctx, after, limit)
 }
 
 // notices returns the notices after after, at most limit, each with its

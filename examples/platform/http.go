@@ -18,7 +18,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/proofkit/nodekit/overload"
-	"github.com/proofkit/nodekit/routing"
 )
 
 // maxBody bounds a request body; a reading is a few hundred bytes.
@@ -95,14 +94,6 @@ func parseNoticeCursor(s string) (int64, error) {
 // included.
 const requestTimeout = 10 * time.Second
 
-// service is what each store still does its own way: the lists.
-type service interface {
-	views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error)
-	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
-	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
-	plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error)
-}
-
 // Refusal reasons, the "reason" word of every error body (the report
 // protocol's words, and a few of the operator endpoints').
 const (
@@ -126,7 +117,6 @@ const (
 // theirs answers as a node that does not exist; a node's agent may only
 // report for its node.
 func handler(f *fleet, toks tokens) http.Handler {
-	svc := f.store
 	mux := http.NewServeMux()
 	idx := toks.index()
 	owners := f.ownersWith(toks)
@@ -225,7 +215,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 			vs, last, err := f.operatorViews(r.Context(), nodesOf(owners, id.operator), after, limit)
 			return page{vs, last, len(vs) == limit}, err
 		}
-		vs, last, err := svc.views(r.Context(), after, limit)
+		vs, last, err := f.views(r.Context(), after, limit)
 		return page{vs, last, len(vs) == limit}, err
 	}))
 	mux.HandleFunc("GET /nodes/{id}", get(true, func(r *http.Request, id identity) (any, error) {
@@ -254,7 +244,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 				return page{}, fmt.Errorf("events: after=%.80q: want an event id, 0 or more, the value of the previous page's Link: %w", after, errBadInput)
 			}
 		}
-		evs, err := svc.events(r.Context(), node, from, limit)
+		evs, err := f.events(r.Context(), node, from, limit)
 		return page{evs, strconv.FormatInt(evs.Next, 10), evs.Next != 0}, err
 	}))
 	mux.HandleFunc("GET /notices", paged("notices", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
@@ -289,7 +279,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 		if err := afterNodeID("plans", after); err != nil {
 			return page{}, err
 		}
-		ps, last, err := svc.plans(r.Context(), after, limit)
+		ps, last, err := f.plans(r.Context(), after, limit)
 		return page{ps, last, len(ps) == limit}, err
 	}))
 	mux.HandleFunc("POST /nodes/{id}/pause", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {

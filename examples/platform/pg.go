@@ -1505,21 +1505,21 @@ func (p *pgPlatform) selectNode(ctx context.Context, tx pgx.Tx, id string) (*pgN
 	return p.loadNode(ctx, tx, id, state)
 }
 
-// views shows the nodes whose ids sort after after, at most limit of
-// them (0: all), by id, each from its row and live routes, and returns
-// the last one's id; a node whose stored state cannot be read is listed
-// with its error alone. A page reads only its own nodes' routes and
-// notices.
-func (p *pgPlatform) views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
-	out := []json.RawMessage{}
-	last := ""
+// eachNode runs fn on the nodes whose ids sort after after, at most
+// limit of them (0: all), by id, each from its row, live routes and
+// notice count as one read-only snapshot shows them (nodeStore.eachNode);
+// a node whose stored state cannot be read is given with its error. A
+// page reads only its own nodes' routes and notices.
+func (p *pgPlatform) eachNode(ctx context.Context, after string, limit int, fn func(id string, n *node, now time.Time, err error)) (string, error) {
+	type row struct {
+		id    string
+		state []byte
+	}
+	var nodes []row
+	var routes map[string][]*route
+	var notices map[string]int
 	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
-		out, last = out[:0], ""
-		type row struct {
-			id    string
-			state []byte
-		}
-		var nodes []row
+		nodes = nodes[:0]
 		var lim *int // NULL: LIMIT ALL
 		if limit > 0 {
 			lim = &limit
@@ -1547,36 +1547,34 @@ func (p *pgPlatform) views(ctx context.Context, after string, limit int) ([]json
 				ids[i] = r.id
 			}
 		}
-		routes, err := liveRoutes(ctx, tx, ids)
-		if err != nil {
+		if routes, err = liveRoutes(ctx, tx, ids); err != nil {
 			return err
 		}
-		notices, err := noticeCounts(ctx, tx, ids)
-		if err != nil {
-			return err
-		}
-		now := p.now()
-		for _, r := range nodes {
-			nd, err := p.decodeNode(r.state)
-			if err != nil {
-				b, _ := json.Marshal(map[string]string{"id": r.id, "error": fmt.Sprintf("node %s: stored state: %v", r.id, err)})
-				out = append(out, b)
-				continue
-			}
-			for _, rt := range routes[r.id] {
-				nd.routes[rt.Route.ID] = rt
-			}
-			nd.info.LiveUsers = liveUsers(nd)
-			v := p.viewLocked(nd, now)
-			v.Notices = notices[r.id]
-			out = append(out, marshalView(r.id, v))
-		}
-		if len(nodes) > 0 {
-			last = nodes[len(nodes)-1].id
-		}
-		return nil
+		notices, err = noticeCounts(ctx, tx, ids)
+		return err
 	})
-	return out, last, err
+	if err != nil {
+		return "", err
+	}
+	now := p.now()
+	for _, r := range nodes {
+		nd, err := p.decodeNode(r.state)
+		if err != nil {
+			fn(r.id, nil, now, fmt.Errorf("node %s: stored state: %w", r.id, err))
+			continue
+		}
+		for _, rt := range routes[r.id] {
+			nd.routes[rt.Route.ID] = rt
+		}
+		nd.info.LiveUsers = liveUsers(nd)
+		nd.noticeCount = notices[r.id]
+		fn(r.id, nd, now, nil)
+	}
+	last := ""
+	if len(nodes) > 0 {
+		last = nodes[len(nodes)-1].id
+	}
+	return last, nil
 }
 
 // liveRoutes returns the live routes of the nodes ids, or of every node

@@ -810,11 +810,9 @@ func (e *numberedEvent) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, &e.Event)
 }
 
-// views shows the nodes whose ids sort after after, at most limit of
-// them (0: all), by id, and returns the last one's id. A node that cannot
-// be shown (its state does not marshal) is listed with its error alone:
-// one node's bad state never takes the fleet's view down.
-func (p *platform) views(_ context.Context, after string, limit int) ([]json.RawMessage, string, error) {
+// eachNode runs fn on the nodes whose ids sort after after, at most
+// limit of them (0: all), by id (nodeStore.eachNode).
+func (p *platform) eachNode(_ context.Context, after string, limit int, fn func(id string, n *node, now time.Time, err error)) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
@@ -823,15 +821,14 @@ func (p *platform) views(_ context.Context, after string, limit int) ([]json.Raw
 	if limit > 0 && len(ids) > limit {
 		ids = ids[:limit]
 	}
-	out := make([]json.RawMessage, 0, len(ids))
 	for _, id := range ids {
-		out = append(out, marshalView(id, p.viewLocked(p.nodes[id], now)))
+		fn(id, p.nodes[id], now, nil)
 	}
 	last := ""
 	if len(ids) > 0 {
 		last = ids[len(ids)-1]
 	}
-	return out, last, nil
+	return last, nil
 }
 
 // sortSearch returns the index of the first of the sorted ids after after.

@@ -589,7 +589,7 @@ func TestSampleRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if vs, _, _ := p.views(t.Context(), "", 0); len(vs) != 3 {
+	if vs, _, _ := newFleet(p, nil).views(t.Context(), "", 0); len(vs) != 3 {
 		got := len(vs)
 		t.Fatalf("%d nodes, want 3", got)
 	}
