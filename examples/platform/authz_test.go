@@ -182,8 +182,10 @@ func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) n
 
 // TestPauseAndApprove: the admin pauses a node: from that moment it takes
 // nobody new, its operator's view says so in the help page's words, and
-// an approval gives routing back. An operator sets their node's
-// max_users and sees it.
+// an approval gives routing back; each is an event in the node's event
+// list (a second pause of a paused node is none), after the overload's
+// start and end, which keep their ids, and across a restart. An operator
+// sets their node's max_users and sees it.
 func TestPauseAndApprove(t *testing.T) { eachStore(t, testPauseAndApprove) }
 
 func testPauseAndApprove(t *testing.T, open opener) {
@@ -230,11 +232,42 @@ func testPauseAndApprove(t *testing.T, open opener) {
 	if code := do("POST", "/routes", testToken, `{"node":"x1","user":"u9","key":"vpn"}`, nil); code != 409 {
 		t.Errorf("a route through a paused node: %d, want 409", code)
 	}
+	if code := do("POST", "/nodes/x1/pause", testToken, "", nil); code != 204 {
+		t.Fatalf("a second pause: %d", code)
+	}
 	if code := do("POST", "/nodes/x1/approve", testToken, "", nil); code != 204 {
 		t.Fatalf("approve: %d", code)
 	}
 	if do("GET", "/admit?node=x1", testToken, "", &a); !a.Admit {
 		t.Errorf("admit of an approved node: %+v", a)
+	}
+	events := func(f *fleet) string {
+		t.Helper()
+		pg, err := f.events(t.Context(), "x1", 0, maxPage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range pg.Events {
+			got = append(got, fmt.Sprintf("%d:%s", e.ID, e.Kind))
+		}
+		return strings.Join(got, " ")
+	}
+	if got, want := events(f), "1:paused 2:approved"; got != want {
+		t.Errorf("x1's events after a pause, another and an approval: %q, want %q", got, want)
+	}
+	var page struct {
+		Events []struct {
+			ID   int64              `json:"id"`
+			Kind overload.EventKind `json:"kind"`
+		} `json:"events"`
+	}
+	if code := do("GET", "/nodes/x1/events", "tok-alice", "", &page); code != 200 || len(page.Events) != 2 ||
+		page.Events[0].Kind != eventPaused || page.Events[1].Kind != eventApproved {
+		t.Errorf("the operator's x1 events: %d %+v, want paused then approved", code, page.Events)
+	}
+	if v := status(); len(v.Events) != 2 || v.Events[0].Kind != eventPaused || v.Events[1].Kind != eventApproved {
+		t.Errorf("the operator's view's events: %+v, want paused then approved", v.Events)
 	}
 	if code := do("POST", "/max-users", "tok-alice", `{"node":"x1","max_users":1}`, nil); code != 204 {
 		t.Fatalf("max-users: %d", code)
@@ -244,5 +277,21 @@ func testPauseAndApprove(t *testing.T, open opener) {
 	}
 	if code := do("POST", "/max-users", "tok-alice", `{"node":"x1","max_users":-1}`, nil); code != 400 {
 		t.Errorf("max-users -1: %d, want 400", code)
+	}
+	// An overload's start comes after them, and they stay across a
+	// restart.
+	for i, mem := range []float64{95, 95, 95} {
+		c.add(30 * time.Second)
+		r := reading("x1", i+1, mem)
+		r.At = c.now()
+		if _, err := f.report(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := open(c, testSeed())
+	for _, ff := range []*fleet{f, newFleet(again.svc, nil)} {
+		if got, want := events(ff), "1:paused 2:approved 3:start"; got != want {
+			t.Errorf("x1's events after an overload's start (and on a restart): %q, want %q", got, want)
+		}
 	}
 }

@@ -370,13 +370,17 @@ func TestDashboardStates(t *testing.T) {
 		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
 			t.Fatalf("pause: %v %v", resp, err)
 		}
-		if s := state(); !strings.HasPrefix(s, "paused: routing paused: the node is being emptied") || !strings.Contains(s, "Routing comes back once the platform approves the node again.") {
-			t.Errorf("a paused node:\n%s", s)
+		if s := state(); !strings.HasPrefix(s, "paused: routing paused: the node is being emptied") || !strings.Contains(s, "Routing comes back once the platform approves the node again.") ||
+			!strings.Contains(s, "<td>routing paused: the node is being emptied</td>") {
+			t.Errorf("a paused node, with its pause in its event list:\n%s", s)
 		}
 		req, _ = http.NewRequest("POST", b.srv.URL+"/nodes/a1/approve", nil)
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
 			t.Fatalf("approve: %v %v", resp, err)
+		}
+		if s := state(); !strings.Contains(s, "<td>approved again: routing comes back</td>") {
+			t.Errorf("an approved node's event list:\n%s", s)
 		}
 		expect(t, "max_users 1", b.do("POST", "/dashboard/max-users", url.Values{"csrf": {csrf}, "node": {"a1"}, "max_users": {"1"}}, alice), 303)
 		if s := state(); !strings.HasPrefix(s, "full: max_users filled: your cap, not an overload") || !strings.Contains(s, "with no notice") {

@@ -568,24 +568,37 @@ func (f *fleet) setMaxUsers(ctx context.Context, req maxUsersRequest) error {
 // pause pauses routing to node id (paused), or approves it again: from
 // the next admission and plan on, routing's paused rules hold (nobody
 // new; every route unused for two hours closed; above the move
-// threshold, routes in use moved).
+// threshold, routes in use moved). Each change goes into the node's
+// event list ("paused", "approved"); pausing a paused node, or approving
+// one not paused, changes nothing.
 func (f *fleet) pause(ctx context.Context, id string, paused bool) error {
 	if err := checkNodeID(id); err != nil {
 		return err
 	}
-	err := f.store.update(ctx, id, func(n *node, _ time.Time, _ nodeTx) error {
+	changed := false
+	err := f.store.update(ctx, id, func(n *node, now time.Time, _ nodeTx) error {
 		if n.info.Role == 0 {
 			return fmt.Errorf("node %q: %w", id, errUnknownNode)
 		}
+		if changed = n.info.Paused != paused; !changed {
+			return nil
+		}
 		n.info.Paused = paused
+		ev := overload.Event{Kind: eventApproved, At: now}
+		if paused {
+			ev.Kind = eventPaused
+		}
+		n.eventsSeen++
+		n.marks = appendBounded(n.marks, numberedEvent{ID: n.eventsSeen, Event: ev}, maxMarks)
+		n.event = &ev
 		return nil
 	})
-	if err == nil {
-		if paused {
-			f.log.Warn("routing paused", "node", id)
-		} else {
-			f.log.Info("node approved: routing resumed", "node", id)
-		}
+	switch {
+	case err != nil || !changed:
+	case paused:
+		f.log.Warn("routing paused", "node", id)
+	default:
+		f.log.Info("node approved: routing resumed", "node", id)
 	}
 	return err
 }

@@ -346,6 +346,14 @@ func encodeState(n *node) ([]byte, error) {
 		b = append(b, `,"events_seen":`...)
 		b = strconv.AppendInt(b, n.eventsSeen, 10)
 	}
+	if len(n.marks) > 0 { // a few, rarely: encoding/json's
+		mb, err := json.Marshal(n.marks)
+		if err != nil {
+			return nil, fmt.Errorf("save node %s: marks: %w: %w", n.info.ID, errUnsaved, err)
+		}
+		b = append(b, `,"marks":`...)
+		b = append(b, mb...)
+	}
 	return append(b, '}'), nil
 }
 

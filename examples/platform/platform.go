@@ -38,10 +38,19 @@ type config struct {
 	Dispatch *dispatch
 }
 
-// maxClosed and maxNotices bound what a node keeps for display.
+// maxClosed, maxNotices and maxMarks bound what a node keeps for
+// display.
 const (
 	maxClosed  = 200
 	maxNotices = 100
+	maxMarks   = 100
+)
+
+// The platform's own events in a node's event list, beside the
+// tracker's overload starts and ends.
+const (
+	eventPaused   overload.EventKind = "paused"   // the admin paused routing to the node
+	eventApproved overload.EventKind = "approved" // the admin approved it again
 )
 
 // maxAhead is how far ahead of the platform's clock a version 1 reading
@@ -119,7 +128,8 @@ type node struct {
 	lastPlan   *routing.Plan     // the latest plan that closed something
 	nextRoute  int               // sequence for route IDs the platform gives out
 	readings   int64             // readings counted (not duplicates, not refused)
-	eventsSeen int64             // events the tracker produced, kept or not
+	eventsSeen int64             // events the node had, the tracker's and the platform's, kept or not
+	marks      []numberedEvent   // the platform's own events (paused, approved), newest last, at most maxMarks
 	startedAt  time.Time         // the overload's start by the platform's clock; zero when not overloaded
 	// noticeCount is how many notices the store keeps of the node
 	// beside notices (the PostgreSQL store keeps them in a table), set
@@ -859,23 +869,44 @@ func (p *platform) events(_ context.Context, id string, after int64, limit int) 
 	if n == nil {
 		return eventPage{}, fmt.Errorf("events of node %q: %w", id, errUnknownNode)
 	}
-	evs := n.tracker.Events()
-	// Number the kept events by their place among every event the node
-	// had, so a page's cursor stays valid as old ones fall off.
-	first := n.eventsSeen - int64(len(evs)) + 1
 	page := eventPage{Node: id, Events: []numberedEvent{}}
-	for i, e := range evs {
-		seq := first + int64(i)
-		if seq <= after {
+	for _, e := range eventList(n) {
+		if e.ID <= after {
 			continue
 		}
 		if len(page.Events) == limit {
 			page.Next = page.Events[len(page.Events)-1].ID
 			break
 		}
-		page.Events = append(page.Events, numberedEvent{ID: seq, Event: e})
+		page.Events = append(page.Events, e)
 	}
 	return page, nil
+}
+
+// eventList is n's event list, oldest first: the tracker's overload
+// starts and ends and the platform's own events (marks), each numbered
+// by its place among every event the node had, so a page's cursor stays
+// valid as old ones fall off. A mark carries its number; the tracker's
+// events take the numbers up to eventsSeen that the marks left, newest
+// last.
+func eventList(n *node) []numberedEvent {
+	evs := n.tracker.Events()
+	out := make([]numberedEvent, 0, len(evs)+len(n.marks))
+	taken := make(map[int64]bool, len(n.marks))
+	for _, m := range n.marks {
+		taken[m.ID] = true
+	}
+	num := n.eventsSeen
+	for i := len(evs) - 1; i >= 0; i-- {
+		for taken[num] {
+			num--
+		}
+		out = append(out, numberedEvent{ID: num, Event: evs[i]})
+		num--
+	}
+	out = append(out, n.marks...)
+	slices.SortFunc(out, func(a, b numberedEvent) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }
 
 func (p *rules) viewLocked(n *node, now time.Time) nodeView {
@@ -886,7 +917,7 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 		Findings: n.tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.info.MemoryPercent,
 		LastReading: n.tracker.LastReading(), Price: n.info.Price, MaxUsers: n.info.MaxUsers,
 		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,
-		Closed: slices.Clone(n.closed), Notices: len(n.notices) + n.noticeCount, Readings: n.readings, Events: n.tracker.Events(),
+		Closed: slices.Clone(n.closed), Notices: len(n.notices) + n.noticeCount, Readings: n.readings,
 		Routes: []route{},
 	}
 	if admitErr != nil { // not registered (no role), or invalid: not admitted
@@ -895,8 +926,9 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 	if v.Findings == nil {
 		v.Findings = []overload.Finding{}
 	}
-	if v.Events == nil {
-		v.Events = []overload.Event{}
+	v.Events = []overload.Event{}
+	for _, e := range eventList(n) {
+		v.Events = append(v.Events, e.Event)
 	}
 	if v.Closed == nil {
 		v.Closed = []closedRoute{}

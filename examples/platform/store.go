@@ -44,6 +44,7 @@ type nodeFile struct {
 	NextRoute     int               `json:"next_route"`
 	Readings      int64             `json:"readings,omitempty"`
 	EventsSeen    int64             `json:"events_seen,omitempty"`
+	Marks         []numberedEvent   `json:"marks,omitempty"` // the platform's own events
 }
 
 func (p *platform) path(id string) string {
@@ -76,7 +77,7 @@ func encodeNode(n *node, full bool) ([]byte, error) {
 		V: fileVersion, ID: n.info.ID, Country: n.info.Country, Paused: n.info.Paused,
 		MaxUsers: n.info.MaxUsers, MemoryPercent: n.info.MemoryPercent, OverloadEnded: n.info.OverloadEnded, Started: n.startedAt,
 		PlanState: n.info.State, LastPlan: n.lastPlan,
-		NextRoute: n.nextRoute, Routes: []route{}, Readings: n.readings, EventsSeen: n.eventsSeen,
+		NextRoute: n.nextRoute, Routes: []route{}, Readings: n.readings, EventsSeen: n.eventsSeen, Marks: n.marks,
 	}
 	if full {
 		f.Closed = n.closed
@@ -219,7 +220,7 @@ func (p *rules) decodeNode(b []byte) (*node, error) {
 		},
 		tracker: tr, prices: h, routes: map[string]*route{},
 		closed: f.Closed, lastPlan: f.LastPlan,
-		nextRoute: f.NextRoute, readings: f.Readings, eventsSeen: max(f.EventsSeen, int64(len(tr.Events()))),
+		nextRoute: f.NextRoute, readings: f.Readings, eventsSeen: max(f.EventsSeen, int64(len(tr.Events())+len(f.Marks))), marks: f.Marks,
 	}
 	if tr.Overloaded() && !f.Started.IsZero() {
 		n.startedAt, n.info.OverloadedSince = f.Started, f.Started
