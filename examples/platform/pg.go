@@ -1633,7 +1633,12 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 		if !exists {
 			return fmt.Errorf("events of node %q: %w", id, errUnknownNode)
 		}
-		rows, err := tx.Query(ctx, `SELECT id, body FROM events WHERE node = $1 AND id > $2 ORDER BY id LIMIT $3`, id, after, limit+1)
+		var lim *int // NULL: LIMIT ALL
+		if limit > 0 {
+			more := limit + 1
+			lim = &more
+		}
+		rows, err := tx.Query(ctx, `SELECT id, body FROM events WHERE node = $1 AND id > $2 ORDER BY id LIMIT $3`, id, after, lim)
 		if err != nil {
 			return err
 		}
@@ -1647,7 +1652,7 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 			if err := json.Unmarshal(body, &e.Event); err != nil {
 				return fmt.Errorf("event %d of node %s: %w", e.ID, id, err)
 			}
-			if len(page.Events) == limit {
+			if limit > 0 && len(page.Events) == limit {
 				page.Next = page.Events[limit-1].ID
 				break
 			}

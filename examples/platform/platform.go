@@ -874,7 +874,7 @@ func (p *platform) events(_ context.Context, id string, after int64, limit int) 
 		if e.ID <= after {
 			continue
 		}
-		if len(page.Events) == limit {
+		if limit > 0 && len(page.Events) == limit {
 			page.Next = page.Events[len(page.Events)-1].ID
 			break
 		}

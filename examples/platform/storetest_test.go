@@ -197,7 +197,8 @@ func testStoreReport(t *testing.T, open opener) {
 	if err != nil || len(ns) != 1 || ns[0].Node != "x2" || ns[0].Text != out.Notice.Text {
 		t.Errorf("notices after x2's start: %+v, %v", ns, err)
 	}
-	evs, err := b.events(ctx, "x2", 0, maxPage)
+	evs, err := b.events(ctx, "x2", 0, 0) // 0: all, as every page
+
 	if err != nil || len(evs.Events) != 1 || evs.Events[0].Kind != overload.Start {
 		t.Errorf("x2's events after its start: %+v, %v", evs, err)
 	}
