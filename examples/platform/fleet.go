@@ -143,7 +143,9 @@ func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, 
 	}
 	out := reportOutcome{Node: r.Node}
 	var at time.Time
+	var first bool // the first reading counted of a node the route table does not hold
 	notice, err := f.store.report(ctx, r.Node, func(n *node, now time.Time) error {
+		first = n.info.Role == 0 && n.readings == 0
 		var err error
 		out, err = f.take(n, r, now)
 		n.event, n.notice, at = out.Event, out.Notice, now
@@ -156,6 +158,10 @@ func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, 
 		return reportOutcome{}, err
 	}
 	out.Notice = notice
+	if first {
+		f.log.Warn("reports from a node the route table does not hold: tracked, not admitted until it is, never planned",
+			"node", r.Node)
+	}
 	f.logOutcome(r, out, at)
 	if f.dispatch != nil && (out.Notice != nil || (out.Event != nil && out.Event.Kind == overload.End && f.dispatch.ended)) &&
 		f.dispatch.receivers().forNode(r.Node) != nil {

@@ -278,8 +278,6 @@ func (p *platform) report(_ context.Context, id string, take takeFunc, plan plan
 	}
 	if isNew {
 		p.nodes[id] = n
-		p.log.Warn("reports from a node the route table does not hold: tracked, not admitted until it is, never planned",
-			"node", id)
 	}
 	if n.notice != nil {
 		p.lastNotice++
