@@ -35,6 +35,9 @@ func authzTable() []authzRow {
 	admin := func(ok, unknown int) map[string][3]int { // the admin's alone
 		return map[string][3]int{"admin": {ok, ok, unknown}, "opA": all(403), "opB": all(403), "agentA": all(403), "none": all(401)}
 	}
+	operator := func(ok [3]int) map[string][3]int { // an operator's own receiver: no node
+		return map[string][3]int{"admin": all(403), "opA": ok, "opB": ok, "agentA": all(403), "none": all(401)}
+	}
 	list := func() map[string][3]int { // every token but an agent's; what it lists is checked apart
 		return map[string][3]int{"admin": all(200), "opA": all(200), "opB": all(200), "agentA": all(403), "none": all(401)}
 	}
@@ -54,6 +57,9 @@ func authzTable() []authzRow {
 		{"GET", "/plans", "", admin(200, 200)},
 		{"POST", "/nodes/X/pause", "", admin(204, 404)},
 		{"POST", "/nodes/X/approve", "", admin(204, 404)},
+		{"PUT", "/receiver", `{"url":"http://127.0.0.1:9/hook"}`, operator([3]int{201, 200, 200})},
+		{"GET", "/receiver", "", operator(all(200))},
+		{"POST", "/receiver/rotate", "", operator(all(200))},
 		{"GET", "/metrics", "", admin(200, 200)},
 		{"GET", "/healthz", "", map[string][3]int{"admin": all(200), "opA": all(200), "opB": all(200), "agentA": all(200), "none": all(200)}},
 	}

@@ -96,9 +96,11 @@ type nodeTx interface {
 	failed() error
 }
 
-// store is a whole store: the use cases' nodeStore, and what wires it.
+// store is a whole store: the use cases' nodeStore and receiverStore,
+// and what wires it.
 type store interface {
 	nodeStore
+	receiverStore
 	// base is the store's rules: its configuration, log, clock and
 	// dispatch.
 	base() *rules
@@ -122,13 +124,18 @@ type fleet struct {
 	// notify is the notifier delivering the store's outbox; nil: notices
 	// are not delivered.
 	notify *notifier
-	// owners is each node's operator as the route table names it.
+	// receivers keeps the operators' own receivers: the store.
+	receivers receiverStore
+	// owners is each node's operator as the route table names it (and,
+	// once wired, the token file too: ownersWith).
 	owners map[string]string
 }
 
 // newFleet is the use cases over st, whose deliveries n delivers (nil:
 // none).
-func newFleet(st store, n *notifier) *fleet { return &fleet{rules: st.base(), store: st, notify: n} }
+func newFleet(st store, n *notifier) *fleet {
+	return &fleet{rules: st.base(), store: st, receivers: st, notify: n}
+}
 
 // report takes reading r of the node it names and plans the node: a
 // reading the node's tracker already counted returns errDuplicate and

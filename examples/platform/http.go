@@ -296,6 +296,48 @@ func handler(f *fleet, toks tokens) http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
+	// An operator's own receiver: theirs alone (the admin has none, and
+	// sets receivers in the notify file).
+	operatorOnly := func(h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
+		return auth(true, func(w http.ResponseWriter, r *http.Request, id identity) {
+			if !id.isOperator() {
+				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the admin's token: %s %s is an operator's, for their own receiver (the admin's are in the notify file)", r.Method, r.URL.Path))
+				return
+			}
+			h(w, r, id)
+		})
+	}
+	mux.HandleFunc("GET /receiver", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
+		v, err := f.receiverOf(r.Context(), id.operator)
+		if err != nil {
+			writeFailure(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}))
+	mux.HandleFunc("PUT /receiver", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
+		var req receiverRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, created, err := f.setReceiver(r.Context(), id.operator, req)
+		switch {
+		case err != nil:
+			writeFailure(w, err)
+		case created:
+			writeJSON(w, http.StatusCreated, v)
+		default:
+			writeJSON(w, http.StatusOK, v)
+		}
+	}))
+	mux.HandleFunc("POST /receiver/rotate", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
+		v, err := f.rotateReceiver(r.Context(), id.operator)
+		if err != nil {
+			writeFailure(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}))
 	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
 		serveMetrics(f.notify, w, r)
 	}))

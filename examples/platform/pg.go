@@ -1803,3 +1803,48 @@ func (p *pgPlatform) planDue(ctx context.Context, plan planFunc) error {
 		}
 	}
 }
+
+// operatorReceivers is every operator's receiver (receiverStore).
+func (p *pgPlatform) operatorReceivers(ctx context.Context) (map[string]operatorReceiver, error) {
+	rows, err := p.db.Query(ctx, `SELECT operator, body FROM operator_receivers`)
+	out := map[string]operatorReceiver{}
+	var op string
+	var body []byte
+	err = eachRow(rows, err, []any{&op, &body}, func() error {
+		var r operatorReceiver
+		if err := json.Unmarshal(body, &r); err != nil {
+			return fmt.Errorf("receiver of operator %s: %w", op, err)
+		}
+		out[op] = r
+		return nil
+	})
+	return out, classify(err)
+}
+
+// updateReceiver runs fn on operator's receiver in a transaction holding
+// its row's lock (the row made first if there is none, kept only if fn
+// returns nil).
+func (p *pgPlatform) updateReceiver(ctx context.Context, operator string, fn func(r *operatorReceiver, now time.Time) error) error {
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO operator_receivers (operator, body) VALUES ($1, '{}') ON CONFLICT (operator) DO NOTHING`, operator); err != nil {
+			return err
+		}
+		var body []byte
+		if err := tx.QueryRow(ctx, `SELECT body FROM operator_receivers WHERE operator = $1 FOR UPDATE`, operator).Scan(&body); err != nil {
+			return err
+		}
+		var r operatorReceiver
+		if err := json.Unmarshal(body, &r); err != nil {
+			return fmt.Errorf("receiver of operator %s: %w: %w", operator, errUnsaved, err)
+		}
+		if err := fn(&r, p.now()); err != nil {
+			return err
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("receiver of operator %s: %w: %w", operator, errUnsaved, err)
+		}
+		_, err = tx.Exec(ctx, `UPDATE operator_receivers SET body = $2, updated_at = now() WHERE operator = $1`, operator, b)
+		return err
+	})
+}

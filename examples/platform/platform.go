@@ -74,6 +74,9 @@ type platform struct {
 	// notice with a higher id was always saved after every lower one.
 	lastNotice int64
 	box        *fileOutbox // nil without a notifier
+	// operators is the operators' own receivers, as operatorsFile holds
+	// them.
+	operators map[string]operatorReceiver
 }
 
 // numberedNotice is a notice with its id, which orders GET /notices: in
@@ -207,6 +210,9 @@ func newPlatform(cfg config, seed *seedFile) (*platform, error) {
 	}
 	p := &platform{rules: c, nodes: map[string]*node{}}
 	if err := p.load(); err != nil {
+		return nil, err
+	}
+	if err := p.loadOperators(); err != nil {
 		return nil, err
 	}
 	if err := p.openOutbox(); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -422,4 +423,54 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// operatorsFile holds the operators' own receivers in the state
+// directory: a JSON object by operator (not *.json, which is a node's).
+const operatorsFile = "operators.state"
+
+// loadOperators reads operatorsFile, if there is one.
+func (p *platform) loadOperators() error {
+	p.operators = map[string]operatorReceiver{}
+	b, err := os.ReadFile(filepath.Join(p.cfg.StateDir, operatorsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("operators' receivers: %w", err)
+	}
+	if err := json.Unmarshal(b, &p.operators); err != nil {
+		return fmt.Errorf("operators' receivers: %s: %w", operatorsFile, err)
+	}
+	return nil
+}
+
+// operatorReceivers is every operator's receiver (receiverStore).
+func (p *platform) operatorReceivers(context.Context) (map[string]operatorReceiver, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.operators), nil
+}
+
+// updateReceiver runs fn on operator's receiver under the store's lock,
+// and writes operatorsFile, atomically, when fn changed it.
+func (p *platform) updateReceiver(_ context.Context, operator string, fn func(r *operatorReceiver, now time.Time) error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.operators[operator]
+	r.Secrets = slices.Clone(r.Secrets)
+	if err := fn(&r, p.now()); err != nil {
+		return err
+	}
+	next := maps.Clone(p.operators)
+	next[operator] = r
+	b, err := json.MarshalIndent(next, "", "  ")
+	if err != nil {
+		return fmt.Errorf("operators' receivers: %w: %w", errUnsaved, err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(p.cfg.StateDir, operatorsFile), b, 0o600); err != nil {
+		return fmt.Errorf("operators' receivers: %w: %w", errUnsaved, err)
+	}
+	p.operators = next
+	return nil
 }
