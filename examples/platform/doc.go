@@ -32,6 +32,7 @@
 //	GET  /plans           each node's latest plan that closed something
 //	PUT  /receiver        {"url"} sets an operator's own receiver (its whsec_ secret answered once)
 //	POST /receiver/rotate a new secret; the old one signs beside it for a day
+//	POST /receiver/test   a test message to the operator's receiver, now
 //	GET  /metrics         notice deliveries, Prometheus text format
 //	GET  /healthz         {"ok":true}, no token
 //

@@ -338,6 +338,14 @@ func handler(f *fleet, toks tokens) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, v)
 	}))
+	mux.HandleFunc("POST /receiver/test", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
+		a, err := f.testReceiver(r.Context(), id.operator)
+		if err != nil {
+			writeFailure(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, a)
+	}))
 	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
 		serveMetrics(f.notify, w, r)
 	}))

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -234,4 +236,41 @@ func (f *fleet) round(ctx context.Context) error {
 		f.log.Warn("the operators' receivers not read", "err", err)
 	}
 	return f.planRound(ctx)
+}
+
+// typeTest is the type of a test message, sent on an operator's demand.
+const typeTest = "receiver.test"
+
+// testAnswer is what a test message did: its webhook-id, and whether
+// the receiver took it (a 2xx), with its status or the error.
+type testAnswer struct {
+	ID        string `json:"id"`
+	Delivered bool   `json:"delivered"`
+	Status    int    `json:"status,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// testReceiver sends operator's receiver a test message now, signed as
+// every message is (with both secrets during a rotation), and answers
+// what it did. The message is not kept: it is the operator's to try
+// their receiver with, not a notice.
+func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, error) {
+	var rc *receiver
+	if f.dispatch != nil {
+		rc = f.dispatch.receivers().byOperator[operator]
+	}
+	if rc == nil || f.notify == nil {
+		return testAnswer{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, errUnknown)
+	}
+	now := f.now()
+	body, err := json.Marshal(message{Type: typeTest, Timestamp: now.UTC(), Data: messageData{
+		At: now.UTC(), Text: "a test message from the platform, sent when you asked for it",
+	}})
+	if err != nil {
+		return testAnswer{}, err
+	}
+	id := "tst_" + operator + "_" + strconv.FormatInt(now.UnixMicro(), 10)
+	res := f.notify.attempt(ctx, rc, delivery{ID: id, Body: body, Created: now})
+	f.log.Info("receiver tested", "operator", operator, "host", rc.host(), "status", res.status, "err", res.err)
+	return testAnswer{ID: id, Delivered: res.outcome == outcomeDelivered, Status: res.status, Error: res.err}, nil
 }

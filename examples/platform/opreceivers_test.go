@@ -71,6 +71,23 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, _ int) {
 	if code, _, body := do("GET", "/receiver", "tok-alice", ""); code != 200 || strings.Contains(body, "whsec_") || strings.Contains(body, `"secret"`) {
 		t.Errorf("GET /receiver: %d %s, want 200 without the secret", code, body)
 	}
+	got := func(h *hook) []hookAttempt {
+		t.Helper()
+		as, _ := h.snapshot()
+		return as
+	}
+
+	// A test message on demand, signed with the secret.
+	var ta testAnswer
+	if code, _, body := do("POST", "/receiver/test", "tok-alice", ""); code != 200 || json.Unmarshal([]byte(body), &ta) != nil || !ta.Delivered || ta.Status != 200 {
+		t.Fatalf("POST /receiver/test: %d %s, want 200 delivered", code, body)
+	}
+	if as := got(alice); len(as) != 1 || !as[0].Verified || as[0].Msg.Type != typeTest || as[0].ID != ta.ID {
+		t.Fatalf("alice's receiver got %+v, want the test message, verified", as)
+	}
+	if code, _, _ := do("POST", "/receiver/test", "tok-bob", ""); code != 404 {
+		t.Errorf("a test of bob's receiver, which he has not set: %d, want 404", code)
+	}
 
 	// An overload of each node: a1's notice to alice's receiver, b1's to
 	// the notify file's.
@@ -85,12 +102,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, _ int) {
 		}
 	}
 	drain(t, np.n)
-	got := func(h *hook) []hookAttempt {
-		t.Helper()
-		as, _ := h.snapshot()
-		return as
-	}
-	if as := got(alice); len(as) != 1 || !as[0].Verified || as[0].Msg.Data.Node != "a1" || strings.Count(as[0].Headers.Get("webhook-signature"), "v1,") != 1 {
+	if as := got(alice); len(as) != 2 || !as[1].Verified || as[1].Msg.Data.Node != "a1" || strings.Count(as[1].Headers.Get("webhook-signature"), "v1,") != 1 {
 		t.Fatalf("alice's receiver got %+v, want a1's notice, signed once with her secret", as)
 	}
 	if as := got(file); len(as) != 1 || as[0].Msg.Data.Node != "b1" {
