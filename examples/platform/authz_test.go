@@ -61,6 +61,7 @@ func authzTable() []authzRow {
 		{"GET", "/receiver", "", operator(all(200))},
 		{"POST", "/receiver/rotate", "", operator(all(200))},
 		{"POST", "/receiver/test", "", operator(all(200))},
+		{"POST", "/receiver/enable", "", operator(all(200))},
 		{"GET", "/metrics", "", admin(200, 200)},
 		{"GET", "/healthz", "", map[string][3]int{"admin": all(200), "opA": all(200), "opB": all(200), "agentA": all(200), "none": all(200)}},
 	}

@@ -134,7 +134,11 @@ type fleet struct {
 // newFleet is the use cases over st, whose deliveries n delivers (nil:
 // none).
 func newFleet(st store, n *notifier) *fleet {
-	return &fleet{rules: st.base(), store: st, receivers: st, notify: n}
+	f := &fleet{rules: st.base(), store: st, receivers: st, notify: n}
+	if n != nil {
+		n.attempted = f.attempted
+	}
+	return f
 }
 
 // report takes reading r of the node it names and plans the node: a

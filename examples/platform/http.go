@@ -119,7 +119,10 @@ const (
 func handler(f *fleet, toks tokens) http.Handler {
 	mux := http.NewServeMux()
 	idx := toks.index()
+	// Each node's operator, by the route table and the token file: the
+	// fleet's too, whose operators' receivers take their nodes' notices.
 	owners := f.ownersWith(toks)
+	f.owners = owners
 	// auth serves h to the admin, and to an operator when operators may.
 	auth := func(operatorMay bool, h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -332,6 +335,14 @@ func handler(f *fleet, toks tokens) http.Handler {
 	}))
 	mux.HandleFunc("POST /receiver/rotate", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
 		v, err := f.rotateReceiver(r.Context(), id.operator)
+		if err != nil {
+			writeFailure(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}))
+	mux.HandleFunc("POST /receiver/enable", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
+		v, err := f.enableReceiver(r.Context(), id.operator)
 		if err != nil {
 			writeFailure(w, err)
 			return

@@ -228,7 +228,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
 	}
-	f.owners = f.ownersWith(toks)
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {

@@ -427,6 +427,9 @@ type notifier struct {
 	attempts [len(outcomeNames)]atomic.Int64
 	claimed  atomic.Int64 // deliveries claimed, for tests
 	running  sync.WaitGroup
+	// attempted, when set, is told of each attempt to an operator's own
+	// receiver, whether it delivered (fleet.attempted).
+	attempted func(ctx context.Context, rc *receiver, ok bool, at time.Time)
 }
 
 // newNotifier is the notifier of d's receivers, delivering box (a
@@ -584,7 +587,7 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
 	now := n.now()
 	rc := rs.forNode(d.Node)
 	if rc == nil {
-		n.settle(ctx, d, nil, attemptResult{outcome: outcomeUndeliverable, at: now, err: "no receiver for the node in the notify file"})
+		n.settle(ctx, d, nil, attemptResult{outcome: outcomeUndeliverable, at: now, err: "no receiver for the node: none in the notify file, or its operator's is disabled"})
 		return
 	}
 	key := rc.URL.String()
@@ -727,6 +730,9 @@ func (n *notifier) settle(ctx context.Context, d delivery, rc *receiver, res att
 	}
 	sctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
+	if rc != nil && rc.Operator != "" && n.attempted != nil && res.outcome <= outcomeGone {
+		n.attempted(sctx, rc, res.outcome == outcomeDelivered, res.at)
+	}
 	if err := n.box.settle(sctx, d, res); err != nil {
 		// The lease runs out and another attempt is made: at least once.
 		n.log.Warn("notify: recording a delivery", "id", d.ID, "err", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -21,7 +22,17 @@ type operatorReceiver struct {
 	// signs them beside the new one until its Until.
 	Secrets []operatorSecret `json:"secrets"`
 	Created time.Time        `json:"created"`
+	// FailingSince is the first failed attempt since the last delivered
+	// one (zero: none failing); Disabled, when the receiver was disabled
+	// for failing failFor (zero: enabled). A disabled receiver is sent
+	// nothing until its operator enables it again.
+	FailingSince time.Time `json:"failing_since,omitzero"`
+	Disabled     time.Time `json:"disabled,omitzero"`
 }
+
+// failFor is how long a receiver fails every attempt before it is
+// disabled.
+const failFor = 5 * 24 * time.Hour
 
 // operatorSecret is one of a receiver's secrets.
 type operatorSecret struct {
@@ -102,7 +113,7 @@ func withOperators(file *receivers, ops map[string]operatorReceiver, owners map[
 		if err != nil || len(keys) == 0 {
 			continue
 		}
-		rs.byOperator[op] = &receiver{Operator: op, URL: u, Secrets: keys}
+		rs.byOperator[op] = &receiver{Operator: op, URL: u, Secrets: keys, failingSince: r.FailingSince, disabled: !r.Disabled.IsZero()}
 	}
 	return rs
 }
@@ -116,11 +127,13 @@ type receiverView struct {
 	// when none does.
 	Rotating time.Time `json:"rotating_until,omitzero"`
 	// Secret is the new secret, in the answer that made it alone.
-	Secret string `json:"secret,omitempty"`
+	Secret       string    `json:"secret,omitempty"`
+	FailingSince time.Time `json:"failing_since,omitzero"`
+	Disabled     time.Time `json:"disabled,omitzero"` // after failing for 5 days; POST /receiver/enable
 }
 
 func (r operatorReceiver) view(now time.Time) receiverView {
-	v := receiverView{URL: r.URL, Created: r.Created}
+	v := receiverView{URL: r.URL, Created: r.Created, FailingSince: r.FailingSince, Disabled: r.Disabled}
 	for _, s := range r.Secrets {
 		if !s.Until.IsZero() && now.Before(s.Until) {
 			v.Rotating = s.Until
@@ -273,4 +286,61 @@ func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, 
 	res := f.notify.attempt(ctx, rc, delivery{ID: id, Body: body, Created: now})
 	f.log.Info("receiver tested", "operator", operator, "host", rc.host(), "status", res.status, "err", res.err)
 	return testAnswer{ID: id, Delivered: res.outcome == outcomeDelivered, Status: res.status, Error: res.err}, nil
+}
+
+// enableReceiver enables operator's receiver again, after it was
+// disabled for failing: it is sent their notices from now on.
+func (f *fleet) enableReceiver(ctx context.Context, operator string) (receiverView, error) {
+	var v receiverView
+	err := f.receivers.updateReceiver(ctx, operator, func(r *operatorReceiver, now time.Time) error {
+		if len(r.Secrets) == 0 {
+			return fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, errUnknown)
+		}
+		r.Disabled, r.FailingSince = time.Time{}, time.Time{}
+		v = r.view(now)
+		return nil
+	})
+	if err != nil {
+		return receiverView{}, err
+	}
+	f.log.Info("receiver enabled", "operator", operator)
+	return v, f.refreshReceivers(ctx)
+}
+
+// attempted records an attempt of a notice's delivery to an operator's
+// receiver rc, at at: delivered (ok) ends its failing; a failure starts
+// it, and one failFor after the first disables the receiver. The store
+// is written only when that changes.
+func (f *fleet) attempted(ctx context.Context, rc *receiver, ok bool, at time.Time) {
+	if rc.Operator == "" || (ok && rc.failingSince.IsZero()) ||
+		(!ok && !rc.failingSince.IsZero() && at.Sub(rc.failingSince) < failFor) {
+		return
+	}
+	disabled := false
+	err := f.receivers.updateReceiver(ctx, rc.Operator, func(r *operatorReceiver, _ time.Time) error {
+		switch {
+		case len(r.Secrets) == 0 || r.URL != rc.URL.String():
+			return errUnknown // changed since: the attempt was to another receiver
+		case ok:
+			r.FailingSince = time.Time{}
+		case r.FailingSince.IsZero():
+			r.FailingSince = at
+		case r.Disabled.IsZero() && at.Sub(r.FailingSince) >= failFor:
+			r.Disabled, disabled = at, true
+		}
+		return nil
+	})
+	if errors.Is(err, errUnknown) {
+		return
+	}
+	if err != nil {
+		f.log.Warn("notify: the receiver's failing not recorded", "operator", rc.Operator, "err", err)
+		return
+	}
+	if disabled {
+		f.log.Warn("notify: receiver disabled after failing for 5 days; its operator enables it again", "operator", rc.Operator, "receiver", rc.host())
+	}
+	if err := f.refreshReceivers(ctx); err != nil {
+		f.log.Warn("the operators' receivers not read", "err", err)
+	}
 }

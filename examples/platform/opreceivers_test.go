@@ -18,10 +18,12 @@ import (
 // node's still goes where the notify file says. A rotation's new secret
 // signs beside the old one for a day (two signatures), then alone. The
 // receiver is in the store: another instance (a replica, or a restart)
-// delivers to it too. The admin and a node's agent have no receiver.
+// delivers to it too. A receiver that fails every attempt for 5 days is
+// disabled and sent nothing, until its operator enables it again. The
+// admin and a node's agent have no receiver.
 func TestOperatorReceivers(t *testing.T) { eachNotifyStore(t, testOperatorReceivers) }
 
-func testOperatorReceivers(t *testing.T, open notifyOpener, _ int) {
+func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
 	file := newHook(t, c, hookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+file.url()+" "+hookSecret))
@@ -31,9 +33,10 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, _ int) {
 	f.owners = owners
 	srv := httptest.NewServer(handler(f, dashboardTokens))
 	defer srv.Close()
+	base := srv.URL
 	do := func(method, path, token, body string) (int, receiverView, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -150,6 +153,9 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, _ int) {
 	if err := g.round(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	srv2 := httptest.NewServer(handler(g, dashboardTokens))
+	defer srv2.Close()
+	base = srv2.URL // the file store's first instance is gone: a restart
 	a = redeliver(g, other.n)
 	if n := strings.Count(a.Headers.Get("webhook-signature"), "v1,"); n != 1 {
 		t.Errorf("a day after the rotation: %d signatures, want 1", n)
@@ -159,5 +165,51 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, _ int) {
 	}
 	if _, err := webhookreceiver.Verify([]string{second}, a.Headers, a.Body, a.At); err != nil {
 		t.Errorf("a day after the rotation, the new secret: %v", err)
+	}
+
+	// Failing for 5 days disables it; its operator enables it again.
+	alice = newHook(t, c, second)
+	if code, _, body := do("PUT", "/receiver", "tok-alice", `{"url":"`+alice.url()+`"}`); code != 200 {
+		t.Fatalf("alice's receiver moved: %d %s", code, body)
+	}
+	alice.setAnswer(500)
+	a = redeliver(g, other.n)
+	_, v, _ = do("GET", "/receiver", "tok-alice", "")
+	if a.Status != 500 || !v.FailingSince.Equal(c.now()) || !v.Disabled.IsZero() {
+		t.Fatalf("after a failed attempt: %+v, want failing since now (%v) and not disabled", v, c.now())
+	}
+	c.add(failFor)
+	before := len(got(alice))
+	redeliver(g, other.n)
+	_, v, _ = do("GET", "/receiver", "tok-alice", "")
+	if v.Disabled.IsZero() {
+		t.Fatalf("after failing for 5 days: %+v, want disabled", v)
+	}
+	live := []struct {
+		f *fleet
+		n *notifier
+	}{{g, other.n}}
+	if replicas > 1 { // the first instance, a replica, takes it in
+		if err := f.round(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, live[0])
+		live[0].f, live[0].n = f, np.n
+	}
+	for _, tf := range live {
+		if err := tf.f.redeliver(t.Context(), a1Notice, nil); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, tf.n)
+	}
+	if n := len(got(alice)); n != before+1 {
+		t.Errorf("a disabled receiver got %d more messages, want none after the one that disabled it", n-before-1)
+	}
+	alice.setAnswer(200)
+	if code, v, body := do("POST", "/receiver/enable", "tok-alice", ""); code != 200 || !v.Disabled.IsZero() || !v.FailingSince.IsZero() {
+		t.Fatalf("enable: %d %s", code, body)
+	}
+	if a := redeliver(g, other.n); a.Status != 200 || !a.Verified {
+		t.Errorf("after enabling: %+v, want delivered", a)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/proofkit/nodekit/internal/procfile"
 )
@@ -22,6 +23,9 @@ type receiver struct {
 	URL      *url.URL
 	Secrets  [][]byte
 	Line     int // the line of the notify file
+
+	failingSince time.Time // an operator's receiver: when it started failing
+	disabled     bool      // an operator's receiver disabled for failing: sent nothing
 }
 
 // host is the receiver's host and port, which is all a log line names of
@@ -157,6 +161,9 @@ func (rs *receivers) forNode(node string) *receiver {
 		return nil
 	}
 	if r := rs.byOperator[rs.owners[node]]; r != nil {
+		if r.disabled {
+			return nil
+		}
 		return r
 	}
 	if r := rs.byNode[node]; r != nil {
