@@ -310,14 +310,19 @@ func handler(f *fleet, toks tokens) http.Handler {
 			h(w, r, id)
 		})
 	}
-	mux.HandleFunc("GET /receiver", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
-		v, err := f.receiverOf(r.Context(), id.operator)
-		if err != nil {
-			writeFailure(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, v)
-	}))
+	// receiverCall serves an operator's call on their receiver: do's
+	// answer, 200.
+	receiverCall := func(do func(ctx context.Context, operator string) (any, error)) http.HandlerFunc {
+		return operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
+			v, err := do(r.Context(), id.operator)
+			if err != nil {
+				writeFailure(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, v)
+		})
+	}
+	mux.HandleFunc("GET /receiver", receiverCall(func(ctx context.Context, op string) (any, error) { return f.receiverOf(ctx, op) }))
 	mux.HandleFunc("PUT /receiver", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
 		var req receiverRequest
 		if !decode(w, r, &req) {
@@ -333,30 +338,9 @@ func handler(f *fleet, toks tokens) http.Handler {
 			writeJSON(w, http.StatusOK, v)
 		}
 	}))
-	mux.HandleFunc("POST /receiver/rotate", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
-		v, err := f.rotateReceiver(r.Context(), id.operator)
-		if err != nil {
-			writeFailure(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, v)
-	}))
-	mux.HandleFunc("POST /receiver/enable", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
-		v, err := f.enableReceiver(r.Context(), id.operator)
-		if err != nil {
-			writeFailure(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, v)
-	}))
-	mux.HandleFunc("POST /receiver/test", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
-		a, err := f.testReceiver(r.Context(), id.operator)
-		if err != nil {
-			writeFailure(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, a)
-	}))
+	mux.HandleFunc("POST /receiver/rotate", receiverCall(func(ctx context.Context, op string) (any, error) { return f.rotateReceiver(ctx, op) }))
+	mux.HandleFunc("POST /receiver/enable", receiverCall(func(ctx context.Context, op string) (any, error) { return f.enableReceiver(ctx, op) }))
+	mux.HandleFunc("POST /receiver/test", receiverCall(func(ctx context.Context, op string) (any, error) { return f.testReceiver(ctx, op) }))
 	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
 		serveMetrics(f.notify, w, r)
 	}))
