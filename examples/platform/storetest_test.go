@@ -15,10 +15,11 @@ import (
 // the look-ups (TestNodeStoreConformance), report, planDue and the pages.
 // The PostgreSQL store runs with its batches and its cache of quiet
 // nodes, so those are held to the same contract.
-func TestNodeStoreConformance(t *testing.T)    { eachStore(t, testNodeStoreConformance) }
-func TestStoreReportConformance(t *testing.T)  { eachStore(t, testStoreReport) }
-func TestStorePlanDueConformance(t *testing.T) { eachStore(t, testStorePlanDue) }
-func TestStorePagesConformance(t *testing.T)   { eachStore(t, testStorePages) }
+func TestNodeStoreConformance(t *testing.T)      { eachStore(t, testNodeStoreConformance) }
+func TestStoreReportConformance(t *testing.T)    { eachStore(t, testStoreReport) }
+func TestStorePlanDueConformance(t *testing.T)   { eachStore(t, testStorePlanDue) }
+func TestStorePagesConformance(t *testing.T)     { eachStore(t, testStorePages) }
+func TestStoreReceiversConformance(t *testing.T) { eachStore(t, testStoreReceivers) }
 
 // testNodeStoreConformance: an unknown node is errUnknownNode; what
 // update's function changed is kept when it returns nil, across a
@@ -319,5 +320,65 @@ func testStorePages(t *testing.T, open opener) {
 	}
 	if routes["x1"] != 6 || routes["x2"] != 1 || routes["f1"] != 1 {
 		t.Errorf("live routes by node %v, want x1 6, x2 1, f1 1", routes)
+	}
+}
+
+// testStoreReceivers: updateReceiver keeps what fn changed, for an
+// operator new to the store too, and nothing of a change fn refuses (no
+// receiver made for it); operatorReceivers lists what is kept, on
+// another instance too; updates of one operator's receiver at once (and
+// from two replicas on PostgreSQL) lose none.
+func testStoreReceivers(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	a := open(c, testSeed()).svc
+	ctx := t.Context()
+	refused := errors.New("refused")
+	if err := a.updateReceiver(ctx, "alice", func(r *operatorReceiver, _ time.Time) error {
+		r.URL = "http://127.0.0.1:9/refused"
+		return refused
+	}); !errors.Is(err, refused) {
+		t.Fatalf("a refused change: %v, want fn's error", err)
+	}
+	if ops, err := a.operatorReceivers(ctx); err != nil || len(ops) != 0 {
+		t.Fatalf("receivers after a refused change: %v, %v; want none", ops, err)
+	}
+	if err := a.updateReceiver(ctx, "alice", func(r *operatorReceiver, now time.Time) error {
+		*r = operatorReceiver{URL: "http://127.0.0.1:9/alice", Secrets: []operatorSecret{{Key: []byte("0123456789abcdef01234567")}}, Created: now}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b := open(c, testSeed()).svc
+	ops, err := b.operatorReceivers(ctx)
+	if r := ops["alice"]; err != nil || len(ops) != 1 || r.URL != "http://127.0.0.1:9/alice" || string(r.Secrets[0].Key) != "0123456789abcdef01234567" || !r.Created.Equal(t0) {
+		t.Fatalf("another instance's receivers: %+v, %v", ops, err)
+	}
+	writers := []store{a, b}
+	if _, ok := a.(*platform); ok {
+		writers = []store{b} // a restart: the first instance is gone
+	}
+	const each = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, len(writers)*each)
+	for _, st := range writers {
+		for range each {
+			wg.Go(func() {
+				errs <- st.updateReceiver(ctx, "alice", func(r *operatorReceiver, _ time.Time) error {
+					r.Secrets = append(r.Secrets, operatorSecret{Key: []byte{1}})
+					return nil
+				})
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ops, err = writers[0].operatorReceivers(ctx)
+	if got, want := len(ops["alice"].Secrets), 1+len(writers)*each; err != nil || got != want {
+		t.Errorf("%d secrets after %d appends from %d instances, want %d (%v)", got, len(writers)*each, len(writers), want, err)
 	}
 }
