@@ -162,7 +162,8 @@ func (f *fleet) receiverOf(ctx context.Context, operator string) (receiverView, 
 
 // setReceiver sets where operator's notices go. A receiver made now gets
 // a secret, returned once (created true); a URL changed keeps the
-// receiver's secrets.
+// receiver's secrets, and starts its record of failing afresh (a
+// disabled receiver moved is enabled).
 func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRequest) (v receiverView, created bool, err error) {
 	if _, err := checkReceiverURL(req.URL); err != nil {
 		return receiverView{}, false, err
@@ -175,6 +176,9 @@ func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRe
 		created = len(r.Secrets) == 0
 		if created {
 			*r = operatorReceiver{Secrets: []operatorSecret{{Key: key}}, Created: now}
+		}
+		if r.URL != req.URL { // another receiver: its own record of failing
+			r.FailingSince, r.Disabled = time.Time{}, time.Time{}
 		}
 		r.URL = req.URL
 		v = r.view(now)
