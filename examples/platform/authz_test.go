@@ -35,6 +35,9 @@ func authzTable() []authzRow {
 	admin := func(ok, unknown int) map[string][3]int { // the admin's alone
 		return map[string][3]int{"admin": {ok, ok, unknown}, "opA": all(403), "opB": all(403), "agentA": all(403), "none": all(401)}
 	}
+	operator := func(ok [3]int) map[string][3]int { // an operator's own receiver: no node
+		return map[string][3]int{"admin": all(403), "opA": ok, "opB": ok, "agentA": all(403), "none": all(401)}
+	}
 	list := func() map[string][3]int { // every token but an agent's; what it lists is checked apart
 		return map[string][3]int{"admin": all(200), "opA": all(200), "opB": all(200), "agentA": all(403), "none": all(401)}
 	}
@@ -54,6 +57,11 @@ func authzTable() []authzRow {
 		{"GET", "/plans", "", admin(200, 200)},
 		{"POST", "/nodes/X/pause", "", admin(204, 404)},
 		{"POST", "/nodes/X/approve", "", admin(204, 404)},
+		{"PUT", "/receiver", `{"url":"http://127.0.0.1:9/hook"}`, operator([3]int{201, 200, 200})},
+		{"GET", "/receiver", "", operator(all(200))},
+		{"POST", "/receiver/rotate", "", operator(all(200))},
+		{"POST", "/receiver/test", "", operator(all(200))},
+		{"POST", "/receiver/enable", "", operator(all(200))},
 		{"GET", "/metrics", "", admin(200, 200)},
 		{"GET", "/healthz", "", map[string][3]int{"admin": all(200), "opA": all(200), "opB": all(200), "agentA": all(200), "none": all(200)}},
 	}
@@ -182,8 +190,10 @@ func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) n
 
 // TestPauseAndApprove: the admin pauses a node: from that moment it takes
 // nobody new, its operator's view says so in the help page's words, and
-// an approval gives routing back. An operator sets their node's
-// max_users and sees it.
+// an approval gives routing back; each is an event in the node's event
+// list (a second pause of a paused node is none), after the overload's
+// start and end, which keep their ids, and across a restart. An operator
+// sets their node's max_users and sees it.
 func TestPauseAndApprove(t *testing.T) { eachStore(t, testPauseAndApprove) }
 
 func testPauseAndApprove(t *testing.T, open opener) {
@@ -230,11 +240,42 @@ func testPauseAndApprove(t *testing.T, open opener) {
 	if code := do("POST", "/routes", testToken, `{"node":"x1","user":"u9","key":"vpn"}`, nil); code != 409 {
 		t.Errorf("a route through a paused node: %d, want 409", code)
 	}
+	if code := do("POST", "/nodes/x1/pause", testToken, "", nil); code != 204 {
+		t.Fatalf("a second pause: %d", code)
+	}
 	if code := do("POST", "/nodes/x1/approve", testToken, "", nil); code != 204 {
 		t.Fatalf("approve: %d", code)
 	}
 	if do("GET", "/admit?node=x1", testToken, "", &a); !a.Admit {
 		t.Errorf("admit of an approved node: %+v", a)
+	}
+	events := func(f *fleet) string {
+		t.Helper()
+		pg, err := f.events(t.Context(), "x1", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range pg.Events {
+			got = append(got, fmt.Sprintf("%d:%s", e.ID, e.Kind))
+		}
+		return strings.Join(got, " ")
+	}
+	if got, want := events(f), "1:paused 2:approved"; got != want {
+		t.Errorf("x1's events after a pause, another and an approval: %q, want %q", got, want)
+	}
+	var page struct {
+		Events []struct {
+			ID   int64              `json:"id"`
+			Kind overload.EventKind `json:"kind"`
+		} `json:"events"`
+	}
+	if code := do("GET", "/nodes/x1/events", "tok-alice", "", &page); code != 200 || len(page.Events) != 2 ||
+		page.Events[0].Kind != eventPaused || page.Events[1].Kind != eventApproved {
+		t.Errorf("the operator's x1 events: %d %+v, want paused then approved", code, page.Events)
+	}
+	if v := status(); len(v.Events) != 2 || v.Events[0].Kind != eventPaused || v.Events[1].Kind != eventApproved {
+		t.Errorf("the operator's view's events: %+v, want paused then approved", v.Events)
 	}
 	if code := do("POST", "/max-users", "tok-alice", `{"node":"x1","max_users":1}`, nil); code != 204 {
 		t.Fatalf("max-users: %d", code)
@@ -244,5 +285,21 @@ func testPauseAndApprove(t *testing.T, open opener) {
 	}
 	if code := do("POST", "/max-users", "tok-alice", `{"node":"x1","max_users":-1}`, nil); code != 400 {
 		t.Errorf("max-users -1: %d, want 400", code)
+	}
+	// An overload's start comes after them, and they stay across a
+	// restart.
+	for i, mem := range []float64{95, 95, 95} {
+		c.add(30 * time.Second)
+		r := reading("x1", i+1, mem)
+		r.At = c.now()
+		if _, err := f.report(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := open(c, testSeed())
+	for _, ff := range []*fleet{f, newFleet(again.svc, nil)} {
+		if got, want := events(ff), "1:paused 2:approved 3:start"; got != want {
+			t.Errorf("x1's events after an overload's start (and on a restart): %q, want %q", got, want)
+		}
 	}
 }

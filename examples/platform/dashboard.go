@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -119,6 +120,39 @@ func serveDashboard(mux *http.ServeMux, f *fleet, idx tokenIndex, owners map[str
 		d.done(w, r, s, d.mine(r, s, node, func(ctx context.Context) error {
 			return d.f.setMaxUsers(ctx, maxUsersRequest{Node: node, MaxUsers: n})
 		}), fmt.Sprintf("The max_users of %s is %d.", node, n))
+	}))
+	// The operator's own receiver. A secret is shown once, in the page
+	// the form leads back to.
+	receiver := func(do func(ctx context.Context, r *http.Request, s *dashboardSession) (string, error)) http.HandlerFunc {
+		return d.form(func(w http.ResponseWriter, r *http.Request, s *dashboardSession) {
+			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+			defer cancel()
+			ok, err := do(ctx, r, s)
+			d.done(w, r, s, err, ok)
+		})
+	}
+	mux.HandleFunc("POST /dashboard/receiver", receiver(func(ctx context.Context, r *http.Request, s *dashboardSession) (string, error) {
+		v, created, err := d.f.setReceiver(ctx, s.operator, receiverRequest{URL: strings.TrimSpace(r.PostForm.Get("url"))})
+		if created {
+			return "Your receiver is set. Its secret, shown this once (keep it where your receiver checks signatures): " + v.Secret, err
+		}
+		return "Your receiver's URL is changed; its secret is the same.", err
+	}))
+	mux.HandleFunc("POST /dashboard/receiver/rotate", receiver(func(ctx context.Context, _ *http.Request, s *dashboardSession) (string, error) {
+		v, err := d.f.rotateReceiver(ctx, s.operator)
+		return fmt.Sprintf("Your receiver's new secret, shown this once: %s. The old one signs beside it until %s.",
+			v.Secret, v.Rotating.UTC().Format("2006-01-02 15:04:05 UTC")), err
+	}))
+	mux.HandleFunc("POST /dashboard/receiver/test", receiver(func(ctx context.Context, _ *http.Request, s *dashboardSession) (string, error) {
+		a, err := d.f.testReceiver(ctx, s.operator)
+		if a.Delivered {
+			return fmt.Sprintf("Test message %s: your receiver took it (HTTP %d).", a.ID, a.Status), err
+		}
+		return fmt.Sprintf("Test message %s: not taken: %s.", a.ID, a.Error), err
+	}))
+	mux.HandleFunc("POST /dashboard/receiver/enable", receiver(func(ctx context.Context, _ *http.Request, s *dashboardSession) (string, error) {
+		_, err := d.f.enableReceiver(ctx, s.operator)
+		return "Your receiver is enabled again: your nodes' notices go to it from now on.", err
 	}))
 	mux.HandleFunc("POST /dashboard/notices/{id}/redeliver", d.form(func(w http.ResponseWriter, r *http.Request, s *dashboardSession) {
 		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
@@ -238,6 +272,11 @@ type nodesPage struct {
 	Nodes    []dashboardNode
 	Notices  []numberedNotice
 	At       time.Time
+	// Receiver is the operator's own receiver; nil when not set.
+	// ReceiverHost is its scheme and host (the rest of a URL may hold a
+	// credential).
+	Receiver     *receiverView
+	ReceiverHost string
 }
 
 // dashboardNode is an operator's node as the page shows it: the
@@ -251,6 +290,7 @@ type dashboardNode struct {
 	// platform's line for every node.
 	Receiver    string
 	ReceiverAll bool
+	ReceiverOwn bool // the operator's own
 	// Class is the state's class on the page: ok, overloaded, paused,
 	// full, cooldown or unknown.
 	Class string
@@ -293,9 +333,18 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 		}
 		if rc := rs.forNode(v.ID); rc != nil {
 			n.Receiver = (&url.URL{Scheme: rc.URL.Scheme, Host: rc.URL.Host}).String()
-			n.ReceiverAll = rc.Node == "*"
+			n.ReceiverAll, n.ReceiverOwn = rc.Node == "*", rc.Operator != ""
 		}
 		p.Nodes = append(p.Nodes, n)
+	}
+	switch rv, err := d.f.receiverOf(ctx, s.operator); {
+	case err == nil:
+		p.Receiver = &rv
+		if u, perr := url.Parse(rv.URL); perr == nil {
+			p.ReceiverHost = (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+		}
+	case !errors.Is(err, errUnknown):
+		return p, err
 	}
 	p.Notices, err = d.newestNotices(ctx, func(node string) bool { return d.owners[node] == s.operator })
 	return p, err

@@ -131,6 +131,22 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	b.Screenshot(filepath.Join(shots, "3-price-set.png"))
 
+	// Her own receiver: set, its secret shown once, and a test message.
+	mine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer mine.Close()
+	b.SetValue("#receiver-url", mine.URL+"/alice")
+	b.Enter("alice's receiver form")
+	if page := b.HTML(); !strings.Contains(page, "Its secret, shown this once") || !strings.Contains(page, "whsec_") {
+		t.Errorf("the page after the receiver form:\n%s", page)
+	}
+	b.Screenshot(filepath.Join(shots, "3-receiver-set.png"))
+	b.Focus(`form[action="/dashboard/receiver/test"] button`)
+	b.Enter("the test message")
+	if page := b.HTML(); !strings.Contains(page, "your receiver took it (HTTP 204)") || strings.Contains(page, "whsec_") {
+		t.Errorf("the page after the test message:\n%s", page)
+	}
+	b.Screenshot(filepath.Join(shots, "3-receiver-tested.png"))
+
 	// A page of another site (localhost is not 127.0.0.1's site) with a
 	// form aimed at the dashboard: refused, nothing done.
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -370,13 +371,17 @@ func TestDashboardStates(t *testing.T) {
 		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
 			t.Fatalf("pause: %v %v", resp, err)
 		}
-		if s := state(); !strings.HasPrefix(s, "paused: routing paused: the node is being emptied") || !strings.Contains(s, "Routing comes back once the platform approves the node again.") {
-			t.Errorf("a paused node:\n%s", s)
+		if s := state(); !strings.HasPrefix(s, "paused: routing paused: the node is being emptied") || !strings.Contains(s, "Routing comes back once the platform approves the node again.") ||
+			!strings.Contains(s, "<td>routing paused: the node is being emptied</td>") {
+			t.Errorf("a paused node, with its pause in its event list:\n%s", s)
 		}
 		req, _ = http.NewRequest("POST", b.srv.URL+"/nodes/a1/approve", nil)
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
 			t.Fatalf("approve: %v %v", resp, err)
+		}
+		if s := state(); !strings.Contains(s, "<td>approved again: routing comes back</td>") {
+			t.Errorf("an approved node's event list:\n%s", s)
 		}
 		expect(t, "max_users 1", b.do("POST", "/dashboard/max-users", url.Values{"csrf": {csrf}, "node": {"a1"}, "max_users": {"1"}}, alice), 303)
 		if s := state(); !strings.HasPrefix(s, "full: max_users filled: your cap, not an overload") || !strings.Contains(s, "with no notice") {
@@ -502,4 +507,62 @@ func TestDashboardNewestNotices(t *testing.T) {
 			t.Errorf("%d notices: alice's newest read in %d reads", total, st.reads)
 		}
 	}
+}
+
+// TestDashboardReceiver: an operator sets their own receiver from the
+// dashboard and is shown its secret once, sends it a test message,
+// rotates its secret, and sees it disabled after failing and enables it
+// again; on both stores.
+func TestDashboardReceiver(t *testing.T) {
+	eachNotifyStore(t, func(t *testing.T, open notifyOpener, _ int) {
+		b, c, _, np := dashboardPlatform(t, open)
+		alice, csrf := b.login("tok-alice")
+		form := func(kv ...string) url.Values {
+			v := url.Values{"csrf": {csrf}}
+			for i := 0; i+1 < len(kv); i += 2 {
+				v.Set(kv[i], kv[i+1])
+			}
+			return v
+		}
+		expect(t, "alice's page before", b.do("GET", "/", nil, alice), 200, `id="your-receiver"`, "Not set", "Set your receiver")
+		expect(t, "her receiver set", b.do("POST", "/dashboard/receiver", form("url", "http://127.0.0.1:9/first"), alice), 303)
+		page := b.do("GET", "/", nil, alice)
+		m := regexp.MustCompile(`shown this once \(keep it where your receiver checks signatures\): (whsec_[A-Za-z0-9+/=]+)`).FindStringSubmatch(html.UnescapeString(page.body))
+		if m == nil {
+			t.Fatalf("no secret shown after setting the receiver:\n%s", page.body)
+		}
+		secret := m[1]
+		if again := b.do("GET", "/", nil, alice); strings.Contains(html.UnescapeString(again.body), secret) || strings.Contains(again.body, "whsec_") {
+			t.Error("the secret is shown again")
+		}
+		h := newHook(t, c, secret)
+		expect(t, "her receiver moved", b.do("POST", "/dashboard/receiver", form("url", h.url()), alice), 303)
+		expect(t, "her page after it", b.do("GET", "/", nil, alice), 200, "its secret is the same", "Your nodes' notices go to http://127.0.0.1:", "your receiver (below)")
+		expect(t, "a test message", b.do("POST", "/dashboard/receiver/test", form(), alice), 303)
+		expect(t, "her page after it", b.do("GET", "/", nil, alice), 200, "your receiver took it (HTTP 200)")
+		if as, _ := h.snapshot(); len(as) != 1 || !as[0].Verified || as[0].Msg.Type != typeTest {
+			t.Errorf("her receiver got %+v, want the test message, verified", as)
+		}
+		expect(t, "a rotation", b.do("POST", "/dashboard/receiver/rotate", form(), alice), 303)
+		expect(t, "her page after it", b.do("GET", "/", nil, alice), 200, "new secret, shown this once: whsec_", "The old one signs beside it until")
+		expect(t, "her page then", b.do("GET", "/", nil, alice), 200, "the secret you rotated out signs beside the new one until")
+		// Disabled after failing, as the notifier records it.
+		err := np.svc.updateReceiver(t.Context(), "alice", func(r *operatorReceiver, now time.Time) error {
+			r.FailingSince, r.Disabled = now.Add(-failFor), now
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect(t, "her page, disabled", b.do("GET", "/", nil, alice), 200, `id="receiver-state"`, "after failing for 5 days: nothing is sent to it until you enable it again", "Enable it again")
+		expect(t, "enable", b.do("POST", "/dashboard/receiver/enable", form(), alice), 303)
+		page = b.do("GET", "/", nil, alice)
+		expect(t, "her page after it", page, 200, "Your receiver is enabled again")
+		if strings.Contains(page.body, `id="receiver-state"`) {
+			t.Errorf("still disabled or failing after enabling:\n%s", page.body)
+		}
+		// Bob's page shows none of it.
+		bob, _ := b.login("tok-bob")
+		expect(t, "bob's page", b.do("GET", "/", nil, bob), 200, "Not set")
+	})
 }

@@ -30,6 +30,10 @@
 //	GET  /nodes/X/events  the node's events, oldest first
 //	GET  /notices         every notice, by id (the order sent)
 //	GET  /plans           each node's latest plan that closed something
+//	PUT  /receiver        {"url"} sets an operator's own receiver (its whsec_ secret answered once)
+//	POST /receiver/rotate a new secret; the old one signs beside it for a day
+//	POST /receiver/test   a test message to the operator's receiver, now
+//	POST /receiver/enable enables it again after it failed for 5 days
 //	GET  /metrics         notice deliveries, Prometheus text format
 //	GET  /healthz         {"ok":true}, no token
 //

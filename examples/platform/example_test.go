@@ -37,7 +37,7 @@ func Example() {
 	}
 	f := newFleet(p, nil)
 	for range 3 {
-		out, err := p.report(ctx, overload.Reading{Node: "de-fra-1", At: now, MemoryUsedPercent: 93, CPUs: 4, ConntrackMax: 262144})
+		out, err := f.report(ctx, overload.Reading{Node: "de-fra-1", At: now, MemoryUsedPercent: 93, CPUs: 4, ConntrackMax: 262144})
 		if err != nil {
 			panic(err)
 		}

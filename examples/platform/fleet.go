@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,25 +29,78 @@ type nodeStore interface {
 	// history, n also holds its latest closures and n.noticeCount its
 	// notices. fn must not change n.
 	read(ctx context.Context, id string, history bool, fn func(n *node, now time.Time) error) error
+	// report takes a reading of node id: take, then plan, on the node
+	// locked, created if the store does not hold it; what they changed,
+	// the event, notice and closures they decided (node.clearChange's
+	// fields) included, is kept when both return nil. take's error is
+	// the reading's own (refused): nothing of it is kept, and a node
+	// created for it is not. It returns the notice as kept: nil when
+	// the store refused it (PostgreSQL decides the one notice an hour in
+	// the database too).
+	//
+	// How is the store's: it may run take and plan again (a transaction
+	// run again), run them beside other reports' in one transaction
+	// (batching), or run take on its own copy of the node before it
+	// locks it and plan there too, keeping the result only if the node
+	// has not changed since the copy (PostgreSQL's cache of quiet
+	// nodes). So take and plan change only n and what they capture, and
+	// plan asks tx for routes only when it needs them.
+	report(ctx context.Context, id string, take takeFunc, plan planFunc) (*overload.Notice, error)
+	// planDue runs plan on every registered node whose plan is due, each
+	// locked, and keeps what it changed; a node whose plan fails is
+	// logged and left, and the round goes on (PostgreSQL returns an
+	// error naming them).
+	planDue(ctx context.Context, plan planFunc) error
 	// routeNode is the node that holds live route id; an error wrapping
 	// errUnknown when none does.
 	routeNode(ctx context.Context, id string) (string, error)
 	// nodeIDs is every node's id, sorted.
 	nodeIDs(ctx context.Context) ([]string, error)
+
+	// The pages, each of at most limit items (0: all) after the cursor
+	// after, with the last one's cursor:
+	//
+	// eachNode runs fn on the nodes whose ids sort after after, by id,
+	// as one snapshot shows them, with their live routes and notice
+	// counts; a node whose stored state cannot be read is given with
+	// its error (and n nil). fn must not change n.
+	eachNode(ctx context.Context, after string, limit int, fn func(id string, n *node, now time.Time, err error)) (string, error)
+	// events pages through node id's events, oldest first, by their
+	// place in the node's event list (the file store keeps the newest
+	// overload.Limits.MaxEvents, PostgreSQL every one).
+	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
+	// notices pages through every node's notices by id, the order they
+	// became visible in.
+	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
+	// plans pages through each node's latest plan that closed something,
+	// by node id.
+	plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error)
 }
 
-// nodeTx is what a use case may ask of the store while update holds a
-// node.
+// takeFunc takes a reading on node n at now (nodeStore.report).
+type takeFunc func(n *node, now time.Time) error
+
+// planFunc plans node n at now (nodeStore.report and planDue).
+type planFunc func(n *node, now time.Time, tx nodeTx) error
+
+// nodeTx is what a use case may ask of the store while it holds a node.
 type nodeTx interface {
 	// routeTaken reports whether a route id is held by a node already.
 	routeTaken(id string) (bool, error)
+	// alternatives loads n's live routes into n, if the store keeps
+	// them apart and has not yet, and answers routing's question for a
+	// plan of n at now: the alternatives in the whole route table.
+	alternatives(n *node, now time.Time) (routing.Alternatives, error)
+	// failed is the first error the store met answering alternatives:
+	// the change then fails.
+	failed() error
 }
 
-// store is a whole store: the node use cases' nodeStore, and what each
-// store still does its own way.
+// store is a whole store: the use cases' nodeStore and receiverStore,
+// and what wires it.
 type store interface {
 	nodeStore
-	service
+	receiverStore
 	// base is the store's rules: its configuration, log, clock and
 	// dispatch.
 	base() *rules
@@ -70,13 +124,90 @@ type fleet struct {
 	// notify is the notifier delivering the store's outbox; nil: notices
 	// are not delivered.
 	notify *notifier
-	// owners is each node's operator as the route table names it.
+	// receivers keeps the operators' own receivers: the store.
+	receivers receiverStore
+	// owners is each node's operator as the route table names it (and,
+	// once wired, the token file too: ownersWith).
 	owners map[string]string
 }
 
 // newFleet is the use cases over st, whose deliveries n delivers (nil:
 // none).
-func newFleet(st store, n *notifier) *fleet { return &fleet{rules: st.base(), store: st, notify: n} }
+func newFleet(st store, n *notifier) *fleet {
+	f := &fleet{rules: st.base(), store: st, receivers: st, notify: n}
+	if n != nil {
+		n.attempted = f.attempted
+	}
+	return f
+}
+
+// report takes reading r of the node it names and plans the node: a
+// reading the node's tracker already counted returns errDuplicate and
+// an older one errStale, with the node's name and state; both change
+// nothing. The outcome is logged, and the notifier woken for what it
+// sent, once the store has kept it: only for a node with a receiver (a
+// wake costs the PostgreSQL store a claim, a statement and a commit,
+// which for an undeliverable notice finds nothing).
+func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, error) {
+	if err := checkNodeID(r.Node); err != nil {
+		return reportOutcome{}, fmt.Errorf("report: %w", err)
+	}
+	out := reportOutcome{Node: r.Node}
+	var at time.Time
+	var first bool // the first reading counted of a node the route table does not hold
+	notice, err := f.store.report(ctx, r.Node, func(n *node, now time.Time) error {
+		first = n.info.Role == 0 && n.readings == 0
+		var err error
+		out, err = f.take(n, r, now)
+		n.event, n.notice, at = out.Event, out.Notice, now
+		return err
+	}, f.planNode)
+	switch {
+	case errors.Is(err, errDuplicate) || errors.Is(err, errStale):
+		return out, err
+	case err != nil:
+		return reportOutcome{}, err
+	}
+	out.Notice = notice
+	if first {
+		f.log.Warn("reports from a node the route table does not hold: tracked, not admitted until it is, never planned",
+			"node", r.Node)
+	}
+	f.logOutcome(r, out, at)
+	if f.dispatch != nil && (out.Notice != nil || (out.Event != nil && out.Event.Kind == overload.End && f.dispatch.ended)) &&
+		f.dispatch.receivers().forNode(r.Node) != nil {
+		f.dispatch.poke()
+	}
+	return out, nil
+}
+
+// planNode plans node n at now and carries the plan out in n (planOne),
+// for the store to write. A node whose plan can change nothing but its
+// budgets' dates (quiet) is planned without its routes, which the
+// PostgreSQL store then need not read.
+func (f *fleet) planNode(n *node, now time.Time, tx nodeTx) error {
+	if n.info.Role == 0 {
+		return nil
+	}
+	var alts routing.Alternatives
+	if !f.quiet(n, now) {
+		var err error
+		if alts, err = tx.alternatives(n, now); err != nil {
+			return err
+		}
+	}
+	_, err := f.planOne(now, n, alts)
+	if ferr := tx.failed(); ferr != nil {
+		return ferr
+	}
+	if err != nil {
+		f.log.Error("plan round", "node", n.info.ID, "err", err)
+	}
+	return nil
+}
+
+// planRound plans every node whose plan is due.
+func (f *fleet) planRound(ctx context.Context) error { return f.store.planDue(ctx, f.planNode) }
 
 // admit answers whether node id takes new connections now.
 func (f *fleet) admit(ctx context.Context, id string) (admitAnswer, error) {
@@ -225,6 +356,37 @@ func (f *fleet) view(ctx context.Context, id string) (nodeView, error) {
 		}
 	}
 	return v, nil
+}
+
+// views shows the nodes whose ids sort after after, at most limit of
+// them (0: all), by id, and returns the last one's id. A node that cannot
+// be shown (its stored state does not read, or does not marshal) is
+// listed with its error alone: one node's bad state never takes the
+// fleet's view down.
+func (f *fleet) views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
+	out := []json.RawMessage{}
+	last, err := f.store.eachNode(ctx, after, limit, func(id string, n *node, now time.Time, err error) {
+		if err != nil {
+			b, _ := json.Marshal(map[string]string{"id": id, "error": err.Error()})
+			out = append(out, b)
+			return
+		}
+		out = append(out, marshalView(id, f.viewLocked(n, now)))
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, last, nil
+}
+
+// events pages through node id's events, oldest first.
+func (f *fleet) events(ctx context.Context, id string, after int64, limit int) (eventPage, error) {
+	return f.store.events(ctx, id, after, limit)
+}
+
+// plans pages through each node's latest plan that closed something.
+func (f *fleet) plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
+	return f.store.plans(ctx, after, limit)
 }
 
 // notices returns the notices after after, at most limit, each with its
@@ -423,24 +585,37 @@ func (f *fleet) setMaxUsers(ctx context.Context, req maxUsersRequest) error {
 // pause pauses routing to node id (paused), or approves it again: from
 // the next admission and plan on, routing's paused rules hold (nobody
 // new; every route unused for two hours closed; above the move
-// threshold, routes in use moved).
+// threshold, routes in use moved). Each change goes into the node's
+// event list ("paused", "approved"); pausing a paused node, or approving
+// one not paused, changes nothing.
 func (f *fleet) pause(ctx context.Context, id string, paused bool) error {
 	if err := checkNodeID(id); err != nil {
 		return err
 	}
-	err := f.store.update(ctx, id, func(n *node, _ time.Time, _ nodeTx) error {
+	changed := false
+	err := f.store.update(ctx, id, func(n *node, now time.Time, _ nodeTx) error {
 		if n.info.Role == 0 {
 			return fmt.Errorf("node %q: %w", id, errUnknownNode)
 		}
+		if changed = n.info.Paused != paused; !changed {
+			return nil
+		}
 		n.info.Paused = paused
+		ev := overload.Event{Kind: eventApproved, At: now}
+		if paused {
+			ev.Kind = eventPaused
+		}
+		n.eventsSeen++
+		n.marks = appendBounded(n.marks, numberedEvent{ID: n.eventsSeen, Event: ev}, maxMarks)
+		n.event = &ev
 		return nil
 	})
-	if err == nil {
-		if paused {
-			f.log.Warn("routing paused", "node", id)
-		} else {
-			f.log.Info("node approved: routing resumed", "node", id)
-		}
+	switch {
+	case err != nil || !changed:
+	case paused:
+		f.log.Warn("routing paused", "node", id)
+	default:
+		f.log.Info("node approved: routing resumed", "node", id)
 	}
 	return err
 }

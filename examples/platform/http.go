@@ -18,7 +18,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/proofkit/nodekit/overload"
-	"github.com/proofkit/nodekit/routing"
 )
 
 // maxBody bounds a request body; a reading is a few hundred bytes.
@@ -95,18 +94,6 @@ func parseNoticeCursor(s string) (int64, error) {
 // included.
 const requestTimeout = 10 * time.Second
 
-// service is what each store still does its own way: the report path
-// (the PostgreSQL store batches reports and decides quiet nodes' from a
-// cache), plan rounds and the lists.
-type service interface {
-	report(ctx context.Context, r overload.Reading) (reportOutcome, error)
-	views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error)
-	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
-	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
-	plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error)
-	planRound(ctx context.Context) error
-}
-
 // Refusal reasons, the "reason" word of every error body (the report
 // protocol's words, and a few of the operator endpoints').
 const (
@@ -130,10 +117,12 @@ const (
 // theirs answers as a node that does not exist; a node's agent may only
 // report for its node.
 func handler(f *fleet, toks tokens) http.Handler {
-	svc := f.store
 	mux := http.NewServeMux()
 	idx := toks.index()
+	// Each node's operator, by the route table and the token file: the
+	// fleet's too, whose operators' receivers take their nodes' notices.
 	owners := f.ownersWith(toks)
+	f.owners = owners
 	// auth serves h to the admin, and to an operator when operators may.
 	auth := func(operatorMay bool, h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -172,7 +161,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})
-	rep := reportHandler{svc, idx}
+	rep := reportHandler{f, idx}
 	mux.Handle("POST /report", rep)
 	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, _ identity, req openRequest) (route, error) {
 		return f.open(ctx, req)
@@ -229,7 +218,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 			vs, last, err := f.operatorViews(r.Context(), nodesOf(owners, id.operator), after, limit)
 			return page{vs, last, len(vs) == limit}, err
 		}
-		vs, last, err := svc.views(r.Context(), after, limit)
+		vs, last, err := f.views(r.Context(), after, limit)
 		return page{vs, last, len(vs) == limit}, err
 	}))
 	mux.HandleFunc("GET /nodes/{id}", get(true, func(r *http.Request, id identity) (any, error) {
@@ -258,7 +247,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 				return page{}, fmt.Errorf("events: after=%.80q: want an event id, 0 or more, the value of the previous page's Link: %w", after, errBadInput)
 			}
 		}
-		evs, err := svc.events(r.Context(), node, from, limit)
+		evs, err := f.events(r.Context(), node, from, limit)
 		return page{evs, strconv.FormatInt(evs.Next, 10), evs.Next != 0}, err
 	}))
 	mux.HandleFunc("GET /notices", paged("notices", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
@@ -293,7 +282,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 		if err := afterNodeID("plans", after); err != nil {
 			return page{}, err
 		}
-		ps, last, err := svc.plans(r.Context(), after, limit)
+		ps, last, err := f.plans(r.Context(), after, limit)
 		return page{ps, last, len(ps) == limit}, err
 	}))
 	mux.HandleFunc("POST /nodes/{id}/pause", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
@@ -310,6 +299,48 @@ func handler(f *fleet, toks tokens) http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
+	// An operator's own receiver: theirs alone (the admin has none, and
+	// sets receivers in the notify file).
+	operatorOnly := func(h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
+		return auth(true, func(w http.ResponseWriter, r *http.Request, id identity) {
+			if !id.isOperator() {
+				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the admin's token: %s %s is an operator's, for their own receiver (the admin's are in the notify file)", r.Method, r.URL.Path))
+				return
+			}
+			h(w, r, id)
+		})
+	}
+	// receiverCall serves an operator's call on their receiver: do's
+	// answer, 200.
+	receiverCall := func(do func(ctx context.Context, operator string) (any, error)) http.HandlerFunc {
+		return operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
+			v, err := do(r.Context(), id.operator)
+			if err != nil {
+				writeFailure(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, v)
+		})
+	}
+	mux.HandleFunc("GET /receiver", receiverCall(func(ctx context.Context, op string) (any, error) { return f.receiverOf(ctx, op) }))
+	mux.HandleFunc("PUT /receiver", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
+		var req receiverRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, created, err := f.setReceiver(r.Context(), id.operator, req)
+		switch {
+		case err != nil:
+			writeFailure(w, err)
+		case created:
+			writeJSON(w, http.StatusCreated, v)
+		default:
+			writeJSON(w, http.StatusOK, v)
+		}
+	}))
+	mux.HandleFunc("POST /receiver/rotate", receiverCall(func(ctx context.Context, op string) (any, error) { return f.rotateReceiver(ctx, op) }))
+	mux.HandleFunc("POST /receiver/enable", receiverCall(func(ctx context.Context, op string) (any, error) { return f.enableReceiver(ctx, op) }))
+	mux.HandleFunc("POST /receiver/test", receiverCall(func(ctx context.Context, op string) (any, error) { return f.testReceiver(ctx, op) }))
 	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
 		serveMetrics(f.notify, w, r)
 	}))
@@ -348,7 +379,7 @@ func (h reportFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // bound, and handleReport, without the request's copy that auth makes to
 // carry its context (handleReport takes the context as an argument).
 type reportHandler struct {
-	svc service
+	f   *fleet
 	idx tokenIndex
 }
 
@@ -364,7 +395,7 @@ func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
 	limitBody(w, r)
-	handleReport(ctx, h.svc, w, r, id.node)
+	handleReport(ctx, h.f, w, r, id.node)
 }
 
 // authorize returns who r's token speaks for; without a known token it
@@ -398,7 +429,7 @@ func limitBody(w http.ResponseWriter, r *http.Request) {
 // (kept and retried: the operator must fix the agent's configuration);
 // 503 while the store is unavailable and 500 when this node's state
 // cannot be saved (both retried).
-func handleReport(ctx context.Context, svc service, w http.ResponseWriter, r *http.Request, tokenNode string) {
+func handleReport(ctx context.Context, f *fleet, w http.ResponseWriter, r *http.Request, tokenNode string) {
 	buf := getBuffer()
 	defer putBuffer(buf)
 	body, err := readBody(r, *buf)
@@ -429,7 +460,7 @@ func handleReport(ctx context.Context, svc service, w http.ResponseWriter, r *ht
 		}
 		rd.Node = tokenNode
 	}
-	out, err := svc.report(ctx, rd)
+	out, err := f.report(ctx, rd)
 	dup := errors.Is(err, errDuplicate)
 	switch {
 	case err != nil && !dup:

@@ -262,7 +262,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown,
 			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "gogc", gogc, "memory_limit", memLimit)...)...)
 
-	notifyUnreached(ctx, svc, sender, log)
+	f.notifyUnreached(ctx, log)
 	nctx, stopNotify := context.WithCancel(ctx)
 	notifying := make(chan struct{})
 	go func() { defer close(notifying); sender.run(nctx) }()
@@ -277,7 +277,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		case <-tick.C:
 			rctx, cancel := context.WithTimeout(ctx, o.planEvery)
-			if err := svc.planRound(rctx); err != nil {
+			if err := f.round(rctx); err != nil {
 				log.Warn("plan round", "err", err)
 			}
 			cancel()

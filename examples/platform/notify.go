@@ -353,6 +353,11 @@ type dispatch struct {
 	ended bool
 	rcv   atomic.Pointer[receivers]
 	wake  chan struct{}
+
+	mu     sync.Mutex // orders the changes of rcv
+	ops    map[string]operatorReceiver
+	owners map[string]string
+	at     time.Time // when ops were put in
 }
 
 // newDispatch is the dispatch of a notify file's receivers rs (nil: none).
@@ -361,8 +366,27 @@ func newDispatch(cfg notifyConfig, rs *receivers) *dispatch {
 	if rs == nil {
 		rs = &receivers{byNode: map[string]*receiver{}}
 	}
-	d.rcv.Store(rs)
+	d.rcv.Store(withOperators(rs, nil, nil, time.Time{}))
 	return d
+}
+
+// setOperators puts the operators' own receivers ops in force beside the
+// notify file's, for the nodes owners gives each, as at now.
+func (d *dispatch) setOperators(ops map[string]operatorReceiver, owners map[string]string, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ops, d.owners, d.at = ops, owners, now
+	d.rcv.Store(withOperators(d.rcv.Load().file, ops, owners, now))
+}
+
+// setFile puts a notify file's receivers in force, beside the operators'
+// own, and returns the file's before.
+func (d *dispatch) setFile(rs *receivers) *receivers {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := d.rcv.Load().file
+	d.rcv.Store(withOperators(rs, d.ops, d.owners, d.at))
+	return old
 }
 
 // receivers is the notify file in force; nil without a dispatch.
@@ -403,6 +427,9 @@ type notifier struct {
 	attempts [len(outcomeNames)]atomic.Int64
 	claimed  atomic.Int64 // deliveries claimed, for tests
 	running  sync.WaitGroup
+	// attempted, when set, is told of each attempt to an operator's own
+	// receiver, whether it delivered (fleet.attempted).
+	attempted func(ctx context.Context, rc *receiver, ok bool, at time.Time)
 }
 
 // newNotifier is the notifier of d's receivers, delivering box (a
@@ -438,7 +465,7 @@ func (n *notifier) reload() error {
 	if err != nil {
 		return fmt.Errorf("-notify-file: %w (the previous file stays in force)", err)
 	}
-	old := n.rcv.Swap(rs)
+	old := n.setFile(rs)
 	if old.sum != rs.sum {
 		n.mu.Lock()
 		clear(n.disabled) // a receiver that answered 410 is tried again
@@ -560,7 +587,7 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
 	now := n.now()
 	rc := rs.forNode(d.Node)
 	if rc == nil {
-		n.settle(ctx, d, nil, attemptResult{outcome: outcomeUndeliverable, at: now, err: "no receiver for the node in the notify file"})
+		n.settle(ctx, d, nil, attemptResult{outcome: outcomeUndeliverable, at: now, err: "no receiver for the node: none in the notify file, or its operator's is disabled"})
 		return
 	}
 	key := rc.URL.String()
@@ -703,6 +730,9 @@ func (n *notifier) settle(ctx context.Context, d delivery, rc *receiver, res att
 	}
 	sctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
+	if rc != nil && rc.Operator != "" && n.attempted != nil && res.outcome <= outcomeGone {
+		n.attempted(sctx, rc, res.outcome == outcomeDelivered, res.at)
+	}
 	if err := n.box.settle(sctx, d, res); err != nil {
 		// The lease runs out and another attempt is made: at least once.
 		n.log.Warn("notify: recording a delivery", "id", d.ID, "err", err)
@@ -771,12 +801,17 @@ func nodeDeliveries(ctx context.Context, box outboxStore, node string) ([]delive
 	return out, nil
 }
 
-// notifyUnreached says at start which nodes have no receiver: their
-// notices are kept, and marked undeliverable.
-func notifyUnreached(ctx context.Context, svc store, n *notifier, log *slog.Logger) {
+// notifyUnreached puts the operators' own receivers in force, and says
+// at start which nodes have no receiver: their notices are kept, and
+// marked undeliverable.
+func (f *fleet) notifyUnreached(ctx context.Context, log *slog.Logger) {
+	n, svc := f.notify, f.store
+	if err := f.refreshReceivers(ctx); err != nil {
+		log.Warn("notify: the operators' receivers not read", "err", err)
+	}
 	rs := n.receivers()
-	if n.cfg.File == "" {
-		log.Warn("notify: no -notify-file: notices are kept, marked undeliverable, and sent to nobody")
+	if n.cfg.File == "" && len(rs.byOperator) == 0 {
+		log.Warn("notify: no -notify-file and no operator's receiver: notices are kept, marked undeliverable, and sent to nobody")
 		return
 	}
 	if rs.any != nil {
@@ -795,9 +830,9 @@ func notifyUnreached(ctx context.Context, svc store, n *notifier, log *slog.Logg
 			none = append(none, id)
 		}
 	}
-	log.Info("notify: receivers", "file", n.cfg.File, "nodes", len(rs.byNode))
+	log.Info("notify: receivers", "file", n.cfg.File, "nodes", len(rs.byNode), "operators", len(rs.byOperator))
 	if len(none) > 0 {
-		log.Warn("notify: nodes without a receiver (no line of their own, no * line): their notices are kept, marked undeliverable",
+		log.Warn("notify: nodes without a receiver (no operator's own, no line of their own, no * line): their notices are kept, marked undeliverable",
 			"count", len(none), "nodes", strings.Join(none[:min(len(none), 20)], " "))
 	}
 }

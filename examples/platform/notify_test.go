@@ -1249,7 +1249,7 @@ func TestNotifyUnreached(t *testing.T) {
 		cfg := testNotifyConfig(notifyFile(t, "x1 http://127.0.0.1:9/ "+hookSecret))
 		n := newNotifier(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), nil)
 		var log testkit.LogBuffer
-		notifyUnreached(t.Context(), tp.svc, n, slogTo(&log))
+		newFleet(tp.svc, n).notifyUnreached(t.Context(), slogTo(&log))
 		if !strings.Contains(log.String(), "count=2 nodes=\"f1 x2\"") {
 			t.Errorf("the start's log does not name f1 and x2:\n%s", log.String())
 		}

@@ -320,21 +320,21 @@ func (p *platform) outbox() outboxStore {
 // file is written: a crash between the two leaves an entry whose notice
 // the node file does not hold, which openOutbox drops, never a notice
 // without its entry. It returns the ids written, for dropDecided.
-func (p *platform) enqueueDecided(out reportOutcome, seq int64, now time.Time) ([]string, error) {
+func (p *platform) enqueueDecided(n *node, now time.Time) ([]string, error) {
 	if p.box == nil {
 		return nil, nil
 	}
 	rs := p.dispatch.receivers()
 	var ds []delivery
-	if out.Notice != nil {
-		d, err := noticeDelivery(*out.Notice, seq, now, rs)
+	if n.notice != nil {
+		d, err := noticeDelivery(*n.notice, n.readings, now, rs)
 		if err != nil {
 			return nil, err
 		}
 		ds = append(ds, d)
 	}
-	if e := out.Event; e != nil && e.Kind == overload.End && p.dispatch.ended {
-		d, err := endDelivery(out.Node, seq, *e, now, rs)
+	if e := n.event; e != nil && e.Kind == overload.End && p.dispatch.ended {
+		d, err := endDelivery(n.info.ID, n.readings, *e, now, rs)
 		if err != nil {
 			return nil, err
 		}
@@ -344,7 +344,7 @@ func (p *platform) enqueueDecided(out reportOutcome, seq int64, now time.Time) (
 	for _, d := range ds {
 		if err := p.box.add(d); err != nil {
 			p.dropDecided(ids)
-			return nil, fmt.Errorf("node %s: %w: %w", out.Node, errUnsaved, err)
+			return nil, fmt.Errorf("node %s: %w: %w", n.info.ID, errUnsaved, err)
 		}
 		ids = append(ids, d.ID)
 	}

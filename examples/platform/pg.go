@@ -374,10 +374,6 @@ type pgNode struct {
 	*node
 	state   []byte            // the state column as loaded
 	bodies  map[string][]byte // each live route's body as loaded
-	relied  []routing.Route   // routes of other nodes the round's moves rely on
-	closing []closedRoute     // this transaction's closures
-	notice  *overload.Notice  // the notice this transaction sends
-	event   *overload.Event   // the event this transaction adds
 	created bool              // this transaction created the node's row
 	version int64             // the row's version as this transaction wrote it; 0 before
 }
@@ -1257,7 +1253,7 @@ func nullTime(t time.Time) *time.Time {
 type pgAlternatives struct {
 	ctx context.Context
 	tx  pgx.Tx
-	n   *pgNode
+	n   *node
 	err error
 }
 
@@ -1307,123 +1303,122 @@ func (p *pgPlatform) logClosures(nodes ...*pgNode) {
 	}
 }
 
-// plan runs a plan round for n in tx and records what it closed and what
-// its moves rely on, to be written by saveNode in the same transaction.
-func (p *pgPlatform) plan(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
-	before := maps.Clone(n.routes)
-	alts := &pgAlternatives{ctx: ctx, tx: tx, n: n}
-	// The closures are logged once committed (logClosures), not here: a
-	// transaction run again plans again, and one that fails closes
-	// nothing.
-	plan, _, err := p.planOne(now, n.node, alts)
-	if alts.err != nil {
-		return alts.err
-	}
-	if err != nil {
-		p.log.Error("plan round", "node", n.info.ID, "err", err)
-		return nil
-	}
-	for _, a := range plan.Actions {
-		rt := before[a.Route.ID]
-		n.closing = append(n.closing, closedRoute{Action: a, At: now, Earned: rt.Earned, session: rt.Session})
-		if keeps, ok := reliesOn(a); ok {
-			n.relied = append(n.relied, keeps)
-		}
-	}
-	return nil
-}
-
-func (p *pgPlatform) report(ctx context.Context, r overload.Reading) (reportOutcome, error) {
-	if err := checkNodeID(r.Node); err != nil {
-		return reportOutcome{}, fmt.Errorf("report: %w", err)
-	}
+// report takes a reading of node id (nodeStore.report). With batches
+// (pgOptions.Batch over 1) it waits for a batch worker to take it with
+// the others arriving (pgbatch.go); else it is taken alone, decided on
+// this replica's copy of the node when the copy can (pgcache.go).
+func (p *pgPlatform) report(ctx context.Context, id string, take takeFunc, plan planFunc) (*overload.Notice, error) {
 	if p.jobs == nil {
-		j := &reportJob{r: r}
-		if len(p.reportQuick(ctx, []*reportJob{j})) == 0 {
-			return j.out, j.err
+		j := &reportJob{id: id, take: take, plan: plan}
+		if len(p.reportQuick(ctx, []*reportJob{j})) > 0 {
+			p.reportAlone(ctx, j)
 		}
-		out, err := p.reportAlone(ctx, r)
-		p.pokeFor(out)
-		return out, err
+		return j.notice, j.err
 	}
-	j := &reportJob{ctx: ctx, r: r, done: make(chan struct{})}
+	j := &reportJob{ctx: ctx, id: id, take: take, plan: plan, done: make(chan struct{})}
 	select {
 	case p.jobs <- j:
 	case <-ctx.Done():
-		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errUnavailable, ctx.Err())
+		return nil, fmt.Errorf("report of %s: %w: %w", id, errUnavailable, ctx.Err())
 	}
 	select {
 	case <-j.done:
-		p.pokeFor(j.out)
-		return j.out, j.err
+		return j.notice, j.err
 	case <-ctx.Done():
 		// The batch may still commit it: the agent's retry is then a
 		// duplicate.
-		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errUnavailable, ctx.Err())
+		return nil, fmt.Errorf("report of %s: %w: %w", id, errUnavailable, ctx.Err())
 	}
 }
 
 // reportAlone takes one report in a transaction of its own.
-func (p *pgPlatform) reportAlone(ctx context.Context, r overload.Reading) (reportOutcome, error) {
-	j := &reportJob{r: r}
+func (p *pgPlatform) reportAlone(ctx context.Context, j *reportJob) {
 	t, err := p.takeBatch(ctx, nil, []*reportJob{j})
 	if err != nil {
-		return reportOutcome{}, err
+		j.notice, j.err = nil, err
+		return
 	}
+	p.logClosures(t.nodes...) // before the copies go back: another report may take one
 	p.cache.keep(t.nodes)
-	p.logClosures(t.nodes...)
-	return j.out, j.err
 }
 
-// reportIn takes reading r in tx: lock its node (created if new), count
-// the reading, plan the node, write it all back but its notice, which the
-// caller sends (sendNotices) once every node of the transaction is
-// written, and returns the node. A reading refused (duplicate, older,
-// invalid) writes nothing and is returned as refused, with no node.
-func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, r overload.Reading) (out reportOutcome, refused error, n *pgNode, err error) {
-	n, err = p.lockNode(ctx, tx, r.Node, true)
+// reportIn takes job j's reading in tx: lock its node (created if new),
+// take the reading, plan the node, write it all back but its notice,
+// which the caller sends (sendNotices) once every node of the
+// transaction is written, and returns the node. A reading refused
+// (duplicate, older, invalid) writes nothing and is j's error, with no
+// node.
+func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, j *reportJob) (*pgNode, error) {
+	n, err := p.lockNode(ctx, tx, j.id, true)
 	if err != nil {
-		return out, nil, nil, err
+		return nil, err
 	}
 	now := p.now()
-	if out, refused = p.observe(n.node, r, now); refused != nil {
+	if j.err = j.take(n.node, now); j.err != nil {
 		// A node is kept from its first counted reading: the row this
 		// transaction inserted (created) goes; a row another committed
 		// is never deleted.
 		if n.created {
-			if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, r.Node); err != nil {
-				return out, nil, nil, err
+			if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, j.id); err != nil {
+				return nil, err
 			}
 		}
-		return out, refused, nil, nil
+		return nil, nil
 	}
-	n.event, n.notice = out.Event, out.Notice
-	if err := p.plan(ctx, tx, n, now); err != nil {
-		return out, nil, nil, err
+	if err := j.plan(n.node, now, newPGTx(ctx, tx, nil)); err != nil {
+		return nil, err
 	}
 	if err := p.saveNode(ctx, tx, n, now); err != nil {
-		return out, nil, nil, err
+		return nil, err
 	}
-	return out, nil, n, nil
+	return n, nil
 }
 
 // update runs fn on node id in a transaction holding its row lock, and
 // writes back what fn changed (withNode).
 func (p *pgPlatform) update(ctx context.Context, id string, fn func(n *node, now time.Time, tx nodeTx) error) error {
 	return p.withNode(ctx, id, false, func(tx pgx.Tx, n *pgNode, now time.Time) error {
-		return fn(n.node, now, pgTx{ctx, tx})
+		return fn(n.node, now, newPGTx(ctx, tx, nil))
 	})
 }
 
 // pgTx is the PostgreSQL store's nodeTx: a transaction holding a node's
 // row lock.
 type pgTx struct {
-	ctx context.Context
-	tx  pgx.Tx
+	ctx  context.Context
+	tx   pgx.Tx
+	load func() error // loads the node's live routes; nil: loaded
+	alts *pgAlternatives
+}
+
+// newPGTx is tx's nodeTx for a node whose live routes load loads (nil:
+// loaded with the node).
+func newPGTx(ctx context.Context, tx pgx.Tx, load func() error) *pgTx {
+	return &pgTx{ctx: ctx, tx: tx, load: load}
+}
+
+// alternatives loads n's live routes, if they were not, and answers
+// by a query in the transaction (pgAlternatives).
+func (t *pgTx) alternatives(n *node, _ time.Time) (routing.Alternatives, error) {
+	if t.load != nil {
+		if err := t.load(); err != nil {
+			return nil, err
+		}
+		t.load = nil
+	}
+	t.alts = &pgAlternatives{ctx: t.ctx, tx: t.tx, n: n}
+	return t.alts, nil
+}
+
+func (t *pgTx) failed() error {
+	if t.alts == nil {
+		return nil
+	}
+	return t.alts.err
 }
 
 // routeTaken: route ids are never reused, so closed routes count.
-func (t pgTx) routeTaken(id string) (bool, error) {
+func (t *pgTx) routeTaken(id string) (bool, error) {
 	var taken bool
 	err := t.tx.QueryRow(t.ctx, `SELECT EXISTS (SELECT 1 FROM routes WHERE id = $1)`, id).Scan(&taken)
 	return taken, err
@@ -1510,21 +1505,21 @@ func (p *pgPlatform) selectNode(ctx context.Context, tx pgx.Tx, id string) (*pgN
 	return p.loadNode(ctx, tx, id, state)
 }
 
-// views shows the nodes whose ids sort after after, at most limit of
-// them (0: all), by id, each from its row and live routes, and returns
-// the last one's id; a node whose stored state cannot be read is listed
-// with its error alone. A page reads only its own nodes' routes and
-// notices.
-func (p *pgPlatform) views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
-	out := []json.RawMessage{}
-	last := ""
+// eachNode runs fn on the nodes whose ids sort after after, at most
+// limit of them (0: all), by id, each from its row, live routes and
+// notice count as one read-only snapshot shows them (nodeStore.eachNode);
+// a node whose stored state cannot be read is given with its error. A
+// page reads only its own nodes' routes and notices.
+func (p *pgPlatform) eachNode(ctx context.Context, after string, limit int, fn func(id string, n *node, now time.Time, err error)) (string, error) {
+	type row struct {
+		id    string
+		state []byte
+	}
+	var nodes []row
+	var routes map[string][]*route
+	var notices map[string]int
 	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
-		out, last = out[:0], ""
-		type row struct {
-			id    string
-			state []byte
-		}
-		var nodes []row
+		nodes = nodes[:0]
 		var lim *int // NULL: LIMIT ALL
 		if limit > 0 {
 			lim = &limit
@@ -1552,36 +1547,34 @@ func (p *pgPlatform) views(ctx context.Context, after string, limit int) ([]json
 				ids[i] = r.id
 			}
 		}
-		routes, err := liveRoutes(ctx, tx, ids)
-		if err != nil {
+		if routes, err = liveRoutes(ctx, tx, ids); err != nil {
 			return err
 		}
-		notices, err := noticeCounts(ctx, tx, ids)
-		if err != nil {
-			return err
-		}
-		now := p.now()
-		for _, r := range nodes {
-			nd, err := p.decodeNode(r.state)
-			if err != nil {
-				b, _ := json.Marshal(map[string]string{"id": r.id, "error": fmt.Sprintf("node %s: stored state: %v", r.id, err)})
-				out = append(out, b)
-				continue
-			}
-			for _, rt := range routes[r.id] {
-				nd.routes[rt.Route.ID] = rt
-			}
-			nd.info.LiveUsers = liveUsers(nd)
-			v := p.viewLocked(nd, now)
-			v.Notices = notices[r.id]
-			out = append(out, marshalView(r.id, v))
-		}
-		if len(nodes) > 0 {
-			last = nodes[len(nodes)-1].id
-		}
-		return nil
+		notices, err = noticeCounts(ctx, tx, ids)
+		return err
 	})
-	return out, last, err
+	if err != nil {
+		return "", err
+	}
+	now := p.now()
+	for _, r := range nodes {
+		nd, err := p.decodeNode(r.state)
+		if err != nil {
+			fn(r.id, nil, now, fmt.Errorf("node %s: stored state: %w", r.id, err))
+			continue
+		}
+		for _, rt := range routes[r.id] {
+			nd.routes[rt.Route.ID] = rt
+		}
+		nd.info.LiveUsers = liveUsers(nd)
+		nd.noticeCount = notices[r.id]
+		fn(r.id, nd, now, nil)
+	}
+	last := ""
+	if len(nodes) > 0 {
+		last = nodes[len(nodes)-1].id
+	}
+	return last, nil
 }
 
 // liveRoutes returns the live routes of the nodes ids, or of every node
@@ -1640,7 +1633,12 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 		if !exists {
 			return fmt.Errorf("events of node %q: %w", id, errUnknownNode)
 		}
-		rows, err := tx.Query(ctx, `SELECT id, body FROM events WHERE node = $1 AND id > $2 ORDER BY id LIMIT $3`, id, after, limit+1)
+		var lim *int // NULL: LIMIT ALL
+		if limit > 0 {
+			more := limit + 1
+			lim = &more
+		}
+		rows, err := tx.Query(ctx, `SELECT id, body FROM events WHERE node = $1 AND id > $2 ORDER BY id LIMIT $3`, id, after, lim)
 		if err != nil {
 			return err
 		}
@@ -1654,7 +1652,7 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 			if err := json.Unmarshal(body, &e.Event); err != nil {
 				return fmt.Errorf("event %d of node %s: %w", e.ID, id, err)
 			}
-			if len(page.Events) == limit {
+			if limit > 0 && len(page.Events) == limit {
 				page.Next = page.Events[limit-1].ID
 				break
 			}
@@ -1736,7 +1734,7 @@ func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]rout
 	return out, last, err
 }
 
-// planRound plans every registered node whose plan is due (not planned by
+// planDue plans every registered node whose plan is due (not planned by
 // a report or a round for planEvery), one transaction per node. A node
 // another replica is planning or reporting is skipped (FOR UPDATE SKIP
 // LOCKED), so replicas share the round without planning a node twice.
@@ -1748,7 +1746,7 @@ func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]rout
 // goes on with the others; the round's error counts and names those
 // nodes. Only the round's own deadline, or a database that cannot be
 // reached, ends it early.
-func (p *pgPlatform) planRound(ctx context.Context) error {
+func (p *pgPlatform) planDue(ctx context.Context, plan planFunc) error {
 	// Notices committed since the last numbering.
 	if err := p.numberNotices(ctx); err != nil {
 		p.log.Warn("notices not numbered", "err", err)
@@ -1776,7 +1774,7 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := p.plan(ctx, tx, n, now); err != nil {
+			if err := plan(n.node, now, newPGTx(ctx, tx, nil)); err != nil {
 				return err
 			}
 			planned = n
@@ -1804,4 +1802,49 @@ func (p *pgPlatform) planRound(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// operatorReceivers is every operator's receiver (receiverStore).
+func (p *pgPlatform) operatorReceivers(ctx context.Context) (map[string]operatorReceiver, error) {
+	rows, err := p.db.Query(ctx, `SELECT operator, body FROM operator_receivers`)
+	out := map[string]operatorReceiver{}
+	var op string
+	var body []byte
+	err = eachRow(rows, err, []any{&op, &body}, func() error {
+		var r operatorReceiver
+		if err := json.Unmarshal(body, &r); err != nil {
+			return fmt.Errorf("receiver of operator %s: %w", op, err)
+		}
+		out[op] = r
+		return nil
+	})
+	return out, classify(err)
+}
+
+// updateReceiver runs fn on operator's receiver in a transaction holding
+// its row's lock (the row made first if there is none, kept only if fn
+// returns nil).
+func (p *pgPlatform) updateReceiver(ctx context.Context, operator string, fn func(r *operatorReceiver, now time.Time) error) error {
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO operator_receivers (operator, body) VALUES ($1, '{}') ON CONFLICT (operator) DO NOTHING`, operator); err != nil {
+			return err
+		}
+		var body []byte
+		if err := tx.QueryRow(ctx, `SELECT body FROM operator_receivers WHERE operator = $1 FOR UPDATE`, operator).Scan(&body); err != nil {
+			return err
+		}
+		var r operatorReceiver
+		if err := json.Unmarshal(body, &r); err != nil {
+			return fmt.Errorf("receiver of operator %s: %w: %w", operator, errUnsaved, err)
+		}
+		if err := fn(&r, p.now()); err != nil {
+			return err
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("receiver of operator %s: %w: %w", operator, errUnsaved, err)
+		}
+		_, err = tx.Exec(ctx, `UPDATE operator_receivers SET body = $2, updated_at = now() WHERE operator = $1`, operator, b)
+		return err
+	})
 }

@@ -17,10 +17,13 @@ import (
 // reportJob is one report waiting for a batch.
 type reportJob struct {
 	ctx  context.Context // the request's
-	r    overload.Reading
-	out  reportOutcome
-	err  error
-	done chan struct{}
+	id   string          // the node's
+	take takeFunc
+	plan planFunc
+	// notice is the notice kept, err the report's error.
+	notice *overload.Notice
+	err    error
+	done   chan struct{}
 	// cached is its node's copy, with the reading taken on it (taken),
 	// which decideQuick left to the usual way: the reading started or
 	// ended an overload, or sent a notice, or left the node one a plan
@@ -29,13 +32,7 @@ type reportJob struct {
 	// at the copy's version (decideReports). Used once: a transaction run
 	// again decodes the row.
 	cached cachedNode
-	taken  *takenOnCopy
-}
-
-// takenOnCopy is a reading taken on a node's copy at a time.
-type takenOnCopy struct {
-	out reportOutcome
-	at  time.Time
+	taken  bool
 }
 
 // batchWorker takes the reports waiting, up to max, into one transaction
@@ -135,7 +132,7 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	alone := func(j *reportJob) {
 		ctx, cancel := context.WithTimeout(context.Background(), p.batchTimeout)
 		defer cancel()
-		j.out, j.err = p.reportAlone(ctx, j.r)
+		p.reportAlone(ctx, j)
 	}
 	// Reports a copy of their node decides: alone, one statement their
 	// transaction; beside others, the first statement of the batch's.
@@ -159,8 +156,8 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	cancel()
 	if err == nil {
 		p.settleQuick(t.qs, t.written) // every one written, or taken the usual way
+		p.logClosures(t.nodes...)      // before the copies go back: another report may take one
 		p.cache.keep(t.nodes)
-		p.logClosures(t.nodes...)
 		return
 	}
 	all := rest
@@ -173,7 +170,7 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	var wg sync.WaitGroup
 	for len(sorted) > 0 {
 		k := 1
-		for k < len(sorted) && sorted[k].r.Node == sorted[0].r.Node {
+		for k < len(sorted) && sorted[k].id == sorted[0].id {
 			k++
 		}
 		run := sorted[:k]
@@ -181,7 +178,7 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 		wg.Go(func() {
 			for _, j := range run {
 				if j.gone() {
-					j.out, j.err = reportOutcome{}, fmt.Errorf("report of %s: %w: the request ended", j.r.Node, errUnavailable)
+					j.notice, j.err = nil, fmt.Errorf("report of %s: %w: the request ended", j.id, errUnavailable)
 					continue
 				}
 				alone(j)
@@ -194,7 +191,7 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 // gone reports whether the request that sent the job has ended.
 func (j *reportJob) gone() bool { return j.ctx != nil && j.ctx.Err() != nil }
 
-func byNode(a, b *reportJob) int { return strings.Compare(a.r.Node, b.r.Node) }
+func byNode(a, b *reportJob) int { return strings.Compare(a.id, b.id) }
 
 // batchTaken is what a batch's transaction committed.
 type batchTaken struct {
@@ -264,8 +261,8 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	}
 	var ids []string
 	for _, j := range rest {
-		if len(ids) == 0 || ids[len(ids)-1] != j.r.Node {
-			ids = append(ids, j.r.Node)
+		if len(ids) == 0 || ids[len(ids)-1] != j.id {
+			ids = append(ids, j.id)
 		}
 	}
 	if len(ids) > 0 {
@@ -353,7 +350,7 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	}
 	for i, j := range jobs {
 		if nodes[i] != nil {
-			j.out.Notice = nodes[i].notice // nil if the database refused it
+			j.notice = nodes[i].notice // nil if the database refused it
 		}
 	}
 	t.nodes = nodes
@@ -426,20 +423,19 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 	nodes = make([]*pgNode, len(jobs))
 	touched := map[string]bool{} // nodes whose routes tx wrote since they were read
 	for i := 0; i < len(jobs); {
-		id := jobs[i].r.Node
+		id := jobs[i].id
 		k := i + 1
-		for k < len(jobs) && jobs[k].r.Node == id {
+		for k < len(jobs) && jobs[k].id == id {
 			k++
 		}
 		row, held := states[id]
 		if !held || k > i+1 {
 			for ; i < k; i++ {
-				j := jobs[i]
-				out, refused, n, err := p.reportIn(ctx, tx, j.r)
+				n, err := p.reportIn(ctx, tx, jobs[i])
 				if err != nil {
 					return nil, nil, err
 				}
-				j.out, j.err, nodes[i] = out, refused, n
+				nodes[i] = n
 				if n != nil {
 					for _, r := range n.relied {
 						touched[r.Node] = true
@@ -455,48 +451,31 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 			return nil, nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
 		}
 		n := &pgNode{node: nd, state: row.state, bodies: map[string][]byte{}}
-		var out reportOutcome
-		var refused error
-		if taken != nil {
-			out = taken.out
-			p.logOutcome(j.r, out, taken.at)
-		} else {
-			out, refused = p.observe(n.node, j.r, now)
+		j.err = nil
+		if !taken {
+			n.clearChange()
+			if j.err = j.take(n.node, now); j.err != nil {
+				continue
+			}
 		}
-		j.out, j.err = out, refused
-		if refused != nil {
-			continue
-		}
-		n.event, n.notice = out.Event, out.Notice
 		nodes[k-1] = n
 		written = append(written, n)
-		if !p.quiet(n.node, now) {
+		// The node's routes are read only if its plan asks for them: a
+		// quiet node's plan only dates its budgets.
+		load := func() error {
 			if touched[id] {
-				err = loadRoutes(ctx, tx, id, n)
-			} else {
-				err = n.addRoutes(routes[id])
+				return loadRoutes(ctx, tx, id, n)
 			}
-			if err != nil {
-				return nil, nil, err
-			}
-			if err := p.plan(ctx, tx, n, now); err != nil {
-				return nil, nil, err
-			}
-			if err := p.saveRoutes(ctx, tx, n, now); err != nil {
-				return nil, nil, err
-			}
-			for _, r := range n.relied {
-				touched[r.Node] = true
-			}
-			continue
+			return n.addRoutes(routes[id])
 		}
-		// Planned without its routes: the plan only dates the node's
-		// budgets.
-		if err := p.plan(ctx, tx, n, now); err != nil {
+		if err := j.plan(n.node, now, newPGTx(ctx, tx, load)); err != nil {
 			return nil, nil, err
 		}
-		if len(n.closing) > 0 {
-			return nil, nil, fmt.Errorf("node %s: a plan without routes closed %d: %w", id, len(n.closing), errUnsaved)
+		if err := p.saveRoutes(ctx, tx, n, now); err != nil {
+			return nil, nil, err
+		}
+		for _, r := range n.relied {
+			touched[r.Node] = true
 		}
 	}
 	return nodes, written, nil
@@ -504,40 +483,15 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 
 // nodeOfRow is the node of row, which j's reading is about: j's copy of
 // it if the row is still at the copy's version (the state the row holds,
-// decoded, is the copy: nodeCache), with the reading as taken on the copy
-// if it was; else the row's state decoded. The copy is used once.
-func (p *pgPlatform) nodeOfRow(j *reportJob, row lockedRow) (*node, *takenOnCopy, error) {
+// decoded, is the copy: nodeCache), and whether the reading was taken on
+// it; else the row's state decoded. The copy is used once.
+func (p *pgPlatform) nodeOfRow(j *reportJob, row lockedRow) (*node, bool, error) {
 	c, taken := j.cached, j.taken
-	j.cached, j.taken = cachedNode{}, nil
+	j.cached, j.taken = cachedNode{}, false
 	if c.node != nil && c.version == row.version {
 		p.cache.reused.Add(1)
 		return c.node, taken, nil
 	}
 	n, err := p.decodeNode(row.state)
-	return n, nil, err
-}
-
-// quiet reports whether a plan of n at now can change nothing but n's
-// budgets' dates: n is registered, neither overloaded nor paused (so
-// routing closes none of its routes, used or not), and no price change
-// may have reached its sessions since its last plan (which priced its
-// routes as they are stored).
-func (p *pgPlatform) quiet(n *node, now time.Time) bool {
-	if n.info.Role == 0 {
-		return true // never planned
-	}
-	if n.info.Paused || n.info.Overloaded() {
-		return false
-	}
-	last := n.info.State.PlannedAt
-	if last.IsZero() || now.Before(last) {
-		return false
-	}
-	if k := n.prices.Len(); k > 0 {
-		c := n.prices.Changes()[k-1]
-		if !c.At.Add(n.prices.Window()).Before(last) {
-			return false
-		}
-	}
-	return true
+	return n, false, err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/proofkit/nodekit/routing"
 )
 
 // nodeCache is a replica's copy of the nodes it last wrote, each as it
@@ -95,7 +98,6 @@ type quickReport struct {
 	j       *reportJob
 	n       *node // the copy, changed by the report
 	version int64 // the row's version the copy is of
-	out     reportOutcome
 }
 
 // decideQuick decides the reports of jobs that a copy of their node
@@ -115,44 +117,67 @@ func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*r
 	}
 	per := make(map[string]int, len(jobs))
 	for _, j := range jobs {
-		per[j.r.Node]++
+		per[j.id]++
 	}
 	now := p.now()
 	for _, j := range jobs {
-		if per[j.r.Node] > 1 {
+		if per[j.id] > 1 {
 			rest = append(rest, j)
 			continue
 		}
-		cn, ok := p.cache.take(j.r.Node)
+		cn, ok := p.cache.take(j.id)
 		if !ok {
 			rest = append(rest, j)
 			continue
 		}
 		// From here the copy may be changed: it is not put back unless
 		// its row is written.
-		out, refused := p.take(cn.node, j.r, now)
-		if refused != nil {
+		cn.node.clearChange()
+		if err := j.take(cn.node, now); err != nil {
 			rest = append(rest, j)
 			continue
 		}
-		if out.Event != nil || out.Notice != nil || !p.quiet(cn.node, now) {
-			// The usual way, which starts from the copy with the
-			// reading taken on it if its row is still at its version
-			// (no one else wrote the node since), and plans the node.
-			j.cached, j.taken = cn, &takenOnCopy{out: out, at: now}
+		// The usual way starts from the copy with the reading taken on
+		// it if its row is still at its version (no one else wrote the
+		// node since), and plans the node there: when the reading
+		// started or ended an overload or sent a notice, or the plan
+		// asks for the node's routes (it is not quiet), before it
+		// changed anything.
+		if cn.node.event != nil || cn.node.notice != nil {
+			j.cached, j.taken = cn, true
 			rest = append(rest, j)
 			continue
 		}
-		plan, _, err := p.planOne(now, cn.node, nil)
-		if err != nil || len(plan.Actions) > 0 {
+		err := j.plan(cn.node, now, copyTx{})
+		if errors.Is(err, errNeedsRow) {
+			j.cached, j.taken = cn, true
 			rest = append(rest, j)
 			continue
 		}
-		qs = append(qs, quickReport{j: j, n: cn.node, version: cn.version, out: out})
+		if err != nil || len(cn.node.closing) > 0 {
+			rest = append(rest, j)
+			continue
+		}
+		qs = append(qs, quickReport{j: j, n: cn.node, version: cn.version})
 	}
 	slices.SortFunc(qs, func(a, b quickReport) int { return strings.Compare(a.n.info.ID, b.n.info.ID) })
 	return qs, rest
 }
+
+// errNeedsRow: a plan on a node's copy asked for what only its locked
+// row gives (its routes); the report is taken the usual way.
+var errNeedsRow = errors.New("the node's routes are needed")
+
+// copyTx is the nodeTx of a report decided on a copy of its node, with
+// no transaction: a plan that needs the node's routes is taken the usual
+// way (errNeedsRow).
+type copyTx struct{}
+
+func (copyTx) routeTaken(string) (bool, error) { return false, errNeedsRow }
+func (copyTx) alternatives(*node, time.Time) (routing.Alternatives, error) {
+	return nil, errNeedsRow
+}
+func (copyTx) failed() error { return nil }
 
 // querier runs a statement: the pool (a statement that is its own
 // transaction) or a transaction.
@@ -201,7 +226,7 @@ func (p *pgPlatform) settleQuick(qs []quickReport, written map[string]int64) []*
 			rest = append(rest, q.j)
 			continue
 		}
-		q.j.out, q.j.err = q.out, nil
+		q.j.notice, q.j.err = nil, nil
 		p.cache.put(q.n, v)
 		p.cache.taken.Add(1)
 	}
@@ -320,6 +345,14 @@ func encodeState(n *node) ([]byte, error) {
 	if n.eventsSeen != 0 {
 		b = append(b, `,"events_seen":`...)
 		b = strconv.AppendInt(b, n.eventsSeen, 10)
+	}
+	if len(n.marks) > 0 { // a few, rarely: encoding/json's
+		mb, err := json.Marshal(n.marks)
+		if err != nil {
+			return nil, fmt.Errorf("save node %s: marks: %w: %w", n.info.ID, errUnsaved, err)
+		}
+		b = append(b, `,"marks":`...)
+		b = append(b, mb...)
 	}
 	return append(b, '}'), nil
 }

@@ -30,7 +30,7 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 			at = at.Add(30 * time.Second)
 			r := reading(n.info.ID, int(n.readings)+1, m)
 			r.At = at
-			if _, err := c.observe(n, r, at); err != nil {
+			if _, err := c.take(n, r, at); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -90,7 +90,7 @@ func BenchmarkStateCodec(b *testing.B) {
 		at = at.Add(30 * time.Second)
 		r := reading(n.info.ID, i+1, m)
 		r.At = at
-		if _, err := c.observe(n, r, at); err != nil {
+		if _, err := c.take(n, r, at); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -26,17 +26,6 @@ type pgOutbox struct {
 
 var _ outboxStore = (*pgOutbox)(nil)
 
-// pokeFor wakes the notifier for the notice a report decided, if any,
-// when the notice's node has a receiver: a notice without one is in the
-// outbox as undeliverable, with nothing to deliver (the claim a wake
-// costs, a statement and a commit, found nothing: 0.07 a report at
-// 100,000 nodes without a notify file).
-func (p *pgPlatform) pokeFor(out reportOutcome) {
-	if out.Notice != nil && p.dispatch.receivers().forNode(out.Notice.Node) != nil {
-		p.dispatch.poke()
-	}
-}
-
 // noticeDeliveryOf is the outbox row of n's notice; false without a
 // notifier.
 func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (delivery, bool, error) {

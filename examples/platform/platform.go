@@ -38,10 +38,19 @@ type config struct {
 	Dispatch *dispatch
 }
 
-// maxClosed and maxNotices bound what a node keeps for display.
+// maxClosed, maxNotices and maxMarks bound what a node keeps for
+// display.
 const (
 	maxClosed  = 200
 	maxNotices = 100
+	maxMarks   = 100
+)
+
+// The platform's own events in a node's event list, beside the
+// tracker's overload starts and ends.
+const (
+	eventPaused   overload.EventKind = "paused"   // the admin paused routing to the node
+	eventApproved overload.EventKind = "approved" // the admin approved it again
 )
 
 // maxAhead is how far ahead of the platform's clock a version 1 reading
@@ -65,6 +74,9 @@ type platform struct {
 	// notice with a higher id was always saved after every lower one.
 	lastNotice int64
 	box        *fileOutbox // nil without a notifier
+	// operators is the operators' own receivers, as operatorsFile holds
+	// them.
+	operators map[string]operatorReceiver
 }
 
 // numberedNotice is a notice with its id, which orders GET /notices: in
@@ -119,13 +131,27 @@ type node struct {
 	lastPlan   *routing.Plan     // the latest plan that closed something
 	nextRoute  int               // sequence for route IDs the platform gives out
 	readings   int64             // readings counted (not duplicates, not refused)
-	eventsSeen int64             // events the tracker produced, kept or not
+	eventsSeen int64             // events the node had, the tracker's and the platform's, kept or not
+	marks      []numberedEvent   // the platform's own events (paused, approved), newest last, at most maxMarks
 	startedAt  time.Time         // the overload's start by the platform's clock; zero when not overloaded
 	// noticeCount is how many notices the store keeps of the node
 	// beside notices (the PostgreSQL store keeps them in a table), set
 	// by its read with history.
 	noticeCount int
 	savedBytes  []byte // the file's content as last written
+
+	// What the change being made decided, for the store to write with
+	// it (the store clears them before each change: clearChange).
+	event     *overload.Event  // the event a reading produced
+	notice    *overload.Notice // the notice a reading sends; the store may refuse it (one an hour)
+	closing   []closedRoute    // the routes a plan closed
+	relied    []routing.Route  // routes of other nodes the plan's moves rely on
+	replanned bool             // the plan closed something or moved the budgets on
+}
+
+// clearChange forgets what the last change decided.
+func (n *node) clearChange() {
+	n.event, n.notice, n.closing, n.relied, n.replanned = nil, nil, nil, nil, false
 }
 
 // route is a live route with its pricing session and what it has earned.
@@ -186,6 +212,9 @@ func newPlatform(cfg config, seed *seedFile) (*platform, error) {
 	if err := p.load(); err != nil {
 		return nil, err
 	}
+	if err := p.loadOperators(); err != nil {
+		return nil, err
+	}
 	if err := p.openOutbox(); err != nil {
 		return nil, err
 	}
@@ -228,69 +257,60 @@ type reportOutcome struct {
 	Notice     *overload.Notice `json:"notice,omitempty"`
 }
 
-// report observes one reading of the node it names, then runs a plan
-// round. A reading the node's tracker already counted returns errDuplicate
-// and an older one errStale; both change nothing. A node whose state
-// cannot be saved gets errUnsaved, and its record goes back to what is on
-// disk: the next request sees what the last answered one left.
-func (p *platform) report(_ context.Context, r overload.Reading) (reportOutcome, error) {
-	if err := checkNodeID(r.Node); err != nil {
-		return reportOutcome{}, fmt.Errorf("report: %w", err)
-	}
+// report takes a reading of node id (nodeStore.report), under the
+// store's one lock: the node, created if new, is written once, after
+// take and plan, with the outbox entries of its notice before it. A node
+// whose state cannot be saved gets errUnsaved, and its record goes back
+// to what is on disk: the next request sees what the last answered one
+// left.
+func (p *platform) report(_ context.Context, id string, take takeFunc, plan planFunc) (*overload.Notice, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
-	n := p.nodes[r.Node]
+	n := p.nodes[id]
 	isNew := n == nil
 	if isNew {
 		var err error
-		if n, err = p.newNode(r.Node); err != nil {
-			return reportOutcome{}, err
+		if n, err = p.newNode(id); err != nil {
+			return nil, err
 		}
 	}
-	out, err := p.observe(n, r, now)
-	if err != nil {
-		return out, err
+	n.clearChange()
+	if err := take(n, now); err != nil {
+		if !isNew {
+			p.revert(n)
+		}
+		return nil, err
 	}
 	if isNew {
-		p.nodes[r.Node] = n
-		p.log.Warn("reports from a node the route table does not hold: tracked, not admitted until it is, never planned",
-			"node", r.Node)
+		p.nodes[id] = n
 	}
-	if out.Notice != nil {
+	if n.notice != nil {
 		p.lastNotice++
-		n.notices = appendBounded(n.notices, numberedNotice{ID: p.lastNotice, Notice: *out.Notice}, maxNotices)
+		n.notices = appendBounded(n.notices, numberedNotice{ID: p.lastNotice, Notice: *n.notice}, maxNotices)
 	}
 	// The outbox first: a notice saved in the node's file is always on
 	// its way (see enqueueDecided).
-	added, err := p.enqueueDecided(out, n.readings, now)
+	added, err := p.enqueueDecided(n, now)
 	if err != nil {
 		p.revert(n)
-		return reportOutcome{}, err
+		return nil, err
 	}
-	// Plan the node at once (the round writes its file if it closes
-	// something), then write what the reading changed (a no-op if the
-	// round just did): one write per report.
-	p.planRoundLocked(now, r.Node)
+	// Plan the node at once, then write what the reading and the plan
+	// changed: one write per report (and one for each node a move relies
+	// on).
+	if err := plan(n, now, &fileTx{p: p, now: now}); err != nil {
+		p.revert(n)
+		p.dropDecided(added)
+		return nil, err
+	}
+	p.carryOut(n, now, nil)
 	if err := p.save(n); err != nil {
 		p.revert(n)
 		p.dropDecided(added)
-		return reportOutcome{}, err
+		return nil, err
 	}
-	if len(added) > 0 {
-		p.dispatch.poke()
-	}
-	return out, nil
-}
-
-// observe counts reading r in n's tracker and copies its verdict into the
-// node routing plans; both stores call it with the node locked.
-func (c *rules) observe(n *node, r overload.Reading, now time.Time) (reportOutcome, error) {
-	out, err := c.take(n, r, now)
-	if err == nil {
-		c.logOutcome(r, out, now)
-	}
-	return out, err
+	return n.notice, nil
 }
 
 // take is observe without its log lines, which logOutcome writes.
@@ -381,53 +401,34 @@ func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
 	return a
 }
 
-// planRound runs one plan round over every registered node.
-func (p *platform) planRound(_ context.Context) error {
+// planDue plans every registered node, one after another, over one
+// index of the whole route table (fileTx.alternatives), each node's
+// closures recorded in the index before the next node is planned, so two
+// nodes never each close the route the other counted on. The example
+// "carries out" an action by removing the route from its table, ending
+// its pricing session and logging it.
+//
+// A node's file is written when the round closed something or changed
+// its budgets, not for a round that changed only the plan time: a quiet
+// fleet costs no disk writes.
+func (p *platform) planDue(_ context.Context, plan planFunc) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.planRoundLocked(p.now(), "")
-	return nil
-}
-
-// planRoundLocked plans the nodes one after another (only node `only` if
-// it is not empty) over one index of the whole route table, recording each
-// node's closures in the index before the next node is planned, so two
-// nodes never each close the route the other counted on. The example
-// "carries out" an action by removing the route from its table, ending its
-// pricing session and logging it.
-//
-// A node's file is written when the round closed something or changed its
-// budgets, not for a round that changed only the plan time: a quiet fleet
-// costs no disk writes.
-func (p *platform) planRoundLocked(now time.Time, only string) {
-	alts := &fleetIndex{p: p, now: now}
-	ids := []string{only}
-	if only == "" {
-		ids = p.ids()
-	}
-	for _, id := range ids {
+	now := p.now()
+	tx := &fileTx{p: p, now: now}
+	for _, id := range p.ids() {
 		n := p.nodes[id]
-		plan, changed, err := p.planOne(now, n, alts)
-		if err != nil {
-			p.log.Error("plan round", "node", id, "err", err)
+		if n.info.Role == 0 {
 			continue
 		}
-		for _, a := range plan.Actions {
-			p.logClosure(id, a)
-			alts.remove(a.Route)
-			// The route the move relies on counts as in use from now,
-			// saved with its node.
-			if keeps, ok := reliesOn(a); ok {
-				if kn := p.nodes[keeps.Node]; kn != nil && kn.routes[keeps.ID] != nil {
-					kn.routes[keeps.ID].ReliedOn = now
-					if err := p.save(kn); err != nil {
-						p.log.Error("saving node state", "node", kn.info.ID, "err", err)
-						p.revert(kn)
-					}
-				}
-			}
+		n.clearChange()
+		if err := plan(n, now, tx); err != nil {
+			p.log.Error("plan round", "node", id, "err", err)
+			p.revert(n)
+			continue
 		}
-		if !changed {
+		p.carryOut(n, now, tx.idx)
+		if !n.replanned {
 			continue
 		}
 		if err := p.save(n); err != nil {
@@ -435,22 +436,45 @@ func (p *platform) planRoundLocked(now time.Time, only string) {
 			p.revert(n)
 		}
 	}
+	return nil
+}
+
+// carryOut logs the closures n's plan decided, takes them out of the
+// round's index (nil: none built), and dates the routes its moves rely
+// on as in use from now, each saved with its node.
+func (p *platform) carryOut(n *node, now time.Time, idx *fleetIndex) {
+	for _, c := range n.closing {
+		p.logClosure(n.info.ID, c.Action)
+		idx.remove(c.Action.Route)
+	}
+	for _, keeps := range n.relied {
+		kn := p.nodes[keeps.Node]
+		if kn == nil || kn.routes[keeps.ID] == nil {
+			continue
+		}
+		kn.routes[keeps.ID].ReliedOn = now
+		if err := p.save(kn); err != nil {
+			p.log.Error("saving node state", "node", kn.info.ID, "err", err)
+			p.revert(kn)
+		}
+	}
 }
 
 // planOne plans node n at now and carries out the plan in n: its closed
-// routes leave n.routes, their sessions end, and n's budgets move on.
-// It reports whether n changed in a way worth saving (a round that
+// routes leave n.routes for n.closing, their sessions end, the routes
+// its moves rely on go into n.relied, and n's budgets move on;
+// n.replanned says whether n changed in a way worth saving (a round that
 // changed only the plan time is not: the budgets, which pace moves and
 // closures, are what the next plan needs). An unregistered node is not
 // planned.
-func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (routing.Plan, bool, error) {
+func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (routing.Plan, error) {
 	if n.info.Role == 0 {
-		return routing.Plan{}, false, nil
+		return routing.Plan{}, nil
 	}
 	routes := c.appendPricedRoutes(make([]routing.Route, 0, len(n.routes)), n, now)
 	plan, err := c.cfg.Policy.Plan(now, n.info, routes, alts)
 	if err != nil {
-		return routing.Plan{}, false, err
+		return routing.Plan{}, err
 	}
 	budgetsChanged := !sameBudgets(n.info.State, plan.State)
 	n.info.State = plan.State
@@ -458,13 +482,44 @@ func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (rout
 		rt := n.routes[a.Route.ID]
 		delete(n.routes, a.Route.ID)
 		rt.Session.End = now
-		n.closed = appendBounded(n.closed, closedRoute{Action: a, At: now, Earned: rt.Earned}, maxClosed)
+		cr := closedRoute{Action: a, At: now, Earned: rt.Earned, session: rt.Session}
+		n.closed = appendBounded(n.closed, cr, maxClosed)
+		n.closing = append(n.closing, cr)
+		if keeps, ok := reliesOn(a); ok {
+			n.relied = append(n.relied, keeps)
+		}
 	}
 	if len(plan.Actions) > 0 {
 		n.lastPlan = &plan
 		n.info.LiveUsers = liveUsers(n)
 	}
-	return plan, len(plan.Actions) > 0 || budgetsChanged, nil
+	n.replanned = n.replanned || len(plan.Actions) > 0 || budgetsChanged
+	return plan, nil
+}
+
+// quiet reports whether a plan of n at now can change nothing but n's
+// budgets' dates: n is registered, neither overloaded nor paused (so
+// routing closes none of its routes, used or not), and no price change
+// may have reached its sessions since its last plan (which priced its
+// routes as they are stored). Such a plan needs none of n's routes.
+func (c *rules) quiet(n *node, now time.Time) bool {
+	if n.info.Role == 0 {
+		return true // never planned
+	}
+	if n.info.Paused || n.info.Overloaded() {
+		return false
+	}
+	last := n.info.State.PlannedAt
+	if last.IsZero() || now.Before(last) {
+		return false
+	}
+	if k := n.prices.Len(); k > 0 {
+		c := n.prices.Changes()[k-1]
+		if !c.At.Add(n.prices.Window()).Before(last) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameBudgets reports whether two plan states hold the same budgets; the
@@ -515,8 +570,8 @@ func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
 }
 
 // Record does nothing: the platform records closures and reliance in its
-// own data after Plan returns (planRoundLocked), and ReliedOn answers from
-// the routes' ReliedOn.
+// own data after Plan returns (carryOut), and ReliedOn answers from the
+// routes' ReliedOn.
 func (f *fleetIndex) Record(time.Time, routing.Action) {}
 
 func (f *fleetIndex) ReliedOn(r routing.Route) time.Time {
@@ -533,7 +588,7 @@ var (
 
 // remove records a closure in the index, if it was built.
 func (f *fleetIndex) remove(r routing.Route) {
-	if f.idx != nil {
+	if f != nil && f.idx != nil {
 		f.idx.Remove(r)
 	}
 }
@@ -616,7 +671,9 @@ func (p *platform) update(_ context.Context, id string, fn func(n *node, now tim
 	if n == nil {
 		return fmt.Errorf("node %q: %w", id, errUnknownNode)
 	}
-	if err := fn(n, p.now(), fileTx{p}); err != nil {
+	n.clearChange()
+	now := p.now()
+	if err := fn(n, now, &fileTx{p: p, now: now}); err != nil {
 		p.revert(n)
 		return err
 	}
@@ -657,10 +714,25 @@ func (p *platform) nodeIDs(context.Context) ([]string, error) {
 	return p.ids(), nil
 }
 
-// fileTx is the file store's nodeTx: the store's lock is held.
-type fileTx struct{ p *platform }
+// fileTx is the file store's nodeTx: the store's lock is held, and a
+// plan's alternatives are the round's one index of the route table.
+type fileTx struct {
+	p   *platform
+	now time.Time
+	idx *fleetIndex // built at the first plan that asks
+}
 
-func (t fileTx) routeTaken(id string) (bool, error) { return t.p.routeExists(id), nil }
+func (t *fileTx) routeTaken(id string) (bool, error) { return t.p.routeExists(id), nil }
+
+// alternatives: the file store holds every route in memory.
+func (t *fileTx) alternatives(*node, time.Time) (routing.Alternatives, error) {
+	if t.idx == nil {
+		t.idx = &fleetIndex{p: t.p, now: t.now}
+	}
+	return t.idx, nil
+}
+
+func (t *fileTx) failed() error { return nil }
 
 // routeExists reports whether any node holds a route with this ID.
 func (p *platform) routeExists(id string) bool {
@@ -752,11 +824,9 @@ func (e *numberedEvent) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, &e.Event)
 }
 
-// views shows the nodes whose ids sort after after, at most limit of
-// them (0: all), by id, and returns the last one's id. A node that cannot
-// be shown (its state does not marshal) is listed with its error alone:
-// one node's bad state never takes the fleet's view down.
-func (p *platform) views(_ context.Context, after string, limit int) ([]json.RawMessage, string, error) {
+// eachNode runs fn on the nodes whose ids sort after after, at most
+// limit of them (0: all), by id (nodeStore.eachNode).
+func (p *platform) eachNode(_ context.Context, after string, limit int, fn func(id string, n *node, now time.Time, err error)) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
@@ -765,15 +835,14 @@ func (p *platform) views(_ context.Context, after string, limit int) ([]json.Raw
 	if limit > 0 && len(ids) > limit {
 		ids = ids[:limit]
 	}
-	out := make([]json.RawMessage, 0, len(ids))
 	for _, id := range ids {
-		out = append(out, marshalView(id, p.viewLocked(p.nodes[id], now)))
+		fn(id, p.nodes[id], now, nil)
 	}
 	last := ""
 	if len(ids) > 0 {
 		last = ids[len(ids)-1]
 	}
-	return out, last, nil
+	return last, nil
 }
 
 // sortSearch returns the index of the first of the sorted ids after after.
@@ -804,23 +873,44 @@ func (p *platform) events(_ context.Context, id string, after int64, limit int) 
 	if n == nil {
 		return eventPage{}, fmt.Errorf("events of node %q: %w", id, errUnknownNode)
 	}
-	evs := n.tracker.Events()
-	// Number the kept events by their place among every event the node
-	// had, so a page's cursor stays valid as old ones fall off.
-	first := n.eventsSeen - int64(len(evs)) + 1
 	page := eventPage{Node: id, Events: []numberedEvent{}}
-	for i, e := range evs {
-		seq := first + int64(i)
-		if seq <= after {
+	for _, e := range eventList(n) {
+		if e.ID <= after {
 			continue
 		}
-		if len(page.Events) == limit {
+		if limit > 0 && len(page.Events) == limit {
 			page.Next = page.Events[len(page.Events)-1].ID
 			break
 		}
-		page.Events = append(page.Events, numberedEvent{ID: seq, Event: e})
+		page.Events = append(page.Events, e)
 	}
 	return page, nil
+}
+
+// eventList is n's event list, oldest first: the tracker's overload
+// starts and ends and the platform's own events (marks), each numbered
+// by its place among every event the node had, so a page's cursor stays
+// valid as old ones fall off. A mark carries its number; the tracker's
+// events take the numbers up to eventsSeen that the marks left, newest
+// last.
+func eventList(n *node) []numberedEvent {
+	evs := n.tracker.Events()
+	out := make([]numberedEvent, 0, len(evs)+len(n.marks))
+	taken := make(map[int64]bool, len(n.marks))
+	for _, m := range n.marks {
+		taken[m.ID] = true
+	}
+	num := n.eventsSeen
+	for i := len(evs) - 1; i >= 0; i-- {
+		for taken[num] {
+			num--
+		}
+		out = append(out, numberedEvent{ID: num, Event: evs[i]})
+		num--
+	}
+	out = append(out, n.marks...)
+	slices.SortFunc(out, func(a, b numberedEvent) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }
 
 func (p *rules) viewLocked(n *node, now time.Time) nodeView {
@@ -831,7 +921,7 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 		Findings: n.tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.info.MemoryPercent,
 		LastReading: n.tracker.LastReading(), Price: n.info.Price, MaxUsers: n.info.MaxUsers,
 		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,
-		Closed: slices.Clone(n.closed), Notices: len(n.notices) + n.noticeCount, Readings: n.readings, Events: n.tracker.Events(),
+		Closed: slices.Clone(n.closed), Notices: len(n.notices) + n.noticeCount, Readings: n.readings,
 		Routes: []route{},
 	}
 	if admitErr != nil { // not registered (no role), or invalid: not admitted
@@ -840,8 +930,9 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 	if v.Findings == nil {
 		v.Findings = []overload.Finding{}
 	}
-	if v.Events == nil {
-		v.Events = []overload.Event{}
+	v.Events = []overload.Event{}
+	for _, e := range eventList(n) {
+		v.Events = append(v.Events, e.Event)
 	}
 	if v.Closed == nil {
 		v.Closed = []closedRoute{}

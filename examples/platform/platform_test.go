@@ -481,7 +481,7 @@ func TestStateFiles(t *testing.T) {
 	// A plan round on a quiet fleet writes nothing.
 	before, _ := os.ReadFile(filepath.Join(dir, "x1.json"))
 	c.add(time.Minute)
-	tp.p.planRound(t.Context())
+	newFleet(tp.p, nil).planRound(t.Context())
 	if after, _ := os.ReadFile(filepath.Join(dir, "x1.json")); !bytes.Equal(before, after) {
 		t.Fatalf("a quiet plan round rewrote x1.json")
 	}
@@ -589,7 +589,7 @@ func TestSampleRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if vs, _, _ := p.views(t.Context(), "", 0); len(vs) != 3 {
+	if vs, _, _ := newFleet(p, nil).views(t.Context(), "", 0); len(vs) != 3 {
 		got := len(vs)
 		t.Fatalf("%d nodes, want 3", got)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/proofkit/nodekit/internal/procfile"
 )
@@ -17,10 +18,14 @@ import (
 // receiver is where one node's notices go: a URL and the secrets its
 // messages are signed with (two while one is rotated).
 type receiver struct {
-	Node    string // the node the line is for, or "*"
-	URL     *url.URL
-	Secrets [][]byte
-	Line    int // the line of the notify file
+	Node     string // the node the line is for, or "*"
+	Operator string // or the operator whose own receiver it is (the API's)
+	URL      *url.URL
+	Secrets  [][]byte
+	Line     int // the line of the notify file
+
+	failingSince time.Time // an operator's receiver: when it started failing
+	disabled     bool      // an operator's receiver disabled for failing: sent nothing
 }
 
 // host is the receiver's host and port, which is all a log line names of
@@ -34,6 +39,12 @@ type receivers struct {
 	any    *receiver
 	sum    [32]byte // the file's content hash: a 410 disables a URL until it changes
 	path   string
+	// The operators' own receivers (withOperators), which take the
+	// file's place for their nodes: by operator, each node's operator,
+	// and the file's receivers alone.
+	byOperator map[string]*receiver
+	owners     map[string]string
+	file       *receivers
 }
 
 // minSecret is the least a secret decodes to: 24 bytes, 192 bits.
@@ -148,6 +159,12 @@ func readReceivers(path string) (*receivers, error) {
 func (rs *receivers) forNode(node string) *receiver {
 	if rs == nil {
 		return nil
+	}
+	if r := rs.byOperator[rs.owners[node]]; r != nil {
+		if r.disabled {
+			return nil
+		}
+		return r
 	}
 	if r := rs.byNode[node]; r != nil {
 		return r

@@ -27,8 +27,8 @@ type quietStore struct {
 
 func (q quietStore) base() *rules { return q.r }
 
-func (quietStore) report(_ context.Context, r overload.Reading) (reportOutcome, error) {
-	return reportOutcome{Node: r.Node}, nil
+func (quietStore) report(context.Context, string, takeFunc, planFunc) (*overload.Notice, error) {
+	return nil, nil
 }
 
 // benchFleet is the tokens of n nodes ("n0"…), one each, beside the

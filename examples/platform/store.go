@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,6 +45,7 @@ type nodeFile struct {
 	NextRoute     int               `json:"next_route"`
 	Readings      int64             `json:"readings,omitempty"`
 	EventsSeen    int64             `json:"events_seen,omitempty"`
+	Marks         []numberedEvent   `json:"marks,omitempty"` // the platform's own events
 }
 
 func (p *platform) path(id string) string {
@@ -76,7 +78,7 @@ func encodeNode(n *node, full bool) ([]byte, error) {
 		V: fileVersion, ID: n.info.ID, Country: n.info.Country, Paused: n.info.Paused,
 		MaxUsers: n.info.MaxUsers, MemoryPercent: n.info.MemoryPercent, OverloadEnded: n.info.OverloadEnded, Started: n.startedAt,
 		PlanState: n.info.State, LastPlan: n.lastPlan,
-		NextRoute: n.nextRoute, Routes: []route{}, Readings: n.readings, EventsSeen: n.eventsSeen,
+		NextRoute: n.nextRoute, Routes: []route{}, Readings: n.readings, EventsSeen: n.eventsSeen, Marks: n.marks,
 	}
 	if full {
 		f.Closed = n.closed
@@ -219,7 +221,7 @@ func (p *rules) decodeNode(b []byte) (*node, error) {
 		},
 		tracker: tr, prices: h, routes: map[string]*route{},
 		closed: f.Closed, lastPlan: f.LastPlan,
-		nextRoute: f.NextRoute, readings: f.Readings, eventsSeen: max(f.EventsSeen, int64(len(tr.Events()))),
+		nextRoute: f.NextRoute, readings: f.Readings, eventsSeen: max(f.EventsSeen, int64(len(tr.Events())+len(f.Marks))), marks: f.Marks,
 	}
 	if tr.Overloaded() && !f.Started.IsZero() {
 		n.startedAt, n.info.OverloadedSince = f.Started, f.Started
@@ -421,4 +423,54 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// operatorsFile holds the operators' own receivers in the state
+// directory: a JSON object by operator (not *.json, which is a node's).
+const operatorsFile = "operators.state"
+
+// loadOperators reads operatorsFile, if there is one.
+func (p *platform) loadOperators() error {
+	p.operators = map[string]operatorReceiver{}
+	b, err := os.ReadFile(filepath.Join(p.cfg.StateDir, operatorsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("operators' receivers: %w", err)
+	}
+	if err := json.Unmarshal(b, &p.operators); err != nil {
+		return fmt.Errorf("operators' receivers: %s: %w", operatorsFile, err)
+	}
+	return nil
+}
+
+// operatorReceivers is every operator's receiver (receiverStore).
+func (p *platform) operatorReceivers(context.Context) (map[string]operatorReceiver, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.operators), nil
+}
+
+// updateReceiver runs fn on operator's receiver under the store's lock,
+// and writes operatorsFile, atomically, when fn changed it.
+func (p *platform) updateReceiver(_ context.Context, operator string, fn func(r *operatorReceiver, now time.Time) error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.operators[operator]
+	r.Secrets = slices.Clone(r.Secrets)
+	if err := fn(&r, p.now()); err != nil {
+		return err
+	}
+	next := maps.Clone(p.operators)
+	next[operator] = r
+	b, err := json.MarshalIndent(next, "", "  ")
+	if err != nil {
+		return fmt.Errorf("operators' receivers: %w: %w", errUnsaved, err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(p.cfg.StateDir, operatorsFile), b, 0o600); err != nil {
+		return fmt.Errorf("operators' receivers: %w: %w", errUnsaved, err)
+	}
+	p.operators = next
+	return nil
 }

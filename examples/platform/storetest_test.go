@@ -2,21 +2,32 @@ package main
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proofkit/nodekit/overload"
 )
 
-// TestNodeStoreConformance is the nodeStore contract the use cases rely
-// on, run against every store: an unknown node is errUnknownNode; what
+// The nodeStore contract the use cases rely on, run against every store
+// (as riverdrivertest exercises every River driver): update, read and
+// the look-ups (TestNodeStoreConformance), report, planDue and the pages.
+// The PostgreSQL store runs with its batches and its cache of quiet
+// nodes, so those are held to the same contract.
+func TestNodeStoreConformance(t *testing.T)      { eachStore(t, testNodeStoreConformance) }
+func TestStoreReportConformance(t *testing.T)    { eachStore(t, testStoreReport) }
+func TestStorePlanDueConformance(t *testing.T)   { eachStore(t, testStorePlanDue) }
+func TestStorePagesConformance(t *testing.T)     { eachStore(t, testStorePages) }
+func TestStoreReceiversConformance(t *testing.T) { eachStore(t, testStoreReceivers) }
+
+// testNodeStoreConformance: an unknown node is errUnknownNode; what
 // update's function changed is kept when it returns nil, across a
 // restart (or on another replica), and nothing of it when it returns an
 // error; updates of one node from many goroutines (and, on PostgreSQL,
 // two replicas) never lose one another's change; read shows the node as
 // last kept; nodeIDs lists every node; routeNode finds a live route's
 // node and errUnknown for none.
-func TestNodeStoreConformance(t *testing.T) { eachStore(t, testNodeStoreConformance) }
-
 func testNodeStoreConformance(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	a := open(c, testSeed()).svc
@@ -109,5 +120,265 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// readNode is node id of st as last kept, through read.
+func readNode(t *testing.T, st store, id string) *node {
+	t.Helper()
+	var out *node
+	if err := st.read(t.Context(), id, true, func(n *node, _ time.Time) error { out = n; return nil }); err != nil {
+		t.Fatalf("read %s: %v", id, err)
+	}
+	return out
+}
+
+// testStoreReport: report runs take, then plan, on the node it locks;
+// keeps what they changed, on a node it creates for a first reading too;
+// keeps nothing of a reading take refuses, and no node created for it;
+// returns the notice take decided, which the notices page then lists
+// with the start in the node's event list; and reports of one node
+// from many goroutines (and two replicas on PostgreSQL) lose none.
+func testStoreReport(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	a := open(c, testSeed()).svc
+	ctx := t.Context()
+	noPlan := func(*node, time.Time, nodeTx) error { return nil }
+	refused := errors.New("refused")
+
+	// A refused first reading leaves no node; a counted one makes it.
+	_, err := a.report(ctx, "n-new", func(n *node, _ time.Time) error { n.readings = 7; return refused }, noPlan)
+	if !errors.Is(err, refused) {
+		t.Fatalf("a refused first reading: %v, want take's error", err)
+	}
+	if err := a.read(ctx, "n-new", false, func(*node, time.Time) error { return nil }); !errors.Is(err, errUnknownNode) {
+		t.Errorf("the node of a refused first reading: %v, want errUnknownNode", err)
+	}
+	var planned int64
+	_, err = a.report(ctx, "n-new", func(n *node, _ time.Time) error { n.readings++; return nil },
+		func(n *node, _ time.Time, _ nodeTx) error { planned = n.readings; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if planned != 1 {
+		t.Errorf("plan saw %d readings, want take's 1", planned)
+	}
+	// Nothing of a refused reading of a node kept.
+	_, err = a.report(ctx, "x1", func(n *node, _ time.Time) error { n.info.MaxUsers, n.readings = 99, 99; return refused }, noPlan)
+	if !errors.Is(err, refused) {
+		t.Fatalf("a refused reading: %v", err)
+	}
+	b := open(c, testSeed()).svc
+	for _, st := range []store{a, b} {
+		if n := readNode(t, st, "n-new"); n.readings != 1 {
+			t.Errorf("n-new's readings %d, want 1", n.readings)
+		}
+		if n := readNode(t, st, "x1"); n.info.MaxUsers != 0 || n.readings != 0 {
+			t.Errorf("x1 after a refused reading: max_users %d, readings %d; want 0 0", n.info.MaxUsers, n.readings)
+		}
+	}
+
+	// A reading that starts an overload: its notice is returned and
+	// listed, its start is in the node's event list.
+	f := newFleet(a, nil)
+	var out reportOutcome
+	for i, mem := range []float64{95, 95, 95} {
+		c.add(30 * time.Second)
+		r := reading("x2", i+1, mem)
+		r.At = c.now()
+		if out, err = f.report(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out.Notice == nil || out.Event == nil || out.Event.Kind != overload.Start {
+		t.Fatalf("the third hot reading: %+v, want a start and its notice", out)
+	}
+	b = open(c, testSeed()).svc // the file store's b was opened before: a restart, now
+	ns, _, err := b.notices(ctx, 0, 0)
+	if err != nil || len(ns) != 1 || ns[0].Node != "x2" || ns[0].Text != out.Notice.Text {
+		t.Errorf("notices after x2's start: %+v, %v", ns, err)
+	}
+	evs, err := b.events(ctx, "x2", 0, 0) // 0: all, as every page
+
+	if err != nil || len(evs.Events) != 1 || evs.Events[0].Kind != overload.Start {
+		t.Errorf("x2's events after its start: %+v, %v", evs, err)
+	}
+
+	// Reports of one node at once lose none of one another's changes.
+	writers := []store{a, b}
+	if _, ok := a.(*platform); ok {
+		writers = []store{a}
+	}
+	const each = 25
+	before := readNode(t, a, "n-new").nextRoute
+	var wg sync.WaitGroup
+	errs := make(chan error, len(writers)*each)
+	for _, st := range writers {
+		f := newFleet(st, nil)
+		for range each {
+			wg.Go(func() {
+				_, err := st.report(ctx, "n-new", func(n *node, _ time.Time) error { n.nextRoute++; return nil }, f.planNode)
+				errs <- err
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := readNode(t, a, "n-new").nextRoute, before+len(writers)*each; got != want {
+		t.Errorf("n-new's counter %d after %d reports from %d instances, want %d", got, len(writers)*each, len(writers), want)
+	}
+}
+
+// testStorePlanDue: planDue runs plan on a registered node whose plan is
+// due (here, after a pause), and keeps what it closed, across a restart
+// or on a replica; a second round at the same time closes nothing more.
+func testStorePlanDue(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	a := open(c, testSeed()).svc
+	ctx := t.Context()
+	// A paused node's routes unused for two hours close.
+	if err := a.update(ctx, "x1", func(n *node, _ time.Time, _ nodeTx) error { n.info.Paused = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c.add(time.Hour)
+	var seen []string
+	var mu sync.Mutex
+	f := newFleet(a, nil)
+	if err := a.planDue(ctx, func(n *node, now time.Time, tx nodeTx) error {
+		mu.Lock()
+		seen = append(seen, n.info.ID)
+		mu.Unlock()
+		return f.planNode(n, now, tx)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(seen, "x1") {
+		t.Errorf("a round after x1's pause planned %v, not x1", seen)
+	}
+	b := open(c, testSeed()).svc
+	x1 := readNode(t, b, "x1")
+	for _, id := range []string{"r-idle3", "r-idle5"} {
+		if x1.routes[id] != nil {
+			t.Errorf("%s of paused x1 still live after a round", id)
+		}
+	}
+	if x1.routes["r-only"] == nil {
+		t.Error("r-only, in use, closed")
+	}
+	closed := len(x1.closed)
+	if closed == 0 {
+		t.Fatal("no closure kept")
+	}
+	if err := newFleet(b, nil).planRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b = open(c, testSeed()).svc
+	if again := len(readNode(t, b, "x1").closed); again != closed {
+		t.Errorf("%d closures after a second round at the same time, want the first's %d", again, closed)
+	}
+	if ps, _, err := b.plans(ctx, "", 0); err != nil || len(ps) != 1 || ps[0].Node != "x1" {
+		t.Errorf("plans after x1's closures: %+v, %v; want x1's", ps, err)
+	}
+}
+
+// testStorePages: eachNode pages through the nodes by id, each with its
+// live routes, a page's last id the next page's cursor.
+func testStorePages(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	a := open(c, testSeed()).svc
+	ctx := t.Context()
+	var ids []string
+	routes := map[string]int{}
+	page := func(after string, limit int) string {
+		t.Helper()
+		last, err := a.eachNode(ctx, after, limit, func(id string, n *node, now time.Time, err error) {
+			if err != nil || !now.Equal(t0) {
+				t.Errorf("node %s: %v at %v", id, err, now)
+				return
+			}
+			ids = append(ids, id)
+			routes[id] = len(n.routes)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return last
+	}
+	if last := page("", 2); last != "x1" || !slices.Equal(ids, []string{"f1", "x1"}) {
+		t.Errorf("the first page of 2: %v, last %q", ids, last)
+	}
+	if last := page("x1", 2); last != "x2" || !slices.Equal(ids, []string{"f1", "x1", "x2"}) {
+		t.Errorf("the next page: %v, last %q", ids, last)
+	}
+	if last := page("x2", 2); last != "" || len(ids) != 3 {
+		t.Errorf("past the last node: %v, last %q", ids, last)
+	}
+	if routes["x1"] != 6 || routes["x2"] != 1 || routes["f1"] != 1 {
+		t.Errorf("live routes by node %v, want x1 6, x2 1, f1 1", routes)
+	}
+}
+
+// testStoreReceivers: updateReceiver keeps what fn changed, for an
+// operator new to the store too, and nothing of a change fn refuses (no
+// receiver made for it); operatorReceivers lists what is kept, on
+// another instance too; updates of one operator's receiver at once (and
+// from two replicas on PostgreSQL) lose none.
+func testStoreReceivers(t *testing.T, open opener) {
+	c := &clock{t: t0}
+	a := open(c, testSeed()).svc
+	ctx := t.Context()
+	refused := errors.New("refused")
+	if err := a.updateReceiver(ctx, "alice", func(r *operatorReceiver, _ time.Time) error {
+		r.URL = "http://127.0.0.1:9/refused"
+		return refused
+	}); !errors.Is(err, refused) {
+		t.Fatalf("a refused change: %v, want fn's error", err)
+	}
+	if ops, err := a.operatorReceivers(ctx); err != nil || len(ops) != 0 {
+		t.Fatalf("receivers after a refused change: %v, %v; want none", ops, err)
+	}
+	if err := a.updateReceiver(ctx, "alice", func(r *operatorReceiver, now time.Time) error {
+		*r = operatorReceiver{URL: "http://127.0.0.1:9/alice", Secrets: []operatorSecret{{Key: []byte("0123456789abcdef01234567")}}, Created: now}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b := open(c, testSeed()).svc
+	ops, err := b.operatorReceivers(ctx)
+	if r := ops["alice"]; err != nil || len(ops) != 1 || r.URL != "http://127.0.0.1:9/alice" || string(r.Secrets[0].Key) != "0123456789abcdef01234567" || !r.Created.Equal(t0) {
+		t.Fatalf("another instance's receivers: %+v, %v", ops, err)
+	}
+	writers := []store{a, b}
+	if _, ok := a.(*platform); ok {
+		writers = []store{b} // a restart: the first instance is gone
+	}
+	const each = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, len(writers)*each)
+	for _, st := range writers {
+		for range each {
+			wg.Go(func() {
+				errs <- st.updateReceiver(ctx, "alice", func(r *operatorReceiver, _ time.Time) error {
+					r.Secrets = append(r.Secrets, operatorSecret{Key: []byte{1}})
+					return nil
+				})
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ops, err = writers[0].operatorReceivers(ctx)
+	if got, want := len(ops["alice"].Secrets), 1+len(writers)*each; err != nil || got != want {
+		t.Errorf("%d secrets after %d appends from %d instances, want %d (%v)", got, len(writers)*each, len(writers), want, err)
 	}
 }
