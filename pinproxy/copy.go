@@ -14,7 +14,8 @@ import (
 // (internal/tools/proxybench) without touching the routing logic. On Linux
 // a connection between two *net.TCPConn is relayed by the proxy's event
 // loops (loop_linux.go: loops.attach instead of start, link.kill instead
-// of closePair, the same done); what follows is the goroutine path, for
+// of closePair, the same done), and so is one whose client was accepted
+// and upstream dialed on the loops (connect_linux.go makes its link); what follows is the goroutine path, for
 // other systems and other conns, and the contract with proxy.go, which the
 // loops keep too:
 //

@@ -17,9 +17,14 @@ func (p *Proxy) sendProxyHeader(c *conn) error {
 	_, err := c.upstream.Write(h)
 	c.upstream.SetWriteDeadline(time.Time{})
 	if err != nil {
-		return fmt.Errorf("pinproxy: sending the PROXY header to %s: %w", c.up.addr, err)
+		return proxyHeaderError(c.up.addr, err)
 	}
 	return nil
+}
+
+// proxyHeaderError is a failed write of the PROXY header to upstream.
+func proxyHeaderError(upstream string, err error) error {
+	return fmt.Errorf("pinproxy: sending the PROXY header to %s: %w", upstream, err)
 }
 
 // v2Sig starts every PROXY protocol v2 header.

@@ -243,6 +243,7 @@ func (p *Proxy) holdAccepts(lns []net.Listener) error {
 		if err := d.SetDeadline(aLongTimeAgo); err != nil {
 			return fmt.Errorf("pinproxy: upgrade: holding accepts on %s: %w", ln.Addr(), err)
 		}
+		p.holdRaw(ln, aLongTimeAgo)
 	}
 	return nil
 }
@@ -288,7 +289,8 @@ func (p *Proxy) waitStarted(ctx context.Context) error {
 	return nil
 }
 
-// liveConns lists every linked connection; each must be two TCP sockets.
+// liveConns lists every linked connection; each must be two TCP sockets:
+// two *net.TCPConn, or an event loop's.
 func (p *Proxy) liveConns() ([]*conn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -297,7 +299,7 @@ func (p *Proxy) liveConns() ([]*conn, error) {
 		for c := u.head; c != nil; c = c.next {
 			_, ok1 := c.client.(*net.TCPConn)
 			_, ok2 := c.upstream.(*net.TCPConn)
-			if !ok1 || !ok2 || c.link == nil {
+			if !(ok1 && ok2 || c.looped.Load() != nil) || c.link == nil { // two TCP conns, or a loop's two sockets
 				return nil, fmt.Errorf("pinproxy: upgrade: connection from %s to %s is not two TCP sockets (%T, %T): cannot hand it over",
 					c.client.RemoteAddr(), u.addr, c.client, c.upstream)
 			}
