@@ -356,7 +356,7 @@ func (lp *evloop) relayLocked(l *link, hdr []byte) bool {
 	}
 	l.outOn = [2]bool{}
 	l.last.Store(int64(lp.since()))
-	l.state.Store(linkLooped)
+	l.setState(linkLooped)
 	ops := [2]int{unix.EPOLL_CTL_ADD, unix.EPOLL_CTL_ADD}
 	if d.inSet {
 		ops[1] = unix.EPOLL_CTL_MOD

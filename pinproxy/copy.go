@@ -76,27 +76,6 @@ type spliceResult struct {
 	err   error // both directions' errors joined; nil when both ended cleanly (EOF)
 }
 
-// Link states. A link is active while goroutines copy its bytes; parking
-// while the parker has asked them to stop (read deadlines in the past);
-// parked while it waits in the parker's epoll set with no goroutine;
-// waking from the moment something woke it until its goroutine runs the
-// copy path again.
-const (
-	linkActive int32 = iota
-	linkParking
-	linkParked
-	linkWaking
-	// An upgrade holds the link (upgrade_linux.go): its pumps stopped
-	// as for a park, and its run goroutine, if any, waits to learn
-	// whether the link was handed over or goes on here.
-	linkMoving
-	linkEnded // end has run
-	// An event loop holds the link (loop_linux.go): no goroutine is its
-	// own, and its conns are closed, the loop holding duplicates of their
-	// sockets.
-	linkLooped
-)
-
 // link is one connection's data path: its two conns and what the copy
 // path keeps between parks.
 type link struct {

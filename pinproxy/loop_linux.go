@@ -111,8 +111,8 @@ func (ls *loops) settle() {
 		return
 	}
 	ls.waveN = 0
-	if n >= wave && time.Since(ls.freedAt) >= time.Minute {
-		ls.freedAt = time.Now()
+	if now := time.Now(); n >= wave && now.Sub(ls.freedAt) >= time.Minute {
+		ls.freedAt = now
 		debug.FreeOSMemory()
 	}
 }
@@ -440,7 +440,7 @@ func (lp *evloop) addLocked(l *link, cfd, ufd int32) bool {
 	l.lkey = lp.slots.take(l)
 	lp.held++
 	l.last.Store(int64(lp.since()))
-	l.state.Store(linkLooped)
+	l.setState(linkLooped)
 	return lp.joinLocked(l, [2]int{unix.EPOLL_CTL_ADD, unix.EPOLL_CTL_ADD})
 }
 
@@ -1024,7 +1024,7 @@ func (m *mover) askLooped(l *link) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.state.Store(linkMoving)
+	l.setState(linkMoving)
 	m.takeStill(l)
 	return true
 }

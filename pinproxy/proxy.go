@@ -148,7 +148,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.keepAlive = net.KeepAliveConfig{Enable: false, Idle: -1, Interval: -1, Count: -1}
 	}
 	p.bufs.New = newBurstBuf
-	p.park = newParker(cfg.ParkAfter, p.setKeepAlive)
+	p.park = newParker(cfg.ParkAfter, p.setKeepAlive, time.Now())
 	p.loops = newLoops(!cfg.goroutines, cfg.ParkAfter, p.keepAlive)
 	if p.park != nil {
 		p.park.lps = p.loops
@@ -449,7 +449,7 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 		return
 	}
 	if p.cfg.SendProxy != 0 {
-		if err := p.sendProxyHeader(c); err != nil {
+		if err := p.sendProxyHeader(c, time.Now()); err != nil {
 			c.client.Close()
 			c.upstream.Close()
 			p.finish(c, spliceResult{err: err})

@@ -10,10 +10,11 @@ import (
 )
 
 // sendProxyHeader writes the PROXY protocol header (Config.SendProxy's
-// version) for c's client to its upstream, within the dial timeout.
-func (p *Proxy) sendProxyHeader(c *conn) error {
+// version) for c's client to its upstream, within the dial timeout from
+// now (the real clock's, as socket deadlines are).
+func (p *Proxy) sendProxyHeader(c *conn, now time.Time) error {
 	h := proxyHeader(p.cfg.SendProxy, c.client.RemoteAddr(), c.client.LocalAddr())
-	c.upstream.SetWriteDeadline(time.Now().Add(p.cfg.DialTimeout))
+	c.upstream.SetWriteDeadline(now.Add(p.cfg.DialTimeout))
 	_, err := c.upstream.Write(h)
 	c.upstream.SetWriteDeadline(time.Time{})
 	if err != nil {

@@ -388,7 +388,7 @@ func (m *mover) ask(l *link) bool {
 	defer l.mu.Unlock()
 	switch l.state.Load() {
 	case linkActive, linkParking:
-		l.state.Store(linkMoving)
+		l.setState(linkMoving)
 		l.mv = m
 		m.asked()
 		l.client.SetReadDeadline(aLongTimeAgo)
@@ -407,7 +407,7 @@ func (m *mover) ask(l *link) bool {
 // Call with l.mu held.
 func (pk *parker) unparkLocked(l *link) {
 	pk.mu.Lock()
-	l.state.Store(linkMoving) // under pk.mu: a sweep never sees a parked link without its conns
+	l.setState(linkMoving) // under pk.mu: a sweep never sees a parked link without its conns
 	pk.forgetLocked(l)
 	pk.mu.Unlock()
 }
@@ -440,7 +440,7 @@ func (l *link) unhold() {
 	l.mv = nil
 	l.client.SetDeadline(time.Time{})
 	l.upstream.SetDeadline(time.Time{})
-	l.state.Store(linkActive)
+	l.setState(linkActive)
 }
 
 // ended marks l ended; a hand-over waiting for it stops waiting.
@@ -448,7 +448,7 @@ func (l *link) ended() {
 	l.mu.Lock()
 	m := l.mv
 	l.mv = nil
-	l.state.Store(linkEnded)
+	l.setState(linkEnded)
 	l.mu.Unlock()
 	if m != nil {
 		m.report(l, false)
@@ -467,9 +467,9 @@ func (p *Proxy) giveBack(h *holding) {
 		if p.loops.reattach(l) {
 			continue
 		}
-		l.state.Store(linkParking)
+		l.setState(linkParking)
 		if !l.pk.park(l) {
-			l.state.Store(linkActive)
+			l.setState(linkActive)
 			go l.run()
 		}
 	}
@@ -508,7 +508,7 @@ func (p *Proxy) release(h *holding) {
 		c := h.byLink[l]
 		l.pk.remove(l)
 		l.mu.Lock()
-		l.state.Store(linkEnded)
+		l.setState(linkEnded)
 		l.mv = nil
 		l.mu.Unlock()
 		c.client.Close()
@@ -782,11 +782,11 @@ func (p *Proxy) adoptConn(hc handover.Conn) bool {
 	}
 	p.park.add(l)
 	if wc.Parked && l.pk != nil {
-		l.state.Store(linkParking)
+		l.setState(linkParking)
 		if l.pk.park(l) {
 			return true
 		}
-		l.state.Store(linkActive)
+		l.setState(linkActive)
 	}
 	go l.run()
 	return true
