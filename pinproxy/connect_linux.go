@@ -69,6 +69,10 @@ func (ls *loops) dial(p *Proxy, fd int32, client *heldConn) {
 	if !ls.stopped {
 		lp = ls.pick()
 	}
+	if lp != nil {
+		l.dl = &dialing{p: p, lp: lp} // before its slot: the loop and idle read it
+		l.onLoop.Store(lp)
+	}
 	ok := lp != nil && lp.hold(l)
 	ls.rw.RUnlock()
 	if !ok {
@@ -76,8 +80,6 @@ func (ls *loops) dial(p *Proxy, fd int32, client *heldConn) {
 		p.dialEnded()
 		return
 	}
-	l.dl = &dialing{p: p, lp: lp}
-	l.onLoop.Store(lp)
 	ls.joined()
 	p.dialNext(l)
 }
