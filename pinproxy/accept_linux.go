@@ -79,10 +79,8 @@ func (p *Proxy) rawListener(ln net.Listener, preset bool) *rawListener {
 	if err := lrc.Control(func(fd uintptr) { dfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil || derr != nil {
 		return nil
 	}
-	f := os.NewFile(uintptr(dfd), "pinproxy-listener")
-	rc, err := f.SyscallConn()
+	f, rc, err := pollFile(dfd, "pinproxy-listener")
 	if err != nil {
-		f.Close()
 		return nil
 	}
 	r := &rawListener{p: p, ln: ln, lrc: lrc, f: f, rc: rc, preset: preset, addrs: make([]unix.RawSockaddrAny, rawBatch)}

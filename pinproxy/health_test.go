@@ -190,12 +190,7 @@ func TestSendProxy(t *testing.T) {
 		}
 		defer ln.Close()
 		got := make(chan string, 1)
-		go func() {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
+		serveOnce(ln, func(c net.Conn) {
 			src, err := readProxyHeader(bufio.NewReader(c), v)
 			if err != nil {
 				got <- "error: " + err.Error()
@@ -203,7 +198,7 @@ func TestSendProxy(t *testing.T) {
 			}
 			got <- src
 			io.WriteString(c, "ok\n")
-		}()
+		})
 		p := newProxy(t, pinproxy.Config{Upstreams: []string{ln.Addr().String()}, RebalanceInterval: -1, SendProxy: v})
 		addr := serve(t, p)
 		c := mustDial(t, addr)
@@ -212,6 +207,19 @@ func TestSendProxy(t *testing.T) {
 			t.Fatalf("v%d: upstream read source %q, want the client's %s", v, src, c.LocalAddr())
 		}
 	}
+}
+
+// serveOnce accepts one connection on ln, in a goroutine, hands it to h
+// and closes it once h returns.
+func serveOnce(ln net.Listener, h func(c net.Conn)) {
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h(c)
+	}()
 }
 
 // readProxyHeader parses a PROXY header as an upstream would and returns
@@ -281,12 +289,7 @@ func TestSendProxyIPv6(t *testing.T) {
 	}
 	defer ln.Close()
 	got := make(chan string, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	serveOnce(ln, func(c net.Conn) {
 		r := bufio.NewReader(c)
 		line, err := r.ReadString('\n')
 		if err != nil {
@@ -296,7 +299,7 @@ func TestSendProxyIPv6(t *testing.T) {
 		got <- line
 		rest, _ := r.ReadString('\n')
 		io.WriteString(c, "echo "+rest)
-	}()
+	})
 	p := newProxy(t, pinproxy.Config{Upstreams: []string{ln.Addr().String()}, RebalanceInterval: -1, SendProxy: 1})
 	pln, err := net.Listen("tcp6", "[::]:0")
 	if err != nil {

@@ -250,20 +250,30 @@ func newEvloop(ka net.KeepAliveConfig) (*evloop, error) {
 	// does: a loop with nothing to do parks its goroutine rather than an
 	// OS thread in epoll_wait, which would cost the scheduler a hand-off
 	// of its P and a wake-up (futex) at every event.
-	if err := unix.SetNonblock(ep, true); err != nil {
-		unix.Close(ep)
+	if lp.epf, lp.erc, err = pollFile(ep, "pinproxy-loop"); err != nil {
 		unix.Close(efd)
 		return nil, err
 	}
-	lp.epf = os.NewFile(uintptr(ep), "pinproxy-loop")
-	rc, err := lp.epf.SyscallConn()
-	if err != nil {
-		lp.epf.Close()
-		unix.Close(efd)
-		return nil, err
-	}
-	lp.erc = rc
 	return lp, nil
+}
+
+// pollFile makes the descriptor fd (an epoll set, a listening socket)
+// nonblocking and an *os.File in the runtime's netpoller, so that a
+// goroutine can wait for it to be readable (RawConn.Read) with no OS
+// thread of its own, and a deadline can end the wait. On an error fd is
+// closed.
+func pollFile(fd int, name string) (*os.File, syscall.RawConn, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, rc, nil
 }
 
 func (lp *evloop) close() {

@@ -328,14 +328,8 @@ func (pk *parker) openLocked() bool {
 	if err != nil {
 		return false
 	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		return false
-	}
-	f := os.NewFile(uintptr(fd), "pinproxy-park")
-	rc, err := f.SyscallConn()
+	f, rc, err := pollFile(fd, "pinproxy-park")
 	if err != nil {
-		f.Close()
 		return false
 	}
 	pk.epf, pk.epfd, pk.erc = f, fd, rc
