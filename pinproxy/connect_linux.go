@@ -14,8 +14,10 @@ import (
 )
 
 // Dialing on the event loops. A client accepted as a bare socket
-// (accept_linux.go) takes a slot on one of the loops at once, and its
-// upstream is dialed there, as HAProxy dials: a nonblocking socket, a
+// (accept_linux.go) takes a slot on one of the loops at once, and the loop
+// dials its upstream after its next batch of events (so the connects, and
+// the kernel's work each carries, spread over the loops rather than fall
+// on the goroutine that accepts), as HAProxy dials: a nonblocking socket, a
 // connect(2) that returns EINPROGRESS, the socket in the loop's set for
 // output readiness, and SO_ERROR read when it comes. The order is the
 // proxy's own (Proxy.nextUpstream: least used first, an upstream that just
@@ -31,8 +33,8 @@ import (
 // An upstream given by name, not address, is dialed by Go's dialer in a
 // goroutine of its own, which resolves it at each dial; its socket then
 // joins the loop as a dialed one. Every decision that takes Proxy.mu is
-// made without the loop's lock: by the goroutine that accepted, by the
-// loop after its batch (loop.dialed), or by the name's goroutine.
+// made without the loop's lock: by the loop after its batch
+// (loop.incoming, loop.dialed), or by the name's goroutine.
 
 // dialing is a client's dial in progress on a loop.
 type dialing struct {
@@ -58,9 +60,11 @@ type dialTimer struct {
 	at  time.Duration
 }
 
-// dial takes the client accepted as fd onto a loop and starts dialing its
+// dial takes the client accepted as fd onto a loop, which dials its
 // upstream. The client counts in starting (admit) until it relays or is
-// closed.
+// closed. A measured A/B (proxybench -metrics connrate, 5 rounds) of the
+// loop dialing against Serve's goroutine dialing: 7,089 against 6,758
+// conn/s (HAProxy 6,913), 112 against 115 µs a connection.
 func (ls *loops) dial(p *Proxy, fd int32, client *heldConn) {
 	l := &link{client: client, bufs: &p.bufs}
 	l.lfd = [2]int32{fd, -1}
@@ -73,7 +77,10 @@ func (ls *loops) dial(p *Proxy, fd int32, client *heldConn) {
 		l.dl = &dialing{p: p, lp: lp} // before its slot: the loop and idle read it
 		l.onLoop.Store(lp)
 	}
-	ok := lp != nil && lp.hold(l)
+	ok, wake := false, false
+	if lp != nil {
+		ok, wake = lp.hold(l)
+	}
 	ls.rw.RUnlock()
 	if !ok {
 		closeFD(fd)
@@ -81,19 +88,24 @@ func (ls *loops) dial(p *Proxy, fd int32, client *heldConn) {
 		return
 	}
 	ls.joined()
-	p.dialNext(l)
+	if wake {
+		lp.wake()
+	}
 }
 
-// hold gives l a slot in lp, unless lp is stopping.
-func (lp *evloop) hold(l *link) bool {
+// hold gives l a slot in lp, unless lp is stopping, and queues it for the
+// loop to dial (lp.incoming); wake: the loop waits for events, and must
+// be woken to dial.
+func (lp *evloop) hold(l *link) (ok, wake bool) {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	if lp.stopping {
-		return false
+		return false, false
 	}
 	l.lkey = lp.slots.take(l)
 	lp.held++
-	return true
+	lp.incoming = append(lp.incoming, l)
+	return true, lp.sleeping && len(lp.incoming) == 1
 }
 
 // dialNext dials l's client's next upstream, until a connect is under

@@ -147,6 +147,7 @@ type evloop struct {
 	// epoch; 0: none), so a dial with an earlier one wakes it.
 	dialQ    []dialTimer
 	dialed   []*link
+	incoming []*link // clients to dial for, from Serve
 	sleeping bool
 	armed    time.Duration
 }
@@ -515,7 +516,7 @@ func (lp *evloop) run() {
 	var again []loopDir
 	for {
 		lp.mu.Lock()
-		wait := len(lp.again) == 0 && len(lp.ended) == 0
+		wait := len(lp.again) == 0 && len(lp.ended) == 0 && len(lp.incoming) == 0
 		var due time.Duration
 		if len(lp.kaq) > 0 {
 			due = lp.kaAt
@@ -590,9 +591,12 @@ func (lp *evloop) run() {
 		if len(lp.dialQ) > 0 {
 			lp.expireDials(now)
 		}
-		ended, dialed := lp.ended, lp.dialed
-		lp.ended, lp.dialed = nil, nil
+		ended, dialed, incoming := lp.ended, lp.dialed, lp.incoming
+		lp.ended, lp.dialed, lp.incoming = nil, nil, nil
 		lp.mu.Unlock()
+		for _, l := range incoming {
+			l.dl.p.dialNext(l)
+		}
 		for _, l := range dialed {
 			l.dl.p.dialDecided(l)
 		}
