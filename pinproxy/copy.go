@@ -14,7 +14,8 @@ import (
 // (internal/tools/proxybench) without touching the routing logic. On Linux
 // a connection between two *net.TCPConn is relayed by the proxy's event
 // loops (loop_linux.go: loops.attach instead of start, link.kill instead
-// of closePair, the same done); what follows is the goroutine path, for
+// of closePair, the same done), and so is one whose client was accepted
+// and upstream dialed on the loops (connect_linux.go makes its link); what follows is the goroutine path, for
 // other systems and other conns, and the contract with proxy.go, which the
 // loops keep too:
 //
@@ -74,27 +75,6 @@ type spliceResult struct {
 	first side
 	err   error // both directions' errors joined; nil when both ended cleanly (EOF)
 }
-
-// Link states. A link is active while goroutines copy its bytes; parking
-// while the parker has asked them to stop (read deadlines in the past);
-// parked while it waits in the parker's epoll set with no goroutine;
-// waking from the moment something woke it until its goroutine runs the
-// copy path again.
-const (
-	linkActive int32 = iota
-	linkParking
-	linkParked
-	linkWaking
-	// An upgrade holds the link (upgrade_linux.go): its pumps stopped
-	// as for a park, and its run goroutine, if any, waits to learn
-	// whether the link was handed over or goes on here.
-	linkMoving
-	linkEnded // end has run
-	// An event loop holds the link (loop_linux.go): no goroutine is its
-	// own, and its conns are closed, the loop holding duplicates of their
-	// sockets.
-	linkLooped
-)
 
 // link is one connection's data path: its two conns and what the copy
 // path keeps between parks.

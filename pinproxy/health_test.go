@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -188,12 +190,7 @@ func TestSendProxy(t *testing.T) {
 		}
 		defer ln.Close()
 		got := make(chan string, 1)
-		go func() {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
+		serveOnce(ln, func(c net.Conn) {
 			src, err := readProxyHeader(bufio.NewReader(c), v)
 			if err != nil {
 				got <- "error: " + err.Error()
@@ -201,7 +198,7 @@ func TestSendProxy(t *testing.T) {
 			}
 			got <- src
 			io.WriteString(c, "ok\n")
-		}()
+		})
 		p := newProxy(t, pinproxy.Config{Upstreams: []string{ln.Addr().String()}, RebalanceInterval: -1, SendProxy: v})
 		addr := serve(t, p)
 		c := mustDial(t, addr)
@@ -210,6 +207,19 @@ func TestSendProxy(t *testing.T) {
 			t.Fatalf("v%d: upstream read source %q, want the client's %s", v, src, c.LocalAddr())
 		}
 	}
+}
+
+// serveOnce accepts one connection on ln, in a goroutine, hands it to h
+// and closes it once h returns.
+func serveOnce(ln net.Listener, h func(c net.Conn)) {
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h(c)
+	}()
 }
 
 // readProxyHeader parses a PROXY header as an upstream would and returns
@@ -266,5 +276,48 @@ func TestReadyPassiveDownEndsWithBackoff(t *testing.T) {
 			continue
 		}
 		testkit.WaitFor(t, "ready once the back-off is over", func() bool { return p.Ready() == nil })
+	}
+}
+
+// Over IPv6, on a listener of the unspecified address, the PROXY header
+// names the client's address and the address it connected to, and bytes
+// flow both ways.
+func TestSendProxyIPv6(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer ln.Close()
+	got := make(chan string, 1)
+	serveOnce(ln, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		line, err := r.ReadString('\n')
+		if err != nil {
+			got <- "error: " + err.Error()
+			return
+		}
+		got <- line
+		rest, _ := r.ReadString('\n')
+		io.WriteString(c, "echo "+rest)
+	})
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{ln.Addr().String()}, RebalanceInterval: -1, SendProxy: 1})
+	pln, err := net.Listen("tcp6", "[::]:0")
+	if err != nil {
+		t.Skipf("cannot listen on [::]: %v", err)
+	}
+	served := serveOn(p, pln)
+	t.Cleanup(func() { shutdown(t, p, served) })
+	port := pln.Addr().(*net.TCPAddr).Port
+	c := mustDial(t, net.JoinHostPort("::1", strconv.Itoa(port)))
+	io.WriteString(c, "hello\n")
+	cl := c.LocalAddr().(*net.TCPAddr)
+	want := fmt.Sprintf("PROXY TCP6 ::1 ::1 %d %d\r\n", cl.Port, port)
+	if line := <-got; line != want {
+		t.Fatalf("upstream read %q, want %q", line, want)
+	}
+	c.SetReadDeadline(time.Now().Add(pinproxytest.WaitFor))
+	reply, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || reply != "echo hello\n" {
+		t.Fatalf("reply %q, %v; want %q", reply, err, "echo hello\n")
 	}
 }

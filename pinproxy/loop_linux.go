@@ -15,13 +15,17 @@ import (
 )
 
 // Event loops: the relay of an established connection on Linux, as HAProxy
-// relays (src/raw_sock.c, src/pipe.c). Accept and dial stay in Go, in the
-// connection's handler goroutine; once the pair is open and the PROXY
-// header sent, its two sockets leave the runtime's netpoller (each is
-// duplicated and its net.Conn closed, which takes the original out of the
-// runtime's epoll set) and join the epoll set of one of the proxy's loops,
-// one loop per GOMAXPROCS, chosen in turn. From there no goroutine, stack
-// or buffer is the connection's own:
+// relays (src/raw_sock.c, src/pipe.c), one loop per GOMAXPROCS, each
+// connection on one of them, chosen in turn. A client accepted from a TCP
+// listener by Serve comes as a bare socket and its upstream is dialed on
+// the loop (accept_linux.go, connect_linux.go), so neither socket ever
+// joins the runtime's netpoller. A connection whose conns are net.Conns
+// (a listener of another kind, Config.DialContext, a hand-over's) is
+// dialed in Go by its handler goroutine; once the pair is open and the
+// PROXY header sent, its two sockets leave the runtime's netpoller (each
+// is duplicated and its net.Conn closed, which takes the original out of
+// the runtime's epoll set) and join a loop (attach). From there no
+// goroutine, stack or buffer is the connection's own:
 //
 //   - Both sockets are in the loop's set edge-triggered, for input and
 //     hang-up; output readiness is asked for only once a socket has been
@@ -53,7 +57,8 @@ import (
 //     after the lock is let go.
 //
 // Connections whose conns are not both *net.TCPConn (a DialContext of the
-// caller's, say) keep the goroutine path (copy.go, park_linux.go).
+// caller's that returns another kind, say) keep the goroutine path
+// (copy.go, park_linux.go).
 
 // loopBudget is the most one direction moves for one event before the
 // loop turns to its other connections.
@@ -106,8 +111,8 @@ func (ls *loops) settle() {
 		return
 	}
 	ls.waveN = 0
-	if n >= wave && time.Since(ls.freedAt) >= time.Minute {
-		ls.freedAt = time.Now()
+	if now := time.Now(); n >= wave && now.Sub(ls.freedAt) >= time.Minute {
+		ls.freedAt = now
 		debug.FreeOSMemory()
 	}
 }
@@ -136,7 +141,19 @@ type evloop struct {
 	kaq  []uint64
 	kaAt time.Duration // when kaq is due, since epoch
 	ka   net.KeepAliveConfig
+	// Dials (connect_linux.go): the connects' deadlines, in order; the
+	// connects that ended in this batch, for after it; and whether the
+	// loop waits for events (sleeping) with a deadline (armed, since
+	// epoch; 0: none), so a dial with an earlier one wakes it.
+	dialQ    []dialTimer
+	dialed   []*link
+	incoming []*link // clients to dial for, from Serve
+	sleeping bool
+	armed    time.Duration
 }
+
+// since is the time since lp's epoch, lp's clock for deadlines.
+func (lp *evloop) since() time.Duration { return time.Since(lp.epoch) }
 
 // kaDelay is how long after its dial an upstream's keepalive is set (at
 // most twice that): a probe is due only after the idle time (30 s by
@@ -163,6 +180,7 @@ type loopState struct {
 	last    atomic.Int64   // when bytes last moved, ns since lp.epoch
 	killed  atomic.Bool    // closed from outside before or while the loop holds it
 	onLoop  atomic.Pointer[evloop]
+	dl      *dialing // while its upstream is being dialed (connect_linux.go); under the loop's mu
 }
 
 // newLoops returns the event loops of a proxy (not started: the first
@@ -233,20 +251,30 @@ func newEvloop(ka net.KeepAliveConfig) (*evloop, error) {
 	// does: a loop with nothing to do parks its goroutine rather than an
 	// OS thread in epoll_wait, which would cost the scheduler a hand-off
 	// of its P and a wake-up (futex) at every event.
-	if err := unix.SetNonblock(ep, true); err != nil {
-		unix.Close(ep)
+	if lp.epf, lp.erc, err = pollFile(ep, "pinproxy-loop"); err != nil {
 		unix.Close(efd)
 		return nil, err
 	}
-	lp.epf = os.NewFile(uintptr(ep), "pinproxy-loop")
-	rc, err := lp.epf.SyscallConn()
-	if err != nil {
-		lp.epf.Close()
-		unix.Close(efd)
-		return nil, err
-	}
-	lp.erc = rc
 	return lp, nil
+}
+
+// pollFile makes the descriptor fd (an epoll set, a listening socket)
+// nonblocking and an *os.File in the runtime's netpoller, so that a
+// goroutine can wait for it to be readable (RawConn.Read) with no OS
+// thread of its own, and a deadline can end the wait. On an error fd is
+// closed.
+func pollFile(fd int, name string) (*os.File, syscall.RawConn, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, rc, nil
 }
 
 func (lp *evloop) close() {
@@ -318,15 +346,7 @@ func (ls *loops) attach(l *link, keep [2]bool) bool {
 	if lp == nil {
 		return false
 	}
-	if ls.waved.Add(1) == 1 {
-		ls.startMu.Lock()
-		if ls.waveT == nil {
-			ls.waveT = time.AfterFunc(waveSettle, ls.settle)
-		} else {
-			ls.waveT.Reset(waveSettle)
-		}
-		ls.startMu.Unlock()
-	}
+	ls.joined()
 	l.onLoop.Store(lp)
 	cfd, err1 := dupConn(c, keep[0])
 	ufd, err2 := dupConn(u, keep[1])
@@ -365,6 +385,19 @@ func (ls *loops) attach(l *link, keep [2]bool) bool {
 		lp.wake() // the loop reports its end
 	}
 	return true
+}
+
+// joined counts a connection that joined a loop in the wave.
+func (ls *loops) joined() {
+	if ls.waved.Add(1) == 1 {
+		ls.startMu.Lock()
+		if ls.waveT == nil {
+			ls.waveT = time.AfterFunc(waveSettle, ls.settle)
+		} else {
+			ls.waveT.Reset(waveSettle)
+		}
+		ls.startMu.Unlock()
+	}
 }
 
 // dupConn duplicates c's socket (close-on-exec; the duplicate shares
@@ -417,8 +450,15 @@ func (lp *evloop) addLocked(l *link, cfd, ufd int32) bool {
 	}
 	l.lkey = lp.slots.take(l)
 	lp.held++
-	l.last.Store(int64(time.Since(lp.epoch)))
-	l.state.Store(linkLooped)
+	l.last.Store(int64(lp.since()))
+	l.setState(linkLooped)
+	return lp.joinLocked(l, [2]int{unix.EPOLL_CTL_ADD, unix.EPOLL_CTL_ADD})
+}
+
+// joinLocked puts the sockets of l, which holds a slot of lp, in lp's set
+// (ops: add, or modify the upstream's, which a dial put there); false: l
+// has ended.
+func (lp *evloop) joinLocked(l *link, ops [2]int) bool {
 	for side := range 2 {
 		// A direction with bytes pending (handed over, or given back by a
 		// hand-over that failed) waits for its destination's room.
@@ -428,7 +468,7 @@ func (lp *evloop) addLocked(l *link, cfd, ufd int32) bool {
 		}
 	}
 	for side := range 2 {
-		if err := lp.ctl(unix.EPOLL_CTL_ADD, l, side); err != nil {
+		if err := lp.ctl(ops[side], l, side); err != nil {
 			lp.closeLocked(l, os.NewSyscallError("epoll_ctl", err), false)
 			return false
 		}
@@ -476,15 +516,19 @@ func (lp *evloop) run() {
 	var again []loopDir
 	for {
 		lp.mu.Lock()
-		wait := len(lp.again) == 0 && len(lp.ended) == 0
+		wait := len(lp.again) == 0 && len(lp.ended) == 0 && len(lp.incoming) == 0
 		var due time.Duration
 		if len(lp.kaq) > 0 {
 			due = lp.kaAt
+		}
+		if len(lp.dialQ) > 0 && (due == 0 || lp.dialQ[0].at < due) {
+			due = lp.dialQ[0].at
 		}
 		if lp.stopping && lp.held == 0 && len(lp.ended) == 0 {
 			lp.mu.Unlock()
 			return
 		}
+		lp.sleeping, lp.armed = wait, due
 		lp.mu.Unlock()
 		n := 0
 		if !wait {
@@ -496,12 +540,13 @@ func (lp *evloop) run() {
 			lp.erc.Read(func(fd uintptr) bool {
 				n = epollNow(int(fd), evs)
 				return n > 0
-			}) // an error is the deadline: the keepalives are due
+			}) // an error is the deadline: the keepalives or a dial's timeout are due
 			if due != 0 {
 				lp.epf.SetReadDeadline(time.Time{})
 			}
 		}
 		lp.mu.Lock()
+		lp.sleeping = false
 		for _, ev := range evs[:n] {
 			if ev.Fd == -1 && ev.Pad == -1 {
 				var b [8]byte
@@ -513,6 +558,12 @@ func (lp *evloop) run() {
 			l := lp.slots.lookup(key &^ (1 << 63))
 			if l == nil {
 				continue // ended earlier in this batch
+			}
+			if l.dl != nil { // its upstream's connect ended
+				if side == 1 {
+					lp.connectEvent(l)
+				}
+				continue
 			}
 			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				l.hup[side] = true
@@ -533,12 +584,22 @@ func (lp *evloop) run() {
 			}
 		}
 		clear(again)
+		now := lp.since()
 		if len(lp.kaq) > 0 {
-			lp.keepAlives(time.Since(lp.epoch))
+			lp.keepAlives(now)
 		}
-		ended := lp.ended
-		lp.ended = nil
+		if len(lp.dialQ) > 0 {
+			lp.expireDials(now)
+		}
+		ended, dialed, incoming := lp.ended, lp.dialed, lp.incoming
+		lp.ended, lp.dialed, lp.incoming = nil, nil, nil
 		lp.mu.Unlock()
+		for _, l := range incoming {
+			l.dl.p.dialNext(l)
+		}
+		for _, l := range dialed {
+			l.dl.p.dialDecided(l)
+		}
 		for _, l := range ended {
 			l.end()
 		}
@@ -559,7 +620,7 @@ func (lp *evloop) pump(l *link, i int) {
 	moved, look := false, !l.bulk[i]
 	defer func() {
 		if moved {
-			l.last.Store(int64(time.Since(lp.epoch)))
+			l.last.Store(int64(lp.since()))
 		}
 	}()
 	for {
@@ -923,7 +984,7 @@ func (ls *loops) idle() int {
 		lp.mu.Lock()
 		now := int64(time.Since(lp.epoch))
 		for _, s := range lp.slots.slots {
-			if l := s.l; l != nil && now-l.last.Load() >= int64(ls.after) && !l.blocked[0] && !l.blocked[1] {
+			if l := s.l; l != nil && l.dl == nil && now-l.last.Load() >= int64(ls.after) && !l.blocked[0] && !l.blocked[1] {
 				n++
 			}
 		}
@@ -977,7 +1038,7 @@ func (m *mover) askLooped(l *link) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.state.Store(linkMoving)
+	l.setState(linkMoving)
 	m.takeStill(l)
 	return true
 }

@@ -96,7 +96,7 @@ type parkedLink struct {
 // after (0: DefaultParkAfter; negative: connections never park, and the
 // parker is nil). keepAlive sets an upstream conn's keepalive, for links
 // whose kaPending says it is not set yet.
-func newParker(after time.Duration, keepAlive func(net.Conn)) *parker {
+func newParker(after time.Duration, keepAlive func(net.Conn), now time.Time) *parker {
 	if after == 0 {
 		after = DefaultParkAfter
 	}
@@ -104,7 +104,7 @@ func newParker(after time.Duration, keepAlive func(net.Conn)) *parker {
 		return nil
 	}
 	tick := min(max(after/2, 5*time.Millisecond), time.Second)
-	pk := &parker{after: after, tick: tick, epoch: time.Now(), byConn: make(map[net.Conn]*link), keepAlive: keepAlive}
+	pk := &parker{after: after, tick: tick, epoch: now, byConn: make(map[net.Conn]*link), keepAlive: keepAlive}
 	pk.timer = time.AfterFunc(time.Hour, pk.sweepNow)
 	pk.timer.Stop()
 	return pk
@@ -172,10 +172,14 @@ func (pk *parker) remove(l *link) {
 	pk.mu.Unlock()
 }
 
-// sweepNow is one sweep: it asks the links idle long enough to park, and
-// wakes parked links whose conns were closed with a plain Close.
-func (pk *parker) sweepNow() {
-	now := time.Since(pk.epoch)
+// sweepNow is the sweeps' timer function: one sweep at the time it runs.
+// The parker's times are the real clock's, as its timer's are.
+func (pk *parker) sweepNow() { pk.sweepAt(time.Now()) }
+
+// sweepAt is one sweep at t: it asks the links idle long enough to park,
+// and wakes parked links whose conns were closed with a plain Close.
+func (pk *parker) sweepAt(t time.Time) {
+	now := t.Sub(pk.epoch)
 	park, wake, ka := pk.sweep[:0], []*link(nil), pk.kaSweep[:0]
 	pk.mu.Lock()
 	for l := pk.head; l != nil; l = l.next {
@@ -222,7 +226,7 @@ func (pk *parker) sweepNow() {
 	for _, l := range wake {
 		pk.wake(l, 0)
 	}
-	pk.returnMemory()
+	pk.returnMemory(t)
 	// The next sweep, if anything is listed; sweeps never overlap. With
 	// nothing parked the event goroutine is told to end (it lingers a
 	// sweep, so that one connection parking and waking does not make and
@@ -252,7 +256,7 @@ func (pk *parker) setKeepAlive(l *link) {
 // ask asks l's pumps to pause so that l parks.
 func (pk *parker) ask(l *link) {
 	l.mu.Lock()
-	if l.state.CompareAndSwap(linkActive, linkParking) {
+	if l.casState(linkActive, linkParking) {
 		l.client.SetReadDeadline(aLongTimeAgo)
 		l.upstream.SetReadDeadline(aLongTimeAgo)
 	}
@@ -270,7 +274,7 @@ func (pk *parker) unpause(l *link) bool {
 	}
 	l.client.SetReadDeadline(time.Time{})
 	l.upstream.SetReadDeadline(time.Time{})
-	l.state.Store(linkActive)
+	l.setState(linkActive)
 	return true
 }
 
@@ -307,7 +311,7 @@ func (pk *parker) park(l *link) bool {
 		return false
 	}
 	l.rcs, l.key = [2]syscall.RawConn{rc0, rc1}, key
-	l.state.Store(linkParked)
+	l.setState(linkParked)
 	pk.byConn[l.client] = l
 	pk.parked++
 	pk.waved++
@@ -324,14 +328,8 @@ func (pk *parker) openLocked() bool {
 	if err != nil {
 		return false
 	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		return false
-	}
-	f := os.NewFile(uintptr(fd), "pinproxy-park")
-	rc, err := f.SyscallConn()
+	f, rc, err := pollFile(fd, "pinproxy-park")
 	if err != nil {
-		f.Close()
 		return false
 	}
 	pk.epf, pk.epfd, pk.erc = f, fd, rc
@@ -358,7 +356,7 @@ func (pk *parker) wake(l *link, key uint64) {
 		l.mu.Unlock()
 		return
 	}
-	l.state.Store(linkWaking)
+	l.setState(linkWaking)
 	pk.mu.Lock()
 	pk.forgetLocked(l)
 	pk.mu.Unlock()
@@ -370,7 +368,7 @@ func (pk *parker) wake(l *link, key uint64) {
 func (l *link) resume() {
 	l.client.SetReadDeadline(time.Time{})
 	l.upstream.SetReadDeadline(time.Time{})
-	l.state.Store(linkActive)
+	l.setState(linkActive)
 	l.run()
 }
 
@@ -454,14 +452,14 @@ func (pk *parker) loop(f *os.File, rc syscall.RawConn) {
 // 7.4 KiB of VmRSS per connection a minute after they opened without
 // this, 3.6 with it. It runs at most once a minute, after at least 1,000
 // links parked.
-func (pk *parker) returnMemory() {
+func (pk *parker) returnMemory(now time.Time) {
 	pk.mu.Lock()
 	settled := pk.waved == pk.wavedSeen
 	pk.wavedSeen = pk.waved
-	due := settled && pk.waved >= 1000 && time.Since(pk.freed) >= time.Minute
+	due := settled && pk.waved >= 1000 && now.Sub(pk.freed) >= time.Minute
 	if due {
 		pk.waved, pk.wavedSeen = 0, 0
-		pk.freed = time.Now()
+		pk.freed = now
 	}
 	pk.mu.Unlock()
 	if due {

@@ -12,11 +12,11 @@ type parker struct{ lps *loops }
 
 type parkedLink struct{}
 
-func newParker(time.Duration, func(net.Conn)) *parker { return nil }
+func newParker(time.Duration, func(net.Conn), time.Time) *parker { return nil }
 
 func (pk *parker) add(*link)            {}
 func (pk *parker) remove(*link)         {}
 func (pk *parker) park(*link) bool      { return false }
-func (pk *parker) unpause(l *link) bool { l.state.Store(linkActive); return true }
+func (pk *parker) unpause(l *link) bool { l.setState(linkActive); return true }
 func (pk *parker) closed(net.Conn)      {}
 func (pk *parker) parkedNow() int       { return 0 }

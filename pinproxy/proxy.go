@@ -148,7 +148,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.keepAlive = net.KeepAliveConfig{Enable: false, Idle: -1, Interval: -1, Count: -1}
 	}
 	p.bufs.New = newBurstBuf
-	p.park = newParker(cfg.ParkAfter, p.setKeepAlive)
+	p.park = newParker(cfg.ParkAfter, p.setKeepAlive, time.Now())
 	p.loops = newLoops(!cfg.goroutines, cfg.ParkAfter, p.keepAlive)
 	if p.park != nil {
 		p.park.lps = p.loops
@@ -201,7 +201,10 @@ func (p *Proxy) Listen(ctx context.Context, network, addr string) (net.Listener,
 
 // Serve accepts client connections on ln and proxies each to an upstream
 // until Shutdown is called; then it returns ErrProxyClosed. Any other
-// accept error that is not temporary ends Serve with that error. Serve
+// accept error that is not temporary ends Serve with that error (on
+// Linux, a *net.TCPListener its owner closes, rather than Shutdown, ends
+// it within a second: Serve waits on a duplicate of the listening
+// socket, which does not see the close at once). Serve
 // closes ln when it returns. It may be called on several listeners at
 // once; the first call starts the rebalance rounds, which run every
 // Config.RebalanceInterval until Shutdown. Serve sets TCP keepalive, as
@@ -254,10 +257,20 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		}
 	}
 
+	// On Linux, with the event loops, a TCP listener's clients are taken
+	// as bare sockets, and dialed for on the loops (accept_linux.go).
+	raw := p.rawListener(ln, preset)
+	defer raw.close()
 	var delay time.Duration
 	for {
 		p.accepting.Add(1)
-		c, err := ln.Accept()
+		var c net.Conn
+		var err error
+		if raw != nil {
+			err = raw.accept() // counts each client in starting, unless it closes it
+		} else {
+			c, err = ln.Accept()
+		}
 		if err != nil {
 			p.accepting.Add(-1)
 			if p.stopCtx.Err() != nil {
@@ -288,7 +301,9 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			continue
 		}
 		delay = 0
-		p.accept(c, preset) // counts c in starting, unless it closes it
+		if c != nil {
+			p.accept(c, preset) // counts c in starting, unless it closes it
+		}
 		p.accepting.Add(-1)
 	}
 }
@@ -382,6 +397,18 @@ func (p *Proxy) logRejected(client net.Conn, limit int64) {
 // proxy is full or shutting down. preset: the client's keepalive is set
 // already (it came from a listener made by Listen).
 func (p *Proxy) accept(client net.Conn, preset bool) {
+	if !p.admit(client) {
+		client.Close()
+		return
+	}
+	go p.handle(client, preset)
+}
+
+// admit counts an accepted client and reports whether it may be served:
+// not over MaxConns (logged), nor once the proxy is closed. An admitted
+// client counts in active, handlers and starting until its handler is
+// done with it; the caller closes one not admitted.
+func (p *Proxy) admit(client net.Conn) bool {
 	p.accepted.Add(1)
 	if limit := int64(p.cfg.MaxConns); limit > 0 {
 		for {
@@ -389,8 +416,7 @@ func (p *Proxy) accept(client net.Conn, preset bool) {
 			if n >= limit {
 				p.rejected.Add(1)
 				p.logRejected(client, limit)
-				client.Close()
-				return
+				return false
 			}
 			if p.active.CompareAndSwap(n, n+1) {
 				break
@@ -403,13 +429,12 @@ func (p *Proxy) accept(client net.Conn, preset bool) {
 	if p.closed {
 		p.mu.Unlock()
 		p.active.Add(-1)
-		client.Close()
-		return
+		return false
 	}
 	p.handlers.Add(1)
 	p.starting.Add(1)
 	p.mu.Unlock()
-	go p.handle(client, preset)
+	return true
 }
 
 // handle pins one client to an upstream and copies bytes until both are done.
@@ -427,7 +452,7 @@ func (p *Proxy) handle(client net.Conn, preset bool) {
 		return
 	}
 	if p.cfg.SendProxy != 0 {
-		if err := p.sendProxyHeader(c); err != nil {
+		if err := p.sendProxyHeader(c, time.Now()); err != nil {
 			c.client.Close()
 			c.upstream.Close()
 			p.finish(c, spliceResult{err: err})
@@ -559,83 +584,126 @@ func (p *Proxy) closeConn(c *conn) {
 // the pair into that upstream's list. It returns nil when none answers or
 // the proxy is being torn down.
 func (p *Proxy) connect(client net.Conn) *conn {
-	var small [1]uint64
-	tried := small[:]
-	var triedUps []*upstream // the same set by pointer, should SetUpstreams reorder the list
-	gen := -1                // the list's generation tried is for; -1: none yet
-	attempts := 0            // dials that failed, for Config.MaxDialAttempts
+	var r route
 	for {
-		now := p.clock()
-		p.mu.Lock()
-		if p.killCtx.Err() != nil {
-			p.mu.Unlock()
+		u, now := p.nextUpstream(&r, client)
+		if u == nil {
 			return nil
 		}
-		if gen < 0 && len(p.upstreams) <= 64 {
-			gen = p.gen
-		}
-		if p.gen != gen { // first, with many upstreams, or the list changed: (re)build tried
-			gen = p.gen
-			tried = make([]uint64, (len(p.upstreams)+63)/64)
-			for i, u := range p.upstreams {
-				if slices.Contains(triedUps, u) {
-					tried[i/64] |= 1 << (i % 64)
-				}
-			}
-		}
-		i, u := p.pickLocked(tried, now)
-		if u == nil || p.cfg.MaxDialAttempts > 0 && attempts >= p.cfg.MaxDialAttempts {
-			n := len(p.upstreams)
-			p.mu.Unlock()
-			p.unrouted.Add(1)
-			p.unroutedLog.log(p, now, slog.LevelWarn, "no upstream answers; closing the client",
-				slog.String("client", client.RemoteAddr().String()), slog.Int("upstreams", n), slog.Int("tried", attempts))
-			return nil
-		}
-		attempts++
-		u.dialing++
-		u.dials++
-		p.mu.Unlock()
-		tried[i/64] |= 1 << (i % 64)
-		triedUps = append(triedUps, u)
-
 		uc, out, err := p.attempt(p.killCtx, u, p.cfg.DialTimeout, "cannot dial for want of local resources; closing the client",
 			slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr))
-
-		p.mu.Lock()
-		u.dialing--
 		if out != answered {
-			p.forgetLocked(u)
-			if out != refused { // torn down, or out of resources: every upstream would fail the same way
-				p.mu.Unlock()
-				return nil
+			if p.dialFailed(u, client, now, out, err) {
+				continue
 			}
-			p.failedLocked(u, p.clock(), err, false)
-			p.mu.Unlock()
-			p.dialLog.log(p, now, slog.LevelWarn, "upstream does not answer; trying the next",
-				slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
-			continue
-		}
-		p.answeredLocked(u, p.clock(), false)
-		if p.killCtx.Err() != nil {
-			p.mu.Unlock()
-			uc.Close()
 			return nil
 		}
 		c := &conn{client: client, upstream: uc, up: u, start: now}
-		p.linkLocked(c)
-		p.dialedLocked(c)
-		live := u.live
-		p.mu.Unlock()
+		if !p.dialAnswered(c) {
+			uc.Close()
+			return nil
+		}
 		if p.cfg.DialContext != nil && !p.kaLater() { // the proxy's own dialer has set it
 			p.setKeepAlive(uc)
 		}
-		if p.log.Enabled(p.stopCtx, slog.LevelDebug) { // spare the address strings otherwise
-			p.log.LogAttrs(p.stopCtx, slog.LevelDebug, "client pinned to upstream",
-				slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Int("live", live))
-		}
 		return c
 	}
+}
+
+// route is one client's way through the upstreams, least-used first: the
+// ones its dials tried, as bits of the list's index (for the list of
+// generation gen) and by pointer, should SetUpstreams change the list
+// meanwhile.
+type route struct {
+	small    [1]uint64
+	tried    []uint64
+	triedUps []*upstream
+	gen      int // the list's generation tried is for; 0 with tried nil: none yet
+	attempts int // dials that failed, for Config.MaxDialAttempts
+}
+
+// nextUpstream picks the upstream client's next dial goes to, not tried
+// yet in r, and counts the dial in it; nil when none is left (logged:
+// the client is to be closed) or the proxy is being torn down. now is
+// the proxy's time of the pick.
+func (p *Proxy) nextUpstream(r *route, client net.Conn) (*upstream, time.Time) {
+	now := p.clock()
+	p.mu.Lock()
+	if p.killCtx.Err() != nil {
+		p.mu.Unlock()
+		return nil, now
+	}
+	if r.tried == nil && len(p.upstreams) <= 64 {
+		r.tried, r.gen = r.small[:], p.gen
+	}
+	if r.tried == nil || p.gen != r.gen { // first, with many upstreams, or the list changed: (re)build tried
+		r.gen = p.gen
+		r.tried = make([]uint64, (len(p.upstreams)+63)/64)
+		for i, u := range p.upstreams {
+			if slices.Contains(r.triedUps, u) {
+				r.tried[i/64] |= 1 << (i % 64)
+			}
+		}
+	}
+	i, u := p.pickLocked(r.tried, now)
+	if u == nil || p.cfg.MaxDialAttempts > 0 && r.attempts >= p.cfg.MaxDialAttempts {
+		n := len(p.upstreams)
+		p.mu.Unlock()
+		p.unrouted.Add(1)
+		p.unroutedLog.log(p, now, slog.LevelWarn, "no upstream answers; closing the client",
+			slog.String("client", client.RemoteAddr().String()), slog.Int("upstreams", n), slog.Int("tried", r.attempts))
+		return nil, now
+	}
+	r.attempts++
+	u.dialing++
+	u.dials++
+	p.mu.Unlock()
+	r.tried[i/64] |= 1 << (i % 64)
+	r.triedUps = append(r.triedUps, u)
+	return u, now
+}
+
+// dialFailed records a client's dial to u, picked at now, that did not
+// answer (out), and reports whether the client's next dial may go on to
+// the next upstream: not when the proxy is torn down or this host is out
+// of resources, where every upstream would fail the same way.
+func (p *Proxy) dialFailed(u *upstream, client net.Conn, now time.Time, out outcome, err error) bool {
+	p.mu.Lock()
+	u.dialing--
+	p.forgetLocked(u)
+	if out != refused {
+		p.mu.Unlock()
+		return false
+	}
+	p.failedLocked(u, p.clock(), err, false)
+	p.mu.Unlock()
+	p.dialLog.log(p, now, slog.LevelWarn, "upstream does not answer; trying the next",
+		slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
+	return true
+}
+
+// dialAnswered records a client's dial to c.up, picked at c.start, that
+// answered with c.upstream, and links c; false when the proxy is being
+// torn down (the caller closes the upstream).
+func (p *Proxy) dialAnswered(c *conn) bool {
+	u := c.up
+	p.mu.Lock()
+	u.dialing--
+	p.answeredLocked(u, p.clock(), false)
+	if p.killCtx.Err() != nil {
+		p.forgetLocked(u)
+		p.mu.Unlock()
+		return false
+	}
+	p.linkLocked(c)
+	p.dialedLocked(c)
+	live := u.live
+	p.mu.Unlock()
+	if p.log.Enabled(p.stopCtx, slog.LevelDebug) { // spare the address strings otherwise
+		p.log.LogAttrs(p.stopCtx, slog.LevelDebug, "client pinned to upstream",
+			slog.String("client", c.client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Int("live", live))
+	}
+	return true
 }
 
 func (p *Proxy) linkLocked(c *conn) {

@@ -10,16 +10,22 @@ import (
 )
 
 // sendProxyHeader writes the PROXY protocol header (Config.SendProxy's
-// version) for c's client to its upstream, within the dial timeout.
-func (p *Proxy) sendProxyHeader(c *conn) error {
+// version) for c's client to its upstream, within the dial timeout from
+// now (the real clock's, as socket deadlines are).
+func (p *Proxy) sendProxyHeader(c *conn, now time.Time) error {
 	h := proxyHeader(p.cfg.SendProxy, c.client.RemoteAddr(), c.client.LocalAddr())
-	c.upstream.SetWriteDeadline(time.Now().Add(p.cfg.DialTimeout))
+	c.upstream.SetWriteDeadline(now.Add(p.cfg.DialTimeout))
 	_, err := c.upstream.Write(h)
 	c.upstream.SetWriteDeadline(time.Time{})
 	if err != nil {
-		return fmt.Errorf("pinproxy: sending the PROXY header to %s: %w", c.up.addr, err)
+		return proxyHeaderError(c.up.addr, err)
 	}
 	return nil
+}
+
+// proxyHeaderError is a failed write of the PROXY header to upstream.
+func proxyHeaderError(upstream string, err error) error {
+	return fmt.Errorf("pinproxy: sending the PROXY header to %s: %w", upstream, err)
 }
 
 // v2Sig starts every PROXY protocol v2 header.

@@ -168,7 +168,10 @@ func TestRefusedSessionsNotClientHangUps(t *testing.T) {
 			}
 			c.Close() // as a client does when its peer has ended the stream
 		}
-		testkit.WaitFor(t, tt.node.Name+"'s sessions to end", func() bool { return stat(p, tt.node.Addr).Live == 0 })
+		testkit.WaitFor(t, tt.node.Name+"'s sessions to end", func() bool {
+			s := stat(p, tt.node.Addr)
+			return s.Dials == 5 && s.Dialing == 0 && s.Live == 0 // every client dialed for, and gone
+		})
 		if s := stat(p, tt.node.Addr); s.RefusedSessions != 0 || s.Refusing != "" || s.State != "up" {
 			t.Errorf("%s: %d refused, refusing %q, state %s; want none refused, up", tt.node.Name, s.RefusedSessions, s.Refusing, s.State)
 		}

@@ -85,6 +85,31 @@ func TestServeSeveralListeners(t *testing.T) {
 	}
 }
 
+// A listener its owner closes, not Shutdown, ends Serve with an error that
+// is not ErrProxyClosed; the connections through it and the proxy's other
+// listeners go on.
+func TestServeEndsWhenItsListenerIsClosed(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{a.Addr}, RebalanceInterval: -1})
+	other := serve(t, p)
+	ln, served := listenAndServe(t, p)
+	c1, _ := pinproxytest.Dial(t, ln.Addr().String(), "c1")
+	ln.Close()
+	select {
+	case err := <-served:
+		if err == nil || errors.Is(err, pinproxy.ErrProxyClosed) {
+			t.Fatalf("Serve returned %v, want the closed listener's error", err)
+		}
+	case <-time.After(pinproxytest.WaitFor):
+		t.Fatal("Serve did not return after its listener was closed")
+	}
+	pinproxytest.Dial(t, other, "c2")
+	if got := p.Stats()[0].Live; got != 2 {
+		t.Fatalf("live = %d, want 2 (c1 through the closed listener, c2 through the other)", got)
+	}
+	c1.Conn.Close()
+}
+
 // Over MaxConns, a new client is closed at once; once one leaves, the next
 // gets through.
 func TestMaxConns(t *testing.T) {

@@ -119,6 +119,9 @@ type upgrades struct {
 	mu      sync.Mutex
 	running bool
 	held    chan struct{} // non-nil while Handoff holds the accepts; closed when it lets them go
+	// raws are the listeners Serve accepts from as bare sockets
+	// (accept_linux.go), whose duplicates a hold holds too.
+	raws map[net.Listener]*rawListener
 }
 
 // begin marks a hand-over under way, or reports that one is.

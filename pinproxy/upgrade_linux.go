@@ -243,6 +243,7 @@ func (p *Proxy) holdAccepts(lns []net.Listener) error {
 		if err := d.SetDeadline(aLongTimeAgo); err != nil {
 			return fmt.Errorf("pinproxy: upgrade: holding accepts on %s: %w", ln.Addr(), err)
 		}
+		p.holdRaw(ln, aLongTimeAgo)
 	}
 	return nil
 }
@@ -288,7 +289,8 @@ func (p *Proxy) waitStarted(ctx context.Context) error {
 	return nil
 }
 
-// liveConns lists every linked connection; each must be two TCP sockets.
+// liveConns lists every linked connection; each must be two TCP sockets:
+// two *net.TCPConn, or an event loop's.
 func (p *Proxy) liveConns() ([]*conn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -297,7 +299,7 @@ func (p *Proxy) liveConns() ([]*conn, error) {
 		for c := u.head; c != nil; c = c.next {
 			_, ok1 := c.client.(*net.TCPConn)
 			_, ok2 := c.upstream.(*net.TCPConn)
-			if !ok1 || !ok2 || c.link == nil {
+			if !(ok1 && ok2 || c.looped.Load() != nil) || c.link == nil { // two TCP conns, or a loop's two sockets
 				return nil, fmt.Errorf("pinproxy: upgrade: connection from %s to %s is not two TCP sockets (%T, %T): cannot hand it over",
 					c.client.RemoteAddr(), u.addr, c.client, c.upstream)
 			}
@@ -386,7 +388,7 @@ func (m *mover) ask(l *link) bool {
 	defer l.mu.Unlock()
 	switch l.state.Load() {
 	case linkActive, linkParking:
-		l.state.Store(linkMoving)
+		l.setState(linkMoving)
 		l.mv = m
 		m.asked()
 		l.client.SetReadDeadline(aLongTimeAgo)
@@ -405,7 +407,7 @@ func (m *mover) ask(l *link) bool {
 // Call with l.mu held.
 func (pk *parker) unparkLocked(l *link) {
 	pk.mu.Lock()
-	l.state.Store(linkMoving) // under pk.mu: a sweep never sees a parked link without its conns
+	l.setState(linkMoving) // under pk.mu: a sweep never sees a parked link without its conns
 	pk.forgetLocked(l)
 	pk.mu.Unlock()
 }
@@ -438,7 +440,7 @@ func (l *link) unhold() {
 	l.mv = nil
 	l.client.SetDeadline(time.Time{})
 	l.upstream.SetDeadline(time.Time{})
-	l.state.Store(linkActive)
+	l.setState(linkActive)
 }
 
 // ended marks l ended; a hand-over waiting for it stops waiting.
@@ -446,7 +448,7 @@ func (l *link) ended() {
 	l.mu.Lock()
 	m := l.mv
 	l.mv = nil
-	l.state.Store(linkEnded)
+	l.setState(linkEnded)
 	l.mu.Unlock()
 	if m != nil {
 		m.report(l, false)
@@ -465,9 +467,9 @@ func (p *Proxy) giveBack(h *holding) {
 		if p.loops.reattach(l) {
 			continue
 		}
-		l.state.Store(linkParking)
+		l.setState(linkParking)
 		if !l.pk.park(l) {
-			l.state.Store(linkActive)
+			l.setState(linkActive)
 			go l.run()
 		}
 	}
@@ -506,7 +508,7 @@ func (p *Proxy) release(h *holding) {
 		c := h.byLink[l]
 		l.pk.remove(l)
 		l.mu.Lock()
-		l.state.Store(linkEnded)
+		l.setState(linkEnded)
 		l.mv = nil
 		l.mu.Unlock()
 		c.client.Close()
@@ -780,11 +782,11 @@ func (p *Proxy) adoptConn(hc handover.Conn) bool {
 	}
 	p.park.add(l)
 	if wc.Parked && l.pk != nil {
-		l.state.Store(linkParking)
+		l.setState(linkParking)
 		if l.pk.park(l) {
 			return true
 		}
-		l.state.Store(linkActive)
+		l.setState(linkActive)
 	}
 	go l.run()
 	return true

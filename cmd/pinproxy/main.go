@@ -83,8 +83,10 @@ func main() {
 }
 
 // run is the whole command; it returns the exit status. sigs delivers
-// SIGTERM, SIGINT and SIGHUP.
-func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer, sigs <-chan os.Signal) int {
+// SIGTERM, SIGINT and SIGHUP (and SIGUSR2 on Linux), through
+// signal.Notify (an upgrade by exec stops its SIGHUP for a moment: see
+// upgradeByExec).
+func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer, sigs chan os.Signal) int {
 	o, err := parseFlags(args, lookupEnv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -205,7 +207,7 @@ func (d *daemon) serveAdmin() {
 // while this process was taking over, or during a hand-over of its own,
 // are part of that hand-over: they are dropped (coalesced), never the
 // start of another one.
-func (d *daemon) wait(sigs <-chan os.Signal) (code int, upgraded bool) {
+func (d *daemon) wait(sigs chan os.Signal) (code int, upgraded bool) {
 	pending := d.coalesce(sigs, nil)
 	for {
 		var sig os.Signal
@@ -235,7 +237,7 @@ func (d *daemon) wait(sigs <-chan os.Signal) (code int, upgraded bool) {
 		case upgradeSignal:
 			d.stopUpgrades()
 			d.flushLog()
-			if res := upgradeByExec(d.p, d.o.upgradeTimeout, d.extra, d.log); res.Committed {
+			if res := upgradeByExec(d.p, d.o.upgradeTimeout, d.extra, sigs, d.log); res.Committed {
 				notifyMainPID(d.lookupEnv, res.NewPID, d.log)
 				d.flushLog()
 				return 0, true

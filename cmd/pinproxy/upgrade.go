@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -131,8 +132,24 @@ func notifyMainPID(lookupEnv func(string) (string, bool), pid int, log *slog.Log
 // arguments and environment, and hands p's listeners and connections,
 // and extra (the admin listener), to it. It reports what was handed
 // over; if not committed, p serves on and the child is gone.
-func upgradeByExec(p *pinproxy.Proxy, timeout time.Duration, extra []net.Listener, log *slog.Logger) pinproxy.HandoffResult {
+//
+// The child starts with SIGHUP ignored, and its runtime keeps it so
+// until its main asks for it (signal.Notify): a SIGHUP sent to every
+// process of the name (`pkill -HUP pinproxy`, to reload the upstreams
+// file) while the child is between its fork and its exec, or before its
+// main runs, would kill it otherwise. Blocking SIGHUP, as handover.Exec
+// blocks SIGUSR2, would not do: the runtime unblocks SIGHUP as it
+// starts, before main, and a blocked SIGHUP would kill it then (SIGHUP
+// kills a Go program that does not ask for it; SIGUSR2 is merely
+// queued). A disposition survives exec only if ignored, and Go's fork
+// keeps it only if the parent ignores the signal itself, so this process
+// ignores SIGHUP while it starts the child (the fork and the exec, a
+// millisecond or two) and asks for it again on sigs; a SIGHUP sent to it
+// in that moment is lost, and the child reads the file as it starts.
+func upgradeByExec(p *pinproxy.Proxy, timeout time.Duration, extra []net.Listener, sigs chan<- os.Signal, log *slog.Logger) pinproxy.HandoffResult {
+	signal.Ignore(syscall.SIGHUP)
 	peer, err := handover.Exec(handoffEnv)
+	signal.Notify(sigs, syscall.SIGHUP)
 	if err != nil {
 		log.Error("upgrade failed: cannot start the new binary; serving on", "err", err)
 		return pinproxy.HandoffResult{}

@@ -1198,6 +1198,56 @@ func children(pid int) []int {
 	return out
 }
 
+// `pkill -HUP pinproxy` (a reload of the upstreams file) during an
+// upgrade signals the new process too, at any moment: between the fork
+// and the exec, before its runtime catches signals, while it takes the
+// connections. None of them kills it: every round's hand-over commits,
+// and the connection made before the first goes on.
+func TestBinaryUpgradeSurvivesSIGHUP(t *testing.T) {
+	buildVariants(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pinproxy")
+	install(t, builds.a, path)
+	up := pinproxytest.New(t, "A", pinproxytest.Line)
+	f := startFamily(t, path, nil, "-upstreams", up.Addr, "-rebalance-interval", "0")
+	cl, on := pinproxytest.Dial(t, f.addr, "before")
+	if on != "A" {
+		t.Fatalf("on %s", on)
+	}
+	install(t, builds.b, path)
+	for round := 1; round <= 3; round++ {
+		old := f.pid()
+		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		signalled := 0
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !gone(old); time.Sleep(100 * time.Microsecond) {
+			f.mu.Lock()
+			done := count(f.lines, `msg="upgrade: connections handed over"`) >= round || count(f.lines, "upgrade failed") > 0
+			f.mu.Unlock()
+			if done {
+				break
+			}
+			for _, nu := range children(old) {
+				syscall.Kill(nu, syscall.SIGHUP)
+				signalled++
+			}
+		}
+		f.mu.Lock()
+		failed := count(f.lines, "upgrade failed")
+		f.mu.Unlock()
+		if failed > 0 {
+			t.Fatalf("round %d: the upgrade failed after %d SIGHUPs to the new process", round, signalled)
+		}
+		f.waitCount(`msg="upgrade: connections handed over"`, round)
+		testkit.WaitForWithin(t, 10*time.Second, "the old process to exit", func() bool { return gone(old) })
+		if on, err := cl.Ping(); err != nil || on != "A" {
+			t.Fatalf("round %d: the client's ping after the upgrade: %q, %v", round, on, err)
+		}
+		t.Logf("round %d: %d SIGHUPs to the new process during its start", round, signalled)
+	}
+}
+
 // `kill -USR2 $(pidof pinproxy)` during a hand-over signals the old
 // process and the new one alike, at any moment: between the fork and the
 // exec, before the new runtime catches signals, while it takes the

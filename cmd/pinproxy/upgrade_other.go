@@ -29,6 +29,6 @@ func notifyReady(func(string) (string, bool), bool, *slog.Logger) {}
 
 func notifyMainPID(func(string) (string, bool), int, *slog.Logger) {}
 
-func upgradeByExec(*pinproxy.Proxy, time.Duration, []net.Listener, *slog.Logger) pinproxy.HandoffResult {
+func upgradeByExec(*pinproxy.Proxy, time.Duration, []net.Listener, chan<- os.Signal, *slog.Logger) pinproxy.HandoffResult {
 	return pinproxy.HandoffResult{}
 }

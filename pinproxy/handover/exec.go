@@ -28,7 +28,15 @@ const inheritedFD = 3
 // signal that upgrades a server, sent again to every process of its name
 // during the hand-over, cannot kill it before its runtime catches it: a
 // Go program's os/signal.Notify for SIGUSR2 unblocks it, and one sent
-// earlier is delivered then.
+// earlier is delivered then. Blocking does not protect it from a signal
+// that ends a Go program that has not asked for it (SIGHUP, SIGINT,
+// SIGTERM): the runtime unblocks those as it starts, before main, and
+// one blocked since the fork is delivered then. Only a signal ignored at
+// the exec stays ignored until the program asks for it, and the fork
+// keeps it ignored only if this process ignores it: a program whose
+// operators send SIGHUP to every process of its name ignores SIGHUP
+// around Exec (signal.Ignore, then signal.Notify again), as
+// cmd/pinproxy does.
 func Exec(envVar string) (*Peer, error) { return execEnv(stdEnv, envVar) }
 
 func execEnv(e *env, envVar string) (*Peer, error) {

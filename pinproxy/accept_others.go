@@ -1,0 +1,17 @@
+//go:build !linux
+
+package pinproxy
+
+import (
+	"net"
+	"time"
+)
+
+// rawListener is Linux's (accept_linux.go): elsewhere Serve accepts
+// net.Conns.
+type rawListener struct{}
+
+func (p *Proxy) rawListener(net.Listener, bool) *rawListener { return nil }
+func (r *rawListener) accept() error                         { return nil }
+func (r *rawListener) close()                                {}
+func (p *Proxy) holdRaw(net.Listener, time.Time)             {}
