@@ -316,8 +316,12 @@ func checkDeb(t *testing.T, deb string, bin binary, arch, version string) {
 	postinst, _ := os.ReadFile(filepath.Join(ctl, "postinst"))
 	for l := range strings.SplitSeq(string(postinst), "\n") {
 		l = strings.TrimSpace(l)
-		if strings.HasPrefix(l, "systemctl enable") || strings.HasPrefix(l, "systemctl start") || strings.HasPrefix(l, "deb-systemd") {
-			t.Errorf("postinst starts or enables a unit before the operator configured it: %s", l)
+		// try-restart and a signal act only on a unit already running.
+		for _, starts := range []string{"systemctl enable", "systemctl start", "systemctl restart",
+			"deb-systemd-helper enable", "deb-systemd-invoke start", "deb-systemd-invoke restart"} {
+			if strings.HasPrefix(l, starts) {
+				t.Errorf("postinst starts or enables a unit before the operator configured it: %s", l)
+			}
 		}
 	}
 }
