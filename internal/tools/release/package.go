@@ -214,9 +214,9 @@ set -e
 if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload >/dev/null || true
 fi
-{{- range .EtcDirs}}
+{{- if .EtcDirs}}
 if [ "$1" = purge ]; then
-	rmdir --ignore-fail-on-non-empty {{.}} || true
+	rmdir --ignore-fail-on-non-empty{{range .EtcDirs}} {{.}}{{end}} || true
 fi
 {{- end}}
 exit 0
