@@ -349,7 +349,7 @@ func (a *Agent) openQueue(path string, max int) (*queue, error) {
 	}
 	a.m.reportsDropped.WithLabelValues("torn").Add(float64(ld.badLines))
 	a.m.reportsDropped.WithLabelValues("overflow").Add(float64(ld.dropped.n))
-	logDrops(a.log, ld.dropped, max)
+	logDrops(a.log, "report queue held more than its bound; dropped the oldest", ld.dropped, max)
 	// A seq past the bound is a corrupt line (it is sent, and refused):
 	// going on from it would have every reading refused.
 	//

@@ -158,25 +158,20 @@ func (r *reporter) enqueue(body []byte) (id uint64, err error) {
 	return id, err
 }
 
-// logOverflow logs the reports dropped on overflow, one line per run,
-// naming each by its seq. None of them reached the platform (see queue).
+// logOverflow logs the reports dropped on overflow as logDrops does.
+// None of them reached the platform (see queue).
 func logOverflow(log *slog.Logger, msg string, dropped []queued, max int) {
-	for len(dropped) > 0 {
-		n := 1
-		for n < len(dropped) && dropped[n].run == dropped[0].run {
-			n++
-		}
-		log.Warn(msg, "dropped", n, "queue_max", max, "reason", "overflow",
-			"run", dropped[0].run, "seqs", seqs(dropped[:n]))
-		dropped = dropped[n:]
+	var d drops
+	for _, it := range dropped {
+		d.add(it)
 	}
+	logDrops(log, msg, d, max)
 }
 
-// logDrops logs the reports an opening of the queue dropped on overflow,
-// one line per run, as logOverflow does; a run of more than
-// maxSeqsListed gives its lowest and highest seq instead of every seq.
-func logDrops(log *slog.Logger, d drops, max int) {
-	const msg = "report queue held more than its bound; dropped the oldest"
+// logDrops logs the reports dropped on overflow, one line per run,
+// naming each by its seq; a run of more than maxSeqsListed gives its
+// lowest and highest seq instead of every seq.
+func logDrops(log *slog.Logger, msg string, d drops, max int) {
 	for _, r := range d.runs {
 		args := []any{"dropped", r.n, "queue_max", max, "reason", "overflow", "run", r.run}
 		if r.n <= int64(len(r.seqs)) {
@@ -206,15 +201,6 @@ func (r *reporter) release(id uint64) {
 	case r.wake <- struct{}{}:
 	default:
 	}
-}
-
-// seqs lists the seqs of items, for the log.
-func seqs(items []queued) string {
-	s := make([]uint64, len(items))
-	for i, it := range items {
-		s[i] = it.seq
-	}
-	return joinSeqs(s)
 }
 
 // joinSeqs is "1,2,3".

@@ -125,19 +125,27 @@ func calmTracker(tb testing.TB) *Tracker {
 	return tr
 }
 
+// benchTracker is a tracker state the benchmarks encode and decode.
+type benchTracker struct {
+	name string
+	tr   *Tracker
+}
+
+// benchTrackers are a calm node's tracker (calmTracker), a node's that
+// has been through four overloads (busyTracker) and one whose event list
+// is full (100 events, the default MaxEvents).
+func benchTrackers(tb testing.TB) []benchTracker {
+	return []benchTracker{{"calm", calmTracker(tb)}, {"busy", busyTracker(tb, 4)}, {"events100", busyTracker(tb, 50)}}
+}
+
 // BenchmarkTrackerMarshalJSON: encoding a node's tracker state, as a
 // platform does on every report of every node, by MarshalJSON
 // (codec=hand) and through encoding/json as MarshalJSON did before it
 // was written by hand (codec=encoding_json, marshalReference), side by
-// side, for a calm node (calmTracker), a node that has been through four
-// overloads (busyTracker) and one whose event list is full (100 events,
-// the default MaxEvents). Compare with
+// side, for the states of benchTrackers. Compare with
 // benchstat -col /codec.
 func BenchmarkTrackerMarshalJSON(b *testing.B) {
-	for _, st := range []struct {
-		name string
-		tr   *Tracker
-	}{{"calm", calmTracker(b)}, {"busy", busyTracker(b, 4)}, {"events100", busyTracker(b, 50)}} {
+	for _, st := range benchTrackers(b) {
 		state, err := st.tr.MarshalJSON()
 		if err != nil {
 			b.Fatal(err)
@@ -163,10 +171,7 @@ func BenchmarkTrackerMarshalJSON(b *testing.B) {
 // BenchmarkTrackerMarshalJSON, through encoding/json, as a platform does
 // when it loads a node.
 func BenchmarkTrackerUnmarshalJSON(b *testing.B) {
-	for _, st := range []struct {
-		name string
-		tr   *Tracker
-	}{{"calm", calmTracker(b)}, {"busy", busyTracker(b, 4)}, {"events100", busyTracker(b, 50)}} {
+	for _, st := range benchTrackers(b) {
 		state, err := st.tr.MarshalJSON()
 		if err != nil {
 			b.Fatal(err)

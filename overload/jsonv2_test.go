@@ -43,10 +43,7 @@ func BenchmarkV2ReadingUnmarshal(b *testing.B) {
 }
 
 func BenchmarkV2TrackerMarshalJSON(b *testing.B) {
-	for _, st := range []struct {
-		name string
-		tr   *Tracker
-	}{{"calm", calmTracker(b)}, {"busy", busyTracker(b, 4)}, {"events100", busyTracker(b, 50)}} {
+	for _, st := range benchTrackers(b) {
 		b.Run("state="+st.name+"/codec=json_v2", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -59,10 +56,7 @@ func BenchmarkV2TrackerMarshalJSON(b *testing.B) {
 }
 
 func BenchmarkV2TrackerUnmarshalJSON(b *testing.B) {
-	for _, st := range []struct {
-		name string
-		tr   *Tracker
-	}{{"calm", calmTracker(b)}, {"busy", busyTracker(b, 4)}, {"events100", busyTracker(b, 50)}} {
+	for _, st := range benchTrackers(b) {
 		state, _ := st.tr.MarshalJSON()
 		b.Run("state="+st.name+"/codec=json_v2", func(b *testing.B) {
 			b.ReportAllocs()

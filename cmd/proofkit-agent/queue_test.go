@@ -47,7 +47,7 @@ func TestLargeQueueFile(t *testing.T) {
 	a := start(t, dir, "-sysctl", "off", "-interval", "1h", "-state-dir", state, "-queue-max", "4")
 	// Reading 2 GiB of a sparse file takes 1-15 s here, with the load.
 	testkit.WaitForWithin(t, 2*time.Minute, "the first reading", func() bool { return a.count("reading") >= 1 })
-	hwm := vmHWM(t, a.Cmd.Process.Pid)
+	hwm := testkit.ProcMemory(t, a.Cmd.Process.Pid, "VmHWM")
 	if code := a.stop(); code != 0 {
 		t.Errorf("exit status %d", code)
 	}
@@ -68,24 +68,4 @@ func TestLargeQueueFile(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Size() > 64<<10 {
 		t.Errorf("queue file after the start: %v, %v; want rewritten small", fi.Size(), err)
 	}
-}
-
-// vmHWM is the peak resident set size of process pid, in bytes.
-func vmHWM(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for l := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kib << 10
-		}
-	}
-	t.Fatal("no VmHWM in /proc/PID/status")
-	return 0
 }

@@ -268,7 +268,7 @@ func TestDeltas(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := deltas(tt.prev, tt.cur)
+			r, moved := deltas(tt.prev, tt.cur)
 			got := slices.Clone(r.Missing)
 			want := slices.Clone(tt.missing)
 			slices.Sort(got)
@@ -284,7 +284,6 @@ func TestDeltas(t *testing.T) {
 			}
 			// The bytes: one count per link with a rate, its counters'
 			// growth, never a rate times a time.
-			moved := linkBytes(r, tt.prev, tt.cur)
 			if len(moved) != len(r.Links) {
 				t.Fatalf("bytes of %d links, rates of %d", len(moved), len(r.Links))
 			}
@@ -333,7 +332,7 @@ func TestSourcesOnePerInput(t *testing.T) {
 	}
 	// A reading from samples that found nothing lists exactly the
 	// sources' inputs as missing.
-	r := deltas(nil, &sample{memoryErr: errMalformed, loadErr: errMalformed, ctErr: errMalformed, listenErr: errMalformed, linksErr: errMalformed})
+	r, _ := deltas(nil, &sample{memoryErr: errMalformed, loadErr: errMalformed, ctErr: errMalformed, listenErr: errMalformed, linksErr: errMalformed})
 	got := slices.Clone(r.Missing)
 	slices.Sort(got)
 	slices.Sort(want)

@@ -141,22 +141,8 @@ func New(cfg Config) (*Probe, error) {
 // not one a Read. Off Linux it returns an error wrapping
 // errors.ErrUnsupported.
 func (p *Probe) Read(ctx context.Context) (overload.Reading, error) {
-	if err := unsupported("read"); err != nil {
-		return overload.Reading{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return overload.Reading{}, fmt.Errorf("probe: read: %w", err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return overload.Reading{}, fmt.Errorf("probe: read: %w", os.ErrClosed)
-	}
-	r, _, err := p.read(ctx)
-	if err != nil {
-		return overload.Reading{}, fmt.Errorf("probe: read: %w", err)
-	}
-	return r, nil
+	r, _, err := p.ReadLinkBytes(ctx)
+	return r, err
 }
 
 // LinkBytes is what one link moved between two readings, as the kernel

@@ -130,8 +130,7 @@ func (p *Probe) read(ctx context.Context) (overload.Reading, []LinkBytes, error)
 	if cur.memoryErr != nil && cur.loadErr != nil {
 		return overload.Reading{}, nil, fmt.Errorf("%s unreadable: %w", p.cfg.ProcRoot, errors.Join(cur.memoryErr, cur.loadErr))
 	}
-	r := deltas(p.prev, cur)
-	moved := linkBytes(r, p.prev, cur)
+	r, moved := deltas(p.prev, cur)
 	r.Version, r.Node, r.At = overload.ReadingVersion, p.cfg.Node, cur.mono
 	if cur.netErr == nil {
 		p.prev = cur
@@ -140,32 +139,6 @@ func (p *Probe) read(ctx context.Context) (overload.Reading, []LinkBytes, error)
 		p.cfg.Logger.Debug("reading with inputs missing", "missing", r.Missing, "notes", r.Notes)
 	}
 	return r, moved, nil
-}
-
-// linkBytes returns the bytes each link of r moved since prev: for each
-// link deltas gave a rate, the growth of the counters it was made from.
-func linkBytes(r overload.Reading, prev, cur *sample) []LinkBytes {
-	if prev == nil || len(r.Links) == 0 {
-		return nil
-	}
-	before := make(map[string]linkSample, len(prev.links))
-	for _, l := range prev.links {
-		before[l.name] = l
-	}
-	now := make(map[string]linkSample, len(cur.links))
-	for _, l := range cur.links {
-		now[l.name] = l
-	}
-	out := make([]LinkBytes, 0, len(r.Links))
-	for _, k := range r.Links {
-		pl, ok1 := before[k.Name]
-		l, ok2 := now[k.Name]
-		if !ok1 || !ok2 || pl.index != l.index || l.rxBytes < pl.rxBytes || l.txBytes < pl.txBytes {
-			continue // deltas gave no rate for it either
-		}
-		out = append(out, LinkBytes{Name: k.Name, RxBytes: l.rxBytes - pl.rxBytes, TxBytes: l.txBytes - pl.txBytes})
-	}
-	return out
 }
 
 // sample holds what one reading found, before any delta: values, raw
@@ -336,11 +309,13 @@ func (p *Probe) take(ctx context.Context) (*sample, error) {
 // reading) into a reading: values as found, counters as their growth since
 // prev, and the inputs that cannot be given missing, each with a note.
 // It does no I/O and leaves the reading's Version, Node and At unset.
+// With the reading it returns the bytes each of its Links moved: the same
+// counters' growth the link's rate was made from, one for each link.
 //
 // A reboot or a replaced network namespace since prev gives no delta; so
 // does a counter that went back, a link that is new or replaced, and a
 // source that could not be read in either sample.
-func deltas(prev, cur *sample) overload.Reading {
+func deltas(prev, cur *sample) (overload.Reading, []LinkBytes) {
 	var r overload.Reading
 	var acc accumulator
 	for i, src := range sources {
@@ -356,7 +331,7 @@ func deltas(prev, cur *sample) overload.Reading {
 		}
 		acc.note("%v", cur.netErr)
 		r.Missing, r.Notes = acc.missing, acc.notes
-		return r
+		return r, nil
 	}
 	base := prev
 	if prev != nil && (prev.bootID != cur.bootID || prev.netnsID != cur.netnsID) {
@@ -372,7 +347,7 @@ func deltas(prev, cur *sample) overload.Reading {
 		}
 	}
 	r.Missing, r.Notes = acc.missing, acc.notes
-	return r
+	return r, acc.moved
 }
 
 // fill fills in source i's part of r from cur and prev: missing, with
@@ -449,6 +424,7 @@ func cpus() int {
 type accumulator struct {
 	missing []overload.Input
 	notes   []string
+	moved   []LinkBytes // one for each link of the reading's Links
 }
 
 // miss marks in missing and, when format is not empty, adds a note.

@@ -277,6 +277,7 @@ func fillBandwidth(prev, cur *sample, r *overload.Reading, acc *accumulator) {
 			checkable++
 		}
 		r.Links = append(r.Links, link)
+		acc.moved = append(acc.moved, LinkBytes{Name: l.name, RxBytes: l.rxBytes - pl.rxBytes, TxBytes: l.txBytes - pl.txBytes})
 	}
 	switch {
 	case prev == nil:

@@ -78,33 +78,52 @@ func Start(settings ...string) (*Cluster, error) {
 		}
 		c.as = []string{"runuser", "-u", name, "--"}
 	}
-	if c.dir, err = os.MkdirTemp("", "nk-pg-"); err != nil {
+	if err := c.makeDirs("nk-pg-"); err != nil {
 		return nil, err
-	}
-	c.data, c.Socket = filepath.Join(c.dir, "data"), filepath.Join(c.dir, "sock")
-	if err := os.Mkdir(c.Socket, 0o700); err != nil {
-		c.remove()
-		return nil, err
-	}
-	if len(c.as) > 0 {
-		if err := chownTo(c.dir, c.as[2]); err != nil {
-			c.remove()
-			return nil, err
-		}
 	}
 	if err := c.run("initdb", "-D", c.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"); err != nil {
 		c.remove()
 		return nil, err
 	}
-	if c.Port, err = freePort(); err != nil {
-		c.remove()
-		return nil, err
-	}
-	if err := c.pgctl("start"); err != nil {
-		c.remove()
+	if err := c.startOnFreePort(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// makeDirs makes the cluster's directory, named from prefix, and in it
+// the socket directory, all owned by the user the server runs as; the
+// data directory is left for initdb or pg_basebackup to make.
+func (c *Cluster) makeDirs(prefix string) error {
+	var err error
+	if c.dir, err = os.MkdirTemp("", prefix); err != nil {
+		return err
+	}
+	c.data, c.Socket = filepath.Join(c.dir, "data"), filepath.Join(c.dir, "sock")
+	if err := os.Mkdir(c.Socket, 0o700); err != nil {
+		c.remove()
+		return err
+	}
+	if len(c.as) > 0 {
+		if err := chownTo(c.dir, c.as[2]); err != nil {
+			c.remove()
+			return err
+		}
+	}
+	return nil
+}
+
+// startOnFreePort starts the server on a free port; on failure it
+// removes the cluster's directory.
+func (c *Cluster) startOnFreePort() error {
+	var err error
+	if c.Port, err = freePort(); err == nil {
+		err = c.pgctl("start")
+	}
+	if err != nil {
+		c.remove()
+	}
+	return err
 }
 
 func findBin() (string, error) {

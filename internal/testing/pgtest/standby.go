@@ -18,20 +18,8 @@ func (c *Cluster) StartStandby(name string) (*Cluster, error) {
 		return nil, fmt.Errorf("pgtest: standby name %q: want a word", name)
 	}
 	s := &Cluster{bin: c.bin, as: c.as, settings: c.settings}
-	var err error
-	if s.dir, err = os.MkdirTemp("", "nk-pg-standby-"); err != nil {
+	if err := s.makeDirs("nk-pg-standby-"); err != nil {
 		return nil, err
-	}
-	s.data, s.Socket = filepath.Join(s.dir, "data"), filepath.Join(s.dir, "sock")
-	if err := os.Mkdir(s.Socket, 0o700); err != nil {
-		s.remove()
-		return nil, err
-	}
-	if len(s.as) > 0 {
-		if err := chownTo(s.dir, s.as[2]); err != nil {
-			s.remove()
-			return nil, err
-		}
 	}
 	conn := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=%s", c.Port, name)
 	if err := s.run("pg_basebackup", "-d", conn, "-D", s.data, "-X", "stream", "-R", "--no-sync"); err != nil {
@@ -53,12 +41,7 @@ func (c *Cluster) StartStandby(name string) (*Cluster, error) {
 		s.remove()
 		return nil, err
 	}
-	if s.Port, err = freePort(); err != nil {
-		s.remove()
-		return nil, err
-	}
-	if err := s.pgctl("start"); err != nil {
-		s.remove()
+	if err := s.startOnFreePort(); err != nil {
 		return nil, err
 	}
 	return s, nil

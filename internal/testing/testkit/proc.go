@@ -2,8 +2,12 @@ package testkit
 
 import (
 	"bufio"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -68,4 +72,27 @@ func (p *Proc) Done() <-chan struct{} { return p.done }
 func (p *Proc) Kill() {
 	p.Cmd.Process.Kill()
 	<-p.done
+}
+
+// ProcMemory is a memory figure of process pid in bytes: field is a line
+// of /proc/PID/status given in kB, such as VmHWM (the peak resident set)
+// or VmRSS. It fails t if the process or the field is not there.
+func ProcMemory(t testing.TB, pid int, field string) int64 {
+	t.Helper()
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", path, field, err)
+			}
+			return kib << 10
+		}
+	}
+	t.Fatalf("%s: no %s", path, field)
+	return 0
 }

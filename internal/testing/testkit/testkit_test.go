@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
 	"runtime/debug"
 	"strings"
@@ -95,4 +96,14 @@ func TestBuildInfoRecordsSettings(t *testing.T) {
 		}
 	}
 	t.Errorf("build info has no GOARCH setting: %v", bi.Settings)
+}
+
+func TestProcMemory(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("skipping: needs /proc")
+	}
+	rss, hwm := ProcMemory(t, os.Getpid(), "VmRSS"), ProcMemory(t, os.Getpid(), "VmHWM")
+	if rss <= 0 || hwm < rss {
+		t.Errorf("VmRSS %d, VmHWM %d bytes; want 0 < VmRSS <= VmHWM", rss, hwm)
+	}
 }
