@@ -818,12 +818,11 @@ func (lp *evloop) getPipe(l *link, i int) *splicePipe {
 	if n := len(lp.pipes); n > 0 {
 		p, lp.pipes = lp.pipes[n-1], lp.pipes[:n-1]
 	} else {
-		var fds [2]int
-		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		r, w, err := newPipe()
+		if err != nil {
 			return nil
 		}
-		unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, splicePipeSize)
-		p = &splicePipe{r: fds[0], w: fds[1]}
+		p = &splicePipe{r: r, w: w}
 	}
 	l.pipe[i], l.own[i] = p, true
 	return p
