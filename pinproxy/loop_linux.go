@@ -405,25 +405,30 @@ func (ls *loops) joined() {
 // stays c's: the loop borrows it until the connection ends, and never
 // closes it (link.end closes c).
 func dupConn(c *net.TCPConn, keep bool) (int32, error) {
-	rc, err := c.SyscallConn()
+	get := dupFD
+	if keep {
+		get = rawFD
+	}
+	fd, err := get(c)
+	return int32(fd), err
+}
+
+// dupFD duplicates sc's socket, close-on-exec; the duplicate shares
+// O_NONBLOCK with it.
+func dupFD(sc syscall.Conn) (int, error) {
+	rc, err := sc.SyscallConn()
 	if err != nil {
 		return -1, err
 	}
 	fd := -1
 	var derr error
-	if err := rc.Control(func(s uintptr) {
-		if keep {
-			fd = int(s)
-			return
-		}
-		fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
-	}); err != nil {
+	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
 		return -1, err
 	}
 	if derr != nil {
 		return -1, os.NewSyscallError("fcntl", derr)
 	}
-	return int32(fd), nil
+	return fd, nil
 }
 
 func closeFD(fd int32) {
