@@ -631,12 +631,8 @@ func (lp *evloop) pump(l *link, i int) {
 	for {
 		if len(d.pending) > 0 { // bytes a hand-over brought, or a send left
 			n, errno := sendNow(dst, d.pending)
-			if errno == unix.EAGAIN {
-				lp.block(l, i)
-				return
-			}
 			if errno != 0 {
-				lp.fail(l, i, "write", errno)
+				lp.stall(l, i, "write", errno)
 				return
 			}
 			d.pending = d.pending[n:]
@@ -649,12 +645,8 @@ func (lp *evloop) pump(l *link, i int) {
 		}
 		if p := l.pipe[i]; p != nil && p.n > 0 {
 			n, errno := spliceNow(p.r, int(dst), p.n)
-			if errno == unix.EAGAIN {
-				lp.block(l, i)
-				return
-			}
 			if errno != 0 {
-				lp.fail(l, i, "splice", errno)
+				lp.stall(l, i, "splice", errno)
 				return
 			}
 			p.n -= n
@@ -745,6 +737,16 @@ func (lp *evloop) block(l *link, i int) {
 			lp.fail(l, i, "epoll_ctl", err.(syscall.Errno))
 		}
 	}
+}
+
+// stall deals with a write (op) to direction i's destination that failed
+// with errno: EAGAIN waits for room (block); any other error ends l (fail).
+func (lp *evloop) stall(l *link, i int, op string, errno syscall.Errno) {
+	if errno == unix.EAGAIN {
+		lp.block(l, i)
+		return
+	}
+	lp.fail(l, i, op, errno)
 }
 
 // eof ends direction i cleanly: its source's stream ended.
