@@ -764,12 +764,12 @@ func (lp *evloop) eof(l *link, i int) {
 
 // fail ends l on an error in direction i: both sockets reset.
 func (lp *evloop) fail(l *link, i int, op string, errno syscall.Errno) {
-	d := &l.dirs[i]
-	d.ended = true
-	d.err = &net.OpError{Op: op, Net: "tcp", Source: l.client.LocalAddr(), Addr: l.client.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
+	d, c := &l.dirs[i], l.client
 	if i == 1 {
-		d.err.(*net.OpError).Source, d.err.(*net.OpError).Addr = l.upstream.LocalAddr(), l.upstream.RemoteAddr()
+		c = l.upstream
 	}
+	d.ended = true
+	d.err = &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
 	l.first.CompareAndSwap(int32(sideNone), int32(sideClient+side(i)))
 	lp.closeLocked(l, nil, true)
 }
