@@ -89,10 +89,10 @@ type loops struct {
 	// once a wave of at least wave connections has settled (none joined
 	// for waveSettle), the memory goes back to the kernel, at most once a
 	// minute, as the parker does for a wave of parks.
-	waved   atomic.Int64 // attaches since the wave began
-	waveT   *time.Timer  // under startMu
-	waveN   int64        // waved at the timer's last look
-	freedAt time.Time
+	waved atomic.Int64 // attaches since the wave began
+	waveT *time.Timer  // under startMu
+	waveN int64        // waved at the timer's last look
+	mem   *memoryGate  // the proxy's: memory goes back at most once a minute
 }
 
 const (
@@ -111,8 +111,7 @@ func (ls *loops) settle() {
 		return
 	}
 	ls.waveN = 0
-	if now := time.Now(); n >= wave && now.Sub(ls.freedAt) >= time.Minute {
-		ls.freedAt = now
+	if n >= wave && ls.mem.take(time.Now()) {
 		debug.FreeOSMemory()
 	}
 }
@@ -185,14 +184,14 @@ type loopState struct {
 
 // newLoops returns the event loops of a proxy (not started: the first
 // attach starts them), or nil when the proxy copies with goroutines.
-func newLoops(on bool, parkAfter time.Duration, ka net.KeepAliveConfig) *loops {
+func newLoops(on bool, parkAfter time.Duration, ka net.KeepAliveConfig, mem *memoryGate) *loops {
 	if !on {
 		return nil
 	}
 	if parkAfter == 0 {
 		parkAfter = DefaultParkAfter
 	}
-	return &loops{n: runtime.GOMAXPROCS(0), after: parkAfter, ka: ka}
+	return &loops{n: runtime.GOMAXPROCS(0), after: parkAfter, ka: ka, mem: mem}
 }
 
 // pick returns the loop for the next connection, in turn, making and

@@ -148,8 +148,9 @@ func New(cfg Config) (*Proxy, error) {
 		p.keepAlive = net.KeepAliveConfig{Enable: false, Idle: -1, Interval: -1, Count: -1}
 	}
 	p.bufs.New = newBurstBuf
-	p.park = newParker(cfg.ParkAfter, p.setKeepAlive, time.Now())
-	p.loops = newLoops(!cfg.goroutines, cfg.ParkAfter, p.keepAlive)
+	mem := new(memoryGate)
+	p.park = newParker(cfg.ParkAfter, p.setKeepAlive, time.Now(), mem)
+	p.loops = newLoops(!cfg.goroutines, cfg.ParkAfter, p.keepAlive, mem)
 	if p.park != nil {
 		p.park.lps = p.loops
 	}
