@@ -74,9 +74,8 @@ func (p *Proxy) rawListener(ln net.Listener, preset bool) *rawListener {
 	if err != nil {
 		return nil
 	}
-	var dfd int
-	var derr error
-	if err := lrc.Control(func(fd uintptr) { dfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil || derr != nil {
+	dfd, err := dupFD(tl)
+	if err != nil {
 		return nil
 	}
 	f, rc, err := pollFile(dfd, "pinproxy-listener")

@@ -136,17 +136,10 @@ func (p *Proxy) dialNext(l *link) {
 	}
 }
 
-// dialOutcome is what a client's failed dial to u came to (see attempt).
+// dialOutcome is what a client's failed dial to u came to, as attempt
+// tells it.
 func (p *Proxy) dialOutcome(u *upstream, client net.Conn, err error) outcome {
-	switch {
-	case p.killCtx.Err() != nil:
-		return gaveUp
-	case localError(err):
-		p.logLocal("cannot dial for want of local resources; closing the client",
-			slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))
-		return noResources
-	}
-	return refused
+	return p.failure(p.killCtx, err, dialLocal, slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr))
 }
 
 // connect starts a nonblocking connect of l's upstream to ap, with the
@@ -290,7 +283,7 @@ func (p *Proxy) dialDecided(l *link) {
 // dialer (which resolves it), and hands the socket to l's loop.
 func (p *Proxy) dialByName(l *link) {
 	d := l.dl
-	uc, out, err := p.attempt(p.killCtx, d.u, p.cfg.DialTimeout, "cannot dial for want of local resources; closing the client",
+	uc, out, err := p.attempt(p.killCtx, d.u, p.cfg.DialTimeout, dialLocal,
 		slog.String("client", l.client.RemoteAddr().String()), slog.String("upstream", d.u.addr))
 	if out == answered {
 		fd := int32(-1)

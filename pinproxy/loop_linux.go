@@ -89,10 +89,10 @@ type loops struct {
 	// once a wave of at least wave connections has settled (none joined
 	// for waveSettle), the memory goes back to the kernel, at most once a
 	// minute, as the parker does for a wave of parks.
-	waved   atomic.Int64 // attaches since the wave began
-	waveT   *time.Timer  // under startMu
-	waveN   int64        // waved at the timer's last look
-	freedAt time.Time
+	waved atomic.Int64 // attaches since the wave began
+	waveT *time.Timer  // under startMu
+	waveN int64        // waved at the timer's last look
+	mem   *memoryGate  // the proxy's: memory goes back at most once a minute
 }
 
 const (
@@ -111,8 +111,7 @@ func (ls *loops) settle() {
 		return
 	}
 	ls.waveN = 0
-	if now := time.Now(); n >= wave && now.Sub(ls.freedAt) >= time.Minute {
-		ls.freedAt = now
+	if n >= wave && ls.mem.take(time.Now()) {
 		debug.FreeOSMemory()
 	}
 }
@@ -185,14 +184,14 @@ type loopState struct {
 
 // newLoops returns the event loops of a proxy (not started: the first
 // attach starts them), or nil when the proxy copies with goroutines.
-func newLoops(on bool, parkAfter time.Duration, ka net.KeepAliveConfig) *loops {
+func newLoops(on bool, parkAfter time.Duration, ka net.KeepAliveConfig, mem *memoryGate) *loops {
 	if !on {
 		return nil
 	}
 	if parkAfter == 0 {
 		parkAfter = DefaultParkAfter
 	}
-	return &loops{n: runtime.GOMAXPROCS(0), after: parkAfter, ka: ka}
+	return &loops{n: runtime.GOMAXPROCS(0), after: parkAfter, ka: ka, mem: mem}
 }
 
 // pick returns the loop for the next connection, in turn, making and
@@ -405,25 +404,30 @@ func (ls *loops) joined() {
 // stays c's: the loop borrows it until the connection ends, and never
 // closes it (link.end closes c).
 func dupConn(c *net.TCPConn, keep bool) (int32, error) {
-	rc, err := c.SyscallConn()
+	get := dupFD
+	if keep {
+		get = rawFD
+	}
+	fd, err := get(c)
+	return int32(fd), err
+}
+
+// dupFD duplicates sc's socket, close-on-exec; the duplicate shares
+// O_NONBLOCK with it.
+func dupFD(sc syscall.Conn) (int, error) {
+	rc, err := sc.SyscallConn()
 	if err != nil {
 		return -1, err
 	}
 	fd := -1
 	var derr error
-	if err := rc.Control(func(s uintptr) {
-		if keep {
-			fd = int(s)
-			return
-		}
-		fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
-	}); err != nil {
+	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
 		return -1, err
 	}
 	if derr != nil {
 		return -1, os.NewSyscallError("fcntl", derr)
 	}
-	return int32(fd), nil
+	return fd, nil
 }
 
 func closeFD(fd int32) {
@@ -626,12 +630,8 @@ func (lp *evloop) pump(l *link, i int) {
 	for {
 		if len(d.pending) > 0 { // bytes a hand-over brought, or a send left
 			n, errno := sendNow(dst, d.pending)
-			if errno == unix.EAGAIN {
-				lp.block(l, i)
-				return
-			}
 			if errno != 0 {
-				lp.fail(l, i, "write", errno)
+				lp.stall(l, i, "write", errno)
 				return
 			}
 			d.pending = d.pending[n:]
@@ -644,12 +644,8 @@ func (lp *evloop) pump(l *link, i int) {
 		}
 		if p := l.pipe[i]; p != nil && p.n > 0 {
 			n, errno := spliceNow(p.r, int(dst), p.n)
-			if errno == unix.EAGAIN {
-				lp.block(l, i)
-				return
-			}
 			if errno != 0 {
-				lp.fail(l, i, "splice", errno)
+				lp.stall(l, i, "splice", errno)
 				return
 			}
 			p.n -= n
@@ -742,6 +738,16 @@ func (lp *evloop) block(l *link, i int) {
 	}
 }
 
+// stall deals with a write (op) to direction i's destination that failed
+// with errno: EAGAIN waits for room (block); any other error ends l (fail).
+func (lp *evloop) stall(l *link, i int, op string, errno syscall.Errno) {
+	if errno == unix.EAGAIN {
+		lp.block(l, i)
+		return
+	}
+	lp.fail(l, i, op, errno)
+}
+
 // eof ends direction i cleanly: its source's stream ended.
 func (lp *evloop) eof(l *link, i int) {
 	l.dirs[i].ended = true
@@ -757,12 +763,12 @@ func (lp *evloop) eof(l *link, i int) {
 
 // fail ends l on an error in direction i: both sockets reset.
 func (lp *evloop) fail(l *link, i int, op string, errno syscall.Errno) {
-	d := &l.dirs[i]
-	d.ended = true
-	d.err = &net.OpError{Op: op, Net: "tcp", Source: l.client.LocalAddr(), Addr: l.client.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
+	d, c := &l.dirs[i], l.client
 	if i == 1 {
-		d.err.(*net.OpError).Source, d.err.(*net.OpError).Addr = l.upstream.LocalAddr(), l.upstream.RemoteAddr()
+		c = l.upstream
 	}
+	d.ended = true
+	d.err = &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
 	l.first.CompareAndSwap(int32(sideNone), int32(sideClient+side(i)))
 	lp.closeLocked(l, nil, true)
 }
@@ -818,12 +824,11 @@ func (lp *evloop) getPipe(l *link, i int) *splicePipe {
 	if n := len(lp.pipes); n > 0 {
 		p, lp.pipes = lp.pipes[n-1], lp.pipes[:n-1]
 	} else {
-		var fds [2]int
-		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		r, w, err := newPipe()
+		if err != nil {
 			return nil
 		}
-		unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, splicePipeSize)
-		p = &splicePipe{r: fds[0], w: fds[1]}
+		p = &splicePipe{r: r, w: w}
 	}
 	l.pipe[i], l.own[i] = p, true
 	return p

@@ -12,7 +12,7 @@ type loops struct{}
 
 type loopState struct{}
 
-func newLoops(bool, time.Duration, net.KeepAliveConfig) *loops { return nil }
+func newLoops(bool, time.Duration, net.KeepAliveConfig, *memoryGate) *loops { return nil }
 
 func (ls *loops) attach(*link, [2]bool) bool { return false }
 func (ls *loops) reattach(*link) bool        { return false }

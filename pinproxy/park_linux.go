@@ -62,12 +62,12 @@ type parker struct {
 	slots     slotTable          // parked links by slot, for events
 	byConn    map[net.Conn]*link // parked links by client conn, for closePair
 	parked    int
-	looping   bool      // the event goroutine runs
-	waved     int       // links parked since the last return of memory
-	wavedSeen int       // waved at the last sweep
-	freed     time.Time // when memory was last returned to the kernel
-	sweep     []*link   // the sweep's scratch list
-	kaSweep   []*link   // the sweep's scratch list of links whose keepalive is due
+	looping   bool        // the event goroutine runs
+	waved     int         // links parked since the last return of memory
+	wavedSeen int         // waved at the last sweep
+	mem       *memoryGate // the proxy's: memory goes back at most once a minute
+	sweep     []*link     // the sweep's scratch list
+	kaSweep   []*link     // the sweep's scratch list of links whose keepalive is due
 
 	// keepAlive sets keepalive on a link's upstream conn, for links
 	// started with kaPending: the first sweep that finds one (within a
@@ -96,7 +96,7 @@ type parkedLink struct {
 // after (0: DefaultParkAfter; negative: connections never park, and the
 // parker is nil). keepAlive sets an upstream conn's keepalive, for links
 // whose kaPending says it is not set yet.
-func newParker(after time.Duration, keepAlive func(net.Conn), now time.Time) *parker {
+func newParker(after time.Duration, keepAlive func(net.Conn), now time.Time, mem *memoryGate) *parker {
 	if after == 0 {
 		after = DefaultParkAfter
 	}
@@ -104,7 +104,7 @@ func newParker(after time.Duration, keepAlive func(net.Conn), now time.Time) *pa
 		return nil
 	}
 	tick := min(max(after/2, 5*time.Millisecond), time.Second)
-	pk := &parker{after: after, tick: tick, epoch: now, byConn: make(map[net.Conn]*link), keepAlive: keepAlive}
+	pk := &parker{after: after, tick: tick, epoch: now, byConn: make(map[net.Conn]*link), keepAlive: keepAlive, mem: mem}
 	pk.timer = time.AfterFunc(time.Hour, pk.sweepNow)
 	pk.timer.Stop()
 	return pk
@@ -456,10 +456,9 @@ func (pk *parker) returnMemory(now time.Time) {
 	pk.mu.Lock()
 	settled := pk.waved == pk.wavedSeen
 	pk.wavedSeen = pk.waved
-	due := settled && pk.waved >= 1000 && now.Sub(pk.freed) >= time.Minute
+	due := settled && pk.waved >= 1000 && pk.mem.take(now)
 	if due {
 		pk.waved, pk.wavedSeen = 0, 0
-		pk.freed = now
 	}
 	pk.mu.Unlock()
 	if due {

@@ -12,7 +12,7 @@ type parker struct{ lps *loops }
 
 type parkedLink struct{}
 
-func newParker(time.Duration, func(net.Conn), time.Time) *parker { return nil }
+func newParker(time.Duration, func(net.Conn), time.Time, *memoryGate) *parker { return nil }
 
 func (pk *parker) add(*link)            {}
 func (pk *parker) remove(*link)         {}

@@ -148,8 +148,9 @@ func New(cfg Config) (*Proxy, error) {
 		p.keepAlive = net.KeepAliveConfig{Enable: false, Idle: -1, Interval: -1, Count: -1}
 	}
 	p.bufs.New = newBurstBuf
-	p.park = newParker(cfg.ParkAfter, p.setKeepAlive, time.Now())
-	p.loops = newLoops(!cfg.goroutines, cfg.ParkAfter, p.keepAlive)
+	mem := new(memoryGate)
+	p.park = newParker(cfg.ParkAfter, p.setKeepAlive, time.Now(), mem)
+	p.loops = newLoops(!cfg.goroutines, cfg.ParkAfter, p.keepAlive, mem)
 	if p.park != nil {
 		p.park.lps = p.loops
 	}
@@ -327,17 +328,29 @@ func (p *Proxy) attempt(ctx context.Context, u *upstream, timeout time.Duration,
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	c, err := p.dial(dctx, "tcp", u.addr)
 	cancel()
-	switch {
-	case err == nil:
+	if err == nil {
 		return c, answered, nil
+	}
+	return nil, p.failure(ctx, err, local, attrs...), err
+}
+
+// failure is what a dial that failed with err, within ctx, came to:
+// gaveUp once ctx ended; noResources when this host is out of resources
+// (a local error, counted and logged as attempt says); refused otherwise.
+func (p *Proxy) failure(ctx context.Context, err error, local string, attrs ...slog.Attr) outcome {
+	switch {
 	case ctx.Err() != nil:
-		return nil, gaveUp, err
+		return gaveUp
 	case localError(err):
 		p.logLocal(local, append(attrs, slog.Any("err", err))...)
-		return nil, noResources, err
+		return noResources
 	}
-	return nil, refused, err
+	return refused
 }
+
+// dialLocal is the line logged when a client's dial finds this host out
+// of resources.
+const dialLocal = "cannot dial for want of local resources; closing the client"
 
 // temporary reports whether an accept error may go away by itself.
 func temporary(err error) bool {
@@ -590,7 +603,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 		if u == nil {
 			return nil
 		}
-		uc, out, err := p.attempt(p.killCtx, u, p.cfg.DialTimeout, "cannot dial for want of local resources; closing the client",
+		uc, out, err := p.attempt(p.killCtx, u, p.cfg.DialTimeout, dialLocal,
 			slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr))
 		if out != answered {
 			if p.dialFailed(u, client, now, out, err) {

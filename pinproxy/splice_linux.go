@@ -125,13 +125,24 @@ type splicePipe struct {
 // pipe is two descriptors, taken for one burst and given back. A pipe
 // dropped (by the pool, or not empty) is closed by its cleanup.
 var splicePipes = sync.Pool{New: func() any {
-	var fds [2]int
-	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+	r, w, err := newPipe()
+	if err != nil {
 		return &splicePipe{r: -1, w: -1}
 	}
-	unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, splicePipeSize)
-	return newSplicePipe(fds[0], fds[1], 0)
+	return newSplicePipe(r, w, 0)
 }}
+
+// newPipe makes a nonblocking, close-on-exec pipe that holds one splice
+// step (splicePipeSize): the goroutines' pool and the event loops' take
+// their pipes from it.
+func newPipe() (r, w int, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return -1, -1, err
+	}
+	unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, splicePipeSize)
+	return fds[0], fds[1], nil
+}
 
 // newSplicePipe wraps the pipe r, w (w may be -1) holding n bytes.
 func newSplicePipe(r, w, n int) *splicePipe {

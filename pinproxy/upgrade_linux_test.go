@@ -206,7 +206,19 @@ func handOver(t *testing.T, oldP, newP *Proxy) HandoffResult {
 
 func newTestProxy(t *testing.T, up string) *Proxy {
 	t.Helper()
-	p, err := New(Config{Upstreams: []string{up}, RebalanceInterval: -1, ParkAfter: 50 * time.Millisecond})
+	return newTestProxyOf(t, up, false)
+}
+
+// newGoroutineTestProxy is newTestProxy relaying with goroutines rather
+// than event loops.
+func newGoroutineTestProxy(t *testing.T, up string) *Proxy {
+	t.Helper()
+	return newTestProxyOf(t, up, true)
+}
+
+func newTestProxyOf(t *testing.T, up string, goroutines bool) *Proxy {
+	t.Helper()
+	p, err := New(Config{Upstreams: []string{up}, RebalanceInterval: -1, ParkAfter: 50 * time.Millisecond, goroutines: goroutines})
 	if err != nil {
 		t.Fatal(err)
 	}

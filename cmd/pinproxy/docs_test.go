@@ -90,7 +90,7 @@ func TestLogLinesDocumented(t *testing.T) {
 		`logLocal\("([^"]+)"`,
 		`p\.attempt\([^,\n]+, [^,\n]+, [^,\n]+, "([^"]+)"`,
 		`p\.testConnect\([^,\n]+, [^,\n]+, [^,\n]+, [^,\n]+, "([^"]+)"`,
-		`const localTestConnect = "([^"]+)"`,
+		`const (?:localTestConnect|dialLocal) = "([^"]+)"`,
 		`slog\.NewRecord\([^,\n]+, [^,\n]+, "([^"]+)"`,
 		`\.log\(p, [^,\n]+, slog\.Level\w+, "([^"]+)"`,
 		`log\.(?:Info|Warn|Error|Debug)\("([^"]+)"`,
