@@ -165,7 +165,8 @@ func (f *fleet) receiverOf(ctx context.Context, operator string) (receiverView, 
 // receiver's secrets, and starts its record of failing afresh (a
 // disabled receiver moved is enabled).
 func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRequest) (v receiverView, created bool, err error) {
-	if _, err := checkReceiverURL(req.URL); err != nil {
+	u, err := checkReceiverURL(req.URL)
+	if err != nil {
 		return receiverView{}, false, err
 	}
 	key, err := newSecret()
@@ -190,7 +191,7 @@ func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRe
 	if created {
 		v.Secret = secretText(key)
 	}
-	f.log.Info("receiver set", "operator", operator, "host", hostOf(req.URL), "new", created)
+	f.log.Info("receiver set", "operator", operator, "host", u.Host, "new", created)
 	return v, created, f.refreshReceivers(ctx)
 }
 
@@ -235,14 +236,6 @@ func (f *fleet) refreshReceivers(ctx context.Context) error {
 	}
 	f.dispatch.setOperators(ops, f.owners, f.now())
 	return nil
-}
-
-// hostOf is a URL's host, all a log line names of a receiver.
-func hostOf(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Host
-	}
-	return ""
 }
 
 // round is a replica's periodic work: the operators' receivers put in
