@@ -281,7 +281,14 @@ func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, 
 	}
 	id := "tst_" + operator + "_" + strconv.FormatInt(now.UnixMicro(), 10)
 	res := f.notify.attempt(ctx, rc, delivery{ID: id, Body: body, Created: now})
-	f.log.Info("receiver tested", "operator", operator, "host", rc.host(), "status", res.status, "err", res.err)
+	attrs := []any{"operator", operator, "host", rc.host()}
+	if res.status != 0 {
+		attrs = append(attrs, "status", res.status)
+	}
+	if res.err != "" {
+		attrs = append(attrs, "err", res.err)
+	}
+	f.log.Info("receiver tested", attrs...)
 	return testAnswer{ID: id, Delivered: res.outcome == outcomeDelivered, Status: res.status, Error: res.err}, nil
 }
 
