@@ -83,23 +83,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 }
 
 func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) notifyPlatform) {
-	start := t0.Add(-8 * time.Hour)
-	seed := &seedFile{
-		Nodes: []routing.Node{
-			{ID: "a1", Role: routing.RoleExit, Country: "DE", Price: 100},
-			{ID: "b1", Role: routing.RoleExit, Country: "DE", Price: 100},
-		},
-		Routes: []routing.Route{
-			{ID: "r-a1", User: "ua", Key: "vpn", Node: "a1", Kind: routing.KindOwn, Start: start, LastTraffic: t0},
-			{ID: "r-b1", User: "ub", Key: "vpn", Node: "b1", Kind: routing.KindOwn, Start: start, LastTraffic: t0},
-		},
-		Operators: map[string]string{"b1": "bob"},
-	}
+	seed := dashboardSeed()
 	tp := open(seed)
-	toks := tokens{testToken: "", "tok-alice": "operator:alice", "tok-bob": "operator:bob", "tok-a1": "a1 operator:alice"}
 	f := newFleet(tp.svc, tp.n)
 	f.owners = seed.Operators
-	srv := httptest.NewServer(handler(f, toks))
+	srv := httptest.NewServer(handler(f, dashboardTokens))
 	defer srv.Close()
 	tokenOf := map[string]string{"admin": testToken, "opA": "tok-alice", "opB": "tok-bob", "agentA": "tok-a1", "none": ""}
 	do := func(method, path, token, body string) (int, string) {
