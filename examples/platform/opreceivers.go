@@ -74,12 +74,9 @@ func checkReceiverURL(raw string) (*url.URL, error) {
 	if err := checkText("receiver: url", raw); err != nil {
 		return nil, err
 	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("receiver: the url is not an absolute http:// or https:// URL: %w", errBadInput)
-	}
-	if u.Fragment != "" {
-		return nil, fmt.Errorf("receiver: the url has a #fragment, which is never sent: %w", errBadInput)
+	u, err := parseReceiverURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w: %w", err, errBadInput)
 	}
 	return u, nil
 }
