@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -90,23 +89,11 @@ func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) n
 	srv := httptest.NewServer(handler(f, dashboardTokens))
 	defer srv.Close()
 	tokenOf := map[string]string{"admin": testToken, "opA": "tok-alice", "opB": "tok-bob", "agentA": "tok-a1", "none": ""}
+	web := &testPlatform{t: t, srv: srv}
 	do := func(method, path, token, body string) (int, string) {
 		t.Helper()
-		var rd io.Reader
-		if body != "" {
-			rd = strings.NewReader(body)
-		}
-		req, _ := http.NewRequest(method, srv.URL+path, rd)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		code, _, b := web.raw(method, path, token, body)
+		return code, string(b)
 	}
 	// A notice for each of A's and B's nodes, and the overload over
 	// since well past its cool-down.
