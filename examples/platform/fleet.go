@@ -152,24 +152,29 @@ func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, 
 	if err := checkNodeID(r.Node); err != nil {
 		return reportOutcome{}, fmt.Errorf("report: %w", err)
 	}
-	out := reportOutcome{Node: r.Node}
-	var at time.Time
-	var first bool // the first reading counted of a node the route table does not hold
-	// The store may take the reading and plan the node more than once
-	// (on its copy, then on its row; a transaction run again): the plan's
-	// error is logged once, that of the run the store kept.
-	var planErr error
+	// One value the store's take and plan share, allocated once a
+	// report. The store may take the reading and plan the node more than
+	// once (on its copy, then on its row; a transaction run again): each
+	// take starts the run afresh, and the plan's error is logged once,
+	// that of the run the store kept.
+	run := &struct {
+		out     reportOutcome
+		at      time.Time
+		first   bool // the first reading counted of a node the route table does not hold
+		planErr error
+	}{out: reportOutcome{Node: r.Node}}
 	notice, err := f.store.report(ctx, r.Node, func(n *node, now time.Time) error {
-		first = n.info.Role == 0 && n.readings == 0
-		planErr = nil
+		run.first = n.info.Role == 0 && n.readings == 0
+		run.planErr = nil
 		var err error
-		out, err = f.take(n, r, now)
-		n.event, n.notice, at = out.Event, out.Notice, now
+		run.out, err = f.take(n, r, now)
+		n.event, n.notice, run.at = run.out.Event, run.out.Notice, now
 		return err
 	}, func(n *node, now time.Time, tx nodeTx) (err error) {
-		planErr, err = f.plan(n, now, tx)
+		run.planErr, err = f.plan(n, now, tx)
 		return err
 	})
+	out, at, first, planErr := run.out, run.at, run.first, run.planErr
 	switch {
 	case errors.Is(err, errDuplicate) || errors.Is(err, errStale):
 		return out, err
