@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -83,42 +82,18 @@ func TestAuthorizationMatrix(t *testing.T) {
 }
 
 func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) notifyPlatform) {
-	start := t0.Add(-8 * time.Hour)
-	seed := &seedFile{
-		Nodes: []routing.Node{
-			{ID: "a1", Role: routing.RoleExit, Country: "DE", Price: 100},
-			{ID: "b1", Role: routing.RoleExit, Country: "DE", Price: 100},
-		},
-		Routes: []routing.Route{
-			{ID: "r-a1", User: "ua", Key: "vpn", Node: "a1", Kind: routing.KindOwn, Start: start, LastTraffic: t0},
-			{ID: "r-b1", User: "ub", Key: "vpn", Node: "b1", Kind: routing.KindOwn, Start: start, LastTraffic: t0},
-		},
-		Operators: map[string]string{"b1": "bob"},
-	}
+	seed := dashboardSeed()
 	tp := open(seed)
-	toks := tokens{testToken: "", "tok-alice": "operator:alice", "tok-bob": "operator:bob", "tok-a1": "a1 operator:alice"}
 	f := newFleet(tp.svc, tp.n)
 	f.owners = seed.Operators
-	srv := httptest.NewServer(handler(f, toks))
+	srv := httptest.NewServer(handler(f, dashboardTokens))
 	defer srv.Close()
 	tokenOf := map[string]string{"admin": testToken, "opA": "tok-alice", "opB": "tok-bob", "agentA": "tok-a1", "none": ""}
+	web := &testPlatform{t: t, srv: srv}
 	do := func(method, path, token, body string) (int, string) {
 		t.Helper()
-		var rd io.Reader
-		if body != "" {
-			rd = strings.NewReader(body)
-		}
-		req, _ := http.NewRequest(method, srv.URL+path, rd)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		code, _, b := web.raw(method, path, token, body)
+		return code, string(b)
 	}
 	// A notice for each of A's and B's nodes, and the overload over
 	// since well past its cool-down.

@@ -152,16 +152,29 @@ func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, 
 	if err := checkNodeID(r.Node); err != nil {
 		return reportOutcome{}, fmt.Errorf("report: %w", err)
 	}
-	out := reportOutcome{Node: r.Node}
-	var at time.Time
-	var first bool // the first reading counted of a node the route table does not hold
+	// One value the store's take and plan share, allocated once a
+	// report. The store may take the reading and plan the node more than
+	// once (on its copy, then on its row; a transaction run again): each
+	// take starts the run afresh, and the plan's error is logged once,
+	// that of the run the store kept.
+	run := &struct {
+		out     reportOutcome
+		at      time.Time
+		first   bool // the first reading counted of a node the route table does not hold
+		planErr error
+	}{out: reportOutcome{Node: r.Node}}
 	notice, err := f.store.report(ctx, r.Node, func(n *node, now time.Time) error {
-		first = n.info.Role == 0 && n.readings == 0
+		run.first = n.info.Role == 0 && n.readings == 0
+		run.planErr = nil
 		var err error
-		out, err = f.take(n, r, now)
-		n.event, n.notice, at = out.Event, out.Notice, now
+		run.out, err = f.take(n, r, now)
+		n.event, n.notice, run.at = run.out.Event, run.out.Notice, now
 		return err
-	}, f.planNode)
+	}, func(n *node, now time.Time, tx nodeTx) (err error) {
+		run.planErr, err = f.plan(n, now, tx)
+		return err
+	})
+	out, at, first, planErr := run.out, run.at, run.first, run.planErr
 	switch {
 	case errors.Is(err, errDuplicate) || errors.Is(err, errStale):
 		return out, err
@@ -169,6 +182,9 @@ func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, 
 		return reportOutcome{}, err
 	}
 	out.Notice = notice
+	if planErr != nil {
+		f.log.Error("plan round", "node", r.Node, "err", planErr)
+	}
 	if first {
 		f.log.Warn("reports from a node the route table does not hold: tracked, not admitted until it is, never planned",
 			"node", r.Node)
@@ -181,29 +197,37 @@ func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, 
 	return out, nil
 }
 
-// planNode plans node n at now and carries the plan out in n (planOne),
-// for the store to write. A node whose plan can change nothing but its
-// budgets' dates (quiet) is planned without its routes, which the
-// PostgreSQL store then need not read.
+// planNode plans node n at now and carries the plan out in n (plan),
+// for the store to write; a plan that fails is logged, and leaves n as
+// it was.
 func (f *fleet) planNode(n *node, now time.Time, tx nodeTx) error {
+	planErr, err := f.plan(n, now, tx)
+	if planErr != nil {
+		f.log.Error("plan round", "node", n.info.ID, "err", planErr)
+	}
+	return err
+}
+
+// plan plans node n at now and carries the plan out in n (planOne):
+// planErr is the plan's own failure, which changes nothing; err the
+// store's (tx), which fails the node's write. A node whose plan can
+// change nothing but its budgets' dates (quiet) is planned without its
+// routes, which the PostgreSQL store then need not read.
+func (f *fleet) plan(n *node, now time.Time, tx nodeTx) (planErr, err error) {
 	if n.info.Role == 0 {
-		return nil
+		return nil, nil
 	}
 	var alts routing.Alternatives
 	if !f.quiet(n, now) {
-		var err error
 		if alts, err = tx.alternatives(n, now); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	_, err := f.planOne(now, n, alts)
-	if ferr := tx.failed(); ferr != nil {
-		return ferr
+	_, planErr = f.planOne(now, n, alts)
+	if err := tx.failed(); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		f.log.Error("plan round", "node", n.info.ID, "err", err)
-	}
-	return nil
+	return planErr, nil
 }
 
 // planRound plans every node whose plan is due.

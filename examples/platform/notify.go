@@ -121,7 +121,9 @@ type message struct {
 }
 
 type messageData struct {
-	Node string `json:"node"`
+	// Node is the node the message is about; a test message, about
+	// none, has no "node".
+	Node string `json:"node,omitempty"`
 	// At is the time of the reading, as the node dated it; Received is
 	// when the platform received it, by its own clock, which dates the
 	// overload.

@@ -74,12 +74,9 @@ func checkReceiverURL(raw string) (*url.URL, error) {
 	if err := checkText("receiver: url", raw); err != nil {
 		return nil, err
 	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("receiver: the url is not an absolute http:// or https:// URL: %w", errBadInput)
-	}
-	if u.Fragment != "" {
-		return nil, fmt.Errorf("receiver: the url has a #fragment, which is never sent: %w", errBadInput)
+	u, err := parseReceiverURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w: %w", err, errBadInput)
 	}
 	return u, nil
 }
@@ -165,7 +162,8 @@ func (f *fleet) receiverOf(ctx context.Context, operator string) (receiverView, 
 // receiver's secrets, and starts its record of failing afresh (a
 // disabled receiver moved is enabled).
 func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRequest) (v receiverView, created bool, err error) {
-	if _, err := checkReceiverURL(req.URL); err != nil {
+	u, err := checkReceiverURL(req.URL)
+	if err != nil {
 		return receiverView{}, false, err
 	}
 	key, err := newSecret()
@@ -190,7 +188,7 @@ func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRe
 	if created {
 		v.Secret = secretText(key)
 	}
-	f.log.Info("receiver set", "operator", operator, "host", hostOf(req.URL), "new", created)
+	f.log.Info("receiver set", "operator", operator, "host", u.Host, "new", created)
 	return v, created, f.refreshReceivers(ctx)
 }
 
@@ -237,14 +235,6 @@ func (f *fleet) refreshReceivers(ctx context.Context) error {
 	return nil
 }
 
-// hostOf is a URL's host, all a log line names of a receiver.
-func hostOf(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Host
-	}
-	return ""
-}
-
 // round is a replica's periodic work: the operators' receivers put in
 // force as the store keeps them (another replica's changes), then a plan
 // round.
@@ -288,7 +278,14 @@ func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, 
 	}
 	id := "tst_" + operator + "_" + strconv.FormatInt(now.UnixMicro(), 10)
 	res := f.notify.attempt(ctx, rc, delivery{ID: id, Body: body, Created: now})
-	f.log.Info("receiver tested", "operator", operator, "host", rc.host(), "status", res.status, "err", res.err)
+	attrs := []any{"operator", operator, "host", rc.host()}
+	if res.status != 0 {
+		attrs = append(attrs, "status", res.status)
+	}
+	if res.err != "" {
+		attrs = append(attrs, "err", res.err)
+	}
+	f.log.Info("receiver tested", attrs...)
 	return testAnswer{ID: id, Delivered: res.outcome == outcomeDelivered, Status: res.status, Error: res.err}, nil
 }
 

@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -33,20 +31,13 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	f.owners = owners
 	srv := httptest.NewServer(handler(f, dashboardTokens))
 	defer srv.Close()
-	base := srv.URL
+	web := &testPlatform{t: t, srv: srv}
 	do := func(method, path, token, body string) (int, receiverView, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		code, _, b := web.raw(method, path, token, body)
 		var v receiverView
 		json.Unmarshal(b, &v)
-		return resp.StatusCode, v, string(b)
+		return code, v, string(b)
 	}
 	for _, tok := range []string{testToken, "tok-a1"} {
 		if code, _, _ := do("PUT", "/receiver", tok, `{"url":"http://127.0.0.1:9/"}`); code != 403 {
@@ -155,7 +146,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	}
 	srv2 := httptest.NewServer(handler(g, dashboardTokens))
 	defer srv2.Close()
-	base = srv2.URL // the file store's first instance is gone: a restart
+	web.srv = srv2 // the file store's first instance is gone: a restart
 	a = redeliver(g, other.n)
 	if n := strings.Count(a.Headers.Get("webhook-signature"), "v1,"); n != 1 {
 		t.Errorf("a day after the rotation: %d signatures, want 1", n)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -107,12 +108,9 @@ func parseReceiverLine(text string) (*receiver, error) {
 			return nil, err
 		}
 	}
-	u, err := url.Parse(f[1])
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("node %s: the URL is not an absolute http:// or https:// URL", rc.Node)
-	}
-	if u.Fragment != "" {
-		return nil, fmt.Errorf("node %s: the URL has a #fragment, which is never sent", rc.Node)
+	u, err := parseReceiverURL(f[1])
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", rc.Node, err)
 	}
 	rc.URL = u
 	for i, s := range f[2:] {
@@ -125,6 +123,19 @@ func parseReceiverLine(text string) (*receiver, error) {
 		rc.Secrets = append(rc.Secrets, key)
 	}
 	return rc, nil
+}
+
+// parseReceiverURL parses a receiver's URL, the notify file's or an
+// operator's: an absolute http:// or https:// URL, without a #fragment.
+func parseReceiverURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("the URL is not an absolute http:// or https:// URL")
+	}
+	if u.Fragment != "" {
+		return nil, errors.New("the URL has a #fragment, which is never sent")
+	}
+	return u, nil
 }
 
 // decodeSecret decodes a Standard Webhooks secret, "whsec_" and base64.
