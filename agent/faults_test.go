@@ -604,18 +604,10 @@ func TestFaultInjection(t *testing.T) {
 		len(taken), delivered, onDisk, byReason, p.dups, kills, steps)
 }
 
-// saveAgentLogs writes the log of each agent of procs, in order, to
-// $TEST_ARTIFACTS/<test> when set (CI keeps it), else to go test's own
-// artifact directory (kept with -artifacts).
+// saveAgentLogs writes the log of each agent of procs, in order, to the
+// test's artifact directory (testkit.ArtifactDir).
 func saveAgentLogs(t *testing.T, procs []*agentProc) {
-	dir := t.ArtifactDir()
-	if root := os.Getenv("TEST_ARTIFACTS"); root != "" {
-		dir = filepath.Join(root, t.Name())
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Logf("agents' logs not saved: %v", err)
-			return
-		}
-	}
+	dir := testkit.ArtifactDir(t)
 	var all strings.Builder
 	for i, a := range procs {
 		fmt.Fprintf(&all, "=== agent %d of %d\n%s", i+1, len(procs), a.Log.String())

@@ -67,7 +67,7 @@ func TestPageInBrowser(t *testing.T) {
 		t.Logf("DOM:\n%s", dom)
 	}
 
-	shot := filepath.Join(chromium.ArtifactDir(t), "agent-page.png")
+	shot := filepath.Join(testkit.ArtifactDir(t), "agent-page.png")
 	chromium.Run(t, p.url("/"), "--window-size=1100,1600", "--hide-scrollbars", "--screenshot="+shot)
 	fi, err := os.Stat(shot)
 	if err != nil || fi.Size() < 10_000 {

@@ -87,7 +87,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		return json.NewDecoder(resp.Body).Decode(&ns) == nil && len(ns) == 1 && ns[0].Delivery != nil && ns[0].Delivery.Status == statusDelivered
 	})
 
-	shots := chromium.ArtifactDir(t)
+	shots := testkit.ArtifactDir(t)
 	b := chromium.Start(t, 1200, 900)
 	b.Navigate(base + "/")
 	if page := b.HTML(); !strings.Contains(page, `action="/login"`) {

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,21 +32,6 @@ func Need(t testing.TB) {
 // nothing fetched from the network but the test's pages.
 var flags = []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 	"--disable-background-networking", "--disable-component-update", "--disable-sync"}
-
-// ArtifactDir is where a test leaves files for people to look at:
-// $TEST_ARTIFACTS/<test> when set (CI keeps it), else go test's own
-// artifact directory (kept with -artifacts).
-func ArtifactDir(t *testing.T) string {
-	t.Helper()
-	if root := os.Getenv("TEST_ARTIFACTS"); root != "" {
-		dir := filepath.Join(root, t.Name())
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	return t.ArtifactDir()
-}
 
 // Run runs headless chromium on url with extra flags (--dump-dom,
 // --screenshot=…), within a minute, and returns its standard output.
