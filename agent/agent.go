@@ -487,7 +487,6 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	}
 	r.Node = a.node
 	r.Version = overload.ReadingVersion
-	r.Notes = operatorNotes(r.Notes)
 
 	a.mu.Lock()
 	mono := time.Now()
@@ -645,20 +644,6 @@ func (a *Agent) read(ctx context.Context) (r overload.Reading, moved []probe.Lin
 	case <-ctx.Done():
 		return overload.Reading{}, nil, ctx.Err()
 	}
-}
-
-// operatorNotes is notes with each note about a Go field of the probe
-// rewritten to name the flag an operator sets it with (flagNotes), in a
-// new slice: the source's is left as it was.
-func operatorNotes(notes []string) []string {
-	if notes == nil {
-		return nil
-	}
-	out := make([]string, len(notes))
-	for i, n := range notes {
-		out[i] = flagNotes.Replace(n)
-	}
-	return out
 }
 
 // nextAt dates a reading whose wall-clock time is wall, taken elapsed

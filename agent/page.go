@@ -119,13 +119,6 @@ const (
 	stateMissing = "missing"
 )
 
-// flagNotes rewrites a probe note about a Go field into the flag the
-// operator sets it with; Step applies it to each reading, so the page,
-// /status and the report all say it.
-var flagNotes = strings.NewReplacer(
-	"an operator can give it in LinkSpeedMbps", "give it with -link-speed, e.g. -link-speed eth0=1000 for 1 Gbit/s",
-)
-
 // pageCheck is one row of the page's table.
 type pageCheck struct {
 	Check   overload.Check

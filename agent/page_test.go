@@ -187,14 +187,14 @@ func TestJSONDurations(t *testing.T) {
 	}
 }
 
-// notedSource gives one reading with the probe's note for a link whose
-// speed it does not know.
+// notedSource gives one reading with the note the agent's probe writes
+// for a link whose speed it does not know.
 type notedSource struct{ pageSource }
 
 func (s *notedSource) Read(ctx context.Context) (overload.Reading, error) {
 	r, err := s.pageSource.Read(ctx)
 	r.Links = append(r.Links, overload.Link{Name: "wg0"})
-	r.Notes = []string{"link wg0: speed unknown, no speed in sysfs; its bandwidth check is skipped (an operator can give it in LinkSpeedMbps)"}
+	r.Notes = []string{"link wg0: speed unknown, no speed in sysfs; its bandwidth check is skipped (give it with -link-speed, e.g. -link-speed eth0=1000 for 1 Gbit/s)"}
 	return r, err
 }
 

@@ -193,6 +193,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	pcfg := probe.Config{
 		ProcRoot: o.procRoot, SysRoot: o.sysRoot, NetNS: o.netns,
 		LinkSpeedMbps: o.linkSpeed, Node: o.node, Logger: log,
+		LinkSpeedHint: "give it with -link-speed, e.g. -link-speed eth0=1000 for 1 Gbit/s",
 	}
 	if o.once {
 		return once(ctx, pcfg, stdout, stderr)

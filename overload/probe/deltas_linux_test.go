@@ -245,7 +245,11 @@ func TestDeltas(t *testing.T) {
 			missing: []overload.Input{overload.InputBandwidth}, note: "link eth0: replaced since the previous reading (index 9, was 2)"},
 		{name: "speed unknown", prev: base(0, nil), cur: base(time.Second, func(s *sample) {
 			s.links[0].speedMbps, s.links[0].speedWhy = 0, "the kernel does not know it (speed -1)"
-		}), missing: []overload.Input{overload.InputBandwidth}, note: "link eth0: speed unknown, the kernel does not know it"},
+		}), missing: []overload.Input{overload.InputBandwidth}, note: "link eth0: speed unknown, the kernel does not know it (speed -1); its bandwidth check is skipped (an operator can give it in LinkSpeedMbps)"},
+		{name: "speed unknown, the caller's hint", prev: base(0, nil), cur: base(time.Second, func(s *sample) {
+			s.links[0].speedMbps, s.links[0].speedWhy = 0, "no speed in sysfs"
+			s.speedHint = "give it with -link-speed"
+		}), missing: []overload.Input{overload.InputBandwidth}, note: "link eth0: speed unknown, no speed in sysfs; its bandwidth check is skipped (give it with -link-speed)"},
 		{name: "no link up", prev: base(0, nil), cur: base(time.Second, func(s *sample) { s.links = nil }),
 			missing: []overload.Input{overload.InputBandwidth}, note: "no link is up besides loopback"},
 		{name: "links unreadable before", prev: base(0, func(s *sample) { s.links, s.linksErr = nil, errNoAnswer }), cur: base(time.Second, nil),

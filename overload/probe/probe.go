@@ -48,6 +48,12 @@ type Config struct {
 	// unknown speed: its bandwidth check is skipped, never guessed.
 	LinkSpeedMbps map[string]uint64
 
+	// LinkSpeedHint ends the note of a link whose speed is unknown,
+	// telling the reader how to give it. "" means "an operator can give
+	// it in LinkSpeedMbps"; a program that takes the speeds from its own
+	// flag or file names that instead, e.g. "give it with -link-speed".
+	LinkSpeedHint string
+
 	// Node is copied into every Reading's Node.
 	Node string
 

@@ -175,8 +175,9 @@ type sample struct {
 	listenersSeen int
 	diagErr       error
 
-	links    []linkSample // InputBandwidth: links up and running, loopback left out
-	linksErr error
+	links     []linkSample // InputBandwidth: links up and running, loopback left out
+	linksErr  error
+	speedHint string // Config.LinkSpeedHint, for the note of a link of unknown speed
 }
 
 // readEnv is what the sources of one reading share.

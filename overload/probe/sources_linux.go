@@ -212,6 +212,18 @@ func fillListen(prev, cur *sample, r *overload.Reading, acc *accumulator) {
 // Bandwidth: each link's byte counters from an rtnetlink dump, and its
 // speed from Config.LinkSpeedMbps or sysfs.
 
+// defaultSpeedHint ends the note of a link of unknown speed when
+// Config.LinkSpeedHint is "".
+const defaultSpeedHint = "an operator can give it in LinkSpeedMbps"
+
+// speedHint is the end of the note of a link whose speed is unknown.
+func speedHint(hint string) string {
+	if hint == "" {
+		return defaultSpeedHint
+	}
+	return hint
+}
+
 func readLinks(ctx context.Context, p *Probe, env *readEnv, s *sample) {
 	all, err := links(ctx, env.deadline, p.dial)
 	if err != nil {
@@ -222,6 +234,7 @@ func readLinks(ctx context.Context, p *Probe, env *readEnv, s *sample) {
 		if !l.counted() {
 			continue
 		}
+		s.speedHint = p.cfg.LinkSpeedHint
 		if v, ok := p.cfg.LinkSpeedMbps[l.name]; ok {
 			l.speedMbps = v
 		} else {
@@ -272,7 +285,7 @@ func fillBandwidth(prev, cur *sample, r *overload.Reading, acc *accumulator) {
 			SpeedMbps:       l.speedMbps,
 		}
 		if link.SpeedMbps == 0 {
-			acc.note("link %s: speed unknown, %s; its bandwidth check is skipped (an operator can give it in LinkSpeedMbps)", l.name, l.speedWhy)
+			acc.note("link %s: speed unknown, %s; its bandwidth check is skipped (%s)", l.name, l.speedWhy, speedHint(cur.speedHint))
 		} else {
 			checkable++
 		}
