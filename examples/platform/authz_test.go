@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -111,7 +112,7 @@ func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) n
 		}
 	}
 	c.add(time.Hour)
-	var ns []numberedNotice
+	var ns []store.NumberedNotice
 	if code, b := do("GET", "/notices", testToken, ""); code != 200 || json.Unmarshal([]byte(b), &ns) != nil || len(ns) != 2 {
 		t.Fatalf("notices: %d %s", code, b)
 	}
@@ -226,7 +227,7 @@ func testPauseAndApprove(t *testing.T, open opener) {
 	}
 	events := func(f *fleet) string {
 		t.Helper()
-		pg, err := f.events(t.Context(), "x1", 0, 0)
+		pg, err := f.Events(t.Context(), "x1", 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,10 +247,10 @@ func testPauseAndApprove(t *testing.T, open opener) {
 		} `json:"events"`
 	}
 	if code := do("GET", "/nodes/x1/events", "tok-alice", "", &page); code != 200 || len(page.Events) != 2 ||
-		page.Events[0].Kind != eventPaused || page.Events[1].Kind != eventApproved {
+		page.Events[0].Kind != store.EventPaused || page.Events[1].Kind != store.EventApproved {
 		t.Errorf("the operator's x1 events: %d %+v, want paused then approved", code, page.Events)
 	}
-	if v := status(); len(v.Events) != 2 || v.Events[0].Kind != eventPaused || v.Events[1].Kind != eventApproved {
+	if v := status(); len(v.Events) != 2 || v.Events[0].Kind != store.EventPaused || v.Events[1].Kind != store.EventApproved {
 		t.Errorf("the operator's view's events: %+v, want paused then approved", v.Events)
 	}
 	if code := do("POST", "/max-users", "tok-alice", `{"node":"x1","max_users":1}`, nil); code != 204 {
@@ -267,7 +268,7 @@ func testPauseAndApprove(t *testing.T, open opener) {
 		c.add(30 * time.Second)
 		r := reading("x1", i+1, mem)
 		r.At = c.now()
-		if _, err := f.report(t.Context(), r); err != nil {
+		if _, err := f.Report(t.Context(), r); err != nil {
 			t.Fatal(err)
 		}
 	}

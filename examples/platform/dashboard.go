@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -162,7 +163,7 @@ func serveDashboard(mux *http.ServeMux, f *fleet, idx tokenIndex, owners map[str
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 		defer cancel()
-		err = d.f.redeliver(ctx, id, func(node string) bool { return d.owners[node] == s.operator })
+		err = d.f.Redeliver(ctx, id, func(node string) bool { return d.owners[node] == s.operator })
 		d.done(w, r, s, err, fmt.Sprintf("Notice %d is to be delivered again, with its first webhook-id.", id))
 	}))
 }
@@ -270,12 +271,12 @@ type nodesPage struct {
 	CSRF     string
 	Flash    string
 	Nodes    []dashboardNode
-	Notices  []numberedNotice
+	Notices  []store.NumberedNotice
 	At       time.Time
 	// Receiver is the operator's own receiver; nil when not set.
 	// ReceiverHost is its scheme and host (the rest of a URL may hold a
 	// credential).
-	Receiver     *receiverView
+	Receiver     *store.ReceiverView
 	ReceiverHost string
 }
 
@@ -343,7 +344,7 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 		if u, perr := url.Parse(rv.URL); perr == nil {
 			p.ReceiverHost = (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
 		}
-	case !errors.Is(err, errUnknown):
+	case !errors.Is(err, store.ErrUnknown):
 		return p, err
 	}
 	p.Notices, err = d.newestNotices(ctx, func(node string) bool { return d.owners[node] == s.operator })
@@ -355,15 +356,15 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 // last notice a window of maxPage ids at a time, and no further than
 // dashboardScan ids: a page costs what the operator's newest notices
 // are spread over, never every notice the platform holds.
-func (d *dashboard) newestNotices(ctx context.Context, keep func(node string) bool) ([]numberedNotice, error) {
+func (d *dashboard) newestNotices(ctx context.Context, keep func(node string) bool) ([]store.NumberedNotice, error) {
 	last, err := d.lastNotice(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []numberedNotice{}
+	out := []store.NumberedNotice{}
 	for hi := last; hi > 0 && last-hi < dashboardScan && len(out) < dashboardNotices; {
 		lo := max(hi-maxPage, 0)
-		ns, _, err := d.f.store.notices(ctx, lo, maxPage)
+		ns, _, err := d.f.store.Notices(ctx, lo, maxPage)
 		if err != nil {
 			return nil, err
 		}
@@ -388,7 +389,7 @@ func (d *dashboard) newestNotices(ctx context.Context, keep func(node string) bo
 func (d *dashboard) lastNotice(ctx context.Context) (int64, error) {
 	// after is the first notice's id after id, 0 when there is none.
 	after := func(id int64) (int64, error) {
-		ns, _, err := d.f.store.notices(ctx, id, 1)
+		ns, _, err := d.f.store.Notices(ctx, id, 1)
 		if err != nil || len(ns) == 0 {
 			return 0, err
 		}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
@@ -435,18 +436,18 @@ func TestDashboardOverTLS(t *testing.T) {
 // noticeStore is a store of notices alone, numbered ids, each of node
 // nodes[id].
 type noticeStore struct {
-	store
+	platformStore
 	ids   []int64 // sorted
 	nodes map[int64]string
 	reads int
 }
 
-func (s *noticeStore) notices(_ context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
+func (s *noticeStore) Notices(_ context.Context, after int64, limit int) ([]store.NumberedNotice, int64, error) {
 	s.reads++
-	out := []numberedNotice{}
+	out := []store.NumberedNotice{}
 	i, _ := slices.BinarySearch(s.ids, after+1)
 	for ; i < len(s.ids) && len(out) < limit; i++ {
-		out = append(out, numberedNotice{ID: s.ids[i], Notice: overload.Notice{Node: s.nodes[s.ids[i]]}})
+		out = append(out, store.NumberedNotice{ID: s.ids[i], Notice: overload.Notice{Node: s.nodes[s.ids[i]]}})
 	}
 	last := after
 	if len(out) > 0 {
@@ -547,8 +548,8 @@ func TestDashboardReceiver(t *testing.T) {
 		expect(t, "her page after it", b.do("GET", "/", nil, alice), 200, "new secret, shown this once: whsec_", "The old one signs beside it until")
 		expect(t, "her page then", b.do("GET", "/", nil, alice), 200, "the secret you rotated out signs beside the new one until")
 		// Disabled after failing, as the notifier records it.
-		err := np.svc.updateReceiver(t.Context(), "alice", func(r *operatorReceiver, now time.Time) error {
-			r.FailingSince, r.Disabled = now.Add(-failFor), now
+		err := np.svc.UpdateReceiver(t.Context(), "alice", func(r *store.OperatorReceiver, now time.Time) error {
+			r.FailingSince, r.Disabled = now.Add(-store.FailFor), now
 			return nil
 		})
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -95,13 +96,13 @@ func testListsPageOneWay(t *testing.T, open opener) {
 	// each, and a few events each.
 	for range 3 {
 		for i := range 5 {
-			tp.read(fmt.Sprintf("e%d", i), 95)
+			tp.Read(fmt.Sprintf("e%d", i), 95)
 		}
 		c.add(30 * time.Second)
 	}
 	for range 5 {
 		for i := range 5 {
-			tp.read(fmt.Sprintf("e%d", i), 10)
+			tp.Read(fmt.Sprintf("e%d", i), 10)
 		}
 		c.add(30 * time.Second)
 	}
@@ -120,7 +121,7 @@ func testListsPageOneWay(t *testing.T, open opener) {
 	}
 
 	code, header, b := tp.raw("GET", "/nodes/e0/events", testToken, "")
-	var first eventPage
+	var first store.EventPage
 	if err := json.Unmarshal(b, &first); code != 200 || err != nil || len(first.Events) < 2 {
 		t.Fatalf("/nodes/e0/events: %d %v, want 2 or more events: %s", code, err, b)
 	}

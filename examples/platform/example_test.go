@@ -37,7 +37,7 @@ func Example() {
 	}
 	f := newFleet(p, nil)
 	for range 3 {
-		out, err := f.report(ctx, overload.Reading{Node: "de-fra-1", At: now, MemoryUsedPercent: 93, CPUs: 4, ConntrackMax: 262144})
+		out, err := f.Report(ctx, overload.Reading{Node: "de-fra-1", At: now, MemoryUsedPercent: 93, CPUs: 4, ConntrackMax: 262144})
 		if err != nil {
 			panic(err)
 		}
@@ -46,11 +46,11 @@ func Example() {
 	}
 	a, _ := f.admit(ctx, "de-fra-1")
 	fmt.Printf("admit: %v (%s)\n", a.Admit, a.Why)
-	notices, _, _ := f.notices(ctx, 0, 0)
+	notices, _, _ := f.Notices(ctx, 0, 0)
 	for _, n := range notices {
 		fmt.Println("notice:", n.Text)
 	}
-	v, _ := f.view(ctx, "de-fra-1")
+	v, _ := f.View(ctx, "de-fra-1")
 	for _, c := range v.Closed {
 		fmt.Println(c.Action)
 	}

@@ -179,7 +179,7 @@ func TestFailoverSyncStandby(t *testing.T) {
 	}
 	for i, a := range ack {
 		id := fmt.Sprintf("fo-%d", i)
-		v := reps[0].view(id)
+		v := reps[0].View(id)
 		if v.Readings < a.readings || v.Readings > a.sent {
 			t.Errorf("%s: %d readings counted on the new primary; %d acknowledged, %d sent", id, v.Readings, a.readings, a.sent)
 		}

@@ -8,124 +8,42 @@ import (
 	"slices"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
 
-// nodeStore is what the use cases need of a store to change or show one
-// node: the node locked against every other change of it, or as last
-// kept. Both stores implement it (the file store under its one lock,
-// PostgreSQL in a transaction holding the node's row lock).
-type nodeStore interface {
-	// update runs fn on node id, locked, and keeps what fn changed when
-	// it returns nil; when it returns an error, nothing of it is kept.
-	// An unknown node is an error wrapping errUnknownNode. now is the
-	// store's clock read once the node is locked, so that the changes
-	// of one node are dated in the order they are made (a price history
-	// refuses a change dated before the last).
-	update(ctx context.Context, id string, fn func(n *node, now time.Time, tx nodeTx) error) error
-	// read runs fn on node id as last kept, for showing it at now; with
-	// history, n also holds its latest closures and n.noticeCount its
-	// notices. fn must not change n.
-	read(ctx context.Context, id string, history bool, fn func(n *node, now time.Time) error) error
-	// report takes a reading of node id: take, then plan, on the node
-	// locked, created if the store does not hold it; what they changed,
-	// the event, notice and closures they decided (node.clearChange's
-	// fields) included, is kept when both return nil. take's error is
-	// the reading's own (refused): nothing of it is kept, and a node
-	// created for it is not. It returns the notice as kept: nil when
-	// the store refused it (PostgreSQL decides the one notice an hour in
-	// the database too).
-	//
-	// How is the store's: it may run take and plan again (a transaction
-	// run again), run them beside other reports' in one transaction
-	// (batching), or run take on its own copy of the node before it
-	// locks it and plan there too, keeping the result only if the node
-	// has not changed since the copy (PostgreSQL's cache of quiet
-	// nodes). So take and plan change only n and what they capture, and
-	// plan asks tx for routes only when it needs them.
-	report(ctx context.Context, id string, take takeFunc, plan planFunc) (*overload.Notice, error)
-	// planDue runs plan on every registered node whose plan is due, each
-	// locked, and keeps what it changed; a node whose plan fails is
-	// logged and left, and the round goes on (PostgreSQL returns an
-	// error naming them).
-	planDue(ctx context.Context, plan planFunc) error
-	// routeNode is the node that holds live route id; an error wrapping
-	// errUnknown when none does.
-	routeNode(ctx context.Context, id string) (string, error)
-	// nodeIDs is every node's id, sorted.
-	nodeIDs(ctx context.Context) ([]string, error)
-
-	// The pages, each of at most limit items (0: all) after the cursor
-	// after, with the last one's cursor:
-	//
-	// eachNode runs fn on the nodes whose ids sort after after, by id,
-	// as one snapshot shows them, with their live routes and notice
-	// counts; a node whose stored state cannot be read is given with
-	// its error (and n nil). fn must not change n.
-	eachNode(ctx context.Context, after string, limit int, fn func(id string, n *node, now time.Time, err error)) (string, error)
-	// events pages through node id's events, oldest first, by their
-	// place in the node's event list (the file store keeps the newest
-	// overload.Limits.MaxEvents, PostgreSQL every one).
-	events(ctx context.Context, id string, after int64, limit int) (eventPage, error)
-	// notices pages through every node's notices by id, the order they
-	// became visible in.
-	notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error)
-	// plans pages through each node's latest plan that closed something,
-	// by node id.
-	plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error)
-}
-
-// takeFunc takes a reading on node n at now (nodeStore.report).
-type takeFunc func(n *node, now time.Time) error
-
-// planFunc plans node n at now (nodeStore.report and planDue).
-type planFunc func(n *node, now time.Time, tx nodeTx) error
-
-// nodeTx is what a use case may ask of the store while it holds a node.
-type nodeTx interface {
-	// routeTaken reports whether a route id is held by a node already.
-	routeTaken(id string) (bool, error)
-	// alternatives loads n's live routes into n, if the store keeps
-	// them apart and has not yet, and answers routing's question for a
-	// plan of n at now: the alternatives in the whole route table.
-	alternatives(n *node, now time.Time) (routing.Alternatives, error)
-	// failed is the first error the store met answering alternatives:
-	// the change then fails.
-	failed() error
-}
-
-// store is a whole store: the use cases' nodeStore and receiverStore,
+// platformStore is a whole store: the use cases' NodeStore and ReceiverStore,
 // and what wires it.
-type store interface {
-	nodeStore
-	receiverStore
+type platformStore interface {
+	store.NodeStore
+	store.ReceiverStore
 	// base is the store's rules: its configuration, log, clock and
 	// dispatch.
 	base() *rules
 	// outbox is the store's outbox of deliveries; nil without a dispatch.
-	outbox() outboxStore
+	outbox() store.OutboxStore
 }
 
 func (c *rules) base() *rules { return c }
 
 var (
-	_ store = (*platform)(nil)
-	_ store = (*pgPlatform)(nil)
+	_ platformStore = (*platform)(nil)
+	_ platformStore = (*pgPlatform)(nil)
 )
 
 // fleet is the platform's use cases, each written once over a store.
-// Each reads the clock once, through its store (see nodeStore.update),
+// Each reads the clock once, through its store (see NodeStore.Update),
 // and hands that time to the pure packages.
 type fleet struct {
 	*rules
-	store store
+	store platformStore
 	// notify is the notifier delivering the store's outbox; nil: notices
 	// are not delivered.
 	notify *notifier
 	// receivers keeps the operators' own receivers: the store.
-	receivers receiverStore
+	receivers store.ReceiverStore
 	// owners is each node's operator as the route table names it (and,
 	// once wired, the token file too: ownersWith).
 	owners map[string]string
@@ -133,7 +51,7 @@ type fleet struct {
 
 // newFleet is the use cases over st, whose deliveries n delivers (nil:
 // none).
-func newFleet(st store, n *notifier) *fleet {
+func newFleet(st platformStore, n *notifier) *fleet {
 	f := &fleet{rules: st.base(), store: st, receivers: st, notify: n}
 	if n != nil {
 		n.attempted = f.attempted
@@ -141,15 +59,15 @@ func newFleet(st store, n *notifier) *fleet {
 	return f
 }
 
-// report takes reading r of the node it names and plans the node: a
-// reading the node's tracker already counted returns errDuplicate and
-// an older one errStale, with the node's name and state; both change
+// Report takes reading r of the node it names and plans the node: a
+// reading the node's tracker already counted returns ErrDuplicate and
+// an older one ErrStale, with the node's name and state; both change
 // nothing. The outcome is logged, and the notifier woken for what it
 // sent, once the store has kept it: only for a node with a receiver (a
 // wake costs the PostgreSQL store a claim, a statement and a commit,
 // which for an undeliverable notice finds nothing).
-func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, error) {
-	if err := checkNodeID(r.Node); err != nil {
+func (f *fleet) Report(ctx context.Context, r overload.Reading) (reportOutcome, error) {
+	if err := store.CheckNodeID(r.Node); err != nil {
 		return reportOutcome{}, fmt.Errorf("report: %w", err)
 	}
 	// One value the store's take and plan share, allocated once a
@@ -163,20 +81,20 @@ func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, 
 		first   bool // the first reading counted of a node the route table does not hold
 		planErr error
 	}{out: reportOutcome{Node: r.Node}}
-	notice, err := f.store.report(ctx, r.Node, func(n *node, now time.Time) error {
-		run.first = n.info.Role == 0 && n.readings == 0
+	notice, err := f.store.Report(ctx, r.Node, func(n *store.Node, now time.Time) error {
+		run.first = n.Info.Role == 0 && n.Readings == 0
 		run.planErr = nil
 		var err error
 		run.out, err = f.take(n, r, now)
-		n.event, n.notice, run.at = run.out.Event, run.out.Notice, now
+		n.Event, n.Notice, run.at = run.out.Event, run.out.Notice, now
 		return err
-	}, func(n *node, now time.Time, tx nodeTx) (err error) {
+	}, func(n *store.Node, now time.Time, tx store.NodeTx) (err error) {
 		run.planErr, err = f.plan(n, now, tx)
 		return err
 	})
 	out, at, first, planErr := run.out, run.at, run.first, run.planErr
 	switch {
-	case errors.Is(err, errDuplicate) || errors.Is(err, errStale):
+	case errors.Is(err, store.ErrDuplicate) || errors.Is(err, store.ErrStale):
 		return out, err
 	case err != nil:
 		return reportOutcome{}, err
@@ -200,10 +118,10 @@ func (f *fleet) report(ctx context.Context, r overload.Reading) (reportOutcome, 
 // planNode plans node n at now and carries the plan out in n (plan),
 // for the store to write; a plan that fails is logged, and leaves n as
 // it was.
-func (f *fleet) planNode(n *node, now time.Time, tx nodeTx) error {
+func (f *fleet) planNode(n *store.Node, now time.Time, tx store.NodeTx) error {
 	planErr, err := f.plan(n, now, tx)
 	if planErr != nil {
-		f.log.Error("plan round", "node", n.info.ID, "err", planErr)
+		f.log.Error("plan round", "node", n.Info.ID, "err", planErr)
 	}
 	return err
 }
@@ -213,33 +131,33 @@ func (f *fleet) planNode(n *node, now time.Time, tx nodeTx) error {
 // store's (tx), which fails the node's write. A node whose plan can
 // change nothing but its budgets' dates (quiet) is planned without its
 // routes, which the PostgreSQL store then need not read.
-func (f *fleet) plan(n *node, now time.Time, tx nodeTx) (planErr, err error) {
-	if n.info.Role == 0 {
+func (f *fleet) plan(n *store.Node, now time.Time, tx store.NodeTx) (planErr, err error) {
+	if n.Info.Role == 0 {
 		return nil, nil
 	}
 	var alts routing.Alternatives
 	if !f.quiet(n, now) {
-		if alts, err = tx.alternatives(n, now); err != nil {
+		if alts, err = tx.Alternatives(n, now); err != nil {
 			return nil, err
 		}
 	}
 	_, planErr = f.planOne(now, n, alts)
-	if err := tx.failed(); err != nil {
+	if err := tx.Failed(); err != nil {
 		return nil, err
 	}
 	return planErr, nil
 }
 
 // planRound plans every node whose plan is due.
-func (f *fleet) planRound(ctx context.Context) error { return f.store.planDue(ctx, f.planNode) }
+func (f *fleet) planRound(ctx context.Context) error { return f.store.PlanDue(ctx, f.planNode) }
 
 // admit answers whether node id takes new connections now.
 func (f *fleet) admit(ctx context.Context, id string) (admitAnswer, error) {
-	if err := checkNodeID(id); err != nil {
+	if err := store.CheckNodeID(id); err != nil {
 		return admitAnswer{}, fmt.Errorf("admit: %w", err)
 	}
 	var a admitAnswer
-	err := f.store.read(ctx, id, false, func(n *node, now time.Time) error {
+	err := f.store.Read(ctx, id, false, func(n *store.Node, now time.Time) error {
 		a = f.admitLocked(n, now)
 		return nil
 	})
@@ -251,55 +169,55 @@ func (f *fleet) admit(ctx context.Context, id string) (admitAnswer, error) {
 
 // open sets up a route if the node is admitted: the session locks the
 // node's price.
-func (f *fleet) open(ctx context.Context, req openRequest) (route, error) {
-	if err := checkNodeID(req.Node); err != nil {
-		return route{}, fmt.Errorf("open route: %w", err)
+func (f *fleet) open(ctx context.Context, req openRequest) (store.Route, error) {
+	if err := store.CheckNodeID(req.Node); err != nil {
+		return store.Route{}, fmt.Errorf("open route: %w", err)
 	}
 	if req.User == "" || req.Key == "" {
-		return route{}, fmt.Errorf("open route: user and key are required: %w", errBadInput)
+		return store.Route{}, fmt.Errorf("open route: user and key are required: %w", store.ErrBadInput)
 	}
 	if err := errors.Join(checkText("open route: user", req.User), checkText("open route: key", req.Key)); err != nil {
-		return route{}, err
+		return store.Route{}, err
 	}
 	if req.Kind == 0 {
 		req.Kind = routing.KindOwn
 	}
-	var opened route
-	err := f.store.update(ctx, req.Node, func(n *node, now time.Time, tx nodeTx) error {
-		if n.info.Role == 0 {
-			return fmt.Errorf("open route through %q: %w", req.Node, errUnknownNode)
+	var opened store.Route
+	err := f.store.Update(ctx, req.Node, func(n *store.Node, now time.Time, tx store.NodeTx) error {
+		if n.Info.Role == 0 {
+			return fmt.Errorf("open route through %q: %w", req.Node, store.ErrUnknownNode)
 		}
 		if a := f.admitLocked(n, now); !a.Admit {
 			return admitError{answer: a}
 		}
-		s, err := n.prices.Lock(now)
+		s, err := n.Prices.Lock(now)
 		if err != nil {
-			return fmt.Errorf("open route through %s: %w: %w", req.Node, errBadInput, err)
+			return fmt.Errorf("open route through %s: %w: %w", req.Node, store.ErrBadInput, err)
 		}
 		// Route IDs are global (traffic finds a route by ID alone): skip
 		// any another route holds.
 		id := ""
 		for taken := true; taken; {
-			n.nextRoute++
-			id = fmt.Sprintf("%s-%d", req.Node, n.nextRoute)
-			if taken, err = tx.routeTaken(id); err != nil {
+			n.NextRoute++
+			id = fmt.Sprintf("%s-%d", req.Node, n.NextRoute)
+			if taken, err = tx.RouteTaken(id); err != nil {
 				return err
 			}
 		}
-		rt := &route{
+		rt := &store.Route{
 			Route: routing.Route{
 				ID: id, User: req.User, Key: req.Key,
-				Node: req.Node, Country: n.info.Country, Price: s.Locked, Kind: req.Kind, Start: now,
+				Node: req.Node, Country: n.Info.Country, Price: s.Locked, Kind: req.Kind, Start: now,
 			},
 			Session: s,
 		}
-		n.routes[id] = rt
-		n.info.LiveUsers = liveUsers(n)
+		n.Routes[id] = rt
+		n.Info.LiveUsers = store.LiveUsers(n)
 		opened = *rt
 		return nil
 	})
 	if err != nil {
-		return route{}, err
+		return store.Route{}, err
 	}
 	f.log.Info("route opened", "node", req.Node, "route", opened.Route.ID, "user", req.User, "price", opened.Session.Locked)
 	return opened, nil
@@ -307,27 +225,27 @@ func (f *fleet) open(ctx context.Context, req openRequest) (route, error) {
 
 // traffic charges a route's traffic at its session's price and marks
 // it in use. A closed route is not found: it earns nothing more.
-func (f *fleet) traffic(ctx context.Context, req trafficRequest) (route, error) {
+func (f *fleet) traffic(ctx context.Context, req trafficRequest) (store.Route, error) {
 	if err := checkText("traffic: route", req.Route); err != nil {
-		return route{}, err
+		return store.Route{}, err
 	}
-	unknown := fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, errUnknown)
-	nodeID, err := f.store.routeNode(ctx, req.Route)
+	unknown := fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, store.ErrUnknown)
+	nodeID, err := f.store.RouteNode(ctx, req.Route)
 	if err != nil {
-		return route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, err)
+		return store.Route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, err)
 	}
-	var out route
-	err = f.store.update(ctx, nodeID, func(n *node, now time.Time, _ nodeTx) error {
-		rt := n.routes[req.Route]
+	var out store.Route
+	err = f.store.Update(ctx, nodeID, func(n *store.Node, now time.Time, _ store.NodeTx) error {
+		rt := n.Routes[req.Route]
 		if rt == nil { // closed since
 			return unknown
 		}
-		c, err := n.prices.Charge(rt.Session, []pricing.Usage{{At: now, Bytes: req.Bytes}})
+		c, err := n.Prices.Charge(rt.Session, []pricing.Usage{{At: now, Bytes: req.Bytes}})
 		if err != nil {
-			return fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
+			return fmt.Errorf("traffic of route %s: %w: %w", req.Route, store.ErrBadInput, err)
 		}
 		if rt.Earned, err = rt.Earned.Add(c); err != nil {
-			return fmt.Errorf("traffic of route %s: %w: %w", req.Route, errBadInput, err)
+			return fmt.Errorf("traffic of route %s: %w: %w", req.Route, store.ErrBadInput, err)
 		}
 		rt.Route.LastTraffic = now
 		rt.Route.Price = f.sessionPrice(n, rt, now)
@@ -341,17 +259,17 @@ func (f *fleet) traffic(ctx context.Context, req trafficRequest) (route, error) 
 // keep their lock: a rise never reaches them, a drop once it has stood for
 // the window.
 func (f *fleet) setPrice(ctx context.Context, req priceRequest) error {
-	if err := checkNodeID(req.Node); err != nil {
+	if err := store.CheckNodeID(req.Node); err != nil {
 		return fmt.Errorf("price: %w", err)
 	}
-	err := f.store.update(ctx, req.Node, func(n *node, now time.Time, _ nodeTx) error {
-		if n.info.Role == 0 {
-			return fmt.Errorf("price of %q: %w", req.Node, errUnknownNode)
+	err := f.store.Update(ctx, req.Node, func(n *store.Node, now time.Time, _ store.NodeTx) error {
+		if n.Info.Role == 0 {
+			return fmt.Errorf("price of %q: %w", req.Node, store.ErrUnknownNode)
 		}
-		if err := n.prices.Set(now, req.Price); err != nil {
-			return fmt.Errorf("price of %s: %w: %w", req.Node, errBadInput, err)
+		if err := n.Prices.Set(now, req.Price); err != nil {
+			return fmt.Errorf("price of %s: %w: %w", req.Node, store.ErrBadInput, err)
 		}
-		n.info.Price = req.Price
+		n.Info.Price = req.Price
 		return nil
 	})
 	if err == nil {
@@ -360,14 +278,14 @@ func (f *fleet) setPrice(ctx context.Context, req priceRequest) error {
 	return err
 }
 
-// view shows node id, with its latest closures, and its newest
+// View shows node id, with its latest closures, and its newest
 // deliveries when notices are delivered.
-func (f *fleet) view(ctx context.Context, id string) (nodeView, error) {
-	if err := checkNodeID(id); err != nil {
+func (f *fleet) View(ctx context.Context, id string) (nodeView, error) {
+	if err := store.CheckNodeID(id); err != nil {
 		return nodeView{}, err
 	}
 	var v nodeView
-	err := f.store.read(ctx, id, true, func(n *node, now time.Time) error {
+	err := f.store.Read(ctx, id, true, func(n *store.Node, now time.Time) error {
 		v = f.viewLocked(n, now)
 		return nil
 	})
@@ -389,7 +307,7 @@ func (f *fleet) view(ctx context.Context, id string) (nodeView, error) {
 // fleet's view down.
 func (f *fleet) views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
 	out := []json.RawMessage{}
-	last, err := f.store.eachNode(ctx, after, limit, func(id string, n *node, now time.Time, err error) {
+	last, err := f.store.EachNode(ctx, after, limit, func(id string, n *store.Node, now time.Time, err error) {
 		if err != nil {
 			b, _ := json.Marshal(map[string]string{"id": id, "error": err.Error()})
 			out = append(out, b)
@@ -403,20 +321,20 @@ func (f *fleet) views(ctx context.Context, after string, limit int) ([]json.RawM
 	return out, last, nil
 }
 
-// events pages through node id's events, oldest first.
-func (f *fleet) events(ctx context.Context, id string, after int64, limit int) (eventPage, error) {
-	return f.store.events(ctx, id, after, limit)
+// Events pages through node id's events, oldest first.
+func (f *fleet) Events(ctx context.Context, id string, after int64, limit int) (store.EventPage, error) {
+	return f.store.Events(ctx, id, after, limit)
 }
 
-// plans pages through each node's latest plan that closed something.
-func (f *fleet) plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
-	return f.store.plans(ctx, after, limit)
+// Plans pages through each node's latest plan that closed something.
+func (f *fleet) Plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
+	return f.store.Plans(ctx, after, limit)
 }
 
-// notices returns the notices after after, at most limit, each with its
+// Notices returns the notices after after, at most limit, each with its
 // delivery when notices are delivered.
-func (f *fleet) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
-	ns, last, err := f.store.notices(ctx, after, limit)
+func (f *fleet) Notices(ctx context.Context, after int64, limit int) ([]store.NumberedNotice, int64, error) {
+	ns, last, err := f.store.Notices(ctx, after, limit)
 	if err == nil && f.notify != nil && f.notify.box != nil {
 		err = addDeliveries(ctx, f.notify.box, ns)
 	}
@@ -453,29 +371,29 @@ func nodesOf(owners map[string]string, operator string) []string {
 // events; never a user's id, key or route (users' data is the
 // platform's).
 type operatorView struct {
-	ID            string             `json:"id"`
-	Registered    bool               `json:"registered"`
-	Role          string             `json:"role,omitempty"`
-	Country       string             `json:"country,omitempty"`
-	Status        string             `json:"status"` // the node's state in the help page's words
-	Paused        bool               `json:"paused"`
-	Overloaded    bool               `json:"overloaded"`
-	Since         time.Time          `json:"since,omitzero"`
-	OverloadEnded time.Time          `json:"overload_ended,omitzero"`
-	Findings      []overload.Finding `json:"findings"`
-	Admitted      bool               `json:"admitted"`
-	Reason        routing.Reason     `json:"reason,omitempty"`
-	MemoryPercent float64            `json:"memory_percent"`
-	LastReading   time.Time          `json:"last_reading,omitzero"`
-	Price         pricing.Price      `json:"price"`
-	MaxUsers      int                `json:"max_users"`
-	LiveUsers     int                `json:"live_users"`
-	Sessions      int                `json:"sessions"`
-	Earned        pricing.Money      `json:"earned"` // by its sessions, running and closed (the latest closures)
-	Notices       int                `json:"notices"`
-	Deliveries    []deliveryView     `json:"deliveries,omitempty"`
-	Readings      int64              `json:"readings"`
-	Events        []overload.Event   `json:"events"`
+	ID            string               `json:"id"`
+	Registered    bool                 `json:"registered"`
+	Role          string               `json:"role,omitempty"`
+	Country       string               `json:"country,omitempty"`
+	Status        string               `json:"status"` // the node's state in the help page's words
+	Paused        bool                 `json:"paused"`
+	Overloaded    bool                 `json:"overloaded"`
+	Since         time.Time            `json:"since,omitzero"`
+	OverloadEnded time.Time            `json:"overload_ended,omitzero"`
+	Findings      []overload.Finding   `json:"findings"`
+	Admitted      bool                 `json:"admitted"`
+	Reason        routing.Reason       `json:"reason,omitempty"`
+	MemoryPercent float64              `json:"memory_percent"`
+	LastReading   time.Time            `json:"last_reading,omitzero"`
+	Price         pricing.Price        `json:"price"`
+	MaxUsers      int                  `json:"max_users"`
+	LiveUsers     int                  `json:"live_users"`
+	Sessions      int                  `json:"sessions"`
+	Earned        pricing.Money        `json:"earned"` // by its sessions, running and closed (the latest closures)
+	Notices       int                  `json:"notices"`
+	Deliveries    []store.DeliveryView `json:"deliveries,omitempty"`
+	Readings      int64                `json:"readings"`
+	Events        []overload.Event     `json:"events"`
 }
 
 // status words, as the help page says them.
@@ -532,8 +450,8 @@ func (f *fleet) operatorViews(ctx context.Context, ids []string, after string, l
 		if limit > 0 && len(out) == limit {
 			break
 		}
-		v, err := f.view(ctx, id)
-		if errors.Is(err, errUnknownNode) {
+		v, err := f.View(ctx, id)
+		if errors.Is(err, store.ErrUnknownNode) {
 			continue
 		}
 		if err != nil {
@@ -546,14 +464,14 @@ func (f *fleet) operatorViews(ctx context.Context, ids []string, after string, l
 
 // noticesOf is notices, of the nodes keep keeps (nil: all): a page of
 // at most limit after after, and the last one's id.
-func (f *fleet) noticesOf(ctx context.Context, keep func(node string) bool, after int64, limit int) ([]numberedNotice, int64, error) {
+func (f *fleet) noticesOf(ctx context.Context, keep func(node string) bool, after int64, limit int) ([]store.NumberedNotice, int64, error) {
 	if keep == nil {
-		return f.notices(ctx, after, limit)
+		return f.Notices(ctx, after, limit)
 	}
-	out := []numberedNotice{}
+	out := []store.NumberedNotice{}
 	last := after
 	for {
-		ns, _, err := f.store.notices(ctx, last, maxPage)
+		ns, _, err := f.store.Notices(ctx, last, maxPage)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -587,17 +505,17 @@ type maxUsersRequest struct {
 // setMaxUsers sets the node's cap of live users (0: none): a node whose
 // cap is filled takes nobody new, which is not an overload.
 func (f *fleet) setMaxUsers(ctx context.Context, req maxUsersRequest) error {
-	if err := checkNodeID(req.Node); err != nil {
+	if err := store.CheckNodeID(req.Node); err != nil {
 		return fmt.Errorf("max_users: %w", err)
 	}
 	if req.MaxUsers < 0 {
-		return fmt.Errorf("max_users of %s: %d: want 0 (no cap) or more: %w", req.Node, req.MaxUsers, errBadInput)
+		return fmt.Errorf("max_users of %s: %d: want 0 (no cap) or more: %w", req.Node, req.MaxUsers, store.ErrBadInput)
 	}
-	err := f.store.update(ctx, req.Node, func(n *node, _ time.Time, _ nodeTx) error {
-		if n.info.Role == 0 {
-			return fmt.Errorf("max_users of %q: %w", req.Node, errUnknownNode)
+	err := f.store.Update(ctx, req.Node, func(n *store.Node, _ time.Time, _ store.NodeTx) error {
+		if n.Info.Role == 0 {
+			return fmt.Errorf("max_users of %q: %w", req.Node, store.ErrUnknownNode)
 		}
-		n.info.MaxUsers = req.MaxUsers
+		n.Info.MaxUsers = req.MaxUsers
 		return nil
 	})
 	if err == nil {
@@ -613,25 +531,25 @@ func (f *fleet) setMaxUsers(ctx context.Context, req maxUsersRequest) error {
 // event list ("paused", "approved"); pausing a paused node, or approving
 // one not paused, changes nothing.
 func (f *fleet) pause(ctx context.Context, id string, paused bool) error {
-	if err := checkNodeID(id); err != nil {
+	if err := store.CheckNodeID(id); err != nil {
 		return err
 	}
 	changed := false
-	err := f.store.update(ctx, id, func(n *node, now time.Time, _ nodeTx) error {
-		if n.info.Role == 0 {
-			return fmt.Errorf("node %q: %w", id, errUnknownNode)
+	err := f.store.Update(ctx, id, func(n *store.Node, now time.Time, _ store.NodeTx) error {
+		if n.Info.Role == 0 {
+			return fmt.Errorf("node %q: %w", id, store.ErrUnknownNode)
 		}
-		if changed = n.info.Paused != paused; !changed {
+		if changed = n.Info.Paused != paused; !changed {
 			return nil
 		}
-		n.info.Paused = paused
-		ev := overload.Event{Kind: eventApproved, At: now}
+		n.Info.Paused = paused
+		ev := overload.Event{Kind: store.EventApproved, At: now}
 		if paused {
-			ev.Kind = eventPaused
+			ev.Kind = store.EventPaused
 		}
-		n.eventsSeen++
-		n.marks = appendBounded(n.marks, numberedEvent{ID: n.eventsSeen, Event: ev}, maxMarks)
-		n.event = &ev
+		n.EventsSeen++
+		n.Marks = store.AppendBounded(n.Marks, store.NumberedEvent{ID: n.EventsSeen, Event: ev}, store.MaxMarks)
+		n.Event = &ev
 		return nil
 	})
 	switch {
@@ -644,16 +562,16 @@ func (f *fleet) pause(ctx context.Context, id string, paused bool) error {
 	return err
 }
 
-// redeliver sends notice id again, with its first webhook-id, if keep
+// Redeliver sends notice id again, with its first webhook-id, if keep
 // (nil: any) keeps its node: a notice of another operator's node is not
 // found, as one that does not exist. The delivery is due at once and
 // keeps its log.
-func (f *fleet) redeliver(ctx context.Context, id int64, keep func(node string) bool) error {
-	notFound := fmt.Errorf("notice %d: %w", id, errUnknown)
+func (f *fleet) Redeliver(ctx context.Context, id int64, keep func(node string) bool) error {
+	notFound := fmt.Errorf("notice %d: %w", id, store.ErrUnknown)
 	if id < 1 {
 		return notFound
 	}
-	ns, _, err := f.store.notices(ctx, id-1, 1)
+	ns, _, err := f.store.Notices(ctx, id-1, 1)
 	if err != nil {
 		return err
 	}
@@ -661,15 +579,15 @@ func (f *fleet) redeliver(ctx context.Context, id int64, keep func(node string) 
 		return notFound
 	}
 	if f.notify == nil || f.notify.box == nil {
-		return fmt.Errorf("notice %d: %w (no deliveries: the platform runs without -notify-file)", id, errUnknown)
+		return fmt.Errorf("notice %d: %w (no deliveries: the platform runs without -notify-file)", id, store.ErrUnknown)
 	}
 	did := noticeID(ns[0].Node, ns[0].At)
-	found, err := f.notify.box.redeliver(ctx, did, f.now())
+	found, err := f.notify.box.Redeliver(ctx, did, f.now())
 	if err != nil {
 		return err
 	}
 	if !found {
-		return fmt.Errorf("notice %d: %w (no delivery: decided before the platform delivered notices)", id, errUnknown)
+		return fmt.Errorf("notice %d: %w (no delivery: decided before the platform delivered notices)", id, store.ErrUnknown)
 	}
 	f.log.Info("notice to be delivered again", "notice", id, "id", did, "node", ns[0].Node)
 	f.dispatch.poke()

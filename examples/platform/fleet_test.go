@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -121,7 +122,7 @@ func (r *replica) get(path string, out any) {
 	}
 }
 
-func (r *replica) view(id string) nodeView {
+func (r *replica) View(id string) nodeView {
 	r.t.Helper()
 	var v nodeView
 	r.get("/nodes/"+id, &v)
@@ -386,7 +387,7 @@ func TestFleetPairs(t *testing.T) {
 		run("price×report", func(i int) {
 			price := priceRequest{Node: "pr", Price: 100 + pricingPrice(i)}
 			x, _ := pair(l.send(t, f.a, price), l.send(t, f.b, reading("pr", i+1, 50)))
-			if v := f.a.view("pr"); x.code == 204 && v.Price != price.Price {
+			if v := f.a.View("pr"); x.code == 204 && v.Price != price.Price {
 				t.Errorf("price of pr %d after a POST /price of %d was acknowledged", v.Price, price.Price)
 			}
 		})
@@ -419,7 +420,7 @@ func TestFleetPairs(t *testing.T) {
 			<-sent
 			for i := range trials {
 				id := fmt.Sprintf("sf-%d", i)
-				v := c.view(id)
+				v := c.View(id)
 				if !v.Registered || len(v.Routes) != 1 {
 					t.Errorf("node %s after seeding and its first reading at once: registered %v, %d routes, want registered with its 1", id, v.Registered, len(v.Routes))
 				}
@@ -462,7 +463,7 @@ func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.R
 			ID string `json:"id"`
 		}
 		json.Unmarshal(raw, &id)
-		v := f.a.view(id.ID)
+		v := f.a.View(id.ID)
 		if v.MaxUsers > 0 && v.LiveUsers > v.MaxUsers {
 			t.Errorf("node %s: %d users, max_users %d", v.ID, v.LiveUsers, v.MaxUsers)
 		}
@@ -553,7 +554,7 @@ func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.R
 			wantNotices++
 		}
 	}
-	var page eventPage
+	var page store.EventPage
 	f.a.get("/nodes/ev/events?limit=1000", &page)
 	if l.maybeRead["ev"] > 0 {
 		t.Logf("node ev: %d readings answered 503: its events are not compared with one tracker's", l.maybeRead["ev"])
@@ -611,7 +612,7 @@ func TestFleetRoutesPlanRound(t *testing.T) {
 		}
 		for i := range nodes {
 			id := fmt.Sprintf("rp-%d", i)
-			v := f.a.view(id)
+			v := f.a.View(id)
 			if len(v.Routes) != l.opened[id] || len(v.Closed) != 0 {
 				t.Errorf("node %s: %d live routes and %d closed, %d opened", id, len(v.Routes), len(v.Closed), l.opened[id])
 			}

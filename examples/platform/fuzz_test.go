@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ func FuzzParseTokens(f *testing.F) {
 			if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
 				t.Fatalf("token %q", tok)
 			}
-			if node != "" && checkNodeID(node) != nil {
+			if node != "" && store.CheckNodeID(node) != nil {
 				t.Fatalf("node %q", node)
 			}
 		}

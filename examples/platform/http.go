@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -40,7 +41,7 @@ func pageLimit(list, s string) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > maxPage {
-		return 0, fmt.Errorf("%s: limit=%.20q: want 1 to %d: %w", list, s, maxPage, errBadInput)
+		return 0, fmt.Errorf("%s: limit=%.20q: want 1 to %d: %w", list, s, maxPage, store.ErrBadInput)
 	}
 	return n, nil
 }
@@ -57,7 +58,7 @@ type page struct {
 // /plans): empty, from the first, or an id by the node-id rule.
 func afterNodeID(list, s string) error {
 	if s != "" && overload.CheckNode(s) != nil {
-		return fmt.Errorf("%s: after=%.80q: want a node id (%s), the value of the previous page's Link: %w", list, s, overload.NodeRule, errBadInput)
+		return fmt.Errorf("%s: after=%.80q: want a node id (%s), the value of the previous page's Link: %w", list, s, overload.NodeRule, store.ErrBadInput)
 	}
 	return nil
 }
@@ -69,7 +70,7 @@ func checkText(what, s string) error {
 	bad := s == "" || len(s) > maxText || !utf8.ValidString(s) ||
 		strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 	if bad {
-		return fmt.Errorf("%s %.80q: want 1 to %d bytes of UTF-8 without control characters: %w", what, s, maxText, errBadInput)
+		return fmt.Errorf("%s %.80q: want 1 to %d bytes of UTF-8 without control characters: %w", what, s, maxText, store.ErrBadInput)
 	}
 	return nil
 }
@@ -85,7 +86,7 @@ func parseNoticeCursor(s string) (int64, error) {
 	}
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id < 0 {
-		return 0, fmt.Errorf("notices: after=%.80q: want a notice id, 0 or more (the previous page's Link names it): %w", s, errBadInput)
+		return 0, fmt.Errorf("notices: after=%.80q: want a notice id, 0 or more (the previous page's Link names it): %w", s, store.ErrBadInput)
 	}
 	return id, nil
 }
@@ -163,10 +164,10 @@ func handler(f *fleet, toks tokens) http.Handler {
 	})
 	rep := reportHandler{f, idx}
 	mux.Handle("POST /report", rep)
-	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, _ identity, req openRequest) (route, error) {
+	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, _ identity, req openRequest) (store.Route, error) {
 		return f.open(ctx, req)
 	})))
-	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, func(ctx context.Context, _ identity, req trafficRequest) (route, error) {
+	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, func(ctx context.Context, _ identity, req trafficRequest) (store.Route, error) {
 		return f.traffic(ctx, req)
 	})))
 	mux.HandleFunc("POST /price", auth(true, serve(http.StatusNoContent, func(ctx context.Context, id identity, req priceRequest) (struct{}, error) {
@@ -184,7 +185,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 	mux.HandleFunc("GET /admit", get(false, func(r *http.Request, _ identity) (any, error) {
 		id := r.URL.Query().Get("node")
 		if id == "" {
-			return nil, fmt.Errorf("admit: ?node= is required: %w", errBadInput)
+			return nil, fmt.Errorf("admit: ?node= is required: %w", store.ErrBadInput)
 		}
 		return f.admit(r.Context(), id)
 	}))
@@ -226,7 +227,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 		if !owns(id, node) {
 			return nil, notYours(node)
 		}
-		v, err := f.view(r.Context(), node)
+		v, err := f.View(r.Context(), node)
 		if err != nil || id.admin() {
 			return v, err
 		}
@@ -234,20 +235,20 @@ func handler(f *fleet, toks tokens) http.Handler {
 	}))
 	mux.HandleFunc("GET /nodes/{id}/events", paged("events", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
 		node := r.PathValue("id")
-		if err := checkNodeID(node); err != nil {
+		if err := store.CheckNodeID(node); err != nil {
 			return page{}, fmt.Errorf("events: %w", err)
 		}
 		if !owns(id, node) {
-			return page{}, fmt.Errorf("events of node %q: %w", node, errUnknownNode)
+			return page{}, fmt.Errorf("events of node %q: %w", node, store.ErrUnknownNode)
 		}
 		var from int64
 		if after != "" {
 			var err error
 			if from, err = strconv.ParseInt(after, 10, 64); err != nil || from < 0 {
-				return page{}, fmt.Errorf("events: after=%.80q: want an event id, 0 or more, the value of the previous page's Link: %w", after, errBadInput)
+				return page{}, fmt.Errorf("events: after=%.80q: want an event id, 0 or more, the value of the previous page's Link: %w", after, store.ErrBadInput)
 			}
 		}
-		evs, err := f.events(r.Context(), node, from, limit)
+		evs, err := f.Events(r.Context(), node, from, limit)
 		return page{evs, strconv.FormatInt(evs.Next, 10), evs.Next != 0}, err
 	}))
 	mux.HandleFunc("GET /notices", paged("notices", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
@@ -265,14 +266,14 @@ func handler(f *fleet, toks tokens) http.Handler {
 	mux.HandleFunc("POST /notices/{id}/redeliver", auth(true, func(w http.ResponseWriter, r *http.Request, id identity) {
 		n, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 		if err != nil || n < 1 {
-			writeFailure(w, fmt.Errorf("redeliver: notice %.80q: want a notice's id, 1 or more: %w", r.PathValue("id"), errBadInput))
+			writeFailure(w, fmt.Errorf("redeliver: notice %.80q: want a notice's id, 1 or more: %w", r.PathValue("id"), store.ErrBadInput))
 			return
 		}
 		var keep func(node string) bool
 		if id.isOperator() {
 			keep = func(node string) bool { return owners[node] == id.operator }
 		}
-		if err := f.redeliver(r.Context(), n, keep); err != nil {
+		if err := f.Redeliver(r.Context(), n, keep); err != nil {
 			writeFailure(w, err)
 			return
 		}
@@ -282,7 +283,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 		if err := afterNodeID("plans", after); err != nil {
 			return page{}, err
 		}
-		ps, last, err := f.plans(r.Context(), after, limit)
+		ps, last, err := f.Plans(r.Context(), after, limit)
 		return page{ps, last, len(ps) == limit}, err
 	}))
 	mux.HandleFunc("POST /nodes/{id}/pause", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
@@ -352,10 +353,10 @@ func handler(f *fleet, toks tokens) http.Handler {
 // node that does not exist gets, word for word, so an answer never tells
 // an operator that another's node exists.
 func notYours(node string) error {
-	if err := checkNodeID(node); err != nil {
+	if err := store.CheckNodeID(node); err != nil {
 		return err
 	}
-	return fmt.Errorf("node %q: %w", node, errUnknownNode)
+	return fmt.Errorf("node %q: %w", node, store.ErrUnknownNode)
 }
 
 // reportFirst serves POST /report, which every node sends every 30 s,
@@ -460,8 +461,8 @@ func handleReport(ctx context.Context, f *fleet, w http.ResponseWriter, r *http.
 		}
 		rd.Node = tokenNode
 	}
-	out, err := f.report(ctx, rd)
-	dup := errors.Is(err, errDuplicate)
+	out, err := f.Report(ctx, rd)
+	dup := errors.Is(err, store.ErrDuplicate)
 	switch {
 	case err != nil && !dup:
 		writeFailure(w, err)
@@ -639,19 +640,19 @@ func writeBodyFailure(w http.ResponseWriter, err error) {
 // statusOf maps an error of the platform to its status and reason word.
 func statusOf(err error) (int, string) {
 	switch {
-	case errors.Is(err, errUnknownNode):
+	case errors.Is(err, store.ErrUnknownNode):
 		return http.StatusNotFound, reasonUnknownNode
-	case errors.Is(err, errUnknown):
+	case errors.Is(err, store.ErrUnknown):
 		return http.StatusNotFound, reasonNotFound
-	case errors.Is(err, errBadInput):
+	case errors.Is(err, store.ErrBadInput):
 		return http.StatusBadRequest, reasonInvalid
-	case errors.Is(err, errStale):
+	case errors.Is(err, store.ErrStale):
 		return http.StatusConflict, reasonOlder
-	case errors.Is(err, errNotAdmit):
+	case errors.Is(err, store.ErrNotAdmit):
 		return http.StatusConflict, reasonNotAdmitted
-	case errors.Is(err, errUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, reasonUnavailable
-	case errors.Is(err, errUnsaved):
+	case errors.Is(err, store.ErrUnsaved):
 		return http.StatusInternalServerError, reasonUnsaved
 	default:
 		return http.StatusInternalServerError, reasonInternal

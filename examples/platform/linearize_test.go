@@ -15,6 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -285,7 +286,7 @@ func linAnswer(in linInput, code int, b []byte) (linOutput, error) {
 		}
 		out.admitted = code == 201
 	case linTraffic:
-		var rt route
+		var rt store.Route
 		if code != 200 || json.Unmarshal(b, &rt) != nil {
 			return out, bad
 		}

@@ -200,7 +200,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	var svc store
+	var svc platformStore
 	where := []any{"state_dir", o.stateDir}
 	if o.db != "" {
 		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)

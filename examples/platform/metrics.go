@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"net/http"
 	"slices"
 	"time"
@@ -18,22 +19,22 @@ func serveMetrics(n *notifier, w http.ResponseWriter, r *http.Request) {
 	var oldest time.Time
 	if n != nil && n.box != nil {
 		var err error
-		if counts, oldest, err = n.box.counts(r.Context()); err != nil {
+		if counts, oldest, err = n.box.Counts(r.Context()); err != nil {
 			writeFailure(w, fmt.Errorf("metrics: %w", err))
 			return
 		}
 	}
 	b.WriteString("# HELP platform_notice_deliveries Notice deliveries in the outbox, by status.\n")
 	b.WriteString("# TYPE platform_notice_deliveries gauge\n")
-	for _, s := range []string{statusPending, statusDelivered, statusFailed, statusUndeliverable} {
+	for _, s := range []string{store.StatusPending, store.StatusDelivered, store.StatusFailed, store.StatusUndeliverable} {
 		fmt.Fprintf(&b, "platform_notice_deliveries{status=%q} %d\n", s, counts[s])
 	}
 	b.WriteString("# HELP platform_notice_delivery_attempts_total Delivery attempts by this replica, by outcome (release: the receiver was busy, no request made).\n")
 	b.WriteString("# TYPE platform_notice_delivery_attempts_total counter\n")
-	for _, o := range slices.Sorted(slices.Values(outcomeNames[:])) {
+	for _, o := range slices.Sorted(slices.Values(store.OutcomeNames[:])) {
 		var v int64
 		if n != nil {
-			v = n.attempts[slices.Index(outcomeNames[:], o)].Load()
+			v = n.attempts[slices.Index(store.OutcomeNames[:], o)].Load()
 		}
 		fmt.Fprintf(&b, "platform_notice_delivery_attempts_total{outcome=%q} %d\n", o, v)
 	}

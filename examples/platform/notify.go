@@ -14,92 +14,15 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 )
-
-// Message types: a notice (an overload started), and, when asked for,
-// the end of an overload.
-const (
-	typeOverloaded    = "node.overloaded"
-	typeOverloadEnded = "node.overload_ended"
-)
-
-// Delivery statuses, as GET /notices and /nodes/X show them.
-const (
-	statusPending       = "pending"
-	statusDelivered     = "delivered"
-	statusFailed        = "failed"
-	statusUndeliverable = "undeliverable"
-)
-
-// delivery is one message in the outbox: written when the notice is
-// decided, with the body every attempt sends.
-type delivery struct {
-	ID   string    `json:"id"` // webhook-id: the same on every attempt, from every replica
-	Node string    `json:"node"`
-	Type string    `json:"type"`
-	At   time.Time `json:"at"` // the notice's (or end's) time, as counted
-	// Seq orders a node's messages: the node's readings counted when the
-	// message was decided. A node's message is claimed only once none of
-	// its messages with a lower Seq is pending.
-	Seq     int64     `json:"seq,omitempty"`
-	Body    []byte    `json:"body"`    // the message, byte for byte as signed
-	Created time.Time `json:"created"` // when the platform decided it
-	// What the attempts so far did.
-	Status      string    `json:"status"`
-	Attempts    int       `json:"attempts"`
-	NextAt      time.Time `json:"next_at,omitzero"`
-	LastStatus  int       `json:"last_status,omitempty"`
-	LastError   string    `json:"last_error,omitempty"`
-	DeliveredAt time.Time `json:"delivered_at,omitzero"`
-	// Log is the latest attempts, oldest first, at most maxLog.
-	Log []attemptLog `json:"log,omitempty"`
-}
-
-// attemptLog is one attempt of a delivery: when, and the receiver's
-// status code or the error (never the receiver's URL).
-type attemptLog struct {
-	At     time.Time `json:"at"`
-	Status int       `json:"status,omitempty"`
-	Error  string    `json:"error,omitempty"`
-}
-
-// maxLog bounds a delivery's log: a day of retries backing off to an
-// hour is some 30 attempts; the latest 20 say what is going on.
-const maxLog = 20
-
-// deliveryView is what the API shows of a notice's delivery.
-type deliveryView struct {
-	ID          string    `json:"id"`
-	Type        string    `json:"type"`
-	Status      string    `json:"status"`
-	Attempts    int       `json:"attempts"`
-	DeliveredAt time.Time `json:"delivered_at,omitzero"`
-	NextAttempt time.Time `json:"next_attempt,omitzero"`
-	LastStatus  int       `json:"last_status,omitempty"`
-	LastError   string    `json:"last_error,omitempty"`
-	// Log is the latest attempts, oldest first: the delivery log.
-	Log []attemptLog `json:"log"`
-}
-
-func (d *delivery) view() deliveryView {
-	v := deliveryView{ID: d.ID, Type: d.Type, Status: d.Status, Attempts: d.Attempts, DeliveredAt: d.DeliveredAt,
-		LastStatus: d.LastStatus, LastError: d.LastError, Log: d.Log}
-	if v.Log == nil {
-		v.Log = []attemptLog{}
-	}
-	if d.Status == statusPending {
-		v.NextAttempt = d.NextAt
-	}
-	return v
-}
 
 // noticeID is a notice's message id: its node and the instant it was
 // counted at (a node has at most one notice an instant, and one an hour),
@@ -143,8 +66,8 @@ type messageFinding struct {
 
 // noticeDelivery is the outbox entry of notice n, decided at now. With
 // no receiver for the node it is undeliverable from the start.
-func noticeDelivery(n overload.Notice, seq int64, now time.Time, rs *receivers) (delivery, error) {
-	m := message{Type: typeOverloaded, Timestamp: now.UTC(), Data: messageData{
+func noticeDelivery(n overload.Notice, seq int64, now time.Time, rs *receivers) (store.Delivery, error) {
+	m := message{Type: store.TypeOverloaded, Timestamp: now.UTC(), Data: messageData{
 		Node: n.Node, At: n.At.UTC(), Received: now.UTC(), Text: n.Text, Findings: []messageFinding{},
 	}}
 	for _, f := range n.Findings {
@@ -157,22 +80,22 @@ func noticeDelivery(n overload.Notice, seq int64, now time.Time, rs *receivers) 
 }
 
 // endDelivery is the outbox entry of the end of an overload.
-func endDelivery(node string, seq int64, e overload.Event, now time.Time, rs *receivers) (delivery, error) {
-	m := message{Type: typeOverloadEnded, Timestamp: now.UTC(), Data: messageData{
+func endDelivery(node string, seq int64, e overload.Event, now time.Time, rs *receivers) (store.Delivery, error) {
+	m := message{Type: store.TypeOverloadEnded, Timestamp: now.UTC(), Data: messageData{
 		Node: node, At: e.At.UTC(), Received: now.UTC(), Lasted: e.Lasted.String(),
 		Text: fmt.Sprintf("%s is no longer overloaded, after %v", node, e.Lasted.Round(time.Second)),
 	}}
 	return newDelivery(endID(node, e.At), node, seq, m, now, rs)
 }
 
-func newDelivery(id, node string, seq int64, m message, now time.Time, rs *receivers) (delivery, error) {
+func newDelivery(id, node string, seq int64, m message, now time.Time, rs *receivers) (store.Delivery, error) {
 	body, err := json.Marshal(m)
 	if err != nil {
-		return delivery{}, fmt.Errorf("node %s: message: %w: %w", node, errUnsaved, err)
+		return store.Delivery{}, fmt.Errorf("node %s: message: %w: %w", node, store.ErrUnsaved, err)
 	}
-	d := delivery{ID: id, Node: node, Type: m.Type, At: m.Data.At, Seq: seq, Body: body, Created: now, Status: statusPending, NextAt: now}
+	d := store.Delivery{ID: id, Node: node, Type: m.Type, At: m.Data.At, Seq: seq, Body: body, Created: now, Status: store.StatusPending, NextAt: now}
 	if rs.forNode(node) == nil {
-		d.Status, d.LastError, d.NextAt = statusUndeliverable, "no receiver for the node in the notify file", time.Time{}
+		d.Status, d.LastError, d.NextAt = store.StatusUndeliverable, "no receiver for the node in the notify file", time.Time{}
 	}
 	return d, nil
 }
@@ -198,42 +121,17 @@ func sign(secrets [][]byte, id string, ts int64, body []byte) string {
 	return b.String()
 }
 
-// outcome is what one attempt did.
-type outcome int
-
-const (
-	outcomeDelivered outcome = iota // a 2xx
-	outcomeRetry                    // 408, 429, 5xx, a timeout or a connection error
-	outcomeFailed                   // any other status, or given up
-	outcomeGone                     // 410: the receiver is disabled until the file changes
-	outcomeUndeliverable
-	outcomeRelease // not an attempt: the receiver was busy; due again shortly
-)
-
-var outcomeNames = [...]string{"delivered", "retry", "failed", "gone", "undeliverable", "release"}
-
-func (o outcome) String() string { return outcomeNames[o] }
-
-// attemptResult is an attempt's outcome with what the receiver said.
-type attemptResult struct {
-	outcome outcome
-	status  int    // the HTTP status, 0 for none
-	err     string // the error, without the URL
-	at      time.Time
-	next    time.Time // for a retry: the next attempt
-}
-
 // classify says what an answer with status code means.
-func classifyStatus(code int) outcome {
+func classifyStatus(code int) store.Outcome {
 	switch {
 	case code >= 200 && code < 300:
-		return outcomeDelivered
+		return store.OutcomeDelivered
 	case code == http.StatusGone:
-		return outcomeGone
+		return store.OutcomeGone
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
-		return outcomeRetry
+		return store.OutcomeRetry
 	default: // other 4xx; 1xx and 3xx (redirects are not followed)
-		return outcomeFailed
+		return store.OutcomeFailed
 	}
 }
 
@@ -300,51 +198,6 @@ func backoff(base, max time.Duration, n int, r float64) time.Duration {
 	return d/2 + time.Duration(r*float64(d/2))
 }
 
-// claimFilter tells a claim which nodes' deliveries to leave: those whose
-// receiver has as many attempts in flight as it may.
-type claimFilter struct {
-	Busy    []string // nodes with a line of their own whose receiver is busy
-	AnyBusy bool     // the "*" receiver is busy: only nodes in Own
-	Own     []string // nodes with a line of their own
-}
-
-func (f claimFilter) allows(node string) bool {
-	for _, b := range f.Busy {
-		if b == node {
-			return false
-		}
-	}
-	if !f.AnyBusy {
-		return true
-	}
-	for _, o := range f.Own {
-		if o == node {
-			return true
-		}
-	}
-	return false
-}
-
-// outboxStore is the outbox of a store: the file store's log, or the
-// deliveries table.
-type outboxStore interface {
-	// claim leases up to max due pending deliveries until now+lease,
-	// counting an attempt of each, and returns them.
-	claim(ctx context.Context, now time.Time, max int, lease time.Duration, f claimFilter) ([]delivery, error)
-	// settle records the result of the attempt d (as claim returned it).
-	settle(ctx context.Context, d delivery, res attemptResult) error
-	// byIDs returns the deliveries of ids that exist.
-	byIDs(ctx context.Context, ids []string) (map[string]delivery, error)
-	// redeliver makes delivery id due again at now, whatever its status,
-	// keeping its id and its log; false when there is no such delivery.
-	redeliver(ctx context.Context, id string, now time.Time) (bool, error)
-	// byNode returns node's newest deliveries, newest first.
-	byNode(ctx context.Context, node string, limit int) ([]delivery, error)
-	// counts returns the deliveries by status, and when the oldest
-	// pending one was decided (zero: none pending).
-	counts(ctx context.Context) (map[string]int64, time.Time, error)
-}
-
 // dispatch is what a store and the notifier share: the receivers in
 // force (a notice decided for a node without one goes into the outbox
 // undeliverable), whether ends of overloads are sent, and the wake-up a
@@ -357,7 +210,7 @@ type dispatch struct {
 	wake  chan struct{}
 
 	mu     sync.Mutex // orders the changes of rcv
-	ops    map[string]operatorReceiver
+	ops    map[string]store.OperatorReceiver
 	owners map[string]string
 	at     time.Time // when ops were put in
 }
@@ -374,7 +227,7 @@ func newDispatch(cfg notifyConfig, rs *receivers) *dispatch {
 
 // setOperators puts the operators' own receivers ops in force beside the
 // notify file's, for the nodes owners gives each, as at now.
-func (d *dispatch) setOperators(ops map[string]operatorReceiver, owners map[string]string, now time.Time) {
+func (d *dispatch) setOperators(ops map[string]store.OperatorReceiver, owners map[string]string, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ops, d.owners, d.at = ops, owners, now
@@ -416,7 +269,7 @@ func (d *dispatch) poke() {
 type notifier struct {
 	*dispatch
 	cfg    notifyConfig
-	box    outboxStore
+	box    store.OutboxStore
 	log    *slog.Logger
 	now    func() time.Time
 	client *http.Client
@@ -426,7 +279,7 @@ type notifier struct {
 	failing  map[string]bool     // by receiver URL: its last attempt is to be retried
 	total    int                 // attempts in flight
 	disabled map[string][32]byte // receiver URL → the notify file's hash when it answered 410
-	attempts [len(outcomeNames)]atomic.Int64
+	attempts [len(store.OutcomeNames)]atomic.Int64
 	claimed  atomic.Int64 // deliveries claimed, for tests
 	running  sync.WaitGroup
 	// attempted, when set, is told of each attempt to an operator's own
@@ -436,7 +289,7 @@ type notifier struct {
 
 // newNotifier is the notifier of d's receivers, delivering box (a
 // store's outbox; nil: none, for a platform that only reloads its file).
-func newNotifier(cfg notifyConfig, d *dispatch, box outboxStore, log *slog.Logger, now func() time.Time) *notifier {
+func newNotifier(cfg notifyConfig, d *dispatch, box store.OutboxStore, log *slog.Logger, now func() time.Time) *notifier {
 	cfg = cfg.withDefaults()
 	if now == nil {
 		now = func() time.Time { return time.Now().Round(0) }
@@ -525,10 +378,10 @@ func (n *notifier) busyLocked(key string) bool {
 // filter is the claim filter for the receivers now busy, and how many
 // deliveries a claim may take: the free slots, or, with none free, one
 // for each receiver with nothing in flight.
-func (n *notifier) filter(rs *receivers) (claimFilter, int) {
+func (n *notifier) filter(rs *receivers) (store.ClaimFilter, int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var f claimFilter
+	var f store.ClaimFilter
 	idle := 0
 	for node, rc := range rs.byNode {
 		f.Own = append(f.Own, node)
@@ -564,7 +417,7 @@ func (n *notifier) pump(ctx context.Context) {
 			return
 		}
 		qctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		ds, err := n.box.claim(qctx, n.now(), free, n.cfg.lease, f)
+		ds, err := n.box.Claim(qctx, n.now(), free, n.cfg.lease, f)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -585,11 +438,11 @@ func (n *notifier) pump(ctx context.Context) {
 // start begins an attempt of d, or settles it at once when its receiver
 // is gone, disabled, or has too many attempts in flight (then it is due
 // again in a moment).
-func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
+func (n *notifier) start(ctx context.Context, rs *receivers, d store.Delivery) {
 	now := n.now()
 	rc := rs.forNode(d.Node)
 	if rc == nil {
-		n.settle(ctx, d, nil, attemptResult{outcome: outcomeUndeliverable, at: now, err: "no receiver for the node: none in the notify file, or its operator's is disabled"})
+		n.Settle(ctx, d, nil, store.AttemptResult{Outcome: store.OutcomeUndeliverable, At: now, Err: "no receiver for the node: none in the notify file, or its operator's is disabled"})
 		return
 	}
 	key := rc.URL.String()
@@ -603,8 +456,8 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
 	n.mu.Unlock()
 	switch {
 	case off && sum == rs.sum:
-		n.settle(ctx, d, rc, attemptResult{outcome: outcomeFailed, at: now, status: http.StatusGone,
-			err: "the receiver answered 410 Gone: disabled until the notify file changes"})
+		n.Settle(ctx, d, rc, store.AttemptResult{Outcome: store.OutcomeFailed, At: now, Status: http.StatusGone,
+			Err: "the receiver answered 410 Gone: disabled until the notify file changes"})
 		return
 	case off: // the file changed since: try again
 		n.mu.Lock()
@@ -615,7 +468,7 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
 	case busy:
 		// Due again at once: the claims skip a busy receiver's nodes
 		// until one of its attempts ends.
-		n.settle(ctx, d, rc, attemptResult{outcome: outcomeRelease, at: now, next: now})
+		n.Settle(ctx, d, rc, store.AttemptResult{Outcome: store.OutcomeRelease, At: now, Next: now})
 		return
 	}
 	n.running.Add(1)
@@ -625,29 +478,29 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d delivery) {
 		n.mu.Lock()
 		n.inFlight[key]--
 		n.total--
-		switch res.outcome {
-		case outcomeGone:
+		switch res.Outcome {
+		case store.OutcomeGone:
 			n.disabled[key] = rs.sum
-		case outcomeRetry:
+		case store.OutcomeRetry:
 			n.failing[key] = true
 		default: // it answered
 			delete(n.failing, key)
 		}
 		n.mu.Unlock()
-		n.settle(context.WithoutCancel(ctx), d, rc, res)
+		n.Settle(context.WithoutCancel(ctx), d, rc, res)
 		n.poke() // a slot is free
 	}()
 }
 
 // attempt sends d to rc once.
-func (n *notifier) attempt(ctx context.Context, rc *receiver, d delivery) attemptResult {
+func (n *notifier) attempt(ctx context.Context, rc *receiver, d store.Delivery) store.AttemptResult {
 	now := n.now()
-	res := attemptResult{at: now}
+	res := store.AttemptResult{At: now}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rc.URL.String(), bytes.NewReader(d.Body))
 	if err != nil {
-		res.outcome, res.err = outcomeFailed, "request: "+urlless(err)
+		res.Outcome, res.Err = store.OutcomeFailed, "request: "+urlless(err)
 		return res
 	}
 	ts := now.Unix()
@@ -658,26 +511,26 @@ func (n *notifier) attempt(ctx context.Context, rc *receiver, d delivery) attemp
 	req.Header.Set("webhook-signature", sign(rc.Secrets, d.ID, ts, d.Body))
 	resp, err := n.client.Do(req)
 	if err != nil {
-		res.outcome, res.err = outcomeRetry, urlless(err)
+		res.Outcome, res.Err = store.OutcomeRetry, urlless(err)
 	} else {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
-		res.status = resp.StatusCode
-		res.outcome = classifyStatus(resp.StatusCode)
-		if res.outcome != outcomeDelivered {
-			res.err = resp.Status
+		res.Status = resp.StatusCode
+		res.Outcome = classifyStatus(resp.StatusCode)
+		if res.Outcome != store.OutcomeDelivered {
+			res.Err = resp.Status
 		}
 	}
-	if res.outcome == outcomeRetry {
+	if res.Outcome == store.OutcomeRetry {
 		if now.Sub(d.Created) >= n.cfg.GiveUp {
-			res.outcome = outcomeFailed
-			res.err = fmt.Sprintf("given up after %d attempts over %v: %s", d.Attempts, n.cfg.GiveUp, res.err)
+			res.Outcome = store.OutcomeFailed
+			res.Err = fmt.Sprintf("given up after %d attempts over %v: %s", d.Attempts, n.cfg.GiveUp, res.Err)
 		} else {
 			wait := backoff(n.cfg.backoffBase, n.cfg.backoffMax, d.Attempts, rand.Float64())
 			if ra := retryAfter(resp, now); ra > wait {
 				wait = min(ra, n.cfg.backoffMax)
 			}
-			res.next = now.Add(wait)
+			res.Next = now.Add(wait)
 		}
 	}
 	return res
@@ -713,74 +566,49 @@ func urlless(err error) string {
 	return err.Error()
 }
 
-// settle records res and logs a failure, naming the receiver's host.
-func (n *notifier) settle(ctx context.Context, d delivery, rc *receiver, res attemptResult) {
-	n.attempts[res.outcome].Add(1)
+// Settle records res and logs a failure, naming the receiver's host.
+func (n *notifier) Settle(ctx context.Context, d store.Delivery, rc *receiver, res store.AttemptResult) {
+	n.attempts[res.Outcome].Add(1)
 	host := ""
 	if rc != nil {
 		host = rc.host()
 	}
-	switch res.outcome {
-	case outcomeRetry:
+	switch res.Outcome {
+	case store.OutcomeRetry:
 		n.log.Warn("notify: delivery failed, will retry", "id", d.ID, "node", d.Node, "receiver", host,
-			"attempt", d.Attempts, "status", res.status, "err", res.err, "next", res.next)
-	case outcomeFailed, outcomeGone:
+			"attempt", d.Attempts, "status", res.Status, "err", res.Err, "next", res.Next)
+	case store.OutcomeFailed, store.OutcomeGone:
 		n.log.Error("notify: delivery failed", "id", d.ID, "node", d.Node, "receiver", host,
-			"attempt", d.Attempts, "status", res.status, "err", res.err)
-	case outcomeUndeliverable:
-		n.log.Warn("notify: undeliverable", "id", d.ID, "node", d.Node, "err", res.err)
+			"attempt", d.Attempts, "status", res.Status, "err", res.Err)
+	case store.OutcomeUndeliverable:
+		n.log.Warn("notify: undeliverable", "id", d.ID, "node", d.Node, "err", res.Err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	if rc != nil && rc.Operator != "" && n.attempted != nil && res.outcome <= outcomeGone {
-		n.attempted(sctx, rc, res.outcome == outcomeDelivered, res.at)
+	if rc != nil && rc.Operator != "" && n.attempted != nil && res.Outcome <= store.OutcomeGone {
+		n.attempted(sctx, rc, res.Outcome == store.OutcomeDelivered, res.At)
 	}
-	if err := n.box.settle(sctx, d, res); err != nil {
+	if err := n.box.Settle(sctx, d, res); err != nil {
 		// The lease runs out and another attempt is made: at least once.
 		n.log.Warn("notify: recording a delivery", "id", d.ID, "err", err)
 	}
 }
 
-// apply is d, as claimed, after the attempt res.
-func (d delivery) apply(res attemptResult) delivery {
-	if res.outcome == outcomeRelease {
-		d.Attempts--
-		d.NextAt = res.next
-		return d
-	}
-	d.LastStatus, d.LastError = res.status, res.err
-	d.Log = append(slices.Clip(d.Log), attemptLog{At: res.at, Status: res.status, Error: res.err})
-	if len(d.Log) > maxLog {
-		d.Log = d.Log[len(d.Log)-maxLog:]
-	}
-	switch res.outcome {
-	case outcomeDelivered:
-		d.Status, d.DeliveredAt, d.NextAt, d.LastError = statusDelivered, res.at, time.Time{}, ""
-	case outcomeRetry:
-		d.NextAt = res.next
-	case outcomeFailed, outcomeGone:
-		d.Status, d.NextAt = statusFailed, time.Time{}
-	case outcomeUndeliverable:
-		d.Status, d.NextAt = statusUndeliverable, time.Time{}
-	}
-	return d
-}
-
 // addDeliveries sets each notice's delivery. A notice the outbox does not
 // hold (decided before there was one) shows as undeliverable.
-func addDeliveries(ctx context.Context, box outboxStore, ns []numberedNotice) error {
+func addDeliveries(ctx context.Context, box store.OutboxStore, ns []store.NumberedNotice) error {
 	ids := make([]string, len(ns))
 	for i, nt := range ns {
 		ids[i] = noticeID(nt.Node, nt.At)
 	}
-	got, err := box.byIDs(ctx, ids)
+	got, err := box.ByIDs(ctx, ids)
 	if err != nil {
 		return err
 	}
 	for i := range ns {
-		v := deliveryView{ID: ids[i], Type: typeOverloaded, Status: statusUndeliverable}
+		v := store.DeliveryView{ID: ids[i], Type: store.TypeOverloaded, Status: store.StatusUndeliverable}
 		if d, ok := got[ids[i]]; ok {
-			v = d.view()
+			v = d.View()
 		}
 		ns[i].Delivery = &v
 	}
@@ -791,14 +619,14 @@ func addDeliveries(ctx context.Context, box outboxStore, ns []numberedNotice) er
 const maxNodeDeliveries = 10
 
 // nodeDeliveries is what /nodes/X shows of the node's deliveries.
-func nodeDeliveries(ctx context.Context, box outboxStore, node string) ([]deliveryView, error) {
-	ds, err := box.byNode(ctx, node, maxNodeDeliveries)
+func nodeDeliveries(ctx context.Context, box store.OutboxStore, node string) ([]store.DeliveryView, error) {
+	ds, err := box.ByNode(ctx, node, maxNodeDeliveries)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]deliveryView, len(ds))
+	out := make([]store.DeliveryView, len(ds))
 	for i := range ds {
-		out[i] = ds[i].view()
+		out[i] = ds[i].View()
 	}
 	return out, nil
 }
@@ -821,7 +649,7 @@ func (f *fleet) notifyUnreached(ctx context.Context, log *slog.Logger) {
 		return
 	}
 	qctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	ids, err := svc.nodeIDs(qctx)
+	ids, err := svc.NodeIDs(qctx)
 	cancel()
 	if err != nil {
 		log.Warn("notify: listing nodes", "err", err)

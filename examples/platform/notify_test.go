@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -204,7 +205,7 @@ func newDispatch4Test(t *testing.T, cfg notifyConfig) *dispatch {
 
 // notified opens a store with cfg's dispatch, as main does, and the
 // notifier delivering its outbox, on clock c, logging to log.
-func notified[S store](t *testing.T, c *clock, cfg notifyConfig, log *slog.Logger, open func(d *dispatch) (S, error)) (S, *notifier) {
+func notified[S platformStore](t *testing.T, c *clock, cfg notifyConfig, log *slog.Logger, open func(d *dispatch) (S, error)) (S, *notifier) {
 	t.Helper()
 	d := newDispatch4Test(t, cfg)
 	st, err := open(d)
@@ -272,7 +273,7 @@ func overloadNode(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 	t.Helper()
 	for i := range 3 {
 		c.add(time.Second)
-		if code := via[i%len(via)].read(node, 95); code != 200 {
+		if code := via[i%len(via)].Read(node, 95); code != 200 {
 			t.Fatalf("reading of %s: %d", node, code)
 		}
 	}
@@ -282,7 +283,7 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 	t.Helper()
 	for i := range 5 {
 		c.add(time.Second)
-		if code := via[i%len(via)].read(node, 40); code != 200 {
+		if code := via[i%len(via)].Read(node, 40); code != 200 {
 			t.Fatalf("reading of %s: %d", node, code)
 		}
 	}
@@ -290,16 +291,16 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 
 // serveNotifyTest serves svc as main does: notices and views with their
 // deliveries, and /metrics.
-func serveNotifyTest(t *testing.T, c *clock, svc store, n *notifier) *testPlatform {
+func serveNotifyTest(t *testing.T, c *clock, svc platformStore, n *notifier) *testPlatform {
 	toks := tokens{testToken: "", "x1-token": "x1"}
 	srv := httptest.NewServer(handler(newFleet(svc, n), toks))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }
 
-func (np notifyPlatform) notices() []numberedNotice {
+func (np notifyPlatform) Notices() []store.NumberedNotice {
 	np.t.Helper()
-	var out []numberedNotice
+	var out []store.NumberedNotice
 	if code := np.do("GET", "/notices", nil, &out); code != 200 {
 		np.t.Fatalf("/notices: %d", code)
 	}
@@ -320,7 +321,7 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 		overloadNode(t, c, fmt.Sprintf("n%02d", i), ps...)
 	}
 	drain(t, ns...)
-	notices := ps[0].notices()
+	notices := ps[0].Notices()
 	if len(notices) != 50 {
 		t.Fatalf("%d notices, want 50", len(notices))
 	}
@@ -340,12 +341,12 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 		if !ok {
 			t.Fatalf("notice %s (%s) never received", nt.Delivery.ID, nt.Text)
 		}
-		if a.Msg.Type != typeOverloaded || a.Msg.Data.Text != nt.Text || a.Msg.Data.Node != nt.Node ||
+		if a.Msg.Type != store.TypeOverloaded || a.Msg.Data.Text != nt.Text || a.Msg.Data.Node != nt.Node ||
 			len(a.Msg.Data.Findings) != 1 || a.Msg.Data.Findings[0].Text != "memory at 95 %" ||
 			a.Msg.Data.Findings[0].Figures["value"] != 95 || a.Msg.Data.Findings[0].Figures["limit"] != 90 {
 			t.Fatalf("message %+v, notice %+v", a.Msg, nt.Notice)
 		}
-		if nt.Delivery.Status != statusDelivered || nt.Delivery.Attempts != 1 || nt.Delivery.DeliveredAt.IsZero() {
+		if nt.Delivery.Status != store.StatusDelivered || nt.Delivery.Attempts != 1 || nt.Delivery.DeliveredAt.IsZero() {
 			t.Fatalf("notice %s: delivery %+v, want delivered at the first attempt", nt.Delivery.ID, nt.Delivery)
 		}
 	}
@@ -353,7 +354,7 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 		t.Errorf("%d attempts for 50 notices, want 50", len(attempts))
 	}
 	v := ps[len(ps)-1].node("n07")
-	if len(v.Deliveries) != 1 || v.Deliveries[0].Status != statusDelivered || v.Deliveries[0].ID != noticeID("n07", t0.Add(24*time.Second)) {
+	if len(v.Deliveries) != 1 || v.Deliveries[0].Status != store.StatusDelivered || v.Deliveries[0].ID != noticeID("n07", t0.Add(24*time.Second)) {
 		t.Errorf("/nodes/n07 deliveries %+v", v.Deliveries)
 	}
 	if code, _, _ := ps[0].raw("GET", "/metrics", "", ""); code != 401 {
@@ -392,7 +393,7 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 	var refused int
 	for c.now().Sub(start) < 10*time.Minute {
 		drain(t, ns...)
-		if v := ps[0].notices(); v[0].Delivery.Status == statusPending && v[0].Delivery.LastError != "" {
+		if v := ps[0].Notices(); v[0].Delivery.Status == store.StatusPending && v[0].Delivery.LastError != "" {
 			refused++
 		}
 		c.add(step)
@@ -400,8 +401,8 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 	if refused == 0 {
 		t.Fatal("no attempt recorded a connection error while the receiver was down")
 	}
-	for _, nt := range ps[0].notices() {
-		if nt.Delivery.Status != statusPending {
+	for _, nt := range ps[0].Notices() {
+		if nt.Delivery.Status != store.StatusPending {
 			t.Fatalf("notice %s while the receiver is down: %+v, want pending", nt.Delivery.ID, nt.Delivery)
 		}
 		// 10 s base, doubling, at most 2 min, with jitter down to half:
@@ -436,8 +437,8 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 		}
 		last[a.ID] = a.At
 	}
-	for _, nt := range ps[0].notices() {
-		if nt.Delivery.Status != statusDelivered {
+	for _, nt := range ps[0].Notices() {
+		if nt.Delivery.Status != store.StatusDelivered {
 			t.Fatalf("notice %s: %+v, want delivered", nt.Delivery.ID, nt.Delivery)
 		}
 		// Waits capped at 2 min: 10 minutes of 503 take 5 to 10 attempts.
@@ -480,7 +481,7 @@ func testNotifyOncePerHour(t *testing.T, open notifyOpener, replicas int) {
 	if len(attempts) != 1 || len(accepted) != 1 {
 		t.Fatalf("%d attempts, %d ids delivered; want exactly one delivery", len(attempts), len(accepted))
 	}
-	if ns := ps[0].notices(); len(ns) != 1 {
+	if ns := ps[0].Notices(); len(ns) != 1 {
 		t.Fatalf("%d notices, want 1", len(ns))
 	}
 }
@@ -549,8 +550,8 @@ func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 		t.Fatalf("b0's receiver got %d messages, want 2 (one a notice an hour, for two hours)", len(acc))
 	}
 	var failed int
-	for _, nt := range p.notices() {
-		if nt.Node == "a0" && nt.Delivery.Status == statusFailed && nt.Delivery.LastStatus == http.StatusGone {
+	for _, nt := range p.Notices() {
+		if nt.Node == "a0" && nt.Delivery.Status == store.StatusFailed && nt.Delivery.LastStatus == http.StatusGone {
 			failed++
 		}
 	}
@@ -594,8 +595,8 @@ func testNotifyUndeliverable(t *testing.T, open notifyOpener, _ int) {
 	p := open(c, testNotifyConfig(notifyFile(t, "other "+h.url()+" "+hookSecret)))
 	overloadNode(t, c, "lonely", p)
 	drain(t, p.n)
-	ns := p.notices()
-	if len(ns) != 1 || ns[0].Delivery.Status != statusUndeliverable {
+	ns := p.Notices()
+	if len(ns) != 1 || ns[0].Delivery.Status != store.StatusUndeliverable {
 		t.Fatalf("notices %+v, want one, undeliverable", ns)
 	}
 	if at, _ := h.snapshot(); len(at) != 0 {
@@ -789,7 +790,7 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	// Readings go on while the database restarts; b delivers, and an
 	// attempt whose result it cannot record while the database is down
 	// is made again: those are in the crash window too.
-	unrecorded := &recordingBox{outboxStore: b.n.box, failed: map[string]bool{}}
+	unrecorded := &recordingBox{OutboxStore: b.n.box, failed: map[string]bool{}}
 	b.n.box = unrecorded
 	restarted := make(chan error, 1)
 	go func() { restarted <- cl.Restart() }()
@@ -802,7 +803,7 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 		node := fmt.Sprintf("c%d", sent)
 		for i := 0; i < 3; {
 			c.add(time.Second)
-			code := b.read(node, 95)
+			code := b.Read(node, 95)
 			if code == 200 {
 				i++
 				continue
@@ -862,21 +863,21 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 
 // deadAfterSend is the outbox of a replica that dies after sending: it
 // claims, and never records what an attempt did.
-type deadAfterSend struct{ outboxStore }
+type deadAfterSend struct{ store.OutboxStore }
 
-func (deadAfterSend) settle(context.Context, delivery, attemptResult) error {
+func (deadAfterSend) Settle(context.Context, store.Delivery, store.AttemptResult) error {
 	return errors.New("replica gone")
 }
 
 // recordingBox records the deliveries whose result could not be written.
 type recordingBox struct {
-	outboxStore
+	store.OutboxStore
 	mu     sync.Mutex
 	failed map[string]bool
 }
 
-func (r *recordingBox) settle(ctx context.Context, d delivery, res attemptResult) error {
-	err := r.outboxStore.settle(ctx, d, res)
+func (r *recordingBox) Settle(ctx context.Context, d store.Delivery, res store.AttemptResult) error {
+	err := r.OutboxStore.Settle(ctx, d, res)
 	if err != nil {
 		r.mu.Lock()
 		r.failed[d.ID] = true
@@ -941,7 +942,7 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	if len(acc) != 1 || acc[noticeID("r1", t0.Add(3*time.Second))] != 1 {
 		t.Fatalf("delivered after the restart: %v, want r1's notice once", acc)
 	}
-	if d, _ := p.box.byIDs(t.Context(), []string{ghost.ID}); len(d) != 0 {
+	if d, _ := p.box.ByIDs(t.Context(), []string{ghost.ID}); len(d) != 0 {
 		t.Fatalf("the unsaved notice's entry was kept: %+v", d)
 	}
 }
@@ -1016,8 +1017,8 @@ func TestSign(t *testing.T) {
 }
 
 func TestClassifyStatus(t *testing.T) {
-	for code, want := range map[int]outcome{200: outcomeDelivered, 204: outcomeDelivered, 301: outcomeFailed, 400: outcomeFailed,
-		401: outcomeFailed, 404: outcomeFailed, 408: outcomeRetry, 410: outcomeGone, 429: outcomeRetry, 500: outcomeRetry, 503: outcomeRetry} {
+	for code, want := range map[int]store.Outcome{200: store.OutcomeDelivered, 204: store.OutcomeDelivered, 301: store.OutcomeFailed, 400: store.OutcomeFailed,
+		401: store.OutcomeFailed, 404: store.OutcomeFailed, 408: store.OutcomeRetry, 410: store.OutcomeGone, 429: store.OutcomeRetry, 500: store.OutcomeRetry, 503: store.OutcomeRetry} {
 		if got := classifyStatus(code); got != want {
 			t.Errorf("%d: %v, want %v", code, got, want)
 		}
@@ -1050,8 +1051,8 @@ func TestNotifyTimeout(t *testing.T) {
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "slow", tp)
 	drain(t, n)
-	ns := tp.notices()
-	if d := ns[0].Delivery; d.Status != statusPending || d.Attempts != 1 || d.LastError != "timed out" ||
+	ns := tp.Notices()
+	if d := ns[0].Delivery; d.Status != store.StatusPending || d.Attempts != 1 || d.LastError != "timed out" ||
 		d.NextAttempt.Sub(c.now()) < cfg.backoffBase/2 {
 		t.Fatalf("delivery %+v: want pending after one timed-out attempt, the next one at least %v later", d, cfg.backoffBase/2)
 	}
@@ -1074,11 +1075,11 @@ func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
 	if len(accepted) != 2 || len(attempts) != 2 {
 		t.Fatalf("%d ids, %d attempts; want the start and the end, once each", len(accepted), len(attempts))
 	}
-	if a, b := attempts[0].Msg, attempts[1].Msg; a.Type == b.Type || (a.Type != typeOverloadEnded && b.Type != typeOverloadEnded) {
-		t.Fatalf("types %s and %s, want %s and %s", a.Type, b.Type, typeOverloaded, typeOverloadEnded)
+	if a, b := attempts[0].Msg, attempts[1].Msg; a.Type == b.Type || (a.Type != store.TypeOverloadEnded && b.Type != store.TypeOverloadEnded) {
+		t.Fatalf("types %s and %s, want %s and %s", a.Type, b.Type, store.TypeOverloaded, store.TypeOverloadEnded)
 	}
 	for _, a := range attempts {
-		if a.Msg.Type == typeOverloadEnded && (a.Msg.Data.Lasted == "" || !strings.Contains(a.Msg.Data.Text, "e1 is no longer overloaded")) {
+		if a.Msg.Type == store.TypeOverloadEnded && (a.Msg.Data.Lasted == "" || !strings.Contains(a.Msg.Data.Text, "e1 is no longer overloaded")) {
 			t.Fatalf("end message %+v", a.Msg.Data)
 		}
 	}
@@ -1110,7 +1111,7 @@ func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
 	}
 	attempts, _ := h.snapshot()
 	for _, a := range attempts {
-		if a.Msg.Type != typeOverloaded {
+		if a.Msg.Type != store.TypeOverloaded {
 			t.Fatalf("%s attempted while the node's notice is not delivered", a.Msg.Type)
 		}
 	}
@@ -1132,9 +1133,9 @@ func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
 	noticeAt := -1
 	for i, a := range attempts {
 		switch {
-		case a.Msg.Type == typeOverloaded && a.Status == 200:
+		case a.Msg.Type == store.TypeOverloaded && a.Status == 200:
 			noticeAt = i
-		case a.Msg.Type == typeOverloadEnded && noticeAt < 0:
+		case a.Msg.Type == store.TypeOverloadEnded && noticeAt < 0:
 			t.Fatalf("the end attempted (attempt %d) before the notice was delivered", i)
 		}
 	}
@@ -1156,8 +1157,8 @@ func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
 	h.setAnswer(http.StatusOK)
 	c.add(10 * time.Minute)
 	drain(t, ns...)
-	nt := ps[0].notices()[0]
-	if log := nt.Delivery.Log; nt.Delivery.Status != statusDelivered || len(log) != 2 || log[0].Status != 503 || log[0].Error == "" || log[1].Status != 200 || log[1].At.Before(log[0].At) {
+	nt := ps[0].Notices()[0]
+	if log := nt.Delivery.Log; nt.Delivery.Status != store.StatusDelivered || len(log) != 2 || log[0].Status != 503 || log[0].Error == "" || log[1].Status != 200 || log[1].At.Before(log[0].At) {
 		t.Fatalf("the delivery after a 503 and a 200: %+v", nt.Delivery)
 	}
 	if code, _, b := ps[0].raw("POST", fmt.Sprintf("/notices/%d/redeliver", nt.ID), testToken, ""); code != http.StatusAccepted {
@@ -1170,7 +1171,7 @@ func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
 	if _, acc := h.snapshot(); acc[nt.Delivery.ID] != 2 || len(acc) != 1 {
 		t.Fatalf("accepted %v, want %s twice", acc, nt.Delivery.ID)
 	}
-	if d := ps[len(ps)-1].notices()[0].Delivery; d.Status != statusDelivered || len(d.Log) != 3 {
+	if d := ps[len(ps)-1].Notices()[0].Delivery; d.Status != store.StatusDelivered || len(d.Log) != 3 {
 		t.Fatalf("the delivery after its redelivery: %+v", d)
 	}
 }
@@ -1194,8 +1195,8 @@ func TestNotifyGiveUp(t *testing.T) {
 		drain(t, n)
 		c.add(5 * time.Second)
 	}
-	d := tp.notices()[0].Delivery
-	if d.Status != statusFailed || !strings.Contains(d.LastError, "given up after") || d.LastStatus != 503 {
+	d := tp.Notices()[0].Delivery
+	if d.Status != store.StatusFailed || !strings.Contains(d.LastError, "given up after") || d.LastStatus != 503 {
 		t.Fatalf("delivery %+v, want failed: given up", d)
 	}
 	attempts, _ := h.snapshot()

@@ -7,53 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"maps"
 	"net/url"
 	"strconv"
 	"time"
 )
-
-// operatorReceiver is an operator's own receiver of their nodes'
-// notices, which the operator sets through the API: it takes the place
-// of the notify file's line for each of the operator's nodes.
-type operatorReceiver struct {
-	URL string `json:"url"`
-	// Secrets sign its messages, the newest first; a secret rotated out
-	// signs them beside the new one until its Until.
-	Secrets []operatorSecret `json:"secrets"`
-	Created time.Time        `json:"created"`
-	// FailingSince is the first failed attempt since the last delivered
-	// one (zero: none failing); Disabled, when the receiver was disabled
-	// for failing failFor (zero: enabled). A disabled receiver is sent
-	// nothing until its operator enables it again.
-	FailingSince time.Time `json:"failing_since,omitzero"`
-	Disabled     time.Time `json:"disabled,omitzero"`
-}
-
-// failFor is how long a receiver fails every attempt before it is
-// disabled.
-const failFor = 5 * 24 * time.Hour
-
-// operatorSecret is one of a receiver's secrets.
-type operatorSecret struct {
-	Key   []byte    `json:"key"`
-	Until time.Time `json:"until,omitzero"` // zero: in force; else rotated out, signing until then
-}
-
-// rotatedFor is how long a secret rotated out still signs messages
-// beside the new one, so a receiver has a day to take the new one.
-const rotatedFor = 24 * time.Hour
-
-// receiverStore keeps the operators' receivers; both stores implement
-// it.
-type receiverStore interface {
-	// operatorReceivers is every operator's receiver, by operator.
-	operatorReceivers(ctx context.Context) (map[string]operatorReceiver, error)
-	// updateReceiver runs fn on operator's receiver (the zero value when
-	// the operator has none), locked, and keeps what fn changed when it
-	// returns nil. now is the store's clock, read once it is locked.
-	updateReceiver(ctx context.Context, operator string, fn func(r *operatorReceiver, now time.Time) error) error
-}
 
 // newSecret is a Standard Webhooks secret: 32 random bytes.
 func newSecret() ([]byte, error) {
@@ -76,27 +35,15 @@ func checkReceiverURL(raw string) (*url.URL, error) {
 	}
 	u, err := parseReceiverURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("receiver: %w: %w", err, errBadInput)
+		return nil, fmt.Errorf("receiver: %w: %w", err, store.ErrBadInput)
 	}
 	return u, nil
-}
-
-// signing is r's secrets that sign a message at now: the one in force
-// and those rotated out less than rotatedFor ago.
-func (r operatorReceiver) signing(now time.Time) [][]byte {
-	var out [][]byte
-	for _, s := range r.Secrets {
-		if s.Until.IsZero() || now.Before(s.Until) {
-			out = append(out, s.Key)
-		}
-	}
-	return out
 }
 
 // withOperators is file's receivers (the notify file's) with the
 // operators' own, which take the place of the file's for each of the
 // operator's nodes (owners: each node's operator), as in force at now.
-func withOperators(file *receivers, ops map[string]operatorReceiver, owners map[string]string, now time.Time) *receivers {
+func withOperators(file *receivers, ops map[string]store.OperatorReceiver, owners map[string]string, now time.Time) *receivers {
 	rs := &receivers{byNode: map[string]*receiver{}}
 	if file != nil {
 		*rs = *file
@@ -106,7 +53,7 @@ func withOperators(file *receivers, ops map[string]operatorReceiver, owners map[
 	rs.byOperator = map[string]*receiver{}
 	for op, r := range ops {
 		u, err := url.Parse(r.URL)
-		keys := r.signing(now)
+		keys := r.Signing(now)
 		if err != nil || len(keys) == 0 {
 			continue
 		}
@@ -115,75 +62,51 @@ func withOperators(file *receivers, ops map[string]operatorReceiver, owners map[
 	return rs
 }
 
-// receiverView is what an operator sees of their receiver: never a
-// secret, which is shown once, when it is made.
-type receiverView struct {
-	URL     string    `json:"url"`
-	Created time.Time `json:"created"`
-	// Rotating is when the secret rotated out last stops signing; zero
-	// when none does.
-	Rotating time.Time `json:"rotating_until,omitzero"`
-	// Secret is the new secret, in the answer that made it alone.
-	Secret       string    `json:"secret,omitempty"`
-	FailingSince time.Time `json:"failing_since,omitzero"`
-	Disabled     time.Time `json:"disabled,omitzero"` // after failing for 5 days; POST /receiver/enable
-}
-
-func (r operatorReceiver) view(now time.Time) receiverView {
-	v := receiverView{URL: r.URL, Created: r.Created, FailingSince: r.FailingSince, Disabled: r.Disabled}
-	for _, s := range r.Secrets {
-		if !s.Until.IsZero() && now.Before(s.Until) {
-			v.Rotating = s.Until
-		}
-	}
-	return v
-}
-
 // receiverRequest sets an operator's receiver URL.
 type receiverRequest struct {
 	URL string `json:"url"`
 }
 
-// receiverOf is operator's receiver; errUnknown when they have none.
-func (f *fleet) receiverOf(ctx context.Context, operator string) (receiverView, error) {
-	ops, err := f.receivers.operatorReceivers(ctx)
+// receiverOf is operator's receiver; ErrUnknown when they have none.
+func (f *fleet) receiverOf(ctx context.Context, operator string) (store.ReceiverView, error) {
+	ops, err := f.receivers.OperatorReceivers(ctx)
 	if err != nil {
-		return receiverView{}, err
+		return store.ReceiverView{}, err
 	}
 	r, ok := ops[operator]
 	if !ok {
-		return receiverView{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, errUnknown)
+		return store.ReceiverView{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, store.ErrUnknown)
 	}
-	return r.view(f.now()), nil
+	return r.View(f.now()), nil
 }
 
 // setReceiver sets where operator's notices go. A receiver made now gets
 // a secret, returned once (created true); a URL changed keeps the
 // receiver's secrets, and starts its record of failing afresh (a
 // disabled receiver moved is enabled).
-func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRequest) (v receiverView, created bool, err error) {
+func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRequest) (v store.ReceiverView, created bool, err error) {
 	u, err := checkReceiverURL(req.URL)
 	if err != nil {
-		return receiverView{}, false, err
+		return store.ReceiverView{}, false, err
 	}
 	key, err := newSecret()
 	if err != nil {
-		return receiverView{}, false, err
+		return store.ReceiverView{}, false, err
 	}
-	err = f.receivers.updateReceiver(ctx, operator, func(r *operatorReceiver, now time.Time) error {
+	err = f.receivers.UpdateReceiver(ctx, operator, func(r *store.OperatorReceiver, now time.Time) error {
 		created = len(r.Secrets) == 0
 		if created {
-			*r = operatorReceiver{Secrets: []operatorSecret{{Key: key}}, Created: now}
+			*r = store.OperatorReceiver{Secrets: []store.OperatorSecret{{Key: key}}, Created: now}
 		}
 		if r.URL != req.URL { // another receiver: its own record of failing
 			r.FailingSince, r.Disabled = time.Time{}, time.Time{}
 		}
 		r.URL = req.URL
-		v = r.view(now)
+		v = r.View(now)
 		return nil
 	})
 	if err != nil {
-		return receiverView{}, false, err
+		return store.ReceiverView{}, false, err
 	}
 	if created {
 		v.Secret = secretText(key)
@@ -193,26 +116,26 @@ func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRe
 }
 
 // rotateReceiver gives operator's receiver a new secret, returned once;
-// the one it replaces signs beside it for rotatedFor, and any older one
+// the one it replaces signs beside it for RotatedFor, and any older one
 // no more.
-func (f *fleet) rotateReceiver(ctx context.Context, operator string) (receiverView, error) {
+func (f *fleet) rotateReceiver(ctx context.Context, operator string) (store.ReceiverView, error) {
 	key, err := newSecret()
 	if err != nil {
-		return receiverView{}, err
+		return store.ReceiverView{}, err
 	}
-	var v receiverView
-	err = f.receivers.updateReceiver(ctx, operator, func(r *operatorReceiver, now time.Time) error {
+	var v store.ReceiverView
+	err = f.receivers.UpdateReceiver(ctx, operator, func(r *store.OperatorReceiver, now time.Time) error {
 		if len(r.Secrets) == 0 {
-			return fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, errUnknown)
+			return fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, store.ErrUnknown)
 		}
 		old := r.Secrets[0]
-		old.Until = now.Add(rotatedFor)
-		r.Secrets = []operatorSecret{{Key: key}, old}
-		v = r.view(now)
+		old.Until = now.Add(store.RotatedFor)
+		r.Secrets = []store.OperatorSecret{{Key: key}, old}
+		v = r.View(now)
 		return nil
 	})
 	if err != nil {
-		return receiverView{}, err
+		return store.ReceiverView{}, err
 	}
 	v.Secret = secretText(key)
 	f.log.Info("receiver secret rotated", "operator", operator, "old_until", v.Rotating)
@@ -227,7 +150,7 @@ func (f *fleet) refreshReceivers(ctx context.Context) error {
 	if f.dispatch == nil || f.receivers == nil {
 		return nil
 	}
-	ops, err := f.receivers.operatorReceivers(ctx)
+	ops, err := f.receivers.OperatorReceivers(ctx)
 	if err != nil {
 		return err
 	}
@@ -267,7 +190,7 @@ func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, 
 		rc = f.dispatch.receivers().byOperator[operator]
 	}
 	if rc == nil || f.notify == nil {
-		return testAnswer{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, errUnknown)
+		return testAnswer{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, store.ErrUnknown)
 	}
 	now := f.now()
 	body, err := json.Marshal(message{Type: typeTest, Timestamp: now.UTC(), Data: messageData{
@@ -277,32 +200,32 @@ func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, 
 		return testAnswer{}, err
 	}
 	id := "tst_" + operator + "_" + strconv.FormatInt(now.UnixMicro(), 10)
-	res := f.notify.attempt(ctx, rc, delivery{ID: id, Body: body, Created: now})
+	res := f.notify.attempt(ctx, rc, store.Delivery{ID: id, Body: body, Created: now})
 	attrs := []any{"operator", operator, "host", rc.host()}
-	if res.status != 0 {
-		attrs = append(attrs, "status", res.status)
+	if res.Status != 0 {
+		attrs = append(attrs, "status", res.Status)
 	}
-	if res.err != "" {
-		attrs = append(attrs, "err", res.err)
+	if res.Err != "" {
+		attrs = append(attrs, "err", res.Err)
 	}
 	f.log.Info("receiver tested", attrs...)
-	return testAnswer{ID: id, Delivered: res.outcome == outcomeDelivered, Status: res.status, Error: res.err}, nil
+	return testAnswer{ID: id, Delivered: res.Outcome == store.OutcomeDelivered, Status: res.Status, Error: res.Err}, nil
 }
 
 // enableReceiver enables operator's receiver again, after it was
 // disabled for failing: it is sent their notices from now on.
-func (f *fleet) enableReceiver(ctx context.Context, operator string) (receiverView, error) {
-	var v receiverView
-	err := f.receivers.updateReceiver(ctx, operator, func(r *operatorReceiver, now time.Time) error {
+func (f *fleet) enableReceiver(ctx context.Context, operator string) (store.ReceiverView, error) {
+	var v store.ReceiverView
+	err := f.receivers.UpdateReceiver(ctx, operator, func(r *store.OperatorReceiver, now time.Time) error {
 		if len(r.Secrets) == 0 {
-			return fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, errUnknown)
+			return fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, store.ErrUnknown)
 		}
 		r.Disabled, r.FailingSince = time.Time{}, time.Time{}
-		v = r.view(now)
+		v = r.View(now)
 		return nil
 	})
 	if err != nil {
-		return receiverView{}, err
+		return store.ReceiverView{}, err
 	}
 	f.log.Info("receiver enabled", "operator", operator)
 	return v, f.refreshReceivers(ctx)
@@ -310,28 +233,28 @@ func (f *fleet) enableReceiver(ctx context.Context, operator string) (receiverVi
 
 // attempted records an attempt of a notice's delivery to an operator's
 // receiver rc, at at: delivered (ok) ends its failing; a failure starts
-// it, and one failFor after the first disables the receiver. The store
+// it, and one FailFor after the first disables the receiver. The store
 // is written only when that changes.
 func (f *fleet) attempted(ctx context.Context, rc *receiver, ok bool, at time.Time) {
 	if rc.Operator == "" || (ok && rc.failingSince.IsZero()) ||
-		(!ok && !rc.failingSince.IsZero() && at.Sub(rc.failingSince) < failFor) {
+		(!ok && !rc.failingSince.IsZero() && at.Sub(rc.failingSince) < store.FailFor) {
 		return
 	}
 	disabled := false
-	err := f.receivers.updateReceiver(ctx, rc.Operator, func(r *operatorReceiver, _ time.Time) error {
+	err := f.receivers.UpdateReceiver(ctx, rc.Operator, func(r *store.OperatorReceiver, _ time.Time) error {
 		switch {
 		case len(r.Secrets) == 0 || r.URL != rc.URL.String():
-			return errUnknown // changed since: the attempt was to another receiver
+			return store.ErrUnknown // changed since: the attempt was to another receiver
 		case ok:
 			r.FailingSince = time.Time{}
 		case r.FailingSince.IsZero():
 			r.FailingSince = at
-		case r.Disabled.IsZero() && at.Sub(r.FailingSince) >= failFor:
+		case r.Disabled.IsZero() && at.Sub(r.FailingSince) >= store.FailFor:
 			r.Disabled, disabled = at, true
 		}
 		return nil
 	})
-	if errors.Is(err, errUnknown) {
+	if errors.Is(err, store.ErrUnknown) {
 		return
 	}
 	if err != nil {

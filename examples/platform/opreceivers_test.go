@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
 )
 
@@ -32,10 +33,10 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	srv := httptest.NewServer(handler(f, dashboardTokens))
 	defer srv.Close()
 	web := &testPlatform{t: t, srv: srv}
-	do := func(method, path, token, body string) (int, receiverView, string) {
+	do := func(method, path, token, body string) (int, store.ReceiverView, string) {
 		t.Helper()
 		code, _, b := web.raw(method, path, token, body)
-		var v receiverView
+		var v store.ReceiverView
 		json.Unmarshal(b, &v)
 		return code, v, string(b)
 	}
@@ -90,7 +91,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 			c.add(time.Second)
 			r := reading(node, i+1, 95)
 			r.At = c.now()
-			if _, err := f.report(t.Context(), r); err != nil {
+			if _, err := f.Report(t.Context(), r); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -105,12 +106,12 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 
 	// A rotation: both secrets sign for a day, then the new one alone.
 	code, v, body = do("POST", "/receiver/rotate", "tok-alice", "")
-	if code != 200 || !strings.HasPrefix(v.Secret, "whsec_") || v.Secret == first || !v.Rotating.Equal(c.now().Add(rotatedFor)) {
+	if code != 200 || !strings.HasPrefix(v.Secret, "whsec_") || v.Secret == first || !v.Rotating.Equal(c.now().Add(store.RotatedFor)) {
 		t.Fatalf("rotate: %d %s", code, body)
 	}
 	second := v.Secret
-	var ns []numberedNotice
-	if ns, _, _ = f.notices(t.Context(), 0, 0); len(ns) != 2 {
+	var ns []store.NumberedNotice
+	if ns, _, _ = f.Notices(t.Context(), 0, 0); len(ns) != 2 {
 		t.Fatalf("%d notices, want 2", len(ns))
 	}
 	a1Notice := ns[0].ID
@@ -119,7 +120,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	}
 	redeliver := func(f *fleet, n *notifier) hookAttempt {
 		t.Helper()
-		if err := f.redeliver(t.Context(), a1Notice, nil); err != nil {
+		if err := f.Redeliver(t.Context(), a1Notice, nil); err != nil {
 			t.Fatal(err)
 		}
 		drain(t, n)
@@ -137,7 +138,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	}
 	// Another instance on the store knows the receiver, and, a day on,
 	// signs with the new secret alone.
-	c.add(rotatedFor + time.Minute)
+	c.add(store.RotatedFor + time.Minute)
 	other := open(c, cfg, dashboardSeed())
 	g := newFleet(other.svc, other.n)
 	g.owners = owners
@@ -169,7 +170,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	if a.Status != 500 || !v.FailingSince.Equal(c.now()) || !v.Disabled.IsZero() {
 		t.Fatalf("after a failed attempt: %+v, want failing since now (%v) and not disabled", v, c.now())
 	}
-	c.add(failFor)
+	c.add(store.FailFor)
 	before := len(got(alice))
 	redeliver(g, other.n)
 	_, v, _ = do("GET", "/receiver", "tok-alice", "")
@@ -188,7 +189,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 		live[0].f, live[0].n = f, np.n
 	}
 	for _, tf := range live {
-		if err := tf.f.redeliver(t.Context(), a1Notice, nil); err != nil {
+		if err := tf.f.Redeliver(t.Context(), a1Notice, nil); err != nil {
 			t.Fatal(err)
 		}
 		drain(t, tf.n)

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/atomicfile"
 	"github.com/proofkit/nodekit/overload"
 )
@@ -35,26 +36,26 @@ type fileOutbox struct {
 	mu     sync.Mutex
 	path   string
 	f      *os.File
-	all    map[string]*delivery
+	all    map[string]*store.Delivery
 	leased map[string]time.Time // id → when its claim runs out
 }
 
 // outboxRecord is one line of the log: put (the delivery's whole state)
 // or drop (a delivery whose notice was not saved after all).
 type outboxRecord struct {
-	Op string    `json:"op"`
-	D  *delivery `json:"d,omitempty"`
-	ID string    `json:"id,omitempty"`
+	Op string          `json:"op"`
+	D  *store.Delivery `json:"d,omitempty"`
+	ID string          `json:"id,omitempty"`
 }
 
-var _ outboxStore = (*fileOutbox)(nil)
+var _ store.OutboxStore = (*fileOutbox)(nil)
 
 // openFileOutbox replays dir's outbox log and rewrites it compacted (one
 // put per delivery, finished ones older than keepFinished left out). A
 // log that does not read back stops the start, naming the line; a last
 // line cut short by a crash is dropped (its append never returned).
 func openFileOutbox(dir string, now time.Time) (*fileOutbox, error) {
-	o := &fileOutbox{path: filepath.Join(dir, outboxFile), all: map[string]*delivery{}, leased: map[string]time.Time{}}
+	o := &fileOutbox{path: filepath.Join(dir, outboxFile), all: map[string]*store.Delivery{}, leased: map[string]time.Time{}}
 	b, err := os.ReadFile(o.path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("outbox: %w", err)
@@ -84,7 +85,7 @@ func openFileOutbox(dir string, now time.Time) (*fileOutbox, error) {
 	var buf bytes.Buffer
 	for _, id := range slices.Sorted(maps.Keys(o.all)) {
 		d := o.all[id]
-		if d.Status != statusPending && now.Sub(d.Created) > keepFinished {
+		if d.Status != store.StatusPending && now.Sub(d.Created) > keepFinished {
 			delete(o.all, id)
 			continue
 		}
@@ -125,7 +126,7 @@ func (o *fileOutbox) appendLocked(rec outboxRecord) error {
 }
 
 // add writes a new delivery; it is on disk when add returns.
-func (o *fileOutbox) add(d delivery) error {
+func (o *fileOutbox) add(d store.Delivery) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.all[d.ID]; ok {
@@ -151,37 +152,37 @@ func (o *fileOutbox) drop(id string) error {
 
 // pendingIDs is every pending delivery, for the start's check against
 // the node files.
-func (o *fileOutbox) pending() []delivery {
+func (o *fileOutbox) pending() []store.Delivery {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var out []delivery
+	var out []store.Delivery
 	for _, d := range o.all {
-		if d.Status == statusPending {
+		if d.Status == store.StatusPending {
 			out = append(out, *d)
 		}
 	}
 	return out
 }
 
-func (o *fileOutbox) claim(_ context.Context, now time.Time, max int, lease time.Duration, f claimFilter) ([]delivery, error) {
+func (o *fileOutbox) Claim(_ context.Context, now time.Time, max int, lease time.Duration, f store.ClaimFilter) ([]store.Delivery, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	// A node's messages go in the order they were decided: only its
 	// pending message of the lowest Seq may be claimed.
 	first := map[string]int64{}
 	for _, d := range o.all {
-		if s, ok := first[d.Node]; d.Status == statusPending && (!ok || d.Seq < s) {
+		if s, ok := first[d.Node]; d.Status == store.StatusPending && (!ok || d.Seq < s) {
 			first[d.Node] = d.Seq
 		}
 	}
-	var due []*delivery
+	var due []*store.Delivery
 	for id, d := range o.all {
-		if d.Status != statusPending || d.NextAt.After(now) || o.leased[id].After(now) || !f.allows(d.Node) || d.Seq > first[d.Node] {
+		if d.Status != store.StatusPending || d.NextAt.After(now) || o.leased[id].After(now) || !f.Allows(d.Node) || d.Seq > first[d.Node] {
 			continue
 		}
 		due = append(due, d)
 	}
-	slices.SortFunc(due, func(a, b *delivery) int {
+	slices.SortFunc(due, func(a, b *store.Delivery) int {
 		if c := a.NextAt.Compare(b.NextAt); c != 0 {
 			return c
 		}
@@ -190,7 +191,7 @@ func (o *fileOutbox) claim(_ context.Context, now time.Time, max int, lease time
 	if len(due) > max {
 		due = due[:max]
 	}
-	out := make([]delivery, len(due))
+	out := make([]store.Delivery, len(due))
 	for i, d := range due {
 		d.Attempts++
 		o.leased[d.ID] = now.Add(lease)
@@ -199,14 +200,14 @@ func (o *fileOutbox) claim(_ context.Context, now time.Time, max int, lease time
 	return out, nil
 }
 
-func (o *fileOutbox) settle(_ context.Context, d delivery, res attemptResult) error {
+func (o *fileOutbox) Settle(_ context.Context, d store.Delivery, res store.AttemptResult) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	cur := o.all[d.ID]
-	if cur == nil || cur.Status != statusPending || (cur.Attempts != d.Attempts && res.outcome != outcomeDelivered) {
+	if cur == nil || cur.Status != store.StatusPending || (cur.Attempts != d.Attempts && res.Outcome != store.OutcomeDelivered) {
 		return nil // settled already, or claimed again since
 	}
-	next := d.apply(res)
+	next := d.Apply(res)
 	if err := o.appendLocked(outboxRecord{Op: "put", D: &next}); err != nil {
 		return err
 	}
@@ -215,7 +216,7 @@ func (o *fileOutbox) settle(_ context.Context, d delivery, res attemptResult) er
 	return nil
 }
 
-func (o *fileOutbox) redeliver(_ context.Context, id string, now time.Time) (bool, error) {
+func (o *fileOutbox) Redeliver(_ context.Context, id string, now time.Time) (bool, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	cur := o.all[id]
@@ -223,7 +224,7 @@ func (o *fileOutbox) redeliver(_ context.Context, id string, now time.Time) (boo
 		return false, nil
 	}
 	next := *cur
-	next.Status, next.NextAt, next.DeliveredAt = statusPending, now, time.Time{}
+	next.Status, next.NextAt, next.DeliveredAt = store.StatusPending, now, time.Time{}
 	if err := o.appendLocked(outboxRecord{Op: "put", D: &next}); err != nil {
 		return false, err
 	}
@@ -232,10 +233,10 @@ func (o *fileOutbox) redeliver(_ context.Context, id string, now time.Time) (boo
 	return true, nil
 }
 
-func (o *fileOutbox) byIDs(_ context.Context, ids []string) (map[string]delivery, error) {
+func (o *fileOutbox) ByIDs(_ context.Context, ids []string) (map[string]store.Delivery, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := map[string]delivery{}
+	out := map[string]store.Delivery{}
 	for _, id := range ids {
 		if d := o.all[id]; d != nil {
 			out[id] = *d
@@ -244,30 +245,30 @@ func (o *fileOutbox) byIDs(_ context.Context, ids []string) (map[string]delivery
 	return out, nil
 }
 
-func (o *fileOutbox) byNode(_ context.Context, node string, limit int) ([]delivery, error) {
+func (o *fileOutbox) ByNode(_ context.Context, node string, limit int) ([]store.Delivery, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var out []delivery
+	var out []store.Delivery
 	for _, d := range o.all {
 		if d.Node == node {
 			out = append(out, *d)
 		}
 	}
-	slices.SortFunc(out, func(a, b delivery) int { return b.Created.Compare(a.Created) })
+	slices.SortFunc(out, func(a, b store.Delivery) int { return b.Created.Compare(a.Created) })
 	if len(out) > limit {
 		out = out[:limit]
 	}
 	return out, nil
 }
 
-func (o *fileOutbox) counts(context.Context) (map[string]int64, time.Time, error) {
+func (o *fileOutbox) Counts(context.Context) (map[string]int64, time.Time, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[string]int64{}
 	var oldest time.Time
 	for _, d := range o.all {
 		out[d.Status]++
-		if d.Status == statusPending && (oldest.IsZero() || d.Created.Before(oldest)) {
+		if d.Status == store.StatusPending && (oldest.IsZero() || d.Created.Before(oldest)) {
 			oldest = d.Created
 		}
 	}
@@ -290,10 +291,10 @@ func (p *platform) openOutbox() error {
 		saved := n != nil
 		if saved {
 			switch d.Type {
-			case typeOverloaded:
-				saved = n.tracker.LastNotice().UnixMicro() >= d.At.UnixMicro()
-			case typeOverloadEnded:
-				saved = n.tracker.LastEnd().UnixMicro() >= d.At.UnixMicro()
+			case store.TypeOverloaded:
+				saved = n.Tracker.LastNotice().UnixMicro() >= d.At.UnixMicro()
+			case store.TypeOverloadEnded:
+				saved = n.Tracker.LastEnd().UnixMicro() >= d.At.UnixMicro()
 			}
 		}
 		if !saved {
@@ -308,7 +309,7 @@ func (p *platform) openOutbox() error {
 }
 
 // outbox is the store's outbox, for its notifier; nil without one.
-func (p *platform) outbox() outboxStore {
+func (p *platform) outbox() store.OutboxStore {
 	if p.box == nil {
 		return nil
 	}
@@ -320,21 +321,21 @@ func (p *platform) outbox() outboxStore {
 // file is written: a crash between the two leaves an entry whose notice
 // the node file does not hold, which openOutbox drops, never a notice
 // without its entry. It returns the ids written, for dropDecided.
-func (p *platform) enqueueDecided(n *node, now time.Time) ([]string, error) {
+func (p *platform) enqueueDecided(n *store.Node, now time.Time) ([]string, error) {
 	if p.box == nil {
 		return nil, nil
 	}
 	rs := p.dispatch.receivers()
-	var ds []delivery
-	if n.notice != nil {
-		d, err := noticeDelivery(*n.notice, n.readings, now, rs)
+	var ds []store.Delivery
+	if n.Notice != nil {
+		d, err := noticeDelivery(*n.Notice, n.Readings, now, rs)
 		if err != nil {
 			return nil, err
 		}
 		ds = append(ds, d)
 	}
-	if e := n.event; e != nil && e.Kind == overload.End && p.dispatch.ended {
-		d, err := endDelivery(n.info.ID, n.readings, *e, now, rs)
+	if e := n.Event; e != nil && e.Kind == overload.End && p.dispatch.ended {
+		d, err := endDelivery(n.Info.ID, n.Readings, *e, now, rs)
 		if err != nil {
 			return nil, err
 		}
@@ -344,7 +345,7 @@ func (p *platform) enqueueDecided(n *node, now time.Time) ([]string, error) {
 	for _, d := range ds {
 		if err := p.box.add(d); err != nil {
 			p.dropDecided(ids)
-			return nil, fmt.Errorf("node %s: %w: %w", n.info.ID, errUnsaved, err)
+			return nil, fmt.Errorf("node %s: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 		}
 		ids = append(ids, d.ID)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -226,7 +227,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 
 // outbox is the store's outbox, for its notifier; nil without a
 // dispatch.
-func (p *pgPlatform) outbox() outboxStore {
+func (p *pgPlatform) outbox() store.OutboxStore {
 	if p.dispatch == nil {
 		return nil
 	}
@@ -286,10 +287,10 @@ func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) 
 				if err != nil {
 					return fmt.Errorf("route table: node %s: %w", sn.ID, err)
 				}
-				if n.info.Role != 0 {
+				if n.Info.Role != 0 {
 					continue // the database holds it: state wins
 				}
-				if err := p.seedNode(n.node, sn, byNode[sn.ID], now); err != nil {
+				if err := p.seedNode(n.Node, sn, byNode[sn.ID], now); err != nil {
 					return err
 				}
 				if err := p.saveNode(ctx, tx, n, now); err != nil {
@@ -333,7 +334,7 @@ func (p *pgPlatform) seedNew(ctx context.Context, tx pgx.Tx, chunk []routing.Nod
 		if err != nil {
 			return nil, err
 		}
-		fresh[sn.ID] = &pgNode{node: nd, state: b, bodies: map[string][]byte{}, created: true}
+		fresh[sn.ID] = &pgNode{Node: nd, state: b, bodies: map[string][]byte{}, created: true}
 		ids, states = append(ids, sn.ID), append(states, string(b))
 	}
 	if len(ids) == 0 {
@@ -354,7 +355,7 @@ func (p *pgPlatform) seedNew(ctx context.Context, tx pgx.Tx, chunk []routing.Nod
 		if n == nil || !created[sn.ID] {
 			continue
 		}
-		if err := p.seedNode(n.node, sn, byNode[sn.ID], now); err != nil {
+		if err := p.seedNode(n.Node, sn, byNode[sn.ID], now); err != nil {
 			return nil, err
 		}
 		if err := p.saveRoutes(ctx, tx, n, now); err != nil {
@@ -371,7 +372,7 @@ func (p *pgPlatform) seedNew(ctx context.Context, tx pgx.Tx, chunk []routing.Nod
 // pgNode is a node as loaded in a transaction, with what is needed to
 // write back only what changed.
 type pgNode struct {
-	*node
+	*store.Node
 	state   []byte            // the state column as loaded
 	bodies  map[string][]byte // each live route's body as loaded
 	created bool              // this transaction created the node's row
@@ -447,31 +448,27 @@ func retryable(err error) bool {
 
 // classify maps a database error to the platform's: the server refusing
 // one node's write (a constraint, a trigger) fails that node's request
-// (errUnsaved, 500); the database unreachable, restarting or out of time
-// is errUnavailable (503: the agent retries). The platform's own errors
+// (ErrUnsaved, 500); the database unreachable, restarting or out of time
+// is ErrUnavailable (503: the agent retries). The platform's own errors
 // pass as they are.
 func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, e := range []error{errUnknown, errUnknownNode, errBadInput, errNotAdmit, errDuplicate, errStale, errUnsaved} {
+	for _, e := range []error{store.ErrUnknown, store.ErrUnknownNode, store.ErrBadInput, store.ErrNotAdmit, store.ErrDuplicate, store.ErrStale, store.ErrUnsaved} {
 		if errors.Is(err, e) {
 			return err
 		}
-	}
-	var ae admitError
-	if errors.As(err, &ae) {
-		return err
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code[:2] {
 		case "08", "57", "53", "40": // connection, operator intervention (shutdown), resources, conflicts
-			return fmt.Errorf("%w: %w", errUnavailable, err)
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		}
-		return fmt.Errorf("%w: %w", errUnsaved, err)
+		return fmt.Errorf("%w: %w", store.ErrUnsaved, err)
 	}
-	return fmt.Errorf("%w: %w", errUnavailable, err)
+	return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 }
 
 // lockNode locks node id's row and then loads it, creating it if asked.
@@ -510,7 +507,7 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 		}
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("node %q: %w", id, errUnknownNode)
+		return nil, fmt.Errorf("node %q: %w", id, store.ErrUnknownNode)
 	}
 	if err != nil {
 		return nil, err
@@ -525,7 +522,7 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 
 // freshNode is node id as new to the database, and the state its row
 // is inserted with.
-func (p *pgPlatform) freshNode(id string) (*node, []byte, error) {
+func (p *pgPlatform) freshNode(id string) (*store.Node, []byte, error) {
 	n, err := p.newNode(id)
 	if err != nil {
 		return nil, nil, err
@@ -549,15 +546,15 @@ func lockRow(ctx context.Context, tx pgx.Tx, id string) ([]byte, error) {
 // addRoute adds a live route as stored. A route another node's move
 // relies on counts as used from that instant.
 func (n *pgNode) addRoute(body []byte, relied *time.Time) error {
-	var rt route
+	var rt store.Route
 	if err := json.Unmarshal(body, &rt); err != nil {
-		return fmt.Errorf("node %s: stored route: %w: %w", n.info.ID, errUnsaved, err)
+		return fmt.Errorf("node %s: stored route: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 	}
 	n.bodies[rt.Route.ID] = body
 	if relied != nil {
 		rt.ReliedOn = *relied
 	}
-	n.routes[rt.Route.ID] = &rt
+	n.Routes[rt.Route.ID] = &rt
 	return nil
 }
 
@@ -565,9 +562,9 @@ func (n *pgNode) addRoute(body []byte, relied *time.Time) error {
 func (p *pgPlatform) loadNode(ctx context.Context, tx pgx.Tx, id string, state []byte) (*pgNode, error) {
 	nd, err := p.decodeNode(state)
 	if err != nil {
-		return nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
+		return nil, fmt.Errorf("node %s: stored state: %w: %w", id, store.ErrUnsaved, err)
 	}
-	n := &pgNode{node: nd, state: state, bodies: map[string][]byte{}}
+	n := &pgNode{Node: nd, state: state, bodies: map[string][]byte{}}
 	if err := loadRoutes(ctx, tx, id, n); err != nil {
 		return nil, err
 	}
@@ -581,7 +578,7 @@ func (n *pgNode) addRoutes(rs []storedRoute) error {
 			return err
 		}
 	}
-	n.info.LiveUsers = liveUsers(n.node)
+	n.Info.LiveUsers = store.LiveUsers(n.Node)
 	return nil
 }
 
@@ -605,7 +602,7 @@ func loadRoutes(ctx context.Context, tx pgx.Tx, id string, n *pgNode) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	n.info.LiveUsers = liveUsers(n.node)
+	n.Info.LiveUsers = store.LiveUsers(n.Node)
 	return nil
 }
 
@@ -634,10 +631,10 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode, now tim
 // writes go in the same pipeline, after the lock: if a check fails, the
 // transaction (errConflict) is rolled back, writes and all.
 func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
-	id := n.info.ID
+	id := n.Info.ID
 	var b pgx.Batch
 	var lockIDs []string
-	alone := len(n.closing) == 1 && len(n.relied) == 0
+	alone := len(n.Closing) == 1 && len(n.Relied) == 0
 	if alone {
 		// One route to lock: its UPDATE locks it, and checks what the
 		// lock would (closeAlone).
@@ -645,26 +642,26 @@ func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now t
 			return err
 		}
 	}
-	if len(n.closing) > 0 && !alone {
-		for _, c := range n.closing {
+	if len(n.Closing) > 0 && !alone {
+		for _, c := range n.Closing {
 			lockIDs = append(lockIDs, c.Action.Route.ID)
 		}
-		for _, r := range n.relied {
+		for _, r := range n.Relied {
 			lockIDs = append(lockIDs, r.ID)
 		}
 		slices.Sort(lockIDs)
 		b.Queue(`SELECT id, closed_at IS NOT NULL, relied_on, last_traffic FROM routes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, lockIDs)
-		for _, r := range n.relied {
+		for _, r := range n.Relied {
 			b.Queue(`UPDATE routes SET relied_on = $2 WHERE id = $1`, r.ID, now)
 		}
-		for _, c := range n.closing {
-			body, err := json.Marshal(route{Route: c.Action.Route, Session: c.session, Earned: c.Earned})
+		for _, c := range n.Closing {
+			body, err := json.Marshal(store.Route{Route: c.Action.Route, Session: c.Session, Earned: c.Earned})
 			if err != nil {
-				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, errUnsaved, err)
+				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, store.ErrUnsaved, err)
 			}
 			action, err := json.Marshal(c.Action)
 			if err != nil {
-				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, errUnsaved, err)
+				return fmt.Errorf("node %s: route %s: %w: %w", id, c.Action.Route.ID, store.ErrUnsaved, err)
 			}
 			b.Queue(`UPDATE routes SET closed_at = $2, closed_by = $3, body = $4 WHERE id = $1 AND closed_at IS NULL`,
 				c.Action.Route.ID, c.At, action, body)
@@ -673,11 +670,11 @@ func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now t
 	// Live routes: new ones inserted, changed ones (price, traffic,
 	// earnings) updated.
 	var writes []routeWrite
-	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
-		rt := n.routes[rid]
+	for _, rid := range slices.Sorted(maps.Keys(n.Routes)) {
+		rt := n.Routes[rid]
 		body, err := json.Marshal(rt)
 		if err != nil {
-			return fmt.Errorf("node %s: route %s: %w: %w", id, rid, errUnsaved, err)
+			return fmt.Errorf("node %s: route %s: %w: %w", id, rid, store.ErrUnsaved, err)
 		}
 		old, had := n.bodies[rid]
 		switch {
@@ -704,7 +701,7 @@ func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now t
 	if alone {
 		var tag pgconn.CommandTag
 		if tag, err = br.Exec(); err == nil && tag.RowsAffected() != 1 {
-			err = fmt.Errorf("node %s: route %s was closed, made another move's alternative or carried traffic meanwhile: %w", id, n.closing[0].Action.Route.ID, errConflict)
+			err = fmt.Errorf("node %s: route %s was closed, made another move's alternative or carried traffic meanwhile: %w", id, n.Closing[0].Action.Route.ID, errConflict)
 		}
 	}
 	if err == nil {
@@ -723,16 +720,16 @@ func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now t
 // a move), and, for a closure as unused, carried no traffic since then:
 // what saveRoutes checks under the lock of several routes.
 func queueCloseAlone(b *pgx.Batch, n *pgNode, unusedAfter time.Duration, now time.Time) error {
-	c := n.closing[0]
-	body, err := json.Marshal(route{Route: c.Action.Route, Session: c.session, Earned: c.Earned})
+	c := n.Closing[0]
+	body, err := json.Marshal(store.Route{Route: c.Action.Route, Session: c.Session, Earned: c.Earned})
 	if err != nil {
-		return fmt.Errorf("node %s: route %s: %w: %w", n.info.ID, c.Action.Route.ID, errUnsaved, err)
+		return fmt.Errorf("node %s: route %s: %w: %w", n.Info.ID, c.Action.Route.ID, store.ErrUnsaved, err)
 	}
 	action, err := json.Marshal(c.Action)
 	if err != nil {
-		return fmt.Errorf("node %s: route %s: %w: %w", n.info.ID, c.Action.Route.ID, errUnsaved, err)
+		return fmt.Errorf("node %s: route %s: %w: %w", n.Info.ID, c.Action.Route.ID, store.ErrUnsaved, err)
 	}
-	_, relies := reliesOn(c.Action)
+	_, relies := store.ReliesOn(c.Action)
 	b.Queue(`UPDATE routes SET closed_at = $2, closed_by = $3, body = $4
 		WHERE id = $1 AND closed_at IS NULL
 			AND ($5 OR relied_on IS NULL OR relied_on <= $6)
@@ -752,7 +749,7 @@ type routeWrite struct {
 // and checks them; lockIDs are the routes it locked (none: no closure),
 // writes the live routes it inserted (new) or updated.
 func (p *pgPlatform) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []string, writes []routeWrite, now time.Time) error {
-	id := n.info.ID
+	id := n.Info.ID
 	if len(lockIDs) > 0 {
 		type lockedRoute struct {
 			closed        bool
@@ -770,12 +767,12 @@ func (p *pgPlatform) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []strin
 			return err
 		}
 		unusedAfter := p.cfg.Policy.WithDefaults().UnusedAfter
-		for _, r := range n.relied {
+		for _, r := range n.Relied {
 			if lr, ok := locked[r.ID]; !ok || lr.closed {
 				return fmt.Errorf("node %s: the alternative %s was closed meanwhile: %w", id, r.ID, errConflict)
 			}
 		}
-		for _, c := range n.closing {
+		for _, c := range n.Closing {
 			rid := c.Action.Route.ID
 			lr, ok := locked[rid]
 			if !ok || lr.closed {
@@ -783,7 +780,7 @@ func (p *pgPlatform) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []strin
 				// close a route twice.
 				return fmt.Errorf("node %s: route %s was closed meanwhile: %w", id, rid, errConflict)
 			}
-			if _, relies := reliesOn(c.Action); !relies && lr.relied != nil && now.Sub(*lr.relied) < unusedAfter {
+			if _, relies := store.ReliesOn(c.Action); !relies && lr.relied != nil && now.Sub(*lr.relied) < unusedAfter {
 				return fmt.Errorf("node %s: route %s became another move's alternative meanwhile: %w", id, rid, errConflict)
 			}
 			// An unused closure holds only if the route is still unused
@@ -793,12 +790,12 @@ func (p *pgPlatform) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []strin
 				return fmt.Errorf("node %s: route %s carried traffic meanwhile: %w", id, rid, errConflict)
 			}
 		}
-		for range n.relied {
+		for range n.Relied {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		for _, c := range n.closing {
+		for _, c := range n.Closing {
 			tag, err := br.Exec()
 			if err != nil {
 				return err
@@ -815,7 +812,7 @@ func (p *pgPlatform) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []strin
 		}
 		switch {
 		case w.new && tag.RowsAffected() == 0:
-			return fmt.Errorf("route %s: another route holds its ID: %w", w.rid, errBadInput)
+			return fmt.Errorf("route %s: another route holds its ID: %w", w.rid, store.ErrBadInput)
 		case !w.new && tag.RowsAffected() != 1:
 			return fmt.Errorf("node %s: route %s changed meanwhile: %w", id, w.rid, errConflict)
 		}
@@ -851,14 +848,14 @@ func eventsArgs(nodes []*pgNode) ([]any, error) {
 	var ids, kinds, bodies []string
 	var ats []time.Time
 	for _, n := range nodes {
-		if n.event == nil {
+		if n.Event == nil {
 			continue
 		}
-		b, err := json.Marshal(n.event)
+		b, err := json.Marshal(n.Event)
 		if err != nil {
-			return nil, fmt.Errorf("node %s: event: %w: %w", n.info.ID, errUnsaved, err)
+			return nil, fmt.Errorf("node %s: event: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 		}
-		ids, kinds, ats, bodies = append(ids, n.info.ID), append(kinds, string(n.event.Kind)), append(ats, n.event.At), append(bodies, string(b))
+		ids, kinds, ats, bodies = append(ids, n.Info.ID), append(kinds, string(n.Event.Kind)), append(ats, n.Event.At), append(bodies, string(b))
 	}
 	if len(ids) == 0 {
 		return nil, nil
@@ -904,17 +901,17 @@ func (p *pgPlatform) rowsUpdate(nodes []*pgNode, events bool, now time.Time) (st
 	next := make([]*time.Time, len(nodes)) // NULL: nothing to plan until a change to the node
 	due := now.Add(p.planEvery)
 	for i, n := range nodes {
-		state, err := encodeState(n.node)
+		state, err := encodeState(n.Node)
 		if err != nil {
 			return "", nil, err
 		}
-		ids[i], countries[i], states[i] = n.info.ID, n.info.Country, string(state)
-		readings[i], overloaded[i] = n.readings, n.tracker.Overloaded()
-		if !p.quiet(n.node, now) {
+		ids[i], countries[i], states[i] = n.Info.ID, n.Info.Country, string(state)
+		readings[i], overloaded[i] = n.Readings, n.Tracker.Overloaded()
+		if !p.quiet(n.Node, now) {
 			next[i] = &due
 		}
-		if n.info.Role != 0 {
-			s := n.info.Role.String()
+		if n.Info.Role != 0 {
+			s := n.Info.Role.String()
 			roles[i] = &s
 		}
 	}
@@ -959,7 +956,7 @@ func setVersions(nodes []*pgNode, versions map[string]int64) error {
 		return fmt.Errorf("%d of %d nodes' rows written: %w", len(versions), len(nodes), errConflict)
 	}
 	for _, n := range nodes {
-		n.version = versions[n.info.ID]
+		n.version = versions[n.Info.ID]
 	}
 	return nil
 }
@@ -1092,13 +1089,13 @@ type noticeRound struct {
 // taken out of its node by settleNotices.
 func (p *pgPlatform) noticeRounds(nodes []*pgNode, now time.Time) ([]noticeRound, error) {
 	var rounds []noticeRound
-	var ends []delivery
+	var ends []store.Delivery
 	var pending []*pgNode
 	for _, n := range nodes {
 		if n == nil {
 			continue
 		}
-		if n.notice != nil {
+		if n.Notice != nil {
 			pending = append(pending, n)
 		}
 		if d, ok, err := p.endDeliveryOf(n, now); err != nil {
@@ -1119,26 +1116,26 @@ func (p *pgPlatform) noticeRounds(nodes []*pgNode, now time.Time) ([]noticeRound
 		}
 		ends = nil
 		for _, n := range pending {
-			id := n.info.ID
+			id := n.Info.ID
 			if seen[id] {
 				rest = append(rest, n)
 				continue
 			}
 			seen[id] = true
-			b, err := json.Marshal(n.notice)
+			b, err := json.Marshal(n.Notice)
 			if err != nil {
-				return nil, fmt.Errorf("node %s: notice: %w: %w", id, errUnsaved, err)
+				return nil, fmt.Errorf("node %s: notice: %w: %w", id, store.ErrUnsaved, err)
 			}
-			every := n.tracker.Limits().NoticeEvery
+			every := n.Tracker.Limits().NoticeEvery
 			if every <= 0 {
 				every = overload.DefaultLimits().NoticeEvery
 			}
-			ids, bodies, ats, cuts = append(ids, id), append(bodies, string(b)), append(ats, n.notice.At), append(cuts, n.notice.At.Add(-every))
+			ids, bodies, ats, cuts = append(ids, id), append(bodies, string(b)), append(ats, n.Notice.At), append(cuts, n.Notice.At.Add(-every))
 			these = append(these, n)
 			if d, ok, err := p.noticeDeliveryOf(n, now); err != nil {
 				return nil, err
 			} else if ok {
-				out.add(d, n.notice.At, true)
+				out.add(d, n.Notice.At, true)
 			}
 		}
 		if ids == nil {
@@ -1186,9 +1183,9 @@ func scanInserted(rows pgx.Rows, err error) (map[string]bool, error) {
 // naming those that did, out of their nodes.
 func (p *pgPlatform) settleNotices(r noticeRound, inserted map[string]bool) {
 	for _, n := range r.nodes {
-		if !inserted[n.info.ID] {
-			p.log.Warn("notice not sent: the node had one within the hour", "node", n.info.ID, "at", n.notice.At)
-			n.notice = nil
+		if !inserted[n.Info.ID] {
+			p.log.Warn("notice not sent: the node had one within the hour", "node", n.Info.ID, "at", n.Notice.At)
+			n.Notice = nil
 		}
 	}
 }
@@ -1253,7 +1250,7 @@ func nullTime(t time.Time) *time.Time {
 type pgAlternatives struct {
 	ctx context.Context
 	tx  pgx.Tx
-	n   *node
+	n   *store.Node
 	err error
 }
 
@@ -1268,7 +1265,7 @@ func (a *pgAlternatives) Alternative(r routing.Route) (routing.Route, bool) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return routing.Route{}, false
 	}
-	var rt route
+	var rt store.Route
 	if err == nil {
 		err = json.Unmarshal(body, &rt)
 	}
@@ -1285,7 +1282,7 @@ func (a *pgAlternatives) Record(time.Time, routing.Action) {}
 // ReliedOn answers for the planned node's own routes, as loaded (the
 // relied_on column).
 func (a *pgAlternatives) ReliedOn(r routing.Route) time.Time {
-	if rt := a.n.routes[r.ID]; rt != nil {
+	if rt := a.n.Routes[r.ID]; rt != nil {
 		return rt.ReliedOn
 	}
 	return time.Time{}
@@ -1297,17 +1294,17 @@ func (p *pgPlatform) logClosures(nodes ...*pgNode) {
 		if n == nil {
 			continue
 		}
-		for _, c := range n.closing {
-			p.logClosure(n.info.ID, c.Action)
+		for _, c := range n.Closing {
+			p.logClosure(n.Info.ID, c.Action)
 		}
 	}
 }
 
-// report takes a reading of node id (nodeStore.report). With batches
+// Report takes a reading of node id (NodeStore.Report). With batches
 // (pgOptions.Batch over 1) it waits for a batch worker to take it with
 // the others arriving (pgbatch.go); else it is taken alone, decided on
 // this replica's copy of the node when the copy can (pgcache.go).
-func (p *pgPlatform) report(ctx context.Context, id string, take takeFunc, plan planFunc) (*overload.Notice, error) {
+func (p *pgPlatform) Report(ctx context.Context, id string, take store.TakeFunc, plan store.PlanFunc) (*overload.Notice, error) {
 	if p.jobs == nil {
 		j := &reportJob{id: id, take: take, plan: plan}
 		if len(p.reportQuick(ctx, []*reportJob{j})) > 0 {
@@ -1319,7 +1316,7 @@ func (p *pgPlatform) report(ctx context.Context, id string, take takeFunc, plan 
 	select {
 	case p.jobs <- j:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("report of %s: %w: %w", id, errUnavailable, ctx.Err())
+		return nil, fmt.Errorf("report of %s: %w: %w", id, store.ErrUnavailable, ctx.Err())
 	}
 	select {
 	case <-j.done:
@@ -1327,7 +1324,7 @@ func (p *pgPlatform) report(ctx context.Context, id string, take takeFunc, plan 
 	case <-ctx.Done():
 		// The batch may still commit it: the agent's retry is then a
 		// duplicate.
-		return nil, fmt.Errorf("report of %s: %w: %w", id, errUnavailable, ctx.Err())
+		return nil, fmt.Errorf("report of %s: %w: %w", id, store.ErrUnavailable, ctx.Err())
 	}
 }
 
@@ -1354,7 +1351,7 @@ func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, j *reportJob) (*pg
 		return nil, err
 	}
 	now := p.now()
-	if j.err = j.take(n.node, now); j.err != nil {
+	if j.err = j.take(n.Node, now); j.err != nil {
 		// A node is kept from its first counted reading: the row this
 		// transaction inserted (created) goes; a row another committed
 		// is never deleted.
@@ -1365,7 +1362,7 @@ func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, j *reportJob) (*pg
 		}
 		return nil, nil
 	}
-	if err := j.plan(n.node, now, newPGTx(ctx, tx, nil)); err != nil {
+	if err := j.plan(n.Node, now, newPGTx(ctx, tx, nil)); err != nil {
 		return nil, err
 	}
 	if err := p.saveNode(ctx, tx, n, now); err != nil {
@@ -1374,15 +1371,15 @@ func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, j *reportJob) (*pg
 	return n, nil
 }
 
-// update runs fn on node id in a transaction holding its row lock, and
+// Update runs fn on node id in a transaction holding its row lock, and
 // writes back what fn changed (withNode).
-func (p *pgPlatform) update(ctx context.Context, id string, fn func(n *node, now time.Time, tx nodeTx) error) error {
+func (p *pgPlatform) Update(ctx context.Context, id string, fn func(n *store.Node, now time.Time, tx store.NodeTx) error) error {
 	return p.withNode(ctx, id, false, func(tx pgx.Tx, n *pgNode, now time.Time) error {
-		return fn(n.node, now, newPGTx(ctx, tx, nil))
+		return fn(n.Node, now, newPGTx(ctx, tx, nil))
 	})
 }
 
-// pgTx is the PostgreSQL store's nodeTx: a transaction holding a node's
+// pgTx is the PostgreSQL store's NodeTx: a transaction holding a node's
 // row lock.
 type pgTx struct {
 	ctx  context.Context
@@ -1391,15 +1388,15 @@ type pgTx struct {
 	alts *pgAlternatives
 }
 
-// newPGTx is tx's nodeTx for a node whose live routes load loads (nil:
+// newPGTx is tx's NodeTx for a node whose live routes load loads (nil:
 // loaded with the node).
 func newPGTx(ctx context.Context, tx pgx.Tx, load func() error) *pgTx {
 	return &pgTx{ctx: ctx, tx: tx, load: load}
 }
 
-// alternatives loads n's live routes, if they were not, and answers
+// Alternatives loads n's live routes, if they were not, and answers
 // by a query in the transaction (pgAlternatives).
-func (t *pgTx) alternatives(n *node, _ time.Time) (routing.Alternatives, error) {
+func (t *pgTx) Alternatives(n *store.Node, _ time.Time) (routing.Alternatives, error) {
 	if t.load != nil {
 		if err := t.load(); err != nil {
 			return nil, err
@@ -1410,69 +1407,69 @@ func (t *pgTx) alternatives(n *node, _ time.Time) (routing.Alternatives, error) 
 	return t.alts, nil
 }
 
-func (t *pgTx) failed() error {
+func (t *pgTx) Failed() error {
 	if t.alts == nil {
 		return nil
 	}
 	return t.alts.err
 }
 
-// routeTaken: route ids are never reused, so closed routes count.
-func (t *pgTx) routeTaken(id string) (bool, error) {
+// RouteTaken: route ids are never reused, so closed routes count.
+func (t *pgTx) RouteTaken(id string) (bool, error) {
 	var taken bool
 	err := t.tx.QueryRow(t.ctx, `SELECT EXISTS (SELECT 1 FROM routes WHERE id = $1)`, id).Scan(&taken)
 	return taken, err
 }
 
-// read runs fn on node id as one read-only snapshot shows it: with
+// Read runs fn on node id as one read-only snapshot shows it: with
 // history, with its latest closures and its notice count.
-func (p *pgPlatform) read(ctx context.Context, id string, history bool, fn func(n *node, now time.Time) error) error {
+func (p *pgPlatform) Read(ctx context.Context, id string, history bool, fn func(n *store.Node, now time.Time) error) error {
 	return p.inReadTx(ctx, func(tx pgx.Tx) error {
 		n, err := p.selectNode(ctx, tx, id)
 		if err != nil {
 			return err
 		}
 		if history {
-			if err := loadHistory(ctx, tx, n.node); err != nil {
+			if err := loadHistory(ctx, tx, n.Node); err != nil {
 				return err
 			}
 		}
-		return fn(n.node, p.now())
+		return fn(n.Node, p.now())
 	})
 }
 
 // loadHistory loads node n's latest closures, oldest first, and its
 // notice count.
-func loadHistory(ctx context.Context, tx pgx.Tx, n *node) error {
-	id := n.info.ID
+func loadHistory(ctx context.Context, tx pgx.Tx, n *store.Node) error {
+	id := n.Info.ID
 	rows, err := tx.Query(ctx, `SELECT closed_by, closed_at, body FROM routes WHERE node = $1 AND closed_at IS NOT NULL
-		ORDER BY closed_at DESC, id DESC LIMIT $2`, id, maxClosed)
+		ORDER BY closed_at DESC, id DESC LIMIT $2`, id, store.MaxClosed)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
 		var action, body []byte
-		var c closedRoute
-		var rt route
+		var c store.ClosedRoute
+		var rt store.Route
 		if err := rows.Scan(&action, &c.At, &body); err != nil {
 			rows.Close()
 			return err
 		}
 		if json.Unmarshal(action, &c.Action) == nil && json.Unmarshal(body, &rt) == nil {
 			c.Earned = rt.Earned
-			n.closed = append(n.closed, c)
+			n.Closed = append(n.Closed, c)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	slices.Reverse(n.closed)
-	return tx.QueryRow(ctx, `SELECT count(*) FROM notices WHERE node = $1`, id).Scan(&n.noticeCount)
+	slices.Reverse(n.Closed)
+	return tx.QueryRow(ctx, `SELECT count(*) FROM notices WHERE node = $1`, id).Scan(&n.NoticeCount)
 }
 
-// nodeIDs is every node's id, sorted.
-func (p *pgPlatform) nodeIDs(ctx context.Context) ([]string, error) {
+// NodeIDs is every node's id, sorted.
+func (p *pgPlatform) NodeIDs(ctx context.Context) ([]string, error) {
 	rows, err := p.db.Query(ctx, `SELECT id FROM nodes ORDER BY id`)
 	if err != nil {
 		return nil, classify(err)
@@ -1481,23 +1478,23 @@ func (p *pgPlatform) nodeIDs(ctx context.Context) ([]string, error) {
 	return ids, classify(err)
 }
 
-// routeNode is the node holding live route id.
-func (p *pgPlatform) routeNode(ctx context.Context, id string) (string, error) {
+// RouteNode is the node holding live route id.
+func (p *pgPlatform) RouteNode(ctx context.Context, id string) (string, error) {
 	var node string
 	err := p.db.QueryRow(ctx, `SELECT node FROM routes WHERE id = $1 AND closed_at IS NULL`, id).Scan(&node)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", errUnknown
+		return "", store.ErrUnknown
 	}
 	return node, classify(err)
 }
 
 // selectNode loads node id in tx without locking it; an unknown id is an
-// error wrapping errUnknownNode.
+// error wrapping ErrUnknownNode.
 func (p *pgPlatform) selectNode(ctx context.Context, tx pgx.Tx, id string) (*pgNode, error) {
 	var state []byte
 	err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1`, id).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("node %q: %w", id, errUnknownNode)
+		return nil, fmt.Errorf("node %q: %w", id, store.ErrUnknownNode)
 	}
 	if err != nil {
 		return nil, err
@@ -1505,18 +1502,18 @@ func (p *pgPlatform) selectNode(ctx context.Context, tx pgx.Tx, id string) (*pgN
 	return p.loadNode(ctx, tx, id, state)
 }
 
-// eachNode runs fn on the nodes whose ids sort after after, at most
+// EachNode runs fn on the nodes whose ids sort after after, at most
 // limit of them (0: all), by id, each from its row, live routes and
-// notice count as one read-only snapshot shows them (nodeStore.eachNode);
+// notice count as one read-only snapshot shows them (NodeStore.EachNode);
 // a node whose stored state cannot be read is given with its error. A
 // page reads only its own nodes' routes and notices.
-func (p *pgPlatform) eachNode(ctx context.Context, after string, limit int, fn func(id string, n *node, now time.Time, err error)) (string, error) {
+func (p *pgPlatform) EachNode(ctx context.Context, after string, limit int, fn func(id string, n *store.Node, now time.Time, err error)) (string, error) {
 	type row struct {
 		id    string
 		state []byte
 	}
 	var nodes []row
-	var routes map[string][]*route
+	var routes map[string][]*store.Route
 	var notices map[string]int
 	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		nodes = nodes[:0]
@@ -1564,10 +1561,10 @@ func (p *pgPlatform) eachNode(ctx context.Context, after string, limit int, fn f
 			continue
 		}
 		for _, rt := range routes[r.id] {
-			nd.routes[rt.Route.ID] = rt
+			nd.Routes[rt.Route.ID] = rt
 		}
-		nd.info.LiveUsers = liveUsers(nd)
-		nd.noticeCount = notices[r.id]
+		nd.Info.LiveUsers = store.LiveUsers(nd)
+		nd.NoticeCount = notices[r.id]
 		fn(r.id, nd, now, nil)
 	}
 	last := ""
@@ -1579,20 +1576,20 @@ func (p *pgPlatform) eachNode(ctx context.Context, after string, limit int, fn f
 
 // liveRoutes returns the live routes of the nodes ids, or of every node
 // when ids is nil, by node.
-func liveRoutes(ctx context.Context, tx pgx.Tx, ids []string) (map[string][]*route, error) {
+func liveRoutes(ctx context.Context, tx pgx.Tx, ids []string) (map[string][]*store.Route, error) {
 	rows, err := tx.Query(ctx, `SELECT node, body FROM routes WHERE closed_at IS NULL AND ($1::text[] IS NULL OR node = ANY($1))`, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string][]*route{}
+	out := map[string][]*store.Route{}
 	for rows.Next() {
 		var node string
 		var body []byte
 		if err := rows.Scan(&node, &body); err != nil {
 			return nil, err
 		}
-		var rt route
+		var rt store.Route
 		if err := json.Unmarshal(body, &rt); err != nil {
 			continue // shown by the node's own view as an error
 		}
@@ -1621,9 +1618,9 @@ func noticeCounts(ctx context.Context, tx pgx.Tx, ids []string) (map[string]int,
 	return out, rows.Err()
 }
 
-// events pages through every event of node id, oldest first.
-func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit int) (eventPage, error) {
-	page := eventPage{Node: id, Events: []numberedEvent{}}
+// Events pages through every event of node id, oldest first.
+func (p *pgPlatform) Events(ctx context.Context, id string, after int64, limit int) (store.EventPage, error) {
+	page := store.EventPage{Node: id, Events: []store.NumberedEvent{}}
 	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		page.Events, page.Next = page.Events[:0], 0
 		var exists bool
@@ -1631,7 +1628,7 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 			return err
 		}
 		if !exists {
-			return fmt.Errorf("events of node %q: %w", id, errUnknownNode)
+			return fmt.Errorf("events of node %q: %w", id, store.ErrUnknownNode)
 		}
 		var lim *int // NULL: LIMIT ALL
 		if limit > 0 {
@@ -1644,7 +1641,7 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var e numberedEvent
+			var e store.NumberedEvent
 			var body []byte
 			if err := rows.Scan(&e.ID, &body); err != nil {
 				return err
@@ -1663,12 +1660,12 @@ func (p *pgPlatform) events(ctx context.Context, id string, after int64, limit i
 	return page, err
 }
 
-// notices returns the notices whose id is above after, by id, at most
+// Notices returns the notices whose id is above after, by id, at most
 // limit of them (0: all), and the last one's id (after, when there is
 // none). Ids grow with commits (numberNotices), so a client paging on
 // from the last id it saw misses none committed later.
-func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
-	out := []numberedNotice{}
+func (p *pgPlatform) Notices(ctx context.Context, after int64, limit int) ([]store.NumberedNotice, int64, error) {
+	out := []store.NumberedNotice{}
 	last := after
 	var lim *int // NULL: LIMIT ALL
 	if limit > 0 {
@@ -1687,7 +1684,7 @@ func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]num
 		defer rows.Close()
 		for rows.Next() {
 			var body []byte
-			var n numberedNotice
+			var n store.NumberedNotice
 			if err := rows.Scan(&n.ID, &body); err != nil {
 				return err
 			}
@@ -1701,10 +1698,10 @@ func (p *pgPlatform) notices(ctx context.Context, after int64, limit int) ([]num
 	return out, last, err
 }
 
-// plans returns each node's latest plan that closed something, by node,
+// Plans returns each node's latest plan that closed something, by node,
 // of the nodes whose ids sort after after, at most limit of them (0: all),
 // and the last one's node id.
-func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
+func (p *pgPlatform) Plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
 	out := []routing.Plan{}
 	last := ""
 	var lim *int // NULL: LIMIT ALL
@@ -1734,7 +1731,7 @@ func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]rout
 	return out, last, err
 }
 
-// planDue plans every registered node whose plan is due (not planned by
+// PlanDue plans every registered node whose plan is due (not planned by
 // a report or a round for planEvery), one transaction per node. A node
 // another replica is planning or reporting is skipped (FOR UPDATE SKIP
 // LOCKED), so replicas share the round without planning a node twice.
@@ -1746,7 +1743,7 @@ func (p *pgPlatform) plans(ctx context.Context, after string, limit int) ([]rout
 // goes on with the others; the round's error counts and names those
 // nodes. Only the round's own deadline, or a database that cannot be
 // reached, ends it early.
-func (p *pgPlatform) planDue(ctx context.Context, plan planFunc) error {
+func (p *pgPlatform) PlanDue(ctx context.Context, plan store.PlanFunc) error {
 	// Notices committed since the last numbering.
 	if err := p.numberNotices(ctx); err != nil {
 		p.log.Warn("notices not numbered", "err", err)
@@ -1774,7 +1771,7 @@ func (p *pgPlatform) planDue(ctx context.Context, plan planFunc) error {
 			if err != nil {
 				return err
 			}
-			if err := plan(n.node, now, newPGTx(ctx, tx, nil)); err != nil {
+			if err := plan(n.Node, now, newPGTx(ctx, tx, nil)); err != nil {
 				return err
 			}
 			planned = n
@@ -1804,14 +1801,14 @@ func (p *pgPlatform) planDue(ctx context.Context, plan planFunc) error {
 	}
 }
 
-// operatorReceivers is every operator's receiver (receiverStore).
-func (p *pgPlatform) operatorReceivers(ctx context.Context) (map[string]operatorReceiver, error) {
+// OperatorReceivers is every operator's receiver (ReceiverStore).
+func (p *pgPlatform) OperatorReceivers(ctx context.Context) (map[string]store.OperatorReceiver, error) {
 	rows, err := p.db.Query(ctx, `SELECT operator, body FROM operator_receivers`)
-	out := map[string]operatorReceiver{}
+	out := map[string]store.OperatorReceiver{}
 	var op string
 	var body []byte
 	err = eachRow(rows, err, []any{&op, &body}, func() error {
-		var r operatorReceiver
+		var r store.OperatorReceiver
 		if err := json.Unmarshal(body, &r); err != nil {
 			return fmt.Errorf("receiver of operator %s: %w", op, err)
 		}
@@ -1821,10 +1818,10 @@ func (p *pgPlatform) operatorReceivers(ctx context.Context) (map[string]operator
 	return out, classify(err)
 }
 
-// updateReceiver runs fn on operator's receiver in a transaction holding
+// UpdateReceiver runs fn on operator's receiver in a transaction holding
 // its row's lock (the row made first if there is none, kept only if fn
 // returns nil).
-func (p *pgPlatform) updateReceiver(ctx context.Context, operator string, fn func(r *operatorReceiver, now time.Time) error) error {
+func (p *pgPlatform) UpdateReceiver(ctx context.Context, operator string, fn func(r *store.OperatorReceiver, now time.Time) error) error {
 	return p.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO operator_receivers (operator, body) VALUES ($1, '{}') ON CONFLICT (operator) DO NOTHING`, operator); err != nil {
 			return err
@@ -1833,16 +1830,16 @@ func (p *pgPlatform) updateReceiver(ctx context.Context, operator string, fn fun
 		if err := tx.QueryRow(ctx, `SELECT body FROM operator_receivers WHERE operator = $1 FOR UPDATE`, operator).Scan(&body); err != nil {
 			return err
 		}
-		var r operatorReceiver
+		var r store.OperatorReceiver
 		if err := json.Unmarshal(body, &r); err != nil {
-			return fmt.Errorf("receiver of operator %s: %w: %w", operator, errUnsaved, err)
+			return fmt.Errorf("receiver of operator %s: %w: %w", operator, store.ErrUnsaved, err)
 		}
 		if err := fn(&r, p.now()); err != nil {
 			return err
 		}
 		b, err := json.Marshal(r)
 		if err != nil {
-			return fmt.Errorf("receiver of operator %s: %w: %w", operator, errUnsaved, err)
+			return fmt.Errorf("receiver of operator %s: %w: %w", operator, store.ErrUnsaved, err)
 		}
 		_, err = tx.Exec(ctx, `UPDATE operator_receivers SET body = $2, updated_at = now() WHERE operator = $1`, operator, b)
 		return err

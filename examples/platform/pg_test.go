@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -90,12 +91,12 @@ func (tp *testPlatform) post(path string, body any) (int, string, bool) {
 
 // allEvents pages through node id's events, limit at a time, by the
 // pages' Link headers.
-func (tp *testPlatform) allEvents(id string, limit int) []numberedEvent {
+func (tp *testPlatform) allEvents(id string, limit int) []store.NumberedEvent {
 	tp.t.Helper()
-	var all []numberedEvent
+	var all []store.NumberedEvent
 	for path := fmt.Sprintf("/nodes/%s/events?limit=%d", id, limit); path != ""; {
 		code, header, b := tp.raw("GET", path, testToken, "")
-		var page eventPage
+		var page store.EventPage
 		if err := json.Unmarshal(b, &page); code != 200 || err != nil {
 			tp.t.Fatalf("GET %s: %d, %v: %s", path, code, err, b)
 		}
@@ -189,7 +190,7 @@ func TestPGEventsKeepEveryOne(t *testing.T) {
 	t.Cleanup(p.close)
 	tp := serveTest(t, c, p)
 	for i := range 70 {
-		if code := tp.read("x1", memoryPattern(i)); code != 200 {
+		if code := tp.Read("x1", memoryPattern(i)); code != 200 {
 			t.Fatalf("reading %d: %d", i, code)
 		}
 		c.add(30 * time.Second)
@@ -223,7 +224,7 @@ func TestUnsavableNode(t *testing.T) {
 		if code != 500 || reason != reasonUnsaved {
 			t.Fatalf("report of the unsavable node: %d %q, want 500 %q", code, reason, reasonUnsaved)
 		}
-		if code := tp.read("x1", 95); code != 200 {
+		if code := tp.Read("x1", 95); code != 200 {
 			t.Fatalf("report of another node: %d, want 200", code)
 		}
 		for _, path := range []string{"/nodes", "/notices", "/plans", "/nodes/x1", "/admit?node=x1"} {
@@ -408,7 +409,7 @@ func TestPGFrozenReplica(t *testing.T) {
 	t.Cleanup(func() { close(thaw); <-done })
 	<-locked
 	testkit.WaitForWithin(t, time.Minute, "a report of x1 to the other replica answered 200", func() bool {
-		return other.read("x1", 50) == 200
+		return other.Read("x1", 50) == 200
 	})
 }
 
@@ -550,9 +551,9 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 	f := newFleet(p, nil)
 	for _, id := range []string{"x1", "x2"} {
 		r := overload.Reading{Node: id, At: t0, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}
-		take := func(n *node, now time.Time) error {
+		take := func(n *store.Node, now time.Time) error {
 			out, err := f.take(n, r, now)
-			n.event, n.notice = out.Event, out.Notice
+			n.Event, n.Notice = out.Event, out.Notice
 			return err
 		}
 		batch = append(batch, &reportJob{ctx: ctx, id: id, take: take, plan: f.planNode, done: make(chan struct{})})
@@ -586,7 +587,7 @@ func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	sendIn := func(tx pgx.Tx, id string) {
 		n, err := p.lockNode(ctx, tx, id, false)
 		if err == nil {
-			n.notice = &overload.Notice{Node: id, At: c.now(), Text: id + " is overloaded"}
+			n.Notice = &overload.Notice{Node: id, At: c.now(), Text: id + " is overloaded"}
 			err = p.sendNotices(ctx, tx, []*pgNode{n})
 		}
 		if err != nil {
@@ -602,18 +603,18 @@ func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	if err := pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{}, func(tx pgx.Tx) error { sendIn(tx, "x2"); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	ns, seen, err := p.notices(ctx, 0, 0)
+	ns, seen, err := p.Notices(ctx, 0, 0)
 	if err != nil || len(ns) != 1 || ns[0].Node != "x2" {
 		t.Fatalf("notices while the first is uncommitted: %+v, %v; want x2's alone", ns, err)
 	}
 	if err := first.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	next, last, err := p.notices(ctx, seen, 0)
+	next, last, err := p.Notices(ctx, seen, 0)
 	if err != nil || len(next) != 1 || next[0].Node != "x1" || next[0].ID <= seen || last != next[0].ID {
 		t.Fatalf("notices after %d: %+v, last %d, %v; want x1's, with a higher id", seen, next, last, err)
 	}
-	all, _, err := p.notices(ctx, 0, 0)
+	all, _, err := p.Notices(ctx, 0, 0)
 	if err != nil || len(all) != 2 || all[0].Node != "x2" || all[1].Node != "x1" {
 		t.Fatalf("notices: %+v, %v; want x2's and then x1's", all, err)
 	}
@@ -637,28 +638,28 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 		change              func(n *pgNode)
 	}{
 		{"charge of a route rewritten meanwhile", "r-idle3", `UPDATE routes SET body = body::jsonb::text::json WHERE id = 'r-idle3'`,
-			func(n *pgNode) { n.routes["r-idle3"].Earned.Bytes += 1000 }},
+			func(n *pgNode) { n.Routes["r-idle3"].Earned.Bytes += 1000 }},
 		{"charge of a route closed meanwhile", "r-idle5", `UPDATE routes SET closed_at = now() WHERE id = 'r-idle5'`,
-			func(n *pgNode) { n.routes["r-idle5"].Earned.Bytes += 1000 }},
+			func(n *pgNode) { n.Routes["r-idle5"].Earned.Bytes += 1000 }},
 		{"closure of a route closed meanwhile", "r-partner", `UPDATE routes SET closed_at = now() WHERE id = 'r-partner'`,
 			func(n *pgNode) {
-				rt := n.routes["r-partner"]
-				delete(n.routes, "r-partner")
-				n.closing = append(n.closing, closedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonDrain}, At: c.now(), session: rt.Session})
+				rt := n.Routes["r-partner"]
+				delete(n.Routes, "r-partner")
+				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonDrain}, At: c.now(), Session: rt.Session})
 			}},
 		{"closure as unused of a route that carried traffic meanwhile", "r-idle3",
 			fmt.Sprintf(`UPDATE routes SET last_traffic = '%s' WHERE id = 'r-idle3'`, t0.Add(-time.Minute).Format(time.RFC3339Nano)),
 			func(n *pgNode) {
-				rt := n.routes["r-idle3"]
-				delete(n.routes, "r-idle3")
-				n.closing = append(n.closing, closedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.now(), session: rt.Session})
+				rt := n.Routes["r-idle3"]
+				delete(n.Routes, "r-idle3")
+				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.now(), Session: rt.Session})
 			}},
 		{"closure as unused of a route made another move's alternative meanwhile", "r-move",
 			fmt.Sprintf(`UPDATE routes SET relied_on = '%s', last_traffic = NULL WHERE id = 'r-move'`, t0.Add(-time.Minute).Format(time.RFC3339Nano)),
 			func(n *pgNode) {
-				rt := n.routes["r-move"]
-				delete(n.routes, "r-move")
-				n.closing = append(n.closing, closedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.now(), session: rt.Session})
+				rt := n.Routes["r-move"]
+				delete(n.Routes, "r-move")
+				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.now(), Session: rt.Session})
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -696,10 +697,10 @@ func TestPGQuickReportsStaleCopy(t *testing.T) {
 		p, other := reps[who-'a'], reps[1-(who-'a')]
 		r := overload.Reading{Version: 2, Node: "x1", Run: runID, Seq: uint64(i + 1), At: c.now(),
 			MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}
-		if _, err := newFleet(p, nil).report(t.Context(), r); err != nil {
+		if _, err := newFleet(p, nil).Report(t.Context(), r); err != nil {
 			t.Fatalf("reading %d to %c: %v", i+1, who, err)
 		}
-		if _, err := newFleet(other, nil).report(t.Context(), r); !errors.Is(err, errDuplicate) {
+		if _, err := newFleet(other, nil).Report(t.Context(), r); !errors.Is(err, store.ErrDuplicate) {
 			t.Fatalf("reading %d again to the other replica: %v, want a duplicate", i+1, err)
 		}
 		c.add(30 * time.Second)
@@ -741,7 +742,7 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				n.notice = &overload.Notice{Node: id, At: c.now(), Text: id + " is overloaded"}
+				n.Notice = &overload.Notice{Node: id, At: c.now(), Text: id + " is overloaded"}
 				if err := p.sendNotices(ctx, tx, []*pgNode{n}); err != nil {
 					return err
 				}
@@ -758,7 +759,7 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 	seen := map[string]int64{}
 	after := int64(0)
 	page := func(p *pgPlatform) {
-		ns, last, err := p.notices(ctx, after, 3)
+		ns, last, err := p.Notices(ctx, after, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -885,7 +886,7 @@ func batchHeldOnLock(t *testing.T, opt pgOptions, ids ...string) (*pgPlatform, f
 	held := make(chan error, len(ids))
 	for _, id := range ids {
 		go func() {
-			_, err := newFleet(p, nil).report(t.Context(), quietReading(id))
+			_, err := newFleet(p, nil).Report(t.Context(), quietReading(id))
 			held <- err
 		}()
 	}
@@ -899,7 +900,7 @@ func reportBeside(t *testing.T, p *pgPlatform, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	if _, err := newFleet(p, nil).report(ctx, quietReading(id)); err != nil {
+	if _, err := newFleet(p, nil).Report(ctx, quietReading(id)); err != nil {
 		t.Fatalf("report of %s while a batch waits on x2's lock: %v, want counted beside it", id, err)
 	}
 }
@@ -912,7 +913,7 @@ func TestPGBatchesOneAtATime(t *testing.T) {
 	others := make(chan error, 2)
 	for _, id := range []string{"x1", "f1"} {
 		go func() {
-			_, err := newFleet(p, nil).report(t.Context(), quietReading(id))
+			_, err := newFleet(p, nil).Report(t.Context(), quietReading(id))
 			others <- err
 		}()
 	}
@@ -994,7 +995,7 @@ func TestPGSlowReportsStartFromCopy(t *testing.T) {
 			{Version: 2, Node: "n9", Run: runID, Seq: uint64(i + 1), At: c.now(), MemoryUsedPercent: memoryPattern(i + 3), CPUs: 4, ConntrackMax: 262144},
 		} {
 			wg.Go(func() {
-				if _, err := newFleet(p, nil).report(t.Context(), r); err != nil {
+				if _, err := newFleet(p, nil).Report(t.Context(), r); err != nil {
 					t.Errorf("reading %d of %s: %v", i+1, r.Node, err)
 				}
 			})
@@ -1144,7 +1145,7 @@ func TestPGSeedWritesAsOneByOne(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := newFleet(p, nil).report(t.Context(), overload.Reading{Version: 2, Node: "n0700", Run: runID, Seq: 1, At: c.now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}); err != nil {
+		if _, err := newFleet(p, nil).Report(t.Context(), overload.Reading{Version: 2, Node: "n0700", Run: runID, Seq: 1, At: c.now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}); err != nil {
 			t.Fatal(err)
 		}
 		p.close()

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -18,9 +19,9 @@ import (
 type reportJob struct {
 	ctx  context.Context // the request's
 	id   string          // the node's
-	take takeFunc
-	plan planFunc
-	// notice is the notice kept, err the report's error.
+	take store.TakeFunc
+	plan store.PlanFunc
+	// Notice is the notice kept, err the report's error.
 	notice *overload.Notice
 	err    error
 	done   chan struct{}
@@ -178,7 +179,7 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 		wg.Go(func() {
 			for _, j := range run {
 				if j.gone() {
-					j.notice, j.err = nil, fmt.Errorf("report of %s: %w: the request ended", j.id, errUnavailable)
+					j.notice, j.err = nil, fmt.Errorf("report of %s: %w: the request ended", j.id, store.ErrUnavailable)
 					continue
 				}
 				alone(j)
@@ -298,7 +299,7 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	t.qs = qs
 	jobs := rest
 	for _, q := range qs {
-		if _, ok := t.written[q.n.info.ID]; !ok {
+		if _, ok := t.written[q.n.Info.ID]; !ok {
 			// A stale copy: taken the usual way, its row locked by
 			// reportIn.
 			jobs = append(slices.Clip(jobs), q.j)
@@ -350,7 +351,7 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 	}
 	for i, j := range jobs {
 		if nodes[i] != nil {
-			j.notice = nodes[i].notice // nil if the database refused it
+			j.notice = nodes[i].Notice // nil if the database refused it
 		}
 	}
 	t.nodes = nodes
@@ -437,7 +438,7 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 				}
 				nodes[i] = n
 				if n != nil {
-					for _, r := range n.relied {
+					for _, r := range n.Relied {
 						touched[r.Node] = true
 					}
 				}
@@ -448,13 +449,13 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 		i = k
 		nd, taken, err := p.nodeOfRow(j, row)
 		if err != nil {
-			return nil, nil, fmt.Errorf("node %s: stored state: %w: %w", id, errUnsaved, err)
+			return nil, nil, fmt.Errorf("node %s: stored state: %w: %w", id, store.ErrUnsaved, err)
 		}
-		n := &pgNode{node: nd, state: row.state, bodies: map[string][]byte{}}
+		n := &pgNode{Node: nd, state: row.state, bodies: map[string][]byte{}}
 		j.err = nil
 		if !taken {
-			n.clearChange()
-			if j.err = j.take(n.node, now); j.err != nil {
+			n.ClearChange()
+			if j.err = j.take(n.Node, now); j.err != nil {
 				continue
 			}
 		}
@@ -468,13 +469,13 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 			}
 			return n.addRoutes(routes[id])
 		}
-		if err := j.plan(n.node, now, newPGTx(ctx, tx, load)); err != nil {
+		if err := j.plan(n.Node, now, newPGTx(ctx, tx, load)); err != nil {
 			return nil, nil, err
 		}
 		if err := p.saveRoutes(ctx, tx, n, now); err != nil {
 			return nil, nil, err
 		}
-		for _, r := range n.relied {
+		for _, r := range n.Relied {
 			touched[r.Node] = true
 		}
 	}
@@ -485,7 +486,7 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 // it if the row is still at the copy's version (the state the row holds,
 // decoded, is the copy: nodeCache), and whether the reading was taken on
 // it; else the row's state decoded. The copy is used once.
-func (p *pgPlatform) nodeOfRow(j *reportJob, row lockedRow) (*node, bool, error) {
+func (p *pgPlatform) nodeOfRow(j *reportJob, row lockedRow) (*store.Node, bool, error) {
 	c, taken := j.cached, j.taken
 	j.cached, j.taken = cachedNode{}, false
 	if c.node != nil && c.version == row.version {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -42,7 +43,7 @@ type nodeCache struct {
 
 type cachedNode struct {
 	version int64
-	node    *node
+	node    *store.Node
 }
 
 func newNodeCache(max int) *nodeCache {
@@ -68,27 +69,27 @@ func (c *nodeCache) take(id string) (cachedNode, bool) {
 
 // put keeps n, as committed at version, in place of any copy of it held,
 // without its routes (a report decided on a copy never needs them).
-func (c *nodeCache) put(n *node, version int64) {
+func (c *nodeCache) put(n *store.Node, version int64) {
 	if c == nil || n == nil {
 		return
 	}
-	n.routes, n.closed, n.info.LiveUsers = map[string]*route{}, nil, 0
+	n.Routes, n.Closed, n.Info.LiveUsers = map[string]*store.Route{}, nil, 0
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cur, ok := c.nodes[n.info.ID]; ok && cur.version > version {
+	if cur, ok := c.nodes[n.Info.ID]; ok && cur.version > version {
 		return
 	}
-	if _, ok := c.nodes[n.info.ID]; !ok && len(c.nodes) >= c.max {
+	if _, ok := c.nodes[n.Info.ID]; !ok && len(c.nodes) >= c.max {
 		return
 	}
-	c.nodes[n.info.ID] = cachedNode{version: version, node: n}
+	c.nodes[n.Info.ID] = cachedNode{version: version, node: n}
 }
 
 // keep puts the nodes a committed transaction wrote into the cache.
 func (c *nodeCache) keep(nodes []*pgNode) {
 	for _, n := range nodes {
 		if n != nil && n.version > 0 {
-			c.put(n.node, n.version)
+			c.put(n.Node, n.version)
 		}
 	}
 }
@@ -96,8 +97,8 @@ func (c *nodeCache) keep(nodes []*pgNode) {
 // quickReport is a report decided on a copy of its node, not yet written.
 type quickReport struct {
 	j       *reportJob
-	n       *node // the copy, changed by the report
-	version int64 // the row's version the copy is of
+	n       *store.Node // the copy, changed by the report
+	version int64       // the row's version the copy is of
 }
 
 // decideQuick decides the reports of jobs that a copy of their node
@@ -132,7 +133,7 @@ func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*r
 		}
 		// From here the copy may be changed: it is not put back unless
 		// its row is written.
-		cn.node.clearChange()
+		cn.node.ClearChange()
 		if err := j.take(cn.node, now); err != nil {
 			rest = append(rest, j)
 			continue
@@ -143,7 +144,7 @@ func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*r
 		// started or ended an overload or sent a notice, or the plan
 		// asks for the node's routes (it is not quiet), before it
 		// changed anything.
-		if cn.node.event != nil || cn.node.notice != nil {
+		if cn.node.Event != nil || cn.node.Notice != nil {
 			j.cached, j.taken = cn, true
 			rest = append(rest, j)
 			continue
@@ -154,13 +155,13 @@ func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*r
 			rest = append(rest, j)
 			continue
 		}
-		if err != nil || len(cn.node.closing) > 0 {
+		if err != nil || len(cn.node.Closing) > 0 {
 			rest = append(rest, j)
 			continue
 		}
 		qs = append(qs, quickReport{j: j, n: cn.node, version: cn.version})
 	}
-	slices.SortFunc(qs, func(a, b quickReport) int { return strings.Compare(a.n.info.ID, b.n.info.ID) })
+	slices.SortFunc(qs, func(a, b quickReport) int { return strings.Compare(a.n.Info.ID, b.n.Info.ID) })
 	return qs, rest
 }
 
@@ -168,16 +169,16 @@ func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*r
 // row gives (its routes); the report is taken the usual way.
 var errNeedsRow = errors.New("the node's routes are needed")
 
-// copyTx is the nodeTx of a report decided on a copy of its node, with
+// copyTx is the NodeTx of a report decided on a copy of its node, with
 // no transaction: a plan that needs the node's routes is taken the usual
 // way (errNeedsRow).
 type copyTx struct{}
 
-func (copyTx) routeTaken(string) (bool, error) { return false, errNeedsRow }
-func (copyTx) alternatives(*node, time.Time) (routing.Alternatives, error) {
+func (copyTx) RouteTaken(string) (bool, error) { return false, errNeedsRow }
+func (copyTx) Alternatives(*store.Node, time.Time) (routing.Alternatives, error) {
 	return nil, errNeedsRow
 }
-func (copyTx) failed() error { return nil }
+func (copyTx) Failed() error { return nil }
 
 // querier runs a statement: the pool (a statement that is its own
 // transaction) or a transaction.
@@ -205,8 +206,8 @@ func quickUpdate(qs []quickReport) (string, []any, error) {
 		if err != nil {
 			return "", nil, err
 		}
-		ids[i], versions[i], states[i] = q.n.info.ID, q.version, string(b)
-		readings[i], overloaded[i] = q.n.readings, q.n.tracker.Overloaded()
+		ids[i], versions[i], states[i] = q.n.Info.ID, q.version, string(b)
+		readings[i], overloaded[i] = q.n.Readings, q.n.Tracker.Overloaded()
 	}
 	return `UPDATE nodes AS n SET state = u.state::json, readings = u.readings, overloaded = u.overloaded,
 			next_plan_at = NULL, version = n.version + 1, updated_at = now()
@@ -221,7 +222,7 @@ func quickUpdate(qs []quickReport) (string, []any, error) {
 func (p *pgPlatform) settleQuick(qs []quickReport, written map[string]int64) []*reportJob {
 	var rest []*reportJob
 	for _, q := range qs {
-		v, ok := written[q.n.info.ID]
+		v, ok := written[q.n.Info.ID]
 		if !ok {
 			rest = append(rest, q.j)
 			continue
@@ -264,61 +265,61 @@ func (p *pgPlatform) commitQuick(ctx context.Context, qs []quickReport) []*repor
 // pays: BenchmarkStateCodec, side by side in one run, medians of 6, an
 // overloaded node's state in 12 µs and 8 allocations by hand, against
 // 98 µs and 9 allocations through encoding/json.
-func encodeState(n *node) ([]byte, error) {
-	tr, err := n.tracker.MarshalJSON()
+func encodeState(n *store.Node) ([]byte, error) {
+	tr, err := n.Tracker.MarshalJSON()
 	if err != nil {
-		return nil, fmt.Errorf("save node %s: tracker: %w: %w", n.info.ID, errUnsaved, err)
+		return nil, fmt.Errorf("save node %s: tracker: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 	}
-	pr, err := n.prices.MarshalJSON()
+	pr, err := n.Prices.MarshalJSON()
 	if err != nil {
-		return nil, fmt.Errorf("save node %s: prices: %w: %w", n.info.ID, errUnsaved, err)
+		return nil, fmt.Errorf("save node %s: prices: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 	}
-	ps, err := json.Marshal(n.info.State)
+	ps, err := json.Marshal(n.Info.State)
 	if err != nil {
-		return nil, fmt.Errorf("save node %s: plan state: %w: %w", n.info.ID, errUnsaved, err)
+		return nil, fmt.Errorf("save node %s: plan state: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 	}
 	var lp []byte
-	if n.lastPlan != nil {
-		if lp, err = json.Marshal(n.lastPlan); err != nil {
-			return nil, fmt.Errorf("save node %s: last plan: %w: %w", n.info.ID, errUnsaved, err)
+	if n.LastPlan != nil {
+		if lp, err = json.Marshal(n.LastPlan); err != nil {
+			return nil, fmt.Errorf("save node %s: last plan: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 		}
 	}
 	b := make([]byte, 0, len(tr)+len(pr)+len(ps)+len(lp)+256)
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, fileVersion, 10)
 	b = append(b, `,"id":`...)
-	b = appendJSONString(b, n.info.ID)
-	if n.info.Role != 0 {
+	b = appendJSONString(b, n.Info.ID)
+	if n.Info.Role != 0 {
 		b = append(b, `,"role":`...)
-		b = appendJSONString(b, n.info.Role.String())
+		b = appendJSONString(b, n.Info.Role.String())
 	}
-	if n.info.Country != "" {
+	if n.Info.Country != "" {
 		b = append(b, `,"country":`...)
-		b = appendJSONString(b, n.info.Country)
+		b = appendJSONString(b, n.Info.Country)
 	}
-	if n.info.Paused {
+	if n.Info.Paused {
 		b = append(b, `,"paused":true`...)
 	}
-	if n.info.MaxUsers != 0 {
+	if n.Info.MaxUsers != 0 {
 		b = append(b, `,"max_users":`...)
-		b = strconv.AppendInt(b, int64(n.info.MaxUsers), 10)
+		b = strconv.AppendInt(b, int64(n.Info.MaxUsers), 10)
 	}
-	m := n.info.MemoryPercent
+	m := n.Info.MemoryPercent
 	if math.IsNaN(m) || math.IsInf(m, 0) {
-		return nil, fmt.Errorf("save node %s: memory %v: %w", n.info.ID, m, errUnsaved)
+		return nil, fmt.Errorf("save node %s: memory %v: %w", n.Info.ID, m, store.ErrUnsaved)
 	}
 	b = append(b, `,"memory_percent":`...)
 	b = strconv.AppendFloat(b, m, 'g', -1, 64)
 	for _, t := range []struct {
 		name string
 		at   time.Time
-	}{{"overload_ended", n.info.OverloadEnded}, {"overload_started", n.startedAt}} {
+	}{{"overload_ended", n.Info.OverloadEnded}, {"overload_started", n.StartedAt}} {
 		if t.at.IsZero() {
 			continue
 		}
 		tb, err := t.at.MarshalJSON()
 		if err != nil {
-			return nil, fmt.Errorf("save node %s: %s: %w: %w", n.info.ID, t.name, errUnsaved, err)
+			return nil, fmt.Errorf("save node %s: %s: %w: %w", n.Info.ID, t.name, store.ErrUnsaved, err)
 		}
 		b = append(b, `,"`...)
 		b = append(b, t.name...)
@@ -337,19 +338,19 @@ func encodeState(n *node) ([]byte, error) {
 		b = append(b, lp...)
 	}
 	b = append(b, `,"next_route":`...)
-	b = strconv.AppendInt(b, int64(n.nextRoute), 10)
-	if n.readings != 0 {
+	b = strconv.AppendInt(b, int64(n.NextRoute), 10)
+	if n.Readings != 0 {
 		b = append(b, `,"readings":`...)
-		b = strconv.AppendInt(b, n.readings, 10)
+		b = strconv.AppendInt(b, n.Readings, 10)
 	}
-	if n.eventsSeen != 0 {
+	if n.EventsSeen != 0 {
 		b = append(b, `,"events_seen":`...)
-		b = strconv.AppendInt(b, n.eventsSeen, 10)
+		b = strconv.AppendInt(b, n.EventsSeen, 10)
 	}
-	if len(n.marks) > 0 { // a few, rarely: encoding/json's
-		mb, err := json.Marshal(n.marks)
+	if len(n.Marks) > 0 { // a few, rarely: encoding/json's
+		mb, err := json.Marshal(n.Marks)
 		if err != nil {
-			return nil, fmt.Errorf("save node %s: marks: %w: %w", n.info.ID, errUnsaved, err)
+			return nil, fmt.Errorf("save node %s: marks: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 		}
 		b = append(b, `,"marks":`...)
 		b = append(b, mb...)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -18,17 +19,17 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := t0
-	fresh := func(id string) *node {
+	fresh := func(id string) *store.Node {
 		n, err := c.newNode(id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	read := func(n *node, mems ...float64) *node {
+	read := func(n *store.Node, mems ...float64) *store.Node {
 		for _, m := range mems {
 			at = at.Add(30 * time.Second)
-			r := reading(n.info.ID, int(n.readings)+1, m)
+			r := reading(n.Info.ID, int(n.Readings)+1, m)
 			r.At = at
 			if _, err := c.take(n, r, at); err != nil {
 				t.Fatal(err)
@@ -39,15 +40,15 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 	overloaded := read(fresh("x1"), 95, 95, 95)
 	ended := read(fresh("x2"), 95, 95, 95, 40, 40, 40, 40, 40)
 	odd := fresh(`x3`)
-	odd.info.Role, odd.info.Country, odd.info.Paused, odd.info.MaxUsers = routing.RoleExit, "DE", true, 7
-	odd.nextRoute, odd.eventsSeen = 12, 3
-	if err := odd.prices.Set(at, 120); err != nil {
+	odd.Info.Role, odd.Info.Country, odd.Info.Paused, odd.Info.MaxUsers = routing.RoleExit, "DE", true, 7
+	odd.NextRoute, odd.EventsSeen = 12, 3
+	if err := odd.Prices.Set(at, 120); err != nil {
 		t.Fatal(err)
 	}
-	odd.info.State = routing.NodeState{PlannedAt: at, UnusedDue: at.Add(time.Hour), Period: 30 * time.Second}
-	odd.lastPlan = &routing.Plan{Node: "x3", At: at, State: odd.info.State}
-	odd.info.OverloadEnded = at.Add(-time.Hour)
-	for _, n := range []*node{fresh("x0"), overloaded, ended, read(odd, 95, 95, 95)} {
+	odd.Info.State = routing.NodeState{PlannedAt: at, UnusedDue: at.Add(time.Hour), Period: 30 * time.Second}
+	odd.LastPlan = &routing.Plan{Node: "x3", At: at, State: odd.Info.State}
+	odd.Info.OverloadEnded = at.Add(-time.Hour)
+	for _, n := range []*store.Node{fresh("x0"), overloaded, ended, read(odd, 95, 95, 95)} {
 		want, err := encodeNode(n, false)
 		if err != nil {
 			t.Fatal(err)
@@ -61,13 +62,13 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := json.Unmarshal(got, &gf); err != nil {
-			t.Fatalf("%s: %v: %s", n.info.ID, err, got)
+			t.Fatalf("%s: %v: %s", n.Info.ID, err, got)
 		}
 		if !reflect.DeepEqual(gf, wf) {
-			t.Errorf("%s:\n got %s\nwant %s", n.info.ID, got, want)
+			t.Errorf("%s:\n got %s\nwant %s", n.Info.ID, got, want)
 		}
 		if _, err := c.decodeNode(got); err != nil {
-			t.Errorf("%s: decoding %s: %v", n.info.ID, got, err)
+			t.Errorf("%s: decoding %s: %v", n.Info.ID, got, err)
 		}
 	}
 }
@@ -88,7 +89,7 @@ func BenchmarkStateCodec(b *testing.B) {
 	at := t0
 	for i, m := range []float64{95, 95, 95, 40, 95} {
 		at = at.Add(30 * time.Second)
-		r := reading(n.info.ID, i+1, m)
+		r := reading(n.Info.ID, i+1, m)
 		r.At = at
 		if _, err := c.take(n, r, at); err != nil {
 			b.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -24,26 +25,26 @@ type pgOutbox struct {
 	db *pgxpool.Pool
 }
 
-var _ outboxStore = (*pgOutbox)(nil)
+var _ store.OutboxStore = (*pgOutbox)(nil)
 
 // noticeDeliveryOf is the outbox row of n's notice; false without a
 // notifier.
-func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (delivery, bool, error) {
-	if p.dispatch == nil || n.notice == nil {
-		return delivery{}, false, nil
+func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (store.Delivery, bool, error) {
+	if p.dispatch == nil || n.Notice == nil {
+		return store.Delivery{}, false, nil
 	}
-	d, err := noticeDelivery(*n.notice, n.readings, cmp.Or(n.startedAt, now), p.dispatch.receivers()) // received when the overload started
+	d, err := noticeDelivery(*n.Notice, n.Readings, cmp.Or(n.StartedAt, now), p.dispatch.receivers()) // received when the overload started
 	return d, err == nil, err
 }
 
 // endDeliveryOf is the outbox row of the end of n's overload, when the
 // notifier is asked to send ends; false otherwise.
-func (p *pgPlatform) endDeliveryOf(n *pgNode, now time.Time) (delivery, bool, error) {
-	e := n.event
+func (p *pgPlatform) endDeliveryOf(n *pgNode, now time.Time) (store.Delivery, bool, error) {
+	e := n.Event
 	if p.dispatch == nil || e == nil || e.Kind != overload.End || !p.dispatch.ended {
-		return delivery{}, false, nil
+		return store.Delivery{}, false, nil
 	}
-	d, err := endDelivery(n.info.ID, n.readings, *e, cmp.Or(n.info.OverloadEnded, now), p.dispatch.receivers())
+	d, err := endDelivery(n.Info.ID, n.Readings, *e, cmp.Or(n.Info.OverloadEnded, now), p.dispatch.receivers())
 	return d, err == nil, err
 }
 
@@ -58,7 +59,7 @@ type outboxRows struct {
 	ofNotice                                []bool
 }
 
-func (o *outboxRows) add(d delivery, at time.Time, ofNotice bool) {
+func (o *outboxRows) add(d store.Delivery, at time.Time, ofNotice bool) {
 	o.ids, o.nodes, o.types, o.statuses, o.lastErrors = append(o.ids, d.ID), append(o.nodes, d.Node), append(o.types, d.Type), append(o.statuses, d.Status), append(o.lastErrors, d.LastError)
 	o.ats, o.created, o.next = append(o.ats, at), append(o.created, d.Created), append(o.next, nullTime(d.NextAt))
 	o.seqs = append(o.seqs, d.Seq)
@@ -96,8 +97,8 @@ const deliveryColumns = `id, node, type, body, created_at, status, attempts, nex
 // claimedColumns are deliveryColumns of the claim's UPDATE … FROM.
 const claimedColumns = `d.id, d.node, d.type, d.body, d.created_at, d.status, d.attempts, d.next_at, coalesce(d.last_status, 0), coalesce(d.last_error, ''), d.delivered_at, d.log`
 
-func scanDelivery(row pgx.Row) (delivery, error) {
-	var d delivery
+func scanDelivery(row pgx.Row) (store.Delivery, error) {
+	var d store.Delivery
 	var next, delivered *time.Time
 	var log []byte
 	err := row.Scan(&d.ID, &d.Node, &d.Type, &d.Body, &d.Created, &d.Status, &d.Attempts, &next, &d.LastStatus, &d.LastError, &delivered, &log)
@@ -115,7 +116,7 @@ func scanDelivery(row pgx.Row) (delivery, error) {
 	return d, err
 }
 
-func (o *pgOutbox) claim(ctx context.Context, now time.Time, max int, lease time.Duration, f claimFilter) ([]delivery, error) {
+func (o *pgOutbox) Claim(ctx context.Context, now time.Time, max int, lease time.Duration, f store.ClaimFilter) ([]store.Delivery, error) {
 	busy, own := f.Busy, f.Own
 	if busy == nil {
 		busy = []string{}
@@ -136,7 +137,7 @@ func (o *pgOutbox) claim(ctx context.Context, now time.Time, max int, lease time
 		return nil, err
 	}
 	defer rows.Close()
-	var out []delivery
+	var out []store.Delivery
 	for rows.Next() {
 		d, err := scanDelivery(rows)
 		if err != nil {
@@ -147,8 +148,8 @@ func (o *pgOutbox) claim(ctx context.Context, now time.Time, max int, lease time
 	return out, rows.Err()
 }
 
-func (o *pgOutbox) settle(ctx context.Context, d delivery, res attemptResult) error {
-	next := d.apply(res)
+func (o *pgOutbox) Settle(ctx context.Context, d store.Delivery, res store.AttemptResult) error {
+	next := d.Apply(res)
 	log, err := json.Marshal(next.Log)
 	if err != nil {
 		return err
@@ -165,7 +166,7 @@ func (o *pgOutbox) settle(ctx context.Context, d delivery, res attemptResult) er
 	return err
 }
 
-func (o *pgOutbox) redeliver(ctx context.Context, id string, now time.Time) (bool, error) {
+func (o *pgOutbox) Redeliver(ctx context.Context, id string, now time.Time) (bool, error) {
 	tag, err := o.db.Exec(ctx, `UPDATE deliveries SET status = 'pending', next_at = $2, delivered_at = NULL WHERE id = $1`, id, now)
 	if err != nil {
 		return false, classify(err)
@@ -173,8 +174,8 @@ func (o *pgOutbox) redeliver(ctx context.Context, id string, now time.Time) (boo
 	return tag.RowsAffected() == 1, nil
 }
 
-func (o *pgOutbox) byIDs(ctx context.Context, ids []string) (map[string]delivery, error) {
-	out := map[string]delivery{}
+func (o *pgOutbox) ByIDs(ctx context.Context, ids []string) (map[string]store.Delivery, error) {
+	out := map[string]store.Delivery{}
 	if len(ids) == 0 {
 		return out, nil
 	}
@@ -193,13 +194,13 @@ func (o *pgOutbox) byIDs(ctx context.Context, ids []string) (map[string]delivery
 	return out, classify(rows.Err())
 }
 
-func (o *pgOutbox) byNode(ctx context.Context, node string, limit int) ([]delivery, error) {
+func (o *pgOutbox) ByNode(ctx context.Context, node string, limit int) ([]store.Delivery, error) {
 	rows, err := o.db.Query(ctx, `SELECT `+deliveryColumns+` FROM deliveries WHERE node = $1 ORDER BY created_at DESC, id DESC LIMIT $2`, node, limit)
 	if err != nil {
 		return nil, classify(err)
 	}
 	defer rows.Close()
-	var out []delivery
+	var out []store.Delivery
 	for rows.Next() {
 		d, err := scanDelivery(rows)
 		if err != nil {
@@ -210,7 +211,7 @@ func (o *pgOutbox) byNode(ctx context.Context, node string, limit int) ([]delive
 	return out, classify(rows.Err())
 }
 
-func (o *pgOutbox) counts(ctx context.Context) (map[string]int64, time.Time, error) {
+func (o *pgOutbox) Counts(ctx context.Context) (map[string]int64, time.Time, error) {
 	out := map[string]int64{}
 	var oldest *time.Time
 	rows, err := o.db.Query(ctx, `SELECT status, count(*) FROM deliveries GROUP BY status`)

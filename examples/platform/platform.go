@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
@@ -38,21 +39,6 @@ type config struct {
 	Dispatch *dispatch
 }
 
-// maxClosed, maxNotices and maxMarks bound what a node keeps for
-// display.
-const (
-	maxClosed  = 200
-	maxNotices = 100
-	maxMarks   = 100
-)
-
-// The platform's own events in a node's event list, beside the
-// tracker's overload starts and ends.
-const (
-	eventPaused   overload.EventKind = "paused"   // the admin paused routing to the node
-	eventApproved overload.EventKind = "approved" // the admin approved it again
-)
-
 // maxAhead is how far ahead of the platform's clock a version 1 reading
 // may be taken. Version 1 readings are ordered by time, so one from the
 // future, counted, would make every honest reading after it "out of
@@ -68,7 +54,7 @@ type platform struct {
 	rules
 
 	mu    sync.Mutex
-	nodes map[string]*node
+	nodes map[string]*store.Node
 	// lastNotice is the id of the newest notice: the next one is
 	// lastNotice+1, given under mu and saved before mu is released, so a
 	// notice with a higher id was always saved after every lower one.
@@ -76,15 +62,7 @@ type platform struct {
 	box        *fileOutbox // nil without a notifier
 	// operators is the operators' own receivers, as operatorsFile holds
 	// them.
-	operators map[string]operatorReceiver
-}
-
-// numberedNotice is a notice with its id, which orders GET /notices: in
-// JSON, the notice's own fields and "id".
-type numberedNotice struct {
-	ID int64 `json:"id"`
-	overload.Notice
-	Delivery *deliveryView `json:"delivery,omitempty"` // filled in by withNotify
+	operators map[string]store.OperatorReceiver
 }
 
 // rules is what both stores share: the configuration and the per-node
@@ -120,87 +98,6 @@ func newRules(cfg config) (rules, error) {
 	return c, nil
 }
 
-// node is everything the platform knows of one node.
-type node struct {
-	info       routing.Node // Role zero: not registered (reports only, no plans)
-	tracker    *overload.Tracker
-	prices     *pricing.History
-	routes     map[string]*route // live routes by ID
-	closed     []closedRoute     // newest last, at most maxClosed
-	notices    []numberedNotice  // newest last, at most maxNotices
-	lastPlan   *routing.Plan     // the latest plan that closed something
-	nextRoute  int               // sequence for route IDs the platform gives out
-	readings   int64             // readings counted (not duplicates, not refused)
-	eventsSeen int64             // events the node had, the tracker's and the platform's, kept or not
-	marks      []numberedEvent   // the platform's own events (paused, approved), newest last, at most maxMarks
-	startedAt  time.Time         // the overload's start by the platform's clock; zero when not overloaded
-	// noticeCount is how many notices the store keeps of the node
-	// beside notices (the PostgreSQL store keeps them in a table), set
-	// by its read with history.
-	noticeCount int
-	savedBytes  []byte // the file's content as last written
-
-	// What the change being made decided, for the store to write with
-	// it (the store clears them before each change: clearChange).
-	event     *overload.Event  // the event a reading produced
-	notice    *overload.Notice // the notice a reading sends; the store may refuse it (one an hour)
-	closing   []closedRoute    // the routes a plan closed
-	relied    []routing.Route  // routes of other nodes the plan's moves rely on
-	replanned bool             // the plan closed something or moved the budgets on
-}
-
-// clearChange forgets what the last change decided.
-func (n *node) clearChange() {
-	n.event, n.notice, n.closing, n.relied, n.replanned = nil, nil, nil, nil, false
-}
-
-// route is a live route with its pricing session and what it has earned.
-type route struct {
-	Route   routing.Route   `json:"route"`
-	Session pricing.Session `json:"session"`
-	Earned  pricing.Charge  `json:"earned"`
-	// ReliedOn is when a move on another node last relied on this route
-	// (its user was moved onto it). From then on it counts as in use for
-	// the unused-route rule: the user is about to send traffic through it.
-	ReliedOn time.Time `json:"relied_on,omitzero"`
-}
-
-// closedRoute is a route the platform closed because a plan said so.
-type closedRoute struct {
-	Action routing.Action `json:"action"`
-	At     time.Time      `json:"at"`
-	Earned pricing.Charge `json:"earned"`
-
-	session pricing.Session // the ended session, for the PostgreSQL store's route row
-}
-
-// Errors the HTTP layer maps to status codes.
-var (
-	errUnknown     = errors.New("not found")
-	errUnknownNode = errors.New("unknown node")
-	errBadInput    = errors.New("bad input")
-	errNotAdmit    = errors.New("not admitted")
-	errDuplicate   = errors.New("already observed")
-	errStale       = errors.New("older than the latest reading")
-	// errUnsaved: the node's state could not be saved; only that node's
-	// requests fail, and what it was told is what is stored.
-	errUnsaved = errors.New("node state not saved")
-	// errUnavailable: the store cannot be reached now (the database is
-	// restarting); the request may be retried.
-	errUnavailable = errors.New("store unavailable")
-)
-
-// checkNodeID checks id by overload.CheckNode, the node-id rule the agent
-// checks its own name against too: a node id (a reading's "node", a
-// token file's NODE, a route table's node, a path's X) that breaks it is
-// refused on every path, read or write. The error wraps errBadInput.
-func checkNodeID(id string) error {
-	if err := overload.CheckNode(id); err != nil {
-		return fmt.Errorf("%w: %w", err, errBadInput)
-	}
-	return nil
-}
-
 // newPlatform validates cfg, loads the state directory and then the seed
 // (nodes and routes the state does not hold yet).
 func newPlatform(cfg config, seed *seedFile) (*platform, error) {
@@ -208,7 +105,7 @@ func newPlatform(cfg config, seed *seedFile) (*platform, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &platform{rules: c, nodes: map[string]*node{}}
+	p := &platform{rules: c, nodes: map[string]*store.Node{}}
 	if err := p.load(); err != nil {
 		return nil, err
 	}
@@ -231,16 +128,16 @@ func newPlatform(cfg config, seed *seedFile) (*platform, error) {
 	return p, nil
 }
 
-func (p *rules) newNode(id string) (*node, error) {
+func (p *rules) newNode(id string) (*store.Node, error) {
 	h, err := pricing.NewHistory(p.cfg.Prices)
 	if err != nil {
 		return nil, err
 	}
-	return &node{
-		info:    routing.Node{ID: id},
-		tracker: overload.NewTracker(id, p.cfg.Limits),
-		prices:  h,
-		routes:  map[string]*route{},
+	return &store.Node{
+		Info:    routing.Node{ID: id},
+		Tracker: overload.NewTracker(id, p.cfg.Limits),
+		Prices:  h,
+		Routes:  map[string]*store.Route{},
 	}, nil
 }
 
@@ -257,13 +154,13 @@ type reportOutcome struct {
 	Notice     *overload.Notice `json:"notice,omitempty"`
 }
 
-// report takes a reading of node id (nodeStore.report), under the
+// Report takes a reading of node id (NodeStore.Report), under the
 // store's one lock: the node, created if new, is written once, after
 // take and plan, with the outbox entries of its notice before it. A node
-// whose state cannot be saved gets errUnsaved, and its record goes back
+// whose state cannot be saved gets ErrUnsaved, and its record goes back
 // to what is on disk: the next request sees what the last answered one
 // left.
-func (p *platform) report(_ context.Context, id string, take takeFunc, plan planFunc) (*overload.Notice, error) {
+func (p *platform) Report(_ context.Context, id string, take store.TakeFunc, plan store.PlanFunc) (*overload.Notice, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
@@ -275,7 +172,7 @@ func (p *platform) report(_ context.Context, id string, take takeFunc, plan plan
 			return nil, err
 		}
 	}
-	n.clearChange()
+	n.ClearChange()
 	if err := take(n, now); err != nil {
 		if !isNew {
 			p.revert(n)
@@ -285,9 +182,9 @@ func (p *platform) report(_ context.Context, id string, take takeFunc, plan plan
 	if isNew {
 		p.nodes[id] = n
 	}
-	if n.notice != nil {
+	if n.Notice != nil {
 		p.lastNotice++
-		n.notices = appendBounded(n.notices, numberedNotice{ID: p.lastNotice, Notice: *n.notice}, maxNotices)
+		n.Notices = store.AppendBounded(n.Notices, store.NumberedNotice{ID: p.lastNotice, Notice: *n.Notice}, store.MaxNotices)
 	}
 	// The outbox first: a notice saved in the node's file is always on
 	// its way (see enqueueDecided).
@@ -310,36 +207,36 @@ func (p *platform) report(_ context.Context, id string, take takeFunc, plan plan
 		p.dropDecided(added)
 		return nil, err
 	}
-	return n.notice, nil
+	return n.Notice, nil
 }
 
 // take is observe without its log lines, which logOutcome writes.
-func (c *rules) take(n *node, r overload.Reading, now time.Time) (reportOutcome, error) {
+func (c *rules) take(n *store.Node, r overload.Reading, now time.Time) (reportOutcome, error) {
 	if r.Run == "" && r.At.After(now.Add(maxAhead)) {
 		return reportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",
-			r.Node, r.At.Format(time.RFC3339), maxAhead, errBadInput)
+			r.Node, r.At.Format(time.RFC3339), maxAhead, store.ErrBadInput)
 	}
 	if err := r.ValidateAt(now); err != nil {
-		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errBadInput, err)
+		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, store.ErrBadInput, err)
 	}
-	res, err := n.tracker.Observe(r)
+	res, err := n.Tracker.Observe(r)
 	switch {
 	case errors.Is(err, overload.ErrDuplicate):
-		return reportOutcome{Node: r.Node, Overloaded: n.tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), errDuplicate)
+		return reportOutcome{Node: r.Node, Overloaded: n.Tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), store.ErrDuplicate)
 	case errors.Is(err, overload.ErrOutOfOrder):
-		return reportOutcome{Node: r.Node, Overloaded: n.tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), errStale)
+		return reportOutcome{Node: r.Node, Overloaded: n.Tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), store.ErrStale)
 	case err != nil:
-		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, errBadInput, err)
+		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, store.ErrBadInput, err)
 	}
-	n.readings++
+	n.Readings++
 	if res.Event != nil {
-		n.eventsSeen++
+		n.EventsSeen++
 	}
 	// routing's own adapter: overload start and end from the tracker, and
 	// memory from this reading (0 when the reading lacks it, so a stale
 	// figure never counts as above the move threshold).
-	ended := n.info.OverloadEnded
-	n.info.SetOverload(n.tracker, r)
+	ended := n.Info.OverloadEnded
+	n.Info.SetOverload(n.Tracker, r)
 	platformClock(n, res.Event, ended, now)
 	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
 }
@@ -366,28 +263,28 @@ func (c *rules) logOutcome(r overload.Reading, out reportOutcome, now time.Time)
 // cool-down run on one clock whatever the node's says: an agent whose
 // clock is behind starts no move early and shortens no cool-down. The
 // readings' own times still order them and are shown beside.
-func platformClock(n *node, ev *overload.Event, ended, now time.Time) {
-	n.info.OverloadEnded = ended
+func platformClock(n *store.Node, ev *overload.Event, ended, now time.Time) {
+	n.Info.OverloadEnded = ended
 	if ev != nil {
 		switch ev.Kind {
 		case overload.Start:
-			n.startedAt = now
+			n.StartedAt = now
 		case overload.End:
-			n.startedAt, n.info.OverloadEnded = time.Time{}, now
+			n.StartedAt, n.Info.OverloadEnded = time.Time{}, now
 		}
 	}
-	n.info.OverloadedSince = time.Time{}
-	if n.tracker.Overloaded() {
-		n.info.OverloadedSince = n.startedAt
-		if n.startedAt.IsZero() { // state kept before the platform dated starts
-			n.info.OverloadedSince = n.tracker.Since()
+	n.Info.OverloadedSince = time.Time{}
+	if n.Tracker.Overloaded() {
+		n.Info.OverloadedSince = n.StartedAt
+		if n.StartedAt.IsZero() { // state kept before the platform dated starts
+			n.Info.OverloadedSince = n.Tracker.Since()
 		}
 	}
 }
 
-func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
-	ok, why, err := p.cfg.Policy.Admit(n.info, now)
-	a := admitAnswer{Node: n.info.ID, Admit: ok, Reason: string(why), At: now}
+func (p *rules) admitLocked(n *store.Node, now time.Time) admitAnswer {
+	ok, why, err := p.cfg.Policy.Admit(n.Info, now)
+	a := admitAnswer{Node: n.Info.ID, Admit: ok, Reason: string(why), At: now}
 	if err != nil {
 		a.Why = err.Error()
 		return a
@@ -396,13 +293,13 @@ func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
 		a.Why = why.String()
 	}
 	if why == routing.ReasonCoolDown {
-		a.Until = p.cfg.Policy.OfferedAgain(n.info.OverloadEnded)
+		a.Until = p.cfg.Policy.OfferedAgain(n.Info.OverloadEnded)
 	}
 	return a
 }
 
-// planDue plans every registered node, one after another, over one
-// index of the whole route table (fileTx.alternatives), each node's
+// PlanDue plans every registered node, one after another, over one
+// index of the whole route table (fileTx.Alternatives), each node's
 // closures recorded in the index before the next node is planned, so two
 // nodes never each close the route the other counted on. The example
 // "carries out" an action by removing the route from its table, ending
@@ -411,24 +308,24 @@ func (p *rules) admitLocked(n *node, now time.Time) admitAnswer {
 // A node's file is written when the round closed something or changed
 // its budgets, not for a round that changed only the plan time: a quiet
 // fleet costs no disk writes.
-func (p *platform) planDue(_ context.Context, plan planFunc) error {
+func (p *platform) PlanDue(_ context.Context, plan store.PlanFunc) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
 	tx := &fileTx{p: p, now: now}
 	for _, id := range p.ids() {
 		n := p.nodes[id]
-		if n.info.Role == 0 {
+		if n.Info.Role == 0 {
 			continue
 		}
-		n.clearChange()
+		n.ClearChange()
 		if err := plan(n, now, tx); err != nil {
 			p.log.Error("plan round", "node", id, "err", err)
 			p.revert(n)
 			continue
 		}
 		p.carryOut(n, now, tx.idx)
-		if !n.replanned {
+		if !n.Replanned {
 			continue
 		}
 		if err := p.save(n); err != nil {
@@ -442,58 +339,58 @@ func (p *platform) planDue(_ context.Context, plan planFunc) error {
 // carryOut logs the closures n's plan decided, takes them out of the
 // round's index (nil: none built), and dates the routes its moves rely
 // on as in use from now, each saved with its node.
-func (p *platform) carryOut(n *node, now time.Time, idx *fleetIndex) {
-	for _, c := range n.closing {
-		p.logClosure(n.info.ID, c.Action)
+func (p *platform) carryOut(n *store.Node, now time.Time, idx *fleetIndex) {
+	for _, c := range n.Closing {
+		p.logClosure(n.Info.ID, c.Action)
 		idx.remove(c.Action.Route)
 	}
-	for _, keeps := range n.relied {
+	for _, keeps := range n.Relied {
 		kn := p.nodes[keeps.Node]
-		if kn == nil || kn.routes[keeps.ID] == nil {
+		if kn == nil || kn.Routes[keeps.ID] == nil {
 			continue
 		}
-		kn.routes[keeps.ID].ReliedOn = now
+		kn.Routes[keeps.ID].ReliedOn = now
 		if err := p.save(kn); err != nil {
-			p.log.Error("saving node state", "node", kn.info.ID, "err", err)
+			p.log.Error("saving node state", "node", kn.Info.ID, "err", err)
 			p.revert(kn)
 		}
 	}
 }
 
 // planOne plans node n at now and carries out the plan in n: its closed
-// routes leave n.routes for n.closing, their sessions end, the routes
-// its moves rely on go into n.relied, and n's budgets move on;
-// n.replanned says whether n changed in a way worth saving (a round that
+// routes leave n.Routes for n.Closing, their sessions end, the routes
+// its moves rely on go into n.Relied, and n's budgets move on;
+// n.Replanned says whether n changed in a way worth saving (a round that
 // changed only the plan time is not: the budgets, which pace moves and
 // closures, are what the next plan needs). An unregistered node is not
 // planned.
-func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (routing.Plan, error) {
-	if n.info.Role == 0 {
+func (c *rules) planOne(now time.Time, n *store.Node, alts routing.Alternatives) (routing.Plan, error) {
+	if n.Info.Role == 0 {
 		return routing.Plan{}, nil
 	}
-	routes := c.appendPricedRoutes(make([]routing.Route, 0, len(n.routes)), n, now)
-	plan, err := c.cfg.Policy.Plan(now, n.info, routes, alts)
+	routes := c.appendPricedRoutes(make([]routing.Route, 0, len(n.Routes)), n, now)
+	plan, err := c.cfg.Policy.Plan(now, n.Info, routes, alts)
 	if err != nil {
 		return routing.Plan{}, err
 	}
-	budgetsChanged := !sameBudgets(n.info.State, plan.State)
-	n.info.State = plan.State
+	budgetsChanged := !sameBudgets(n.Info.State, plan.State)
+	n.Info.State = plan.State
 	for _, a := range plan.Actions {
-		rt := n.routes[a.Route.ID]
-		delete(n.routes, a.Route.ID)
+		rt := n.Routes[a.Route.ID]
+		delete(n.Routes, a.Route.ID)
 		rt.Session.End = now
-		cr := closedRoute{Action: a, At: now, Earned: rt.Earned, session: rt.Session}
-		n.closed = appendBounded(n.closed, cr, maxClosed)
-		n.closing = append(n.closing, cr)
-		if keeps, ok := reliesOn(a); ok {
-			n.relied = append(n.relied, keeps)
+		cr := store.ClosedRoute{Action: a, At: now, Earned: rt.Earned, Session: rt.Session}
+		n.Closed = store.AppendBounded(n.Closed, cr, store.MaxClosed)
+		n.Closing = append(n.Closing, cr)
+		if keeps, ok := store.ReliesOn(a); ok {
+			n.Relied = append(n.Relied, keeps)
 		}
 	}
 	if len(plan.Actions) > 0 {
-		n.lastPlan = &plan
-		n.info.LiveUsers = liveUsers(n)
+		n.LastPlan = &plan
+		n.Info.LiveUsers = store.LiveUsers(n)
 	}
-	n.replanned = n.replanned || len(plan.Actions) > 0 || budgetsChanged
+	n.Replanned = n.Replanned || len(plan.Actions) > 0 || budgetsChanged
 	return plan, nil
 }
 
@@ -502,20 +399,20 @@ func (c *rules) planOne(now time.Time, n *node, alts routing.Alternatives) (rout
 // routing closes none of its routes, used or not), and no price change
 // may have reached its sessions since its last plan (which priced its
 // routes as they are stored). Such a plan needs none of n's routes.
-func (c *rules) quiet(n *node, now time.Time) bool {
-	if n.info.Role == 0 {
+func (c *rules) quiet(n *store.Node, now time.Time) bool {
+	if n.Info.Role == 0 {
 		return true // never planned
 	}
-	if n.info.Paused || n.info.Overloaded() {
+	if n.Info.Paused || n.Info.Overloaded() {
 		return false
 	}
-	last := n.info.State.PlannedAt
+	last := n.Info.State.PlannedAt
 	if last.IsZero() || now.Before(last) {
 		return false
 	}
-	if k := n.prices.Len(); k > 0 {
-		c := n.prices.Changes()[k-1]
-		if !c.At.Add(n.prices.Window()).Before(last) {
+	if k := n.Prices.Len(); k > 0 {
+		c := n.Prices.Changes()[k-1]
+		if !c.At.Add(n.Prices.Window()).Before(last) {
 			return false
 		}
 	}
@@ -531,13 +428,6 @@ func sameBudgets(a, b routing.NodeState) bool {
 	a.PlannedAt, b.PlannedAt = time.Time{}, time.Time{}
 	a.Period, b.Period = 0, 0
 	return a.Equal(b)
-}
-
-// reliesOn is the route a closure relies on, the user's other copy that
-// carries the user on; false for an action that relies on none (an unused
-// route).
-func reliesOn(a routing.Action) (routing.Route, bool) {
-	return a.Keeps, a.Reason == routing.ReasonMove && a.Keeps.ID != ""
 }
 
 // logClosure logs a route a plan of node closed, once the closure is
@@ -575,8 +465,8 @@ func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
 func (f *fleetIndex) Record(time.Time, routing.Action) {}
 
 func (f *fleetIndex) ReliedOn(r routing.Route) time.Time {
-	if n := f.p.nodes[r.Node]; n != nil && n.routes[r.ID] != nil {
-		return n.routes[r.ID].ReliedOn
+	if n := f.p.nodes[r.Node]; n != nil && n.Routes[r.ID] != nil {
+		return n.Routes[r.ID].ReliedOn
 	}
 	return time.Time{}
 }
@@ -596,9 +486,9 @@ func (f *fleetIndex) remove(r routing.Route) {
 // appendPricedRoutes appends n's routes in ID order, each at its session's
 // price at now. The price is stored back in the route, so the node's file
 // shows the one the last plan saw.
-func (p *rules) appendPricedRoutes(dst []routing.Route, n *node, now time.Time) []routing.Route {
-	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
-		rt := n.routes[rid]
+func (p *rules) appendPricedRoutes(dst []routing.Route, n *store.Node, now time.Time) []routing.Route {
+	for _, rid := range slices.Sorted(maps.Keys(n.Routes)) {
+		rt := n.Routes[rid]
 		rt.Route.Price = p.sessionPrice(n, rt, now)
 		r := rt.Route
 		if rt.ReliedOn.After(r.LastTraffic) {
@@ -611,32 +501,16 @@ func (p *rules) appendPricedRoutes(dst []routing.Route, n *node, now time.Time) 
 
 // sessionPrice is what the route's user pays now; the locked price when
 // the history cannot say (it always can for sessions it locked).
-func (p *rules) sessionPrice(n *node, rt *route, now time.Time) pricing.Price {
+func (p *rules) sessionPrice(n *store.Node, rt *store.Route, now time.Time) pricing.Price {
 	if now.Before(rt.Session.Start) {
 		return rt.Session.Locked
 	}
-	pr, err := n.prices.SessionPrice(rt.Session, now)
+	pr, err := n.Prices.SessionPrice(rt.Session, now)
 	if err != nil {
-		p.log.Error("session price", "node", n.info.ID, "route", rt.Route.ID, "err", err)
+		p.log.Error("session price", "node", n.Info.ID, "route", rt.Route.ID, "err", err)
 		return rt.Session.Locked
 	}
 	return pr
-}
-
-func liveUsers(n *node) int {
-	users := map[string]bool{}
-	for _, rt := range n.routes {
-		users[rt.Route.User] = true
-	}
-	return len(users)
-}
-
-func appendBounded[T any](s []T, v T, max int) []T {
-	s = append(s, v)
-	if len(s) > max {
-		s = slices.Delete(s, 0, len(s)-max)
-	}
-	return s
 }
 
 // openRequest asks for a new route through a node.
@@ -653,7 +527,7 @@ type admitError struct{ answer admitAnswer }
 func (e admitError) Error() string {
 	return fmt.Sprintf("node %s takes nobody new: %v", e.answer.Node, e.answer.Why)
 }
-func (e admitError) Unwrap() error { return errNotAdmit }
+func (e admitError) Unwrap() error { return store.ErrNotAdmit }
 
 // trafficRequest records traffic a route carried.
 type trafficRequest struct {
@@ -661,17 +535,17 @@ type trafficRequest struct {
 	Bytes uint64 `json:"bytes"`
 }
 
-// update runs fn on node id under the store's lock and saves what it
+// Update runs fn on node id under the store's lock and saves what it
 // changed; on an error from fn or the save, the node goes back to what
 // its file holds.
-func (p *platform) update(_ context.Context, id string, fn func(n *node, now time.Time, tx nodeTx) error) error {
+func (p *platform) Update(_ context.Context, id string, fn func(n *store.Node, now time.Time, tx store.NodeTx) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.nodes[id]
 	if n == nil {
-		return fmt.Errorf("node %q: %w", id, errUnknownNode)
+		return fmt.Errorf("node %q: %w", id, store.ErrUnknownNode)
 	}
-	n.clearChange()
+	n.ClearChange()
 	now := p.now()
 	if err := fn(n, now, &fileTx{p: p, now: now}); err != nil {
 		p.revert(n)
@@ -684,37 +558,37 @@ func (p *platform) update(_ context.Context, id string, fn func(n *node, now tim
 	return nil
 }
 
-// read runs fn on node id under the store's lock.
-func (p *platform) read(_ context.Context, id string, history bool, fn func(n *node, now time.Time) error) error {
+// Read runs fn on node id under the store's lock.
+func (p *platform) Read(_ context.Context, id string, history bool, fn func(n *store.Node, now time.Time) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.nodes[id]
 	if n == nil {
-		return fmt.Errorf("node %q: %w", id, errUnknownNode)
+		return fmt.Errorf("node %q: %w", id, store.ErrUnknownNode)
 	}
 	return fn(n, p.now())
 }
 
-// routeNode is the node holding live route id.
-func (p *platform) routeNode(_ context.Context, id string) (string, error) {
+// RouteNode is the node holding live route id.
+func (p *platform) RouteNode(_ context.Context, id string) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for nid, n := range p.nodes {
-		if n.routes[id] != nil {
+		if n.Routes[id] != nil {
 			return nid, nil
 		}
 	}
-	return "", errUnknown
+	return "", store.ErrUnknown
 }
 
-// nodeIDs is every node's id, sorted.
-func (p *platform) nodeIDs(context.Context) ([]string, error) {
+// NodeIDs is every node's id, sorted.
+func (p *platform) NodeIDs(context.Context) ([]string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.ids(), nil
 }
 
-// fileTx is the file store's nodeTx: the store's lock is held, and a
+// fileTx is the file store's NodeTx: the store's lock is held, and a
 // plan's alternatives are the round's one index of the route table.
 type fileTx struct {
 	p   *platform
@@ -722,22 +596,22 @@ type fileTx struct {
 	idx *fleetIndex // built at the first plan that asks
 }
 
-func (t *fileTx) routeTaken(id string) (bool, error) { return t.p.routeExists(id), nil }
+func (t *fileTx) RouteTaken(id string) (bool, error) { return t.p.routeExists(id), nil }
 
-// alternatives: the file store holds every route in memory.
-func (t *fileTx) alternatives(*node, time.Time) (routing.Alternatives, error) {
+// Alternatives: the file store holds every route in memory.
+func (t *fileTx) Alternatives(*store.Node, time.Time) (routing.Alternatives, error) {
 	if t.idx == nil {
 		t.idx = &fleetIndex{p: t.p, now: t.now}
 	}
 	return t.idx, nil
 }
 
-func (t *fileTx) failed() error { return nil }
+func (t *fileTx) Failed() error { return nil }
 
 // routeExists reports whether any node holds a route with this ID.
 func (p *platform) routeExists(id string) bool {
 	for _, n := range p.nodes {
-		if n.routes[id] != nil {
+		if n.Routes[id] != nil {
 			return true
 		}
 	}
@@ -752,81 +626,37 @@ type priceRequest struct {
 
 // nodeView is what /nodes shows of a node.
 type nodeView struct {
-	ID            string             `json:"id"`
-	Registered    bool               `json:"registered"`
-	Role          string             `json:"role,omitempty"`
-	Country       string             `json:"country,omitempty"`
-	Paused        bool               `json:"paused"`
-	Overloaded    bool               `json:"overloaded"`
-	Since         time.Time          `json:"since,omitzero"`          // by the platform's clock
-	SinceReading  time.Time          `json:"since_reading,omitzero"`  // the same, by the node's
-	OverloadEnded time.Time          `json:"overload_ended,omitzero"` // by the platform's clock
-	Findings      []overload.Finding `json:"findings"`
-	Admitted      bool               `json:"admitted"`
-	Reason        routing.Reason     `json:"reason,omitempty"`
-	Why           string             `json:"why,omitempty"`
-	MemoryPercent float64            `json:"memory_percent"`
-	LastReading   time.Time          `json:"last_reading,omitzero"`
-	Price         pricing.Price      `json:"price"`
-	MaxUsers      int                `json:"max_users"`
-	LiveUsers     int                `json:"live_users"`
-	Routes        []route            `json:"routes"`
-	PlanState     routing.NodeState  `json:"plan_state"`
-	LastPlan      *routing.Plan      `json:"last_plan,omitempty"`
-	Closed        []closedRoute      `json:"closed"`
-	Notices       int                `json:"notices"`
-	Deliveries    []deliveryView     `json:"deliveries,omitempty"` // the newest messages' deliveries, newest first
-	Readings      int64              `json:"readings"`
-	Events        []overload.Event   `json:"events"`
+	ID            string               `json:"id"`
+	Registered    bool                 `json:"registered"`
+	Role          string               `json:"role,omitempty"`
+	Country       string               `json:"country,omitempty"`
+	Paused        bool                 `json:"paused"`
+	Overloaded    bool                 `json:"overloaded"`
+	Since         time.Time            `json:"since,omitzero"`          // by the platform's clock
+	SinceReading  time.Time            `json:"since_reading,omitzero"`  // the same, by the node's
+	OverloadEnded time.Time            `json:"overload_ended,omitzero"` // by the platform's clock
+	Findings      []overload.Finding   `json:"findings"`
+	Admitted      bool                 `json:"admitted"`
+	Reason        routing.Reason       `json:"reason,omitempty"`
+	Why           string               `json:"why,omitempty"`
+	MemoryPercent float64              `json:"memory_percent"`
+	LastReading   time.Time            `json:"last_reading,omitzero"`
+	Price         pricing.Price        `json:"price"`
+	MaxUsers      int                  `json:"max_users"`
+	LiveUsers     int                  `json:"live_users"`
+	Routes        []store.Route        `json:"routes"`
+	PlanState     routing.NodeState    `json:"plan_state"`
+	LastPlan      *routing.Plan        `json:"last_plan,omitempty"`
+	Closed        []store.ClosedRoute  `json:"closed"`
+	Notices       int                  `json:"notices"`
+	Deliveries    []store.DeliveryView `json:"deliveries,omitempty"` // the newest messages' deliveries, newest first
+	Readings      int64                `json:"readings"`
+	Events        []overload.Event     `json:"events"`
 }
 
-// eventPage is one page of a node's events, oldest first; Next, when not
-// zero, is the after= of the next page.
-type eventPage struct {
-	Node   string          `json:"node"`
-	Events []numberedEvent `json:"events"`
-	Next   int64           `json:"-"`
-}
-
-// numberedEvent is an event with its place in the node's event list:
-// in JSON, the event's own fields and "id".
-type numberedEvent struct {
-	ID int64 `json:"id"`
-	overload.Event
-}
-
-// MarshalJSON writes "id" beside the event's fields. Without it the
-// embedded Event's MarshalJSON would be promoted and the id left out.
-func (e numberedEvent) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal(e.Event)
-	if err != nil {
-		return nil, err
-	}
-	id := fmt.Appendf(nil, `{"id":%d`, e.ID)
-	if len(b) < 2 || b[0] != '{' {
-		return nil, fmt.Errorf("event %d: encodes as %.20q, not an object", e.ID, b)
-	}
-	if string(b) == "{}" {
-		return append(id, '}'), nil
-	}
-	return append(append(id, ','), b[1:]...), nil
-}
-
-// UnmarshalJSON reads MarshalJSON's encoding.
-func (e *numberedEvent) UnmarshalJSON(b []byte) error {
-	var id struct {
-		ID int64 `json:"id"`
-	}
-	if err := json.Unmarshal(b, &id); err != nil {
-		return err
-	}
-	e.ID = id.ID
-	return json.Unmarshal(b, &e.Event)
-}
-
-// eachNode runs fn on the nodes whose ids sort after after, at most
-// limit of them (0: all), by id (nodeStore.eachNode).
-func (p *platform) eachNode(_ context.Context, after string, limit int, fn func(id string, n *node, now time.Time, err error)) (string, error) {
+// EachNode runs fn on the nodes whose ids sort after after, at most
+// limit of them (0: all), by id (NodeStore.EachNode).
+func (p *platform) EachNode(_ context.Context, after string, limit int, fn func(id string, n *store.Node, now time.Time, err error)) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
@@ -863,17 +693,17 @@ func marshalView(id string, v nodeView) json.RawMessage {
 	return b
 }
 
-// events pages through node id's events (the tracker keeps the newest
+// Events pages through node id's events (the tracker keeps the newest
 // MaxEvents; the PostgreSQL store keeps every one): those after the
 // after-th, at most limit.
-func (p *platform) events(_ context.Context, id string, after int64, limit int) (eventPage, error) {
+func (p *platform) Events(_ context.Context, id string, after int64, limit int) (store.EventPage, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.nodes[id]
 	if n == nil {
-		return eventPage{}, fmt.Errorf("events of node %q: %w", id, errUnknownNode)
+		return store.EventPage{}, fmt.Errorf("events of node %q: %w", id, store.ErrUnknownNode)
 	}
-	page := eventPage{Node: id, Events: []numberedEvent{}}
+	page := store.EventPage{Node: id, Events: []store.NumberedEvent{}}
 	for _, e := range eventList(n) {
 		if e.ID <= after {
 			continue
@@ -891,38 +721,38 @@ func (p *platform) events(_ context.Context, id string, after int64, limit int) 
 // starts and ends and the platform's own events (marks), each numbered
 // by its place among every event the node had, so a page's cursor stays
 // valid as old ones fall off. A mark carries its number; the tracker's
-// events take the numbers up to eventsSeen that the marks left, newest
+// events take the numbers up to EventsSeen that the marks left, newest
 // last.
-func eventList(n *node) []numberedEvent {
-	evs := n.tracker.Events()
-	out := make([]numberedEvent, 0, len(evs)+len(n.marks))
-	taken := make(map[int64]bool, len(n.marks))
-	for _, m := range n.marks {
+func eventList(n *store.Node) []store.NumberedEvent {
+	evs := n.Tracker.Events()
+	out := make([]store.NumberedEvent, 0, len(evs)+len(n.Marks))
+	taken := make(map[int64]bool, len(n.Marks))
+	for _, m := range n.Marks {
 		taken[m.ID] = true
 	}
-	num := n.eventsSeen
+	num := n.EventsSeen
 	for i := len(evs) - 1; i >= 0; i-- {
 		for taken[num] {
 			num--
 		}
-		out = append(out, numberedEvent{ID: num, Event: evs[i]})
+		out = append(out, store.NumberedEvent{ID: num, Event: evs[i]})
 		num--
 	}
-	out = append(out, n.marks...)
-	slices.SortFunc(out, func(a, b numberedEvent) int { return cmp.Compare(a.ID, b.ID) })
+	out = append(out, n.Marks...)
+	slices.SortFunc(out, func(a, b store.NumberedEvent) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
-func (p *rules) viewLocked(n *node, now time.Time) nodeView {
-	ok, why, admitErr := p.cfg.Policy.Admit(n.info, now)
+func (p *rules) viewLocked(n *store.Node, now time.Time) nodeView {
+	ok, why, admitErr := p.cfg.Policy.Admit(n.Info, now)
 	v := nodeView{
-		ID: n.info.ID, Registered: n.info.Role != 0, Country: n.info.Country, Paused: n.info.Paused,
-		Overloaded: n.tracker.Overloaded(), Since: n.info.OverloadedSince, SinceReading: n.tracker.Since(), OverloadEnded: n.info.OverloadEnded,
-		Findings: n.tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.info.MemoryPercent,
-		LastReading: n.tracker.LastReading(), Price: n.info.Price, MaxUsers: n.info.MaxUsers,
-		LiveUsers: n.info.LiveUsers, PlanState: n.info.State, LastPlan: n.lastPlan,
-		Closed: slices.Clone(n.closed), Notices: len(n.notices) + n.noticeCount, Readings: n.readings,
-		Routes: []route{},
+		ID: n.Info.ID, Registered: n.Info.Role != 0, Country: n.Info.Country, Paused: n.Info.Paused,
+		Overloaded: n.Tracker.Overloaded(), Since: n.Info.OverloadedSince, SinceReading: n.Tracker.Since(), OverloadEnded: n.Info.OverloadEnded,
+		Findings: n.Tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.Info.MemoryPercent,
+		LastReading: n.Tracker.LastReading(), Price: n.Info.Price, MaxUsers: n.Info.MaxUsers,
+		LiveUsers: n.Info.LiveUsers, PlanState: n.Info.State, LastPlan: n.LastPlan,
+		Closed: slices.Clone(n.Closed), Notices: len(n.Notices) + n.NoticeCount, Readings: n.Readings,
+		Routes: []store.Route{},
 	}
 	if admitErr != nil { // not registered (no role), or invalid: not admitted
 		v.Why = admitErr.Error()
@@ -935,37 +765,37 @@ func (p *rules) viewLocked(n *node, now time.Time) nodeView {
 		v.Events = append(v.Events, e.Event)
 	}
 	if v.Closed == nil {
-		v.Closed = []closedRoute{}
+		v.Closed = []store.ClosedRoute{}
 	}
 	if why != "" {
 		v.Why = why.String()
 	}
-	if n.info.Role != 0 {
-		v.Role = n.info.Role.String()
+	if n.Info.Role != 0 {
+		v.Role = n.Info.Role.String()
 	}
-	for _, rid := range slices.Sorted(maps.Keys(n.routes)) {
-		rt := *n.routes[rid]
+	for _, rid := range slices.Sorted(maps.Keys(n.Routes)) {
+		rt := *n.Routes[rid]
 		rt.Route.Price = p.sessionPrice(n, &rt, now)
 		v.Routes = append(v.Routes, rt)
 	}
 	return v
 }
 
-// notices returns the notices whose id is above after, by id (the order
+// Notices returns the notices whose id is above after, by id (the order
 // they were saved in), at most limit of them (0: all), and the last one's
 // id (after, when there is none).
-func (p *platform) notices(_ context.Context, after int64, limit int) ([]numberedNotice, int64, error) {
+func (p *platform) Notices(_ context.Context, after int64, limit int) ([]store.NumberedNotice, int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := []numberedNotice{}
+	out := []store.NumberedNotice{}
 	for _, n := range p.nodes {
-		for _, nn := range n.notices {
+		for _, nn := range n.Notices {
 			if nn.ID > after {
 				out = append(out, nn)
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b numberedNotice) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b store.NumberedNotice) int { return cmp.Compare(a.ID, b.ID) })
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
@@ -976,10 +806,10 @@ func (p *platform) notices(_ context.Context, after int64, limit int) ([]numbere
 	return out, last, nil
 }
 
-// plans returns each node's latest plan that closed something, by node,
+// Plans returns each node's latest plan that closed something, by node,
 // of the nodes whose ids sort after after, at most limit of them (0: all),
 // and the last one's node id.
-func (p *platform) plans(_ context.Context, after string, limit int) ([]routing.Plan, string, error) {
+func (p *platform) Plans(_ context.Context, after string, limit int) ([]routing.Plan, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := []routing.Plan{}
@@ -989,7 +819,7 @@ func (p *platform) plans(_ context.Context, after string, limit int) ([]routing.
 		if limit > 0 && len(out) == limit {
 			break
 		}
-		if lp := p.nodes[id].lastPlan; lp != nil {
+		if lp := p.nodes[id].LastPlan; lp != nil {
 			out = append(out, *lp)
 			last = id
 		}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
@@ -70,7 +71,7 @@ type testPlatform struct {
 	clock *clock
 	dir   string
 	p     *platform // the file store; nil for PostgreSQL
-	svc   store
+	svc   platformStore
 	srv   *httptest.Server
 }
 
@@ -85,7 +86,7 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPl
 	return tp
 }
 
-func serveTest(t *testing.T, c *clock, svc store) *testPlatform {
+func serveTest(t *testing.T, c *clock, svc platformStore) *testPlatform {
 	srv := httptest.NewServer(handler(newFleet(svc, nil), tokens{testToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
@@ -153,8 +154,8 @@ func (tp *testPlatform) do(method, path string, body any, out any) int {
 	return code
 }
 
-// read sends a reading of node at the clock's time.
-func (tp *testPlatform) read(node string, mem float64) int {
+// Read sends a reading of node at the clock's time.
+func (tp *testPlatform) Read(node string, mem float64) int {
 	tp.t.Helper()
 	return tp.do("POST", "/report", overload.Reading{Node: node, At: tp.clock.now(), MemoryUsedPercent: mem,
 		CPUs: 4, ConntrackMax: 262144}, nil)
@@ -206,7 +207,7 @@ func testOverloadLifecycle(t *testing.T, open opener) {
 		t.Fatalf("fresh node not admitted: %+v", a)
 	}
 	for i := range 3 {
-		if code := tp.read("x1", 95); code != 200 {
+		if code := tp.Read("x1", 95); code != 200 {
 			t.Fatalf("reading %d: status %d", i, code)
 		}
 		if a := tp.admit("x1"); a.Admit != (i < 2) {
@@ -223,7 +224,7 @@ func testOverloadLifecycle(t *testing.T, open opener) {
 	}
 	// 15 minutes of readings every 30 s: the route in use goes at 15 min.
 	for range 30 {
-		if code := tp.read("x1", 95); code != 200 {
+		if code := tp.Read("x1", 95); code != 200 {
 			t.Fatalf("status %d", code)
 		}
 		c.add(30 * time.Second)
@@ -243,7 +244,7 @@ func testOverloadLifecycle(t *testing.T, open opener) {
 
 	// The overload ends after 3 readings under the limit (2 of 5 left).
 	for range 3 {
-		tp.read("x1", 40)
+		tp.Read("x1", 40)
 		c.add(30 * time.Second)
 	}
 	a := tp.admit("x1")
@@ -274,7 +275,7 @@ func testOverloadLifecycle(t *testing.T, open opener) {
 	}
 	// and a new overload within the hour produces no second notice.
 	for range 3 {
-		tp2.read("x1", 95)
+		tp2.Read("x1", 95)
 		c.add(30 * time.Second)
 	}
 	tp2.do("GET", "/notices", nil, &notices)
@@ -334,7 +335,7 @@ func testReportAnswers(t *testing.T, open opener) {
 	}
 	// An unknown node is tracked but not admitted (routing refuses a node
 	// with no role) and not planned.
-	if code := tp.read("new-node", 50); code != 200 {
+	if code := tp.Read("new-node", 50); code != 200 {
 		t.Fatalf("unknown node: %d", code)
 	}
 	if v := tp.node("new-node"); v.Registered || v.Admitted || !strings.Contains(v.Why, "Role") {
@@ -425,7 +426,7 @@ func TestPricing(t *testing.T) { eachStore(t, testPricing) }
 func testPricing(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	tp := open(c, testSeed())
-	var rt route
+	var rt store.Route
 	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: %d", code)
 	}
@@ -436,8 +437,8 @@ func testPricing(t *testing.T, open opener) {
 	tp.do("POST", "/price", priceRequest{Node: "x2", Price: 120}, nil) // a rise
 	c.add(time.Minute)
 	tp.do("POST", "/price", priceRequest{Node: "x2", Price: 40}, nil) // a drop
-	charge := func() route {
-		var got route
+	charge := func() store.Route {
+		var got store.Route
 		if code := tp.do("POST", "/traffic", trafficRequest{Route: rt.Route.ID, Bytes: 2e9}, &got); code != 200 {
 			t.Fatalf("traffic: %d", code)
 		}
@@ -452,7 +453,7 @@ func testPricing(t *testing.T, open opener) {
 	}
 	// Overload x2: it opens nothing more.
 	for range 3 {
-		tp.read("x2", 95)
+		tp.Read("x2", 95)
 		c.add(30 * time.Second)
 	}
 	code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u10", Key: "vpn"}, nil)
@@ -606,7 +607,7 @@ func TestMemoryUnknownIsNotStale(t *testing.T) { eachStore(t, testMemoryUnknownI
 func testMemoryUnknownIsNotStale(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	tp := open(c, testSeed())
-	if code := tp.read("x1", 95); code != 200 {
+	if code := tp.Read("x1", 95); code != 200 {
 		t.Fatalf("reading: status %d", code)
 	}
 	if got := tp.node("x1").MemoryPercent; got != 95 {
@@ -632,7 +633,7 @@ func testOpenedRouteIDsAreUnique(t *testing.T, open opener) {
 	seed.Routes = append(seed.Routes, routing.Route{ID: "x2-1", User: "u7", Key: "vpn", Node: "x2",
 		Kind: routing.KindOwn, Start: t0.Add(-time.Hour), LastTraffic: t0})
 	tp := open(&clock{t: t0}, seed)
-	var rt route
+	var rt store.Route
 	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: status %d", code)
 	}
@@ -746,7 +747,7 @@ func testMovedUserKeepsTheAlternative(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	tp := open(c, seed)
 	for range 40 { // 20 minutes over 90 %: r-move goes at 15
-		if code := tp.read("x1", 95); code != 200 {
+		if code := tp.Read("x1", 95); code != 200 {
 			t.Fatalf("x1: %d", code)
 		}
 		c.add(30 * time.Second)
@@ -807,7 +808,7 @@ func TestNodesPaging(t *testing.T) { eachStore(t, testNodesPaging) }
 func testNodesPaging(t *testing.T, open opener) {
 	tp := open(&clock{t: t0}, testSeed())
 	for i := range 5 {
-		if code := tp.read(fmt.Sprintf("n%02d", i), 95); code != 200 {
+		if code := tp.Read(fmt.Sprintf("n%02d", i), 95); code != 200 {
 			t.Fatalf("report of n%02d: %d", i, code)
 		}
 	}
@@ -851,13 +852,13 @@ func testNoticesPaging(t *testing.T, open opener) {
 	for round := range 2 {
 		for range 3 {
 			for i := range 7 {
-				tp.read(fmt.Sprintf("n%02d", i), 95)
+				tp.Read(fmt.Sprintf("n%02d", i), 95)
 			}
 			c.add(30 * time.Second)
 		}
 		for range 5 {
 			for i := range 7 {
-				tp.read(fmt.Sprintf("n%02d", i), 10)
+				tp.Read(fmt.Sprintf("n%02d", i), 10)
 			}
 			c.add(30 * time.Second)
 		}
@@ -865,11 +866,11 @@ func testNoticesPaging(t *testing.T, open opener) {
 			c.add(time.Hour)
 		}
 	}
-	var all []numberedNotice
+	var all []store.NumberedNotice
 	if code := tp.do("GET", "/notices", nil, &all); code != 200 || len(all) != 14 {
 		t.Fatalf("/notices: %d, %d notices, want 14", code, len(all))
 	}
-	paged, pages := walkPages[numberedNotice](t, tp, "/notices?limit=4", 4, 5)
+	paged, pages := walkPages[store.NumberedNotice](t, tp, "/notices?limit=4", 4, 5)
 	if pages != 4 {
 		t.Errorf("%d pages of 4 for 14 notices, want 4", pages)
 	}
@@ -943,7 +944,7 @@ func testEventIDsOnTheWire(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	tp := open(c, testSeed())
 	for i := range 21 { // three overloads: six events
-		if code := tp.read("x1", memoryPattern(i)); code != 200 {
+		if code := tp.Read("x1", memoryPattern(i)); code != 200 {
 			t.Fatalf("reading %d: %d", i, code)
 		}
 		c.add(30 * time.Second)
@@ -968,7 +969,7 @@ func testEventIDsOnTheWire(t *testing.T, open opener) {
 		}
 		ids = append(ids, int64(id))
 	}
-	var rest eventPage
+	var rest store.EventPage
 	if code := tp.do("GET", fmt.Sprintf("/nodes/x1/events?after=%d", ids[1]), nil, &rest); code != 200 {
 		t.Fatalf("events after %d: %d", ids[1], code)
 	}
@@ -1079,7 +1080,7 @@ func TestNoticeIDsFromOldFiles(t *testing.T) {
 	tp := newTestPlatform(t, dir, c, testSeed())
 	for range 3 {
 		for _, id := range []string{"x2", "x1"} { // x2's notice first, x1's at the same instant
-			tp.read(id, 95)
+			tp.Read(id, 95)
 		}
 		c.add(30 * time.Second)
 	}
@@ -1104,10 +1105,10 @@ func TestNoticeIDsFromOldFiles(t *testing.T) {
 	}
 	tp = newTestPlatform(t, dir, c, nil)
 	for range 3 {
-		tp.read("f1", 95)
+		tp.Read("f1", 95)
 		c.add(30 * time.Second)
 	}
-	var ns []numberedNotice
+	var ns []store.NumberedNotice
 	tp.do("GET", "/notices", nil, &ns)
 	var got []string
 	for _, n := range ns {

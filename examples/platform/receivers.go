@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/procfile"
 )
 
@@ -104,7 +105,7 @@ func parseReceiverLine(text string) (*receiver, error) {
 	}
 	rc := &receiver{Node: f[0]}
 	if rc.Node != "*" {
-		if err := checkNodeID(rc.Node); err != nil {
+		if err := store.CheckNodeID(rc.Node); err != nil {
 			return nil, err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 )
@@ -21,13 +22,13 @@ import (
 // quietStore answers every report as counted, not overloaded, and does
 // nothing else: what is left of a report's cost is the HTTP and JSON.
 type quietStore struct {
-	store
+	platformStore
 	r *rules
 }
 
 func (q quietStore) base() *rules { return q.r }
 
-func (quietStore) report(context.Context, string, takeFunc, planFunc) (*overload.Notice, error) {
+func (quietStore) Report(context.Context, string, store.TakeFunc, store.PlanFunc) (*overload.Notice, error) {
 	return nil, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/atomicfile"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pricing"
@@ -25,27 +26,27 @@ const fileVersion = 1
 
 // nodeFile is one node's file in the state directory: <id>.json.
 type nodeFile struct {
-	V             int               `json:"v"`
-	ID            string            `json:"id"`
-	Role          string            `json:"role,omitempty"` // "" while not registered
-	Country       string            `json:"country,omitempty"`
-	Paused        bool              `json:"paused,omitempty"`
-	MaxUsers      int               `json:"max_users,omitempty"`
-	MemoryPercent float64           `json:"memory_percent"`
-	OverloadEnded time.Time         `json:"overload_ended,omitzero"`
-	Started       time.Time         `json:"overload_started,omitzero"` // the overload's start by the platform's clock
-	PlanState     routing.NodeState `json:"plan_state"`
-	Tracker       json.RawMessage   `json:"tracker"`
-	Prices        json.RawMessage   `json:"prices"`
-	Routes        []route           `json:"routes"`
-	Closed        []closedRoute     `json:"closed,omitempty"`
-	Notices       []overload.Notice `json:"notices,omitempty"`
-	NoticeIDs     []int64           `json:"notice_ids,omitempty"` // Notices' ids, in order; a file written before ids has none
-	LastPlan      *routing.Plan     `json:"last_plan,omitempty"`
-	NextRoute     int               `json:"next_route"`
-	Readings      int64             `json:"readings,omitempty"`
-	EventsSeen    int64             `json:"events_seen,omitempty"`
-	Marks         []numberedEvent   `json:"marks,omitempty"` // the platform's own events
+	V             int                   `json:"v"`
+	ID            string                `json:"id"`
+	Role          string                `json:"role,omitempty"` // "" while not registered
+	Country       string                `json:"country,omitempty"`
+	Paused        bool                  `json:"paused,omitempty"`
+	MaxUsers      int                   `json:"max_users,omitempty"`
+	MemoryPercent float64               `json:"memory_percent"`
+	OverloadEnded time.Time             `json:"overload_ended,omitzero"`
+	Started       time.Time             `json:"overload_started,omitzero"` // the overload's start by the platform's clock
+	PlanState     routing.NodeState     `json:"plan_state"`
+	Tracker       json.RawMessage       `json:"tracker"`
+	Prices        json.RawMessage       `json:"prices"`
+	Routes        []store.Route         `json:"routes"`
+	Closed        []store.ClosedRoute   `json:"closed,omitempty"`
+	Notices       []overload.Notice     `json:"notices,omitempty"`
+	NoticeIDs     []int64               `json:"notice_ids,omitempty"` // Notices' ids, in order; a file written before ids has none
+	LastPlan      *routing.Plan         `json:"last_plan,omitempty"`
+	NextRoute     int                   `json:"next_route"`
+	Readings      int64                 `json:"readings,omitempty"`
+	EventsSeen    int64                 `json:"events_seen,omitempty"`
+	Marks         []store.NumberedEvent `json:"marks,omitempty"` // the platform's own events
 }
 
 func (p *platform) path(id string) string {
@@ -54,50 +55,50 @@ func (p *platform) path(id string) string {
 
 // save writes n's file if it changed, atomically (internal/atomicfile):
 // a reader, or a crash, sees the old file or the new one, never half of
-// one. An error wraps errUnsaved.
-func (p *platform) save(n *node) error {
+// one. An error wraps ErrUnsaved.
+func (p *platform) save(n *store.Node) error {
 	b, err := encodeNode(n, true)
 	if err != nil {
 		return err
 	}
-	if bytes.Equal(b, n.savedBytes) {
+	if bytes.Equal(b, n.SavedBytes) {
 		return nil
 	}
-	if err := atomicfile.WriteFile(p.path(n.info.ID), b, 0o600); err != nil {
-		return fmt.Errorf("save node %s: %w: %w", n.info.ID, errUnsaved, err)
+	if err := atomicfile.WriteFile(p.path(n.Info.ID), b, 0o600); err != nil {
+		return fmt.Errorf("save node %s: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 	}
-	n.savedBytes = b
+	n.SavedBytes = b
 	return nil
 }
 
 // encodeNode is n as a node file; with full false, without its routes,
 // closures and notices (the PostgreSQL store keeps those in tables). An
-// error wraps errUnsaved.
-func encodeNode(n *node, full bool) ([]byte, error) {
+// error wraps ErrUnsaved.
+func encodeNode(n *store.Node, full bool) ([]byte, error) {
 	f := nodeFile{
-		V: fileVersion, ID: n.info.ID, Country: n.info.Country, Paused: n.info.Paused,
-		MaxUsers: n.info.MaxUsers, MemoryPercent: n.info.MemoryPercent, OverloadEnded: n.info.OverloadEnded, Started: n.startedAt,
-		PlanState: n.info.State, LastPlan: n.lastPlan,
-		NextRoute: n.nextRoute, Routes: []route{}, Readings: n.readings, EventsSeen: n.eventsSeen, Marks: n.marks,
+		V: fileVersion, ID: n.Info.ID, Country: n.Info.Country, Paused: n.Info.Paused,
+		MaxUsers: n.Info.MaxUsers, MemoryPercent: n.Info.MemoryPercent, OverloadEnded: n.Info.OverloadEnded, Started: n.StartedAt,
+		PlanState: n.Info.State, LastPlan: n.LastPlan,
+		NextRoute: n.NextRoute, Routes: []store.Route{}, Readings: n.Readings, EventsSeen: n.EventsSeen, Marks: n.Marks,
 	}
 	if full {
-		f.Closed = n.closed
-		for _, nn := range n.notices {
+		f.Closed = n.Closed
+		for _, nn := range n.Notices {
 			f.Notices, f.NoticeIDs = append(f.Notices, nn.Notice), append(f.NoticeIDs, nn.ID)
 		}
-		for _, id := range slices.Sorted(maps.Keys(n.routes)) {
-			f.Routes = append(f.Routes, *n.routes[id])
+		for _, id := range slices.Sorted(maps.Keys(n.Routes)) {
+			f.Routes = append(f.Routes, *n.Routes[id])
 		}
 	}
-	if n.info.Role != 0 {
-		f.Role = n.info.Role.String()
+	if n.Info.Role != 0 {
+		f.Role = n.Info.Role.String()
 	}
 	var err error
-	if f.Tracker, err = json.Marshal(n.tracker); err != nil {
-		return nil, fmt.Errorf("save node %s: tracker: %w: %w", n.info.ID, errUnsaved, err)
+	if f.Tracker, err = json.Marshal(n.Tracker); err != nil {
+		return nil, fmt.Errorf("save node %s: tracker: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 	}
-	if f.Prices, err = json.Marshal(n.prices); err != nil {
-		return nil, fmt.Errorf("save node %s: prices: %w: %w", n.info.ID, errUnsaved, err)
+	if f.Prices, err = json.Marshal(n.Prices); err != nil {
+		return nil, fmt.Errorf("save node %s: prices: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 	}
 	var b []byte
 	if full {
@@ -106,7 +107,7 @@ func encodeNode(n *node, full bool) ([]byte, error) {
 		b, err = json.Marshal(f)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("save node %s: %w: %w", n.info.ID, errUnsaved, err)
+		return nil, fmt.Errorf("save node %s: %w: %w", n.Info.ID, store.ErrUnsaved, err)
 	}
 	return b, nil
 }
@@ -115,19 +116,19 @@ func encodeNode(n *node, full bool) ([]byte, error) {
 // be saved: memory never holds what the disk does not, so one node whose
 // state cannot be saved fails its own requests and nothing else (a node
 // never saved is forgotten).
-func (p *platform) revert(n *node) {
-	id := n.info.ID
-	if n.savedBytes == nil {
+func (p *platform) revert(n *store.Node) {
+	id := n.Info.ID
+	if n.SavedBytes == nil {
 		delete(p.nodes, id)
 		return
 	}
-	old, err := p.decodeNode(n.savedBytes)
+	old, err := p.decodeNode(n.SavedBytes)
 	if err != nil { // it was written by save: cannot happen, but say so
 		p.log.Error("node state: the saved copy does not read back", "node", id, "err", err)
 		delete(p.nodes, id)
 		return
 	}
-	old.savedBytes = n.savedBytes
+	old.SavedBytes = n.SavedBytes
 	p.nodes[id] = old
 }
 
@@ -154,11 +155,11 @@ func (p *platform) load() error {
 		if err != nil {
 			return fmt.Errorf("load %s: %w", name, err)
 		}
-		if want := strings.TrimSuffix(filepath.Base(name), ".json"); n.info.ID != want {
-			return fmt.Errorf("load %s: holds node %q", name, n.info.ID)
+		if want := strings.TrimSuffix(filepath.Base(name), ".json"); n.Info.ID != want {
+			return fmt.Errorf("load %s: holds node %q", name, n.Info.ID)
 		}
-		n.savedBytes = b
-		p.nodes[n.info.ID] = n
+		n.SavedBytes = b
+		p.nodes[n.Info.ID] = n
 	}
 	p.numberNotices()
 	if len(names) > 0 {
@@ -172,17 +173,17 @@ func (p *platform) load() error {
 // by time and then node (their order before ids); newPlatform then saves
 // them with their ids.
 func (p *platform) numberNotices() {
-	var unnumbered []*numberedNotice
+	var unnumbered []*store.NumberedNotice
 	for _, n := range p.nodes {
-		for i := range n.notices {
-			if nn := &n.notices[i]; nn.ID == 0 {
+		for i := range n.Notices {
+			if nn := &n.Notices[i]; nn.ID == 0 {
 				unnumbered = append(unnumbered, nn)
 			} else {
 				p.lastNotice = max(p.lastNotice, nn.ID)
 			}
 		}
 	}
-	slices.SortFunc(unnumbered, func(a, b *numberedNotice) int {
+	slices.SortFunc(unnumbered, func(a, b *store.NumberedNotice) int {
 		return cmp.Or(a.At.Compare(b.At), strings.Compare(a.Node, b.Node))
 	})
 	for _, nn := range unnumbered {
@@ -191,7 +192,7 @@ func (p *platform) numberNotices() {
 	}
 }
 
-func (p *rules) decodeNode(b []byte) (*node, error) {
+func (p *rules) decodeNode(b []byte) (*store.Node, error) {
 	var f nodeFile
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, err
@@ -199,7 +200,7 @@ func (p *rules) decodeNode(b []byte) (*node, error) {
 	if f.V != fileVersion {
 		return nil, fmt.Errorf("version %d: want %d", f.V, fileVersion)
 	}
-	if err := checkNodeID(f.ID); err != nil {
+	if err := store.CheckNodeID(f.ID); err != nil {
 		return nil, err
 	}
 	tr, err := overload.RestoreTracker(f.Tracker, p.cfg.Limits)
@@ -213,44 +214,44 @@ func (p *rules) decodeNode(b []byte) (*node, error) {
 	if err := h.UnmarshalJSON(f.Prices); err != nil {
 		return nil, fmt.Errorf("prices: %w", err)
 	}
-	n := &node{
-		info: routing.Node{
+	n := &store.Node{
+		Info: routing.Node{
 			ID: f.ID, Country: f.Country, Paused: f.Paused, MaxUsers: f.MaxUsers,
 			MemoryPercent: f.MemoryPercent, OverloadedSince: tr.Since(), OverloadEnded: f.OverloadEnded,
 			State: f.PlanState,
 		},
-		tracker: tr, prices: h, routes: map[string]*route{},
-		closed: f.Closed, lastPlan: f.LastPlan,
-		nextRoute: f.NextRoute, readings: f.Readings, eventsSeen: max(f.EventsSeen, int64(len(tr.Events())+len(f.Marks))), marks: f.Marks,
+		Tracker: tr, Prices: h, Routes: map[string]*store.Route{},
+		Closed: f.Closed, LastPlan: f.LastPlan,
+		NextRoute: f.NextRoute, Readings: f.Readings, EventsSeen: max(f.EventsSeen, int64(len(tr.Events())+len(f.Marks))), Marks: f.Marks,
 	}
 	if tr.Overloaded() && !f.Started.IsZero() {
-		n.startedAt, n.info.OverloadedSince = f.Started, f.Started
+		n.StartedAt, n.Info.OverloadedSince = f.Started, f.Started
 	}
 	if len(f.NoticeIDs) != 0 && len(f.NoticeIDs) != len(f.Notices) {
 		return nil, fmt.Errorf("%d notice ids for %d notices", len(f.NoticeIDs), len(f.Notices))
 	}
 	for i, nt := range f.Notices {
-		nn := numberedNotice{Notice: nt} // ID 0: numbered by load
+		nn := store.NumberedNotice{Notice: nt} // ID 0: numbered by load
 		if len(f.NoticeIDs) > 0 {
 			nn.ID = f.NoticeIDs[i]
 		}
-		n.notices = append(n.notices, nn)
+		n.Notices = append(n.Notices, nn)
 	}
 	if f.Role != "" {
-		if err := n.info.Role.UnmarshalText([]byte(f.Role)); err != nil {
+		if err := n.Info.Role.UnmarshalText([]byte(f.Role)); err != nil {
 			return nil, err
 		}
 	}
 	if ch := h.Changes(); len(ch) > 0 {
-		n.info.Price = ch[len(ch)-1].Price
+		n.Info.Price = ch[len(ch)-1].Price
 	}
 	for _, rt := range f.Routes {
 		if rt.Route.Node != f.ID || rt.Route.ID == "" {
 			return nil, fmt.Errorf("route %q: of node %q", rt.Route.ID, rt.Route.Node)
 		}
-		n.routes[rt.Route.ID] = &rt
+		n.Routes[rt.Route.ID] = &rt
 	}
-	n.info.LiveUsers = liveUsers(n)
+	n.Info.LiveUsers = store.LiveUsers(n)
 	return n, nil
 }
 
@@ -326,7 +327,7 @@ func (p *platform) applySeed(s *seedFile, now time.Time) error {
 	}
 	for _, sn := range s.Nodes {
 		n := p.nodes[sn.ID]
-		if n != nil && n.info.Role != 0 {
+		if n != nil && n.Info.Role != 0 {
 			continue // the state directory holds it: state wins
 		}
 		if n == nil {
@@ -349,48 +350,48 @@ func checkSeed(s *seedFile) (map[string][]routing.Route, error) {
 	seen := map[string]bool{}
 	for _, r := range s.Routes {
 		if r.ID == "" || seen[r.ID] {
-			return nil, fmt.Errorf("route table: route %q: empty or listed twice: %w", r.ID, errBadInput)
+			return nil, fmt.Errorf("route table: route %q: empty or listed twice: %w", r.ID, store.ErrBadInput)
 		}
 		seen[r.ID] = true
 		byNode[r.Node] = append(byNode[r.Node], r)
 	}
 	known := map[string]bool{}
 	for _, sn := range s.Nodes {
-		if err := checkNodeID(sn.ID); err != nil {
+		if err := store.CheckNodeID(sn.ID); err != nil {
 			return nil, fmt.Errorf("route table: %w", err)
 		}
 		if known[sn.ID] {
-			return nil, fmt.Errorf("route table: node %s listed twice: %w", sn.ID, errBadInput)
+			return nil, fmt.Errorf("route table: node %s listed twice: %w", sn.ID, store.ErrBadInput)
 		}
 		known[sn.ID] = true
 		if sn.Role != routing.RoleEntry && sn.Role != routing.RoleExit {
-			return nil, fmt.Errorf("route table: node %s: role must be entry or exit: %w", sn.ID, errBadInput)
+			return nil, fmt.Errorf("route table: node %s: role must be entry or exit: %w", sn.ID, store.ErrBadInput)
 		}
 		if sn.Price < 0 {
-			return nil, fmt.Errorf("route table: node %s: negative price: %w", sn.ID, errBadInput)
+			return nil, fmt.Errorf("route table: node %s: negative price: %w", sn.ID, store.ErrBadInput)
 		}
 	}
 	for id := range byNode {
 		if !known[id] {
-			return nil, fmt.Errorf("route table: routes of node %q, which it does not list: %w", id, errBadInput)
+			return nil, fmt.Errorf("route table: routes of node %q, which it does not list: %w", id, store.ErrBadInput)
 		}
 	}
 	return byNode, nil
 }
 
 // seedNode registers n as the seed lists it, with its routes.
-func (p *rules) seedNode(n *node, sn routing.Node, routes []routing.Route, now time.Time) error {
-	n.info.Role, n.info.Country, n.info.Paused, n.info.MaxUsers = sn.Role, sn.Country, sn.Paused, sn.MaxUsers
-	n.info.Price = sn.Price
+func (p *rules) seedNode(n *store.Node, sn routing.Node, routes []routing.Route, now time.Time) error {
+	n.Info.Role, n.Info.Country, n.Info.Paused, n.Info.MaxUsers = sn.Role, sn.Country, sn.Paused, sn.MaxUsers
+	n.Info.Price = sn.Price
 	from := now
 	for _, r := range routes {
 		if r.Start.IsZero() {
-			return fmt.Errorf("route table: route %s: no start: %w", r.ID, errBadInput)
+			return fmt.Errorf("route table: route %s: no start: %w", r.ID, store.ErrBadInput)
 		}
 		from = minTime(from, r.Start)
 	}
-	if ch := n.prices.Changes(); len(ch) == 0 {
-		if err := n.prices.Set(from, sn.Price); err != nil {
+	if ch := n.Prices.Changes(); len(ch) == 0 {
+		if err := n.Prices.Set(from, sn.Price); err != nil {
 			return fmt.Errorf("route table: node %s: %w", sn.ID, err)
 		}
 	}
@@ -399,22 +400,22 @@ func (p *rules) seedNode(n *node, sn routing.Node, routes []routing.Route, now t
 			r.Country = sn.Country
 		}
 		if r.Country != sn.Country {
-			return fmt.Errorf("route table: route %s: country %q, but node %s is in %q: %w", r.ID, r.Country, sn.ID, sn.Country, errBadInput)
+			return fmt.Errorf("route table: route %s: country %q, but node %s is in %q: %w", r.ID, r.Country, sn.ID, sn.Country, store.ErrBadInput)
 		}
 		if r.Kind == 0 {
 			r.Kind = routing.KindOwn
 		}
 		if r.User == "" || r.Key == "" {
-			return fmt.Errorf("route table: route %s: user and key are required: %w", r.ID, errBadInput)
+			return fmt.Errorf("route table: route %s: user and key are required: %w", r.ID, store.ErrBadInput)
 		}
-		sess, err := n.prices.Lock(r.Start)
+		sess, err := n.Prices.Lock(r.Start)
 		if err != nil {
 			return fmt.Errorf("route table: route %s: %w", r.ID, err)
 		}
 		r.Price = sess.Locked
-		n.routes[r.ID] = &route{Route: r, Session: sess}
+		n.Routes[r.ID] = &store.Route{Route: r, Session: sess}
 	}
-	n.info.LiveUsers = liveUsers(n)
+	n.Info.LiveUsers = store.LiveUsers(n)
 	return nil
 }
 
@@ -431,7 +432,7 @@ const operatorsFile = "operators.state"
 
 // loadOperators reads operatorsFile, if there is one.
 func (p *platform) loadOperators() error {
-	p.operators = map[string]operatorReceiver{}
+	p.operators = map[string]store.OperatorReceiver{}
 	b, err := os.ReadFile(filepath.Join(p.cfg.StateDir, operatorsFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -445,16 +446,16 @@ func (p *platform) loadOperators() error {
 	return nil
 }
 
-// operatorReceivers is every operator's receiver (receiverStore).
-func (p *platform) operatorReceivers(context.Context) (map[string]operatorReceiver, error) {
+// OperatorReceivers is every operator's receiver (ReceiverStore).
+func (p *platform) OperatorReceivers(context.Context) (map[string]store.OperatorReceiver, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return maps.Clone(p.operators), nil
 }
 
-// updateReceiver runs fn on operator's receiver under the store's lock,
+// UpdateReceiver runs fn on operator's receiver under the store's lock,
 // and writes operatorsFile, atomically, when fn changed it.
-func (p *platform) updateReceiver(_ context.Context, operator string, fn func(r *operatorReceiver, now time.Time) error) error {
+func (p *platform) UpdateReceiver(_ context.Context, operator string, fn func(r *store.OperatorReceiver, now time.Time) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.operators[operator]
@@ -466,10 +467,10 @@ func (p *platform) updateReceiver(_ context.Context, operator string, fn func(r 
 	next[operator] = r
 	b, err := json.MarshalIndent(next, "", "  ")
 	if err != nil {
-		return fmt.Errorf("operators' receivers: %w: %w", errUnsaved, err)
+		return fmt.Errorf("operators' receivers: %w: %w", store.ErrUnsaved, err)
 	}
 	if err := atomicfile.WriteFile(filepath.Join(p.cfg.StateDir, operatorsFile), b, 0o600); err != nil {
-		return fmt.Errorf("operators' receivers: %w: %w", errUnsaved, err)
+		return fmt.Errorf("operators' receivers: %w: %w", store.ErrUnsaved, err)
 	}
 	p.operators = next
 	return nil

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 )
 
-// The nodeStore contract the use cases rely on, run against every store
+// The NodeStore contract the use cases rely on, run against every store
 // (as riverdrivertest exercises every River driver): update, read and
-// the look-ups (TestNodeStoreConformance), report, planDue and the pages.
+// the look-ups (TestNodeStoreConformance), report, PlanDue and the pages.
 // The PostgreSQL store runs with its batches and its cache of quiet
 // nodes, so those are held to the same contract.
 func TestNodeStoreConformance(t *testing.T)      { eachStore(t, testNodeStoreConformance) }
@@ -21,39 +22,39 @@ func TestStorePlanDueConformance(t *testing.T)   { eachStore(t, testStorePlanDue
 func TestStorePagesConformance(t *testing.T)     { eachStore(t, testStorePages) }
 func TestStoreReceiversConformance(t *testing.T) { eachStore(t, testStoreReceivers) }
 
-// testNodeStoreConformance: an unknown node is errUnknownNode; what
+// testNodeStoreConformance: an unknown node is ErrUnknownNode; what
 // update's function changed is kept when it returns nil, across a
 // restart (or on another replica), and nothing of it when it returns an
 // error; updates of one node from many goroutines (and, on PostgreSQL,
 // two replicas) never lose one another's change; read shows the node as
-// last kept; nodeIDs lists every node; routeNode finds a live route's
-// node and errUnknown for none.
+// last kept; NodeIDs lists every node; RouteNode finds a live route's
+// node and ErrUnknown for none.
 func testNodeStoreConformance(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	a := open(c, testSeed()).svc
 	ctx := t.Context()
-	maxUsers := func(st store) int {
+	maxUsers := func(st platformStore) int {
 		t.Helper()
 		var m int
-		if err := st.read(ctx, "x1", false, func(n *node, _ time.Time) error { m = n.info.MaxUsers; return nil }); err != nil {
+		if err := st.Read(ctx, "x1", false, func(n *store.Node, _ time.Time) error { m = n.Info.MaxUsers; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		return m
 	}
-	if err := a.update(ctx, "nope", func(*node, time.Time, nodeTx) error { return nil }); !errors.Is(err, errUnknownNode) {
+	if err := a.Update(ctx, "nope", func(*store.Node, time.Time, store.NodeTx) error { return nil }); !errors.Is(err, store.ErrUnknownNode) {
 		t.Errorf("update of an unknown node: %v, want errUnknownNode", err)
 	}
-	if err := a.read(ctx, "nope", true, func(*node, time.Time) error { return nil }); !errors.Is(err, errUnknownNode) {
+	if err := a.Read(ctx, "nope", true, func(*store.Node, time.Time) error { return nil }); !errors.Is(err, store.ErrUnknownNode) {
 		t.Errorf("read of an unknown node: %v, want errUnknownNode", err)
 	}
 
 	// Kept, and nothing of a failed update.
-	if err := a.update(ctx, "x1", func(n *node, _ time.Time, _ nodeTx) error { n.info.MaxUsers = 7; return nil }); err != nil {
+	if err := a.Update(ctx, "x1", func(n *store.Node, _ time.Time, _ store.NodeTx) error { n.Info.MaxUsers = 7; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	refused := errors.New("refused")
-	err := a.update(ctx, "x1", func(n *node, _ time.Time, _ nodeTx) error {
-		n.info.MaxUsers, n.nextRoute = 99, 1000
+	err := a.Update(ctx, "x1", func(n *store.Node, _ time.Time, _ store.NodeTx) error {
+		n.Info.MaxUsers, n.NextRoute = 99, 1000
 		return refused
 	})
 	if !errors.Is(err, refused) {
@@ -72,9 +73,9 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 	// Many goroutines on one instance, and on PostgreSQL on two replicas
 	// (the file store is one process: a second instance on its directory
 	// is a restart, not a replica).
-	writers := []store{a, b}
+	writers := []platformStore{a, b}
 	if _, ok := a.(*platform); ok {
-		writers = []store{a}
+		writers = []platformStore{a}
 	}
 	const each = 25
 	before := maxUsers(a)
@@ -83,7 +84,7 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 	for _, st := range writers {
 		for range each {
 			wg.Go(func() {
-				errs <- st.update(ctx, "x1", func(n *node, _ time.Time, _ nodeTx) error { n.info.MaxUsers++; return nil })
+				errs <- st.Update(ctx, "x1", func(n *store.Node, _ time.Time, _ store.NodeTx) error { n.Info.MaxUsers++; return nil })
 			})
 		}
 	}
@@ -98,21 +99,21 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 		t.Errorf("max_users %d after %d increments from %d instances, want %d", m, len(writers)*each, len(writers), want)
 	}
 
-	// nodeIDs: every node, sorted.
-	if ids, err := b.nodeIDs(ctx); err != nil || len(ids) != 3 || ids[0] != "f1" || ids[2] != "x2" {
+	// NodeIDs: every node, sorted.
+	if ids, err := b.NodeIDs(ctx); err != nil || len(ids) != 3 || ids[0] != "f1" || ids[2] != "x2" {
 		t.Errorf("nodeIDs = %v, %v; want f1 x1 x2", ids, err)
 	}
 
-	// routeNode, and routeTaken under update.
-	if id, err := a.routeNode(ctx, "r-idle3"); err != nil || id != "x1" {
+	// RouteNode, and RouteTaken under update.
+	if id, err := a.RouteNode(ctx, "r-idle3"); err != nil || id != "x1" {
 		t.Errorf("routeNode(r-idle3) = %q, %v; want x1", id, err)
 	}
-	if _, err := a.routeNode(ctx, "r-none"); !errors.Is(err, errUnknown) {
+	if _, err := a.RouteNode(ctx, "r-none"); !errors.Is(err, store.ErrUnknown) {
 		t.Errorf("routeNode of no route: %v, want errUnknown", err)
 	}
-	err = a.update(ctx, "x2", func(_ *node, _ time.Time, tx nodeTx) error {
+	err = a.Update(ctx, "x2", func(_ *store.Node, _ time.Time, tx store.NodeTx) error {
 		for id, want := range map[string]bool{"r-idle3": true, "r-none": false} {
-			if taken, err := tx.routeTaken(id); err != nil || taken != want {
+			if taken, err := tx.RouteTaken(id); err != nil || taken != want {
 				t.Errorf("routeTaken(%s) = %v, %v; want %v", id, taken, err, want)
 			}
 		}
@@ -124,10 +125,10 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 }
 
 // readNode is node id of st as last kept, through read.
-func readNode(t *testing.T, st store, id string) *node {
+func readNode(t *testing.T, st platformStore, id string) *store.Node {
 	t.Helper()
-	var out *node
-	if err := st.read(t.Context(), id, true, func(n *node, _ time.Time) error { out = n; return nil }); err != nil {
+	var out *store.Node
+	if err := st.Read(t.Context(), id, true, func(n *store.Node, _ time.Time) error { out = n; return nil }); err != nil {
 		t.Fatalf("read %s: %v", id, err)
 	}
 	return out
@@ -143,20 +144,20 @@ func testStoreReport(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	a := open(c, testSeed()).svc
 	ctx := t.Context()
-	noPlan := func(*node, time.Time, nodeTx) error { return nil }
+	noPlan := func(*store.Node, time.Time, store.NodeTx) error { return nil }
 	refused := errors.New("refused")
 
 	// A refused first reading leaves no node; a counted one makes it.
-	_, err := a.report(ctx, "n-new", func(n *node, _ time.Time) error { n.readings = 7; return refused }, noPlan)
+	_, err := a.Report(ctx, "n-new", func(n *store.Node, _ time.Time) error { n.Readings = 7; return refused }, noPlan)
 	if !errors.Is(err, refused) {
 		t.Fatalf("a refused first reading: %v, want take's error", err)
 	}
-	if err := a.read(ctx, "n-new", false, func(*node, time.Time) error { return nil }); !errors.Is(err, errUnknownNode) {
+	if err := a.Read(ctx, "n-new", false, func(*store.Node, time.Time) error { return nil }); !errors.Is(err, store.ErrUnknownNode) {
 		t.Errorf("the node of a refused first reading: %v, want errUnknownNode", err)
 	}
 	var planned int64
-	_, err = a.report(ctx, "n-new", func(n *node, _ time.Time) error { n.readings++; return nil },
-		func(n *node, _ time.Time, _ nodeTx) error { planned = n.readings; return nil })
+	_, err = a.Report(ctx, "n-new", func(n *store.Node, _ time.Time) error { n.Readings++; return nil },
+		func(n *store.Node, _ time.Time, _ store.NodeTx) error { planned = n.Readings; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,17 +165,17 @@ func testStoreReport(t *testing.T, open opener) {
 		t.Errorf("plan saw %d readings, want take's 1", planned)
 	}
 	// Nothing of a refused reading of a node kept.
-	_, err = a.report(ctx, "x1", func(n *node, _ time.Time) error { n.info.MaxUsers, n.readings = 99, 99; return refused }, noPlan)
+	_, err = a.Report(ctx, "x1", func(n *store.Node, _ time.Time) error { n.Info.MaxUsers, n.Readings = 99, 99; return refused }, noPlan)
 	if !errors.Is(err, refused) {
 		t.Fatalf("a refused reading: %v", err)
 	}
 	b := open(c, testSeed()).svc
-	for _, st := range []store{a, b} {
-		if n := readNode(t, st, "n-new"); n.readings != 1 {
-			t.Errorf("n-new's readings %d, want 1", n.readings)
+	for _, st := range []platformStore{a, b} {
+		if n := readNode(t, st, "n-new"); n.Readings != 1 {
+			t.Errorf("n-new's readings %d, want 1", n.Readings)
 		}
-		if n := readNode(t, st, "x1"); n.info.MaxUsers != 0 || n.readings != 0 {
-			t.Errorf("x1 after a refused reading: max_users %d, readings %d; want 0 0", n.info.MaxUsers, n.readings)
+		if n := readNode(t, st, "x1"); n.Info.MaxUsers != 0 || n.Readings != 0 {
+			t.Errorf("x1 after a refused reading: max_users %d, readings %d; want 0 0", n.Info.MaxUsers, n.Readings)
 		}
 	}
 
@@ -186,7 +187,7 @@ func testStoreReport(t *testing.T, open opener) {
 		c.add(30 * time.Second)
 		r := reading("x2", i+1, mem)
 		r.At = c.now()
-		if out, err = f.report(ctx, r); err != nil {
+		if out, err = f.Report(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -194,30 +195,30 @@ func testStoreReport(t *testing.T, open opener) {
 		t.Fatalf("the third hot reading: %+v, want a start and its notice", out)
 	}
 	b = open(c, testSeed()).svc // the file store's b was opened before: a restart, now
-	ns, _, err := b.notices(ctx, 0, 0)
+	ns, _, err := b.Notices(ctx, 0, 0)
 	if err != nil || len(ns) != 1 || ns[0].Node != "x2" || ns[0].Text != out.Notice.Text {
 		t.Errorf("notices after x2's start: %+v, %v", ns, err)
 	}
-	evs, err := b.events(ctx, "x2", 0, 0) // 0: all, as every page
+	evs, err := b.Events(ctx, "x2", 0, 0) // 0: all, as every page
 
 	if err != nil || len(evs.Events) != 1 || evs.Events[0].Kind != overload.Start {
 		t.Errorf("x2's events after its start: %+v, %v", evs, err)
 	}
 
 	// Reports of one node at once lose none of one another's changes.
-	writers := []store{a, b}
+	writers := []platformStore{a, b}
 	if _, ok := a.(*platform); ok {
-		writers = []store{a}
+		writers = []platformStore{a}
 	}
 	const each = 25
-	before := readNode(t, a, "n-new").nextRoute
+	before := readNode(t, a, "n-new").NextRoute
 	var wg sync.WaitGroup
 	errs := make(chan error, len(writers)*each)
 	for _, st := range writers {
 		f := newFleet(st, nil)
 		for range each {
 			wg.Go(func() {
-				_, err := st.report(ctx, "n-new", func(n *node, _ time.Time) error { n.nextRoute++; return nil }, f.planNode)
+				_, err := st.Report(ctx, "n-new", func(n *store.Node, _ time.Time) error { n.NextRoute++; return nil }, f.planNode)
 				errs <- err
 			})
 		}
@@ -229,12 +230,12 @@ func testStoreReport(t *testing.T, open opener) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := readNode(t, a, "n-new").nextRoute, before+len(writers)*each; got != want {
+	if got, want := readNode(t, a, "n-new").NextRoute, before+len(writers)*each; got != want {
 		t.Errorf("n-new's counter %d after %d reports from %d instances, want %d", got, len(writers)*each, len(writers), want)
 	}
 }
 
-// testStorePlanDue: planDue runs plan on a registered node whose plan is
+// testStorePlanDue: PlanDue runs plan on a registered node whose plan is
 // due (here, after a pause), and keeps what it closed, across a restart
 // or on a replica; a second round at the same time closes nothing more.
 func testStorePlanDue(t *testing.T, open opener) {
@@ -242,16 +243,16 @@ func testStorePlanDue(t *testing.T, open opener) {
 	a := open(c, testSeed()).svc
 	ctx := t.Context()
 	// A paused node's routes unused for two hours close.
-	if err := a.update(ctx, "x1", func(n *node, _ time.Time, _ nodeTx) error { n.info.Paused = true; return nil }); err != nil {
+	if err := a.Update(ctx, "x1", func(n *store.Node, _ time.Time, _ store.NodeTx) error { n.Info.Paused = true; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	c.add(time.Hour)
 	var seen []string
 	var mu sync.Mutex
 	f := newFleet(a, nil)
-	if err := a.planDue(ctx, func(n *node, now time.Time, tx nodeTx) error {
+	if err := a.PlanDue(ctx, func(n *store.Node, now time.Time, tx store.NodeTx) error {
 		mu.Lock()
-		seen = append(seen, n.info.ID)
+		seen = append(seen, n.Info.ID)
 		mu.Unlock()
 		return f.planNode(n, now, tx)
 	}); err != nil {
@@ -263,14 +264,14 @@ func testStorePlanDue(t *testing.T, open opener) {
 	b := open(c, testSeed()).svc
 	x1 := readNode(t, b, "x1")
 	for _, id := range []string{"r-idle3", "r-idle5"} {
-		if x1.routes[id] != nil {
+		if x1.Routes[id] != nil {
 			t.Errorf("%s of paused x1 still live after a round", id)
 		}
 	}
-	if x1.routes["r-only"] == nil {
+	if x1.Routes["r-only"] == nil {
 		t.Error("r-only, in use, closed")
 	}
-	closed := len(x1.closed)
+	closed := len(x1.Closed)
 	if closed == 0 {
 		t.Fatal("no closure kept")
 	}
@@ -278,15 +279,15 @@ func testStorePlanDue(t *testing.T, open opener) {
 		t.Fatal(err)
 	}
 	b = open(c, testSeed()).svc
-	if again := len(readNode(t, b, "x1").closed); again != closed {
+	if again := len(readNode(t, b, "x1").Closed); again != closed {
 		t.Errorf("%d closures after a second round at the same time, want the first's %d", again, closed)
 	}
-	if ps, _, err := b.plans(ctx, "", 0); err != nil || len(ps) != 1 || ps[0].Node != "x1" {
+	if ps, _, err := b.Plans(ctx, "", 0); err != nil || len(ps) != 1 || ps[0].Node != "x1" {
 		t.Errorf("plans after x1's closures: %+v, %v; want x1's", ps, err)
 	}
 }
 
-// testStorePages: eachNode pages through the nodes by id, each with its
+// testStorePages: EachNode pages through the nodes by id, each with its
 // live routes, a page's last id the next page's cursor.
 func testStorePages(t *testing.T, open opener) {
 	c := &clock{t: t0}
@@ -296,13 +297,13 @@ func testStorePages(t *testing.T, open opener) {
 	routes := map[string]int{}
 	page := func(after string, limit int) string {
 		t.Helper()
-		last, err := a.eachNode(ctx, after, limit, func(id string, n *node, now time.Time, err error) {
+		last, err := a.EachNode(ctx, after, limit, func(id string, n *store.Node, now time.Time, err error) {
 			if err != nil || !now.Equal(t0) {
 				t.Errorf("node %s: %v at %v", id, err, now)
 				return
 			}
 			ids = append(ids, id)
-			routes[id] = len(n.routes)
+			routes[id] = len(n.Routes)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -323,9 +324,9 @@ func testStorePages(t *testing.T, open opener) {
 	}
 }
 
-// testStoreReceivers: updateReceiver keeps what fn changed, for an
+// testStoreReceivers: UpdateReceiver keeps what fn changed, for an
 // operator new to the store too, and nothing of a change fn refuses (no
-// receiver made for it); operatorReceivers lists what is kept, on
+// receiver made for it); OperatorReceivers lists what is kept, on
 // another instance too; updates of one operator's receiver at once (and
 // from two replicas on PostgreSQL) lose none.
 func testStoreReceivers(t *testing.T, open opener) {
@@ -333,29 +334,29 @@ func testStoreReceivers(t *testing.T, open opener) {
 	a := open(c, testSeed()).svc
 	ctx := t.Context()
 	refused := errors.New("refused")
-	if err := a.updateReceiver(ctx, "alice", func(r *operatorReceiver, _ time.Time) error {
+	if err := a.UpdateReceiver(ctx, "alice", func(r *store.OperatorReceiver, _ time.Time) error {
 		r.URL = "http://127.0.0.1:9/refused"
 		return refused
 	}); !errors.Is(err, refused) {
 		t.Fatalf("a refused change: %v, want fn's error", err)
 	}
-	if ops, err := a.operatorReceivers(ctx); err != nil || len(ops) != 0 {
+	if ops, err := a.OperatorReceivers(ctx); err != nil || len(ops) != 0 {
 		t.Fatalf("receivers after a refused change: %v, %v; want none", ops, err)
 	}
-	if err := a.updateReceiver(ctx, "alice", func(r *operatorReceiver, now time.Time) error {
-		*r = operatorReceiver{URL: "http://127.0.0.1:9/alice", Secrets: []operatorSecret{{Key: []byte("0123456789abcdef01234567")}}, Created: now}
+	if err := a.UpdateReceiver(ctx, "alice", func(r *store.OperatorReceiver, now time.Time) error {
+		*r = store.OperatorReceiver{URL: "http://127.0.0.1:9/alice", Secrets: []store.OperatorSecret{{Key: []byte("0123456789abcdef01234567")}}, Created: now}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	b := open(c, testSeed()).svc
-	ops, err := b.operatorReceivers(ctx)
+	ops, err := b.OperatorReceivers(ctx)
 	if r := ops["alice"]; err != nil || len(ops) != 1 || r.URL != "http://127.0.0.1:9/alice" || string(r.Secrets[0].Key) != "0123456789abcdef01234567" || !r.Created.Equal(t0) {
 		t.Fatalf("another instance's receivers: %+v, %v", ops, err)
 	}
-	writers := []store{a, b}
+	writers := []platformStore{a, b}
 	if _, ok := a.(*platform); ok {
-		writers = []store{b} // a restart: the first instance is gone
+		writers = []platformStore{b} // a restart: the first instance is gone
 	}
 	const each = 20
 	var wg sync.WaitGroup
@@ -363,8 +364,8 @@ func testStoreReceivers(t *testing.T, open opener) {
 	for _, st := range writers {
 		for range each {
 			wg.Go(func() {
-				errs <- st.updateReceiver(ctx, "alice", func(r *operatorReceiver, _ time.Time) error {
-					r.Secrets = append(r.Secrets, operatorSecret{Key: []byte{1}})
+				errs <- st.UpdateReceiver(ctx, "alice", func(r *store.OperatorReceiver, _ time.Time) error {
+					r.Secrets = append(r.Secrets, store.OperatorSecret{Key: []byte{1}})
 					return nil
 				})
 			})
@@ -377,7 +378,7 @@ func testStoreReceivers(t *testing.T, open opener) {
 			t.Fatal(err)
 		}
 	}
-	ops, err = writers[0].operatorReceivers(ctx)
+	ops, err = writers[0].OperatorReceivers(ctx)
 	if got, want := len(ops["alice"].Secrets), 1+len(writers)*each; err != nil || got != want {
 		t.Errorf("%d secrets after %d appends from %d instances, want %d (%v)", got, len(writers)*each, len(writers), want, err)
 	}

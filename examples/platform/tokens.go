@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/procfile"
 )
 
@@ -41,7 +42,7 @@ func identityOf(v string) (identity, error) {
 	var id identity
 	f := strings.Fields(v)
 	if len(f) > 0 && !strings.HasPrefix(f[0], operatorPrefix) {
-		if err := checkNodeID(f[0]); err != nil {
+		if err := store.CheckNodeID(f[0]); err != nil {
 			return id, err
 		}
 		id.node, f = f[0], f[1:]
@@ -63,9 +64,9 @@ func identityOf(v string) (identity, error) {
 }
 
 // checkOperator checks an operator's name: the node-id rule, which a
-// log line and a URL carry as they are. The error wraps errBadInput.
+// log line and a URL carry as they are. The error wraps ErrBadInput.
 func checkOperator(name string) error {
-	if err := checkNodeID(name); err != nil {
+	if err := store.CheckNodeID(name); err != nil {
 		return fmt.Errorf("operator name: %w", err)
 	}
 	return nil
