@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -317,7 +316,8 @@ func linAnswer(in linInput, code int, b []byte) (linOutput, error) {
 // PostgreSQL database (one process on the file store), is linearizable,
 // also across a replica killed with SIGKILL and restarted, and (on
 // PostgreSQL) the database restarted, mid-history. A history that is not
-// is saved with porcupine's visualisation in $TEST_ARTIFACTS.
+// is saved with porcupine's visualisation in the test's artifact
+// directory (testkit.ArtifactDir).
 func TestFleetLinearizable(t *testing.T) {
 	eachFleet(t, linSeed(), []string{"-plan-every", "1h"}, func(t *testing.T, f *replicaSet) {
 		h := &linHistory{start: time.Now(), base: time.Now().Add(-time.Hour)}
@@ -387,19 +387,9 @@ func checkLinearizable(t *testing.T, ops []porcupine.Operation) {
 		t.Logf("%d operations: the checker ran out of time (not a failure)", len(ops))
 		return
 	}
-	dir := os.Getenv("TEST_ARTIFACTS")
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "platform-linearizability-"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(dir, fmt.Sprintf("%s.html", filepath.Base(t.Name())))
-	if err := os.MkdirAll(dir, 0o755); err == nil {
-		err = porcupine.VisualizePath(model, info, path)
-		if err != nil {
-			t.Logf("visualisation: %v", err)
-		}
+	path := filepath.Join(testkit.ArtifactDir(t), "history.html")
+	if err := porcupine.VisualizePath(model, info, path); err != nil {
+		t.Logf("visualisation: %v", err)
 	}
 	t.Errorf("%d operations: not linearizable; the history is in %s", len(ops), path)
 }
