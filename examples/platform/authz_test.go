@@ -78,11 +78,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 		c := &clock{t: t0}
 		h := newHook(t, c, hookSecret)
 		cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
-		testAuthorizationMatrix(t, c, func(seed *seedFile) notifyPlatform { return open(c, cfg, seed) })
+		testAuthorizationMatrix(t, c, func(seed *store.SeedFile) notifyPlatform { return open(c, cfg, seed) })
 	})
 }
 
-func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *seedFile) notifyPlatform) {
+func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *store.SeedFile) notifyPlatform) {
 	seed := dashboardSeed()
 	tp := open(seed)
 	f := newFleet(tp.svc, tp.n)

@@ -218,7 +218,7 @@ func (d *dashboard) sessionFrom(r *http.Request) (*dashboardSession, string) {
 		return nil, ""
 	}
 	key := sha256.Sum256([]byte(c.Value))
-	now := d.f.now()
+	now := d.f.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.sessions[key]
@@ -245,7 +245,7 @@ func (d *dashboard) home(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusOK
 		if why != "" {
 			status = http.StatusUnauthorized
-			d.f.log.Warn("dashboard: session refused", "reason", why, "remote", r.RemoteAddr)
+			d.f.Log.Warn("dashboard: session refused", "reason", why, "remote", r.RemoteAddr)
 			clearCookie(w, r)
 		}
 		d.render(w, status, "login", loginPage{Message: sessionRefusal[why]})
@@ -319,7 +319,7 @@ func stateClass(v operatorView) string {
 // page reads what the dashboard shows s's operator.
 func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, error) {
 	d.mu.Lock()
-	p := nodesPage{Operator: s.operator, CSRF: s.csrf, Flash: s.flash, At: d.f.now()}
+	p := nodesPage{Operator: s.operator, CSRF: s.csrf, Flash: s.flash, At: d.f.Now()}
 	s.flash = ""
 	d.mu.Unlock()
 	vs, _, err := d.f.operatorViews(ctx, nodesOf(d.owners, s.operator), "", maxPage)
@@ -434,7 +434,7 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	if err := r.ParseForm(); err != nil {
-		d.f.log.Warn("dashboard: login refused", "reason", "unreadable form", "remote", r.RemoteAddr)
+		d.f.Log.Warn("dashboard: login refused", "reason", "unreadable form", "remote", r.RemoteAddr)
 		d.render(w, http.StatusBadRequest, "login", loginPage{Message: "The form could not be read: log in again."})
 		return
 	}
@@ -445,20 +445,20 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case tok == "" || !known:
 		status, msg = http.StatusUnauthorized, "This token is not known: check it and log in again."
-		d.f.log.Warn("dashboard: login refused", "reason", "unknown token", "remote", r.RemoteAddr)
+		d.f.Log.Warn("dashboard: login refused", "reason", "unknown token", "remote", r.RemoteAddr)
 	case id.admin():
 		msg = "The admin's token does not log in here: this dashboard is a node operator's. The admin works with the API."
-		d.f.log.Warn("dashboard: login refused", "reason", "the admin's token", "remote", r.RemoteAddr)
+		d.f.Log.Warn("dashboard: login refused", "reason", "the admin's token", "remote", r.RemoteAddr)
 	case id.node != "":
 		msg = "A node's agent token only reports its node's load: log in with your operator's token."
-		d.f.log.Warn("dashboard: login refused", "reason", "a node's agent token", "node", id.node, "remote", r.RemoteAddr)
+		d.f.Log.Warn("dashboard: login refused", "reason", "a node's agent token", "node", id.node, "remote", r.RemoteAddr)
 	}
 	if msg != "" {
 		d.render(w, status, "login", loginPage{Message: msg})
 		return
 	}
 	sid, csrf := random256(), random256()
-	now := d.f.now()
+	now := d.f.Now()
 	s := &dashboardSession{operator: id.operator, csrf: csrf, expires: now.Add(sessionLifetime)}
 	d.mu.Lock()
 	if len(d.sessions) >= maxSessions {
@@ -468,7 +468,7 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 	d.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: sid, Path: "/", MaxAge: int(sessionLifetime / time.Second),
 		HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode})
-	d.f.log.Info("dashboard: logged in", "operator", id.operator, "remote", r.RemoteAddr)
+	d.f.Log.Info("dashboard: logged in", "operator", id.operator, "remote", r.RemoteAddr)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
@@ -519,7 +519,7 @@ func (d *dashboard) form(h func(w http.ResponseWriter, r *http.Request, s *dashb
 			if why == "" {
 				why = "none"
 			}
-			d.f.log.Warn("dashboard: session refused", "reason", why, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			d.f.Log.Warn("dashboard: session refused", "reason", why, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
 			clearCookie(w, r)
 			msg := sessionRefusal[why]
 			if msg == "" {
@@ -534,7 +534,7 @@ func (d *dashboard) form(h func(w http.ResponseWriter, r *http.Request, s *dashb
 			return
 		}
 		if subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(s.csrf)) != 1 {
-			d.f.log.Warn("dashboard: form refused", "reason", "csrf token missing or wrong", "operator", s.operator, "path", r.URL.Path, "remote", r.RemoteAddr)
+			d.f.Log.Warn("dashboard: form refused", "reason", "csrf token missing or wrong", "operator", s.operator, "path", r.URL.Path, "remote", r.RemoteAddr)
 			d.refuse(w, r, http.StatusForbidden, "This form did not come from your dashboard page (its check field is missing or wrong): nothing was done. Reload the page and try again.")
 			return
 		}
@@ -545,7 +545,7 @@ func (d *dashboard) form(h func(w http.ResponseWriter, r *http.Request, s *dashb
 // sameOrigin refuses, with 403, a POST a browser sent from another site.
 func (d *dashboard) sameOrigin(w http.ResponseWriter, r *http.Request) bool {
 	if err := d.cross.Check(r); err != nil {
-		d.f.log.Warn("dashboard: cross-site request refused", "method", r.Method, "path", r.URL.Path,
+		d.f.Log.Warn("dashboard: cross-site request refused", "method", r.Method, "path", r.URL.Path,
 			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"), "remote", r.RemoteAddr)
 		d.refuse(w, r, http.StatusForbidden, "This request came from another site: nothing was done.")
 		return false
@@ -569,7 +569,7 @@ func (d *dashboard) refuse(w http.ResponseWriter, _ *http.Request, status int, m
 func (d *dashboard) render(w http.ResponseWriter, status int, name string, data any) {
 	var b strings.Builder
 	if err := dashboardPages.ExecuteTemplate(&b, name, data); err != nil {
-		d.f.log.Error("dashboard: page", "page", name, "err", err)
+		d.f.Log.Error("dashboard: page", "page", name, "err", err)
 		status, b = http.StatusInternalServerError, strings.Builder{}
 		b.WriteString("<!doctype html><title>Error</title><p>The page could not be shown.</p>\n")
 	}

@@ -27,9 +27,9 @@ import (
 var dashboardTokens = tokens{testToken: "", "tok-alice": "operator:alice", "tok-bob": "operator:bob", "tok-a1": "a1 operator:alice"}
 
 // dashboardSeed is A's node a1 and B's node b1, each with a user's route.
-func dashboardSeed() *seedFile {
+func dashboardSeed() *store.SeedFile {
 	start := t0.Add(-8 * time.Hour)
-	return &seedFile{
+	return &store.SeedFile{
 		Nodes: []routing.Node{
 			{ID: "a1", Role: routing.RoleExit, Country: "DE", Price: 100},
 			{ID: "b1", Role: routing.RoleExit, Country: "DE", Price: 100},
@@ -140,9 +140,9 @@ func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *clock, *testk
 	f := newFleet(np.svc, np.n)
 	f.owners = dashboardSeed().Operators
 	logs := &testkit.LogBuffer{}
-	r := *f.rules
-	r.log = slog.New(slog.NewTextHandler(logs, nil))
-	f.rules = &r
+	r := *f.Rules
+	r.Log = slog.New(slog.NewTextHandler(logs, nil))
+	f.Rules = &r
 	srv := httptest.NewServer(handler(f, dashboardTokens))
 	t.Cleanup(srv.Close)
 	b := browser{t, srv}
@@ -436,7 +436,7 @@ func TestDashboardOverTLS(t *testing.T) {
 // noticeStore is a store of notices alone, numbered ids, each of node
 // nodes[id].
 type noticeStore struct {
-	platformStore
+	store.Store
 	ids   []int64 // sorted
 	nodes map[int64]string
 	reads int

@@ -84,7 +84,7 @@ func TestListsPageOneWay(t *testing.T) { eachStore(t, testListsPageOneWay) }
 
 func testListsPageOneWay(t *testing.T, open opener) {
 	c := &clock{t: t0}
-	seed := &seedFile{}
+	seed := &store.SeedFile{}
 	for i := range 5 {
 		id := fmt.Sprintf("e%d", i)
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "DE", Price: 100})
@@ -164,7 +164,7 @@ func TestMaxConnsForFiles(t *testing.T) {
 // takes is answered as writeJSON writes the answer.
 func TestReportDecodeAsJSON(t *testing.T) {
 	c := &clock{t: t0.Add(time.Hour)}
-	p, err := newPlatform(config{StateDir: t.TempDir(), Now: c.now}, testSeed())
+	p, err := newPlatform(store.Config{StateDir: t.TempDir(), Now: c.now}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestGCSettings(t *testing.T) {
 // with Retry-After, which the agent sends again, never 413 "too_large",
 // which it drops.
 func TestStalledBody(t *testing.T) {
-	p, err := newPlatform(config{StateDir: t.TempDir(), Logger: testLogger(t)}, testSeed())
+	p, err := newPlatform(store.Config{StateDir: t.TempDir(), Logger: testLogger(t)}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}

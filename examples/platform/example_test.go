@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -22,7 +23,7 @@ func Example() {
 
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	seed := &seedFile{
+	seed := &store.SeedFile{
 		Nodes: []routing.Node{{ID: "de-fra-1", Role: routing.RoleExit, Country: "DE", Price: 300}},
 		Routes: []routing.Route{
 			{ID: "r1", User: "alice", Key: "vpn-de", Node: "de-fra-1", Kind: routing.KindOwn,
@@ -31,7 +32,7 @@ func Example() {
 				Start: now.Add(-5 * time.Hour), LastTraffic: now.Add(-time.Minute)},
 		},
 	}
-	p, err := newPlatform(config{StateDir: dir, Now: func() time.Time { return now }}, seed)
+	p, err := newPlatform(store.Config{StateDir: dir, Now: func() time.Time { return now }}, seed)
 	if err != nil {
 		panic(err)
 	}

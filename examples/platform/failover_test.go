@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -61,7 +62,7 @@ func TestFailoverSyncStandby(t *testing.T) {
 		primary.Port, standby.Port, name)
 
 	const agents = 6
-	seed := seedFile{}
+	seed := store.SeedFile{}
 	for i := range agents {
 		id := fmt.Sprintf("fo-%d", i)
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "DE", Price: 100})

@@ -14,31 +14,20 @@ import (
 	"github.com/proofkit/nodekit/routing"
 )
 
-// platformStore is a whole store: the use cases' NodeStore and ReceiverStore,
-// and what wires it.
-type platformStore interface {
-	store.NodeStore
-	store.ReceiverStore
-	// base is the store's rules: its configuration, log, clock and
-	// dispatch.
-	base() *rules
-	// outbox is the store's outbox of deliveries; nil without a dispatch.
-	outbox() store.OutboxStore
-}
-
-func (c *rules) base() *rules { return c }
-
 var (
-	_ platformStore = (*platform)(nil)
-	_ platformStore = (*pgPlatform)(nil)
+	_ store.Store = (*platform)(nil)
+	_ store.Store = (*pgPlatform)(nil)
 )
 
 // fleet is the platform's use cases, each written once over a store.
 // Each reads the clock once, through its store (see NodeStore.Update),
 // and hands that time to the pure packages.
 type fleet struct {
-	*rules
-	store platformStore
+	*store.Rules
+	store store.Store
+	// Dispatch is the receivers in force and the notifier's wake-up:
+	// the store's Deliveries as main makes them (nil: none).
+	dispatch *dispatch
 	// notify is the notifier delivering the store's outbox; nil: notices
 	// are not delivered.
 	notify *notifier
@@ -51,8 +40,9 @@ type fleet struct {
 
 // newFleet is the use cases over st, whose deliveries n delivers (nil:
 // none).
-func newFleet(st platformStore, n *notifier) *fleet {
-	f := &fleet{rules: st.base(), store: st, receivers: st, notify: n}
+func newFleet(st store.Store, n *notifier) *fleet {
+	f := &fleet{Rules: st.Base(), store: st, receivers: st, notify: n}
+	f.dispatch, _ = f.Config.Dispatch.(*dispatch)
 	if n != nil {
 		n.attempted = f.attempted
 	}
@@ -101,10 +91,10 @@ func (f *fleet) Report(ctx context.Context, r overload.Reading) (reportOutcome, 
 	}
 	out.Notice = notice
 	if planErr != nil {
-		f.log.Error("plan round", "node", r.Node, "err", planErr)
+		f.Log.Error("plan round", "node", r.Node, "err", planErr)
 	}
 	if first {
-		f.log.Warn("reports from a node the route table does not hold: tracked, not admitted until it is, never planned",
+		f.Log.Warn("reports from a node the route table does not hold: tracked, not admitted until it is, never planned",
 			"node", r.Node)
 	}
 	f.logOutcome(r, out, at)
@@ -121,7 +111,7 @@ func (f *fleet) Report(ctx context.Context, r overload.Reading) (reportOutcome, 
 func (f *fleet) planNode(n *store.Node, now time.Time, tx store.NodeTx) error {
 	planErr, err := f.plan(n, now, tx)
 	if planErr != nil {
-		f.log.Error("plan round", "node", n.Info.ID, "err", planErr)
+		f.Log.Error("plan round", "node", n.Info.ID, "err", planErr)
 	}
 	return err
 }
@@ -136,7 +126,7 @@ func (f *fleet) plan(n *store.Node, now time.Time, tx store.NodeTx) (planErr, er
 		return nil, nil
 	}
 	var alts routing.Alternatives
-	if !f.quiet(n, now) {
+	if !f.Quiet(n, now) {
 		if alts, err = tx.Alternatives(n, now); err != nil {
 			return nil, err
 		}
@@ -219,7 +209,7 @@ func (f *fleet) open(ctx context.Context, req openRequest) (store.Route, error) 
 	if err != nil {
 		return store.Route{}, err
 	}
-	f.log.Info("route opened", "node", req.Node, "route", opened.Route.ID, "user", req.User, "price", opened.Session.Locked)
+	f.Log.Info("route opened", "node", req.Node, "route", opened.Route.ID, "user", req.User, "price", opened.Session.Locked)
 	return opened, nil
 }
 
@@ -248,7 +238,7 @@ func (f *fleet) traffic(ctx context.Context, req trafficRequest) (store.Route, e
 			return fmt.Errorf("traffic of route %s: %w: %w", req.Route, store.ErrBadInput, err)
 		}
 		rt.Route.LastTraffic = now
-		rt.Route.Price = f.sessionPrice(n, rt, now)
+		rt.Route.Price = f.SessionPrice(n, rt, now)
 		out = *rt
 		return nil
 	})
@@ -273,7 +263,7 @@ func (f *fleet) setPrice(ctx context.Context, req priceRequest) error {
 		return nil
 	})
 	if err == nil {
-		f.log.Info("price changed", "node", req.Node, "price", req.Price)
+		f.Log.Info("price changed", "node", req.Node, "price", req.Price)
 	}
 	return err
 }
@@ -519,7 +509,7 @@ func (f *fleet) setMaxUsers(ctx context.Context, req maxUsersRequest) error {
 		return nil
 	})
 	if err == nil {
-		f.log.Info("max_users changed", "node", req.Node, "max_users", req.MaxUsers)
+		f.Log.Info("max_users changed", "node", req.Node, "max_users", req.MaxUsers)
 	}
 	return err
 }
@@ -555,9 +545,9 @@ func (f *fleet) pause(ctx context.Context, id string, paused bool) error {
 	switch {
 	case err != nil || !changed:
 	case paused:
-		f.log.Warn("routing paused", "node", id)
+		f.Log.Warn("routing paused", "node", id)
 	default:
-		f.log.Info("node approved: routing resumed", "node", id)
+		f.Log.Info("node approved: routing resumed", "node", id)
 	}
 	return err
 }
@@ -582,14 +572,14 @@ func (f *fleet) Redeliver(ctx context.Context, id int64, keep func(node string) 
 		return fmt.Errorf("notice %d: %w (no deliveries: the platform runs without -notify-file)", id, store.ErrUnknown)
 	}
 	did := noticeID(ns[0].Node, ns[0].At)
-	found, err := f.notify.box.Redeliver(ctx, did, f.now())
+	found, err := f.notify.box.Redeliver(ctx, did, f.Now())
 	if err != nil {
 		return err
 	}
 	if !found {
 		return fmt.Errorf("notice %d: %w (no delivery: decided before the platform delivered notices)", id, store.ErrUnknown)
 	}
-	f.log.Info("notice to be delivered again", "notice", id, "id", did, "node", ns[0].Node)
+	f.Log.Info("notice to be delivered again", "notice", id, "id", did, "node", ns[0].Node)
 	f.dispatch.poke()
 	return nil
 }

@@ -141,7 +141,7 @@ type replicaSet struct {
 }
 
 // writeSeed writes s to a temporary file for -routes.
-func writeSeed(t testing.TB, s *seedFile) string {
+func writeSeed(t testing.TB, s *store.SeedFile) string {
 	t.Helper()
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -156,7 +156,7 @@ func writeSeed(t testing.TB, s *seedFile) string {
 
 // eachFleet runs test on two replicas on PostgreSQL (skipped without it)
 // and on one process on the file store, each started with seed and flags.
-func eachFleet(t *testing.T, seed *seedFile, flags []string, test func(t *testing.T, f *replicaSet)) {
+func eachFleet(t *testing.T, seed *store.SeedFile, flags []string, test func(t *testing.T, f *replicaSet)) {
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
 		routes := writeSeed(t, seed)
@@ -311,9 +311,9 @@ const runB = "fedcba9876543210fedcba9876543210"
 
 // pairsSeed is the suite's fleet: for each pair the nodes and routes its
 // trials meet on.
-func pairsSeed() *seedFile {
+func pairsSeed() *store.SeedFile {
 	now := time.Now()
-	s := &seedFile{}
+	s := &store.SeedFile{}
 	node := func(id string, paused bool, maxUsers int) {
 		s.Nodes = append(s.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "DE", Price: 100, Paused: paused, MaxUsers: maxUsers})
 	}
@@ -597,7 +597,7 @@ func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.R
 // none of them.
 func TestFleetRoutesPlanRound(t *testing.T) {
 	const nodes = 5
-	seed := &seedFile{}
+	seed := &store.SeedFile{}
 	for i := range nodes {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("rp-%d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
 	}

@@ -2,11 +2,12 @@ package main
 
 import (
 	"bytes"
-	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 )
 
 // FuzzParseTokens: any token file either parses into tokens whose nodes
@@ -46,7 +47,7 @@ func FuzzReport(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	c := &clock{t: t0.Add(time.Hour)}
-	p, err := newPlatform(config{StateDir: f.TempDir(), Now: c.now}, testSeed())
+	p, err := newPlatform(store.Config{StateDir: f.TempDir(), Now: c.now}, testSeed())
 	if err != nil {
 		f.Fatal(err)
 	}

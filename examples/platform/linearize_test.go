@@ -167,8 +167,8 @@ var linNodeModel = porcupine.NondeterministicModel{
 
 func linNodeID(n int) string     { return fmt.Sprintf("lin-%d", n) }
 func linRouteID(n, r int) string { return fmt.Sprintf("lin-%d-r%d", n, r) }
-func linSeed() *seedFile {
-	s := &seedFile{}
+func linSeed() *store.SeedFile {
+	s := &store.SeedFile{}
 	for n := range linNodes {
 		s.Nodes = append(s.Nodes, routing.Node{ID: linNodeID(n), Role: routing.RoleExit, Country: "DE", Price: 100, MaxUsers: linMaxUsers})
 		for r := range linRoutes {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
@@ -46,7 +47,7 @@ type options struct {
 	maxConnsFrom string
 	version      bool
 	notify       notifyConfig
-	cfg          config
+	cfg          store.Config
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -192,15 +193,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	o.cfg.Dispatch = newDispatch(o.notify, rs)
-	var seed *seedFile
+	d := newDispatch(o.notify, rs)
+	o.cfg.Dispatch = d
+	var seed *store.SeedFile
 	if o.routes != "" {
-		if seed, err = readSeed(o.routes); err != nil {
+		if seed, err = store.ReadSeed(o.routes); err != nil {
 			fmt.Fprintf(stderr, "platform: %v\n", err)
 			return 2
 		}
 	}
-	var svc platformStore
+	var svc store.Store
 	where := []any{"state_dir", o.stateDir}
 	if o.db != "" {
 		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)
@@ -219,7 +221,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		svc = p
 	}
 
-	sender := newNotifier(o.notify, o.cfg.Dispatch, svc.outbox(), log, o.cfg.Now)
+	sender := newNotifier(o.notify, d, svc.Outbox(), log, o.cfg.Now)
 	f := newFleet(svc, sender)
 	if seed != nil {
 		f.owners = seed.Operators

@@ -3,10 +3,11 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 )
 
 // serveMetrics answers GET /metrics in the Prometheus text format: the

@@ -198,7 +198,7 @@ func backoff(base, max time.Duration, n int, r float64) time.Duration {
 	return d/2 + time.Duration(r*float64(d/2))
 }
 
-// dispatch is what a store and the notifier share: the receivers in
+// Dispatch is what a store and the notifier share: the receivers in
 // force (a notice decided for a node without one goes into the outbox
 // undeliverable), whether ends of overloads are sent, and the wake-up a
 // store gives the notifier when it wrote a delivery. It is made first;
@@ -250,6 +250,23 @@ func (d *dispatch) receivers() *receivers {
 		return nil
 	}
 	return d.rcv.Load()
+}
+
+// NoticeDelivery is the outbox's delivery of notice n, decided at at as
+// the node's seq-th reading, to the receiver in force for its node
+// (store.Deliveries).
+func (d *dispatch) NoticeDelivery(n overload.Notice, seq int64, at time.Time) (store.Delivery, error) {
+	return noticeDelivery(n, seq, at, d.receivers())
+}
+
+// EndDelivery is the outbox's delivery of the end e of node's overload;
+// false when ends are not sent (store.Deliveries).
+func (d *dispatch) EndDelivery(node string, seq int64, e overload.Event, at time.Time) (store.Delivery, bool, error) {
+	if !d.ended {
+		return store.Delivery{}, false, nil
+	}
+	dl, err := endDelivery(node, seq, e, at, d.receivers())
+	return dl, true, err
 }
 
 // poke wakes the workers: a delivery was written.

@@ -188,7 +188,7 @@ type notifyPlatform struct {
 // notifyOpener starts a platform with a notifier on a subtest's store;
 // called again, another on the same store (a restart, or a replica).
 // A seed, if given, is the route table.
-type notifyOpener func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform
+type notifyOpener func(c *clock, cfg notifyConfig, seed ...*store.SeedFile) notifyPlatform
 
 // newDispatch4Test is the dispatch of cfg's notify file.
 func newDispatch4Test(t *testing.T, cfg notifyConfig) *dispatch {
@@ -205,23 +205,23 @@ func newDispatch4Test(t *testing.T, cfg notifyConfig) *dispatch {
 
 // notified opens a store with cfg's dispatch, as main does, and the
 // notifier delivering its outbox, on clock c, logging to log.
-func notified[S platformStore](t *testing.T, c *clock, cfg notifyConfig, log *slog.Logger, open func(d *dispatch) (S, error)) (S, *notifier) {
+func notified[S store.Store](t *testing.T, c *clock, cfg notifyConfig, log *slog.Logger, open func(d *dispatch) (S, error)) (S, *notifier) {
 	t.Helper()
 	d := newDispatch4Test(t, cfg)
 	st, err := open(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st, newNotifier(cfg, d, st.outbox(), log, c.now)
+	return st, newNotifier(cfg, d, st.Outbox(), log, c.now)
 }
 
 // eachNotifyStore runs test on the file store and on PostgreSQL.
 func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, replicas int)) {
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
-		test(t, func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform {
+		test(t, func(c *clock, cfg notifyConfig, seed ...*store.SeedFile) notifyPlatform {
 			p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
-				return newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, firstSeed(seed))
+				return newPlatform(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, firstSeed(seed))
 			})
 			tp := serveNotifyTest(t, c, p, n)
 			tp.dir, tp.p = dir, p
@@ -231,9 +231,9 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
-		test(t, func(c *clock, cfg notifyConfig, seed ...*seedFile) notifyPlatform {
+		test(t, func(c *clock, cfg notifyConfig, seed ...*store.SeedFile) notifyPlatform {
 			p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*pgPlatform, error) {
-				return openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
+				return openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
 			})
 			t.Cleanup(p.close)
 			return notifyPlatform{serveNotifyTest(t, c, p, n), n}
@@ -242,7 +242,7 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 }
 
 // firstSeed is seed's first, or nil.
-func firstSeed(seed []*seedFile) *seedFile {
+func firstSeed(seed []*store.SeedFile) *store.SeedFile {
 	if len(seed) == 0 {
 		return nil
 	}
@@ -291,7 +291,7 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 
 // serveNotifyTest serves svc as main does: notices and views with their
 // deliveries, and /metrics.
-func serveNotifyTest(t *testing.T, c *clock, svc platformStore, n *notifier) *testPlatform {
+func serveNotifyTest(t *testing.T, c *clock, svc store.Store, n *notifier) *testPlatform {
 	toks := tokens{testToken: "", "x1-token": "x1"}
 	srv := httptest.NewServer(handler(newFleet(svc, n), toks))
 	t.Cleanup(srv.Close)
@@ -615,7 +615,7 @@ func TestNotifyFailureLogsHostOnly(t *testing.T) {
 	secretURL := "http://ops:hunter2@" + h.addr + "/hook?token=tok-abc123"
 	file := notifyFile(t, "* "+secretURL+" "+hookSecret)
 	p, n := notified(t, c, testNotifyConfig(file), slogTo(&log), func(d *dispatch) (*platform, error) {
-		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Dispatch: d}, nil)
+		return newPlatform(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Dispatch: d}, nil)
 	})
 	defer p.box.close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
@@ -654,7 +654,7 @@ func TestNotifySlowReceiver(t *testing.T) {
 	cfg := testNotifyConfig(notifyFile(t, lines...))
 	cfg.Timeout = time.Minute // the slow receiver holds its requests until released
 	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
-		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+		return newPlatform(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 	})
 	defer p.box.close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
@@ -771,7 +771,7 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	open := func() notifyPlatform {
 		p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*pgPlatform, error) {
-			return openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
+			return openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
 		})
 		t.Cleanup(p.close)
 		return notifyPlatform{serveNotifyTest(t, c, p, n), n}
@@ -907,7 +907,7 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	open := func() (*platform, *notifier) {
 		p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
-			return newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+			return newPlatform(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 		})
 		return p, n
 	}
@@ -1045,7 +1045,7 @@ func TestNotifyTimeout(t *testing.T) {
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	cfg.Timeout = 200 * time.Millisecond
 	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
-		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+		return newPlatform(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 	})
 	defer p.box.close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
@@ -1185,7 +1185,7 @@ func TestNotifyGiveUp(t *testing.T) {
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	cfg.GiveUp = 5 * time.Minute
 	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
-		return newPlatform(config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+		return newPlatform(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 	})
 	defer p.box.close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}

@@ -7,11 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"maps"
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 )
 
 // newSecret is a Standard Webhooks secret: 32 random bytes.
@@ -77,7 +78,7 @@ func (f *fleet) receiverOf(ctx context.Context, operator string) (store.Receiver
 	if !ok {
 		return store.ReceiverView{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, store.ErrUnknown)
 	}
-	return r.View(f.now()), nil
+	return r.View(f.Now()), nil
 }
 
 // setReceiver sets where operator's notices go. A receiver made now gets
@@ -111,7 +112,7 @@ func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRe
 	if created {
 		v.Secret = secretText(key)
 	}
-	f.log.Info("receiver set", "operator", operator, "host", u.Host, "new", created)
+	f.Log.Info("receiver set", "operator", operator, "host", u.Host, "new", created)
 	return v, created, f.refreshReceivers(ctx)
 }
 
@@ -138,7 +139,7 @@ func (f *fleet) rotateReceiver(ctx context.Context, operator string) (store.Rece
 		return store.ReceiverView{}, err
 	}
 	v.Secret = secretText(key)
-	f.log.Info("receiver secret rotated", "operator", operator, "old_until", v.Rotating)
+	f.Log.Info("receiver secret rotated", "operator", operator, "old_until", v.Rotating)
 	return v, f.refreshReceivers(ctx)
 }
 
@@ -154,7 +155,7 @@ func (f *fleet) refreshReceivers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.dispatch.setOperators(ops, f.owners, f.now())
+	f.dispatch.setOperators(ops, f.owners, f.Now())
 	return nil
 }
 
@@ -163,7 +164,7 @@ func (f *fleet) refreshReceivers(ctx context.Context) error {
 // round.
 func (f *fleet) round(ctx context.Context) error {
 	if err := f.refreshReceivers(ctx); err != nil {
-		f.log.Warn("the operators' receivers not read", "err", err)
+		f.Log.Warn("the operators' receivers not read", "err", err)
 	}
 	return f.planRound(ctx)
 }
@@ -192,7 +193,7 @@ func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, 
 	if rc == nil || f.notify == nil {
 		return testAnswer{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, store.ErrUnknown)
 	}
-	now := f.now()
+	now := f.Now()
 	body, err := json.Marshal(message{Type: typeTest, Timestamp: now.UTC(), Data: messageData{
 		At: now.UTC(), Text: "a test message from the platform, sent when you asked for it",
 	}})
@@ -208,7 +209,7 @@ func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, 
 	if res.Err != "" {
 		attrs = append(attrs, "err", res.Err)
 	}
-	f.log.Info("receiver tested", attrs...)
+	f.Log.Info("receiver tested", attrs...)
 	return testAnswer{ID: id, Delivered: res.Outcome == store.OutcomeDelivered, Status: res.Status, Error: res.Err}, nil
 }
 
@@ -227,7 +228,7 @@ func (f *fleet) enableReceiver(ctx context.Context, operator string) (store.Rece
 	if err != nil {
 		return store.ReceiverView{}, err
 	}
-	f.log.Info("receiver enabled", "operator", operator)
+	f.Log.Info("receiver enabled", "operator", operator)
 	return v, f.refreshReceivers(ctx)
 }
 
@@ -258,13 +259,13 @@ func (f *fleet) attempted(ctx context.Context, rc *receiver, ok bool, at time.Ti
 		return
 	}
 	if err != nil {
-		f.log.Warn("notify: the receiver's failing not recorded", "operator", rc.Operator, "err", err)
+		f.Log.Warn("notify: the receiver's failing not recorded", "operator", rc.Operator, "err", err)
 		return
 	}
 	if disabled {
-		f.log.Warn("notify: receiver disabled after failing for 5 days; its operator enables it again", "operator", rc.Operator, "receiver", rc.host())
+		f.Log.Warn("notify: receiver disabled after failing for 5 days; its operator enables it again", "operator", rc.Operator, "receiver", rc.host())
 	}
 	if err := f.refreshReceivers(ctx); err != nil {
-		f.log.Warn("the operators' receivers not read", "err", err)
+		f.Log.Warn("the operators' receivers not read", "err", err)
 	}
 }

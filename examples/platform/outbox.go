@@ -279,10 +279,10 @@ func (o *fileOutbox) Counts(context.Context) (map[string]int64, time.Time, error
 // delivers notices, and drops the deliveries whose notice never reached
 // its node's file (the platform stopped between the two writes).
 func (p *platform) openOutbox() error {
-	if p.dispatch == nil {
+	if p.Dispatch == nil {
 		return nil
 	}
-	box, err := openFileOutbox(p.cfg.StateDir, p.now())
+	box, err := openFileOutbox(p.Config.StateDir, p.Now())
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func (p *platform) openOutbox() error {
 			}
 		}
 		if !saved {
-			p.log.Warn("outbox: dropping a delivery whose notice was not saved", "id", d.ID, "node", d.Node)
+			p.Log.Warn("outbox: dropping a delivery whose notice was not saved", "id", d.ID, "node", d.Node)
 			if err := box.drop(d.ID); err != nil {
 				return err
 			}
@@ -308,8 +308,8 @@ func (p *platform) openOutbox() error {
 	return nil
 }
 
-// outbox is the store's outbox, for its notifier; nil without one.
-func (p *platform) outbox() store.OutboxStore {
+// Outbox is the store's outbox, for its notifier; nil without one.
+func (p *platform) Outbox() store.OutboxStore {
 	if p.box == nil {
 		return nil
 	}
@@ -325,21 +325,22 @@ func (p *platform) enqueueDecided(n *store.Node, now time.Time) ([]string, error
 	if p.box == nil {
 		return nil, nil
 	}
-	rs := p.dispatch.receivers()
 	var ds []store.Delivery
 	if n.Notice != nil {
-		d, err := noticeDelivery(*n.Notice, n.Readings, now, rs)
+		d, err := p.Dispatch.NoticeDelivery(*n.Notice, n.Readings, now)
 		if err != nil {
 			return nil, err
 		}
 		ds = append(ds, d)
 	}
-	if e := n.Event; e != nil && e.Kind == overload.End && p.dispatch.ended {
-		d, err := endDelivery(n.Info.ID, n.Readings, *e, now, rs)
+	if e := n.Event; e != nil && e.Kind == overload.End {
+		d, ok, err := p.Dispatch.EndDelivery(n.Info.ID, n.Readings, *e, now)
 		if err != nil {
 			return nil, err
 		}
-		ds = append(ds, d)
+		if ok {
+			ds = append(ds, d)
+		}
 	}
 	var ids []string
 	for _, d := range ds {
@@ -356,7 +357,7 @@ func (p *platform) enqueueDecided(n *store.Node, now time.Time) ([]string, error
 func (p *platform) dropDecided(ids []string) {
 	for _, id := range ids {
 		if err := p.box.drop(id); err != nil {
-			p.log.Error("outbox: taking back a delivery", "id", id, "err", err)
+			p.Log.Error("outbox: taking back a delivery", "id", id, "err", err)
 		}
 	}
 }

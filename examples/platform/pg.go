@@ -58,7 +58,7 @@ import (
 // A deadlock or a conflict found under a lock (errConflict) runs the
 // transaction again from the start (inTx).
 type pgPlatform struct {
-	rules
+	store.Rules
 	db        *pgxpool.Pool
 	cache     *nodeCache // nil: none
 	planEvery time.Duration
@@ -143,9 +143,9 @@ const (
 
 // openPG connects to the database at url, brings its schema up to date and
 // adds the seed's nodes the database does not hold yet.
-func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *seedFile) (*pgPlatform, error) {
+func openPG(ctx context.Context, url string, cfg store.Config, opt pgOptions, seed *store.SeedFile) (*pgPlatform, error) {
 	planEvery := opt.PlanEvery
-	c, err := newRules(cfg)
+	c, err := store.NewRules(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +191,7 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	if err != nil {
 		return nil, dbError(url, err)
 	}
-	p := &pgPlatform{rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2), spill: cmp.Or(opt.Spill, defaultBatchSpill)}
+	p := &pgPlatform{Rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, requestTimeout/2), spill: cmp.Or(opt.Spill, defaultBatchSpill)}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -205,10 +205,10 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 		return nil, fmt.Errorf("database schema: %s", scrubber(dsnSecrets(url)).scrub(err.Error()))
 	}
 	if from != to {
-		p.log.Info("database schema migrated", "from", from, "to", to)
+		p.Log.Info("database schema migrated", "from", from, "to", to)
 	}
 	if seed != nil {
-		if err := p.applySeed(sctx, seed, p.now()); err != nil {
+		if err := p.applySeed(sctx, seed, p.Now()); err != nil {
 			db.Close()
 			return nil, err
 		}
@@ -225,10 +225,10 @@ func openPG(ctx context.Context, url string, cfg config, opt pgOptions, seed *se
 	return p, nil
 }
 
-// outbox is the store's outbox, for its notifier; nil without a
+// Outbox is the store's outbox, for its notifier; nil without a
 // dispatch.
-func (p *pgPlatform) outbox() store.OutboxStore {
-	if p.dispatch == nil {
+func (p *pgPlatform) Outbox() store.OutboxStore {
+	if p.Dispatch == nil {
 		return nil
 	}
 	return &pgOutbox{db: p.db}
@@ -242,8 +242,8 @@ func (p *pgPlatform) close() {
 	p.db.Close()
 }
 
-func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) error {
-	byNode, err := checkSeed(s)
+func (p *pgPlatform) applySeed(ctx context.Context, s *store.SeedFile, now time.Time) error {
+	byNode, err := store.CheckSeed(s)
 	if err != nil {
 		return err
 	}
@@ -290,7 +290,7 @@ func (p *pgPlatform) applySeed(ctx context.Context, s *seedFile, now time.Time) 
 				if n.Info.Role != 0 {
 					continue // the database holds it: state wins
 				}
-				if err := p.seedNode(n.Node, sn, byNode[sn.ID], now); err != nil {
+				if err := p.SeedNode(n.Node, sn, byNode[sn.ID], now); err != nil {
 					return err
 				}
 				if err := p.saveNode(ctx, tx, n, now); err != nil {
@@ -315,7 +315,7 @@ var seedOneByOne = false
 // known: those with a role), in tx, and returns them by ID: their rows
 // inserted in one statement, their routes written (one round trip a
 // node with routes), their rows written in one more. It writes what
-// lockNode, seedNode and saveNode write for a node new to the database,
+// lockNode, SeedNode and saveNode write for a node new to the database,
 // which take it one node at a time, at a few round trips a node. A node
 // whose row exists (a report created it; a replica
 // seeding at the same time inserted it) is not returned, and is left to
@@ -355,7 +355,7 @@ func (p *pgPlatform) seedNew(ctx context.Context, tx pgx.Tx, chunk []routing.Nod
 		if n == nil || !created[sn.ID] {
 			continue
 		}
-		if err := p.seedNode(n.Node, sn, byNode[sn.ID], now); err != nil {
+		if err := p.SeedNode(n.Node, sn, byNode[sn.ID], now); err != nil {
 			return nil, err
 		}
 		if err := p.saveRoutes(ctx, tx, n, now); err != nil {
@@ -397,7 +397,7 @@ func (p *pgPlatform) withNode(ctx context.Context, id string, create bool, fn fu
 		if err != nil {
 			return err
 		}
-		now := p.now()
+		now := p.Now()
 		if err := fn(tx, n, now); err != nil {
 			return err
 		}
@@ -523,7 +523,7 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 // freshNode is node id as new to the database, and the state its row
 // is inserted with.
 func (p *pgPlatform) freshNode(id string) (*store.Node, []byte, error) {
-	n, err := p.newNode(id)
+	n, err := p.NewNode(id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -560,7 +560,7 @@ func (n *pgNode) addRoute(body []byte, relied *time.Time) error {
 
 // loadNode decodes a node's state and loads its live routes, for reads.
 func (p *pgPlatform) loadNode(ctx context.Context, tx pgx.Tx, id string, state []byte) (*pgNode, error) {
-	nd, err := p.decodeNode(state)
+	nd, err := p.DecodeNode(state)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: stored state: %w: %w", id, store.ErrUnsaved, err)
 	}
@@ -638,7 +638,7 @@ func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now t
 	if alone {
 		// One route to lock: its UPDATE locks it, and checks what the
 		// lock would (closeAlone).
-		if err := queueCloseAlone(&b, n, p.cfg.Policy.WithDefaults().UnusedAfter, now); err != nil {
+		if err := queueCloseAlone(&b, n, p.Config.Policy.WithDefaults().UnusedAfter, now); err != nil {
 			return err
 		}
 	}
@@ -766,7 +766,7 @@ func (p *pgPlatform) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []strin
 		}); err != nil {
 			return err
 		}
-		unusedAfter := p.cfg.Policy.WithDefaults().UnusedAfter
+		unusedAfter := p.Config.Policy.WithDefaults().UnusedAfter
 		for _, r := range n.Relied {
 			if lr, ok := locked[r.ID]; !ok || lr.closed {
 				return fmt.Errorf("node %s: the alternative %s was closed meanwhile: %w", id, r.ID, errConflict)
@@ -907,7 +907,7 @@ func (p *pgPlatform) rowsUpdate(nodes []*pgNode, events bool, now time.Time) (st
 		}
 		ids[i], countries[i], states[i] = n.Info.ID, n.Info.Country, string(state)
 		readings[i], overloaded[i] = n.Readings, n.Tracker.Overloaded()
-		if !p.quiet(n.Node, now) {
+		if !p.Quiet(n.Node, now) {
 			next[i] = &due
 		}
 		if n.Info.Role != 0 {
@@ -997,7 +997,7 @@ const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
 // committed), with their outbox rows: the statements of noticeRounds, in
 // order, in one pipeline (queueNotices).
 func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
-	rounds, err := p.noticeRounds(nodes, p.now())
+	rounds, err := p.noticeRounds(nodes, p.Now())
 	if err != nil {
 		return err
 	}
@@ -1184,7 +1184,7 @@ func scanInserted(rows pgx.Rows, err error) (map[string]bool, error) {
 func (p *pgPlatform) settleNotices(r noticeRound, inserted map[string]bool) {
 	for _, n := range r.nodes {
 		if !inserted[n.Info.ID] {
-			p.log.Warn("notice not sent: the node had one within the hour", "node", n.Info.ID, "at", n.Notice.At)
+			p.Log.Warn("notice not sent: the node had one within the hour", "node", n.Info.ID, "at", n.Notice.At)
 			n.Notice = nil
 		}
 	}
@@ -1295,7 +1295,7 @@ func (p *pgPlatform) logClosures(nodes ...*pgNode) {
 			continue
 		}
 		for _, c := range n.Closing {
-			p.logClosure(n.Info.ID, c.Action)
+			p.LogClosure(n.Info.ID, c.Action)
 		}
 	}
 }
@@ -1350,7 +1350,7 @@ func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, j *reportJob) (*pg
 	if err != nil {
 		return nil, err
 	}
-	now := p.now()
+	now := p.Now()
 	if j.err = j.take(n.Node, now); j.err != nil {
 		// A node is kept from its first counted reading: the row this
 		// transaction inserted (created) goes; a row another committed
@@ -1434,7 +1434,7 @@ func (p *pgPlatform) Read(ctx context.Context, id string, history bool, fn func(
 				return err
 			}
 		}
-		return fn(n.Node, p.now())
+		return fn(n.Node, p.Now())
 	})
 }
 
@@ -1553,9 +1553,9 @@ func (p *pgPlatform) EachNode(ctx context.Context, after string, limit int, fn f
 	if err != nil {
 		return "", err
 	}
-	now := p.now()
+	now := p.Now()
 	for _, r := range nodes {
-		nd, err := p.decodeNode(r.state)
+		nd, err := p.DecodeNode(r.state)
 		if err != nil {
 			fn(r.id, nil, now, fmt.Errorf("node %s: stored state: %w", r.id, err))
 			continue
@@ -1673,7 +1673,7 @@ func (p *pgPlatform) Notices(ctx context.Context, after int64, limit int) ([]sto
 	}
 	// Notices committed before this request are numbered first.
 	if err := p.numberNotices(ctx); err != nil {
-		p.log.Warn("notices not numbered", "err", err)
+		p.Log.Warn("notices not numbered", "err", err)
 	}
 	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		out, last = out[:0], after
@@ -1746,7 +1746,7 @@ func (p *pgPlatform) Plans(ctx context.Context, after string, limit int) ([]rout
 func (p *pgPlatform) PlanDue(ctx context.Context, plan store.PlanFunc) error {
 	// Notices committed since the last numbering.
 	if err := p.numberNotices(ctx); err != nil {
-		p.log.Warn("notices not numbered", "err", err)
+		p.Log.Warn("notices not numbered", "err", err)
 	}
 	failed := []string{} // nodes not planned this round (not NULL: NOT (id = ANY(NULL)) holds for none)
 	var firstErr error
@@ -1756,7 +1756,7 @@ func (p *pgPlatform) PlanDue(ctx context.Context, plan store.PlanFunc) error {
 		var planned *pgNode
 		err := p.inTx(ctx, func(tx pgx.Tx) error {
 			found, id, planned = false, "", nil
-			now := p.now()
+			now := p.Now()
 			var state []byte
 			err := tx.QueryRow(ctx, `SELECT id, state FROM nodes WHERE role IS NOT NULL AND next_plan_at <= $1
 				AND NOT (id = ANY($2)) ORDER BY next_plan_at LIMIT 1 FOR UPDATE SKIP LOCKED`, now, failed).Scan(&id, &state)
@@ -1781,11 +1781,11 @@ func (p *pgPlatform) PlanDue(ctx context.Context, plan store.PlanFunc) error {
 			p.logClosures(planned)
 		}
 		if err != nil && id != "" && ctx.Err() == nil {
-			p.log.Error("plan round: node not planned", "node", id, "err", err)
+			p.Log.Error("plan round: node not planned", "node", id, "err", err)
 			failed = append(failed, id)
 			firstErr = cmp.Or(firstErr, err)
-			if _, perr := p.db.Exec(ctx, `UPDATE nodes SET next_plan_at = $2 WHERE id = $1`, id, p.now().Add(p.planEvery)); perr != nil {
-				p.log.Error("plan round: next plan not pushed back", "node", id, "err", perr)
+			if _, perr := p.db.Exec(ctx, `UPDATE nodes SET next_plan_at = $2 WHERE id = $1`, id, p.Now().Add(p.planEvery)); perr != nil {
+				p.Log.Error("plan round: next plan not pushed back", "node", id, "err", perr)
 			}
 			continue
 		}
@@ -1834,7 +1834,7 @@ func (p *pgPlatform) UpdateReceiver(ctx context.Context, operator string, fn fun
 		if err := json.Unmarshal(body, &r); err != nil {
 			return fmt.Errorf("receiver of operator %s: %w: %w", operator, store.ErrUnsaved, err)
 		}
-		if err := fn(&r, p.now()); err != nil {
+		if err := fn(&r, p.Now()); err != nil {
 			return err
 		}
 		b, err := json.Marshal(r)

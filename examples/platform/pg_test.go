@@ -38,9 +38,9 @@ func TestMain(m *testing.M) {
 
 // newPGTestPlatform starts a platform on the database at url, served by
 // an httptest server; called twice on one url, two replicas.
-func newPGTestPlatform(t *testing.T, url string, c *clock, seed *seedFile) *testPlatform {
+func newPGTestPlatform(t *testing.T, url string, c *clock, seed *store.SeedFile) *testPlatform {
 	t.Helper()
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, seed)
+	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 func TestPGEventsKeepEveryOne(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t), Limits: overload.Limits{MaxEvents: 2}}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t), Limits: overload.Limits{MaxEvents: 2}}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"n
 func TestPGFrozenReplica(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	frozen, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
+	frozen, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)},
 		pgOptions{PlanEvery: 30 * time.Second, IdleInTx: 2 * time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
@@ -422,7 +422,7 @@ func TestPGFrozenReplica(t *testing.T) {
 func TestPGPlanRoundsShareNodes(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	seed := &seedFile{}
+	seed := &store.SeedFile{}
 	for i := range 60 {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100, Paused: true})
 	}
@@ -474,7 +474,7 @@ func TestPGPlanRoundsShareNodes(t *testing.T) {
 func TestPGPlanRoundGoesOn(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +520,7 @@ func TestPGPlanRoundGoesOn(t *testing.T) {
 func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)},
+	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)},
 		pgOptions{PlanEvery: 30 * time.Second, BatchTimeout: time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
@@ -577,7 +577,7 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,7 +628,7 @@ func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 func TestPGRouteWritesAreConditional(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -675,7 +675,7 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 			}
 			pgExec(t, url, tc.behind)
 			tc.change(n)
-			if err := p.saveNode(ctx, tx, n, p.now()); !errors.Is(err, errConflict) {
+			if err := p.saveNode(ctx, tx, n, p.Now()); !errors.Is(err, errConflict) {
 				t.Fatalf("write-back: %v, want a conflict", err)
 			}
 		})
@@ -725,7 +725,7 @@ func TestPGQuickReportsStaleCopy(t *testing.T) {
 func TestPGNoticePagesMissNone(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
-	seed := &seedFile{}
+	seed := &store.SeedFile{}
 	const nodes = 40
 	for i := range nodes {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
@@ -799,11 +799,11 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 
 // openPGReplicas opens two replicas with opt on the database at url, both
 // on clock c and seeded with seed, closed when the test ends.
-func openPGReplicas(t *testing.T, url string, c *clock, opt pgOptions, seed *seedFile) []*pgPlatform {
+func openPGReplicas(t *testing.T, url string, c *clock, opt pgOptions, seed *store.SeedFile) []*pgPlatform {
 	t.Helper()
 	var reps []*pgPlatform
 	for range 2 {
-		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, opt, seed)
+		p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, opt, seed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -877,7 +877,7 @@ func batchHeldOnLock(t *testing.T, opt pgOptions, ids ...string) (*pgPlatform, f
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &clock{t: t0}
 	opt.PlanEvery, opt.BatchTimeout = 30*time.Second, 20*time.Second
-	p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, opt, testSeed())
+	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, opt, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -981,7 +981,7 @@ func TestPGSlowReportsStartFromCopy(t *testing.T) {
 	optCopies := opt
 	optCopies.Cache = 100
 	reps := openPGReplicas(t, withCopies, c, optCopies, testSeed())
-	ref, err := openPG(t.Context(), without, config{Now: c.now, Logger: testLogger(t)}, opt, testSeed())
+	ref, err := openPG(t.Context(), without, store.Config{Now: c.now, Logger: testLogger(t)}, opt, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1122,7 +1122,7 @@ func dumpDB(t *testing.T, p *pgPlatform) string {
 
 // TestPGSeedWritesAsOneByOne: a seed's nodes new to the database, written
 // a chunk at a time (seedNew), leave the database as seeding them one by
-// one does (lockNode, seedNode, saveNode): rows, states, versions and
+// one does (lockNode, SeedNode, saveNode): rows, states, versions and
 // routes; and a node a report created before the seed, which seedNew
 // leaves to that way, is seeded too. Two replicas seed at once.
 func TestPGSeedWritesAsOneByOne(t *testing.T) {
@@ -1141,7 +1141,7 @@ func TestPGSeedWritesAsOneByOne(t *testing.T) {
 	for _, oneByOne := range []bool{true, false} {
 		url := cl.NewDatabase(t)
 		// A node that reported before the route table listed it.
-		p, err := openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, nil)
+		p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1171,14 +1171,14 @@ func TestPGSeedWritesAsOneByOne(t *testing.T) {
 
 // openPGReplicasAtOnce opens two replicas on url at the same time, each
 // seeding with seed.
-func openPGReplicasAtOnce(t *testing.T, url string, c *clock, opt pgOptions, seed *seedFile) []*pgPlatform {
+func openPGReplicasAtOnce(t *testing.T, url string, c *clock, opt pgOptions, seed *store.SeedFile) []*pgPlatform {
 	t.Helper()
 	reps := make([]*pgPlatform, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range reps {
 		wg.Go(func() {
-			reps[i], errs[i] = openPG(t.Context(), url, config{Now: c.now, Logger: testLogger(t)}, opt, seed)
+			reps[i], errs[i] = openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, opt, seed)
 		})
 	}
 	wg.Wait()
@@ -1196,7 +1196,7 @@ func openPGReplicasAtOnce(t *testing.T, url string, c *clock, opt pgOptions, see
 // a chunk of nodes at a time (seedNew) and one by one.
 func BenchmarkPGSeed(b *testing.B) {
 	cl := pgtest.Need(b, cluster)
-	seed := &seedFile{}
+	seed := &store.SeedFile{}
 	for i := range 20000 {
 		id := fmt.Sprintf("n%06d", i)
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "NL", Price: 100})
@@ -1214,7 +1214,7 @@ func BenchmarkPGSeed(b *testing.B) {
 				b.StopTimer()
 				url := cl.NewDatabase(b)
 				b.StartTimer()
-				p, err := openPG(b.Context(), url, config{Now: c.now, Logger: slog.New(slog.DiscardHandler)}, pgOptions{}, seed)
+				p, err := openPG(b.Context(), url, store.Config{Now: c.now, Logger: slog.New(slog.DiscardHandler)}, pgOptions{}, seed)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -167,7 +167,7 @@ func (p *pgPlatform) runBatch(batch []*reportJob) {
 	}
 	slices.SortStableFunc(all, byNode)
 	sorted := all
-	p.log.Warn("report batch failed: its reports are taken again one by one", "reports", len(all), "err", err)
+	p.Log.Warn("report batch failed: its reports are taken again one by one", "reports", len(all), "err", err)
 	var wg sync.WaitGroup
 	for len(sorted) > 0 {
 		k := 1
@@ -306,7 +306,7 @@ func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest [
 		}
 	}
 	slices.SortStableFunc(jobs, byNode)
-	now := p.now()
+	now := p.Now()
 	nodes, written, err := p.decideReports(ctx, tx, jobs, states, routes, now)
 	if err != nil {
 		return t, err
@@ -493,6 +493,6 @@ func (p *pgPlatform) nodeOfRow(j *reportJob, row lockedRow) (*store.Node, bool, 
 		p.cache.reused.Add(1)
 		return c.node, taken, nil
 	}
-	n, err := p.decodeNode(row.state)
+	n, err := p.DecodeNode(row.state)
 	return n, false, err
 }

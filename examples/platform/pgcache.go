@@ -120,7 +120,7 @@ func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*r
 	for _, j := range jobs {
 		per[j.id]++
 	}
-	now := p.now()
+	now := p.Now()
 	for _, j := range jobs {
 		if per[j.id] > 1 {
 			rest = append(rest, j)
@@ -257,8 +257,8 @@ func (p *pgPlatform) commitQuick(ctx context.Context, qs []quickReport) []*repor
 	return p.settleQuick(qs, written)
 }
 
-// encodeState is n's state column: what encodeNode(n, false) holds, in
-// the same JSON shape (decodeNode reads both), built by hand: the
+// encodeState is n's state column: what EncodeNode(n, false) holds, in
+// the same JSON shape (DecodeNode reads both), built by hand: the
 // tracker's and the prices' own encodings are copied in as they come,
 // not parsed and compacted again by encoding/json, and the node's own
 // fields are written without reflection. It runs on every report, and
@@ -286,7 +286,7 @@ func encodeState(n *store.Node) ([]byte, error) {
 	}
 	b := make([]byte, 0, len(tr)+len(pr)+len(ps)+len(lp)+256)
 	b = append(b, `{"v":`...)
-	b = strconv.AppendInt(b, fileVersion, 10)
+	b = strconv.AppendInt(b, store.FileVersion, 10)
 	b = append(b, `,"id":`...)
 	b = appendJSONString(b, n.Info.ID)
 	if n.Info.Role != 0 {

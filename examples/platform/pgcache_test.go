@@ -14,13 +14,14 @@ import (
 // by hand, decodes to what encoding/json's node file without routes does,
 // for nodes fresh, overloaded, ended, paused, priced and planned.
 func TestEncodeStateAsNodeFile(t *testing.T) {
-	c, err := newRules(config{})
+	rl, err := store.NewRules(store.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := &fleet{Rules: &rl}
 	at := t0
 	fresh := func(id string) *store.Node {
-		n, err := c.newNode(id)
+		n, err := c.NewNode(id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +50,7 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 	odd.LastPlan = &routing.Plan{Node: "x3", At: at, State: odd.Info.State}
 	odd.Info.OverloadEnded = at.Add(-time.Hour)
 	for _, n := range []*store.Node{fresh("x0"), overloaded, ended, read(odd, 95, 95, 95)} {
-		want, err := encodeNode(n, false)
+		want, err := store.EncodeNode(n, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +58,7 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var wf, gf nodeFile
+		var wf, gf store.NodeFile
 		if err := json.Unmarshal(want, &wf); err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +68,7 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 		if !reflect.DeepEqual(gf, wf) {
 			t.Errorf("%s:\n got %s\nwant %s", n.Info.ID, got, want)
 		}
-		if _, err := c.decodeNode(got); err != nil {
+		if _, err := c.DecodeNode(got); err != nil {
 			t.Errorf("%s: decoding %s: %v", n.Info.ID, got, err)
 		}
 	}
@@ -75,14 +76,15 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 
 // BenchmarkStateCodec: the state column of an overloaded node as the
 // PostgreSQL store writes it on every report (by hand, encodeState)
-// beside encoding/json's node file without routes (encodeNode), side by
+// beside encoding/json's node file without routes (EncodeNode), side by
 // side in one run.
 func BenchmarkStateCodec(b *testing.B) {
-	c, err := newRules(config{})
+	rl, err := store.NewRules(store.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	n, err := c.newNode("de-fra-1")
+	c := &fleet{Rules: &rl}
+	n, err := c.NewNode("de-fra-1")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func BenchmarkStateCodec(b *testing.B) {
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := encodeNode(n, false); err != nil {
+			if _, err := store.EncodeNode(n, false); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -30,10 +30,10 @@ var _ store.OutboxStore = (*pgOutbox)(nil)
 // noticeDeliveryOf is the outbox row of n's notice; false without a
 // notifier.
 func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (store.Delivery, bool, error) {
-	if p.dispatch == nil || n.Notice == nil {
+	if p.Dispatch == nil || n.Notice == nil {
 		return store.Delivery{}, false, nil
 	}
-	d, err := noticeDelivery(*n.Notice, n.Readings, cmp.Or(n.StartedAt, now), p.dispatch.receivers()) // received when the overload started
+	d, err := p.Dispatch.NoticeDelivery(*n.Notice, n.Readings, cmp.Or(n.StartedAt, now)) // received when the overload started
 	return d, err == nil, err
 }
 
@@ -41,11 +41,11 @@ func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (store.Delivery,
 // notifier is asked to send ends; false otherwise.
 func (p *pgPlatform) endDeliveryOf(n *pgNode, now time.Time) (store.Delivery, bool, error) {
 	e := n.Event
-	if p.dispatch == nil || e == nil || e.Kind != overload.End || !p.dispatch.ended {
+	if p.Dispatch == nil || e == nil || e.Kind != overload.End {
 		return store.Delivery{}, false, nil
 	}
-	d, err := endDelivery(n.Info.ID, n.Readings, *e, cmp.Or(n.Info.OverloadEnded, now), p.dispatch.receivers())
-	return d, err == nil, err
+	d, ok, err := p.Dispatch.EndDelivery(n.Info.ID, n.Readings, *e, cmp.Or(n.Info.OverloadEnded, now))
+	return d, ok && err == nil, err
 }
 
 // outboxRows are outbox rows to insert in one statement (outboxInsert),

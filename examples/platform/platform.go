@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -17,27 +16,6 @@ import (
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
-
-// config is what main hands the platform.
-type config struct {
-	// StateDir holds one JSON file per node. Required.
-	StateDir string
-	// Policy and Limits are the routing and overload rules; zero fields
-	// are the packages' defaults (the help page's figures).
-	Policy routing.Policy
-	Limits overload.Limits
-	// Prices configures each node's price history (zero: 3-hour window).
-	Prices pricing.Config
-	// Logger receives every decision; nil discards.
-	Logger *slog.Logger
-	// Now is the clock at the edges; nil means time.Now. The pure packages
-	// get the times it returns as arguments.
-	Now func() time.Time
-	// Dispatch is the receivers of notices and the notifier's wake-up
-	// (notify.go): with it, a store keeps an outbox of the deliveries it
-	// decides (outbox), which a notifier delivers; nil: none are written.
-	Dispatch *dispatch
-}
 
 // maxAhead is how far ahead of the platform's clock a version 1 reading
 // may be taken. Version 1 readings are ordered by time, so one from the
@@ -51,7 +29,7 @@ const maxAhead = 5 * time.Minute
 // and plan round runs under it, and every change is written to the node's
 // file before the lock is released, so what a client was told is on disk.
 type platform struct {
-	rules
+	store.Rules
 
 	mu    sync.Mutex
 	nodes map[string]*store.Node
@@ -65,47 +43,14 @@ type platform struct {
 	operators map[string]store.OperatorReceiver
 }
 
-// rules is what both stores share: the configuration and the per-node
-// steps (observe a reading, plan a round, show a node), each run with the
-// node locked by the store.
-type rules struct {
-	cfg      config
-	log      *slog.Logger
-	now      func() time.Time
-	dispatch *dispatch
-}
-
-func newRules(cfg config) (rules, error) {
-	if err := cfg.Policy.Validate(); err != nil {
-		return rules{}, fmt.Errorf("policy: %w", err)
-	}
-	if err := cfg.Limits.Validate(); err != nil {
-		return rules{}, fmt.Errorf("limits: %w", err)
-	}
-	if _, err := pricing.NewHistory(cfg.Prices); err != nil {
-		return rules{}, fmt.Errorf("prices: %w", err)
-	}
-	c := rules{cfg: cfg, log: cfg.Logger, now: cfg.Now, dispatch: cfg.Dispatch}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
-	if c.now == nil {
-		// The wall clock alone: every time the platform keeps is compared
-		// with stored and reported wall times anyway, and an error that
-		// prints one (a price change's) shows no "m=+…" reading.
-		c.now = func() time.Time { return time.Now().Round(0) }
-	}
-	return c, nil
-}
-
 // newPlatform validates cfg, loads the state directory and then the seed
 // (nodes and routes the state does not hold yet).
-func newPlatform(cfg config, seed *seedFile) (*platform, error) {
-	c, err := newRules(cfg)
+func newPlatform(cfg store.Config, seed *store.SeedFile) (*platform, error) {
+	c, err := store.NewRules(cfg)
 	if err != nil {
 		return nil, err
 	}
-	p := &platform{rules: c, nodes: map[string]*store.Node{}}
+	p := &platform{Rules: c, nodes: map[string]*store.Node{}}
 	if err := p.load(); err != nil {
 		return nil, err
 	}
@@ -116,7 +61,7 @@ func newPlatform(cfg config, seed *seedFile) (*platform, error) {
 		return nil, err
 	}
 	if seed != nil {
-		if err := p.applySeed(seed, p.now()); err != nil {
+		if err := p.applySeed(seed, p.Now()); err != nil {
 			return nil, err
 		}
 	}
@@ -126,19 +71,6 @@ func newPlatform(cfg config, seed *seedFile) (*platform, error) {
 		}
 	}
 	return p, nil
-}
-
-func (p *rules) newNode(id string) (*store.Node, error) {
-	h, err := pricing.NewHistory(p.cfg.Prices)
-	if err != nil {
-		return nil, err
-	}
-	return &store.Node{
-		Info:    routing.Node{ID: id},
-		Tracker: overload.NewTracker(id, p.cfg.Limits),
-		Prices:  h,
-		Routes:  map[string]*store.Route{},
-	}, nil
 }
 
 // ids returns the node IDs in order, so rounds and listings are stable.
@@ -163,12 +95,12 @@ type reportOutcome struct {
 func (p *platform) Report(_ context.Context, id string, take store.TakeFunc, plan store.PlanFunc) (*overload.Notice, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.now()
+	now := p.Now()
 	n := p.nodes[id]
 	isNew := n == nil
 	if isNew {
 		var err error
-		if n, err = p.newNode(id); err != nil {
+		if n, err = p.NewNode(id); err != nil {
 			return nil, err
 		}
 	}
@@ -211,7 +143,7 @@ func (p *platform) Report(_ context.Context, id string, take store.TakeFunc, pla
 }
 
 // take is observe without its log lines, which logOutcome writes.
-func (c *rules) take(n *store.Node, r overload.Reading, now time.Time) (reportOutcome, error) {
+func (c *fleet) take(n *store.Node, r overload.Reading, now time.Time) (reportOutcome, error) {
 	if r.Run == "" && r.At.After(now.Add(maxAhead)) {
 		return reportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",
 			r.Node, r.At.Format(time.RFC3339), maxAhead, store.ErrBadInput)
@@ -243,18 +175,18 @@ func (c *rules) take(n *store.Node, r overload.Reading, now time.Time) (reportOu
 
 // logOutcome logs what a reading taken at now started or ended, and its
 // notice.
-func (c *rules) logOutcome(r overload.Reading, out reportOutcome, now time.Time) {
+func (c *fleet) logOutcome(r overload.Reading, out reportOutcome, now time.Time) {
 	if ev := out.Event; ev != nil {
 		switch ev.Kind {
 		case overload.Start:
-			c.log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", overload.Texts(ev.Findings))
+			c.Log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", overload.Texts(ev.Findings))
 		case overload.End:
-			c.log.Info("overload ended", "node", r.Node, "at", now, "reading_at", ev.At, "lasted", ev.Lasted,
-				"offered_again", c.cfg.Policy.OfferedAgain(now))
+			c.Log.Info("overload ended", "node", r.Node, "at", now, "reading_at", ev.At, "lasted", ev.Lasted,
+				"offered_again", c.Config.Policy.OfferedAgain(now))
 		}
 	}
 	if out.Notice != nil {
-		c.log.Warn("notice", "node", r.Node, "text", out.Notice.Text)
+		c.Log.Warn("notice", "node", r.Node, "text", out.Notice.Text)
 	}
 }
 
@@ -282,8 +214,8 @@ func platformClock(n *store.Node, ev *overload.Event, ended, now time.Time) {
 	}
 }
 
-func (p *rules) admitLocked(n *store.Node, now time.Time) admitAnswer {
-	ok, why, err := p.cfg.Policy.Admit(n.Info, now)
+func (p *fleet) admitLocked(n *store.Node, now time.Time) admitAnswer {
+	ok, why, err := p.Config.Policy.Admit(n.Info, now)
 	a := admitAnswer{Node: n.Info.ID, Admit: ok, Reason: string(why), At: now}
 	if err != nil {
 		a.Why = err.Error()
@@ -293,7 +225,7 @@ func (p *rules) admitLocked(n *store.Node, now time.Time) admitAnswer {
 		a.Why = why.String()
 	}
 	if why == routing.ReasonCoolDown {
-		a.Until = p.cfg.Policy.OfferedAgain(n.Info.OverloadEnded)
+		a.Until = p.Config.Policy.OfferedAgain(n.Info.OverloadEnded)
 	}
 	return a
 }
@@ -311,7 +243,7 @@ func (p *rules) admitLocked(n *store.Node, now time.Time) admitAnswer {
 func (p *platform) PlanDue(_ context.Context, plan store.PlanFunc) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.now()
+	now := p.Now()
 	tx := &fileTx{p: p, now: now}
 	for _, id := range p.ids() {
 		n := p.nodes[id]
@@ -320,7 +252,7 @@ func (p *platform) PlanDue(_ context.Context, plan store.PlanFunc) error {
 		}
 		n.ClearChange()
 		if err := plan(n, now, tx); err != nil {
-			p.log.Error("plan round", "node", id, "err", err)
+			p.Log.Error("plan round", "node", id, "err", err)
 			p.revert(n)
 			continue
 		}
@@ -329,7 +261,7 @@ func (p *platform) PlanDue(_ context.Context, plan store.PlanFunc) error {
 			continue
 		}
 		if err := p.save(n); err != nil {
-			p.log.Error("saving node state", "node", id, "err", err)
+			p.Log.Error("saving node state", "node", id, "err", err)
 			p.revert(n)
 		}
 	}
@@ -341,7 +273,7 @@ func (p *platform) PlanDue(_ context.Context, plan store.PlanFunc) error {
 // on as in use from now, each saved with its node.
 func (p *platform) carryOut(n *store.Node, now time.Time, idx *fleetIndex) {
 	for _, c := range n.Closing {
-		p.logClosure(n.Info.ID, c.Action)
+		p.LogClosure(n.Info.ID, c.Action)
 		idx.remove(c.Action.Route)
 	}
 	for _, keeps := range n.Relied {
@@ -351,7 +283,7 @@ func (p *platform) carryOut(n *store.Node, now time.Time, idx *fleetIndex) {
 		}
 		kn.Routes[keeps.ID].ReliedOn = now
 		if err := p.save(kn); err != nil {
-			p.log.Error("saving node state", "node", kn.Info.ID, "err", err)
+			p.Log.Error("saving node state", "node", kn.Info.ID, "err", err)
 			p.revert(kn)
 		}
 	}
@@ -364,12 +296,12 @@ func (p *platform) carryOut(n *store.Node, now time.Time, idx *fleetIndex) {
 // changed only the plan time is not: the budgets, which pace moves and
 // closures, are what the next plan needs). An unregistered node is not
 // planned.
-func (c *rules) planOne(now time.Time, n *store.Node, alts routing.Alternatives) (routing.Plan, error) {
+func (c *fleet) planOne(now time.Time, n *store.Node, alts routing.Alternatives) (routing.Plan, error) {
 	if n.Info.Role == 0 {
 		return routing.Plan{}, nil
 	}
-	routes := c.appendPricedRoutes(make([]routing.Route, 0, len(n.Routes)), n, now)
-	plan, err := c.cfg.Policy.Plan(now, n.Info, routes, alts)
+	routes := c.AppendPricedRoutes(make([]routing.Route, 0, len(n.Routes)), n, now)
+	plan, err := c.Config.Policy.Plan(now, n.Info, routes, alts)
 	if err != nil {
 		return routing.Plan{}, err
 	}
@@ -394,31 +326,6 @@ func (c *rules) planOne(now time.Time, n *store.Node, alts routing.Alternatives)
 	return plan, nil
 }
 
-// quiet reports whether a plan of n at now can change nothing but n's
-// budgets' dates: n is registered, neither overloaded nor paused (so
-// routing closes none of its routes, used or not), and no price change
-// may have reached its sessions since its last plan (which priced its
-// routes as they are stored). Such a plan needs none of n's routes.
-func (c *rules) quiet(n *store.Node, now time.Time) bool {
-	if n.Info.Role == 0 {
-		return true // never planned
-	}
-	if n.Info.Paused || n.Info.Overloaded() {
-		return false
-	}
-	last := n.Info.State.PlannedAt
-	if last.IsZero() || now.Before(last) {
-		return false
-	}
-	if k := n.Prices.Len(); k > 0 {
-		c := n.Prices.Changes()[k-1]
-		if !c.At.Add(n.Prices.Window()).Before(last) {
-			return false
-		}
-	}
-	return true
-}
-
 // sameBudgets reports whether two plan states hold the same budgets; the
 // plan time alone is not worth a write: the budgets, which pace moves and
 // closures, are what the next plan needs. The period between plans is
@@ -428,13 +335,6 @@ func sameBudgets(a, b routing.NodeState) bool {
 	a.PlannedAt, b.PlannedAt = time.Time{}, time.Time{}
 	a.Period, b.Period = 0, 0
 	return a.Equal(b)
-}
-
-// logClosure logs a route a plan of node closed, once the closure is
-// the store's.
-func (c *rules) logClosure(node string, a routing.Action) {
-	c.log.Warn("closing route", "node", node, "route", a.Route.ID, "user", a.Route.User,
-		"reason", string(a.Reason), "action", a.String())
 }
 
 // fleetIndex is the index of the whole route table, each route at its
@@ -452,7 +352,7 @@ func (f *fleetIndex) Alternative(r routing.Route) (routing.Route, bool) {
 	if f.idx == nil {
 		var all []routing.Route
 		for _, id := range f.p.ids() {
-			all = f.p.appendPricedRoutes(all, f.p.nodes[id], f.now)
+			all = f.p.AppendPricedRoutes(all, f.p.nodes[id], f.now)
 		}
 		f.idx = routing.NewIndex(all)
 	}
@@ -481,36 +381,6 @@ func (f *fleetIndex) remove(r routing.Route) {
 	if f != nil && f.idx != nil {
 		f.idx.Remove(r)
 	}
-}
-
-// appendPricedRoutes appends n's routes in ID order, each at its session's
-// price at now. The price is stored back in the route, so the node's file
-// shows the one the last plan saw.
-func (p *rules) appendPricedRoutes(dst []routing.Route, n *store.Node, now time.Time) []routing.Route {
-	for _, rid := range slices.Sorted(maps.Keys(n.Routes)) {
-		rt := n.Routes[rid]
-		rt.Route.Price = p.sessionPrice(n, rt, now)
-		r := rt.Route
-		if rt.ReliedOn.After(r.LastTraffic) {
-			r.LastTraffic = rt.ReliedOn
-		}
-		dst = append(dst, r)
-	}
-	return dst
-}
-
-// sessionPrice is what the route's user pays now; the locked price when
-// the history cannot say (it always can for sessions it locked).
-func (p *rules) sessionPrice(n *store.Node, rt *store.Route, now time.Time) pricing.Price {
-	if now.Before(rt.Session.Start) {
-		return rt.Session.Locked
-	}
-	pr, err := n.Prices.SessionPrice(rt.Session, now)
-	if err != nil {
-		p.log.Error("session price", "node", n.Info.ID, "route", rt.Route.ID, "err", err)
-		return rt.Session.Locked
-	}
-	return pr
 }
 
 // openRequest asks for a new route through a node.
@@ -546,7 +416,7 @@ func (p *platform) Update(_ context.Context, id string, fn func(n *store.Node, n
 		return fmt.Errorf("node %q: %w", id, store.ErrUnknownNode)
 	}
 	n.ClearChange()
-	now := p.now()
+	now := p.Now()
 	if err := fn(n, now, &fileTx{p: p, now: now}); err != nil {
 		p.revert(n)
 		return err
@@ -566,7 +436,7 @@ func (p *platform) Read(_ context.Context, id string, history bool, fn func(n *s
 	if n == nil {
 		return fmt.Errorf("node %q: %w", id, store.ErrUnknownNode)
 	}
-	return fn(n, p.now())
+	return fn(n, p.Now())
 }
 
 // RouteNode is the node holding live route id.
@@ -659,7 +529,7 @@ type nodeView struct {
 func (p *platform) EachNode(_ context.Context, after string, limit int, fn func(id string, n *store.Node, now time.Time, err error)) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.now()
+	now := p.Now()
 	ids := p.ids()
 	ids = ids[sortSearch(ids, after):]
 	if limit > 0 && len(ids) > limit {
@@ -743,8 +613,8 @@ func eventList(n *store.Node) []store.NumberedEvent {
 	return out
 }
 
-func (p *rules) viewLocked(n *store.Node, now time.Time) nodeView {
-	ok, why, admitErr := p.cfg.Policy.Admit(n.Info, now)
+func (p *fleet) viewLocked(n *store.Node, now time.Time) nodeView {
+	ok, why, admitErr := p.Config.Policy.Admit(n.Info, now)
 	v := nodeView{
 		ID: n.Info.ID, Registered: n.Info.Role != 0, Country: n.Info.Country, Paused: n.Info.Paused,
 		Overloaded: n.Tracker.Overloaded(), Since: n.Info.OverloadedSince, SinceReading: n.Tracker.Since(), OverloadEnded: n.Info.OverloadEnded,
@@ -775,7 +645,7 @@ func (p *rules) viewLocked(n *store.Node, now time.Time) nodeView {
 	}
 	for _, rid := range slices.Sorted(maps.Keys(n.Routes)) {
 		rt := *n.Routes[rid]
-		rt.Route.Price = p.sessionPrice(n, &rt, now)
+		rt.Route.Price = p.SessionPrice(n, &rt, now)
 		v.Routes = append(v.Routes, rt)
 	}
 	return v

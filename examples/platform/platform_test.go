@@ -42,12 +42,12 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 // for 6 h (r-partner), a route in use whose user holds the same route
 // through x2 in DE for less (r-move), one whose alternative is in another
 // country (r-fr), and one that is its user's only route (r-only).
-func testSeed() *seedFile {
+func testSeed() *store.SeedFile {
 	start := t0.Add(-8 * time.Hour)
 	route := func(id, user, key, node string, kind routing.Kind, idle time.Duration) routing.Route {
 		return routing.Route{ID: id, User: user, Key: key, Node: node, Kind: kind, Start: start, LastTraffic: t0.Add(-idle)}
 	}
-	return &seedFile{
+	return &store.SeedFile{
 		Nodes: []routing.Node{
 			{ID: "x1", Role: routing.RoleExit, Country: "DE", Price: 100},
 			{ID: "x2", Role: routing.RoleExit, Country: "DE", Price: 80},
@@ -71,13 +71,13 @@ type testPlatform struct {
 	clock *clock
 	dir   string
 	p     *platform // the file store; nil for PostgreSQL
-	svc   platformStore
+	svc   store.Store
 	srv   *httptest.Server
 }
 
-func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPlatform {
+func newTestPlatform(t *testing.T, dir string, c *clock, seed *store.SeedFile) *testPlatform {
 	t.Helper()
-	p, err := newPlatform(config{StateDir: dir, Now: c.now, Logger: testLogger(t)}, seed)
+	p, err := newPlatform(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t)}, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *seedFile) *testPl
 	return tp
 }
 
-func serveTest(t *testing.T, c *clock, svc platformStore) *testPlatform {
+func serveTest(t *testing.T, c *clock, svc store.Store) *testPlatform {
 	srv := httptest.NewServer(handler(newFleet(svc, nil), tokens{testToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
@@ -94,18 +94,18 @@ func serveTest(t *testing.T, c *clock, svc platformStore) *testPlatform {
 
 // opener starts a platform on a subtest's store; called again, it starts
 // another on the same store (a restart, or a second replica).
-type opener func(c *clock, seed *seedFile) *testPlatform
+type opener func(c *clock, seed *store.SeedFile) *testPlatform
 
 // eachStore runs test on the file store and on PostgreSQL (skipped
 // without it): the same API, the same verdicts.
 func eachStore(t *testing.T, test func(t *testing.T, open opener)) {
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
-		test(t, func(c *clock, seed *seedFile) *testPlatform { return newTestPlatform(t, dir, c, seed) })
+		test(t, func(c *clock, seed *store.SeedFile) *testPlatform { return newTestPlatform(t, dir, c, seed) })
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
-		test(t, func(c *clock, seed *seedFile) *testPlatform { return newPGTestPlatform(t, url, c, seed) })
+		test(t, func(c *clock, seed *store.SeedFile) *testPlatform { return newPGTestPlatform(t, url, c, seed) })
 	})
 }
 
@@ -489,7 +489,7 @@ func TestStateFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "x1.json"), []byte(`{"v":1,`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newPlatform(config{StateDir: dir, Now: c.now}, nil); err == nil || !strings.Contains(err.Error(), "x1.json") {
+	if _, err := newPlatform(store.Config{StateDir: dir, Now: c.now}, nil); err == nil || !strings.Contains(err.Error(), "x1.json") {
 		t.Fatalf("broken state file: err %v, want one naming x1.json", err)
 	}
 }
@@ -497,7 +497,7 @@ func TestStateFiles(t *testing.T) {
 // TestSeedOperators: a route table's node may name its operator; a bad
 // name or an unknown field is refused, naming the node.
 func TestSeedOperators(t *testing.T) {
-	var s seedFile
+	var s store.SeedFile
 	err := json.Unmarshal([]byte(`{"nodes":[{"id":"a1","role":"exit","country":"DE","price":1,"operator":"alice"},{"id":"b1","role":"exit","country":"DE","price":1}],"routes":[]}`), &s)
 	if err != nil || len(s.Nodes) != 2 || s.Nodes[0].ID != "a1" || s.Operators["a1"] != "alice" || len(s.Operators) != 1 {
 		t.Fatalf("seed: %+v, %v", s, err)
@@ -518,19 +518,19 @@ func TestSeedOperators(t *testing.T) {
 func TestSeedErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		edit func(*seedFile)
+		edit func(*store.SeedFile)
 		want string
 	}{
-		{"route of an unlisted node", func(s *seedFile) { s.Routes[0].Node = "zz" }, `routes of node "zz"`},
-		{"country mismatch", func(s *seedFile) { s.Routes[0].Country = "FR" }, "country"},
-		{"no role", func(s *seedFile) { s.Nodes[0].Role = 0 }, "role"},
-		{"duplicate route", func(s *seedFile) { s.Routes[1].ID = s.Routes[0].ID }, "twice"},
-		{"bad node name", func(s *seedFile) { s.Nodes[0].ID = "a/b" }, "node"},
+		{"route of an unlisted node", func(s *store.SeedFile) { s.Routes[0].Node = "zz" }, `routes of node "zz"`},
+		{"country mismatch", func(s *store.SeedFile) { s.Routes[0].Country = "FR" }, "country"},
+		{"no role", func(s *store.SeedFile) { s.Nodes[0].Role = 0 }, "role"},
+		{"duplicate route", func(s *store.SeedFile) { s.Routes[1].ID = s.Routes[0].ID }, "twice"},
+		{"bad node name", func(s *store.SeedFile) { s.Nodes[0].ID = "a/b" }, "node"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := testSeed()
 			tc.edit(s)
-			_, err := newPlatform(config{StateDir: t.TempDir(), Now: (&clock{t: t0}).now}, s)
+			_, err := newPlatform(store.Config{StateDir: t.TempDir(), Now: (&clock{t: t0}).now}, s)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want one containing %q", err, tc.want)
 			}
@@ -560,7 +560,7 @@ func TestFlags(t *testing.T) {
 // write of the changed node files (fsync included, in the temp dir).
 func BenchmarkReport(b *testing.B) {
 	c := &clock{t: t0}
-	p, err := newPlatform(config{StateDir: b.TempDir(), Now: c.now}, testSeed())
+	p, err := newPlatform(store.Config{StateDir: b.TempDir(), Now: c.now}, testSeed())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -582,11 +582,11 @@ func BenchmarkReport(b *testing.B) {
 
 // TestSampleRoutes: the route table shipped beside the example loads.
 func TestSampleRoutes(t *testing.T) {
-	s, err := readSeed("routes.json")
+	s, err := store.ReadSeed("routes.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := newPlatform(config{StateDir: t.TempDir()}, s)
+	p, err := newPlatform(store.Config{StateDir: t.TempDir()}, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,7 +594,7 @@ func TestSampleRoutes(t *testing.T) {
 		got := len(vs)
 		t.Fatalf("%d nodes, want 3", got)
 	}
-	if _, err := readSeed("testdata/nonexistent.json"); err == nil {
+	if _, err := store.ReadSeed("testdata/nonexistent.json"); err == nil {
 		t.Fatal("a missing route table read without error")
 	}
 }
@@ -1060,7 +1060,7 @@ func testOperatorBodyTrailingData(t *testing.T, open opener) {
 // TestErrorsShowWallTimes: with the real clock, an error that names the
 // time (a refused price) shows it without Go's monotonic clock reading.
 func TestErrorsShowWallTimes(t *testing.T) {
-	p, err := newPlatform(config{StateDir: t.TempDir()}, testSeed())
+	p, err := newPlatform(store.Config{StateDir: t.TempDir()}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,11 +22,11 @@ import (
 // quietStore answers every report as counted, not overloaded, and does
 // nothing else: what is left of a report's cost is the HTTP and JSON.
 type quietStore struct {
-	platformStore
-	r *rules
+	store.Store
+	r *store.Rules
 }
 
-func (q quietStore) base() *rules { return q.r }
+func (q quietStore) Base() *store.Rules { return q.r }
 
 func (quietStore) Report(context.Context, string, store.TakeFunc, store.PlanFunc) (*overload.Notice, error) {
 	return nil, nil
@@ -39,7 +39,7 @@ func benchFleet(n int) (http.Handler, tokens) {
 	for i := range n {
 		toks["tok-"+strconv.Itoa(i)] = "n" + strconv.Itoa(i)
 	}
-	r, err := newRules(config{})
+	r, err := store.NewRules(store.Config{})
 	if err != nil {
 		panic(err)
 	}

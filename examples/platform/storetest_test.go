@@ -33,7 +33,7 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	a := open(c, testSeed()).svc
 	ctx := t.Context()
-	maxUsers := func(st platformStore) int {
+	maxUsers := func(st store.Store) int {
 		t.Helper()
 		var m int
 		if err := st.Read(ctx, "x1", false, func(n *store.Node, _ time.Time) error { m = n.Info.MaxUsers; return nil }); err != nil {
@@ -73,9 +73,9 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 	// Many goroutines on one instance, and on PostgreSQL on two replicas
 	// (the file store is one process: a second instance on its directory
 	// is a restart, not a replica).
-	writers := []platformStore{a, b}
+	writers := []store.Store{a, b}
 	if _, ok := a.(*platform); ok {
-		writers = []platformStore{a}
+		writers = []store.Store{a}
 	}
 	const each = 25
 	before := maxUsers(a)
@@ -125,7 +125,7 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 }
 
 // readNode is node id of st as last kept, through read.
-func readNode(t *testing.T, st platformStore, id string) *store.Node {
+func readNode(t *testing.T, st store.Store, id string) *store.Node {
 	t.Helper()
 	var out *store.Node
 	if err := st.Read(t.Context(), id, true, func(n *store.Node, _ time.Time) error { out = n; return nil }); err != nil {
@@ -170,7 +170,7 @@ func testStoreReport(t *testing.T, open opener) {
 		t.Fatalf("a refused reading: %v", err)
 	}
 	b := open(c, testSeed()).svc
-	for _, st := range []platformStore{a, b} {
+	for _, st := range []store.Store{a, b} {
 		if n := readNode(t, st, "n-new"); n.Readings != 1 {
 			t.Errorf("n-new's readings %d, want 1", n.Readings)
 		}
@@ -206,9 +206,9 @@ func testStoreReport(t *testing.T, open opener) {
 	}
 
 	// Reports of one node at once lose none of one another's changes.
-	writers := []platformStore{a, b}
+	writers := []store.Store{a, b}
 	if _, ok := a.(*platform); ok {
-		writers = []platformStore{a}
+		writers = []store.Store{a}
 	}
 	const each = 25
 	before := readNode(t, a, "n-new").NextRoute
@@ -354,9 +354,9 @@ func testStoreReceivers(t *testing.T, open opener) {
 	if r := ops["alice"]; err != nil || len(ops) != 1 || r.URL != "http://127.0.0.1:9/alice" || string(r.Secrets[0].Key) != "0123456789abcdef01234567" || !r.Created.Equal(t0) {
 		t.Fatalf("another instance's receivers: %+v, %v", ops, err)
 	}
-	writers := []platformStore{a, b}
+	writers := []store.Store{a, b}
 	if _, ok := a.(*platform); ok {
-		writers = []platformStore{b} // a restart: the first instance is gone
+		writers = []store.Store{b} // a restart: the first instance is gone
 	}
 	const each = 20
 	var wg sync.WaitGroup

@@ -52,7 +52,7 @@ func identityOf(v string) (identity, error) {
 		if !ok {
 			return id, fmt.Errorf("%q: want operator:NAME", f[0])
 		}
-		if err := checkOperator(name); err != nil {
+		if err := store.CheckOperator(name); err != nil {
 			return id, err
 		}
 		id.operator, f = name, f[1:]
@@ -61,15 +61,6 @@ func identityOf(v string) (identity, error) {
 		return id, fmt.Errorf("want TOKEN, TOKEN NODE, TOKEN operator:NAME or TOKEN NODE operator:NAME")
 	}
 	return id, nil
-}
-
-// checkOperator checks an operator's name: the node-id rule, which a
-// log line and a URL carry as they are. The error wraps ErrBadInput.
-func checkOperator(name string) error {
-	if err := store.CheckNodeID(name); err != nil {
-		return fmt.Errorf("operator name: %w", err)
-	}
-	return nil
 }
 
 // parseTokens reads a token file: one token a line, then what it may do;

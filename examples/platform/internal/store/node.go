@@ -184,3 +184,12 @@ func (e *NumberedEvent) UnmarshalJSON(b []byte) error {
 	e.ID = id.ID
 	return json.Unmarshal(b, &e.Event)
 }
+
+// CheckOperator checks an operator's name: the node-id rule, which a
+// log line and a URL carry as they are. The error wraps ErrBadInput.
+func CheckOperator(name string) error {
+	if err := CheckNodeID(name); err != nil {
+		return fmt.Errorf("operator name: %w", err)
+	}
+	return nil
+}

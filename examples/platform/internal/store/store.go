@@ -101,3 +101,18 @@ type ReceiverStore interface {
 	// returns nil. now is the store's clock, read once it is locked.
 	UpdateReceiver(ctx context.Context, operator string, fn func(r *OperatorReceiver, now time.Time) error) error
 }
+
+// Store is a whole store: the use cases' NodeStore and ReceiverStore,
+// and what wires it.
+type Store interface {
+	NodeStore
+	ReceiverStore
+	// Base is the store's rules: its configuration, log, clock and
+	// dispatch.
+	Base() *Rules
+	// Outbox is the store's outbox of deliveries; nil without a dispatch.
+	Outbox() OutboxStore
+}
+
+// Base is c itself: a store embeds its Rules, which answers Store.Base.
+func (c *Rules) Base() *Rules { return c }
