@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
@@ -164,7 +165,7 @@ func TestMaxConnsForFiles(t *testing.T) {
 // takes is answered as writeJSON writes the answer.
 func TestReportDecodeAsJSON(t *testing.T) {
 	c := &clock{t: t0.Add(time.Hour)}
-	p, err := newPlatform(store.Config{StateDir: t.TempDir(), Now: c.now}, testSeed())
+	p, err := filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func TestGCSettings(t *testing.T) {
 // with Retry-After, which the agent sends again, never 413 "too_large",
 // which it drops.
 func TestStalledBody(t *testing.T) {
-	p, err := newPlatform(store.Config{StateDir: t.TempDir(), Logger: testLogger(t)}, testSeed())
+	p, err := filestore.Open(store.Config{StateDir: t.TempDir(), Logger: testLogger(t)}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}

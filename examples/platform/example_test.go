@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
@@ -32,7 +33,7 @@ func Example() {
 				Start: now.Add(-5 * time.Hour), LastTraffic: now.Add(-time.Minute)},
 		},
 	}
-	p, err := newPlatform(store.Config{StateDir: dir, Now: func() time.Time { return now }}, seed)
+	p, err := filestore.Open(store.Config{StateDir: dir, Now: func() time.Time { return now }}, seed)
 	if err != nil {
 		panic(err)
 	}

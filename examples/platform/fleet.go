@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -12,11 +13,6 @@ import (
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
-)
-
-var (
-	_ store.Store = (*platform)(nil)
-	_ store.Store = (*pgPlatform)(nil)
 )
 
 // fleet is the platform's use cases, each written once over a store.
@@ -436,7 +432,7 @@ func operatorViewOf(v nodeView) operatorView {
 func (f *fleet) operatorViews(ctx context.Context, ids []string, after string, limit int) ([]operatorView, string, error) {
 	out := []operatorView{}
 	last := ""
-	for _, id := range ids[sortSearch(ids, after):] {
+	for _, id := range ids[store.IndexAfter(ids, after):] {
 		if limit > 0 && len(out) == limit {
 			break
 		}
@@ -582,4 +578,262 @@ func (f *fleet) Redeliver(ctx context.Context, id int64, keep func(node string) 
 	f.Log.Info("notice to be delivered again", "notice", id, "id", did, "node", ns[0].Node)
 	f.dispatch.poke()
 	return nil
+}
+
+// maxAhead is how far ahead of the platform's clock a version 1 reading
+// may be taken. Version 1 readings are ordered by time, so one from the
+// future, counted, would make every honest reading after it "out of
+// order" until the clock caught up. Version 2 readings are ordered by
+// their run and seq, so a node whose clock stepped ahead loses nothing;
+// for them only overload's own bound (Reading.ValidateAt) applies.
+const maxAhead = 5 * time.Minute
+
+// reportOutcome is what one reading did.
+type reportOutcome struct {
+	Node       string           `json:"node"`
+	Overloaded bool             `json:"overloaded"`
+	Event      *overload.Event  `json:"event,omitempty"`
+	Notice     *overload.Notice `json:"notice,omitempty"`
+}
+
+// take is observe without its log lines, which logOutcome writes.
+func (c *fleet) take(n *store.Node, r overload.Reading, now time.Time) (reportOutcome, error) {
+	if r.Run == "" && r.At.After(now.Add(maxAhead)) {
+		return reportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",
+			r.Node, r.At.Format(time.RFC3339), maxAhead, store.ErrBadInput)
+	}
+	if err := r.ValidateAt(now); err != nil {
+		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, store.ErrBadInput, err)
+	}
+	res, err := n.Tracker.Observe(r)
+	switch {
+	case errors.Is(err, overload.ErrDuplicate):
+		return reportOutcome{Node: r.Node, Overloaded: n.Tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), store.ErrDuplicate)
+	case errors.Is(err, overload.ErrOutOfOrder):
+		return reportOutcome{Node: r.Node, Overloaded: n.Tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), store.ErrStale)
+	case err != nil:
+		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, store.ErrBadInput, err)
+	}
+	n.Readings++
+	if res.Event != nil {
+		n.EventsSeen++
+	}
+	// routing's own adapter: overload start and end from the tracker, and
+	// memory from this reading (0 when the reading lacks it, so a stale
+	// figure never counts as above the move threshold).
+	ended := n.Info.OverloadEnded
+	n.Info.SetOverload(n.Tracker, r)
+	platformClock(n, res.Event, ended, now)
+	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
+}
+
+// logOutcome logs what a reading taken at now started or ended, and its
+// notice.
+func (c *fleet) logOutcome(r overload.Reading, out reportOutcome, now time.Time) {
+	if ev := out.Event; ev != nil {
+		switch ev.Kind {
+		case overload.Start:
+			c.Log.Warn("overload started", "node", r.Node, "at", now, "reading_at", ev.At, "findings", overload.Texts(ev.Findings))
+		case overload.End:
+			c.Log.Info("overload ended", "node", r.Node, "at", now, "reading_at", ev.At, "lasted", ev.Lasted,
+				"offered_again", c.Config.Policy.OfferedAgain(now))
+		}
+	}
+	if out.Notice != nil {
+		c.Log.Warn("notice", "node", r.Node, "text", out.Notice.Text)
+	}
+}
+
+// platformClock dates the overload's start and end by the platform's
+// clock, when it received the readings, so the move delay and the
+// cool-down run on one clock whatever the node's says: an agent whose
+// clock is behind starts no move early and shortens no cool-down. The
+// readings' own times still order them and are shown beside.
+func platformClock(n *store.Node, ev *overload.Event, ended, now time.Time) {
+	n.Info.OverloadEnded = ended
+	if ev != nil {
+		switch ev.Kind {
+		case overload.Start:
+			n.StartedAt = now
+		case overload.End:
+			n.StartedAt, n.Info.OverloadEnded = time.Time{}, now
+		}
+	}
+	n.Info.OverloadedSince = time.Time{}
+	if n.Tracker.Overloaded() {
+		n.Info.OverloadedSince = n.StartedAt
+		if n.StartedAt.IsZero() { // state kept before the platform dated starts
+			n.Info.OverloadedSince = n.Tracker.Since()
+		}
+	}
+}
+
+func (p *fleet) admitLocked(n *store.Node, now time.Time) admitAnswer {
+	ok, why, err := p.Config.Policy.Admit(n.Info, now)
+	a := admitAnswer{Node: n.Info.ID, Admit: ok, Reason: string(why), At: now}
+	if err != nil {
+		a.Why = err.Error()
+		return a
+	}
+	if why != "" {
+		a.Why = why.String()
+	}
+	if why == routing.ReasonCoolDown {
+		a.Until = p.Config.Policy.OfferedAgain(n.Info.OverloadEnded)
+	}
+	return a
+}
+
+// planOne plans node n at now and carries out the plan in n: its closed
+// routes leave n.Routes for n.Closing, their sessions end, the routes
+// its moves rely on go into n.Relied, and n's budgets move on;
+// n.Replanned says whether n changed in a way worth saving (a round that
+// changed only the plan time is not: the budgets, which pace moves and
+// closures, are what the next plan needs). An unregistered node is not
+// planned.
+func (c *fleet) planOne(now time.Time, n *store.Node, alts routing.Alternatives) (routing.Plan, error) {
+	if n.Info.Role == 0 {
+		return routing.Plan{}, nil
+	}
+	routes := c.AppendPricedRoutes(make([]routing.Route, 0, len(n.Routes)), n, now)
+	plan, err := c.Config.Policy.Plan(now, n.Info, routes, alts)
+	if err != nil {
+		return routing.Plan{}, err
+	}
+	budgetsChanged := !sameBudgets(n.Info.State, plan.State)
+	n.Info.State = plan.State
+	for _, a := range plan.Actions {
+		rt := n.Routes[a.Route.ID]
+		delete(n.Routes, a.Route.ID)
+		rt.Session.End = now
+		cr := store.ClosedRoute{Action: a, At: now, Earned: rt.Earned, Session: rt.Session}
+		n.Closed = store.AppendBounded(n.Closed, cr, store.MaxClosed)
+		n.Closing = append(n.Closing, cr)
+		if keeps, ok := store.ReliesOn(a); ok {
+			n.Relied = append(n.Relied, keeps)
+		}
+	}
+	if len(plan.Actions) > 0 {
+		n.LastPlan = &plan
+		n.Info.LiveUsers = store.LiveUsers(n)
+	}
+	n.Replanned = n.Replanned || len(plan.Actions) > 0 || budgetsChanged
+	return plan, nil
+}
+
+// sameBudgets reports whether two plan states hold the same budgets; the
+// plan time alone is not worth a write: the budgets, which pace moves and
+// closures, are what the next plan needs. The period between plans is
+// not worth one either: a stale stored period only bounds how far the
+// pace may fall behind after a restart.
+func sameBudgets(a, b routing.NodeState) bool {
+	a.PlannedAt, b.PlannedAt = time.Time{}, time.Time{}
+	a.Period, b.Period = 0, 0
+	return a.Equal(b)
+}
+
+// openRequest asks for a new route through a node.
+type openRequest struct {
+	Node string       `json:"node"`
+	User string       `json:"user"`
+	Key  string       `json:"key"`
+	Kind routing.Kind `json:"kind,omitempty"` // default own
+}
+
+// admitError says why a node took nobody new.
+type admitError struct{ answer admitAnswer }
+
+func (e admitError) Error() string {
+	return fmt.Sprintf("node %s takes nobody new: %v", e.answer.Node, e.answer.Why)
+}
+
+func (e admitError) Unwrap() error { return store.ErrNotAdmit }
+
+// trafficRequest records traffic a route carried.
+type trafficRequest struct {
+	Route string `json:"route"`
+	Bytes uint64 `json:"bytes"`
+}
+
+// priceRequest changes a node's asking price.
+type priceRequest struct {
+	Node  string        `json:"node"`
+	Price pricing.Price `json:"price"`
+}
+
+// nodeView is what /nodes shows of a node.
+type nodeView struct {
+	ID            string               `json:"id"`
+	Registered    bool                 `json:"registered"`
+	Role          string               `json:"role,omitempty"`
+	Country       string               `json:"country,omitempty"`
+	Paused        bool                 `json:"paused"`
+	Overloaded    bool                 `json:"overloaded"`
+	Since         time.Time            `json:"since,omitzero"`          // by the platform's clock
+	SinceReading  time.Time            `json:"since_reading,omitzero"`  // the same, by the node's
+	OverloadEnded time.Time            `json:"overload_ended,omitzero"` // by the platform's clock
+	Findings      []overload.Finding   `json:"findings"`
+	Admitted      bool                 `json:"admitted"`
+	Reason        routing.Reason       `json:"reason,omitempty"`
+	Why           string               `json:"why,omitempty"`
+	MemoryPercent float64              `json:"memory_percent"`
+	LastReading   time.Time            `json:"last_reading,omitzero"`
+	Price         pricing.Price        `json:"price"`
+	MaxUsers      int                  `json:"max_users"`
+	LiveUsers     int                  `json:"live_users"`
+	Routes        []store.Route        `json:"routes"`
+	PlanState     routing.NodeState    `json:"plan_state"`
+	LastPlan      *routing.Plan        `json:"last_plan,omitempty"`
+	Closed        []store.ClosedRoute  `json:"closed"`
+	Notices       int                  `json:"notices"`
+	Deliveries    []store.DeliveryView `json:"deliveries,omitempty"` // the newest messages' deliveries, newest first
+	Readings      int64                `json:"readings"`
+	Events        []overload.Event     `json:"events"`
+}
+
+// marshalView is v in JSON, or, if it cannot be, {"id","error"}.
+func marshalView(id string, v nodeView) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"id": id, "error": fmt.Sprintf("node %s cannot be shown: %v", id, err)})
+	}
+	return b
+}
+
+func (p *fleet) viewLocked(n *store.Node, now time.Time) nodeView {
+	ok, why, admitErr := p.Config.Policy.Admit(n.Info, now)
+	v := nodeView{
+		ID: n.Info.ID, Registered: n.Info.Role != 0, Country: n.Info.Country, Paused: n.Info.Paused,
+		Overloaded: n.Tracker.Overloaded(), Since: n.Info.OverloadedSince, SinceReading: n.Tracker.Since(), OverloadEnded: n.Info.OverloadEnded,
+		Findings: n.Tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.Info.MemoryPercent,
+		LastReading: n.Tracker.LastReading(), Price: n.Info.Price, MaxUsers: n.Info.MaxUsers,
+		LiveUsers: n.Info.LiveUsers, PlanState: n.Info.State, LastPlan: n.LastPlan,
+		Closed: slices.Clone(n.Closed), Notices: len(n.Notices) + n.NoticeCount, Readings: n.Readings,
+		Routes: []store.Route{},
+	}
+	if admitErr != nil { // not registered (no role), or invalid: not admitted
+		v.Why = admitErr.Error()
+	}
+	if v.Findings == nil {
+		v.Findings = []overload.Finding{}
+	}
+	v.Events = []overload.Event{}
+	for _, e := range store.EventList(n) {
+		v.Events = append(v.Events, e.Event)
+	}
+	if v.Closed == nil {
+		v.Closed = []store.ClosedRoute{}
+	}
+	if why != "" {
+		v.Why = why.String()
+	}
+	if n.Info.Role != 0 {
+		v.Role = n.Info.Role.String()
+	}
+	for _, rid := range slices.Sorted(maps.Keys(n.Routes)) {
+		rt := *n.Routes[rid]
+		rt.Route.Price = p.SessionPrice(n, &rt, now)
+		v.Routes = append(v.Routes, rt)
+	}
+	return v
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 )
 
@@ -47,7 +48,7 @@ func FuzzReport(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	c := &clock{t: t0.Add(time.Hour)}
-	p, err := newPlatform(store.Config{StateDir: f.TempDir(), Now: c.now}, testSeed())
+	p, err := filestore.Open(store.Config{StateDir: f.TempDir(), Now: c.now}, testSeed())
 	if err != nil {
 		f.Fatal(err)
 	}

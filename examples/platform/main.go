@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/pricing"
@@ -213,7 +214,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer pg.close()
 		svc, where = pg, []any{"db", redactDSN(o.db)}
 	} else {
-		p, err := newPlatform(o.cfg, seed)
+		p, err := filestore.Open(o.cfg, seed)
 		if err != nil {
 			fmt.Fprintf(stderr, "platform: %v\n", err)
 			return 2

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
@@ -220,12 +221,12 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
 		test(t, func(c *clock, cfg notifyConfig, seed ...*store.SeedFile) notifyPlatform {
-			p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
-				return newPlatform(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, firstSeed(seed))
+			p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*filestore.Store, error) {
+				return filestore.Open(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, firstSeed(seed))
 			})
 			tp := serveNotifyTest(t, c, p, n)
 			tp.dir, tp.p = dir, p
-			t.Cleanup(func() { p.box.close() })
+			t.Cleanup(func() { p.Close() })
 			return notifyPlatform{tp, n}
 		}, 1)
 	})
@@ -614,10 +615,10 @@ func TestNotifyFailureLogsHostOnly(t *testing.T) {
 	var log testkit.LogBuffer
 	secretURL := "http://ops:hunter2@" + h.addr + "/hook?token=tok-abc123"
 	file := notifyFile(t, "* "+secretURL+" "+hookSecret)
-	p, n := notified(t, c, testNotifyConfig(file), slogTo(&log), func(d *dispatch) (*platform, error) {
-		return newPlatform(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Dispatch: d}, nil)
+	p, n := notified(t, c, testNotifyConfig(file), slogTo(&log), func(d *dispatch) (*filestore.Store, error) {
+		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Dispatch: d}, nil)
 	})
-	defer p.box.close()
+	defer p.Close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "x", tp)
 	drain(t, n)
@@ -653,10 +654,10 @@ func TestNotifySlowReceiver(t *testing.T) {
 	}
 	cfg := testNotifyConfig(notifyFile(t, lines...))
 	cfg.Timeout = time.Minute // the slow receiver holds its requests until released
-	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
-		return newPlatform(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*filestore.Store, error) {
+		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 	})
-	defer p.box.close()
+	defer p.Close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	for i := range 10 {
 		overloadNode(t, c, fmt.Sprintf("s%d", i), tp)
@@ -905,9 +906,9 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	h.down()
 	dir := t.TempDir()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
-	open := func() (*platform, *notifier) {
-		p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
-			return newPlatform(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	open := func() (*filestore.Store, *notifier) {
+		p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*filestore.Store, error) {
+			return filestore.Open(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 		})
 		return p, n
 	}
@@ -921,28 +922,30 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.box.add(ghost); err != nil {
-		t.Fatal(err)
-	}
-	p.box.close()
-	// Half a line at the end, as a crash mid-append leaves it.
-	f, err := os.OpenFile(filepath.Join(dir, outboxFile), os.O_WRONLY|os.O_APPEND, 0)
+	p.Close()
+	put, err := json.Marshal(map[string]any{"op": "put", "d": ghost})
 	if err != nil {
 		t.Fatal(err)
 	}
+	f, err := os.OpenFile(filepath.Join(dir, "outbox.log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(append(put, '\n'))
+	// Half a line at the end, as a crash mid-append leaves it.
 	f.WriteString(`{"op":"put","d":{"id":"ntc_`)
 	f.Close()
 
 	h.up()
 	p, n = open()
-	defer p.box.close()
+	defer p.Close()
 	c.add(time.Hour)
 	drain(t, n)
 	_, acc := h.snapshot()
 	if len(acc) != 1 || acc[noticeID("r1", t0.Add(3*time.Second))] != 1 {
 		t.Fatalf("delivered after the restart: %v, want r1's notice once", acc)
 	}
-	if d, _ := p.box.ByIDs(t.Context(), []string{ghost.ID}); len(d) != 0 {
+	if d, _ := p.Outbox().ByIDs(t.Context(), []string{ghost.ID}); len(d) != 0 {
 		t.Fatalf("the unsaved notice's entry was kept: %+v", d)
 	}
 }
@@ -1044,10 +1047,10 @@ func TestNotifyTimeout(t *testing.T) {
 	h.mu.Unlock()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	cfg.Timeout = 200 * time.Millisecond
-	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
-		return newPlatform(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*filestore.Store, error) {
+		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 	})
-	defer p.box.close()
+	defer p.Close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "slow", tp)
 	drain(t, n)
@@ -1184,10 +1187,10 @@ func TestNotifyGiveUp(t *testing.T) {
 	h.setAnswer(http.StatusServiceUnavailable)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
 	cfg.GiveUp = 5 * time.Minute
-	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*platform, error) {
-		return newPlatform(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*filestore.Store, error) {
+		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 	})
-	defer p.box.close()
+	defer p.Close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "g1", tp)
 	start := c.now()

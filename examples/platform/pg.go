@@ -1254,6 +1254,11 @@ type pgAlternatives struct {
 	err error
 }
 
+var (
+	_ store.Store          = (*pgPlatform)(nil)
+	_ routing.Alternatives = (*pgAlternatives)(nil)
+)
+
 func (a *pgAlternatives) Alternative(r routing.Route) (routing.Route, bool) {
 	if a.err != nil {
 		return routing.Route{}, false

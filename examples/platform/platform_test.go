@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/overload"
@@ -70,14 +71,14 @@ type testPlatform struct {
 	t     *testing.T
 	clock *clock
 	dir   string
-	p     *platform // the file store; nil for PostgreSQL
+	p     *filestore.Store // the file store; nil for PostgreSQL
 	svc   store.Store
 	srv   *httptest.Server
 }
 
 func newTestPlatform(t *testing.T, dir string, c *clock, seed *store.SeedFile) *testPlatform {
 	t.Helper()
-	p, err := newPlatform(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t)}, seed)
+	p, err := filestore.Open(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t)}, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +490,7 @@ func TestStateFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "x1.json"), []byte(`{"v":1,`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newPlatform(store.Config{StateDir: dir, Now: c.now}, nil); err == nil || !strings.Contains(err.Error(), "x1.json") {
+	if _, err := filestore.Open(store.Config{StateDir: dir, Now: c.now}, nil); err == nil || !strings.Contains(err.Error(), "x1.json") {
 		t.Fatalf("broken state file: err %v, want one naming x1.json", err)
 	}
 }
@@ -530,7 +531,7 @@ func TestSeedErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := testSeed()
 			tc.edit(s)
-			_, err := newPlatform(store.Config{StateDir: t.TempDir(), Now: (&clock{t: t0}).now}, s)
+			_, err := filestore.Open(store.Config{StateDir: t.TempDir(), Now: (&clock{t: t0}).now}, s)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want one containing %q", err, tc.want)
 			}
@@ -560,7 +561,7 @@ func TestFlags(t *testing.T) {
 // write of the changed node files (fsync included, in the temp dir).
 func BenchmarkReport(b *testing.B) {
 	c := &clock{t: t0}
-	p, err := newPlatform(store.Config{StateDir: b.TempDir(), Now: c.now}, testSeed())
+	p, err := filestore.Open(store.Config{StateDir: b.TempDir(), Now: c.now}, testSeed())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -586,7 +587,7 @@ func TestSampleRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := newPlatform(store.Config{StateDir: t.TempDir()}, s)
+	p, err := filestore.Open(store.Config{StateDir: t.TempDir()}, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1060,7 +1061,7 @@ func testOperatorBodyTrailingData(t *testing.T, open opener) {
 // TestErrorsShowWallTimes: with the real clock, an error that names the
 // time (a refused price) shows it without Go's monotonic clock reading.
 func TestErrorsShowWallTimes(t *testing.T) {
-	p, err := newPlatform(store.Config{StateDir: t.TempDir()}, testSeed())
+	p, err := filestore.Open(store.Config{StateDir: t.TempDir()}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}

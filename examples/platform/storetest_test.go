@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 )
@@ -74,7 +75,7 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 	// (the file store is one process: a second instance on its directory
 	// is a restart, not a replica).
 	writers := []store.Store{a, b}
-	if _, ok := a.(*platform); ok {
+	if _, ok := a.(*filestore.Store); ok {
 		writers = []store.Store{a}
 	}
 	const each = 25
@@ -207,7 +208,7 @@ func testStoreReport(t *testing.T, open opener) {
 
 	// Reports of one node at once lose none of one another's changes.
 	writers := []store.Store{a, b}
-	if _, ok := a.(*platform); ok {
+	if _, ok := a.(*filestore.Store); ok {
 		writers = []store.Store{a}
 	}
 	const each = 25
@@ -355,7 +356,7 @@ func testStoreReceivers(t *testing.T, open opener) {
 		t.Fatalf("another instance's receivers: %+v, %v", ops, err)
 	}
 	writers := []store.Store{a, b}
-	if _, ok := a.(*platform); ok {
+	if _, ok := a.(*filestore.Store); ok {
 		writers = []store.Store{b} // a restart: the first instance is gone
 	}
 	const each = 20

@@ -1,4 +1,4 @@
-package main
+package filestore
 
 import (
 	"bytes"
@@ -18,14 +18,14 @@ import (
 	"github.com/proofkit/nodekit/internal/atomicfile"
 )
 
-func (p *platform) path(id string) string {
+func (p *Store) path(id string) string {
 	return filepath.Join(p.Config.StateDir, id+".json")
 }
 
 // save writes n's file if it changed, atomically (internal/atomicfile):
 // a reader, or a crash, sees the old file or the new one, never half of
 // one. An error wraps ErrUnsaved.
-func (p *platform) save(n *store.Node) error {
+func (p *Store) save(n *store.Node) error {
 	b, err := store.EncodeNode(n, true)
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func (p *platform) save(n *store.Node) error {
 // be saved: memory never holds what the disk does not, so one node whose
 // state cannot be saved fails its own requests and nothing else (a node
 // never saved is forgotten).
-func (p *platform) revert(n *store.Node) {
+func (p *Store) revert(n *store.Node) {
 	id := n.Info.ID
 	if n.SavedBytes == nil {
 		delete(p.nodes, id)
@@ -63,7 +63,7 @@ func (p *platform) revert(n *store.Node) {
 // load reads every node file in the state directory, creating it if
 // missing. A file that cannot be read back stops the start: losing a
 // node's state silently is what the directory is there to prevent.
-func (p *platform) load() error {
+func (p *Store) load() error {
 	if p.Config.StateDir == "" {
 		return errors.New("state directory: none given")
 	}
@@ -98,9 +98,9 @@ func (p *platform) load() error {
 
 // numberNotices sets lastNotice to the highest id the files hold, and
 // numbers the notices of files written before notices had ids after it,
-// by time and then node (their order before ids); newPlatform then saves
+// by time and then node (their order before ids); Open then saves
 // them with their ids.
-func (p *platform) numberNotices() {
+func (p *Store) numberNotices() {
 	var unnumbered []*store.NumberedNotice
 	for _, n := range p.nodes {
 		for i := range n.Notices {
@@ -123,7 +123,7 @@ func (p *platform) numberNotices() {
 // applySeed adds the seed's nodes and routes. Each node's price history
 // starts with its seed price at its oldest route's start (or now), and
 // each route's session locks it at the route's start.
-func (p *platform) applySeed(s *store.SeedFile, now time.Time) error {
+func (p *Store) applySeed(s *store.SeedFile, now time.Time) error {
 	byNode, err := store.CheckSeed(s)
 	if err != nil {
 		return err
@@ -151,7 +151,7 @@ func (p *platform) applySeed(s *store.SeedFile, now time.Time) error {
 const operatorsFile = "operators.state"
 
 // loadOperators reads operatorsFile, if there is one.
-func (p *platform) loadOperators() error {
+func (p *Store) loadOperators() error {
 	p.operators = map[string]store.OperatorReceiver{}
 	b, err := os.ReadFile(filepath.Join(p.Config.StateDir, operatorsFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -167,7 +167,7 @@ func (p *platform) loadOperators() error {
 }
 
 // OperatorReceivers is every operator's receiver (ReceiverStore).
-func (p *platform) OperatorReceivers(context.Context) (map[string]store.OperatorReceiver, error) {
+func (p *Store) OperatorReceivers(context.Context) (map[string]store.OperatorReceiver, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return maps.Clone(p.operators), nil
@@ -175,7 +175,7 @@ func (p *platform) OperatorReceivers(context.Context) (map[string]store.Operator
 
 // UpdateReceiver runs fn on operator's receiver under the store's lock,
 // and writes operatorsFile, atomically, when fn changed it.
-func (p *platform) UpdateReceiver(_ context.Context, operator string, fn func(r *store.OperatorReceiver, now time.Time) error) error {
+func (p *Store) UpdateReceiver(_ context.Context, operator string, fn func(r *store.OperatorReceiver, now time.Time) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.operators[operator]

@@ -1,4 +1,4 @@
-package main
+package filestore
 
 import (
 	"bufio"
@@ -278,7 +278,7 @@ func (o *fileOutbox) Counts(context.Context) (map[string]int64, time.Time, error
 // openOutbox opens the state directory's outbox when the platform
 // delivers notices, and drops the deliveries whose notice never reached
 // its node's file (the platform stopped between the two writes).
-func (p *platform) openOutbox() error {
+func (p *Store) openOutbox() error {
 	if p.Dispatch == nil {
 		return nil
 	}
@@ -309,7 +309,7 @@ func (p *platform) openOutbox() error {
 }
 
 // Outbox is the store's outbox, for its notifier; nil without one.
-func (p *platform) Outbox() store.OutboxStore {
+func (p *Store) Outbox() store.OutboxStore {
 	if p.box == nil {
 		return nil
 	}
@@ -321,7 +321,7 @@ func (p *platform) Outbox() store.OutboxStore {
 // file is written: a crash between the two leaves an entry whose notice
 // the node file does not hold, which openOutbox drops, never a notice
 // without its entry. It returns the ids written, for dropDecided.
-func (p *platform) enqueueDecided(n *store.Node, now time.Time) ([]string, error) {
+func (p *Store) enqueueDecided(n *store.Node, now time.Time) ([]string, error) {
 	if p.box == nil {
 		return nil, nil
 	}
@@ -354,7 +354,7 @@ func (p *platform) enqueueDecided(n *store.Node, now time.Time) ([]string, error
 }
 
 // dropDecided takes back entries whose node file could not be written.
-func (p *platform) dropDecided(ids []string) {
+func (p *Store) dropDecided(ids []string) {
 	for _, id := range ids {
 		if err := p.box.drop(id); err != nil {
 			p.Log.Error("outbox: taking back a delivery", "id", id, "err", err)
