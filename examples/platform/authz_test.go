@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
@@ -76,8 +77,8 @@ func authzTable() []authzRow {
 func TestAuthorizationMatrix(t *testing.T) {
 	eachNotifyStore(t, func(t *testing.T, open notifyOpener, _ int) {
 		c := &clock{t: t0}
-		h := newHook(t, c, hookSecret)
-		cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+		h := newHook(t, c, platformtest.HookSecret)
+		cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 		testAuthorizationMatrix(t, c, func(seed *store.SeedFile) notifyPlatform { return open(c, cfg, seed) })
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
@@ -240,7 +241,7 @@ func TestBinaryConfigFiles(t *testing.T) {
 	}
 
 	notify := filepath.Join(dir, "notify")
-	if err := os.WriteFile(notify, []byte("* http://127.0.0.1:1/hook "+hookSecret+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(notify, []byte("* http://127.0.0.1:1/hook "+platformtest.HookSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := testkit.StartProc(t, exec.Command(bin, "-token-file", tokens, "-notify-file", notify, "-listen", "127.0.0.1:0", "-state-dir", state), nil)

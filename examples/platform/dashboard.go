@@ -326,13 +326,13 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 	if err != nil {
 		return p, err
 	}
-	rs := d.f.dispatch.receivers()
+	rs := d.f.dispatch.Receivers()
 	for _, v := range vs {
 		n := dashboardNode{operatorView: v, Class: stateClass(v)}
 		if n.Admit, err = d.f.admit(ctx, v.ID); err != nil {
 			return p, err
 		}
-		if rc := rs.forNode(v.ID); rc != nil {
+		if rc := rs.ForNode(v.ID); rc != nil {
 			n.Receiver = (&url.URL{Scheme: rc.URL.Scheme, Host: rc.URL.Host}).String()
 			n.ReceiverAll, n.ReceiverOwn = rc.Node == "*", rc.Operator != ""
 		}
@@ -375,8 +375,8 @@ func (d *dashboard) newestNotices(ctx context.Context, keep func(node string) bo
 		}
 		hi = lo
 	}
-	if d.f.notify != nil && d.f.notify.box != nil {
-		if err := addDeliveries(ctx, d.f.notify.box, out); err != nil {
+	if d.f.notify.Outbox() != nil {
+		if err := addDeliveries(ctx, d.f.notify.Outbox(), out); err != nil {
 			return nil, err
 		}
 	}

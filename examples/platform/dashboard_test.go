@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -134,8 +135,8 @@ func expect(t *testing.T, what string, a pageAnswer, code int, want ...string) {
 // log is kept in the returned buffer.
 func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *clock, *testkit.LogBuffer, notifyPlatform) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	h := newHook(t, c, platformtest.HookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
 	f := newFleet(np.svc, np.n)
 	f.owners = dashboardSeed().Operators

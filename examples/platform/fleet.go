@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/pricing"
@@ -23,11 +25,11 @@ type fleet struct {
 	store store.Store
 	// Dispatch is the receivers in force and the notifier's wake-up:
 	// the store's Deliveries as main makes them (nil: none).
-	dispatch *dispatch
+	dispatch *notify.Dispatch
 	// notify is the notifier delivering the store's outbox; nil: notices
 	// are not delivered.
-	notify *notifier
-	// receivers keeps the operators' own receivers: the store.
+	notify *notify.Notifier
+	// Receivers keeps the operators' own receivers: the store.
 	receivers store.ReceiverStore
 	// owners is each node's operator as the route table names it (and,
 	// once wired, the token file too: ownersWith).
@@ -36,11 +38,11 @@ type fleet struct {
 
 // newFleet is the use cases over st, whose deliveries n delivers (nil:
 // none).
-func newFleet(st store.Store, n *notifier) *fleet {
+func newFleet(st store.Store, n *notify.Notifier) *fleet {
 	f := &fleet{Rules: st.Base(), store: st, receivers: st, notify: n}
-	f.dispatch, _ = f.Config.Dispatch.(*dispatch)
+	f.dispatch, _ = f.Config.Dispatch.(*notify.Dispatch)
 	if n != nil {
-		n.attempted = f.attempted
+		n.Attempted = f.attempted
 	}
 	return f
 }
@@ -94,9 +96,9 @@ func (f *fleet) Report(ctx context.Context, r overload.Reading) (reportOutcome, 
 			"node", r.Node)
 	}
 	f.logOutcome(r, out, at)
-	if f.dispatch != nil && (out.Notice != nil || (out.Event != nil && out.Event.Kind == overload.End && f.dispatch.ended)) &&
-		f.dispatch.receivers().forNode(r.Node) != nil {
-		f.dispatch.poke()
+	if f.dispatch != nil && (out.Notice != nil || (out.Event != nil && out.Event.Kind == overload.End && f.dispatch.SendsEnds())) &&
+		f.dispatch.Receivers().ForNode(r.Node) != nil {
+		f.dispatch.Poke()
 	}
 	return out, nil
 }
@@ -162,7 +164,7 @@ func (f *fleet) open(ctx context.Context, req openRequest) (store.Route, error) 
 	if req.User == "" || req.Key == "" {
 		return store.Route{}, fmt.Errorf("open route: user and key are required: %w", store.ErrBadInput)
 	}
-	if err := errors.Join(checkText("open route: user", req.User), checkText("open route: key", req.Key)); err != nil {
+	if err := errors.Join(store.CheckText("open route: user", req.User), store.CheckText("open route: key", req.Key)); err != nil {
 		return store.Route{}, err
 	}
 	if req.Kind == 0 {
@@ -212,7 +214,7 @@ func (f *fleet) open(ctx context.Context, req openRequest) (store.Route, error) 
 // traffic charges a route's traffic at its session's price and marks
 // it in use. A closed route is not found: it earns nothing more.
 func (f *fleet) traffic(ctx context.Context, req trafficRequest) (store.Route, error) {
-	if err := checkText("traffic: route", req.Route); err != nil {
+	if err := store.CheckText("traffic: route", req.Route); err != nil {
 		return store.Route{}, err
 	}
 	unknown := fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, store.ErrUnknown)
@@ -278,8 +280,8 @@ func (f *fleet) View(ctx context.Context, id string) (nodeView, error) {
 	if err != nil {
 		return nodeView{}, err
 	}
-	if f.notify != nil && f.notify.box != nil {
-		if v.Deliveries, err = nodeDeliveries(ctx, f.notify.box, v.ID); err != nil {
+	if f.notify.Outbox() != nil {
+		if v.Deliveries, err = nodeDeliveries(ctx, f.notify.Outbox(), v.ID); err != nil {
 			return nodeView{}, err
 		}
 	}
@@ -321,23 +323,10 @@ func (f *fleet) Plans(ctx context.Context, after string, limit int) ([]routing.P
 // delivery when notices are delivered.
 func (f *fleet) Notices(ctx context.Context, after int64, limit int) ([]store.NumberedNotice, int64, error) {
 	ns, last, err := f.store.Notices(ctx, after, limit)
-	if err == nil && f.notify != nil && f.notify.box != nil {
-		err = addDeliveries(ctx, f.notify.box, ns)
+	if err == nil && f.notify.Outbox() != nil {
+		err = addDeliveries(ctx, f.notify.Outbox(), ns)
 	}
 	return ns, last, err
-}
-
-// ownersWith is each node's operator, as the seed names it and as the
-// token file's agent lines do (main refuses the two disagreeing).
-func (f *fleet) ownersWith(toks tokens) map[string]string {
-	out, _ := toks.owners()
-	if out == nil {
-		out = map[string]string{}
-	}
-	for node, op := range f.owners {
-		out[node] = op
-	}
-	return out
 }
 
 // nodesOf is operator's nodes, sorted.
@@ -474,8 +463,8 @@ func (f *fleet) noticesOf(ctx context.Context, keep func(node string) bool, afte
 			break
 		}
 	}
-	if f.notify != nil && f.notify.box != nil {
-		if err := addDeliveries(ctx, f.notify.box, out); err != nil {
+	if f.notify.Outbox() != nil {
+		if err := addDeliveries(ctx, f.notify.Outbox(), out); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -564,11 +553,11 @@ func (f *fleet) Redeliver(ctx context.Context, id int64, keep func(node string) 
 	if len(ns) == 0 || ns[0].ID != id || (keep != nil && !keep(ns[0].Node)) {
 		return notFound
 	}
-	if f.notify == nil || f.notify.box == nil {
+	if f.notify.Outbox() == nil {
 		return fmt.Errorf("notice %d: %w (no deliveries: the platform runs without -notify-file)", id, store.ErrUnknown)
 	}
-	did := noticeID(ns[0].Node, ns[0].At)
-	found, err := f.notify.box.Redeliver(ctx, did, f.Now())
+	did := notify.NoticeID(ns[0].Node, ns[0].At)
+	found, err := f.notify.Outbox().Redeliver(ctx, did, f.Now())
 	if err != nil {
 		return err
 	}
@@ -576,7 +565,7 @@ func (f *fleet) Redeliver(ctx context.Context, id int64, keep func(node string) 
 		return fmt.Errorf("notice %d: %w (no delivery: decided before the platform delivered notices)", id, store.ErrUnknown)
 	}
 	f.Log.Info("notice to be delivered again", "notice", id, "id", did, "node", ns[0].Node)
-	f.dispatch.poke()
+	f.dispatch.Poke()
 	return nil
 }
 
@@ -836,4 +825,72 @@ func (p *fleet) viewLocked(n *store.Node, now time.Time) nodeView {
 		v.Routes = append(v.Routes, rt)
 	}
 	return v
+}
+
+// addDeliveries sets each notice's delivery. A notice the outbox does not
+// hold (decided before there was one) shows as undeliverable.
+func addDeliveries(ctx context.Context, box store.OutboxStore, ns []store.NumberedNotice) error {
+	ids := make([]string, len(ns))
+	for i, nt := range ns {
+		ids[i] = notify.NoticeID(nt.Node, nt.At)
+	}
+	got, err := box.ByIDs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for i := range ns {
+		v := store.DeliveryView{ID: ids[i], Type: store.TypeOverloaded, Status: store.StatusUndeliverable}
+		if d, ok := got[ids[i]]; ok {
+			v = d.View()
+		}
+		ns[i].Delivery = &v
+	}
+	return nil
+}
+
+// maxNodeDeliveries is how many of a node's deliveries /nodes/X shows.
+const maxNodeDeliveries = 10
+
+// nodeDeliveries is what /nodes/X shows of the node's deliveries.
+func nodeDeliveries(ctx context.Context, box store.OutboxStore, node string) ([]store.DeliveryView, error) {
+	ds, err := box.ByNode(ctx, node, maxNodeDeliveries)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.DeliveryView, len(ds))
+	for i := range ds {
+		out[i] = ds[i].View()
+	}
+	return out, nil
+}
+
+// notifyUnreached puts the operators' own receivers in force, and says
+// at start which nodes have no receiver: their notices are kept, and
+// marked undeliverable.
+func (f *fleet) notifyUnreached(ctx context.Context, log *slog.Logger) {
+	if err := f.refreshReceivers(ctx); err != nil {
+		log.Warn("notify: the operators' receivers not read", "err", err)
+	}
+	f.notify.LogUnreached(ctx, log, f.store.NodeIDs)
+}
+
+// Every list the API serves (GET /nodes, /nodes/X/events, /notices,
+// /plans) pages the same way. ?limit=N (1 to maxPage, by default
+// maxPage) is the most items a page holds; a page that may be followed
+// by more has a header Link: <PATH?after=CURSOR&limit=N>; rel="next",
+// and a page without it is the last. The cursor is the list's own (a node
+// id, an event id, a notice id): a client takes it from the Link as it
+// is and never builds one.
+const maxPage = 1000
+
+// admitAnswer is /admit's body.
+type admitAnswer struct {
+	Node   string `json:"node"`
+	Admit  bool   `json:"admit"`
+	Reason string `json:"reason,omitempty"` // paused, overloaded, cool-down, full
+	Why    string `json:"why,omitempty"`    // the reason in words
+	// At is the instant the answer holds for; Until, during a cool-down,
+	// when the node is offered again (unless something else intervenes).
+	At    time.Time `json:"at"`
+	Until time.Time `json:"until,omitzero"`
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,23 +16,14 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 )
 
 // maxBody bounds a request body; a reading is a few hundred bytes.
 const maxBody = 1 << 20
-
-// Every list the API serves (GET /nodes, /nodes/X/events, /notices,
-// /plans) pages the same way. ?limit=N (1 to maxPage, by default
-// maxPage) is the most items a page holds; a page that may be followed
-// by more has a header Link: <PATH?after=CURSOR&limit=N>; rel="next",
-// and a page without it is the last. The cursor is the list's own (a node
-// id, an event id, a notice id): a client takes it from the Link as it
-// is and never builds one.
-const maxPage = 1000
 
 // pageLimit parses a list's ?limit=: 1 to maxPage, maxPage when not
 // given.
@@ -62,21 +54,6 @@ func afterNodeID(list, s string) error {
 	}
 	return nil
 }
-
-// checkText checks a string of an operator's request that the platform
-// stores or looks up (a route id, a user, a key): 1 to maxText bytes of
-// UTF-8 without control characters.
-func checkText(what, s string) error {
-	bad := s == "" || len(s) > maxText || !utf8.ValidString(s) ||
-		strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
-	if bad {
-		return fmt.Errorf("%s %.80q: want 1 to %d bytes of UTF-8 without control characters: %w", what, s, maxText, store.ErrBadInput)
-	}
-	return nil
-}
-
-// maxText bounds a route id, a user and a key.
-const maxText = 256
 
 // parseNoticeCursor parses GET /notices' ?after=: a notice's id, 0 or
 // more (0 or none: from the first).
@@ -122,7 +99,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 	idx := toks.index()
 	// Each node's operator, by the route table and the token file: the
 	// fleet's too, whose operators' receivers take their nodes' notices.
-	owners := f.ownersWith(toks)
+	owners := ownersWith(f, toks)
 	f.owners = owners
 	// auth serves h to the admin, and to an operator when operators may.
 	auth := func(operatorMay bool, h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
@@ -554,18 +531,6 @@ func putBuffer(b *[]byte) {
 	}
 }
 
-// admitAnswer is /admit's body.
-type admitAnswer struct {
-	Node   string `json:"node"`
-	Admit  bool   `json:"admit"`
-	Reason string `json:"reason,omitempty"` // paused, overloaded, cool-down, full
-	Why    string `json:"why,omitempty"`    // the reason in words
-	// At is the instant the answer holds for; Until, during a cool-down,
-	// when the node is offered again (unless something else intervenes).
-	At    time.Time `json:"at"`
-	Until time.Time `json:"until,omitzero"`
-}
-
 // serve decodes a request into a Req, does it and answers
 // with the result at status (204: no body), 409 with the admit answer for
 // a node that takes nobody new, or the error's status.
@@ -684,4 +649,29 @@ func writeError(w http.ResponseWriter, status int, reason string, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
+}
+
+// serveMetrics answers GET /metrics in the Prometheus text format
+// (notifier.WriteMetrics).
+func serveMetrics(n *notify.Notifier, w http.ResponseWriter, r *http.Request) {
+	var b bytes.Buffer
+	if err := n.WriteMetrics(r.Context(), &b); err != nil {
+		writeFailure(w, fmt.Errorf("metrics: %w", err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write(b.Bytes())
+}
+
+// ownersWith is each node's operator, as the seed names it and as the
+// token file's agent lines do (main refuses the two disagreeing).
+func ownersWith(f *fleet, toks tokens) map[string]string {
+	out, _ := toks.owners()
+	if out == nil {
+		out = map[string]string{}
+	}
+	for node, op := range f.owners {
+		out[node] = op
+	}
+	return out
 }

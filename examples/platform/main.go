@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
+	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/pricing"
@@ -47,7 +48,7 @@ type options struct {
 	// open-file limit.
 	maxConnsFrom string
 	version      bool
-	notify       notifyConfig
+	notify       notify.Config
 	cfg          store.Config
 }
 
@@ -82,9 +83,9 @@ Flags:
 	fs.IntVar(&o.maxConns, "max-conns", 0, "most connections served at once; over it GET /healthz is still answered, the rest 503 (0: no limit; default: from the open-file limit)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.StringVar(&o.notify.File, "notify-file", "", "receivers of notices, one a line: NODE URL SECRET [SECRET…] (NODE * for every node without a line; reloaded on SIGHUP)")
-	fs.DurationVar(&o.notify.GiveUp, "notify-give-up", defaultGiveUp, "how long a notice's delivery is retried before it is failed")
+	fs.DurationVar(&o.notify.GiveUp, "notify-give-up", notify.DefaultGiveUp, "how long a notice's delivery is retried before it is failed")
 	fs.BoolVar(&o.notify.Ended, "notify-ended", false, "also send node.overload_ended when an overload ends")
-	fs.DurationVar(&o.notify.Timeout, "notify-timeout", defaultTimeout, "how long one delivery attempt may take; a replica that dies mid-attempt leaves the delivery to the others after twice this and 5 s")
+	fs.DurationVar(&o.notify.Timeout, "notify-timeout", notify.DefaultTimeout, "how long one delivery attempt may take; a replica that dies mid-attempt leaves the delivery to the others after twice this and 5 s")
 	pol := &o.cfg.Policy
 	fs.DurationVar(&pol.CoolDown, "cool-down", routing.DefaultCoolDown, "after an overload ends, how long the node takes nobody new (negative: none)")
 	fs.DurationVar(&pol.UnusedAfter, "unused-after", routing.DefaultUnusedAfter, "a route that moved no traffic this long is unused")
@@ -187,14 +188,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
 	}
-	var rs *receivers
+	var rs *notify.Receivers
 	if o.notify.File != "" {
-		if rs, err = readReceivers(o.notify.File); err != nil {
+		if rs, err = notify.ReadReceivers(o.notify.File); err != nil {
 			fmt.Fprintf(stderr, "platform: -notify-file: %v\n", err)
 			return 2
 		}
 	}
-	d := newDispatch(o.notify, rs)
+	d := notify.NewDispatch(o.notify, rs)
 	o.cfg.Dispatch = d
 	var seed *store.SeedFile
 	if o.routes != "" {
@@ -222,7 +223,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		svc = p
 	}
 
-	sender := newNotifier(o.notify, d, svc.Outbox(), log, o.cfg.Now)
+	sender := notify.New(o.notify, d, svc.Outbox(), log, o.cfg.Now)
 	f := newFleet(svc, sender)
 	if seed != nil {
 		f.owners = seed.Operators
@@ -268,14 +269,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f.notifyUnreached(ctx, log)
 	nctx, stopNotify := context.WithCancel(ctx)
 	notifying := make(chan struct{})
-	go func() { defer close(notifying); sender.run(nctx) }()
+	go func() { defer close(notifying); sender.Run(nctx) }()
 	defer func() { stopNotify(); <-notifying }()
 	tick := time.NewTicker(o.planEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-hup:
-			if err := sender.reload(); err != nil {
+			if err := sender.Reload(); err != nil {
 				log.Error("notify file not reloaded", "err", err)
 			}
 		case <-tick.C:

@@ -20,17 +20,13 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
+	"github.com/proofkit/nodekit/examples/platform/internal/notify"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
-)
-
-// Two secrets, as while one is rotated.
-const (
-	hookSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	hookSecret2 = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0MjQy"
 )
 
 // hook is the operator's receiver in these tests: a real HTTP server on
@@ -175,53 +171,53 @@ func notifyFile(t *testing.T, lines ...string) string {
 
 // testNotifyConfig is a fast schedule for the tests: the workers are
 // pumped by the tests themselves (see drain), on the test's clock.
-func testNotifyConfig(file string) notifyConfig {
-	return notifyConfig{File: file, GiveUp: time.Hour, Timeout: 5 * time.Second, lease: 30 * time.Second,
-		backoffBase: 10 * time.Second, backoffMax: 2 * time.Minute, poll: 10 * time.Millisecond}
+func testNotifyConfig(file string) notify.Config {
+	return notify.Config{File: file, GiveUp: time.Hour, Timeout: 5 * time.Second, Lease: 30 * time.Second,
+		BackoffBase: 10 * time.Second, BackoffMax: 2 * time.Minute, Poll: 10 * time.Millisecond}
 }
 
 // notifyPlatform is a platform with its notifier.
 type notifyPlatform struct {
 	*testPlatform
-	n *notifier
+	n *notify.Notifier
 }
 
 // notifyOpener starts a platform with a notifier on a subtest's store;
 // called again, another on the same store (a restart, or a replica).
 // A seed, if given, is the route table.
-type notifyOpener func(c *clock, cfg notifyConfig, seed ...*store.SeedFile) notifyPlatform
+type notifyOpener func(c *clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform
 
 // newDispatch4Test is the dispatch of cfg's notify file.
-func newDispatch4Test(t *testing.T, cfg notifyConfig) *dispatch {
+func newDispatch4Test(t *testing.T, cfg notify.Config) *notify.Dispatch {
 	t.Helper()
-	var rs *receivers
+	var rs *notify.Receivers
 	if cfg.File != "" {
 		var err error
-		if rs, err = readReceivers(cfg.File); err != nil {
+		if rs, err = notify.ReadReceivers(cfg.File); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return newDispatch(cfg, rs)
+	return notify.NewDispatch(cfg, rs)
 }
 
 // notified opens a store with cfg's dispatch, as main does, and the
 // notifier delivering its outbox, on clock c, logging to log.
-func notified[S store.Store](t *testing.T, c *clock, cfg notifyConfig, log *slog.Logger, open func(d *dispatch) (S, error)) (S, *notifier) {
+func notified[S store.Store](t *testing.T, c *clock, cfg notify.Config, log *slog.Logger, open func(d *notify.Dispatch) (S, error)) (S, *notify.Notifier) {
 	t.Helper()
 	d := newDispatch4Test(t, cfg)
 	st, err := open(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st, newNotifier(cfg, d, st.Outbox(), log, c.now)
+	return st, notify.New(cfg, d, st.Outbox(), log, c.now)
 }
 
 // eachNotifyStore runs test on the file store and on PostgreSQL.
 func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, replicas int)) {
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
-		test(t, func(c *clock, cfg notifyConfig, seed ...*store.SeedFile) notifyPlatform {
-			p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*filestore.Store, error) {
+		test(t, func(c *clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform {
+			p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
 				return filestore.Open(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, firstSeed(seed))
 			})
 			tp := serveNotifyTest(t, c, p, n)
@@ -232,8 +228,8 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
-		test(t, func(c *clock, cfg notifyConfig, seed ...*store.SeedFile) notifyPlatform {
-			p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*pgPlatform, error) {
+		test(t, func(c *clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform {
+			p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*pgPlatform, error) {
 				return openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
 			})
 			t.Cleanup(p.close)
@@ -252,15 +248,12 @@ func firstSeed(seed []*store.SeedFile) *store.SeedFile {
 
 // drain pumps the notifiers at the clock's time until no attempt is in
 // flight and none is due.
-func drain(t *testing.T, ns ...*notifier) {
+func drain(t *testing.T, ns ...*notify.Notifier) {
 	t.Helper()
 	for {
 		var claimed int64
 		for _, n := range ns {
-			before := n.claimed.Load()
-			n.pump(t.Context())
-			n.running.Wait()
-			claimed += n.claimed.Load() - before
+			claimed += n.PumpOnce(t.Context())
 		}
 		if claimed == 0 {
 			return
@@ -292,7 +285,7 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 
 // serveNotifyTest serves svc as main does: notices and views with their
 // deliveries, and /metrics.
-func serveNotifyTest(t *testing.T, c *clock, svc store.Store, n *notifier) *testPlatform {
+func serveNotifyTest(t *testing.T, c *clock, svc store.Store, n *notify.Notifier) *testPlatform {
 	toks := tokens{testToken: "", "x1-token": "x1"}
 	srv := httptest.NewServer(handler(newFleet(svc, n), toks))
 	t.Cleanup(srv.Close)
@@ -315,8 +308,8 @@ func TestNotifyFiftyNodes(t *testing.T) { eachNotifyStore(t, testNotifyFiftyNode
 
 func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	h := newHook(t, c, platformtest.HookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	for i := range 50 {
 		overloadNode(t, c, fmt.Sprintf("n%02d", i), ps...)
@@ -355,7 +348,7 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 		t.Errorf("%d attempts for 50 notices, want 50", len(attempts))
 	}
 	v := ps[len(ps)-1].node("n07")
-	if len(v.Deliveries) != 1 || v.Deliveries[0].Status != store.StatusDelivered || v.Deliveries[0].ID != noticeID("n07", t0.Add(24*time.Second)) {
+	if len(v.Deliveries) != 1 || v.Deliveries[0].Status != store.StatusDelivered || v.Deliveries[0].ID != notify.NoticeID("n07", t0.Add(24*time.Second)) {
 		t.Errorf("/nodes/n07 deliveries %+v", v.Deliveries)
 	}
 	if code, _, _ := ps[0].raw("GET", "/metrics", "", ""); code != 401 {
@@ -381,9 +374,9 @@ func TestNotifyRetries(t *testing.T) { eachNotifyStore(t, testNotifyRetries) }
 
 func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
+	h := newHook(t, c, platformtest.HookSecret)
 	h.down()
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	const nodes = 5
 	for i := range nodes {
@@ -433,7 +426,7 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 		if a.Status == 503 {
 			n503[a.ID]++
 		}
-		if prev, ok := last[a.ID]; ok && a.At.Sub(prev) < cfg.backoffBase/2 {
+		if prev, ok := last[a.ID]; ok && a.At.Sub(prev) < cfg.BackoffBase/2 {
 			t.Fatalf("%s: attempts %v apart, less than the schedule's shortest wait", a.ID, a.At.Sub(prev))
 		}
 		last[a.ID] = a.At
@@ -451,10 +444,10 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 
 // attemptsWithin is the most attempts the schedule makes in d: every wait
 // at its shortest (half, with jitter).
-func attemptsWithin(d time.Duration, cfg notifyConfig) int {
+func attemptsWithin(d time.Duration, cfg notify.Config) int {
 	n, spent := 1, time.Duration(0)
 	for {
-		spent += backoff(cfg.backoffBase, cfg.backoffMax, n, 0)
+		spent += notify.Backoff(cfg.BackoffBase, cfg.BackoffMax, n, 0)
 		if spent > d {
 			return n
 		}
@@ -469,8 +462,8 @@ func TestNotifyOncePerHour(t *testing.T) { eachNotifyStore(t, testNotifyOncePerH
 
 func testNotifyOncePerHour(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "x9 "+h.url()+" "+hookSecret))
+	h := newHook(t, c, platformtest.HookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "x9 "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	for range 3 {
 		overloadNode(t, c, "x9", ps...)
@@ -495,9 +488,9 @@ func TestNotifyRotationAndGone(t *testing.T) { eachNotifyStore(t, testNotifyRota
 
 func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
-	gone := newHook(t, c, hookSecret)
-	other := newHook(t, c, hookSecret2)
-	file := notifyFile(t, "# rotating a0's secret", "a0 "+gone.url()+" "+hookSecret+" "+hookSecret2, "b0 "+other.url()+" "+hookSecret2)
+	gone := newHook(t, c, platformtest.HookSecret)
+	other := newHook(t, c, platformtest.HookSecret2)
+	file := notifyFile(t, "# rotating a0's secret", "a0 "+gone.url()+" "+platformtest.HookSecret+" "+platformtest.HookSecret2, "b0 "+other.url()+" "+platformtest.HookSecret2)
 	cfg := testNotifyConfig(file)
 	p := open(c, cfg)
 	overloadNode(t, c, "a0", p)
@@ -512,20 +505,20 @@ func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 	}
 	// Each signature alone verifies with its own secret, and not with
 	// the other.
-	for i, s := range []string{hookSecret, hookSecret2} {
+	for i, s := range []string{platformtest.HookSecret, platformtest.HookSecret2} {
 		hd := attempts[0].Headers.Clone()
 		hd.Set("webhook-signature", sigs[i])
 		if _, err := webhookreceiver.Verify([]string{s}, hd, attempts[0].Body, c.now()); err != nil {
 			t.Fatalf("signature %d with secret %d: %v", i+1, i+1, err)
 		}
-		if _, err := webhookreceiver.Verify([]string{hookSecret, hookSecret2}[1-i:2-i], hd, attempts[0].Body, c.now()); err == nil {
+		if _, err := webhookreceiver.Verify([]string{platformtest.HookSecret, platformtest.HookSecret2}[1-i:2-i], hd, attempts[0].Body, c.now()); err == nil {
 			t.Fatalf("signature %d verified with the other secret", i+1)
 		}
 	}
 	// A receiver holding only the new secret accepts the messages.
 	c.add(time.Hour)
-	gone2 := newHook(t, c, hookSecret2)
-	writeFile(t, file, "a0 "+gone2.url()+" "+hookSecret+" "+hookSecret2+"\nb0 "+other.url()+" "+hookSecret2+"\n")
+	gone2 := newHook(t, c, platformtest.HookSecret2)
+	writeFile(t, file, "a0 "+gone2.url()+" "+platformtest.HookSecret+" "+platformtest.HookSecret2+"\nb0 "+other.url()+" "+platformtest.HookSecret2+"\n")
 	reload(t, p.n)
 	calm(t, c, "a0", p)
 	overloadNode(t, c, "a0", p)
@@ -561,7 +554,7 @@ func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 	}
 	// The file changes: the receiver is tried again.
 	gone2.setAnswer(http.StatusOK)
-	writeFile(t, file, "a0 "+gone2.url()+" "+hookSecret2+"\n")
+	writeFile(t, file, "a0 "+gone2.url()+" "+platformtest.HookSecret2+"\n")
 	reload(t, p.n)
 	c.add(time.Hour)
 	calm(t, c, "a0", p)
@@ -579,9 +572,9 @@ func writeFile(t *testing.T, path, s string) {
 	}
 }
 
-func reload(t *testing.T, n *notifier) {
+func reload(t *testing.T, n *notify.Notifier) {
 	t.Helper()
-	if err := n.reload(); err != nil {
+	if err := n.Reload(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -592,8 +585,8 @@ func TestNotifyUndeliverable(t *testing.T) { eachNotifyStore(t, testNotifyUndeli
 
 func testNotifyUndeliverable(t *testing.T, open notifyOpener, _ int) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
-	p := open(c, testNotifyConfig(notifyFile(t, "other "+h.url()+" "+hookSecret)))
+	h := newHook(t, c, platformtest.HookSecret)
+	p := open(c, testNotifyConfig(notifyFile(t, "other "+h.url()+" "+platformtest.HookSecret)))
 	overloadNode(t, c, "lonely", p)
 	drain(t, p.n)
 	ns := p.Notices()
@@ -610,12 +603,12 @@ func testNotifyUndeliverable(t *testing.T, open notifyOpener, _ int) {
 // 410 and 429 is failed at once.
 func TestNotifyFailureLogsHostOnly(t *testing.T) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
+	h := newHook(t, c, platformtest.HookSecret)
 	h.setAnswer(http.StatusBadRequest)
 	var log testkit.LogBuffer
 	secretURL := "http://ops:hunter2@" + h.addr + "/hook?token=tok-abc123"
-	file := notifyFile(t, "* "+secretURL+" "+hookSecret)
-	p, n := notified(t, c, testNotifyConfig(file), slogTo(&log), func(d *dispatch) (*filestore.Store, error) {
+	file := notifyFile(t, "* "+secretURL+" "+platformtest.HookSecret)
+	p, n := notified(t, c, testNotifyConfig(file), slogTo(&log), func(d *notify.Dispatch) (*filestore.Store, error) {
 		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Dispatch: d}, nil)
 	})
 	defer p.Close()
@@ -644,17 +637,17 @@ func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, n
 // attempts in flight, never the others' deliveries.
 func TestNotifySlowReceiver(t *testing.T) {
 	c := &clock{t: t0}
-	slow, fast := newHook(t, c, hookSecret), newHook(t, c, hookSecret)
+	slow, fast := newHook(t, c, platformtest.HookSecret), newHook(t, c, platformtest.HookSecret)
 	slow.mu.Lock()
 	slow.hold = make(chan struct{})
 	slow.mu.Unlock()
-	lines := []string{"* " + fast.url() + " " + hookSecret}
+	lines := []string{"* " + fast.url() + " " + platformtest.HookSecret}
 	for i := range 10 {
-		lines = append(lines, fmt.Sprintf("s%d %s %s", i, slow.url(), hookSecret))
+		lines = append(lines, fmt.Sprintf("s%d %s %s", i, slow.url(), platformtest.HookSecret))
 	}
 	cfg := testNotifyConfig(notifyFile(t, lines...))
 	cfg.Timeout = time.Minute // the slow receiver holds its requests until released
-	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*filestore.Store, error) {
+	p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
 		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 	})
 	defer p.Close()
@@ -667,16 +660,16 @@ func TestNotifySlowReceiver(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); n.run(ctx) }()
+	go func() { defer close(done); n.Run(ctx) }()
 	testkit.WaitFor(t, "every fast node's notice delivered while the slow receiver holds its requests", func() bool {
 		_, acc := fast.snapshot()
 		return len(acc) == 10
 	})
 	testkit.WaitFor(t, "the slow receiver to hold its share of requests", func() bool {
-		if held := slow.held.Load(); held > int32(defaultPerReceiver) {
-			t.Fatalf("%d requests held by the slow receiver, more than its share (%d)", held, defaultPerReceiver)
+		if held := slow.held.Load(); held > int32(notify.DefaultPerReceiver) {
+			t.Fatalf("%d requests held by the slow receiver, more than its share (%d)", held, notify.DefaultPerReceiver)
 		}
-		return slow.held.Load() == int32(defaultPerReceiver)
+		return slow.held.Load() == int32(notify.DefaultPerReceiver)
 	})
 	slow.mu.Lock()
 	close(slow.hold)
@@ -684,7 +677,7 @@ func TestNotifySlowReceiver(t *testing.T) {
 	slow.mu.Unlock()
 	testkit.WaitFor(t, "the slow receiver's notices delivered once it answers", func() bool {
 		c.add(time.Second)
-		n.poke()
+		n.Poke()
 		_, acc := slow.snapshot()
 		return len(acc) == 10
 	})
@@ -702,17 +695,17 @@ func TestNotifyHangingReceivers(t *testing.T) { eachNotifyStore(t, testNotifyHan
 
 func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
-	healthy := newHook(t, c, hookSecret)
-	lines := []string{"ok " + healthy.url() + " " + hookSecret}
+	healthy := newHook(t, c, platformtest.HookSecret)
+	lines := []string{"ok " + healthy.url() + " " + platformtest.HookSecret}
 	var hanging []*hook
 	for i := range 10 {
-		h := newHook(t, c, hookSecret)
+		h := newHook(t, c, platformtest.HookSecret)
 		h.mu.Lock()
 		h.hold = make(chan struct{})
 		h.mu.Unlock()
 		hanging = append(hanging, h)
 		for j := range 8 {
-			lines = append(lines, fmt.Sprintf("h%d-%d %s %s", i, j, h.url(), hookSecret))
+			lines = append(lines, fmt.Sprintf("h%d-%d %s %s", i, j, h.url(), platformtest.HookSecret))
 		}
 	}
 	cfg := testNotifyConfig(notifyFile(t, lines...))
@@ -726,7 +719,7 @@ func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var running sync.WaitGroup
 	for _, n := range ns {
-		running.Go(func() { n.run(ctx) })
+		running.Go(func() { n.Run(ctx) })
 	}
 	defer func() {
 		for _, h := range hanging {
@@ -741,11 +734,9 @@ func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
 	testkit.WaitFor(t, "every attempt slot of the replicas taken by the hanging receivers", func() bool {
 		total := 0
 		for _, n := range ns {
-			n.mu.Lock()
-			total += n.total
-			n.mu.Unlock()
+			total += n.AttemptsInFlight()
 		}
-		return total >= defaultMaxInFlight*len(ns)
+		return total >= notify.DefaultMaxInFlight*len(ns)
 	})
 	overloadNode(t, c, "ok", ps...)
 	testkit.WaitForWithin(t, time.Second, "the healthy receiver's notice delivered while ten others hang", func() bool {
@@ -768,21 +759,28 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
 	url := cl.NewDatabase(t)
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
-	open := func() notifyPlatform {
-		p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*pgPlatform, error) {
-			return openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
-		})
+	h := newHook(t, c, platformtest.HookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	// Each replica's notifier delivers its store's outbox through a
+	// swapBox, which the test replaces to kill the replica.
+	open := func() (notifyPlatform, *swapBox) {
+		d := newDispatch4Test(t, cfg)
+		p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		t.Cleanup(p.close)
-		return notifyPlatform{serveNotifyTest(t, c, p, n), n}
+		box := &swapBox{p.Outbox()}
+		n := notify.New(cfg, d, box, testLogger(t), c.now)
+		return notifyPlatform{serveNotifyTest(t, c, p, n), n}, box
 	}
-	a, b := open(), open()
+	a, aBox := open()
+	b, bBox := open()
 	for i := range 10 {
 		overloadNode(t, c, fmt.Sprintf("c%d", i), a, b)
 	}
 	// a claims and sends; it dies before recording a result.
-	a.n.box = deadAfterSend{a.n.box}
+	aBox.OutboxStore = deadAfterSend{aBox.OutboxStore}
 	drain(t, a.n)
 	inCrash, _ := h.snapshot()
 	if len(inCrash) == 0 {
@@ -791,8 +789,8 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	// Readings go on while the database restarts; b delivers, and an
 	// attempt whose result it cannot record while the database is down
 	// is made again: those are in the crash window too.
-	unrecorded := &recordingBox{OutboxStore: b.n.box, failed: map[string]bool{}}
-	b.n.box = unrecorded
+	unrecorded := &recordingBox{OutboxStore: bBox.OutboxStore, failed: map[string]bool{}}
+	bBox.OutboxStore = unrecorded
 	restarted := make(chan error, 1)
 	go func() { restarted <- cl.Restart() }()
 	sent := 10
@@ -818,13 +816,12 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 		// The attempts end (their results recorded, or lost to the
 		// restart) before the test's clock moves on: on a real clock the
 		// lease outlasts an attempt.
-		b.n.pump(t.Context())
-		b.n.running.Wait()
+		b.n.PumpOnce(t.Context())
 	}
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
 	}
-	c.add(cfg.lease + time.Second) // a's claims run out
+	c.add(cfg.Lease + time.Second) // a's claims run out
 	testkit.WaitFor(t, "every notice delivered", func() bool {
 		drain(t, b.n)
 		c.add(time.Minute)
@@ -861,6 +858,9 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	t.Logf("%d notices, %d attempts, %d sent by the dead replica, %d results lost to the restart, duplicates: %v",
 		sent, len(attempts), len(inCrash), len(unrecorded.ids()), dups)
 }
+
+// swapBox is an outbox the test replaces between its notifier's pumps.
+type swapBox struct{ store.OutboxStore }
 
 // deadAfterSend is the outbox of a replica that dies after sending: it
 // claims, and never records what an attempt did.
@@ -902,12 +902,12 @@ func (r *recordingBox) ids() map[string]bool {
 // reached the node's file (a crash between the two writes) is dropped.
 func TestNotifyFileOutboxReplay(t *testing.T) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
+	h := newHook(t, c, platformtest.HookSecret)
 	h.down()
 	dir := t.TempDir()
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
-	open := func() (*filestore.Store, *notifier) {
-		p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*filestore.Store, error) {
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	open := func() (*filestore.Store, *notify.Notifier) {
+		p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
 			return filestore.Open(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 		})
 		return p, n
@@ -918,7 +918,7 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	drain(t, n)
 	// A crash after the outbox's append, before the node's file: an
 	// entry for a notice r2's file does not hold.
-	ghost, err := noticeDelivery(overload.Notice{Node: "r1", At: c.now().Add(time.Hour), Text: "never saved"}, 1, c.now(), n.receivers())
+	ghost, err := n.NoticeDelivery(overload.Notice{Node: "r1", At: c.now().Add(time.Hour), Text: "never saved"}, 1, c.now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -942,43 +942,11 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	c.add(time.Hour)
 	drain(t, n)
 	_, acc := h.snapshot()
-	if len(acc) != 1 || acc[noticeID("r1", t0.Add(3*time.Second))] != 1 {
+	if len(acc) != 1 || acc[notify.NoticeID("r1", t0.Add(3*time.Second))] != 1 {
 		t.Fatalf("delivered after the restart: %v, want r1's notice once", acc)
 	}
 	if d, _ := p.Outbox().ByIDs(t.Context(), []string{ghost.ID}); len(d) != 0 {
 		t.Fatalf("the unsaved notice's entry was kept: %+v", d)
-	}
-}
-
-// TestParseReceivers: the notify file's lines, and errors naming the line.
-func TestParseReceivers(t *testing.T) {
-	good := "# comment\n\nx1 https://ops.example/hook " + hookSecret + " " + hookSecret2 + "\n* http://127.0.0.1:9/all " + hookSecret + "\n"
-	rs, err := parseReceivers("notify", strings.NewReader(good))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := rs.forNode("x1"); r == nil || len(r.Secrets) != 2 || r.Line != 3 {
-		t.Fatalf("x1: %+v", r)
-	}
-	if r := rs.forNode("y"); r == nil || r.Node != "*" || r.host() != "127.0.0.1:9" {
-		t.Fatalf("y: %+v", r)
-	}
-	for _, c := range []struct{ file, want string }{
-		{"x1 https://a/ whsec_c2hvcnQ=\n", "notify:1: node x1: secret 1: 5 bytes: want at least 24"},
-		{"\nx1 https://a/ " + hookSecret + "\nx1 https://b/ " + hookSecret + "\n", "notify:3: node x1 has a line already (line 2)"},
-		{"x1 ftp://a/ " + hookSecret + "\n", "notify:1: node x1: the URL is not an absolute http:// or https:// URL"},
-		{"x1 https://a/\n", "notify:1: want NODE URL SECRET [SECRET…], got 2 field(s)"},
-		{"x1 https://a/ s3cr3t-not-whsec\n", `notify:1: node x1: secret 1: want "whsec_"`},
-		{"bad/node https://a/ " + hookSecret + "\n", `notify:1: node "bad/node"`},
-		{"x1 https://a/ whsec_!!!\n", "notify:1: node x1: secret 1: not base64"},
-	} {
-		_, err := parseReceivers("notify", strings.NewReader(c.file))
-		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
-			t.Errorf("%q: %v, want %q", c.file, err, c.want)
-		}
-		if err != nil && strings.Contains(err.Error(), "s3cr3t") {
-			t.Errorf("the error shows the secret: %v", err)
-		}
 	}
 }
 
@@ -995,45 +963,15 @@ func TestNotifyFileRefused(t *testing.T) {
 		t.Fatalf("exit %d, %q; want 2 and the line named", code, stderr.String())
 	}
 	c := &clock{t: t0}
-	file := notifyFile(t, "* http://127.0.0.1:9/ "+hookSecret)
+	file := notifyFile(t, "* http://127.0.0.1:9/ "+platformtest.HookSecret)
 	cfg := testNotifyConfig(file)
-	n := newNotifier(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), c.now)
+	n := notify.New(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), c.now)
 	writeFile(t, file, "* http://127.0.0.1:9/\n")
-	if err := n.reload(); err == nil || !strings.Contains(err.Error(), file+":1:") || !strings.Contains(err.Error(), "previous file stays") {
+	if err := n.Reload(); err == nil || !strings.Contains(err.Error(), file+":1:") || !strings.Contains(err.Error(), "previous file stays") {
 		t.Fatalf("reload of a bad file: %v", err)
 	}
-	if n.receivers().forNode("any") == nil {
+	if n.Receivers().ForNode("any") == nil {
 		t.Fatal("the file in force was dropped by a bad reload")
-	}
-}
-
-// TestSign: the Standard Webhooks specification's example signature.
-func TestSign(t *testing.T) {
-	key, err := decodeSecret(hookSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := sign([][]byte{key}, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`))
-	if want := "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="; got != want {
-		t.Fatalf("%s, want %s", got, want)
-	}
-}
-
-func TestClassifyStatus(t *testing.T) {
-	for code, want := range map[int]store.Outcome{200: store.OutcomeDelivered, 204: store.OutcomeDelivered, 301: store.OutcomeFailed, 400: store.OutcomeFailed,
-		401: store.OutcomeFailed, 404: store.OutcomeFailed, 408: store.OutcomeRetry, 410: store.OutcomeGone, 429: store.OutcomeRetry, 500: store.OutcomeRetry, 503: store.OutcomeRetry} {
-		if got := classifyStatus(code); got != want {
-			t.Errorf("%d: %v, want %v", code, got, want)
-		}
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	base, most := 10*time.Second, time.Hour
-	for n, want := range map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 5: 160 * time.Second, 12: time.Hour, 40: time.Hour} {
-		if lo, hi := backoff(base, most, n, 0), backoff(base, most, n, 1); lo != want/2 || hi != want {
-			t.Errorf("attempt %d: %v to %v, want %v to %v", n, lo, hi, want/2, want)
-		}
 	}
 }
 
@@ -1041,13 +979,13 @@ func TestBackoff(t *testing.T) {
 // is retried later, the attempt recorded as timed out.
 func TestNotifyTimeout(t *testing.T) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
+	h := newHook(t, c, platformtest.HookSecret)
 	h.mu.Lock()
 	h.hold = make(chan struct{})
 	h.mu.Unlock()
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.Timeout = 200 * time.Millisecond
-	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*filestore.Store, error) {
+	p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
 		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 	})
 	defer p.Close()
@@ -1056,8 +994,8 @@ func TestNotifyTimeout(t *testing.T) {
 	drain(t, n)
 	ns := tp.Notices()
 	if d := ns[0].Delivery; d.Status != store.StatusPending || d.Attempts != 1 || d.LastError != "timed out" ||
-		d.NextAttempt.Sub(c.now()) < cfg.backoffBase/2 {
-		t.Fatalf("delivery %+v: want pending after one timed-out attempt, the next one at least %v later", d, cfg.backoffBase/2)
+		d.NextAttempt.Sub(c.now()) < cfg.BackoffBase/2 {
+		t.Fatalf("delivery %+v: want pending after one timed-out attempt, the next one at least %v later", d, cfg.BackoffBase/2)
 	}
 }
 
@@ -1067,8 +1005,8 @@ func TestNotifyEnded(t *testing.T) { eachNotifyStore(t, testNotifyEnded) }
 
 func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	h := newHook(t, c, platformtest.HookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.Ended = true
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	overloadNode(t, c, "e1", ps...)
@@ -1097,9 +1035,9 @@ func TestNotifyOrder(t *testing.T) { eachNotifyStore(t, testNotifyOrder) }
 
 func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
-	other := newHook(t, c, hookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "o1 "+h.url()+" "+hookSecret, "o2 "+other.url()+" "+hookSecret))
+	h := newHook(t, c, platformtest.HookSecret)
+	other := newHook(t, c, platformtest.HookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "o1 "+h.url()+" "+platformtest.HookSecret, "o2 "+other.url()+" "+platformtest.HookSecret))
 	cfg.Ended = true
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	h.setAnswer(http.StatusServiceUnavailable)
@@ -1151,8 +1089,8 @@ func TestNotifyRedeliver(t *testing.T) { eachNotifyStore(t, testNotifyRedeliver)
 
 func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	h := newHook(t, c, platformtest.HookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	h.setAnswer(http.StatusServiceUnavailable)
 	overloadNode(t, c, "d1", ps...)
@@ -1183,11 +1121,11 @@ func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
 // delivery is failed, and no attempt is made after.
 func TestNotifyGiveUp(t *testing.T) {
 	c := &clock{t: t0}
-	h := newHook(t, c, hookSecret)
+	h := newHook(t, c, platformtest.HookSecret)
 	h.setAnswer(http.StatusServiceUnavailable)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+hookSecret))
+	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.GiveUp = 5 * time.Minute
-	p, n := notified(t, c, cfg, testLogger(t), func(d *dispatch) (*filestore.Store, error) {
+	p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
 		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
 	})
 	defer p.Close()
@@ -1203,16 +1141,16 @@ func TestNotifyGiveUp(t *testing.T) {
 		t.Fatalf("delivery %+v, want failed: given up", d)
 	}
 	attempts, _ := h.snapshot()
-	if last := attempts[len(attempts)-1].At; last.Sub(start) > cfg.GiveUp+cfg.backoffMax {
+	if last := attempts[len(attempts)-1].At; last.Sub(start) > cfg.GiveUp+cfg.BackoffMax {
 		t.Fatalf("an attempt %v after the start, past the give-up", last.Sub(start))
 	}
 }
 
 // openReplicas opens replicas platforms of one store on clock c with
 // cfg, and returns them with their notifiers.
-func openReplicas(open notifyOpener, c *clock, cfg notifyConfig, replicas int) ([]notifyPlatform, []*notifier) {
+func openReplicas(open notifyOpener, c *clock, cfg notify.Config, replicas int) ([]notifyPlatform, []*notify.Notifier) {
 	var ps []notifyPlatform
-	var ns []*notifier
+	var ns []*notify.Notifier
 	for range replicas {
 		p := open(c, cfg)
 		ps, ns = append(ps, p), append(ns, p.n)
@@ -1220,38 +1158,13 @@ func openReplicas(open notifyOpener, c *clock, cfg notifyConfig, replicas int) (
 	return ps, ns
 }
 
-// TestRetryAfter: a receiver's Retry-After in seconds or as an HTTP date
-// is the wait it asks for; anything else asks for none.
-func TestRetryAfter(t *testing.T) {
-	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
-	for _, tt := range []struct {
-		v    string
-		want time.Duration
-	}{
-		{"120", 2 * time.Minute},
-		{" 5 ", 5 * time.Second},
-		{"-3", 0},
-		{"Thu, 03 Dec 2026 09:10:00 GMT", 10 * time.Minute},
-		{"Thursday, 03-Dec-26 09:00:30 GMT", 30 * time.Second}, // RFC 850
-		{"Thu Dec  3 09:01:00 2026", time.Minute},              // asctime
-		{"Thu, 03 Dec 2026 08:00:00 GMT", 0},                   // past
-		{"soon", 0},
-		{"", 0},
-	} {
-		resp := &http.Response{Header: http.Header{"Retry-After": {tt.v}}}
-		if got := retryAfter(resp, now); got != tt.want {
-			t.Errorf("Retry-After %q: %v, want %v", tt.v, got, tt.want)
-		}
-	}
-}
-
 // TestNotifyUnreached: at start the platform names the nodes no line of
 // the notify file reaches, on both stores.
 func TestNotifyUnreached(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
 		tp := open(&clock{t: t0}, testSeed())
-		cfg := testNotifyConfig(notifyFile(t, "x1 http://127.0.0.1:9/ "+hookSecret))
-		n := newNotifier(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), nil)
+		cfg := testNotifyConfig(notifyFile(t, "x1 http://127.0.0.1:9/ "+platformtest.HookSecret))
+		n := notify.New(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), nil)
 		var log testkit.LogBuffer
 		newFleet(tp.svc, n).notifyUnreached(t.Context(), slogTo(&log))
 		if !strings.Contains(log.String(), "count=2 nodes=\"f1 x2\"") {

@@ -2,66 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 )
-
-// newSecret is a Standard Webhooks secret: 32 random bytes.
-func newSecret() ([]byte, error) {
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("receiver secret: %w", err)
-	}
-	return key, nil
-}
-
-// secretText is key as an operator sets it in their receiver:
-// "whsec_" and base64.
-func secretText(key []byte) string { return "whsec_" + base64.StdEncoding.EncodeToString(key) }
-
-// checkReceiverURL checks an operator's receiver URL as the notify
-// file's are checked.
-func checkReceiverURL(raw string) (*url.URL, error) {
-	if err := checkText("receiver: url", raw); err != nil {
-		return nil, err
-	}
-	u, err := parseReceiverURL(raw)
-	if err != nil {
-		return nil, fmt.Errorf("receiver: %w: %w", err, store.ErrBadInput)
-	}
-	return u, nil
-}
-
-// withOperators is file's receivers (the notify file's) with the
-// operators' own, which take the place of the file's for each of the
-// operator's nodes (owners: each node's operator), as in force at now.
-func withOperators(file *receivers, ops map[string]store.OperatorReceiver, owners map[string]string, now time.Time) *receivers {
-	rs := &receivers{byNode: map[string]*receiver{}}
-	if file != nil {
-		*rs = *file
-	}
-	rs.file = file
-	rs.owners = maps.Clone(owners)
-	rs.byOperator = map[string]*receiver{}
-	for op, r := range ops {
-		u, err := url.Parse(r.URL)
-		keys := r.Signing(now)
-		if err != nil || len(keys) == 0 {
-			continue
-		}
-		rs.byOperator[op] = &receiver{Operator: op, URL: u, Secrets: keys, failingSince: r.FailingSince, disabled: !r.Disabled.IsZero()}
-	}
-	return rs
-}
 
 // receiverRequest sets an operator's receiver URL.
 type receiverRequest struct {
@@ -86,11 +35,11 @@ func (f *fleet) receiverOf(ctx context.Context, operator string) (store.Receiver
 // receiver's secrets, and starts its record of failing afresh (a
 // disabled receiver moved is enabled).
 func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRequest) (v store.ReceiverView, created bool, err error) {
-	u, err := checkReceiverURL(req.URL)
+	u, err := notify.CheckReceiverURL(req.URL)
 	if err != nil {
 		return store.ReceiverView{}, false, err
 	}
-	key, err := newSecret()
+	key, err := notify.NewSecret()
 	if err != nil {
 		return store.ReceiverView{}, false, err
 	}
@@ -110,7 +59,7 @@ func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRe
 		return store.ReceiverView{}, false, err
 	}
 	if created {
-		v.Secret = secretText(key)
+		v.Secret = notify.SecretText(key)
 	}
 	f.Log.Info("receiver set", "operator", operator, "host", u.Host, "new", created)
 	return v, created, f.refreshReceivers(ctx)
@@ -120,7 +69,7 @@ func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRe
 // the one it replaces signs beside it for RotatedFor, and any older one
 // no more.
 func (f *fleet) rotateReceiver(ctx context.Context, operator string) (store.ReceiverView, error) {
-	key, err := newSecret()
+	key, err := notify.NewSecret()
 	if err != nil {
 		return store.ReceiverView{}, err
 	}
@@ -138,7 +87,7 @@ func (f *fleet) rotateReceiver(ctx context.Context, operator string) (store.Rece
 	if err != nil {
 		return store.ReceiverView{}, err
 	}
-	v.Secret = secretText(key)
+	v.Secret = notify.SecretText(key)
 	f.Log.Info("receiver secret rotated", "operator", operator, "old_until", v.Rotating)
 	return v, f.refreshReceivers(ctx)
 }
@@ -155,7 +104,7 @@ func (f *fleet) refreshReceivers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.dispatch.setOperators(ops, f.owners, f.Now())
+	f.dispatch.SetOperators(ops, f.owners, f.Now())
 	return nil
 }
 
@@ -186,23 +135,23 @@ type testAnswer struct {
 // what it did. The message is not kept: it is the operator's to try
 // their receiver with, not a notice.
 func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, error) {
-	var rc *receiver
+	var rc *notify.Receiver
 	if f.dispatch != nil {
-		rc = f.dispatch.receivers().byOperator[operator]
+		rc = f.dispatch.Receivers().ForOperator(operator)
 	}
 	if rc == nil || f.notify == nil {
 		return testAnswer{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, store.ErrUnknown)
 	}
 	now := f.Now()
-	body, err := json.Marshal(message{Type: typeTest, Timestamp: now.UTC(), Data: messageData{
+	body, err := json.Marshal(notify.Message{Type: typeTest, Timestamp: now.UTC(), Data: notify.MessageData{
 		At: now.UTC(), Text: "a test message from the platform, sent when you asked for it",
 	}})
 	if err != nil {
 		return testAnswer{}, err
 	}
 	id := "tst_" + operator + "_" + strconv.FormatInt(now.UnixMicro(), 10)
-	res := f.notify.attempt(ctx, rc, store.Delivery{ID: id, Body: body, Created: now})
-	attrs := []any{"operator", operator, "host", rc.host()}
+	res := f.notify.Attempt(ctx, rc, store.Delivery{ID: id, Body: body, Created: now})
+	attrs := []any{"operator", operator, "host", rc.Host()}
 	if res.Status != 0 {
 		attrs = append(attrs, "status", res.Status)
 	}
@@ -232,13 +181,13 @@ func (f *fleet) enableReceiver(ctx context.Context, operator string) (store.Rece
 	return v, f.refreshReceivers(ctx)
 }
 
-// attempted records an attempt of a notice's delivery to an operator's
+// Attempted records an attempt of a notice's delivery to an operator's
 // receiver rc, at at: delivered (ok) ends its failing; a failure starts
 // it, and one FailFor after the first disables the receiver. The store
 // is written only when that changes.
-func (f *fleet) attempted(ctx context.Context, rc *receiver, ok bool, at time.Time) {
-	if rc.Operator == "" || (ok && rc.failingSince.IsZero()) ||
-		(!ok && !rc.failingSince.IsZero() && at.Sub(rc.failingSince) < store.FailFor) {
+func (f *fleet) attempted(ctx context.Context, rc *notify.Receiver, ok bool, at time.Time) {
+	if rc.Operator == "" || (ok && rc.FailingSince.IsZero()) ||
+		(!ok && !rc.FailingSince.IsZero() && at.Sub(rc.FailingSince) < store.FailFor) {
 		return
 	}
 	disabled := false
@@ -263,7 +212,7 @@ func (f *fleet) attempted(ctx context.Context, rc *receiver, ok bool, at time.Ti
 		return
 	}
 	if disabled {
-		f.Log.Warn("notify: receiver disabled after failing for 5 days; its operator enables it again", "operator", rc.Operator, "receiver", rc.host())
+		f.Log.Warn("notify: receiver disabled after failing for 5 days; its operator enables it again", "operator", rc.Operator, "receiver", rc.Host())
 	}
 	if err := f.refreshReceivers(ctx); err != nil {
 		f.Log.Warn("the operators' receivers not read", "err", err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/notify"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
 )
@@ -24,8 +26,8 @@ func TestOperatorReceivers(t *testing.T) { eachNotifyStore(t, testOperatorReceiv
 
 func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	c := &clock{t: t0}
-	file := newHook(t, c, hookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+file.url()+" "+hookSecret))
+	file := newHook(t, c, platformtest.HookSecret)
+	cfg := testNotifyConfig(notifyFile(t, "* "+file.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
 	owners := map[string]string{"a1": "alice", "b1": "bob"}
 	f := newFleet(np.svc, np.n)
@@ -56,7 +58,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 		t.Fatalf("alice's first PUT /receiver: %d %s, want 201 with a whsec_ secret", code, body)
 	}
 	first := v.Secret
-	if _, err := decodeSecret(first); err != nil {
+	if _, err := notify.DecodeSecret(first); err != nil {
 		t.Fatalf("the secret given: %v", err)
 	}
 	alice := newHook(t, c, first)
@@ -118,7 +120,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	if ns[0].Node != "a1" {
 		a1Notice = ns[1].ID
 	}
-	redeliver := func(f *fleet, n *notifier) hookAttempt {
+	redeliver := func(f *fleet, n *notify.Notifier) hookAttempt {
 		t.Helper()
 		if err := f.Redeliver(t.Context(), a1Notice, nil); err != nil {
 			t.Fatal(err)
@@ -179,7 +181,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	}
 	live := []struct {
 		f *fleet
-		n *notifier
+		n *notify.Notifier
 	}{{g, other.n}}
 	if replicas > 1 { // the first instance, a replica, takes it in
 		if err := f.round(t.Context()); err != nil {

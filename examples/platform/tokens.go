@@ -172,15 +172,11 @@ func checkOwners(toks tokens, seed map[string]string) error {
 	return nil
 }
 
-// maxConfigFile bounds the token and notify files: a line per node of a
-// 100,000-node fleet is a few megabytes.
-const maxConfigFile = 32 << 20
-
 // readTokens reads the token file: a regular file of at most
-// maxConfigFile bytes (a FIFO or a device is refused at once, never
+// MaxConfigFile bytes (a FIFO or a device is refused at once, never
 // waited on or read without end).
 func readTokens(path string) (tokens, error) {
-	b, _, err := procfile.Read(context.Background(), path, maxConfigFile)
+	b, _, err := procfile.Read(context.Background(), path, store.MaxConfigFile)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package main
+package notify
 
 import (
 	"bytes"
@@ -24,10 +24,10 @@ import (
 	"github.com/proofkit/nodekit/overload"
 )
 
-// noticeID is a notice's message id: its node and the instant it was
+// NoticeID is a notice's message id: its node and the instant it was
 // counted at (a node has at most one notice an instant, and one an hour),
 // in microseconds, as the database keeps times.
-func noticeID(node string, at time.Time) string {
+func NoticeID(node string, at time.Time) string {
 	return "ntc_" + node + "_" + strconv.FormatInt(at.UnixMicro(), 10)
 }
 
@@ -36,14 +36,15 @@ func endID(node string, at time.Time) string {
 	return "end_" + node + "_" + strconv.FormatInt(at.UnixMicro(), 10)
 }
 
-// message is a Standard Webhooks payload.
-type message struct {
+// Message is a Standard Webhooks payload.
+type Message struct {
 	Type      string      `json:"type"`
 	Timestamp time.Time   `json:"timestamp"`
-	Data      messageData `json:"data"`
+	Data      MessageData `json:"data"`
 }
 
-type messageData struct {
+// MessageData is a message's data: the notice (or end) of one node.
+type MessageData struct {
 	// Node is the node the message is about; a test message, about
 	// none, has no "node".
 	Node string `json:"node,omitempty"`
@@ -66,8 +67,8 @@ type messageFinding struct {
 
 // noticeDelivery is the outbox entry of notice n, decided at now. With
 // no receiver for the node it is undeliverable from the start.
-func noticeDelivery(n overload.Notice, seq int64, now time.Time, rs *receivers) (store.Delivery, error) {
-	m := message{Type: store.TypeOverloaded, Timestamp: now.UTC(), Data: messageData{
+func noticeDelivery(n overload.Notice, seq int64, now time.Time, rs *Receivers) (store.Delivery, error) {
+	m := Message{Type: store.TypeOverloaded, Timestamp: now.UTC(), Data: MessageData{
 		Node: n.Node, At: n.At.UTC(), Received: now.UTC(), Text: n.Text, Findings: []messageFinding{},
 	}}
 	for _, f := range n.Findings {
@@ -76,25 +77,25 @@ func noticeDelivery(n overload.Notice, seq int64, now time.Time, rs *receivers) 
 			Figures: map[string]float64{"value": f.Value, "limit": f.Limit},
 		})
 	}
-	return newDelivery(noticeID(n.Node, n.At), n.Node, seq, m, now, rs)
+	return newDelivery(NoticeID(n.Node, n.At), n.Node, seq, m, now, rs)
 }
 
 // endDelivery is the outbox entry of the end of an overload.
-func endDelivery(node string, seq int64, e overload.Event, now time.Time, rs *receivers) (store.Delivery, error) {
-	m := message{Type: store.TypeOverloadEnded, Timestamp: now.UTC(), Data: messageData{
+func endDelivery(node string, seq int64, e overload.Event, now time.Time, rs *Receivers) (store.Delivery, error) {
+	m := Message{Type: store.TypeOverloadEnded, Timestamp: now.UTC(), Data: MessageData{
 		Node: node, At: e.At.UTC(), Received: now.UTC(), Lasted: e.Lasted.String(),
 		Text: fmt.Sprintf("%s is no longer overloaded, after %v", node, e.Lasted.Round(time.Second)),
 	}}
 	return newDelivery(endID(node, e.At), node, seq, m, now, rs)
 }
 
-func newDelivery(id, node string, seq int64, m message, now time.Time, rs *receivers) (store.Delivery, error) {
+func newDelivery(id, node string, seq int64, m Message, now time.Time, rs *Receivers) (store.Delivery, error) {
 	body, err := json.Marshal(m)
 	if err != nil {
 		return store.Delivery{}, fmt.Errorf("node %s: message: %w: %w", node, store.ErrUnsaved, err)
 	}
 	d := store.Delivery{ID: id, Node: node, Type: m.Type, At: m.Data.At, Seq: seq, Body: body, Created: now, Status: store.StatusPending, NextAt: now}
-	if rs.forNode(node) == nil {
+	if rs.ForNode(node) == nil {
 		d.Status, d.LastError, d.NextAt = store.StatusUndeliverable, "no receiver for the node in the notify file", time.Time{}
 	}
 	return d, nil
@@ -135,8 +136,8 @@ func classifyStatus(code int) store.Outcome {
 	}
 }
 
-// notifyConfig configures delivery; zero fields are the defaults.
-type notifyConfig struct {
+// Config configures delivery; zero fields are the defaults.
+type Config struct {
 	// File is the notify file ("" for none: every notice undeliverable).
 	File string
 	// GiveUp is how long a delivery is retried (24 h).
@@ -146,50 +147,54 @@ type notifyConfig struct {
 	// Timeout bounds one attempt (15 s).
 	Timeout time.Duration
 
-	// Test hooks: the back-off schedule, the poll interval, the lease a
-	// claim takes, and how many attempts run at once.
-	backoffBase, backoffMax  time.Duration
-	poll, lease              time.Duration
+	// The back-off schedule (Backoff: from 10 s, doubling, at most an
+	// hour), the poll interval (1 s), and the lease a claim takes (twice
+	// Timeout and 5 s): tests shorten them.
+	BackoffBase, BackoffMax time.Duration
+	Poll, Lease             time.Duration
+
 	maxInFlight, perReceiver int
 }
 
+// The defaults of Config's fields, and how many attempts run at once,
+// in all (DefaultMaxInFlight) and to one receiver (DefaultPerReceiver).
 const (
-	defaultGiveUp      = 24 * time.Hour
-	defaultTimeout     = 15 * time.Second
+	DefaultGiveUp      = 24 * time.Hour
+	DefaultTimeout     = 15 * time.Second
 	defaultBackoffBase = 10 * time.Second
 	defaultBackoffMax  = time.Hour
 	defaultPoll        = time.Second
-	defaultMaxInFlight = 32
-	defaultPerReceiver = 4
+	DefaultMaxInFlight = 32
+	DefaultPerReceiver = 4
 )
 
-func (c notifyConfig) withDefaults() notifyConfig {
+func (c Config) withDefaults() Config {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
 		}
 	}
-	def(&c.GiveUp, defaultGiveUp)
-	def(&c.Timeout, defaultTimeout)
-	def(&c.backoffBase, defaultBackoffBase)
-	def(&c.backoffMax, defaultBackoffMax)
-	def(&c.poll, defaultPoll)
+	def(&c.GiveUp, DefaultGiveUp)
+	def(&c.Timeout, DefaultTimeout)
+	def(&c.BackoffBase, defaultBackoffBase)
+	def(&c.BackoffMax, defaultBackoffMax)
+	def(&c.Poll, defaultPoll)
 	// A lease outlasts an attempt, so a delivery is claimed again only
 	// once its replica is surely gone.
-	def(&c.lease, 2*c.Timeout+5*time.Second)
+	def(&c.Lease, 2*c.Timeout+5*time.Second)
 	if c.maxInFlight <= 0 {
-		c.maxInFlight = defaultMaxInFlight
+		c.maxInFlight = DefaultMaxInFlight
 	}
 	if c.perReceiver <= 0 {
-		c.perReceiver = defaultPerReceiver
+		c.perReceiver = DefaultPerReceiver
 	}
 	return c
 }
 
-// backoff is the wait after the n-th failed attempt: base doubled for
+// Backoff is the wait after the n-th failed attempt: base doubled for
 // each attempt before it, at most max, with equal jitter (between half
 // and all of it), so replicas retrying many deliveries spread out.
-func backoff(base, max time.Duration, n int, r float64) time.Duration {
+func Backoff(base, max time.Duration, n int, r float64) time.Duration {
 	d := base
 	for i := 1; i < n && d < max; i++ {
 		d *= 2
@@ -204,9 +209,9 @@ func backoff(base, max time.Duration, n int, r float64) time.Duration {
 // store gives the notifier when it wrote a delivery. It is made first;
 // the store is opened with it, and the notifier with it and the store's
 // outbox.
-type dispatch struct {
+type Dispatch struct {
 	ended bool
-	rcv   atomic.Pointer[receivers]
+	rcv   atomic.Pointer[Receivers]
 	wake  chan struct{}
 
 	mu     sync.Mutex // orders the changes of rcv
@@ -215,19 +220,19 @@ type dispatch struct {
 	at     time.Time // when ops were put in
 }
 
-// newDispatch is the dispatch of a notify file's receivers rs (nil: none).
-func newDispatch(cfg notifyConfig, rs *receivers) *dispatch {
-	d := &dispatch{ended: cfg.Ended, wake: make(chan struct{}, 1)}
+// NewDispatch is the dispatch of a notify file's receivers rs (nil: none).
+func NewDispatch(cfg Config, rs *Receivers) *Dispatch {
+	d := &Dispatch{ended: cfg.Ended, wake: make(chan struct{}, 1)}
 	if rs == nil {
-		rs = &receivers{byNode: map[string]*receiver{}}
+		rs = &Receivers{byNode: map[string]*Receiver{}}
 	}
 	d.rcv.Store(withOperators(rs, nil, nil, time.Time{}))
 	return d
 }
 
-// setOperators puts the operators' own receivers ops in force beside the
+// SetOperators puts the operators' own receivers ops in force beside the
 // notify file's, for the nodes owners gives each, as at now.
-func (d *dispatch) setOperators(ops map[string]store.OperatorReceiver, owners map[string]string, now time.Time) {
+func (d *Dispatch) SetOperators(ops map[string]store.OperatorReceiver, owners map[string]string, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ops, d.owners, d.at = ops, owners, now
@@ -236,7 +241,7 @@ func (d *dispatch) setOperators(ops map[string]store.OperatorReceiver, owners ma
 
 // setFile puts a notify file's receivers in force, beside the operators'
 // own, and returns the file's before.
-func (d *dispatch) setFile(rs *receivers) *receivers {
+func (d *Dispatch) setFile(rs *Receivers) *Receivers {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := d.rcv.Load().file
@@ -244,8 +249,8 @@ func (d *dispatch) setFile(rs *receivers) *receivers {
 	return old
 }
 
-// receivers is the notify file in force; nil without a dispatch.
-func (d *dispatch) receivers() *receivers {
+// Receivers is the notify file in force; nil without a dispatch.
+func (d *Dispatch) Receivers() *Receivers {
 	if d == nil {
 		return nil
 	}
@@ -255,22 +260,22 @@ func (d *dispatch) receivers() *receivers {
 // NoticeDelivery is the outbox's delivery of notice n, decided at at as
 // the node's seq-th reading, to the receiver in force for its node
 // (store.Deliveries).
-func (d *dispatch) NoticeDelivery(n overload.Notice, seq int64, at time.Time) (store.Delivery, error) {
-	return noticeDelivery(n, seq, at, d.receivers())
+func (d *Dispatch) NoticeDelivery(n overload.Notice, seq int64, at time.Time) (store.Delivery, error) {
+	return noticeDelivery(n, seq, at, d.Receivers())
 }
 
 // EndDelivery is the outbox's delivery of the end e of node's overload;
 // false when ends are not sent (store.Deliveries).
-func (d *dispatch) EndDelivery(node string, seq int64, e overload.Event, at time.Time) (store.Delivery, bool, error) {
+func (d *Dispatch) EndDelivery(node string, seq int64, e overload.Event, at time.Time) (store.Delivery, bool, error) {
 	if !d.ended {
 		return store.Delivery{}, false, nil
 	}
-	dl, err := endDelivery(node, seq, e, at, d.receivers())
+	dl, err := endDelivery(node, seq, e, at, d.Receivers())
 	return dl, true, err
 }
 
-// poke wakes the workers: a delivery was written.
-func (d *dispatch) poke() {
+// Poke wakes the workers: a delivery was written.
+func (d *Dispatch) Poke() {
 	if d == nil {
 		return
 	}
@@ -280,12 +285,12 @@ func (d *dispatch) poke() {
 	}
 }
 
-// notifier delivers the outbox: on every replica, it claims due
+// Notifier delivers the outbox: on every replica, it claims due
 // deliveries and sends each to its node's receiver, a few at a time per
 // receiver so one slow receiver does not hold back the others.
-type notifier struct {
-	*dispatch
-	cfg    notifyConfig
+type Notifier struct {
+	*Dispatch
+	cfg    Config
 	box    store.OutboxStore
 	log    *slog.Logger
 	now    func() time.Time
@@ -299,14 +304,14 @@ type notifier struct {
 	attempts [len(store.OutcomeNames)]atomic.Int64
 	claimed  atomic.Int64 // deliveries claimed, for tests
 	running  sync.WaitGroup
-	// attempted, when set, is told of each attempt to an operator's own
-	// receiver, whether it delivered (fleet.attempted).
-	attempted func(ctx context.Context, rc *receiver, ok bool, at time.Time)
+	// Attempted, when set, is told of each attempt to an operator's own
+	// receiver, whether it delivered (fleet.Attempted).
+	Attempted func(ctx context.Context, rc *Receiver, ok bool, at time.Time)
 }
 
-// newNotifier is the notifier of d's receivers, delivering box (a
+// New is the notifier of d's receivers, delivering box (a
 // store's outbox; nil: none, for a platform that only reloads its file).
-func newNotifier(cfg notifyConfig, d *dispatch, box store.OutboxStore, log *slog.Logger, now func() time.Time) *notifier {
+func New(cfg Config, d *Dispatch, box store.OutboxStore, log *slog.Logger, now func() time.Time) *Notifier {
 	cfg = cfg.withDefaults()
 	if now == nil {
 		now = func() time.Time { return time.Now().Round(0) }
@@ -314,8 +319,8 @@ func newNotifier(cfg notifyConfig, d *dispatch, box store.OutboxStore, log *slog
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &notifier{
-		dispatch: d, cfg: cfg, box: box, log: log, now: now,
+	n := &Notifier{
+		Dispatch: d, cfg: cfg, box: box, log: log, now: now,
 		inFlight: map[string]int{}, failing: map[string]bool{}, disabled: map[string][32]byte{},
 		client: &http.Client{
 			Timeout: cfg.Timeout,
@@ -327,13 +332,13 @@ func newNotifier(cfg notifyConfig, d *dispatch, box store.OutboxStore, log *slog
 	return n
 }
 
-// reload reads the notify file again; a file that does not parse is
+// Reload reads the notify file again; a file that does not parse is
 // refused and the one in force kept.
-func (n *notifier) reload() error {
+func (n *Notifier) Reload() error {
 	if n.cfg.File == "" {
 		return nil
 	}
-	rs, err := readReceivers(n.cfg.File)
+	rs, err := ReadReceivers(n.cfg.File)
 	if err != nil {
 		return fmt.Errorf("-notify-file: %w (the previous file stays in force)", err)
 	}
@@ -344,14 +349,14 @@ func (n *notifier) reload() error {
 		n.mu.Unlock()
 	}
 	n.log.Info("notify file reloaded", "file", n.cfg.File, "receivers", len(rs.byNode), "any", rs.any != nil)
-	n.poke()
+	n.Poke()
 	return nil
 }
 
-// run claims and delivers until ctx ends, then waits for the attempts in
+// Run claims and delivers until ctx ends, then waits for the attempts in
 // flight (each bounded by the timeout).
-func (n *notifier) run(ctx context.Context) {
-	t := time.NewTicker(n.cfg.poll)
+func (n *Notifier) Run(ctx context.Context) {
+	t := time.NewTicker(n.cfg.Poll)
 	defer t.Stop()
 	defer n.running.Wait()
 	for {
@@ -378,7 +383,7 @@ func (n *notifier) run(ctx context.Context) {
 
 // limitOf is how many attempts the receiver with key may have in flight;
 // n.mu held.
-func (n *notifier) limitOf(key string) int {
+func (n *Notifier) limitOf(key string) int {
 	if n.failing[key] {
 		return 1
 	}
@@ -387,7 +392,7 @@ func (n *notifier) limitOf(key string) int {
 
 // busyLocked reports whether the receiver with key may start no attempt
 // now; n.mu held.
-func (n *notifier) busyLocked(key string) bool {
+func (n *Notifier) busyLocked(key string) bool {
 	in := n.inFlight[key]
 	return in >= n.limitOf(key) || (in > 0 && n.total >= n.cfg.maxInFlight)
 }
@@ -395,7 +400,7 @@ func (n *notifier) busyLocked(key string) bool {
 // filter is the claim filter for the receivers now busy, and how many
 // deliveries a claim may take: the free slots, or, with none free, one
 // for each receiver with nothing in flight.
-func (n *notifier) filter(rs *receivers) (store.ClaimFilter, int) {
+func (n *Notifier) filter(rs *Receivers) (store.ClaimFilter, int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var f store.ClaimFilter
@@ -426,15 +431,15 @@ func (n *notifier) filter(rs *receivers) (store.ClaimFilter, int) {
 
 // pump claims what is due, as many as there are free slots, and starts
 // an attempt of each.
-func (n *notifier) pump(ctx context.Context) {
+func (n *Notifier) pump(ctx context.Context) {
 	for ctx.Err() == nil {
-		rs := n.receivers()
+		rs := n.Receivers()
 		f, free := n.filter(rs)
 		if free <= 0 {
 			return
 		}
-		qctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		ds, err := n.box.Claim(qctx, n.now(), free, n.cfg.lease, f)
+		qctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		ds, err := n.box.Claim(qctx, n.now(), free, n.cfg.Lease, f)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -452,12 +457,41 @@ func (n *notifier) pump(ctx context.Context) {
 	}
 }
 
+// Outbox is the outbox n delivers; nil for a nil n or none.
+func (n *Notifier) Outbox() store.OutboxStore {
+	if n == nil {
+		return nil
+	}
+	return n.box
+}
+
+// SendsEnds reports whether the ends of overloads are sent.
+func (d *Dispatch) SendsEnds() bool { return d.ended }
+
+// PumpOnce claims what is due at the notifier's clock once, as run
+// does, and waits for the attempts it started; it returns how many
+// deliveries it claimed. It is for a caller that drives the notifier on
+// its own clock (a test) instead of run.
+func (n *Notifier) PumpOnce(ctx context.Context) int64 {
+	before := n.claimed.Load()
+	n.pump(ctx)
+	n.running.Wait()
+	return n.claimed.Load() - before
+}
+
+// AttemptsInFlight is how many attempts are in flight.
+func (n *Notifier) AttemptsInFlight() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.total
+}
+
 // start begins an attempt of d, or settles it at once when its receiver
 // is gone, disabled, or has too many attempts in flight (then it is due
 // again in a moment).
-func (n *notifier) start(ctx context.Context, rs *receivers, d store.Delivery) {
+func (n *Notifier) start(ctx context.Context, rs *Receivers, d store.Delivery) {
 	now := n.now()
-	rc := rs.forNode(d.Node)
+	rc := rs.ForNode(d.Node)
 	if rc == nil {
 		n.Settle(ctx, d, nil, store.AttemptResult{Outcome: store.OutcomeUndeliverable, At: now, Err: "no receiver for the node: none in the notify file, or its operator's is disabled"})
 		return
@@ -491,7 +525,7 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d store.Delivery) {
 	n.running.Add(1)
 	go func() {
 		defer n.running.Done()
-		res := n.attempt(ctx, rc, d)
+		res := n.Attempt(ctx, rc, d)
 		n.mu.Lock()
 		n.inFlight[key]--
 		n.total--
@@ -505,12 +539,12 @@ func (n *notifier) start(ctx context.Context, rs *receivers, d store.Delivery) {
 		}
 		n.mu.Unlock()
 		n.Settle(context.WithoutCancel(ctx), d, rc, res)
-		n.poke() // a slot is free
+		n.Poke() // a slot is free
 	}()
 }
 
-// attempt sends d to rc once.
-func (n *notifier) attempt(ctx context.Context, rc *receiver, d store.Delivery) store.AttemptResult {
+// Attempt sends d to rc once.
+func (n *Notifier) Attempt(ctx context.Context, rc *Receiver, d store.Delivery) store.AttemptResult {
 	now := n.now()
 	res := store.AttemptResult{At: now}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
@@ -543,9 +577,9 @@ func (n *notifier) attempt(ctx context.Context, rc *receiver, d store.Delivery) 
 			res.Outcome = store.OutcomeFailed
 			res.Err = fmt.Sprintf("given up after %d attempts over %v: %s", d.Attempts, n.cfg.GiveUp, res.Err)
 		} else {
-			wait := backoff(n.cfg.backoffBase, n.cfg.backoffMax, d.Attempts, rand.Float64())
+			wait := Backoff(n.cfg.BackoffBase, n.cfg.BackoffMax, d.Attempts, rand.Float64())
 			if ra := retryAfter(resp, now); ra > wait {
-				wait = min(ra, n.cfg.backoffMax)
+				wait = min(ra, n.cfg.BackoffMax)
 			}
 			res.Next = now.Add(wait)
 		}
@@ -584,11 +618,11 @@ func urlless(err error) string {
 }
 
 // Settle records res and logs a failure, naming the receiver's host.
-func (n *notifier) Settle(ctx context.Context, d store.Delivery, rc *receiver, res store.AttemptResult) {
+func (n *Notifier) Settle(ctx context.Context, d store.Delivery, rc *Receiver, res store.AttemptResult) {
 	n.attempts[res.Outcome].Add(1)
 	host := ""
 	if rc != nil {
-		host = rc.host()
+		host = rc.Host()
 	}
 	switch res.Outcome {
 	case store.OutcomeRetry:
@@ -600,10 +634,10 @@ func (n *notifier) Settle(ctx context.Context, d store.Delivery, rc *receiver, r
 	case store.OutcomeUndeliverable:
 		n.log.Warn("notify: undeliverable", "id", d.ID, "node", d.Node, "err", res.Err)
 	}
-	sctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	sctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	if rc != nil && rc.Operator != "" && n.attempted != nil && res.Outcome <= store.OutcomeGone {
-		n.attempted(sctx, rc, res.Outcome == store.OutcomeDelivered, res.At)
+	if rc != nil && rc.Operator != "" && n.Attempted != nil && res.Outcome <= store.OutcomeGone {
+		n.Attempted(sctx, rc, res.Outcome == store.OutcomeDelivered, res.At)
 	}
 	if err := n.box.Settle(sctx, d, res); err != nil {
 		// The lease runs out and another attempt is made: at least once.
@@ -611,69 +645,32 @@ func (n *notifier) Settle(ctx context.Context, d store.Delivery, rc *receiver, r
 	}
 }
 
-// addDeliveries sets each notice's delivery. A notice the outbox does not
-// hold (decided before there was one) shows as undeliverable.
-func addDeliveries(ctx context.Context, box store.OutboxStore, ns []store.NumberedNotice) error {
-	ids := make([]string, len(ns))
-	for i, nt := range ns {
-		ids[i] = noticeID(nt.Node, nt.At)
-	}
-	got, err := box.ByIDs(ctx, ids)
-	if err != nil {
-		return err
-	}
-	for i := range ns {
-		v := store.DeliveryView{ID: ids[i], Type: store.TypeOverloaded, Status: store.StatusUndeliverable}
-		if d, ok := got[ids[i]]; ok {
-			v = d.View()
-		}
-		ns[i].Delivery = &v
-	}
-	return nil
-}
+// storeTimeout bounds each of the notifier's calls to its outbox, as
+// a request's deadline bounds the API's.
+const storeTimeout = 10 * time.Second
 
-// maxNodeDeliveries is how many of a node's deliveries /nodes/X shows.
-const maxNodeDeliveries = 10
-
-// nodeDeliveries is what /nodes/X shows of the node's deliveries.
-func nodeDeliveries(ctx context.Context, box store.OutboxStore, node string) ([]store.DeliveryView, error) {
-	ds, err := box.ByNode(ctx, node, maxNodeDeliveries)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]store.DeliveryView, len(ds))
-	for i := range ds {
-		out[i] = ds[i].View()
-	}
-	return out, nil
-}
-
-// notifyUnreached puts the operators' own receivers in force, and says
-// at start which nodes have no receiver: their notices are kept, and
-// marked undeliverable.
-func (f *fleet) notifyUnreached(ctx context.Context, log *slog.Logger) {
-	n, svc := f.notify, f.store
-	if err := f.refreshReceivers(ctx); err != nil {
-		log.Warn("notify: the operators' receivers not read", "err", err)
-	}
-	rs := n.receivers()
+// LogUnreached logs the receivers in force, and which of the nodes
+// nodeIDs lists have none: their notices are kept, and marked
+// undeliverable.
+func (n *Notifier) LogUnreached(ctx context.Context, log *slog.Logger, nodeIDs func(context.Context) ([]string, error)) {
+	rs := n.Receivers()
 	if n.cfg.File == "" && len(rs.byOperator) == 0 {
 		log.Warn("notify: no -notify-file and no operator's receiver: notices are kept, marked undeliverable, and sent to nobody")
 		return
 	}
 	if rs.any != nil {
-		log.Info("notify: receivers", "file", n.cfg.File, "nodes", len(rs.byNode), "any", rs.any.host())
+		log.Info("notify: receivers", "file", n.cfg.File, "nodes", len(rs.byNode), "any", rs.any.Host())
 		return
 	}
-	qctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	ids, err := svc.NodeIDs(qctx)
+	qctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	ids, err := nodeIDs(qctx)
 	cancel()
 	if err != nil {
 		log.Warn("notify: listing nodes", "err", err)
 	}
 	var none []string
 	for _, id := range ids {
-		if rs.forNode(id) == nil {
+		if rs.ForNode(id) == nil {
 			none = append(none, id)
 		}
 	}

@@ -1,14 +1,16 @@
-package main
+package notify
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"strings"
 	"time"
@@ -17,36 +19,36 @@ import (
 	"github.com/proofkit/nodekit/internal/procfile"
 )
 
-// receiver is where one node's notices go: a URL and the secrets its
+// Receiver is where one node's notices go: a URL and the secrets its
 // messages are signed with (two while one is rotated).
-type receiver struct {
+type Receiver struct {
 	Node     string // the node the line is for, or "*"
 	Operator string // or the operator whose own receiver it is (the API's)
 	URL      *url.URL
 	Secrets  [][]byte
 	Line     int // the line of the notify file
 
-	failingSince time.Time // an operator's receiver: when it started failing
+	FailingSince time.Time // an operator's receiver: when it started failing
 	disabled     bool      // an operator's receiver disabled for failing: sent nothing
 }
 
-// host is the receiver's host and port, which is all a log line names of
+// Host is the receiver's host and port, which is all a log line names of
 // it: its URL may carry userinfo or a token in its path or query.
-func (r *receiver) host() string { return r.URL.Host }
+func (r *Receiver) Host() string { return r.URL.Host }
 
-// receivers is a parsed notify file: one receiver per node that has a
+// Receivers is a parsed notify file: one receiver per node that has a
 // line of its own, and the "*" line's for every other node.
-type receivers struct {
-	byNode map[string]*receiver
-	any    *receiver
+type Receivers struct {
+	byNode map[string]*Receiver
+	any    *Receiver
 	sum    [32]byte // the file's content hash: a 410 disables a URL until it changes
 	path   string
 	// The operators' own receivers (withOperators), which take the
 	// file's place for their nodes: by operator, each node's operator,
 	// and the file's receivers alone.
-	byOperator map[string]*receiver
+	byOperator map[string]*Receiver
 	owners     map[string]string
-	file       *receivers
+	file       *Receivers
 }
 
 // minSecret is the least a secret decodes to: 24 bytes, 192 bits.
@@ -61,12 +63,12 @@ const minSecret = 24
 // least 24 bytes; several secrets while one is rotated, each message then
 // signed with every one. Blank lines and lines starting with "#" are
 // skipped. An error names the file and the line.
-func parseReceivers(path string, r io.Reader) (*receivers, error) {
+func parseReceivers(path string, r io.Reader) (*Receivers, error) {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	rs := &receivers{byNode: map[string]*receiver{}, sum: sha256.Sum256(b), path: path}
+	rs := &Receivers{byNode: map[string]*Receiver{}, sum: sha256.Sum256(b), path: path}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 4096), 64<<10)
 	for line := 1; sc.Scan(); line++ {
@@ -98,12 +100,12 @@ func parseReceivers(path string, r io.Reader) (*receivers, error) {
 	return rs, nil
 }
 
-func parseReceiverLine(text string) (*receiver, error) {
+func parseReceiverLine(text string) (*Receiver, error) {
 	f := strings.Fields(text)
 	if len(f) < 3 {
 		return nil, fmt.Errorf("want NODE URL SECRET [SECRET…], got %d field(s)", len(f))
 	}
-	rc := &receiver{Node: f[0]}
+	rc := &Receiver{Node: f[0]}
 	if rc.Node != "*" {
 		if err := store.CheckNodeID(rc.Node); err != nil {
 			return nil, err
@@ -115,7 +117,7 @@ func parseReceiverLine(text string) (*receiver, error) {
 	}
 	rc.URL = u
 	for i, s := range f[2:] {
-		key, err := decodeSecret(s)
+		key, err := DecodeSecret(s)
 		if err != nil {
 			// Never the secret itself: the file's lines are the operator's
 			// to read, not the log's.
@@ -139,8 +141,8 @@ func parseReceiverURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// decodeSecret decodes a Standard Webhooks secret, "whsec_" and base64.
-func decodeSecret(s string) ([]byte, error) {
+// DecodeSecret decodes a Standard Webhooks secret, "whsec_" and base64.
+func DecodeSecret(s string) ([]byte, error) {
 	b64, ok := strings.CutPrefix(s, "whsec_")
 	if !ok {
 		return nil, fmt.Errorf(`want "whsec_" and base64 of at least %d bytes`, minSecret)
@@ -155,20 +157,23 @@ func decodeSecret(s string) ([]byte, error) {
 	return key, nil
 }
 
-// readReceivers reads and parses the notify file at path: a regular
-// file of at most maxConfigFile bytes, so that neither a FIFO (which
+// ReadReceivers reads and parses the notify file at path: a regular
+// file of at most MaxConfigFile bytes, so that neither a FIFO (which
 // blocks its reader) nor a device such as /dev/zero (which never ends)
 // stops the platform starting or reloading.
-func readReceivers(path string) (*receivers, error) {
-	b, _, err := procfile.Read(context.Background(), path, maxConfigFile)
+func ReadReceivers(path string) (*Receivers, error) {
+	b, _, err := procfile.Read(context.Background(), path, store.MaxConfigFile)
 	if err != nil {
 		return nil, err
 	}
 	return parseReceivers(path, bytes.NewReader(b))
 }
 
-// forNode is node's receiver, or nil when it has none.
-func (rs *receivers) forNode(node string) *receiver {
+// ForOperator is operator's own receiver, or nil when it has none.
+func (rs *Receivers) ForOperator(operator string) *Receiver { return rs.byOperator[operator] }
+
+// ForNode is node's receiver, or nil when it has none.
+func (rs *Receivers) ForNode(node string) *Receiver {
 	if rs == nil {
 		return nil
 	}
@@ -182,4 +187,52 @@ func (rs *receivers) forNode(node string) *receiver {
 		return r
 	}
 	return rs.any
+}
+
+// NewSecret is a Standard Webhooks secret: 32 random bytes.
+func NewSecret() ([]byte, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("receiver secret: %w", err)
+	}
+	return key, nil
+}
+
+// SecretText is key as an operator sets it in their receiver:
+// "whsec_" and base64.
+func SecretText(key []byte) string { return "whsec_" + base64.StdEncoding.EncodeToString(key) }
+
+// CheckReceiverURL checks an operator's receiver URL as the notify
+// file's are checked.
+func CheckReceiverURL(raw string) (*url.URL, error) {
+	if err := store.CheckText("receiver: url", raw); err != nil {
+		return nil, err
+	}
+	u, err := parseReceiverURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w: %w", err, store.ErrBadInput)
+	}
+	return u, nil
+}
+
+// withOperators is file's receivers (the notify file's) with the
+// operators' own, which take the place of the file's for each of the
+// operator's nodes (owners: each node's operator), as in force at now.
+func withOperators(file *Receivers, ops map[string]store.OperatorReceiver, owners map[string]string, now time.Time) *Receivers {
+	rs := &Receivers{byNode: map[string]*Receiver{}}
+	if file != nil {
+		*rs = *file
+	}
+	rs.file = file
+	rs.owners = maps.Clone(owners)
+	rs.byOperator = map[string]*Receiver{}
+	for op, r := range ops {
+		u, err := url.Parse(r.URL)
+		keys := r.Signing(now)
+		if err != nil || len(keys) == 0 {
+			continue
+		}
+		rs.byOperator[op] = &Receiver{Operator: op, URL: u, Secrets: keys, FailingSince: r.FailingSince, disabled: !r.Disabled.IsZero()}
+	}
+	return rs
 }
