@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
@@ -86,8 +87,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *store.SeedFile) notifyPlatform) {
 	seed := dashboardSeed()
 	tp := open(seed)
-	f := newFleet(tp.svc, tp.n)
-	f.owners = seed.Operators
+	f := fleet.New(tp.svc, tp.n)
+	f.Owners = seed.Operators
 	srv := httptest.NewServer(handler(f, dashboardTokens))
 	defer srv.Close()
 	tokenOf := map[string]string{"admin": testToken, "opA": "tok-alice", "opB": "tok-bob", "agentA": "tok-a1", "none": ""}
@@ -176,7 +177,7 @@ func TestPauseAndApprove(t *testing.T) { eachStore(t, testPauseAndApprove) }
 func testPauseAndApprove(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	tp := open(c, testSeed())
-	f := newFleet(tp.svc, nil)
+	f := fleet.New(tp.svc, nil)
 	srv := httptest.NewServer(handler(f, tokens{testToken: "", "tok-alice": "operator:alice", "tok-x1": "x1 operator:alice"}))
 	defer srv.Close()
 	do := func(method, path, token, body string, out any) int {
@@ -193,21 +194,21 @@ func testPauseAndApprove(t *testing.T, open opener) {
 		}
 		return resp.StatusCode
 	}
-	status := func() operatorView {
+	status := func() fleet.OperatorView {
 		t.Helper()
-		var v operatorView
+		var v fleet.OperatorView
 		if code := do("GET", "/nodes/x1", "tok-alice", "", &v); code != 200 {
 			t.Fatalf("operator's view of x1: %d", code)
 		}
 		return v
 	}
-	if v := status(); v.Status != statusWordsAdmitted || v.Paused {
+	if v := status(); v.Status != fleet.StatusWordsAdmitted || v.Paused {
 		t.Fatalf("x1 before a pause: %+v", v)
 	}
 	if code := do("POST", "/nodes/x1/pause", testToken, "", nil); code != 204 {
 		t.Fatalf("pause: %d", code)
 	}
-	var a admitAnswer
+	var a fleet.AdmitAnswer
 	if do("GET", "/admit?node=x1", testToken, "", &a); a.Admit || a.Reason != string(routing.ReasonPaused) {
 		t.Errorf("admit of a paused node: %+v", a)
 	}
@@ -226,7 +227,7 @@ func testPauseAndApprove(t *testing.T, open opener) {
 	if do("GET", "/admit?node=x1", testToken, "", &a); !a.Admit {
 		t.Errorf("admit of an approved node: %+v", a)
 	}
-	events := func(f *fleet) string {
+	events := func(f *fleet.Fleet) string {
 		t.Helper()
 		pg, err := f.Events(t.Context(), "x1", 0, 0)
 		if err != nil {
@@ -257,7 +258,7 @@ func testPauseAndApprove(t *testing.T, open opener) {
 	if code := do("POST", "/max-users", "tok-alice", `{"node":"x1","max_users":1}`, nil); code != 204 {
 		t.Fatalf("max-users: %d", code)
 	}
-	if v := status(); v.MaxUsers != 1 || v.Status != statusWordsFull {
+	if v := status(); v.MaxUsers != 1 || v.Status != fleet.StatusWordsFull {
 		t.Errorf("after max_users 1 with its users live: max_users %d, %q", v.MaxUsers, v.Status)
 	}
 	if code := do("POST", "/max-users", "tok-alice", `{"node":"x1","max_users":-1}`, nil); code != 400 {
@@ -274,7 +275,7 @@ func testPauseAndApprove(t *testing.T, open opener) {
 		}
 	}
 	again := open(c, testSeed())
-	for _, ff := range []*fleet{f, newFleet(again.svc, nil)} {
+	for _, ff := range []*fleet.Fleet{f, fleet.New(again.svc, nil)} {
 		if got, want := events(ff), "1:paused 2:approved 3:start"; got != want {
 			t.Errorf("x1's events after an overload's start (and on a restart): %q, want %q", got, want)
 		}

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
@@ -68,7 +69,7 @@ const (
 	dashboardNotices = 50
 	// dashboardScan is how far back from the last notice, in ids, the
 	// page looks for the operator's.
-	dashboardScan = 100 * maxPage
+	dashboardScan = 100 * fleet.MaxPage
 )
 
 // dashboardSession is one operator's login.
@@ -82,7 +83,7 @@ type dashboardSession struct {
 // dashboard serves the pages; its sessions are keyed by the SHA-256 of
 // the cookie's value.
 type dashboard struct {
-	f      *fleet
+	f      *fleet.Fleet
 	idx    tokenIndex
 	owners map[string]string
 	cross  *http.CrossOriginProtection
@@ -92,7 +93,7 @@ type dashboard struct {
 }
 
 // serveDashboard registers the dashboard's pages on mux.
-func serveDashboard(mux *http.ServeMux, f *fleet, idx tokenIndex, owners map[string]string) {
+func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, idx tokenIndex, owners map[string]string) {
 	d := &dashboard{f: f, idx: idx, owners: owners, cross: http.NewCrossOriginProtection(),
 		sessions: map[[sha256.Size]byte]*dashboardSession{}}
 	mux.HandleFunc("GET /{$}", d.home)
@@ -108,7 +109,7 @@ func serveDashboard(mux *http.ServeMux, f *fleet, idx tokenIndex, owners map[str
 			return
 		}
 		d.done(w, r, s, d.mine(r, s, node, func(ctx context.Context) error {
-			return d.f.setPrice(ctx, priceRequest{Node: node, Price: pricing.Price(p)})
+			return d.f.SetPrice(ctx, fleet.PriceRequest{Node: node, Price: pricing.Price(p)})
 		}), fmt.Sprintf("The price of %s is %d from now on.", node, p))
 	}))
 	mux.HandleFunc("POST /dashboard/max-users", d.form(func(w http.ResponseWriter, r *http.Request, s *dashboardSession) {
@@ -119,7 +120,7 @@ func serveDashboard(mux *http.ServeMux, f *fleet, idx tokenIndex, owners map[str
 			return
 		}
 		d.done(w, r, s, d.mine(r, s, node, func(ctx context.Context) error {
-			return d.f.setMaxUsers(ctx, maxUsersRequest{Node: node, MaxUsers: n})
+			return d.f.SetMaxUsers(ctx, fleet.MaxUsersRequest{Node: node, MaxUsers: n})
 		}), fmt.Sprintf("The max_users of %s is %d.", node, n))
 	}))
 	// The operator's own receiver. A secret is shown once, in the page
@@ -133,26 +134,26 @@ func serveDashboard(mux *http.ServeMux, f *fleet, idx tokenIndex, owners map[str
 		})
 	}
 	mux.HandleFunc("POST /dashboard/receiver", receiver(func(ctx context.Context, r *http.Request, s *dashboardSession) (string, error) {
-		v, created, err := d.f.setReceiver(ctx, s.operator, receiverRequest{URL: strings.TrimSpace(r.PostForm.Get("url"))})
+		v, created, err := d.f.SetReceiver(ctx, s.operator, fleet.ReceiverRequest{URL: strings.TrimSpace(r.PostForm.Get("url"))})
 		if created {
 			return "Your receiver is set. Its secret, shown this once (keep it where your receiver checks signatures): " + v.Secret, err
 		}
 		return "Your receiver's URL is changed; its secret is the same.", err
 	}))
 	mux.HandleFunc("POST /dashboard/receiver/rotate", receiver(func(ctx context.Context, _ *http.Request, s *dashboardSession) (string, error) {
-		v, err := d.f.rotateReceiver(ctx, s.operator)
+		v, err := d.f.RotateReceiver(ctx, s.operator)
 		return fmt.Sprintf("Your receiver's new secret, shown this once: %s. The old one signs beside it until %s.",
 			v.Secret, v.Rotating.UTC().Format("2006-01-02 15:04:05 UTC")), err
 	}))
 	mux.HandleFunc("POST /dashboard/receiver/test", receiver(func(ctx context.Context, _ *http.Request, s *dashboardSession) (string, error) {
-		a, err := d.f.testReceiver(ctx, s.operator)
+		a, err := d.f.TestReceiver(ctx, s.operator)
 		if a.Delivered {
 			return fmt.Sprintf("Test message %s: your receiver took it (HTTP %d).", a.ID, a.Status), err
 		}
 		return fmt.Sprintf("Test message %s: not taken: %s.", a.ID, a.Error), err
 	}))
 	mux.HandleFunc("POST /dashboard/receiver/enable", receiver(func(ctx context.Context, _ *http.Request, s *dashboardSession) (string, error) {
-		_, err := d.f.enableReceiver(ctx, s.operator)
+		_, err := d.f.EnableReceiver(ctx, s.operator)
 		return "Your receiver is enabled again: your nodes' notices go to it from now on.", err
 	}))
 	mux.HandleFunc("POST /dashboard/notices/{id}/redeliver", d.form(func(w http.ResponseWriter, r *http.Request, s *dashboardSession) {
@@ -284,8 +285,8 @@ type nodesPage struct {
 // operator's view, its admission (for the cool-down's end) and where its
 // notices go.
 type dashboardNode struct {
-	operatorView
-	Admit admitAnswer
+	fleet.OperatorView
+	Admit fleet.AdmitAnswer
 	// Receiver is the scheme and host its notices go to (the rest of a
 	// URL may hold a credential); "" when none. ReceiverAll: by the
 	// platform's line for every node.
@@ -298,7 +299,7 @@ type dashboardNode struct {
 }
 
 // stateClass is v's state as a class of the page.
-func stateClass(v operatorView) string {
+func stateClass(v fleet.OperatorView) string {
 	switch {
 	case !v.Registered:
 		return "unknown"
@@ -322,14 +323,14 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 	p := nodesPage{Operator: s.operator, CSRF: s.csrf, Flash: s.flash, At: d.f.Now()}
 	s.flash = ""
 	d.mu.Unlock()
-	vs, _, err := d.f.operatorViews(ctx, nodesOf(d.owners, s.operator), "", maxPage)
+	vs, _, err := d.f.OperatorViews(ctx, fleet.NodesOf(d.owners, s.operator), "", fleet.MaxPage)
 	if err != nil {
 		return p, err
 	}
-	rs := d.f.dispatch.Receivers()
+	rs := d.f.Dispatch.Receivers()
 	for _, v := range vs {
-		n := dashboardNode{operatorView: v, Class: stateClass(v)}
-		if n.Admit, err = d.f.admit(ctx, v.ID); err != nil {
+		n := dashboardNode{OperatorView: v, Class: stateClass(v)}
+		if n.Admit, err = d.f.Admit(ctx, v.ID); err != nil {
 			return p, err
 		}
 		if rc := rs.ForNode(v.ID); rc != nil {
@@ -338,7 +339,7 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 		}
 		p.Nodes = append(p.Nodes, n)
 	}
-	switch rv, err := d.f.receiverOf(ctx, s.operator); {
+	switch rv, err := d.f.ReceiverOf(ctx, s.operator); {
 	case err == nil:
 		p.Receiver = &rv
 		if u, perr := url.Parse(rv.URL); perr == nil {
@@ -353,7 +354,7 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 
 // newestNotices is the newest dashboardNotices of the notices keep
 // keeps, newest first, with their deliveries. It reads back from the
-// last notice a window of maxPage ids at a time, and no further than
+// last notice a window of MaxPage ids at a time, and no further than
 // dashboardScan ids: a page costs what the operator's newest notices
 // are spread over, never every notice the platform holds.
 func (d *dashboard) newestNotices(ctx context.Context, keep func(node string) bool) ([]store.NumberedNotice, error) {
@@ -363,8 +364,8 @@ func (d *dashboard) newestNotices(ctx context.Context, keep func(node string) bo
 	}
 	out := []store.NumberedNotice{}
 	for hi := last; hi > 0 && last-hi < dashboardScan && len(out) < dashboardNotices; {
-		lo := max(hi-maxPage, 0)
-		ns, _, err := d.f.store.Notices(ctx, lo, maxPage)
+		lo := max(hi-fleet.MaxPage, 0)
+		ns, _, err := d.f.Store.Notices(ctx, lo, fleet.MaxPage)
 		if err != nil {
 			return nil, err
 		}
@@ -375,8 +376,8 @@ func (d *dashboard) newestNotices(ctx context.Context, keep func(node string) bo
 		}
 		hi = lo
 	}
-	if d.f.notify.Outbox() != nil {
-		if err := addDeliveries(ctx, d.f.notify.Outbox(), out); err != nil {
+	if d.f.Notify.Outbox() != nil {
+		if err := fleet.AddDeliveries(ctx, d.f.Notify.Outbox(), out); err != nil {
 			return nil, err
 		}
 	}
@@ -389,7 +390,7 @@ func (d *dashboard) newestNotices(ctx context.Context, keep func(node string) bo
 func (d *dashboard) lastNotice(ctx context.Context) (int64, error) {
 	// after is the first notice's id after id, 0 when there is none.
 	after := func(id int64) (int64, error) {
-		ns, _, err := d.f.store.Notices(ctx, id, 1)
+		ns, _, err := d.f.Store.Notices(ctx, id, 1)
 		if err != nil || len(ns) == 0 {
 			return 0, err
 		}
@@ -401,7 +402,7 @@ func (d *dashboard) lastNotice(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	hi := lo
-	for step := int64(maxPage); ; step *= 2 {
+	for step := int64(fleet.MaxPage); ; step *= 2 {
 		hi = lo + step
 		n, err := after(hi)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -138,8 +139,8 @@ func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *clock, *testk
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
-	f := newFleet(np.svc, np.n)
-	f.owners = dashboardSeed().Operators
+	f := fleet.New(np.svc, np.n)
+	f.Owners = dashboardSeed().Operators
 	logs := &testkit.LogBuffer{}
 	r := *f.Rules
 	r.Log = slog.New(slog.NewTextHandler(logs, nil))
@@ -205,7 +206,7 @@ func TestDashboard(t *testing.T) {
 		}
 		alice := ck.Value
 		page := b.do("GET", "/", nil, alice)
-		expect(t, "alice's page", page, 200, `id="node-a1"`, statusWordsOverloaded, "Overloaded since 2026-11-30 12:00:03 UTC", "memory at 95 %",
+		expect(t, "alice's page", page, 200, `id="node-a1"`, fleet.StatusWordsOverloaded, "Overloaded since 2026-11-30 12:00:03 UTC", "memory at 95 %",
 			"overload started", `id="notice-`, "a1 is overloaded", "delivered", "HTTP 200", "/redeliver", "Set price", "Set max_users",
 			`id="receiver-a1"`, "To http://127.0.0.1:", "(the platform's receiver for every node)")
 		for _, never := range []string{"b1", "bob", "user-ua", "key-vpn", "r-a1", "/hook", "tok-alice"} {
@@ -345,7 +346,7 @@ func TestDashboardStates(t *testing.T) {
 			}
 			return m[1] + ": " + m[2] + "\n" + a.body
 		}
-		if s := state(); !strings.HasPrefix(s, "overloaded: "+statusWordsOverloaded) || !strings.Contains(s, "Overloaded since") || !strings.Contains(s, "<li>memory at 95 %</li>") {
+		if s := state(); !strings.HasPrefix(s, "overloaded: "+fleet.StatusWordsOverloaded) || !strings.Contains(s, "Overloaded since") || !strings.Contains(s, "<li>memory at 95 %</li>") {
 			t.Errorf("an overloaded node:\n%s", s)
 		}
 		for range 5 {
@@ -361,11 +362,11 @@ func TestDashboardStates(t *testing.T) {
 		}
 		// The overload ends with the third reading under the limits.
 		until := t0.Add(9 * time.Second).Add(routing.DefaultCoolDown).UTC().Format("2006-01-02 15:04:05 UTC")
-		if s := state(); !strings.HasPrefix(s, "cooldown: "+statusWordsCoolDown) || !strings.Contains(s, "Cool-down until "+until) || !strings.Contains(s, "overload ended") {
+		if s := state(); !strings.HasPrefix(s, "cooldown: "+fleet.StatusWordsCoolDown) || !strings.Contains(s, "Cool-down until "+until) || !strings.Contains(s, "overload ended") {
 			t.Errorf("a node cooling down (until %s):\n%s", until, s)
 		}
 		c.add(routing.DefaultCoolDown)
-		if s := state(); !strings.HasPrefix(s, "ok: "+statusWordsAdmitted) {
+		if s := state(); !strings.HasPrefix(s, "ok: "+fleet.StatusWordsAdmitted) {
 			t.Errorf("a node taking new connections:\n%s", s)
 		}
 		req, _ := http.NewRequest("POST", b.srv.URL+"/nodes/a1/pause", nil)
@@ -398,8 +399,8 @@ func TestDashboardStates(t *testing.T) {
 func TestDashboardOverTLS(t *testing.T) {
 	c := &clock{t: t0}
 	tp := newTestPlatform(t, t.TempDir(), c, dashboardSeed())
-	f := newFleet(tp.svc, nil)
-	f.owners = dashboardSeed().Operators
+	f := fleet.New(tp.svc, nil)
+	f.Owners = dashboardSeed().Operators
 	srv := httptest.NewTLSServer(handler(f, dashboardTokens))
 	defer srv.Close()
 	b := browser{t, srv}
@@ -474,7 +475,7 @@ func TestDashboardNewestNotices(t *testing.T) {
 				st.nodes[id] = "a1"
 			}
 		}
-		d := &dashboard{f: &fleet{store: st}}
+		d := &dashboard{f: &fleet.Fleet{Store: st}}
 		last, err := d.lastNotice(t.Context())
 		want := int64(0)
 		if len(st.ids) > 0 {
@@ -542,7 +543,7 @@ func TestDashboardReceiver(t *testing.T) {
 		expect(t, "her page after it", b.do("GET", "/", nil, alice), 200, "its secret is the same", "Your nodes' notices go to http://127.0.0.1:", "your receiver (below)")
 		expect(t, "a test message", b.do("POST", "/dashboard/receiver/test", form(), alice), 303)
 		expect(t, "her page after it", b.do("GET", "/", nil, alice), 200, "your receiver took it (HTTP 200)")
-		if as, _ := h.snapshot(); len(as) != 1 || !as[0].Verified || as[0].Msg.Type != typeTest {
+		if as, _ := h.snapshot(); len(as) != 1 || !as[0].Verified || as[0].Msg.Type != fleet.TypeTest {
 			t.Errorf("her receiver got %+v, want the test message, verified", as)
 		}
 		expect(t, "a rotation", b.do("POST", "/dashboard/receiver/rotate", form(), alice), 303)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
@@ -169,7 +170,7 @@ func TestReportDecodeAsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler(newFleet(p, nil), tokens{testToken: ""})
+	h := handler(fleet.New(p, nil), tokens{testToken: ""})
 	for _, body := range []string{
 		`{`, `null`, `[]`, `{"v":1}x`, `{"v":3,"node":"x1"}`, `{"V":1,"node":"x1"}`,
 		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":1.5,"conntrack_max":1}`,
@@ -194,7 +195,7 @@ func TestReportDecodeAsJSON(t *testing.T) {
 			continue
 		}
 		var out struct {
-			reportOutcome
+			fleet.ReportOutcome
 			Duplicate bool `json:"duplicate,omitempty"`
 		}
 		if err := json.Unmarshal(w.Body.Bytes(), &out); w.Code != 200 || err != nil {
@@ -255,7 +256,7 @@ func TestStalledBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: handler(newFleet(p, nil), tokens{testToken: ""}), ReadHeaderTimeout: readHeaderTimeout,
+	srv := &http.Server{Handler: handler(fleet.New(p, nil), tokens{testToken: ""}), ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout: time.Second, WriteTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
@@ -37,7 +38,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	f := newFleet(p, nil)
+	f := fleet.New(p, nil)
 	for range 3 {
 		out, err := f.Report(ctx, overload.Reading{Node: "de-fra-1", At: now, MemoryUsedPercent: 93, CPUs: 4, ConntrackMax: 262144})
 		if err != nil {
@@ -46,7 +47,7 @@ func Example() {
 		fmt.Println("overloaded:", out.Overloaded)
 		now = now.Add(30 * time.Second)
 	}
-	a, _ := f.admit(ctx, "de-fra-1")
+	a, _ := f.Admit(ctx, "de-fra-1")
 	fmt.Printf("admit: %v (%s)\n", a.Admit, a.Why)
 	notices, _, _ := f.Notices(ctx, 0, 0)
 	for _, n := range notices {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -108,7 +109,7 @@ func TestFailoverSyncStandby(t *testing.T) {
 				ack[i].sent = seq
 				mu.Unlock()
 				code, _ := r.do("POST", "/report", rd)
-				tcode, _ := r.do("POST", "/traffic", trafficRequest{Route: "r-" + id, Bytes: 1000})
+				tcode, _ := r.do("POST", "/traffic", fleet.TrafficRequest{Route: "r-" + id, Bytes: 1000})
 				mu.Lock()
 				if code == 200 {
 					ack[i].readings++

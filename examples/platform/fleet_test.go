@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -122,9 +123,9 @@ func (r *replica) get(path string, out any) {
 	}
 }
 
-func (r *replica) View(id string) nodeView {
+func (r *replica) View(id string) fleet.NodeView {
 	r.t.Helper()
-	var v nodeView
+	var v fleet.NodeView
 	r.get("/nodes/"+id, &v)
 	return v
 }
@@ -246,17 +247,17 @@ func (l *ledger) ack(t *testing.T, req any, a answer) {
 	bad := func() { t.Errorf("%T %+v: %d %s", req, req, a.code, a.body) }
 	if a.code == 503 {
 		switch r := req.(type) {
-		case trafficRequest:
+		case fleet.TrafficRequest:
 			l.maybeCharged[r.Route] += r.Bytes
 		case overload.Reading:
 			l.maybeRead[r.Node]++
-		case openRequest:
+		case fleet.OpenRequest:
 			l.opened[r.Node+" maybe"]++
 		}
 		return
 	}
 	switch r := req.(type) {
-	case trafficRequest:
+	case fleet.TrafficRequest:
 		switch a.code {
 		case 200:
 			l.charged[r.Route] += r.Bytes
@@ -275,7 +276,7 @@ func (l *ledger) ack(t *testing.T, req any, a answer) {
 		if !out.Duplicate {
 			l.readings[r.Node]++
 		}
-	case openRequest:
+	case fleet.OpenRequest:
 		switch a.code {
 		case 201:
 			l.opened[r.Node]++
@@ -283,7 +284,7 @@ func (l *ledger) ack(t *testing.T, req any, a answer) {
 		default:
 			bad()
 		}
-	case priceRequest:
+	case fleet.PriceRequest:
 		if a.code != 204 {
 			bad()
 		}
@@ -292,8 +293,8 @@ func (l *ledger) ack(t *testing.T, req any, a answer) {
 
 // send returns a pair's half: req sent to r, its answer recorded.
 func (l *ledger) send(t *testing.T, r *replica, req any) func() answer {
-	path := map[string]string{"main.trafficRequest": "/traffic", "overload.Reading": "/report",
-		"main.openRequest": "/routes", "main.priceRequest": "/price"}[fmt.Sprintf("%T", req)]
+	path := map[string]string{"fleet.TrafficRequest": "/traffic", "overload.Reading": "/report",
+		"fleet.OpenRequest": "/routes", "fleet.PriceRequest": "/price"}[fmt.Sprintf("%T", req)]
 	return func() answer {
 		code, b := r.do("POST", path, req)
 		a := answer{code, b}
@@ -359,11 +360,11 @@ func TestFleetPairs(t *testing.T) {
 			})
 		}
 		run("traffic×traffic", func(int) {
-			pair(l.send(t, f.a, trafficRequest{Route: "tt-r", Bytes: 1000}), l.send(t, f.b, trafficRequest{Route: "tt-r", Bytes: 1000}))
+			pair(l.send(t, f.a, fleet.TrafficRequest{Route: "tt-r", Bytes: 1000}), l.send(t, f.b, fleet.TrafficRequest{Route: "tt-r", Bytes: 1000}))
 		})
 		run("routes×routes", func(i int) {
 			id := fmt.Sprintf("rr-%d", i)
-			pair(l.send(t, f.a, openRequest{Node: id, User: "ua", Key: "k"}), l.send(t, f.b, openRequest{Node: id, User: "ub", Key: "k"}))
+			pair(l.send(t, f.a, fleet.OpenRequest{Node: id, User: "ua", Key: "k"}), l.send(t, f.b, fleet.OpenRequest{Node: id, User: "ub", Key: "k"}))
 		})
 		var evReadings []overload.Reading
 		run("report×report", func(i int) {
@@ -378,14 +379,14 @@ func TestFleetPairs(t *testing.T) {
 			pair(l.send(t, f.a, r), l.send(t, f.b, r))
 		})
 		run("report×traffic", func(i int) {
-			pair(l.send(t, f.a, trafficRequest{Route: "rt-r", Bytes: 1000}), l.send(t, f.b, reading("rt", i+1, 50)))
+			pair(l.send(t, f.a, fleet.TrafficRequest{Route: "rt-r", Bytes: 1000}), l.send(t, f.b, reading("rt", i+1, 50)))
 		})
 		run("traffic×closure", func(i int) {
 			id := fmt.Sprintf("tc-%d", i)
-			pair(l.send(t, f.a, trafficRequest{Route: id + "-r", Bytes: 1000}), l.send(t, f.b, reading(id, 1, 50)))
+			pair(l.send(t, f.a, fleet.TrafficRequest{Route: id + "-r", Bytes: 1000}), l.send(t, f.b, reading(id, 1, 50)))
 		})
 		run("price×report", func(i int) {
-			price := priceRequest{Node: "pr", Price: 100 + pricingPrice(i)}
+			price := fleet.PriceRequest{Node: "pr", Price: 100 + pricingPrice(i)}
 			x, _ := pair(l.send(t, f.a, price), l.send(t, f.b, reading("pr", i+1, 50)))
 			if v := f.a.View("pr"); x.code == 204 && v.Price != price.Price {
 				t.Errorf("price of pr %d after a POST /price of %d was acknowledged", v.Price, price.Price)
@@ -608,7 +609,7 @@ func TestFleetRoutesPlanRound(t *testing.T) {
 			if i%2 == 1 {
 				r = f.b
 			}
-			l.send(t, r, openRequest{Node: fmt.Sprintf("rp-%d", i%nodes), User: fmt.Sprintf("u%d", i), Key: "k"})()
+			l.send(t, r, fleet.OpenRequest{Node: fmt.Sprintf("rp-%d", i%nodes), User: fmt.Sprintf("u%d", i), Key: "k"})()
 		}
 		for i := range nodes {
 			id := fmt.Sprintf("rp-%d", i)

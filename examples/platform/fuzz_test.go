@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 )
 
@@ -52,7 +53,7 @@ func FuzzReport(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	h := handler(newFleet(p, nil), tokens{testToken: ""})
+	h := handler(fleet.New(p, nil), tokens{testToken: ""})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest("POST", "/report", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+testToken)

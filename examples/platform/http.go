@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
@@ -25,15 +26,15 @@ import (
 // maxBody bounds a request body; a reading is a few hundred bytes.
 const maxBody = 1 << 20
 
-// pageLimit parses a list's ?limit=: 1 to maxPage, maxPage when not
+// pageLimit parses a list's ?limit=: 1 to MaxPage, MaxPage when not
 // given.
 func pageLimit(list, s string) (int, error) {
 	if s == "" {
-		return maxPage, nil
+		return fleet.MaxPage, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > maxPage {
-		return 0, fmt.Errorf("%s: limit=%.20q: want 1 to %d: %w", list, s, maxPage, store.ErrBadInput)
+	if err != nil || n < 1 || n > fleet.MaxPage {
+		return 0, fmt.Errorf("%s: limit=%.20q: want 1 to %d: %w", list, s, fleet.MaxPage, store.ErrBadInput)
 	}
 	return n, nil
 }
@@ -94,13 +95,13 @@ const (
 // operator reads and sets their own nodes only, and a node that is not
 // theirs answers as a node that does not exist; a node's agent may only
 // report for its node.
-func handler(f *fleet, toks tokens) http.Handler {
+func handler(f *fleet.Fleet, toks tokens) http.Handler {
 	mux := http.NewServeMux()
 	idx := toks.index()
 	// Each node's operator, by the route table and the token file: the
 	// fleet's too, whose operators' receivers take their nodes' notices.
 	owners := ownersWith(f, toks)
-	f.owners = owners
+	f.Owners = owners
 	// auth serves h to the admin, and to an operator when operators may.
 	auth := func(operatorMay bool, h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -141,30 +142,30 @@ func handler(f *fleet, toks tokens) http.Handler {
 	})
 	rep := reportHandler{f, idx}
 	mux.Handle("POST /report", rep)
-	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, _ identity, req openRequest) (store.Route, error) {
-		return f.open(ctx, req)
+	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, _ identity, req fleet.OpenRequest) (store.Route, error) {
+		return f.Open(ctx, req)
 	})))
-	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, func(ctx context.Context, _ identity, req trafficRequest) (store.Route, error) {
-		return f.traffic(ctx, req)
+	mux.HandleFunc("POST /traffic", auth(false, serve(http.StatusOK, func(ctx context.Context, _ identity, req fleet.TrafficRequest) (store.Route, error) {
+		return f.Traffic(ctx, req)
 	})))
-	mux.HandleFunc("POST /price", auth(true, serve(http.StatusNoContent, func(ctx context.Context, id identity, req priceRequest) (struct{}, error) {
+	mux.HandleFunc("POST /price", auth(true, serve(http.StatusNoContent, func(ctx context.Context, id identity, req fleet.PriceRequest) (struct{}, error) {
 		if !owns(id, req.Node) {
 			return struct{}{}, notYours(req.Node)
 		}
-		return struct{}{}, f.setPrice(ctx, req)
+		return struct{}{}, f.SetPrice(ctx, req)
 	})))
-	mux.HandleFunc("POST /max-users", auth(true, serve(http.StatusNoContent, func(ctx context.Context, id identity, req maxUsersRequest) (struct{}, error) {
+	mux.HandleFunc("POST /max-users", auth(true, serve(http.StatusNoContent, func(ctx context.Context, id identity, req fleet.MaxUsersRequest) (struct{}, error) {
 		if !owns(id, req.Node) {
 			return struct{}{}, notYours(req.Node)
 		}
-		return struct{}{}, f.setMaxUsers(ctx, req)
+		return struct{}{}, f.SetMaxUsers(ctx, req)
 	})))
 	mux.HandleFunc("GET /admit", get(false, func(r *http.Request, _ identity) (any, error) {
 		id := r.URL.Query().Get("node")
 		if id == "" {
 			return nil, fmt.Errorf("admit: ?node= is required: %w", store.ErrBadInput)
 		}
-		return f.admit(r.Context(), id)
+		return f.Admit(r.Context(), id)
 	}))
 	// paged serves a list: do reads the page after after, at most limit
 	// items; a page that may be followed by more links the next.
@@ -193,10 +194,10 @@ func handler(f *fleet, toks tokens) http.Handler {
 			return page{}, err
 		}
 		if id.isOperator() {
-			vs, last, err := f.operatorViews(r.Context(), nodesOf(owners, id.operator), after, limit)
+			vs, last, err := f.OperatorViews(r.Context(), fleet.NodesOf(owners, id.operator), after, limit)
 			return page{vs, last, len(vs) == limit}, err
 		}
-		vs, last, err := f.views(r.Context(), after, limit)
+		vs, last, err := f.Views(r.Context(), after, limit)
 		return page{vs, last, len(vs) == limit}, err
 	}))
 	mux.HandleFunc("GET /nodes/{id}", get(true, func(r *http.Request, id identity) (any, error) {
@@ -208,7 +209,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 		if err != nil || id.admin() {
 			return v, err
 		}
-		return operatorViewOf(v), nil
+		return fleet.OperatorViewOf(v), nil
 	}))
 	mux.HandleFunc("GET /nodes/{id}/events", paged("events", true, func(r *http.Request, id identity, after string, limit int) (page, error) {
 		node := r.PathValue("id")
@@ -237,7 +238,7 @@ func handler(f *fleet, toks tokens) http.Handler {
 		if id.isOperator() {
 			keep = func(node string) bool { return owners[node] == id.operator }
 		}
-		ns, last, err := f.noticesOf(r.Context(), keep, from, limit)
+		ns, last, err := f.NoticesOf(r.Context(), keep, from, limit)
 		return page{ns, strconv.FormatInt(last, 10), len(ns) == limit}, err
 	}))
 	mux.HandleFunc("POST /notices/{id}/redeliver", auth(true, func(w http.ResponseWriter, r *http.Request, id identity) {
@@ -264,14 +265,14 @@ func handler(f *fleet, toks tokens) http.Handler {
 		return page{ps, last, len(ps) == limit}, err
 	}))
 	mux.HandleFunc("POST /nodes/{id}/pause", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
-		if err := f.pause(r.Context(), r.PathValue("id"), true); err != nil {
+		if err := f.Pause(r.Context(), r.PathValue("id"), true); err != nil {
 			writeFailure(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	mux.HandleFunc("POST /nodes/{id}/approve", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
-		if err := f.pause(r.Context(), r.PathValue("id"), false); err != nil {
+		if err := f.Pause(r.Context(), r.PathValue("id"), false); err != nil {
 			writeFailure(w, err)
 			return
 		}
@@ -300,13 +301,13 @@ func handler(f *fleet, toks tokens) http.Handler {
 			writeJSON(w, http.StatusOK, v)
 		})
 	}
-	mux.HandleFunc("GET /receiver", receiverCall(func(ctx context.Context, op string) (any, error) { return f.receiverOf(ctx, op) }))
+	mux.HandleFunc("GET /receiver", receiverCall(func(ctx context.Context, op string) (any, error) { return f.ReceiverOf(ctx, op) }))
 	mux.HandleFunc("PUT /receiver", operatorOnly(func(w http.ResponseWriter, r *http.Request, id identity) {
-		var req receiverRequest
+		var req fleet.ReceiverRequest
 		if !decode(w, r, &req) {
 			return
 		}
-		v, created, err := f.setReceiver(r.Context(), id.operator, req)
+		v, created, err := f.SetReceiver(r.Context(), id.operator, req)
 		switch {
 		case err != nil:
 			writeFailure(w, err)
@@ -316,11 +317,11 @@ func handler(f *fleet, toks tokens) http.Handler {
 			writeJSON(w, http.StatusOK, v)
 		}
 	}))
-	mux.HandleFunc("POST /receiver/rotate", receiverCall(func(ctx context.Context, op string) (any, error) { return f.rotateReceiver(ctx, op) }))
-	mux.HandleFunc("POST /receiver/enable", receiverCall(func(ctx context.Context, op string) (any, error) { return f.enableReceiver(ctx, op) }))
-	mux.HandleFunc("POST /receiver/test", receiverCall(func(ctx context.Context, op string) (any, error) { return f.testReceiver(ctx, op) }))
+	mux.HandleFunc("POST /receiver/rotate", receiverCall(func(ctx context.Context, op string) (any, error) { return f.RotateReceiver(ctx, op) }))
+	mux.HandleFunc("POST /receiver/enable", receiverCall(func(ctx context.Context, op string) (any, error) { return f.EnableReceiver(ctx, op) }))
+	mux.HandleFunc("POST /receiver/test", receiverCall(func(ctx context.Context, op string) (any, error) { return f.TestReceiver(ctx, op) }))
 	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
-		serveMetrics(f.notify, w, r)
+		serveMetrics(f.Notify, w, r)
 	}))
 	serveDashboard(mux, f, idx, owners) // GET /, POST /login, /logout, /dashboard/…: dashboard.go
 	return reportFirst{rep, mux}
@@ -357,7 +358,7 @@ func (h reportFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // bound, and handleReport, without the request's copy that auth makes to
 // carry its context (handleReport takes the context as an argument).
 type reportHandler struct {
-	f   *fleet
+	f   *fleet.Fleet
 	idx tokenIndex
 }
 
@@ -407,7 +408,7 @@ func limitBody(w http.ResponseWriter, r *http.Request) {
 // (kept and retried: the operator must fix the agent's configuration);
 // 503 while the store is unavailable and 500 when this node's state
 // cannot be saved (both retried).
-func handleReport(ctx context.Context, f *fleet, w http.ResponseWriter, r *http.Request, tokenNode string) {
+func handleReport(ctx context.Context, f *fleet.Fleet, w http.ResponseWriter, r *http.Request, tokenNode string) {
 	buf := getBuffer()
 	defer putBuffer(buf)
 	body, err := readBody(r, *buf)
@@ -446,7 +447,7 @@ func handleReport(ctx context.Context, f *fleet, w http.ResponseWriter, r *http.
 	case out.Event != nil || out.Notice != nil || !plainJSON(out.Node):
 		if dup {
 			writeJSON(w, http.StatusOK, struct {
-				reportOutcome
+				fleet.ReportOutcome
 				Duplicate bool `json:"duplicate"`
 			}{out, true})
 			return
@@ -468,7 +469,7 @@ func handleReport(ctx context.Context, f *fleet, w http.ResponseWriter, r *http.
 // answered so, and by hand it costs a small part of writeJSON's time
 // (BenchmarkReportAnswer, side by side in one run, medians of 6: 49 ns
 // and no allocation, against 4.1 µs and 3 allocations).
-func appendPlainAnswer(b []byte, out reportOutcome, dup bool) []byte {
+func appendPlainAnswer(b []byte, out fleet.ReportOutcome, dup bool) []byte {
 	b = append(b, "{\n  \"node\": \""...)
 	b = append(b, out.Node...)
 	b = append(b, "\",\n  \"overloaded\": "...)
@@ -541,13 +542,13 @@ func serve[Req, Resp any](status int, do func(context.Context, identity, Req) (R
 			return
 		}
 		resp, err := do(r.Context(), id, req)
-		var ae admitError
+		var ae fleet.AdmitError
 		switch {
 		case errors.As(err, &ae):
 			writeJSON(w, http.StatusConflict, struct {
-				admitAnswer
+				fleet.AdmitAnswer
 				Error string `json:"error"`
-			}{ae.answer, ae.Error()})
+			}{ae.Answer, ae.Error()})
 		case err != nil:
 			writeFailure(w, err)
 		case status == http.StatusNoContent:
@@ -665,12 +666,12 @@ func serveMetrics(n *notify.Notifier, w http.ResponseWriter, r *http.Request) {
 
 // ownersWith is each node's operator, as the seed names it and as the
 // token file's agent lines do (main refuses the two disagreeing).
-func ownersWith(f *fleet, toks tokens) map[string]string {
+func ownersWith(f *fleet.Fleet, toks tokens) map[string]string {
 	out, _ := toks.owners()
 	if out == nil {
 		out = map[string]string{}
 	}
-	for node, op := range f.owners {
+	for node, op := range f.Owners {
 		out[node] = op
 	}
 	return out

@@ -14,6 +14,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -215,15 +216,15 @@ func (h *linHistory) do(c int, r *replica, rng *rand.Rand) {
 		h.users++
 		u := h.users
 		h.mu.Unlock()
-		method, path, body = "POST", "/routes", openRequest{Node: id, User: fmt.Sprintf("c%d", u), Key: "k"}
+		method, path, body = "POST", "/routes", fleet.OpenRequest{Node: id, User: fmt.Sprintf("c%d", u), Key: "k"}
 	case linTraffic:
 		in.route, in.bytes = rng.IntN(linRoutes), uint64(1+rng.IntN(1000))
-		method, path, body = "POST", "/traffic", trafficRequest{Route: linRouteID(in.node, in.route), Bytes: in.bytes}
+		method, path, body = "POST", "/traffic", fleet.TrafficRequest{Route: linRouteID(in.node, in.route), Bytes: in.bytes}
 	case linView:
 		method, path = "GET", "/nodes/"+id
 	case linPrice:
 		in.price = pricing.Price(100 + rng.IntN(100))
-		method, path, body = "POST", "/price", priceRequest{Node: id, Price: in.price}
+		method, path, body = "POST", "/price", fleet.PriceRequest{Node: id, Price: in.price}
 	}
 	call := h.now()
 	code, b := r.do(method, path, body)
@@ -295,7 +296,7 @@ func linAnswer(in linInput, code int, b []byte) (linOutput, error) {
 			return out, bad
 		}
 	case linView:
-		var v nodeView
+		var v fleet.NodeView
 		if code != 200 || json.Unmarshal(b, &v) != nil {
 			return out, bad
 		}

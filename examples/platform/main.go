@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/buildinfo"
@@ -224,11 +225,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	sender := notify.New(o.notify, d, svc.Outbox(), log, o.cfg.Now)
-	f := newFleet(svc, sender)
+	f := fleet.New(svc, sender)
 	if seed != nil {
-		f.owners = seed.Operators
+		f.Owners = seed.Operators
 	}
-	if err := checkOwners(toks, f.owners); err != nil {
+	if err := checkOwners(toks, f.Owners); err != nil {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
 	}
@@ -266,7 +267,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown,
 			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "gogc", gogc, "memory_limit", memLimit)...)...)
 
-	f.notifyUnreached(ctx, log)
+	f.NotifyUnreached(ctx, log)
 	nctx, stopNotify := context.WithCancel(ctx)
 	notifying := make(chan struct{})
 	go func() { defer close(notifying); sender.Run(nctx) }()
@@ -281,7 +282,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		case <-tick.C:
 			rctx, cancel := context.WithTimeout(ctx, o.planEvery)
-			if err := f.round(rctx); err != nil {
+			if err := f.Round(rctx); err != nil {
 				log.Warn("plan round", "err", err)
 			}
 			cancel()

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
@@ -287,7 +288,7 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 // deliveries, and /metrics.
 func serveNotifyTest(t *testing.T, c *clock, svc store.Store, n *notify.Notifier) *testPlatform {
 	toks := tokens{testToken: "", "x1-token": "x1"}
-	srv := httptest.NewServer(handler(newFleet(svc, n), toks))
+	srv := httptest.NewServer(handler(fleet.New(svc, n), toks))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }
@@ -1166,7 +1167,7 @@ func TestNotifyUnreached(t *testing.T) {
 		cfg := testNotifyConfig(notifyFile(t, "x1 http://127.0.0.1:9/ "+platformtest.HookSecret))
 		n := notify.New(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), nil)
 		var log testkit.LogBuffer
-		newFleet(tp.svc, n).notifyUnreached(t.Context(), slogTo(&log))
+		fleet.New(tp.svc, n).NotifyUnreached(t.Context(), slogTo(&log))
 		if !strings.Contains(log.String(), "count=2 nodes=\"f1 x2\"") {
 			t.Errorf("the start's log does not name f1 and x2:\n%s", log.String())
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
@@ -30,8 +31,8 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	cfg := testNotifyConfig(notifyFile(t, "* "+file.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
 	owners := map[string]string{"a1": "alice", "b1": "bob"}
-	f := newFleet(np.svc, np.n)
-	f.owners = owners
+	f := fleet.New(np.svc, np.n)
+	f.Owners = owners
 	srv := httptest.NewServer(handler(f, dashboardTokens))
 	defer srv.Close()
 	web := &testPlatform{t: t, srv: srv}
@@ -75,11 +76,11 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	}
 
 	// A test message on demand, signed with the secret.
-	var ta testAnswer
+	var ta fleet.TestAnswer
 	if code, _, body := do("POST", "/receiver/test", "tok-alice", ""); code != 200 || json.Unmarshal([]byte(body), &ta) != nil || !ta.Delivered || ta.Status != 200 {
 		t.Fatalf("POST /receiver/test: %d %s, want 200 delivered", code, body)
 	}
-	if as := got(alice); len(as) != 1 || !as[0].Verified || as[0].Msg.Type != typeTest || as[0].ID != ta.ID {
+	if as := got(alice); len(as) != 1 || !as[0].Verified || as[0].Msg.Type != fleet.TypeTest || as[0].ID != ta.ID {
 		t.Fatalf("alice's receiver got %+v, want the test message, verified", as)
 	}
 	if code, _, _ := do("POST", "/receiver/test", "tok-bob", ""); code != 404 {
@@ -120,7 +121,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	if ns[0].Node != "a1" {
 		a1Notice = ns[1].ID
 	}
-	redeliver := func(f *fleet, n *notify.Notifier) hookAttempt {
+	redeliver := func(f *fleet.Fleet, n *notify.Notifier) hookAttempt {
 		t.Helper()
 		if err := f.Redeliver(t.Context(), a1Notice, nil); err != nil {
 			t.Fatal(err)
@@ -142,9 +143,9 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	// signs with the new secret alone.
 	c.add(store.RotatedFor + time.Minute)
 	other := open(c, cfg, dashboardSeed())
-	g := newFleet(other.svc, other.n)
-	g.owners = owners
-	if err := g.round(t.Context()); err != nil {
+	g := fleet.New(other.svc, other.n)
+	g.Owners = owners
+	if err := g.Round(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	srv2 := httptest.NewServer(handler(g, dashboardTokens))
@@ -180,11 +181,11 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 		t.Fatalf("after failing for 5 days: %+v, want disabled", v)
 	}
 	live := []struct {
-		f *fleet
+		f *fleet.Fleet
 		n *notify.Notifier
 	}{{g, other.n}}
 	if replicas > 1 { // the first instance, a replica, takes it in
-		if err := f.round(t.Context()); err != nil {
+		if err := f.Round(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		live = append(live, live[0])

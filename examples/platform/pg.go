@@ -53,7 +53,7 @@ import (
 //     notices numbered after their commit under the advisory lock
 //     noticeLock (numberNotices);
 //   - one plan of a node at a time across replicas: the row lock, taken
-//     by rounds with SKIP LOCKED (planRound).
+//     by rounds with SKIP LOCKED (PlanRound).
 //
 // A deadlock or a conflict found under a lock (errConflict) runs the
 // transaction again from the start (inTx).

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -237,7 +238,7 @@ func TestUnsavableNode(t *testing.T) {
 		}
 		tp.clock.add(time.Minute)
 		// The round goes on past x2 and says it was not planned.
-		if err := newFleet(tp.svc, nil).planRound(t.Context()); err != nil && !strings.Contains(err.Error(), "(x2)") {
+		if err := fleet.New(tp.svc, nil).PlanRound(t.Context()); err != nil && !strings.Contains(err.Error(), "(x2)") {
 			t.Fatalf("plan round: %v", err)
 		}
 	}
@@ -447,7 +448,7 @@ func TestPGPlanRoundsShareNodes(t *testing.T) {
 		errs := make(chan error, 2*len(reps))
 		for _, p := range reps {
 			for range 2 { // two rounds a replica, at once
-				go func() { errs <- newFleet(p, nil).planRound(t.Context()) }()
+				go func() { errs <- fleet.New(p, nil).PlanRound(t.Context()) }()
 			}
 		}
 		for range 2 * len(reps) {
@@ -500,7 +501,7 @@ func TestPGPlanRoundGoesOn(t *testing.T) {
 		// paused): made due again, so each round has it to plan after x1.
 		pgExec(t, url, `UPDATE nodes SET next_plan_at = '2000-01-01' WHERE id = 'x2'`)
 		before, _ := version("x2")
-		err := newFleet(p, nil).planRound(t.Context())
+		err := fleet.New(p, nil).PlanRound(t.Context())
 		if err == nil || !strings.Contains(err.Error(), "1 nodes not planned (x1)") {
 			t.Fatalf("round %d: %v, want x1 named as not planned", round, err)
 		}
@@ -548,15 +549,15 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 		close(released)
 	}()
 	var batch []*reportJob
-	f := newFleet(p, nil)
+	f := fleet.New(p, nil)
 	for _, id := range []string{"x1", "x2"} {
 		r := overload.Reading{Node: id, At: t0, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}
 		take := func(n *store.Node, now time.Time) error {
-			out, err := f.take(n, r, now)
+			out, err := f.Take(n, r, now)
 			n.Event, n.Notice = out.Event, out.Notice
 			return err
 		}
-		batch = append(batch, &reportJob{ctx: ctx, id: id, take: take, plan: f.planNode, done: make(chan struct{})})
+		batch = append(batch, &reportJob{ctx: ctx, id: id, take: take, plan: f.PlanNode, done: make(chan struct{})})
 	}
 	p.runBatch(batch)
 	<-released
@@ -697,10 +698,10 @@ func TestPGQuickReportsStaleCopy(t *testing.T) {
 		p, other := reps[who-'a'], reps[1-(who-'a')]
 		r := overload.Reading{Version: 2, Node: "x1", Run: runID, Seq: uint64(i + 1), At: c.now(),
 			MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}
-		if _, err := newFleet(p, nil).Report(t.Context(), r); err != nil {
+		if _, err := fleet.New(p, nil).Report(t.Context(), r); err != nil {
 			t.Fatalf("reading %d to %c: %v", i+1, who, err)
 		}
-		if _, err := newFleet(other, nil).Report(t.Context(), r); !errors.Is(err, store.ErrDuplicate) {
+		if _, err := fleet.New(other, nil).Report(t.Context(), r); !errors.Is(err, store.ErrDuplicate) {
 			t.Fatalf("reading %d again to the other replica: %v, want a duplicate", i+1, err)
 		}
 		c.add(30 * time.Second)
@@ -886,7 +887,7 @@ func batchHeldOnLock(t *testing.T, opt pgOptions, ids ...string) (*pgPlatform, f
 	held := make(chan error, len(ids))
 	for _, id := range ids {
 		go func() {
-			_, err := newFleet(p, nil).Report(t.Context(), quietReading(id))
+			_, err := fleet.New(p, nil).Report(t.Context(), quietReading(id))
 			held <- err
 		}()
 	}
@@ -900,7 +901,7 @@ func reportBeside(t *testing.T, p *pgPlatform, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	if _, err := newFleet(p, nil).Report(ctx, quietReading(id)); err != nil {
+	if _, err := fleet.New(p, nil).Report(ctx, quietReading(id)); err != nil {
 		t.Fatalf("report of %s while a batch waits on x2's lock: %v, want counted beside it", id, err)
 	}
 }
@@ -913,7 +914,7 @@ func TestPGBatchesOneAtATime(t *testing.T) {
 	others := make(chan error, 2)
 	for _, id := range []string{"x1", "f1"} {
 		go func() {
-			_, err := newFleet(p, nil).Report(t.Context(), quietReading(id))
+			_, err := fleet.New(p, nil).Report(t.Context(), quietReading(id))
 			others <- err
 		}()
 	}
@@ -995,7 +996,7 @@ func TestPGSlowReportsStartFromCopy(t *testing.T) {
 			{Version: 2, Node: "n9", Run: runID, Seq: uint64(i + 1), At: c.now(), MemoryUsedPercent: memoryPattern(i + 3), CPUs: 4, ConntrackMax: 262144},
 		} {
 			wg.Go(func() {
-				if _, err := newFleet(p, nil).Report(t.Context(), r); err != nil {
+				if _, err := fleet.New(p, nil).Report(t.Context(), r); err != nil {
 					t.Errorf("reading %d of %s: %v", i+1, r.Node, err)
 				}
 			})
@@ -1145,7 +1146,7 @@ func TestPGSeedWritesAsOneByOne(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := newFleet(p, nil).Report(t.Context(), overload.Reading{Version: 2, Node: "n0700", Run: runID, Seq: 1, At: c.now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}); err != nil {
+		if _, err := fleet.New(p, nil).Report(t.Context(), overload.Reading{Version: 2, Node: "n0700", Run: runID, Seq: 1, At: c.now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}); err != nil {
 			t.Fatal(err)
 		}
 		p.close()

@@ -21,7 +21,7 @@ type reportJob struct {
 	id   string          // the node's
 	take store.TakeFunc
 	plan store.PlanFunc
-	// Notice is the notice kept, err the report's error.
+	// notice is the notice kept, err the report's error.
 	notice *overload.Notice
 	err    error
 	done   chan struct{}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -18,7 +19,7 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &fleet{Rules: &rl}
+	c := &fleet.Fleet{Rules: &rl}
 	at := t0
 	fresh := func(id string) *store.Node {
 		n, err := c.NewNode(id)
@@ -32,7 +33,7 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 			at = at.Add(30 * time.Second)
 			r := reading(n.Info.ID, int(n.Readings)+1, m)
 			r.At = at
-			if _, err := c.take(n, r, at); err != nil {
+			if _, err := c.Take(n, r, at); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -83,7 +84,7 @@ func BenchmarkStateCodec(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := &fleet{Rules: &rl}
+	c := &fleet.Fleet{Rules: &rl}
 	n, err := c.NewNode("de-fra-1")
 	if err != nil {
 		b.Fatal(err)
@@ -93,7 +94,7 @@ func BenchmarkStateCodec(b *testing.B) {
 		at = at.Add(30 * time.Second)
 		r := reading(n.Info.ID, i+1, m)
 		r.At = at
-		if _, err := c.take(n, r, at); err != nil {
+		if _, err := c.Take(n, r, at); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/overload"
@@ -88,7 +89,7 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *store.SeedFile) *
 }
 
 func serveTest(t *testing.T, c *clock, svc store.Store) *testPlatform {
-	srv := httptest.NewServer(handler(newFleet(svc, nil), tokens{testToken: "", "x1-token": "x1"}))
+	srv := httptest.NewServer(handler(fleet.New(svc, nil), tokens{testToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }
@@ -162,25 +163,25 @@ func (tp *testPlatform) Read(node string, mem float64) int {
 		CPUs: 4, ConntrackMax: 262144}, nil)
 }
 
-func (tp *testPlatform) admit(node string) admitAnswer {
+func (tp *testPlatform) admit(node string) fleet.AdmitAnswer {
 	tp.t.Helper()
-	var a admitAnswer
+	var a fleet.AdmitAnswer
 	if code := tp.do("GET", "/admit?node="+node, nil, &a); code != 200 {
 		tp.t.Fatalf("/admit?node=%s: %d", node, code)
 	}
 	return a
 }
 
-func (tp *testPlatform) node(id string) nodeView {
+func (tp *testPlatform) node(id string) fleet.NodeView {
 	tp.t.Helper()
-	var v nodeView
+	var v fleet.NodeView
 	if code := tp.do("GET", "/nodes/"+id, nil, &v); code != 200 {
 		tp.t.Fatalf("/nodes/%s: %d", id, code)
 	}
 	return v
 }
 
-func closedIDs(v nodeView) []string {
+func closedIDs(v fleet.NodeView) []string {
 	var ids []string
 	for _, c := range v.Closed {
 		ids = append(ids, c.Action.Route.ID+":"+string(c.Action.Reason))
@@ -428,19 +429,19 @@ func testPricing(t *testing.T, open opener) {
 	c := &clock{t: t0}
 	tp := open(c, testSeed())
 	var rt store.Route
-	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
+	if code := tp.do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: %d", code)
 	}
 	if rt.Session.Locked != 80 || rt.Route.Country != "DE" {
 		t.Fatalf("opened %+v, want locked at 80 in DE", rt)
 	}
 	c.add(time.Minute)
-	tp.do("POST", "/price", priceRequest{Node: "x2", Price: 120}, nil) // a rise
+	tp.do("POST", "/price", fleet.PriceRequest{Node: "x2", Price: 120}, nil) // a rise
 	c.add(time.Minute)
-	tp.do("POST", "/price", priceRequest{Node: "x2", Price: 40}, nil) // a drop
+	tp.do("POST", "/price", fleet.PriceRequest{Node: "x2", Price: 40}, nil) // a drop
 	charge := func() store.Route {
 		var got store.Route
-		if code := tp.do("POST", "/traffic", trafficRequest{Route: rt.Route.ID, Bytes: 2e9}, &got); code != 200 {
+		if code := tp.do("POST", "/traffic", fleet.TrafficRequest{Route: rt.Route.ID, Bytes: 2e9}, &got); code != 200 {
 			t.Fatalf("traffic: %d", code)
 		}
 		return got
@@ -457,11 +458,11 @@ func testPricing(t *testing.T, open opener) {
 		tp.Read("x2", 95)
 		c.add(30 * time.Second)
 	}
-	code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u10", Key: "vpn"}, nil)
+	code := tp.do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u10", Key: "vpn"}, nil)
 	if code != http.StatusConflict {
 		t.Fatalf("open on an overloaded node: %d, want 409", code)
 	}
-	if code := tp.do("POST", "/traffic", trafficRequest{Route: "nope", Bytes: 1}, nil); code != 404 {
+	if code := tp.do("POST", "/traffic", fleet.TrafficRequest{Route: "nope", Bytes: 1}, nil); code != 404 {
 		t.Fatalf("traffic of an unknown route: %d", code)
 	}
 }
@@ -483,7 +484,7 @@ func TestStateFiles(t *testing.T) {
 	// A plan round on a quiet fleet writes nothing.
 	before, _ := os.ReadFile(filepath.Join(dir, "x1.json"))
 	c.add(time.Minute)
-	newFleet(tp.p, nil).planRound(t.Context())
+	fleet.New(tp.p, nil).PlanRound(t.Context())
 	if after, _ := os.ReadFile(filepath.Join(dir, "x1.json")); !bytes.Equal(before, after) {
 		t.Fatalf("a quiet plan round rewrote x1.json")
 	}
@@ -565,7 +566,7 @@ func BenchmarkReport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := handler(newFleet(p, nil), tokens{testToken: ""})
+	h := handler(fleet.New(p, nil), tokens{testToken: ""})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.add(30 * time.Second)
@@ -591,7 +592,7 @@ func TestSampleRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if vs, _, _ := newFleet(p, nil).views(t.Context(), "", 0); len(vs) != 3 {
+	if vs, _, _ := fleet.New(p, nil).Views(t.Context(), "", 0); len(vs) != 3 {
 		got := len(vs)
 		t.Fatalf("%d nodes, want 3", got)
 	}
@@ -635,7 +636,7 @@ func testOpenedRouteIDsAreUnique(t *testing.T, open opener) {
 		Kind: routing.KindOwn, Start: t0.Add(-time.Hour), LastTraffic: t0})
 	tp := open(&clock{t: t0}, seed)
 	var rt store.Route
-	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
+	if code := tp.do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: status %d", code)
 	}
 	if rt.Route.ID == "x2-1" {
@@ -1053,7 +1054,7 @@ func testOperatorBodyTrailingData(t *testing.T, open opener) {
 	if v := tp.node("x2"); len(v.Routes) != routes || v.Price != 80 {
 		t.Fatalf("x2 after refused requests: %d routes (want %d), price %d (want 80)", len(v.Routes), routes, v.Price)
 	}
-	if code := tp.do("POST", "/routes", openRequest{Node: "x2", User: "u9", Key: "vpn"}, nil); code != 201 {
+	if code := tp.do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, nil); code != 201 {
 		t.Fatalf("POST /routes without trailing data: %d, want 201", code)
 	}
 }
@@ -1065,8 +1066,8 @@ func TestErrorsShowWallTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFleet(p, nil)
-	err = f.setPrice(t.Context(), priceRequest{Node: "x1", Price: -5})
+	f := fleet.New(p, nil)
+	err = f.SetPrice(t.Context(), fleet.PriceRequest{Node: "x1", Price: -5})
 	if err == nil || strings.Contains(err.Error(), "m=") {
 		t.Fatalf("a negative price: %v, want an error without a monotonic reading", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -43,7 +44,7 @@ func benchFleet(n int) (http.Handler, tokens) {
 	if err != nil {
 		panic(err)
 	}
-	return atCap(handler(newFleet(quietStore{r: &r}, nil), toks), 1000), toks
+	return atCap(handler(fleet.New(quietStore{r: &r}, nil), toks), 1000), toks
 }
 
 // benchReadings are the bodies the benchmarks post: platformload's (what
@@ -236,7 +237,7 @@ func TestReportAllocs(t *testing.T) {
 // (appendPlainAnswer) beside writeJSON, side by side in one run; and a
 // check that both write the same bytes.
 func BenchmarkReportAnswer(b *testing.B) {
-	out := reportOutcome{Node: "de-fra-1"}
+	out := fleet.ReportOutcome{Node: "de-fra-1"}
 	w := &benchWriter{h: http.Header{}}
 	writeJSON(w, http.StatusOK, out)
 	if got := appendPlainAnswer(nil, out, false); !bytes.Equal(got, w.body.Bytes()) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 )
@@ -182,8 +183,8 @@ func testStoreReport(t *testing.T, open opener) {
 
 	// A reading that starts an overload: its notice is returned and
 	// listed, its start is in the node's event list.
-	f := newFleet(a, nil)
-	var out reportOutcome
+	f := fleet.New(a, nil)
+	var out fleet.ReportOutcome
 	for i, mem := range []float64{95, 95, 95} {
 		c.add(30 * time.Second)
 		r := reading("x2", i+1, mem)
@@ -216,10 +217,10 @@ func testStoreReport(t *testing.T, open opener) {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(writers)*each)
 	for _, st := range writers {
-		f := newFleet(st, nil)
+		f := fleet.New(st, nil)
 		for range each {
 			wg.Go(func() {
-				_, err := st.Report(ctx, "n-new", func(n *store.Node, _ time.Time) error { n.NextRoute++; return nil }, f.planNode)
+				_, err := st.Report(ctx, "n-new", func(n *store.Node, _ time.Time) error { n.NextRoute++; return nil }, f.PlanNode)
 				errs <- err
 			})
 		}
@@ -250,12 +251,12 @@ func testStorePlanDue(t *testing.T, open opener) {
 	c.add(time.Hour)
 	var seen []string
 	var mu sync.Mutex
-	f := newFleet(a, nil)
+	f := fleet.New(a, nil)
 	if err := a.PlanDue(ctx, func(n *store.Node, now time.Time, tx store.NodeTx) error {
 		mu.Lock()
 		seen = append(seen, n.Info.ID)
 		mu.Unlock()
-		return f.planNode(n, now, tx)
+		return f.PlanNode(n, now, tx)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func testStorePlanDue(t *testing.T, open opener) {
 	if closed == 0 {
 		t.Fatal("no closure kept")
 	}
-	if err := newFleet(b, nil).planRound(ctx); err != nil {
+	if err := fleet.New(b, nil).PlanRound(ctx); err != nil {
 		t.Fatal(err)
 	}
 	b = open(c, testSeed()).svc

@@ -22,7 +22,7 @@ type SeedFile struct {
 	Operators map[string]string `json:"-"`
 }
 
-// SeedNode is a node of the route table's file: routing's node, and who
+// seedNode is a node of the route table's file: routing's node, and who
 // runs it.
 type seedNode struct {
 	routing.Node

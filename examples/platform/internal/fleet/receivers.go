@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 )
 
-// receiverRequest sets an operator's receiver URL.
-type receiverRequest struct {
+// ReceiverRequest sets an operator's receiver URL.
+type ReceiverRequest struct {
 	URL string `json:"url"`
 }
 
-// receiverOf is operator's receiver; ErrUnknown when they have none.
-func (f *fleet) receiverOf(ctx context.Context, operator string) (store.ReceiverView, error) {
+// ReceiverOf is operator's receiver; ErrUnknown when they have none.
+func (f *Fleet) ReceiverOf(ctx context.Context, operator string) (store.ReceiverView, error) {
 	ops, err := f.receivers.OperatorReceivers(ctx)
 	if err != nil {
 		return store.ReceiverView{}, err
@@ -30,11 +30,11 @@ func (f *fleet) receiverOf(ctx context.Context, operator string) (store.Receiver
 	return r.View(f.Now()), nil
 }
 
-// setReceiver sets where operator's notices go. A receiver made now gets
+// SetReceiver sets where operator's notices go. A receiver made now gets
 // a secret, returned once (created true); a URL changed keeps the
 // receiver's secrets, and starts its record of failing afresh (a
 // disabled receiver moved is enabled).
-func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRequest) (v store.ReceiverView, created bool, err error) {
+func (f *Fleet) SetReceiver(ctx context.Context, operator string, req ReceiverRequest) (v store.ReceiverView, created bool, err error) {
 	u, err := notify.CheckReceiverURL(req.URL)
 	if err != nil {
 		return store.ReceiverView{}, false, err
@@ -65,10 +65,10 @@ func (f *fleet) setReceiver(ctx context.Context, operator string, req receiverRe
 	return v, created, f.refreshReceivers(ctx)
 }
 
-// rotateReceiver gives operator's receiver a new secret, returned once;
+// RotateReceiver gives operator's receiver a new secret, returned once;
 // the one it replaces signs beside it for RotatedFor, and any older one
 // no more.
-func (f *fleet) rotateReceiver(ctx context.Context, operator string) (store.ReceiverView, error) {
+func (f *Fleet) RotateReceiver(ctx context.Context, operator string) (store.ReceiverView, error) {
 	key, err := notify.NewSecret()
 	if err != nil {
 		return store.ReceiverView{}, err
@@ -94,63 +94,63 @@ func (f *fleet) rotateReceiver(ctx context.Context, operator string) (store.Rece
 
 // refreshReceivers puts the operators' receivers, as the store keeps
 // them now, into the dispatch's receivers, beside the notify file's, for
-// the nodes f.owners gives each operator: after a change here at once,
+// the nodes f.Owners gives each operator: after a change here at once,
 // and on the other replicas at their next plan round.
-func (f *fleet) refreshReceivers(ctx context.Context) error {
-	if f.dispatch == nil || f.receivers == nil {
+func (f *Fleet) refreshReceivers(ctx context.Context) error {
+	if f.Dispatch == nil || f.receivers == nil {
 		return nil
 	}
 	ops, err := f.receivers.OperatorReceivers(ctx)
 	if err != nil {
 		return err
 	}
-	f.dispatch.SetOperators(ops, f.owners, f.Now())
+	f.Dispatch.SetOperators(ops, f.Owners, f.Now())
 	return nil
 }
 
-// round is a replica's periodic work: the operators' receivers put in
+// Round is a replica's periodic work: the operators' receivers put in
 // force as the store keeps them (another replica's changes), then a plan
 // round.
-func (f *fleet) round(ctx context.Context) error {
+func (f *Fleet) Round(ctx context.Context) error {
 	if err := f.refreshReceivers(ctx); err != nil {
 		f.Log.Warn("the operators' receivers not read", "err", err)
 	}
-	return f.planRound(ctx)
+	return f.PlanRound(ctx)
 }
 
-// typeTest is the type of a test message, sent on an operator's demand.
-const typeTest = "receiver.test"
+// TypeTest is the type of a test message, sent on an operator's demand.
+const TypeTest = "receiver.test"
 
-// testAnswer is what a test message did: its webhook-id, and whether
+// TestAnswer is what a test message did: its webhook-id, and whether
 // the receiver took it (a 2xx), with its status or the error.
-type testAnswer struct {
+type TestAnswer struct {
 	ID        string `json:"id"`
 	Delivered bool   `json:"delivered"`
 	Status    int    `json:"status,omitempty"`
 	Error     string `json:"error,omitempty"`
 }
 
-// testReceiver sends operator's receiver a test message now, signed as
+// TestReceiver sends operator's receiver a test message now, signed as
 // every message is (with both secrets during a rotation), and answers
 // what it did. The message is not kept: it is the operator's to try
 // their receiver with, not a notice.
-func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, error) {
+func (f *Fleet) TestReceiver(ctx context.Context, operator string) (TestAnswer, error) {
 	var rc *notify.Receiver
-	if f.dispatch != nil {
-		rc = f.dispatch.Receivers().ForOperator(operator)
+	if f.Dispatch != nil {
+		rc = f.Dispatch.Receivers().ForOperator(operator)
 	}
-	if rc == nil || f.notify == nil {
-		return testAnswer{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, store.ErrUnknown)
+	if rc == nil || f.Notify == nil {
+		return TestAnswer{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, store.ErrUnknown)
 	}
 	now := f.Now()
-	body, err := json.Marshal(notify.Message{Type: typeTest, Timestamp: now.UTC(), Data: notify.MessageData{
+	body, err := json.Marshal(notify.Message{Type: TypeTest, Timestamp: now.UTC(), Data: notify.MessageData{
 		At: now.UTC(), Text: "a test message from the platform, sent when you asked for it",
 	}})
 	if err != nil {
-		return testAnswer{}, err
+		return TestAnswer{}, err
 	}
 	id := "tst_" + operator + "_" + strconv.FormatInt(now.UnixMicro(), 10)
-	res := f.notify.Attempt(ctx, rc, store.Delivery{ID: id, Body: body, Created: now})
+	res := f.Notify.Attempt(ctx, rc, store.Delivery{ID: id, Body: body, Created: now})
 	attrs := []any{"operator", operator, "host", rc.Host()}
 	if res.Status != 0 {
 		attrs = append(attrs, "status", res.Status)
@@ -159,12 +159,12 @@ func (f *fleet) testReceiver(ctx context.Context, operator string) (testAnswer, 
 		attrs = append(attrs, "err", res.Err)
 	}
 	f.Log.Info("receiver tested", attrs...)
-	return testAnswer{ID: id, Delivered: res.Outcome == store.OutcomeDelivered, Status: res.Status, Error: res.Err}, nil
+	return TestAnswer{ID: id, Delivered: res.Outcome == store.OutcomeDelivered, Status: res.Status, Error: res.Err}, nil
 }
 
-// enableReceiver enables operator's receiver again, after it was
+// EnableReceiver enables operator's receiver again, after it was
 // disabled for failing: it is sent their notices from now on.
-func (f *fleet) enableReceiver(ctx context.Context, operator string) (store.ReceiverView, error) {
+func (f *Fleet) EnableReceiver(ctx context.Context, operator string) (store.ReceiverView, error) {
 	var v store.ReceiverView
 	err := f.receivers.UpdateReceiver(ctx, operator, func(r *store.OperatorReceiver, now time.Time) error {
 		if len(r.Secrets) == 0 {
@@ -181,11 +181,11 @@ func (f *fleet) enableReceiver(ctx context.Context, operator string) (store.Rece
 	return v, f.refreshReceivers(ctx)
 }
 
-// Attempted records an attempt of a notice's delivery to an operator's
+// attempted records an attempt of a notice's delivery to an operator's
 // receiver rc, at at: delivered (ok) ends its failing; a failure starts
 // it, and one FailFor after the first disables the receiver. The store
 // is written only when that changes.
-func (f *fleet) attempted(ctx context.Context, rc *notify.Receiver, ok bool, at time.Time) {
+func (f *Fleet) attempted(ctx context.Context, rc *notify.Receiver, ok bool, at time.Time) {
 	if rc.Operator == "" || (ok && rc.FailingSince.IsZero()) ||
 		(!ok && !rc.FailingSince.IsZero() && at.Sub(rc.FailingSince) < store.FailFor) {
 		return

@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"context"
@@ -17,30 +17,32 @@ import (
 	"github.com/proofkit/nodekit/routing"
 )
 
-// fleet is the platform's use cases, each written once over a store.
+// Fleet is the platform's use cases, each written once over a store.
 // Each reads the clock once, through its store (see NodeStore.Update),
 // and hands that time to the pure packages.
-type fleet struct {
+type Fleet struct {
 	*store.Rules
-	store store.Store
+	// Store is the store the use cases run on.
+	Store store.Store
 	// Dispatch is the receivers in force and the notifier's wake-up:
-	// the store's Deliveries as main makes them (nil: none).
-	dispatch *notify.Dispatch
-	// notify is the notifier delivering the store's outbox; nil: notices
+	// the store's Config.Dispatch when it is a *notify.Dispatch, as main
+	// makes it (nil: none).
+	Dispatch *notify.Dispatch
+	// Notify is the notifier delivering the store's outbox; nil: notices
 	// are not delivered.
-	notify *notify.Notifier
-	// Receivers keeps the operators' own receivers: the store.
+	Notify *notify.Notifier
+	// receivers keeps the operators' own receivers: the store.
 	receivers store.ReceiverStore
-	// owners is each node's operator as the route table names it (and,
+	// Owners is each node's operator as the route table names it (and,
 	// once wired, the token file too: ownersWith).
-	owners map[string]string
+	Owners map[string]string
 }
 
-// newFleet is the use cases over st, whose deliveries n delivers (nil:
+// New is the use cases over st, whose deliveries n delivers (nil:
 // none).
-func newFleet(st store.Store, n *notify.Notifier) *fleet {
-	f := &fleet{Rules: st.Base(), store: st, receivers: st, notify: n}
-	f.dispatch, _ = f.Config.Dispatch.(*notify.Dispatch)
+func New(st store.Store, n *notify.Notifier) *Fleet {
+	f := &Fleet{Rules: st.Base(), Store: st, receivers: st, Notify: n}
+	f.Dispatch, _ = f.Config.Dispatch.(*notify.Dispatch)
 	if n != nil {
 		n.Attempted = f.attempted
 	}
@@ -54,9 +56,9 @@ func newFleet(st store.Store, n *notify.Notifier) *fleet {
 // sent, once the store has kept it: only for a node with a receiver (a
 // wake costs the PostgreSQL store a claim, a statement and a commit,
 // which for an undeliverable notice finds nothing).
-func (f *fleet) Report(ctx context.Context, r overload.Reading) (reportOutcome, error) {
+func (f *Fleet) Report(ctx context.Context, r overload.Reading) (ReportOutcome, error) {
 	if err := store.CheckNodeID(r.Node); err != nil {
-		return reportOutcome{}, fmt.Errorf("report: %w", err)
+		return ReportOutcome{}, fmt.Errorf("report: %w", err)
 	}
 	// One value the store's take and plan share, allocated once a
 	// report. The store may take the reading and plan the node more than
@@ -64,16 +66,16 @@ func (f *fleet) Report(ctx context.Context, r overload.Reading) (reportOutcome, 
 	// take starts the run afresh, and the plan's error is logged once,
 	// that of the run the store kept.
 	run := &struct {
-		out     reportOutcome
+		out     ReportOutcome
 		at      time.Time
 		first   bool // the first reading counted of a node the route table does not hold
 		planErr error
-	}{out: reportOutcome{Node: r.Node}}
-	notice, err := f.store.Report(ctx, r.Node, func(n *store.Node, now time.Time) error {
+	}{out: ReportOutcome{Node: r.Node}}
+	notice, err := f.Store.Report(ctx, r.Node, func(n *store.Node, now time.Time) error {
 		run.first = n.Info.Role == 0 && n.Readings == 0
 		run.planErr = nil
 		var err error
-		run.out, err = f.take(n, r, now)
+		run.out, err = f.Take(n, r, now)
 		n.Event, n.Notice, run.at = run.out.Event, run.out.Notice, now
 		return err
 	}, func(n *store.Node, now time.Time, tx store.NodeTx) (err error) {
@@ -85,7 +87,7 @@ func (f *fleet) Report(ctx context.Context, r overload.Reading) (reportOutcome, 
 	case errors.Is(err, store.ErrDuplicate) || errors.Is(err, store.ErrStale):
 		return out, err
 	case err != nil:
-		return reportOutcome{}, err
+		return ReportOutcome{}, err
 	}
 	out.Notice = notice
 	if planErr != nil {
@@ -96,17 +98,17 @@ func (f *fleet) Report(ctx context.Context, r overload.Reading) (reportOutcome, 
 			"node", r.Node)
 	}
 	f.logOutcome(r, out, at)
-	if f.dispatch != nil && (out.Notice != nil || (out.Event != nil && out.Event.Kind == overload.End && f.dispatch.SendsEnds())) &&
-		f.dispatch.Receivers().ForNode(r.Node) != nil {
-		f.dispatch.Poke()
+	if f.Dispatch != nil && (out.Notice != nil || (out.Event != nil && out.Event.Kind == overload.End && f.Dispatch.SendsEnds())) &&
+		f.Dispatch.Receivers().ForNode(r.Node) != nil {
+		f.Dispatch.Poke()
 	}
 	return out, nil
 }
 
-// planNode plans node n at now and carries the plan out in n (plan),
+// PlanNode plans node n at now and carries the plan out in n (plan),
 // for the store to write; a plan that fails is logged, and leaves n as
 // it was.
-func (f *fleet) planNode(n *store.Node, now time.Time, tx store.NodeTx) error {
+func (f *Fleet) PlanNode(n *store.Node, now time.Time, tx store.NodeTx) error {
 	planErr, err := f.plan(n, now, tx)
 	if planErr != nil {
 		f.Log.Error("plan round", "node", n.Info.ID, "err", planErr)
@@ -119,7 +121,7 @@ func (f *fleet) planNode(n *store.Node, now time.Time, tx store.NodeTx) error {
 // store's (tx), which fails the node's write. A node whose plan can
 // change nothing but its budgets' dates (quiet) is planned without its
 // routes, which the PostgreSQL store then need not read.
-func (f *fleet) plan(n *store.Node, now time.Time, tx store.NodeTx) (planErr, err error) {
+func (f *Fleet) plan(n *store.Node, now time.Time, tx store.NodeTx) (planErr, err error) {
 	if n.Info.Role == 0 {
 		return nil, nil
 	}
@@ -136,28 +138,28 @@ func (f *fleet) plan(n *store.Node, now time.Time, tx store.NodeTx) (planErr, er
 	return planErr, nil
 }
 
-// planRound plans every node whose plan is due.
-func (f *fleet) planRound(ctx context.Context) error { return f.store.PlanDue(ctx, f.planNode) }
+// PlanRound plans every node whose plan is due.
+func (f *Fleet) PlanRound(ctx context.Context) error { return f.Store.PlanDue(ctx, f.PlanNode) }
 
-// admit answers whether node id takes new connections now.
-func (f *fleet) admit(ctx context.Context, id string) (admitAnswer, error) {
+// Admit answers whether node id takes new connections now.
+func (f *Fleet) Admit(ctx context.Context, id string) (AdmitAnswer, error) {
 	if err := store.CheckNodeID(id); err != nil {
-		return admitAnswer{}, fmt.Errorf("admit: %w", err)
+		return AdmitAnswer{}, fmt.Errorf("admit: %w", err)
 	}
-	var a admitAnswer
-	err := f.store.Read(ctx, id, false, func(n *store.Node, now time.Time) error {
+	var a AdmitAnswer
+	err := f.Store.Read(ctx, id, false, func(n *store.Node, now time.Time) error {
 		a = f.admitLocked(n, now)
 		return nil
 	})
 	if err != nil {
-		return admitAnswer{}, fmt.Errorf("admit %q: %w", id, err)
+		return AdmitAnswer{}, fmt.Errorf("admit %q: %w", id, err)
 	}
 	return a, nil
 }
 
-// open sets up a route if the node is admitted: the session locks the
+// Open sets up a route if the node is admitted: the session locks the
 // node's price.
-func (f *fleet) open(ctx context.Context, req openRequest) (store.Route, error) {
+func (f *Fleet) Open(ctx context.Context, req OpenRequest) (store.Route, error) {
 	if err := store.CheckNodeID(req.Node); err != nil {
 		return store.Route{}, fmt.Errorf("open route: %w", err)
 	}
@@ -171,12 +173,12 @@ func (f *fleet) open(ctx context.Context, req openRequest) (store.Route, error) 
 		req.Kind = routing.KindOwn
 	}
 	var opened store.Route
-	err := f.store.Update(ctx, req.Node, func(n *store.Node, now time.Time, tx store.NodeTx) error {
+	err := f.Store.Update(ctx, req.Node, func(n *store.Node, now time.Time, tx store.NodeTx) error {
 		if n.Info.Role == 0 {
 			return fmt.Errorf("open route through %q: %w", req.Node, store.ErrUnknownNode)
 		}
 		if a := f.admitLocked(n, now); !a.Admit {
-			return admitError{answer: a}
+			return AdmitError{Answer: a}
 		}
 		s, err := n.Prices.Lock(now)
 		if err != nil {
@@ -211,19 +213,19 @@ func (f *fleet) open(ctx context.Context, req openRequest) (store.Route, error) 
 	return opened, nil
 }
 
-// traffic charges a route's traffic at its session's price and marks
+// Traffic charges a route's traffic at its session's price and marks
 // it in use. A closed route is not found: it earns nothing more.
-func (f *fleet) traffic(ctx context.Context, req trafficRequest) (store.Route, error) {
+func (f *Fleet) Traffic(ctx context.Context, req TrafficRequest) (store.Route, error) {
 	if err := store.CheckText("traffic: route", req.Route); err != nil {
 		return store.Route{}, err
 	}
 	unknown := fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, store.ErrUnknown)
-	nodeID, err := f.store.RouteNode(ctx, req.Route)
+	nodeID, err := f.Store.RouteNode(ctx, req.Route)
 	if err != nil {
 		return store.Route{}, fmt.Errorf("traffic of route %q: %w (closed routes earn nothing more)", req.Route, err)
 	}
 	var out store.Route
-	err = f.store.Update(ctx, nodeID, func(n *store.Node, now time.Time, _ store.NodeTx) error {
+	err = f.Store.Update(ctx, nodeID, func(n *store.Node, now time.Time, _ store.NodeTx) error {
 		rt := n.Routes[req.Route]
 		if rt == nil { // closed since
 			return unknown
@@ -243,14 +245,14 @@ func (f *fleet) traffic(ctx context.Context, req trafficRequest) (store.Route, e
 	return out, err
 }
 
-// setPrice records the node's new price from now on. Running sessions
+// SetPrice records the node's new price from now on. Running sessions
 // keep their lock: a rise never reaches them, a drop once it has stood for
 // the window.
-func (f *fleet) setPrice(ctx context.Context, req priceRequest) error {
+func (f *Fleet) SetPrice(ctx context.Context, req PriceRequest) error {
 	if err := store.CheckNodeID(req.Node); err != nil {
 		return fmt.Errorf("price: %w", err)
 	}
-	err := f.store.Update(ctx, req.Node, func(n *store.Node, now time.Time, _ store.NodeTx) error {
+	err := f.Store.Update(ctx, req.Node, func(n *store.Node, now time.Time, _ store.NodeTx) error {
 		if n.Info.Role == 0 {
 			return fmt.Errorf("price of %q: %w", req.Node, store.ErrUnknownNode)
 		}
@@ -268,34 +270,34 @@ func (f *fleet) setPrice(ctx context.Context, req priceRequest) error {
 
 // View shows node id, with its latest closures, and its newest
 // deliveries when notices are delivered.
-func (f *fleet) View(ctx context.Context, id string) (nodeView, error) {
+func (f *Fleet) View(ctx context.Context, id string) (NodeView, error) {
 	if err := store.CheckNodeID(id); err != nil {
-		return nodeView{}, err
+		return NodeView{}, err
 	}
-	var v nodeView
-	err := f.store.Read(ctx, id, true, func(n *store.Node, now time.Time) error {
+	var v NodeView
+	err := f.Store.Read(ctx, id, true, func(n *store.Node, now time.Time) error {
 		v = f.viewLocked(n, now)
 		return nil
 	})
 	if err != nil {
-		return nodeView{}, err
+		return NodeView{}, err
 	}
-	if f.notify.Outbox() != nil {
-		if v.Deliveries, err = nodeDeliveries(ctx, f.notify.Outbox(), v.ID); err != nil {
-			return nodeView{}, err
+	if f.Notify.Outbox() != nil {
+		if v.Deliveries, err = nodeDeliveries(ctx, f.Notify.Outbox(), v.ID); err != nil {
+			return NodeView{}, err
 		}
 	}
 	return v, nil
 }
 
-// views shows the nodes whose ids sort after after, at most limit of
+// Views shows the nodes whose ids sort after after, at most limit of
 // them (0: all), by id, and returns the last one's id. A node that cannot
 // be shown (its stored state does not read, or does not marshal) is
 // listed with its error alone: one node's bad state never takes the
 // fleet's view down.
-func (f *fleet) views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
+func (f *Fleet) Views(ctx context.Context, after string, limit int) ([]json.RawMessage, string, error) {
 	out := []json.RawMessage{}
-	last, err := f.store.EachNode(ctx, after, limit, func(id string, n *store.Node, now time.Time, err error) {
+	last, err := f.Store.EachNode(ctx, after, limit, func(id string, n *store.Node, now time.Time, err error) {
 		if err != nil {
 			b, _ := json.Marshal(map[string]string{"id": id, "error": err.Error()})
 			out = append(out, b)
@@ -310,27 +312,27 @@ func (f *fleet) views(ctx context.Context, after string, limit int) ([]json.RawM
 }
 
 // Events pages through node id's events, oldest first.
-func (f *fleet) Events(ctx context.Context, id string, after int64, limit int) (store.EventPage, error) {
-	return f.store.Events(ctx, id, after, limit)
+func (f *Fleet) Events(ctx context.Context, id string, after int64, limit int) (store.EventPage, error) {
+	return f.Store.Events(ctx, id, after, limit)
 }
 
 // Plans pages through each node's latest plan that closed something.
-func (f *fleet) Plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
-	return f.store.Plans(ctx, after, limit)
+func (f *Fleet) Plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
+	return f.Store.Plans(ctx, after, limit)
 }
 
 // Notices returns the notices after after, at most limit, each with its
 // delivery when notices are delivered.
-func (f *fleet) Notices(ctx context.Context, after int64, limit int) ([]store.NumberedNotice, int64, error) {
-	ns, last, err := f.store.Notices(ctx, after, limit)
-	if err == nil && f.notify.Outbox() != nil {
-		err = addDeliveries(ctx, f.notify.Outbox(), ns)
+func (f *Fleet) Notices(ctx context.Context, after int64, limit int) ([]store.NumberedNotice, int64, error) {
+	ns, last, err := f.Store.Notices(ctx, after, limit)
+	if err == nil && f.Notify.Outbox() != nil {
+		err = AddDeliveries(ctx, f.Notify.Outbox(), ns)
 	}
 	return ns, last, err
 }
 
-// nodesOf is operator's nodes, sorted.
-func nodesOf(owners map[string]string, operator string) []string {
+// NodesOf is operator's nodes, sorted.
+func NodesOf(owners map[string]string, operator string) []string {
 	var ids []string
 	for node, op := range owners {
 		if op == operator {
@@ -341,11 +343,11 @@ func nodesOf(owners map[string]string, operator string) []string {
 	return ids
 }
 
-// operatorView is what an operator sees of their node: its state in the
+// OperatorView is what an operator sees of their node: its state in the
 // help page's words, its figures, its sessions and earnings, its
 // events; never a user's id, key or route (users' data is the
 // platform's).
-type operatorView struct {
+type OperatorView struct {
 	ID            string               `json:"id"`
 	Registered    bool                 `json:"registered"`
 	Role          string               `json:"role,omitempty"`
@@ -374,16 +376,16 @@ type operatorView struct {
 // status words, as the help page says them.
 const (
 	statusWordsPaused     = "routing paused: the node is being emptied"
-	statusWordsOverloaded = "overloaded: new connections refused"
-	statusWordsFull       = "max_users filled: your cap, not an overload"
-	statusWordsCoolDown   = "cooling down after an overload: offered again soon"
-	statusWordsAdmitted   = "taking new connections"
+	StatusWordsOverloaded = "overloaded: new connections refused"
+	StatusWordsFull       = "max_users filled: your cap, not an overload"
+	StatusWordsCoolDown   = "cooling down after an overload: offered again soon"
+	StatusWordsAdmitted   = "taking new connections"
 	statusWordsUnknown    = "not in the route table: reports kept, no routes"
 )
 
-// operatorViewOf is v as its operator sees it.
-func operatorViewOf(v nodeView) operatorView {
-	o := operatorView{
+// OperatorViewOf is v as its operator sees it.
+func OperatorViewOf(v NodeView) OperatorView {
+	o := OperatorView{
 		ID: v.ID, Registered: v.Registered, Role: v.Role, Country: v.Country, Paused: v.Paused,
 		Overloaded: v.Overloaded, Since: v.Since, OverloadEnded: v.OverloadEnded, Findings: v.Findings,
 		Admitted: v.Admitted, Reason: v.Reason, MemoryPercent: v.MemoryPercent, LastReading: v.LastReading,
@@ -402,24 +404,24 @@ func operatorViewOf(v nodeView) operatorView {
 	case v.Reason == routing.ReasonPaused:
 		o.Status = statusWordsPaused
 	case v.Reason == routing.ReasonOverloaded:
-		o.Status = statusWordsOverloaded
+		o.Status = StatusWordsOverloaded
 	case v.Reason == routing.ReasonFull:
-		o.Status = statusWordsFull
+		o.Status = StatusWordsFull
 	case v.Reason == routing.ReasonCoolDown:
-		o.Status = statusWordsCoolDown
+		o.Status = StatusWordsCoolDown
 	case v.Admitted:
-		o.Status = statusWordsAdmitted
+		o.Status = StatusWordsAdmitted
 	default:
 		o.Status = v.Why
 	}
 	return o
 }
 
-// operatorViews shows the nodes of ids (an operator's, sorted) after
+// OperatorViews shows the nodes of ids (an operator's, sorted) after
 // after, at most limit, as their operator sees them; ids the store does
 // not hold are left out.
-func (f *fleet) operatorViews(ctx context.Context, ids []string, after string, limit int) ([]operatorView, string, error) {
-	out := []operatorView{}
+func (f *Fleet) OperatorViews(ctx context.Context, ids []string, after string, limit int) ([]OperatorView, string, error) {
+	out := []OperatorView{}
 	last := ""
 	for _, id := range ids[store.IndexAfter(ids, after):] {
 		if limit > 0 && len(out) == limit {
@@ -432,21 +434,21 @@ func (f *fleet) operatorViews(ctx context.Context, ids []string, after string, l
 		if err != nil {
 			return nil, "", err
 		}
-		out, last = append(out, operatorViewOf(v)), id
+		out, last = append(out, OperatorViewOf(v)), id
 	}
 	return out, last, nil
 }
 
-// noticesOf is notices, of the nodes keep keeps (nil: all): a page of
+// NoticesOf is notices, of the nodes keep keeps (nil: all): a page of
 // at most limit after after, and the last one's id.
-func (f *fleet) noticesOf(ctx context.Context, keep func(node string) bool, after int64, limit int) ([]store.NumberedNotice, int64, error) {
+func (f *Fleet) NoticesOf(ctx context.Context, keep func(node string) bool, after int64, limit int) ([]store.NumberedNotice, int64, error) {
 	if keep == nil {
 		return f.Notices(ctx, after, limit)
 	}
 	out := []store.NumberedNotice{}
 	last := after
 	for {
-		ns, _, err := f.store.Notices(ctx, last, maxPage)
+		ns, _, err := f.Store.Notices(ctx, last, MaxPage)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -459,34 +461,34 @@ func (f *fleet) noticesOf(ctx context.Context, keep func(node string) bool, afte
 				out = append(out, n)
 			}
 		}
-		if len(ns) < maxPage || len(out) == limit {
+		if len(ns) < MaxPage || len(out) == limit {
 			break
 		}
 	}
-	if f.notify.Outbox() != nil {
-		if err := addDeliveries(ctx, f.notify.Outbox(), out); err != nil {
+	if f.Notify.Outbox() != nil {
+		if err := AddDeliveries(ctx, f.Notify.Outbox(), out); err != nil {
 			return nil, 0, err
 		}
 	}
 	return out, last, nil
 }
 
-// maxUsersRequest sets a node's max_users.
-type maxUsersRequest struct {
+// MaxUsersRequest sets a node's max_users.
+type MaxUsersRequest struct {
 	Node     string `json:"node"`
 	MaxUsers int    `json:"max_users"`
 }
 
-// setMaxUsers sets the node's cap of live users (0: none): a node whose
+// SetMaxUsers sets the node's cap of live users (0: none): a node whose
 // cap is filled takes nobody new, which is not an overload.
-func (f *fleet) setMaxUsers(ctx context.Context, req maxUsersRequest) error {
+func (f *Fleet) SetMaxUsers(ctx context.Context, req MaxUsersRequest) error {
 	if err := store.CheckNodeID(req.Node); err != nil {
 		return fmt.Errorf("max_users: %w", err)
 	}
 	if req.MaxUsers < 0 {
 		return fmt.Errorf("max_users of %s: %d: want 0 (no cap) or more: %w", req.Node, req.MaxUsers, store.ErrBadInput)
 	}
-	err := f.store.Update(ctx, req.Node, func(n *store.Node, _ time.Time, _ store.NodeTx) error {
+	err := f.Store.Update(ctx, req.Node, func(n *store.Node, _ time.Time, _ store.NodeTx) error {
 		if n.Info.Role == 0 {
 			return fmt.Errorf("max_users of %q: %w", req.Node, store.ErrUnknownNode)
 		}
@@ -499,18 +501,18 @@ func (f *fleet) setMaxUsers(ctx context.Context, req maxUsersRequest) error {
 	return err
 }
 
-// pause pauses routing to node id (paused), or approves it again: from
+// Pause pauses routing to node id (paused), or approves it again: from
 // the next admission and plan on, routing's paused rules hold (nobody
 // new; every route unused for two hours closed; above the move
 // threshold, routes in use moved). Each change goes into the node's
 // event list ("paused", "approved"); pausing a paused node, or approving
 // one not paused, changes nothing.
-func (f *fleet) pause(ctx context.Context, id string, paused bool) error {
+func (f *Fleet) Pause(ctx context.Context, id string, paused bool) error {
 	if err := store.CheckNodeID(id); err != nil {
 		return err
 	}
 	changed := false
-	err := f.store.Update(ctx, id, func(n *store.Node, now time.Time, _ store.NodeTx) error {
+	err := f.Store.Update(ctx, id, func(n *store.Node, now time.Time, _ store.NodeTx) error {
 		if n.Info.Role == 0 {
 			return fmt.Errorf("node %q: %w", id, store.ErrUnknownNode)
 		}
@@ -541,23 +543,23 @@ func (f *fleet) pause(ctx context.Context, id string, paused bool) error {
 // (nil: any) keeps its node: a notice of another operator's node is not
 // found, as one that does not exist. The delivery is due at once and
 // keeps its log.
-func (f *fleet) Redeliver(ctx context.Context, id int64, keep func(node string) bool) error {
+func (f *Fleet) Redeliver(ctx context.Context, id int64, keep func(node string) bool) error {
 	notFound := fmt.Errorf("notice %d: %w", id, store.ErrUnknown)
 	if id < 1 {
 		return notFound
 	}
-	ns, _, err := f.store.Notices(ctx, id-1, 1)
+	ns, _, err := f.Store.Notices(ctx, id-1, 1)
 	if err != nil {
 		return err
 	}
 	if len(ns) == 0 || ns[0].ID != id || (keep != nil && !keep(ns[0].Node)) {
 		return notFound
 	}
-	if f.notify.Outbox() == nil {
+	if f.Notify.Outbox() == nil {
 		return fmt.Errorf("notice %d: %w (no deliveries: the platform runs without -notify-file)", id, store.ErrUnknown)
 	}
 	did := notify.NoticeID(ns[0].Node, ns[0].At)
-	found, err := f.notify.Outbox().Redeliver(ctx, did, f.Now())
+	found, err := f.Notify.Outbox().Redeliver(ctx, did, f.Now())
 	if err != nil {
 		return err
 	}
@@ -565,7 +567,7 @@ func (f *fleet) Redeliver(ctx context.Context, id int64, keep func(node string) 
 		return fmt.Errorf("notice %d: %w (no delivery: decided before the platform delivered notices)", id, store.ErrUnknown)
 	}
 	f.Log.Info("notice to be delivered again", "notice", id, "id", did, "node", ns[0].Node)
-	f.dispatch.Poke()
+	f.Dispatch.Poke()
 	return nil
 }
 
@@ -577,31 +579,31 @@ func (f *fleet) Redeliver(ctx context.Context, id int64, keep func(node string) 
 // for them only overload's own bound (Reading.ValidateAt) applies.
 const maxAhead = 5 * time.Minute
 
-// reportOutcome is what one reading did.
-type reportOutcome struct {
+// ReportOutcome is what one reading did.
+type ReportOutcome struct {
 	Node       string           `json:"node"`
 	Overloaded bool             `json:"overloaded"`
 	Event      *overload.Event  `json:"event,omitempty"`
 	Notice     *overload.Notice `json:"notice,omitempty"`
 }
 
-// take is observe without its log lines, which logOutcome writes.
-func (c *fleet) take(n *store.Node, r overload.Reading, now time.Time) (reportOutcome, error) {
+// Take is observe without its log lines, which logOutcome writes.
+func (c *Fleet) Take(n *store.Node, r overload.Reading, now time.Time) (ReportOutcome, error) {
 	if r.Run == "" && r.At.After(now.Add(maxAhead)) {
-		return reportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",
+		return ReportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",
 			r.Node, r.At.Format(time.RFC3339), maxAhead, store.ErrBadInput)
 	}
 	if err := r.ValidateAt(now); err != nil {
-		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, store.ErrBadInput, err)
+		return ReportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, store.ErrBadInput, err)
 	}
 	res, err := n.Tracker.Observe(r)
 	switch {
 	case errors.Is(err, overload.ErrDuplicate):
-		return reportOutcome{Node: r.Node, Overloaded: n.Tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), store.ErrDuplicate)
+		return ReportOutcome{Node: r.Node, Overloaded: n.Tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), store.ErrDuplicate)
 	case errors.Is(err, overload.ErrOutOfOrder):
-		return reportOutcome{Node: r.Node, Overloaded: n.Tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), store.ErrStale)
+		return ReportOutcome{Node: r.Node, Overloaded: n.Tracker.Overloaded()}, fmt.Errorf("report of %s at %s: %w", r.Node, r.At.Format(time.RFC3339Nano), store.ErrStale)
 	case err != nil:
-		return reportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, store.ErrBadInput, err)
+		return ReportOutcome{}, fmt.Errorf("report of %s: %w: %w", r.Node, store.ErrBadInput, err)
 	}
 	n.Readings++
 	if res.Event != nil {
@@ -613,12 +615,12 @@ func (c *fleet) take(n *store.Node, r overload.Reading, now time.Time) (reportOu
 	ended := n.Info.OverloadEnded
 	n.Info.SetOverload(n.Tracker, r)
 	platformClock(n, res.Event, ended, now)
-	return reportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
+	return ReportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
 }
 
 // logOutcome logs what a reading taken at now started or ended, and its
 // notice.
-func (c *fleet) logOutcome(r overload.Reading, out reportOutcome, now time.Time) {
+func (c *Fleet) logOutcome(r overload.Reading, out ReportOutcome, now time.Time) {
 	if ev := out.Event; ev != nil {
 		switch ev.Kind {
 		case overload.Start:
@@ -657,9 +659,9 @@ func platformClock(n *store.Node, ev *overload.Event, ended, now time.Time) {
 	}
 }
 
-func (p *fleet) admitLocked(n *store.Node, now time.Time) admitAnswer {
+func (p *Fleet) admitLocked(n *store.Node, now time.Time) AdmitAnswer {
 	ok, why, err := p.Config.Policy.Admit(n.Info, now)
-	a := admitAnswer{Node: n.Info.ID, Admit: ok, Reason: string(why), At: now}
+	a := AdmitAnswer{Node: n.Info.ID, Admit: ok, Reason: string(why), At: now}
 	if err != nil {
 		a.Why = err.Error()
 		return a
@@ -680,7 +682,7 @@ func (p *fleet) admitLocked(n *store.Node, now time.Time) admitAnswer {
 // changed only the plan time is not: the budgets, which pace moves and
 // closures, are what the next plan needs). An unregistered node is not
 // planned.
-func (c *fleet) planOne(now time.Time, n *store.Node, alts routing.Alternatives) (routing.Plan, error) {
+func (c *Fleet) planOne(now time.Time, n *store.Node, alts routing.Alternatives) (routing.Plan, error) {
 	if n.Info.Role == 0 {
 		return routing.Plan{}, nil
 	}
@@ -721,37 +723,39 @@ func sameBudgets(a, b routing.NodeState) bool {
 	return a.Equal(b)
 }
 
-// openRequest asks for a new route through a node.
-type openRequest struct {
+// OpenRequest asks for a new route through a node.
+type OpenRequest struct {
 	Node string       `json:"node"`
 	User string       `json:"user"`
 	Key  string       `json:"key"`
 	Kind routing.Kind `json:"kind,omitempty"` // default own
 }
 
-// admitError says why a node took nobody new.
-type admitError struct{ answer admitAnswer }
+// AdmitError says why a node took nobody new.
+type AdmitError struct{ Answer AdmitAnswer }
 
-func (e admitError) Error() string {
-	return fmt.Sprintf("node %s takes nobody new: %v", e.answer.Node, e.answer.Why)
+// Error says which node took nobody new, and why.
+func (e AdmitError) Error() string {
+	return fmt.Sprintf("node %s takes nobody new: %v", e.Answer.Node, e.Answer.Why)
 }
 
-func (e admitError) Unwrap() error { return store.ErrNotAdmit }
+// Unwrap is store.ErrNotAdmit.
+func (e AdmitError) Unwrap() error { return store.ErrNotAdmit }
 
-// trafficRequest records traffic a route carried.
-type trafficRequest struct {
+// TrafficRequest records traffic a route carried.
+type TrafficRequest struct {
 	Route string `json:"route"`
 	Bytes uint64 `json:"bytes"`
 }
 
-// priceRequest changes a node's asking price.
-type priceRequest struct {
+// PriceRequest changes a node's asking price.
+type PriceRequest struct {
 	Node  string        `json:"node"`
 	Price pricing.Price `json:"price"`
 }
 
-// nodeView is what /nodes shows of a node.
-type nodeView struct {
+// NodeView is what /nodes shows of a node.
+type NodeView struct {
 	ID            string               `json:"id"`
 	Registered    bool                 `json:"registered"`
 	Role          string               `json:"role,omitempty"`
@@ -781,7 +785,7 @@ type nodeView struct {
 }
 
 // marshalView is v in JSON, or, if it cannot be, {"id","error"}.
-func marshalView(id string, v nodeView) json.RawMessage {
+func marshalView(id string, v NodeView) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
 		b, _ = json.Marshal(map[string]string{"id": id, "error": fmt.Sprintf("node %s cannot be shown: %v", id, err)})
@@ -789,9 +793,9 @@ func marshalView(id string, v nodeView) json.RawMessage {
 	return b
 }
 
-func (p *fleet) viewLocked(n *store.Node, now time.Time) nodeView {
+func (p *Fleet) viewLocked(n *store.Node, now time.Time) NodeView {
 	ok, why, admitErr := p.Config.Policy.Admit(n.Info, now)
-	v := nodeView{
+	v := NodeView{
 		ID: n.Info.ID, Registered: n.Info.Role != 0, Country: n.Info.Country, Paused: n.Info.Paused,
 		Overloaded: n.Tracker.Overloaded(), Since: n.Info.OverloadedSince, SinceReading: n.Tracker.Since(), OverloadEnded: n.Info.OverloadEnded,
 		Findings: n.Tracker.Findings(), Admitted: ok, Reason: why, MemoryPercent: n.Info.MemoryPercent,
@@ -827,9 +831,9 @@ func (p *fleet) viewLocked(n *store.Node, now time.Time) nodeView {
 	return v
 }
 
-// addDeliveries sets each notice's delivery. A notice the outbox does not
+// AddDeliveries sets each notice's delivery. A notice the outbox does not
 // hold (decided before there was one) shows as undeliverable.
-func addDeliveries(ctx context.Context, box store.OutboxStore, ns []store.NumberedNotice) error {
+func AddDeliveries(ctx context.Context, box store.OutboxStore, ns []store.NumberedNotice) error {
 	ids := make([]string, len(ns))
 	for i, nt := range ns {
 		ids[i] = notify.NoticeID(nt.Node, nt.At)
@@ -864,27 +868,27 @@ func nodeDeliveries(ctx context.Context, box store.OutboxStore, node string) ([]
 	return out, nil
 }
 
-// notifyUnreached puts the operators' own receivers in force, and says
+// NotifyUnreached puts the operators' own receivers in force, and says
 // at start which nodes have no receiver: their notices are kept, and
 // marked undeliverable.
-func (f *fleet) notifyUnreached(ctx context.Context, log *slog.Logger) {
+func (f *Fleet) NotifyUnreached(ctx context.Context, log *slog.Logger) {
 	if err := f.refreshReceivers(ctx); err != nil {
 		log.Warn("notify: the operators' receivers not read", "err", err)
 	}
-	f.notify.LogUnreached(ctx, log, f.store.NodeIDs)
+	f.Notify.LogUnreached(ctx, log, f.Store.NodeIDs)
 }
 
 // Every list the API serves (GET /nodes, /nodes/X/events, /notices,
-// /plans) pages the same way. ?limit=N (1 to maxPage, by default
-// maxPage) is the most items a page holds; a page that may be followed
+// /plans) pages the same way. ?limit=N (1 to MaxPage, by default
+// MaxPage) is the most items a page holds; a page that may be followed
 // by more has a header Link: <PATH?after=CURSOR&limit=N>; rel="next",
 // and a page without it is the last. The cursor is the list's own (a node
 // id, an event id, a notice id): a client takes it from the Link as it
 // is and never builds one.
-const maxPage = 1000
+const MaxPage = 1000
 
-// admitAnswer is /admit's body.
-type admitAnswer struct {
+// AdmitAnswer is /admit's body.
+type AdmitAnswer struct {
 	Node   string `json:"node"`
 	Admit  bool   `json:"admit"`
 	Reason string `json:"reason,omitempty"` // paused, overloaded, cool-down, full
