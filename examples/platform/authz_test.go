@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
@@ -77,7 +78,7 @@ func authzTable() []authzRow {
 // their own nodes and notices.
 func TestAuthorizationMatrix(t *testing.T) {
 	eachNotifyStore(t, func(t *testing.T, open notifyOpener, _ int) {
-		c := &clock{t: t0}
+		c := &clock{t: platformtest.T0}
 		h := newHook(t, c, platformtest.HookSecret)
 		cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 		testAuthorizationMatrix(t, c, func(seed *store.SeedFile) notifyPlatform { return open(c, cfg, seed) })
@@ -89,9 +90,9 @@ func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *store.SeedF
 	tp := open(seed)
 	f := fleet.New(tp.svc, tp.n)
 	f.Owners = seed.Operators
-	srv := httptest.NewServer(handler(f, dashboardTokens))
+	srv := httptest.NewServer(api.Handler(f, dashboardTokens))
 	defer srv.Close()
-	tokenOf := map[string]string{"admin": testToken, "opA": "tok-alice", "opB": "tok-bob", "agentA": "tok-a1", "none": ""}
+	tokenOf := map[string]string{"admin": platformtest.TestToken, "opA": "tok-alice", "opB": "tok-bob", "agentA": "tok-a1", "none": ""}
 	web := &testPlatform{t: t, srv: srv}
 	do := func(method, path, token, body string) (int, string) {
 		t.Helper()
@@ -108,14 +109,14 @@ func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *store.SeedF
 				mem = 40
 			}
 			rd, _ := json.Marshal(overload.Reading{Node: n, At: c.now(), MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144})
-			if code, b := do("POST", "/report", testToken, string(rd)); code != 200 {
+			if code, b := do("POST", "/report", platformtest.TestToken, string(rd)); code != 200 {
 				t.Fatalf("reading of %s: %d %s", n, code, b)
 			}
 		}
 	}
 	c.add(time.Hour)
 	var ns []store.NumberedNotice
-	if code, b := do("GET", "/notices", testToken, ""); code != 200 || json.Unmarshal([]byte(b), &ns) != nil || len(ns) != 2 {
+	if code, b := do("GET", "/notices", platformtest.TestToken, ""); code != 200 || json.Unmarshal([]byte(b), &ns) != nil || len(ns) != 2 {
 		t.Fatalf("notices: %d %s", code, b)
 	}
 	noticeOf := map[string]string{"zz": "999999"}
@@ -175,10 +176,10 @@ func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *store.SeedF
 func TestPauseAndApprove(t *testing.T) { eachStore(t, testPauseAndApprove) }
 
 func testPauseAndApprove(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
 	f := fleet.New(tp.svc, nil)
-	srv := httptest.NewServer(handler(f, tokens{testToken: "", "tok-alice": "operator:alice", "tok-x1": "x1 operator:alice"}))
+	srv := httptest.NewServer(api.Handler(f, api.Tokens{platformtest.TestToken: "", "tok-alice": "operator:alice", "tok-x1": "x1 operator:alice"}))
 	defer srv.Close()
 	do := func(method, path, token, body string, out any) int {
 		t.Helper()
@@ -205,26 +206,26 @@ func testPauseAndApprove(t *testing.T, open opener) {
 	if v := status(); v.Status != fleet.StatusWordsAdmitted || v.Paused {
 		t.Fatalf("x1 before a pause: %+v", v)
 	}
-	if code := do("POST", "/nodes/x1/pause", testToken, "", nil); code != 204 {
+	if code := do("POST", "/nodes/x1/pause", platformtest.TestToken, "", nil); code != 204 {
 		t.Fatalf("pause: %d", code)
 	}
 	var a fleet.AdmitAnswer
-	if do("GET", "/admit?node=x1", testToken, "", &a); a.Admit || a.Reason != string(routing.ReasonPaused) {
+	if do("GET", "/admit?node=x1", platformtest.TestToken, "", &a); a.Admit || a.Reason != string(routing.ReasonPaused) {
 		t.Errorf("admit of a paused node: %+v", a)
 	}
 	if v := status(); v.Status != "routing paused: the node is being emptied" || !v.Paused {
 		t.Errorf("the operator's view of a paused node: %q, paused %v", v.Status, v.Paused)
 	}
-	if code := do("POST", "/routes", testToken, `{"node":"x1","user":"u9","key":"vpn"}`, nil); code != 409 {
+	if code := do("POST", "/routes", platformtest.TestToken, `{"node":"x1","user":"u9","key":"vpn"}`, nil); code != 409 {
 		t.Errorf("a route through a paused node: %d, want 409", code)
 	}
-	if code := do("POST", "/nodes/x1/pause", testToken, "", nil); code != 204 {
+	if code := do("POST", "/nodes/x1/pause", platformtest.TestToken, "", nil); code != 204 {
 		t.Fatalf("a second pause: %d", code)
 	}
-	if code := do("POST", "/nodes/x1/approve", testToken, "", nil); code != 204 {
+	if code := do("POST", "/nodes/x1/approve", platformtest.TestToken, "", nil); code != 204 {
 		t.Fatalf("approve: %d", code)
 	}
-	if do("GET", "/admit?node=x1", testToken, "", &a); !a.Admit {
+	if do("GET", "/admit?node=x1", platformtest.TestToken, "", &a); !a.Admit {
 		t.Errorf("admit of an approved node: %+v", a)
 	}
 	events := func(f *fleet.Fleet) string {

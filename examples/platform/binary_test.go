@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -110,8 +111,8 @@ func TestBinaryConnectionCap(t *testing.T) {
 		"-token-file", tokens, "-listen", addr, "-state-dir", filepath.Join(dir, "state")), nil)
 	out := p.Log.String
 	testkit.WaitFor(t, "the platform serving", func() bool { return strings.Contains(out(), "platform serving") })
-	if m := regexp.MustCompile(`max_conns=(\d+) max_conns_from="RLIMIT_NOFILE 256"`).FindStringSubmatch(out()); m == nil || m[1] != fmt.Sprint(maxConnsForFiles(256)) {
-		t.Fatalf("the start-up line does not say max_conns=%d from RLIMIT_NOFILE 256:\n%s", maxConnsForFiles(256), out())
+	if m := regexp.MustCompile(`max_conns=(\d+) max_conns_from="RLIMIT_NOFILE 256"`).FindStringSubmatch(out()); m == nil || m[1] != fmt.Sprint(api.MaxConnsForFiles(256)) {
+		t.Fatalf("the start-up line does not say max_conns=%d from RLIMIT_NOFILE 256:\n%s", api.MaxConnsForFiles(256), out())
 	}
 
 	// Idle connections, one after another, each after one /healthz:
@@ -150,7 +151,7 @@ func TestBinaryConnectionCap(t *testing.T) {
 		}
 		c.SetDeadline(time.Time{})
 	}
-	if want := maxConnsForFiles(256); idle != want || answeredOver != 300-want {
+	if want := api.MaxConnsForFiles(256); idle != want || answeredOver != 300-want {
 		t.Errorf("%d connections kept idle, %d answered and closed; want %d and %d", idle, answeredOver, want, 300-want)
 	}
 	// Slow headers on top: each holds a place for seconds at most.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -17,7 +18,7 @@ import (
 func TestPlatformClockDatesOverloads(t *testing.T) { eachStore(t, testPlatformClockDatesOverloads) }
 
 func testPlatformClockDatesOverloads(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
 	const behind = 10 * time.Minute
 	seq := uint64(0)

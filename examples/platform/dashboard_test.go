@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -11,11 +10,11 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
@@ -26,19 +25,19 @@ import (
 
 // dashboardTokens are the test's tokens: the admin, operators alice (a1)
 // and bob (b1), and a1's agent.
-var dashboardTokens = tokens{testToken: "", "tok-alice": "operator:alice", "tok-bob": "operator:bob", "tok-a1": "a1 operator:alice"}
+var dashboardTokens = api.Tokens{platformtest.TestToken: "", "tok-alice": "operator:alice", "tok-bob": "operator:bob", "tok-a1": "a1 operator:alice"}
 
 // dashboardSeed is A's node a1 and B's node b1, each with a user's route.
 func dashboardSeed() *store.SeedFile {
-	start := t0.Add(-8 * time.Hour)
+	start := platformtest.T0.Add(-8 * time.Hour)
 	return &store.SeedFile{
 		Nodes: []routing.Node{
 			{ID: "a1", Role: routing.RoleExit, Country: "DE", Price: 100},
 			{ID: "b1", Role: routing.RoleExit, Country: "DE", Price: 100},
 		},
 		Routes: []routing.Route{
-			{ID: "r-a1", User: "user-ua", Key: "key-vpn", Node: "a1", Kind: routing.KindOwn, Start: start, LastTraffic: t0},
-			{ID: "r-b1", User: "user-ub", Key: "key-vpn", Node: "b1", Kind: routing.KindOwn, Start: start, LastTraffic: t0},
+			{ID: "r-a1", User: "user-ua", Key: "key-vpn", Node: "a1", Kind: routing.KindOwn, Start: start, LastTraffic: platformtest.T0},
+			{ID: "r-b1", User: "user-ub", Key: "key-vpn", Node: "b1", Kind: routing.KindOwn, Start: start, LastTraffic: platformtest.T0},
 		},
 		Operators: map[string]string{"b1": "bob"},
 	}
@@ -135,7 +134,7 @@ func expect(t *testing.T, what string, a pageAnswer, code int, want ...string) {
 // notice for each of a1 and b1, delivered to a receiver; the use cases'
 // log is kept in the returned buffer.
 func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *clock, *testkit.LogBuffer, notifyPlatform) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
@@ -145,7 +144,7 @@ func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *clock, *testk
 	r := *f.Rules
 	r.Log = slog.New(slog.NewTextHandler(logs, nil))
 	f.Rules = &r
-	srv := httptest.NewServer(handler(f, dashboardTokens))
+	srv := httptest.NewServer(api.Handler(f, dashboardTokens))
 	t.Cleanup(srv.Close)
 	b := browser{t, srv}
 	report := func(node string, mem float64) {
@@ -153,7 +152,7 @@ func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *clock, *testk
 		c.add(time.Second)
 		rd, _ := json.Marshal(overload.Reading{Node: node, At: c.now(), MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144})
 		req, _ := http.NewRequest("POST", srv.URL+"/report", strings.NewReader(string(rd)))
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -184,7 +183,7 @@ func TestDashboard(t *testing.T) {
 		expect(t, "GET / without a session", b.do("GET", "/", nil, ""), 200, `<form method="post" action="/login">`)
 		expect(t, "a login with a wrong token", b.do("POST", "/login", url.Values{"token": {"tok-wrong"}}, ""), 401, "This token is not known")
 		expect(t, "a login without a token", b.do("POST", "/login", url.Values{}, ""), 401, "This token is not known")
-		expect(t, "the admin's login", b.do("POST", "/login", url.Values{"token": {testToken}}, ""), 403, "The admin&#39;s token does not log in here")
+		expect(t, "the admin's login", b.do("POST", "/login", url.Values{"token": {platformtest.TestToken}}, ""), 403, "The admin&#39;s token does not log in here")
 		expect(t, "an agent's login", b.do("POST", "/login", url.Values{"token": {"tok-a1"}}, ""), 403, "A node&#39;s agent token only reports")
 		for _, h := range [][]string{{"Sec-Fetch-Site", "cross-site"}, {"Sec-Fetch-Site", "same-site"}, {"Sec-Fetch-Site", "", "Origin", "http://evil.example"}} {
 			a := b.do("POST", "/login", url.Values{"token": {"tok-alice"}}, "", h...)
@@ -201,7 +200,7 @@ func TestDashboard(t *testing.T) {
 		}
 		ck := a.cookies[0]
 		if ck.Name != "session" || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Secure || ck.Path != "/" ||
-			!regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(ck.Value) || ck.MaxAge != int(sessionLifetime/time.Second) {
+			!regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(ck.Value) || ck.MaxAge != int(api.SessionLifetime/time.Second) {
 			t.Errorf("the session cookie over plain HTTP: %+v", ck)
 		}
 		alice := ck.Value
@@ -301,7 +300,7 @@ func TestDashboard(t *testing.T) {
 		expect(t, "alice's page after bob's logout", b.do("GET", "/", nil, alice), 200, `id="node-a1"`)
 
 		// Sessions expire.
-		c.add(sessionLifetime - time.Second)
+		c.add(api.SessionLifetime - time.Second)
 		expect(t, "alice's page a second before her session ends", b.do("GET", "/", nil, alice), 200, `id="node-a1"`)
 		c.add(time.Second)
 		expect(t, "alice's page as her session ends", b.do("GET", "/", nil, alice), 401, "Your session has expired")
@@ -322,7 +321,7 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("the log lacks %s:\n%s", want, log)
 			}
 		}
-		for _, secret := range []string{"tok-wrong", "tok-alice", "tok-bob", "tok-a1", testToken, alice, bob, forged, csrfA} {
+		for _, secret := range []string{"tok-wrong", "tok-alice", "tok-bob", "tok-a1", platformtest.TestToken, alice, bob, forged, csrfA} {
 			if strings.Contains(log, secret) {
 				t.Errorf("the log shows a token or session %q:\n%s", secret, log)
 			}
@@ -361,7 +360,7 @@ func TestDashboardStates(t *testing.T) {
 			resp.Body.Close()
 		}
 		// The overload ends with the third reading under the limits.
-		until := t0.Add(9 * time.Second).Add(routing.DefaultCoolDown).UTC().Format("2006-01-02 15:04:05 UTC")
+		until := platformtest.T0.Add(9 * time.Second).Add(routing.DefaultCoolDown).UTC().Format("2006-01-02 15:04:05 UTC")
 		if s := state(); !strings.HasPrefix(s, "cooldown: "+fleet.StatusWordsCoolDown) || !strings.Contains(s, "Cool-down until "+until) || !strings.Contains(s, "overload ended") {
 			t.Errorf("a node cooling down (until %s):\n%s", until, s)
 		}
@@ -370,7 +369,7 @@ func TestDashboardStates(t *testing.T) {
 			t.Errorf("a node taking new connections:\n%s", s)
 		}
 		req, _ := http.NewRequest("POST", b.srv.URL+"/nodes/a1/pause", nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
 		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
 			t.Fatalf("pause: %v %v", resp, err)
 		}
@@ -379,7 +378,7 @@ func TestDashboardStates(t *testing.T) {
 			t.Errorf("a paused node, with its pause in its event list:\n%s", s)
 		}
 		req, _ = http.NewRequest("POST", b.srv.URL+"/nodes/a1/approve", nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
 		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
 			t.Fatalf("approve: %v %v", resp, err)
 		}
@@ -397,11 +396,11 @@ func TestDashboardStates(t *testing.T) {
 // the request over TLS, the session cookie is Secure and __Host-, and a
 // plain-HTTP name is not taken for it.
 func TestDashboardOverTLS(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := newTestPlatform(t, t.TempDir(), c, dashboardSeed())
 	f := fleet.New(tp.svc, nil)
 	f.Owners = dashboardSeed().Operators
-	srv := httptest.NewTLSServer(handler(f, dashboardTokens))
+	srv := httptest.NewTLSServer(api.Handler(f, dashboardTokens))
 	defer srv.Close()
 	b := browser{t, srv}
 	a := b.do("POST", "/login", url.Values{"token": {"tok-alice"}}, "")
@@ -426,89 +425,12 @@ func TestDashboardOverTLS(t *testing.T) {
 		t.Errorf("alice's page over TLS: %d\n%s", resp.StatusCode, body)
 	}
 
-	plain := httptest.NewServer(handler(f, dashboardTokens))
+	plain := httptest.NewServer(api.Handler(f, dashboardTokens))
 	defer plain.Close()
 	b = browser{t, plain}
 	a = b.do("POST", "/login", url.Values{"token": {"tok-alice"}}, "", "X-Forwarded-Proto", "https")
 	if a.code != 303 || len(a.cookies) != 1 || a.cookies[0].Name != "__Host-session" || !a.cookies[0].Secure {
 		t.Errorf("login through a TLS proxy: %d %+v", a.code, a.cookies)
-	}
-}
-
-// noticeStore is a store of notices alone, numbered ids, each of node
-// nodes[id].
-type noticeStore struct {
-	store.Store
-	ids   []int64 // sorted
-	nodes map[int64]string
-	reads int
-}
-
-func (s *noticeStore) Notices(_ context.Context, after int64, limit int) ([]store.NumberedNotice, int64, error) {
-	s.reads++
-	out := []store.NumberedNotice{}
-	i, _ := slices.BinarySearch(s.ids, after+1)
-	for ; i < len(s.ids) && len(out) < limit; i++ {
-		out = append(out, store.NumberedNotice{ID: s.ids[i], Notice: overload.Notice{Node: s.nodes[s.ids[i]]}})
-	}
-	last := after
-	if len(out) > 0 {
-		last = out[len(out)-1].ID
-	}
-	return out, last, nil
-}
-
-// TestDashboardNewestNotices: the page's notices are the operator's
-// newest, newest first, found without reading every notice the platform
-// holds: the last notice's id in a few dozen reads, then windows back
-// from it.
-func TestDashboardNewestNotices(t *testing.T) {
-	for _, total := range []int64{0, 1, 999, 1000, 1001, 123_457} {
-		st := &noticeStore{nodes: map[int64]string{}}
-		for id := int64(1); id <= total; id++ {
-			if id%97 == 0 {
-				continue // a gap, as a sequence may leave
-			}
-			st.ids = append(st.ids, id)
-			st.nodes[id] = "b1"
-			if id%7 == 0 {
-				st.nodes[id] = "a1"
-			}
-		}
-		d := &dashboard{f: &fleet.Fleet{Store: st}}
-		last, err := d.lastNotice(t.Context())
-		want := int64(0)
-		if len(st.ids) > 0 {
-			want = st.ids[len(st.ids)-1]
-		}
-		if err != nil || last != want {
-			t.Errorf("%d notices: the last is %d (%v), want %d", total, last, err, want)
-		}
-		if st.reads > 64 {
-			t.Errorf("%d notices: the last found in %d reads", total, st.reads)
-		}
-		lastReads := st.reads
-		st.reads = 0
-		ns, err := d.newestNotices(t.Context(), func(node string) bool { return node == "a1" })
-		if err != nil {
-			t.Fatal(err)
-		}
-		var wantIDs, got []int64
-		for i := len(st.ids) - 1; i >= 0 && len(wantIDs) < dashboardNotices; i-- {
-			if st.nodes[st.ids[i]] == "a1" {
-				wantIDs = append(wantIDs, st.ids[i])
-			}
-		}
-		for _, n := range ns {
-			got = append(got, n.ID)
-		}
-		if !slices.Equal(got, wantIDs) {
-			t.Errorf("%d notices: alice's newest are %v, want %v", total, got, wantIDs)
-		}
-		t.Logf("%d notices: the last found in %d reads; alice's newest, the last included, in %d", total, lastReads, st.reads)
-		if total > 100_000 && st.reads > 64 {
-			t.Errorf("%d notices: alice's newest read in %d reads", total, st.reads)
-		}
 	}
 }
 

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
@@ -27,7 +29,7 @@ import (
 func TestBadIDsAndCursors(t *testing.T) { eachStore(t, testBadIDsAndCursors) }
 
 func testBadIDsAndCursors(t *testing.T, open opener) {
-	tp := open(&clock{t: t0}, testSeed())
+	tp := open(&clock{t: platformtest.T0}, testSeed())
 	long := strings.Repeat("n", 65)
 	huge := strings.Repeat("z", 10000)
 	for _, id := range []string{"a\x00b", "\xff\xfe", long, "a b", "a/b", "-x", "é"} {
@@ -37,10 +39,10 @@ func testBadIDsAndCursors(t *testing.T, open opener) {
 			"/nodes/" + e, "/nodes/" + e + "/events", "/admit?node=" + q,
 			"/nodes?after=" + q, "/plans?after=" + q, "/notices?after=" + url.QueryEscape("2026-11-30T12:00:00Z,"+id),
 		} {
-			code, _, b := tp.raw("GET", path, testToken, "")
+			code, _, b := tp.raw("GET", path, platformtest.TestToken, "")
 			var ans map[string]string
 			json.Unmarshal(b, &ans)
-			if code != 400 || ans["reason"] != reasonInvalid || !strings.Contains(ans["error"], "want") {
+			if code != 400 || ans["reason"] != api.ReasonInvalid || !strings.Contains(ans["error"], "want") {
 				t.Errorf("GET %s: %d %s, want 400 invalid with the rule", path, code, b)
 			}
 			if len(b) > 1000 {
@@ -49,7 +51,7 @@ func testBadIDsAndCursors(t *testing.T, open opener) {
 		}
 	}
 	for _, path := range []string{"/nodes/x1/events?after=\x00", "/nodes/x1/events?after=-1", "/nodes?limit=" + huge, "/notices?after=" + huge} {
-		if code, _, b := tp.raw("GET", strings.ReplaceAll(path, "\x00", "%00"), testToken, ""); code != 400 || len(b) > 1000 {
+		if code, _, b := tp.raw("GET", strings.ReplaceAll(path, "\x00", "%00"), platformtest.TestToken, ""); code != 400 || len(b) > 1000 {
 			t.Errorf("GET %.60s: %d %.200s, want a short 400", path, code, b)
 		}
 	}
@@ -61,20 +63,20 @@ func testBadIDsAndCursors(t *testing.T, open opener) {
 		{"/routes", `{"node":"x\u0000","user":"u","key":"vpn"}`},
 		{"/price", `{"node":"x\u0000","price":1}`},
 	} {
-		code, _, b := tp.raw("POST", tc.path, testToken, tc.body)
+		code, _, b := tp.raw("POST", tc.path, platformtest.TestToken, tc.body)
 		var ans map[string]string
 		json.Unmarshal(b, &ans)
-		if code != 400 || ans["reason"] != reasonInvalid {
+		if code != 400 || ans["reason"] != api.ReasonInvalid {
 			t.Errorf("POST %s %.60s: %d %.200s, want 400 invalid", tc.path, tc.body, code, b)
 		}
 	}
 	// Good ids still answer.
 	for _, path := range []string{"/nodes/x1", "/nodes/x1/events", "/admit?node=x1", "/nodes?after=x1", "/plans?after=x1"} {
-		if code, _, b := tp.raw("GET", path, testToken, ""); code != 200 {
+		if code, _, b := tp.raw("GET", path, platformtest.TestToken, ""); code != 200 {
 			t.Errorf("GET %s: %d %s", path, code, b)
 		}
 	}
-	if code, _, _ := tp.raw("GET", "/nodes/nobody", testToken, ""); code != 404 {
+	if code, _, _ := tp.raw("GET", "/nodes/nobody", platformtest.TestToken, ""); code != 404 {
 		t.Errorf("GET /nodes/nobody: %d, want 404", code)
 	}
 }
@@ -85,13 +87,13 @@ func testBadIDsAndCursors(t *testing.T, open opener) {
 func TestListsPageOneWay(t *testing.T) { eachStore(t, testListsPageOneWay) }
 
 func testListsPageOneWay(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	seed := &store.SeedFile{}
 	for i := range 5 {
 		id := fmt.Sprintf("e%d", i)
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "DE", Price: 100})
 		seed.Routes = append(seed.Routes, routing.Route{ID: "r-" + id, User: "u" + id, Key: "vpn", Node: id,
-			Kind: routing.KindOwn, Start: t0.Add(-8 * time.Hour), LastTraffic: t0.Add(-5 * time.Hour)})
+			Kind: routing.KindOwn, Start: platformtest.T0.Add(-8 * time.Hour), LastTraffic: platformtest.T0.Add(-5 * time.Hour)})
 	}
 	tp := open(c, seed)
 	// Each node overloaded, closing its idle route, then back: a plan
@@ -122,7 +124,7 @@ func testListsPageOneWay(t *testing.T, open opener) {
 		}
 	}
 
-	code, header, b := tp.raw("GET", "/nodes/e0/events", testToken, "")
+	code, header, b := tp.raw("GET", "/nodes/e0/events", platformtest.TestToken, "")
 	var first store.EventPage
 	if err := json.Unmarshal(b, &first); code != 200 || err != nil || len(first.Events) < 2 {
 		t.Fatalf("/nodes/e0/events: %d %v, want 2 or more events: %s", code, err, b)
@@ -142,22 +144,9 @@ func testListsPageOneWay(t *testing.T, open opener) {
 			t.Errorf("event %d: id %d by Link, %d in one page", i, got[i].ID, first.Events[i].ID)
 		}
 	}
-	_, header, _ = tp.raw("GET", "/nodes/e0/events?limit=1", testToken, "")
+	_, header, _ = tp.raw("GET", "/nodes/e0/events?limit=1", platformtest.TestToken, "")
 	if want := fmt.Sprintf(`</nodes/e0/events?after=%d&limit=1>; rel="next"`, first.Events[0].ID); header.Get("Link") != want {
 		t.Errorf("/nodes/e0/events?limit=1: Link %q, want %q", header.Get("Link"), want)
-	}
-}
-
-// TestMaxConnsForFiles: the default -max-conns leaves a tenth of the
-// open-file limit, at least 64, and the spares over the cap.
-func TestMaxConnsForFiles(t *testing.T) {
-	for _, tc := range []struct {
-		nofile uint64
-		want   int
-	}{{0, 1}, {10, 1}, {80, 1}, {82, 2}, {256, 176}, {1024, 906}, {20000, 17984}, {1 << 20, 943703}} {
-		if got := maxConnsForFiles(tc.nofile); got != tc.want {
-			t.Errorf("maxConnsForFiles(%d) = %d, want %d", tc.nofile, got, tc.want)
-		}
 	}
 }
 
@@ -165,12 +154,12 @@ func TestMaxConnsForFiles(t *testing.T) {
 // json.Unmarshal gives, whichever decoder found it wrong, and one it
 // takes is answered as writeJSON writes the answer.
 func TestReportDecodeAsJSON(t *testing.T) {
-	c := &clock{t: t0.Add(time.Hour)}
+	c := &clock{t: platformtest.T0.Add(time.Hour)}
 	p, err := filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now}, testSeed())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler(fleet.New(p, nil), tokens{testToken: ""})
+	h := api.Handler(fleet.New(p, nil), api.Tokens{platformtest.TestToken: ""})
 	for _, body := range []string{
 		`{`, `null`, `[]`, `{"v":1}x`, `{"v":3,"node":"x1"}`, `{"V":1,"node":"x1"}`,
 		`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","cpus":1.5,"conntrack_max":1}`,
@@ -182,7 +171,7 @@ func TestReportDecodeAsJSON(t *testing.T) {
 		` {"v":1,"node":"x1","at":"2026-11-30T12:00:30Z","cpus":1,"conntrack_max":1,"extra":{"a":[1]}} `,
 	} {
 		req := httptest.NewRequest("POST", "/report", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		var rd overload.Reading
@@ -256,7 +245,7 @@ func TestStalledBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: handler(fleet.New(p, nil), tokens{testToken: ""}), ReadHeaderTimeout: readHeaderTimeout,
+	srv := &http.Server{Handler: api.Handler(fleet.New(p, nil), api.Tokens{platformtest.TestToken: ""}), ReadHeaderTimeout: api.ReadHeaderTimeout,
 		ReadTimeout: time.Second, WriteTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
@@ -274,7 +263,7 @@ func TestStalledBody(t *testing.T) {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(20 * time.Second))
 			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: platform\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n%s\r\n%s",
-				tt.path, testToken, tt.header, tt.part)
+				tt.path, platformtest.TestToken, tt.header, tt.part)
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil {
 				t.Fatalf("no answer: %v", err)

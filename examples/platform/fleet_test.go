@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -57,7 +58,7 @@ var fleetClient = &http.Client{
 func startReplica(t testing.TB, args ...string) *replica {
 	t.Helper()
 	tok := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tok, []byte(testToken+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tok, []byte(platformtest.TestToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr := testkit.FreeAddr(t)
@@ -101,7 +102,7 @@ func (r *replica) do(method, path string, body any) (int, []byte) {
 	if err != nil {
 		panic(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
 	resp, err := fleetClient.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())

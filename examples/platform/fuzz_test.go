@@ -3,39 +3,15 @@ package main
 import (
 	"bytes"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 )
-
-// FuzzParseTokens: any token file either parses into tokens whose nodes
-// are valid node names, or is refused with an error; never a panic.
-func FuzzParseTokens(f *testing.F) {
-	for _, s := range []string{"op\n", "op\nagent x1\n", "# c\n\n a  b \n", "a b c", "a\na", "a ../x", "\x00 \xff"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		toks, err := parseTokens(strings.NewReader(s))
-		if err != nil {
-			return
-		}
-		if len(toks) == 0 {
-			t.Fatal("no error and no token")
-		}
-		for tok, node := range toks {
-			if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
-				t.Fatalf("token %q", tok)
-			}
-			if node != "" && store.CheckNodeID(node) != nil {
-				t.Fatalf("node %q", node)
-			}
-		}
-	})
-}
 
 // FuzzReport: any body POSTed to /report gets 200, 400 or 409 (what the
 // agent's retry rules know), never a 500 or a panic.
@@ -48,15 +24,15 @@ func FuzzReport(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	c := &clock{t: t0.Add(time.Hour)}
+	c := &clock{t: platformtest.T0.Add(time.Hour)}
 	p, err := filestore.Open(store.Config{StateDir: f.TempDir(), Now: c.now}, testSeed())
 	if err != nil {
 		f.Fatal(err)
 	}
-	h := handler(fleet.New(p, nil), tokens{testToken: ""})
+	h := api.Handler(fleet.New(p, nil), api.Tokens{platformtest.TestToken: ""})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest("POST", "/report", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		switch w.Code {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
@@ -135,7 +136,7 @@ Flags:
 	if !set {
 		o.maxConnsFrom = "no open-file limit"
 		if n, ok := fileLimit(); ok {
-			o.maxConns = maxConnsForFiles(n)
+			o.maxConns = api.MaxConnsForFiles(n)
 			o.maxConnsFrom = fmt.Sprintf("RLIMIT_NOFILE %d", n)
 		}
 	}
@@ -184,7 +185,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o.cfg.Logger = log
 	gogc, memLimit := setGC()
 
-	toks, err := readTokens(o.tokenFile)
+	toks, err := api.ReadTokens(o.tokenFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
@@ -229,7 +230,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if seed != nil {
 		f.Owners = seed.Operators
 	}
-	if err := checkOwners(toks, f.Owners); err != nil {
+	if err := api.CheckOwners(toks, f.Owners); err != nil {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
 	}
@@ -239,12 +240,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "platform: -listen: %v\n", err)
 		return 1
 	}
-	ln = newCapListener(ln, o.maxConns, log)
+	ln = api.NewCapListener(ln, o.maxConns, log)
 	srv := &http.Server{
-		Handler:           atCap(handler(f, toks), o.maxConns),
-		ConnContext:       connContext,
-		ReadHeaderTimeout: readHeaderTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
+		Handler:           api.AtCap(api.Handler(f, toks), o.maxConns),
+		ConnContext:       api.ConnContext,
+		ReadHeaderTimeout: api.ReadHeaderTimeout,
+		MaxHeaderBytes:    api.MaxHeaderBytes,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
@@ -258,7 +259,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "platform: -debug-listen: %v\n", err)
 			return 1
 		}
-		dsrv := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: readHeaderTimeout}
+		dsrv := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: api.ReadHeaderTimeout}
 		go dsrv.Serve(dln)
 		defer dsrv.Close()
 		log.Info("profiles served", "debug_addr", dln.Addr().String())

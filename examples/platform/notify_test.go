@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
@@ -287,8 +288,8 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 // serveNotifyTest serves svc as main does: notices and views with their
 // deliveries, and /metrics.
 func serveNotifyTest(t *testing.T, c *clock, svc store.Store, n *notify.Notifier) *testPlatform {
-	toks := tokens{testToken: "", "x1-token": "x1"}
-	srv := httptest.NewServer(handler(fleet.New(svc, n), toks))
+	toks := api.Tokens{platformtest.TestToken: "", "x1-token": "x1"}
+	srv := httptest.NewServer(api.Handler(fleet.New(svc, n), toks))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }
@@ -308,7 +309,7 @@ func (np notifyPlatform) Notices() []store.NumberedNotice {
 func TestNotifyFiftyNodes(t *testing.T) { eachNotifyStore(t, testNotifyFiftyNodes) }
 
 func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
@@ -349,7 +350,7 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 		t.Errorf("%d attempts for 50 notices, want 50", len(attempts))
 	}
 	v := ps[len(ps)-1].node("n07")
-	if len(v.Deliveries) != 1 || v.Deliveries[0].Status != store.StatusDelivered || v.Deliveries[0].ID != notify.NoticeID("n07", t0.Add(24*time.Second)) {
+	if len(v.Deliveries) != 1 || v.Deliveries[0].Status != store.StatusDelivered || v.Deliveries[0].ID != notify.NoticeID("n07", platformtest.T0.Add(24*time.Second)) {
 		t.Errorf("/nodes/n07 deliveries %+v", v.Deliveries)
 	}
 	if code, _, _ := ps[0].raw("GET", "/metrics", "", ""); code != 401 {
@@ -358,7 +359,7 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 	if code, _, _ := ps[0].raw("GET", "/metrics", "x1-token", ""); code != 403 {
 		t.Errorf("/metrics with a node's token: %d, want 403", code)
 	}
-	code, _, body := ps[0].raw("GET", "/metrics", testToken, "")
+	code, _, body := ps[0].raw("GET", "/metrics", platformtest.TestToken, "")
 	for _, want := range []string{`platform_notice_deliveries{status="delivered"} 50`, `platform_notice_deliveries{status="pending"} 0`,
 		"platform_notice_oldest_pending_seconds 0"} {
 		if code != 200 || !strings.Contains(string(body), want) {
@@ -374,7 +375,7 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 func TestNotifyRetries(t *testing.T) { eachNotifyStore(t, testNotifyRetries) }
 
 func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.down()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
@@ -462,7 +463,7 @@ func attemptsWithin(d time.Duration, cfg notify.Config) int {
 func TestNotifyOncePerHour(t *testing.T) { eachNotifyStore(t, testNotifyOncePerHour) }
 
 func testNotifyOncePerHour(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "x9 "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
@@ -488,7 +489,7 @@ func testNotifyOncePerHour(t *testing.T, open notifyOpener, replicas int) {
 func TestNotifyRotationAndGone(t *testing.T) { eachNotifyStore(t, testNotifyRotationAndGone) }
 
 func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	gone := newHook(t, c, platformtest.HookSecret)
 	other := newHook(t, c, platformtest.HookSecret2)
 	file := notifyFile(t, "# rotating a0's secret", "a0 "+gone.url()+" "+platformtest.HookSecret+" "+platformtest.HookSecret2, "b0 "+other.url()+" "+platformtest.HookSecret2)
@@ -585,7 +586,7 @@ func reload(t *testing.T, n *notify.Notifier) {
 func TestNotifyUndeliverable(t *testing.T) { eachNotifyStore(t, testNotifyUndeliverable) }
 
 func testNotifyUndeliverable(t *testing.T, open notifyOpener, _ int) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	p := open(c, testNotifyConfig(notifyFile(t, "other "+h.url()+" "+platformtest.HookSecret)))
 	overloadNode(t, c, "lonely", p)
@@ -603,7 +604,7 @@ func testNotifyUndeliverable(t *testing.T, open notifyOpener, _ int) {
 // token in its query is logged by its host alone; a 4xx other than 408,
 // 410 and 429 is failed at once.
 func TestNotifyFailureLogsHostOnly(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.setAnswer(http.StatusBadRequest)
 	var log testkit.LogBuffer
@@ -637,7 +638,7 @@ func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, n
 // TestNotifySlowReceiver: a receiver that does not answer holds a few
 // attempts in flight, never the others' deliveries.
 func TestNotifySlowReceiver(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	slow, fast := newHook(t, c, platformtest.HookSecret), newHook(t, c, platformtest.HookSecret)
 	slow.mu.Lock()
 	slow.hold = make(chan struct{})
@@ -695,7 +696,7 @@ func TestNotifySlowReceiver(t *testing.T) {
 func TestNotifyHangingReceivers(t *testing.T) { eachNotifyStore(t, testNotifyHangingReceivers) }
 
 func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	healthy := newHook(t, c, platformtest.HookSecret)
 	lines := []string{"ok " + healthy.url() + " " + platformtest.HookSecret}
 	var hanging []*hook
@@ -759,7 +760,7 @@ func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
 func TestNotifyCrashAndRestart(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
 	url := cl.NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	// Each replica's notifier delivers its store's outbox through a
@@ -902,7 +903,7 @@ func (r *recordingBox) ids() map[string]bool {
 // a restart and are delivered after it; an entry whose notice never
 // reached the node's file (a crash between the two writes) is dropped.
 func TestNotifyFileOutboxReplay(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.down()
 	dir := t.TempDir()
@@ -943,7 +944,7 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	c.add(time.Hour)
 	drain(t, n)
 	_, acc := h.snapshot()
-	if len(acc) != 1 || acc[notify.NoticeID("r1", t0.Add(3*time.Second))] != 1 {
+	if len(acc) != 1 || acc[notify.NoticeID("r1", platformtest.T0.Add(3*time.Second))] != 1 {
 		t.Fatalf("delivered after the restart: %v, want r1's notice once", acc)
 	}
 	if d, _ := p.Outbox().ByIDs(t.Context(), []string{ghost.ID}); len(d) != 0 {
@@ -963,7 +964,7 @@ func TestNotifyFileRefused(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr.String(), bad+":2: node x1: secret 1") {
 		t.Fatalf("exit %d, %q; want 2 and the line named", code, stderr.String())
 	}
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	file := notifyFile(t, "* http://127.0.0.1:9/ "+platformtest.HookSecret)
 	cfg := testNotifyConfig(file)
 	n := notify.New(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), c.now)
@@ -979,7 +980,7 @@ func TestNotifyFileRefused(t *testing.T) {
 // TestNotifyTimeout: a receiver that does not answer within the timeout
 // is retried later, the attempt recorded as timed out.
 func TestNotifyTimeout(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.mu.Lock()
 	h.hold = make(chan struct{})
@@ -1005,7 +1006,7 @@ func TestNotifyTimeout(t *testing.T) {
 func TestNotifyEnded(t *testing.T) { eachNotifyStore(t, testNotifyEnded) }
 
 func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.Ended = true
@@ -1035,7 +1036,7 @@ func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
 func TestNotifyOrder(t *testing.T) { eachNotifyStore(t, testNotifyOrder) }
 
 func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	other := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "o1 "+h.url()+" "+platformtest.HookSecret, "o2 "+other.url()+" "+platformtest.HookSecret))
@@ -1089,7 +1090,7 @@ func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
 func TestNotifyRedeliver(t *testing.T) { eachNotifyStore(t, testNotifyRedeliver) }
 
 func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
@@ -1103,10 +1104,10 @@ func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
 	if log := nt.Delivery.Log; nt.Delivery.Status != store.StatusDelivered || len(log) != 2 || log[0].Status != 503 || log[0].Error == "" || log[1].Status != 200 || log[1].At.Before(log[0].At) {
 		t.Fatalf("the delivery after a 503 and a 200: %+v", nt.Delivery)
 	}
-	if code, _, b := ps[0].raw("POST", fmt.Sprintf("/notices/%d/redeliver", nt.ID), testToken, ""); code != http.StatusAccepted {
+	if code, _, b := ps[0].raw("POST", fmt.Sprintf("/notices/%d/redeliver", nt.ID), platformtest.TestToken, ""); code != http.StatusAccepted {
 		t.Fatalf("redeliver: %d %s", code, b)
 	}
-	if code, _, _ := ps[0].raw("POST", "/notices/9999/redeliver", testToken, ""); code != http.StatusNotFound {
+	if code, _, _ := ps[0].raw("POST", "/notices/9999/redeliver", platformtest.TestToken, ""); code != http.StatusNotFound {
 		t.Errorf("redeliver of an unknown notice: %d, want 404", code)
 	}
 	drain(t, ns...)
@@ -1121,7 +1122,7 @@ func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
 // TestNotifyGiveUp: a receiver answering 503 past -notify-give-up: the
 // delivery is failed, and no attempt is made after.
 func TestNotifyGiveUp(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.setAnswer(http.StatusServiceUnavailable)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
@@ -1163,7 +1164,7 @@ func openReplicas(open notifyOpener, c *clock, cfg notify.Config, replicas int) 
 // the notify file reaches, on both stores.
 func TestNotifyUnreached(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
-		tp := open(&clock{t: t0}, testSeed())
+		tp := open(&clock{t: platformtest.T0}, testSeed())
 		cfg := testNotifyConfig(notifyFile(t, "x1 http://127.0.0.1:9/ "+platformtest.HookSecret))
 		n := notify.New(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), nil)
 		var log testkit.LogBuffer

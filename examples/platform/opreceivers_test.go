@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
@@ -26,14 +27,14 @@ import (
 func TestOperatorReceivers(t *testing.T) { eachNotifyStore(t, testOperatorReceivers) }
 
 func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	file := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+file.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
 	owners := map[string]string{"a1": "alice", "b1": "bob"}
 	f := fleet.New(np.svc, np.n)
 	f.Owners = owners
-	srv := httptest.NewServer(handler(f, dashboardTokens))
+	srv := httptest.NewServer(api.Handler(f, dashboardTokens))
 	defer srv.Close()
 	web := &testPlatform{t: t, srv: srv}
 	do := func(method, path, token, body string) (int, store.ReceiverView, string) {
@@ -43,7 +44,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 		json.Unmarshal(b, &v)
 		return code, v, string(b)
 	}
-	for _, tok := range []string{testToken, "tok-a1"} {
+	for _, tok := range []string{platformtest.TestToken, "tok-a1"} {
 		if code, _, _ := do("PUT", "/receiver", tok, `{"url":"http://127.0.0.1:9/"}`); code != 403 {
 			t.Errorf("PUT /receiver with %s: %d, want 403", tok, code)
 		}
@@ -148,7 +149,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	if err := g.Round(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	srv2 := httptest.NewServer(handler(g, dashboardTokens))
+	srv2 := httptest.NewServer(api.Handler(g, dashboardTokens))
 	defer srv2.Close()
 	web.srv = srv2 // the file store's first instance is gone: a restart
 	a = redeliver(g, other.n)

@@ -18,7 +18,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -76,7 +78,7 @@ func (tp *testPlatform) post(path string, body any) (int, string, bool) {
 	if err != nil {
 		tp.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err.Error(), false
@@ -96,7 +98,7 @@ func (tp *testPlatform) allEvents(id string, limit int) []store.NumberedEvent {
 	tp.t.Helper()
 	var all []store.NumberedEvent
 	for path := fmt.Sprintf("/nodes/%s/events?limit=%d", id, limit); path != ""; {
-		code, header, b := tp.raw("GET", path, testToken, "")
+		code, header, b := tp.raw("GET", path, platformtest.TestToken, "")
 		var page store.EventPage
 		if err := json.Unmarshal(b, &page); code != 200 || err != nil {
 			tp.t.Fatalf("GET %s: %d, %v: %s", path, code, err, b)
@@ -124,7 +126,7 @@ func memoryPattern(i int) float64 {
 // events and notices are those of one tracker fed the readings in order.
 func TestPGTwoReplicasOneTracker(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	a, b := newPGTestPlatform(t, url, c, testSeed()), newPGTestPlatform(t, url, c, testSeed())
 	ref := overload.NewTracker("x1", overload.Limits{})
 	var wantEvents []overload.Event
@@ -183,7 +185,7 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 // beyond the tracker's own list, paged oldest first.
 func TestPGEventsKeepEveryOne(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t), Limits: overload.Limits{MaxEvents: 2}}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
@@ -222,8 +224,8 @@ func TestPGEventsKeepEveryOne(t *testing.T) {
 func TestUnsavableNode(t *testing.T) {
 	check := func(t *testing.T, tp *testPlatform) {
 		code, reason, _ := tp.post("/report", overload.Reading{Node: "x2", At: tp.clock.now(), MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1})
-		if code != 500 || reason != reasonUnsaved {
-			t.Fatalf("report of the unsavable node: %d %q, want 500 %q", code, reason, reasonUnsaved)
+		if code != 500 || reason != api.ReasonUnsaved {
+			t.Fatalf("report of the unsavable node: %d %q, want 500 %q", code, reason, api.ReasonUnsaved)
 		}
 		if code := tp.Read("x1", 95); code != 200 {
 			t.Fatalf("report of another node: %d, want 200", code)
@@ -244,7 +246,7 @@ func TestUnsavableNode(t *testing.T) {
 	}
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
-		tp := newTestPlatform(t, dir, &clock{t: t0}, testSeed())
+		tp := newTestPlatform(t, dir, &clock{t: platformtest.T0}, testSeed())
 		// x2's file becomes a directory that is not empty: renaming over
 		// it fails.
 		path := filepath.Join(dir, "x2.json")
@@ -258,7 +260,7 @@ func TestUnsavableNode(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
-		tp := newPGTestPlatform(t, url, &clock{t: t0}, testSeed())
+		tp := newPGTestPlatform(t, url, &clock{t: platformtest.T0}, testSeed())
 		pgExec(t, url, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN RAISE EXCEPTION 'node % refused by the test', NEW.id; END $$;
 			CREATE TRIGGER refuse_x2 BEFORE UPDATE ON nodes FOR EACH ROW WHEN (NEW.id = 'x2') EXECUTE FUNCTION refuse()`)
@@ -272,7 +274,7 @@ func TestUnsavableNode(t *testing.T) {
 func TestPGRestart(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
 	url := cl.NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := newPGTestPlatform(t, url, c, testSeed())
 	statuses := map[int]int{}
 	sent := 0
@@ -290,8 +292,8 @@ func TestPGRestart(t *testing.T) {
 			if code == 200 {
 				break
 			}
-			if code != 503 || reason != reasonUnavailable {
-				t.Fatalf("reading %d: %d %q, want 200, or 503 %q while the database restarts", i, code, reason, reasonUnavailable)
+			if code != 503 || reason != api.ReasonUnavailable {
+				t.Fatalf("reading %d: %d %q, want 200, or 503 %q while the database restarts", i, code, reason, api.ReasonUnavailable)
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("no recovery within 2 minutes: %v", statuses)
@@ -367,7 +369,7 @@ func TestPGMigrateFromVersion1(t *testing.T) {
 INSERT INTO schema_version (version) VALUES (1);
 INSERT INTO nodes (id, state) VALUES ('old', '{}');
 INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"node":"old","at":"2026-11-30T12:00:00Z","text":"kept"}');`)
-	tp := newPGTestPlatform(t, url, &clock{t: t0}, nil)
+	tp := newPGTestPlatform(t, url, &clock{t: platformtest.T0}, nil)
 	var v int
 	ctx := t.Context()
 	conn, err := pgx.Connect(ctx, url)
@@ -391,7 +393,7 @@ INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"n
 // for as long as it stays frozen.
 func TestPGFrozenReplica(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	frozen, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)},
 		pgOptions{PlanEvery: 30 * time.Second, IdleInTx: 2 * time.Second}, testSeed())
 	if err != nil {
@@ -422,7 +424,7 @@ func TestPGFrozenReplica(t *testing.T) {
 // neither paused nor overloaded has nothing to plan and is not due.
 func TestPGPlanRoundsShareNodes(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	seed := &store.SeedFile{}
 	for i := range 60 {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100, Paused: true})
@@ -474,7 +476,7 @@ func TestPGPlanRoundsShareNodes(t *testing.T) {
 // plan is pushed back, so the next round does not start with it again.
 func TestPGPlanRoundGoesOn(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
@@ -520,7 +522,7 @@ func TestPGPlanRoundGoesOn(t *testing.T) {
 // is the held node's once its lock is free.
 func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)},
 		pgOptions{PlanEvery: 30 * time.Second, BatchTimeout: time.Second}, testSeed())
 	if err != nil {
@@ -551,7 +553,7 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 	var batch []*reportJob
 	f := fleet.New(p, nil)
 	for _, id := range []string{"x1", "x2"} {
-		r := overload.Reading{Node: id, At: t0, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}
+		r := overload.Reading{Node: id, At: platformtest.T0, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}
 		take := func(n *store.Node, now time.Time) error {
 			out, err := f.Take(n, r, now)
 			n.Event, n.Notice = out.Event, out.Notice
@@ -577,7 +579,7 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 // second's id. Neither transaction waited for the other.
 func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
@@ -628,7 +630,7 @@ func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 // live route.
 func TestPGRouteWritesAreConditional(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
 	if err != nil {
 		t.Fatal(err)
@@ -649,14 +651,14 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonDrain}, At: c.now(), Session: rt.Session})
 			}},
 		{"closure as unused of a route that carried traffic meanwhile", "r-idle3",
-			fmt.Sprintf(`UPDATE routes SET last_traffic = '%s' WHERE id = 'r-idle3'`, t0.Add(-time.Minute).Format(time.RFC3339Nano)),
+			fmt.Sprintf(`UPDATE routes SET last_traffic = '%s' WHERE id = 'r-idle3'`, platformtest.T0.Add(-time.Minute).Format(time.RFC3339Nano)),
 			func(n *pgNode) {
 				rt := n.Routes["r-idle3"]
 				delete(n.Routes, "r-idle3")
 				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.now(), Session: rt.Session})
 			}},
 		{"closure as unused of a route made another move's alternative meanwhile", "r-move",
-			fmt.Sprintf(`UPDATE routes SET relied_on = '%s', last_traffic = NULL WHERE id = 'r-move'`, t0.Add(-time.Minute).Format(time.RFC3339Nano)),
+			fmt.Sprintf(`UPDATE routes SET relied_on = '%s', last_traffic = NULL WHERE id = 'r-move'`, platformtest.T0.Add(-time.Minute).Format(time.RFC3339Nano)),
 			func(n *pgNode) {
 				rt := n.Routes["r-move"]
 				delete(n.Routes, "r-move")
@@ -691,7 +693,7 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 // replica is a duplicate there.
 func TestPGQuickReportsStaleCopy(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	reps := openPGReplicas(t, url, c, pgOptions{PlanEvery: 30 * time.Second, Cache: 100}, testSeed())
 	const order = "aaabbabbbaab"
 	for i, who := range order {
@@ -725,7 +727,7 @@ func TestPGQuickReportsStaleCopy(t *testing.T) {
 // replica: the client sees every notice, each once, in growing ids.
 func TestPGNoticePagesMissNone(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	seed := &store.SeedFile{}
 	const nodes = 40
 	for i := range nodes {
@@ -866,7 +868,7 @@ func awaitLockWait(t *testing.T, url string) {
 
 // quietReading is a reading of node id that overloads nothing.
 func quietReading(id string) overload.Reading {
-	return overload.Reading{Node: id, At: t0, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}
+	return overload.Reading{Node: id, At: platformtest.T0, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}
 }
 
 // batchHeldOnLock opens a replica with opt (Batch over 1), has another
@@ -876,7 +878,7 @@ func quietReading(id string) overload.Reading {
 func batchHeldOnLock(t *testing.T, opt pgOptions, ids ...string) (*pgPlatform, func(), chan error) {
 	t.Helper()
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	opt.PlanEvery, opt.BatchTimeout = 30*time.Second, 20*time.Second
 	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, opt, testSeed())
 	if err != nil {
@@ -976,7 +978,7 @@ func TestPGFullBatchPassesTurn(t *testing.T) {
 func TestPGSlowReportsStartFromCopy(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
 	withCopies, without := cl.NewDatabase(t), cl.NewDatabase(t)
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	// The three reports of a step in one batch.
 	opt := pgOptions{PlanEvery: 30 * time.Second, Batch: 3, Linger: 5 * time.Second}
 	optCopies := opt
@@ -1134,10 +1136,10 @@ func TestPGSeedWritesAsOneByOne(t *testing.T) {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "NL", Price: pricing.Price(100 + i%7), Paused: i%5 == 0, MaxUsers: i % 3})
 		if i%2 == 0 {
 			seed.Routes = append(seed.Routes, routing.Route{ID: id + "-r", User: fmt.Sprintf("u%d", i), Key: "vpn", Node: id,
-				Start: t0.Add(-time.Hour), LastTraffic: t0.Add(-time.Minute)})
+				Start: platformtest.T0.Add(-time.Hour), LastTraffic: platformtest.T0.Add(-time.Minute)})
 		}
 	}
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	dbs := map[bool]*pgPlatform{}
 	for _, oneByOne := range []bool{true, false} {
 		url := cl.NewDatabase(t)
@@ -1203,10 +1205,10 @@ func BenchmarkPGSeed(b *testing.B) {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "NL", Price: 100})
 		if i%2 == 0 {
 			seed.Routes = append(seed.Routes, routing.Route{ID: id + "-r", User: fmt.Sprintf("u%d", i), Key: "vpn", Node: id,
-				Start: t0.Add(-time.Hour), LastTraffic: t0.Add(-time.Minute)})
+				Start: platformtest.T0.Add(-time.Hour), LastTraffic: platformtest.T0.Add(-time.Minute)})
 		}
 	}
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	for _, oneByOne := range []bool{false, true} {
 		b.Run(map[bool]string{false: "chunks", true: "one-by-one"}[oneByOne], func(b *testing.B) {
 			seedOneByOne = oneByOne

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -20,7 +21,7 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &fleet.Fleet{Rules: &rl}
-	at := t0
+	at := platformtest.T0
 	fresh := func(id string) *store.Node {
 		n, err := c.NewNode(id)
 		if err != nil {
@@ -89,7 +90,7 @@ func BenchmarkStateCodec(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	at := t0
+	at := platformtest.T0
 	for i, m := range []float64{95, 95, 95, 40, 95} {
 		at = at.Add(30 * time.Second)
 		r := reading(n.Info.ID, i+1, m)

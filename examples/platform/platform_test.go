@@ -18,15 +18,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
 )
-
-const testToken = "s3cret"
 
 // clock is the platform's clock in these tests.
 type clock struct {
@@ -37,17 +37,15 @@ type clock struct {
 func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
-var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-
 // testSeed is a fleet where the expected closures are known: on exit x1,
 // own routes idle for 3 h (r-idle3) and 5 h (r-idle5), a partner route idle
 // for 6 h (r-partner), a route in use whose user holds the same route
 // through x2 in DE for less (r-move), one whose alternative is in another
 // country (r-fr), and one that is its user's only route (r-only).
 func testSeed() *store.SeedFile {
-	start := t0.Add(-8 * time.Hour)
+	start := platformtest.T0.Add(-8 * time.Hour)
 	route := func(id, user, key, node string, kind routing.Kind, idle time.Duration) routing.Route {
-		return routing.Route{ID: id, User: user, Key: key, Node: node, Kind: kind, Start: start, LastTraffic: t0.Add(-idle)}
+		return routing.Route{ID: id, User: user, Key: key, Node: node, Kind: kind, Start: start, LastTraffic: platformtest.T0.Add(-idle)}
 	}
 	return &store.SeedFile{
 		Nodes: []routing.Node{
@@ -89,7 +87,7 @@ func newTestPlatform(t *testing.T, dir string, c *clock, seed *store.SeedFile) *
 }
 
 func serveTest(t *testing.T, c *clock, svc store.Store) *testPlatform {
-	srv := httptest.NewServer(handler(fleet.New(svc, nil), tokens{testToken: "", "x1-token": "x1"}))
+	srv := httptest.NewServer(api.Handler(fleet.New(svc, nil), api.Tokens{platformtest.TestToken: "", "x1-token": "x1"}))
 	t.Cleanup(srv.Close)
 	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
 }
@@ -147,7 +145,7 @@ func (tp *testPlatform) do(method, path string, body any, out any) int {
 			tp.t.Fatal(err)
 		}
 	}
-	code, _, ans := tp.raw(method, path, testToken, string(b))
+	code, _, ans := tp.raw(method, path, platformtest.TestToken, string(b))
 	if out != nil && code < 300 {
 		if err := json.Unmarshal(ans, out); err != nil {
 			tp.t.Fatalf("%s %s: %v: %s", method, path, err, ans)
@@ -202,7 +200,7 @@ func testLogger(t *testing.T) *slog.Logger {
 func TestOverloadLifecycle(t *testing.T) { eachStore(t, testOverloadLifecycle) }
 
 func testOverloadLifecycle(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
 
 	if a := tp.admit("x1"); !a.Admit {
@@ -291,23 +289,23 @@ func testOverloadLifecycle(t *testing.T, open opener) {
 func TestReportAnswers(t *testing.T) { eachStore(t, testReportAnswers) }
 
 func testReportAnswers(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
-	r := overload.Reading{Node: "x1", At: t0, MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1}
+	r := overload.Reading{Node: "x1", At: platformtest.T0, MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1}
 	post := func(token string, body []byte) int {
 		code, _, _ := tp.raw("POST", "/report", token, string(body))
 		return code
 	}
 	good, _ := json.Marshal(r)
 	older := r
-	older.At = t0.Add(-time.Second)
+	older.At = platformtest.T0.Add(-time.Second)
 	old, _ := json.Marshal(older)
 	bad := bytes.Replace(good, []byte(`"memory_used_percent":95`), []byte(`"memory_used_percent":120`), 1)
 	other := r
 	other.Node = "../etc"
 	evil, _ := json.Marshal(other)
 	ahead := r
-	ahead.At = t0.Add(time.Hour)
+	ahead.At = platformtest.T0.Add(time.Hour)
 	future, _ := json.Marshal(ahead)
 	for _, tc := range []struct {
 		name  string
@@ -316,14 +314,14 @@ func testReportAnswers(t *testing.T, open opener) {
 		want  int
 	}{
 		{"wrong token", "nope", good, 401},
-		{"first", testToken, good, 200},
-		{"same again: a retry", testToken, good, 200},
-		{"older", testToken, old, 409},
-		{"memory above 100 %", testToken, bad, 400},
-		{"not JSON", testToken, []byte("{"), 400},
-		{"no version", testToken, []byte(`{"node":"x1","at":"2026-11-30T13:00:00Z"}`), 400},
-		{"node name not a file name", testToken, evil, 400},
-		{"an hour ahead of the clock", testToken, future, 400},
+		{"first", platformtest.TestToken, good, 200},
+		{"same again: a retry", platformtest.TestToken, good, 200},
+		{"older", platformtest.TestToken, old, 409},
+		{"memory above 100 %", platformtest.TestToken, bad, 400},
+		{"not JSON", platformtest.TestToken, []byte("{"), 400},
+		{"no version", platformtest.TestToken, []byte(`{"node":"x1","at":"2026-11-30T13:00:00Z"}`), 400},
+		{"node name not a file name", platformtest.TestToken, evil, 400},
+		{"an hour ahead of the clock", platformtest.TestToken, future, 400},
 	} {
 		if got := post(tc.token, tc.body); got != tc.want {
 			t.Errorf("%s: status %d, want %d", tc.name, got, tc.want)
@@ -332,8 +330,8 @@ func testReportAnswers(t *testing.T, open opener) {
 	if got := len(tp.node("x1").Events); got != 0 {
 		t.Fatalf("events %d after one reading", got)
 	}
-	if v := tp.node("x1"); !v.LastReading.Equal(t0) || v.Readings != 1 {
-		t.Fatalf("tracker's latest reading %v, %d counted; want %v, 1", v.LastReading, v.Readings, t0)
+	if v := tp.node("x1"); !v.LastReading.Equal(platformtest.T0) || v.Readings != 1 {
+		t.Fatalf("tracker's latest reading %v, %d counted; want %v, 1", v.LastReading, v.Readings, platformtest.T0)
 	}
 	// An unknown node is tracked but not admitted (routing refuses a node
 	// with no role) and not planned.
@@ -353,7 +351,7 @@ func testReportAnswers(t *testing.T, open opener) {
 	// A node's token: its readings need not name the node, may not name
 	// another, and it may do nothing but report.
 	anon := r
-	anon.Node, anon.At = "", t0.Add(time.Second)
+	anon.Node, anon.At = "", platformtest.T0.Add(time.Second)
 	b, _ := json.Marshal(anon)
 	if got := post("x1-token", b); got != 200 {
 		t.Fatalf("x1's token, reading without a node: %d, want 200", got)
@@ -361,7 +359,7 @@ func testReportAnswers(t *testing.T, open opener) {
 	if last := tp.node("x1").LastReading; !last.Equal(anon.At) {
 		t.Fatalf("x1's latest reading %v, want %v", last, anon.At)
 	}
-	anon.Node, anon.At = "x2", t0.Add(2*time.Second)
+	anon.Node, anon.At = "x2", platformtest.T0.Add(2*time.Second)
 	b, _ = json.Marshal(anon)
 	if got := post("x1-token", b); got != 403 {
 		t.Fatalf("x1's token, reading of x2: %d, want 403", got)
@@ -371,62 +369,13 @@ func testReportAnswers(t *testing.T, open opener) {
 	}
 }
 
-func TestParseTokens(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want tokens
-		err  string
-	}{
-		{"op\n# comment\n\nagent1 x1\n", tokens{"op": "", "agent1": "x1"}, ""},
-		{"  op  \r\n", tokens{"op": ""}, ""},
-		{"", nil, "no token"},
-		{"a x1 extra", nil, "line 1"},
-		{"a\na x1", nil, "twice"},
-		{"a ../x", nil, "node"},
-		{"adm\nal operator:alice\nag x1 operator:alice\n", tokens{"adm": "", "al": "operator:alice", "ag": "x1 operator:alice"}, ""},
-		{"a\tx1\t operator:alice", tokens{"a": "x1 operator:alice"}, ""},
-		{"a operator:", nil, "operator name"},
-		{"a x1 alice", nil, "operator:NAME"},
-		{"a operator:alice x1", nil, "want TOKEN"},
-		{"a x1 operator:bob\nb x1 operator:carol", nil, "node x1 is named operator"},
-	} {
-		got, err := parseTokens(strings.NewReader(tc.in))
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%q: err %v, want %q", tc.in, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || len(got) != len(tc.want) {
-			t.Errorf("%q: %v %v, want %v", tc.in, got, err, tc.want)
-		}
-		for k, v := range tc.want {
-			if got[k] != v {
-				t.Errorf("%q: token %s → %q, want %q", tc.in, k, got[k], v)
-			}
-		}
-	}
-	for tok, want := range map[string]identity{"adm": {}, "al": {operator: "alice"}, "ag": {node: "x1", operator: "alice"}, "x": {node: "x1"}} {
-		x := tokens{"adm": "", "al": "operator:alice", "ag": "x1 operator:alice", "x": "x1"}.index()
-		if got, ok := x.lookup("Bearer " + tok); !ok || got != want {
-			t.Errorf("token %s: %+v %v, want %+v", tok, got, ok, want)
-		}
-	}
-	toks := tokens{"abc": "x1"}.index()
-	for h, ok := range map[string]bool{"Bearer abc": true, "bearer abc": true, "BEARER abc": true, "Bearer ab": false, "Bearer": false, "Basic abc": false, "abc": false, "": false, "Bearer abcd": false} {
-		if _, got := toks.lookup(h); got != ok {
-			t.Errorf("lookup(%q) = %v, want %v", h, got, ok)
-		}
-	}
-}
-
 // TestPricing: a route opened on an admitted node locks the price; a rise
 // does not reach it, a drop does once it has stood 3 hours; traffic is
 // charged at the session's price then; a refused node opens nothing.
 func TestPricing(t *testing.T) { eachStore(t, testPricing) }
 
 func testPricing(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
 	var rt store.Route
 	if code := tp.do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
@@ -471,7 +420,7 @@ func testPricing(t *testing.T, open opener) {
 // the start rather than losing the node silently.
 func TestStateFiles(t *testing.T) {
 	dir := t.TempDir()
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := newTestPlatform(t, dir, c, testSeed())
 	names, _ := filepath.Glob(filepath.Join(dir, "*"))
 	var base []string
@@ -512,7 +461,7 @@ func TestSeedOperators(t *testing.T) {
 			t.Errorf("%s: %v, want %q", in, err, want)
 		}
 	}
-	if err := checkOwners(tokens{"t": "a1 operator:bob"}, map[string]string{"a1": "alice"}); err == nil {
+	if err := api.CheckOwners(api.Tokens{"t": "a1 operator:bob"}, map[string]string{"a1": "alice"}); err == nil {
 		t.Error("a token file naming another operator than the route table: no error")
 	}
 }
@@ -532,7 +481,7 @@ func TestSeedErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := testSeed()
 			tc.edit(s)
-			_, err := filestore.Open(store.Config{StateDir: t.TempDir(), Now: (&clock{t: t0}).now}, s)
+			_, err := filestore.Open(store.Config{StateDir: t.TempDir(), Now: (&clock{t: platformtest.T0}).now}, s)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want one containing %q", err, tc.want)
 			}
@@ -561,19 +510,19 @@ func TestFlags(t *testing.T) {
 // observe, a plan round over the test seed's three nodes, and the atomic
 // write of the changed node files (fsync included, in the temp dir).
 func BenchmarkReport(b *testing.B) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	p, err := filestore.Open(store.Config{StateDir: b.TempDir(), Now: c.now}, testSeed())
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := handler(fleet.New(p, nil), tokens{testToken: ""})
+	h := api.Handler(fleet.New(p, nil), api.Tokens{platformtest.TestToken: ""})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.add(30 * time.Second)
 		body, _ := json.Marshal(overload.Reading{Node: "x1", At: c.now(), MemoryUsedPercent: float64(50 + 45*(i/5%2)),
 			CPUs: 4, ConntrackMax: 262144})
 		req := httptest.NewRequest("POST", "/report", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		if w.Code != 200 {
@@ -607,7 +556,7 @@ func TestSampleRoutes(t *testing.T) {
 func TestMemoryUnknownIsNotStale(t *testing.T) { eachStore(t, testMemoryUnknownIsNotStale) }
 
 func testMemoryUnknownIsNotStale(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
 	if code := tp.Read("x1", 95); code != 200 {
 		t.Fatalf("reading: status %d", code)
@@ -633,8 +582,8 @@ func TestOpenedRouteIDsAreUnique(t *testing.T) { eachStore(t, testOpenedRouteIDs
 func testOpenedRouteIDsAreUnique(t *testing.T, open opener) {
 	seed := testSeed()
 	seed.Routes = append(seed.Routes, routing.Route{ID: "x2-1", User: "u7", Key: "vpn", Node: "x2",
-		Kind: routing.KindOwn, Start: t0.Add(-time.Hour), LastTraffic: t0})
-	tp := open(&clock{t: t0}, seed)
+		Kind: routing.KindOwn, Start: platformtest.T0.Add(-time.Hour), LastTraffic: platformtest.T0})
+	tp := open(&clock{t: platformtest.T0}, seed)
 	var rt store.Route
 	if code := tp.do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: status %d", code)
@@ -659,7 +608,7 @@ func testOpenedRouteIDsAreUnique(t *testing.T, open opener) {
 func TestRefusalReasons(t *testing.T) { eachStore(t, testRefusalReasons) }
 
 func testRefusalReasons(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
 	send := func(token string, body []byte) (int, map[string]any) {
 		code, _, b := tp.raw("POST", "/report", token, string(body))
@@ -669,13 +618,13 @@ func testRefusalReasons(t *testing.T, open opener) {
 		}
 		return code, ans
 	}
-	r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: 1, At: t0,
+	r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: 1, At: platformtest.T0,
 		MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
 	good, _ := json.Marshal(r)
-	v1 := overload.Reading{Node: "x1", At: t0.Add(-time.Minute), MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
+	v1 := overload.Reading{Node: "x1", At: platformtest.T0.Add(-time.Minute), MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
 	older, _ := json.Marshal(v1)
-	big := append([]byte(`{"v":1,"node":"`), bytes.Repeat([]byte("x"), maxBody)...)
-	other, _ := json.Marshal(overload.Reading{Node: "x2", At: t0, CPUs: 4, ConntrackMax: 1})
+	big := append([]byte(`{"v":1,"node":"`), bytes.Repeat([]byte("x"), api.MaxBody)...)
+	other, _ := json.Marshal(overload.Reading{Node: "x2", At: platformtest.T0, CPUs: 4, ConntrackMax: 1})
 	for _, tc := range []struct {
 		name   string
 		token  string
@@ -684,13 +633,13 @@ func testRefusalReasons(t *testing.T, open opener) {
 		reason string
 		dup    bool
 	}{
-		{"counted", testToken, good, 200, "", false},
-		{"a retry", testToken, good, 200, "", true},
-		{"older", testToken, older, 409, reasonOlder, false},
-		{"cannot be true", testToken, []byte(`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","memory_used_percent":300}`), 400, reasonInvalid, false},
-		{"too large", testToken, big, 413, reasonTooLarge, false},
-		{"wrong token", "nope", good, 401, reasonUnauthorized, false},
-		{"another node's reading", "x1-token", other, 403, reasonUnauthorized, false},
+		{"counted", platformtest.TestToken, good, 200, "", false},
+		{"a retry", platformtest.TestToken, good, 200, "", true},
+		{"older", platformtest.TestToken, older, 409, api.ReasonOlder, false},
+		{"cannot be true", platformtest.TestToken, []byte(`{"v":1,"node":"x1","at":"2026-11-30T12:00:00Z","memory_used_percent":300}`), 400, api.ReasonInvalid, false},
+		{"too large", platformtest.TestToken, big, 413, api.ReasonTooLarge, false},
+		{"wrong token", "nope", good, 401, api.ReasonUnauthorized, false},
+		{"another node's reading", "x1-token", other, 403, api.ReasonUnauthorized, false},
 	} {
 		code, ans := send(tc.token, tc.body)
 		reason, _ := ans["reason"].(string)
@@ -712,7 +661,7 @@ func testRefusalReasons(t *testing.T, open opener) {
 func TestReadsNeedAdminToken(t *testing.T) { eachStore(t, testReadsNeedAdminToken) }
 
 func testReadsNeedAdminToken(t *testing.T, open opener) {
-	tp := open(&clock{t: t0}, testSeed())
+	tp := open(&clock{t: platformtest.T0}, testSeed())
 	get := func(path, token string) int {
 		code, _, _ := tp.raw("GET", path, token, "")
 		return code
@@ -724,7 +673,7 @@ func testReadsNeedAdminToken(t *testing.T, open opener) {
 		if code := get(path, "x1-token"); code != 403 {
 			t.Errorf("GET %s with a node's token: %d, want 403", path, code)
 		}
-		if code := get(path, testToken); code != 200 {
+		if code := get(path, platformtest.TestToken); code != 200 {
 			t.Errorf("GET %s with the admin's token: %d, want 200", path, code)
 		}
 	}
@@ -743,10 +692,10 @@ func testMovedUserKeepsTheAlternative(t *testing.T, open opener) {
 	seed := testSeed()
 	for i := range seed.Routes {
 		if seed.Routes[i].ID == "r-move-alt" {
-			seed.Routes[i].LastTraffic = t0.Add(-5 * time.Hour)
+			seed.Routes[i].LastTraffic = platformtest.T0.Add(-5 * time.Hour)
 		}
 	}
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, seed)
 	for range 40 { // 20 minutes over 90 %: r-move goes at 15
 		if code := tp.Read("x1", 95); code != 200 {
@@ -780,20 +729,20 @@ func testMovedUserKeepsTheAlternative(t *testing.T, open opener) {
 func TestVersion2ClockAhead(t *testing.T) { eachStore(t, testVersion2ClockAhead) }
 
 func testVersion2ClockAhead(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
 	run := strings.Repeat("d", 32)
 	post := func(seq uint64, at time.Time) int {
 		r := overload.Reading{Version: overload.ReadingVersion, Run: run, Seq: seq, Node: "x1", At: at, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
 		return tp.do("POST", "/report", r, nil)
 	}
-	if got := post(1, t0.Add(time.Hour)); got != 200 {
+	if got := post(1, platformtest.T0.Add(time.Hour)); got != 200 {
 		t.Fatalf("v2 reading an hour ahead: status %d, want 200", got)
 	}
-	if got := post(2, t0.Add(30*time.Second)); got != 200 {
+	if got := post(2, platformtest.T0.Add(30*time.Second)); got != 200 {
 		t.Fatalf("the honest reading after it: status %d, want 200", got)
 	}
-	if got := post(3, t0.Add(48*time.Hour)); got != 400 {
+	if got := post(3, platformtest.T0.Add(48*time.Hour)); got != 400 {
 		t.Fatalf("v2 reading two days ahead: status %d, want 400", got)
 	}
 	if v := tp.node("x1"); v.Readings != 2 {
@@ -808,7 +757,7 @@ func testVersion2ClockAhead(t *testing.T, open opener) {
 func TestNodesPaging(t *testing.T) { eachStore(t, testNodesPaging) }
 
 func testNodesPaging(t *testing.T, open opener) {
-	tp := open(&clock{t: t0}, testSeed())
+	tp := open(&clock{t: platformtest.T0}, testSeed())
 	for i := range 5 {
 		if code := tp.Read(fmt.Sprintf("n%02d", i), 95); code != 200 {
 			t.Fatalf("report of n%02d: %d", i, code)
@@ -847,7 +796,7 @@ func testNodesPaging(t *testing.T, open opener) {
 func TestNoticesPaging(t *testing.T) { eachStore(t, testNoticesPaging) }
 
 func testNoticesPaging(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
 	// Seven nodes overloaded at the same instants, twice, an hour apart:
 	// 14 notices, 7 at each instant.
@@ -908,7 +857,7 @@ func walkPages[T any](t *testing.T, tp *testPlatform, path string, limit, most i
 		if pages == most {
 			t.Fatalf("more than %d pages", most)
 		}
-		code, header, b := tp.raw("GET", path, testToken, "")
+		code, header, b := tp.raw("GET", path, platformtest.TestToken, "")
 		var page []T
 		err := json.Unmarshal(b, &page)
 		if err != nil || code != 200 || len(page) > limit {
@@ -943,7 +892,7 @@ func nextLink(t testing.TB, path string, header http.Header) string {
 func TestEventIDsOnTheWire(t *testing.T) { eachStore(t, testEventIDsOnTheWire) }
 
 func testEventIDsOnTheWire(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
 	for i := range 21 { // three overloads: six events
 		if code := tp.Read("x1", memoryPattern(i)); code != 200 {
@@ -1036,7 +985,7 @@ func TestDBFlagErrors(t *testing.T) {
 func TestOperatorBodyTrailingData(t *testing.T) { eachStore(t, testOperatorBodyTrailingData) }
 
 func testOperatorBodyTrailingData(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := open(c, testSeed())
 	routes := len(tp.node("x2").Routes)
 	for _, tc := range []struct{ path, body string }{
@@ -1044,11 +993,11 @@ func testOperatorBodyTrailingData(t *testing.T, open opener) {
 		{"/routes", `{"node":"x2","user":"u9","key":"vpn"}{"node":"x2","user":"u8","key":"vpn"}`},
 		{"/price", `{"node":"x2","price":70},`},
 	} {
-		code, _, b := tp.raw("POST", tc.path, testToken, tc.body)
+		code, _, b := tp.raw("POST", tc.path, platformtest.TestToken, tc.body)
 		var ans map[string]any
 		json.Unmarshal(b, &ans)
-		if code != 400 || ans["reason"] != reasonInvalid {
-			t.Errorf("POST %s %s: %d %v, want 400 %q", tc.path, tc.body, code, ans, reasonInvalid)
+		if code != 400 || ans["reason"] != api.ReasonInvalid {
+			t.Errorf("POST %s %s: %d %v, want 400 %q", tc.path, tc.body, code, ans, api.ReasonInvalid)
 		}
 	}
 	if v := tp.node("x2"); len(v.Routes) != routes || v.Price != 80 {
@@ -1078,7 +1027,7 @@ func TestErrorsShowWallTimes(t *testing.T) {
 // ones go on after them.
 func TestNoticeIDsFromOldFiles(t *testing.T) {
 	dir := t.TempDir()
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	tp := newTestPlatform(t, dir, c, testSeed())
 	for range 3 {
 		for _, id := range []string{"x2", "x1"} { // x2's notice first, x1's at the same instant

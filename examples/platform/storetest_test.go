@@ -9,6 +9,7 @@ import (
 
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 )
@@ -32,7 +33,7 @@ func TestStoreReceiversConformance(t *testing.T) { eachStore(t, testStoreReceive
 // last kept; NodeIDs lists every node; RouteNode finds a live route's
 // node and ErrUnknown for none.
 func testNodeStoreConformance(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	a := open(c, testSeed()).svc
 	ctx := t.Context()
 	maxUsers := func(st store.Store) int {
@@ -143,7 +144,7 @@ func readNode(t *testing.T, st store.Store, id string) *store.Node {
 // with the start in the node's event list; and reports of one node
 // from many goroutines (and two replicas on PostgreSQL) lose none.
 func testStoreReport(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	a := open(c, testSeed()).svc
 	ctx := t.Context()
 	noPlan := func(*store.Node, time.Time, store.NodeTx) error { return nil }
@@ -241,7 +242,7 @@ func testStoreReport(t *testing.T, open opener) {
 // due (here, after a pause), and keeps what it closed, across a restart
 // or on a replica; a second round at the same time closes nothing more.
 func testStorePlanDue(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	a := open(c, testSeed()).svc
 	ctx := t.Context()
 	// A paused node's routes unused for two hours close.
@@ -292,7 +293,7 @@ func testStorePlanDue(t *testing.T, open opener) {
 // testStorePages: EachNode pages through the nodes by id, each with its
 // live routes, a page's last id the next page's cursor.
 func testStorePages(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	a := open(c, testSeed()).svc
 	ctx := t.Context()
 	var ids []string
@@ -300,7 +301,7 @@ func testStorePages(t *testing.T, open opener) {
 	page := func(after string, limit int) string {
 		t.Helper()
 		last, err := a.EachNode(ctx, after, limit, func(id string, n *store.Node, now time.Time, err error) {
-			if err != nil || !now.Equal(t0) {
+			if err != nil || !now.Equal(platformtest.T0) {
 				t.Errorf("node %s: %v at %v", id, err, now)
 				return
 			}
@@ -332,7 +333,7 @@ func testStorePages(t *testing.T, open opener) {
 // another instance too; updates of one operator's receiver at once (and
 // from two replicas on PostgreSQL) lose none.
 func testStoreReceivers(t *testing.T, open opener) {
-	c := &clock{t: t0}
+	c := &clock{t: platformtest.T0}
 	a := open(c, testSeed()).svc
 	ctx := t.Context()
 	refused := errors.New("refused")
@@ -353,7 +354,7 @@ func testStoreReceivers(t *testing.T, open opener) {
 	}
 	b := open(c, testSeed()).svc
 	ops, err := b.OperatorReceivers(ctx)
-	if r := ops["alice"]; err != nil || len(ops) != 1 || r.URL != "http://127.0.0.1:9/alice" || string(r.Secrets[0].Key) != "0123456789abcdef01234567" || !r.Created.Equal(t0) {
+	if r := ops["alice"]; err != nil || len(ops) != 1 || r.URL != "http://127.0.0.1:9/alice" || string(r.Secrets[0].Key) != "0123456789abcdef01234567" || !r.Created.Equal(platformtest.T0) {
 		t.Fatalf("another instance's receivers: %+v, %v", ops, err)
 	}
 	writers := []store.Store{a, b}

@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"bufio"
@@ -28,10 +28,10 @@ func (id identity) admin() bool { return id.node == "" && id.operator == "" }
 // isOperator reports whether id is an operator's own token.
 func (id identity) isOperator() bool { return id.node == "" && id.operator != "" }
 
-// tokens maps each bearer token to what its line says after it: "" (the
+// Tokens maps each bearer token to what its line says after it: "" (the
 // admin), "NODE" (that node's agent), "operator:NAME" (operator NAME) or
 // "NODE operator:NAME" (that node's agent, the node being NAME's).
-type tokens map[string]string
+type Tokens map[string]string
 
 // operatorPrefix marks an operator's name in the token file: node ids
 // never hold a ':'.
@@ -74,8 +74,8 @@ func identityOf(v string) (identity, error) {
 //	Qm3… de-fra-1
 //	# one node's agent, the node being alice's
 //	Pw7… de-fra-2 operator:alice
-func parseTokens(r io.Reader) (tokens, error) {
-	t := tokens{}
+func parseTokens(r io.Reader) (Tokens, error) {
+	t := Tokens{}
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
 		s := strings.TrimSpace(sc.Text())
@@ -106,7 +106,7 @@ func parseTokens(r io.Reader) (tokens, error) {
 
 // owners is each node's operator as the agents' lines name it; a node
 // named with two operators is an error.
-func (t tokens) owners() (map[string]string, error) {
+func (t Tokens) owners() (map[string]string, error) {
 	out := map[string]string{}
 	for _, v := range t {
 		id, err := identityOf(v)
@@ -132,7 +132,7 @@ type tokenIndex map[[sha256.Size]byte]identity
 
 // index is t keyed by hash; a value that does not parse (a tokens map
 // not read by parseTokens) is left out.
-func (t tokens) index() tokenIndex {
+func (t Tokens) index() tokenIndex {
 	x := make(tokenIndex, len(t))
 	for tok, v := range t {
 		if id, err := identityOf(v); err == nil {
@@ -157,9 +157,9 @@ func (x tokenIndex) lookup(header string) (id identity, ok bool) {
 	return id, ok
 }
 
-// checkOwners refuses a token file that names a node's operator
+// CheckOwners refuses a token file that names a node's operator
 // otherwise than the route table does.
-func checkOwners(toks tokens, seed map[string]string) error {
+func CheckOwners(toks Tokens, seed map[string]string) error {
 	owners, err := toks.owners()
 	if err != nil {
 		return err
@@ -172,10 +172,10 @@ func checkOwners(toks tokens, seed map[string]string) error {
 	return nil
 }
 
-// readTokens reads the token file: a regular file of at most
+// ReadTokens reads the token file: a regular file of at most
 // MaxConfigFile bytes (a FIFO or a device is refused at once, never
 // waited on or read without end).
-func readTokens(path string) (tokens, error) {
+func ReadTokens(path string) (Tokens, error) {
 	b, _, err := procfile.Read(context.Background(), path, store.MaxConfigFile)
 	if err != nil {
 		return nil, err

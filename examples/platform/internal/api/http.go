@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"bytes"
@@ -23,8 +23,8 @@ import (
 	"github.com/proofkit/nodekit/overload"
 )
 
-// maxBody bounds a request body; a reading is a few hundred bytes.
-const maxBody = 1 << 20
+// MaxBody bounds a request body; a reading is a few hundred bytes.
+const MaxBody = 1 << 20
 
 // pageLimit parses a list's ?limit=: 1 to MaxPage, MaxPage when not
 // given.
@@ -69,33 +69,33 @@ func parseNoticeCursor(s string) (int64, error) {
 	return id, nil
 }
 
-// requestTimeout bounds the work of one request, every store call in it
+// RequestTimeout bounds the work of one request, every store call in it
 // included.
-const requestTimeout = 10 * time.Second
+const RequestTimeout = 10 * time.Second
 
 // Refusal reasons, the "reason" word of every error body (the report
 // protocol's words, and a few of the operator endpoints').
 const (
-	reasonOlder        = "older"
-	reasonInvalid      = "invalid"
-	reasonUnauthorized = "unauthorized"
-	reasonTooLarge     = "too_large"
+	ReasonOlder        = "older"
+	ReasonInvalid      = "invalid"
+	ReasonUnauthorized = "unauthorized"
+	ReasonTooLarge     = "too_large"
 	reasonIncomplete   = "incomplete"
 	reasonUnknownNode  = "unknown_node"
 	reasonNotFound     = "not_found"
 	reasonNotAdmitted  = "not_admitted"
-	reasonUnsaved      = "unsaved"
-	reasonUnavailable  = "unavailable"
+	ReasonUnsaved      = "unsaved"
+	ReasonUnavailable  = "unavailable"
 	reasonInternal     = "internal"
 )
 
-// handler serves the platform's API. Every endpoint but GET /healthz needs
+// Handler serves the platform's API. Every endpoint but GET /healthz needs
 // "Authorization: Bearer <token>", and answers by who the token speaks
 // for (docs/platform.md has the table): the admin may do anything; an
 // operator reads and sets their own nodes only, and a node that is not
 // theirs answers as a node that does not exist; a node's agent may only
 // report for its node.
-func handler(f *fleet.Fleet, toks tokens) http.Handler {
+func Handler(f *fleet.Fleet, toks Tokens) http.Handler {
 	mux := http.NewServeMux()
 	idx := toks.index()
 	// Each node's operator, by the route table and the token file: the
@@ -111,13 +111,13 @@ func handler(f *fleet.Fleet, toks tokens) http.Handler {
 			}
 			switch {
 			case id.node != "":
-				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the token of node %s may only report", id.node))
+				writeError(w, http.StatusForbidden, ReasonUnauthorized, fmt.Errorf("the token of node %s may only report", id.node))
 				return
 			case id.isOperator() && !operatorMay:
-				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("operator %s's token: %s %s is the admin's", id.operator, r.Method, r.URL.Path))
+				writeError(w, http.StatusForbidden, ReasonUnauthorized, fmt.Errorf("operator %s's token: %s %s is the admin's", id.operator, r.Method, r.URL.Path))
 				return
 			}
-			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+			ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)
 			limitBody(w, r)
@@ -283,7 +283,7 @@ func handler(f *fleet.Fleet, toks tokens) http.Handler {
 	operatorOnly := func(h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
 		return auth(true, func(w http.ResponseWriter, r *http.Request, id identity) {
 			if !id.isOperator() {
-				writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("the admin's token: %s %s is an operator's, for their own receiver (the admin's are in the notify file)", r.Method, r.URL.Path))
+				writeError(w, http.StatusForbidden, ReasonUnauthorized, fmt.Errorf("the admin's token: %s %s is an operator's, for their own receiver (the admin's are in the notify file)", r.Method, r.URL.Path))
 				return
 			}
 			h(w, r, id)
@@ -368,10 +368,10 @@ func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if id.isOperator() {
-		writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("operator %s's token: readings come from a node's agent token", id.operator))
+		writeError(w, http.StatusForbidden, ReasonUnauthorized, fmt.Errorf("operator %s's token: readings come from a node's agent token", id.operator))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	limitBody(w, r)
 	handleReport(ctx, h.f, w, r, id.node)
@@ -383,17 +383,17 @@ func authorize(idx tokenIndex, w http.ResponseWriter, r *http.Request) (id ident
 	id, ok = idx.lookup(r.Header.Get("Authorization"))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
-		writeError(w, http.StatusUnauthorized, reasonUnauthorized, errors.New("missing or wrong bearer token"))
+		writeError(w, http.StatusUnauthorized, ReasonUnauthorized, errors.New("missing or wrong bearer token"))
 	}
 	return id, ok
 }
 
-// limitBody bounds r's body at maxBody. A body whose length is given,
-// up to maxBody, cannot run over it (the server reads no more than the
+// limitBody bounds r's body at MaxBody. A body whose length is given,
+// up to MaxBody, cannot run over it (the server reads no more than the
 // length), so it is left as it is.
 func limitBody(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength < 0 || r.ContentLength > maxBody {
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	if r.ContentLength < 0 || r.ContentLength > MaxBody {
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 	}
 }
 
@@ -427,14 +427,14 @@ func handleReport(ctx context.Context, f *fleet.Fleet, w http.ResponseWriter, r 
 		// validates, and checks "v".
 		var again overload.Reading
 		if err := json.Unmarshal(body, &again); err != nil {
-			writeError(w, http.StatusBadRequest, reasonInvalid, fmt.Errorf("reading: %w", err))
+			writeError(w, http.StatusBadRequest, ReasonInvalid, fmt.Errorf("reading: %w", err))
 			return
 		}
 		rd = again
 	}
 	if tokenNode != "" {
 		if rd.Node != "" && rd.Node != tokenNode {
-			writeError(w, http.StatusForbidden, reasonUnauthorized, fmt.Errorf("a reading of node %q with the token of node %s", rd.Node, tokenNode))
+			writeError(w, http.StatusForbidden, ReasonUnauthorized, fmt.Errorf("a reading of node %q with the token of node %s", rd.Node, tokenNode))
 			return
 		}
 		rd.Node = tokenNode
@@ -498,7 +498,7 @@ var jsonContentType = []string{"application/json"}
 // readBody reads r's body after what b holds, as io.ReadAll does, and
 // returns b with it.
 func readBody(r *http.Request, b []byte) ([]byte, error) {
-	if n := r.ContentLength; n > 0 && n <= maxBody {
+	if n := r.ContentLength; n > 0 && n <= MaxBody {
 		b = slices.Grow(b, int(n)+1) // +1: EOF is read into spare room
 	}
 	for {
@@ -517,7 +517,7 @@ func readBody(r *http.Request, b []byte) ([]byte, error) {
 }
 
 // maxPooled bounds the buffers kept for reuse: a reading is a few
-// hundred bytes, and a body near maxBody is not worth keeping.
+// hundred bytes, and a body near MaxBody is not worth keeping.
 const maxPooled = 64 << 10
 
 // buffers holds *[]byte of reports' bodies and answers for reuse.
@@ -567,13 +567,13 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 			writeBodyFailure(w, fmt.Errorf("request body: %w", err))
 			return false
 		}
-		writeError(w, http.StatusBadRequest, reasonInvalid, fmt.Errorf("request body: %w", err))
+		writeError(w, http.StatusBadRequest, ReasonInvalid, fmt.Errorf("request body: %w", err))
 		return false
 	}
 	// One JSON object, nothing after it: a body with more is not what the
 	// client meant, so nothing of it is done.
 	if _, err := dec.Token(); err != io.EOF {
-		writeError(w, http.StatusBadRequest, reasonInvalid, errors.New("request body: data after the JSON object"))
+		writeError(w, http.StatusBadRequest, ReasonInvalid, errors.New("request body: data after the JSON object"))
 		return false
 	}
 	return true
@@ -589,14 +589,14 @@ func isBodyFailure(err error) bool {
 }
 
 // writeBodyFailure answers a body that could not be read: 413 "too_large"
-// for one over maxBody, which resending cannot fix; otherwise (it stalled
+// for one over MaxBody, which resending cannot fix; otherwise (it stalled
 // past the server's read timeout, or the connection broke mid-body) 408
 // "incomplete" with Retry-After, which a client sends again: a slow link
 // must not lose a reading.
 func writeBodyFailure(w http.ResponseWriter, err error) {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		writeError(w, http.StatusRequestEntityTooLarge, reasonTooLarge, err)
+		writeError(w, http.StatusRequestEntityTooLarge, ReasonTooLarge, err)
 		return
 	}
 	w.Header().Set("Retry-After", "1")
@@ -611,15 +611,15 @@ func statusOf(err error) (int, string) {
 	case errors.Is(err, store.ErrUnknown):
 		return http.StatusNotFound, reasonNotFound
 	case errors.Is(err, store.ErrBadInput):
-		return http.StatusBadRequest, reasonInvalid
+		return http.StatusBadRequest, ReasonInvalid
 	case errors.Is(err, store.ErrStale):
-		return http.StatusConflict, reasonOlder
+		return http.StatusConflict, ReasonOlder
 	case errors.Is(err, store.ErrNotAdmit):
 		return http.StatusConflict, reasonNotAdmitted
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable, reasonUnavailable
+		return http.StatusServiceUnavailable, ReasonUnavailable
 	case errors.Is(err, store.ErrUnsaved):
-		return http.StatusInternalServerError, reasonUnsaved
+		return http.StatusInternalServerError, ReasonUnsaved
 	default:
 		return http.StatusInternalServerError, reasonInternal
 	}
@@ -666,7 +666,7 @@ func serveMetrics(n *notify.Notifier, w http.ResponseWriter, r *http.Request) {
 
 // ownersWith is each node's operator, as the seed names it and as the
 // token file's agent lines do (main refuses the two disagreeing).
-func ownersWith(f *fleet.Fleet, toks tokens) map[string]string {
+func ownersWith(f *fleet.Fleet, toks Tokens) map[string]string {
 	out, _ := toks.owners()
 	if out == nil {
 		out = map[string]string{}

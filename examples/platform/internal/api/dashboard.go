@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"context"
@@ -39,7 +39,7 @@ import (
 //
 // A session is a random 256-bit id in an HttpOnly, SameSite=Strict
 // cookie (Secure, and named __Host-session, when the request came over
-// TLS, or through a proxy that says so with X-Forwarded-Proto), held in the process for sessionLifetime; the token is never in
+// TLS, or through a proxy that says so with X-Forwarded-Proto), held in the process for SessionLifetime; the token is never in
 // the cookie nor kept. Every POST is checked twice against cross-site
 // requests: net/http's CrossOriginProtection (Sec-Fetch-Site, or Origin
 // against Host), then, but for the login, the session's own CSRF token
@@ -58,8 +58,8 @@ var dashboardPages = template.Must(template.New("").Funcs(template.FuncMap{
 }).ParseFS(dashboardFiles, "dashboard/*.html"))
 
 const (
-	// sessionLifetime is how long a session lasts from its login.
-	sessionLifetime = 8 * time.Hour
+	// SessionLifetime is how long a session lasts from its login.
+	SessionLifetime = 8 * time.Hour
 	// maxSessions bounds the sessions held: past it a login ends the
 	// session that would expire first.
 	maxSessions = 10_000
@@ -127,7 +127,7 @@ func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, idx tokenIndex, owners m
 	// the form leads back to.
 	receiver := func(do func(ctx context.Context, r *http.Request, s *dashboardSession) (string, error)) http.HandlerFunc {
 		return d.form(func(w http.ResponseWriter, r *http.Request, s *dashboardSession) {
-			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+			ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 			defer cancel()
 			ok, err := do(ctx, r, s)
 			d.done(w, r, s, err, ok)
@@ -162,20 +162,20 @@ func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, idx tokenIndex, owners m
 			d.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("notice %.40q: want a notice's id, 1 or more", r.PathValue("id")))
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 		defer cancel()
 		err = d.f.Redeliver(ctx, id, func(node string) bool { return d.owners[node] == s.operator })
 		d.done(w, r, s, err, fmt.Sprintf("Notice %d is to be delivered again, with its first webhook-id.", id))
 	}))
 }
 
-// mine runs do on node if it is s's operator's, within requestTimeout;
+// mine runs do on node if it is s's operator's, within RequestTimeout;
 // another's node is refused as one that does not exist.
 func (d *dashboard) mine(r *http.Request, s *dashboardSession, node string, do func(ctx context.Context) error) error {
 	if d.owners[node] != s.operator {
 		return notYours(node)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	return do(ctx)
 }
@@ -252,7 +252,7 @@ func (d *dashboard) home(w http.ResponseWriter, r *http.Request) {
 		d.render(w, status, "login", loginPage{Message: sessionRefusal[why]})
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	page, err := d.page(ctx, s)
 	if err != nil {
@@ -460,14 +460,14 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	sid, csrf := random256(), random256()
 	now := d.f.Now()
-	s := &dashboardSession{operator: id.operator, csrf: csrf, expires: now.Add(sessionLifetime)}
+	s := &dashboardSession{operator: id.operator, csrf: csrf, expires: now.Add(SessionLifetime)}
 	d.mu.Lock()
 	if len(d.sessions) >= maxSessions {
 		d.evictLocked(now)
 	}
 	d.sessions[sha256.Sum256([]byte(sid))] = s
 	d.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: sid, Path: "/", MaxAge: int(sessionLifetime / time.Second),
+	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: sid, Path: "/", MaxAge: int(SessionLifetime / time.Second),
 		HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode})
 	d.f.Log.Info("dashboard: logged in", "operator", id.operator, "remote", r.RemoteAddr)
 	http.Redirect(w, r, "/", http.StatusSeeOther)

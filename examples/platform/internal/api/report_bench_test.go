@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -35,8 +36,8 @@ func (quietStore) Report(context.Context, string, store.TakeFunc, store.PlanFunc
 
 // benchFleet is the tokens of n nodes ("n0"…), one each, beside the
 // operator's, and the handler as run() wires it.
-func benchFleet(n int) (http.Handler, tokens) {
-	toks := tokens{testToken: ""}
+func benchFleet(n int) (http.Handler, Tokens) {
+	toks := Tokens{platformtest.TestToken: ""}
 	for i := range n {
 		toks["tok-"+strconv.Itoa(i)] = "n" + strconv.Itoa(i)
 	}
@@ -44,7 +45,7 @@ func benchFleet(n int) (http.Handler, tokens) {
 	if err != nil {
 		panic(err)
 	}
-	return atCap(handler(fleet.New(quietStore{r: &r}, nil), toks), 1000), toks
+	return AtCap(Handler(fleet.New(quietStore{r: &r}, nil), toks), 1000), toks
 }
 
 // benchReadings are the bodies the benchmarks post: platformload's (what
@@ -55,12 +56,12 @@ var benchReadings = []struct {
 	r    overload.Reading
 }{
 	{"load", overload.Reading{
-		Version: overload.ReadingVersion, Node: "n7", At: t0, Run: "4f1c2a9be0d34c5e8a6b7c9d0e1f2a3b", Seq: 812,
+		Version: overload.ReadingVersion, Node: "n7", At: platformtest.T0, Run: "4f1c2a9be0d34c5e8a6b7c9d0e1f2a3b", Seq: 812,
 		MemoryUsedPercent: 61.25, CPUs: 4, Load15: 1.5, ConntrackEntries: 1000, ConntrackMax: 262144,
 		Missing: []overload.Input{overload.InputBandwidth},
 	}},
 	{"agent", overload.Reading{
-		Version: overload.ReadingVersion, Node: "n7", At: t0.Add(123456789), Run: "4f1c2a9be0d34c5e8a6b7c9d0e1f2a3b", Seq: 812,
+		Version: overload.ReadingVersion, Node: "n7", At: platformtest.T0.Add(123456789), Run: "4f1c2a9be0d34c5e8a6b7c9d0e1f2a3b", Seq: 812,
 		MemoryUsedPercent: 61.25, CPUs: 8, Load15: 3.75, ConntrackEntries: 52311, ConntrackMax: 262144,
 		ConntrackDrops: 0, ListenDrops: 2,
 		Listeners: []overload.Listener{{Addr: "0.0.0.0:443", Queue: 3, Backlog: 4096}, {Addr: "[::]:443", Backlog: 4096}},
@@ -158,9 +159,9 @@ func BenchmarkReportServer(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			srv := &http.Server{Handler: h, ConnContext: connContext, ReadHeaderTimeout: readHeaderTimeout,
-				MaxHeaderBytes: maxHeaderBytes, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
-			go srv.Serve(newCapListener(ln, 1000, nil))
+			srv := &http.Server{Handler: h, ConnContext: ConnContext, ReadHeaderTimeout: ReadHeaderTimeout,
+				MaxHeaderBytes: MaxHeaderBytes, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
+			go srv.Serve(NewCapListener(ln, 1000, nil))
 			defer srv.Close()
 			c, err := net.Dial("tcp", ln.Addr().String())
 			if err != nil {

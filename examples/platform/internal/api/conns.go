@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 )
 
 // Bounds on the HTTP server: a client that sends its request's header
-// slowly holds a connection for readHeaderTimeout at most, and a header
-// is at most maxHeaderBytes.
+// slowly holds a connection for ReadHeaderTimeout at most, and a header
+// is at most MaxHeaderBytes.
 const (
-	readHeaderTimeout = 5 * time.Second
-	maxHeaderBytes    = 64 << 10
+	ReadHeaderTimeout = 5 * time.Second
+	MaxHeaderBytes    = 64 << 10
 )
 
 // Over the connection cap a few connections more are taken, each for
@@ -27,12 +27,12 @@ const (
 	overCapFor   = 2 * time.Second
 )
 
-// maxConnsForFiles is the default -max-conns for an open-file limit of
+// MaxConnsForFiles is the default -max-conns for an open-file limit of
 // nofile: each connection takes one descriptor, and a reserve of a tenth
 // of the limit, at least 64, is left for the listener, the database's
 // connections, the state files and the logs, beside the spare
 // connections over the cap. It returns at least 1.
-func maxConnsForFiles(nofile uint64) int {
+func MaxConnsForFiles(nofile uint64) int {
 	reserve := max(nofile/10, 64) + overCapSpare
 	if nofile <= reserve+1 {
 		return 1
@@ -53,7 +53,9 @@ type capListener struct {
 	logged atomic.Int64  // unix seconds of the last "at the cap" warning
 }
 
-func newCapListener(ln net.Listener, max int, log *slog.Logger) *capListener {
+// NewCapListener is ln, handing the HTTP server at most max connections
+// at once (capListener); it logs through log when it is at the cap.
+func NewCapListener(ln net.Listener, max int, log *slog.Logger) net.Listener {
 	l := &capListener{Listener: ln, max: max, log: log, spare: make(chan struct{}, overCapSpare)}
 	if max > 0 {
 		l.live = make(chan struct{}, max)
@@ -128,18 +130,18 @@ func (c *cappedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWrit
 
 type overCapKey struct{}
 
-// connContext marks the requests of a connection over the cap.
-func connContext(ctx context.Context, c net.Conn) context.Context {
+// ConnContext marks the requests of a connection over the cap.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if cc, ok := c.(*cappedConn); ok && cc.overCap {
 		return context.WithValue(ctx, overCapKey{}, true)
 	}
 	return ctx
 }
 
-// atCap answers a request on a connection over the cap: GET /healthz as
+// AtCap answers a request on a connection over the cap: GET /healthz as
 // ever, anything else 503 "unavailable"; either way the connection is
 // closed after it.
-func atCap(h http.Handler, max int) http.Handler {
+func AtCap(h http.Handler, max int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Value(overCapKey{}) == nil {
 			h.ServeHTTP(w, r)
@@ -151,7 +153,7 @@ func atCap(h http.Handler, max int) http.Handler {
 			return
 		}
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, reasonUnavailable,
+		writeError(w, http.StatusServiceUnavailable, ReasonUnavailable,
 			fmt.Errorf("at the connection cap (%d connections, -max-conns): try again shortly", max))
 	})
 }
