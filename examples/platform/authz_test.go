@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/api"
+	"github.com/proofkit/nodekit/examples/platform/internal/apitest"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
@@ -78,43 +79,43 @@ func authzTable() []authzRow {
 // their own nodes and notices.
 func TestAuthorizationMatrix(t *testing.T) {
 	eachNotifyStore(t, func(t *testing.T, open notifyOpener, _ int) {
-		c := &clock{t: platformtest.T0}
+		c := &platformtest.Clock{T: platformtest.T0}
 		h := newHook(t, c, platformtest.HookSecret)
 		cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 		testAuthorizationMatrix(t, c, func(seed *store.SeedFile) notifyPlatform { return open(c, cfg, seed) })
 	})
 }
 
-func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *store.SeedFile) notifyPlatform) {
+func testAuthorizationMatrix(t *testing.T, c *platformtest.Clock, open func(seed *store.SeedFile) notifyPlatform) {
 	seed := dashboardSeed()
 	tp := open(seed)
-	f := fleet.New(tp.svc, tp.n)
+	f := fleet.New(tp.Svc, tp.n)
 	f.Owners = seed.Operators
 	srv := httptest.NewServer(api.Handler(f, dashboardTokens))
 	defer srv.Close()
 	tokenOf := map[string]string{"admin": platformtest.TestToken, "opA": "tok-alice", "opB": "tok-bob", "agentA": "tok-a1", "none": ""}
-	web := &testPlatform{t: t, srv: srv}
+	web := &apitest.Platform{T: t, Srv: srv}
 	do := func(method, path, token, body string) (int, string) {
 		t.Helper()
-		code, _, b := web.raw(method, path, token, body)
+		code, _, b := web.Raw(method, path, token, body)
 		return code, string(b)
 	}
 	// A notice for each of A's and B's nodes, and the overload over
 	// since well past its cool-down.
 	for _, n := range []string{"a1", "b1"} {
 		for i := range 8 {
-			c.add(time.Second)
+			c.Add(time.Second)
 			mem := 95.0
 			if i >= 3 {
 				mem = 40
 			}
-			rd, _ := json.Marshal(overload.Reading{Node: n, At: c.now(), MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144})
+			rd, _ := json.Marshal(overload.Reading{Node: n, At: c.Now(), MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144})
 			if code, b := do("POST", "/report", platformtest.TestToken, string(rd)); code != 200 {
 				t.Fatalf("reading of %s: %d %s", n, code, b)
 			}
 		}
 	}
-	c.add(time.Hour)
+	c.Add(time.Hour)
 	var ns []store.NumberedNotice
 	if code, b := do("GET", "/notices", platformtest.TestToken, ""); code != 200 || json.Unmarshal([]byte(b), &ns) != nil || len(ns) != 2 {
 		t.Fatalf("notices: %d %s", code, b)
@@ -129,12 +130,12 @@ func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *store.SeedF
 		for _, kind := range kinds {
 			bodies := [3]string{}
 			for i, node := range authzNodes {
-				c.add(time.Second)
+				c.Add(time.Second)
 				price++
 				if row.path == "/report" && i == 2 && kind == "admin" {
 					node = "zz-report" // the admin's reading of a node never seen creates it
 				}
-				r := strings.NewReplacer("X", node, "AT", c.now().Format(time.RFC3339Nano), "PRICE", fmt.Sprint(price), "NOTICE", noticeOf[node])
+				r := strings.NewReplacer("X", node, "AT", c.Now().Format(time.RFC3339Nano), "PRICE", fmt.Sprint(price), "NOTICE", noticeOf[node])
 				code, body := do(row.method, r.Replace(row.path), tokenOf[kind], r.Replace(row.body))
 				bodies[i] = body
 				if want := row.want[kind][i]; code != want {
@@ -176,9 +177,9 @@ func testAuthorizationMatrix(t *testing.T, c *clock, open func(seed *store.SeedF
 func TestPauseAndApprove(t *testing.T) { eachStore(t, testPauseAndApprove) }
 
 func testPauseAndApprove(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	tp := open(c, testSeed())
-	f := fleet.New(tp.svc, nil)
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := open(c, platformtest.Seed())
+	f := fleet.New(tp.Svc, nil)
 	srv := httptest.NewServer(api.Handler(f, api.Tokens{platformtest.TestToken: "", "tok-alice": "operator:alice", "tok-x1": "x1 operator:alice"}))
 	defer srv.Close()
 	do := func(method, path, token, body string, out any) int {
@@ -268,15 +269,15 @@ func testPauseAndApprove(t *testing.T, open opener) {
 	// An overload's start comes after them, and they stay across a
 	// restart.
 	for i, mem := range []float64{95, 95, 95} {
-		c.add(30 * time.Second)
-		r := reading("x1", i+1, mem)
-		r.At = c.now()
+		c.Add(30 * time.Second)
+		r := platformtest.Reading("x1", i+1, mem)
+		r.At = c.Now()
 		if _, err := f.Report(t.Context(), r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	again := open(c, testSeed())
-	for _, ff := range []*fleet.Fleet{f, fleet.New(again.svc, nil)} {
+	again := open(c, platformtest.Seed())
+	for _, ff := range []*fleet.Fleet{f, fleet.New(again.Svc, nil)} {
 		if got, want := events(ff), "1:paused 2:approved 3:start"; got != want {
 			t.Errorf("x1's events after an overload's start (and on a restart): %q, want %q", got, want)
 		}

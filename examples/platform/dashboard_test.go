@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/api"
+	"github.com/proofkit/nodekit/examples/platform/internal/apitest"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
@@ -133,12 +134,12 @@ func expect(t *testing.T, what string, a pageAnswer, code int, want ...string) {
 // dashboardPlatform serves the dashboard test's platform, with a
 // notice for each of a1 and b1, delivered to a receiver; the use cases'
 // log is kept in the returned buffer.
-func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *clock, *testkit.LogBuffer, notifyPlatform) {
-	c := &clock{t: platformtest.T0}
+func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *platformtest.Clock, *testkit.LogBuffer, notifyPlatform) {
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
-	f := fleet.New(np.svc, np.n)
+	f := fleet.New(np.Svc, np.n)
 	f.Owners = dashboardSeed().Operators
 	logs := &testkit.LogBuffer{}
 	r := *f.Rules
@@ -149,8 +150,8 @@ func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *clock, *testk
 	b := browser{t, srv}
 	report := func(node string, mem float64) {
 		t.Helper()
-		c.add(time.Second)
-		rd, _ := json.Marshal(overload.Reading{Node: node, At: c.now(), MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144})
+		c.Add(time.Second)
+		rd, _ := json.Marshal(overload.Reading{Node: node, At: c.Now(), MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144})
 		req, _ := http.NewRequest("POST", srv.URL+"/report", strings.NewReader(string(rd)))
 		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
 		resp, err := http.DefaultClient.Do(req)
@@ -300,9 +301,9 @@ func TestDashboard(t *testing.T) {
 		expect(t, "alice's page after bob's logout", b.do("GET", "/", nil, alice), 200, `id="node-a1"`)
 
 		// Sessions expire.
-		c.add(api.SessionLifetime - time.Second)
+		c.Add(api.SessionLifetime - time.Second)
 		expect(t, "alice's page a second before her session ends", b.do("GET", "/", nil, alice), 200, `id="node-a1"`)
-		c.add(time.Second)
+		c.Add(time.Second)
 		expect(t, "alice's page as her session ends", b.do("GET", "/", nil, alice), 401, "Your session has expired")
 		expect(t, "a form in an expired session", b.do("POST", "/dashboard/price", form("node", "a1", "price", "1"), alice), 401, "This session is not known")
 
@@ -349,8 +350,8 @@ func TestDashboardStates(t *testing.T) {
 			t.Errorf("an overloaded node:\n%s", s)
 		}
 		for range 5 {
-			c.add(time.Second)
-			rd, _ := json.Marshal(overload.Reading{Node: "a1", At: c.now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144})
+			c.Add(time.Second)
+			rd, _ := json.Marshal(overload.Reading{Node: "a1", At: c.Now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144})
 			req, _ := http.NewRequest("POST", b.srv.URL+"/report", strings.NewReader(string(rd)))
 			req.Header.Set("Authorization", "Bearer tok-a1")
 			resp, err := http.DefaultClient.Do(req)
@@ -364,7 +365,7 @@ func TestDashboardStates(t *testing.T) {
 		if s := state(); !strings.HasPrefix(s, "cooldown: "+fleet.StatusWordsCoolDown) || !strings.Contains(s, "Cool-down until "+until) || !strings.Contains(s, "overload ended") {
 			t.Errorf("a node cooling down (until %s):\n%s", until, s)
 		}
-		c.add(routing.DefaultCoolDown)
+		c.Add(routing.DefaultCoolDown)
 		if s := state(); !strings.HasPrefix(s, "ok: "+fleet.StatusWordsAdmitted) {
 			t.Errorf("a node taking new connections:\n%s", s)
 		}
@@ -396,9 +397,9 @@ func TestDashboardStates(t *testing.T) {
 // the request over TLS, the session cookie is Secure and __Host-, and a
 // plain-HTTP name is not taken for it.
 func TestDashboardOverTLS(t *testing.T) {
-	c := &clock{t: platformtest.T0}
-	tp := newTestPlatform(t, t.TempDir(), c, dashboardSeed())
-	f := fleet.New(tp.svc, nil)
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := apitest.NewPlatform(t, t.TempDir(), c, dashboardSeed())
+	f := fleet.New(tp.Svc, nil)
 	f.Owners = dashboardSeed().Operators
 	srv := httptest.NewTLSServer(api.Handler(f, dashboardTokens))
 	defer srv.Close()
@@ -410,7 +411,7 @@ func TestDashboardOverTLS(t *testing.T) {
 	if ck := a.cookies[0]; ck.Name != "__Host-session" || !ck.Secure || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/" || ck.Domain != "" {
 		t.Errorf("the session cookie over TLS: %+v", ck)
 	}
-	// b.do sends the value as "session", which over TLS is not the
+	// b.Do sends the value as "session", which over TLS is not the
 	// session's cookie: the login form.
 	expect(t, "a plain-HTTP cookie name over TLS", b.do("GET", "/", nil, a.cookies[0].Value), 200, `action="/login"`)
 	req, _ := http.NewRequest("GET", srv.URL+"/", nil)
@@ -472,7 +473,7 @@ func TestDashboardReceiver(t *testing.T) {
 		expect(t, "her page after it", b.do("GET", "/", nil, alice), 200, "new secret, shown this once: whsec_", "The old one signs beside it until")
 		expect(t, "her page then", b.do("GET", "/", nil, alice), 200, "the secret you rotated out signs beside the new one until")
 		// Disabled after failing, as the notifier records it.
-		err := np.svc.UpdateReceiver(t.Context(), "alice", func(r *store.OperatorReceiver, now time.Time) error {
+		err := np.Svc.UpdateReceiver(t.Context(), "alice", func(r *store.OperatorReceiver, now time.Time) error {
 			r.FailingSince, r.Disabled = now.Add(-store.FailFor), now
 			return nil
 		})

@@ -29,7 +29,7 @@ import (
 func TestBadIDsAndCursors(t *testing.T) { eachStore(t, testBadIDsAndCursors) }
 
 func testBadIDsAndCursors(t *testing.T, open opener) {
-	tp := open(&clock{t: platformtest.T0}, testSeed())
+	tp := open(&platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
 	long := strings.Repeat("n", 65)
 	huge := strings.Repeat("z", 10000)
 	for _, id := range []string{"a\x00b", "\xff\xfe", long, "a b", "a/b", "-x", "é"} {
@@ -39,7 +39,7 @@ func testBadIDsAndCursors(t *testing.T, open opener) {
 			"/nodes/" + e, "/nodes/" + e + "/events", "/admit?node=" + q,
 			"/nodes?after=" + q, "/plans?after=" + q, "/notices?after=" + url.QueryEscape("2026-11-30T12:00:00Z,"+id),
 		} {
-			code, _, b := tp.raw("GET", path, platformtest.TestToken, "")
+			code, _, b := tp.Raw("GET", path, platformtest.TestToken, "")
 			var ans map[string]string
 			json.Unmarshal(b, &ans)
 			if code != 400 || ans["reason"] != api.ReasonInvalid || !strings.Contains(ans["error"], "want") {
@@ -51,7 +51,7 @@ func testBadIDsAndCursors(t *testing.T, open opener) {
 		}
 	}
 	for _, path := range []string{"/nodes/x1/events?after=\x00", "/nodes/x1/events?after=-1", "/nodes?limit=" + huge, "/notices?after=" + huge} {
-		if code, _, b := tp.raw("GET", strings.ReplaceAll(path, "\x00", "%00"), platformtest.TestToken, ""); code != 400 || len(b) > 1000 {
+		if code, _, b := tp.Raw("GET", strings.ReplaceAll(path, "\x00", "%00"), platformtest.TestToken, ""); code != 400 || len(b) > 1000 {
 			t.Errorf("GET %.60s: %d %.200s, want a short 400", path, code, b)
 		}
 	}
@@ -63,7 +63,7 @@ func testBadIDsAndCursors(t *testing.T, open opener) {
 		{"/routes", `{"node":"x\u0000","user":"u","key":"vpn"}`},
 		{"/price", `{"node":"x\u0000","price":1}`},
 	} {
-		code, _, b := tp.raw("POST", tc.path, platformtest.TestToken, tc.body)
+		code, _, b := tp.Raw("POST", tc.path, platformtest.TestToken, tc.body)
 		var ans map[string]string
 		json.Unmarshal(b, &ans)
 		if code != 400 || ans["reason"] != api.ReasonInvalid {
@@ -72,11 +72,11 @@ func testBadIDsAndCursors(t *testing.T, open opener) {
 	}
 	// Good ids still answer.
 	for _, path := range []string{"/nodes/x1", "/nodes/x1/events", "/admit?node=x1", "/nodes?after=x1", "/plans?after=x1"} {
-		if code, _, b := tp.raw("GET", path, platformtest.TestToken, ""); code != 200 {
+		if code, _, b := tp.Raw("GET", path, platformtest.TestToken, ""); code != 200 {
 			t.Errorf("GET %s: %d %s", path, code, b)
 		}
 	}
-	if code, _, _ := tp.raw("GET", "/nodes/nobody", platformtest.TestToken, ""); code != 404 {
+	if code, _, _ := tp.Raw("GET", "/nodes/nobody", platformtest.TestToken, ""); code != 404 {
 		t.Errorf("GET /nodes/nobody: %d, want 404", code)
 	}
 }
@@ -87,7 +87,7 @@ func testBadIDsAndCursors(t *testing.T, open opener) {
 func TestListsPageOneWay(t *testing.T) { eachStore(t, testListsPageOneWay) }
 
 func testListsPageOneWay(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	seed := &store.SeedFile{}
 	for i := range 5 {
 		id := fmt.Sprintf("e%d", i)
@@ -102,16 +102,16 @@ func testListsPageOneWay(t *testing.T, open opener) {
 		for i := range 5 {
 			tp.Read(fmt.Sprintf("e%d", i), 95)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
 	for range 5 {
 		for i := range 5 {
 			tp.Read(fmt.Sprintf("e%d", i), 10)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
 	var all []routing.Plan
-	if code := tp.do("GET", "/plans", nil, &all); code != 200 || len(all) != 5 {
+	if code := tp.Do("GET", "/plans", nil, &all); code != 200 || len(all) != 5 {
 		t.Fatalf("/plans: %d, %d plans, want 5", code, len(all))
 	}
 	paged, pages := walkPages[routing.Plan](t, tp, "/plans?limit=2", 2, 4)
@@ -124,7 +124,7 @@ func testListsPageOneWay(t *testing.T, open opener) {
 		}
 	}
 
-	code, header, b := tp.raw("GET", "/nodes/e0/events", platformtest.TestToken, "")
+	code, header, b := tp.Raw("GET", "/nodes/e0/events", platformtest.TestToken, "")
 	var first store.EventPage
 	if err := json.Unmarshal(b, &first); code != 200 || err != nil || len(first.Events) < 2 {
 		t.Fatalf("/nodes/e0/events: %d %v, want 2 or more events: %s", code, err, b)
@@ -135,7 +135,7 @@ func testListsPageOneWay(t *testing.T, open opener) {
 	if strings.Contains(string(b), `"next"`) {
 		t.Errorf("/nodes/e0/events: a body \"next\": %s", b)
 	}
-	got := tp.allEvents("e0", 1)
+	got := tp.AllEvents("e0", 1)
 	if len(got) != len(first.Events) {
 		t.Fatalf("one at a time by Link: %d events, want %d", len(got), len(first.Events))
 	}
@@ -144,7 +144,7 @@ func testListsPageOneWay(t *testing.T, open opener) {
 			t.Errorf("event %d: id %d by Link, %d in one page", i, got[i].ID, first.Events[i].ID)
 		}
 	}
-	_, header, _ = tp.raw("GET", "/nodes/e0/events?limit=1", platformtest.TestToken, "")
+	_, header, _ = tp.Raw("GET", "/nodes/e0/events?limit=1", platformtest.TestToken, "")
 	if want := fmt.Sprintf(`</nodes/e0/events?after=%d&limit=1>; rel="next"`, first.Events[0].ID); header.Get("Link") != want {
 		t.Errorf("/nodes/e0/events?limit=1: Link %q, want %q", header.Get("Link"), want)
 	}
@@ -154,8 +154,8 @@ func testListsPageOneWay(t *testing.T, open opener) {
 // json.Unmarshal gives, whichever decoder found it wrong, and one it
 // takes is answered as writeJSON writes the answer.
 func TestReportDecodeAsJSON(t *testing.T) {
-	c := &clock{t: platformtest.T0.Add(time.Hour)}
-	p, err := filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now}, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0.Add(time.Hour)}
+	p, err := filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestGCSettings(t *testing.T) {
 // with Retry-After, which the agent sends again, never 413 "too_large",
 // which it drops.
 func TestStalledBody(t *testing.T) {
-	p, err := filestore.Open(store.Config{StateDir: t.TempDir(), Logger: testLogger(t)}, testSeed())
+	p, err := filestore.Open(store.Config{StateDir: t.TempDir(), Logger: platformtest.Logger(t)}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,14 +210,6 @@ func pair(x, y func() answer) (answer, answer) {
 // trials is how many times each pair of requests meets.
 const trials = 100
 
-// runID is the run of every reading the suite sends.
-const runID = "0123456789abcdef0123456789abcdef"
-
-func reading(node string, seq int, mem float64) overload.Reading {
-	return overload.Reading{Version: 2, Node: node, Run: runID, Seq: uint64(seq), At: time.Now().Round(0),
-		MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144}
-}
-
 // ledger is what the replicas acknowledged in a suite, to be checked
 // against what they store.
 //
@@ -308,7 +300,7 @@ func (l *ledger) send(t *testing.T, r *replica, req any) func() answer {
 // suite has.
 const pausedRoutes = 3
 
-// runB is a second agent's run, beside runID.
+// runB is a second agent's run, beside RunID.
 const runB = "fedcba9876543210fedcba9876543210"
 
 // pairsSeed is the suite's fleet: for each pair the nodes and routes its
@@ -350,7 +342,7 @@ func pairsSeed() *store.SeedFile {
 func TestFleetPairs(t *testing.T) {
 	eachFleet(t, pairsSeed(), []string{"-plan-every", "1h"}, func(t *testing.T, f *replicaSet) {
 		if f.url != "" {
-			pgExec(t, f.url, closureAudit)
+			platformtest.PGExec(t, f.url, closureAudit)
 		}
 		l := newLedger()
 		run := func(name string, trial func(i int)) {
@@ -372,29 +364,29 @@ func TestFleetPairs(t *testing.T) {
 			// Two agents' runs on a paused node whose unused routes the
 			// plan closes; then a reading and its retry at once.
 			id := fmt.Sprintf("rep-%d", i)
-			a, b := reading(id, 1, 50), reading(id, 1, 50)
+			a, b := platformtest.Reading(id, 1, 50), platformtest.Reading(id, 1, 50)
 			b.Run = runB
 			pair(l.send(t, f.a, a), l.send(t, f.b, b))
-			r := reading("ev", i+1, memoryPattern(i))
+			r := platformtest.Reading("ev", i+1, platformtest.MemoryPattern(i))
 			evReadings = append(evReadings, r)
 			pair(l.send(t, f.a, r), l.send(t, f.b, r))
 		})
 		run("report×traffic", func(i int) {
-			pair(l.send(t, f.a, fleet.TrafficRequest{Route: "rt-r", Bytes: 1000}), l.send(t, f.b, reading("rt", i+1, 50)))
+			pair(l.send(t, f.a, fleet.TrafficRequest{Route: "rt-r", Bytes: 1000}), l.send(t, f.b, platformtest.Reading("rt", i+1, 50)))
 		})
 		run("traffic×closure", func(i int) {
 			id := fmt.Sprintf("tc-%d", i)
-			pair(l.send(t, f.a, fleet.TrafficRequest{Route: id + "-r", Bytes: 1000}), l.send(t, f.b, reading(id, 1, 50)))
+			pair(l.send(t, f.a, fleet.TrafficRequest{Route: id + "-r", Bytes: 1000}), l.send(t, f.b, platformtest.Reading(id, 1, 50)))
 		})
 		run("price×report", func(i int) {
 			price := fleet.PriceRequest{Node: "pr", Price: 100 + pricingPrice(i)}
-			x, _ := pair(l.send(t, f.a, price), l.send(t, f.b, reading("pr", i+1, 50)))
+			x, _ := pair(l.send(t, f.a, price), l.send(t, f.b, platformtest.Reading("pr", i+1, 50)))
 			if v := f.a.View("pr"); x.code == 204 && v.Price != price.Price {
 				t.Errorf("price of pr %d after a POST /price of %d was acknowledged", v.Price, price.Price)
 			}
 		})
 		run("first reading×first reading", func(i int) {
-			r := reading(fmt.Sprintf("ff-%d", i), 1, 50)
+			r := platformtest.Reading(fmt.Sprintf("ff-%d", i), 1, 50)
 			pair(l.send(t, f.a, r), l.send(t, f.b, r))
 		})
 		t.Run("seeding×first reading", func(t *testing.T) {
@@ -414,7 +406,7 @@ func TestFleetPairs(t *testing.T) {
 			go func() {
 				defer close(sent)
 				for i := range trials {
-					r := reading(fmt.Sprintf("sf-%d", i), 1, 50)
+					r := platformtest.Reading(fmt.Sprintf("sf-%d", i), 1, 50)
 					pair(l.send(t, f.a, r), l.send(t, f.b, r))
 				}
 			}()

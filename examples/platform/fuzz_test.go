@@ -24,8 +24,8 @@ func FuzzReport(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	c := &clock{t: platformtest.T0.Add(time.Hour)}
-	p, err := filestore.Open(store.Config{StateDir: f.TempDir(), Now: c.now}, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0.Add(time.Hour)}
+	p, err := filestore.Open(store.Config{StateDir: f.TempDir(), Now: c.Now}, platformtest.Seed())
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -208,7 +209,7 @@ func (h *linHistory) do(c int, r *replica, rng *rand.Rand) {
 		if in.seq > 3 && rng.IntN(4) == 0 {
 			in.seq -= uint64(rng.IntN(3))
 		}
-		rd := overload.Reading{Version: 2, Node: id, Run: runID, Seq: in.seq, At: h.base.Add(time.Duration(in.seq) * 10 * time.Millisecond),
+		rd := overload.Reading{Version: 2, Node: id, Run: platformtest.RunID, Seq: in.seq, At: h.base.Add(time.Duration(in.seq) * 10 * time.Millisecond),
 			MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}
 		method, path, body = "POST", "/report", rd
 	case linOpen:

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/api"
+	"github.com/proofkit/nodekit/examples/platform/internal/apitest"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
@@ -36,7 +37,7 @@ import (
 // records every attempt, and counts each webhook-id it accepted.
 type hook struct {
 	t       *testing.T
-	clock   *clock
+	clock   *platformtest.Clock
 	secrets []string
 
 	mu       sync.Mutex
@@ -61,7 +62,7 @@ type hookAttempt struct {
 }
 
 // newHook starts a receiver; down, its port refuses connections until up.
-func newHook(t *testing.T, c *clock, secrets ...string) *hook {
+func newHook(t *testing.T, c *platformtest.Clock, secrets ...string) *hook {
 	h := &hook{t: t, clock: c, secrets: secrets, accepted: map[string]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -117,8 +118,8 @@ func (h *hook) setAnswer(code int) { h.mu.Lock(); h.answer = code; h.mu.Unlock()
 
 func (h *hook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	a := hookAttempt{ID: r.Header.Get("webhook-id"), At: h.clock.now(), Headers: r.Header.Clone(), Body: body}
-	_, err := webhookreceiver.Verify(h.secrets, r.Header, body, h.clock.now())
+	a := hookAttempt{ID: r.Header.Get("webhook-id"), At: h.clock.Now(), Headers: r.Header.Clone(), Body: body}
+	_, err := webhookreceiver.Verify(h.secrets, r.Header, body, h.clock.Now())
 	a.Verified = err == nil
 	if err != nil {
 		a.Err = err.Error()
@@ -180,14 +181,14 @@ func testNotifyConfig(file string) notify.Config {
 
 // notifyPlatform is a platform with its notifier.
 type notifyPlatform struct {
-	*testPlatform
+	*apitest.Platform
 	n *notify.Notifier
 }
 
 // notifyOpener starts a platform with a notifier on a subtest's store;
 // called again, another on the same store (a restart, or a replica).
 // A seed, if given, is the route table.
-type notifyOpener func(c *clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform
+type notifyOpener func(c *platformtest.Clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform
 
 // newDispatch4Test is the dispatch of cfg's notify file.
 func newDispatch4Test(t *testing.T, cfg notify.Config) *notify.Dispatch {
@@ -204,35 +205,35 @@ func newDispatch4Test(t *testing.T, cfg notify.Config) *notify.Dispatch {
 
 // notified opens a store with cfg's dispatch, as main does, and the
 // notifier delivering its outbox, on clock c, logging to log.
-func notified[S store.Store](t *testing.T, c *clock, cfg notify.Config, log *slog.Logger, open func(d *notify.Dispatch) (S, error)) (S, *notify.Notifier) {
+func notified[S store.Store](t *testing.T, c *platformtest.Clock, cfg notify.Config, log *slog.Logger, open func(d *notify.Dispatch) (S, error)) (S, *notify.Notifier) {
 	t.Helper()
 	d := newDispatch4Test(t, cfg)
 	st, err := open(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st, notify.New(cfg, d, st.Outbox(), log, c.now)
+	return st, notify.New(cfg, d, st.Outbox(), log, c.Now)
 }
 
 // eachNotifyStore runs test on the file store and on PostgreSQL.
 func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, replicas int)) {
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
-		test(t, func(c *clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform {
-			p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-				return filestore.Open(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, firstSeed(seed))
+		test(t, func(c *platformtest.Clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform {
+			p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
+				return filestore.Open(store.Config{StateDir: dir, Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, firstSeed(seed))
 			})
 			tp := serveNotifyTest(t, c, p, n)
-			tp.dir, tp.p = dir, p
+			tp.Dir, tp.P = dir, p
 			t.Cleanup(func() { p.Close() })
 			return notifyPlatform{tp, n}
 		}, 1)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
-		test(t, func(c *clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform {
-			p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*pgPlatform, error) {
-				return openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
+		test(t, func(c *platformtest.Clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform {
+			p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*pgPlatform, error) {
+				return openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
 			})
 			t.Cleanup(p.close)
 			return notifyPlatform{serveNotifyTest(t, c, p, n), n}
@@ -265,20 +266,20 @@ func drain(t *testing.T, ns ...*notify.Notifier) {
 
 // overload sends node the three readings of 95 % memory that make it
 // overloaded, through the platforms in turn.
-func overloadNode(t *testing.T, c *clock, node string, via ...notifyPlatform) {
+func overloadNode(t *testing.T, c *platformtest.Clock, node string, via ...notifyPlatform) {
 	t.Helper()
 	for i := range 3 {
-		c.add(time.Second)
+		c.Add(time.Second)
 		if code := via[i%len(via)].Read(node, 95); code != 200 {
 			t.Fatalf("reading of %s: %d", node, code)
 		}
 	}
 }
 
-func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
+func calm(t *testing.T, c *platformtest.Clock, node string, via ...notifyPlatform) {
 	t.Helper()
 	for i := range 5 {
-		c.add(time.Second)
+		c.Add(time.Second)
 		if code := via[i%len(via)].Read(node, 40); code != 200 {
 			t.Fatalf("reading of %s: %d", node, code)
 		}
@@ -287,18 +288,18 @@ func calm(t *testing.T, c *clock, node string, via ...notifyPlatform) {
 
 // serveNotifyTest serves svc as main does: notices and views with their
 // deliveries, and /metrics.
-func serveNotifyTest(t *testing.T, c *clock, svc store.Store, n *notify.Notifier) *testPlatform {
+func serveNotifyTest(t *testing.T, c *platformtest.Clock, svc store.Store, n *notify.Notifier) *apitest.Platform {
 	toks := api.Tokens{platformtest.TestToken: "", "x1-token": "x1"}
 	srv := httptest.NewServer(api.Handler(fleet.New(svc, n), toks))
 	t.Cleanup(srv.Close)
-	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
+	return &apitest.Platform{T: t, Clock: c, Svc: svc, Srv: srv}
 }
 
 func (np notifyPlatform) Notices() []store.NumberedNotice {
-	np.t.Helper()
+	np.T.Helper()
 	var out []store.NumberedNotice
-	if code := np.do("GET", "/notices", nil, &out); code != 200 {
-		np.t.Fatalf("/notices: %d", code)
+	if code := np.Do("GET", "/notices", nil, &out); code != 200 {
+		np.T.Fatalf("/notices: %d", code)
 	}
 	return out
 }
@@ -309,7 +310,7 @@ func (np notifyPlatform) Notices() []store.NumberedNotice {
 func TestNotifyFiftyNodes(t *testing.T) { eachNotifyStore(t, testNotifyFiftyNodes) }
 
 func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
@@ -349,17 +350,17 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 	if len(attempts) != 50 {
 		t.Errorf("%d attempts for 50 notices, want 50", len(attempts))
 	}
-	v := ps[len(ps)-1].node("n07")
+	v := ps[len(ps)-1].Node("n07")
 	if len(v.Deliveries) != 1 || v.Deliveries[0].Status != store.StatusDelivered || v.Deliveries[0].ID != notify.NoticeID("n07", platformtest.T0.Add(24*time.Second)) {
 		t.Errorf("/nodes/n07 deliveries %+v", v.Deliveries)
 	}
-	if code, _, _ := ps[0].raw("GET", "/metrics", "", ""); code != 401 {
+	if code, _, _ := ps[0].Raw("GET", "/metrics", "", ""); code != 401 {
 		t.Errorf("/metrics without a token: %d, want 401", code)
 	}
-	if code, _, _ := ps[0].raw("GET", "/metrics", "x1-token", ""); code != 403 {
+	if code, _, _ := ps[0].Raw("GET", "/metrics", "x1-token", ""); code != 403 {
 		t.Errorf("/metrics with a node's token: %d, want 403", code)
 	}
-	code, _, body := ps[0].raw("GET", "/metrics", platformtest.TestToken, "")
+	code, _, body := ps[0].Raw("GET", "/metrics", platformtest.TestToken, "")
 	for _, want := range []string{`platform_notice_deliveries{status="delivered"} 50`, `platform_notice_deliveries{status="pending"} 0`,
 		"platform_notice_oldest_pending_seconds 0"} {
 		if code != 200 || !strings.Contains(string(body), want) {
@@ -375,7 +376,7 @@ func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 func TestNotifyRetries(t *testing.T) { eachNotifyStore(t, testNotifyRetries) }
 
 func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.down()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
@@ -384,15 +385,15 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 	for i := range nodes {
 		overloadNode(t, c, fmt.Sprintf("n%d", i), ps...)
 	}
-	start := c.now()
+	start := c.Now()
 	step := time.Second
 	var refused int
-	for c.now().Sub(start) < 10*time.Minute {
+	for c.Now().Sub(start) < 10*time.Minute {
 		drain(t, ns...)
 		if v := ps[0].Notices(); v[0].Delivery.Status == store.StatusPending && v[0].Delivery.LastError != "" {
 			refused++
 		}
-		c.add(step)
+		c.Add(step)
 	}
 	if refused == 0 {
 		t.Fatal("no attempt recorded a connection error while the receiver was down")
@@ -409,14 +410,14 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 	}
 	h.setAnswer(http.StatusServiceUnavailable)
 	h.up()
-	for c.now().Sub(start) < 20*time.Minute {
+	for c.Now().Sub(start) < 20*time.Minute {
 		drain(t, ns...)
-		c.add(step)
+		c.Add(step)
 	}
 	h.setAnswer(http.StatusOK)
-	for c.now().Sub(start) < 25*time.Minute {
+	for c.Now().Sub(start) < 25*time.Minute {
 		drain(t, ns...)
-		c.add(step)
+		c.Add(step)
 	}
 	attempts, accepted := h.snapshot()
 	if len(accepted) != nodes {
@@ -463,7 +464,7 @@ func attemptsWithin(d time.Duration, cfg notify.Config) int {
 func TestNotifyOncePerHour(t *testing.T) { eachNotifyStore(t, testNotifyOncePerHour) }
 
 func testNotifyOncePerHour(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "x9 "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
@@ -471,7 +472,7 @@ func testNotifyOncePerHour(t *testing.T, open notifyOpener, replicas int) {
 		overloadNode(t, c, "x9", ps...)
 		calm(t, c, "x9", ps...)
 		drain(t, ns...)
-		c.add(10 * time.Minute)
+		c.Add(10 * time.Minute)
 	}
 	attempts, accepted := h.snapshot()
 	if len(attempts) != 1 || len(accepted) != 1 {
@@ -489,7 +490,7 @@ func testNotifyOncePerHour(t *testing.T, open notifyOpener, replicas int) {
 func TestNotifyRotationAndGone(t *testing.T) { eachNotifyStore(t, testNotifyRotationAndGone) }
 
 func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	gone := newHook(t, c, platformtest.HookSecret)
 	other := newHook(t, c, platformtest.HookSecret2)
 	file := notifyFile(t, "# rotating a0's secret", "a0 "+gone.url()+" "+platformtest.HookSecret+" "+platformtest.HookSecret2, "b0 "+other.url()+" "+platformtest.HookSecret2)
@@ -510,15 +511,15 @@ func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 	for i, s := range []string{platformtest.HookSecret, platformtest.HookSecret2} {
 		hd := attempts[0].Headers.Clone()
 		hd.Set("webhook-signature", sigs[i])
-		if _, err := webhookreceiver.Verify([]string{s}, hd, attempts[0].Body, c.now()); err != nil {
+		if _, err := webhookreceiver.Verify([]string{s}, hd, attempts[0].Body, c.Now()); err != nil {
 			t.Fatalf("signature %d with secret %d: %v", i+1, i+1, err)
 		}
-		if _, err := webhookreceiver.Verify([]string{platformtest.HookSecret, platformtest.HookSecret2}[1-i:2-i], hd, attempts[0].Body, c.now()); err == nil {
+		if _, err := webhookreceiver.Verify([]string{platformtest.HookSecret, platformtest.HookSecret2}[1-i:2-i], hd, attempts[0].Body, c.Now()); err == nil {
 			t.Fatalf("signature %d verified with the other secret", i+1)
 		}
 	}
 	// A receiver holding only the new secret accepts the messages.
-	c.add(time.Hour)
+	c.Add(time.Hour)
 	gone2 := newHook(t, c, platformtest.HookSecret2)
 	writeFile(t, file, "a0 "+gone2.url()+" "+platformtest.HookSecret+" "+platformtest.HookSecret2+"\nb0 "+other.url()+" "+platformtest.HookSecret2+"\n")
 	reload(t, p.n)
@@ -532,7 +533,7 @@ func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 	// 410: that receiver is disabled; b0's is not held back.
 	gone2.setAnswer(http.StatusGone)
 	for range 2 {
-		c.add(time.Hour)
+		c.Add(time.Hour)
 		calm(t, c, "a0", p)
 		overloadNode(t, c, "a0", p)
 		overloadNode(t, c, "b0", p)
@@ -558,7 +559,7 @@ func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 	gone2.setAnswer(http.StatusOK)
 	writeFile(t, file, "a0 "+gone2.url()+" "+platformtest.HookSecret2+"\n")
 	reload(t, p.n)
-	c.add(time.Hour)
+	c.Add(time.Hour)
 	calm(t, c, "a0", p)
 	overloadNode(t, c, "a0", p)
 	drain(t, p.n)
@@ -586,7 +587,7 @@ func reload(t *testing.T, n *notify.Notifier) {
 func TestNotifyUndeliverable(t *testing.T) { eachNotifyStore(t, testNotifyUndeliverable) }
 
 func testNotifyUndeliverable(t *testing.T, open notifyOpener, _ int) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	p := open(c, testNotifyConfig(notifyFile(t, "other "+h.url()+" "+platformtest.HookSecret)))
 	overloadNode(t, c, "lonely", p)
@@ -604,20 +605,20 @@ func testNotifyUndeliverable(t *testing.T, open notifyOpener, _ int) {
 // token in its query is logged by its host alone; a 4xx other than 408,
 // 410 and 429 is failed at once.
 func TestNotifyFailureLogsHostOnly(t *testing.T) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.setAnswer(http.StatusBadRequest)
 	var log testkit.LogBuffer
 	secretURL := "http://ops:hunter2@" + h.addr + "/hook?token=tok-abc123"
 	file := notifyFile(t, "* "+secretURL+" "+platformtest.HookSecret)
 	p, n := notified(t, c, testNotifyConfig(file), slogTo(&log), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: slogTo(&log), Dispatch: d}, nil)
+		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: slogTo(&log), Dispatch: d}, nil)
 	})
 	defer p.Close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "x", tp)
 	drain(t, n)
-	c.add(time.Hour)
+	c.Add(time.Hour)
 	drain(t, n)
 	if at, _ := h.snapshot(); len(at) != 1 {
 		t.Fatalf("%d attempts, want 1: a 400 is not retried", len(at))
@@ -638,7 +639,7 @@ func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, n
 // TestNotifySlowReceiver: a receiver that does not answer holds a few
 // attempts in flight, never the others' deliveries.
 func TestNotifySlowReceiver(t *testing.T) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	slow, fast := newHook(t, c, platformtest.HookSecret), newHook(t, c, platformtest.HookSecret)
 	slow.mu.Lock()
 	slow.hold = make(chan struct{})
@@ -649,8 +650,8 @@ func TestNotifySlowReceiver(t *testing.T) {
 	}
 	cfg := testNotifyConfig(notifyFile(t, lines...))
 	cfg.Timeout = time.Minute // the slow receiver holds its requests until released
-	p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
+		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
 	})
 	defer p.Close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
@@ -678,7 +679,7 @@ func TestNotifySlowReceiver(t *testing.T) {
 	slow.hold = nil
 	slow.mu.Unlock()
 	testkit.WaitFor(t, "the slow receiver's notices delivered once it answers", func() bool {
-		c.add(time.Second)
+		c.Add(time.Second)
 		n.Poke()
 		_, acc := slow.snapshot()
 		return len(acc) == 10
@@ -696,7 +697,7 @@ func TestNotifySlowReceiver(t *testing.T) {
 func TestNotifyHangingReceivers(t *testing.T) { eachNotifyStore(t, testNotifyHangingReceivers) }
 
 func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	healthy := newHook(t, c, platformtest.HookSecret)
 	lines := []string{"ok " + healthy.url() + " " + platformtest.HookSecret}
 	var hanging []*hook
@@ -760,20 +761,20 @@ func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
 func TestNotifyCrashAndRestart(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
 	url := cl.NewDatabase(t)
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	// Each replica's notifier delivers its store's outbox through a
 	// swapBox, which the test replaces to kill the replica.
 	open := func() (notifyPlatform, *swapBox) {
 		d := newDispatch4Test(t, cfg)
-		p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
+		p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(p.close)
 		box := &swapBox{p.Outbox()}
-		n := notify.New(cfg, d, box, testLogger(t), c.now)
+		n := notify.New(cfg, d, box, platformtest.Logger(t), c.Now)
 		return notifyPlatform{serveNotifyTest(t, c, p, n), n}, box
 	}
 	a, aBox := open()
@@ -803,7 +804,7 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 		}
 		node := fmt.Sprintf("c%d", sent)
 		for i := 0; i < 3; {
-			c.add(time.Second)
+			c.Add(time.Second)
 			code := b.Read(node, 95)
 			if code == 200 {
 				i++
@@ -823,10 +824,10 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
 	}
-	c.add(cfg.Lease + time.Second) // a's claims run out
+	c.Add(cfg.Lease + time.Second) // a's claims run out
 	testkit.WaitFor(t, "every notice delivered", func() bool {
 		drain(t, b.n)
-		c.add(time.Minute)
+		c.Add(time.Minute)
 		_, acc := h.snapshot()
 		return len(acc) == sent
 	})
@@ -903,14 +904,14 @@ func (r *recordingBox) ids() map[string]bool {
 // a restart and are delivered after it; an entry whose notice never
 // reached the node's file (a crash between the two writes) is dropped.
 func TestNotifyFileOutboxReplay(t *testing.T) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.down()
 	dir := t.TempDir()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	open := func() (*filestore.Store, *notify.Notifier) {
-		p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-			return filestore.Open(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+		p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
+			return filestore.Open(store.Config{StateDir: dir, Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
 		})
 		return p, n
 	}
@@ -920,7 +921,7 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	drain(t, n)
 	// A crash after the outbox's append, before the node's file: an
 	// entry for a notice r2's file does not hold.
-	ghost, err := n.NoticeDelivery(overload.Notice{Node: "r1", At: c.now().Add(time.Hour), Text: "never saved"}, 1, c.now())
+	ghost, err := n.NoticeDelivery(overload.Notice{Node: "r1", At: c.Now().Add(time.Hour), Text: "never saved"}, 1, c.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -941,7 +942,7 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	h.up()
 	p, n = open()
 	defer p.Close()
-	c.add(time.Hour)
+	c.Add(time.Hour)
 	drain(t, n)
 	_, acc := h.snapshot()
 	if len(acc) != 1 || acc[notify.NoticeID("r1", platformtest.T0.Add(3*time.Second))] != 1 {
@@ -964,10 +965,10 @@ func TestNotifyFileRefused(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr.String(), bad+":2: node x1: secret 1") {
 		t.Fatalf("exit %d, %q; want 2 and the line named", code, stderr.String())
 	}
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	file := notifyFile(t, "* http://127.0.0.1:9/ "+platformtest.HookSecret)
 	cfg := testNotifyConfig(file)
-	n := notify.New(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), c.now)
+	n := notify.New(cfg, newDispatch4Test(t, cfg), nil, platformtest.Logger(t), c.Now)
 	writeFile(t, file, "* http://127.0.0.1:9/\n")
 	if err := n.Reload(); err == nil || !strings.Contains(err.Error(), file+":1:") || !strings.Contains(err.Error(), "previous file stays") {
 		t.Fatalf("reload of a bad file: %v", err)
@@ -980,15 +981,15 @@ func TestNotifyFileRefused(t *testing.T) {
 // TestNotifyTimeout: a receiver that does not answer within the timeout
 // is retried later, the attempt recorded as timed out.
 func TestNotifyTimeout(t *testing.T) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.mu.Lock()
 	h.hold = make(chan struct{})
 	h.mu.Unlock()
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.Timeout = 200 * time.Millisecond
-	p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
+		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
 	})
 	defer p.Close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
@@ -996,7 +997,7 @@ func TestNotifyTimeout(t *testing.T) {
 	drain(t, n)
 	ns := tp.Notices()
 	if d := ns[0].Delivery; d.Status != store.StatusPending || d.Attempts != 1 || d.LastError != "timed out" ||
-		d.NextAttempt.Sub(c.now()) < cfg.BackoffBase/2 {
+		d.NextAttempt.Sub(c.Now()) < cfg.BackoffBase/2 {
 		t.Fatalf("delivery %+v: want pending after one timed-out attempt, the next one at least %v later", d, cfg.BackoffBase/2)
 	}
 }
@@ -1006,7 +1007,7 @@ func TestNotifyTimeout(t *testing.T) {
 func TestNotifyEnded(t *testing.T) { eachNotifyStore(t, testNotifyEnded) }
 
 func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.Ended = true
@@ -1036,7 +1037,7 @@ func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
 func TestNotifyOrder(t *testing.T) { eachNotifyStore(t, testNotifyOrder) }
 
 func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	other := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "o1 "+h.url()+" "+platformtest.HookSecret, "o2 "+other.url()+" "+platformtest.HookSecret))
@@ -1050,7 +1051,7 @@ func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
 	calm(t, c, "o2", ps...)
 	for range 5 * 60 {
 		drain(t, ns...)
-		c.add(time.Second)
+		c.Add(time.Second)
 	}
 	attempts, _ := h.snapshot()
 	for _, a := range attempts {
@@ -1067,7 +1068,7 @@ func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
 	h.setAnswer(http.StatusOK)
 	for range 5 * 60 {
 		drain(t, ns...)
-		c.add(time.Second)
+		c.Add(time.Second)
 	}
 	attempts, acc := h.snapshot()
 	if len(acc) != 2 {
@@ -1090,7 +1091,7 @@ func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
 func TestNotifyRedeliver(t *testing.T) { eachNotifyStore(t, testNotifyRedeliver) }
 
 func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
@@ -1098,16 +1099,16 @@ func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
 	overloadNode(t, c, "d1", ps...)
 	drain(t, ns...)
 	h.setAnswer(http.StatusOK)
-	c.add(10 * time.Minute)
+	c.Add(10 * time.Minute)
 	drain(t, ns...)
 	nt := ps[0].Notices()[0]
 	if log := nt.Delivery.Log; nt.Delivery.Status != store.StatusDelivered || len(log) != 2 || log[0].Status != 503 || log[0].Error == "" || log[1].Status != 200 || log[1].At.Before(log[0].At) {
 		t.Fatalf("the delivery after a 503 and a 200: %+v", nt.Delivery)
 	}
-	if code, _, b := ps[0].raw("POST", fmt.Sprintf("/notices/%d/redeliver", nt.ID), platformtest.TestToken, ""); code != http.StatusAccepted {
+	if code, _, b := ps[0].Raw("POST", fmt.Sprintf("/notices/%d/redeliver", nt.ID), platformtest.TestToken, ""); code != http.StatusAccepted {
 		t.Fatalf("redeliver: %d %s", code, b)
 	}
-	if code, _, _ := ps[0].raw("POST", "/notices/9999/redeliver", platformtest.TestToken, ""); code != http.StatusNotFound {
+	if code, _, _ := ps[0].Raw("POST", "/notices/9999/redeliver", platformtest.TestToken, ""); code != http.StatusNotFound {
 		t.Errorf("redeliver of an unknown notice: %d, want 404", code)
 	}
 	drain(t, ns...)
@@ -1122,21 +1123,21 @@ func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
 // TestNotifyGiveUp: a receiver answering 503 past -notify-give-up: the
 // delivery is failed, and no attempt is made after.
 func TestNotifyGiveUp(t *testing.T) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.setAnswer(http.StatusServiceUnavailable)
 	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.GiveUp = 5 * time.Minute
-	p, n := notified(t, c, cfg, testLogger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.now, Logger: testLogger(t), Dispatch: d}, nil)
+	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
+		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
 	})
 	defer p.Close()
 	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
 	overloadNode(t, c, "g1", tp)
-	start := c.now()
-	for c.now().Sub(start) < 10*time.Minute {
+	start := c.Now()
+	for c.Now().Sub(start) < 10*time.Minute {
 		drain(t, n)
-		c.add(5 * time.Second)
+		c.Add(5 * time.Second)
 	}
 	d := tp.Notices()[0].Delivery
 	if d.Status != store.StatusFailed || !strings.Contains(d.LastError, "given up after") || d.LastStatus != 503 {
@@ -1150,7 +1151,7 @@ func TestNotifyGiveUp(t *testing.T) {
 
 // openReplicas opens replicas platforms of one store on clock c with
 // cfg, and returns them with their notifiers.
-func openReplicas(open notifyOpener, c *clock, cfg notify.Config, replicas int) ([]notifyPlatform, []*notify.Notifier) {
+func openReplicas(open notifyOpener, c *platformtest.Clock, cfg notify.Config, replicas int) ([]notifyPlatform, []*notify.Notifier) {
 	var ps []notifyPlatform
 	var ns []*notify.Notifier
 	for range replicas {
@@ -1164,11 +1165,11 @@ func openReplicas(open notifyOpener, c *clock, cfg notify.Config, replicas int) 
 // the notify file reaches, on both stores.
 func TestNotifyUnreached(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
-		tp := open(&clock{t: platformtest.T0}, testSeed())
+		tp := open(&platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
 		cfg := testNotifyConfig(notifyFile(t, "x1 http://127.0.0.1:9/ "+platformtest.HookSecret))
-		n := notify.New(cfg, newDispatch4Test(t, cfg), nil, testLogger(t), nil)
+		n := notify.New(cfg, newDispatch4Test(t, cfg), nil, platformtest.Logger(t), nil)
 		var log testkit.LogBuffer
-		fleet.New(tp.svc, n).NotifyUnreached(t.Context(), slogTo(&log))
+		fleet.New(tp.Svc, n).NotifyUnreached(t.Context(), slogTo(&log))
 		if !strings.Contains(log.String(), "count=2 nodes=\"f1 x2\"") {
 			t.Errorf("the start's log does not name f1 and x2:\n%s", log.String())
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/api"
+	"github.com/proofkit/nodekit/examples/platform/internal/apitest"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
@@ -27,19 +28,19 @@ import (
 func TestOperatorReceivers(t *testing.T) { eachNotifyStore(t, testOperatorReceivers) }
 
 func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	file := newHook(t, c, platformtest.HookSecret)
 	cfg := testNotifyConfig(notifyFile(t, "* "+file.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
 	owners := map[string]string{"a1": "alice", "b1": "bob"}
-	f := fleet.New(np.svc, np.n)
+	f := fleet.New(np.Svc, np.n)
 	f.Owners = owners
 	srv := httptest.NewServer(api.Handler(f, dashboardTokens))
 	defer srv.Close()
-	web := &testPlatform{t: t, srv: srv}
+	web := &apitest.Platform{T: t, Srv: srv}
 	do := func(method, path, token, body string) (int, store.ReceiverView, string) {
 		t.Helper()
-		code, _, b := web.raw(method, path, token, body)
+		code, _, b := web.Raw(method, path, token, body)
 		var v store.ReceiverView
 		json.Unmarshal(b, &v)
 		return code, v, string(b)
@@ -92,9 +93,9 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	// the notify file's.
 	for _, node := range []string{"a1", "b1"} {
 		for i := range 3 {
-			c.add(time.Second)
-			r := reading(node, i+1, 95)
-			r.At = c.now()
+			c.Add(time.Second)
+			r := platformtest.Reading(node, i+1, 95)
+			r.At = c.Now()
 			if _, err := f.Report(t.Context(), r); err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +111,7 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 
 	// A rotation: both secrets sign for a day, then the new one alone.
 	code, v, body = do("POST", "/receiver/rotate", "tok-alice", "")
-	if code != 200 || !strings.HasPrefix(v.Secret, "whsec_") || v.Secret == first || !v.Rotating.Equal(c.now().Add(store.RotatedFor)) {
+	if code != 200 || !strings.HasPrefix(v.Secret, "whsec_") || v.Secret == first || !v.Rotating.Equal(c.Now().Add(store.RotatedFor)) {
 		t.Fatalf("rotate: %d %s", code, body)
 	}
 	second := v.Secret
@@ -142,16 +143,16 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	}
 	// Another instance on the store knows the receiver, and, a day on,
 	// signs with the new secret alone.
-	c.add(store.RotatedFor + time.Minute)
+	c.Add(store.RotatedFor + time.Minute)
 	other := open(c, cfg, dashboardSeed())
-	g := fleet.New(other.svc, other.n)
+	g := fleet.New(other.Svc, other.n)
 	g.Owners = owners
 	if err := g.Round(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	srv2 := httptest.NewServer(api.Handler(g, dashboardTokens))
 	defer srv2.Close()
-	web.srv = srv2 // the file store's first instance is gone: a restart
+	web.Srv = srv2 // the file store's first instance is gone: a restart
 	a = redeliver(g, other.n)
 	if n := strings.Count(a.Headers.Get("webhook-signature"), "v1,"); n != 1 {
 		t.Errorf("a day after the rotation: %d signatures, want 1", n)
@@ -171,10 +172,10 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	alice.setAnswer(500)
 	a = redeliver(g, other.n)
 	_, v, _ = do("GET", "/receiver", "tok-alice", "")
-	if a.Status != 500 || !v.FailingSince.Equal(c.now()) || !v.Disabled.IsZero() {
-		t.Fatalf("after a failed attempt: %+v, want failing since now (%v) and not disabled", v, c.now())
+	if a.Status != 500 || !v.FailingSince.Equal(c.Now()) || !v.Disabled.IsZero() {
+		t.Fatalf("after a failed attempt: %+v, want failing since now (%v) and not disabled", v, c.Now())
 	}
-	c.add(store.FailFor)
+	c.Add(store.FailFor)
 	before := len(got(alice))
 	redeliver(g, other.n)
 	_, v, _ = do("GET", "/receiver", "tok-alice", "")

@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/routing"
@@ -118,7 +117,7 @@ type pgOptions struct {
 // waiting on a lock, holding its own, for as long as the lock is held.
 const (
 	defaultIdleInTx        = 15 * time.Second
-	serverStatementTimeout = api.RequestTimeout + 5*time.Second
+	serverStatementTimeout = store.RequestTimeout + 5*time.Second
 )
 
 // defaultBatchWorkers is the most batches a replica has in flight at
@@ -192,7 +191,7 @@ func openPG(ctx context.Context, url string, cfg store.Config, opt pgOptions, se
 	if err != nil {
 		return nil, dbError(url, err)
 	}
-	p := &pgPlatform{Rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, api.RequestTimeout/2), spill: cmp.Or(opt.Spill, defaultBatchSpill)}
+	p := &pgPlatform{Rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, store.RequestTimeout/2), spill: cmp.Or(opt.Spill, defaultBatchSpill)}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/api"
+	"github.com/proofkit/nodekit/examples/platform/internal/apitest"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
@@ -29,112 +27,20 @@ import (
 	"github.com/proofkit/nodekit/routing"
 )
 
-// cluster is the throwaway PostgreSQL cluster of this package's tests; nil
-// without PostgreSQL (the tests needing it skip).
-var cluster *pgtest.Cluster
-
-func TestMain(m *testing.M) {
-	code := pgtest.Main(m, &cluster)
-	platformBuild.Clean()
-	os.Exit(code)
-}
-
-// newPGTestPlatform starts a platform on the database at url, served by
-// an httptest server; called twice on one url, two replicas.
-func newPGTestPlatform(t *testing.T, url string, c *clock, seed *store.SeedFile) *testPlatform {
-	t.Helper()
-	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.close)
-	return serveTest(t, c, p)
-}
-
-// pgExec runs sql on the database at url.
-func pgExec(t *testing.T, url, sql string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// post sends body to path with the admin's token and returns the
-// status and the body's reason and duplicate fields.
-func (tp *testPlatform) post(path string, body any) (int, string, bool) {
-	tp.t.Helper()
-	b, err := json.Marshal(body)
-	if err != nil {
-		tp.t.Fatal(err)
-	}
-	req, err := http.NewRequest("POST", tp.srv.URL+path, bytes.NewReader(b))
-	if err != nil {
-		tp.t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err.Error(), false
-	}
-	defer resp.Body.Close()
-	var ans struct {
-		Reason    string `json:"reason"`
-		Duplicate bool   `json:"duplicate"`
-	}
-	json.NewDecoder(resp.Body).Decode(&ans)
-	return resp.StatusCode, ans.Reason, ans.Duplicate
-}
-
-// allEvents pages through node id's events, limit at a time, by the
-// pages' Link headers.
-func (tp *testPlatform) allEvents(id string, limit int) []store.NumberedEvent {
-	tp.t.Helper()
-	var all []store.NumberedEvent
-	for path := fmt.Sprintf("/nodes/%s/events?limit=%d", id, limit); path != ""; {
-		code, header, b := tp.raw("GET", path, platformtest.TestToken, "")
-		var page store.EventPage
-		if err := json.Unmarshal(b, &page); code != 200 || err != nil {
-			tp.t.Fatalf("GET %s: %d, %v: %s", path, code, err, b)
-		}
-		if len(page.Events) > limit {
-			tp.t.Fatalf("a page of %d events, limit %d", len(page.Events), limit)
-		}
-		all = append(all, page.Events...)
-		path = nextLink(tp.t, path, header)
-	}
-	return all
-}
-
-// memoryPattern is the memory of reading i in the tests below: over 90 %
-// in 3 of every 7 readings, so the node goes in and out of overload.
-func memoryPattern(i int) float64 {
-	if i%7 < 3 {
-		return 95
-	}
-	return 40
-}
-
 // TestPGTwoReplicasOneTracker: every reading of a node sent to two
 // replicas at once (a retry racing the original) is counted once, and the
 // events and notices are those of one tracker fed the readings in order.
 func TestPGTwoReplicasOneTracker(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
-	a, b := newPGTestPlatform(t, url, c, testSeed()), newPGTestPlatform(t, url, c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	a, b := newPGTestPlatform(t, url, c, platformtest.Seed()), newPGTestPlatform(t, url, c, platformtest.Seed())
 	ref := overload.NewTracker("x1", overload.Limits{})
 	var wantEvents []overload.Event
 	wantNotices := 0
 	const n = 60
 	for i := range n {
 		r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: uint64(i + 1),
-			At: c.now(), MemoryUsedPercent: memoryPattern(i), CPUs: 4, ConntrackMax: 262144}
+			At: c.Now(), MemoryUsedPercent: platformtest.MemoryPattern(i), CPUs: 4, ConntrackMax: 262144}
 		res, err := ref.Observe(r)
 		if err != nil {
 			t.Fatal(err)
@@ -150,9 +56,9 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 			dup  bool
 		}
 		answers := make(chan answer, 2)
-		for _, tp := range []*testPlatform{a, b} {
+		for _, tp := range []*apitest.Platform{a, b} {
 			go func() {
-				code, _, dup := tp.post("/report", r)
+				code, _, dup := tp.Post("/report", r)
 				answers <- answer{code, dup}
 			}()
 		}
@@ -160,12 +66,12 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 		if x.code != 200 || y.code != 200 || x.dup == y.dup {
 			t.Fatalf("reading %d to both replicas: %+v and %+v, want 200 twice, one a duplicate", i, x, y)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
-	if v := a.node("x1"); v.Readings != n {
+	if v := a.Node("x1"); v.Readings != n {
 		t.Fatalf("%d readings counted, want %d", v.Readings, n)
 	}
-	got := b.allEvents("x1", 3)
+	got := b.AllEvents("x1", 3)
 	if len(got) != len(wantEvents) {
 		t.Fatalf("%d events, want %d: %+v", len(got), len(wantEvents), got)
 	}
@@ -175,7 +81,7 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 		}
 	}
 	var notices []overload.Notice
-	a.do("GET", "/notices", nil, &notices)
+	a.Do("GET", "/notices", nil, &notices)
 	if len(notices) != wantNotices {
 		t.Fatalf("%d notices, want %d (one an hour)", len(notices), wantNotices)
 	}
@@ -185,23 +91,23 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 // beyond the tracker's own list, paged oldest first.
 func TestPGEventsKeepEveryOne(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
-	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t), Limits: overload.Limits{MaxEvents: 2}}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t), Limits: overload.Limits{MaxEvents: 2}}, pgOptions{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.close)
-	tp := serveTest(t, c, p)
+	tp := apitest.Serve(t, c, p)
 	for i := range 70 {
-		if code := tp.Read("x1", memoryPattern(i)); code != 200 {
+		if code := tp.Read("x1", platformtest.MemoryPattern(i)); code != 200 {
 			t.Fatalf("reading %d: %d", i, code)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
-	if got := len(tp.node("x1").Events); got != 2 {
+	if got := len(tp.Node("x1").Events); got != 2 {
 		t.Fatalf("the tracker keeps %d events, want 2", got)
 	}
-	evs := tp.allEvents("x1", 3)
+	evs := tp.AllEvents("x1", 3)
 	if len(evs) != 20 {
 		t.Fatalf("%d events in the table, want 20 (10 overloads)", len(evs))
 	}
@@ -210,10 +116,10 @@ func TestPGEventsKeepEveryOne(t *testing.T) {
 			t.Fatalf("event %d is %s, want %s", i, e.Kind, want)
 		}
 	}
-	if code := tp.do("GET", "/nodes/nobody/events", nil, nil); code != 404 {
+	if code := tp.Do("GET", "/nodes/nobody/events", nil, nil); code != 404 {
 		t.Fatalf("events of an unknown node: %d, want 404", code)
 	}
-	if code := tp.do("GET", "/nodes/x1/events?limit=0", nil, nil); code != 400 {
+	if code := tp.Do("GET", "/nodes/x1/events?limit=0", nil, nil); code != 400 {
 		t.Fatalf("limit=0: %d, want 400", code)
 	}
 }
@@ -222,8 +128,8 @@ func TestPGEventsKeepEveryOne(t *testing.T) {
 // requests, with a clear error, and nothing else: other nodes report, the
 // fleet's views answer, plan rounds go on.
 func TestUnsavableNode(t *testing.T) {
-	check := func(t *testing.T, tp *testPlatform) {
-		code, reason, _ := tp.post("/report", overload.Reading{Node: "x2", At: tp.clock.now(), MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1})
+	check := func(t *testing.T, tp *apitest.Platform) {
+		code, reason, _ := tp.Post("/report", overload.Reading{Node: "x2", At: tp.Clock.Now(), MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1})
 		if code != 500 || reason != api.ReasonUnsaved {
 			t.Fatalf("report of the unsavable node: %d %q, want 500 %q", code, reason, api.ReasonUnsaved)
 		}
@@ -231,22 +137,22 @@ func TestUnsavableNode(t *testing.T) {
 			t.Fatalf("report of another node: %d, want 200", code)
 		}
 		for _, path := range []string{"/nodes", "/notices", "/plans", "/nodes/x1", "/admit?node=x1"} {
-			if code := tp.do("GET", path, nil, nil); code != 200 {
+			if code := tp.Do("GET", path, nil, nil); code != 200 {
 				t.Fatalf("GET %s: %d, want 200", path, code)
 			}
 		}
-		if v := tp.node("x2"); v.Readings != 0 {
+		if v := tp.Node("x2"); v.Readings != 0 {
 			t.Fatalf("x2 shows %d readings; the one that was not saved must not count", v.Readings)
 		}
-		tp.clock.add(time.Minute)
+		tp.Clock.Add(time.Minute)
 		// The round goes on past x2 and says it was not planned.
-		if err := fleet.New(tp.svc, nil).PlanRound(t.Context()); err != nil && !strings.Contains(err.Error(), "(x2)") {
+		if err := fleet.New(tp.Svc, nil).PlanRound(t.Context()); err != nil && !strings.Contains(err.Error(), "(x2)") {
 			t.Fatalf("plan round: %v", err)
 		}
 	}
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
-		tp := newTestPlatform(t, dir, &clock{t: platformtest.T0}, testSeed())
+		tp := apitest.NewPlatform(t, dir, &platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
 		// x2's file becomes a directory that is not empty: renaming over
 		// it fails.
 		path := filepath.Join(dir, "x2.json")
@@ -260,8 +166,8 @@ func TestUnsavableNode(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
-		tp := newPGTestPlatform(t, url, &clock{t: platformtest.T0}, testSeed())
-		pgExec(t, url, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		tp := newPGTestPlatform(t, url, &platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
+		platformtest.PGExec(t, url, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN RAISE EXCEPTION 'node % refused by the test', NEW.id; END $$;
 			CREATE TRIGGER refuse_x2 BEFORE UPDATE ON nodes FOR EACH ROW WHEN (NEW.id = 'x2') EXECUTE FUNCTION refuse()`)
 		check(t, tp)
@@ -274,8 +180,8 @@ func TestUnsavableNode(t *testing.T) {
 func TestPGRestart(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
 	url := cl.NewDatabase(t)
-	c := &clock{t: platformtest.T0}
-	tp := newPGTestPlatform(t, url, c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := newPGTestPlatform(t, url, c, platformtest.Seed())
 	statuses := map[int]int{}
 	sent := 0
 	restarted := make(chan error, 1)
@@ -285,9 +191,9 @@ func TestPGRestart(t *testing.T) {
 			go func() { restarted <- cl.Restart() }()
 		}
 		r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: uint64(i + 1),
-			At: c.now(), MemoryUsedPercent: memoryPattern(i), CPUs: 4, ConntrackMax: 262144}
+			At: c.Now(), MemoryUsedPercent: platformtest.MemoryPattern(i), CPUs: 4, ConntrackMax: 262144}
 		for {
-			code, reason, _ := tp.post("/report", r)
+			code, reason, _ := tp.Post("/report", r)
 			statuses[code]++
 			if code == 200 {
 				break
@@ -301,7 +207,7 @@ func TestPGRestart(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		sent++
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 		if i > 20 && len(restarted) > 0 && statuses[503] > 0 {
 			break
 		}
@@ -315,18 +221,18 @@ func TestPGRestart(t *testing.T) {
 	// Once more after the restart: answered at the first attempt.
 	for i := range 5 {
 		r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: uint64(sent + 1),
-			At: c.now(), MemoryUsedPercent: memoryPattern(sent), CPUs: 4, ConntrackMax: 262144}
-		code, reason, _ := tp.post("/report", r)
+			At: c.Now(), MemoryUsedPercent: platformtest.MemoryPattern(sent), CPUs: 4, ConntrackMax: 262144}
+		code, reason, _ := tp.Post("/report", r)
 		if code == 503 && i == 0 { // a connection cut by the restart, found by this request
-			code, reason, _ = tp.post("/report", r)
+			code, reason, _ = tp.Post("/report", r)
 		}
 		if code != 200 {
 			t.Fatalf("after the restart: %d %q", code, reason)
 		}
 		sent++
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
-	if v := tp.node("x1"); v.Readings != int64(sent) {
+	if v := tp.Node("x1"); v.Readings != int64(sent) {
 		t.Fatalf("%d readings counted, %d sent and acknowledged", v.Readings, sent)
 	}
 	t.Logf("answers: %v", statuses)
@@ -364,12 +270,12 @@ func TestPGMigrateFromVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgExec(t, url, `CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());`+
+	platformtest.PGExec(t, url, `CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());`+
 		migrations[0]+`
 INSERT INTO schema_version (version) VALUES (1);
 INSERT INTO nodes (id, state) VALUES ('old', '{}');
 INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"node":"old","at":"2026-11-30T12:00:00Z","text":"kept"}');`)
-	tp := newPGTestPlatform(t, url, &clock{t: platformtest.T0}, nil)
+	tp := newPGTestPlatform(t, url, &platformtest.Clock{T: platformtest.T0}, nil)
 	var v int
 	ctx := t.Context()
 	conn, err := pgx.Connect(ctx, url)
@@ -381,7 +287,7 @@ INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"n
 		t.Fatalf("schema version %d (%v), want %d", v, err, len(migrations))
 	}
 	var ns []overload.Notice
-	if code := tp.do("GET", "/notices?limit=10", nil, &ns); code != 200 || len(ns) != 1 || ns[0].Text != "kept" {
+	if code := tp.Do("GET", "/notices?limit=10", nil, &ns); code != 200 || len(ns) != 1 || ns[0].Text != "kept" {
 		t.Fatalf("/notices after the migration: %d, %+v", code, ns)
 	}
 }
@@ -393,9 +299,9 @@ INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"n
 // for as long as it stays frozen.
 func TestPGFrozenReplica(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
-	frozen, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)},
-		pgOptions{PlanEvery: 30 * time.Second, IdleInTx: 2 * time.Second}, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	frozen, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)},
+		pgOptions{PlanEvery: 30 * time.Second, IdleInTx: 2 * time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +330,7 @@ func TestPGFrozenReplica(t *testing.T) {
 // neither paused nor overloaded has nothing to plan and is not due.
 func TestPGPlanRoundsShareNodes(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	seed := &store.SeedFile{}
 	for i := range 60 {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100, Paused: true})
@@ -445,7 +351,7 @@ func TestPGPlanRoundsShareNodes(t *testing.T) {
 		return out
 	}
 	for round := range 3 {
-		c.add(31 * time.Second) // every node's plan is due
+		c.Add(31 * time.Second) // every node's plan is due
 		before := versions()
 		errs := make(chan error, 2*len(reps))
 		for _, p := range reps {
@@ -476,13 +382,13 @@ func TestPGPlanRoundsShareNodes(t *testing.T) {
 // plan is pushed back, so the next round does not start with it again.
 func TestPGPlanRoundGoesOn(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
-	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, pgOptions{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.close)
-	pgExec(t, url, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+	platformtest.PGExec(t, url, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'node % refused by the test', NEW.id USING ERRCODE = '40001'; END $$;
 		CREATE TRIGGER refuse_x1 BEFORE UPDATE ON nodes FOR EACH ROW WHEN (NEW.id = 'x1' AND NEW.version <> OLD.version) EXECUTE FUNCTION refuse();
 		UPDATE nodes SET next_plan_at = '2000-01-01' WHERE id = 'x1'`)
@@ -498,10 +404,10 @@ func TestPGPlanRoundGoesOn(t *testing.T) {
 		return v, next
 	}
 	for round := range 2 {
-		c.add(time.Minute)
+		c.Add(time.Minute)
 		// x2 has nothing to plan once planned (neither overloaded nor
 		// paused): made due again, so each round has it to plan after x1.
-		pgExec(t, url, `UPDATE nodes SET next_plan_at = '2000-01-01' WHERE id = 'x2'`)
+		platformtest.PGExec(t, url, `UPDATE nodes SET next_plan_at = '2000-01-01' WHERE id = 'x2'`)
 		before, _ := version("x2")
 		err := fleet.New(p, nil).PlanRound(t.Context())
 		if err == nil || !strings.Contains(err.Error(), "1 nodes not planned (x1)") {
@@ -510,8 +416,8 @@ func TestPGPlanRoundGoesOn(t *testing.T) {
 		if after, _ := version("x2"); after != before+1 {
 			t.Fatalf("round %d: x2 saved %d times, want once: the round stopped at x1", round, after-before)
 		}
-		if _, next := version("x1"); !next.Equal(c.now().Add(30 * time.Second)) {
-			t.Fatalf("round %d: x1's next plan at %v, want pushed back to %v", round, next, c.now().Add(30*time.Second))
+		if _, next := version("x1"); !next.Equal(c.Now().Add(30 * time.Second)) {
+			t.Fatalf("round %d: x1's next plan at %v, want pushed back to %v", round, next, c.Now().Add(30*time.Second))
 		}
 	}
 }
@@ -522,9 +428,9 @@ func TestPGPlanRoundGoesOn(t *testing.T) {
 // is the held node's once its lock is free.
 func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
-	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)},
-		pgOptions{PlanEvery: 30 * time.Second, BatchTimeout: time.Second}, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)},
+		pgOptions{PlanEvery: 30 * time.Second, BatchTimeout: time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -579,8 +485,8 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 // second's id. Neither transaction waited for the other.
 func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
-	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, pgOptions{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -590,7 +496,7 @@ func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	sendIn := func(tx pgx.Tx, id string) {
 		n, err := p.lockNode(ctx, tx, id, false)
 		if err == nil {
-			n.Notice = &overload.Notice{Node: id, At: c.now(), Text: id + " is overloaded"}
+			n.Notice = &overload.Notice{Node: id, At: c.Now(), Text: id + " is overloaded"}
 			err = p.sendNotices(ctx, tx, []*pgNode{n})
 		}
 		if err != nil {
@@ -630,8 +536,8 @@ func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 // live route.
 func TestPGRouteWritesAreConditional(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
-	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, pgOptions{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -648,21 +554,21 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 			func(n *pgNode) {
 				rt := n.Routes["r-partner"]
 				delete(n.Routes, "r-partner")
-				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonDrain}, At: c.now(), Session: rt.Session})
+				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonDrain}, At: c.Now(), Session: rt.Session})
 			}},
 		{"closure as unused of a route that carried traffic meanwhile", "r-idle3",
 			fmt.Sprintf(`UPDATE routes SET last_traffic = '%s' WHERE id = 'r-idle3'`, platformtest.T0.Add(-time.Minute).Format(time.RFC3339Nano)),
 			func(n *pgNode) {
 				rt := n.Routes["r-idle3"]
 				delete(n.Routes, "r-idle3")
-				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.now(), Session: rt.Session})
+				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.Now(), Session: rt.Session})
 			}},
 		{"closure as unused of a route made another move's alternative meanwhile", "r-move",
 			fmt.Sprintf(`UPDATE routes SET relied_on = '%s', last_traffic = NULL WHERE id = 'r-move'`, platformtest.T0.Add(-time.Minute).Format(time.RFC3339Nano)),
 			func(n *pgNode) {
 				rt := n.Routes["r-move"]
 				delete(n.Routes, "r-move")
-				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.now(), Session: rt.Session})
+				n.Closing = append(n.Closing, store.ClosedRoute{Action: routing.Action{Route: rt.Route, Reason: routing.ReasonUnused}, At: c.Now(), Session: rt.Session})
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -676,7 +582,7 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pgExec(t, url, tc.behind)
+			platformtest.PGExec(t, url, tc.behind)
 			tc.change(n)
 			if err := p.saveNode(ctx, tx, n, p.Now()); !errors.Is(err, errConflict) {
 				t.Fatalf("write-back: %v, want a conflict", err)
@@ -693,12 +599,12 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 // replica is a duplicate there.
 func TestPGQuickReportsStaleCopy(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
-	reps := openPGReplicas(t, url, c, pgOptions{PlanEvery: 30 * time.Second, Cache: 100}, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	reps := openPGReplicas(t, url, c, pgOptions{PlanEvery: 30 * time.Second, Cache: 100}, platformtest.Seed())
 	const order = "aaabbabbbaab"
 	for i, who := range order {
 		p, other := reps[who-'a'], reps[1-(who-'a')]
-		r := overload.Reading{Version: 2, Node: "x1", Run: runID, Seq: uint64(i + 1), At: c.now(),
+		r := overload.Reading{Version: 2, Node: "x1", Run: platformtest.RunID, Seq: uint64(i + 1), At: c.Now(),
 			MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}
 		if _, err := fleet.New(p, nil).Report(t.Context(), r); err != nil {
 			t.Fatalf("reading %d to %c: %v", i+1, who, err)
@@ -706,7 +612,7 @@ func TestPGQuickReportsStaleCopy(t *testing.T) {
 		if _, err := fleet.New(other, nil).Report(t.Context(), r); !errors.Is(err, store.ErrDuplicate) {
 			t.Fatalf("reading %d again to the other replica: %v, want a duplicate", i+1, err)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
 	var readings, version int64
 	if err := reps[0].db.QueryRow(t.Context(), `SELECT readings, version FROM nodes WHERE id = 'x1'`).Scan(&readings, &version); err != nil {
@@ -727,7 +633,7 @@ func TestPGQuickReportsStaleCopy(t *testing.T) {
 // replica: the client sees every notice, each once, in growing ids.
 func TestPGNoticePagesMissNone(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	seed := &store.SeedFile{}
 	const nodes = 40
 	for i := range nodes {
@@ -745,7 +651,7 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				n.Notice = &overload.Notice{Node: id, At: c.now(), Text: id + " is overloaded"}
+				n.Notice = &overload.Notice{Node: id, At: c.Now(), Text: id + " is overloaded"}
 				if err := p.sendNotices(ctx, tx, []*pgNode{n}); err != nil {
 					return err
 				}
@@ -802,11 +708,11 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 
 // openPGReplicas opens two replicas with opt on the database at url, both
 // on clock c and seeded with seed, closed when the test ends.
-func openPGReplicas(t *testing.T, url string, c *clock, opt pgOptions, seed *store.SeedFile) []*pgPlatform {
+func openPGReplicas(t *testing.T, url string, c *platformtest.Clock, opt pgOptions, seed *store.SeedFile) []*pgPlatform {
 	t.Helper()
 	var reps []*pgPlatform
 	for range 2 {
-		p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, opt, seed)
+		p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, seed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -878,9 +784,9 @@ func quietReading(id string) overload.Reading {
 func batchHeldOnLock(t *testing.T, opt pgOptions, ids ...string) (*pgPlatform, func(), chan error) {
 	t.Helper()
 	url := pgtest.Need(t, cluster).NewDatabase(t)
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	opt.PlanEvery, opt.BatchTimeout = 30*time.Second, 20*time.Second
-	p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, opt, testSeed())
+	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -978,13 +884,13 @@ func TestPGFullBatchPassesTurn(t *testing.T) {
 func TestPGSlowReportsStartFromCopy(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
 	withCopies, without := cl.NewDatabase(t), cl.NewDatabase(t)
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	// The three reports of a step in one batch.
 	opt := pgOptions{PlanEvery: 30 * time.Second, Batch: 3, Linger: 5 * time.Second}
 	optCopies := opt
 	optCopies.Cache = 100
-	reps := openPGReplicas(t, withCopies, c, optCopies, testSeed())
-	ref, err := openPG(t.Context(), without, store.Config{Now: c.now, Logger: testLogger(t)}, opt, testSeed())
+	reps := openPGReplicas(t, withCopies, c, optCopies, platformtest.Seed())
+	ref, err := openPG(t.Context(), without, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -993,9 +899,9 @@ func TestPGSlowReportsStartFromCopy(t *testing.T) {
 		t.Helper()
 		var wg sync.WaitGroup
 		for _, r := range []overload.Reading{
-			{Version: 2, Node: "x1", Run: runID, Seq: uint64(i + 1), At: c.now(), MemoryUsedPercent: memoryPattern(i), CPUs: 4, ConntrackMax: 262144},
-			{Version: 2, Node: "x2", Run: runID, Seq: uint64(i + 1), At: c.now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144},
-			{Version: 2, Node: "n9", Run: runID, Seq: uint64(i + 1), At: c.now(), MemoryUsedPercent: memoryPattern(i + 3), CPUs: 4, ConntrackMax: 262144},
+			{Version: 2, Node: "x1", Run: platformtest.RunID, Seq: uint64(i + 1), At: c.Now(), MemoryUsedPercent: platformtest.MemoryPattern(i), CPUs: 4, ConntrackMax: 262144},
+			{Version: 2, Node: "x2", Run: platformtest.RunID, Seq: uint64(i + 1), At: c.Now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144},
+			{Version: 2, Node: "n9", Run: platformtest.RunID, Seq: uint64(i + 1), At: c.Now(), MemoryUsedPercent: platformtest.MemoryPattern(i + 3), CPUs: 4, ConntrackMax: 262144},
 		} {
 			wg.Go(func() {
 				if _, err := fleet.New(p, nil).Report(t.Context(), r); err != nil {
@@ -1013,7 +919,7 @@ func TestPGSlowReportsStartFromCopy(t *testing.T) {
 		if got, want := dump(reps[0]), dump(ref); got != want {
 			t.Fatalf("after reading %d (to replica %c), with copies:\n%s\nwithout:\n%s", i+1, who, got, want)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
 	if n := reps[0].cache.reused.Load() + reps[1].cache.reused.Load(); n == 0 {
 		t.Fatal("no report taken the usual way started from a copy")
@@ -1130,7 +1036,7 @@ func dumpDB(t *testing.T, p *pgPlatform) string {
 // leaves to that way, is seeded too. Two replicas seed at once.
 func TestPGSeedWritesAsOneByOne(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
-	seed := testSeed()
+	seed := platformtest.Seed()
 	for i := range 1200 { // more than two chunks
 		id := fmt.Sprintf("n%04d", i)
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "NL", Price: pricing.Price(100 + i%7), Paused: i%5 == 0, MaxUsers: i % 3})
@@ -1139,16 +1045,16 @@ func TestPGSeedWritesAsOneByOne(t *testing.T) {
 				Start: platformtest.T0.Add(-time.Hour), LastTraffic: platformtest.T0.Add(-time.Minute)})
 		}
 	}
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	dbs := map[bool]*pgPlatform{}
 	for _, oneByOne := range []bool{true, false} {
 		url := cl.NewDatabase(t)
 		// A node that reported before the route table listed it.
-		p, err := openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, pgOptions{PlanEvery: 30 * time.Second}, nil)
+		p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, pgOptions{PlanEvery: 30 * time.Second}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := fleet.New(p, nil).Report(t.Context(), overload.Reading{Version: 2, Node: "n0700", Run: runID, Seq: 1, At: c.now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}); err != nil {
+		if _, err := fleet.New(p, nil).Report(t.Context(), overload.Reading{Version: 2, Node: "n0700", Run: platformtest.RunID, Seq: 1, At: c.Now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}); err != nil {
 			t.Fatal(err)
 		}
 		p.close()
@@ -1174,14 +1080,14 @@ func TestPGSeedWritesAsOneByOne(t *testing.T) {
 
 // openPGReplicasAtOnce opens two replicas on url at the same time, each
 // seeding with seed.
-func openPGReplicasAtOnce(t *testing.T, url string, c *clock, opt pgOptions, seed *store.SeedFile) []*pgPlatform {
+func openPGReplicasAtOnce(t *testing.T, url string, c *platformtest.Clock, opt pgOptions, seed *store.SeedFile) []*pgPlatform {
 	t.Helper()
 	reps := make([]*pgPlatform, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range reps {
 		wg.Go(func() {
-			reps[i], errs[i] = openPG(t.Context(), url, store.Config{Now: c.now, Logger: testLogger(t)}, opt, seed)
+			reps[i], errs[i] = openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, seed)
 		})
 	}
 	wg.Wait()
@@ -1208,7 +1114,7 @@ func BenchmarkPGSeed(b *testing.B) {
 				Start: platformtest.T0.Add(-time.Hour), LastTraffic: platformtest.T0.Add(-time.Minute)})
 		}
 	}
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	for _, oneByOne := range []bool{false, true} {
 		b.Run(map[bool]string{false: "chunks", true: "one-by-one"}[oneByOne], func(b *testing.B) {
 			seedOneByOne = oneByOne
@@ -1217,7 +1123,7 @@ func BenchmarkPGSeed(b *testing.B) {
 				b.StopTimer()
 				url := cl.NewDatabase(b)
 				b.StartTimer()
-				p, err := openPG(b.Context(), url, store.Config{Now: c.now, Logger: slog.New(slog.DiscardHandler)}, pgOptions{}, seed)
+				p, err := openPG(b.Context(), url, store.Config{Now: c.Now, Logger: slog.New(slog.DiscardHandler)}, pgOptions{}, seed)
 				if err != nil {
 					b.Fatal(err)
 				}

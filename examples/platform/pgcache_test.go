@@ -32,7 +32,7 @@ func TestEncodeStateAsNodeFile(t *testing.T) {
 	read := func(n *store.Node, mems ...float64) *store.Node {
 		for _, m := range mems {
 			at = at.Add(30 * time.Second)
-			r := reading(n.Info.ID, int(n.Readings)+1, m)
+			r := platformtest.Reading(n.Info.ID, int(n.Readings)+1, m)
 			r.At = at
 			if _, err := c.Take(n, r, at); err != nil {
 				t.Fatal(err)
@@ -93,7 +93,7 @@ func BenchmarkStateCodec(b *testing.B) {
 	at := platformtest.T0
 	for i, m := range []float64{95, 95, 95, 40, 95} {
 		at = at.Add(30 * time.Second)
-		r := reading(n.Info.ID, i+1, m)
+		r := platformtest.Reading(n.Info.ID, i+1, m)
 		r.At = at
 		if _, err := c.Take(n, r, at); err != nil {
 			b.Fatal(err)

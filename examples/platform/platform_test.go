@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,11 +13,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/api"
+	"github.com/proofkit/nodekit/examples/platform/internal/apitest"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
@@ -28,155 +27,25 @@ import (
 	"github.com/proofkit/nodekit/routing"
 )
 
-// clock is the platform's clock in these tests.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
-// testSeed is a fleet where the expected closures are known: on exit x1,
-// own routes idle for 3 h (r-idle3) and 5 h (r-idle5), a partner route idle
-// for 6 h (r-partner), a route in use whose user holds the same route
-// through x2 in DE for less (r-move), one whose alternative is in another
-// country (r-fr), and one that is its user's only route (r-only).
-func testSeed() *store.SeedFile {
-	start := platformtest.T0.Add(-8 * time.Hour)
-	route := func(id, user, key, node string, kind routing.Kind, idle time.Duration) routing.Route {
-		return routing.Route{ID: id, User: user, Key: key, Node: node, Kind: kind, Start: start, LastTraffic: platformtest.T0.Add(-idle)}
-	}
-	return &store.SeedFile{
-		Nodes: []routing.Node{
-			{ID: "x1", Role: routing.RoleExit, Country: "DE", Price: 100},
-			{ID: "x2", Role: routing.RoleExit, Country: "DE", Price: 80},
-			{ID: "f1", Role: routing.RoleExit, Country: "FR", Price: 50},
-		},
-		Routes: []routing.Route{
-			route("r-idle3", "u1", "vpn", "x1", routing.KindOwn, 3*time.Hour),
-			route("r-idle5", "u2", "vpn", "x1", routing.KindOwn, 5*time.Hour),
-			route("r-partner", "u3", "vpn", "x1", routing.KindPartner, 6*time.Hour),
-			route("r-move", "u4", "vpn", "x1", routing.KindOwn, time.Minute),
-			route("r-move-alt", "u4", "vpn", "x2", routing.KindOwn, time.Minute),
-			route("r-fr", "u5", "vpn", "x1", routing.KindOwn, time.Minute),
-			route("r-fr-alt", "u5", "vpn", "f1", routing.KindOwn, time.Minute),
-			route("r-only", "u6", "vpn", "x1", routing.KindOwn, time.Minute),
-		},
-	}
-}
-
-type testPlatform struct {
-	t     *testing.T
-	clock *clock
-	dir   string
-	p     *filestore.Store // the file store; nil for PostgreSQL
-	svc   store.Store
-	srv   *httptest.Server
-}
-
-func newTestPlatform(t *testing.T, dir string, c *clock, seed *store.SeedFile) *testPlatform {
-	t.Helper()
-	p, err := filestore.Open(store.Config{StateDir: dir, Now: c.now, Logger: testLogger(t)}, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := serveTest(t, c, p)
-	tp.dir, tp.p = dir, p
-	return tp
-}
-
-func serveTest(t *testing.T, c *clock, svc store.Store) *testPlatform {
-	srv := httptest.NewServer(api.Handler(fleet.New(svc, nil), api.Tokens{platformtest.TestToken: "", "x1-token": "x1"}))
-	t.Cleanup(srv.Close)
-	return &testPlatform{t: t, clock: c, svc: svc, srv: srv}
-}
-
 // opener starts a platform on a subtest's store; called again, it starts
 // another on the same store (a restart, or a second replica).
-type opener func(c *clock, seed *store.SeedFile) *testPlatform
+type opener func(c *platformtest.Clock, seed *store.SeedFile) *apitest.Platform
 
 // eachStore runs test on the file store and on PostgreSQL (skipped
 // without it): the same API, the same verdicts.
 func eachStore(t *testing.T, test func(t *testing.T, open opener)) {
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
-		test(t, func(c *clock, seed *store.SeedFile) *testPlatform { return newTestPlatform(t, dir, c, seed) })
+		test(t, func(c *platformtest.Clock, seed *store.SeedFile) *apitest.Platform {
+			return apitest.NewPlatform(t, dir, c, seed)
+		})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
-		test(t, func(c *clock, seed *store.SeedFile) *testPlatform { return newPGTestPlatform(t, url, c, seed) })
+		test(t, func(c *platformtest.Clock, seed *store.SeedFile) *apitest.Platform {
+			return newPGTestPlatform(t, url, c, seed)
+		})
 	})
-}
-
-// raw sends body (none when empty) to path with "Authorization: Bearer
-// token" (none when token is empty) and returns the answer's status,
-// header and body.
-func (tp *testPlatform) raw(method, path, token, body string) (int, http.Header, []byte) {
-	tp.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, tp.srv.URL+path, rd)
-	if err != nil {
-		tp.t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		tp.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, b
-}
-
-// do sends body as JSON with the admin's token and decodes a 2xx
-// answer into out, if given.
-func (tp *testPlatform) do(method, path string, body any, out any) int {
-	tp.t.Helper()
-	var b []byte
-	if body != nil {
-		var err error
-		if b, err = json.Marshal(body); err != nil {
-			tp.t.Fatal(err)
-		}
-	}
-	code, _, ans := tp.raw(method, path, platformtest.TestToken, string(b))
-	if out != nil && code < 300 {
-		if err := json.Unmarshal(ans, out); err != nil {
-			tp.t.Fatalf("%s %s: %v: %s", method, path, err, ans)
-		}
-	}
-	return code
-}
-
-// Read sends a reading of node at the clock's time.
-func (tp *testPlatform) Read(node string, mem float64) int {
-	tp.t.Helper()
-	return tp.do("POST", "/report", overload.Reading{Node: node, At: tp.clock.now(), MemoryUsedPercent: mem,
-		CPUs: 4, ConntrackMax: 262144}, nil)
-}
-
-func (tp *testPlatform) admit(node string) fleet.AdmitAnswer {
-	tp.t.Helper()
-	var a fleet.AdmitAnswer
-	if code := tp.do("GET", "/admit?node="+node, nil, &a); code != 200 {
-		tp.t.Fatalf("/admit?node=%s: %d", node, code)
-	}
-	return a
-}
-
-func (tp *testPlatform) node(id string) fleet.NodeView {
-	tp.t.Helper()
-	var v fleet.NodeView
-	if code := tp.do("GET", "/nodes/"+id, nil, &v); code != 200 {
-		tp.t.Fatalf("/nodes/%s: %d", id, code)
-	}
-	return v
 }
 
 func closedIDs(v fleet.NodeView) []string {
@@ -187,11 +56,6 @@ func closedIDs(v fleet.NodeView) []string {
 	return ids
 }
 
-// testLogger logs to t's output, so a failing test shows the platform's log.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), nil))
-}
-
 // TestOverloadLifecycle runs the help page's story with its figures on a
 // fake clock: 3 of 5 readings over 90 % memory → overloaded, refused, one
 // notice, the longest-idle own route closed at once, the route in use with
@@ -200,25 +64,25 @@ func testLogger(t *testing.T) *slog.Logger {
 func TestOverloadLifecycle(t *testing.T) { eachStore(t, testOverloadLifecycle) }
 
 func testOverloadLifecycle(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	tp := open(c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := open(c, platformtest.Seed())
 
-	if a := tp.admit("x1"); !a.Admit {
+	if a := tp.Admit("x1"); !a.Admit {
 		t.Fatalf("fresh node not admitted: %+v", a)
 	}
 	for i := range 3 {
 		if code := tp.Read("x1", 95); code != 200 {
 			t.Fatalf("reading %d: status %d", i, code)
 		}
-		if a := tp.admit("x1"); a.Admit != (i < 2) {
+		if a := tp.Admit("x1"); a.Admit != (i < 2) {
 			t.Fatalf("after %d readings over 90 %%: admit %+v", i+1, a)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
-	if a := tp.admit("x1"); a.Reason != "overloaded" {
+	if a := tp.Admit("x1"); a.Reason != "overloaded" {
 		t.Fatalf("admit: %+v, want reason overloaded", a)
 	}
-	v := tp.node("x1")
+	v := tp.Node("x1")
 	if got, want := closedIDs(v), []string{"r-idle5:unused"}; !slices.Equal(got, want) {
 		t.Fatalf("closed at the start: %v, want %v", got, want)
 	}
@@ -227,9 +91,9 @@ func testOverloadLifecycle(t *testing.T, open opener) {
 		if code := tp.Read("x1", 95); code != 200 {
 			t.Fatalf("status %d", code)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
-	v = tp.node("x1")
+	v = tp.Node("x1")
 	if got, want := closedIDs(v), []string{"r-idle5:unused", "r-move:move"}; !slices.Equal(got, want) {
 		t.Fatalf("closed after 15 min: %v, want %v", got, want)
 	}
@@ -237,7 +101,7 @@ func testOverloadLifecycle(t *testing.T, open opener) {
 		t.Fatalf("last plan: %+v, want the move keeping r-move-alt", v.LastPlan)
 	}
 	var notices []overload.Notice
-	tp.do("GET", "/notices", nil, &notices)
+	tp.Do("GET", "/notices", nil, &notices)
 	if len(notices) != 1 || notices[0].Node != "x1" || !strings.Contains(notices[0].Text, "memory at 95 %") {
 		t.Fatalf("notices: %+v, want one for x1 naming memory at 95 %%", notices)
 	}
@@ -245,17 +109,17 @@ func testOverloadLifecycle(t *testing.T, open opener) {
 	// The overload ends after 3 readings under the limit (2 of 5 left).
 	for range 3 {
 		tp.Read("x1", 40)
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
-	a := tp.admit("x1")
-	if ended := tp.node("x1").OverloadEnded; a.Admit || a.Reason != "cool-down" || !a.Until.Equal(ended.Add(routing.DefaultCoolDown)) {
+	a := tp.Admit("x1")
+	if ended := tp.Node("x1").OverloadEnded; a.Admit || a.Reason != "cool-down" || !a.Until.Equal(ended.Add(routing.DefaultCoolDown)) {
 		t.Fatalf("after the end at %v: %+v, want cool-down until 10 min later", ended, a)
 	}
-	c.add(10 * time.Minute)
-	if a := tp.admit("x1"); !a.Admit {
+	c.Add(10 * time.Minute)
+	if a := tp.Admit("x1"); !a.Admit {
 		t.Fatalf("after the cool-down: %+v, want admitted", a)
 	}
-	v = tp.node("x1")
+	v = tp.Node("x1")
 	if len(v.Events) != 2 || v.Events[0].Kind != overload.Start || v.Events[1].Kind != overload.End {
 		t.Fatalf("events: %+v, want start and end", v.Events)
 	}
@@ -268,20 +132,20 @@ func testOverloadLifecycle(t *testing.T, open opener) {
 	}
 
 	// A restart loses nothing.
-	tp2 := open(c, testSeed())
-	v2 := tp2.node("x1")
-	if !slices.Equal(closedIDs(v2), closedIDs(v)) || len(v2.Events) != 2 || v2.Notices != 1 || !tp2.admit("x1").Admit {
+	tp2 := open(c, platformtest.Seed())
+	v2 := tp2.Node("x1")
+	if !slices.Equal(closedIDs(v2), closedIDs(v)) || len(v2.Events) != 2 || v2.Notices != 1 || !tp2.Admit("x1").Admit {
 		t.Fatalf("after restart: %+v", v2)
 	}
 	// and a new overload within the hour produces no second notice.
 	for range 3 {
 		tp2.Read("x1", 95)
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
-	tp2.do("GET", "/notices", nil, &notices)
-	if !tp2.node("x1").Overloaded || len(notices) != 1 {
+	tp2.Do("GET", "/notices", nil, &notices)
+	if !tp2.Node("x1").Overloaded || len(notices) != 1 {
 		t.Fatalf("second overload within the hour: overloaded %v, %d notices, want true and 1",
-			tp2.node("x1").Overloaded, len(notices))
+			tp2.Node("x1").Overloaded, len(notices))
 	}
 }
 
@@ -289,11 +153,11 @@ func testOverloadLifecycle(t *testing.T, open opener) {
 func TestReportAnswers(t *testing.T) { eachStore(t, testReportAnswers) }
 
 func testReportAnswers(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	tp := open(c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := open(c, platformtest.Seed())
 	r := overload.Reading{Node: "x1", At: platformtest.T0, MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 1}
 	post := func(token string, body []byte) int {
-		code, _, _ := tp.raw("POST", "/report", token, string(body))
+		code, _, _ := tp.Raw("POST", "/report", token, string(body))
 		return code
 	}
 	good, _ := json.Marshal(r)
@@ -327,10 +191,10 @@ func testReportAnswers(t *testing.T, open opener) {
 			t.Errorf("%s: status %d, want %d", tc.name, got, tc.want)
 		}
 	}
-	if got := len(tp.node("x1").Events); got != 0 {
+	if got := len(tp.Node("x1").Events); got != 0 {
 		t.Fatalf("events %d after one reading", got)
 	}
-	if v := tp.node("x1"); !v.LastReading.Equal(platformtest.T0) || v.Readings != 1 {
+	if v := tp.Node("x1"); !v.LastReading.Equal(platformtest.T0) || v.Readings != 1 {
 		t.Fatalf("tracker's latest reading %v, %d counted; want %v, 1", v.LastReading, v.Readings, platformtest.T0)
 	}
 	// An unknown node is tracked but not admitted (routing refuses a node
@@ -338,13 +202,13 @@ func testReportAnswers(t *testing.T, open opener) {
 	if code := tp.Read("new-node", 50); code != 200 {
 		t.Fatalf("unknown node: %d", code)
 	}
-	if v := tp.node("new-node"); v.Registered || v.Admitted || !strings.Contains(v.Why, "Role") {
+	if v := tp.Node("new-node"); v.Registered || v.Admitted || !strings.Contains(v.Why, "Role") {
 		t.Fatalf("unknown node: %+v", v)
 	}
-	if code := tp.do("GET", "/admit?node=nobody", nil, nil); code != 404 {
+	if code := tp.Do("GET", "/admit?node=nobody", nil, nil); code != 404 {
 		t.Fatalf("admit of a node never seen: %d, want 404", code)
 	}
-	if code := tp.do("GET", "/admit", nil, nil); code != 400 {
+	if code := tp.Do("GET", "/admit", nil, nil); code != 400 {
 		t.Fatalf("admit of no node: %d, want 400", code)
 	}
 
@@ -356,7 +220,7 @@ func testReportAnswers(t *testing.T, open opener) {
 	if got := post("x1-token", b); got != 200 {
 		t.Fatalf("x1's token, reading without a node: %d, want 200", got)
 	}
-	if last := tp.node("x1").LastReading; !last.Equal(anon.At) {
+	if last := tp.Node("x1").LastReading; !last.Equal(anon.At) {
 		t.Fatalf("x1's latest reading %v, want %v", last, anon.At)
 	}
 	anon.Node, anon.At = "x2", platformtest.T0.Add(2*time.Second)
@@ -364,7 +228,7 @@ func testReportAnswers(t *testing.T, open opener) {
 	if got := post("x1-token", b); got != 403 {
 		t.Fatalf("x1's token, reading of x2: %d, want 403", got)
 	}
-	if code, _, _ := tp.raw("POST", "/price", "x1-token", `{"node":"x1","price":1}`); code != 403 {
+	if code, _, _ := tp.Raw("POST", "/price", "x1-token", `{"node":"x1","price":1}`); code != 403 {
 		t.Fatalf("x1's token setting a price: %d, want 403", code)
 	}
 }
@@ -375,22 +239,22 @@ func testReportAnswers(t *testing.T, open opener) {
 func TestPricing(t *testing.T) { eachStore(t, testPricing) }
 
 func testPricing(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	tp := open(c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := open(c, platformtest.Seed())
 	var rt store.Route
-	if code := tp.do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
+	if code := tp.Do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: %d", code)
 	}
 	if rt.Session.Locked != 80 || rt.Route.Country != "DE" {
 		t.Fatalf("opened %+v, want locked at 80 in DE", rt)
 	}
-	c.add(time.Minute)
-	tp.do("POST", "/price", fleet.PriceRequest{Node: "x2", Price: 120}, nil) // a rise
-	c.add(time.Minute)
-	tp.do("POST", "/price", fleet.PriceRequest{Node: "x2", Price: 40}, nil) // a drop
+	c.Add(time.Minute)
+	tp.Do("POST", "/price", fleet.PriceRequest{Node: "x2", Price: 120}, nil) // a rise
+	c.Add(time.Minute)
+	tp.Do("POST", "/price", fleet.PriceRequest{Node: "x2", Price: 40}, nil) // a drop
 	charge := func() store.Route {
 		var got store.Route
-		if code := tp.do("POST", "/traffic", fleet.TrafficRequest{Route: rt.Route.ID, Bytes: 2e9}, &got); code != 200 {
+		if code := tp.Do("POST", "/traffic", fleet.TrafficRequest{Route: rt.Route.ID, Bytes: 2e9}, &got); code != 200 {
 			t.Fatalf("traffic: %d", code)
 		}
 		return got
@@ -398,20 +262,20 @@ func testPricing(t *testing.T, open opener) {
 	if got := charge(); got.Earned.Total != 160 || got.Route.Price != 80 {
 		t.Fatalf("2 GB at once: earned %d at price %d, want 160 at 80", got.Earned.Total, got.Route.Price)
 	}
-	c.add(3 * time.Hour)
+	c.Add(3 * time.Hour)
 	if got := charge(); got.Earned.Total != 160+80 || got.Route.Price != 40 {
 		t.Fatalf("2 GB 3 h after the drop: earned %d at price %d, want 240 at 40", got.Earned.Total, got.Route.Price)
 	}
 	// Overload x2: it opens nothing more.
 	for range 3 {
 		tp.Read("x2", 95)
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
-	code := tp.do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u10", Key: "vpn"}, nil)
+	code := tp.Do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u10", Key: "vpn"}, nil)
 	if code != http.StatusConflict {
 		t.Fatalf("open on an overloaded node: %d, want 409", code)
 	}
-	if code := tp.do("POST", "/traffic", fleet.TrafficRequest{Route: "nope", Bytes: 1}, nil); code != 404 {
+	if code := tp.Do("POST", "/traffic", fleet.TrafficRequest{Route: "nope", Bytes: 1}, nil); code != 404 {
 		t.Fatalf("traffic of an unknown route: %d", code)
 	}
 }
@@ -420,8 +284,8 @@ func testPricing(t *testing.T, open opener) {
 // the start rather than losing the node silently.
 func TestStateFiles(t *testing.T) {
 	dir := t.TempDir()
-	c := &clock{t: platformtest.T0}
-	tp := newTestPlatform(t, dir, c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := apitest.NewPlatform(t, dir, c, platformtest.Seed())
 	names, _ := filepath.Glob(filepath.Join(dir, "*"))
 	var base []string
 	for _, n := range names {
@@ -432,15 +296,15 @@ func TestStateFiles(t *testing.T) {
 	}
 	// A plan round on a quiet fleet writes nothing.
 	before, _ := os.ReadFile(filepath.Join(dir, "x1.json"))
-	c.add(time.Minute)
-	fleet.New(tp.p, nil).PlanRound(t.Context())
+	c.Add(time.Minute)
+	fleet.New(tp.P, nil).PlanRound(t.Context())
 	if after, _ := os.ReadFile(filepath.Join(dir, "x1.json")); !bytes.Equal(before, after) {
 		t.Fatalf("a quiet plan round rewrote x1.json")
 	}
 	if err := os.WriteFile(filepath.Join(dir, "x1.json"), []byte(`{"v":1,`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := filestore.Open(store.Config{StateDir: dir, Now: c.now}, nil); err == nil || !strings.Contains(err.Error(), "x1.json") {
+	if _, err := filestore.Open(store.Config{StateDir: dir, Now: c.Now}, nil); err == nil || !strings.Contains(err.Error(), "x1.json") {
 		t.Fatalf("broken state file: err %v, want one naming x1.json", err)
 	}
 }
@@ -479,9 +343,9 @@ func TestSeedErrors(t *testing.T) {
 		{"bad node name", func(s *store.SeedFile) { s.Nodes[0].ID = "a/b" }, "node"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := testSeed()
+			s := platformtest.Seed()
 			tc.edit(s)
-			_, err := filestore.Open(store.Config{StateDir: t.TempDir(), Now: (&clock{t: platformtest.T0}).now}, s)
+			_, err := filestore.Open(store.Config{StateDir: t.TempDir(), Now: (&platformtest.Clock{T: platformtest.T0}).Now}, s)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want one containing %q", err, tc.want)
 			}
@@ -510,16 +374,16 @@ func TestFlags(t *testing.T) {
 // observe, a plan round over the test seed's three nodes, and the atomic
 // write of the changed node files (fsync included, in the temp dir).
 func BenchmarkReport(b *testing.B) {
-	c := &clock{t: platformtest.T0}
-	p, err := filestore.Open(store.Config{StateDir: b.TempDir(), Now: c.now}, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	p, err := filestore.Open(store.Config{StateDir: b.TempDir(), Now: c.Now}, platformtest.Seed())
 	if err != nil {
 		b.Fatal(err)
 	}
 	h := api.Handler(fleet.New(p, nil), api.Tokens{platformtest.TestToken: ""})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		c.add(30 * time.Second)
-		body, _ := json.Marshal(overload.Reading{Node: "x1", At: c.now(), MemoryUsedPercent: float64(50 + 45*(i/5%2)),
+		c.Add(30 * time.Second)
+		body, _ := json.Marshal(overload.Reading{Node: "x1", At: c.Now(), MemoryUsedPercent: float64(50 + 45*(i/5%2)),
 			CPUs: 4, ConntrackMax: 262144})
 		req := httptest.NewRequest("POST", "/report", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
@@ -556,21 +420,21 @@ func TestSampleRoutes(t *testing.T) {
 func TestMemoryUnknownIsNotStale(t *testing.T) { eachStore(t, testMemoryUnknownIsNotStale) }
 
 func testMemoryUnknownIsNotStale(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	tp := open(c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := open(c, platformtest.Seed())
 	if code := tp.Read("x1", 95); code != 200 {
 		t.Fatalf("reading: status %d", code)
 	}
-	if got := tp.node("x1").MemoryPercent; got != 95 {
+	if got := tp.Node("x1").MemoryPercent; got != 95 {
 		t.Fatalf("memory after a 95 %% reading = %v", got)
 	}
-	c.add(30 * time.Second)
-	r := overload.Reading{Node: "x1", At: c.now(), CPUs: 4, ConntrackMax: 262144,
+	c.Add(30 * time.Second)
+	r := overload.Reading{Node: "x1", At: c.Now(), CPUs: 4, ConntrackMax: 262144,
 		Missing: []overload.Input{overload.InputMemory}}
-	if code := tp.do("POST", "/report", r, nil); code != 200 {
+	if code := tp.Do("POST", "/report", r, nil); code != 200 {
 		t.Fatalf("reading without memory: status %d", code)
 	}
-	if got := tp.node("x1").MemoryPercent; got != 0 {
+	if got := tp.Node("x1").MemoryPercent; got != 0 {
 		t.Fatalf("memory after a reading without it = %v, want 0 (unknown)", got)
 	}
 }
@@ -580,19 +444,19 @@ func testMemoryUnknownIsNotStale(t *testing.T, open opener) {
 func TestOpenedRouteIDsAreUnique(t *testing.T) { eachStore(t, testOpenedRouteIDsAreUnique) }
 
 func testOpenedRouteIDsAreUnique(t *testing.T, open opener) {
-	seed := testSeed()
+	seed := platformtest.Seed()
 	seed.Routes = append(seed.Routes, routing.Route{ID: "x2-1", User: "u7", Key: "vpn", Node: "x2",
 		Kind: routing.KindOwn, Start: platformtest.T0.Add(-time.Hour), LastTraffic: platformtest.T0})
-	tp := open(&clock{t: platformtest.T0}, seed)
+	tp := open(&platformtest.Clock{T: platformtest.T0}, seed)
 	var rt store.Route
-	if code := tp.do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
+	if code := tp.Do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, &rt); code != 201 {
 		t.Fatalf("open: status %d", code)
 	}
 	if rt.Route.ID == "x2-1" {
 		t.Fatalf("opened route took the seeded route's ID %q", rt.Route.ID)
 	}
 	ids := map[string]bool{}
-	for _, r := range tp.node("x2").Routes {
+	for _, r := range tp.Node("x2").Routes {
 		if ids[r.Route.ID] {
 			t.Fatalf("two routes on x2 share ID %q", r.Route.ID)
 		}
@@ -608,10 +472,10 @@ func testOpenedRouteIDsAreUnique(t *testing.T, open opener) {
 func TestRefusalReasons(t *testing.T) { eachStore(t, testRefusalReasons) }
 
 func testRefusalReasons(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	tp := open(c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := open(c, platformtest.Seed())
 	send := func(token string, body []byte) (int, map[string]any) {
-		code, _, b := tp.raw("POST", "/report", token, string(body))
+		code, _, b := tp.Raw("POST", "/report", token, string(body))
 		var ans map[string]any
 		if err := json.Unmarshal(b, &ans); err != nil {
 			t.Fatalf("answer %d is not JSON: %v", code, err)
@@ -651,7 +515,7 @@ func testRefusalReasons(t *testing.T, open opener) {
 			t.Errorf("%s: no error text: %v", tc.name, ans)
 		}
 	}
-	if v := tp.node("x1"); v.Readings != 1 {
+	if v := tp.Node("x1"); v.Readings != 1 {
 		t.Fatalf("%d readings counted, want 1", v.Readings)
 	}
 }
@@ -661,9 +525,9 @@ func testRefusalReasons(t *testing.T, open opener) {
 func TestReadsNeedAdminToken(t *testing.T) { eachStore(t, testReadsNeedAdminToken) }
 
 func testReadsNeedAdminToken(t *testing.T, open opener) {
-	tp := open(&clock{t: platformtest.T0}, testSeed())
+	tp := open(&platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
 	get := func(path, token string) int {
-		code, _, _ := tp.raw("GET", path, token, "")
+		code, _, _ := tp.Raw("GET", path, token, "")
 		return code
 	}
 	for _, path := range []string{"/nodes", "/nodes/x1", "/nodes/x1/events", "/notices", "/plans", "/admit?node=x1"} {
@@ -689,28 +553,28 @@ func testReadsNeedAdminToken(t *testing.T, open opener) {
 func TestMovedUserKeepsTheAlternative(t *testing.T) { eachStore(t, testMovedUserKeepsTheAlternative) }
 
 func testMovedUserKeepsTheAlternative(t *testing.T, open opener) {
-	seed := testSeed()
+	seed := platformtest.Seed()
 	for i := range seed.Routes {
 		if seed.Routes[i].ID == "r-move-alt" {
 			seed.Routes[i].LastTraffic = platformtest.T0.Add(-5 * time.Hour)
 		}
 	}
-	c := &clock{t: platformtest.T0}
+	c := &platformtest.Clock{T: platformtest.T0}
 	tp := open(c, seed)
 	for range 40 { // 20 minutes over 90 %: r-move goes at 15
 		if code := tp.Read("x1", 95); code != 200 {
 			t.Fatalf("x1: %d", code)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
-	if got := closedIDs(tp.node("x1")); !slices.Contains(got, "r-move:move") {
+	if got := closedIDs(tp.Node("x1")); !slices.Contains(got, "r-move:move") {
 		t.Fatalf("x1 closed %v, want r-move moved", got)
 	}
 	for range 10 {
-		tp.do("POST", "/report", overload.Reading{Node: "x2", At: c.now(), MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 262144}, nil)
-		c.add(30 * time.Second)
+		tp.Do("POST", "/report", overload.Reading{Node: "x2", At: c.Now(), MemoryUsedPercent: 95, CPUs: 4, ConntrackMax: 262144}, nil)
+		c.Add(30 * time.Second)
 	}
-	v := tp.node("x2")
+	v := tp.Node("x2")
 	if !v.Overloaded {
 		t.Fatal("x2 not overloaded")
 	}
@@ -729,12 +593,12 @@ func testMovedUserKeepsTheAlternative(t *testing.T, open opener) {
 func TestVersion2ClockAhead(t *testing.T) { eachStore(t, testVersion2ClockAhead) }
 
 func testVersion2ClockAhead(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	tp := open(c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := open(c, platformtest.Seed())
 	run := strings.Repeat("d", 32)
 	post := func(seq uint64, at time.Time) int {
 		r := overload.Reading{Version: overload.ReadingVersion, Run: run, Seq: seq, Node: "x1", At: at, MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 1}
-		return tp.do("POST", "/report", r, nil)
+		return tp.Do("POST", "/report", r, nil)
 	}
 	if got := post(1, platformtest.T0.Add(time.Hour)); got != 200 {
 		t.Fatalf("v2 reading an hour ahead: status %d, want 200", got)
@@ -745,7 +609,7 @@ func testVersion2ClockAhead(t *testing.T, open opener) {
 	if got := post(3, platformtest.T0.Add(48*time.Hour)); got != 400 {
 		t.Fatalf("v2 reading two days ahead: status %d, want 400", got)
 	}
-	if v := tp.node("x1"); v.Readings != 2 {
+	if v := tp.Node("x1"); v.Readings != 2 {
 		t.Fatalf("%d readings counted, want 2", v.Readings)
 	}
 }
@@ -757,14 +621,14 @@ func testVersion2ClockAhead(t *testing.T, open opener) {
 func TestNodesPaging(t *testing.T) { eachStore(t, testNodesPaging) }
 
 func testNodesPaging(t *testing.T, open opener) {
-	tp := open(&clock{t: platformtest.T0}, testSeed())
+	tp := open(&platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
 	for i := range 5 {
 		if code := tp.Read(fmt.Sprintf("n%02d", i), 95); code != 200 {
 			t.Fatalf("report of n%02d: %d", i, code)
 		}
 	}
 	var all []json.RawMessage
-	if code := tp.do("GET", "/nodes", nil, &all); code != 200 {
+	if code := tp.Do("GET", "/nodes", nil, &all); code != 200 {
 		t.Fatalf("/nodes: %d", code)
 	}
 	if len(all) != 8 {
@@ -783,7 +647,7 @@ func testNodesPaging(t *testing.T, open opener) {
 		}
 	}
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x"} {
-		if code := tp.do("GET", "/nodes?"+q, nil, nil); code != 400 {
+		if code := tp.Do("GET", "/nodes?"+q, nil, nil); code != 400 {
 			t.Errorf("/nodes?%s: %d, want 400", q, code)
 		}
 	}
@@ -796,8 +660,8 @@ func testNodesPaging(t *testing.T, open opener) {
 func TestNoticesPaging(t *testing.T) { eachStore(t, testNoticesPaging) }
 
 func testNoticesPaging(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	tp := open(c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := open(c, platformtest.Seed())
 	// Seven nodes overloaded at the same instants, twice, an hour apart:
 	// 14 notices, 7 at each instant.
 	for round := range 2 {
@@ -805,20 +669,20 @@ func testNoticesPaging(t *testing.T, open opener) {
 			for i := range 7 {
 				tp.Read(fmt.Sprintf("n%02d", i), 95)
 			}
-			c.add(30 * time.Second)
+			c.Add(30 * time.Second)
 		}
 		for range 5 {
 			for i := range 7 {
 				tp.Read(fmt.Sprintf("n%02d", i), 10)
 			}
-			c.add(30 * time.Second)
+			c.Add(30 * time.Second)
 		}
 		if round == 0 {
-			c.add(time.Hour)
+			c.Add(time.Hour)
 		}
 	}
 	var all []store.NumberedNotice
-	if code := tp.do("GET", "/notices", nil, &all); code != 200 || len(all) != 14 {
+	if code := tp.Do("GET", "/notices", nil, &all); code != 200 || len(all) != 14 {
 		t.Fatalf("/notices: %d, %d notices, want 14", code, len(all))
 	}
 	paged, pages := walkPages[store.NumberedNotice](t, tp, "/notices?limit=4", 4, 5)
@@ -840,7 +704,7 @@ func testNoticesPaging(t *testing.T, open opener) {
 		}
 	}
 	for _, q := range []string{"after=2026-11-30T12:00:00Z,x1", "after=-1", "after=x", "limit=0"} {
-		if code := tp.do("GET", "/notices?"+q, nil, nil); code != 400 {
+		if code := tp.Do("GET", "/notices?"+q, nil, nil); code != 400 {
 			t.Errorf("/notices?%s: %d, want 400", q, code)
 		}
 	}
@@ -849,7 +713,7 @@ func testNoticesPaging(t *testing.T, open opener) {
 // walkPages GETs path and then each page its Link: rel="next" names,
 // and returns every item and how many pages there were. A page of more
 // than limit items, or more than most pages, fails t.
-func walkPages[T any](t *testing.T, tp *testPlatform, path string, limit, most int) ([]T, int) {
+func walkPages[T any](t *testing.T, tp *apitest.Platform, path string, limit, most int) ([]T, int) {
 	t.Helper()
 	var all []T
 	pages := 0
@@ -857,34 +721,16 @@ func walkPages[T any](t *testing.T, tp *testPlatform, path string, limit, most i
 		if pages == most {
 			t.Fatalf("more than %d pages", most)
 		}
-		code, header, b := tp.raw("GET", path, platformtest.TestToken, "")
+		code, header, b := tp.Raw("GET", path, platformtest.TestToken, "")
 		var page []T
 		err := json.Unmarshal(b, &page)
 		if err != nil || code != 200 || len(page) > limit {
 			t.Fatalf("GET %s: %d, %d items, %v; want at most %d", path, code, len(page), err, limit)
 		}
 		all = append(all, page...)
-		path = nextLink(t, path, header)
+		path = platformtest.NextLink(t, path, header)
 	}
 	return all, pages
-}
-
-// nextLink is the path of the next page a page's Link header names, or
-// "" without one.
-func nextLink(t testing.TB, path string, header http.Header) string {
-	t.Helper()
-	l := header.Get("Link")
-	if l == "" {
-		return ""
-	}
-	next, ok := strings.CutPrefix(l, "<")
-	if ok {
-		next, ok = strings.CutSuffix(next, `>; rel="next"`)
-	}
-	if !ok || !strings.HasPrefix(next, "/") {
-		t.Fatalf("GET %s: Link %q", path, l)
-	}
-	return next
 }
 
 // TestEventIDsOnTheWire: each event of GET /nodes/X/events carries its
@@ -892,18 +738,18 @@ func nextLink(t testing.TB, path string, header http.Header) string {
 func TestEventIDsOnTheWire(t *testing.T) { eachStore(t, testEventIDsOnTheWire) }
 
 func testEventIDsOnTheWire(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	tp := open(c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := open(c, platformtest.Seed())
 	for i := range 21 { // three overloads: six events
-		if code := tp.Read("x1", memoryPattern(i)); code != 200 {
+		if code := tp.Read("x1", platformtest.MemoryPattern(i)); code != 200 {
 			t.Fatalf("reading %d: %d", i, code)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
 	var page struct {
 		Events []map[string]any `json:"events"`
 	}
-	if code := tp.do("GET", "/nodes/x1/events", nil, &page); code != 200 {
+	if code := tp.Do("GET", "/nodes/x1/events", nil, &page); code != 200 {
 		t.Fatalf("events: %d", code)
 	}
 	if len(page.Events) != 6 {
@@ -921,7 +767,7 @@ func testEventIDsOnTheWire(t *testing.T, open opener) {
 		ids = append(ids, int64(id))
 	}
 	var rest store.EventPage
-	if code := tp.do("GET", fmt.Sprintf("/nodes/x1/events?after=%d", ids[1]), nil, &rest); code != 200 {
+	if code := tp.Do("GET", fmt.Sprintf("/nodes/x1/events?after=%d", ids[1]), nil, &rest); code != 200 {
 		t.Fatalf("events after %d: %d", ids[1], code)
 	}
 	var got []int64
@@ -985,25 +831,25 @@ func TestDBFlagErrors(t *testing.T) {
 func TestOperatorBodyTrailingData(t *testing.T) { eachStore(t, testOperatorBodyTrailingData) }
 
 func testOperatorBodyTrailingData(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	tp := open(c, testSeed())
-	routes := len(tp.node("x2").Routes)
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := open(c, platformtest.Seed())
+	routes := len(tp.Node("x2").Routes)
 	for _, tc := range []struct{ path, body string }{
 		{"/routes", `{"node":"x2","user":"u9","key":"vpn"} junk`},
 		{"/routes", `{"node":"x2","user":"u9","key":"vpn"}{"node":"x2","user":"u8","key":"vpn"}`},
 		{"/price", `{"node":"x2","price":70},`},
 	} {
-		code, _, b := tp.raw("POST", tc.path, platformtest.TestToken, tc.body)
+		code, _, b := tp.Raw("POST", tc.path, platformtest.TestToken, tc.body)
 		var ans map[string]any
 		json.Unmarshal(b, &ans)
 		if code != 400 || ans["reason"] != api.ReasonInvalid {
 			t.Errorf("POST %s %s: %d %v, want 400 %q", tc.path, tc.body, code, ans, api.ReasonInvalid)
 		}
 	}
-	if v := tp.node("x2"); len(v.Routes) != routes || v.Price != 80 {
+	if v := tp.Node("x2"); len(v.Routes) != routes || v.Price != 80 {
 		t.Fatalf("x2 after refused requests: %d routes (want %d), price %d (want 80)", len(v.Routes), routes, v.Price)
 	}
-	if code := tp.do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, nil); code != 201 {
+	if code := tp.Do("POST", "/routes", fleet.OpenRequest{Node: "x2", User: "u9", Key: "vpn"}, nil); code != 201 {
 		t.Fatalf("POST /routes without trailing data: %d, want 201", code)
 	}
 }
@@ -1011,7 +857,7 @@ func testOperatorBodyTrailingData(t *testing.T, open opener) {
 // TestErrorsShowWallTimes: with the real clock, an error that names the
 // time (a refused price) shows it without Go's monotonic clock reading.
 func TestErrorsShowWallTimes(t *testing.T) {
-	p, err := filestore.Open(store.Config{StateDir: t.TempDir()}, testSeed())
+	p, err := filestore.Open(store.Config{StateDir: t.TempDir()}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1027,15 +873,15 @@ func TestErrorsShowWallTimes(t *testing.T) {
 // ones go on after them.
 func TestNoticeIDsFromOldFiles(t *testing.T) {
 	dir := t.TempDir()
-	c := &clock{t: platformtest.T0}
-	tp := newTestPlatform(t, dir, c, testSeed())
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := apitest.NewPlatform(t, dir, c, platformtest.Seed())
 	for range 3 {
 		for _, id := range []string{"x2", "x1"} { // x2's notice first, x1's at the same instant
 			tp.Read(id, 95)
 		}
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
-	tp.srv.Close()
+	tp.Srv.Close()
 	for _, id := range []string{"x1", "x2"} {
 		path := filepath.Join(dir, id+".json")
 		b, err := os.ReadFile(path)
@@ -1054,13 +900,13 @@ func TestNoticeIDsFromOldFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tp = newTestPlatform(t, dir, c, nil)
+	tp = apitest.NewPlatform(t, dir, c, nil)
 	for range 3 {
 		tp.Read("f1", 95)
-		c.add(30 * time.Second)
+		c.Add(30 * time.Second)
 	}
 	var ns []store.NumberedNotice
-	tp.do("GET", "/notices", nil, &ns)
+	tp.Do("GET", "/notices", nil, &ns)
 	var got []string
 	for _, n := range ns {
 		got = append(got, fmt.Sprintf("%d %s", n.ID, n.Node))

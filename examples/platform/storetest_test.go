@@ -33,8 +33,8 @@ func TestStoreReceiversConformance(t *testing.T) { eachStore(t, testStoreReceive
 // last kept; NodeIDs lists every node; RouteNode finds a live route's
 // node and ErrUnknown for none.
 func testNodeStoreConformance(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	a := open(c, testSeed()).svc
+	c := &platformtest.Clock{T: platformtest.T0}
+	a := open(c, platformtest.Seed()).Svc
 	ctx := t.Context()
 	maxUsers := func(st store.Store) int {
 		t.Helper()
@@ -69,7 +69,7 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 
 	// Another instance on the same store (a restart, or a replica) reads
 	// what was kept, and updates from both never lose one another's.
-	b := open(c, testSeed()).svc
+	b := open(c, platformtest.Seed()).Svc
 	if m := maxUsers(b); m != 7 {
 		t.Fatalf("another instance reads max_users %d, want 7", m)
 	}
@@ -144,8 +144,8 @@ func readNode(t *testing.T, st store.Store, id string) *store.Node {
 // with the start in the node's event list; and reports of one node
 // from many goroutines (and two replicas on PostgreSQL) lose none.
 func testStoreReport(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	a := open(c, testSeed()).svc
+	c := &platformtest.Clock{T: platformtest.T0}
+	a := open(c, platformtest.Seed()).Svc
 	ctx := t.Context()
 	noPlan := func(*store.Node, time.Time, store.NodeTx) error { return nil }
 	refused := errors.New("refused")
@@ -172,7 +172,7 @@ func testStoreReport(t *testing.T, open opener) {
 	if !errors.Is(err, refused) {
 		t.Fatalf("a refused reading: %v", err)
 	}
-	b := open(c, testSeed()).svc
+	b := open(c, platformtest.Seed()).Svc
 	for _, st := range []store.Store{a, b} {
 		if n := readNode(t, st, "n-new"); n.Readings != 1 {
 			t.Errorf("n-new's readings %d, want 1", n.Readings)
@@ -187,9 +187,9 @@ func testStoreReport(t *testing.T, open opener) {
 	f := fleet.New(a, nil)
 	var out fleet.ReportOutcome
 	for i, mem := range []float64{95, 95, 95} {
-		c.add(30 * time.Second)
-		r := reading("x2", i+1, mem)
-		r.At = c.now()
+		c.Add(30 * time.Second)
+		r := platformtest.Reading("x2", i+1, mem)
+		r.At = c.Now()
 		if out, err = f.Report(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +197,7 @@ func testStoreReport(t *testing.T, open opener) {
 	if out.Notice == nil || out.Event == nil || out.Event.Kind != overload.Start {
 		t.Fatalf("the third hot reading: %+v, want a start and its notice", out)
 	}
-	b = open(c, testSeed()).svc // the file store's b was opened before: a restart, now
+	b = open(c, platformtest.Seed()).Svc // the file store's b was opened before: a restart, now
 	ns, _, err := b.Notices(ctx, 0, 0)
 	if err != nil || len(ns) != 1 || ns[0].Node != "x2" || ns[0].Text != out.Notice.Text {
 		t.Errorf("notices after x2's start: %+v, %v", ns, err)
@@ -242,14 +242,14 @@ func testStoreReport(t *testing.T, open opener) {
 // due (here, after a pause), and keeps what it closed, across a restart
 // or on a replica; a second round at the same time closes nothing more.
 func testStorePlanDue(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	a := open(c, testSeed()).svc
+	c := &platformtest.Clock{T: platformtest.T0}
+	a := open(c, platformtest.Seed()).Svc
 	ctx := t.Context()
 	// A paused node's routes unused for two hours close.
 	if err := a.Update(ctx, "x1", func(n *store.Node, _ time.Time, _ store.NodeTx) error { n.Info.Paused = true; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	c.add(time.Hour)
+	c.Add(time.Hour)
 	var seen []string
 	var mu sync.Mutex
 	f := fleet.New(a, nil)
@@ -264,7 +264,7 @@ func testStorePlanDue(t *testing.T, open opener) {
 	if !slices.Contains(seen, "x1") {
 		t.Errorf("a round after x1's pause planned %v, not x1", seen)
 	}
-	b := open(c, testSeed()).svc
+	b := open(c, platformtest.Seed()).Svc
 	x1 := readNode(t, b, "x1")
 	for _, id := range []string{"r-idle3", "r-idle5"} {
 		if x1.Routes[id] != nil {
@@ -281,7 +281,7 @@ func testStorePlanDue(t *testing.T, open opener) {
 	if err := fleet.New(b, nil).PlanRound(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b = open(c, testSeed()).svc
+	b = open(c, platformtest.Seed()).Svc
 	if again := len(readNode(t, b, "x1").Closed); again != closed {
 		t.Errorf("%d closures after a second round at the same time, want the first's %d", again, closed)
 	}
@@ -293,8 +293,8 @@ func testStorePlanDue(t *testing.T, open opener) {
 // testStorePages: EachNode pages through the nodes by id, each with its
 // live routes, a page's last id the next page's cursor.
 func testStorePages(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	a := open(c, testSeed()).svc
+	c := &platformtest.Clock{T: platformtest.T0}
+	a := open(c, platformtest.Seed()).Svc
 	ctx := t.Context()
 	var ids []string
 	routes := map[string]int{}
@@ -333,8 +333,8 @@ func testStorePages(t *testing.T, open opener) {
 // another instance too; updates of one operator's receiver at once (and
 // from two replicas on PostgreSQL) lose none.
 func testStoreReceivers(t *testing.T, open opener) {
-	c := &clock{t: platformtest.T0}
-	a := open(c, testSeed()).svc
+	c := &platformtest.Clock{T: platformtest.T0}
+	a := open(c, platformtest.Seed()).Svc
 	ctx := t.Context()
 	refused := errors.New("refused")
 	if err := a.UpdateReceiver(ctx, "alice", func(r *store.OperatorReceiver, _ time.Time) error {
@@ -352,7 +352,7 @@ func testStoreReceivers(t *testing.T, open opener) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	b := open(c, testSeed()).svc
+	b := open(c, platformtest.Seed()).Svc
 	ops, err := b.OperatorReceivers(ctx)
 	if r := ops["alice"]; err != nil || len(ops) != 1 || r.URL != "http://127.0.0.1:9/alice" || string(r.Secrets[0].Key) != "0123456789abcdef01234567" || !r.Created.Equal(platformtest.T0) {
 		t.Fatalf("another instance's receivers: %+v, %v", ops, err)

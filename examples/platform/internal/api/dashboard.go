@@ -127,7 +127,7 @@ func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, idx tokenIndex, owners m
 	// the form leads back to.
 	receiver := func(do func(ctx context.Context, r *http.Request, s *dashboardSession) (string, error)) http.HandlerFunc {
 		return d.form(func(w http.ResponseWriter, r *http.Request, s *dashboardSession) {
-			ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
+			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 			defer cancel()
 			ok, err := do(ctx, r, s)
 			d.done(w, r, s, err, ok)
@@ -162,20 +162,20 @@ func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, idx tokenIndex, owners m
 			d.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("notice %.40q: want a notice's id, 1 or more", r.PathValue("id")))
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 		defer cancel()
 		err = d.f.Redeliver(ctx, id, func(node string) bool { return d.owners[node] == s.operator })
 		d.done(w, r, s, err, fmt.Sprintf("Notice %d is to be delivered again, with its first webhook-id.", id))
 	}))
 }
 
-// mine runs do on node if it is s's operator's, within RequestTimeout;
+// mine runs do on node if it is s's operator's, within requestTimeout;
 // another's node is refused as one that does not exist.
 func (d *dashboard) mine(r *http.Request, s *dashboardSession, node string, do func(ctx context.Context) error) error {
 	if d.owners[node] != s.operator {
 		return notYours(node)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
 	return do(ctx)
 }
@@ -252,7 +252,7 @@ func (d *dashboard) home(w http.ResponseWriter, r *http.Request) {
 		d.render(w, status, "login", loginPage{Message: sessionRefusal[why]})
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
 	page, err := d.page(ctx, s)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
@@ -69,9 +68,9 @@ func parseNoticeCursor(s string) (int64, error) {
 	return id, nil
 }
 
-// RequestTimeout bounds the work of one request, every store call in it
-// included.
-const RequestTimeout = 10 * time.Second
+// requestTimeout bounds the work of one request, every store call in it
+// included (store.RequestTimeout).
+const requestTimeout = store.RequestTimeout
 
 // Refusal reasons, the "reason" word of every error body (the report
 // protocol's words, and a few of the operator endpoints').
@@ -117,7 +116,7 @@ func Handler(f *fleet.Fleet, toks Tokens) http.Handler {
 				writeError(w, http.StatusForbidden, ReasonUnauthorized, fmt.Errorf("operator %s's token: %s %s is the admin's", id.operator, r.Method, r.URL.Path))
 				return
 			}
-			ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
+			ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)
 			limitBody(w, r)
@@ -371,7 +370,7 @@ func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, ReasonUnauthorized, fmt.Errorf("operator %s's token: readings come from a node's agent token", id.operator))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
 	limitBody(w, r)
 	handleReport(ctx, h.f, w, r, id.node)

@@ -159,3 +159,8 @@ type Deliveries interface {
 	// false when ends of overloads are not sent.
 	EndDelivery(node string, seq int64, e overload.Event, at time.Time) (Delivery, bool, error)
 }
+
+// RequestTimeout bounds the work of one API request, every store call in
+// it included; a store sets its own bounds beside it (the PostgreSQL
+// store's statement timeout outlasts it, its batches take half of it).
+const RequestTimeout = 10 * time.Second
