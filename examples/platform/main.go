@@ -19,6 +19,7 @@ import (
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
+	"github.com/proofkit/nodekit/examples/platform/internal/pgstore"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/pricing"
@@ -76,7 +77,7 @@ Flags:
 	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
 	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
-	fs.IntVar(&o.dbWorkers, "db-workers", defaultBatchWorkers, fmt.Sprintf("with -db: the most batches of reports a replica has in flight at once (one at a time; another beside it once it is full or has run %v, held up on a lock)", defaultBatchSpill))
+	fs.IntVar(&o.dbWorkers, "db-workers", pgstore.DefaultBatchWorkers, fmt.Sprintf("with -db: the most batches of reports a replica has in flight at once (one at a time; another beside it once it is full or has run %v, held up on a lock)", pgstore.DefaultBatchSpill))
 	fs.DurationVar(&o.dbLinger, "db-linger", 0, "with -db: how long a batch waits for more reports before its transaction starts (0: not at all; under load, more reports a commit)")
 	fs.IntVar(&o.dbCache, "db-cache", 200000, "with -db: the most nodes a replica keeps a copy of, as it last wrote them, to take a quiet node's report in one statement (0: none)")
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
@@ -124,8 +125,8 @@ Flags:
 	if o.dbBatch < 0 {
 		return o, fmt.Errorf("-db-batch %d: want 1 or more (1: a transaction a report)", o.dbBatch)
 	}
-	if scheme, _, _ := strings.Cut(o.db, "://"); isURL(o.db) && scheme != "postgres" && scheme != "postgresql" {
-		return o, fmt.Errorf("-db %s: want a postgres:// or postgresql:// URL, or key=value pairs", redactDSN(o.db))
+	if scheme, _, _ := strings.Cut(o.db, "://"); pgstore.IsURL(o.db) && scheme != "postgres" && scheme != "postgresql" {
+		return o, fmt.Errorf("-db %s: want a postgres:// or postgresql:// URL, or key=value pairs", pgstore.RedactDSN(o.db))
 	}
 	if o.maxConns < 0 {
 		return o, fmt.Errorf("-max-conns %d: must not be negative (0: no limit)", o.maxConns)
@@ -209,13 +210,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var svc store.Store
 	where := []any{"state_dir", o.stateDir}
 	if o.db != "" {
-		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)
+		pg, err := pgstore.Open(ctx, o.db, o.cfg, pgstore.Options{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)
 		if err != nil {
 			fmt.Fprintf(stderr, "platform: %v\n", err)
 			return 2
 		}
-		defer pg.close()
-		svc, where = pg, []any{"db", redactDSN(o.db)}
+		defer pg.Close()
+		svc, where = pg, []any{"db", pgstore.RedactDSN(o.db)}
 	} else {
 		p, err := filestore.Open(o.cfg, seed)
 		if err != nil {

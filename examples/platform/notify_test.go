@@ -24,6 +24,7 @@ import (
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
+	"github.com/proofkit/nodekit/examples/platform/internal/pgstore"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	webhookreceiver "github.com/proofkit/nodekit/examples/webhook-receiver"
@@ -232,10 +233,10 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
 		test(t, func(c *platformtest.Clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform {
-			p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*pgPlatform, error) {
-				return openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
+			p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*pgstore.Store, error) {
+				return pgstore.Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, pgstore.Options{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, firstSeed(seed))
 			})
-			t.Cleanup(p.close)
+			t.Cleanup(p.Close)
 			return notifyPlatform{serveNotifyTest(t, c, p, n), n}
 		}, 2)
 	})
@@ -768,11 +769,11 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	// swapBox, which the test replaces to kill the replica.
 	open := func() (notifyPlatform, *swapBox) {
 		d := newDispatch4Test(t, cfg)
-		p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, pgOptions{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
+		p, err := pgstore.Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, pgstore.Options{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(p.close)
+		t.Cleanup(p.Close)
 		box := &swapBox{p.Outbox()}
 		n := notify.New(cfg, d, box, platformtest.Logger(t), c.Now)
 		return notifyPlatform{serveNotifyTest(t, c, p, n), n}, box

@@ -1,4 +1,4 @@
-package main
+package pgstore
 
 import (
 	"errors"
@@ -7,45 +7,22 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 )
-
-// The secret every -db value of these tests holds, in some spelling.
-const dsnSecret = "Sekr1t"
-
-// secretDSNs are -db values, each with dsnSecret in a place a secret
-// goes, some of which parse.
-var secretDSNs = []string{
-	"postgres://u:" + dsnSecret + "@127.0.0.1:1/db",
-	"postgres://u:" + dsnSecret + "%40x@127.0.0.1:1/db?sslmode=disable",
-	"postgresql://u@127.0.0.1:1/db?password=" + dsnSecret + "&sslmode=disable",
-	"postgres://u@127.0.0.1:1/db?sslmode=disable&sslpassword=" + dsnSecret + "&PassWord=" + dsnSecret,
-	"postgres://u@127.0.0.1:1/db?sslmode=require&sslkey=/tmp/" + dsnSecret + "/k.pem&sslcert=/tmp/c.pem",
-	"postgres://u:" + dsnSecret + "@[bad/db",
-	"postgres://u:a/" + dsnSecret + "@host/db",
-	"postgres://u:" + dsnSecret + "@host:port/db",
-	"host=127.0.0.1 port=1 user=u password=" + dsnSecret + " dbname=db sslmode=disable",
-	"host=127.0.0.1 password = '" + dsnSecret + `\' x' dbname=db`,
-	"host=127.0.0.1 password='x " + dsnSecret,
-	"host=127.0.0.1 sslpassword=" + dsnSecret + " sslmode=disable",
-	"host=127.0.0.1 sslmode=require sslcert=/tmp/c.pem sslkey=/tmp/" + dsnSecret + ".pem",
-	"host=127.0.0.1 password=" + dsnSecret + " port=notaport",
-	"host=127.0.0.1 password=" + dsnSecret + " bogus",
-	"mysql://u:" + dsnSecret + "@h/db",
-}
 
 // TestRedactDSN: no secret of a -db value is in its redacted form or in
 // the error the driver's parse and connect give, whatever the form.
 func TestRedactDSN(t *testing.T) {
-	for _, dsn := range secretDSNs {
-		got := redactDSN(dsn)
-		if strings.Contains(got, dsnSecret) {
+	for _, dsn := range platformtest.SecretDSNs {
+		got := RedactDSN(dsn)
+		if strings.Contains(got, platformtest.DSNSecret) {
 			t.Errorf("redactDSN(%q) = %q, shows the secret", dsn, got)
 		}
 		_, err := pgxpool.ParseConfig(dsn)
 		if err == nil {
 			err = errors.New("parsed")
 		}
-		if msg := dbError(dsn, err).Error(); strings.Contains(msg, dsnSecret) {
+		if msg := dbError(dsn, err).Error(); strings.Contains(msg, platformtest.DSNSecret) {
 			t.Errorf("dbError(%q) = %q, shows the secret", dsn, msg)
 		}
 	}
@@ -58,23 +35,23 @@ func TestRedactDSN(t *testing.T) {
 		{"host=h junk password=x", "host=h (the rest does not parse, not shown)"},
 		{"postgres://u:pw@[bad", "postgres://(a URL that does not parse, not shown)"},
 	} {
-		if got := redactDSN(tc.in); got != tc.want {
+		if got := RedactDSN(tc.in); got != tc.want {
 			t.Errorf("redactDSN(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
 
-// FuzzRedactDSN: redactDSN takes any string without panicking, and a
+// FuzzRedactDSN: RedactDSN takes any string without panicking, and a
 // secret put where one goes, in either form and however it is spelled,
 // is never in its output nor in the driver's error for it.
 func FuzzRedactDSN(f *testing.F) {
-	for _, dsn := range secretDSNs {
+	for _, dsn := range platformtest.SecretDSNs {
 		f.Add(dsn, "", uint8(0))
 	}
 	f.Add("", "p a's\\s", uint8(1))
 	f.Add("sslmode=disable", "x@y:z/w?q=1&r", uint8(2))
 	f.Fuzz(func(t *testing.T, rest, secret string, form uint8) {
-		redactDSN(rest)
+		RedactDSN(rest)
 		if len(secret) < 4 || strings.ContainsAny(secret, "\x00") || strings.Contains("postgres://u@h:1/db?sslmode=disable host=h user=u dbname=db xxxxx", secret) || strings.Contains(rest, secret) {
 			return
 		}
@@ -91,7 +68,7 @@ func FuzzRedactDSN(f *testing.F) {
 		case 3:
 			dsn = "host=h " + key + " = " + quoted
 		}
-		if got := redactDSN(dsn); strings.Contains(got, secret) {
+		if got := RedactDSN(dsn); strings.Contains(got, secret) {
 			t.Fatalf("redactDSN(%q) = %q, shows %q", dsn, got, secret)
 		}
 		_, err := pgxpool.ParseConfig(dsn)

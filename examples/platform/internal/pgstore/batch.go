@@ -1,4 +1,4 @@
-package main
+package pgstore
 
 import (
 	"context"
@@ -48,7 +48,7 @@ type reportJob struct {
 // arriving wait for the next, which takes them all at once, unless the
 // one running is held up (on a lock, on a flush) or took as many as a
 // batch may, when they go into a batch beside it.
-func (p *pgPlatform) batchWorker(max int, linger time.Duration) {
+func (p *Store) batchWorker(max int, linger time.Duration) {
 	defer p.workers.Done()
 	var timer *time.Timer
 	if linger > 0 {
@@ -124,7 +124,7 @@ func (p *pgPlatform) batchWorker(max int, linger time.Duration) {
 // all fail for that one node. Reports taken again alone run one node after
 // another within a node, in the order they came, and the nodes at once;
 // a report whose client has gone is not taken again (its retry will be).
-func (p *pgPlatform) runBatch(batch []*reportJob) {
+func (p *Store) runBatch(batch []*reportJob) {
 	defer func() {
 		for _, j := range batch {
 			close(j.done)
@@ -218,7 +218,7 @@ const lockNodes = `SELECT id, state, version FROM nodes WHERE id = ANY($1) ORDER
 // rows locked and their live routes read go together in the first; the
 // notices with their outbox rows, the rows with their events, and COMMIT
 // in the last.
-func (p *pgPlatform) takeBatch(ctx context.Context, qs []quickReport, rest []*reportJob) (batchTaken, error) {
+func (p *Store) takeBatch(ctx context.Context, qs []quickReport, rest []*reportJob) (batchTaken, error) {
 	var t batchTaken
 	err := runTx(func(attempt int) error {
 		if attempt > 0 && len(qs) > 0 {
@@ -245,7 +245,7 @@ func (p *pgPlatform) takeBatch(ctx context.Context, qs []quickReport, rest []*re
 // transaction is left failed, then rolled back. The rows' UPDATE, sent
 // with COMMIT, itself fails unless it wrote every row (rowsUpdate), so a
 // committed batch never leaves a node unwritten.
-func (p *pgPlatform) takeBatchOnce(ctx context.Context, qs []quickReport, rest []*reportJob) (t batchTaken, err error) {
+func (p *Store) takeBatchOnce(ctx context.Context, qs []quickReport, rest []*reportJob) (t batchTaken, err error) {
 	c, err := p.db.Acquire(ctx)
 	if err != nil {
 		return t, err
@@ -420,7 +420,7 @@ func scanStates(rows pgx.Rows, err error) (map[string]lockedRow, error) {
 // what an earlier one closed (saveRoutes). A node not among states (new
 // to the database, or a stale copy's), or with more than one reading in
 // the batch, is taken reading by reading (reportIn), written at once.
-func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob, states map[string]lockedRow, routes map[string][]storedRoute, now time.Time) (nodes, written []*pgNode, err error) {
+func (p *Store) decideReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob, states map[string]lockedRow, routes map[string][]storedRoute, now time.Time) (nodes, written []*pgNode, err error) {
 	nodes = make([]*pgNode, len(jobs))
 	touched := map[string]bool{} // nodes whose routes tx wrote since they were read
 	for i := 0; i < len(jobs); {
@@ -486,7 +486,7 @@ func (p *pgPlatform) decideReports(ctx context.Context, tx pgx.Tx, jobs []*repor
 // it if the row is still at the copy's version (the state the row holds,
 // decoded, is the copy: nodeCache), and whether the reading was taken on
 // it; else the row's state decoded. The copy is used once.
-func (p *pgPlatform) nodeOfRow(j *reportJob, row lockedRow) (*store.Node, bool, error) {
+func (p *Store) nodeOfRow(j *reportJob, row lockedRow) (*store.Node, bool, error) {
 	c, taken := j.cached, j.taken
 	j.cached, j.taken = cachedNode{}, false
 	if c.node != nil && c.version == row.version {

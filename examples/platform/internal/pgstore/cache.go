@@ -1,4 +1,4 @@
-package main
+package pgstore
 
 import (
 	"context"
@@ -112,7 +112,7 @@ type quickReport struct {
 // lock, and a quiet node's plan needs nothing beside its row (routing
 // closes nothing on a node neither overloaded nor paused). A decision
 // holds only if writeQuick finds the row still at that version.
-func (p *pgPlatform) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*reportJob) {
+func (p *Store) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*reportJob) {
 	if p.cache == nil {
 		return nil, jobs
 	}
@@ -219,7 +219,7 @@ func quickUpdate(qs []quickReport) (string, []any, error) {
 // settleQuick answers the reports of qs whose rows were written, once
 // committed, and keeps their copies; it returns the others' jobs, to be
 // taken the usual way (their copies were stale).
-func (p *pgPlatform) settleQuick(qs []quickReport, written map[string]int64) []*reportJob {
+func (p *Store) settleQuick(qs []quickReport, written map[string]int64) []*reportJob {
 	var rest []*reportJob
 	for _, q := range qs {
 		v, ok := written[q.n.Info.ID]
@@ -237,7 +237,7 @@ func (p *pgPlatform) settleQuick(qs []quickReport, written map[string]int64) []*
 // reportQuick takes the reports of jobs decideQuick decides, written by
 // one statement that is their transaction, and returns the jobs it did
 // not take.
-func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*reportJob {
+func (p *Store) reportQuick(ctx context.Context, jobs []*reportJob) []*reportJob {
 	qs, rest := p.decideQuick(jobs)
 	if len(qs) == 0 {
 		return rest
@@ -247,7 +247,7 @@ func (p *pgPlatform) reportQuick(ctx context.Context, jobs []*reportJob) []*repo
 
 // commitQuick writes qs by one statement that is their transaction and
 // settles them; it returns the jobs to be taken the usual way.
-func (p *pgPlatform) commitQuick(ctx context.Context, qs []quickReport) []*reportJob {
+func (p *Store) commitQuick(ctx context.Context, qs []quickReport) []*reportJob {
 	written, err := writeQuick(ctx, p.db, qs)
 	if err != nil {
 		// Whether the statement committed is not known: the usual way

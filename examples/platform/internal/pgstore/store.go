@@ -1,4 +1,4 @@
-package main
+package pgstore
 
 import (
 	"cmp"
@@ -22,7 +22,7 @@ import (
 	"github.com/proofkit/nodekit/routing"
 )
 
-// pgPlatform keeps the platform's state in PostgreSQL, so that several
+// Store keeps the platform's state in PostgreSQL, so that several
 // replicas can serve one fleet. Every request that changes a node is one
 // transaction that starts by locking the node's row (SELECT … FOR
 // UPDATE): two replicas given the same node's readings apply them one
@@ -57,7 +57,7 @@ import (
 //
 // A deadlock or a conflict found under a lock (errConflict) runs the
 // transaction again from the start (inTx).
-type pgPlatform struct {
+type Store struct {
 	store.Rules
 	db        *pgxpool.Pool
 	cache     *nodeCache // nil: none
@@ -68,15 +68,15 @@ type pgPlatform struct {
 	batchTimeout time.Duration
 	// turn is the batch workers' one turn to take reports from jobs: a
 	// worker holds it from its first report until its batch has
-	// committed or run spill (pgOptions.Spill).
+	// committed or run spill (Options.Spill).
 	turn    chan struct{}
 	spill   time.Duration
 	stop    chan struct{}
 	workers sync.WaitGroup
 }
 
-// pgOptions are the PostgreSQL store's own settings.
-type pgOptions struct {
+// Options are the PostgreSQL store's own settings.
+type Options struct {
 	// PlanEvery is the time between a node's plan rounds.
 	PlanEvery time.Duration
 	// Batch is the most reports one transaction takes (group commit:
@@ -97,11 +97,11 @@ type pgOptions struct {
 	// all, batches grow only when every worker is busy.
 	Linger time.Duration
 	// Workers is the most batches in flight at once (with Batch over 1);
-	// zero: defaultBatchWorkers. One runs at a time; another starts
+	// zero: DefaultBatchWorkers. One runs at a time; another starts
 	// beside those in flight only once each has run Spill, or is full.
 	Workers int
 	// Spill is how long a batch runs before another may start beside
-	// it; zero: defaultBatchSpill.
+	// it; zero: DefaultBatchSpill.
 	Spill time.Duration
 	// Cache is the most nodes this replica keeps a copy of, as it last
 	// wrote them, to decide a quiet node's report without reading its row
@@ -120,8 +120,8 @@ const (
 	serverStatementTimeout = store.RequestTimeout + 5*time.Second
 )
 
-// defaultBatchWorkers is the most batches a replica has in flight at
-// once, unless set, and defaultBatchSpill how long one runs before
+// DefaultBatchWorkers is the most batches a replica has in flight at
+// once, unless set, and DefaultBatchSpill how long one runs before
 // another may start beside it.
 //
 // One batch at a time takes every report that arrived while the last
@@ -131,19 +131,19 @@ const (
 // But a batch can wait: on a node's row lock that another replica
 // holds, for as long as that replica holds it (up to defaultIdleInTx if
 // it froze), or on a slow disk's flush. Then the reports arriving behind
-// it go into a batch of their own once it has run defaultBatchSpill,
+// it go into a batch of their own once it has run DefaultBatchSpill,
 // some ten times a batch's usual time at that load (two round trips and
 // a commit's flush, 3–6 ms), so a wait costs them that much, not the
-// wait's length. A full batch (pgOptions.Batch reports) lets the next
+// wait's length. A full batch (Options.Batch reports) lets the next
 // start at once: more may be waiting than one batch at a time can take.
 const (
-	defaultBatchWorkers = 2
-	defaultBatchSpill   = 50 * time.Millisecond
+	DefaultBatchWorkers = 2
+	DefaultBatchSpill   = 50 * time.Millisecond
 )
 
-// openPG connects to the database at url, brings its schema up to date and
+// Open connects to the database at url, brings its schema up to date and
 // adds the seed's nodes the database does not hold yet.
-func openPG(ctx context.Context, url string, cfg store.Config, opt pgOptions, seed *store.SeedFile) (*pgPlatform, error) {
+func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *store.SeedFile) (*Store, error) {
 	planEvery := opt.PlanEvery
 	c, err := store.NewRules(cfg)
 	if err != nil {
@@ -191,7 +191,7 @@ func openPG(ctx context.Context, url string, cfg store.Config, opt pgOptions, se
 	if err != nil {
 		return nil, dbError(url, err)
 	}
-	p := &pgPlatform{Rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, store.RequestTimeout/2), spill: cmp.Or(opt.Spill, defaultBatchSpill)}
+	p := &Store{Rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, store.RequestTimeout/2), spill: cmp.Or(opt.Spill, DefaultBatchSpill)}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -217,7 +217,7 @@ func openPG(ctx context.Context, url string, cfg store.Config, opt pgOptions, se
 		p.jobs, p.stop = make(chan *reportJob), make(chan struct{})
 		p.turn = make(chan struct{}, 1)
 		p.turn <- struct{}{}
-		for range cmp.Or(opt.Workers, defaultBatchWorkers) {
+		for range cmp.Or(opt.Workers, DefaultBatchWorkers) {
 			p.workers.Add(1)
 			go p.batchWorker(opt.Batch, opt.Linger)
 		}
@@ -227,14 +227,15 @@ func openPG(ctx context.Context, url string, cfg store.Config, opt pgOptions, se
 
 // Outbox is the store's outbox, for its notifier; nil without a
 // dispatch.
-func (p *pgPlatform) Outbox() store.OutboxStore {
+func (p *Store) Outbox() store.OutboxStore {
 	if p.Dispatch == nil {
 		return nil
 	}
 	return &pgOutbox{db: p.db}
 }
 
-func (p *pgPlatform) close() {
+// Close stops the store's batch workers and closes its connections.
+func (p *Store) Close() {
 	if p.stop != nil {
 		close(p.stop)
 		p.workers.Wait()
@@ -242,7 +243,7 @@ func (p *pgPlatform) close() {
 	p.db.Close()
 }
 
-func (p *pgPlatform) applySeed(ctx context.Context, s *store.SeedFile, now time.Time) error {
+func (p *Store) applySeed(ctx context.Context, s *store.SeedFile, now time.Time) error {
 	byNode, err := store.CheckSeed(s)
 	if err != nil {
 		return err
@@ -320,7 +321,7 @@ var seedOneByOne = false
 // whose row exists (a report created it; a replica
 // seeding at the same time inserted it) is not returned, and is left to
 // the caller, to be taken that way.
-func (p *pgPlatform) seedNew(ctx context.Context, tx pgx.Tx, chunk []routing.Node, known map[string]bool, byNode map[string][]routing.Route, now time.Time) (map[string]bool, error) {
+func (p *Store) seedNew(ctx context.Context, tx pgx.Tx, chunk []routing.Node, known map[string]bool, byNode map[string][]routing.Route, now time.Time) (map[string]bool, error) {
 	if seedOneByOne {
 		return nil, nil
 	}
@@ -391,7 +392,7 @@ var errConflict = errors.New("concurrent change")
 //
 // The clock is read once the node is locked, and fn and the write-back
 // are given that time.
-func (p *pgPlatform) withNode(ctx context.Context, id string, create bool, fn func(tx pgx.Tx, n *pgNode, now time.Time) error) error {
+func (p *Store) withNode(ctx context.Context, id string, create bool, fn func(tx pgx.Tx, n *pgNode, now time.Time) error) error {
 	return p.inTx(ctx, func(tx pgx.Tx) error {
 		n, err := p.lockNode(ctx, tx, id, create)
 		if err != nil {
@@ -407,7 +408,7 @@ func (p *pgPlatform) withNode(ctx context.Context, id string, create bool, fn fu
 
 // inTx runs fn in a transaction, again (up to txAttempts times) when it conflicts
 // with another, and maps the database's errors to the platform's.
-func (p *pgPlatform) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+func (p *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return runTx(func(int) error { return pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{}, fn) })
 }
 
@@ -433,7 +434,7 @@ func runTx(once func(attempt int) error) error {
 // and notice count) all read one snapshot, so a view never shows a node
 // from before a commit with its routes from after it. A read-only
 // transaction at that level never fails to serialize.
-func (p *pgPlatform) inReadTx(ctx context.Context, fn func(pgx.Tx) error) error {
+func (p *Store) inReadTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	err := pgx.BeginTxFunc(ctx, p.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 	return classify(err)
 }
@@ -487,7 +488,7 @@ func classify(err error) error {
 // never what a SELECT saw: two first readings at once both see no row,
 // and only one inserts it; the other waits for that one's commit and
 // then loads the row it committed.
-func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create bool) (*pgNode, error) {
+func (p *Store) lockNode(ctx context.Context, tx pgx.Tx, id string, create bool) (*pgNode, error) {
 	state, err := lockRow(ctx, tx, id)
 	created := false
 	if errors.Is(err, pgx.ErrNoRows) && create {
@@ -522,7 +523,7 @@ func (p *pgPlatform) lockNode(ctx context.Context, tx pgx.Tx, id string, create 
 
 // freshNode is node id as new to the database, and the state its row
 // is inserted with.
-func (p *pgPlatform) freshNode(id string) (*store.Node, []byte, error) {
+func (p *Store) freshNode(id string) (*store.Node, []byte, error) {
 	n, err := p.NewNode(id)
 	if err != nil {
 		return nil, nil, err
@@ -559,7 +560,7 @@ func (n *pgNode) addRoute(body []byte, relied *time.Time) error {
 }
 
 // loadNode decodes a node's state and loads its live routes, for reads.
-func (p *pgPlatform) loadNode(ctx context.Context, tx pgx.Tx, id string, state []byte) (*pgNode, error) {
+func (p *Store) loadNode(ctx context.Context, tx pgx.Tx, id string, state []byte) (*pgNode, error) {
 	nd, err := p.DecodeNode(state)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: stored state: %w: %w", id, store.ErrUnsaved, err)
@@ -610,7 +611,7 @@ func loadRoutes(ctx context.Context, tx pgx.Tx, id string, n *pgNode) error {
 // goes up by one), new and changed routes, closures with the routes the
 // moves rely on, and the event; now is the time the transaction decided
 // at.
-func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
+func (p *Store) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
 	if err := p.saveRoutes(ctx, tx, n, now); err != nil {
 		return err
 	}
@@ -630,7 +631,7 @@ func (p *pgPlatform) saveNode(ctx context.Context, tx pgx.Tx, n *pgNode, now tim
 // closed as unused was not made another move's alternative meanwhile. The
 // writes go in the same pipeline, after the lock: if a check fails, the
 // transaction (errConflict) is rolled back, writes and all.
-func (p *pgPlatform) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
+func (p *Store) saveRoutes(ctx context.Context, tx pgx.Tx, n *pgNode, now time.Time) error {
 	id := n.Info.ID
 	var b pgx.Batch
 	var lockIDs []string
@@ -748,7 +749,7 @@ type routeWrite struct {
 // checkRoutes reads the results of saveRoutes' pipeline, in its order,
 // and checks them; lockIDs are the routes it locked (none: no closure),
 // writes the live routes it inserted (new) or updated.
-func (p *pgPlatform) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []string, writes []routeWrite, now time.Time) error {
+func (p *Store) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []string, writes []routeWrite, now time.Time) error {
 	id := n.Info.ID
 	if len(lockIDs) > 0 {
 		type lockedRoute struct {
@@ -822,7 +823,7 @@ func (p *pgPlatform) checkRoutes(br pgx.BatchResults, n *pgNode, lockIDs []strin
 
 // addEvents appends the events of nodes (those that have one) to their
 // event lists, in one statement.
-func (p *pgPlatform) addEvents(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+func (p *Store) addEvents(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
 	sql, args, err := eventsInsert(nodes)
 	if err != nil || sql == "" {
 		return err
@@ -873,7 +874,7 @@ func eventsSQL(from int) string {
 
 // updateRows writes nodes' rows (their versions go up by one), each
 // locked by this transaction, in one statement.
-func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode, now time.Time) error {
+func (p *Store) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode, now time.Time) error {
 	if len(nodes) == 0 {
 		return nil
 	}
@@ -895,7 +896,7 @@ func (p *pgPlatform) updateRows(ctx context.Context, tx pgx.Tx, nodes []*pgNode,
 // them: the statement itself fails, so that a transaction whose COMMIT
 // was sent with it (takeBatchOnce) never commits a batch with a node
 // unwritten.
-func (p *pgPlatform) rowsUpdate(nodes []*pgNode, events bool, now time.Time) (string, []any, error) {
+func (p *Store) rowsUpdate(nodes []*pgNode, events bool, now time.Time) (string, []any, error) {
 	ids, roles, countries := make([]string, len(nodes)), make([]*string, len(nodes)), make([]string, len(nodes))
 	states, readings, overloaded := make([]string, len(nodes)), make([]int64, len(nodes)), make([]bool, len(nodes))
 	next := make([]*time.Time, len(nodes)) // NULL: nothing to plan until a change to the node
@@ -996,7 +997,7 @@ const noticeLock = 0x6e6f6b69746e6f74 // "nokitnot"
 // (at most one a node), unnumbered (numberNotices numbers them once
 // committed), with their outbox rows: the statements of noticeRounds, in
 // order, in one pipeline (queueNotices).
-func (p *pgPlatform) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
+func (p *Store) sendNotices(ctx context.Context, tx pgx.Tx, nodes []*pgNode) error {
 	rounds, err := p.noticeRounds(nodes, p.Now())
 	if err != nil {
 		return err
@@ -1029,7 +1030,7 @@ func queueNotices(b *pgx.Batch, rounds []noticeRound) {
 
 // readNotices reads, from br, the results of what queueNotices queued,
 // and settles each round.
-func (p *pgPlatform) readNotices(br pgx.BatchResults, rounds []noticeRound) error {
+func (p *Store) readNotices(br pgx.BatchResults, rounds []noticeRound) error {
 	if len(rounds) == 0 {
 		return nil
 	}
@@ -1087,7 +1088,7 @@ type noticeRound struct {
 // into the table within NoticeEvery of the node's last one (the node's
 // row lock, held, orders that node's notices). A notice refused so is
 // taken out of its node by settleNotices.
-func (p *pgPlatform) noticeRounds(nodes []*pgNode, now time.Time) ([]noticeRound, error) {
+func (p *Store) noticeRounds(nodes []*pgNode, now time.Time) ([]noticeRound, error) {
 	var rounds []noticeRound
 	var ends []store.Delivery
 	var pending []*pgNode
@@ -1181,7 +1182,7 @@ func scanInserted(rows pgx.Rows, err error) (map[string]bool, error) {
 
 // settleNotices takes the notices of r that did not go in, inserted
 // naming those that did, out of their nodes.
-func (p *pgPlatform) settleNotices(r noticeRound, inserted map[string]bool) {
+func (p *Store) settleNotices(r noticeRound, inserted map[string]bool) {
 	for _, n := range r.nodes {
 		if !inserted[n.Info.ID] {
 			p.Log.Warn("notice not sent: the node had one within the hour", "node", n.Info.ID, "at", n.Notice.At)
@@ -1209,7 +1210,7 @@ func (p *pgPlatform) settleNotices(r noticeRound, inserted map[string]bool) {
 // reads, so it lists every notice committed before it, and each plan
 // round numbers too, so the numbers keep up without readers. A report
 // pays nothing for it.
-func (p *pgPlatform) numberNotices(ctx context.Context) error {
+func (p *Store) numberNotices(ctx context.Context) error {
 	var waiting bool
 	if err := p.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM notices WHERE num IS NULL)`).Scan(&waiting); err != nil {
 		return classify(err)
@@ -1255,7 +1256,7 @@ type pgAlternatives struct {
 }
 
 var (
-	_ store.Store          = (*pgPlatform)(nil)
+	_ store.Store          = (*Store)(nil)
 	_ routing.Alternatives = (*pgAlternatives)(nil)
 )
 
@@ -1294,7 +1295,7 @@ func (a *pgAlternatives) ReliedOn(r routing.Route) time.Time {
 }
 
 // logClosures logs the closures of nodes, committed.
-func (p *pgPlatform) logClosures(nodes ...*pgNode) {
+func (p *Store) logClosures(nodes ...*pgNode) {
 	for _, n := range nodes {
 		if n == nil {
 			continue
@@ -1306,10 +1307,10 @@ func (p *pgPlatform) logClosures(nodes ...*pgNode) {
 }
 
 // Report takes a reading of node id (NodeStore.Report). With batches
-// (pgOptions.Batch over 1) it waits for a batch worker to take it with
+// (Options.Batch over 1) it waits for a batch worker to take it with
 // the others arriving (pgbatch.go); else it is taken alone, decided on
 // this replica's copy of the node when the copy can (pgcache.go).
-func (p *pgPlatform) Report(ctx context.Context, id string, take store.TakeFunc, plan store.PlanFunc) (*overload.Notice, error) {
+func (p *Store) Report(ctx context.Context, id string, take store.TakeFunc, plan store.PlanFunc) (*overload.Notice, error) {
 	if p.jobs == nil {
 		j := &reportJob{id: id, take: take, plan: plan}
 		if len(p.reportQuick(ctx, []*reportJob{j})) > 0 {
@@ -1334,7 +1335,7 @@ func (p *pgPlatform) Report(ctx context.Context, id string, take store.TakeFunc,
 }
 
 // reportAlone takes one report in a transaction of its own.
-func (p *pgPlatform) reportAlone(ctx context.Context, j *reportJob) {
+func (p *Store) reportAlone(ctx context.Context, j *reportJob) {
 	t, err := p.takeBatch(ctx, nil, []*reportJob{j})
 	if err != nil {
 		j.notice, j.err = nil, err
@@ -1350,7 +1351,7 @@ func (p *pgPlatform) reportAlone(ctx context.Context, j *reportJob) {
 // transaction is written, and returns the node. A reading refused
 // (duplicate, older, invalid) writes nothing and is j's error, with no
 // node.
-func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, j *reportJob) (*pgNode, error) {
+func (p *Store) reportIn(ctx context.Context, tx pgx.Tx, j *reportJob) (*pgNode, error) {
 	n, err := p.lockNode(ctx, tx, j.id, true)
 	if err != nil {
 		return nil, err
@@ -1378,7 +1379,7 @@ func (p *pgPlatform) reportIn(ctx context.Context, tx pgx.Tx, j *reportJob) (*pg
 
 // Update runs fn on node id in a transaction holding its row lock, and
 // writes back what fn changed (withNode).
-func (p *pgPlatform) Update(ctx context.Context, id string, fn func(n *store.Node, now time.Time, tx store.NodeTx) error) error {
+func (p *Store) Update(ctx context.Context, id string, fn func(n *store.Node, now time.Time, tx store.NodeTx) error) error {
 	return p.withNode(ctx, id, false, func(tx pgx.Tx, n *pgNode, now time.Time) error {
 		return fn(n.Node, now, newPGTx(ctx, tx, nil))
 	})
@@ -1428,7 +1429,7 @@ func (t *pgTx) RouteTaken(id string) (bool, error) {
 
 // Read runs fn on node id as one read-only snapshot shows it: with
 // history, with its latest closures and its notice count.
-func (p *pgPlatform) Read(ctx context.Context, id string, history bool, fn func(n *store.Node, now time.Time) error) error {
+func (p *Store) Read(ctx context.Context, id string, history bool, fn func(n *store.Node, now time.Time) error) error {
 	return p.inReadTx(ctx, func(tx pgx.Tx) error {
 		n, err := p.selectNode(ctx, tx, id)
 		if err != nil {
@@ -1474,7 +1475,7 @@ func loadHistory(ctx context.Context, tx pgx.Tx, n *store.Node) error {
 }
 
 // NodeIDs is every node's id, sorted.
-func (p *pgPlatform) NodeIDs(ctx context.Context) ([]string, error) {
+func (p *Store) NodeIDs(ctx context.Context) ([]string, error) {
 	rows, err := p.db.Query(ctx, `SELECT id FROM nodes ORDER BY id`)
 	if err != nil {
 		return nil, classify(err)
@@ -1484,7 +1485,7 @@ func (p *pgPlatform) NodeIDs(ctx context.Context) ([]string, error) {
 }
 
 // RouteNode is the node holding live route id.
-func (p *pgPlatform) RouteNode(ctx context.Context, id string) (string, error) {
+func (p *Store) RouteNode(ctx context.Context, id string) (string, error) {
 	var node string
 	err := p.db.QueryRow(ctx, `SELECT node FROM routes WHERE id = $1 AND closed_at IS NULL`, id).Scan(&node)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -1495,7 +1496,7 @@ func (p *pgPlatform) RouteNode(ctx context.Context, id string) (string, error) {
 
 // selectNode loads node id in tx without locking it; an unknown id is an
 // error wrapping ErrUnknownNode.
-func (p *pgPlatform) selectNode(ctx context.Context, tx pgx.Tx, id string) (*pgNode, error) {
+func (p *Store) selectNode(ctx context.Context, tx pgx.Tx, id string) (*pgNode, error) {
 	var state []byte
 	err := tx.QueryRow(ctx, `SELECT state FROM nodes WHERE id = $1`, id).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -1512,7 +1513,7 @@ func (p *pgPlatform) selectNode(ctx context.Context, tx pgx.Tx, id string) (*pgN
 // notice count as one read-only snapshot shows them (NodeStore.EachNode);
 // a node whose stored state cannot be read is given with its error. A
 // page reads only its own nodes' routes and notices.
-func (p *pgPlatform) EachNode(ctx context.Context, after string, limit int, fn func(id string, n *store.Node, now time.Time, err error)) (string, error) {
+func (p *Store) EachNode(ctx context.Context, after string, limit int, fn func(id string, n *store.Node, now time.Time, err error)) (string, error) {
 	type row struct {
 		id    string
 		state []byte
@@ -1624,7 +1625,7 @@ func noticeCounts(ctx context.Context, tx pgx.Tx, ids []string) (map[string]int,
 }
 
 // Events pages through every event of node id, oldest first.
-func (p *pgPlatform) Events(ctx context.Context, id string, after int64, limit int) (store.EventPage, error) {
+func (p *Store) Events(ctx context.Context, id string, after int64, limit int) (store.EventPage, error) {
 	page := store.EventPage{Node: id, Events: []store.NumberedEvent{}}
 	err := p.inReadTx(ctx, func(tx pgx.Tx) error {
 		page.Events, page.Next = page.Events[:0], 0
@@ -1669,7 +1670,7 @@ func (p *pgPlatform) Events(ctx context.Context, id string, after int64, limit i
 // limit of them (0: all), and the last one's id (after, when there is
 // none). Ids grow with commits (numberNotices), so a client paging on
 // from the last id it saw misses none committed later.
-func (p *pgPlatform) Notices(ctx context.Context, after int64, limit int) ([]store.NumberedNotice, int64, error) {
+func (p *Store) Notices(ctx context.Context, after int64, limit int) ([]store.NumberedNotice, int64, error) {
 	out := []store.NumberedNotice{}
 	last := after
 	var lim *int // NULL: LIMIT ALL
@@ -1706,7 +1707,7 @@ func (p *pgPlatform) Notices(ctx context.Context, after int64, limit int) ([]sto
 // Plans returns each node's latest plan that closed something, by node,
 // of the nodes whose ids sort after after, at most limit of them (0: all),
 // and the last one's node id.
-func (p *pgPlatform) Plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
+func (p *Store) Plans(ctx context.Context, after string, limit int) ([]routing.Plan, string, error) {
 	out := []routing.Plan{}
 	last := ""
 	var lim *int // NULL: LIMIT ALL
@@ -1748,7 +1749,7 @@ func (p *pgPlatform) Plans(ctx context.Context, after string, limit int) ([]rout
 // goes on with the others; the round's error counts and names those
 // nodes. Only the round's own deadline, or a database that cannot be
 // reached, ends it early.
-func (p *pgPlatform) PlanDue(ctx context.Context, plan store.PlanFunc) error {
+func (p *Store) PlanDue(ctx context.Context, plan store.PlanFunc) error {
 	// Notices committed since the last numbering.
 	if err := p.numberNotices(ctx); err != nil {
 		p.Log.Warn("notices not numbered", "err", err)
@@ -1807,7 +1808,7 @@ func (p *pgPlatform) PlanDue(ctx context.Context, plan store.PlanFunc) error {
 }
 
 // OperatorReceivers is every operator's receiver (ReceiverStore).
-func (p *pgPlatform) OperatorReceivers(ctx context.Context) (map[string]store.OperatorReceiver, error) {
+func (p *Store) OperatorReceivers(ctx context.Context) (map[string]store.OperatorReceiver, error) {
 	rows, err := p.db.Query(ctx, `SELECT operator, body FROM operator_receivers`)
 	out := map[string]store.OperatorReceiver{}
 	var op string
@@ -1826,7 +1827,7 @@ func (p *pgPlatform) OperatorReceivers(ctx context.Context) (map[string]store.Op
 // UpdateReceiver runs fn on operator's receiver in a transaction holding
 // its row's lock (the row made first if there is none, kept only if fn
 // returns nil).
-func (p *pgPlatform) UpdateReceiver(ctx context.Context, operator string, fn func(r *store.OperatorReceiver, now time.Time) error) error {
+func (p *Store) UpdateReceiver(ctx context.Context, operator string, fn func(r *store.OperatorReceiver, now time.Time) error) error {
 	return p.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO operator_receivers (operator, body) VALUES ($1, '{}') ON CONFLICT (operator) DO NOTHING`, operator); err != nil {
 			return err

@@ -1,4 +1,4 @@
-package main
+package pgstore
 
 import (
 	"errors"
@@ -24,20 +24,20 @@ var dsnSecretEnv = []string{"PGPASSWORD", "PGSSLPASSWORD", "PGSSLKEY"}
 
 const masked = "xxxxx"
 
-// isURL reports whether a -db value is in URL form (scheme://…) rather
+// IsURL reports whether a -db value is in URL form (scheme://…) rather
 // than key=value form: a "://" before any "=".
-func isURL(dsn string) bool {
+func IsURL(dsn string) bool {
 	i := strings.Index(dsn, "://")
 	return i > 0 && !strings.Contains(dsn[:i], "=")
 }
 
-// redactDSN is a -db value with every secret in it masked, for logs and
+// RedactDSN is a -db value with every secret in it masked, for logs and
 // errors: in a URL the password of its user information and the values of
 // the password, sslpassword and sslkey parameters; in key=value form the
 // values of those keys. What cannot be parsed far enough to tell where a
 // secret ends is left out.
-func redactDSN(dsn string) string {
-	if isURL(dsn) {
+func RedactDSN(dsn string) string {
+	if IsURL(dsn) {
 		return redactDSNURL(dsn)
 	}
 	return redactKeywords(dsn)
@@ -160,7 +160,7 @@ func dsnSecrets(dsn string) []string {
 	for _, name := range dsnSecretEnv {
 		add(os.Getenv(name))
 	}
-	if isURL(dsn) {
+	if IsURL(dsn) {
 		_, rest, _ := strings.Cut(dsn, "://")
 		// The user information: up to the last "@" before the path, or
 		// the last "@" at all when that finds none.
@@ -265,5 +265,5 @@ func dbError(dsn string, err error) error {
 			text += ": " + inner
 		}
 	}
-	return fmt.Errorf("-db %s: %s", redactDSN(dsn), scrubber(dsnSecrets(dsn)).scrub(text))
+	return fmt.Errorf("-db %s: %s", RedactDSN(dsn), scrubber(dsnSecrets(dsn)).scrub(text))
 }

@@ -1,4 +1,4 @@
-package main
+package pgstore
 
 import (
 	"cmp"
@@ -29,7 +29,7 @@ var _ store.OutboxStore = (*pgOutbox)(nil)
 
 // noticeDeliveryOf is the outbox row of n's notice; false without a
 // notifier.
-func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (store.Delivery, bool, error) {
+func (p *Store) noticeDeliveryOf(n *pgNode, now time.Time) (store.Delivery, bool, error) {
 	if p.Dispatch == nil || n.Notice == nil {
 		return store.Delivery{}, false, nil
 	}
@@ -39,7 +39,7 @@ func (p *pgPlatform) noticeDeliveryOf(n *pgNode, now time.Time) (store.Delivery,
 
 // endDeliveryOf is the outbox row of the end of n's overload, when the
 // notifier is asked to send ends; false otherwise.
-func (p *pgPlatform) endDeliveryOf(n *pgNode, now time.Time) (store.Delivery, bool, error) {
+func (p *Store) endDeliveryOf(n *pgNode, now time.Time) (store.Delivery, bool, error) {
 	e := n.Event
 	if p.Dispatch == nil || e == nil || e.Kind != overload.End {
 		return store.Delivery{}, false, nil

@@ -1,4 +1,4 @@
-package main
+package pgstore
 
 import (
 	"context"
@@ -33,7 +33,7 @@ import (
 func TestPGTwoReplicasOneTracker(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	a, b := newPGTestPlatform(t, url, c, platformtest.Seed()), newPGTestPlatform(t, url, c, platformtest.Seed())
+	a, b := servePG(t, url, c, platformtest.Seed()), servePG(t, url, c, platformtest.Seed())
 	ref := overload.NewTracker("x1", overload.Limits{})
 	var wantEvents []overload.Event
 	wantNotices := 0
@@ -92,11 +92,11 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 func TestPGEventsKeepEveryOne(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t), Limits: overload.Limits{MaxEvents: 2}}, pgOptions{PlanEvery: 30 * time.Second}, platformtest.Seed())
+	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t), Limits: overload.Limits{MaxEvents: 2}}, Options{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	tp := apitest.Serve(t, c, p)
 	for i := range 70 {
 		if code := tp.Read("x1", platformtest.MemoryPattern(i)); code != 200 {
@@ -166,7 +166,7 @@ func TestUnsavableNode(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
-		tp := newPGTestPlatform(t, url, &platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
+		tp := servePG(t, url, &platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
 		platformtest.PGExec(t, url, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN RAISE EXCEPTION 'node % refused by the test', NEW.id; END $$;
 			CREATE TRIGGER refuse_x2 BEFORE UPDATE ON nodes FOR EACH ROW WHEN (NEW.id = 'x2') EXECUTE FUNCTION refuse()`)
@@ -181,7 +181,7 @@ func TestPGRestart(t *testing.T) {
 	cl := pgtest.Need(t, cluster)
 	url := cl.NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	tp := newPGTestPlatform(t, url, c, platformtest.Seed())
+	tp := servePG(t, url, c, platformtest.Seed())
 	statuses := map[int]int{}
 	sent := 0
 	restarted := make(chan error, 1)
@@ -275,7 +275,7 @@ func TestPGMigrateFromVersion1(t *testing.T) {
 INSERT INTO schema_version (version) VALUES (1);
 INSERT INTO nodes (id, state) VALUES ('old', '{}');
 INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"node":"old","at":"2026-11-30T12:00:00Z","text":"kept"}');`)
-	tp := newPGTestPlatform(t, url, &platformtest.Clock{T: platformtest.T0}, nil)
+	tp := servePG(t, url, &platformtest.Clock{T: platformtest.T0}, nil)
 	var v int
 	ctx := t.Context()
 	conn, err := pgx.Connect(ctx, url)
@@ -300,13 +300,13 @@ INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"n
 func TestPGFrozenReplica(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	frozen, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)},
-		pgOptions{PlanEvery: 30 * time.Second, IdleInTx: 2 * time.Second}, platformtest.Seed())
+	frozen, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)},
+		Options{PlanEvery: 30 * time.Second, IdleInTx: 2 * time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(frozen.close)
-	other := newPGTestPlatform(t, url, c, nil)
+	t.Cleanup(frozen.Close)
+	other := servePG(t, url, c, nil)
 	locked, thaw, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		done <- frozen.withNode(t.Context(), "x1", false, func(pgx.Tx, *pgNode, time.Time) error {
@@ -335,7 +335,7 @@ func TestPGPlanRoundsShareNodes(t *testing.T) {
 	for i := range 60 {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100, Paused: true})
 	}
-	reps := openPGReplicas(t, url, c, pgOptions{PlanEvery: 30 * time.Second}, seed)
+	reps := openPGReplicas(t, url, c, Options{PlanEvery: 30 * time.Second}, seed)
 	versions := func() map[string]int64 {
 		t.Helper()
 		out := map[string]int64{}
@@ -383,11 +383,11 @@ func TestPGPlanRoundsShareNodes(t *testing.T) {
 func TestPGPlanRoundGoesOn(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, pgOptions{PlanEvery: 30 * time.Second}, platformtest.Seed())
+	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, Options{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	platformtest.PGExec(t, url, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'node % refused by the test', NEW.id USING ERRCODE = '40001'; END $$;
 		CREATE TRIGGER refuse_x1 BEFORE UPDATE ON nodes FOR EACH ROW WHEN (NEW.id = 'x1' AND NEW.version <> OLD.version) EXECUTE FUNCTION refuse();
@@ -429,12 +429,12 @@ func TestPGPlanRoundGoesOn(t *testing.T) {
 func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)},
-		pgOptions{PlanEvery: 30 * time.Second, BatchTimeout: time.Second}, platformtest.Seed())
+	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)},
+		Options{PlanEvery: 30 * time.Second, BatchTimeout: time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	// Another session holds x2's row lock for 1.5 s: past the batch's
 	// deadline, within a report's own taken again after it.
 	ctx := t.Context()
@@ -486,11 +486,11 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, pgOptions{PlanEvery: 30 * time.Second}, platformtest.Seed())
+	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, Options{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	ctx := t.Context()
 	// sendIn sends a notice of node id in tx and returns.
 	sendIn := func(tx pgx.Tx, id string) {
@@ -537,11 +537,11 @@ func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 func TestPGRouteWritesAreConditional(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, pgOptions{PlanEvery: 30 * time.Second}, platformtest.Seed())
+	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, Options{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	for _, tc := range []struct {
 		name, route, behind string
 		change              func(n *pgNode)
@@ -600,7 +600,7 @@ func TestPGRouteWritesAreConditional(t *testing.T) {
 func TestPGQuickReportsStaleCopy(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	reps := openPGReplicas(t, url, c, pgOptions{PlanEvery: 30 * time.Second, Cache: 100}, platformtest.Seed())
+	reps := openPGReplicas(t, url, c, Options{PlanEvery: 30 * time.Second, Cache: 100}, platformtest.Seed())
 	const order = "aaabbabbbaab"
 	for i, who := range order {
 		p, other := reps[who-'a'], reps[1-(who-'a')]
@@ -639,7 +639,7 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 	for i := range nodes {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("n%02d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
 	}
-	reps := openPGReplicas(t, url, c, pgOptions{PlanEvery: 30 * time.Second}, seed)
+	reps := openPGReplicas(t, url, c, Options{PlanEvery: 30 * time.Second}, seed)
 	ctx := t.Context()
 	var wg sync.WaitGroup
 	for i := range nodes {
@@ -667,7 +667,7 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 	go func() { wg.Wait(); close(done) }()
 	seen := map[string]int64{}
 	after := int64(0)
-	page := func(p *pgPlatform) {
+	page := func(p *Store) {
 		ns, last, err := p.Notices(ctx, after, 3)
 		if err != nil {
 			t.Fatal(err)
@@ -708,15 +708,15 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 
 // openPGReplicas opens two replicas with opt on the database at url, both
 // on clock c and seeded with seed, closed when the test ends.
-func openPGReplicas(t *testing.T, url string, c *platformtest.Clock, opt pgOptions, seed *store.SeedFile) []*pgPlatform {
+func openPGReplicas(t *testing.T, url string, c *platformtest.Clock, opt Options, seed *store.SeedFile) []*Store {
 	t.Helper()
-	var reps []*pgPlatform
+	var reps []*Store
 	for range 2 {
-		p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, seed)
+		p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, seed)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(p.close)
+		t.Cleanup(p.Close)
 		reps = append(reps, p)
 	}
 	return reps
@@ -781,16 +781,16 @@ func quietReading(id string) overload.Reading {
 // session lock x2's row, sends a report of each of ids (x2's among them) and
 // waits until their batch waits on the lock. It returns the replica,
 // the lock's release and the reports' errors as they are answered.
-func batchHeldOnLock(t *testing.T, opt pgOptions, ids ...string) (*pgPlatform, func(), chan error) {
+func batchHeldOnLock(t *testing.T, opt Options, ids ...string) (*Store, func(), chan error) {
 	t.Helper()
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
 	opt.PlanEvery, opt.BatchTimeout = 30*time.Second, 20*time.Second
-	p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, platformtest.Seed())
+	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	release := holdRow(t, url, "x2")
 	held := make(chan error, len(ids))
 	for _, id := range ids {
@@ -805,7 +805,7 @@ func batchHeldOnLock(t *testing.T, opt pgOptions, ids ...string) (*pgPlatform, f
 
 // reportBeside reports a quiet reading of node id to p, which must be
 // answered within 5 s: beside a batch held on a lock.
-func reportBeside(t *testing.T, p *pgPlatform, id string) {
+func reportBeside(t *testing.T, p *Store, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -818,7 +818,7 @@ func reportBeside(t *testing.T, p *pgPlatform, id string) {
 // spill time, the reports arriving wait for it, to go together in the
 // next batch: a batch held on a row lock holds them up until it commits.
 func TestPGBatchesOneAtATime(t *testing.T) {
-	p, release, held := batchHeldOnLock(t, pgOptions{Batch: 64, Workers: 4, Spill: time.Hour}, "x2")
+	p, release, held := batchHeldOnLock(t, Options{Batch: 64, Workers: 4, Spill: time.Hour}, "x2")
 	others := make(chan error, 2)
 	for _, id := range []string{"x1", "f1"} {
 		go func() {
@@ -843,7 +843,7 @@ func TestPGBatchesOneAtATime(t *testing.T) {
 // holds) past the spill time holds up the reports arriving after it no
 // longer: they go in a batch beside it and are answered while it waits.
 func TestPGBatchSpills(t *testing.T) {
-	p, release, held := batchHeldOnLock(t, pgOptions{Batch: 64, Spill: 50 * time.Millisecond}, "x2")
+	p, release, held := batchHeldOnLock(t, Options{Batch: 64, Spill: 50 * time.Millisecond}, "x2")
 	reportBeside(t, p, "x1")
 	select {
 	case err := <-held:
@@ -861,7 +861,7 @@ func TestPGBatchSpills(t *testing.T) {
 // second than one batch at a time could.
 func TestPGFullBatchPassesTurn(t *testing.T) {
 	// Linger: x2's and x1's reports go in one batch, full at two.
-	p, release, held := batchHeldOnLock(t, pgOptions{Batch: 2, Linger: 2 * time.Second, Spill: time.Hour}, "x2", "x1")
+	p, release, held := batchHeldOnLock(t, Options{Batch: 2, Linger: 2 * time.Second, Spill: time.Hour}, "x2", "x1")
 	reportBeside(t, p, "f1")
 	release()
 	for range 2 {
@@ -886,16 +886,16 @@ func TestPGSlowReportsStartFromCopy(t *testing.T) {
 	withCopies, without := cl.NewDatabase(t), cl.NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
 	// The three reports of a step in one batch.
-	opt := pgOptions{PlanEvery: 30 * time.Second, Batch: 3, Linger: 5 * time.Second}
+	opt := Options{PlanEvery: 30 * time.Second, Batch: 3, Linger: 5 * time.Second}
 	optCopies := opt
 	optCopies.Cache = 100
 	reps := openPGReplicas(t, withCopies, c, optCopies, platformtest.Seed())
-	ref, err := openPG(t.Context(), without, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, platformtest.Seed())
+	ref, err := Open(t.Context(), without, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, platformtest.Seed())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ref.close)
-	send := func(p *pgPlatform, i int) {
+	t.Cleanup(ref.Close)
+	send := func(p *Store, i int) {
 		t.Helper()
 		var wg sync.WaitGroup
 		for _, r := range []overload.Reading{
@@ -911,7 +911,7 @@ func TestPGSlowReportsStartFromCopy(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	dump := func(p *pgPlatform) string { return dumpDB(t, p) }
+	dump := func(p *Store) string { return dumpDB(t, p) }
 	const order = "aaabaaaaaabbaaaaaaabaaaa"
 	for i, who := range order {
 		send(reps[who-'a'], i)
@@ -1002,7 +1002,7 @@ func TestPGNoticeInsertPlanKeepsIndex(t *testing.T) {
 
 // dumpDB is what p's database holds, as text, but for the time of
 // writing.
-func dumpDB(t *testing.T, p *pgPlatform) string {
+func dumpDB(t *testing.T, p *Store) string {
 	t.Helper()
 	var b strings.Builder
 	for _, q := range []string{
@@ -1046,20 +1046,20 @@ func TestPGSeedWritesAsOneByOne(t *testing.T) {
 		}
 	}
 	c := &platformtest.Clock{T: platformtest.T0}
-	dbs := map[bool]*pgPlatform{}
+	dbs := map[bool]*Store{}
 	for _, oneByOne := range []bool{true, false} {
 		url := cl.NewDatabase(t)
 		// A node that reported before the route table listed it.
-		p, err := openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, pgOptions{PlanEvery: 30 * time.Second}, nil)
+		p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, Options{PlanEvery: 30 * time.Second}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := fleet.New(p, nil).Report(t.Context(), overload.Reading{Version: 2, Node: "n0700", Run: platformtest.RunID, Seq: 1, At: c.Now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144}); err != nil {
 			t.Fatal(err)
 		}
-		p.close()
+		p.Close()
 		seedOneByOne = oneByOne
-		reps := openPGReplicasAtOnce(t, url, c, pgOptions{PlanEvery: 30 * time.Second}, seed)
+		reps := openPGReplicasAtOnce(t, url, c, Options{PlanEvery: 30 * time.Second}, seed)
 		seedOneByOne = false
 		dbs[oneByOne] = reps[0]
 	}
@@ -1080,14 +1080,14 @@ func TestPGSeedWritesAsOneByOne(t *testing.T) {
 
 // openPGReplicasAtOnce opens two replicas on url at the same time, each
 // seeding with seed.
-func openPGReplicasAtOnce(t *testing.T, url string, c *platformtest.Clock, opt pgOptions, seed *store.SeedFile) []*pgPlatform {
+func openPGReplicasAtOnce(t *testing.T, url string, c *platformtest.Clock, opt Options, seed *store.SeedFile) []*Store {
 	t.Helper()
-	reps := make([]*pgPlatform, 2)
+	reps := make([]*Store, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range reps {
 		wg.Go(func() {
-			reps[i], errs[i] = openPG(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, seed)
+			reps[i], errs[i] = Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, seed)
 		})
 	}
 	wg.Wait()
@@ -1095,7 +1095,7 @@ func openPGReplicasAtOnce(t *testing.T, url string, c *platformtest.Clock, opt p
 		if errs[i] != nil {
 			t.Fatal(errs[i])
 		}
-		t.Cleanup(p.close)
+		t.Cleanup(p.Close)
 	}
 	return reps
 }
@@ -1123,13 +1123,35 @@ func BenchmarkPGSeed(b *testing.B) {
 				b.StopTimer()
 				url := cl.NewDatabase(b)
 				b.StartTimer()
-				p, err := openPG(b.Context(), url, store.Config{Now: c.Now, Logger: slog.New(slog.DiscardHandler)}, pgOptions{}, seed)
+				p, err := Open(b.Context(), url, store.Config{Now: c.Now, Logger: slog.New(slog.DiscardHandler)}, Options{}, seed)
 				if err != nil {
 					b.Fatal(err)
 				}
-				p.close()
+				p.Close()
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(len(seed.Nodes)), "µs/node")
 		})
 	}
+}
+
+// cluster is the throwaway PostgreSQL cluster of this package's tests; nil
+// without PostgreSQL (the tests needing it skip).
+var cluster *pgtest.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(pgtest.Main(m, &cluster))
+}
+
+// servePG starts a platform on the database at url, served by an
+// httptest server; called twice on one url, two replicas. (Package
+// main's tests have their own: a test-helper package cannot import this
+// one while its tests import the helpers.)
+func servePG(t *testing.T, url string, c *platformtest.Clock, seed *store.SeedFile) *apitest.Platform {
+	t.Helper()
+	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, Options{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return apitest.Serve(t, c, p)
 }
