@@ -1,4 +1,4 @@
-package main
+package storetest
 
 import (
 	"errors"
@@ -7,34 +7,58 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/overload"
 )
 
-// The NodeStore contract the use cases rely on, run against every store
-// (as riverdrivertest exercises every River driver): update, read and
-// the look-ups (TestNodeStoreConformance), report, PlanDue and the pages.
-// The PostgreSQL store runs with its batches and its cache of quiet
-// nodes, so those are held to the same contract.
-func TestNodeStoreConformance(t *testing.T)      { eachStore(t, testNodeStoreConformance) }
-func TestStoreReportConformance(t *testing.T)    { eachStore(t, testStoreReport) }
-func TestStorePlanDueConformance(t *testing.T)   { eachStore(t, testStorePlanDue) }
-func TestStorePagesConformance(t *testing.T)     { eachStore(t, testStorePages) }
-func TestStoreReceiversConformance(t *testing.T) { eachStore(t, testStoreReceivers) }
+// Store is a store under test, as its own tests give it to Run.
+type Store struct {
+	// Open returns the opener of a store of its own for test t (a new
+	// directory, a new database).
+	Open func(t *testing.T) Opener
+	// Replicas says that two instances may serve one store at once
+	// (PostgreSQL). Without it, a second instance is a restart: the
+	// first is no longer used once it is opened (the file store is one
+	// process).
+	Replicas bool
+}
 
-// testNodeStoreConformance: an unknown node is ErrUnknownNode; what
+// Opener opens an instance of the store on clock c, seeded with the
+// route table seed; called again in one test, another instance on the
+// same data.
+type Opener func(c *platformtest.Clock, seed *store.SeedFile) store.Store
+
+// Run runs the contract against st, one subtest a part: update, read
+// and the look-ups (NodeStore), report (Report), the plan round
+// (PlanDue), the pages (Pages) and the operators' receivers
+// (Receivers).
+func Run(t *testing.T, st Store) {
+	for _, part := range []struct {
+		name string
+		test func(t *testing.T, open Opener, replicas bool)
+	}{
+		{"NodeStore", testNodeStore},
+		{"Report", testReport},
+		{"PlanDue", testPlanDue},
+		{"Pages", testPages},
+		{"Receivers", testReceivers},
+	} {
+		t.Run(part.name, func(t *testing.T) { part.test(t, st.Open(t), st.Replicas) })
+	}
+}
+
+// testNodeStore: an unknown node is ErrUnknownNode; what
 // update's function changed is kept when it returns nil, across a
 // restart (or on another replica), and nothing of it when it returns an
 // error; updates of one node from many goroutines (and, on PostgreSQL,
 // two replicas) never lose one another's change; read shows the node as
 // last kept; NodeIDs lists every node; RouteNode finds a live route's
 // node and ErrUnknown for none.
-func testNodeStoreConformance(t *testing.T, open opener) {
+func testNodeStore(t *testing.T, open Opener, replicas bool) {
 	c := &platformtest.Clock{T: platformtest.T0}
-	a := open(c, platformtest.Seed()).Svc
+	a := open(c, platformtest.Seed())
 	ctx := t.Context()
 	maxUsers := func(st store.Store) int {
 		t.Helper()
@@ -69,7 +93,7 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 
 	// Another instance on the same store (a restart, or a replica) reads
 	// what was kept, and updates from both never lose one another's.
-	b := open(c, platformtest.Seed()).Svc
+	b := open(c, platformtest.Seed())
 	if m := maxUsers(b); m != 7 {
 		t.Fatalf("another instance reads max_users %d, want 7", m)
 	}
@@ -77,7 +101,7 @@ func testNodeStoreConformance(t *testing.T, open opener) {
 	// (the file store is one process: a second instance on its directory
 	// is a restart, not a replica).
 	writers := []store.Store{a, b}
-	if _, ok := a.(*filestore.Store); ok {
+	if !replicas {
 		writers = []store.Store{a}
 	}
 	const each = 25
@@ -137,15 +161,15 @@ func readNode(t *testing.T, st store.Store, id string) *store.Node {
 	return out
 }
 
-// testStoreReport: report runs take, then plan, on the node it locks;
+// testReport: report runs take, then plan, on the node it locks;
 // keeps what they changed, on a node it creates for a first reading too;
 // keeps nothing of a reading take refuses, and no node created for it;
 // returns the notice take decided, which the notices page then lists
 // with the start in the node's event list; and reports of one node
 // from many goroutines (and two replicas on PostgreSQL) lose none.
-func testStoreReport(t *testing.T, open opener) {
+func testReport(t *testing.T, open Opener, replicas bool) {
 	c := &platformtest.Clock{T: platformtest.T0}
-	a := open(c, platformtest.Seed()).Svc
+	a := open(c, platformtest.Seed())
 	ctx := t.Context()
 	noPlan := func(*store.Node, time.Time, store.NodeTx) error { return nil }
 	refused := errors.New("refused")
@@ -172,7 +196,7 @@ func testStoreReport(t *testing.T, open opener) {
 	if !errors.Is(err, refused) {
 		t.Fatalf("a refused reading: %v", err)
 	}
-	b := open(c, platformtest.Seed()).Svc
+	b := open(c, platformtest.Seed())
 	for _, st := range []store.Store{a, b} {
 		if n := readNode(t, st, "n-new"); n.Readings != 1 {
 			t.Errorf("n-new's readings %d, want 1", n.Readings)
@@ -197,7 +221,7 @@ func testStoreReport(t *testing.T, open opener) {
 	if out.Notice == nil || out.Event == nil || out.Event.Kind != overload.Start {
 		t.Fatalf("the third hot reading: %+v, want a start and its notice", out)
 	}
-	b = open(c, platformtest.Seed()).Svc // the file store's b was opened before: a restart, now
+	b = open(c, platformtest.Seed()) // the file store's b was opened before: a restart, now
 	ns, _, err := b.Notices(ctx, 0, 0)
 	if err != nil || len(ns) != 1 || ns[0].Node != "x2" || ns[0].Text != out.Notice.Text {
 		t.Errorf("notices after x2's start: %+v, %v", ns, err)
@@ -210,7 +234,7 @@ func testStoreReport(t *testing.T, open opener) {
 
 	// Reports of one node at once lose none of one another's changes.
 	writers := []store.Store{a, b}
-	if _, ok := a.(*filestore.Store); ok {
+	if !replicas {
 		writers = []store.Store{a}
 	}
 	const each = 25
@@ -238,12 +262,12 @@ func testStoreReport(t *testing.T, open opener) {
 	}
 }
 
-// testStorePlanDue: PlanDue runs plan on a registered node whose plan is
+// testPlanDue: PlanDue runs plan on a registered node whose plan is
 // due (here, after a pause), and keeps what it closed, across a restart
 // or on a replica; a second round at the same time closes nothing more.
-func testStorePlanDue(t *testing.T, open opener) {
+func testPlanDue(t *testing.T, open Opener, replicas bool) {
 	c := &platformtest.Clock{T: platformtest.T0}
-	a := open(c, platformtest.Seed()).Svc
+	a := open(c, platformtest.Seed())
 	ctx := t.Context()
 	// A paused node's routes unused for two hours close.
 	if err := a.Update(ctx, "x1", func(n *store.Node, _ time.Time, _ store.NodeTx) error { n.Info.Paused = true; return nil }); err != nil {
@@ -264,7 +288,7 @@ func testStorePlanDue(t *testing.T, open opener) {
 	if !slices.Contains(seen, "x1") {
 		t.Errorf("a round after x1's pause planned %v, not x1", seen)
 	}
-	b := open(c, platformtest.Seed()).Svc
+	b := open(c, platformtest.Seed())
 	x1 := readNode(t, b, "x1")
 	for _, id := range []string{"r-idle3", "r-idle5"} {
 		if x1.Routes[id] != nil {
@@ -281,7 +305,7 @@ func testStorePlanDue(t *testing.T, open opener) {
 	if err := fleet.New(b, nil).PlanRound(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b = open(c, platformtest.Seed()).Svc
+	b = open(c, platformtest.Seed())
 	if again := len(readNode(t, b, "x1").Closed); again != closed {
 		t.Errorf("%d closures after a second round at the same time, want the first's %d", again, closed)
 	}
@@ -290,11 +314,11 @@ func testStorePlanDue(t *testing.T, open opener) {
 	}
 }
 
-// testStorePages: EachNode pages through the nodes by id, each with its
+// testPages: EachNode pages through the nodes by id, each with its
 // live routes, a page's last id the next page's cursor.
-func testStorePages(t *testing.T, open opener) {
+func testPages(t *testing.T, open Opener, replicas bool) {
 	c := &platformtest.Clock{T: platformtest.T0}
-	a := open(c, platformtest.Seed()).Svc
+	a := open(c, platformtest.Seed())
 	ctx := t.Context()
 	var ids []string
 	routes := map[string]int{}
@@ -327,14 +351,14 @@ func testStorePages(t *testing.T, open opener) {
 	}
 }
 
-// testStoreReceivers: UpdateReceiver keeps what fn changed, for an
+// testReceivers: UpdateReceiver keeps what fn changed, for an
 // operator new to the store too, and nothing of a change fn refuses (no
 // receiver made for it); OperatorReceivers lists what is kept, on
 // another instance too; updates of one operator's receiver at once (and
 // from two replicas on PostgreSQL) lose none.
-func testStoreReceivers(t *testing.T, open opener) {
+func testReceivers(t *testing.T, open Opener, replicas bool) {
 	c := &platformtest.Clock{T: platformtest.T0}
-	a := open(c, platformtest.Seed()).Svc
+	a := open(c, platformtest.Seed())
 	ctx := t.Context()
 	refused := errors.New("refused")
 	if err := a.UpdateReceiver(ctx, "alice", func(r *store.OperatorReceiver, _ time.Time) error {
@@ -352,13 +376,13 @@ func testStoreReceivers(t *testing.T, open opener) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	b := open(c, platformtest.Seed()).Svc
+	b := open(c, platformtest.Seed())
 	ops, err := b.OperatorReceivers(ctx)
 	if r := ops["alice"]; err != nil || len(ops) != 1 || r.URL != "http://127.0.0.1:9/alice" || string(r.Secrets[0].Key) != "0123456789abcdef01234567" || !r.Created.Equal(platformtest.T0) {
 		t.Fatalf("another instance's receivers: %+v, %v", ops, err)
 	}
 	writers := []store.Store{a, b}
-	if _, ok := a.(*filestore.Store); ok {
+	if !replicas {
 		writers = []store.Store{b} // a restart: the first instance is gone
 	}
 	const each = 20
