@@ -37,7 +37,6 @@ type options struct {
 	listen    string
 	debug     string
 	tokenFile string
-	stateDir  string
 	db        string
 	dbBatch   int
 	dbCache   int
@@ -74,7 +73,7 @@ Flags:
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
 	fs.StringVar(&o.debug, "debug-listen", "", "address to serve Go's profiles on (/debug/pprof/), without a token: a loopback address, for measuring (empty: none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (the admin: any node, every endpoint), TOKEN operator:NAME (an operator: their own nodes), TOKEN NODE [operator:NAME] (that node's agent: reports only) (required)")
-	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
+	fs.StringVar(&o.cfg.StateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
 	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
 	fs.IntVar(&o.dbWorkers, "db-workers", pgstore.DefaultBatchWorkers, fmt.Sprintf("with -db: the most batches of reports a replica has in flight at once (one at a time; another beside it once it is full or has run %v, held up on a lock)", pgstore.DefaultBatchSpill))
@@ -153,7 +152,6 @@ Flags:
 	if o.cfg.Policy.CoolDown == 0 {
 		o.cfg.Policy.CoolDown = -1 // -cool-down 0 means none; the Policy reads 0 as the default
 	}
-	o.cfg.StateDir = o.stateDir
 	return o, nil
 }
 
@@ -208,7 +206,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	var svc store.Store
-	where := []any{"state_dir", o.stateDir}
+	where := []any{"state_dir", o.cfg.StateDir}
 	if o.db != "" {
 		pg, err := pgstore.Open(ctx, o.db, o.cfg, pgstore.Options{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)
 		if err != nil {
@@ -242,16 +240,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	ln = api.NewCapListener(ln, o.maxConns, log)
-	srv := &http.Server{
-		Handler:           api.AtCap(api.Handler(f, toks), o.maxConns),
-		ConnContext:       api.ConnContext,
-		ReadHeaderTimeout: api.ReadHeaderTimeout,
-		MaxHeaderBytes:    api.MaxHeaderBytes,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := api.NewServer(api.Handler(f, toks), o.maxConns, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	if o.debug != "" {

@@ -130,6 +130,24 @@ func (c *cappedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWrit
 
 type overCapKey struct{}
 
+// NewServer is the HTTP server of h as the platform runs it: h behind
+// the connection cap max (AtCap, with ConnContext marking the
+// connections over it), its read, write and idle timeouts, its bound on
+// a request's header, and its own errors logged through log at warning
+// level.
+func NewServer(h http.Handler, max int, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           AtCap(h, max),
+		ConnContext:       ConnContext,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
 // ConnContext marks the requests of a connection over the cap.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if cc, ok := c.(*cappedConn); ok && cc.overCap {
