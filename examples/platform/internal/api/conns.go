@@ -13,10 +13,10 @@ import (
 
 // Bounds on the HTTP server: a client that sends its request's header
 // slowly holds a connection for ReadHeaderTimeout at most, and a header
-// is at most MaxHeaderBytes.
+// is at most maxHeaderBytes.
 const (
 	ReadHeaderTimeout = 5 * time.Second
-	MaxHeaderBytes    = 64 << 10
+	maxHeaderBytes    = 64 << 10
 )
 
 // Over the connection cap a few connections more are taken, each for
@@ -131,16 +131,16 @@ func (c *cappedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWrit
 type overCapKey struct{}
 
 // NewServer is the HTTP server of h as the platform runs it: h behind
-// the connection cap max (AtCap, with ConnContext marking the
+// the connection cap max (atCap, with connContext marking the
 // connections over it), its read, write and idle timeouts, its bound on
 // a request's header, and its own errors logged through log at warning
 // level.
 func NewServer(h http.Handler, max int, log *slog.Logger) *http.Server {
 	return &http.Server{
-		Handler:           AtCap(h, max),
-		ConnContext:       ConnContext,
+		Handler:           atCap(h, max),
+		ConnContext:       connContext,
 		ReadHeaderTimeout: ReadHeaderTimeout,
-		MaxHeaderBytes:    MaxHeaderBytes,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
@@ -148,18 +148,18 @@ func NewServer(h http.Handler, max int, log *slog.Logger) *http.Server {
 	}
 }
 
-// ConnContext marks the requests of a connection over the cap.
-func ConnContext(ctx context.Context, c net.Conn) context.Context {
+// connContext marks the requests of a connection over the cap.
+func connContext(ctx context.Context, c net.Conn) context.Context {
 	if cc, ok := c.(*cappedConn); ok && cc.overCap {
 		return context.WithValue(ctx, overCapKey{}, true)
 	}
 	return ctx
 }
 
-// AtCap answers a request on a connection over the cap: GET /healthz as
+// atCap answers a request on a connection over the cap: GET /healthz as
 // ever, anything else 503 "unavailable"; either way the connection is
 // closed after it.
-func AtCap(h http.Handler, max int) http.Handler {
+func atCap(h http.Handler, max int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Value(overCapKey{}) == nil {
 			h.ServeHTTP(w, r)

@@ -3,12 +3,13 @@
 // operators' and nodes' tokens, read by ReadTokens), the refusals'
 // statuses and reasons, paging (?limit=, ?after= and Link rel="next"),
 // /metrics, and the operators' dashboard with its sessions. Beside it,
-// the connection cap the server runs under (NewCapListener, AtCap,
-// ConnContext).
+// the server it runs in (NewServer) and the connection cap it runs
+// under (NewCapListener).
 //
 // A reading's way through the platform starts here: POST /report is
 // reportHandler, which checks the token and the body and calls
 // fleet.Fleet.Report.
 //
-//	h := api.AtCap(api.Handler(fleet.New(st, n), toks), maxConns)
+//	srv := api.NewServer(api.Handler(fleet.New(st, n), toks), maxConns, log)
+//	srv.Serve(api.NewCapListener(ln, maxConns, log))
 package api

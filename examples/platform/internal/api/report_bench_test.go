@@ -45,7 +45,7 @@ func benchFleet(n int) (http.Handler, Tokens) {
 	if err != nil {
 		panic(err)
 	}
-	return AtCap(Handler(fleet.New(quietStore{r: &r}, nil), toks), 1000), toks
+	return atCap(Handler(fleet.New(quietStore{r: &r}, nil), toks), 1000), toks
 }
 
 // benchReadings are the bodies the benchmarks post: platformload's (what
@@ -159,8 +159,8 @@ func BenchmarkReportServer(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			srv := &http.Server{Handler: h, ConnContext: ConnContext, ReadHeaderTimeout: ReadHeaderTimeout,
-				MaxHeaderBytes: MaxHeaderBytes, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
+			srv := &http.Server{Handler: h, ConnContext: connContext, ReadHeaderTimeout: ReadHeaderTimeout,
+				MaxHeaderBytes: maxHeaderBytes, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
 			go srv.Serve(NewCapListener(ln, 1000, nil))
 			defer srv.Close()
 			c, err := net.Dial("tcp", ln.Addr().String())

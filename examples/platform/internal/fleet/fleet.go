@@ -587,7 +587,11 @@ type ReportOutcome struct {
 	Notice     *overload.Notice `json:"notice,omitempty"`
 }
 
-// Take is observe without its log lines, which logOutcome writes.
+// Take is a report's first step on node n, locked by the store: the
+// tracker observes reading r, taken at now by the platform's clock, and
+// n is dated by it; the outcome is logged by Report (logOutcome), not
+// here. The error of a duplicate or older reading wraps
+// store.ErrDuplicate or store.ErrStale.
 func (c *Fleet) Take(n *store.Node, r overload.Reading, now time.Time) (ReportOutcome, error) {
 	if r.Run == "" && r.At.After(now.Add(maxAhead)) {
 		return ReportOutcome{}, fmt.Errorf("report of %s: taken at %s, more than %v ahead of the platform's clock: %w",

@@ -493,7 +493,7 @@ func (n *Notifier) start(ctx context.Context, rs *Receivers, d store.Delivery) {
 	now := n.now()
 	rc := rs.ForNode(d.Node)
 	if rc == nil {
-		n.Settle(ctx, d, nil, store.AttemptResult{Outcome: store.OutcomeUndeliverable, At: now, Err: "no receiver for the node: none in the notify file, or its operator's is disabled"})
+		n.settle(ctx, d, nil, store.AttemptResult{Outcome: store.OutcomeUndeliverable, At: now, Err: "no receiver for the node: none in the notify file, or its operator's is disabled"})
 		return
 	}
 	key := rc.URL.String()
@@ -507,7 +507,7 @@ func (n *Notifier) start(ctx context.Context, rs *Receivers, d store.Delivery) {
 	n.mu.Unlock()
 	switch {
 	case off && sum == rs.sum:
-		n.Settle(ctx, d, rc, store.AttemptResult{Outcome: store.OutcomeFailed, At: now, Status: http.StatusGone,
+		n.settle(ctx, d, rc, store.AttemptResult{Outcome: store.OutcomeFailed, At: now, Status: http.StatusGone,
 			Err: "the receiver answered 410 Gone: disabled until the notify file changes"})
 		return
 	case off: // the file changed since: try again
@@ -519,7 +519,7 @@ func (n *Notifier) start(ctx context.Context, rs *Receivers, d store.Delivery) {
 	case busy:
 		// Due again at once: the claims skip a busy receiver's nodes
 		// until one of its attempts ends.
-		n.Settle(ctx, d, rc, store.AttemptResult{Outcome: store.OutcomeRelease, At: now, Next: now})
+		n.settle(ctx, d, rc, store.AttemptResult{Outcome: store.OutcomeRelease, At: now, Next: now})
 		return
 	}
 	n.running.Add(1)
@@ -538,7 +538,7 @@ func (n *Notifier) start(ctx context.Context, rs *Receivers, d store.Delivery) {
 			delete(n.failing, key)
 		}
 		n.mu.Unlock()
-		n.Settle(context.WithoutCancel(ctx), d, rc, res)
+		n.settle(context.WithoutCancel(ctx), d, rc, res)
 		n.Poke() // a slot is free
 	}()
 }
@@ -617,8 +617,8 @@ func urlless(err error) string {
 	return err.Error()
 }
 
-// Settle records res and logs a failure, naming the receiver's host.
-func (n *Notifier) Settle(ctx context.Context, d store.Delivery, rc *Receiver, res store.AttemptResult) {
+// settle records res and logs a failure, naming the receiver's host.
+func (n *Notifier) settle(ctx context.Context, d store.Delivery, rc *Receiver, res store.AttemptResult) {
 	n.attempts[res.Outcome].Add(1)
 	host := ""
 	if rc != nil {
