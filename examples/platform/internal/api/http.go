@@ -652,7 +652,7 @@ func writeError(w http.ResponseWriter, status int, reason string, err error) {
 }
 
 // serveMetrics answers GET /metrics in the Prometheus text format
-// (notifier.WriteMetrics).
+// (notify.Notifier.WriteMetrics).
 func serveMetrics(n *notify.Notifier, w http.ResponseWriter, r *http.Request) {
 	var b bytes.Buffer
 	if err := n.WriteMetrics(r.Context(), &b); err != nil {

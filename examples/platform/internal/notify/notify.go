@@ -468,7 +468,7 @@ func (n *Notifier) Outbox() store.OutboxStore {
 // SendsEnds reports whether the ends of overloads are sent.
 func (d *Dispatch) SendsEnds() bool { return d.ended }
 
-// PumpOnce claims what is due at the notifier's clock once, as run
+// PumpOnce claims what is due at the notifier's clock once, as Run
 // does, and waits for the attempts it started; it returns how many
 // deliveries it claimed. It is for a caller that drives the notifier on
 // its own clock (a test) instead of run.

@@ -1308,8 +1308,8 @@ func (p *Store) logClosures(nodes ...*pgNode) {
 
 // Report takes a reading of node id (NodeStore.Report). With batches
 // (Options.Batch over 1) it waits for a batch worker to take it with
-// the others arriving (pgbatch.go); else it is taken alone, decided on
-// this replica's copy of the node when the copy can (pgcache.go).
+// the others arriving (batch.go); else it is taken alone, decided on
+// this replica's copy of the node when the copy can (cache.go).
 func (p *Store) Report(ctx context.Context, id string, take store.TakeFunc, plan store.PlanFunc) (*overload.Notice, error) {
 	if p.jobs == nil {
 		j := &reportJob{id: id, take: take, plan: plan}
