@@ -1144,7 +1144,7 @@ func TestMain(m *testing.M) {
 
 // servePG starts a platform on the database at url, served by an
 // httptest server; called twice on one url, two replicas. (Package
-// main's tests have their own: a test-helper package cannot import this
+// api's tests have their own: a test-helper package cannot import this
 // one while its tests import the helpers.)
 func servePG(t *testing.T, url string, c *platformtest.Clock, seed *store.SeedFile) *apitest.Platform {
 	t.Helper()

@@ -1,4 +1,4 @@
-package main
+package api_test
 
 import (
 	"encoding/json"
@@ -30,7 +30,7 @@ func TestOperatorReceivers(t *testing.T) { eachNotifyStore(t, testOperatorReceiv
 func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	file := newHook(t, c, platformtest.HookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+file.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+file.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
 	owners := map[string]string{"a1": "alice", "b1": "bob"}
 	f := fleet.New(np.Svc, np.n)

@@ -1,4 +1,4 @@
-package main
+package api_test
 
 import (
 	"bytes"

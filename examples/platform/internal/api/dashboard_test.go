@@ -1,4 +1,4 @@
-package main
+package api_test
 
 import (
 	"encoding/json"
@@ -137,7 +137,7 @@ func expect(t *testing.T, what string, a pageAnswer, code int, want ...string) {
 func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *platformtest.Clock, *testkit.LogBuffer, notifyPlatform) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
 	f := fleet.New(np.Svc, np.n)
 	f.Owners = dashboardSeed().Operators

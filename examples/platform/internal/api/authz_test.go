@@ -1,4 +1,4 @@
-package main
+package api_test
 
 import (
 	"encoding/json"
@@ -81,7 +81,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	eachNotifyStore(t, func(t *testing.T, open notifyOpener, _ int) {
 		c := &platformtest.Clock{T: platformtest.T0}
 		h := newHook(t, c, platformtest.HookSecret)
-		cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+		cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 		testAuthorizationMatrix(t, c, func(seed *store.SeedFile) notifyPlatform { return open(c, cfg, seed) })
 	})
 }

@@ -1,16 +1,10 @@
-package main
+package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -298,67 +292,6 @@ func TestSeedOperators(t *testing.T) {
 	}
 	if err := api.CheckOwners(api.Tokens{"t": "a1 operator:bob"}, map[string]string{"a1": "alice"}); err == nil {
 		t.Error("a token file naming another operator than the route table: no error")
-	}
-}
-
-func TestFlags(t *testing.T) {
-	var out bytes.Buffer
-	if code := run(t.Context(), []string{"-h"}, &out, &out); code != 0 || !strings.Contains(out.String(), "-cool-down") {
-		t.Fatalf("-h: exit %d, output %q", code, out.String())
-	}
-	for _, args := range [][]string{{}, {"-token-file", "/nonexistent"}, {"-token-file", "x", "-plan-every", "0s"}, {"extra"}, {"-token-file", "x", "-max-conns", "-1"}} {
-		out.Reset()
-		if code := run(t.Context(), args, &out, &out); code != 2 {
-			t.Errorf("%q: exit %d, want 2; %s", args, code, out.String())
-		}
-	}
-	o, err := parseFlags([]string{"-token-file", "t", "-cool-down", "0s"}, io.Discard)
-	if err != nil || o.cfg.Policy.CoolDown >= 0 {
-		t.Fatalf("-cool-down 0: %v %v, want no cool-down", o.cfg.Policy.CoolDown, err)
-	}
-}
-
-// BenchmarkReport measures one reading through the handler: decode,
-// observe, a plan round over the test seed's three nodes, and the atomic
-// write of the changed node files (fsync included, in the temp dir).
-func BenchmarkReport(b *testing.B) {
-	c := &platformtest.Clock{T: platformtest.T0}
-	p, err := filestore.Open(store.Config{StateDir: b.TempDir(), Now: c.Now}, platformtest.Seed())
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := api.Handler(fleet.New(p, nil), api.Tokens{platformtest.TestToken: ""})
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		c.Add(30 * time.Second)
-		body, _ := json.Marshal(overload.Reading{Node: "x1", At: c.Now(), MemoryUsedPercent: float64(50 + 45*(i/5%2)),
-			CPUs: 4, ConntrackMax: 262144})
-		req := httptest.NewRequest("POST", "/report", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, req)
-		if w.Code != 200 {
-			b.Fatalf("status %d: %s", w.Code, w.Body)
-		}
-	}
-}
-
-// TestSampleRoutes: the route table shipped beside the example loads.
-func TestSampleRoutes(t *testing.T) {
-	s, err := store.ReadSeed("routes.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := filestore.Open(store.Config{StateDir: t.TempDir()}, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if vs, _, _ := fleet.New(p, nil).Views(t.Context(), "", 0); len(vs) != 3 {
-		got := len(vs)
-		t.Fatalf("%d nodes, want 3", got)
-	}
-	if _, err := store.ReadSeed("testdata/nonexistent.json"); err == nil {
-		t.Fatal("a missing route table read without error")
 	}
 }
 
@@ -727,50 +660,6 @@ func testEventIDsOnTheWire(t *testing.T, open opener) {
 	}
 	if rest.Events[0].Kind != overload.Start || rest.Events[0].At.IsZero() {
 		t.Fatalf("events after %d: the first decodes as %+v, want a start", ids[1], rest.Events[0])
-	}
-}
-
-// TestDBFlagErrors: a -db or -db-batch the platform cannot use stops it
-// with exit 2 and a message naming the flag, the URL without its
-// password, and what is wrong.
-func TestDBFlagErrors(t *testing.T) {
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String() // nothing listens there once closed
-	ln.Close()
-	for _, tc := range []struct {
-		args []string
-		want []string
-	}{
-		{[]string{"-db-batch", "-3"}, []string{"-db-batch -3: want 1 or more"}},
-		{[]string{"-db", "mysql://u:pw@h/db"}, []string{"-db mysql://u:xxxxx@h/db: want a postgres:// or postgresql:// URL"}},
-		{[]string{"-db", "postgres://u:pw@[bad"}, []string{"-db postgres://(a URL that does not parse, not shown): cannot parse: failed to parse as URL"}},
-		{[]string{"-db", "host=h password='p w' port=x"}, []string{"-db host=h password=xxxxx port=x: cannot parse: invalid port"}},
-		{[]string{"-db", "postgres://u:pw@" + closed + "/db?sslmode=disable"}, []string{"platform: -db postgres://u:xxxxx@" + closed + "/db?sslmode=disable: ", "connection refused"}},
-	} {
-		var out bytes.Buffer
-		// Bounded: a platform that took the flags would serve until then.
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		code := run(ctx, append([]string{"-token-file", tokenFile, "-listen", "127.0.0.1:0", "-state-dir", filepath.Join(dir, "state")}, tc.args...), &out, &out)
-		cancel()
-		if code != 2 {
-			t.Errorf("%q: exit %d, want 2: %s", tc.args, code, out.String())
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(out.String(), w) {
-				t.Errorf("%q: output %q lacks %q", tc.args, out.String(), w)
-			}
-		}
-		if strings.Contains(out.String(), ":pw@") || strings.Contains(out.String(), "p w") {
-			t.Errorf("%q: output shows the password: %s", tc.args, out.String())
-		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package api_test
 
 import (
 	"context"
@@ -163,23 +163,6 @@ func (h *hook) snapshot() ([]hookAttempt, map[string]int) {
 	return slices.Clone(h.attempts), acc
 }
 
-// notifyFile writes a notify file of lines and returns its path.
-func notifyFile(t *testing.T, lines ...string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// testNotifyConfig is a fast schedule for the tests: the workers are
-// pumped by the tests themselves (see drain), on the test's clock.
-func testNotifyConfig(file string) notify.Config {
-	return notify.Config{File: file, GiveUp: time.Hour, Timeout: 5 * time.Second, Lease: 30 * time.Second,
-		BackoffBase: 10 * time.Second, BackoffMax: 2 * time.Minute, Poll: 10 * time.Millisecond}
-}
-
 // notifyPlatform is a platform with its notifier.
 type notifyPlatform struct {
 	*apitest.Platform
@@ -191,24 +174,11 @@ type notifyPlatform struct {
 // A seed, if given, is the route table.
 type notifyOpener func(c *platformtest.Clock, cfg notify.Config, seed ...*store.SeedFile) notifyPlatform
 
-// newDispatch4Test is the dispatch of cfg's notify file.
-func newDispatch4Test(t *testing.T, cfg notify.Config) *notify.Dispatch {
-	t.Helper()
-	var rs *notify.Receivers
-	if cfg.File != "" {
-		var err error
-		if rs, err = notify.ReadReceivers(cfg.File); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return notify.NewDispatch(cfg, rs)
-}
-
 // notified opens a store with cfg's dispatch, as main does, and the
 // notifier delivering its outbox, on clock c, logging to log.
 func notified[S store.Store](t *testing.T, c *platformtest.Clock, cfg notify.Config, log *slog.Logger, open func(d *notify.Dispatch) (S, error)) (S, *notify.Notifier) {
 	t.Helper()
-	d := newDispatch4Test(t, cfg)
+	d := apitest.NewDispatch(t, cfg)
 	st, err := open(d)
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +283,7 @@ func TestNotifyFiftyNodes(t *testing.T) { eachNotifyStore(t, testNotifyFiftyNode
 func testNotifyFiftyNodes(t *testing.T, open notifyOpener, replicas int) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	for i := range 50 {
 		overloadNode(t, c, fmt.Sprintf("n%02d", i), ps...)
@@ -380,7 +350,7 @@ func testNotifyRetries(t *testing.T, open notifyOpener, replicas int) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.down()
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	const nodes = 5
 	for i := range nodes {
@@ -467,7 +437,7 @@ func TestNotifyOncePerHour(t *testing.T) { eachNotifyStore(t, testNotifyOncePerH
 func testNotifyOncePerHour(t *testing.T, open notifyOpener, replicas int) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "x9 "+h.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "x9 "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	for range 3 {
 		overloadNode(t, c, "x9", ps...)
@@ -494,8 +464,8 @@ func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	gone := newHook(t, c, platformtest.HookSecret)
 	other := newHook(t, c, platformtest.HookSecret2)
-	file := notifyFile(t, "# rotating a0's secret", "a0 "+gone.url()+" "+platformtest.HookSecret+" "+platformtest.HookSecret2, "b0 "+other.url()+" "+platformtest.HookSecret2)
-	cfg := testNotifyConfig(file)
+	file := apitest.NotifyFile(t, "# rotating a0's secret", "a0 "+gone.url()+" "+platformtest.HookSecret+" "+platformtest.HookSecret2, "b0 "+other.url()+" "+platformtest.HookSecret2)
+	cfg := apitest.NotifyConfig(file)
 	p := open(c, cfg)
 	overloadNode(t, c, "a0", p)
 	drain(t, p.n)
@@ -522,7 +492,7 @@ func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 	// A receiver holding only the new secret accepts the messages.
 	c.Add(time.Hour)
 	gone2 := newHook(t, c, platformtest.HookSecret2)
-	writeFile(t, file, "a0 "+gone2.url()+" "+platformtest.HookSecret+" "+platformtest.HookSecret2+"\nb0 "+other.url()+" "+platformtest.HookSecret2+"\n")
+	apitest.WriteFile(t, file, "a0 "+gone2.url()+" "+platformtest.HookSecret+" "+platformtest.HookSecret2+"\nb0 "+other.url()+" "+platformtest.HookSecret2+"\n")
 	reload(t, p.n)
 	calm(t, c, "a0", p)
 	overloadNode(t, c, "a0", p)
@@ -558,7 +528,7 @@ func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 	}
 	// The file changes: the receiver is tried again.
 	gone2.setAnswer(http.StatusOK)
-	writeFile(t, file, "a0 "+gone2.url()+" "+platformtest.HookSecret2+"\n")
+	apitest.WriteFile(t, file, "a0 "+gone2.url()+" "+platformtest.HookSecret2+"\n")
 	reload(t, p.n)
 	c.Add(time.Hour)
 	calm(t, c, "a0", p)
@@ -566,13 +536,6 @@ func testNotifyRotationAndGone(t *testing.T, open notifyOpener, replicas int) {
 	drain(t, p.n)
 	if _, acc := gone2.snapshot(); len(acc) != 2 {
 		t.Fatalf("after the file changed, the receiver accepted %d messages in all, want 2", len(acc))
-	}
-}
-
-func writeFile(t *testing.T, path, s string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -590,7 +553,7 @@ func TestNotifyUndeliverable(t *testing.T) { eachNotifyStore(t, testNotifyUndeli
 func testNotifyUndeliverable(t *testing.T, open notifyOpener, _ int) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
-	p := open(c, testNotifyConfig(notifyFile(t, "other "+h.url()+" "+platformtest.HookSecret)))
+	p := open(c, apitest.NotifyConfig(apitest.NotifyFile(t, "other "+h.url()+" "+platformtest.HookSecret)))
 	overloadNode(t, c, "lonely", p)
 	drain(t, p.n)
 	ns := p.Notices()
@@ -611,8 +574,8 @@ func TestNotifyFailureLogsHostOnly(t *testing.T) {
 	h.setAnswer(http.StatusBadRequest)
 	var log testkit.LogBuffer
 	secretURL := "http://ops:hunter2@" + h.addr + "/hook?token=tok-abc123"
-	file := notifyFile(t, "* "+secretURL+" "+platformtest.HookSecret)
-	p, n := notified(t, c, testNotifyConfig(file), slogTo(&log), func(d *notify.Dispatch) (*filestore.Store, error) {
+	file := apitest.NotifyFile(t, "* "+secretURL+" "+platformtest.HookSecret)
+	p, n := notified(t, c, apitest.NotifyConfig(file), slogTo(&log), func(d *notify.Dispatch) (*filestore.Store, error) {
 		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: slogTo(&log), Dispatch: d}, nil)
 	})
 	defer p.Close()
@@ -649,7 +612,7 @@ func TestNotifySlowReceiver(t *testing.T) {
 	for i := range 10 {
 		lines = append(lines, fmt.Sprintf("s%d %s %s", i, slow.url(), platformtest.HookSecret))
 	}
-	cfg := testNotifyConfig(notifyFile(t, lines...))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, lines...))
 	cfg.Timeout = time.Minute // the slow receiver holds its requests until released
 	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
 		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
@@ -712,7 +675,7 @@ func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
 			lines = append(lines, fmt.Sprintf("h%d-%d %s %s", i, j, h.url(), platformtest.HookSecret))
 		}
 	}
-	cfg := testNotifyConfig(notifyFile(t, lines...))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, lines...))
 	cfg.Timeout = time.Minute // longer than the test: the receivers hang
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	for i := range 10 {
@@ -764,11 +727,11 @@ func TestNotifyCrashAndRestart(t *testing.T) {
 	url := cl.NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	// Each replica's notifier delivers its store's outbox through a
 	// swapBox, which the test replaces to kill the replica.
 	open := func() (notifyPlatform, *swapBox) {
-		d := newDispatch4Test(t, cfg)
+		d := apitest.NewDispatch(t, cfg)
 		p, err := pgstore.Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, pgstore.Options{PlanEvery: 30 * time.Second, Batch: 8, Cache: 1000}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -909,7 +872,7 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	h := newHook(t, c, platformtest.HookSecret)
 	h.down()
 	dir := t.TempDir()
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	open := func() (*filestore.Store, *notify.Notifier) {
 		p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
 			return filestore.Open(store.Config{StateDir: dir, Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
@@ -954,31 +917,6 @@ func TestNotifyFileOutboxReplay(t *testing.T) {
 	}
 }
 
-// TestNotifyFileRefused: a bad -notify-file is refused at start, naming
-// the line; a bad one on reload keeps the one in force.
-func TestNotifyFileRefused(t *testing.T) {
-	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens")
-	writeFile(t, tokens, "op-token\n")
-	bad := notifyFile(t, "# receivers", "x1 https://a/ whsec_c2hvcnQ=")
-	var stderr strings.Builder
-	code := run(t.Context(), []string{"-token-file", tokens, "-state-dir", dir, "-notify-file", bad, "-listen", "127.0.0.1:0"}, &stderr, &stderr)
-	if code != 2 || !strings.Contains(stderr.String(), bad+":2: node x1: secret 1") {
-		t.Fatalf("exit %d, %q; want 2 and the line named", code, stderr.String())
-	}
-	c := &platformtest.Clock{T: platformtest.T0}
-	file := notifyFile(t, "* http://127.0.0.1:9/ "+platformtest.HookSecret)
-	cfg := testNotifyConfig(file)
-	n := notify.New(cfg, newDispatch4Test(t, cfg), nil, platformtest.Logger(t), c.Now)
-	writeFile(t, file, "* http://127.0.0.1:9/\n")
-	if err := n.Reload(); err == nil || !strings.Contains(err.Error(), file+":1:") || !strings.Contains(err.Error(), "previous file stays") {
-		t.Fatalf("reload of a bad file: %v", err)
-	}
-	if n.Receivers().ForNode("any") == nil {
-		t.Fatal("the file in force was dropped by a bad reload")
-	}
-}
-
 // TestNotifyTimeout: a receiver that does not answer within the timeout
 // is retried later, the attempt recorded as timed out.
 func TestNotifyTimeout(t *testing.T) {
@@ -987,7 +925,7 @@ func TestNotifyTimeout(t *testing.T) {
 	h.mu.Lock()
 	h.hold = make(chan struct{})
 	h.mu.Unlock()
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.Timeout = 200 * time.Millisecond
 	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
 		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
@@ -1010,7 +948,7 @@ func TestNotifyEnded(t *testing.T) { eachNotifyStore(t, testNotifyEnded) }
 func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.Ended = true
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	overloadNode(t, c, "e1", ps...)
@@ -1041,7 +979,7 @@ func testNotifyOrder(t *testing.T, open notifyOpener, replicas int) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	other := newHook(t, c, platformtest.HookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "o1 "+h.url()+" "+platformtest.HookSecret, "o2 "+other.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "o1 "+h.url()+" "+platformtest.HookSecret, "o2 "+other.url()+" "+platformtest.HookSecret))
 	cfg.Ended = true
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	h.setAnswer(http.StatusServiceUnavailable)
@@ -1094,7 +1032,7 @@ func TestNotifyRedeliver(t *testing.T) { eachNotifyStore(t, testNotifyRedeliver)
 func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	ps, ns := openReplicas(open, c, cfg, replicas)
 	h.setAnswer(http.StatusServiceUnavailable)
 	overloadNode(t, c, "d1", ps...)
@@ -1127,7 +1065,7 @@ func TestNotifyGiveUp(t *testing.T) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	h := newHook(t, c, platformtest.HookSecret)
 	h.setAnswer(http.StatusServiceUnavailable)
-	cfg := testNotifyConfig(notifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.GiveUp = 5 * time.Minute
 	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
 		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
@@ -1167,8 +1105,8 @@ func openReplicas(open notifyOpener, c *platformtest.Clock, cfg notify.Config, r
 func TestNotifyUnreached(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
 		tp := open(&platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
-		cfg := testNotifyConfig(notifyFile(t, "x1 http://127.0.0.1:9/ "+platformtest.HookSecret))
-		n := notify.New(cfg, newDispatch4Test(t, cfg), nil, platformtest.Logger(t), nil)
+		cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "x1 http://127.0.0.1:9/ "+platformtest.HookSecret))
+		n := notify.New(cfg, apitest.NewDispatch(t, cfg), nil, platformtest.Logger(t), nil)
 		var log testkit.LogBuffer
 		fleet.New(tp.Svc, n).NotifyUnreached(t.Context(), slogTo(&log))
 		if !strings.Contains(log.String(), "count=2 nodes=\"f1 x2\"") {
