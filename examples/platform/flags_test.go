@@ -3,59 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/apitest"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
-	"github.com/proofkit/nodekit/overload"
 )
-
-// TestGCSettings: GOGC and the memory limit default to gcPercent and
-// half the memory, each unless the environment sets it.
-func TestGCSettings(t *testing.T) {
-	const gib = 1 << 30
-	for _, tc := range []struct {
-		gogc, memlimit string
-		memory         uint64
-		percent        int
-		limit          int64
-	}{
-		{"", "", 8 * gib, gcPercent, 4 * gib},
-		{"", "", 0, gcPercent, -1},
-		{"100", "", 8 * gib, -1, 4 * gib},
-		{"off", "2GiB", 8 * gib, -1, -1},
-		{"", "2GiB", 8 * gib, gcPercent, -1},
-	} {
-		p, l := gcSettings(tc.gogc, tc.memlimit, tc.memory)
-		if p != tc.percent || l != tc.limit {
-			t.Errorf("gcSettings(%q, %q, %d) = %d, %d, want %d, %d", tc.gogc, tc.memlimit, tc.memory, p, l, tc.percent, tc.limit)
-		}
-	}
-	if got := memTotal([]byte("MemFree: 1 kB\nMemTotal:       24683568 kB\n")); got != 24683568<<10 {
-		t.Errorf("memTotal = %d", got)
-	}
-	for in, want := range map[string]uint64{"max\n": 0, "2147483648\n": 2 << 30, "": 0, "x": 0} {
-		if got, _ := cgroupMax([]byte(in)); got != want {
-			t.Errorf("cgroupMax(%q) = %d, want %d", in, got, want)
-		}
-	}
-	if m := processMemory(); m == 0 {
-		t.Log("no memory figure here: the limit is left unset")
-	}
-}
 
 // TestNotifyFileRefused: a bad -notify-file is refused at start, naming
 // the line; a bad one on reload keeps the one in force.
@@ -96,31 +58,6 @@ func TestFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-token-file", "t", "-cool-down", "0s"}, io.Discard)
 	if err != nil || o.cfg.Policy.CoolDown >= 0 {
 		t.Fatalf("-cool-down 0: %v %v, want no cool-down", o.cfg.Policy.CoolDown, err)
-	}
-}
-
-// BenchmarkReport measures one reading through the handler: decode,
-// observe, a plan round over the test seed's three nodes, and the atomic
-// write of the changed node files (fsync included, in the temp dir).
-func BenchmarkReport(b *testing.B) {
-	c := &platformtest.Clock{T: platformtest.T0}
-	p, err := filestore.Open(store.Config{StateDir: b.TempDir(), Now: c.Now}, platformtest.Seed())
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := api.Handler(fleet.New(p, nil), api.Tokens{platformtest.TestToken: ""})
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		c.Add(30 * time.Second)
-		body, _ := json.Marshal(overload.Reading{Node: "x1", At: c.Now(), MemoryUsedPercent: float64(50 + 45*(i/5%2)),
-			CPUs: 4, ConntrackMax: 262144})
-		req := httptest.NewRequest("POST", "/report", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, req)
-		if w.Code != 200 {
-			b.Fatalf("status %d: %s", w.Code, w.Body)
-		}
 	}
 }
 

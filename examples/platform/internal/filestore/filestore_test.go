@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/apitest"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/examples/platform/internal/storetest"
+	"github.com/proofkit/nodekit/overload"
 )
 
 // TestContract: the file store passes the stores' contract.
@@ -130,5 +133,30 @@ func TestNoticeIDsFromOldFiles(t *testing.T) {
 	}
 	if want := []string{"1 x1", "2 x2", "3 f1"}; !slices.Equal(got, want) {
 		t.Fatalf("notices %q, want %q", got, want)
+	}
+}
+
+// BenchmarkReport measures one reading through the handler: decode,
+// observe, a plan round over the test seed's three nodes, and the atomic
+// write of the changed node files (fsync included, in the temp dir).
+func BenchmarkReport(b *testing.B) {
+	c := &platformtest.Clock{T: platformtest.T0}
+	p, err := filestore.Open(store.Config{StateDir: b.TempDir(), Now: c.Now}, platformtest.Seed())
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := api.Handler(fleet.New(p, nil), api.Tokens{platformtest.TestToken: ""})
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.Add(30 * time.Second)
+		body, _ := json.Marshal(overload.Reading{Node: "x1", At: c.Now(), MemoryUsedPercent: float64(50 + 45*(i/5%2)),
+			CPUs: 4, ConntrackMax: 262144})
+		req := httptest.NewRequest("POST", "/report", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
 	}
 }
