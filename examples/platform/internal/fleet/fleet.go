@@ -13,9 +13,8 @@ type Fleet struct {
 	*store.Rules
 	// Store is the store the use cases run on.
 	Store store.Store
-	// Dispatch is the receivers in force and the notifier's wake-up:
-	// the store's Config.Dispatch when it is a *notify.Dispatch, as main
-	// makes it (nil: none).
+	// Dispatch is the notifier's: the receivers in force and its
+	// wake-up (nil without a notifier).
 	Dispatch *notify.Dispatch
 	// Notify is the notifier delivering the store's outbox; nil: notices
 	// are not delivered.
@@ -31,8 +30,8 @@ type Fleet struct {
 // none).
 func New(st store.Store, n *notify.Notifier) *Fleet {
 	f := &Fleet{Rules: st.Base(), Store: st, receivers: st, Notify: n}
-	f.Dispatch, _ = f.Config.Dispatch.(*notify.Dispatch)
 	if n != nil {
+		f.Dispatch = n.Dispatch
 		n.Attempted = f.attempted
 	}
 	return f
