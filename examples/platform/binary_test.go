@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
+	"github.com/proofkit/nodekit/examples/platform/internal/pgstore"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
@@ -52,45 +55,45 @@ func TestBinaryKeepsDSNSecrets(t *testing.T) {
 	// The cluster trusts loopback, so a password is taken and not
 	// checked; sslmode=disable leaves sslpassword and sslkey unread.
 	serving := []string{
-		fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable&sslpassword=%[1]s&sslkey=/nonexistent/%[1]s.pem", dsnSecret, cl.Port, db),
-		fmt.Sprintf("postgresql://postgres@127.0.0.1:%d/%s?password=%s&sslmode=disable", cl.Port, db, dsnSecret),
-		fmt.Sprintf(`host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable password='%s \' x' sslpassword=%[3]s sslkey=/nonexistent/%[3]s`, cl.Port, db, dsnSecret),
+		fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable&sslpassword=%[1]s&sslkey=/nonexistent/%[1]s.pem", platformtest.DSNSecret, cl.Port, db),
+		fmt.Sprintf("postgresql://postgres@127.0.0.1:%d/%s?password=%s&sslmode=disable", cl.Port, db, platformtest.DSNSecret),
+		fmt.Sprintf(`host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable password='%s \' x' sslpassword=%[3]s sslkey=/nonexistent/%[3]s`, cl.Port, db, platformtest.DSNSecret),
 	}
 	for _, dsn := range serving {
 		p := testkit.StartProc(t, exec.Command(bin, "-token-file", tokens, "-listen", "127.0.0.1:0", "-db", dsn), nil)
 		out := p.Log.String
-		testkit.WaitFor(t, "the platform serving on -db "+redactDSN(dsn), func() bool { return strings.Contains(out(), "platform serving") })
+		testkit.WaitFor(t, "the platform serving on -db "+pgstore.RedactDSN(dsn), func() bool { return strings.Contains(out(), "platform serving") })
 		p.Cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-p.Done():
 		case <-time.After(time.Minute):
-			t.Fatalf("-db %s: still running a minute after SIGINT", redactDSN(dsn))
+			t.Fatalf("-db %s: still running a minute after SIGINT", pgstore.RedactDSN(dsn))
 		}
-		if strings.Contains(out(), dsnSecret) {
-			t.Errorf("-db %s: the output shows the secret:\n%s", redactDSN(dsn), out())
+		if strings.Contains(out(), platformtest.DSNSecret) {
+			t.Errorf("-db %s: the output shows the secret:\n%s", pgstore.RedactDSN(dsn), out())
 		}
 		if !strings.Contains(out(), "xxxxx") {
-			t.Errorf("-db %s: the start-up line does not show the value, masked:\n%s", redactDSN(dsn), out())
+			t.Errorf("-db %s: the start-up line does not show the value, masked:\n%s", pgstore.RedactDSN(dsn), out())
 		}
 	}
 
 	failing := append([]string{
-		fmt.Sprintf("postgres://u:%s@127.0.0.1:%d/db?sslmode=disable&sslpassword=%[1]s", dsnSecret, closed),
-		fmt.Sprintf("host=127.0.0.1 port=%d user=u password='%s' sslpassword=%[2]s sslmode=disable", closed, dsnSecret),
-		fmt.Sprintf("host=127.0.0.1 port=%d sslmode=require sslcert=/nonexistent/c.pem sslkey=/nonexistent/%s.pem", closed, dsnSecret),
-	}, secretDSNs...)
+		fmt.Sprintf("postgres://u:%s@127.0.0.1:%d/db?sslmode=disable&sslpassword=%[1]s", platformtest.DSNSecret, closed),
+		fmt.Sprintf("host=127.0.0.1 port=%d user=u password='%s' sslpassword=%[2]s sslmode=disable", closed, platformtest.DSNSecret),
+		fmt.Sprintf("host=127.0.0.1 port=%d sslmode=require sslcert=/nonexistent/c.pem sslkey=/nonexistent/%s.pem", closed, platformtest.DSNSecret),
+	}, platformtest.SecretDSNs...)
 	for _, dsn := range failing {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		out, err := exec.CommandContext(ctx, bin, "-token-file", tokens, "-listen", "127.0.0.1:0", "-state-dir", filepath.Join(dir, "state"), "-db", dsn).CombinedOutput()
 		cancel()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
-			t.Errorf("-db %s: %v, want exit 2: %s", redactDSN(dsn), err, out)
+			t.Errorf("-db %s: %v, want exit 2: %s", pgstore.RedactDSN(dsn), err, out)
 		}
 		if !strings.Contains(string(out), "platform: -db ") {
-			t.Errorf("-db %s: the error does not name -db: %s", redactDSN(dsn), out)
+			t.Errorf("-db %s: the error does not name -db: %s", pgstore.RedactDSN(dsn), out)
 		}
-		if strings.Contains(string(out), dsnSecret) {
-			t.Errorf("-db %s: the error shows the secret: %s", redactDSN(dsn), out)
+		if strings.Contains(string(out), platformtest.DSNSecret) {
+			t.Errorf("-db %s: the error shows the secret: %s", pgstore.RedactDSN(dsn), out)
 		}
 	}
 }
@@ -109,8 +112,8 @@ func TestBinaryConnectionCap(t *testing.T) {
 		"-token-file", tokens, "-listen", addr, "-state-dir", filepath.Join(dir, "state")), nil)
 	out := p.Log.String
 	testkit.WaitFor(t, "the platform serving", func() bool { return strings.Contains(out(), "platform serving") })
-	if m := regexp.MustCompile(`max_conns=(\d+) max_conns_from="RLIMIT_NOFILE 256"`).FindStringSubmatch(out()); m == nil || m[1] != fmt.Sprint(maxConnsForFiles(256)) {
-		t.Fatalf("the start-up line does not say max_conns=%d from RLIMIT_NOFILE 256:\n%s", maxConnsForFiles(256), out())
+	if m := regexp.MustCompile(`max_conns=(\d+) max_conns_from="RLIMIT_NOFILE 256"`).FindStringSubmatch(out()); m == nil || m[1] != fmt.Sprint(api.MaxConnsForFiles(256)) {
+		t.Fatalf("the start-up line does not say max_conns=%d from RLIMIT_NOFILE 256:\n%s", api.MaxConnsForFiles(256), out())
 	}
 
 	// Idle connections, one after another, each after one /healthz:
@@ -149,7 +152,7 @@ func TestBinaryConnectionCap(t *testing.T) {
 		}
 		c.SetDeadline(time.Time{})
 	}
-	if want := maxConnsForFiles(256); idle != want || answeredOver != 300-want {
+	if want := api.MaxConnsForFiles(256); idle != want || answeredOver != 300-want {
 		t.Errorf("%d connections kept idle, %d answered and closed; want %d and %d", idle, answeredOver, want, 300-want)
 	}
 	// Slow headers on top: each holds a place for seconds at most.
@@ -240,7 +243,7 @@ func TestBinaryConfigFiles(t *testing.T) {
 	}
 
 	notify := filepath.Join(dir, "notify")
-	if err := os.WriteFile(notify, []byte("* http://127.0.0.1:1/hook "+hookSecret+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(notify, []byte("* http://127.0.0.1:1/hook "+platformtest.HookSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := testkit.StartProc(t, exec.Command(bin, "-token-file", tokens, "-notify-file", notify, "-listen", "127.0.0.1:0", "-state-dir", state), nil)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/chromium"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -83,8 +84,8 @@ func TestDashboardInBrowser(t *testing.T) {
 			return false
 		}
 		defer resp.Body.Close()
-		var ns []numberedNotice
-		return json.NewDecoder(resp.Body).Decode(&ns) == nil && len(ns) == 1 && ns[0].Delivery != nil && ns[0].Delivery.Status == statusDelivered
+		var ns []store.NumberedNotice
+		return json.NewDecoder(resp.Body).Decode(&ns) == nil && len(ns) == 1 && ns[0].Delivery != nil && ns[0].Delivery.Status == store.StatusDelivered
 	})
 
 	shots := testkit.ArtifactDir(t)

@@ -51,6 +51,6 @@
 // in the environment set either as for any Go program.
 //
 // With -notify-file, each notice is delivered to the node's operator as
-// a Standard Webhooks message (notify.go), through an outbox written
+// a Standard Webhooks message (internal/notify), through an outbox written
 // with the notice; SIGHUP reloads the file.
 package main

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -61,7 +63,7 @@ func TestFailoverSyncStandby(t *testing.T) {
 		primary.Port, standby.Port, name)
 
 	const agents = 6
-	seed := seedFile{}
+	seed := store.SeedFile{}
 	for i := range agents {
 		id := fmt.Sprintf("fo-%d", i)
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "DE", Price: 100})
@@ -107,7 +109,7 @@ func TestFailoverSyncStandby(t *testing.T) {
 				ack[i].sent = seq
 				mu.Unlock()
 				code, _ := r.do("POST", "/report", rd)
-				tcode, _ := r.do("POST", "/traffic", trafficRequest{Route: "r-" + id, Bytes: 1000})
+				tcode, _ := r.do("POST", "/traffic", fleet.TrafficRequest{Route: "r-" + id, Bytes: 1000})
 				mu.Lock()
 				if code == 200 {
 					ack[i].readings++
@@ -179,7 +181,7 @@ func TestFailoverSyncStandby(t *testing.T) {
 	}
 	for i, a := range ack {
 		id := fmt.Sprintf("fo-%d", i)
-		v := reps[0].view(id)
+		v := reps[0].View(id)
 		if v.Readings < a.readings || v.Readings > a.sent {
 			t.Errorf("%s: %d readings counted on the new primary; %d acknowledged, %d sent", id, v.Readings, a.readings, a.sent)
 		}

@@ -16,6 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -55,7 +58,7 @@ var fleetClient = &http.Client{
 func startReplica(t testing.TB, args ...string) *replica {
 	t.Helper()
 	tok := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tok, []byte(testToken+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tok, []byte(platformtest.TestToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr := testkit.FreeAddr(t)
@@ -99,7 +102,7 @@ func (r *replica) do(method, path string, body any) (int, []byte) {
 	if err != nil {
 		panic(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Authorization", "Bearer "+platformtest.TestToken)
 	resp, err := fleetClient.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())
@@ -121,9 +124,9 @@ func (r *replica) get(path string, out any) {
 	}
 }
 
-func (r *replica) view(id string) nodeView {
+func (r *replica) View(id string) fleet.NodeView {
 	r.t.Helper()
-	var v nodeView
+	var v fleet.NodeView
 	r.get("/nodes/"+id, &v)
 	return v
 }
@@ -140,7 +143,7 @@ type replicaSet struct {
 }
 
 // writeSeed writes s to a temporary file for -routes.
-func writeSeed(t testing.TB, s *seedFile) string {
+func writeSeed(t testing.TB, s *store.SeedFile) string {
 	t.Helper()
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -155,7 +158,7 @@ func writeSeed(t testing.TB, s *seedFile) string {
 
 // eachFleet runs test on two replicas on PostgreSQL (skipped without it)
 // and on one process on the file store, each started with seed and flags.
-func eachFleet(t *testing.T, seed *seedFile, flags []string, test func(t *testing.T, f *replicaSet)) {
+func eachFleet(t *testing.T, seed *store.SeedFile, flags []string, test func(t *testing.T, f *replicaSet)) {
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Need(t, cluster).NewDatabase(t)
 		routes := writeSeed(t, seed)
@@ -207,14 +210,6 @@ func pair(x, y func() answer) (answer, answer) {
 // trials is how many times each pair of requests meets.
 const trials = 100
 
-// runID is the run of every reading the suite sends.
-const runID = "0123456789abcdef0123456789abcdef"
-
-func reading(node string, seq int, mem float64) overload.Reading {
-	return overload.Reading{Version: 2, Node: node, Run: runID, Seq: uint64(seq), At: time.Now().Round(0),
-		MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144}
-}
-
 // ledger is what the replicas acknowledged in a suite, to be checked
 // against what they store.
 //
@@ -245,17 +240,17 @@ func (l *ledger) ack(t *testing.T, req any, a answer) {
 	bad := func() { t.Errorf("%T %+v: %d %s", req, req, a.code, a.body) }
 	if a.code == 503 {
 		switch r := req.(type) {
-		case trafficRequest:
+		case fleet.TrafficRequest:
 			l.maybeCharged[r.Route] += r.Bytes
 		case overload.Reading:
 			l.maybeRead[r.Node]++
-		case openRequest:
+		case fleet.OpenRequest:
 			l.opened[r.Node+" maybe"]++
 		}
 		return
 	}
 	switch r := req.(type) {
-	case trafficRequest:
+	case fleet.TrafficRequest:
 		switch a.code {
 		case 200:
 			l.charged[r.Route] += r.Bytes
@@ -274,7 +269,7 @@ func (l *ledger) ack(t *testing.T, req any, a answer) {
 		if !out.Duplicate {
 			l.readings[r.Node]++
 		}
-	case openRequest:
+	case fleet.OpenRequest:
 		switch a.code {
 		case 201:
 			l.opened[r.Node]++
@@ -282,7 +277,7 @@ func (l *ledger) ack(t *testing.T, req any, a answer) {
 		default:
 			bad()
 		}
-	case priceRequest:
+	case fleet.PriceRequest:
 		if a.code != 204 {
 			bad()
 		}
@@ -291,8 +286,8 @@ func (l *ledger) ack(t *testing.T, req any, a answer) {
 
 // send returns a pair's half: req sent to r, its answer recorded.
 func (l *ledger) send(t *testing.T, r *replica, req any) func() answer {
-	path := map[string]string{"main.trafficRequest": "/traffic", "overload.Reading": "/report",
-		"main.openRequest": "/routes", "main.priceRequest": "/price"}[fmt.Sprintf("%T", req)]
+	path := map[string]string{"fleet.TrafficRequest": "/traffic", "overload.Reading": "/report",
+		"fleet.OpenRequest": "/routes", "fleet.PriceRequest": "/price"}[fmt.Sprintf("%T", req)]
 	return func() answer {
 		code, b := r.do("POST", path, req)
 		a := answer{code, b}
@@ -305,14 +300,14 @@ func (l *ledger) send(t *testing.T, r *replica, req any) func() answer {
 // suite has.
 const pausedRoutes = 3
 
-// runB is a second agent's run, beside runID.
+// runB is a second agent's run, beside RunID.
 const runB = "fedcba9876543210fedcba9876543210"
 
 // pairsSeed is the suite's fleet: for each pair the nodes and routes its
 // trials meet on.
-func pairsSeed() *seedFile {
+func pairsSeed() *store.SeedFile {
 	now := time.Now()
-	s := &seedFile{}
+	s := &store.SeedFile{}
 	node := func(id string, paused bool, maxUsers int) {
 		s.Nodes = append(s.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "DE", Price: 100, Paused: paused, MaxUsers: maxUsers})
 	}
@@ -347,7 +342,7 @@ func pairsSeed() *seedFile {
 func TestFleetPairs(t *testing.T) {
 	eachFleet(t, pairsSeed(), []string{"-plan-every", "1h"}, func(t *testing.T, f *replicaSet) {
 		if f.url != "" {
-			pgExec(t, f.url, closureAudit)
+			platformtest.PGExec(t, f.url, closureAudit)
 		}
 		l := newLedger()
 		run := func(name string, trial func(i int)) {
@@ -358,40 +353,40 @@ func TestFleetPairs(t *testing.T) {
 			})
 		}
 		run("traffic×traffic", func(int) {
-			pair(l.send(t, f.a, trafficRequest{Route: "tt-r", Bytes: 1000}), l.send(t, f.b, trafficRequest{Route: "tt-r", Bytes: 1000}))
+			pair(l.send(t, f.a, fleet.TrafficRequest{Route: "tt-r", Bytes: 1000}), l.send(t, f.b, fleet.TrafficRequest{Route: "tt-r", Bytes: 1000}))
 		})
 		run("routes×routes", func(i int) {
 			id := fmt.Sprintf("rr-%d", i)
-			pair(l.send(t, f.a, openRequest{Node: id, User: "ua", Key: "k"}), l.send(t, f.b, openRequest{Node: id, User: "ub", Key: "k"}))
+			pair(l.send(t, f.a, fleet.OpenRequest{Node: id, User: "ua", Key: "k"}), l.send(t, f.b, fleet.OpenRequest{Node: id, User: "ub", Key: "k"}))
 		})
 		var evReadings []overload.Reading
 		run("report×report", func(i int) {
 			// Two agents' runs on a paused node whose unused routes the
 			// plan closes; then a reading and its retry at once.
 			id := fmt.Sprintf("rep-%d", i)
-			a, b := reading(id, 1, 50), reading(id, 1, 50)
+			a, b := platformtest.Reading(id, 1, 50), platformtest.Reading(id, 1, 50)
 			b.Run = runB
 			pair(l.send(t, f.a, a), l.send(t, f.b, b))
-			r := reading("ev", i+1, memoryPattern(i))
+			r := platformtest.Reading("ev", i+1, platformtest.MemoryPattern(i))
 			evReadings = append(evReadings, r)
 			pair(l.send(t, f.a, r), l.send(t, f.b, r))
 		})
 		run("report×traffic", func(i int) {
-			pair(l.send(t, f.a, trafficRequest{Route: "rt-r", Bytes: 1000}), l.send(t, f.b, reading("rt", i+1, 50)))
+			pair(l.send(t, f.a, fleet.TrafficRequest{Route: "rt-r", Bytes: 1000}), l.send(t, f.b, platformtest.Reading("rt", i+1, 50)))
 		})
 		run("traffic×closure", func(i int) {
 			id := fmt.Sprintf("tc-%d", i)
-			pair(l.send(t, f.a, trafficRequest{Route: id + "-r", Bytes: 1000}), l.send(t, f.b, reading(id, 1, 50)))
+			pair(l.send(t, f.a, fleet.TrafficRequest{Route: id + "-r", Bytes: 1000}), l.send(t, f.b, platformtest.Reading(id, 1, 50)))
 		})
 		run("price×report", func(i int) {
-			price := priceRequest{Node: "pr", Price: 100 + pricingPrice(i)}
-			x, _ := pair(l.send(t, f.a, price), l.send(t, f.b, reading("pr", i+1, 50)))
-			if v := f.a.view("pr"); x.code == 204 && v.Price != price.Price {
+			price := fleet.PriceRequest{Node: "pr", Price: 100 + pricingPrice(i)}
+			x, _ := pair(l.send(t, f.a, price), l.send(t, f.b, platformtest.Reading("pr", i+1, 50)))
+			if v := f.a.View("pr"); x.code == 204 && v.Price != price.Price {
 				t.Errorf("price of pr %d after a POST /price of %d was acknowledged", v.Price, price.Price)
 			}
 		})
 		run("first reading×first reading", func(i int) {
-			r := reading(fmt.Sprintf("ff-%d", i), 1, 50)
+			r := platformtest.Reading(fmt.Sprintf("ff-%d", i), 1, 50)
 			pair(l.send(t, f.a, r), l.send(t, f.b, r))
 		})
 		t.Run("seeding×first reading", func(t *testing.T) {
@@ -411,7 +406,7 @@ func TestFleetPairs(t *testing.T) {
 			go func() {
 				defer close(sent)
 				for i := range trials {
-					r := reading(fmt.Sprintf("sf-%d", i), 1, 50)
+					r := platformtest.Reading(fmt.Sprintf("sf-%d", i), 1, 50)
 					pair(l.send(t, f.a, r), l.send(t, f.b, r))
 				}
 			}()
@@ -419,7 +414,7 @@ func TestFleetPairs(t *testing.T) {
 			<-sent
 			for i := range trials {
 				id := fmt.Sprintf("sf-%d", i)
-				v := c.view(id)
+				v := c.View(id)
 				if !v.Registered || len(v.Routes) != 1 {
 					t.Errorf("node %s after seeding and its first reading at once: registered %v, %d routes, want registered with its 1", id, v.Registered, len(v.Routes))
 				}
@@ -462,7 +457,7 @@ func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.R
 			ID string `json:"id"`
 		}
 		json.Unmarshal(raw, &id)
-		v := f.a.view(id.ID)
+		v := f.a.View(id.ID)
 		if v.MaxUsers > 0 && v.LiveUsers > v.MaxUsers {
 			t.Errorf("node %s: %d users, max_users %d", v.ID, v.LiveUsers, v.MaxUsers)
 		}
@@ -553,7 +548,7 @@ func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.R
 			wantNotices++
 		}
 	}
-	var page eventPage
+	var page store.EventPage
 	f.a.get("/nodes/ev/events?limit=1000", &page)
 	if l.maybeRead["ev"] > 0 {
 		t.Logf("node ev: %d readings answered 503: its events are not compared with one tracker's", l.maybeRead["ev"])
@@ -596,7 +591,7 @@ func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.R
 // none of them.
 func TestFleetRoutesPlanRound(t *testing.T) {
 	const nodes = 5
-	seed := &seedFile{}
+	seed := &store.SeedFile{}
 	for i := range nodes {
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("rp-%d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
 	}
@@ -607,11 +602,11 @@ func TestFleetRoutesPlanRound(t *testing.T) {
 			if i%2 == 1 {
 				r = f.b
 			}
-			l.send(t, r, openRequest{Node: fmt.Sprintf("rp-%d", i%nodes), User: fmt.Sprintf("u%d", i), Key: "k"})()
+			l.send(t, r, fleet.OpenRequest{Node: fmt.Sprintf("rp-%d", i%nodes), User: fmt.Sprintf("u%d", i), Key: "k"})()
 		}
 		for i := range nodes {
 			id := fmt.Sprintf("rp-%d", i)
-			v := f.a.view(id)
+			v := f.a.View(id)
 			if len(v.Routes) != l.opened[id] || len(v.Closed) != 0 {
 				t.Errorf("node %s: %d live routes and %d closed, %d opened", id, len(v.Routes), len(v.Closed), l.opened[id])
 			}

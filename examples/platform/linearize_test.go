@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -167,8 +169,8 @@ var linNodeModel = porcupine.NondeterministicModel{
 
 func linNodeID(n int) string     { return fmt.Sprintf("lin-%d", n) }
 func linRouteID(n, r int) string { return fmt.Sprintf("lin-%d-r%d", n, r) }
-func linSeed() *seedFile {
-	s := &seedFile{}
+func linSeed() *store.SeedFile {
+	s := &store.SeedFile{}
 	for n := range linNodes {
 		s.Nodes = append(s.Nodes, routing.Node{ID: linNodeID(n), Role: routing.RoleExit, Country: "DE", Price: 100, MaxUsers: linMaxUsers})
 		for r := range linRoutes {
@@ -207,7 +209,7 @@ func (h *linHistory) do(c int, r *replica, rng *rand.Rand) {
 		if in.seq > 3 && rng.IntN(4) == 0 {
 			in.seq -= uint64(rng.IntN(3))
 		}
-		rd := overload.Reading{Version: 2, Node: id, Run: runID, Seq: in.seq, At: h.base.Add(time.Duration(in.seq) * 10 * time.Millisecond),
+		rd := overload.Reading{Version: 2, Node: id, Run: platformtest.RunID, Seq: in.seq, At: h.base.Add(time.Duration(in.seq) * 10 * time.Millisecond),
 			MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144}
 		method, path, body = "POST", "/report", rd
 	case linOpen:
@@ -215,15 +217,15 @@ func (h *linHistory) do(c int, r *replica, rng *rand.Rand) {
 		h.users++
 		u := h.users
 		h.mu.Unlock()
-		method, path, body = "POST", "/routes", openRequest{Node: id, User: fmt.Sprintf("c%d", u), Key: "k"}
+		method, path, body = "POST", "/routes", fleet.OpenRequest{Node: id, User: fmt.Sprintf("c%d", u), Key: "k"}
 	case linTraffic:
 		in.route, in.bytes = rng.IntN(linRoutes), uint64(1+rng.IntN(1000))
-		method, path, body = "POST", "/traffic", trafficRequest{Route: linRouteID(in.node, in.route), Bytes: in.bytes}
+		method, path, body = "POST", "/traffic", fleet.TrafficRequest{Route: linRouteID(in.node, in.route), Bytes: in.bytes}
 	case linView:
 		method, path = "GET", "/nodes/"+id
 	case linPrice:
 		in.price = pricing.Price(100 + rng.IntN(100))
-		method, path, body = "POST", "/price", priceRequest{Node: id, Price: in.price}
+		method, path, body = "POST", "/price", fleet.PriceRequest{Node: id, Price: in.price}
 	}
 	call := h.now()
 	code, b := r.do(method, path, body)
@@ -285,7 +287,7 @@ func linAnswer(in linInput, code int, b []byte) (linOutput, error) {
 		}
 		out.admitted = code == 201
 	case linTraffic:
-		var rt route
+		var rt store.Route
 		if code != 200 || json.Unmarshal(b, &rt) != nil {
 			return out, bad
 		}
@@ -295,7 +297,7 @@ func linAnswer(in linInput, code int, b []byte) (linOutput, error) {
 			return out, bad
 		}
 	case linView:
-		var v nodeView
+		var v fleet.NodeView
 		if code != 200 || json.Unmarshal(b, &v) != nil {
 			return out, bad
 		}
@@ -316,7 +318,8 @@ func linAnswer(in linInput, code int, b []byte) (linOutput, error) {
 // PostgreSQL database (one process on the file store), is linearizable,
 // also across a replica killed with SIGKILL and restarted, and (on
 // PostgreSQL) the database restarted, mid-history. A history that is not
-// is saved with porcupine's visualisation in $TEST_ARTIFACTS.
+// is saved with porcupine's visualisation in the test's artifact
+// directory (testkit.ArtifactDir).
 func TestFleetLinearizable(t *testing.T) {
 	eachFleet(t, linSeed(), []string{"-plan-every", "1h"}, func(t *testing.T, f *replicaSet) {
 		h := &linHistory{start: time.Now(), base: time.Now().Add(-time.Hour)}
@@ -386,19 +389,9 @@ func checkLinearizable(t *testing.T, ops []porcupine.Operation) {
 		t.Logf("%d operations: the checker ran out of time (not a failure)", len(ops))
 		return
 	}
-	dir := os.Getenv("TEST_ARTIFACTS")
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "platform-linearizability-"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(dir, fmt.Sprintf("%s.html", filepath.Base(t.Name())))
-	if err := os.MkdirAll(dir, 0o755); err == nil {
-		err = porcupine.VisualizePath(model, info, path)
-		if err != nil {
-			t.Logf("visualisation: %v", err)
-		}
+	path := filepath.Join(testkit.ArtifactDir(t), "history.html")
+	if err := porcupine.VisualizePath(model, info, path); err != nil {
+		t.Logf("visualisation: %v", err)
 	}
 	t.Errorf("%d operations: not linearizable; the history is in %s", len(ops), path)
 }

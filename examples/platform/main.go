@@ -15,6 +15,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/api"
+	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/notify"
+	"github.com/proofkit/nodekit/examples/platform/internal/pgstore"
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
@@ -31,7 +37,6 @@ type options struct {
 	listen    string
 	debug     string
 	tokenFile string
-	stateDir  string
 	db        string
 	dbBatch   int
 	dbCache   int
@@ -45,8 +50,8 @@ type options struct {
 	// open-file limit.
 	maxConnsFrom string
 	version      bool
-	notify       notifyConfig
-	cfg          config
+	notify       notify.Config
+	cfg          store.Config
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -68,10 +73,10 @@ Flags:
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
 	fs.StringVar(&o.debug, "debug-listen", "", "address to serve Go's profiles on (/debug/pprof/), without a token: a loopback address, for measuring (empty: none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (the admin: any node, every endpoint), TOKEN operator:NAME (an operator: their own nodes), TOKEN NODE [operator:NAME] (that node's agent: reports only) (required)")
-	fs.StringVar(&o.stateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
+	fs.StringVar(&o.cfg.StateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
 	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
-	fs.IntVar(&o.dbWorkers, "db-workers", defaultBatchWorkers, fmt.Sprintf("with -db: the most batches of reports a replica has in flight at once (one at a time; another beside it once it is full or has run %v, held up on a lock)", defaultBatchSpill))
+	fs.IntVar(&o.dbWorkers, "db-workers", pgstore.DefaultBatchWorkers, fmt.Sprintf("with -db: the most batches of reports a replica has in flight at once (one at a time; another beside it once it is full or has run %v, held up on a lock)", pgstore.DefaultBatchSpill))
 	fs.DurationVar(&o.dbLinger, "db-linger", 0, "with -db: how long a batch waits for more reports before its transaction starts (0: not at all; under load, more reports a commit)")
 	fs.IntVar(&o.dbCache, "db-cache", 200000, "with -db: the most nodes a replica keeps a copy of, as it last wrote them, to take a quiet node's report in one statement (0: none)")
 	fs.StringVar(&o.routes, "routes", "", "route table to seed nodes and routes from (JSON; see routes.json)")
@@ -80,9 +85,9 @@ Flags:
 	fs.IntVar(&o.maxConns, "max-conns", 0, "most connections served at once; over it GET /healthz is still answered, the rest 503 (0: no limit; default: from the open-file limit)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.StringVar(&o.notify.File, "notify-file", "", "receivers of notices, one a line: NODE URL SECRET [SECRET…] (NODE * for every node without a line; reloaded on SIGHUP)")
-	fs.DurationVar(&o.notify.GiveUp, "notify-give-up", defaultGiveUp, "how long a notice's delivery is retried before it is failed")
+	fs.DurationVar(&o.notify.GiveUp, "notify-give-up", notify.DefaultGiveUp, "how long a notice's delivery is retried before it is failed")
 	fs.BoolVar(&o.notify.Ended, "notify-ended", false, "also send node.overload_ended when an overload ends")
-	fs.DurationVar(&o.notify.Timeout, "notify-timeout", defaultTimeout, "how long one delivery attempt may take; a replica that dies mid-attempt leaves the delivery to the others after twice this and 5 s")
+	fs.DurationVar(&o.notify.Timeout, "notify-timeout", notify.DefaultTimeout, "how long one delivery attempt may take; a replica that dies mid-attempt leaves the delivery to the others after twice this and 5 s")
 	pol := &o.cfg.Policy
 	fs.DurationVar(&pol.CoolDown, "cool-down", routing.DefaultCoolDown, "after an overload ends, how long the node takes nobody new (negative: none)")
 	fs.DurationVar(&pol.UnusedAfter, "unused-after", routing.DefaultUnusedAfter, "a route that moved no traffic this long is unused")
@@ -119,8 +124,8 @@ Flags:
 	if o.dbBatch < 0 {
 		return o, fmt.Errorf("-db-batch %d: want 1 or more (1: a transaction a report)", o.dbBatch)
 	}
-	if scheme, _, _ := strings.Cut(o.db, "://"); isURL(o.db) && scheme != "postgres" && scheme != "postgresql" {
-		return o, fmt.Errorf("-db %s: want a postgres:// or postgresql:// URL, or key=value pairs", redactDSN(o.db))
+	if scheme, _, _ := strings.Cut(o.db, "://"); pgstore.IsURL(o.db) && scheme != "postgres" && scheme != "postgresql" {
+		return o, fmt.Errorf("-db %s: want a postgres:// or postgresql:// URL, or key=value pairs", pgstore.RedactDSN(o.db))
 	}
 	if o.maxConns < 0 {
 		return o, fmt.Errorf("-max-conns %d: must not be negative (0: no limit)", o.maxConns)
@@ -131,7 +136,7 @@ Flags:
 	if !set {
 		o.maxConnsFrom = "no open-file limit"
 		if n, ok := fileLimit(); ok {
-			o.maxConns = maxConnsForFiles(n)
+			o.maxConns = api.MaxConnsForFiles(n)
 			o.maxConnsFrom = fmt.Sprintf("RLIMIT_NOFILE %d", n)
 		}
 	}
@@ -147,7 +152,6 @@ Flags:
 	if o.cfg.Policy.CoolDown == 0 {
 		o.cfg.Policy.CoolDown = -1 // -cool-down 0 means none; the Policy reads 0 as the default
 	}
-	o.cfg.StateDir = o.stateDir
 	return o, nil
 }
 
@@ -180,38 +184,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o.cfg.Logger = log
 	gogc, memLimit := setGC()
 
-	toks, err := readTokens(o.tokenFile)
+	toks, err := api.ReadTokens(o.tokenFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
 	}
-	var rs *receivers
+	var rs *notify.Receivers
 	if o.notify.File != "" {
-		if rs, err = readReceivers(o.notify.File); err != nil {
+		if rs, err = notify.ReadReceivers(o.notify.File); err != nil {
 			fmt.Fprintf(stderr, "platform: -notify-file: %v\n", err)
 			return 2
 		}
 	}
-	o.cfg.Dispatch = newDispatch(o.notify, rs)
-	var seed *seedFile
+	d := notify.NewDispatch(o.notify, rs)
+	o.cfg.Dispatch = d
+	var seed *store.SeedFile
 	if o.routes != "" {
-		if seed, err = readSeed(o.routes); err != nil {
+		if seed, err = store.ReadSeed(o.routes); err != nil {
 			fmt.Fprintf(stderr, "platform: %v\n", err)
 			return 2
 		}
 	}
-	var svc store
-	where := []any{"state_dir", o.stateDir}
+	var svc store.Store
+	where := []any{"state_dir", o.cfg.StateDir}
 	if o.db != "" {
-		pg, err := openPG(ctx, o.db, o.cfg, pgOptions{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)
+		pg, err := pgstore.Open(ctx, o.db, o.cfg, pgstore.Options{PlanEvery: o.planEvery, Batch: o.dbBatch, Workers: o.dbWorkers, Linger: o.dbLinger, Cache: o.dbCache}, seed)
 		if err != nil {
 			fmt.Fprintf(stderr, "platform: %v\n", err)
 			return 2
 		}
-		defer pg.close()
-		svc, where = pg, []any{"db", redactDSN(o.db)}
+		defer pg.Close()
+		svc, where = pg, []any{"db", pgstore.RedactDSN(o.db)}
 	} else {
-		p, err := newPlatform(o.cfg, seed)
+		p, err := filestore.Open(o.cfg, seed)
 		if err != nil {
 			fmt.Fprintf(stderr, "platform: %v\n", err)
 			return 2
@@ -219,12 +224,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		svc = p
 	}
 
-	sender := newNotifier(o.notify, o.cfg.Dispatch, svc.outbox(), log, o.cfg.Now)
-	f := newFleet(svc, sender)
+	sender := notify.New(o.notify, d, svc.Outbox(), log, o.cfg.Now)
+	f := fleet.New(svc, sender)
 	if seed != nil {
-		f.owners = seed.Operators
+		f.Owners = seed.Operators
 	}
-	if err := checkOwners(toks, f.owners); err != nil {
+	if err := api.CheckOwners(toks, f.Owners); err != nil {
 		fmt.Fprintf(stderr, "platform: -token-file %s: %v\n", o.tokenFile, err)
 		return 2
 	}
@@ -234,17 +239,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "platform: -listen: %v\n", err)
 		return 1
 	}
-	ln = newCapListener(ln, o.maxConns, log)
-	srv := &http.Server{
-		Handler:           atCap(handler(f, toks), o.maxConns),
-		ConnContext:       connContext,
-		ReadHeaderTimeout: readHeaderTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	ln = api.NewCapListener(ln, o.maxConns, log)
+	srv := api.NewServer(api.Handler(f, toks), o.maxConns, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	if o.debug != "" {
@@ -253,7 +249,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "platform: -debug-listen: %v\n", err)
 			return 1
 		}
-		dsrv := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: readHeaderTimeout}
+		dsrv := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: api.ReadHeaderTimeout}
 		go dsrv.Serve(dln)
 		defer dsrv.Close()
 		log.Info("profiles served", "debug_addr", dln.Addr().String())
@@ -262,22 +258,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		append(where, "plan_every", o.planEvery, "cool_down", o.cfg.Policy.CoolDown,
 			"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "gogc", gogc, "memory_limit", memLimit)...)...)
 
-	f.notifyUnreached(ctx, log)
+	f.NotifyUnreached(ctx, log)
 	nctx, stopNotify := context.WithCancel(ctx)
 	notifying := make(chan struct{})
-	go func() { defer close(notifying); sender.run(nctx) }()
+	go func() { defer close(notifying); sender.Run(nctx) }()
 	defer func() { stopNotify(); <-notifying }()
 	tick := time.NewTicker(o.planEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-hup:
-			if err := sender.reload(); err != nil {
+			if err := sender.Reload(); err != nil {
 				log.Error("notify file not reloaded", "err", err)
 			}
 		case <-tick.C:
 			rctx, cancel := context.WithTimeout(ctx, o.planEvery)
-			if err := f.round(rctx); err != nil {
+			if err := f.Round(rctx); err != nil {
 				log.Warn("plan round", "err", err)
 			}
 			cancel()
