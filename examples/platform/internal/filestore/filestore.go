@@ -80,11 +80,11 @@ func (p *Store) ids() []string {
 
 // Report takes a reading of node id (NodeStore.Report), under the
 // store's one lock: the node, created if new, is written once, after
-// take and plan, with the outbox entries of its notice before it. A node
+// run's Take and Plan, with the outbox entries of its notice before it. A node
 // whose state cannot be saved gets ErrUnsaved, and its record goes back
 // to what is on disk: the next request sees what the last answered one
 // left.
-func (p *Store) Report(_ context.Context, id string, take store.TakeFunc, plan store.PlanFunc) (*overload.Notice, error) {
+func (p *Store) Report(_ context.Context, id string, run store.ReportRun) (*overload.Notice, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.Now()
@@ -97,7 +97,7 @@ func (p *Store) Report(_ context.Context, id string, take store.TakeFunc, plan s
 		}
 	}
 	n.ClearChange()
-	if err := take(n, now); err != nil {
+	if err := run.Take(n, now); err != nil {
 		if !isNew {
 			p.revert(n)
 		}
@@ -120,7 +120,7 @@ func (p *Store) Report(_ context.Context, id string, take store.TakeFunc, plan s
 	// Plan the node at once, then write what the reading and the plan
 	// changed: one write per report (and one for each node a move relies
 	// on).
-	if err := plan(n, now, &fileTx{p: p, now: now}); err != nil {
+	if err := run.Plan(n, now, &fileTx{p: p, now: now}); err != nil {
 		p.revert(n)
 		p.dropDecided(added)
 		return nil, err

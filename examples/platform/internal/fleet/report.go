@@ -22,28 +22,8 @@ func (f *Fleet) Report(ctx context.Context, r overload.Reading) (ReportOutcome, 
 	if err := store.CheckNodeID(r.Node); err != nil {
 		return ReportOutcome{}, fmt.Errorf("report: %w", err)
 	}
-	// One value the store's take and plan share, allocated once a
-	// report. The store may take the reading and plan the node more than
-	// once (on its copy, then on its row; a transaction run again): each
-	// take starts the run afresh, and the plan's error is logged once,
-	// that of the run the store kept.
-	run := &struct {
-		out     ReportOutcome
-		at      time.Time
-		first   bool // the first reading counted of a node the route table does not hold
-		planErr error
-	}{out: ReportOutcome{Node: r.Node}}
-	notice, err := f.Store.Report(ctx, r.Node, func(n *store.Node, now time.Time) error {
-		run.first = n.Info.Role == 0 && n.Readings == 0
-		run.planErr = nil
-		var err error
-		run.out, err = f.Take(n, r, now)
-		n.Event, n.Notice, run.at = run.out.Event, run.out.Notice, now
-		return err
-	}, func(n *store.Node, now time.Time, tx store.NodeTx) (err error) {
-		run.planErr, err = f.plan(n, now, tx)
-		return err
-	})
+	run := &reportRun{f: f, r: r, out: ReportOutcome{Node: r.Node}}
+	notice, err := f.Store.Report(ctx, r.Node, run)
 	out, at, first, planErr := run.out, run.at, run.first, run.planErr
 	switch {
 	case errors.Is(err, store.ErrDuplicate) || errors.Is(err, store.ErrStale):
@@ -65,6 +45,34 @@ func (f *Fleet) Report(ctx context.Context, r overload.Reading) (ReportOutcome, 
 		f.Dispatch.Poke()
 	}
 	return out, nil
+}
+
+// reportRun is one report's take and plan (store.ReportRun), allocated
+// once a report. The store may take the reading and plan the node more
+// than once (on its copy, then on its row; a transaction run again):
+// each Take starts the run afresh, and the plan's error is logged once,
+// that of the run the store kept.
+type reportRun struct {
+	f       *Fleet
+	r       overload.Reading
+	out     ReportOutcome
+	at      time.Time
+	first   bool // the first reading counted of a node the route table does not hold
+	planErr error
+}
+
+func (run *reportRun) Take(n *store.Node, now time.Time) error {
+	run.first = n.Info.Role == 0 && n.Readings == 0
+	run.planErr = nil
+	var err error
+	run.out, err = run.f.Take(n, run.r, now)
+	n.Event, n.Notice, run.at = run.out.Event, run.out.Notice, now
+	return err
+}
+
+func (run *reportRun) Plan(n *store.Node, now time.Time, tx store.NodeTx) (err error) {
+	run.planErr, err = run.f.plan(n, now, tx)
+	return err
 }
 
 // PlanNode plans node n at now and carries the plan out in n (plan),

@@ -17,10 +17,9 @@ import (
 
 // reportJob is one report waiting for a batch.
 type reportJob struct {
-	ctx  context.Context // the request's
-	id   string          // the node's
-	take store.TakeFunc
-	plan store.PlanFunc
+	ctx context.Context // the request's
+	id  string          // the node's
+	run store.ReportRun // the use case's take and plan
 	// notice is the notice kept, err the report's error.
 	notice *overload.Notice
 	err    error
@@ -455,7 +454,7 @@ func (p *Store) decideReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob,
 		j.err = nil
 		if !taken {
 			n.ClearChange()
-			if j.err = j.take(n.Node, now); j.err != nil {
+			if j.err = j.run.Take(n.Node, now); j.err != nil {
 				continue
 			}
 		}
@@ -469,7 +468,7 @@ func (p *Store) decideReports(ctx context.Context, tx pgx.Tx, jobs []*reportJob,
 			}
 			return n.addRoutes(routes[id])
 		}
-		if err := j.plan(n.Node, now, newPGTx(ctx, tx, load)); err != nil {
+		if err := j.run.Plan(n.Node, now, newPGTx(ctx, tx, load)); err != nil {
 			return nil, nil, err
 		}
 		if err := p.saveRoutes(ctx, tx, n, now); err != nil {

@@ -134,7 +134,7 @@ func (p *Store) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*report
 		// From here the copy may be changed: it is not put back unless
 		// its row is written.
 		cn.node.ClearChange()
-		if err := j.take(cn.node, now); err != nil {
+		if err := j.run.Take(cn.node, now); err != nil {
 			rest = append(rest, j)
 			continue
 		}
@@ -149,7 +149,7 @@ func (p *Store) decideQuick(jobs []*reportJob) (qs []quickReport, rest []*report
 			rest = append(rest, j)
 			continue
 		}
-		err := j.plan(cn.node, now, copyTx{})
+		err := j.run.Plan(cn.node, now, copyTx{})
 		if errors.Is(err, errNeedsRow) {
 			j.cached, j.taken = cn, true
 			rest = append(rest, j)

@@ -1310,15 +1310,15 @@ func (p *Store) logClosures(nodes ...*pgNode) {
 // (Options.Batch over 1) it waits for a batch worker to take it with
 // the others arriving (batch.go); else it is taken alone, decided on
 // this replica's copy of the node when the copy can (cache.go).
-func (p *Store) Report(ctx context.Context, id string, take store.TakeFunc, plan store.PlanFunc) (*overload.Notice, error) {
+func (p *Store) Report(ctx context.Context, id string, run store.ReportRun) (*overload.Notice, error) {
 	if p.jobs == nil {
-		j := &reportJob{id: id, take: take, plan: plan}
+		j := &reportJob{id: id, run: run}
 		if len(p.reportQuick(ctx, []*reportJob{j})) > 0 {
 			p.reportAlone(ctx, j)
 		}
 		return j.notice, j.err
 	}
-	j := &reportJob{ctx: ctx, id: id, take: take, plan: plan, done: make(chan struct{})}
+	j := &reportJob{ctx: ctx, id: id, run: run, done: make(chan struct{})}
 	select {
 	case p.jobs <- j:
 	case <-ctx.Done():
@@ -1357,7 +1357,7 @@ func (p *Store) reportIn(ctx context.Context, tx pgx.Tx, j *reportJob) (*pgNode,
 		return nil, err
 	}
 	now := p.Now()
-	if j.err = j.take(n.Node, now); j.err != nil {
+	if j.err = j.run.Take(n.Node, now); j.err != nil {
 		// A node is kept from its first counted reading: the row this
 		// transaction inserted (created) goes; a row another committed
 		// is never deleted.
@@ -1368,7 +1368,7 @@ func (p *Store) reportIn(ctx context.Context, tx pgx.Tx, j *reportJob) (*pgNode,
 		}
 		return nil, nil
 	}
-	if err := j.plan(n.Node, now, newPGTx(ctx, tx, nil)); err != nil {
+	if err := j.run.Plan(n.Node, now, newPGTx(ctx, tx, nil)); err != nil {
 		return nil, err
 	}
 	if err := p.saveNode(ctx, tx, n, now); err != nil {

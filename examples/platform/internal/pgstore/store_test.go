@@ -465,7 +465,7 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 			n.Event, n.Notice = out.Event, out.Notice
 			return err
 		}
-		batch = append(batch, &reportJob{ctx: ctx, id: id, take: take, plan: f.PlanNode, done: make(chan struct{})})
+		batch = append(batch, &reportJob{ctx: ctx, id: id, run: store.ReportFuncs(take, f.PlanNode), done: make(chan struct{})})
 	}
 	p.runBatch(batch)
 	<-released

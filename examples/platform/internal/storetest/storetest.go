@@ -175,7 +175,7 @@ func testReport(t *testing.T, open Opener, replicas bool) {
 	refused := errors.New("refused")
 
 	// A refused first reading leaves no node; a counted one makes it.
-	_, err := a.Report(ctx, "n-new", func(n *store.Node, _ time.Time) error { n.Readings = 7; return refused }, noPlan)
+	_, err := a.Report(ctx, "n-new", store.ReportFuncs(func(n *store.Node, _ time.Time) error { n.Readings = 7; return refused }, noPlan))
 	if !errors.Is(err, refused) {
 		t.Fatalf("a refused first reading: %v, want take's error", err)
 	}
@@ -183,8 +183,8 @@ func testReport(t *testing.T, open Opener, replicas bool) {
 		t.Errorf("the node of a refused first reading: %v, want errUnknownNode", err)
 	}
 	var planned int64
-	_, err = a.Report(ctx, "n-new", func(n *store.Node, _ time.Time) error { n.Readings++; return nil },
-		func(n *store.Node, _ time.Time, _ store.NodeTx) error { planned = n.Readings; return nil })
+	_, err = a.Report(ctx, "n-new", store.ReportFuncs(func(n *store.Node, _ time.Time) error { n.Readings++; return nil },
+		func(n *store.Node, _ time.Time, _ store.NodeTx) error { planned = n.Readings; return nil }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func testReport(t *testing.T, open Opener, replicas bool) {
 		t.Errorf("plan saw %d readings, want take's 1", planned)
 	}
 	// Nothing of a refused reading of a node kept.
-	_, err = a.Report(ctx, "x1", func(n *store.Node, _ time.Time) error { n.Info.MaxUsers, n.Readings = 99, 99; return refused }, noPlan)
+	_, err = a.Report(ctx, "x1", store.ReportFuncs(func(n *store.Node, _ time.Time) error { n.Info.MaxUsers, n.Readings = 99, 99; return refused }, noPlan))
 	if !errors.Is(err, refused) {
 		t.Fatalf("a refused reading: %v", err)
 	}
@@ -245,7 +245,7 @@ func testReport(t *testing.T, open Opener, replicas bool) {
 		f := fleet.New(st, nil)
 		for range each {
 			wg.Go(func() {
-				_, err := st.Report(ctx, "n-new", func(n *store.Node, _ time.Time) error { n.NextRoute++; return nil }, f.PlanNode)
+				_, err := st.Report(ctx, "n-new", store.ReportFuncs(func(n *store.Node, _ time.Time) error { n.NextRoute++; return nil }, f.PlanNode))
 				errs <- err
 			})
 		}
