@@ -46,16 +46,17 @@ const rawBatch = 64
 // cannot see, is found within liveCheck, when the duplicate's deadline
 // has Serve look whether the listener is still open.
 type rawListener struct {
-	p      *Proxy
-	ln     net.Listener
-	lrc    syscall.RawConn // the listener's: to see it is still open
-	f      *os.File        // the duplicate Serve waits on
-	rc     syscall.RawConn // f's
-	stop   func() bool     // ends the Shutdown watch
-	laddr  *net.TCPAddr    // the clients' local address; nil: the listener's is unspecified (read it per client)
-	preset bool            // the clients' keepalive is set already (inherited from a listener made by Listen)
-	fds    []int32
-	addrs  []unix.RawSockaddrAny
+	p       *Proxy
+	ln      net.Listener
+	lrc     syscall.RawConn // the listener's: to see it is still open
+	f       *os.File        // the duplicate Serve waits on
+	rc      syscall.RawConn // f's
+	stop    func() bool     // ends the Shutdown watch
+	laddr   *net.TCPAddr    // the clients' local address; nil: the listener's is unspecified (read it per client)
+	preset  bool            // the clients' keepalive is set already (inherited from a listener made by Listen)
+	nodelay bool            // the clients inherit TCP_NODELAY from the listening socket
+	fds     []int32
+	addrs   []unix.RawSockaddrAny
 }
 
 // liveCheck is how often Serve, waiting on a rawListener, looks whether
@@ -83,6 +84,10 @@ func (p *Proxy) rawListener(ln net.Listener, preset bool) *rawListener {
 		return nil
 	}
 	r := &rawListener{p: p, ln: ln, lrc: lrc, f: f, rc: rc, preset: preset, addrs: make([]unix.RawSockaddrAny, rawBatch)}
+	// TCP_NODELAY, which net sets on every TCP conn, is set once on the
+	// listening socket: Linux copies it to each socket accepted from it,
+	// so no client costs a setsockopt for it.
+	lrc.Control(func(fd uintptr) { r.nodelay = setNoDelay(int32(fd)) == 0 })
 	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
 		r.laddr = a
 	}
@@ -172,7 +177,7 @@ func (r *rawListener) take() error {
 		return len(r.fds) > 0 || aerr != nil
 	})
 	for i, fd := range r.fds {
-		r.p.acceptFD(fd, r.clientConn(fd, &r.addrs[i]), r.preset)
+		r.p.acceptFD(fd, r.clientConn(fd, &r.addrs[i]), r.preset, r.nodelay)
 	}
 	if err == nil && len(r.fds) == 0 {
 		err = aerr
@@ -195,22 +200,26 @@ func (r *rawListener) clientConn(fd int32, sa *unix.RawSockaddrAny) *heldConn {
 }
 
 // acceptFD admits the client accepted as the bare socket fd and starts
-// its dial on a loop; a client not admitted is closed.
-func (p *Proxy) acceptFD(fd int32, client *heldConn, preset bool) {
+// its dial on a loop; a client not admitted is closed. nodelay: fd has
+// TCP_NODELAY already, from its listener.
+func (p *Proxy) acceptFD(fd int32, client *heldConn, preset, nodelay bool) {
 	if !p.admit(client) {
 		closeFD(fd)
 		return
 	}
-	setNoDelay(fd) // as net sets it on every TCP conn
+	if !nodelay {
+		setNoDelay(fd) // as net sets it on every TCP conn
+	}
 	if !preset && p.keepAlive.Enable {
 		setKeepAliveFD(int(fd), p.keepAlive)
 	}
 	p.loops.dial(p, fd, client)
 }
 
-func setNoDelay(fd int32) {
+func setNoDelay(fd int32) syscall.Errno {
 	one := int32(1)
-	syscall.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, uintptr(unsafe.Pointer(&one)), 4, 0)
+	_, _, e := syscall.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, uintptr(unsafe.Pointer(&one)), 4, 0)
+	return e
 }
 
 // heldConn stands for a socket an event loop holds as a bare descriptor:

@@ -171,13 +171,13 @@ func (lp *evloop) connect(l *link, ap netip.AddrPort) error {
 		_, _, e = syscall.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
 	}
 	if e != 0 && e != unix.EINPROGRESS {
-		unix.Close(fd)
+		closeFD(int32(fd))
 		return &net.OpError{Op: "dial", Net: "tcp", Addr: d.raddr, Err: os.NewSyscallError("connect", e)}
 	}
 	lp.mu.Lock()
 	if lp.stopping || l.lkey == 0 {
 		lp.mu.Unlock()
-		unix.Close(fd)
+		closeFD(int32(fd))
 		return &net.OpError{Op: "dial", Net: "tcp", Addr: d.raddr, Err: net.ErrClosed}
 	}
 	l.lfd[1] = int32(fd)
@@ -187,10 +187,10 @@ func (lp *evloop) connect(l *link, ap netip.AddrPort) error {
 	ev := unix.EpollEvent{Events: unix.EPOLLOUT | unix.EPOLLET}
 	key := l.lkey | 1<<63
 	ev.Fd, ev.Pad = int32(uint32(key)), int32(uint32(key>>32))
-	if err := unix.EpollCtl(lp.ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := epollSet(lp.ep, unix.EPOLL_CTL_ADD, int32(fd), &ev); err != nil {
 		l.lfd[1] = -1
 		lp.mu.Unlock()
-		unix.Close(fd)
+		closeFD(int32(fd))
 		return &net.OpError{Op: "dial", Net: "tcp", Addr: d.raddr, Err: os.NewSyscallError("epoll_ctl", err)}
 	}
 	d.inSet = true
@@ -212,17 +212,23 @@ func putPort(p *uint16, port uint16) {
 	b[0], b[1] = byte(port>>8), byte(port)
 }
 
-// connectEvent is an event on l's connecting upstream: its connect
-// ended. Call with lp.mu held.
-func (lp *evloop) connectEvent(l *link) {
+// connectEvent is an event on l's connecting upstream, events: its
+// connect ended. Output readiness alone says it connected, as HAProxy
+// reads it (sock_conn_check); SO_ERROR is read only when the event
+// carries an error or a hang-up. Call with lp.mu held.
+func (lp *evloop) connectEvent(l *link, events uint32) {
 	d := l.dl
 	if d.decided || !d.inSet {
 		return
 	}
-	v, err := unix.GetsockoptInt(int(l.lfd[1]), unix.SOL_SOCKET, unix.SO_ERROR)
-	e := syscall.Errno(v)
-	if err != nil {
-		e = err.(syscall.Errno)
+	var e syscall.Errno
+	if events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 || events&unix.EPOLLOUT == 0 {
+		v := int32(0)
+		n := uint32(4)
+		_, _, e = syscall.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(l.lfd[1]), unix.SOL_SOCKET, unix.SO_ERROR, uintptr(unsafe.Pointer(&v)), uintptr(unsafe.Pointer(&n)), 0)
+		if e == 0 {
+			e = syscall.Errno(v)
+		}
 	}
 	lp.decide(l, e, false)
 }
@@ -233,7 +239,7 @@ func (lp *evloop) decide(l *link, e syscall.Errno, timedOut bool) {
 	d := l.dl
 	d.decided, d.errno, d.timedOut = true, e, timedOut
 	if e != 0 || timedOut {
-		unix.Close(int(l.lfd[1]))
+		closeFD(l.lfd[1])
 		l.lfd[1] = -1
 		d.inSet = false
 	}

@@ -432,8 +432,37 @@ func dupFD(sc syscall.Conn) (int, error) {
 
 func closeFD(fd int32) {
 	if fd >= 0 {
-		unix.Close(int(fd))
+		rawCall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 	}
+}
+
+// rawCall makes a system call that never blocks (nonblocking sockets, an
+// epoll set, close of a socket with no lingering) without telling the
+// scheduler, as an event loop in C makes it: a close or a connect does the
+// loopback's softirq work in the call, long enough that a syscall.Syscall
+// had the runtime hand the loop's P to another thread and take it back (a
+// futex wake and a sleep per connection, measured with strace). Its
+// arguments hold no Go pointer: a call that passes one uses
+// syscall.RawSyscall6 itself, with the conversion in that call's
+// arguments, so the object stays put and alive.
+func rawCall(trap, a1, a2, a3 uintptr) syscall.Errno {
+	_, _, e := syscall.RawSyscall(trap, a1, a2, a3)
+	return e
+}
+
+// epollSet is epoll_ctl(2) as a raw call (rawCall).
+func epollSet(ep, op int, fd int32, ev *unix.EpollEvent) error {
+	_, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(ep), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// lingerZero sets SO_LINGER to 0 on the socket fd, so its close resets it.
+func lingerZero(fd int32) {
+	lg := unix.Linger{Onoff: 1, Linger: 0}
+	syscall.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_LINGER, uintptr(unsafe.Pointer(&lg)), unsafe.Sizeof(lg), 0)
 }
 
 // addLocked puts the sockets cfd, ufd of l into lp's set; false: l has
@@ -510,7 +539,7 @@ func (lp *evloop) ctl(op int, l *link, side int) error {
 	}
 	key := l.lkey | uint64(side)<<63
 	ev.Fd, ev.Pad = int32(uint32(key)), int32(uint32(key>>32))
-	return unix.EpollCtl(lp.ep, op, int(l.lfd[side]), &ev)
+	return epollSet(lp.ep, op, l.lfd[side], &ev)
 }
 
 // run is the loop: wait for events, handle a batch under lp.mu, report the
@@ -565,7 +594,7 @@ func (lp *evloop) run() {
 			}
 			if l.dl != nil { // its upstream's connect ended
 				if side == 1 {
-					lp.connectEvent(l)
+					lp.connectEvent(l, ev.Events)
 				}
 				continue
 			}
@@ -756,7 +785,7 @@ func (lp *evloop) eof(l *link, i int) {
 		lp.closeLocked(l, nil, false)
 		return
 	}
-	if err := unix.Shutdown(int(l.lfd[1-i]), unix.SHUT_WR); err != nil {
+	if rawCall(unix.SYS_SHUTDOWN, uintptr(l.lfd[1-i]), unix.SHUT_WR, 0) != 0 {
 		lp.closeLocked(l, nil, false) // as a dst that cannot half-close: close both
 	}
 }
@@ -792,12 +821,12 @@ func (lp *evloop) closeLocked(l *link, err error, abort bool) {
 			continue
 		}
 		if abort {
-			unix.SetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+			lingerZero(fd)
 		}
 		if l.kept[side] { // borrowed: out of the set, and closed by link.end with its conn
-			unix.EpollCtl(lp.ep, unix.EPOLL_CTL_DEL, int(fd), nil)
+			epollSet(lp.ep, unix.EPOLL_CTL_DEL, fd, nil)
 		} else {
-			unix.Close(int(fd))
+			closeFD(fd)
 		}
 		l.lfd[side] = -1
 		lp.dropPipe(l, side)
@@ -898,7 +927,7 @@ func (l *link) detach() bool {
 		return false
 	}
 	for side := range 2 {
-		unix.EpollCtl(lp.ep, unix.EPOLL_CTL_DEL, int(l.lfd[side]), nil)
+		epollSet(lp.ep, unix.EPOLL_CTL_DEL, l.lfd[side], nil)
 		if p := l.pipe[side]; p != nil && p.n > 0 {
 			if l.own[side] { // the cleanup closes it from here on
 				l.dirs[side].pipe = newSplicePipe(p.r, p.w, p.n)
