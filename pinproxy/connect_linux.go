@@ -13,11 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Dialing on the event loops. A client accepted as a bare socket
-// (accept_linux.go) takes a slot on one of the loops at once, and the loop
-// dials its upstream after its next batch of events (so the connects, and
-// the kernel's work each carries, spread over the loops rather than fall
-// on the goroutine that accepts), as HAProxy dials: a nonblocking socket, a
+// Dialing on the event loops. A client accepted as a bare socket by a
+// loop (accept_linux.go) takes a slot on that loop, which dials its
+// upstream at once, as HAProxy dials: a nonblocking socket, a
 // connect(2) that returns EINPROGRESS, the socket in the loop's set for
 // output readiness, and SO_ERROR read when it comes. The order is the
 // proxy's own (Proxy.nextUpstream: least used first, an upstream that just
@@ -33,8 +31,8 @@ import (
 // An upstream given by name, not address, is dialed by Go's dialer in a
 // goroutine of its own, which resolves it at each dial; its socket then
 // joins the loop as a dialed one. Every decision that takes Proxy.mu is
-// made without the loop's lock: by the loop after its batch
-// (loop.incoming, loop.dialed), or by the name's goroutine.
+// made without the loop's lock: by the loop after its batch (its
+// accepts, loop.dialed), or by the name's goroutine.
 
 // dialing is a client's dial in progress on a loop.
 type dialing struct {
@@ -60,27 +58,19 @@ type dialTimer struct {
 	at  time.Duration
 }
 
-// dial takes the client accepted as fd onto a loop, which dials its
-// upstream. The client counts in starting (admit) until it relays or is
-// closed. A measured A/B (proxybench -metrics connrate, 5 rounds) of the
-// loop dialing against Serve's goroutine dialing: 7,089 against 6,758
-// conn/s (HAProxy 6,913), 112 against 115 µs a connection.
-func (ls *loops) dial(p *Proxy, fd int32, client *heldConn) {
+// dial takes the client accepted as fd on lp, which dials its upstream
+// now: lp's goroutine calls it, after a batch of events, without lp.mu.
+// The client counts in starting (admit) until it relays or is closed. A
+// measured A/B (proxybench -metrics connrate, 5 rounds) of the loop
+// dialing against Serve's goroutine dialing: 7,089 against 6,758 conn/s
+// (HAProxy 6,913), 112 against 115 µs a connection.
+func (ls *loops) dial(p *Proxy, lp *evloop, fd int32, client *heldConn) {
 	l := &link{client: client, bufs: &p.bufs}
 	l.lfd = [2]int32{fd, -1}
+	l.dl = &dialing{p: p, lp: lp} // before its slot: idle reads it
+	l.onLoop.Store(lp)
 	ls.rw.RLock()
-	var lp *evloop
-	if !ls.stopped {
-		lp = ls.pick()
-	}
-	if lp != nil {
-		l.dl = &dialing{p: p, lp: lp} // before its slot: the loop and idle read it
-		l.onLoop.Store(lp)
-	}
-	ok, wake := false, false
-	if lp != nil {
-		ok, wake = lp.hold(l)
-	}
+	ok := !ls.stopped && lp.hold(l)
 	ls.rw.RUnlock()
 	if !ok {
 		closeFD(fd)
@@ -88,24 +78,19 @@ func (ls *loops) dial(p *Proxy, fd int32, client *heldConn) {
 		return
 	}
 	ls.joined()
-	if wake {
-		lp.wake()
-	}
+	p.dialNext(l)
 }
 
-// hold gives l a slot in lp, unless lp is stopping, and queues it for the
-// loop to dial (lp.incoming); wake: the loop waits for events, and must
-// be woken to dial.
-func (lp *evloop) hold(l *link) (ok, wake bool) {
+// hold gives l a slot in lp, unless lp is stopping.
+func (lp *evloop) hold(l *link) bool {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	if lp.stopping {
-		return false, false
+		return false
 	}
 	l.lkey = lp.slots.take(l)
 	lp.held++
-	lp.incoming = append(lp.incoming, l)
-	return true, lp.sleeping && len(lp.incoming) == 1
+	return true
 }
 
 // dialNext dials l's client's next upstream, until a connect is under

@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -83,6 +84,7 @@ type loops struct {
 	ls      []*evloop // made on the first attach, under startMu
 	wg      sync.WaitGroup
 	next    atomic.Uint32
+	lnSeq   atomic.Uint32 // the last listener's key (accept_linux.go)
 
 	// A wave of connections leaves garbage behind (their accepts' and
 	// dials'), which an idle process collects only every two minutes:
@@ -146,9 +148,25 @@ type evloop struct {
 	// epoch; 0: none), so a dial with an earlier one wakes it.
 	dialQ    []dialTimer
 	dialed   []*link
-	incoming []*link // clients to dial for, from Serve
 	sleeping bool
 	armed    time.Duration
+	// Listeners (accept_linux.go): those whose socket may be in the set,
+	// by key; those that had an event in this batch, to accept from
+	// after it; and the accepts' buffers.
+	lns     map[uint32]*rawListener
+	accepts []*rawListener
+	afds    []int32
+	aaddrs  []unix.RawSockaddrAny
+}
+
+// acceptBufs returns lp's buffers for a batch of accepts, made on the
+// first.
+func (lp *evloop) acceptBufs() ([]int32, []unix.RawSockaddrAny) {
+	if lp.afds == nil {
+		lp.afds = make([]int32, rawBatch)
+		lp.aaddrs = make([]unix.RawSockaddrAny, rawBatch)
+	}
+	return lp.afds, lp.aaddrs
 }
 
 // since is the time since lp's epoch, lp's clock for deadlines.
@@ -214,6 +232,57 @@ func (ls *loops) pick() *evloop {
 	ls.ls[i] = lp
 	ls.wg.Go(lp.run)
 	return lp
+}
+
+// startAll starts every loop not started yet, and returns them all; nil
+// if one cannot be made.
+func (ls *loops) startAll() []*evloop {
+	ls.rw.RLock()
+	defer ls.rw.RUnlock()
+	if ls.stopped {
+		return nil
+	}
+	ls.startMu.Lock()
+	defer ls.startMu.Unlock()
+	if ls.ls == nil {
+		ls.ls = make([]*evloop, ls.n)
+	}
+	for i, lp := range ls.ls {
+		if lp != nil {
+			continue
+		}
+		lp, err := newEvloop(ls.ka)
+		if err != nil {
+			return nil
+		}
+		ls.ls[i] = lp
+		ls.wg.Go(lp.run)
+	}
+	return slices.Clone(ls.ls)
+}
+
+// listening gives r a key in every loop's set, and returns it.
+func (ls *loops) listening(r *rawListener) uint32 {
+	id := ls.lnSeq.Add(1)
+	for _, lp := range r.lps {
+		lp.mu.Lock()
+		if lp.lns == nil {
+			lp.lns = make(map[uint32]*rawListener)
+		}
+		lp.lns[id] = r
+		lp.mu.Unlock()
+	}
+	return id
+}
+
+// unlisten takes r's key out of the loops, its socket out of their sets
+// already (rawListener.pause).
+func (ls *loops) unlisten(r *rawListener) {
+	for _, lp := range r.lps {
+		lp.mu.Lock()
+		delete(lp.lns, r.id)
+		lp.mu.Unlock()
+	}
 }
 
 // all returns the loops started so far.
@@ -549,7 +618,7 @@ func (lp *evloop) run() {
 	var again []loopDir
 	for {
 		lp.mu.Lock()
-		wait := len(lp.again) == 0 && len(lp.ended) == 0 && len(lp.incoming) == 0
+		wait := len(lp.again) == 0 && len(lp.ended) == 0
 		var due time.Duration
 		if len(lp.kaq) > 0 {
 			due = lp.kaAt
@@ -587,6 +656,10 @@ func (lp *evloop) run() {
 				continue
 			}
 			key := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			if key>>32 == 0 { // a listener's: no slot has generation 0
+				lp.listenEvent(uint32(key))
+				continue
+			}
 			side := int(key >> 63)
 			l := lp.slots.lookup(key &^ (1 << 63))
 			if l == nil {
@@ -624,19 +697,36 @@ func (lp *evloop) run() {
 		if len(lp.dialQ) > 0 {
 			lp.expireDials(now)
 		}
-		ended, dialed, incoming := lp.ended, lp.dialed, lp.incoming
-		lp.ended, lp.dialed, lp.incoming = nil, nil, nil
+		ended, dialed, accepts := lp.ended, lp.dialed, lp.accepts
+		lp.ended, lp.dialed, lp.accepts = nil, nil, accepts[:0]
 		lp.mu.Unlock()
-		for _, l := range incoming {
-			l.dl.p.dialNext(l)
-		}
 		for _, l := range dialed {
 			l.dl.p.dialDecided(l)
 		}
 		for _, l := range ended {
 			l.end()
 		}
+		for i, r := range accepts {
+			r.acceptOn(lp)
+			accepts[i] = nil
+		}
 	}
+}
+
+// listenEvent is an event on the listener of key id: its clients are
+// taken after the batch (rawListener.acceptOn). A stopping loop takes
+// none, and takes the listener out of its set, where it would wake the
+// loop again and again. Call with lp.mu held.
+func (lp *evloop) listenEvent(id uint32) {
+	r := lp.lns[id]
+	if r == nil {
+		return
+	}
+	if lp.stopping {
+		epollSet(lp.ep, unix.EPOLL_CTL_DEL, r.fd, nil)
+		return
+	}
+	lp.accepts = append(lp.accepts, r)
 }
 
 // pump moves what socket i of l has to socket 1-i: direction i (0: client

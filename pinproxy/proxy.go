@@ -258,8 +258,9 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		}
 	}
 
-	// On Linux, with the event loops, a TCP listener's clients are taken
-	// as bare sockets, and dialed for on the loops (accept_linux.go).
+	// On Linux, with the event loops, the loops take a TCP listener's
+	// clients as bare sockets and dial for them (accept_linux.go); Serve
+	// waits for what ends or pauses that.
 	raw := p.rawListener(ln, preset)
 	defer raw.close()
 	var delay time.Duration
@@ -268,7 +269,10 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		var c net.Conn
 		var err error
 		if raw != nil {
-			err = raw.accept() // counts each client in starting, unless it closes it
+			err = raw.accept() // the loops count each client in starting, unless they close it
+			if raw.accepted() {
+				delay = 0
+			}
 		} else {
 			c, err = ln.Accept()
 		}

@@ -243,7 +243,7 @@ func (p *Proxy) holdAccepts(lns []net.Listener) error {
 		if err := d.SetDeadline(aLongTimeAgo); err != nil {
 			return fmt.Errorf("pinproxy: upgrade: holding accepts on %s: %w", ln.Addr(), err)
 		}
-		p.holdRaw(ln, aLongTimeAgo)
+		p.holdRaw(ln)
 	}
 	return nil
 }
