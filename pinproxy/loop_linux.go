@@ -557,9 +557,13 @@ func (lp *evloop) addLocked(l *link, cfd, ufd int32) bool {
 	return lp.joinLocked(l, [2]int{unix.EPOLL_CTL_ADD, unix.EPOLL_CTL_ADD})
 }
 
+// ctlNone, as joinLocked's op for a socket, leaves it in lp's set as it
+// is.
+const ctlNone = -1
+
 // joinLocked puts the sockets of l, which holds a slot of lp, in lp's set
-// (ops: add, or modify the upstream's, which a dial put there); false: l
-// has ended.
+// (ops: add, or ctlNone for the upstream a dial put there); false: l has
+// ended.
 func (lp *evloop) joinLocked(l *link, ops [2]int) bool {
 	for side := range 2 {
 		// A direction with bytes pending (handed over, or given back by a
@@ -570,6 +574,9 @@ func (lp *evloop) joinLocked(l *link, ops [2]int) bool {
 		}
 	}
 	for side := range 2 {
+		if ops[side] == ctlNone {
+			continue
+		}
 		if err := lp.ctl(ops[side], l, side); err != nil {
 			lp.closeLocked(l, os.NewSyscallError("epoll_ctl", err), false)
 			return false
