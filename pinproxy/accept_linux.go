@@ -3,7 +3,6 @@ package pinproxy
 import (
 	"context"
 	"net"
-	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -280,7 +279,7 @@ func (r *rawListener) acceptOn(lp *evloop) {
 
 // clientConn is the addresses of the client accepted as fd, from sa.
 func (r *rawListener) clientConn(fd int32, sa *unix.RawSockaddrAny) *heldConn {
-	c := &heldConn{raddr: tcpAddrOf(sa)}
+	c := heldClient(sa)
 	if r.laddr != nil {
 		c.laddr = r.laddr
 	} else if lsa, err := unix.Getsockname(int(fd)); err == nil {
@@ -323,6 +322,36 @@ type heldConn struct {
 
 var _ net.Conn = (*heldConn)(nil)
 
+// heldClientConn is a client's heldConn with its remote address inside,
+// so the three are one allocation.
+type heldClientConn struct {
+	heldConn
+	raddr net.TCPAddr
+	ip    [16]byte
+}
+
+// heldClient returns the heldConn of a client accepted from sa, its
+// remote address set as net sets it from an accept; nil raddr if sa is
+// not IP.
+func heldClient(sa *unix.RawSockaddrAny) *heldConn {
+	h := &heldClientConn{}
+	a := &h.raddr
+	switch sa.Addr.Family {
+	case unix.AF_INET:
+		s := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		copy(h.ip[:], s.Addr[:])
+		a.IP, a.Port = h.ip[:4], int(netPort(&s.Port))
+	case unix.AF_INET6:
+		s := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa))
+		h.ip = s.Addr
+		a.IP, a.Port, a.Zone = h.ip[:], int(netPort(&s.Port)), zoneName(s.Scope_id)
+	default:
+		a = nil
+	}
+	h.heldConn.raddr = a
+	return &h.heldConn
+}
+
 func (c *heldConn) Read([]byte) (int, error)  { return 0, net.ErrClosed }
 func (c *heldConn) Write([]byte) (int, error) { return 0, net.ErrClosed }
 func (c *heldConn) Close() error              { return nil }
@@ -344,21 +373,6 @@ func (c *heldConn) RemoteAddr() net.Addr {
 func (c *heldConn) SetDeadline(time.Time) error      { return nil }
 func (c *heldConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *heldConn) SetWriteDeadline(time.Time) error { return nil }
-
-// tcpAddrOf is the TCP address in sa, as net makes it from an accept.
-func tcpAddrOf(sa *unix.RawSockaddrAny) *net.TCPAddr {
-	switch sa.Addr.Family {
-	case unix.AF_INET:
-		s := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
-		return net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom4(s.Addr), netPort(&s.Port)))
-	case unix.AF_INET6:
-		s := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa))
-		a := net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom16(s.Addr), netPort(&s.Port)))
-		a.Zone = zoneName(s.Scope_id)
-		return a
-	}
-	return nil
-}
 
 // sockaddrTCP is the TCP address of a unix.Sockaddr.
 func sockaddrTCP(sa unix.Sockaddr) *net.TCPAddr {

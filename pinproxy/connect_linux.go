@@ -106,12 +106,12 @@ func (p *Proxy) dialNext(l *link) {
 			return
 		}
 		d.u, d.now = u, now
-		ap, err := netip.ParseAddrPort(u.addr)
-		if err != nil || ap.Addr().Zone() != "" {
+		a := u.dialAddr()
+		if a.tcp == nil {
 			go p.dialByName(l)
 			return
 		}
-		err = d.lp.connect(l, ap)
+		err := d.lp.connect(l, a)
 		if err == nil {
 			return
 		}
@@ -122,6 +122,19 @@ func (p *Proxy) dialNext(l *link) {
 	}
 }
 
+// dialAddr returns u's address as the loops dial it.
+func (u *upstream) dialAddr() *dialAddr {
+	if a := u.parsed.Load(); a != nil {
+		return a
+	}
+	a := &dialAddr{}
+	if ap, err := netip.ParseAddrPort(u.addr); err == nil && ap.Addr().Zone() == "" {
+		a.ap, a.tcp = ap, net.TCPAddrFromAddrPort(ap)
+	}
+	u.parsed.Store(a) // two loops may both parse it first: either result does
+	return a
+}
+
 // dialOutcome is what a client's failed dial to u came to, as attempt
 // tells it.
 func (p *Proxy) dialOutcome(u *upstream, client net.Conn, err error) outcome {
@@ -130,9 +143,10 @@ func (p *Proxy) dialOutcome(u *upstream, client net.Conn, err error) outcome {
 
 // connect starts a nonblocking connect of l's upstream to ap, with the
 // socket in lp's set; nil: under way (lp reports its end).
-func (lp *evloop) connect(l *link, ap netip.AddrPort) error {
+func (lp *evloop) connect(l *link, ua *dialAddr) error {
 	d := l.dl
-	d.raddr = net.TCPAddrFromAddrPort(ap)
+	ap := ua.ap
+	d.raddr = ua.tcp
 	a := ap.Addr().Unmap()
 	fam := unix.AF_INET6
 	if a.Is4() {
@@ -310,14 +324,21 @@ func (p *Proxy) dialByName(l *link) {
 	p.dialGiveUp(l)
 }
 
+// loopedConn is a conn the loops dialed for, with its upstream's
+// heldConn: one allocation.
+type loopedConn struct {
+	conn
+	uc heldConn
+}
+
 // dialUp links the pair whose upstream answered, writes the PROXY
 // header, and has the loop relay it.
 func (p *Proxy) dialUp(l *link) {
 	d := l.dl
 	u, lp := d.u, d.lp
-	uc := &heldConn{raddr: d.raddr}
-	c := &conn{client: l.client, upstream: uc, up: u, start: d.now, link: l}
-	l.upstream = uc
+	lc := &loopedConn{conn: conn{client: l.client, up: u, start: d.now, link: l}, uc: heldConn{raddr: d.raddr}}
+	c := &lc.conn
+	c.upstream, l.upstream = &lc.uc, &lc.uc
 	l.dirs[0].total, l.dirs[1].total = &u.bytes.up, &u.bytes.down
 	l.done = func(r spliceResult) { p.finish(c, r) }
 	l.kaPending.Store(p.kaLater())

@@ -623,6 +623,15 @@ func (lp *evloop) ctl(op int, l *link, side int) error {
 func (lp *evloop) run() {
 	evs := make([]unix.EpollEvent, 256)
 	var again []loopDir
+	// The lists taken after each batch, each swapped with lp's (as
+	// again is) and the wait's function, made once: a loop allocates
+	// nothing per wait.
+	var ended, dialed []*link
+	n := 0
+	ready := func(fd uintptr) bool {
+		n = epollNow(int(fd), evs)
+		return n > 0
+	}
 	for {
 		lp.mu.Lock()
 		wait := len(lp.again) == 0 && len(lp.ended) == 0
@@ -639,17 +648,14 @@ func (lp *evloop) run() {
 		}
 		lp.sleeping, lp.armed = wait, due
 		lp.mu.Unlock()
-		n := 0
+		n = 0
 		if !wait {
 			n = epollNow(lp.ep, evs)
 		} else {
 			if due != 0 {
 				lp.epf.SetReadDeadline(lp.epoch.Add(due))
 			}
-			lp.erc.Read(func(fd uintptr) bool {
-				n = epollNow(int(fd), evs)
-				return n > 0
-			}) // an error is the deadline: the keepalives or a dial's timeout are due
+			lp.erc.Read(ready) // an error is the deadline: the keepalives or a dial's timeout are due
 			if due != 0 {
 				lp.epf.SetReadDeadline(time.Time{})
 			}
@@ -704,8 +710,10 @@ func (lp *evloop) run() {
 		if len(lp.dialQ) > 0 {
 			lp.expireDials(now)
 		}
-		ended, dialed, accepts := lp.ended, lp.dialed, lp.accepts
-		lp.ended, lp.dialed, lp.accepts = nil, nil, accepts[:0]
+		ended, lp.ended = lp.ended, ended[:0]
+		dialed, lp.dialed = lp.dialed, dialed[:0]
+		accepts := lp.accepts
+		lp.accepts = accepts[:0]
 		lp.mu.Unlock()
 		for _, l := range dialed {
 			l.dl.p.dialDecided(l)
@@ -713,6 +721,8 @@ func (lp *evloop) run() {
 		for _, l := range ended {
 			l.end()
 		}
+		clear(dialed)
+		clear(ended)
 		for i, r := range accepts {
 			r.acceptOn(lp)
 			accepts[i] = nil

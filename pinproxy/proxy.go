@@ -633,6 +633,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 // meanwhile.
 type route struct {
 	small    [1]uint64
+	smallUps [2]*upstream // triedUps' first array: most clients dial once or twice
 	tried    []uint64
 	triedUps []*upstream
 	gen      int // the list's generation tried is for; 0 with tried nil: none yet
@@ -676,6 +677,9 @@ func (p *Proxy) nextUpstream(r *route, client net.Conn) (*upstream, time.Time) {
 	u.dials++
 	p.mu.Unlock()
 	r.tried[i/64] |= 1 << (i % 64)
+	if r.triedUps == nil {
+		r.triedUps = r.smallUps[:0]
+	}
 	r.triedUps = append(r.triedUps, u)
 	return u, now
 }
