@@ -18,12 +18,17 @@ import (
 // clients are taken as bare sockets: accept4(2), nonblocking, as many as
 // are queued at each wake-up, with no net.Conn, no registration in the
 // runtime's netpoller and no goroutine per client. The listening socket
-// (a duplicate of it) is in every loop's epoll set with EPOLLEXCLUSIVE,
-// as the epoll floor in internal/tools/proxybench has it, so a new
-// client wakes one loop, which accepts it, admits it and dials its
-// upstream itself (connect_linux.go): the client never moves from one
-// thread to another, and no other goroutine is woken for it. HAProxy
-// accepts the same way, from every thread's poller.
+// (a duplicate of it) is in every loop's epoll set, as the epoll floor
+// in internal/tools/proxybench has it, and a loop woken for it accepts
+// the clients, admits them and dials their upstreams itself
+// (connect_linux.go): a client never moves from one thread to another,
+// and no other goroutine is woken for it. HAProxy accepts the same way,
+// from every thread's poller. The listener is in the sets with
+// EPOLLEXCLUSIVE, but a loop's set is itself watched by the runtime's
+// netpoller rather than waited on by a thread, and the kernel then wakes
+// every idle loop: the first takes the clients, the others find none
+// (0.4 accept4 per connection that return EAGAIN, against the floor's
+// 0.3, whose threads wait in epoll_wait).
 //
 // Serve's goroutine waits meanwhile for what ends or pauses the accepts:
 // Shutdown, a hand-over's hold (the listener leaves the loops' sets, and
@@ -62,9 +67,13 @@ type rawListener struct {
 	took   atomic.Bool
 	mu     sync.Mutex // on: fd is in the loops' sets
 	on     bool
-	errc   chan error    // an accept error a loop hit (cap 1)
-	kick   chan struct{} // a hold or Shutdown paused it (cap 1)
-	stop   func() bool   // ends the Shutdown watch
+	// use is read-held by a loop taking a batch of clients from fd, and
+	// held by close while it closes fd: no accept4 reaches a descriptor
+	// number reused since.
+	use  sync.RWMutex
+	errc chan error    // an accept error a loop hit (cap 1)
+	kick chan struct{} // a hold or Shutdown paused it (cap 1)
+	stop func() bool   // ends the Shutdown watch
 }
 
 // liveCheck is how often Serve, waiting while the loops accept, looks
@@ -119,11 +128,13 @@ func (r *rawListener) close() {
 	}
 	r.stop()
 	r.pause()
+	r.use.Lock()
+	closeFD(r.fd)
+	r.use.Unlock()
 	r.p.loops.unlisten(r)
 	r.p.upg.mu.Lock()
 	delete(r.p.upg.raws, r.ln)
 	r.p.upg.mu.Unlock()
-	closeFD(r.fd)
 }
 
 // resume puts r's listener in every loop's set, so the loops take its
@@ -180,7 +191,7 @@ func (r *rawListener) pause() {
 	}
 }
 
-// hold pauses the loops' accepts from ln, if they take its clients, and
+// holdRaw pauses the loops' accepts from ln, if they take its clients, and
 // has Serve's accept return (a deadline, as for Accept), for holdAccepts.
 func (p *Proxy) holdRaw(ln net.Listener) {
 	p.upg.mu.Lock()
@@ -247,6 +258,8 @@ func (r *rawListener) acceptOn(lp *evloop) {
 	// before it waits for accepting to be zero, then waits for this batch.
 	p.accepting.Add(1)
 	defer p.accepting.Add(-1)
+	r.use.RLock()
+	defer r.use.RUnlock()
 	if r.paused.Load() {
 		return
 	}
@@ -273,7 +286,7 @@ func (r *rawListener) acceptOn(lp *evloop) {
 		r.took.Store(true)
 	}
 	for i, fd := range fds[:n] {
-		p.acceptFD(lp, fd, r.clientConn(fd, &addrs[i]), r.preset, r.nodelay)
+		p.acceptFD(lp, r.lps, fd, r.clientConn(fd, &addrs[i]), r.preset, r.nodelay)
 	}
 }
 
@@ -288,10 +301,11 @@ func (r *rawListener) clientConn(fd int32, sa *unix.RawSockaddrAny) *heldConn {
 	return c
 }
 
-// acceptFD admits the client accepted as the bare socket fd on lp and
-// starts its dial there; a client not admitted is closed. nodelay: fd
-// has TCP_NODELAY already, from its listener.
-func (p *Proxy) acceptFD(lp *evloop, fd int32, client *heldConn, preset, nodelay bool) {
+// acceptFD admits the client accepted as the bare socket fd on lp, one
+// of lps, and starts its dial there (or on a loop that holds fewer); a
+// client not admitted is closed. nodelay: fd has TCP_NODELAY already,
+// from its listener.
+func (p *Proxy) acceptFD(lp *evloop, lps []*evloop, fd int32, client *heldConn, preset, nodelay bool) {
 	if !p.admit(client) {
 		closeFD(fd)
 		return
@@ -302,7 +316,7 @@ func (p *Proxy) acceptFD(lp *evloop, fd int32, client *heldConn, preset, nodelay
 	if !preset && p.keepAlive.Enable {
 		setKeepAliveFD(int(fd), p.keepAlive)
 	}
-	p.loops.dial(p, lp, fd, client)
+	p.loops.dial(p, lp, lps, fd, client)
 }
 
 func setNoDelay(fd int32) syscall.Errno {

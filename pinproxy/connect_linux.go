@@ -32,7 +32,7 @@ import (
 // goroutine of its own, which resolves it at each dial; its socket then
 // joins the loop as a dialed one. Every decision that takes Proxy.mu is
 // made without the loop's lock: by the loop after its batch (its
-// accepts, loop.dialed), or by the name's goroutine.
+// accepts, loop.incoming, loop.dialed), or by the name's goroutine.
 
 // dialing is a client's dial in progress on a loop.
 type dialing struct {
@@ -61,17 +61,23 @@ type dialTimer struct {
 
 // dial takes the client accepted as fd on lp, which dials its upstream
 // now: lp's goroutine calls it, after a batch of events, without lp.mu.
-// The client counts in starting (admit) until it relays or is closed. A
-// measured A/B (proxybench -metrics connrate, 5 rounds) of the loop
-// dialing against Serve's goroutine dialing: 7,089 against 6,758 conn/s
-// (HAProxy 6,913), 112 against 115 µs a connection.
-func (ls *loops) dial(p *Proxy, lp *evloop, fd int32, client *heldConn) {
+// A loop that holds clearly more connections than another (balance)
+// gives the client to that one instead, which dials after its next
+// batch. The client counts in starting (admit) until it relays or is
+// closed. A measured A/B (proxybench -metrics connrate, 5 rounds) of the
+// loop dialing against Serve's goroutine dialing: 7,089 against 6,758
+// conn/s (HAProxy 6,913), 112 against 115 µs a connection.
+func (ls *loops) dial(p *Proxy, lp *evloop, lps []*evloop, fd int32, client *heldConn) {
+	to := balance(lp, lps)
 	l := &link{client: client, bufs: &p.bufs}
 	l.lfd = [2]int32{fd, -1}
-	l.dl = &dialing{p: p, lp: lp} // before its slot: idle reads it
-	l.onLoop.Store(lp)
+	l.dl = &dialing{p: p, lp: to} // before its slot: idle reads it
+	l.onLoop.Store(to)
 	ls.rw.RLock()
-	ok := !ls.stopped && lp.hold(l)
+	ok, wake := false, false
+	if !ls.stopped {
+		ok, wake = to.hold(l, to != lp)
+	}
 	ls.rw.RUnlock()
 	if !ok {
 		closeFD(fd)
@@ -79,19 +85,50 @@ func (ls *loops) dial(p *Proxy, lp *evloop, fd int32, client *heldConn) {
 		return
 	}
 	ls.joined()
-	p.dialNext(l)
+	switch {
+	case to == lp:
+		p.dialNext(l)
+	case wake:
+		to.wake()
+	}
 }
 
-// hold gives l a slot in lp, unless lp is stopping.
-func (lp *evloop) hold(l *link) bool {
+// balance returns the loop a client accepted on lp is to live on: lp,
+// unless another of lps holds fewer connections by more than an eighth
+// of lp's and 8 (then the one that holds the fewest). Every idle loop is
+// woken for a new client (accept_linux.go), and the first to look takes
+// it, so without this one loop could end up holding most of a slow
+// stream of long-lived connections; under load each loop keeps what it
+// accepts, and no client moves. HAProxy's listeners likewise send a
+// connection to the least loaded of two threads (listener.c).
+func balance(lp *evloop, lps []*evloop) *evloop {
+	n := lp.load.Load()
+	best, least := lp, n-n/8-8
+	for _, o := range lps {
+		if m := o.load.Load(); m < least {
+			best, least = o, m
+		}
+	}
+	return best
+}
+
+// hold gives l a slot in lp, unless lp is stopping; queued: lp dials for
+// it after its next batch (it came from another loop), and wake says lp
+// waits for events, and must be woken.
+func (lp *evloop) hold(l *link, queued bool) (ok, wake bool) {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	if lp.stopping {
-		return false
+		return false, false
 	}
 	l.lkey = lp.slots.take(l)
 	lp.held++
-	return true
+	lp.load.Store(int32(lp.held))
+	if queued {
+		lp.incoming = append(lp.incoming, l)
+		wake = lp.sleeping && len(lp.incoming) == 1
+	}
+	return true, wake
 }
 
 // dialNext dials l's client's next upstream, until a connect is under

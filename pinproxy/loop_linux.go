@@ -16,21 +16,23 @@ import (
 )
 
 // Event loops: the relay of an established connection on Linux, as HAProxy
-// relays (src/raw_sock.c, src/pipe.c), one loop per GOMAXPROCS, each
-// connection on one of them, chosen in turn. A client accepted from a TCP
-// listener by Serve comes as a bare socket and its upstream is dialed on
-// the loop (accept_linux.go, connect_linux.go), so neither socket ever
-// joins the runtime's netpoller. A connection whose conns are net.Conns
-// (a listener of another kind, Config.DialContext, a hand-over's) is
-// dialed in Go by its handler goroutine; once the pair is open and the
-// PROXY header sent, its two sockets leave the runtime's netpoller (each
-// is duplicated and its net.Conn closed, which takes the original out of
-// the runtime's epoll set) and join a loop (attach). From there no
-// goroutine, stack or buffer is the connection's own:
+// relays (src/raw_sock.c, src/pipe.c), one loop per GOMAXPROCS. A TCP
+// listener given to Serve is in every loop's set: the loop a new client
+// wakes accepts it as a bare socket and dials its upstream itself
+// (accept_linux.go, connect_linux.go), so neither socket ever joins the
+// runtime's netpoller, and the connection stays on that loop. A
+// connection whose conns are net.Conns (a listener of another kind,
+// Config.DialContext, a hand-over's) is dialed in Go by its handler
+// goroutine; once the pair is open and the PROXY header sent, its two
+// sockets leave the runtime's netpoller (each is duplicated and its
+// net.Conn closed, which takes the original out of the runtime's epoll
+// set) and join a loop chosen in turn (attach). From there no goroutine,
+// stack or buffer is the connection's own:
 //
 //   - Both sockets are in the loop's set edge-triggered, for input and
 //     hang-up; output readiness is asked for only once a socket has been
-//     found full. An event on a socket moves what it has to its peer:
+//     found full (an upstream the loop dialed has it from its connect
+//     on). An event on a socket moves what it has to its peer:
 //     nonblocking splice(2) from the socket into a pipe, then from the
 //     pipe to the peer, until the socket has nothing more (EAGAIN with an
 //     empty pipe, so the EAGAIN is the socket's, not the pipe's) or the
@@ -129,6 +131,7 @@ type evloop struct {
 	mu       sync.Mutex
 	slots    slotTable
 	held     int           // connections in the set
+	load     atomic.Int32  // held, for other loops to read (loops.balance)
 	pipes    []*splicePipe // empty pipes, ready for a burst
 	again    []loopDir     // directions that used their budget
 	ended    []*link       // ended in this batch: reported after mu is let go
@@ -148,6 +151,7 @@ type evloop struct {
 	// epoch; 0: none), so a dial with an earlier one wakes it.
 	dialQ    []dialTimer
 	dialed   []*link
+	incoming []*link // clients another loop accepted for this one (loops.balance)
 	sleeping bool
 	armed    time.Duration
 	// Listeners (accept_linux.go): those whose socket may be in the set,
@@ -552,6 +556,7 @@ func (lp *evloop) addLocked(l *link, cfd, ufd int32) bool {
 	}
 	l.lkey = lp.slots.take(l)
 	lp.held++
+	lp.load.Store(int32(lp.held))
 	l.last.Store(int64(lp.since()))
 	l.setState(linkLooped)
 	return lp.joinLocked(l, [2]int{unix.EPOLL_CTL_ADD, unix.EPOLL_CTL_ADD})
@@ -626,7 +631,7 @@ func (lp *evloop) run() {
 	// The lists taken after each batch, each swapped with lp's (as
 	// again is) and the wait's function, made once: a loop allocates
 	// nothing per wait.
-	var ended, dialed []*link
+	var ended, dialed, incoming []*link
 	n := 0
 	ready := func(fd uintptr) bool {
 		n = epollNow(int(fd), evs)
@@ -634,7 +639,7 @@ func (lp *evloop) run() {
 	}
 	for {
 		lp.mu.Lock()
-		wait := len(lp.again) == 0 && len(lp.ended) == 0
+		wait := len(lp.again) == 0 && len(lp.ended) == 0 && len(lp.incoming) == 0
 		var due time.Duration
 		if len(lp.kaq) > 0 {
 			due = lp.kaAt
@@ -712,15 +717,20 @@ func (lp *evloop) run() {
 		}
 		ended, lp.ended = lp.ended, ended[:0]
 		dialed, lp.dialed = lp.dialed, dialed[:0]
+		incoming, lp.incoming = lp.incoming, incoming[:0]
 		accepts := lp.accepts
 		lp.accepts = accepts[:0]
 		lp.mu.Unlock()
+		for _, l := range incoming {
+			l.dl.p.dialNext(l)
+		}
 		for _, l := range dialed {
 			l.dl.p.dialDecided(l)
 		}
 		for _, l := range ended {
 			l.end()
 		}
+		clear(incoming)
 		clear(dialed)
 		clear(ended)
 		for i, r := range accepts {
@@ -951,6 +961,7 @@ func (lp *evloop) freeSlot(l *link) {
 	lp.slots.release(l.lkey)
 	l.lkey = 0
 	lp.held--
+	lp.load.Store(int32(lp.held))
 }
 
 // getPipe gives direction i of l an empty pipe: from the pool, or a new

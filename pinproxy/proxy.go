@@ -204,8 +204,8 @@ func (p *Proxy) Listen(ctx context.Context, network, addr string) (net.Listener,
 // until Shutdown is called; then it returns ErrProxyClosed. Any other
 // accept error that is not temporary ends Serve with that error (on
 // Linux, a *net.TCPListener its owner closes, rather than Shutdown, ends
-// it within a second: Serve waits on a duplicate of the listening
-// socket, which does not see the close at once). Serve
+// it within a second: the proxy's event loops accept from a duplicate
+// of the listening socket, which does not see the close at once). Serve
 // closes ln when it returns. It may be called on several listeners at
 // once; the first call starts the rebalance rounds, which run every
 // Config.RebalanceInterval until Shutdown. Serve sets TCP keepalive, as
