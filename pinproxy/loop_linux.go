@@ -151,7 +151,7 @@ type evloop struct {
 	// epoch; 0: none), so a dial with an earlier one wakes it.
 	dialQ    []dialTimer
 	dialed   []*link
-	incoming []*link // clients another loop accepted for this one (loops.balance)
+	incoming []*link // clients another loop accepted for this one (balance)
 	sleeping bool
 	armed    time.Duration
 	// Listeners (accept_linux.go): those whose socket may be in the set,
