@@ -2,11 +2,11 @@ package pinproxy
 
 import (
 	"context"
-	"errors"
 	"net"
-	"net/netip"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -14,52 +14,70 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Accepting for the event loops. With the loops on, Serve takes a TCP
-// listener's clients as bare sockets: accept4(2) on the listening socket,
-// nonblocking, as many as are queued at each wake-up, with no net.Conn, no
-// registration in the runtime's netpoller and no goroutine per client.
-// The listening socket itself stays in the netpoller (one registration per
-// listener, not per client), so Serve's goroutine waits there, and a
-// hand-over holds its accepts with a deadline as before (Proxy.Handoff).
-// Each client is admitted as any other, then dialed for on a loop
-// (connect_linux.go).
+// Accepting on the event loops. With the loops on, a TCP listener's
+// clients are taken as bare sockets: accept4(2), nonblocking, as many as
+// are queued at each wake-up, with no net.Conn, no registration in the
+// runtime's netpoller and no goroutine per client. The listening socket
+// (a duplicate of it) is in every loop's epoll set, as the epoll floor
+// in internal/tools/proxybench has it, and a loop woken for it accepts
+// the clients, admits them and dials their upstreams itself
+// (connect_linux.go): a client never moves from one thread to another,
+// and no other goroutine is woken for it. HAProxy accepts the same way,
+// from every thread's poller. The listener is in the sets with
+// EPOLLEXCLUSIVE, but a loop's set is itself watched by the runtime's
+// netpoller rather than waited on by a thread, and the kernel then wakes
+// every idle loop: the first takes the clients, the others find none
+// (0.4 accept4 per connection that return EAGAIN, against the floor's
+// 0.3, whose threads wait in epoll_wait).
 //
-// Measured with internal/tools/proxybench's CPU profile of a
-// connection-rate run (docs/benchmarks.md, the connection rate): with
-// accept and dial in Go, 27 % of pinproxy's CPU was user-space Go (the
-// epoll floor's: 6 %), a third of it in net's accept and dial (netFD,
-// poll descriptors, the dialer's context and stack growth), the rest in
-// moving the sockets onto a loop and scheduling the goroutine between.
+// Serve's goroutine waits meanwhile for what ends or pauses the accepts:
+// Shutdown, a hand-over's hold (the listener leaves the loops' sets, and
+// Serve waits for the hold to end as before), an accept error a loop
+// reports (out of descriptors: the listener leaves the sets for Serve's
+// back-off, then joins them again), or its owner's close of the listener,
+// which the duplicate cannot see: Serve looks every liveCheck.
+//
+// Measured with proxybench's CPU profile and strace of a connection-rate
+// run (docs/benchmarks.md, the connection rate): accepting on Serve's
+// goroutine and handing each client to a loop cost an eventfd write and
+// read and a wake-up of the loop's goroutine per client or batch, and
+// with accept and dial in Go, before the loops, 27 % of the proxy's CPU
+// was user-space Go (the floor's: 6 %).
 
-// rawBatch is the most clients one wake-up of Serve accepts before it
-// admits them.
+// rawBatch is the most clients one wake-up of a loop accepts from one
+// listener.
 const rawBatch = 64
 
-// rawListener is a TCP listener Serve accepts from as bare sockets.
-//
-// net's listeners offer no wait without an accept (their RawConn's Read
-// fails), so Serve waits on a duplicate of the listening socket, made an
-// *os.File, which the netpoller watches as it watches the listener: the
-// same socket, one registration. Its deadline stands in for the
-// listener's: a hand-over's hold sets both (holdAccepts), and Shutdown
-// sets it. A listener closed by its owner directly, which the duplicate
-// cannot see, is found within liveCheck, when the duplicate's deadline
-// has Serve look whether the listener is still open.
+// rawListener is a TCP listener the loops accept from as bare sockets.
 type rawListener struct {
-	p      *Proxy
-	ln     net.Listener
-	lrc    syscall.RawConn // the listener's: to see it is still open
-	f      *os.File        // the duplicate Serve waits on
-	rc     syscall.RawConn // f's
-	stop   func() bool     // ends the Shutdown watch
-	laddr  *net.TCPAddr    // the clients' local address; nil: the listener's is unspecified (read it per client)
-	preset bool            // the clients' keepalive is set already (inherited from a listener made by Listen)
-	fds    []int32
-	addrs  []unix.RawSockaddrAny
+	p       *Proxy
+	ln      net.Listener
+	lrc     syscall.RawConn // the listener's: to see it is still open
+	fd      int32           // the duplicate in the loops' sets
+	id      uint32          // its key in the loops' sets
+	lps     []*evloop       // every loop, each with fd in its set while on
+	laddr   *net.TCPAddr    // the clients' local address; nil: the listener's is unspecified (read it per client)
+	preset  bool            // the clients' keepalive is set already (inherited from a listener made by Listen)
+	nodelay bool            // the clients inherit TCP_NODELAY from the listening socket
+
+	// paused: the loops take no client (a hold, Shutdown, an error, or
+	// not in the sets yet). took: a loop took a client since the
+	// listener last joined the sets.
+	paused atomic.Bool
+	took   atomic.Bool
+	mu     sync.Mutex // on: fd is in the loops' sets
+	on     bool
+	// use is read-held by a loop taking a batch of clients from fd, and
+	// held by close while it closes fd: no accept4 reaches a descriptor
+	// number reused since.
+	use  sync.RWMutex
+	errc chan error    // an accept error a loop hit (cap 1)
+	kick chan struct{} // a hold or Shutdown paused it (cap 1)
+	stop func() bool   // ends the Shutdown watch
 }
 
-// liveCheck is how often Serve, waiting on a rawListener, looks whether
-// its listener was closed.
+// liveCheck is how often Serve, waiting while the loops accept, looks
+// whether its listener was closed.
 const liveCheck = time.Second
 
 // rawListener returns ln as a rawListener when the proxy's loops relay
@@ -74,31 +92,32 @@ func (p *Proxy) rawListener(ln net.Listener, preset bool) *rawListener {
 	if err != nil {
 		return nil
 	}
+	lps := p.loops.startAll()
+	if lps == nil {
+		return nil
+	}
 	dfd, err := dupFD(tl)
 	if err != nil {
 		return nil
 	}
-	f, rc, err := pollFile(dfd, "pinproxy-listener")
-	if err != nil {
-		return nil
-	}
-	r := &rawListener{p: p, ln: ln, lrc: lrc, f: f, rc: rc, preset: preset, addrs: make([]unix.RawSockaddrAny, rawBatch)}
+	r := &rawListener{p: p, ln: ln, lrc: lrc, fd: int32(dfd), lps: lps, preset: preset,
+		errc: make(chan error, 1), kick: make(chan struct{}, 1)}
+	r.paused.Store(true)
+	// TCP_NODELAY, which net sets on every TCP conn, is set once on the
+	// listening socket: Linux copies it to each socket accepted from it,
+	// so no client costs a setsockopt for it.
+	lrc.Control(func(fd uintptr) { r.nodelay = setNoDelay(int32(fd)) == 0 })
 	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
 		r.laddr = a
 	}
+	r.id = p.loops.listening(r)
 	p.upg.mu.Lock()
 	if p.upg.raws == nil {
 		p.upg.raws = make(map[net.Listener]*rawListener)
 	}
 	p.upg.raws[ln] = r
-	held := p.upg.held != nil
 	p.upg.mu.Unlock()
-	if held {
-		f.SetReadDeadline(aLongTimeAgo)
-	} else {
-		f.SetReadDeadline(time.Now().Add(liveCheck))
-	}
-	r.stop = context.AfterFunc(p.stopCtx, func() { f.SetReadDeadline(aLongTimeAgo) })
+	r.stop = context.AfterFunc(p.stopCtx, r.pause)
 	return r
 }
 
@@ -108,84 +127,172 @@ func (r *rawListener) close() {
 		return
 	}
 	r.stop()
+	r.pause()
+	r.use.Lock()
+	closeFD(r.fd)
+	r.use.Unlock()
+	r.p.loops.unlisten(r)
 	r.p.upg.mu.Lock()
 	delete(r.p.upg.raws, r.ln)
 	r.p.upg.mu.Unlock()
-	r.f.Close()
 }
 
-// hold sets the deadline of the listener rl's duplicate, if Serve waits
-// on one: t, for holdAccepts.
-func (p *Proxy) holdRaw(ln net.Listener, t time.Time) {
+// resume puts r's listener in every loop's set, so the loops take its
+// clients, unless a hand-over holds the accepts or Shutdown was called:
+// then it fails with a deadline, as Accept would. Both are looked at
+// under r.mu, which their pause takes after it was set, so a pause is
+// never undone by a resume that came before it.
+func (r *rawListener) resume() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.p.upg.mu.Lock()
+	held := r.p.upg.held != nil
+	r.p.upg.mu.Unlock()
+	if held || r.p.stopCtx.Err() != nil {
+		return os.ErrDeadlineExceeded
+	}
+	if r.on {
+		return nil
+	}
+	r.took.Store(false)
+	r.paused.Store(false)
+	for i, lp := range r.lps {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(r.id)}
+		err := epollSet(lp.ep, unix.EPOLL_CTL_ADD, r.fd, &ev)
+		if err == unix.EINVAL { // a kernel before 4.5: every loop wakes
+			ev.Events = unix.EPOLLIN
+			err = epollSet(lp.ep, unix.EPOLL_CTL_ADD, r.fd, &ev)
+		}
+		if err != nil {
+			r.paused.Store(true)
+			for _, lp := range r.lps[:i] {
+				epollSet(lp.ep, unix.EPOLL_CTL_DEL, r.fd, nil)
+			}
+			return os.NewSyscallError("epoll_ctl", err)
+		}
+	}
+	r.on = true
+	return nil
+}
+
+// pause takes r's listener out of the loops' sets: they take no more of
+// its clients (one taking a batch now finishes it). Clients that connect
+// meanwhile wait in the listen queue.
+func (r *rawListener) pause() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused.Store(true)
+	if !r.on {
+		return
+	}
+	r.on = false
+	for _, lp := range r.lps {
+		epollSet(lp.ep, unix.EPOLL_CTL_DEL, r.fd, nil)
+	}
+}
+
+// holdRaw pauses the loops' accepts from ln, if they take its clients, and
+// has Serve's accept return (a deadline, as for Accept), for holdAccepts.
+func (p *Proxy) holdRaw(ln net.Listener) {
 	p.upg.mu.Lock()
 	r := p.upg.raws[ln]
 	p.upg.mu.Unlock()
 	if r != nil {
-		r.f.SetReadDeadline(t)
+		r.pause()
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// accept waits for clients, takes those queued (at most rawBatch), and
-// admits each: it then counts in starting, or is closed. An error is the
-// listener's (closed, held, out of descriptors), as Accept's.
+// accept has the loops take r's clients until something ends or pauses
+// that, and returns the error it comes to, as Accept's: a deadline (a
+// hold, Shutdown), a loop's accept error (out of descriptors), or the
+// listener's close.
 func (r *rawListener) accept() error {
+	t := time.NewTimer(liveCheck)
+	defer t.Stop()
 	for {
-		err := r.take()
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			return err
+		if err := r.resume(); err != nil {
+			return r.opError(err)
 		}
-		// The deadline: a hold, Shutdown, or the look at the listener.
-		r.p.upg.mu.Lock()
-		held := r.p.upg.held != nil
-		r.p.upg.mu.Unlock()
-		if held || r.p.stopCtx.Err() != nil {
-			return err
+		select {
+		case err := <-r.errc:
+			return r.opError(err)
+		case <-r.kick:
+		case <-r.p.stopCtx.Done():
+		case <-t.C:
+			if cerr := r.lrc.Control(func(uintptr) {}); cerr != nil {
+				r.pause()
+				return r.opError(cerr)
+			}
+			t.Reset(liveCheck)
 		}
-		if cerr := r.lrc.Control(func(uintptr) {}); cerr != nil {
-			return &net.OpError{Op: "accept", Net: "tcp", Addr: r.ln.Addr(), Err: cerr}
-		}
-		r.f.SetReadDeadline(time.Now().Add(liveCheck))
 	}
 }
 
-// take is one wait and batch of accept.
-func (r *rawListener) take() error {
-	var aerr error
-	r.fds = r.fds[:0]
-	err := r.rc.Read(func(fd uintptr) bool {
-		for len(r.fds) < rawBatch {
-			sa := &r.addrs[len(r.fds)]
-			n := uint32(unix.SizeofSockaddrAny)
-			s, _, e := syscall.Syscall6(unix.SYS_ACCEPT4, fd, uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&n)), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
-			switch e {
-			case 0:
-				r.fds = append(r.fds, int32(s))
-				continue
-			case unix.EINTR, unix.ECONNABORTED: // a client that left while queued
-				continue
-			case unix.EAGAIN:
-			default:
-				aerr = os.NewSyscallError("accept4", e)
-			}
-			break
+// accepted reports whether a loop took a client since the listener last
+// joined the loops' sets: Serve's back-off starts over.
+func (r *rawListener) accepted() bool { return r != nil && r.took.Load() }
+
+func (r *rawListener) opError(err error) error {
+	return &net.OpError{Op: "accept", Net: "tcp", Addr: r.ln.Addr(), Err: err}
+}
+
+// failed pauses r on an accept error a loop hit, and passes it to Serve.
+func (r *rawListener) failed(err error) {
+	r.pause()
+	select {
+	case r.errc <- err:
+	default:
+	}
+}
+
+// acceptOn takes the clients queued on r, at most rawBatch, on lp, and
+// admits each: it then counts in starting and lp dials its upstream, or
+// it is closed. lp calls it after a batch of events, without lp.mu.
+func (r *rawListener) acceptOn(lp *evloop) {
+	p := r.p
+	// Counted in accepting before paused is read: a hold, which pauses r
+	// before it waits for accepting to be zero, then waits for this batch.
+	p.accepting.Add(1)
+	defer p.accepting.Add(-1)
+	r.use.RLock()
+	defer r.use.RUnlock()
+	if r.paused.Load() {
+		return
+	}
+	fds, addrs := lp.acceptBufs()
+	n := 0
+	for n < rawBatch {
+		sa := &addrs[n]
+		sl := uint32(unix.SizeofSockaddrAny)
+		s, _, e := syscall.RawSyscall6(unix.SYS_ACCEPT4, uintptr(r.fd), uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&sl)), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+		if e == 0 {
+			fds[n] = int32(s)
+			n++
+			continue
 		}
-		return len(r.fds) > 0 || aerr != nil
-	})
-	for i, fd := range r.fds {
-		r.p.acceptFD(fd, r.clientConn(fd, &r.addrs[i]), r.preset)
+		if e == unix.EINTR || e == unix.ECONNABORTED { // a client that left while queued
+			continue
+		}
+		if e != unix.EAGAIN {
+			r.failed(os.NewSyscallError("accept4", e))
+		}
+		break
 	}
-	if err == nil && len(r.fds) == 0 {
-		err = aerr
+	if n > 0 {
+		r.took.Store(true)
 	}
-	if err != nil {
-		return &net.OpError{Op: "accept", Net: "tcp", Addr: r.ln.Addr(), Err: err}
+	for i, fd := range fds[:n] {
+		p.acceptFD(lp, r.lps, fd, r.clientConn(fd, &addrs[i]), r.preset, r.nodelay)
 	}
-	return nil
 }
 
 // clientConn is the addresses of the client accepted as fd, from sa.
 func (r *rawListener) clientConn(fd int32, sa *unix.RawSockaddrAny) *heldConn {
-	c := &heldConn{raddr: tcpAddrOf(sa)}
+	c := heldClient(sa)
 	if r.laddr != nil {
 		c.laddr = r.laddr
 	} else if lsa, err := unix.Getsockname(int(fd)); err == nil {
@@ -194,23 +301,28 @@ func (r *rawListener) clientConn(fd int32, sa *unix.RawSockaddrAny) *heldConn {
 	return c
 }
 
-// acceptFD admits the client accepted as the bare socket fd and starts
-// its dial on a loop; a client not admitted is closed.
-func (p *Proxy) acceptFD(fd int32, client *heldConn, preset bool) {
+// acceptFD admits the client accepted as the bare socket fd on lp, one
+// of lps, and starts its dial there (or on a loop that holds fewer); a
+// client not admitted is closed. nodelay: fd has TCP_NODELAY already,
+// from its listener.
+func (p *Proxy) acceptFD(lp *evloop, lps []*evloop, fd int32, client *heldConn, preset, nodelay bool) {
 	if !p.admit(client) {
 		closeFD(fd)
 		return
 	}
-	setNoDelay(fd) // as net sets it on every TCP conn
+	if !nodelay {
+		setNoDelay(fd) // as net sets it on every TCP conn
+	}
 	if !preset && p.keepAlive.Enable {
 		setKeepAliveFD(int(fd), p.keepAlive)
 	}
-	p.loops.dial(p, fd, client)
+	p.loops.dial(p, lp, lps, fd, client)
 }
 
-func setNoDelay(fd int32) {
+func setNoDelay(fd int32) syscall.Errno {
 	one := int32(1)
-	syscall.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, uintptr(unsafe.Pointer(&one)), 4, 0)
+	_, _, e := syscall.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, uintptr(unsafe.Pointer(&one)), 4, 0)
+	return e
 }
 
 // heldConn stands for a socket an event loop holds as a bare descriptor:
@@ -223,6 +335,36 @@ type heldConn struct {
 }
 
 var _ net.Conn = (*heldConn)(nil)
+
+// heldClientConn is a client's heldConn with its remote address inside,
+// so the three are one allocation.
+type heldClientConn struct {
+	heldConn
+	raddr net.TCPAddr
+	ip    [16]byte
+}
+
+// heldClient returns the heldConn of a client accepted from sa, its
+// remote address set as net sets it from an accept; nil raddr if sa is
+// not IP.
+func heldClient(sa *unix.RawSockaddrAny) *heldConn {
+	h := &heldClientConn{}
+	a := &h.raddr
+	switch sa.Addr.Family {
+	case unix.AF_INET:
+		s := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		copy(h.ip[:], s.Addr[:])
+		a.IP, a.Port = h.ip[:4], int(netPort(&s.Port))
+	case unix.AF_INET6:
+		s := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa))
+		h.ip = s.Addr
+		a.IP, a.Port, a.Zone = h.ip[:], int(netPort(&s.Port)), zoneName(s.Scope_id)
+	default:
+		a = nil
+	}
+	h.heldConn.raddr = a
+	return &h.heldConn
+}
 
 func (c *heldConn) Read([]byte) (int, error)  { return 0, net.ErrClosed }
 func (c *heldConn) Write([]byte) (int, error) { return 0, net.ErrClosed }
@@ -245,21 +387,6 @@ func (c *heldConn) RemoteAddr() net.Addr {
 func (c *heldConn) SetDeadline(time.Time) error      { return nil }
 func (c *heldConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *heldConn) SetWriteDeadline(time.Time) error { return nil }
-
-// tcpAddrOf is the TCP address in sa, as net makes it from an accept.
-func tcpAddrOf(sa *unix.RawSockaddrAny) *net.TCPAddr {
-	switch sa.Addr.Family {
-	case unix.AF_INET:
-		s := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
-		return net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom4(s.Addr), netPort(&s.Port)))
-	case unix.AF_INET6:
-		s := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa))
-		a := net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom16(s.Addr), netPort(&s.Port)))
-		a.Zone = zoneName(s.Scope_id)
-		return a
-	}
-	return nil
-}
 
 // sockaddrTCP is the TCP address of a unix.Sockaddr.
 func sockaddrTCP(sa unix.Sockaddr) *net.TCPAddr {

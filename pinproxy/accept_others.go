@@ -2,10 +2,7 @@
 
 package pinproxy
 
-import (
-	"net"
-	"time"
-)
+import "net"
 
 // rawListener is Linux's (accept_linux.go): elsewhere Serve accepts
 // net.Conns.
@@ -13,5 +10,6 @@ type rawListener struct{}
 
 func (p *Proxy) rawListener(net.Listener, bool) *rawListener { return nil }
 func (r *rawListener) accept() error                         { return nil }
+func (r *rawListener) accepted() bool                        { return false }
 func (r *rawListener) close()                                {}
-func (p *Proxy) holdRaw(net.Listener, time.Time)             {}
+func (p *Proxy) holdRaw(net.Listener)                        {}

@@ -127,10 +127,12 @@ func (l *looker) look(fd uintptr) bool {
 
 // recvNow reads what is queued on the socket fd into b without waiting:
 // n > 0 bytes, 0 at EOF, EAGAIN when nothing is queued yet, or the socket's
-// pending error (ECONNRESET, …).
+// pending error (ECONNRESET, …). It never blocks, so it is a raw system
+// call: the scheduler is not told, as for the event loops' other calls
+// (loop_linux.go, rawCall).
 func recvNow(fd uintptr, b []byte) (int, syscall.Errno) {
 	for {
-		n, _, e := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
 			syscall.MSG_DONTWAIT, 0, 0)
 		if e == syscall.EINTR {
 			continue

@@ -3,9 +3,11 @@ package pinproxy_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,4 +132,39 @@ func TestUpstreamByName(t *testing.T) {
 	if _, on := pinproxytest.Dial(t, addr, "c1"); on != "A" {
 		t.Fatalf("c1 landed on %q, want A", on)
 	}
+}
+
+// An upstream that speaks first, and may be done before the proxy has
+// seen its connect end, reaches the client whole: its bytes and its
+// half-close can come with the connect's own event, which a loop then
+// reads at once (the upstream's socket is in the loop's set from the
+// connect on, and its edge does not come again).
+func TestDialUpstreamSpeaksFirst(t *testing.T) {
+	up := pinproxytest.New(t, "U", func(_ *pinproxytest.Node, c net.Conn) {
+		io.WriteString(c, "hello")
+		c.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, c)
+	})
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{up.Addr}, RebalanceInterval: -1})
+	addr := serve(t, p)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Errorf("worker %d, connection %d: %v", w, i, err)
+					return
+				}
+				c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+				b, err := io.ReadAll(c)
+				c.Close()
+				if err != nil || string(b) != "hello" {
+					t.Errorf("worker %d, connection %d: read %q, %v; want hello, then EOF", w, i, b, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

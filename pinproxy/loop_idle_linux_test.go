@@ -59,3 +59,42 @@ func openFDs(t *testing.T) int {
 	}
 	return len(ents)
 }
+
+// Clients that come one at a time, each a long-lived connection, spread
+// over the loops: every idle loop is woken for a new client and the
+// first to look takes it, so a loop that holds clearly more than another
+// hands its new clients to that one.
+func TestLoopsShareClientsThatComeOneAtATime(t *testing.T) {
+	if pinproxy.GoroutinesForcedForTest() {
+		t.Skip("PINPROXY_TEST_GOROUTINES=1: relayed by goroutines")
+	}
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one loop: GOMAXPROCS is 1")
+	}
+	const n = 600
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{echoProcess(t)}, RebalanceInterval: -1})
+	addr := serve(t, p)
+	for i := range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte{'x'}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+			t.Fatalf("connection %d: echo: %v", i, err)
+		}
+	}
+	loads := pinproxy.LoopLoadsForTest(p)
+	fair := n / len(loads)
+	for i, m := range loads {
+		// A loop holds at most an eighth and 8 more than another when it
+		// gives a client away.
+		if m < fair-fair/8-8 {
+			t.Errorf("loop %d holds %d of %d connections, want about %d: %v", i, m, n, fair, loads)
+		}
+	}
+	t.Logf("connections per loop: %v", loads)
+}

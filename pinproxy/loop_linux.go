@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,21 +16,23 @@ import (
 )
 
 // Event loops: the relay of an established connection on Linux, as HAProxy
-// relays (src/raw_sock.c, src/pipe.c), one loop per GOMAXPROCS, each
-// connection on one of them, chosen in turn. A client accepted from a TCP
-// listener by Serve comes as a bare socket and its upstream is dialed on
-// the loop (accept_linux.go, connect_linux.go), so neither socket ever
-// joins the runtime's netpoller. A connection whose conns are net.Conns
-// (a listener of another kind, Config.DialContext, a hand-over's) is
-// dialed in Go by its handler goroutine; once the pair is open and the
-// PROXY header sent, its two sockets leave the runtime's netpoller (each
-// is duplicated and its net.Conn closed, which takes the original out of
-// the runtime's epoll set) and join a loop (attach). From there no
-// goroutine, stack or buffer is the connection's own:
+// relays (src/raw_sock.c, src/pipe.c), one loop per GOMAXPROCS. A TCP
+// listener given to Serve is in every loop's set: the loop a new client
+// wakes accepts it as a bare socket and dials its upstream itself
+// (accept_linux.go, connect_linux.go), so neither socket ever joins the
+// runtime's netpoller, and the connection stays on that loop. A
+// connection whose conns are net.Conns (a listener of another kind,
+// Config.DialContext, a hand-over's) is dialed in Go by its handler
+// goroutine; once the pair is open and the PROXY header sent, its two
+// sockets leave the runtime's netpoller (each is duplicated and its
+// net.Conn closed, which takes the original out of the runtime's epoll
+// set) and join a loop chosen in turn (attach). From there no goroutine,
+// stack or buffer is the connection's own:
 //
 //   - Both sockets are in the loop's set edge-triggered, for input and
 //     hang-up; output readiness is asked for only once a socket has been
-//     found full. An event on a socket moves what it has to its peer:
+//     found full (an upstream the loop dialed has it from its connect
+//     on). An event on a socket moves what it has to its peer:
 //     nonblocking splice(2) from the socket into a pipe, then from the
 //     pipe to the peer, until the socket has nothing more (EAGAIN with an
 //     empty pipe, so the EAGAIN is the socket's, not the pipe's) or the
@@ -83,6 +86,7 @@ type loops struct {
 	ls      []*evloop // made on the first attach, under startMu
 	wg      sync.WaitGroup
 	next    atomic.Uint32
+	lnSeq   atomic.Uint32 // the last listener's key (accept_linux.go)
 
 	// A wave of connections leaves garbage behind (their accepts' and
 	// dials'), which an idle process collects only every two minutes:
@@ -127,6 +131,7 @@ type evloop struct {
 	mu       sync.Mutex
 	slots    slotTable
 	held     int           // connections in the set
+	load     atomic.Int32  // held, for other loops to read (loops.balance)
 	pipes    []*splicePipe // empty pipes, ready for a burst
 	again    []loopDir     // directions that used their budget
 	ended    []*link       // ended in this batch: reported after mu is let go
@@ -146,9 +151,26 @@ type evloop struct {
 	// epoch; 0: none), so a dial with an earlier one wakes it.
 	dialQ    []dialTimer
 	dialed   []*link
-	incoming []*link // clients to dial for, from Serve
+	incoming []*link // clients another loop accepted for this one (balance)
 	sleeping bool
 	armed    time.Duration
+	// Listeners (accept_linux.go): those whose socket may be in the set,
+	// by key; those that had an event in this batch, to accept from
+	// after it; and the accepts' buffers.
+	lns     map[uint32]*rawListener
+	accepts []*rawListener
+	afds    []int32
+	aaddrs  []unix.RawSockaddrAny
+}
+
+// acceptBufs returns lp's buffers for a batch of accepts, made on the
+// first.
+func (lp *evloop) acceptBufs() ([]int32, []unix.RawSockaddrAny) {
+	if lp.afds == nil {
+		lp.afds = make([]int32, rawBatch)
+		lp.aaddrs = make([]unix.RawSockaddrAny, rawBatch)
+	}
+	return lp.afds, lp.aaddrs
 }
 
 // since is the time since lp's epoch, lp's clock for deadlines.
@@ -214,6 +236,57 @@ func (ls *loops) pick() *evloop {
 	ls.ls[i] = lp
 	ls.wg.Go(lp.run)
 	return lp
+}
+
+// startAll starts every loop not started yet, and returns them all; nil
+// if one cannot be made.
+func (ls *loops) startAll() []*evloop {
+	ls.rw.RLock()
+	defer ls.rw.RUnlock()
+	if ls.stopped {
+		return nil
+	}
+	ls.startMu.Lock()
+	defer ls.startMu.Unlock()
+	if ls.ls == nil {
+		ls.ls = make([]*evloop, ls.n)
+	}
+	for i, lp := range ls.ls {
+		if lp != nil {
+			continue
+		}
+		lp, err := newEvloop(ls.ka)
+		if err != nil {
+			return nil
+		}
+		ls.ls[i] = lp
+		ls.wg.Go(lp.run)
+	}
+	return slices.Clone(ls.ls)
+}
+
+// listening gives r a key in every loop's set, and returns it.
+func (ls *loops) listening(r *rawListener) uint32 {
+	id := ls.lnSeq.Add(1)
+	for _, lp := range r.lps {
+		lp.mu.Lock()
+		if lp.lns == nil {
+			lp.lns = make(map[uint32]*rawListener)
+		}
+		lp.lns[id] = r
+		lp.mu.Unlock()
+	}
+	return id
+}
+
+// unlisten takes r's key out of the loops, its socket out of their sets
+// already (rawListener.pause).
+func (ls *loops) unlisten(r *rawListener) {
+	for _, lp := range r.lps {
+		lp.mu.Lock()
+		delete(lp.lns, r.id)
+		lp.mu.Unlock()
+	}
 }
 
 // all returns the loops started so far.
@@ -432,8 +505,37 @@ func dupFD(sc syscall.Conn) (int, error) {
 
 func closeFD(fd int32) {
 	if fd >= 0 {
-		unix.Close(int(fd))
+		rawCall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 	}
+}
+
+// rawCall makes a system call that never blocks (nonblocking sockets, an
+// epoll set, close of a socket with no lingering) without telling the
+// scheduler, as an event loop in C makes it: a close or a connect does the
+// loopback's softirq work in the call, long enough that a syscall.Syscall
+// had the runtime hand the loop's P to another thread and take it back (a
+// futex wake and a sleep per connection, measured with strace). Its
+// arguments hold no Go pointer: a call that passes one uses
+// syscall.RawSyscall6 itself, with the conversion in that call's
+// arguments, so the object stays put and alive.
+func rawCall(trap, a1, a2, a3 uintptr) syscall.Errno {
+	_, _, e := syscall.RawSyscall(trap, a1, a2, a3)
+	return e
+}
+
+// epollSet is epoll_ctl(2) as a raw call (rawCall).
+func epollSet(ep, op int, fd int32, ev *unix.EpollEvent) error {
+	_, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(ep), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// lingerZero sets SO_LINGER to 0 on the socket fd, so its close resets it.
+func lingerZero(fd int32) {
+	lg := unix.Linger{Onoff: 1, Linger: 0}
+	syscall.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_LINGER, uintptr(unsafe.Pointer(&lg)), unsafe.Sizeof(lg), 0)
 }
 
 // addLocked puts the sockets cfd, ufd of l into lp's set; false: l has
@@ -454,14 +556,19 @@ func (lp *evloop) addLocked(l *link, cfd, ufd int32) bool {
 	}
 	l.lkey = lp.slots.take(l)
 	lp.held++
+	lp.load.Store(int32(lp.held))
 	l.last.Store(int64(lp.since()))
 	l.setState(linkLooped)
 	return lp.joinLocked(l, [2]int{unix.EPOLL_CTL_ADD, unix.EPOLL_CTL_ADD})
 }
 
+// ctlNone, as joinLocked's op for a socket, leaves it in lp's set as it
+// is.
+const ctlNone = -1
+
 // joinLocked puts the sockets of l, which holds a slot of lp, in lp's set
-// (ops: add, or modify the upstream's, which a dial put there); false: l
-// has ended.
+// (ops: add, or ctlNone for the upstream a dial put there); false: l has
+// ended.
 func (lp *evloop) joinLocked(l *link, ops [2]int) bool {
 	for side := range 2 {
 		// A direction with bytes pending (handed over, or given back by a
@@ -472,6 +579,9 @@ func (lp *evloop) joinLocked(l *link, ops [2]int) bool {
 		}
 	}
 	for side := range 2 {
+		if ops[side] == ctlNone {
+			continue
+		}
 		if err := lp.ctl(ops[side], l, side); err != nil {
 			lp.closeLocked(l, os.NewSyscallError("epoll_ctl", err), false)
 			return false
@@ -510,7 +620,7 @@ func (lp *evloop) ctl(op int, l *link, side int) error {
 	}
 	key := l.lkey | uint64(side)<<63
 	ev.Fd, ev.Pad = int32(uint32(key)), int32(uint32(key>>32))
-	return unix.EpollCtl(lp.ep, op, int(l.lfd[side]), &ev)
+	return epollSet(lp.ep, op, l.lfd[side], &ev)
 }
 
 // run is the loop: wait for events, handle a batch under lp.mu, report the
@@ -518,6 +628,15 @@ func (lp *evloop) ctl(op int, l *link, side int) error {
 func (lp *evloop) run() {
 	evs := make([]unix.EpollEvent, 256)
 	var again []loopDir
+	// The lists taken after each batch, each swapped with lp's (as
+	// again is) and the wait's function, made once: a loop allocates
+	// nothing per wait.
+	var ended, dialed, incoming []*link
+	n := 0
+	ready := func(fd uintptr) bool {
+		n = epollNow(int(fd), evs)
+		return n > 0
+	}
 	for {
 		lp.mu.Lock()
 		wait := len(lp.again) == 0 && len(lp.ended) == 0 && len(lp.incoming) == 0
@@ -534,17 +653,14 @@ func (lp *evloop) run() {
 		}
 		lp.sleeping, lp.armed = wait, due
 		lp.mu.Unlock()
-		n := 0
+		n = 0
 		if !wait {
 			n = epollNow(lp.ep, evs)
 		} else {
 			if due != 0 {
 				lp.epf.SetReadDeadline(lp.epoch.Add(due))
 			}
-			lp.erc.Read(func(fd uintptr) bool {
-				n = epollNow(int(fd), evs)
-				return n > 0
-			}) // an error is the deadline: the keepalives or a dial's timeout are due
+			lp.erc.Read(ready) // an error is the deadline: the keepalives or a dial's timeout are due
 			if due != 0 {
 				lp.epf.SetReadDeadline(time.Time{})
 			}
@@ -558,6 +674,10 @@ func (lp *evloop) run() {
 				continue
 			}
 			key := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			if key>>32 == 0 { // a listener's: no slot has generation 0
+				lp.listenEvent(uint32(key))
+				continue
+			}
 			side := int(key >> 63)
 			l := lp.slots.lookup(key &^ (1 << 63))
 			if l == nil {
@@ -565,7 +685,7 @@ func (lp *evloop) run() {
 			}
 			if l.dl != nil { // its upstream's connect ended
 				if side == 1 {
-					lp.connectEvent(l)
+					lp.connectEvent(l, ev.Events)
 				}
 				continue
 			}
@@ -595,8 +715,11 @@ func (lp *evloop) run() {
 		if len(lp.dialQ) > 0 {
 			lp.expireDials(now)
 		}
-		ended, dialed, incoming := lp.ended, lp.dialed, lp.incoming
-		lp.ended, lp.dialed, lp.incoming = nil, nil, nil
+		ended, lp.ended = lp.ended, ended[:0]
+		dialed, lp.dialed = lp.dialed, dialed[:0]
+		incoming, lp.incoming = lp.incoming, incoming[:0]
+		accepts := lp.accepts
+		lp.accepts = accepts[:0]
 		lp.mu.Unlock()
 		for _, l := range incoming {
 			l.dl.p.dialNext(l)
@@ -607,7 +730,30 @@ func (lp *evloop) run() {
 		for _, l := range ended {
 			l.end()
 		}
+		clear(incoming)
+		clear(dialed)
+		clear(ended)
+		for i, r := range accepts {
+			r.acceptOn(lp)
+			accepts[i] = nil
+		}
 	}
+}
+
+// listenEvent is an event on the listener of key id: its clients are
+// taken after the batch (rawListener.acceptOn). A stopping loop takes
+// none, and takes the listener out of its set, where it would wake the
+// loop again and again. Call with lp.mu held.
+func (lp *evloop) listenEvent(id uint32) {
+	r := lp.lns[id]
+	if r == nil {
+		return
+	}
+	if lp.stopping {
+		epollSet(lp.ep, unix.EPOLL_CTL_DEL, r.fd, nil)
+		return
+	}
+	lp.accepts = append(lp.accepts, r)
 }
 
 // pump moves what socket i of l has to socket 1-i: direction i (0: client
@@ -756,7 +902,7 @@ func (lp *evloop) eof(l *link, i int) {
 		lp.closeLocked(l, nil, false)
 		return
 	}
-	if err := unix.Shutdown(int(l.lfd[1-i]), unix.SHUT_WR); err != nil {
+	if rawCall(unix.SYS_SHUTDOWN, uintptr(l.lfd[1-i]), unix.SHUT_WR, 0) != 0 {
 		lp.closeLocked(l, nil, false) // as a dst that cannot half-close: close both
 	}
 }
@@ -792,12 +938,12 @@ func (lp *evloop) closeLocked(l *link, err error, abort bool) {
 			continue
 		}
 		if abort {
-			unix.SetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+			lingerZero(fd)
 		}
 		if l.kept[side] { // borrowed: out of the set, and closed by link.end with its conn
-			unix.EpollCtl(lp.ep, unix.EPOLL_CTL_DEL, int(fd), nil)
+			epollSet(lp.ep, unix.EPOLL_CTL_DEL, fd, nil)
 		} else {
-			unix.Close(int(fd))
+			closeFD(fd)
 		}
 		l.lfd[side] = -1
 		lp.dropPipe(l, side)
@@ -815,6 +961,7 @@ func (lp *evloop) freeSlot(l *link) {
 	lp.slots.release(l.lkey)
 	l.lkey = 0
 	lp.held--
+	lp.load.Store(int32(lp.held))
 }
 
 // getPipe gives direction i of l an empty pipe: from the pool, or a new
@@ -898,7 +1045,7 @@ func (l *link) detach() bool {
 		return false
 	}
 	for side := range 2 {
-		unix.EpollCtl(lp.ep, unix.EPOLL_CTL_DEL, int(l.lfd[side]), nil)
+		epollSet(lp.ep, unix.EPOLL_CTL_DEL, l.lfd[side], nil)
 		if p := l.pipe[side]; p != nil && p.n > 0 {
 			if l.own[side] { // the cleanup closes it from here on
 				l.dirs[side].pipe = newSplicePipe(p.r, p.w, p.n)

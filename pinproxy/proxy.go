@@ -204,8 +204,8 @@ func (p *Proxy) Listen(ctx context.Context, network, addr string) (net.Listener,
 // until Shutdown is called; then it returns ErrProxyClosed. Any other
 // accept error that is not temporary ends Serve with that error (on
 // Linux, a *net.TCPListener its owner closes, rather than Shutdown, ends
-// it within a second: Serve waits on a duplicate of the listening
-// socket, which does not see the close at once). Serve
+// it within a second: the proxy's event loops accept from a duplicate
+// of the listening socket, which does not see the close at once). Serve
 // closes ln when it returns. It may be called on several listeners at
 // once; the first call starts the rebalance rounds, which run every
 // Config.RebalanceInterval until Shutdown. Serve sets TCP keepalive, as
@@ -258,8 +258,9 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		}
 	}
 
-	// On Linux, with the event loops, a TCP listener's clients are taken
-	// as bare sockets, and dialed for on the loops (accept_linux.go).
+	// On Linux, with the event loops, the loops take a TCP listener's
+	// clients as bare sockets and dial for them (accept_linux.go); Serve
+	// waits for what ends or pauses that.
 	raw := p.rawListener(ln, preset)
 	defer raw.close()
 	var delay time.Duration
@@ -268,7 +269,10 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		var c net.Conn
 		var err error
 		if raw != nil {
-			err = raw.accept() // counts each client in starting, unless it closes it
+			err = raw.accept() // the loops count each client in starting, unless they close it
+			if raw.accepted() {
+				delay = 0
+			}
 		} else {
 			c, err = ln.Accept()
 		}
@@ -629,6 +633,7 @@ func (p *Proxy) connect(client net.Conn) *conn {
 // meanwhile.
 type route struct {
 	small    [1]uint64
+	smallUps [2]*upstream // triedUps' first array: most clients dial once or twice
 	tried    []uint64
 	triedUps []*upstream
 	gen      int // the list's generation tried is for; 0 with tried nil: none yet
@@ -672,6 +677,9 @@ func (p *Proxy) nextUpstream(r *route, client net.Conn) (*upstream, time.Time) {
 	u.dials++
 	p.mu.Unlock()
 	r.tried[i/64] |= 1 << (i % 64)
+	if r.triedUps == nil {
+		r.triedUps = r.smallUps[:0]
+	}
 	r.triedUps = append(r.triedUps, u)
 	return u, now
 }

@@ -229,7 +229,9 @@ func (p *Proxy) describe(h *holding, conns []*conn, extra []net.Listener) (*hand
 }
 
 // holdAccepts makes Serve stop accepting on lns until releaseAccepts: a
-// deadline in the past fails the Accept under way, and Serve then waits.
+// deadline in the past fails the Accept under way (or, for a listener
+// the event loops take clients from, its socket leaves their sets), and
+// Serve then waits.
 // Clients that connect meanwhile wait in the listen queue.
 func (p *Proxy) holdAccepts(lns []net.Listener) error {
 	p.upg.mu.Lock()
@@ -243,7 +245,7 @@ func (p *Proxy) holdAccepts(lns []net.Listener) error {
 		if err := d.SetDeadline(aLongTimeAgo); err != nil {
 			return fmt.Errorf("pinproxy: upgrade: holding accepts on %s: %w", ln.Addr(), err)
 		}
-		p.holdRaw(ln, aLongTimeAgo)
+		p.holdRaw(ln)
 	}
 	return nil
 }
@@ -275,7 +277,11 @@ func (p *Proxy) releaseAccepts(lns []net.Listener) {
 // loop counts itself in accepting before it calls Accept and out only
 // after accept has counted the client in starting, so accepting at zero
 // after the hold means every client taken off a queue is in starting,
-// and every later Accept fails at its deadline.
+// and every later Accept fails at its deadline. An event loop taking a
+// listener's clients (accept_linux.go) counts its batch in accepting the
+// same way, and looks whether the listener is paused only after, so a
+// hold waits for a batch that began before it, and no batch begins
+// after it.
 func (p *Proxy) waitStarted(ctx context.Context) error {
 	for p.accepting.Load() > 0 || p.starting.Load() > 0 {
 		t := time.NewTimer(time.Millisecond)

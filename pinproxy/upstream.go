@@ -2,6 +2,9 @@ package pinproxy
 
 import (
 	"log/slog"
+	"net"
+	"net/netip"
+	"sync/atomic"
 	"time"
 )
 
@@ -10,10 +13,20 @@ import (
 // clients are sent in. Every function takes the time it runs at, from the
 // proxy's clock.
 
+// dialAddr is an upstream's address as the event loops dial it, parsed
+// once for all its dials: tcp is nil for one given by name (or with an
+// IPv6 zone), which Go's dialer resolves at each dial. tcp is every one
+// of its connections' upstream address (heldConn.RemoteAddr).
+type dialAddr struct {
+	ap  netip.AddrPort
+	tcp *net.TCPAddr
+}
+
 // upstream is one configured upstream and its live connections. All fields
-// but addr are guarded by Proxy.mu.
+// but addr and parsed are guarded by Proxy.mu.
 type upstream struct {
-	addr string
+	addr   string
+	parsed atomic.Pointer[dialAddr] // addr, as the event loops dial it (connect_linux.go)
 
 	live    int   // connections established, linked into head..tail
 	dialing int   // dials in flight to it (counted as load too)

@@ -240,6 +240,10 @@ func profile(o options, r *running, name string, round int, phase string) func()
 	if o.cpuprofile == "" || r.ctl == nil {
 		return func() {}
 	}
+	// An exp:PATH target's name holds a path: the file takes its base.
+	if exe, ok := strings.CutPrefix(name, "exp:"); ok {
+		name = "exp-" + filepath.Base(exe)
+	}
 	path := filepath.Join(o.cpuprofile, fmt.Sprintf("%s-%s-r%d.pprof", name, phase, round+1))
 	if _, err := r.ctl.call("cpuprofile " + path); err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench: profile:", err)

@@ -1,0 +1,139 @@
+package pinproxy_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/internal/testing/testkit"
+	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
+)
+
+// A proxy out of file descriptors stops taking clients (its loops take
+// the listener out of their sets, Serve backs off), and takes them again
+// once descriptors are free: the clients queued meanwhile are served, and
+// so is the next. The proxy runs in a process of its own with a limit of
+// 100 open files, so the limit is its alone.
+func TestAcceptOutOfDescriptorsAndBack(t *testing.T) {
+	up := pinproxytest.New(t, "U", pinproxytest.Echo)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLimitedProxy$")
+	cmd.Env = append(os.Environ(), "PINPROXY_LIMITED_PROXY="+up.Addr)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var log testkit.LogBuffer
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		io.Copy(&log, stderr)
+	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Wait()
+		<-logged
+		if t.Failed() {
+			t.Logf("proxy log:\n%s", &log)
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "proxy ")
+	if err != nil || !ok {
+		t.Fatalf("proxy process: %q, %v", line, err)
+	}
+
+	// 150 clients, each wanting two descriptors of the proxy: it runs out
+	// well before the last, which wait in the listen queue.
+	var conns []net.Conn
+	for i := range 150 {
+		c, err := net.DialTimeout("tcp", addr, pinproxytest.WaitFor)
+		if err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	testkit.WaitFor(t, "the proxy to run out of descriptors", func() bool {
+		return strings.Contains(log.String(), "for want of local resources")
+	})
+	// The first clients are served while it has descriptors left.
+	echo(t, conns[0], "first")
+	for _, c := range conns {
+		c.Close()
+	}
+	// Descriptors free again: a new client is served.
+	c, err := net.DialTimeout("tcp", addr, pinproxytest.WaitFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echo(t, c, "after")
+}
+
+// echo writes msg on c and reads it back within pinproxytest.WaitFor.
+func echo(t *testing.T, c net.Conn, msg string) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+	if _, err := io.WriteString(c, msg); err != nil {
+		t.Fatalf("%s: write: %v", msg, err)
+	}
+	b := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, b); err != nil || string(b) != msg {
+		t.Fatalf("%s: read %q, %v", msg, b, err)
+	}
+	c.SetDeadline(time.Time{})
+}
+
+// TestHelperLimitedProxy is the proxy of TestAcceptOutOfDescriptorsAndBack
+// when run by it: a limit of 100 open files, its log on stderr, until
+// stdin closes.
+func TestHelperLimitedProxy(t *testing.T) {
+	upstream := os.Getenv("PINPROXY_LIMITED_PROXY")
+	if upstream == "" {
+		t.Skip("the proxy of TestAcceptOutOfDescriptorsAndBack, run in a process of its own")
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: 100, Max: 100}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := pinproxy.New(pinproxy.Config{
+		Upstreams:         []string{upstream},
+		RebalanceInterval: -1,
+		Logger:            slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := p.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { p.Serve(ln) })
+	fmt.Println("proxy", ln.Addr())
+	io.Copy(io.Discard, os.Stdin) // until the test closes it
+	ctx, cancel := context.WithTimeout(context.Background(), pinproxytest.WaitFor)
+	defer cancel()
+	p.Shutdown(ctx)
+	wg.Wait()
+}
