@@ -26,19 +26,24 @@ import (
 // the innermost function on its stack that marks one, so that JSON
 // encoding called from the node's state encoding is the state's, and
 // from the HTTP handler HTTP's; a sample of the runtime alone (the
-// garbage collector, the scheduler) is GC and runtime's.
+// garbage collector, the scheduler) is GC and runtime's. The marks name
+// the platform's functions as its packages have them, and as its single
+// main package had them, so a profile of an older build splits alike.
 var platformParts = []struct {
 	name  string
 	marks []string // substrings of a frame's function name
 }{
-	{"HTTP and JSON", []string{"net/http.", "main.handleReport", "main.writeJSON", "main.handler"}},
-	{"state encoding", []string{"main.encodeNode", "main.(*rules).decodeNode", "main.encodeState", "main.decodeState",
-		"main.(*pgNode).addRoute", "main.encodeRoute", "overload.(*Tracker).MarshalJSON", "overload.(*Tracker).UnmarshalJSON",
+	{"HTTP and JSON", []string{"net/http.", "platform/internal/api.handleReport", "platform/internal/api.writeJSON",
+		"platform/internal/api.Handler", "main.handleReport", "main.writeJSON", "main.handler"}},
+	{"state encoding", []string{"platform/internal/store.EncodeNode", "platform/internal/store.(*Rules).DecodeNode",
+		"platform/internal/pgstore.encodeState", "platform/internal/pgstore.(*pgNode).addRoute",
+		"main.encodeNode", "main.(*rules).decodeNode", "main.encodeState", "main.(*pgNode).addRoute",
+		"overload.(*Tracker).MarshalJSON", "overload.(*Tracker).UnmarshalJSON",
 		"overload.RestoreTracker", "pricing.(*History).MarshalJSON", "pricing.(*History).UnmarshalJSON"}},
 	{"tracker", []string{"nodekit/overload."}},
 	{"SQL round trips", []string{"github.com/jackc/pgx/", "github.com/jackc/puddle/"}},
 	{"commit", []string{"pgx/v5.(*dbTx).Commit"}},
-	{"plan", []string{"nodekit/routing.", "nodekit/pricing.", "main.(*pgPlatform).plan", "main.(*rules).planOne"}},
+	{"plan", []string{"nodekit/routing.", "nodekit/pricing.", "platform/internal/fleet.(*Fleet).plan", "main.(*fleet).plan"}},
 	{"GC and runtime", nil},
 }
 
