@@ -90,9 +90,9 @@ func TestLoopsShareClientsThatComeOneAtATime(t *testing.T) {
 	loads := pinproxy.LoopLoadsForTest(p)
 	fair := n / len(loads)
 	for i, m := range loads {
-		// A loop holds at most an eighth and 8 more than another when it
-		// gives a client away.
-		if m < fair-fair/8-8 {
+		// A loop holds at most an eighth more than another when it gives
+		// a client away (and one more, for two loops that looked at once).
+		if m < fair-fair/8-2 {
 			t.Errorf("loop %d holds %d of %d connections, want about %d: %v", i, m, n, fair, loads)
 		}
 	}
