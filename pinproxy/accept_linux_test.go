@@ -82,13 +82,35 @@ func TestAcceptOutOfDescriptorsAndBack(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	// Descriptors free again: a new client is served.
+	// Descriptors free again: a new client is served. Not at once: the
+	// proxy first sees the closes, and takes the clients that waited in
+	// the listen queue, each for a dial and its close, while the new one
+	// may be among them and closed for want of a descriptor as they were.
+	testkit.WaitFor(t, "a new client served once descriptors are free", func() bool {
+		return tryEcho(addr, "after") == nil
+	})
+}
+
+// tryEcho connects to addr, writes msg and reads it back within
+// pinproxytest.WaitFor.
+func tryEcho(addr, msg string) error {
 	c, err := net.DialTimeout("tcp", addr, pinproxytest.WaitFor)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer c.Close()
-	echo(t, c, "after")
+	c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+	if _, err := io.WriteString(c, msg); err != nil {
+		return err
+	}
+	b := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, b); err != nil {
+		return err
+	}
+	if string(b) != msg {
+		return fmt.Errorf("read %q, want %q", b, msg)
+	}
+	return nil
 }
 
 // echo writes msg on c and reads it back within pinproxytest.WaitFor.
