@@ -34,6 +34,16 @@ import (
 // removed by TestMain.
 var platformBuild = testkit.Build{Pkgs: []string{"."}}
 
+// cluster is the throwaway PostgreSQL cluster of this package's tests; nil
+// without PostgreSQL (the tests needing it skip).
+var cluster *pgtest.Cluster
+
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m, &cluster)
+	platformBuild.Clean()
+	os.Exit(code)
+}
+
 // platformBinary builds this package's command once per test run.
 func platformBinary(t testing.TB) string {
 	t.Helper()
