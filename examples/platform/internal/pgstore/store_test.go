@@ -383,11 +383,7 @@ func TestPGPlanRoundsShareNodes(t *testing.T) {
 func TestPGPlanRoundGoesOn(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, Options{PlanEvery: 30 * time.Second}, platformtest.Seed())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := openPG(t, url, c, Options{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	platformtest.PGExec(t, url, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'node % refused by the test', NEW.id USING ERRCODE = '40001'; END $$;
 		CREATE TRIGGER refuse_x1 BEFORE UPDATE ON nodes FOR EACH ROW WHEN (NEW.id = 'x1' AND NEW.version <> OLD.version) EXECUTE FUNCTION refuse();
@@ -486,11 +482,7 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, Options{PlanEvery: 30 * time.Second}, platformtest.Seed())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := openPG(t, url, c, Options{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	ctx := t.Context()
 	// sendIn sends a notice of node id in tx and returns.
 	sendIn := func(tx pgx.Tx, id string) {
@@ -537,11 +529,7 @@ func TestPGNoticeIDsGrowWithCommits(t *testing.T) {
 func TestPGRouteWritesAreConditional(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
-	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, Options{PlanEvery: 30 * time.Second}, platformtest.Seed())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := openPG(t, url, c, Options{PlanEvery: 30 * time.Second}, platformtest.Seed())
 	for _, tc := range []struct {
 		name, route, behind string
 		change              func(n *pgNode)
@@ -710,16 +698,19 @@ func TestPGNoticePagesMissNone(t *testing.T) {
 // on clock c and seeded with seed, closed when the test ends.
 func openPGReplicas(t *testing.T, url string, c *platformtest.Clock, opt Options, seed *store.SeedFile) []*Store {
 	t.Helper()
-	var reps []*Store
-	for range 2 {
-		p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, seed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		reps = append(reps, p)
+	return []*Store{openPG(t, url, c, opt, seed), openPG(t, url, c, opt, seed)}
+}
+
+// openPG opens a store with opt on the database at url, on clock c and
+// seeded with seed, closed when the test ends.
+func openPG(t *testing.T, url string, c *platformtest.Clock, opt Options, seed *store.SeedFile) *Store {
+	t.Helper()
+	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, seed)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return reps
+	t.Cleanup(p.Close)
+	return p
 }
 
 // holdRow has another session lock node id's row until the test ends or
@@ -786,11 +777,7 @@ func batchHeldOnLock(t *testing.T, opt Options, ids ...string) (*Store, func(), 
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
 	opt.PlanEvery, opt.BatchTimeout = 30*time.Second, 20*time.Second
-	p, err := Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, opt, platformtest.Seed())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := openPG(t, url, c, opt, platformtest.Seed())
 	release := holdRow(t, url, "x2")
 	held := make(chan error, len(ids))
 	for _, id := range ids {
