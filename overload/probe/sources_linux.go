@@ -230,11 +230,11 @@ func readLinks(ctx context.Context, p *Probe, env *readEnv, s *sample) {
 		s.linksErr = err
 		return
 	}
+	s.speedHint = p.cfg.LinkSpeedHint
 	for _, l := range all {
 		if !l.counted() {
 			continue
 		}
-		s.speedHint = p.cfg.LinkSpeedHint
 		if v, ok := p.cfg.LinkSpeedMbps[l.name]; ok {
 			l.speedMbps = v
 		} else {
