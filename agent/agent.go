@@ -145,6 +145,12 @@ type Config struct {
 
 	// Logger receives the agent's log; nil discards it.
 	Logger *slog.Logger
+
+	// LogLinesDropped, if set, says how many lines Logger's output has
+	// dropped rather than wait for (a buffered writer in front of a
+	// stderr that does not keep up); /metrics serves it as
+	// proofkit_agent_log_lines_dropped_total. Nil serves no such series.
+	LogLinesDropped func() int64
 }
 
 // Agent is a node agent: it takes a reading every interval, evaluates it
@@ -241,6 +247,14 @@ func New(cfg Config) (_ *Agent, err error) {
 	}
 	if a.dm, err = newDeliveryMetrics(a.reg); err != nil {
 		return nil, fmt.Errorf("new agent: register metrics: %w", err)
+	}
+	if f := cfg.LogLinesDropped; f != nil {
+		if err = a.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "proofkit_agent_log_lines_dropped_total",
+			Help: "Log lines dropped because the log's output (stderr) did not keep up; the agent never waits for it.",
+		}, func() float64 { return float64(f()) })); err != nil {
+			return nil, fmt.Errorf("new agent: register metrics: %w", err)
+		}
 	}
 
 	var queuePath string

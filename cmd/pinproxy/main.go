@@ -104,7 +104,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	// connection's line costs no write(2) of its own; a crash loses at
 	// most that interval.
 	lw := logbuf.New(stderr, logbuf.Config{})
-	defer lw.Close()
+	defer bounded(lw.Shutdown)
 	log := newLogger(lw, o.logFormat == "json", o.logLevel)
 
 	p, err := pinproxy.New(o.config(log))
@@ -116,7 +116,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if code != 0 {
 		return code
 	}
-	d := &daemon{o: o, p: p, log: log, flushLog: lw.Flush, adminLn: adminLn, served: make(chan error, len(lns)+1), lookupEnv: lookupEnv}
+	d := &daemon{o: o, p: p, log: log, flushLog: func() { bounded(lw.FlushContext) }, adminLn: adminLn, served: make(chan error, len(lns)+1), lookupEnv: lookupEnv}
 	if adminLn != nil {
 		d.admin = newAdminServer(p, bi, log, lw)
 		d.extra = []net.Listener{adminLn}
@@ -159,6 +159,18 @@ func newLogger(w io.Writer, json bool, level slog.Level) *slog.Logger {
 		return cmdkit.NewLogger(w, true, level)
 	}
 	return slog.New(pinproxy.NewLogHandler(w, level))
+}
+
+// logGrace bounds each wait for the log's output: before a hand-over and
+// at the exit. A stderr that does not drain (a journald that is not
+// reading) then costs log lines, never a hand-over or the exit.
+const logGrace = 250 * time.Millisecond
+
+// bounded calls f with a context that ends after logGrace.
+func bounded(f func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), logGrace)
+	defer cancel()
+	f(ctx)
 }
 
 // daemon is the running command: the proxy, its admin server and the

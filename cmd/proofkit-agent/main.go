@@ -87,6 +87,7 @@ import (
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/internal/buildinfo"
 	"github.com/proofkit/nodekit/internal/cmdkit"
+	"github.com/proofkit/nodekit/internal/logbuf"
 	"github.com/proofkit/nodekit/internal/sdnotify"
 	"github.com/proofkit/nodekit/overload/probe"
 	"github.com/proofkit/nodekit/sysctl"
@@ -94,17 +95,17 @@ import (
 
 // stopGrace is how long the agent may take to stop after SIGTERM or
 // SIGINT before it exits anyway (status 1), whatever it is blocked on (a
-// probe read of a file that never answers, a disk that does not, a
-// stderr whose reader stopped reading). With lastWords and the time the
-// process takes to be scheduled and torn down, the agent is gone within
-// the 0.9 s the documentation gives (0.76 s measured with CPU to spare;
-// a machine whose every CPU is busy adds its scheduling delays).
+// probe read of a file that never answers, a disk that does not). With
+// lastWords and the time the process takes to be scheduled and torn down,
+// the agent is gone within the 0.9 s the documentation gives (0.76 s
+// measured with CPU to spare; a machine whose every CPU is busy adds its
+// scheduling delays).
 const stopGrace = 700 * time.Millisecond
 
-// lastWords bounds the wait for the watchdog's last line: a stderr that
-// does not drain (a pipe to a journald that is not reading) must not
-// hold the exit. Without it, such a pipe kept the agent from ever
-// exiting after SIGTERM.
+// lastWords bounds the wait for the last log lines at exit, and for the
+// watchdog's last line: a stderr that does not drain (a pipe to a
+// journald that is not reading) must not hold the exit. Without it, such
+// a pipe kept the agent from ever exiting after SIGTERM.
 const lastWords = 50 * time.Millisecond
 
 func main() {
@@ -189,7 +190,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		}
 		o.node = h
 	}
-	log := newLogger(o, stderr)
+	// Lines go out through a buffer written by a goroutine of its own, so
+	// a stderr that does not drain (a journald that is not reading) drops
+	// lines instead of stalling readings and reports, and cannot hold the
+	// exit: the last lines get lastWords to go out.
+	lw := logbuf.New(stderr, logbuf.Config{})
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), lastWords)
+		defer cancel()
+		lw.Shutdown(ctx)
+	}()
+	stderr = lw
+	log := newLogger(o, lw)
 	pcfg := probe.Config{
 		ProcRoot: o.procRoot, SysRoot: o.sysRoot, NetNS: o.netns,
 		LinkSpeedMbps: o.linkSpeed, Node: o.node, Logger: log,
@@ -204,17 +216,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		return 1
 	}
 	defer p.Close()
-	return runAgent(ctx, o, p, log, stderr, hup)
+	return runAgent(ctx, o, p, log, lw, hup)
 }
 
-// runAgent runs the agent on the probe p until ctx ends.
-func runAgent(ctx context.Context, o options, p *probe.Probe, log *slog.Logger, stderr io.Writer, hup <-chan os.Signal) int {
+// runAgent runs the agent on the probe p until ctx ends; its lines go to
+// log, written out through lw.
+func runAgent(ctx context.Context, o options, p *probe.Probe, log *slog.Logger, lw *logbuf.Writer, hup <-chan os.Signal) int {
+	stderr := io.Writer(lw)
 	src, now := testClock(p)
 	a, err := agent.New(agent.Config{
 		Node: o.node, Source: src, Now: now, Interval: o.interval,
 		StateDir: o.stateDir, QueueMax: o.queueMax,
 		ReportURL: o.reportURL, TokenFile: o.tokenFile, ReportCA: o.reportCA,
-		Logger: log,
+		Logger: log, LogLinesDropped: lw.Dropped,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "proofkit-agent: %v\n", configError(err, o))

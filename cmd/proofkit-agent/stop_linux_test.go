@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -51,8 +55,9 @@ func TestWatchdogIgnoresABlockedStderr(t *testing.T) {
 // TestStopWithinBound: SIGTERM stops the agent within the documented
 // time whatever holds it: a platform that never answers a report in
 // flight, and a stderr whose reader stopped reading (a journald that
-// does not keep up: every log line then blocks), which once kept the
-// agent from exiting at all. Measured from the signal to the process's
+// does not keep up), which once stopped the agent's readings at the
+// first log line that did not fit and kept it from exiting at all. Now
+// it costs log lines only: the agent reads on and stops at once. Measured from the signal to the process's
 // end, as the test sees it; a machine whose CPUs are all busy adds its
 // scheduling delays (see docs/agent.md).
 func TestStopWithinBound(t *testing.T) {
@@ -76,8 +81,9 @@ func TestStopWithinBound(t *testing.T) {
 		blocked bool // stderr a pipe nobody reads
 	}{{"platform hangs", false}, {"platform hangs, stderr blocked", true}} {
 		t.Run(tt.name, func(t *testing.T) {
+			listen := freeAddr(t)
 			cmd := exec.Command(bin, "-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir), "-sysctl", "off",
-				"-listen", "127.0.0.1:0", "-node", "n1", "-log-level", "debug", "-interval", "10ms",
+				"-listen", listen, "-node", "n1", "-log-level", "debug", "-interval", "10ms",
 				"-state-dir", t.TempDir(), "-report-url", "http://"+hang.Addr().String()+"/r", "-token-file", tokenFile(t))
 			r, w, err := os.Pipe()
 			if err != nil {
@@ -117,6 +123,14 @@ func TestStopWithinBound(t *testing.T) {
 					}
 					return n > size/2 && time.Since(since) > 300*time.Millisecond
 				})
+				// A stderr that does not drain costs log lines, never
+				// readings: the agent goes on reading every 10 ms.
+				// It counts the lines it dropped once its buffer (64 KiB,
+				// a few seconds of debug lines) is full.
+				const readings, dropped = "proofkit_agent_readings_total", "proofkit_agent_log_lines_dropped_total"
+				first := metric(t, listen, readings)
+				testkit.WaitFor(t, "readings taken with stderr blocked", func() bool { return metric(t, listen, readings) > first+5 })
+				testkit.WaitFor(t, "log lines dropped and counted", func() bool { return metric(t, listen, dropped) > 0 })
 			}
 			start := time.Now()
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -134,6 +148,40 @@ func TestStopWithinBound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// freeAddr is a loopback address with a port nothing listens on.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// metric is the value of the series name (no labels) served by the
+// agent at addr, -1 while it does not answer or serves no such series.
+func metric(t *testing.T, addr, name string) float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s %q: %v", name, v, err)
+			}
+			return n
+		}
+	}
+	return -1
 }
 
 func drain(r *os.File) {

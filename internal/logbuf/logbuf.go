@@ -15,6 +15,7 @@
 package logbuf
 
 import (
+	"context"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,7 @@ type Writer struct {
 	back    []byte // lines handed over to be written out, when pending
 	pending bool   // back holds lines to write out, or is being written
 	closed  bool   // Close was called: Write writes through
+	gone    bool   // Shutdown gave up on the output: Write drops
 
 	outMu     sync.Mutex    // held while writing to out
 	kick      chan struct{} // the buffer filled: write out now
@@ -86,9 +88,15 @@ func New(out io.Writer, cfg Config) *Writer {
 // the buffer is full and the one before it is still being written out, p
 // is dropped and counted (see Dropped); Write still reports success, as a
 // logger has nothing better to do with the error. After Close, Write
-// writes p through to the output.
+// writes p through to the output; after a Shutdown that gave up, it
+// drops p.
 func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
+	if w.gone {
+		w.mu.Unlock()
+		w.dropped.Add(1)
+		return len(p), nil
+	}
 	if w.closed {
 		w.mu.Unlock()
 		w.outMu.Lock()
@@ -147,6 +155,28 @@ func (w *Writer) Flush() {
 	w.flushLocked()
 }
 
+// FlushContext is Flush with a deadline: it returns ctx's error if the
+// output has not taken the lines by ctx's end (they go out when it does).
+func (w *Writer) FlushContext(ctx context.Context) error {
+	return within(ctx, w.Flush)
+}
+
+// within runs f and returns when it has, or with ctx's error when ctx
+// ends first (f then finishes on its own).
+func within(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	go func() {
+		f()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // flushLocked writes out back, if pending, then buf. Call with outMu held.
 func (w *Writer) flushLocked() {
 	for range 2 {
@@ -203,4 +233,20 @@ func (w *Writer) Close() error {
 		w.flushLocked()
 	})
 	return nil
+}
+
+// Shutdown is Close with a deadline, for a process about to exit: it
+// returns once what is buffered is written out, or when ctx ends, whichever
+// comes first. An output that does not take the lines by then (a pipe
+// whose reader stopped reading) keeps them, and the write it is blocked in
+// stays blocked; Shutdown returns ctx's error, and from then on Write drops
+// and counts every line instead of waiting for that output.
+func (w *Writer) Shutdown(ctx context.Context) error {
+	err := within(ctx, func() { w.Close() })
+	if err != nil {
+		w.mu.Lock()
+		w.gone = true
+		w.mu.Unlock()
+	}
+	return err
 }

@@ -2,10 +2,13 @@ package logbuf_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,12 +90,19 @@ func TestFlushedWhenFull(t *testing.T) {
 // blockingWriter blocks every write until released.
 type blockingWriter struct {
 	release chan struct{}
+	blocked atomic.Bool // a write is waiting for release
 	syncBuffer
 }
 
 func (b *blockingWriter) Write(p []byte) (int, error) {
+	b.blocked.Store(true)
 	<-b.release
 	return b.syncBuffer.Write(p)
+}
+
+// Blocked says whether a write has waited for release.
+func (b *blockingWriter) Blocked() bool {
+	return b.blocked.Load()
 }
 
 // An output that does not take lines never blocks Write: the lines that
@@ -142,6 +152,61 @@ func TestClose(t *testing.T) {
 		t.Fatalf("a write after Close: %q, want %q", got, "a\nb\n")
 	}
 	w.Close() // twice is fine
+}
+
+// Shutdown writes out what is buffered, as Close does, when the output
+// takes it.
+func TestShutdown(t *testing.T) {
+	var out syncBuffer
+	w := logbuf.New(&out, logbuf.Config{FlushInterval: time.Hour})
+	w.Write([]byte("a\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if got := out.String(); got != "a\n" {
+		t.Fatalf("after Shutdown: %q, want %q", got, "a\n")
+	}
+}
+
+// Shutdown gives up on an output that does not take the lines (a process
+// must be able to exit with its stderr blocked), and from then on no
+// Write waits for that output, not even a line too long for the buffer.
+func TestShutdownBlockedOutput(t *testing.T) {
+	out := &blockingWriter{release: make(chan struct{})}
+	defer close(out.release)
+	w := logbuf.New(out, logbuf.Config{FlushInterval: time.Millisecond, Size: 16})
+	w.Write([]byte("first\n"))
+	testkit.WaitFor(t, "the output blocked on the first line", func() bool { return out.Blocked() })
+	w.Write([]byte("second\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown: %v, want %v", err, context.DeadlineExceeded)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown waited for a blocked output past its deadline")
+	}
+	before := w.Dropped()
+	wrote := make(chan struct{})
+	go func() {
+		w.Write([]byte("third\n"))
+		w.Write([]byte(strings.Repeat("x", 100) + "\n"))
+		close(wrote)
+	}()
+	select {
+	case <-wrote:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Write after a Shutdown that gave up waited for the output")
+	}
+	if got := w.Dropped() - before; got != 2 {
+		t.Errorf("%d lines dropped after Shutdown gave up, want 2", got)
+	}
 }
 
 // A line longer than the buffer goes out whole, after the lines before it.
