@@ -22,6 +22,8 @@ import (
 	"github.com/proofkit/nodekit/examples/platform/internal/pgstore"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/buildinfo"
+	"github.com/proofkit/nodekit/internal/cmdkit"
+	"github.com/proofkit/nodekit/internal/logbuf"
 	"github.com/proofkit/nodekit/pricing"
 	"github.com/proofkit/nodekit/routing"
 )
@@ -155,6 +157,9 @@ Flags:
 	return o, nil
 }
 
+// logGrace bounds the wait for the last log lines at exit.
+const logGrace = 250 * time.Millisecond
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// SIGHUP is taken from the start: one that comes while the platform
 	// starts (its log says it serves before its loop runs) waits here for
@@ -175,12 +180,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "platform %s\n", bi)
 		return 0
 	}
-	var log *slog.Logger
-	if o.logFormat == "json" {
-		log = slog.New(slog.NewJSONHandler(stderr, nil))
-	} else {
-		log = slog.New(slog.NewTextHandler(stderr, nil))
-	}
+	// Lines go out through a buffer written by a goroutine of its own: a
+	// stderr that does not drain (a journald that is not reading) drops
+	// lines rather than stall a request, a delivery or the exit, which
+	// waits at most logGrace for the last ones.
+	lw := logbuf.New(stderr, logbuf.Config{})
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), logGrace)
+		defer cancel()
+		lw.Shutdown(sctx)
+	}()
+	stderr = lw
+	log := cmdkit.NewLogger(lw, o.logFormat == "json", slog.LevelInfo)
 	o.cfg.Logger = log
 	gogc, memLimit := setGC()
 

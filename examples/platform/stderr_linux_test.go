@@ -1,0 +1,78 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/proofkit/nodekit/internal/testing/testkit"
+)
+
+// A stderr that never drains (a journald that is not reading) costs log
+// lines, never service or the exit: with every log write blocked from
+// the first line, the platform serves, and SIGTERM ends it promptly. Its
+// first log line once held it for ever, and SIGTERM with it.
+func TestBinaryStderrBlocked(t *testing.T) {
+	bin := platformBinary(t)
+	dir := t.TempDir()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	size, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(make([]byte, size)); err != nil { // full before the first line
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "-token-file", writeTokens(t, dir), "-listen", addr, "-state-dir", dir, "-plan-every", "50ms")
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-waited
+		}
+	}()
+	testkit.WaitFor(t, "the platform answering /healthz", func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	time.Sleep(200 * time.Millisecond) // a few plan rounds
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the platform did not exit within 30 s of SIGTERM with its stderr blocked")
+	}
+	t.Logf("exited %v after SIGTERM, status %d", time.Since(start).Round(time.Millisecond), cmd.ProcessState.ExitCode())
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit status %d, want 0", code)
+	}
+}
