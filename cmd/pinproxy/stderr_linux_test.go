@@ -2,13 +2,10 @@ package main
 
 import (
 	"net"
-	"os"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
@@ -20,38 +17,9 @@ import (
 // log's output once held the exit for ever.
 func TestBinaryStderrBlocked(t *testing.T) {
 	a := pinproxytest.New(t, "A", pinproxytest.Line)
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	size, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(make([]byte, size)); err != nil { // full before the first line
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testkit.FreeAddr(t)
 	cmd := exec.Command(binary, "-listen", addr, "-log-level", "debug", "-upstreams", a.Addr)
-	cmd.Stderr = w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-waited
-		}
-	}()
+	ended := testkit.StartStderrBlocked(t, cmd)
 	testkit.WaitFor(t, "pinproxy listening", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
@@ -71,7 +39,7 @@ func TestBinaryStderrBlocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-waited:
+	case <-ended:
 	case <-time.After(pinproxytest.WaitFor):
 		t.Fatalf("pinproxy did not exit within %v of SIGTERM with its stderr blocked", pinproxytest.WaitFor)
 	}

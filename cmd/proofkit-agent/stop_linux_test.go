@@ -5,15 +5,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/proofkit/nodekit/agent/agenttest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -57,7 +54,8 @@ func TestWatchdogIgnoresABlockedStderr(t *testing.T) {
 // flight, and a stderr whose reader stopped reading (a journald that
 // does not keep up), which once stopped the agent's readings at the
 // first log line that did not fit and kept it from exiting at all. Now
-// it costs log lines only: the agent reads on and stops at once. Measured from the signal to the process's
+// that costs log lines only: the agent reads on, counts what it
+// dropped, and stops at once. Measured from the signal to the process's
 // end, as the test sees it; a machine whose CPUs are all busy adds its
 // scheduling delays (see docs/agent.md).
 func TestStopWithinBound(t *testing.T) {
@@ -81,55 +79,21 @@ func TestStopWithinBound(t *testing.T) {
 		blocked bool // stderr a pipe nobody reads
 	}{{"platform hangs", false}, {"platform hangs, stderr blocked", true}} {
 		t.Run(tt.name, func(t *testing.T) {
-			listen := freeAddr(t)
+			listen := testkit.FreeAddr(t)
 			cmd := exec.Command(bin, "-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir), "-sysctl", "off",
 				"-listen", listen, "-node", "n1", "-log-level", "debug", "-interval", "10ms",
 				"-state-dir", t.TempDir(), "-report-url", "http://"+hang.Addr().String()+"/r", "-token-file", tokenFile(t))
-			r, w, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			if tt.blocked { // one page: full after a few lines
-				if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, 4096); err != nil {
-					t.Fatal(err)
-				}
-			}
-			cmd.Stderr = w
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			w.Close()
-			waited := make(chan error, 1)
-			go func() { waited <- cmd.Wait() }()
-			defer func() {
-				if cmd.ProcessState == nil {
-					cmd.Process.Kill()
-					<-waited
-				}
-			}()
+			var ended <-chan struct{}
 			if !tt.blocked {
-				go drain(r)
+				ended = testkit.StartProc(t, cmd, nil).Done()
 				time.Sleep(time.Second) // a report in flight to the hung platform
 			} else {
-				// Fill the pipe: the agent logs a debug line every 10 ms,
-				// so a pipe more than half full that stops growing for
-				// 300 ms is one the agent is blocked on.
-				size, last, since := pipeSize(t, r), -1, time.Now()
-				testkit.WaitFor(t, "the agent blocked on its stderr", func() bool {
-					n, err := pipeBytes(r)
-					if err != nil || n != last {
-						last, since = n, time.Now()
-					}
-					return n > size/2 && time.Since(since) > 300*time.Millisecond
-				})
-				// A stderr that does not drain costs log lines, never
-				// readings: the agent goes on reading every 10 ms.
-				// It counts the lines it dropped once its buffer (64 KiB,
-				// a few seconds of debug lines) is full.
+				ended = testkit.StartStderrBlocked(t, cmd)
+				// It reads every 10 ms, and counts the lines it dropped
+				// once its buffer (64 KiB, a few seconds of debug lines)
+				// is full.
 				const readings, dropped = "proofkit_agent_readings_total", "proofkit_agent_log_lines_dropped_total"
-				first := metric(t, listen, readings)
-				testkit.WaitFor(t, "readings taken with stderr blocked", func() bool { return metric(t, listen, readings) > first+5 })
+				testkit.WaitFor(t, "readings taken with stderr blocked", func() bool { return metric(t, listen, readings) > 5 })
 				testkit.WaitFor(t, "log lines dropped and counted", func() bool { return metric(t, listen, dropped) > 0 })
 			}
 			start := time.Now()
@@ -137,7 +101,7 @@ func TestStopWithinBound(t *testing.T) {
 				t.Fatal(err)
 			}
 			select {
-			case <-waited:
+			case <-ended:
 			case <-time.After(20 * time.Second):
 				t.Fatal("the agent did not stop within 20 s of SIGTERM")
 			}
@@ -148,16 +112,6 @@ func TestStopWithinBound(t *testing.T) {
 			}
 		})
 	}
-}
-
-// freeAddr is a loopback address with a port nothing listens on.
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // metric is the value of the series name (no labels) served by the
@@ -182,41 +136,4 @@ func metric(t *testing.T, addr, name string) float64 {
 		}
 	}
 	return -1
-}
-
-func drain(r *os.File) {
-	b := make([]byte, 64<<10)
-	for {
-		if _, err := r.Read(b); err != nil {
-			return
-		}
-	}
-}
-
-// pipeBytes is how many bytes wait in the pipe r reads (FIONREAD).
-func pipeBytes(r *os.File) (n int, err error) {
-	raw, err := r.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var ierr error
-	if err := raw.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
-		return 0, err
-	}
-	return n, ierr
-}
-
-// pipeSize is the capacity of the pipe r reads (F_GETPIPE_SZ).
-func pipeSize(t *testing.T, r *os.File) int {
-	t.Helper()
-	raw, err := r.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	var ferr error
-	if err := raw.Control(func(fd uintptr) { n, ferr = unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0) }); err != nil || ferr != nil {
-		t.Fatal(err, ferr)
-	}
-	return n
 }

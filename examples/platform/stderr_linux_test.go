@@ -1,15 +1,11 @@
 package main
 
 import (
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
@@ -21,38 +17,9 @@ import (
 func TestBinaryStderrBlocked(t *testing.T) {
 	bin := platformBinary(t)
 	dir := t.TempDir()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	size, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(make([]byte, size)); err != nil { // full before the first line
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testkit.FreeAddr(t)
 	cmd := exec.Command(bin, "-token-file", writeTokens(t, dir), "-listen", addr, "-state-dir", dir, "-plan-every", "50ms")
-	cmd.Stderr = w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-waited
-		}
-	}()
+	ended := testkit.StartStderrBlocked(t, cmd)
 	testkit.WaitFor(t, "the platform answering /healthz", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err != nil {
@@ -67,7 +34,7 @@ func TestBinaryStderrBlocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-waited:
+	case <-ended:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the platform did not exit within 30 s of SIGTERM with its stderr blocked")
 	}
