@@ -81,6 +81,7 @@ const (
 	ReasonTooLarge     = "too_large"
 	reasonIncomplete   = "incomplete"
 	reasonUnknownNode  = "unknown_node"
+	reasonNotInTable   = "not_registered"
 	reasonNotFound     = "not_found"
 	reasonNotAdmitted  = "not_admitted"
 	ReasonUnsaved      = "unsaved"
@@ -607,6 +608,8 @@ func statusOf(err error) (int, string) {
 	switch {
 	case errors.Is(err, store.ErrUnknownNode):
 		return http.StatusNotFound, reasonUnknownNode
+	case errors.Is(err, store.ErrNotRegistered):
+		return http.StatusConflict, reasonNotInTable
 	case errors.Is(err, store.ErrUnknown):
 		return http.StatusNotFound, reasonNotFound
 	case errors.Is(err, store.ErrBadInput):

@@ -46,7 +46,7 @@ func (f *Fleet) Open(ctx context.Context, req OpenRequest) (store.Route, error) 
 	var opened store.Route
 	err := f.Store.Update(ctx, req.Node, func(n *store.Node, now time.Time, tx store.NodeTx) error {
 		if n.Info.Role == 0 {
-			return fmt.Errorf("open route through %q: %w", req.Node, store.ErrUnknownNode)
+			return fmt.Errorf("open route through %q: %w", req.Node, store.ErrNotRegistered)
 		}
 		if a := f.admitLocked(n, now); !a.Admit {
 			return AdmitError{Answer: a}
@@ -125,7 +125,7 @@ func (f *Fleet) SetPrice(ctx context.Context, req PriceRequest) error {
 	}
 	err := f.Store.Update(ctx, req.Node, func(n *store.Node, now time.Time, _ store.NodeTx) error {
 		if n.Info.Role == 0 {
-			return fmt.Errorf("price of %q: %w", req.Node, store.ErrUnknownNode)
+			return fmt.Errorf("price of %q: %w: it takes a price once the route table holds it", req.Node, store.ErrNotRegistered)
 		}
 		if err := n.Prices.Set(now, req.Price); err != nil {
 			return fmt.Errorf("price of %s: %w: %w", req.Node, store.ErrBadInput, err)
@@ -156,7 +156,7 @@ func (f *Fleet) SetMaxUsers(ctx context.Context, req MaxUsersRequest) error {
 	}
 	err := f.Store.Update(ctx, req.Node, func(n *store.Node, _ time.Time, _ store.NodeTx) error {
 		if n.Info.Role == 0 {
-			return fmt.Errorf("max_users of %q: %w", req.Node, store.ErrUnknownNode)
+			return fmt.Errorf("max_users of %q: %w: it takes a cap once the route table holds it", req.Node, store.ErrNotRegistered)
 		}
 		n.Info.MaxUsers = req.MaxUsers
 		return nil
@@ -180,7 +180,7 @@ func (f *Fleet) Pause(ctx context.Context, id string, paused bool) error {
 	changed := false
 	err := f.Store.Update(ctx, id, func(n *store.Node, now time.Time, _ store.NodeTx) error {
 		if n.Info.Role == 0 {
-			return fmt.Errorf("node %q: %w", id, store.ErrUnknownNode)
+			return fmt.Errorf("node %q: %w: nothing is routed to it to pause", id, store.ErrNotRegistered)
 		}
 		if changed = n.Info.Paused != paused; !changed {
 			return nil

@@ -93,6 +93,9 @@ type ClosedRoute struct {
 var (
 	ErrUnknown     = errors.New("not found")
 	ErrUnknownNode = errors.New("unknown node")
+	// ErrNotRegistered: the node reports but is not in the route table,
+	// so it has no price, cap, routes or routing to pause until it is.
+	ErrNotRegistered = errors.New("not in the route table")
 	ErrBadInput    = errors.New("bad input")
 	ErrNotAdmit    = errors.New("not admitted")
 	ErrDuplicate   = errors.New("already observed")
