@@ -34,23 +34,12 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
 	a, b := servePG(t, url, c, platformtest.Seed()), servePG(t, url, c, platformtest.Seed())
-	ref := overload.NewTracker("x1", overload.Limits{})
-	var wantEvents []overload.Event
-	wantNotices := 0
+	var sent []overload.Reading
 	const n = 60
 	for i := range n {
 		r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: uint64(i + 1),
 			At: c.Now(), MemoryUsedPercent: platformtest.MemoryPattern(i), CPUs: 4, ConntrackMax: 262144}
-		res, err := ref.Observe(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Event != nil {
-			wantEvents = append(wantEvents, *res.Event)
-		}
-		if res.Notice != nil {
-			wantNotices++
-		}
+		sent = append(sent, r)
 		type answer struct {
 			code int
 			dup  bool
@@ -71,14 +60,9 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 	if v := a.Node("x1"); v.Readings != n {
 		t.Fatalf("%d readings counted, want %d", v.Readings, n)
 	}
-	got := b.AllEvents("x1", 3)
-	if len(got) != len(wantEvents) {
-		t.Fatalf("%d events, want %d: %+v", len(got), len(wantEvents), got)
-	}
-	for i, e := range got {
-		if e.Kind != wantEvents[i].Kind || !e.At.Equal(wantEvents[i].At) {
-			t.Fatalf("event %d: %s at %v, want %s at %v", i, e.Kind, e.At, wantEvents[i].Kind, wantEvents[i].At)
-		}
+	wantEvents, wantNotices := platformtest.OneTracker(t, "x1", sent)
+	if diffs := platformtest.DiffEvents("x1", b.AllEvents("x1", 3), wantEvents); diffs != nil {
+		t.Fatal(strings.Join(diffs, "\n"))
 	}
 	var notices []overload.Notice
 	a.Do("GET", "/notices", nil, &notices)
