@@ -122,7 +122,7 @@ func (p *Store) noticeRounds(nodes []*pgNode, now time.Time) ([]noticeRound, err
 		if n.Notice != nil {
 			pending = append(pending, n)
 		}
-		if d, ok, err := p.endDeliveryOf(n, now); err != nil {
+		if d, ok, err := p.EndDelivery(n.Node, now); err != nil {
 			return nil, err
 		} else if ok {
 			ends = append(ends, d)
@@ -156,7 +156,7 @@ func (p *Store) noticeRounds(nodes []*pgNode, now time.Time) ([]noticeRound, err
 			}
 			ids, bodies, ats, cuts = append(ids, id), append(bodies, string(b)), append(ats, n.Notice.At), append(cuts, n.Notice.At.Add(-every))
 			these = append(these, n)
-			if d, ok, err := p.noticeDeliveryOf(n, now); err != nil {
+			if d, ok, err := p.NoticeDelivery(n.Node, now); err != nil {
 				return nil, err
 			} else if ok {
 				out.add(d, n.Notice.At, true)
