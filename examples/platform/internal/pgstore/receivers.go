@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -26,6 +27,24 @@ func (p *Store) OperatorReceivers(ctx context.Context) (map[string]store.Operato
 		return nil
 	})
 	return out, classify(err)
+}
+
+// OperatorReceiver is operator's receiver; false when they have none
+// (ReceiverStore).
+func (p *Store) OperatorReceiver(ctx context.Context, operator string) (store.OperatorReceiver, bool, error) {
+	var body []byte
+	err := p.db.QueryRow(ctx, `SELECT body FROM operator_receivers WHERE operator = $1`, operator).Scan(&body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.OperatorReceiver{}, false, nil
+	}
+	if err != nil {
+		return store.OperatorReceiver{}, false, classify(err)
+	}
+	var r store.OperatorReceiver
+	if err := json.Unmarshal(body, &r); err != nil {
+		return store.OperatorReceiver{}, false, fmt.Errorf("receiver of operator %s: %w", operator, err)
+	}
+	return r, true, nil
 }
 
 // UpdateReceiver runs fn on operator's receiver in a transaction holding
