@@ -212,6 +212,17 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 	})
 }
 
+// fileNotified serves a platform over a file store in a new directory,
+// with a notifier of cfg logging to log; both close when t ends.
+func fileNotified(t *testing.T, c *platformtest.Clock, cfg notify.Config, log *slog.Logger) notifyPlatform {
+	t.Helper()
+	p, n := notified(t, c, cfg, log, func(d *notify.Dispatch) (*filestore.Store, error) {
+		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: log, Dispatch: d}, nil)
+	})
+	t.Cleanup(func() { p.Close() })
+	return notifyPlatform{serveNotifyTest(t, c, p, n), n}
+}
+
 // firstSeed is seed's first, or nil.
 func firstSeed(seed []*store.SeedFile) *store.SeedFile {
 	if len(seed) == 0 {
@@ -575,11 +586,8 @@ func TestNotifyFailureLogsHostOnly(t *testing.T) {
 	var log testkit.LogBuffer
 	secretURL := "http://ops:hunter2@" + h.addr + "/hook?token=tok-abc123"
 	file := apitest.NotifyFile(t, "* "+secretURL+" "+platformtest.HookSecret)
-	p, n := notified(t, c, apitest.NotifyConfig(file), slogTo(&log), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: slogTo(&log), Dispatch: d}, nil)
-	})
-	defer p.Close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
+	tp := fileNotified(t, c, apitest.NotifyConfig(file), slogTo(&log))
+	n := tp.n
 	overloadNode(t, c, "x", tp)
 	drain(t, n)
 	c.Add(time.Hour)
@@ -614,11 +622,8 @@ func TestNotifySlowReceiver(t *testing.T) {
 	}
 	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, lines...))
 	cfg.Timeout = time.Minute // the slow receiver holds its requests until released
-	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
-	})
-	defer p.Close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
+	tp := fileNotified(t, c, cfg, platformtest.Logger(t))
+	n := tp.n
 	for i := range 10 {
 		overloadNode(t, c, fmt.Sprintf("s%d", i), tp)
 	}
@@ -927,11 +932,8 @@ func TestNotifyTimeout(t *testing.T) {
 	h.mu.Unlock()
 	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.Timeout = 200 * time.Millisecond
-	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
-	})
-	defer p.Close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
+	tp := fileNotified(t, c, cfg, platformtest.Logger(t))
+	n := tp.n
 	overloadNode(t, c, "slow", tp)
 	drain(t, n)
 	ns := tp.Notices()
@@ -1067,11 +1069,8 @@ func TestNotifyGiveUp(t *testing.T) {
 	h.setAnswer(http.StatusServiceUnavailable)
 	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.GiveUp = 5 * time.Minute
-	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
-	})
-	defer p.Close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
+	tp := fileNotified(t, c, cfg, platformtest.Logger(t))
+	n := tp.n
 	overloadNode(t, c, "g1", tp)
 	start := c.Now()
 	for c.Now().Sub(start) < 10*time.Minute {
