@@ -523,12 +523,7 @@ func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.R
 	}
 	if f.url != "" {
 		ctx := t.Context()
-		conn, err := pgx.Connect(ctx, f.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		rows, err := conn.Query(ctx, `SELECT route, what, count(*) FROM closure_audit GROUP BY route, what HAVING what <> 'closed' OR count(*) > 1`)
+		rows, err := platformtest.PGConn(t, f.url).Query(ctx, `SELECT route, what, count(*) FROM closure_audit GROUP BY route, what HAVING what <> 'closed' OR count(*) > 1`)
 		if err != nil {
 			t.Fatal(err)
 		}

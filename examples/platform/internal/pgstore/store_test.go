@@ -262,11 +262,7 @@ INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"n
 	tp := servePG(t, url, &platformtest.Clock{T: platformtest.T0}, nil)
 	var v int
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := platformtest.PGConn(t, url)
 	if err := conn.QueryRow(ctx, `SELECT max(version) FROM schema_version`).Scan(&v); err != nil || v != len(migrations) {
 		t.Fatalf("schema version %d (%v), want %d", v, err, len(migrations))
 	}
@@ -418,22 +414,11 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 	// Another session holds x2's row lock for 1.5 s: past the batch's
 	// deadline, within a report's own taken again after it.
 	ctx := t.Context()
-	holder, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE id = 'x2' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := holdRow(t, url, "x2")
 	released := make(chan struct{})
 	go func() {
 		time.Sleep(1500 * time.Millisecond) // the lock's holder, not an assertion's wait
-		tx.Rollback(context.Background())
+		release()
 		close(released)
 	}()
 	var batch []*reportJob
@@ -702,10 +687,7 @@ func openPG(t *testing.T, url string, c *platformtest.Clock, opt Options, seed *
 func holdRow(t *testing.T, url, id string) (release func()) {
 	t.Helper()
 	ctx := t.Context()
-	holder, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := platformtest.PGConn(t, url)
 	tx, err := holder.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -728,11 +710,7 @@ func holdRow(t *testing.T, url, id string) (release func()) {
 // a lock.
 func awaitLockWait(t *testing.T, url string) {
 	t.Helper()
-	conn, err := pgx.Connect(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := platformtest.PGConn(t, url)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		var waiting int
 		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&waiting); err != nil {
