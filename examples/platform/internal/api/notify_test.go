@@ -246,23 +246,27 @@ func drain(t *testing.T, ns ...*notify.Notifier) {
 	}
 }
 
-// overload sends node the three readings of 95 % memory that make it
-// overloaded, through the platforms in turn.
+// overloadNode sends node the three readings of 95 % memory that make
+// it overloaded, through the platforms in turn.
 func overloadNode(t *testing.T, c *platformtest.Clock, node string, via ...notifyPlatform) {
 	t.Helper()
-	for i := range 3 {
-		c.Add(time.Second)
-		if code := via[i%len(via)].Read(node, 95); code != 200 {
-			t.Fatalf("reading of %s: %d", node, code)
-		}
-	}
+	readEach(t, c, node, 3, 95, via)
 }
 
+// calm sends node the five readings of 40 % memory that end its
+// overload, through the platforms in turn.
 func calm(t *testing.T, c *platformtest.Clock, node string, via ...notifyPlatform) {
 	t.Helper()
-	for i := range 5 {
+	readEach(t, c, node, 5, 40, via)
+}
+
+// readEach sends node count readings with memory at mem, a second apart,
+// through the platforms in turn; each must be taken (200).
+func readEach(t *testing.T, c *platformtest.Clock, node string, count int, mem float64, via []notifyPlatform) {
+	t.Helper()
+	for i := range count {
 		c.Add(time.Second)
-		if code := via[i%len(via)].Read(node, 40); code != 200 {
+		if code := via[i%len(via)].Read(node, mem); code != 200 {
 			t.Fatalf("reading of %s: %d", node, code)
 		}
 	}
