@@ -21,12 +21,14 @@
 //	report.go     a report's entry, and one taken alone
 //	batch.go      reports batched, one transaction for many nodes
 //	cache.go      a quiet node's report decided on this replica's copy
-//	routes.go     admission, opening and traffic (Update), route writes,
-//	              the alternatives a move relies on
+//	routes.go     a change of a node (Update: a route opened, traffic, a
+//	              price, a pause), its route writes, the alternatives a
+//	              move relies on
 //	notices.go    the notice hour decided in the database, numbering, paging
 //	outbox.go     the deliveries: written with their notice, claimed, settled
 //	plan.go       the plan round shared by replicas
-//	views.go      a node's view, the fleet's pages, events and plans
+//	views.go      a node read (its view, admission), the fleet's pages,
+//	              events and plans
 //	receivers.go  operators' receivers
 //	seed.go       the seed file's nodes added at Open
 //	schema.go     migrations
