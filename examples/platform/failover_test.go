@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
@@ -170,11 +171,7 @@ func TestFailoverSyncStandby(t *testing.T) {
 	// acknowledged charge earned: counted at least what was acknowledged,
 	// at most what was sent (an answer lost in the failover may still
 	// have been committed).
-	conn, err := pgx.Connect(ctx, standby.URL(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := platformtest.PGConn(t, standby.URL(name))
 	var inRecovery bool
 	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil || inRecovery {
 		t.Fatalf("the standby is not a primary: in recovery %v, %v", inRecovery, err)

@@ -523,12 +523,7 @@ func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.R
 	}
 	if f.url != "" {
 		ctx := t.Context()
-		conn, err := pgx.Connect(ctx, f.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		rows, err := conn.Query(ctx, `SELECT route, what, count(*) FROM closure_audit GROUP BY route, what HAVING what <> 'closed' OR count(*) > 1`)
+		rows, err := platformtest.PGConn(t, f.url).Query(ctx, `SELECT route, what, count(*) FROM closure_audit GROUP BY route, what HAVING what <> 'closed' OR count(*) > 1`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -543,21 +538,7 @@ func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.R
 	}
 	// One tracker fed the acknowledged readings of ev in order makes the
 	// events and notices stored.
-	ref := overload.NewTracker("ev", overload.Limits{})
-	var want []overload.Event
-	wantNotices := 0
-	for _, r := range evReadings {
-		res, err := ref.Observe(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Event != nil {
-			want = append(want, *res.Event)
-		}
-		if res.Notice != nil {
-			wantNotices++
-		}
-	}
+	want, wantNotices := platformtest.OneTracker(t, "ev", evReadings)
 	var page store.EventPage
 	f.a.get("/nodes/ev/events?limit=1000", &page)
 	if l.maybeRead["ev"] > 0 {
@@ -572,13 +553,8 @@ func checkLedger(t *testing.T, f *replicaSet, l *ledger, evReadings []overload.R
 			t.Errorf("node ev: event %d is a %s, want a %s", i, e.Kind, kind)
 		}
 	}
-	if len(page.Events) != len(want) {
-		t.Errorf("node ev: %d events, want %d", len(page.Events), len(want))
-	}
-	for i := range min(len(page.Events), len(want)) {
-		if e := page.Events[i]; e.Kind != want[i].Kind || !e.At.Equal(want[i].At) {
-			t.Errorf("node ev: event %d: %s at %v, want %s at %v", i, e.Kind, e.At, want[i].Kind, want[i].At)
-		}
+	for _, d := range platformtest.DiffEvents("ev", page.Events, want) {
+		t.Error(d)
 	}
 	var notices []overload.Notice
 	f.a.get("/notices", &notices)

@@ -23,7 +23,8 @@ func TestUnitValueAndEntrypoint(t *testing.T) {
 func TestRead(t *testing.T) {
 	for _, name := range []string{"pinproxy.service", "proofkit-agent.service", "proofkit-platform.service",
 		"proofkit-agent.default", "pinproxy.default", "proofkit-platform.default",
-		"Dockerfile", "pinproxy.Dockerfile", "offline/proofkit-agent.Dockerfile", "offline/pinproxy.Dockerfile"} {
+		"Dockerfile", "pinproxy.Dockerfile", "proofkit-platform.Dockerfile",
+		"offline/proofkit-agent.Dockerfile", "offline/pinproxy.Dockerfile", "offline/proofkit-platform.Dockerfile"} {
 		if Read(t, name) == "" {
 			t.Errorf("%s is empty", name)
 		}

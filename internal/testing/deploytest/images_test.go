@@ -2,17 +2,23 @@ package deploytest
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/proofkit/nodekit/internal/testing/dockerlab"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
+	"github.com/proofkit/nodekit/overload"
 )
 
 // TestImagesBothArchitectures builds each Dockerfile's image FROM scratch
@@ -25,6 +31,7 @@ func TestImagesBothArchitectures(t *testing.T) {
 	for _, img := range []struct{ dockerfile, pkg, name string }{
 		{"Dockerfile", "github.com/proofkit/nodekit/cmd/proofkit-agent", "proofkit-agent"},
 		{"pinproxy.Dockerfile", "github.com/proofkit/nodekit/cmd/pinproxy", "pinproxy"},
+		{"proofkit-platform.Dockerfile", "github.com/proofkit/nodekit/examples/platform", "proofkit-platform"},
 	} {
 		stage := dockerlab.FinalStage(t, img.dockerfile, Read(t, img.dockerfile))
 		entry := Entrypoint(t, img.dockerfile, Read(t, img.dockerfile))
@@ -34,7 +41,8 @@ func TestImagesBothArchitectures(t *testing.T) {
 					Env: []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch}}
 				t.Cleanup(b.Clean)
 				ctxDir := b.Dir(t)
-				df := fmt.Sprintf("FROM scratch\nCOPY %s %s\n%s\n", img.name, entry[0], strings.Join(stage, "\n"))
+				// The binary is named after its package (examples/platform's: platform).
+				df := fmt.Sprintf("FROM scratch\nCOPY %s %s\n%s\n", path.Base(img.pkg), entry[0], strings.Join(stage, "\n"))
 				if err := os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte(df), 0o644); err != nil {
 					t.Fatal(err)
 				}
@@ -54,13 +62,14 @@ func TestImagesBothArchitectures(t *testing.T) {
 // context and its Dockerfile examples/deploy/offline's. The image's
 // binary prints the release's version, and the image runs as the
 // registry-built one does (the same final stage but for the base's
-// user).
+// user). The platform's image also serves, as its Dockerfile's comment
+// runs it (servesAPI).
 func TestOfflineImages(t *testing.T) {
 	d := dockerlab.Start(t, "go")
 	out := t.TempDir()
 	const version = "v0.0.1-offline"
 	cmd := exec.Command("go", "run", "./internal/tools/release", "-out", out, "-arch", runtime.GOARCH,
-		"-version", version, "-bin", "proofkit-agent,pinproxy")
+		"-version", version, "-bin", "proofkit-agent,pinproxy,proofkit-platform")
 	cmd.Dir = filepath.Dir(filepath.Dir(Dir(t)))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go run ./internal/tools/release: %v\n%s", err, b)
@@ -68,6 +77,7 @@ func TestOfflineImages(t *testing.T) {
 	for _, img := range []struct{ name, registry string }{
 		{"proofkit-agent", "Dockerfile"},
 		{"pinproxy", "pinproxy.Dockerfile"},
+		{"proofkit-platform", "proofkit-platform.Dockerfile"},
 	} {
 		t.Run(img.name, func(t *testing.T) {
 			offline := dockerlab.FinalStage(t, "offline/"+img.name+".Dockerfile", Read(t, "offline/"+img.name+".Dockerfile"))
@@ -96,7 +106,92 @@ func TestOfflineImages(t *testing.T) {
 			if !strings.Contains(got, " "+version+" (commit ") {
 				t.Errorf("%s -version in the image prints %q, want %s", img.name, got, version)
 			}
+			if img.name == "proofkit-platform" {
+				servesAPI(t, d, tag)
+			}
 		})
+	}
+}
+
+// servesAPI runs the platform's image as its Dockerfile's comment does,
+// the tokens file mounted read-only and the state in the image's volume,
+// and checks that it runs as the nonroot user, answers GET /healthz
+// without a token, takes the mounted file's admin token and refuses a
+// request without one, keeps a reading's node in the volume, and exits 0
+// on docker stop. The daemon a test starts has no bridge, so the
+// container runs with --network host and -listen moves to a free
+// loopback port (the command's flags come after the ENTRYPOINT's, and
+// the later wins).
+func servesAPI(t *testing.T, d *dockerlab.Daemon, image string) {
+	const token = "offline-admin-token"
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("# the platform's admin\n"+token+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	listen := testkit.FreeAddr(t)
+	name := fmt.Sprintf("nk-offline-platform-%d", os.Getpid())
+	t.Cleanup(func() { d.Try("rm", "-f", "-v", name) })
+	d.Run("run", "-d", "--name", name, "--network", "host",
+		"-v", tokens+":/etc/proofkit-platform/tokens:ro", image, "-listen", listen)
+	logs := func() string { out, _ := d.Try("logs", name); return out }
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the container's log:\n%s", logs())
+		}
+	})
+	base := "http://" + listen
+	client := &http.Client{Timeout: 5 * time.Second}
+	call := func(method, path, auth, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		return resp.StatusCode, string(b)
+	}
+	testkit.WaitFor(t, "GET /healthz from the container", func() bool {
+		if st, _ := d.Try("inspect", "-f", "{{.State.Status}}", name); strings.TrimSpace(st) == "exited" {
+			t.Fatalf("the container exited:\n%s", logs())
+		}
+		code, _ := call("GET", "/healthz", "", "")
+		return code == http.StatusOK
+	})
+	if user := strings.TrimSpace(d.Run("inspect", "-f", "{{.Config.User}}", name)); user != "65532:65532" {
+		t.Errorf("the container runs as %q, want the nonroot 65532:65532", user)
+	}
+	if code, body := call("GET", "/nodes", "", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /nodes without a token: %d %s, want 401", code, body)
+	}
+	// A node's first reading writes its file in the state volume, which
+	// the nonroot user must own.
+	reading, err := json.Marshal(overload.Reading{Version: overload.ReadingVersion, Node: "n1", Run: "0123456789abcdef0123456789abcdef", Seq: 1,
+		At: time.Now(), MemoryUsedPercent: 40, CPUs: 4, ConntrackMax: 262144})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := call("POST", "/report", token, string(reading)); code != http.StatusOK {
+		t.Fatalf("POST /report with the mounted file's admin token: %d %s, want 200", code, body)
+	}
+	if code, body := call("GET", "/nodes/n1", token, ""); code != http.StatusOK || !strings.Contains(body, `"n1"`) {
+		t.Errorf("GET /nodes/n1 after its reading: %d %s, want 200 with the node", code, body)
+	}
+	d.Run("stop", name)
+	if code := strings.TrimSpace(d.Run("inspect", "-f", "{{.State.ExitCode}}", name)); code != "0" {
+		t.Errorf("after docker stop the platform exited %s, want 0", code)
+	}
+	out := t.TempDir()
+	d.Run("cp", name+":/var/lib/proofkit-platform/n1.json", out)
+	if b, err := os.ReadFile(filepath.Join(out, "n1.json")); err != nil || !strings.Contains(string(b), `"n1"`) {
+		t.Errorf("node n1's file in the state volume: %v %.200s", err, b)
 	}
 }
 

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,6 +141,7 @@ func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *platformtest.
 	h := newHook(t, c, platformtest.HookSecret)
 	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	np := open(c, cfg, dashboardSeed())
+	np.Svc = &receiverReads{Store: np.Svc}
 	f := fleet.New(np.Svc, np.n)
 	f.Owners = dashboardSeed().Operators
 	logs := &testkit.LogBuffer{}
@@ -170,6 +173,64 @@ func dashboardPlatform(t *testing.T, open notifyOpener) (browser, *platformtest.
 	}
 	drain(t, np.n)
 	return b, c, logs, np
+}
+
+// receiverReads is a store that counts its reads of the operators'
+// receivers: all of them (OperatorReceivers) and one operator's
+// (OperatorReceiver).
+type receiverReads struct {
+	store.Store
+	all, one atomic.Int64
+}
+
+func (s *receiverReads) OperatorReceivers(ctx context.Context) (map[string]store.OperatorReceiver, error) {
+	s.all.Add(1)
+	return s.Store.OperatorReceivers(ctx)
+}
+
+func (s *receiverReads) OperatorReceiver(ctx context.Context, operator string) (store.OperatorReceiver, bool, error) {
+	s.one.Add(1)
+	return s.Store.OperatorReceiver(ctx, operator)
+}
+
+// TestDashboardReadsOneReceiver: a page reads the store once for its
+// operator's receiver, and never every operator's, with a receiver set
+// or not; what another replica changed since shows on the next page.
+func TestDashboardReadsOneReceiver(t *testing.T) {
+	eachNotifyStore(t, func(t *testing.T, open notifyOpener, _ int) {
+		b, _, _, np := dashboardPlatform(t, open)
+		reads := np.Svc.(*receiverReads)
+		// Other operators' receivers, which alice's page must not read.
+		for i := range 5 {
+			if err := np.Svc.UpdateReceiver(t.Context(), fmt.Sprintf("op%d", i), func(r *store.OperatorReceiver, now time.Time) error {
+				*r = store.OperatorReceiver{URL: fmt.Sprintf("http://127.0.0.1:9/op%d", i), Secrets: []store.OperatorSecret{{Key: []byte("0123456789abcdef01234567")}}, Created: now}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		alice, csrf := b.login("tok-alice")
+		page := func(what string, want ...string) {
+			t.Helper()
+			all, one := reads.all.Load(), reads.one.Load()
+			expect(t, what, b.do("GET", "/", nil, alice), 200, want...)
+			if all, one := reads.all.Load()-all, reads.one.Load()-one; all != 0 || one != 1 {
+				t.Errorf("%s: read every operator's receiver %d times and one operator's %d times, want 0 and 1", what, all, one)
+			}
+		}
+		page("alice's page without a receiver", "Not set")
+		expect(t, "her receiver set", b.do("POST", "/dashboard/receiver", url.Values{"csrf": {csrf}, "url": {"http://127.0.0.1:9/alice"}}, alice), 303)
+		page("her page with one", "Your nodes' notices go to http://127.0.0.1:9")
+		// Changed by another replica: read as it is now, not as this one
+		// last saw it.
+		if err := np.Svc.UpdateReceiver(t.Context(), "alice", func(r *store.OperatorReceiver, now time.Time) error {
+			r.FailingSince, r.Disabled = now.Add(-store.FailFor), now
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		page("her page once it is disabled", `id="receiver-state"`, "Enable it again")
+	})
 }
 
 // TestDashboard logs operators in and out and walks the pages and forms

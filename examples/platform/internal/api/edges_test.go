@@ -89,8 +89,10 @@ func TestListsPageOneWay(t *testing.T) { eachStore(t, testListsPageOneWay) }
 func testListsPageOneWay(t *testing.T, open opener) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	seed := &store.SeedFile{}
+	var nodes []string
 	for i := range 5 {
 		id := fmt.Sprintf("e%d", i)
+		nodes = append(nodes, id)
 		seed.Nodes = append(seed.Nodes, routing.Node{ID: id, Role: routing.RoleExit, Country: "DE", Price: 100})
 		seed.Routes = append(seed.Routes, routing.Route{ID: "r-" + id, User: "u" + id, Key: "vpn", Node: id,
 			Kind: routing.KindOwn, Start: platformtest.T0.Add(-8 * time.Hour), LastTraffic: platformtest.T0.Add(-5 * time.Hour)})
@@ -98,18 +100,8 @@ func testListsPageOneWay(t *testing.T, open opener) {
 	tp := open(c, seed)
 	// Each node overloaded, closing its idle route, then back: a plan
 	// each, and a few events each.
-	for range 3 {
-		for i := range 5 {
-			tp.Read(fmt.Sprintf("e%d", i), 95)
-		}
-		c.Add(30 * time.Second)
-	}
-	for range 5 {
-		for i := range 5 {
-			tp.Read(fmt.Sprintf("e%d", i), 10)
-		}
-		c.Add(30 * time.Second)
-	}
+	tp.ReadRounds(nodes, 95, 3)
+	tp.ReadRounds(nodes, 10, 5)
 	var all []routing.Plan
 	if code := tp.Do("GET", "/plans", nil, &all); code != 200 || len(all) != 5 {
 		t.Fatalf("/plans: %d, %d plans, want 5", code, len(all))

@@ -212,6 +212,17 @@ func eachNotifyStore(t *testing.T, test func(t *testing.T, open notifyOpener, re
 	})
 }
 
+// fileNotified serves a platform over a file store in a new directory,
+// with a notifier of cfg logging to log; both close when t ends.
+func fileNotified(t *testing.T, c *platformtest.Clock, cfg notify.Config, log *slog.Logger) notifyPlatform {
+	t.Helper()
+	p, n := notified(t, c, cfg, log, func(d *notify.Dispatch) (*filestore.Store, error) {
+		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: log, Dispatch: d}, nil)
+	})
+	t.Cleanup(func() { p.Close() })
+	return notifyPlatform{serveNotifyTest(t, c, p, n), n}
+}
+
 // firstSeed is seed's first, or nil.
 func firstSeed(seed []*store.SeedFile) *store.SeedFile {
 	if len(seed) == 0 {
@@ -235,23 +246,27 @@ func drain(t *testing.T, ns ...*notify.Notifier) {
 	}
 }
 
-// overload sends node the three readings of 95 % memory that make it
-// overloaded, through the platforms in turn.
+// overloadNode sends node the three readings of 95 % memory that make
+// it overloaded, through the platforms in turn.
 func overloadNode(t *testing.T, c *platformtest.Clock, node string, via ...notifyPlatform) {
 	t.Helper()
-	for i := range 3 {
-		c.Add(time.Second)
-		if code := via[i%len(via)].Read(node, 95); code != 200 {
-			t.Fatalf("reading of %s: %d", node, code)
-		}
-	}
+	readEach(t, c, node, 3, 95, via)
 }
 
+// calm sends node the five readings of 40 % memory that end its
+// overload, through the platforms in turn.
 func calm(t *testing.T, c *platformtest.Clock, node string, via ...notifyPlatform) {
 	t.Helper()
-	for i := range 5 {
+	readEach(t, c, node, 5, 40, via)
+}
+
+// readEach sends node count readings with memory at mem, a second apart,
+// through the platforms in turn; each must be taken (200).
+func readEach(t *testing.T, c *platformtest.Clock, node string, count int, mem float64, via []notifyPlatform) {
+	t.Helper()
+	for i := range count {
 		c.Add(time.Second)
-		if code := via[i%len(via)].Read(node, 40); code != 200 {
+		if code := via[i%len(via)].Read(node, mem); code != 200 {
 			t.Fatalf("reading of %s: %d", node, code)
 		}
 	}
@@ -575,11 +590,8 @@ func TestNotifyFailureLogsHostOnly(t *testing.T) {
 	var log testkit.LogBuffer
 	secretURL := "http://ops:hunter2@" + h.addr + "/hook?token=tok-abc123"
 	file := apitest.NotifyFile(t, "* "+secretURL+" "+platformtest.HookSecret)
-	p, n := notified(t, c, apitest.NotifyConfig(file), slogTo(&log), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: slogTo(&log), Dispatch: d}, nil)
-	})
-	defer p.Close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
+	tp := fileNotified(t, c, apitest.NotifyConfig(file), slogTo(&log))
+	n := tp.n
 	overloadNode(t, c, "x", tp)
 	drain(t, n)
 	c.Add(time.Hour)
@@ -614,11 +626,8 @@ func TestNotifySlowReceiver(t *testing.T) {
 	}
 	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, lines...))
 	cfg.Timeout = time.Minute // the slow receiver holds its requests until released
-	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
-	})
-	defer p.Close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
+	tp := fileNotified(t, c, cfg, platformtest.Logger(t))
+	n := tp.n
 	for i := range 10 {
 		overloadNode(t, c, fmt.Sprintf("s%d", i), tp)
 	}
@@ -927,11 +936,8 @@ func TestNotifyTimeout(t *testing.T) {
 	h.mu.Unlock()
 	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.Timeout = 200 * time.Millisecond
-	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
-	})
-	defer p.Close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
+	tp := fileNotified(t, c, cfg, platformtest.Logger(t))
+	n := tp.n
 	overloadNode(t, c, "slow", tp)
 	drain(t, n)
 	ns := tp.Notices()
@@ -1067,11 +1073,8 @@ func TestNotifyGiveUp(t *testing.T) {
 	h.setAnswer(http.StatusServiceUnavailable)
 	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
 	cfg.GiveUp = 5 * time.Minute
-	p, n := notified(t, c, cfg, platformtest.Logger(t), func(d *notify.Dispatch) (*filestore.Store, error) {
-		return filestore.Open(store.Config{StateDir: t.TempDir(), Now: c.Now, Logger: platformtest.Logger(t), Dispatch: d}, nil)
-	})
-	defer p.Close()
-	tp := notifyPlatform{serveNotifyTest(t, c, p, n), n}
+	tp := fileNotified(t, c, cfg, platformtest.Logger(t))
+	n := tp.n
 	overloadNode(t, c, "g1", tp)
 	start := c.Now()
 	for c.Now().Sub(start) < 10*time.Minute {

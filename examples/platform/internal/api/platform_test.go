@@ -545,19 +545,13 @@ func testNoticesPaging(t *testing.T, open opener) {
 	tp := open(c, platformtest.Seed())
 	// Seven nodes overloaded at the same instants, twice, an hour apart:
 	// 14 notices, 7 at each instant.
+	var nodes []string
+	for i := range 7 {
+		nodes = append(nodes, fmt.Sprintf("n%02d", i))
+	}
 	for round := range 2 {
-		for range 3 {
-			for i := range 7 {
-				tp.Read(fmt.Sprintf("n%02d", i), 95)
-			}
-			c.Add(30 * time.Second)
-		}
-		for range 5 {
-			for i := range 7 {
-				tp.Read(fmt.Sprintf("n%02d", i), 10)
-			}
-			c.Add(30 * time.Second)
-		}
+		tp.ReadRounds(nodes, 95, 3)
+		tp.ReadRounds(nodes, 10, 5)
 		if round == 0 {
 			c.Add(time.Hour)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
@@ -146,6 +147,21 @@ func (tp *Platform) Read(node string, mem float64) int {
 	tp.T.Helper()
 	return tp.Do("POST", "/report", overload.Reading{Node: node, At: tp.Clock.Now(), MemoryUsedPercent: mem,
 		CPUs: 4, ConntrackMax: 262144}, nil)
+}
+
+// ReadRounds sends rounds readings of each of nodes, with memory at mem
+// percent: a round reads every node, in order, at one instant, and the
+// clock moves on 30 s after each. Each reading must be taken (200).
+func (tp *Platform) ReadRounds(nodes []string, mem float64, rounds int) {
+	tp.T.Helper()
+	for range rounds {
+		for _, n := range nodes {
+			if code := tp.Read(n, mem); code != 200 {
+				tp.T.Fatalf("reading of %s: %d", n, code)
+			}
+		}
+		tp.Clock.Add(30 * time.Second)
+	}
 }
 
 // Admit is GET /admit?node=node's answer.

@@ -173,6 +173,15 @@ func (p *Store) OperatorReceivers(context.Context) (map[string]store.OperatorRec
 	return maps.Clone(p.operators), nil
 }
 
+// OperatorReceiver is operator's receiver; false when they have none
+// (ReceiverStore).
+func (p *Store) OperatorReceiver(_ context.Context, operator string) (store.OperatorReceiver, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.operators[operator]
+	return r, ok, nil
+}
+
 // UpdateReceiver runs fn on operator's receiver under the store's lock,
 // and writes operatorsFile, atomically, when fn changed it.
 func (p *Store) UpdateReceiver(_ context.Context, operator string, fn func(r *store.OperatorReceiver, now time.Time) error) error {

@@ -274,10 +274,8 @@ func (p *Store) Read(_ context.Context, id string, history bool, fn func(n *stor
 func (p *Store) RouteNode(_ context.Context, id string) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for nid, n := range p.nodes {
-		if n.Routes[id] != nil {
-			return nid, nil
-		}
+	if nid, ok := p.routeNode(id); ok {
+		return nid, nil
 	}
 	return "", store.ErrUnknown
 }
@@ -297,7 +295,10 @@ type fileTx struct {
 	idx *fleetIndex // built at the first plan that asks
 }
 
-func (t *fileTx) RouteTaken(id string) (bool, error) { return t.p.routeExists(id), nil }
+func (t *fileTx) RouteTaken(id string) (bool, error) {
+	_, taken := t.p.routeNode(id)
+	return taken, nil
+}
 
 // Alternatives: the file store holds every route in memory.
 func (t *fileTx) Alternatives(*store.Node, time.Time) (routing.Alternatives, error) {
@@ -309,14 +310,15 @@ func (t *fileTx) Alternatives(*store.Node, time.Time) (routing.Alternatives, err
 
 func (t *fileTx) Failed() error { return nil }
 
-// routeExists reports whether any node holds a route with this ID.
-func (p *Store) routeExists(id string) bool {
-	for _, n := range p.nodes {
+// routeNode is the node holding live route id; false when none does.
+// The caller holds p.mu.
+func (p *Store) routeNode(id string) (string, bool) {
+	for nid, n := range p.nodes {
 		if n.Routes[id] != nil {
-			return true
+			return nid, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // EachNode runs fn on the nodes whose ids sort after after, at most

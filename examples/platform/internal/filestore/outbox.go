@@ -18,7 +18,6 @@ import (
 
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/atomicfile"
-	"github.com/proofkit/nodekit/overload"
 )
 
 // outboxFile is the file store's outbox, in the state directory.
@@ -326,15 +325,8 @@ func (p *Store) enqueueDecided(n *store.Node, now time.Time) ([]string, error) {
 		return nil, nil
 	}
 	var ds []store.Delivery
-	if n.Notice != nil {
-		d, err := p.Dispatch.NoticeDelivery(*n.Notice, n.Readings, now)
-		if err != nil {
-			return nil, err
-		}
-		ds = append(ds, d)
-	}
-	if e := n.Event; e != nil && e.Kind == overload.End {
-		d, ok, err := p.Dispatch.EndDelivery(n.Info.ID, n.Readings, *e, now)
+	for _, of := range []func(*store.Node, time.Time) (store.Delivery, bool, error){p.NoticeDelivery, p.EndDelivery} {
+		d, ok, err := of(n, now)
 		if err != nil {
 			return nil, err
 		}

@@ -17,13 +17,15 @@ type ReceiverRequest struct {
 	URL string `json:"url"`
 }
 
-// ReceiverOf is operator's receiver; ErrUnknown when they have none.
+// ReceiverOf is operator's receiver; ErrUnknown when they have none. It
+// reads that one receiver from the store, as it is now (another replica
+// may have changed it): a dashboard page or GET /receiver costs one
+// operator's row, whatever the number of operators.
 func (f *Fleet) ReceiverOf(ctx context.Context, operator string) (store.ReceiverView, error) {
-	ops, err := f.receivers.OperatorReceivers(ctx)
+	r, ok, err := f.receivers.OperatorReceiver(ctx, operator)
 	if err != nil {
 		return store.ReceiverView{}, err
 	}
-	r, ok := ops[operator]
 	if !ok {
 		return store.ReceiverView{}, fmt.Errorf("receiver of operator %s: %w (set one with PUT /receiver)", operator, store.ErrUnknown)
 	}

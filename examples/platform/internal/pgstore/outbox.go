@@ -1,7 +1,6 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
-	"github.com/proofkit/nodekit/overload"
 )
 
 // pgOutbox is the PostgreSQL store's outbox: the deliveries table. A row
@@ -26,27 +24,6 @@ type pgOutbox struct {
 }
 
 var _ store.OutboxStore = (*pgOutbox)(nil)
-
-// noticeDeliveryOf is the outbox row of n's notice; false without a
-// notifier.
-func (p *Store) noticeDeliveryOf(n *pgNode, now time.Time) (store.Delivery, bool, error) {
-	if p.Dispatch == nil || n.Notice == nil {
-		return store.Delivery{}, false, nil
-	}
-	d, err := p.Dispatch.NoticeDelivery(*n.Notice, n.Readings, cmp.Or(n.StartedAt, now)) // received when the overload started
-	return d, err == nil, err
-}
-
-// endDeliveryOf is the outbox row of the end of n's overload, when the
-// notifier is asked to send ends; false otherwise.
-func (p *Store) endDeliveryOf(n *pgNode, now time.Time) (store.Delivery, bool, error) {
-	e := n.Event
-	if p.Dispatch == nil || e == nil || e.Kind != overload.End {
-		return store.Delivery{}, false, nil
-	}
-	d, ok, err := p.Dispatch.EndDelivery(n.Info.ID, n.Readings, *e, cmp.Or(n.Info.OverloadEnded, now))
-	return d, ok && err == nil, err
-}
 
 // outboxRows are outbox rows to insert in one statement (outboxInsert),
 // each marked whether it is a notice's.

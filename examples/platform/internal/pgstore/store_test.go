@@ -34,23 +34,12 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	c := &platformtest.Clock{T: platformtest.T0}
 	a, b := servePG(t, url, c, platformtest.Seed()), servePG(t, url, c, platformtest.Seed())
-	ref := overload.NewTracker("x1", overload.Limits{})
-	var wantEvents []overload.Event
-	wantNotices := 0
+	var sent []overload.Reading
 	const n = 60
 	for i := range n {
 		r := overload.Reading{Version: 2, Node: "x1", Run: "0123456789abcdef0123456789abcdef", Seq: uint64(i + 1),
 			At: c.Now(), MemoryUsedPercent: platformtest.MemoryPattern(i), CPUs: 4, ConntrackMax: 262144}
-		res, err := ref.Observe(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Event != nil {
-			wantEvents = append(wantEvents, *res.Event)
-		}
-		if res.Notice != nil {
-			wantNotices++
-		}
+		sent = append(sent, r)
 		type answer struct {
 			code int
 			dup  bool
@@ -71,14 +60,9 @@ func TestPGTwoReplicasOneTracker(t *testing.T) {
 	if v := a.Node("x1"); v.Readings != n {
 		t.Fatalf("%d readings counted, want %d", v.Readings, n)
 	}
-	got := b.AllEvents("x1", 3)
-	if len(got) != len(wantEvents) {
-		t.Fatalf("%d events, want %d: %+v", len(got), len(wantEvents), got)
-	}
-	for i, e := range got {
-		if e.Kind != wantEvents[i].Kind || !e.At.Equal(wantEvents[i].At) {
-			t.Fatalf("event %d: %s at %v, want %s at %v", i, e.Kind, e.At, wantEvents[i].Kind, wantEvents[i].At)
-		}
+	wantEvents, wantNotices := platformtest.OneTracker(t, "x1", sent)
+	if diffs := platformtest.DiffEvents("x1", b.AllEvents("x1", 3), wantEvents); diffs != nil {
+		t.Fatal(strings.Join(diffs, "\n"))
 	}
 	var notices []overload.Notice
 	a.Do("GET", "/notices", nil, &notices)
@@ -278,11 +262,7 @@ INSERT INTO notices (node, at, body) VALUES ('old', '2026-11-30T12:00:00Z', '{"n
 	tp := servePG(t, url, &platformtest.Clock{T: platformtest.T0}, nil)
 	var v int
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := platformtest.PGConn(t, url)
 	if err := conn.QueryRow(ctx, `SELECT max(version) FROM schema_version`).Scan(&v); err != nil || v != len(migrations) {
 		t.Fatalf("schema version %d (%v), want %d", v, err, len(migrations))
 	}
@@ -434,22 +414,11 @@ func TestPGBatchTimeoutRetriesFresh(t *testing.T) {
 	// Another session holds x2's row lock for 1.5 s: past the batch's
 	// deadline, within a report's own taken again after it.
 	ctx := t.Context()
-	holder, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE id = 'x2' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := holdRow(t, url, "x2")
 	released := make(chan struct{})
 	go func() {
 		time.Sleep(1500 * time.Millisecond) // the lock's holder, not an assertion's wait
-		tx.Rollback(context.Background())
+		release()
 		close(released)
 	}()
 	var batch []*reportJob
@@ -718,10 +687,7 @@ func openPG(t *testing.T, url string, c *platformtest.Clock, opt Options, seed *
 func holdRow(t *testing.T, url, id string) (release func()) {
 	t.Helper()
 	ctx := t.Context()
-	holder, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := platformtest.PGConn(t, url)
 	tx, err := holder.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -744,11 +710,7 @@ func holdRow(t *testing.T, url, id string) (release func()) {
 // a lock.
 func awaitLockWait(t *testing.T, url string) {
 	t.Helper()
-	conn, err := pgx.Connect(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := platformtest.PGConn(t, url)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		var waiting int
 		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&waiting); err != nil {

@@ -25,8 +25,9 @@ func Reading(node string, seq int, mem float64) overload.Reading {
 		MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144}
 }
 
-// PGExec runs sql on the database at url.
-func PGExec(t *testing.T, url, sql string) {
+// PGConn is a connection to the database at url, made within 30 s and
+// closed when t ends.
+func PGConn(t testing.TB, url string) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -34,8 +35,20 @@ func PGExec(t *testing.T, url, sql string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn.Close(ctx)
+	})
+	return conn
+}
+
+// PGExec runs sql on the database at url, within 30 s.
+func PGExec(t *testing.T, url, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := PGConn(t, url).Exec(ctx, sql); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -158,6 +159,30 @@ type Deliveries interface {
 	// EndDelivery is the delivery of the end e of node's overload;
 	// false when ends of overloads are not sent.
 	EndDelivery(node string, seq int64, e overload.Event, at time.Time) (Delivery, bool, error)
+}
+
+// NoticeDelivery is the outbox's delivery of n's notice, dated when its
+// overload started by the platform's clock (now for a node that does not
+// say); false without a notice or a dispatch.
+func (r Rules) NoticeDelivery(n *Node, now time.Time) (Delivery, bool, error) {
+	if r.Dispatch == nil || n.Notice == nil {
+		return Delivery{}, false, nil
+	}
+	d, err := r.Dispatch.NoticeDelivery(*n.Notice, n.Readings, cmp.Or(n.StartedAt, now))
+	return d, err == nil, err
+}
+
+// EndDelivery is the outbox's delivery of the end of n's overload, when
+// its change ended one and the dispatch sends ends, dated when it ended
+// by the platform's clock (now for a node that does not say); false
+// otherwise.
+func (r Rules) EndDelivery(n *Node, now time.Time) (Delivery, bool, error) {
+	e := n.Event
+	if r.Dispatch == nil || e == nil || e.Kind != overload.End {
+		return Delivery{}, false, nil
+	}
+	d, ok, err := r.Dispatch.EndDelivery(n.Info.ID, n.Readings, *e, cmp.Or(n.Info.OverloadEnded, now))
+	return d, ok && err == nil, err
 }
 
 // RequestTimeout bounds the work of one API request, every store call in

@@ -120,6 +120,8 @@ type NodeTx interface {
 type ReceiverStore interface {
 	// OperatorReceivers is every operator's receiver, by operator.
 	OperatorReceivers(ctx context.Context) (map[string]OperatorReceiver, error)
+	// OperatorReceiver is operator's receiver; false when they have none.
+	OperatorReceiver(ctx context.Context, operator string) (OperatorReceiver, bool, error)
 	// UpdateReceiver runs fn on operator's receiver (the zero value when
 	// the operator has none), locked, and keeps what fn changed when it
 	// returns nil. now is the store's clock, read once it is locked.

@@ -353,9 +353,10 @@ func testPages(t *testing.T, open Opener, replicas bool) {
 
 // testReceivers: UpdateReceiver keeps what fn changed, for an
 // operator new to the store too, and nothing of a change fn refuses (no
-// receiver made for it); OperatorReceivers lists what is kept, on
-// another instance too; updates of one operator's receiver at once (and
-// from two replicas on PostgreSQL) lose none.
+// receiver made for it); OperatorReceivers lists what is kept, and
+// OperatorReceiver gives one operator's (none for an operator without
+// one), on another instance too; updates of one operator's receiver at
+// once (and from two replicas on PostgreSQL) lose none.
 func testReceivers(t *testing.T, open Opener, replicas bool) {
 	c := &platformtest.Clock{T: platformtest.T0}
 	a := open(c, platformtest.Seed())
@@ -370,6 +371,9 @@ func testReceivers(t *testing.T, open Opener, replicas bool) {
 	if ops, err := a.OperatorReceivers(ctx); err != nil || len(ops) != 0 {
 		t.Fatalf("receivers after a refused change: %v, %v; want none", ops, err)
 	}
+	if r, ok, err := a.OperatorReceiver(ctx, "alice"); err != nil || ok {
+		t.Fatalf("alice's receiver after a refused change: %+v, %v, %v; want none", r, ok, err)
+	}
 	if err := a.UpdateReceiver(ctx, "alice", func(r *store.OperatorReceiver, now time.Time) error {
 		*r = store.OperatorReceiver{URL: "http://127.0.0.1:9/alice", Secrets: []store.OperatorSecret{{Key: []byte("0123456789abcdef01234567")}}, Created: now}
 		return nil
@@ -380,6 +384,12 @@ func testReceivers(t *testing.T, open Opener, replicas bool) {
 	ops, err := b.OperatorReceivers(ctx)
 	if r := ops["alice"]; err != nil || len(ops) != 1 || r.URL != "http://127.0.0.1:9/alice" || string(r.Secrets[0].Key) != "0123456789abcdef01234567" || !r.Created.Equal(platformtest.T0) {
 		t.Fatalf("another instance's receivers: %+v, %v", ops, err)
+	}
+	if r, ok, err := b.OperatorReceiver(ctx, "alice"); err != nil || !ok || r.URL != ops["alice"].URL || len(r.Secrets) != 1 || !r.Created.Equal(platformtest.T0) {
+		t.Fatalf("another instance's receiver of alice: %+v, %v, %v; want %+v", r, ok, err, ops["alice"])
+	}
+	if r, ok, err := b.OperatorReceiver(ctx, "bob"); err != nil || ok {
+		t.Fatalf("the receiver of bob, who has none: %+v, %v, %v", r, ok, err)
 	}
 	writers := []store.Store{a, b}
 	if !replicas {
@@ -408,5 +418,8 @@ func testReceivers(t *testing.T, open Opener, replicas bool) {
 	ops, err = writers[0].OperatorReceivers(ctx)
 	if got, want := len(ops["alice"].Secrets), 1+len(writers)*each; err != nil || got != want {
 		t.Errorf("%d secrets after %d appends from %d instances, want %d (%v)", got, len(writers)*each, len(writers), want, err)
+	}
+	if r, _, err := writers[0].OperatorReceiver(ctx, "alice"); err != nil || len(r.Secrets) != 1+len(writers)*each {
+		t.Errorf("alice's receiver after the appends: %d secrets, %v; want %d", len(r.Secrets), err, 1+len(writers)*each)
 	}
 }
