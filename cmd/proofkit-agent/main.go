@@ -142,28 +142,6 @@ func newLogger(o options, w io.Writer) *slog.Logger {
 	return cmdkit.NewLogger(w, o.logFormat == "json", o.logLevel)
 }
 
-// healthcheck asks the agent at listen for /healthz, within 5 s.
-func healthcheck(listen string, stdout, stderr io.Writer) int {
-	host, port, _ := net.SplitHostPort(listen)
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1" // a wildcard listen answers on loopback too
-	}
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
-	if err != nil {
-		fmt.Fprintf(stderr, "proofkit-agent: healthcheck: %v\n", err)
-		return 1
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "proofkit-agent: healthcheck: %s: %s\n", resp.Status, strings.TrimSpace(string(body)))
-		return 1
-	}
-	fmt.Fprintf(stdout, "%s", body)
-	return 0
-}
-
 // run runs the agent until ctx ends; each value on hup (SIGHUP) reads the
 // token file again.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-chan os.Signal) int {
@@ -180,7 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		return 0
 	}
 	if o.healthcheck {
-		return healthcheck(o.listen, stdout, stderr)
+		return cmdkit.Healthcheck("proofkit-agent", o.listen, stdout, stderr)
 	}
 	if o.node == "" {
 		h, err := os.Hostname()

@@ -212,6 +212,25 @@ func TestBinaryVersion(t *testing.T) {
 	}
 }
 
+// TestBinaryHealthcheck: -healthcheck (a container's HEALTHCHECK, with
+// no token file) exits 0 against a platform serving at -listen, and 1
+// with a line saying why when nothing serves there.
+func TestBinaryHealthcheck(t *testing.T) {
+	bin := platformBinary(t)
+	dir := t.TempDir()
+	addr := testkit.FreeAddr(t)
+	p := testkit.StartProc(t, exec.Command(bin, "-token-file", writeTokens(t, dir), "-listen", addr, "-state-dir", dir), nil)
+	testkit.WaitFor(t, "the platform serving", func() bool { return strings.Contains(p.Log.String(), "platform serving") })
+	if out, err := exec.Command(bin, "-healthcheck", "-listen", addr).CombinedOutput(); err != nil {
+		t.Errorf("-healthcheck against a running platform: %v %q", err, out)
+	}
+	p.Kill()
+	out, err := exec.Command(bin, "-healthcheck", "-listen", addr).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.HasPrefix(string(out), "platform: healthcheck: ") {
+		t.Errorf("-healthcheck with no platform: %v %q, want exit 1 and a line saying why", err, out)
+	}
+}
+
 // TestBinaryConfigFiles: the token and notify files are regular files of
 // bounded size. A FIFO as -token-file or -notify-file and /dev/zero as
 // -notify-file end start-up at once with exit 2 naming the file; a notify

@@ -52,6 +52,7 @@ type options struct {
 	// open-file limit.
 	maxConnsFrom string
 	version      bool
+	healthcheck  bool
 	notify       notify.Config
 	cfg          store.Config
 }
@@ -86,6 +87,7 @@ Flags:
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.IntVar(&o.maxConns, "max-conns", 0, "most connections served at once; over it GET /healthz is still answered, the rest 503 (0: no limit; default: from the open-file limit)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.BoolVar(&o.healthcheck, "healthcheck", false, "ask the platform running at -listen for /healthz; exit 0 if healthy, else 1 (for a container's HEALTHCHECK)")
 	fs.StringVar(&o.notify.File, "notify-file", "", "receivers of notices, one a line: NODE URL SECRET [SECRET…] (NODE * for every node without a line; reloaded on SIGHUP)")
 	fs.DurationVar(&o.notify.GiveUp, "notify-give-up", notify.DefaultGiveUp, "how long a notice's delivery is retried before it is failed")
 	fs.BoolVar(&o.notify.Ended, "notify-ended", false, "also send node.overload_ended when an overload ends")
@@ -105,7 +107,7 @@ Flags:
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))
 	}
-	if o.version {
+	if o.version || o.healthcheck {
 		return o, nil
 	}
 	if o.tokenFile == "" {
@@ -179,6 +181,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.version {
 		fmt.Fprintf(stdout, "platform %s\n", bi)
 		return 0
+	}
+	if o.healthcheck {
+		return cmdkit.Healthcheck("platform", o.listen, stdout, stderr)
 	}
 	// Lines go out through a buffer written by a goroutine of its own: a
 	// stderr that does not drain (a journald that is not reading) drops

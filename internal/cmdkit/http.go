@@ -1,8 +1,12 @@
 package cmdkit
 
 import (
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -46,4 +50,30 @@ func Probe(check func() error) http.HandlerFunc {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	}
+}
+
+// Healthcheck asks the process serving at listen for /healthz, within 5 s,
+// for a container's HEALTHCHECK: it writes the answer's body to stdout and
+// returns 0 for a 200; otherwise it writes why to stderr, each line
+// starting "name: healthcheck: ", and returns 1. A wildcard listen address
+// (":8080", "0.0.0.0:8080") is asked on loopback.
+func Healthcheck(name, listen string, stdout, stderr io.Writer) int {
+	host, port, _ := net.SplitHostPort(listen)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1" // a wildcard listen answers on loopback too
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: healthcheck: %v\n", name, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "%s: healthcheck: %s: %s\n", name, resp.Status, strings.TrimSpace(string(body)))
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s", body)
+	return 0
 }

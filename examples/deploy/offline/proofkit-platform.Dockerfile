@@ -26,6 +26,10 @@ COPY --chown=65532:65532 README.md /var/lib/proofkit-platform/README.md
 USER 65532:65532
 VOLUME ["/var/lib/proofkit-platform"]
 EXPOSE 8080
+# The platform's own -healthcheck asks its /healthz (no shell, no curl in
+# the image); give it the same -listen when the container's differs.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=10s --retries=3 \
+    CMD ["/usr/local/bin/proofkit-platform", "-healthcheck", "-listen", "127.0.0.1:8080"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/proofkit-platform", \
     "-listen", "0.0.0.0:8080", \

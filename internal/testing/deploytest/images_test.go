@@ -116,7 +116,7 @@ func TestOfflineImages(t *testing.T) {
 // servesAPI runs the platform's image as its Dockerfile's comment does,
 // the tokens file mounted read-only and the state in the image's volume,
 // and checks that it runs as the nonroot user, answers GET /healthz
-// without a token, takes the mounted file's admin token and refuses a
+// without a token and its own -healthcheck in the container, takes the mounted file's admin token and refuses a
 // request without one, keeps a reading's node in the volume, and exits 0
 // on docker stop. The daemon a test starts has no bridge, so the
 // container runs with --network host and -listen moves to a free
@@ -165,6 +165,14 @@ func servesAPI(t *testing.T, d *dockerlab.Daemon, image string) {
 		code, _ := call("GET", "/healthz", "", "")
 		return code == http.StatusOK
 	})
+	// The image's HEALTHCHECK is the platform's own -healthcheck, which
+	// answers from inside the container (at the -listen given here).
+	if hc := d.Run("inspect", "-f", "{{json .Config.Healthcheck.Test}}", name); !strings.Contains(hc, `"/usr/local/bin/proofkit-platform","-healthcheck"`) {
+		t.Errorf("the image's health check is %s, want the platform's -healthcheck", hc)
+	}
+	if out, err := d.Try("exec", name, "/usr/local/bin/proofkit-platform", "-healthcheck", "-listen", listen); err != nil {
+		t.Errorf("-healthcheck in the container: %v %s", err, out)
+	}
 	if user := strings.TrimSpace(d.Run("inspect", "-f", "{{.Config.User}}", name)); user != "65532:65532" {
 		t.Errorf("the container runs as %q, want the nonroot 65532:65532", user)
 	}

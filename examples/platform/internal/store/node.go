@@ -96,10 +96,10 @@ var (
 	// ErrNotRegistered: the node reports but is not in the route table,
 	// so it has no price, cap, routes or routing to pause until it is.
 	ErrNotRegistered = errors.New("not in the route table")
-	ErrBadInput    = errors.New("bad input")
-	ErrNotAdmit    = errors.New("not admitted")
-	ErrDuplicate   = errors.New("already observed")
-	ErrStale       = errors.New("older than the latest reading")
+	ErrBadInput      = errors.New("bad input")
+	ErrNotAdmit      = errors.New("not admitted")
+	ErrDuplicate     = errors.New("already observed")
+	ErrStale         = errors.New("older than the latest reading")
 	// ErrUnsaved: the node's state could not be saved; only that node's
 	// requests fail, and what it was told is what is stored.
 	ErrUnsaved = errors.New("node state not saved")
