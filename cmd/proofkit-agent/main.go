@@ -102,11 +102,17 @@ import (
 // scheduling delays).
 const stopGrace = 700 * time.Millisecond
 
-// lastWords bounds the wait for the last log lines at exit, and for the
-// watchdog's last line: a stderr that does not drain (a pipe to a
-// journald that is not reading) must not hold the exit. Without it, such
-// a pipe kept the agent from ever exiting after SIGTERM.
+// lastWords bounds the wait for the watchdog's last line: a stderr that
+// does not drain (a pipe to a journald that is not reading) must not
+// hold the exit. Without it, such a pipe kept the agent from ever
+// exiting after SIGTERM.
 const lastWords = 50 * time.Millisecond
+
+// logGrace bounds each wait for the log's buffered lines to go out: at
+// exit, and before READY=1. Writing them takes microseconds; the bound
+// is for a stderr that does not drain, and leaves the exit well inside
+// stopGrace.
+const logGrace = 200 * time.Millisecond
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -171,10 +177,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	// Lines go out through a buffer written by a goroutine of its own, so
 	// a stderr that does not drain (a journald that is not reading) drops
 	// lines instead of stalling readings and reports, and cannot hold the
-	// exit: the last lines get lastWords to go out.
+	// exit: the last lines get logGrace to go out.
 	lw := logbuf.New(stderr, logbuf.Config{})
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), lastWords)
+		ctx, cancel := context.WithTimeout(context.Background(), logGrace)
 		defer cancel()
 		lw.Shutdown(ctx)
 	}()
@@ -230,7 +236,7 @@ func runAgent(ctx context.Context, o options, p *probe.Probe, log *slog.Logger, 
 	log.Info("agent started", "version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion,
 		"node", o.node, "interval", o.interval, "state_dir", absPath(o.stateDir),
 		"report_url", agent.RedactURL(o.reportURL), "queue_max", o.queueMax)
-	notifyDone := notifyReady(ctx, a, o.interval, log)
+	notifyDone := notifyReady(ctx, a, o.interval, log, lw)
 	err = a.Run(ctx)
 	<-notifyDone
 	if srv != nil {
@@ -302,10 +308,12 @@ func absPath(p string) string {
 }
 
 // notifyReady tells systemd (Type=notify) READY=1 once the agent is ready
-// (its first reading taken, its state written) and STOPPING=1 when ctx
-// ends; without $NOTIFY_SOCKET it does nothing. The channel closes when
-// it is done.
-func notifyReady(ctx context.Context, a *agent.Agent, interval time.Duration, log *slog.Logger) <-chan struct{} {
+// (its first reading taken, its state written), after the log lines so
+// far are written out through lw (for at most logGrace), so that the
+// journal shows the start before systemd says the unit started; and
+// STOPPING=1 when ctx ends. Without $NOTIFY_SOCKET it does nothing. The
+// channel closes when it is done.
+func notifyReady(ctx context.Context, a *agent.Agent, interval time.Duration, log *slog.Logger, lw *logbuf.Writer) <-chan struct{} {
 	done := make(chan struct{})
 	sock := os.Getenv("NOTIFY_SOCKET")
 	if sock == "" {
@@ -323,6 +331,9 @@ func notifyReady(ctx context.Context, a *agent.Agent, interval time.Duration, lo
 			case <-t.C:
 			}
 		}
+		fctx, cancel := context.WithTimeout(ctx, logGrace)
+		lw.FlushContext(fctx)
+		cancel()
 		if err := sdnotify.Notify(sock, "READY=1\nSTATUS=taking a reading every "+interval.String()); err != nil {
 			log.Warn("could not tell systemd the agent is ready", "socket", sock, "err", err)
 			return

@@ -174,13 +174,19 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the page after logging out:\n%s", page)
 	}
 
-	log := p.Log.String()
-	for _, want := range []string{`msg="dashboard: login refused" reason="unknown token"`, `msg="dashboard: logged in" operator=alice`,
-		`msg="price changed" node=de-fra-1 price=120`, `msg="dashboard: cross-site request refused" method=POST path=/dashboard/price`} {
-		if !strings.Contains(log, want) {
-			t.Errorf("the platform's log lacks %s", want)
+	// The platform writes its log out at least every 100 ms.
+	wants := []string{`msg="dashboard: login refused" reason="unknown token"`, `msg="dashboard: logged in" operator=alice`,
+		`msg="price changed" node=de-fra-1 price=120`, `msg="dashboard: cross-site request refused" method=POST path=/dashboard/price`}
+	testkit.WaitFor(t, "the platform's log lines of the session", func() bool {
+		log := p.Log.String()
+		for _, want := range wants {
+			if !strings.Contains(log, want) {
+				return false
+			}
 		}
-	}
+		return true
+	})
+	log := p.Log.String()
 	for _, secret := range []string{"not-a-token", alice, admin, agent} {
 		if strings.Contains(log, secret) {
 			t.Errorf("the platform's log shows a token %q", secret)
