@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -158,4 +159,56 @@ func TestHelperLimitedProxy(t *testing.T) {
 	defer cancel()
 	p.Shutdown(ctx)
 	wg.Wait()
+}
+
+// Clients queued on the listener before Serve (as after a hand-over's
+// hold or a back-off) are all served, however many, with no client
+// arriving after them: a loop takes at most a batch of them at a
+// wake-up, and the listener, level-triggered in the loops' sets, wakes a
+// loop again for the rest.
+func TestAcceptQueuedBeyondABatch(t *testing.T) {
+	up := pinproxytest.New(t, "A", pinproxytest.Line)
+	p := newProxy(t, pinproxy.Config{Upstreams: []string{up.Addr}, RebalanceInterval: -1})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 64*runtime.GOMAXPROCS(0) + 64 // more than every loop's first batch
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.DialTimeout("tcp", ln.Addr().String(), pinproxytest.WaitFor)
+		if err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := fmt.Fprintf(c, "id c%d\n", i); err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	served := serveOn(p, ln)
+	defer shutdown(t, p, served)
+	defer closeConns(conns) // before the shutdown, which waits for them
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() {
+			c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+			if _, err := fmt.Fprintf(c, "ping\n"); err != nil {
+				t.Errorf("client %d: %v", i, err)
+				return
+			}
+			if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+				t.Errorf("client %d of %d queued before Serve: no answer: %v", i, n, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func closeConns(conns []net.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
 }

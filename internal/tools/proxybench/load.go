@@ -100,9 +100,9 @@ func dialEcho(addr string) (net.Conn, error) {
 }
 
 // connRate runs clients concurrent loops of ping against addrs (client i
-// uses addrs[i%len(addrs)]) for d, and returns completed connections per
-// second and the number of failed ones.
-func connRate(addrs []string, clients int, d time.Duration) (rate float64, failed int64, err error) {
+// uses addrs[i%len(addrs)]) for d, and returns the connections completed
+// and failed, and the time they took (d, and the last pings' end).
+func connRate(addrs []string, clients int, d time.Duration) (connCount, error) {
 	var (
 		ok, bad atomic.Int64
 		wg      sync.WaitGroup
@@ -124,14 +124,14 @@ func connRate(addrs []string, clients int, d time.Duration) (rate float64, faile
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	if ok.Load() == 0 {
+	c := connCount{ok: ok.Load(), failed: bad.Load(), elapsed: time.Since(start)}
+	if c.ok == 0 {
 		if e := first.Load(); e != nil {
-			return 0, bad.Load(), fmt.Errorf("connection rate: every connection failed: %w", *e)
+			return c, fmt.Errorf("connection rate: every connection failed: %w", *e)
 		}
-		return 0, 0, errors.New("connection rate: no connection completed")
+		return c, errors.New("connection rate: no connection completed")
 	}
-	return float64(ok.Load()) / elapsed.Seconds(), bad.Load(), nil
+	return c, nil
 }
 
 // openIdle opens n connections to addr, parallel at a time; each writes one

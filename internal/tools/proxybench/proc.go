@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"time"
 
@@ -25,8 +26,9 @@ type child struct {
 	ready []string
 }
 
-// startChild runs exe (empty: this binary) with -role role.
-func startChild(exe, role string, upstreams []string) (*child, error) {
+// startChild runs exe (empty: this binary) with -role role, on cpus (nil:
+// any).
+func startChild(exe, role string, upstreams []string, cpus []int) (*child, error) {
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {
@@ -53,7 +55,7 @@ func startChild(exe, role string, upstreams []string) (*child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", role, err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startOn(cmd, cpus); err != nil {
 		return nil, fmt.Errorf("start %s: %w", role, err)
 	}
 	c := &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
@@ -153,10 +155,12 @@ type haproxy struct {
 // reference. %[6]s is the log: by default a line at
 // each connection's end ("option tcplog", HAProxy's counterpart of
 // pinproxy's default) sent to a Unix datagram socket the harness reads and
-// drops, as a local syslog would; the -nolog targets log nothing.
+// drops, as a local syslog would; the -nolog targets log nothing. %[8]d is
+// nbthread: a thread per CPU the proxies run on, as pinproxy runs a loop
+// per CPU (2 on this project's build machine, as in the reference).
 const haproxyConfig = `global
 	maxconn %[1]d
-	nbthread 2
+	nbthread %[8]d
 %[4]s%[6]s
 defaults
 	mode tcp
@@ -175,8 +179,10 @@ backend upstreams
 
 // startHAProxy starts HAProxy in front of upstreams; forceSplice adds
 // splice-request and splice-response to splice-auto; logs adds a log line
-// for each connection (option tcplog) to a socket the harness reads.
-func startHAProxy(bin string, upstreams []string, maxconn, pipesize int, forceSplice, logs bool) (*haproxy, error) {
+// for each connection (option tcplog) to a socket the harness reads. It
+// runs on cpus, with a thread for each (nil: any CPU, a thread for each of
+// the machine's, as pinproxy has a loop for each).
+func startHAProxy(bin string, upstreams []string, maxconn, pipesize int, forceSplice, logs bool, cpus []int) (*haproxy, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, fmt.Errorf("haproxy: %w", err)
@@ -190,6 +196,10 @@ func startHAProxy(bin string, upstreams []string, maxconn, pipesize int, forceSp
 		fmt.Fprintf(&servers, "\tserver up%d %s\n", i+1, u)
 	}
 	cfg := dir + "/haproxy.cfg"
+	threads := runtime.NumCPU()
+	if cpus != nil {
+		threads = len(cpus)
+	}
 	tune := ""
 	if pipesize > 0 {
 		tune = fmt.Sprintf("\ttune.pipesize %d\n", pipesize)
@@ -211,7 +221,7 @@ func startHAProxy(bin string, upstreams []string, maxconn, pipesize int, forceSp
 		logGlobal = fmt.Sprintf("\tlog %s local0 info\n", sock)
 		logDefaults = "\tlog global\n\toption tcplog\n"
 	}
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, maxconn, addr, servers.String(), tune, force, logGlobal, logDefaults), 0o644); err != nil {
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, maxconn, addr, servers.String(), tune, force, logGlobal, logDefaults, threads), 0o644); err != nil {
 		h.closeLogs()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("haproxy: %w", err)
@@ -219,7 +229,7 @@ func startHAProxy(bin string, upstreams []string, maxconn, pipesize int, forceSp
 	h.cmd = exec.Command(bin, "-db", "-f", cfg)
 	h.cmd.Stdout, h.cmd.Stderr = &h.output, &h.output
 	setDeathSignal(h.cmd)
-	if err := h.cmd.Start(); err != nil {
+	if err := startOn(h.cmd, cpus); err != nil {
 		h.closeLogs()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("haproxy: %w", err)
@@ -302,6 +312,22 @@ func openFDs(pid int) (int, error) {
 		return 0, err
 	}
 	return p.FileDescriptorsLen()
+}
+
+// machineCPU reads the machine's CPU time from /proc/stat, summed over
+// its CPUs, in seconds: busy (everything but idle and iowait) and all.
+func machineCPU() (busy, all float64, err error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	c := st.CPUTotal
+	busy = c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
+	return busy, busy + c.Idle + c.Iowait, nil
 }
 
 // cpuTime reads the CPU time (user + system) a process has used so far,

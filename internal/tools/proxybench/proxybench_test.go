@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -63,9 +65,9 @@ func TestSmoke(t *testing.T) {
 			if err != nil || bps <= 0 {
 				t.Errorf("throughput = %v, %v; want > 0, nil", bps, err)
 			}
-			rate, failed, err := connRate([]string{echo}, 2, 50*time.Millisecond)
-			if err != nil || rate <= 0 || failed != 0 {
-				t.Errorf("connRate = %v, %d failed, %v; want > 0, 0, nil", rate, failed, err)
+			c, err := connRate([]string{echo}, 2, 50*time.Millisecond)
+			if err != nil || c.ok <= 0 || c.failed != 0 {
+				t.Errorf("connRate = %d made, %d failed, %v; want > 0, 0, nil", c.ok, c.failed, err)
 			}
 			conns, err := openIdle(echo, 20, 4)
 			if err != nil {
@@ -223,5 +225,34 @@ func TestProcReaders(t *testing.T) {
 	}
 	if _, err := vmRSS(-1); err == nil {
 		t.Error("vmRSS(-1) gave no error")
+	}
+}
+
+func TestParsePin(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: no two lists to tell apart")
+	}
+	for _, tc := range []struct {
+		in          string
+		proxy, load []int
+		bad         bool
+	}{
+		{in: "1/0", proxy: []int{1}, load: []int{0}},
+		{in: "0-1/0,1,0", proxy: []int{0, 1}, load: []int{0, 1}},
+		{in: "1", bad: true},
+		{in: "1/", bad: true},
+		{in: "1-0/0", bad: true},
+		{in: fmt.Sprintf("%d/0", runtime.NumCPU()), bad: true},
+	} {
+		proxy, load, err := parsePin(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("parsePin(%q) = %v, %v, nil; want an error", tc.in, proxy, load)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(proxy, tc.proxy) || !slices.Equal(load, tc.load) {
+			t.Errorf("parsePin(%q) = %v, %v, %v; want %v, %v, nil", tc.in, proxy, load, err, tc.proxy, tc.load)
+		}
 	}
 }

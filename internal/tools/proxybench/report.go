@@ -85,6 +85,20 @@ func report(w io.Writer, o options, targets []*target, res results) {
 	ratioOf(mConnCPU, "pinproxy-nolog", "pinproxy, no log", "HAProxy, no log", "haproxy-nolog", false, 0)
 	ratioOf(mConnCPU, "floor", "epoll floor", "HAProxy", "haproxy", false, 0)
 	ratioOf(mConnCPU, "pinproxy", "pinproxy", "epoll floor", "floor", false, 0)
+	if len(res[mConnClientCPU]) > 0 {
+		fmt.Fprintf(w, "  the rest of the pipeline in the same time: the clients' CPU per connection, µs (this process)\n")
+		rows(mConnClientCPU, "%.0f")
+		fmt.Fprintf(w, "  the sink's CPU per connection, µs\n")
+		rows(mConnSinkCPU, "%.0f")
+		fmt.Fprintf(w, "  the pipeline's CPU per connection, µs (proxy + clients + sink)\n")
+		rows(mConnPipeCPU, "%.0f")
+		ratioOf(mConnPipeCPU, "pinproxy", "pinproxy", "HAProxy", "haproxy", false, 0)
+		fmt.Fprintf(w, "  the pipeline's share of the machine's CPU, %% (its CPU over the time × CPUs; rate = share × CPUs / the pipeline's CPU a connection)\n")
+		rows(mConnShare, "%.0f")
+		ratio(mConnShare, "HAProxy", "haproxy", true, 0)
+		fmt.Fprintf(w, "  the machine's CPUs busy, %% (every process, the machine's other jobs too)\n")
+		rows(mConnBusy, "%.0f")
+	}
 	for _, t := range targets {
 		if f := res[mConnFailed][t.name]; slices.ContainsFunc(f, func(x float64) bool { return x > 0 }) {
 			fmt.Fprintf(w, "  %s: failed connections per round: %v\n", t.label, f)
