@@ -108,6 +108,10 @@ const stopGrace = 700 * time.Millisecond
 // exiting after SIGTERM.
 const lastWords = 50 * time.Millisecond
 
+// logWait bounds a log call's wait for its line to be written out; an
+// output slower than that is taken as stalled until it takes a line.
+const logWait = 250 * time.Millisecond
+
 // logGrace bounds each wait for the log's buffered lines to go out: at
 // exit, and before READY=1. Writing them takes microseconds; the bound
 // is for a stderr that does not drain, and leaves the exit well inside
@@ -174,11 +178,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		}
 		o.node = h
 	}
-	// Lines go out through a buffer written by a goroutine of its own, so
-	// a stderr that does not drain (a journald that is not reading) drops
-	// lines instead of stalling readings and reports, and cannot hold the
-	// exit: the last lines get logGrace to go out.
-	lw := logbuf.New(stderr, logbuf.Config{})
+	// Lines go out through a buffer written by a goroutine of its own.
+	// Each log call waits for its line to be written, as with a plain
+	// stderr, so a SIGKILL loses none (the log names every report it
+	// drops); but a stderr that does not drain (a journald that is not
+	// reading) costs one logWait, then lines are dropped instead of
+	// stalling readings and reports, and cannot hold the exit: the last
+	// lines get logGrace to go out.
+	lw := logbuf.New(stderr, logbuf.Config{Wait: logWait})
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), logGrace)
 		defer cancel()

@@ -159,7 +159,9 @@ Flags:
 	return o, nil
 }
 
-// logGrace bounds the wait for the last log lines at exit.
+// logGrace bounds a log call's wait for its line to be written out (an
+// output slower than that is taken as stalled until it takes a line),
+// and the wait for the last lines at exit.
 const logGrace = 250 * time.Millisecond
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -185,11 +187,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.healthcheck {
 		return cmdkit.Healthcheck("platform", o.listen, stdout, stderr)
 	}
-	// Lines go out through a buffer written by a goroutine of its own: a
-	// stderr that does not drain (a journald that is not reading) drops
-	// lines rather than stall a request, a delivery or the exit, which
-	// waits at most logGrace for the last ones.
-	lw := logbuf.New(stderr, logbuf.Config{})
+	// Lines go out through a buffer written by a goroutine of its own.
+	// Each log call waits for its line to be written, as with a plain
+	// stderr, so a replica killed loses none (a closure is logged as it
+	// is carried out); but a stderr that does not drain (a journald that
+	// is not reading) costs one logGrace, then lines are dropped rather
+	// than stall a request, a delivery or the exit, which waits at most
+	// logGrace for the last ones.
+	lw := logbuf.New(stderr, logbuf.Config{Wait: logGrace})
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), logGrace)
 		defer cancel()

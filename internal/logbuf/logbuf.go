@@ -39,6 +39,18 @@ type Config struct {
 	// (64 KiB). A line longer than Size is written out at once, after
 	// the lines before it, by the caller's goroutine.
 	Size int
+
+	// Wait, when positive, makes Write wait until its line is written
+	// out, for at most Wait: a line whose Write has returned is then in
+	// the output, as with an unbuffered writer, and a process killed
+	// right after loses none of them (a log that names what was dropped
+	// must not drop that line). An output that takes longer than Wait is
+	// stalled: from then until it takes a write again, Write returns at
+	// once, buffering or dropping as when Wait is zero, so a stderr that
+	// does not drain costs one Wait, not one a line. Zero means Write
+	// never waits, and a crash loses the lines of the last flush
+	// interval.
+	Wait time.Duration
 }
 
 // Writer is a buffered, non-blocking io.Writer. Its methods are safe for
@@ -47,6 +59,7 @@ type Writer struct {
 	out      io.Writer
 	interval time.Duration
 	size     int
+	wait     time.Duration
 
 	mu      sync.Mutex
 	buf     []byte // lines taking in; nil until the first
@@ -54,6 +67,15 @@ type Writer struct {
 	pending bool   // back holds lines to write out, or is being written
 	closed  bool   // Close was called: Write writes through
 	gone    bool   // Shutdown gave up on the output: Write drops
+
+	// With wait: bytes ever taken into buf, and of them written out (the
+	// buffers go out in order, so a line is out once written reaches
+	// what appended was after it); flushed is closed, and replaced, at
+	// each write out; stalled is set when a Write's wait ran out, and
+	// cleared by the next write out.
+	appended, written int64
+	flushed           chan struct{}
+	stalled           bool
 
 	outMu     sync.Mutex    // held while writing to out
 	kick      chan struct{} // the buffer filled: write out now
@@ -76,6 +98,8 @@ func New(out io.Writer, cfg Config) *Writer {
 		out:      out,
 		interval: cfg.FlushInterval,
 		size:     cfg.Size,
+		wait:     cfg.Wait,
+		flushed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -123,8 +147,46 @@ func (w *Writer) Write(p []byte) (int, error) {
 		}
 	}
 	w.buf = append(w.buf, p...)
+	w.appended += int64(len(p))
+	if w.wait <= 0 || w.stalled {
+		w.mu.Unlock()
+		return len(p), nil
+	}
+	ticket, flushed := w.appended, w.flushed
 	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	w.waitWritten(ticket, flushed)
 	return len(p), nil
+}
+
+// waitWritten waits, for at most w.wait, until the bytes up to ticket
+// are written out; flushed is w.flushed when they were taken. When the
+// wait runs out the output is stalled.
+func (w *Writer) waitWritten(ticket int64, flushed chan struct{}) {
+	t := time.NewTimer(w.wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-flushed:
+		case <-t.C:
+			w.mu.Lock()
+			if w.written < ticket {
+				w.stalled = true
+			}
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Lock()
+		done := w.written >= ticket
+		flushed = w.flushed
+		w.mu.Unlock()
+		if done {
+			return
+		}
+	}
 }
 
 // handOverLocked moves the buffered lines to back, to be written out, and
@@ -194,6 +256,10 @@ func (w *Writer) flushLocked() {
 		w.mu.Lock()
 		w.back = b[:0]
 		w.pending = false
+		w.written += int64(len(b))
+		w.stalled = false
+		close(w.flushed)
+		w.flushed = make(chan struct{})
 		w.mu.Unlock()
 	}
 }

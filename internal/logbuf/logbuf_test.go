@@ -272,3 +272,51 @@ func BenchmarkWrite(b *testing.B) {
 		w.Write(line)
 	}
 }
+
+// With Wait, a line whose Write returned is in the output, however long
+// the flush interval.
+func TestWaitWritesBeforeReturning(t *testing.T) {
+	var out syncBuffer
+	w := logbuf.New(&out, logbuf.Config{FlushInterval: time.Hour, Wait: time.Minute})
+	defer w.Close()
+	var want strings.Builder
+	for i := range 100 {
+		line := fmt.Sprintf("line %03d\n", i)
+		w.Write([]byte(line))
+		want.WriteString(line)
+		if got := out.String(); got != want.String() {
+			t.Fatalf("after Write of line %d the output holds %q", i, got)
+		}
+	}
+}
+
+// With Wait, an output that does not take a line costs one Wait: the
+// Writes after it return at once, buffered or dropped, until the output
+// takes a write again; then Write waits for its line again.
+func TestWaitStalledOutput(t *testing.T) {
+	out := &blockingWriter{release: make(chan struct{})}
+	w := logbuf.New(out, logbuf.Config{FlushInterval: time.Hour, Size: 1000, Wait: 100 * time.Millisecond})
+	defer w.Close()
+	w.Write([]byte("first\n")) // waits 100 ms: the output is blocked
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 1000 { // 100 s if each waited
+			fmt.Fprintf(w, "line %05d\n", i)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Write waited for a stalled output line after line")
+	}
+	if w.Dropped() == 0 {
+		t.Error("no line dropped while the output was stalled")
+	}
+	close(out.release)
+	testkit.WaitFor(t, "the output to take the lines held", func() bool { return strings.Contains(out.String(), "first\n") })
+	w.Write([]byte("after\n")) // the output takes writes again: Write waits for its line
+	if got := out.String(); !strings.HasSuffix(got, "after\n") {
+		t.Errorf("after the output recovered, a returned Write's line is not out: %q", got[max(0, len(got)-100):])
+	}
+}
