@@ -251,7 +251,7 @@ func New(cfg Config) (_ *Agent, err error) {
 	if f := cfg.LogLinesDropped; f != nil {
 		if err = a.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "proofkit_agent_log_lines_dropped_total",
-			Help: "Log lines dropped because the log's output (stderr) did not keep up; the agent never waits for it.",
+			Help: "Log lines dropped because the log's output (stderr) stalled; the agent waits for it at most a moment.",
 		}, func() float64 { return float64(f()) })); err != nil {
 			return nil, fmt.Errorf("new agent: register metrics: %w", err)
 		}

@@ -104,7 +104,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	// connection's line costs no write(2) of its own; a crash loses at
 	// most that interval.
 	lw := logbuf.New(stderr, logbuf.Config{})
-	defer bounded(lw.Shutdown)
+	defer lw.CloseWithin(logGrace)
 	log := newLogger(lw, o.logFormat == "json", o.logLevel)
 
 	p, err := pinproxy.New(o.config(log))
@@ -116,7 +116,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if code != 0 {
 		return code
 	}
-	d := &daemon{o: o, p: p, log: log, flushLog: func() { bounded(lw.FlushContext) }, adminLn: adminLn, served: make(chan error, len(lns)+1), lookupEnv: lookupEnv}
+	d := &daemon{o: o, p: p, log: log, flushLog: func() { lw.FlushWithin(logGrace) }, adminLn: adminLn, served: make(chan error, len(lns)+1), lookupEnv: lookupEnv}
 	if adminLn != nil {
 		d.admin = newAdminServer(p, bi, log, lw)
 		d.extra = []net.Listener{adminLn}
@@ -165,13 +165,6 @@ func newLogger(w io.Writer, json bool, level slog.Level) *slog.Logger {
 // at the exit. A stderr that does not drain (a journald that is not
 // reading) then costs log lines, never a hand-over or the exit.
 const logGrace = 250 * time.Millisecond
-
-// bounded calls f with a context that ends after logGrace.
-func bounded(f func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), logGrace)
-	defer cancel()
-	f(ctx)
-}
 
 // daemon is the running command: the proxy, its admin server and the
 // upgrades it listens for.

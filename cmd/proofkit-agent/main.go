@@ -186,11 +186,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	// stalling readings and reports, and cannot hold the exit: the last
 	// lines get logGrace to go out.
 	lw := logbuf.New(stderr, logbuf.Config{Wait: logWait})
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), logGrace)
-		defer cancel()
-		lw.Shutdown(ctx)
-	}()
+	defer lw.CloseWithin(logGrace)
 	stderr = lw
 	log := newLogger(o, lw)
 	pcfg := probe.Config{
@@ -338,9 +334,7 @@ func notifyReady(ctx context.Context, a *agent.Agent, interval time.Duration, lo
 			case <-t.C:
 			}
 		}
-		fctx, cancel := context.WithTimeout(ctx, logGrace)
-		lw.FlushContext(fctx)
-		cancel()
+		lw.FlushWithin(logGrace)
 		if err := sdnotify.Notify(sock, "READY=1\nSTATUS=taking a reading every "+interval.String()); err != nil {
 			log.Warn("could not tell systemd the agent is ready", "socket", sock, "err", err)
 			return

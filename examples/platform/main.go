@@ -195,11 +195,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// than stall a request, a delivery or the exit, which waits at most
 	// logGrace for the last ones.
 	lw := logbuf.New(stderr, logbuf.Config{Wait: logGrace})
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), logGrace)
-		defer cancel()
-		lw.Shutdown(sctx)
-	}()
+	defer lw.CloseWithin(logGrace)
 	stderr = lw
 	log := cmdkit.NewLogger(lw, o.logFormat == "json", slog.LevelInfo)
 	o.cfg.Logger = log

@@ -15,7 +15,6 @@
 package logbuf
 
 import (
-	"context"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -66,7 +65,7 @@ type Writer struct {
 	back    []byte // lines handed over to be written out, when pending
 	pending bool   // back holds lines to write out, or is being written
 	closed  bool   // Close was called: Write writes through
-	gone    bool   // Shutdown gave up on the output: Write drops
+	gone    bool   // CloseWithin gave up on the output: Write drops
 
 	// With wait: bytes ever taken into buf, and of them written out (the
 	// buffers go out in order, so a line is out once written reaches
@@ -112,7 +111,7 @@ func New(out io.Writer, cfg Config) *Writer {
 // the buffer is full and the one before it is still being written out, p
 // is dropped and counted (see Dropped); Write still reports success, as a
 // logger has nothing better to do with the error. After Close, Write
-// writes p through to the output; after a Shutdown that gave up, it
+// writes p through to the output; after a CloseWithin that gave up, it
 // drops p.
 func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
@@ -217,25 +216,27 @@ func (w *Writer) Flush() {
 	w.flushLocked()
 }
 
-// FlushContext is Flush with a deadline: it returns ctx's error if the
-// output has not taken the lines by ctx's end (they go out when it does).
-func (w *Writer) FlushContext(ctx context.Context) error {
-	return within(ctx, w.Flush)
+// FlushWithin is Flush bounded by d: it returns false if the output has
+// not taken the lines within d (they go out when it does).
+func (w *Writer) FlushWithin(d time.Duration) bool {
+	return within(d, w.Flush)
 }
 
-// within runs f and returns when it has, or with ctx's error when ctx
-// ends first (f then finishes on its own).
-func within(ctx context.Context, f func()) error {
+// within runs f and reports whether it returned within d (else f
+// finishes on its own).
+func within(d time.Duration, f func()) bool {
 	done := make(chan struct{})
 	go func() {
 		f()
 		close(done)
 	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
@@ -301,18 +302,18 @@ func (w *Writer) Close() error {
 	return nil
 }
 
-// Shutdown is Close with a deadline, for a process about to exit: it
-// returns once what is buffered is written out, or when ctx ends, whichever
+// CloseWithin is Close bounded by d, for a process about to exit: it
+// returns once what is buffered is written out, or after d, whichever
 // comes first. An output that does not take the lines by then (a pipe
-// whose reader stopped reading) keeps them, and the write it is blocked in
-// stays blocked; Shutdown returns ctx's error, and from then on Write drops
-// and counts every line instead of waiting for that output.
-func (w *Writer) Shutdown(ctx context.Context) error {
-	err := within(ctx, func() { w.Close() })
-	if err != nil {
-		w.mu.Lock()
-		w.gone = true
-		w.mu.Unlock()
+// whose reader stopped reading) keeps them, and the write it is blocked
+// in stays blocked; CloseWithin returns false, and from then on Write
+// drops and counts every line instead of waiting for that output.
+func (w *Writer) CloseWithin(d time.Duration) bool {
+	if within(d, func() { w.Close() }) {
+		return true
 	}
-	return err
+	w.mu.Lock()
+	w.gone = true
+	w.mu.Unlock()
+	return false
 }

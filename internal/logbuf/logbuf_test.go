@@ -2,8 +2,6 @@ package logbuf_test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -154,43 +152,40 @@ func TestClose(t *testing.T) {
 	w.Close() // twice is fine
 }
 
-// Shutdown writes out what is buffered, as Close does, when the output
-// takes it.
-func TestShutdown(t *testing.T) {
+// CloseWithin writes out what is buffered, as Close does, when the
+// output takes it.
+func TestCloseWithin(t *testing.T) {
 	var out syncBuffer
 	w := logbuf.New(&out, logbuf.Config{FlushInterval: time.Hour})
 	w.Write([]byte("a\n"))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := w.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
+	if !w.CloseWithin(10 * time.Second) {
+		t.Fatal("CloseWithin gave up on an output that takes lines")
 	}
 	if got := out.String(); got != "a\n" {
-		t.Fatalf("after Shutdown: %q, want %q", got, "a\n")
+		t.Fatalf("after CloseWithin: %q, want %q", got, "a\n")
 	}
 }
 
-// Shutdown gives up on an output that does not take the lines (a process
-// must be able to exit with its stderr blocked), and from then on no
-// Write waits for that output, not even a line too long for the buffer.
-func TestShutdownBlockedOutput(t *testing.T) {
+// CloseWithin gives up on an output that does not take the lines (a
+// process must be able to exit with its stderr blocked), and from then on
+// no Write waits for that output, not even a line too long for the
+// buffer.
+func TestCloseWithinBlockedOutput(t *testing.T) {
 	out := &blockingWriter{release: make(chan struct{})}
 	defer close(out.release)
 	w := logbuf.New(out, logbuf.Config{FlushInterval: time.Millisecond, Size: 16})
 	w.Write([]byte("first\n"))
 	testkit.WaitFor(t, "the output blocked on the first line", func() bool { return out.Blocked() })
 	w.Write([]byte("second\n"))
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- w.Shutdown(ctx) }()
+	done := make(chan bool, 1)
+	go func() { done <- w.CloseWithin(50 * time.Millisecond) }()
 	select {
-	case err := <-done:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Shutdown: %v, want %v", err, context.DeadlineExceeded)
+	case ok := <-done:
+		if ok {
+			t.Fatal("CloseWithin reports a blocked output took the lines")
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown waited for a blocked output past its deadline")
+		t.Fatal("CloseWithin waited for a blocked output past its bound")
 	}
 	before := w.Dropped()
 	wrote := make(chan struct{})
@@ -202,10 +197,10 @@ func TestShutdownBlockedOutput(t *testing.T) {
 	select {
 	case <-wrote:
 	case <-time.After(10 * time.Second):
-		t.Fatal("Write after a Shutdown that gave up waited for the output")
+		t.Fatal("Write after a CloseWithin that gave up waited for the output")
 	}
 	if got := w.Dropped() - before; got != 2 {
-		t.Errorf("%d lines dropped after Shutdown gave up, want 2", got)
+		t.Errorf("%d lines dropped after CloseWithin gave up, want 2", got)
 	}
 }
 
