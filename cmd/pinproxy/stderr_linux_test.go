@@ -3,7 +3,6 @@ package main
 import (
 	"net"
 	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,16 +33,8 @@ func TestBinaryStderrBlocked(t *testing.T) {
 		}
 		cl.Conn.Close()
 	}
-	start := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ended:
-	case <-time.After(pinproxytest.WaitFor):
-		t.Fatalf("pinproxy did not exit within %v of SIGTERM with its stderr blocked", pinproxytest.WaitFor)
-	}
-	t.Logf("exited %v after SIGTERM, status %d", time.Since(start).Round(time.Millisecond), cmd.ProcessState.ExitCode())
+	took := testkit.Terminate(t, cmd, ended, pinproxytest.WaitFor)
+	t.Logf("exited %v after SIGTERM, status %d", took.Round(time.Millisecond), cmd.ProcessState.ExitCode())
 	if code := cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}

@@ -143,17 +143,26 @@ func (p *proc) stop() int {
 // Prometheus text.
 func (p *proc) metrics() map[string]*dto.MetricFamily {
 	p.t.Helper()
-	resp, err := http.Get(p.url("/metrics"))
+	fams, err := scrape(p.url("/metrics"))
 	if err != nil {
 		p.t.Fatal(err)
+	}
+	return fams
+}
+
+// scrape reads the metrics served at url, as Prometheus text.
+func scrape(url string) (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		p.t.Fatalf("/metrics does not parse: %v", err)
+		return nil, fmt.Errorf("/metrics does not parse: %w", err)
 	}
-	return fams
+	return fams, nil
 }
 
 // getJSON decodes the agent's answer to GET path into v.

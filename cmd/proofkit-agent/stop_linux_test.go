@@ -2,13 +2,8 @@ package main
 
 import (
 	"context"
-	"io"
 	"net"
-	"net/http"
 	"os/exec"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -93,19 +88,10 @@ func TestStopWithinBound(t *testing.T) {
 				// once its buffer (64 KiB, a few seconds of debug lines)
 				// is full.
 				const readings, dropped = "proofkit_agent_readings_total", "proofkit_agent_log_lines_dropped_total"
-				testkit.WaitFor(t, "readings taken with stderr blocked", func() bool { return metric(t, listen, readings) > 5 })
-				testkit.WaitFor(t, "log lines dropped and counted", func() bool { return metric(t, listen, dropped) > 0 })
+				testkit.WaitFor(t, "readings taken with stderr blocked", func() bool { return metric(listen, readings) > 5 })
+				testkit.WaitFor(t, "log lines dropped and counted", func() bool { return metric(listen, dropped) > 0 })
 			}
-			start := time.Now()
-			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-ended:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the agent did not stop within 20 s of SIGTERM")
-			}
-			took := time.Since(start)
+			took := testkit.Terminate(t, cmd, ended, 20*time.Second)
 			t.Logf("stopped %v after SIGTERM, exit status %d", took.Round(time.Millisecond), cmd.ProcessState.ExitCode())
 			if took > stopBound {
 				t.Errorf("stopped %v after SIGTERM, want within %v", took, stopBound)
@@ -114,26 +100,12 @@ func TestStopWithinBound(t *testing.T) {
 	}
 }
 
-// metric is the value of the series name (no labels) served by the
+// metric is the value of the counter name (no labels) served by the
 // agent at addr, -1 while it does not answer or serves no such series.
-func metric(t *testing.T, addr, name string) float64 {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
+func metric(addr, name string) float64 {
+	fams, err := scrape("http://" + addr + "/metrics")
+	if err != nil || fams[name] == nil || len(fams[name].Metric) == 0 {
 		return -1
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s %q: %v", name, v, err)
-			}
-			return n
-		}
-	}
-	return -1
+	return fams[name].Metric[0].GetCounter().GetValue()
 }

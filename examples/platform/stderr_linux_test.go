@@ -3,7 +3,6 @@ package main
 import (
 	"net/http"
 	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,16 +28,8 @@ func TestBinaryStderrBlocked(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	})
 	time.Sleep(200 * time.Millisecond) // a few plan rounds
-	start := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ended:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the platform did not exit within 30 s of SIGTERM with its stderr blocked")
-	}
-	t.Logf("exited %v after SIGTERM, status %d", time.Since(start).Round(time.Millisecond), cmd.ProcessState.ExitCode())
+	took := testkit.Terminate(t, cmd, ended, 30*time.Second)
+	t.Logf("exited %v after SIGTERM, status %d", took.Round(time.Millisecond), cmd.ProcessState.ExitCode())
 	if code := cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}

@@ -68,6 +68,24 @@ func StartProc(t testing.TB, cmd *exec.Cmd, onLine func(line string)) *Proc {
 // Done is closed once the process has ended and its output is read.
 func (p *Proc) Done() <-chan struct{} { return p.done }
 
+// Terminate sends cmd's process SIGTERM and waits for ended (closed once
+// the process has ended, as Proc.Done and StartStderrBlocked's) for at
+// most within, failing t if it has not ended by then. It returns the time
+// from the signal to the end, as the test saw it.
+func Terminate(t testing.TB, cmd *exec.Cmd, ended <-chan struct{}, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(within):
+		t.Fatalf("%s still running %v after SIGTERM", cmd.Path, within)
+	}
+	return time.Since(start)
+}
+
 // Kill sends SIGKILL and waits for the process to end.
 func (p *Proc) Kill() {
 	p.Cmd.Process.Kill()
