@@ -286,20 +286,25 @@ func run(o options) error {
 	began := time.Now()
 	for round := range o.rounds {
 		order := append(slices.Clone(targets[round%len(targets):]), targets[:round%len(targets)]...)
+		// The connection rate in slices measures every target at once.
+		var connAll func() error
+		if o.slice > 0 && o.slice < o.duration {
+			connAll = func() error { return measureConnRateSliced(o, res, order, echo, round) }
+		}
 		for _, m := range []struct {
 			name    string // as -metrics names it
 			measure func(*target) error
-			all     func([]*target) error // measures every target at once (instead of measure)
+			all     func() error // measures every target at once (instead of measure); nil: none
 		}{
 			{name: "throughput", measure: func(t *target) error { return measureThroughput(o, res, t, bulk, round) }},
-			{name: "connrate", measure: func(t *target) error { return measureConnRate(o, res, t, echo, round) }},
+			{name: "connrate", measure: func(t *target) error { return measureConnRate(o, res, t, echo, round) }, all: connAll},
 			{name: "idle", measure: func(t *target) error { return measureIdle(o, res, t, echo) }},
 		} {
 			if !o.metrics[m.name] {
 				continue
 			}
-			if m.name == "connrate" && o.slice > 0 && o.slice < o.duration {
-				if err := measureConnRateSliced(o, res, order, echo, round); err != nil {
+			if m.all != nil {
+				if err := m.all(); err != nil {
 					return fmt.Errorf("round %d: %w", round+1, err)
 				}
 				continue
