@@ -53,7 +53,7 @@ const maxQueueLine = 1 << 20
 // was pushed: at worst the last line is torn. When the queue is opened
 // again, the file is read as a stream with the bound applied while
 // reading, so a file of any size opens in bounded memory: a line that is
-// not one JSON value (torn, or longer than 1 MiB) is skipped alone, and
+// not one JSON object (torn, or longer than 1 MiB) is skipped alone, and
 // reported with its byte offset; every line after it is kept; of more
 // reports than the bound, the newest are kept. With the default bound
 // (120 readings, about 100 KiB for a node with one link and five
@@ -95,7 +95,7 @@ type queued struct {
 type badLine struct {
 	offset int64  // byte offset of the line in the file
 	length int64  // its length in bytes, without the newline
-	reason string // "not JSON", "longer than 1 MiB"
+	reason string // "not JSON", "not a JSON object", "longer than 1 MiB"
 }
 
 // Bounds on what opening a queue file keeps to say what it skipped and
@@ -229,7 +229,7 @@ func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
 
 // scanQueue reads a queue file from r, line by line in bounded memory
 // (its 1 MiB read buffer and a line of at most maxQueueLine),
-// and calls report with each line that is one JSON value (without the
+// and calls report with each line that is one JSON object (without the
 // white space around it) and bad with each that is not, or is longer
 // than maxQueueLine (read past, never held); blank lines are ignored.
 // The body given to report is its own. clean says whether the file ended
@@ -266,6 +266,10 @@ func scanQueue(r io.Reader, report func([]byte), bad func(badLine)) (clean bool,
 			case len(trimmed) == 0:
 			case !json.Valid(trimmed):
 				bad(badLine{off, length, "not JSON"})
+			case trimmed[0] != '{':
+				// A number, string or array is JSON but no report: a
+				// line of random bytes is often one ("4").
+				bad(badLine{off, length, "not a JSON object"})
 			default:
 				report(bytes.Clone(trimmed))
 			}

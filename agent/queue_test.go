@@ -133,8 +133,11 @@ func TestQueueOpen(t *testing.T) {
 			`{"n":0} {"n":2} {"n":3} {"n":9}`, []int64{8}, 0},
 		{"torn line over 1 MiB at the end", "{\"n\":0}\n\"" + strings.Repeat("x", maxQueueLine+queueReadChunk), 5,
 			`{"n":0} {"n":9}`, []int64{8}, 0},
-		{"line of 1 MiB", "{\"n\":0}\n\"" + strings.Repeat("x", maxQueueLine-2) + "\"\n", 5,
-			`{"n":0} "` + strings.Repeat("x", maxQueueLine-2) + `" {"n":9}`, nil, 0},
+		{"line of 1 MiB", "{\"n\":0}\n{\"x\":\"" + strings.Repeat("x", maxQueueLine-8) + "\"}\n", 5,
+			`{"n":0} {"x":"` + strings.Repeat("x", maxQueueLine-8) + `"} {"n":9}`, nil, 0},
+		// Random bytes hold many lines that are JSON but no report.
+		{"JSON that is not an object", "{\"n\":0}\n4\n\"s\"\n[1]\nnull\n{\"n\":5}\n", 5,
+			`{"n":0} {"n":5} {"n":9}`, []int64{8, 10, 14, 18}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
