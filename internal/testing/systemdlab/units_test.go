@@ -93,8 +93,11 @@ func TestIntegrationUnits(t *testing.T) {
 			t.Errorf("%s is %q after dpkg -i, want disabled", unit, strings.TrimSpace(got))
 		}
 	}
-	for _, user := range []string{"pinproxy", "proofkit-platform"} {
+	for _, user := range []string{"proofkit-agent", "pinproxy", "proofkit-platform"} {
 		m.Run(t, "getent", "passwd", user)
+	}
+	if got := strings.TrimSpace(m.Run(t, "stat", "-c", "%U %a", "/etc/proofkit-agent")); got != "proofkit-agent 700" {
+		t.Errorf("/etc/proofkit-agent is %q, want the agent user's, mode 700", got)
 	}
 
 	t.Run("agent", func(t *testing.T) { testAgent(t, m) })
@@ -221,6 +224,7 @@ func testAgent(t *testing.T, m *Machine) {
 	}
 	m.WriteFile(t, "/etc/default/proofkit-agent", []byte(conf), 0o644)
 	m.WriteFile(t, "/etc/proofkit-agent/token", []byte("token-1\n"), 0o600)
+	m.Run(t, "chown", "proofkit-agent:", "/etc/proofkit-agent/token")
 
 	// Type=notify: start returns once the agent said READY=1.
 	start := time.Now()
@@ -231,9 +235,17 @@ func testAgent(t *testing.T, m *Machine) {
 	}
 	testkit.WaitForWithin(t, time.Minute, "a report with the first token", func() bool { return rec.seen("token-1") })
 	pid := m.Show(t, "proofkit-agent", "MainPID")
+	if user := strings.TrimSpace(m.Run(t, "ps", "-o", "user=", "-p", pid)); user != "proofkit-agent" {
+		t.Errorf("the agent runs as %q, want the package's proofkit-agent user", user)
+	}
+	// One capability, the one that lets it size the kernel's net.* keys.
+	if eff := m.Run(t, "sh", "-c", "grep CapEff /proc/"+pid+"/status"); !strings.HasSuffix(strings.TrimSpace(eff), "0000000000001000") {
+		t.Errorf("the agent's effective capabilities: %s; want CAP_NET_ADMIN alone (0x1000)", strings.TrimSpace(eff))
+	}
 
 	// A rotated token, written to a new file renamed over the old one.
 	m.WriteFile(t, "/etc/proofkit-agent/token", []byte("token-2\n"), 0o600)
+	m.Run(t, "chown", "proofkit-agent:", "/etc/proofkit-agent/token")
 	m.Run(t, "systemctl", "reload", "proofkit-agent")
 	testkit.WaitForWithin(t, time.Minute, "a report with the rotated token after systemctl reload", func() bool { return rec.seen("token-2") })
 	if got := m.Show(t, "proofkit-agent", "MainPID"); got != pid {

@@ -213,6 +213,8 @@ if [ "$1" = configure ]; then
 	if [ ! -d {{.}} ]; then
 {{- if eq . $.GroupDir}}
 		install -d -m 0750 -o root -g {{$.User}} {{.}}
+{{- else if $.User}}
+		install -d -m 0700 -o {{$.User}} -g {{$.User}} {{.}}
 {{- else}}
 		install -d -m 0700 {{.}}
 {{- end}}

@@ -314,6 +314,10 @@ func checkDeb(t *testing.T, deb string, bin binary, arch, version string) {
 		}
 	}
 	postinst, _ := os.ReadFile(filepath.Join(ctl, "postinst"))
+	// Each service runs as a system user of its own, never root.
+	if !strings.Contains(string(postinst), "adduser --system --group --no-create-home --home /nonexistent --quiet "+bin.name+"\n") {
+		t.Errorf("postinst makes no system user %s:\n%s", bin.name, postinst)
+	}
 	for l := range strings.SplitSeq(string(postinst), "\n") {
 		l = strings.TrimSpace(l)
 		// try-restart and a signal act only on a unit already running.
