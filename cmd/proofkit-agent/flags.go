@@ -140,7 +140,8 @@ func (o *options) check() error {
 	// -healthcheck runs with the agent's environment and only asks its
 	// /healthz: the report URL is not its business.
 	if host, ok := placeholderURL(o.reportURL); ok && !o.healthcheck {
-		return f.Errorf("report-url", o.reportURL, "%s is a placeholder from the documentation, a reserved name that never resolves; give your platform's report URL", host)
+		// Redacted: a password in the URL must not reach the journal.
+		return f.Errorf("report-url", agent.RedactURL(o.reportURL), "%s is a placeholder from the documentation, a name reserved for examples; give your platform's report URL", host)
 	}
 	if o.requireURL && o.reportURL == "" && !o.healthcheck {
 		return usageError{Msg: fmt.Sprintf("no report URL: give -report-url or %s (%s is set: this node must report; a packaged install reads the variable from /etc/default/proofkit-agent)",

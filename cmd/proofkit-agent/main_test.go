@@ -691,6 +691,12 @@ func TestBadFlags(t *testing.T) {
 			`-report-url "https://platform.example/api/v1/readings": platform.example is a placeholder from the documentation`, nil},
 		{"placeholder under example.com", []string{"-report-url", "https://api.Example.COM./r", "-token-file", good},
 			"api.example.com is a placeholder from the documentation", nil},
+		{"placeholder with a password", []string{"-report-url", "https://ops:s3cret@platform.example/r", "-token-file", good},
+			`-report-url "https://xxxxx@platform.example/r": platform.example is a placeholder`, nil},
+		{"report url port out of range", []string{"-report-url", "http://127.0.0.1:99999/r", "-token-file", good},
+			`-report-url "http://127.0.0.1:99999/r": port 99999: want 1 to 65535`, nil},
+		{"report url port out of range, with a password", []string{"-report-url", "http://ops:s3cret@127.0.0.1:0/r", "-token-file", good},
+			`-report-url "http://xxxxx@127.0.0.1:0/r": port 0: want 1 to 65535`, nil},
 		{"placeholder under .invalid", []string{"-report-url", "http://platform.invalid:8080/r", "-token-file", good},
 			"platform.invalid is a placeholder", nil},
 		{"placeholder from the environment", nil,
@@ -721,6 +727,9 @@ func TestBadFlags(t *testing.T) {
 			msg := strings.TrimRight(stderr.String(), "\n")
 			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "proofkit-agent: ") || !strings.Contains(msg, tt.want) {
 				t.Errorf("stderr = %q, want one line saying %q", msg, tt.want)
+			}
+			if strings.Contains(msg, "s3cret") {
+				t.Errorf("stderr = %q gives the report URL's password", msg)
 			}
 		})
 	}
