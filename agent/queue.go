@@ -175,6 +175,11 @@ func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
 		return q, ld, nil
 	}
 	_ = atomicfile.RemoveTemps(path) // left by a crash during a rewrite
+	// The queue is appended to and emptied in place: through a symbolic
+	// link that would write another file (run as root, any file).
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		return nil, ld, fmt.Errorf("open report queue: %s is a symbolic link; want a file of the agent's own (remove the link)", path)
+	}
 	f, _, err := procfile.Open(context.Background(), path)
 	if errors.Is(err, os.ErrNotExist) {
 		return q, ld, nil
@@ -510,7 +515,7 @@ func (q *queue) appendLine(item []byte) error {
 	if q.path == "" {
 		return nil
 	}
-	f, err := os.OpenFile(q.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(q.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|oNoFollow, 0o600)
 	if err != nil {
 		return err
 	}
@@ -541,7 +546,7 @@ func (q *queue) rewrite() error {
 	if len(q.items) == 0 {
 		// Emptying needs no temp file, fsync or rename: a crash that
 		// brings the old lines back only sends them again.
-		if err := os.Truncate(q.path, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := truncateFile(q.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		q.dirty = false
@@ -559,4 +564,18 @@ func (q *queue) rewrite() error {
 	}
 	q.dirty = false
 	return nil
+}
+
+// truncateFile empties the file at path, never one a symbolic link at
+// path points to (os.Truncate follows it).
+func truncateFile(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|oNoFollow, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -389,6 +389,35 @@ func TestQueueOverflowKeepsAReportThePlatformMayHave(t *testing.T) {
 	}
 }
 
+// TestQueueRefusesASymlink: a symbolic link in the queue file's place is
+// refused at open, naming it, and nothing is written through it: its
+// target, all lines that are not reports, was once emptied in place
+// (run as root, any file the link named).
+func TestQueueRefusesASymlink(t *testing.T) {
+	for _, content := range []string{"root:x:0:0:root:/root:/bin/bash\n", ""} {
+		dir := t.TempDir()
+		target := filepath.Join(t.TempDir(), "passwd")
+		if err := os.WriteFile(target, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, queueFile)
+		if err := os.Symlink(target, path); err != nil {
+			t.Skipf("skipping: no symbolic links here: %v", err)
+		}
+		q, _, err := openQueue(path, 10)
+		if err == nil {
+			q.push(body(1))
+			q.rewrite()
+			t.Errorf("openQueue of a symbolic link: no error")
+		} else if !strings.Contains(err.Error(), path+" is a symbolic link") {
+			t.Errorf("openQueue of a symbolic link: %v, want an error naming it", err)
+		}
+		if b, _ := os.ReadFile(target); string(b) != content {
+			t.Errorf("the link's target %q now holds %q", content, b)
+		}
+	}
+}
+
 // TestQueueOpenRefusesAFIFO: a named pipe in the queue file's place is
 // refused, naming it, never read (reading one blocks until something
 // writes).
