@@ -24,7 +24,8 @@
 // any other "-" (a pre-release, v0.5.0-rc.1) as "~", so dpkg orders them
 // as Go does.
 //
-// The same commit gives the same bytes: the binaries are built with
+// The same commit built with the same Go release (each binary's -version
+// names it) gives the same bytes: the binaries are built with
 // -trimpath, without VCS stamping (the commit is given by -X) or build
 // ID, cgo off; every archive's entries are sorted, owned by root (0:0),
 // dated at the commit's time, and gzip records no name or time.
