@@ -699,6 +699,8 @@ func TestBadFlags(t *testing.T) {
 		{"proc without meminfo, once", []string{"-once", "-proc", dir}, "-proc " + dir + ": no meminfo there", nil},
 		{"sys missing", []string{"-sys", filepath.Join(dir, "nope")}, "-sys " + filepath.Join(dir, "nope") + ": not a directory", nil},
 		{"netns missing", []string{"-netns", filepath.Join(dir, "nope")}, "-netns " + filepath.Join(dir, "nope"), nil},
+		{"netns a FIFO", []string{"-netns", fifo}, "-netns " + fifo + ": a named pipe (FIFO), not a network namespace", nil},
+		{"netns a directory", []string{"-netns", dir}, "-netns " + dir + ": a directory, not a network namespace", nil},
 		{"listen port", []string{"-listen", "127.0.0.1:99999"}, `-listen "127.0.0.1:99999": want host:port or off`, nil},
 		{"token file a FIFO", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", fifo}, "token file: " + fifo + " is a named pipe (FIFO), not a regular file", nil},
 		{"token file a device", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", "/dev/zero"}, "token file: /dev/zero is a character device, not a regular file", nil},
