@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/internal/cmdkit"
+	"github.com/proofkit/nodekit/internal/procfile"
 	"github.com/proofkit/nodekit/sysctl"
 )
 
@@ -274,34 +276,17 @@ func checkRoots(o options) error {
 		return usageError{Msg: fmt.Sprintf("%s %s: not a directory; want the mount point of a sysfs, such as /sys", o.origins.Name("sys"), o.sysRoot)}
 	}
 	if o.netns != "" {
-		fi, err := os.Stat(o.netns)
-		if err != nil {
+		if _, err := os.Stat(o.netns); err != nil {
 			return usageError{Msg: fmt.Sprintf("%s %s: %v", o.origins.Name("netns"), o.netns, errors.Unwrap(err))}
 		}
-		// A namespace's file (nsfs) stats as a regular one; opening a
-		// FIFO would block the start for good.
-		if !fi.Mode().IsRegular() {
-			return usageError{Msg: fmt.Sprintf("%s %s: %s, not a network namespace; want /run/netns/NAME or /proc/PID/ns/net",
-				o.origins.Name("netns"), o.netns, fileKind(fi.Mode()))}
+		// A namespace's file (nsfs) is a regular one to open; opening a
+		// FIFO as the probe does would block the start for good.
+		if err := procfile.Check(context.Background(), o.netns); err != nil {
+			return usageError{Msg: fmt.Sprintf("%s %s: %v; want a network namespace, /run/netns/NAME or /proc/PID/ns/net",
+				o.origins.Name("netns"), o.netns, err)}
 		}
 	}
 	return nil
-}
-
-// fileKind names what a path that is not a regular file is.
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	case m&os.ModeDevice != 0:
-		return "a device"
-	default:
-		return "not a regular file"
-	}
 }
 
 // parseLinkSpeeds parses "eth0=1000,wg0=10G" (Mbit/s, or Gbit/s with G).
