@@ -289,6 +289,10 @@ func checkRoots(o options) error {
 	return nil
 }
 
+// maxLinkSpeedMbps is the fastest link speed a reading may carry (100
+// Tbit/s): overload's Validate refuses a reading with a faster one.
+const maxLinkSpeedMbps = 100_000_000
+
 // parseLinkSpeeds parses "eth0=1000,wg0=10G" (Mbit/s, or Gbit/s with G).
 func parseLinkSpeeds(s string) (map[string]uint64, error) {
 	if strings.TrimSpace(s) == "" {
@@ -310,6 +314,11 @@ func parseLinkSpeeds(s string) (map[string]uint64, error) {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n == 0 {
 			return nil, fmt.Errorf("%q: speed is not a positive whole number", item)
+		}
+		if n > maxLinkSpeedMbps/mult {
+			// Every reading would carry it, and the overload rule
+			// refuses such a reading whole.
+			return nil, fmt.Errorf("%q: above 100 Tbit/s, faster than any link", item)
 		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("link %q given twice", name)

@@ -691,6 +691,8 @@ func TestBadFlags(t *testing.T) {
 		{"token file of two lines", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", twoLines}, "token file " + twoLines + ": more than one line", nil},
 		{"state dir unwritable", []string{"-state-dir", filepath.Join(file, "state")}, "state directory", nil},
 		{"link speed", []string{"-link-speed", "eth0=fast"}, `-link-speed "eth0=fast"`, nil},
+		{"link speed too fast", []string{"-link-speed", "eth0=100000001"}, `-link-speed "eth0=100000001": "eth0=100000001": above 100 Tbit/s`, nil},
+		{"link speed that overflows", []string{"-link-speed", "eth0=18446744073709551615G"}, `"eth0=18446744073709551615G": above 100 Tbit/s`, nil},
 		{"queue bound", []string{"-queue-max", "0"}, "-queue-max 0: must be 1 or more", nil},
 		{"listen address", []string{"-listen", "9464"}, `-listen "9464": want host:port or off`, nil},
 		{"argument", []string{"now"}, `unexpected argument "now"`, nil},
