@@ -313,6 +313,13 @@ func (cfg Config) check() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return &ConfigError{Field: "ReportURL", Value: strconv.Quote(RedactURL(cfg.ReportURL)), Want: "want an http:// or https:// URL"}
 		}
+		// url.Parse takes any digits as a port; a dial would refuse it at
+		// every report, for ever.
+		if p := u.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return &ConfigError{Field: "ReportURL", Value: strconv.Quote(RedactURL(cfg.ReportURL)), Want: "port " + p + ": want 1 to 65535"}
+			}
+		}
 	}
 	if cfg.ReportCA != "" {
 		if u, err := url.Parse(cfg.ReportURL); err != nil || u.Scheme != "https" {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -334,6 +335,9 @@ func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 		{"broken json", func(t *testing.T, dir string) {
 			os.WriteFile(filepath.Join(dir, stateFile), []byte("{"), 0o600)
 		}, true},
+		{"over the bound", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, stateFile), bytes.Repeat([]byte(" "), maxStateFile+1), 0o600)
+		}, true},
 		{"unknown version", func(t *testing.T, dir string) {
 			os.WriteFile(filepath.Join(dir, stateFile), []byte(`{"v":7}`), 0o600)
 		}, true},
@@ -367,6 +371,41 @@ func TestStateOfAnotherNodeOrBrokenStartsAfresh(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestStateFIFOStartsAfresh: a named pipe in state.json's place is set
+// aside at once, never read (reading one blocks until something writes,
+// and the agent never started).
+func TestStateFIFOStartsAfresh(t *testing.T) {
+	dir := t.TempDir()
+	if err := mkfifo(filepath.Join(dir, stateFile)); errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("skipping: no named pipes here")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		a, err := New(Config{Node: "n1", Source: newFakeSource(), StateDir: dir, Logger: testLogger(t)})
+		if err == nil {
+			_, err = a.Step(context.Background())
+			a.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("New blocked on a FIFO as state.json")
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, stateFile+".bad")); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("state.json.bad: %v, %v; want the FIFO set aside", fi, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, stateFile)); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("state.json after a reading: %v, %v; want a regular file", fi, err)
 	}
 }
 

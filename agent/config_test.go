@@ -41,6 +41,24 @@ func TestNewChecksNode(t *testing.T) {
 	a.Close()
 }
 
+// TestNewChecksReportURL: a report URL no dial could ever reach is a
+// ConfigError of ReportURL at New, never a retry loop; the error gives
+// the URL without its password.
+func TestNewChecksReportURL(t *testing.T) {
+	for _, tt := range []struct{ url, want string }{
+		{"ftp://127.0.0.1/r", "want an http:// or https:// URL"},
+		{"http:///r", "want an http:// or https:// URL"},
+		{"http://127.0.0.1:99999/r", "port 99999: want 1 to 65535"},
+		{"https://ops:s3cret@127.0.0.1:0/r", `"https://xxxxx@127.0.0.1:0/r": port 0: want 1 to 65535`},
+	} {
+		_, err := New(Config{Node: "n1", Source: newFakeSource(), ReportURL: tt.url, Token: "t"})
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != "ReportURL" || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("New with report URL %q = %v, want a ConfigError of ReportURL saying %q", tt.url, err, tt.want)
+		}
+	}
+}
+
 // testCA makes a CA and a certificate it signs for 127.0.0.1, and writes
 // the CA's certificate as PEM to a file; it returns the file and the
 // server's certificate.

@@ -27,8 +27,21 @@ const lockFile = "agent.lock"
 func lockStateDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, lockFile)
 	// No O_TRUNC: the file holds the pid of an agent that may hold it.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// No link followed: the pid is written over what the file holds, and
+	// through a symbolic link that would be another file (run as root,
+	// /etc/hostname was).
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("state directory %s: lock %s is a symbolic link; want a file of the agent's own (remove the link)", dir, path)
+	}
 	if err != nil {
+		return nil, fmt.Errorf("state directory %s: lock: %w", dir, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%s is not a regular file (%v); want a file of the agent's own (remove it)", path, fi.Mode().Type())
+		}
 		return nil, fmt.Errorf("state directory %s: lock: %w", dir, err)
 	}
 	for {

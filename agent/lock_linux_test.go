@@ -11,6 +11,45 @@ import (
 	"testing"
 )
 
+// TestLockFileNotOurs: a lock file that is a symbolic link or a FIFO is
+// refused at New, naming it, and nothing is written through it (the pid
+// once went over the link's target).
+func TestLockFileNotOurs(t *testing.T) {
+	for _, kind := range []string{"symlink", "fifo", "dir"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			target := filepath.Join(t.TempDir(), "hostname")
+			if err := os.WriteFile(target, []byte("keep\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, lockFile)
+			var err error
+			switch kind {
+			case "symlink":
+				err = os.Symlink(target, path)
+			case "fifo":
+				err = mkfifo(path)
+			case "dir":
+				err = os.Mkdir(path, 0o700)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := New(Config{Node: "n1", Source: newFakeSource(), StateDir: dir, Logger: testLogger(t)})
+			if err == nil {
+				a.Close()
+				t.Fatal("New over a lock file that is not a regular file: no error")
+			}
+			if !strings.Contains(err.Error(), path) {
+				t.Errorf("New: %v, want an error naming %s", err, path)
+			}
+			if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+				t.Errorf("the link's target now holds %q", b)
+			}
+		})
+	}
+}
+
 // TestStateDirLocked: a second agent on a state directory in use fails at
 // New with one line naming the directory and the pid holding it, and
 // leaves the directory alone; once the first closes, a new one starts and

@@ -53,7 +53,7 @@ const maxQueueLine = 1 << 20
 // was pushed: at worst the last line is torn. When the queue is opened
 // again, the file is read as a stream with the bound applied while
 // reading, so a file of any size opens in bounded memory: a line that is
-// not one JSON value (torn, or longer than 1 MiB) is skipped alone, and
+// not one JSON object (torn, or longer than 1 MiB) is skipped alone, and
 // reported with its byte offset; every line after it is kept; of more
 // reports than the bound, the newest are kept. With the default bound
 // (120 readings, about 100 KiB for a node with one link and five
@@ -95,7 +95,7 @@ type queued struct {
 type badLine struct {
 	offset int64  // byte offset of the line in the file
 	length int64  // its length in bytes, without the newline
-	reason string // "not JSON", "longer than 1 MiB"
+	reason string // "not JSON", "not a JSON object", "longer than 1 MiB"
 }
 
 // Bounds on what opening a queue file keeps to say what it skipped and
@@ -175,6 +175,11 @@ func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
 		return q, ld, nil
 	}
 	_ = atomicfile.RemoveTemps(path) // left by a crash during a rewrite
+	// The queue is appended to and emptied in place: through a symbolic
+	// link that would write another file (run as root, any file).
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		return nil, ld, fmt.Errorf("open report queue: %s is a symbolic link; want a file of the agent's own (remove the link)", path)
+	}
 	f, _, err := procfile.Open(context.Background(), path)
 	if errors.Is(err, os.ErrNotExist) {
 		return q, ld, nil
@@ -229,7 +234,7 @@ func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
 
 // scanQueue reads a queue file from r, line by line in bounded memory
 // (its 1 MiB read buffer and a line of at most maxQueueLine),
-// and calls report with each line that is one JSON value (without the
+// and calls report with each line that is one JSON object (without the
 // white space around it) and bad with each that is not, or is longer
 // than maxQueueLine (read past, never held); blank lines are ignored.
 // The body given to report is its own. clean says whether the file ended
@@ -266,6 +271,10 @@ func scanQueue(r io.Reader, report func([]byte), bad func(badLine)) (clean bool,
 			case len(trimmed) == 0:
 			case !json.Valid(trimmed):
 				bad(badLine{off, length, "not JSON"})
+			case trimmed[0] != '{':
+				// A number, string or array is JSON but no report: a
+				// line of random bytes is often one ("4").
+				bad(badLine{off, length, "not a JSON object"})
 			default:
 				report(bytes.Clone(trimmed))
 			}
@@ -506,7 +515,7 @@ func (q *queue) appendLine(item []byte) error {
 	if q.path == "" {
 		return nil
 	}
-	f, err := os.OpenFile(q.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(q.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|oNoFollow, 0o600)
 	if err != nil {
 		return err
 	}
@@ -537,7 +546,7 @@ func (q *queue) rewrite() error {
 	if len(q.items) == 0 {
 		// Emptying needs no temp file, fsync or rename: a crash that
 		// brings the old lines back only sends them again.
-		if err := os.Truncate(q.path, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := truncateFile(q.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		q.dirty = false
@@ -555,4 +564,18 @@ func (q *queue) rewrite() error {
 	}
 	q.dirty = false
 	return nil
+}
+
+// truncateFile empties the file at path, never one a symbolic link at
+// path points to (os.Truncate follows it).
+func truncateFile(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|oNoFollow, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -133,8 +133,11 @@ func TestQueueOpen(t *testing.T) {
 			`{"n":0} {"n":2} {"n":3} {"n":9}`, []int64{8}, 0},
 		{"torn line over 1 MiB at the end", "{\"n\":0}\n\"" + strings.Repeat("x", maxQueueLine+queueReadChunk), 5,
 			`{"n":0} {"n":9}`, []int64{8}, 0},
-		{"line of 1 MiB", "{\"n\":0}\n\"" + strings.Repeat("x", maxQueueLine-2) + "\"\n", 5,
-			`{"n":0} "` + strings.Repeat("x", maxQueueLine-2) + `" {"n":9}`, nil, 0},
+		{"line of 1 MiB", "{\"n\":0}\n{\"x\":\"" + strings.Repeat("x", maxQueueLine-8) + "\"}\n", 5,
+			`{"n":0} {"x":"` + strings.Repeat("x", maxQueueLine-8) + `"} {"n":9}`, nil, 0},
+		// Random bytes hold many lines that are JSON but no report.
+		{"JSON that is not an object", "{\"n\":0}\n4\n\"s\"\n[1]\nnull\n{\"n\":5}\n", 5,
+			`{"n":0} {"n":5} {"n":9}`, []int64{8, 10, 14, 18}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -383,6 +386,35 @@ func TestQueueOverflowKeepsAReportThePlatformMayHave(t *testing.T) {
 				t.Errorf("queue = %s, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestQueueRefusesASymlink: a symbolic link in the queue file's place is
+// refused at open, naming it, and nothing is written through it: its
+// target, all lines that are not reports, was once emptied in place
+// (run as root, any file the link named).
+func TestQueueRefusesASymlink(t *testing.T) {
+	for _, content := range []string{"root:x:0:0:root:/root:/bin/bash\n", ""} {
+		dir := t.TempDir()
+		target := filepath.Join(t.TempDir(), "passwd")
+		if err := os.WriteFile(target, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, queueFile)
+		if err := os.Symlink(target, path); err != nil {
+			t.Skipf("skipping: no symbolic links here: %v", err)
+		}
+		q, _, err := openQueue(path, 10)
+		if err == nil {
+			q.push(body(1))
+			q.rewrite()
+			t.Errorf("openQueue of a symbolic link: no error")
+		} else if !strings.Contains(err.Error(), path+" is a symbolic link") {
+			t.Errorf("openQueue of a symbolic link: %v, want an error naming it", err)
+		}
+		if b, _ := os.ReadFile(target); string(b) != content {
+			t.Errorf("the link's target %q now holds %q", content, b)
+		}
 	}
 }
 

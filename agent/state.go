@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/proofkit/nodekit/internal/atomicfile"
+	"github.com/proofkit/nodekit/internal/procfile"
 	"github.com/proofkit/nodekit/overload"
 )
 
@@ -21,6 +23,11 @@ const maxClockSkew = time.Minute
 
 // stateFile is the name of the agent's state in the state directory.
 const stateFile = "state.json"
+
+// maxStateFile bounds the state file read at start. What the agent writes
+// is far smaller: a tracker's 100 events and a reading of 1,024 listeners
+// come to well under 1 MiB.
+const maxStateFile = 16 << 20
 
 // savedState is what state.json holds: the tracker's state (windows,
 // overload start, last notice, events) and the latest reading, so a
@@ -96,7 +103,10 @@ func (a *Agent) restore() *overload.Tracker {
 		return fresh
 	}
 	_ = atomicfile.RemoveTemps(a.state) // left by a crash during a save
-	b, err := os.ReadFile(a.state)
+	// As the probe reads /proc: a FIFO in its place (reading one blocks
+	// until something writes) or a file of any size is an error at once,
+	// and the file is set aside as below.
+	b, _, err := procfile.Read(context.Background(), a.state, maxStateFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return fresh
 	}

@@ -201,6 +201,64 @@ func TestDockerignore(t *testing.T) {
 // TestComposeTranslation: where no compose plugin is installed, the
 // container test runs the compose file's service through docker run;
 // the translation keeps every key that matters to the agent.
+// TestDocsDockerRun: the docker run that docs/install.md gives for hosts
+// with no compose has every setting of the compose file's service.
+func TestDocsDockerRun(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(deploytest.Dir(t))), "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(text), "docker run -d --name proofkit-agent ")
+	block, _, ok2 := strings.Cut(block, "\ndocker ")
+	if !ok || !ok2 {
+		t.Fatal("docs/install.md has no docker run -d --name proofkit-agent line")
+	}
+	block = regexp.MustCompile(`\s*#[^\n]*`).ReplaceAllString(block, "")
+	docs := strings.Fields(strings.NewReplacer("\\\n", " ", `"`, "", "$PWD", "/srv/p").Replace(block))
+	svc, secrets := parseCompose(t, readDeploy(t, "docker-compose.yml"), "proofkit-agent")
+	want := dockerRun(t, svc, secrets, "p", "/srv/p", "proofkit-agent", "", nil)
+	want = want[slices.Index(want, "--name")+2:]
+	for i := 0; i < len(want); i++ {
+		switch arg := want[i]; {
+		case arg == "--health-interval" || arg == "--health-start-period":
+			i++ // the test's own
+		case arg == "-v" && strings.HasPrefix(want[i+1], "p_"):
+			// A named volume: compose names it after its project.
+			i++
+			target := want[i][strings.Index(want[i], ":"):]
+			if !slices.ContainsFunc(docs, func(d string) bool { return strings.HasSuffix(d, target) }) {
+				t.Errorf("the docs' docker run has no volume for %s:\n%s", target, strings.Join(docs, " "))
+			}
+		case strings.HasPrefix(arg, "-"):
+			if i+1 < len(want) && !strings.HasPrefix(want[i+1], "-") && !hasPair(docs, arg, want[i+1]) {
+				t.Errorf("the docs' docker run lacks %s %s:\n%s", arg, want[i+1], strings.Join(docs, " "))
+			}
+			if i+1 < len(want) && !strings.HasPrefix(want[i+1], "-") {
+				i++
+			} else if !slices.Contains(docs, arg) {
+				t.Errorf("the docs' docker run lacks %s:\n%s", arg, strings.Join(docs, " "))
+			}
+		default:
+			if !slices.Contains(docs, arg) {
+				t.Errorf("the docs' docker run lacks %s:\n%s", arg, strings.Join(docs, " "))
+			}
+		}
+	}
+	if !hasPair(docs, "--restart", svc.scalars["restart"]) {
+		t.Errorf("the docs' docker run lacks --restart %s", svc.scalars["restart"])
+	}
+}
+
+// hasPair reports whether args holds flag followed by value.
+func hasPair(args []string, flag, value string) bool {
+	for i := range len(args) - 1 {
+		if args[i] == flag && args[i+1] == value {
+			return true
+		}
+	}
+	return false
+}
+
 func TestComposeTranslation(t *testing.T) {
 	svc, secrets := parseCompose(t, readDeploy(t, "docker-compose.yml"), "proofkit-agent")
 	args := strings.Join(dockerRun(t, svc, secrets, "p", "/srv/p", "img", "", map[string]string{"PROOFKIT_AGENT_LISTEN": "127.0.0.1:1"}), " ")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,12 +11,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/internal/cmdkit"
+	"github.com/proofkit/nodekit/internal/procfile"
 	"github.com/proofkit/nodekit/sysctl"
 )
 
@@ -140,7 +143,8 @@ func (o *options) check() error {
 	// -healthcheck runs with the agent's environment and only asks its
 	// /healthz: the report URL is not its business.
 	if host, ok := placeholderURL(o.reportURL); ok && !o.healthcheck {
-		return f.Errorf("report-url", o.reportURL, "%s is a placeholder from the documentation, a reserved name that never resolves; give your platform's report URL", host)
+		// Redacted: a password in the URL must not reach the journal.
+		return f.Errorf("report-url", agent.RedactURL(o.reportURL), "%s is a placeholder from the documentation, a name reserved for examples; give your platform's report URL", host)
 	}
 	if o.requireURL && o.reportURL == "" && !o.healthcheck {
 		return usageError{Msg: fmt.Sprintf("no report URL: give -report-url or %s (%s is set: this node must report; a packaged install reads the variable from /etc/default/proofkit-agent)",
@@ -168,6 +172,34 @@ func (o *options) check() error {
 		return f.Errorf("link-speed", o.rawLinkSpeed, "%v", err)
 	}
 	return checkRoots(*o)
+}
+
+// unknownEnv returns the variables of environ (os.Environ's form) whose
+// names start with envPrefix and stand for no flag of the agent, each
+// with the variable meant where one differs only by its underscores
+// (PROOFKIT_AGENT_LINKSPEED for PROOFKIT_AGENT_LINK_SPEED), sorted by
+// name. Such a variable, a typo in /etc/default/proofkit-agent, would
+// otherwise be ignored in silence. PROOFKIT_AGENT_VERSION is left to
+// deployments (see cmdkit.FromEnv).
+func unknownEnv(environ []string) (unknown []struct{ Name, Meant string }) {
+	known := map[string]string{} // the name without underscores → the name
+	flagSet(&options{}).VisitAll(func(f *flag.Flag) {
+		name := cmdkit.EnvName(envPrefix, f.Name)
+		known[strings.ReplaceAll(name, "_", "")] = name
+	})
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) || name == cmdkit.EnvName(envPrefix, "version") {
+			continue
+		}
+		meant := known[strings.ReplaceAll(name, "_", "")]
+		if meant == name {
+			continue
+		}
+		unknown = append(unknown, struct{ Name, Meant string }{name, meant})
+	}
+	slices.SortFunc(unknown, func(a, b struct{ Name, Meant string }) int { return strings.Compare(a.Name, b.Name) })
+	return unknown
 }
 
 // placeholderZones are the names reserved for documentation and for
@@ -247,9 +279,19 @@ func checkRoots(o options) error {
 		if _, err := os.Stat(o.netns); err != nil {
 			return usageError{Msg: fmt.Sprintf("%s %s: %v", o.origins.Name("netns"), o.netns, errors.Unwrap(err))}
 		}
+		// A namespace's file (nsfs) is a regular one to open; opening a
+		// FIFO as the probe does would block the start for good.
+		if err := procfile.Check(context.Background(), o.netns); err != nil {
+			return usageError{Msg: fmt.Sprintf("%s %s: %v; want a network namespace, /run/netns/NAME or /proc/PID/ns/net",
+				o.origins.Name("netns"), o.netns, err)}
+		}
 	}
 	return nil
 }
+
+// maxLinkSpeedMbps is the fastest link speed a reading may carry (100
+// Tbit/s): overload's Validate refuses a reading with a faster one.
+const maxLinkSpeedMbps = 100_000_000
 
 // parseLinkSpeeds parses "eth0=1000,wg0=10G" (Mbit/s, or Gbit/s with G).
 func parseLinkSpeeds(s string) (map[string]uint64, error) {
@@ -272,6 +314,11 @@ func parseLinkSpeeds(s string) (map[string]uint64, error) {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n == 0 {
 			return nil, fmt.Errorf("%q: speed is not a positive whole number", item)
+		}
+		if n > maxLinkSpeedMbps/mult {
+			// Every reading would carry it, and the overload rule
+			// refuses such a reading whole.
+			return nil, fmt.Errorf("%q: above 100 Tbit/s, faster than any link", item)
 		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("link %q given twice", name)

@@ -632,6 +632,25 @@ func TestOnce(t *testing.T) {
 }
 
 // TestBadFlags: each bad start exits 2 with one line naming the reason.
+// TestUnknownEnv: a PROOFKIT_AGENT_ variable that is no flag's, a typo
+// in the settings file, is named, with the one meant where only the
+// underscores differ; the flags' own and PROOFKIT_AGENT_VERSION are not.
+func TestUnknownEnv(t *testing.T) {
+	got := unknownEnv([]string{
+		"PROOFKIT_AGENT_REPORT_URL=https://p/r", "PROOFKIT_AGENT_LINKSPEED=eth0=1G", "PATH=/bin",
+		"PROOFKIT_AGENT_VERSION=v0.5.0", "PROOFKIT_AGENT_TOKEN=abc", "PROOFKIT_AGENT_REQUIRE_REPORT=true",
+		"PROOFKIT_AGENT_REPORT__URL=x",
+	})
+	want := []struct{ Name, Meant string }{
+		{"PROOFKIT_AGENT_LINKSPEED", "PROOFKIT_AGENT_LINK_SPEED"},
+		{"PROOFKIT_AGENT_REPORT__URL", "PROOFKIT_AGENT_REPORT_URL"},
+		{"PROOFKIT_AGENT_TOKEN", ""},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("unknownEnv = %v, want %v", got, want)
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	dir := node(t, agenttest.Node{})
 	file := filepath.Join(t.TempDir(), "file")
@@ -672,6 +691,8 @@ func TestBadFlags(t *testing.T) {
 		{"token file of two lines", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", twoLines}, "token file " + twoLines + ": more than one line", nil},
 		{"state dir unwritable", []string{"-state-dir", filepath.Join(file, "state")}, "state directory", nil},
 		{"link speed", []string{"-link-speed", "eth0=fast"}, `-link-speed "eth0=fast"`, nil},
+		{"link speed too fast", []string{"-link-speed", "eth0=100000001"}, `-link-speed "eth0=100000001": "eth0=100000001": above 100 Tbit/s`, nil},
+		{"link speed that overflows", []string{"-link-speed", "eth0=18446744073709551615G"}, `"eth0=18446744073709551615G": above 100 Tbit/s`, nil},
 		{"queue bound", []string{"-queue-max", "0"}, "-queue-max 0: must be 1 or more", nil},
 		{"listen address", []string{"-listen", "9464"}, `-listen "9464": want host:port or off`, nil},
 		{"argument", []string{"now"}, `unexpected argument "now"`, nil},
@@ -680,6 +701,8 @@ func TestBadFlags(t *testing.T) {
 		{"proc without meminfo, once", []string{"-once", "-proc", dir}, "-proc " + dir + ": no meminfo there", nil},
 		{"sys missing", []string{"-sys", filepath.Join(dir, "nope")}, "-sys " + filepath.Join(dir, "nope") + ": not a directory", nil},
 		{"netns missing", []string{"-netns", filepath.Join(dir, "nope")}, "-netns " + filepath.Join(dir, "nope"), nil},
+		{"netns a FIFO", []string{"-netns", fifo}, "-netns " + fifo + ": " + fifo + " is a named pipe (FIFO), not a regular file; want a network namespace", nil},
+		{"netns a directory", []string{"-netns", dir}, "-netns " + dir + ": " + dir + " is a directory, not a regular file; want a network namespace", nil},
 		{"listen port", []string{"-listen", "127.0.0.1:99999"}, `-listen "127.0.0.1:99999": want host:port or off`, nil},
 		{"token file a FIFO", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", fifo}, "token file: " + fifo + " is a named pipe (FIFO), not a regular file", nil},
 		{"token file a device", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", "/dev/zero"}, "token file: /dev/zero is a character device, not a regular file", nil},
@@ -691,6 +714,12 @@ func TestBadFlags(t *testing.T) {
 			`-report-url "https://platform.example/api/v1/readings": platform.example is a placeholder from the documentation`, nil},
 		{"placeholder under example.com", []string{"-report-url", "https://api.Example.COM./r", "-token-file", good},
 			"api.example.com is a placeholder from the documentation", nil},
+		{"placeholder with a password", []string{"-report-url", "https://ops:s3cret@platform.example/r", "-token-file", good},
+			`-report-url "https://xxxxx@platform.example/r": platform.example is a placeholder`, nil},
+		{"report url port out of range", []string{"-report-url", "http://127.0.0.1:99999/r", "-token-file", good},
+			`-report-url "http://127.0.0.1:99999/r": port 99999: want 1 to 65535`, nil},
+		{"report url port out of range, with a password", []string{"-report-url", "http://ops:s3cret@127.0.0.1:0/r", "-token-file", good},
+			`-report-url "http://xxxxx@127.0.0.1:0/r": port 0: want 1 to 65535`, nil},
 		{"placeholder under .invalid", []string{"-report-url", "http://platform.invalid:8080/r", "-token-file", good},
 			"platform.invalid is a placeholder", nil},
 		{"placeholder from the environment", nil,
@@ -721,6 +750,9 @@ func TestBadFlags(t *testing.T) {
 			msg := strings.TrimRight(stderr.String(), "\n")
 			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "proofkit-agent: ") || !strings.Contains(msg, tt.want) {
 				t.Errorf("stderr = %q, want one line saying %q", msg, tt.want)
+			}
+			if strings.Contains(msg, "s3cret") {
+				t.Errorf("stderr = %q gives the report URL's password", msg)
 			}
 		})
 	}

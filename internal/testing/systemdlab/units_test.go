@@ -93,8 +93,11 @@ func TestIntegrationUnits(t *testing.T) {
 			t.Errorf("%s is %q after dpkg -i, want disabled", unit, strings.TrimSpace(got))
 		}
 	}
-	for _, user := range []string{"pinproxy", "proofkit-platform"} {
+	for _, user := range []string{"proofkit-agent", "pinproxy", "proofkit-platform"} {
 		m.Run(t, "getent", "passwd", user)
+	}
+	if got := strings.TrimSpace(m.Run(t, "stat", "-c", "%U %a", "/etc/proofkit-agent")); got != "proofkit-agent 700" {
+		t.Errorf("/etc/proofkit-agent is %q, want the agent user's, mode 700", got)
 	}
 
 	t.Run("agent", func(t *testing.T) { testAgent(t, m) })
@@ -221,6 +224,7 @@ func testAgent(t *testing.T, m *Machine) {
 	}
 	m.WriteFile(t, "/etc/default/proofkit-agent", []byte(conf), 0o644)
 	m.WriteFile(t, "/etc/proofkit-agent/token", []byte("token-1\n"), 0o600)
+	m.Run(t, "chown", "proofkit-agent:", "/etc/proofkit-agent/token")
 
 	// Type=notify: start returns once the agent said READY=1.
 	start := time.Now()
@@ -231,9 +235,17 @@ func testAgent(t *testing.T, m *Machine) {
 	}
 	testkit.WaitForWithin(t, time.Minute, "a report with the first token", func() bool { return rec.seen("token-1") })
 	pid := m.Show(t, "proofkit-agent", "MainPID")
+	if user := strings.TrimSpace(m.Run(t, "ps", "-o", "user=", "-p", pid)); user != "proofkit-agent" {
+		t.Errorf("the agent runs as %q, want the package's proofkit-agent user", user)
+	}
+	// One capability, the one that lets it size the kernel's net.* keys.
+	if eff := m.Run(t, "sh", "-c", "grep CapEff /proc/"+pid+"/status"); !strings.HasSuffix(strings.TrimSpace(eff), "0000000000001000") {
+		t.Errorf("the agent's effective capabilities: %s; want CAP_NET_ADMIN alone (0x1000)", strings.TrimSpace(eff))
+	}
 
 	// A rotated token, written to a new file renamed over the old one.
 	m.WriteFile(t, "/etc/proofkit-agent/token", []byte("token-2\n"), 0o600)
+	m.Run(t, "chown", "proofkit-agent:", "/etc/proofkit-agent/token")
 	m.Run(t, "systemctl", "reload", "proofkit-agent")
 	testkit.WaitForWithin(t, time.Minute, "a report with the rotated token after systemctl reload", func() bool { return rec.seen("token-2") })
 	if got := m.Show(t, "proofkit-agent", "MainPID"); got != pid {
@@ -414,4 +426,76 @@ func testPlatform(t *testing.T, m *Machine) {
 		t.Errorf("/healthz: %d", status)
 	}
 	stopWithin(t, m, "proofkit-platform")
+}
+
+// TestIntegrationTarballByHand installs the agent from its release
+// tarball by hand, running the install lines at the top of its unit file
+// as written (sudo dropped), on a Debian system whose PID 1 is systemd:
+// the user they make runs it, it starts (READY) once its settings file
+// has the platform's address, and it reports with the token they
+// installed.
+func TestIntegrationTarballByHand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short: boots a container with systemd")
+	}
+	testkit.NeedRoot(t, "mmdebstrap", "go")
+	d := dockerlab.Start(t)
+	dir := debs(t, v1, "proofkit-agent")
+	tgz, _ := filepath.Glob(filepath.Join(dir, "proofkit-agent-*-linux-"+runtime.GOARCH+".tar.gz"))
+	if len(tgz) != 1 {
+		t.Fatalf("%s: want one tarball of proofkit-agent, found %q", dir, tgz)
+	}
+	m := Boot(t, d)
+	m.Copy(t, tgz[0], "/var/tmp/agent.tar.gz")
+	m.Run(t, "sh", "-c", "cd /var/tmp && tar xzf agent.tar.gz")
+	work := "/var/tmp/" + strings.TrimSuffix(filepath.Base(tgz[0]), ".tar.gz")
+	m.WriteFile(t, work+"/token", []byte("token-by-hand\n"), 0o600)
+
+	// The header's command lines, in order: the install lines, then the
+	// start once the address is set.
+	unit := m.Run(t, "cat", work+"/proofkit-agent.service")
+	var install []string
+	start := ""
+	for l := range strings.SplitSeq(unit, "\n") {
+		cmd, ok := strings.CutPrefix(l, "#   sudo ")
+		if !ok {
+			continue
+		}
+		cmd, _, _ = strings.Cut(cmd, "   #") // a comment after the command
+		cmd = strings.ReplaceAll(strings.TrimSpace(cmd), "sudo ", "")
+		if strings.Contains(cmd, "enable --now") {
+			start = cmd
+			break
+		}
+		install = append(install, cmd)
+	}
+	if len(install) == 0 || start == "" {
+		t.Fatalf("proofkit-agent.service's header has no install lines and start line:\n%s", unit)
+	}
+	for _, cmd := range install {
+		if out, err := m.Exec("sh", "-c", "cd "+work+" && "+cmd); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+	}
+
+	rec := &reports{}
+	ln := listen(t, m)
+	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	conf := m.Run(t, "cat", "/etc/default/proofkit-agent")
+	conf = strings.Replace(conf, "PROOFKIT_AGENT_REPORT_URL=\n", "PROOFKIT_AGENT_REPORT_URL=http://"+ln.Addr().String()+"/report\nPROOFKIT_AGENT_INTERVAL=2s\n", 1)
+	m.WriteFile(t, "/etc/default/proofkit-agent", []byte(conf), 0o644)
+	if out, err := m.Exec("sh", "-c", start); err != nil {
+		t.Fatalf("%s: %v\n%s", start, err, out)
+	}
+	pid := m.Show(t, "proofkit-agent", "MainPID")
+	if st := m.Show(t, "proofkit-agent", "ActiveState"); st != "active" {
+		t.Fatalf("after %q: %s", start, st)
+	}
+	if user := strings.TrimSpace(m.Run(t, "ps", "-o", "user=", "-p", pid)); user != "proofkit-agent" {
+		t.Errorf("the agent runs as %q, want the proofkit-agent user the install lines made", user)
+	}
+	testkit.WaitForWithin(t, time.Minute, "a report with the token installed by hand", func() bool { return rec.seen("token-by-hand") })
+	stopWithin(t, m, "proofkit-agent")
 }

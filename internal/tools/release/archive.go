@@ -98,3 +98,20 @@ func arArchive(mtime time.Time, members ...[2][]byte) []byte {
 	}
 	return buf.Bytes()
 }
+
+// gzipped is body gzipped as gzip -9n does: no name, no time, so the
+// same body gives the same bytes.
+func gzipped(body []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(body); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

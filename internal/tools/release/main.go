@@ -24,7 +24,8 @@
 // any other "-" (a pre-release, v0.5.0-rc.1) as "~", so dpkg orders them
 // as Go does.
 //
-// The same commit gives the same bytes: the binaries are built with
+// The same commit built with the same Go release (each binary's -version
+// names it) gives the same bytes: the binaries are built with
 // -trimpath, without VCS stamping (the commit is given by -X) or build
 // ID, cgo off; every archive's entries are sorted, owned by root (0:0),
 // dated at the commit's time, and gzip records no name or time.
@@ -107,9 +108,9 @@ type binary struct {
 	description string // the package's one-line summary, then its text
 	units       []string
 	etc         map[string]string // conffile path → file in examples/deploy (/etc/default/NAME is added)
-	etcDirs     []string          // directories postinst makes 0700 for the operator's secrets
+	etcDirs     []string          // directories postinst makes 0700, the user's, for the operator's secrets
 	user        string            // the system user postinst makes; "" runs as root
-	groupDir    string            // a directory of etcDirs the user's group may read (0750)
+	groupDir    string            // a directory of etcDirs root keeps and the user's group may read (0750)
 	// upgrade is the postinst's command for a service running during an
 	// upgrade.
 	upgrade string
@@ -127,10 +128,14 @@ var binaries = []binary{
 			"fit the machine's memory.",
 		units:   []string{"proofkit-agent.service"},
 		etcDirs: []string{"/etc/proofkit-agent"},
-		// Root: it sizes the kernel at every start (see the unit).
+		// Not root: the unit gives it CAP_NET_ADMIN, enough to size the
+		// kernel's net.* keys at every start and read conntrack's
+		// statistics. Its directory in /etc is its own: the token is read
+		// there, the sysctl file written there.
+		user:    "proofkit-agent",
 		upgrade: "deb-systemd-invoke try-restart proofkit-agent.service",
 		next: "proofkit-agent: set PROOFKIT_AGENT_REPORT_URL in /etc/default/proofkit-agent and the token in\n" +
-			"/etc/proofkit-agent/token, then: systemctl enable --now proofkit-agent",
+			"/etc/proofkit-agent/token (mode 0600, owned by proofkit-agent), then: systemctl enable --now proofkit-agent",
 	},
 	{
 		name: "pinproxy", pkg: "./cmd/pinproxy",

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"text/template"
+	"time"
 )
 
 // deployFile reads a file of examples/deploy.
@@ -87,9 +88,19 @@ func debPackage(root string, bin binary, arch string, b build, exe []byte) ([]by
 	if err != nil {
 		return nil, err
 	}
+	changelog, err := gzipped(debChangelog(bin.name, b))
+	if err != nil {
+		return nil, err
+	}
 	data = append(data,
 		entry{path: doc + "copyright", mode: 0o644, body: []byte(copyright)},
-		entry{path: doc + "README.md", mode: 0o644, body: readme})
+		entry{path: doc + "changelog.gz", mode: 0o644, body: changelog},
+		entry{path: doc + "README.md", mode: 0o644, body: readme},
+		// Go links statically by design; lintian's own Go packages are
+		// recognised by their Built-Using field, which this build (not
+		// Debian's golang) has no business claiming.
+		entry{path: "usr/share/lintian/overrides/" + bin.name, mode: 0o644,
+			body: fmt.Appendf(nil, "%s: statically-linked-binary [usr/bin/%s]\n", bin.name, bin.name)})
 
 	var size int64
 	var md5sums strings.Builder
@@ -108,7 +119,7 @@ func debPackage(root string, bin binary, arch string, b build, exe []byte) ([]by
 
 	var control strings.Builder
 	fmt.Fprintf(&control, "Package: %s\nVersion: %s\nArchitecture: %s\n", bin.name, debVersion(b.version), debArch[arch])
-	control.WriteString("Maintainer: nodekit maintainers <nodekit@proofkit.invalid>\n")
+	fmt.Fprintf(&control, "Maintainer: %s\n", maintainer)
 	fmt.Fprintf(&control, "Installed-Size: %d\n", size)
 	if bin.user != "" {
 		control.WriteString("Pre-Depends: adduser\n")
@@ -152,6 +163,25 @@ func debPackage(root string, bin binary, arch string, b build, exe []byte) ([]by
 		[2][]byte{[]byte("data.tar.gz"), dataTar}), nil
 }
 
+// debChangelog is the package's Debian changelog: one entry, for this
+// build, dated at the commit's time, pointing at the project's own
+// CHANGELOG.md for what changed.
+func debChangelog(name string, b build) []byte {
+	return fmt.Appendf(nil, `%s (%s) unstable; urgency=medium
+
+  * nodekit %s,
+    commit %s. What changed is in the project's changelog:
+    https://github.com/proofkit/nodekit/blob/main/CHANGELOG.md
+
+ -- %s  %s
+`, name, debVersion(b.version), b.version, shortCommit(b.commit), maintainer, b.date.Format(time.RFC1123Z))
+}
+
+func shortCommit(c string) string { return c[:min(12, len(c))] }
+
+// maintainer is the packages' Maintainer, and the changelog's author.
+const maintainer = "nodekit maintainers <nodekit@proofkit.invalid>"
+
 const copyright = `Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: nodekit
 Source: https://github.com/proofkit/nodekit
@@ -183,6 +213,8 @@ if [ "$1" = configure ]; then
 	if [ ! -d {{.}} ]; then
 {{- if eq . $.GroupDir}}
 		install -d -m 0750 -o root -g {{$.User}} {{.}}
+{{- else if $.User}}
+		install -d -m 0700 -o {{$.User}} -g {{$.User}} {{.}}
 {{- else}}
 		install -d -m 0700 {{.}}
 {{- end}}
