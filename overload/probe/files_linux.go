@@ -68,7 +68,9 @@ func load15(fs procfs.FS) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("loadavg: %w", err)
 	}
-	if math.IsNaN(la.Load15) || math.IsInf(la.Load15, 0) || la.Load15 < 0 {
+	// Above 2^22 (the most tasks Linux allows, pid_max's ceiling) no
+	// load is true: the platform would refuse the whole reading for it.
+	if math.IsNaN(la.Load15) || math.IsInf(la.Load15, 0) || la.Load15 < 0 || la.Load15 > 1<<22 {
 		return 0, fmt.Errorf("loadavg: 15-minute load %v: %w", la.Load15, errMalformed)
 	}
 	return la.Load15, nil

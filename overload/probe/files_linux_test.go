@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/prometheus/procfs"
 )
@@ -66,6 +68,7 @@ func TestLoad15(t *testing.T) {
 		{name: "nan", wantErr: true},
 		{name: "negative", wantErr: true},
 		{name: "words", wantErr: true},
+		{name: "huge", wantErr: true}, // above 2^22: no machine runs so many tasks
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -285,4 +288,36 @@ func FuzzParseSpeed(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = parseSpeed(data)
 	})
+}
+
+// TestNoteOfGarbage: a note made from a malformed file's error is
+// printable and bounded, whatever bytes the file held.
+func TestNoteOfGarbage(t *testing.T) {
+	garbage := []byte("MemTotal: \x00\x01\xff\xfe\x1b[31m")
+	garbage = append(garbage, bytes.Repeat([]byte("\x00é\x7f"), 400)...)
+	_, err := memoryUsedPercent(writeFixture(t, "meminfo", garbage))
+	if err == nil {
+		t.Fatal("memoryUsedPercent of garbage: no error")
+	}
+	var a accumulator
+	a.note("memory: %v", err)
+	a.note("%s", "é"+string(bytes.Repeat([]byte("é"), 300)))
+	a.note("%s", "short and clean")
+	for _, n := range a.notes {
+		if len(n) > maxNote {
+			t.Errorf("note of %d bytes, want at most %d: %q", len(n), maxNote, n)
+		}
+		if !utf8.ValidString(n) {
+			t.Errorf("note is not valid UTF-8: %q", n)
+		}
+		for _, r := range n {
+			if !unicode.IsPrint(r) {
+				t.Errorf("note holds %U: %q", r, n)
+				break
+			}
+		}
+	}
+	if got := a.notes[2]; got != "short and clean" {
+		t.Errorf("clean note = %q, want it unchanged", got)
+	}
 }

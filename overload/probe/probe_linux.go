@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mdlayher/netlink"
 	"github.com/prometheus/procfs"
@@ -438,11 +440,37 @@ func (a *accumulator) miss(in overload.Input, format string, args ...any) {
 	}
 }
 
+// maxNote bounds a note's length in bytes: an error from a malformed
+// file may quote the file's bytes, and a reading carries its notes to the
+// platform and into its logs.
+const maxNote = 200
+
 func (a *accumulator) note(format string, args ...any) {
-	n := fmt.Sprintf(format, args...)
+	n := cleanNote(fmt.Sprintf(format, args...))
 	if !slices.Contains(a.notes, n) {
 		a.notes = append(a.notes, n)
 	}
+}
+
+// cleanNote returns n printable and at most maxNote bytes long: bytes
+// that are not valid UTF-8 and characters that are not printable (a
+// control character, a NUL from a file of garbage) become "?", and a
+// longer note is cut at a character's boundary and ends in "…".
+func cleanNote(n string) string {
+	n = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(n, "?"))
+	if len(n) <= maxNote {
+		return n
+	}
+	cut := maxNote - len("…")
+	for cut > 0 && !utf8.RuneStart(n[cut]) {
+		cut--
+	}
+	return n[:cut] + "…"
 }
 
 // threadSelf returns the calling thread's directory relative to ProcRoot,
