@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Defaults for the zero values of Config.
@@ -415,6 +416,12 @@ func checkHostPort(addr string) error {
 	}
 	if strings.ContainsFunc(host, unicode.IsSpace) {
 		return errors.New("host has a space in it")
+	}
+	// A byte-order mark from an editor, a control character or a byte
+	// that is not UTF-8 would otherwise pass here and fail every dial.
+	if i := strings.IndexFunc(host, func(r rune) bool { return r == utf8.RuneError || !unicode.IsPrint(r) }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(host[i:])
+		return fmt.Errorf("host has a character no name has (%U)", r)
 	}
 	n, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || n == 0 {

@@ -125,6 +125,10 @@ func TestParseUpstreams(t *testing.T) {
 		{"a:1\n# x\na:1\n", `line 3: "a:1": listed twice (also line 1)`},
 		{"a:1\nb\n", `line 2: "b": missing port in address, want host:port`},
 		{"# nothing\n", "no upstreams"},
+		// A byte-order mark from an editor, a control character: refused
+		// with the line, not left to fail at every dial.
+		{"\ufeffeu-01:9333\n", `line 1: "\ufeffeu-01:9333": host has a character no name has (U+FEFF)`},
+		{"a:1\neu\x00-01:9333\n", `line 2: "eu\x00-01:9333": host has a character no name has (U+0000)`},
 	} {
 		_, err := pinproxy.ParseUpstreams(strings.NewReader(tt.file))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -8,12 +10,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/proofkit/nodekit/internal/cmdkit"
+	"github.com/proofkit/nodekit/internal/procfile"
 	"github.com/proofkit/nodekit/pinproxy"
 )
 
@@ -319,11 +321,25 @@ func (d *orNever) Set(s string) error {
 	return nil
 }
 
+// Bounds on the files flags name. A file is read whole, once, at start (and
+// the upstreams file at each SIGHUP); a FIFO, a device or a directory is
+// refused, never waited on: a FIFO nobody writes would block the start,
+// or a reload and with it every signal after it, and /dev/zero would
+// never end.
+const (
+	// maxUpstreamsFile holds some 30,000 upstreams: far more than a proxy
+	// of a few nodes lists.
+	maxUpstreamsFile = 1 << 20
+	// maxCheckFile holds a P2P handshake many times over (Bitcoin's
+	// version and verack: 150 bytes).
+	maxCheckFile = 64 << 10
+)
+
 // checkBytes parses -check-send or -check-expect: hex digits (spaces
 // between them are ignored), or @FILE for the bytes of a file.
 func checkBytes(f cmdkit.Origins, name, raw string) ([]byte, error) {
 	if path, ok := strings.CutPrefix(raw, "@"); ok {
-		b, err := os.ReadFile(path)
+		b, _, err := procfile.Read(context.Background(), path, maxCheckFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f.Name(name), err)
 		}
@@ -342,12 +358,11 @@ func checkBytes(f cmdkit.Origins, name, raw string) ([]byte, error) {
 // readUpstreams reads an upstreams file; the error names the flag as
 // name, the file and, for a bad entry, its line.
 func readUpstreams(name, path string) ([]string, error) {
-	f, err := os.Open(path)
+	b, _, err := procfile.Read(context.Background(), path, maxUpstreamsFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	defer f.Close()
-	ups, err := pinproxy.ParseUpstreams(f)
+	ups, err := pinproxy.ParseUpstreams(bytes.NewReader(b))
 	var ue *pinproxy.UpstreamError
 	switch {
 	case errors.As(err, &ue):

@@ -349,12 +349,27 @@ func TestBinaryUsageErrors(t *testing.T) {
 	if err := os.WriteFile(badFile, []byte("eu-01:9333\n# usa next\nusa-01\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Files that would block or never end: each is refused at once.
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(big, make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		env  []string
 		args []string
 		want string
 	}{
+		{"fifo file", nil, []string{"-listen", "127.0.0.1:0", "-upstreams-file", fifo}, "-upstreams-file: " + fifo + " is a named pipe (FIFO), not a regular file"},
+		{"device file", nil, []string{"-listen", "127.0.0.1:0", "-upstreams-file", "/dev/zero"}, "-upstreams-file: /dev/zero is a character device, not a regular file"},
+		{"huge file", nil, []string{"-listen", "127.0.0.1:0", "-upstreams-file", big}, "-upstreams-file: " + big + " is over 1048576 bytes"},
+		{"fifo check", nil, append(ok, "-check-expect", "@"+fifo), "-check-expect: " + fifo + " is a named pipe (FIFO), not a regular file"},
+		{"device check", nil, append(ok, "-check-send", "@/dev/zero", "-check-expect", "00"), "-check-send: /dev/zero is a character device, not a regular file"},
+		{"huge check", nil, append(ok, "-check-expect", "@"+big), "-check-expect: " + big + " is over 65536 bytes"},
 		{"unknown flag", nil, append(ok, "-frobnicate"), "flag provided but not defined: -frobnicate"},
 		{"no upstreams", nil, []string{"-listen", "127.0.0.1:0"}, "-upstreams is required"},
 		{"no listen", nil, []string{"-upstreams", "a:1"}, "-listen is required"},
