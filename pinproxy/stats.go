@@ -172,7 +172,7 @@ func (p *Proxy) Ready() error {
 		}
 	}
 	if passive {
-		return fmt.Errorf("pinproxy: not ready: no upstream up (%d listed, each failed its last dial within %v)", len(p.upstreams), window)
+		return fmt.Errorf("pinproxy: not ready: no upstream up (%d listed, each failed its last dial or refused sessions within %v)", len(p.upstreams), window)
 	}
 	return fmt.Errorf("pinproxy: not ready: no upstream up (%d listed, none passing health checks)", len(p.upstreams))
 }
