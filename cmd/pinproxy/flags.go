@@ -252,6 +252,9 @@ func (o *options) checkCounts() error {
 	if o.checkExpect, err = checkBytes(f, "check-expect", o.rawCheckExpect); err != nil {
 		return err
 	}
+	if len(o.checkSend) > 0 && len(o.checkExpect) == 0 {
+		return f.Errorf("check-send", o.rawCheckSend, "needs -check-expect: a check must expect a reply")
+	}
 	switch o.rawSendProxy {
 	case "":
 	case "v1":

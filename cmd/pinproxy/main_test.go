@@ -400,7 +400,7 @@ func TestBinaryUsageErrors(t *testing.T) {
 		{"bad check fall", nil, append(ok, "-check-fall", "0"), "-check-fall 0: must be at least 1"},
 		{"bad check hex", nil, append(ok, "-check-expect", "f9be zz"), `-check-expect "f9be zz": want hex digits or @FILE: encoding/hex: invalid byte`},
 		{"no check file", nil, append(ok, "-check-send", "@"+badFile+".none", "-check-expect", "00"), "-check-send: open " + badFile + ".none: no such file"},
-		{"send without expect", nil, append(ok, "-check-send", "0a0b"), "-check-send (2 bytes): needs CheckExpect"},
+		{"send without expect", nil, append(ok, "-check-send", "0a0b"), `-check-send "0a0b": needs -check-expect`},
 		{"bad refused sessions", nil, append(ok, "-refused-sessions", "0"), "-refused-sessions 0: must be at least 1"},
 		{"negative refused within", nil, append(ok, "-refused-within", "-1s"), "-refused-within -1s: must not be negative"},
 		{"bad bool env", []string{"PINPROXY_LOG_CONNECTIONS=maybe"}, ok, `PINPROXY_LOG_CONNECTIONS="maybe": parse error (want true or false)`},
