@@ -227,12 +227,29 @@ func withOperators(file *Receivers, ops map[string]store.OperatorReceiver, owner
 	rs.owners = maps.Clone(owners)
 	rs.byOperator = map[string]*Receiver{}
 	for op, r := range ops {
-		u, err := url.Parse(r.URL)
-		keys := r.Signing(now)
-		if err != nil || len(keys) == 0 {
-			continue
+		if rc := operatorReceiver(op, r, now); rc != nil {
+			rs.byOperator[op] = rc
 		}
-		rs.byOperator[op] = &Receiver{Operator: op, URL: u, Secrets: keys, FailingSince: r.FailingSince, disabled: !r.Disabled.IsZero()}
 	}
 	return rs
+}
+
+// operatorReceiver is operator op's own receiver r as in force at now;
+// nil when it cannot be sent to (a URL that does not parse, no secret),
+// and the notify file's stands for the operator's nodes.
+func operatorReceiver(op string, r store.OperatorReceiver, now time.Time) *Receiver {
+	u, err := url.Parse(r.URL)
+	keys := r.Signing(now)
+	if err != nil || len(keys) == 0 {
+		return nil
+	}
+	return &Receiver{Operator: op, URL: u, Secrets: keys, FailingSince: r.FailingSince, disabled: !r.Disabled.IsZero()}
+}
+
+// owner is node's operator as rs has it, or "".
+func (rs *Receivers) owner(node string) string {
+	if rs == nil {
+		return ""
+	}
+	return rs.owners[node]
 }
