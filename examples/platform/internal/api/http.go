@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -633,15 +631,6 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		}
 	}
 	return true
-}
-
-// isBodyFailure reports whether err, from reading a request's body, is
-// the body's fault in transit (too large, or not all of it came in time)
-// rather than its content's.
-func isBodyFailure(err error) bool {
-	var tooLarge *http.MaxBytesError
-	var ne net.Error
-	return errors.As(err, &tooLarge) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // writeBodyFailure answers a body that could not be read: 413 "too_large"
