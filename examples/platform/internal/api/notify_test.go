@@ -726,6 +726,89 @@ func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
 	}
 }
 
+// TestNotifyHangingOperatorReceivers: as TestNotifyHangingReceivers,
+// the receivers being the operators' own (PUT /receiver) instead of the
+// notify file's lines: ten operators' receivers hang, and an eleventh
+// operator's notice arrives within a second of its decision.
+func TestNotifyHangingOperatorReceivers(t *testing.T) {
+	eachNotifyStore(t, testNotifyHangingOperatorReceivers)
+}
+
+func testNotifyHangingOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
+	c := &platformtest.Clock{T: platformtest.T0}
+	cfg := apitest.NotifyConfig("")
+	cfg.Timeout = time.Minute // longer than the test: the receivers hang
+	ps, ns := openReplicas(open, c, cfg, replicas)
+	owners := map[string]string{"ok": "healthy"}
+	for i := range 10 {
+		for j := range 8 {
+			owners[fmt.Sprintf("h%d-%d", i, j)] = fmt.Sprintf("op%d", i)
+		}
+	}
+	var fs []*fleet.Fleet
+	for _, p := range ps {
+		f := fleet.New(p.Svc, p.n)
+		f.Owners = owners
+		fs = append(fs, f)
+	}
+	set := func(op string, h *hook) {
+		t.Helper()
+		v, _, err := fs[0].SetReceiver(t.Context(), op, fleet.ReceiverRequest{URL: h.url()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.mu.Lock()
+		h.secrets = []string{v.Secret}
+		h.mu.Unlock()
+	}
+	healthy := newHook(t, c)
+	set("healthy", healthy)
+	var hanging []*hook
+	for i := range 10 {
+		h := newHook(t, c)
+		h.mu.Lock()
+		h.hold = make(chan struct{})
+		h.mu.Unlock()
+		hanging = append(hanging, h)
+		set(fmt.Sprintf("op%d", i), h)
+	}
+	for _, f := range fs {
+		f.NotifyUnreached(t.Context(), platformtest.Logger(t)) // every replica reads them, as at its start
+	}
+	for i := range 10 {
+		for j := range 8 {
+			overloadNode(t, c, fmt.Sprintf("h%d-%d", i, j), ps...)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var running sync.WaitGroup
+	for _, n := range ns {
+		running.Go(func() { n.Run(ctx) })
+	}
+	defer func() {
+		for _, h := range hanging {
+			h.mu.Lock()
+			close(h.hold)
+			h.hold = nil
+			h.mu.Unlock()
+		}
+		cancel()
+		running.Wait()
+	}()
+	testkit.WaitFor(t, "every attempt slot of the replicas taken by the hanging receivers", func() bool {
+		total := 0
+		for _, n := range ns {
+			total += n.AttemptsInFlight()
+		}
+		return total >= notify.DefaultMaxInFlight*len(ns)
+	})
+	overloadNode(t, c, "ok", ps...)
+	testkit.WaitForWithin(t, time.Second, "the healthy operator's receiver has its notice while ten others hang", func() bool {
+		_, acc := healthy.snapshot()
+		return len(acc) == 1
+	})
+}
+
 // TestNotifyCrashAndRestart, on PostgreSQL: a replica dies in the middle
 // of its deliveries (its attempts reach the receiver, their results are
 // never recorded) and the database restarts while readings arrive: every

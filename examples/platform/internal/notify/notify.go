@@ -408,19 +408,33 @@ func (n *Notifier) busyLocked(key string) bool {
 
 // filter is the claim filter for the receivers now busy, and how many
 // deliveries a claim may take: the free slots, or, with none free, one
-// for each receiver with nothing in flight.
+// for each receiver with nothing in flight. A node's receiver is its
+// operator's own, else its line's, else the "*" line's (ForNode).
 func (n *Notifier) filter(rs *Receivers) (store.ClaimFilter, int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var f store.ClaimFilter
-	idle := 0
-	for node, rc := range rs.byNode {
+	idle := map[string]bool{} // receivers with nothing in flight, by URL
+	own := func(node string, rc *Receiver) {
 		f.Own = append(f.Own, node)
+		if rc == nil || rc.disabled { // settled at once, without an attempt
+			return
+		}
 		key := rc.URL.String()
 		if n.busyLocked(key) {
 			f.Busy = append(f.Busy, node)
 		} else if n.inFlight[key] == 0 {
-			idle++
+			idle[key] = true
+		}
+	}
+	for node, rc := range rs.byNode {
+		if rs.byOperator[rs.owners[node]] == nil {
+			own(node, rc)
+		}
+	}
+	for op, nodes := range rs.opNodes {
+		for _, node := range nodes {
+			own(node, rs.byOperator[op])
 		}
 	}
 	if rs.any != nil {
@@ -428,12 +442,15 @@ func (n *Notifier) filter(rs *Receivers) (store.ClaimFilter, int) {
 		if n.busyLocked(key) {
 			f.AnyBusy = true
 		} else if n.inFlight[key] == 0 {
-			idle++
+			idle[key] = true
 		}
+	}
+	if !f.AnyBusy {
+		f.Own = nil // read only while the "*" receiver is busy: a claim sends none
 	}
 	free := n.cfg.maxInFlight - n.total
 	if free <= 0 {
-		free = idle
+		free = len(idle)
 	}
 	return f, free
 }

@@ -48,6 +48,7 @@ type Receivers struct {
 	// and the file's receivers alone.
 	byOperator map[string]*Receiver
 	owners     map[string]string
+	opNodes    map[string][]string // the nodes of each operator in byOperator
 	file       *Receivers
 }
 
@@ -229,6 +230,12 @@ func withOperators(file *Receivers, ops map[string]store.OperatorReceiver, owner
 	for op, r := range ops {
 		if rc := operatorReceiver(op, r, now); rc != nil {
 			rs.byOperator[op] = rc
+		}
+	}
+	rs.opNodes = map[string][]string{}
+	for node, op := range owners {
+		if rs.byOperator[op] != nil {
+			rs.opNodes[op] = append(rs.opNodes[op], node)
 		}
 	}
 	return rs
