@@ -809,6 +809,46 @@ func testNotifyHangingOperatorReceivers(t *testing.T, open notifyOpener, replica
 	})
 }
 
+// TestNotifyStopMidAttempt: a replica that stops (SIGTERM) while an
+// attempt waits on its receiver records it as the platform's doing,
+// not the receiver's: the delivery stays pending, due again at once
+// (for another replica, or this one restarted) rather than after a
+// back-off of up to an hour, its log saying why, on both stores.
+func TestNotifyStopMidAttempt(t *testing.T) { eachNotifyStore(t, testNotifyStopMidAttempt) }
+
+func testNotifyStopMidAttempt(t *testing.T, open notifyOpener, _ int) {
+	c := &platformtest.Clock{T: platformtest.T0}
+	h := newHook(t, c, platformtest.HookSecret)
+	h.mu.Lock()
+	h.hold = make(chan struct{})
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		close(h.hold)
+		h.hold = nil
+		h.mu.Unlock()
+	}()
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg.Timeout = time.Minute
+	np := open(c, cfg)
+	overloadNode(t, c, "s1", np)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); np.n.Run(ctx) }()
+	testkit.WaitFor(t, "the attempt at the receiver", func() bool { return h.held.Load() == 1 })
+	c.Add(time.Second)
+	cancel()
+	<-done
+	ns := np.Notices()
+	if len(ns) != 1 || ns[0].Delivery == nil {
+		t.Fatalf("notices %+v, want one with its delivery", ns)
+	}
+	d := ns[0].Delivery
+	if d.Status != store.StatusPending || d.NextAttempt.After(c.Now()) || len(d.Log) != 1 || !strings.Contains(d.Log[0].Error, "the platform stopped") {
+		t.Errorf("the delivery after a stop mid-attempt: %+v, want pending, due now (%v), its log saying the platform stopped", d, c.Now())
+	}
+}
+
 // TestNotifyCrashAndRestart, on PostgreSQL: a replica dies in the middle
 // of its deliveries (its attempts reach the receiver, their results are
 // never recorded) and the database restarts while readings arrive: every

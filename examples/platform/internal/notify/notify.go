@@ -578,6 +578,7 @@ func (n *Notifier) start(ctx context.Context, rs *Receivers, d store.Delivery) {
 func (n *Notifier) Attempt(ctx context.Context, rc *Receiver, d store.Delivery) store.AttemptResult {
 	now := n.now()
 	res := store.AttemptResult{At: now}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rc.URL.String(), bytes.NewReader(d.Body))
@@ -592,6 +593,13 @@ func (n *Notifier) Attempt(ctx context.Context, rc *Receiver, d store.Delivery) 
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", sign(rc.Secrets, d.ID, ts, d.Body))
 	resp, err := n.client.Do(req)
+	if err != nil && parent.Err() != nil {
+		// The platform stops (SIGTERM): not the receiver's failure, and
+		// no reason for a back-off. Due again at once, for another
+		// replica or this one restarted.
+		res.Outcome, res.Err, res.Next = store.OutcomeRetry, "the platform stopped during the attempt", n.now()
+		return res
+	}
 	if err != nil {
 		res.Outcome, res.Err = store.OutcomeRetry, urlless(err)
 	} else {
