@@ -409,44 +409,44 @@ func (n *Notifier) busyLocked(key string) bool {
 // filter is the claim filter for the receivers now busy, and how many
 // deliveries a claim may take: the free slots, or, with none free, one
 // for each receiver with nothing in flight. A node's receiver is its
-// operator's own, else its line's, else the "*" line's (ForNode).
+// operator's own, else its line's, else the "*" line's (ForNode). Own,
+// read only while the "*" receiver is busy, is sent only then.
 func (n *Notifier) filter(rs *Receivers) (store.ClaimFilter, int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var f store.ClaimFilter
 	idle := map[string]bool{} // receivers with nothing in flight, by URL
-	own := func(node string, rc *Receiver) {
-		f.Own = append(f.Own, node)
-		if rc == nil || rc.disabled { // settled at once, without an attempt
-			return
-		}
-		key := rc.URL.String()
+	// mark puts nodes, whose receiver is the one with key, among the
+	// busy when it is busy, and counts it idle when nothing is in flight.
+	mark := func(key string, nodes ...string) {
 		if n.busyLocked(key) {
-			f.Busy = append(f.Busy, node)
+			f.Busy = append(f.Busy, nodes...)
 		} else if n.inFlight[key] == 0 {
 			idle[key] = true
-		}
-	}
-	for node, rc := range rs.byNode {
-		if rs.byOperator[rs.owners[node]] == nil {
-			own(node, rc)
-		}
-	}
-	for op, nodes := range rs.opNodes {
-		for _, node := range nodes {
-			own(node, rs.byOperator[op])
 		}
 	}
 	if rs.any != nil {
 		key := rs.any.URL.String()
-		if n.busyLocked(key) {
-			f.AnyBusy = true
-		} else if n.inFlight[key] == 0 {
-			idle[key] = true
-		}
+		f.AnyBusy = n.busyLocked(key)
+		mark(key)
 	}
-	if !f.AnyBusy {
-		f.Own = nil // read only while the "*" receiver is busy: a claim sends none
+	for node, rc := range rs.byNode {
+		if rs.byOperator[rs.owners[node]] != nil {
+			continue // its operator's own receiver takes the line's place
+		}
+		if f.AnyBusy {
+			f.Own = append(f.Own, node)
+		}
+		mark(rc.URL.String(), node)
+	}
+	for op, rc := range rs.byOperator {
+		nodes := rs.opNodes[op]
+		if f.AnyBusy {
+			f.Own = append(f.Own, nodes...)
+		}
+		if !rc.disabled { // a disabled one's are settled at once, without an attempt
+			mark(rc.URL.String(), nodes...)
+		}
 	}
 	free := n.cfg.maxInFlight - n.total
 	if free <= 0 {
