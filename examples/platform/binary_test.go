@@ -231,9 +231,10 @@ func TestBinaryHealthcheck(t *testing.T) {
 	}
 }
 
-// TestBinaryConfigFiles: the token and notify files are regular files of
-// bounded size. A FIFO as -token-file or -notify-file and /dev/zero as
-// -notify-file end start-up at once with exit 2 naming the file; a notify
+// TestBinaryConfigFiles: the token, notify and route table files are
+// regular files of bounded size. A FIFO as -token-file, -notify-file or
+// -routes and /dev/zero as -notify-file or -routes end start-up at once
+// with exit 2 naming the file; a notify
 // file replaced by a FIFO and reloaded on SIGHUP is refused, the old one
 // kept, and SIGTERM still stops the platform.
 func TestBinaryConfigFiles(t *testing.T) {
@@ -252,6 +253,8 @@ func TestBinaryConfigFiles(t *testing.T) {
 		{[]string{"-token-file", fifo}, "-token-file " + fifo + ": " + fifo + " is a named pipe (FIFO), not a regular file"},
 		{[]string{"-token-file", tokens, "-notify-file", fifo}, "-notify-file: " + fifo + " is a named pipe (FIFO), not a regular file"},
 		{[]string{"-token-file", tokens, "-notify-file", "/dev/zero"}, "-notify-file: /dev/zero is a character device, not a regular file"},
+		{[]string{"-token-file", tokens, "-routes", fifo}, "route table: " + fifo + " is a named pipe (FIFO), not a regular file"},
+		{[]string{"-token-file", tokens, "-routes", "/dev/zero"}, "route table: /dev/zero is a character device, not a regular file"},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		out, err := exec.CommandContext(ctx, bin, append(tt.args, "-listen", "127.0.0.1:0", "-state-dir", state)...).CombinedOutput()

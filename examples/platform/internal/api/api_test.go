@@ -140,10 +140,15 @@ func TestParseTokens(t *testing.T) {
 		{"a ../x", nil, "node"},
 		{"adm\nal operator:alice\nag x1 operator:alice\n", Tokens{"adm": "", "al": "operator:alice", "ag": "x1 operator:alice"}, ""},
 		{"a\tx1\t operator:alice", Tokens{"a": "x1 operator:alice"}, ""},
-		{"a operator:", nil, "operator name"},
+		{"a operator:", nil, `operator ""`},
 		{"a x1 alice", nil, "operator:NAME"},
 		{"a operator:alice x1", nil, "want TOKEN"},
 		{"a x1 operator:bob\nb x1 operator:carol", nil, "node x1 is named operator"},
+		// A line whose token was left out is not the admin's token
+		// "operator:alice", which anyone could guess.
+		{"adm\noperator:alice\n", nil, "line 2: no token before operator:alice"},
+		{"operator:alice x1", nil, "line 1: no token before operator:alice"},
+		{"a operator:a:b", nil, `operator "a:b": want 1 to 64`},
 	} {
 		got, err := parseTokens(strings.NewReader(tc.in))
 		if tc.err != "" {

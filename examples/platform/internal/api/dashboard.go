@@ -439,7 +439,9 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 		d.render(w, http.StatusBadRequest, "login", loginPage{Message: "The form could not be read: log in again."})
 		return
 	}
-	tok := r.PostForm.Get("token")
+	// A token holds no white space (the token file splits its lines
+	// at it): what a paste brings around it is not the token's.
+	tok := strings.TrimSpace(r.PostForm.Get("token"))
 	id, known := d.idx[sha256.Sum256([]byte(tok))]
 	var msg string
 	status := http.StatusForbidden

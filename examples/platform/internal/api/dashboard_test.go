@@ -255,6 +255,12 @@ func TestDashboard(t *testing.T) {
 			}
 		}
 
+		// A token pasted with the line's end or spaces around it is the
+		// same token: a token holds no white space.
+		if a := b.do("POST", "/login", url.Values{"token": {" tok-alice\r\n"}}, ""); a.code != http.StatusSeeOther || len(a.cookies) != 1 {
+			t.Errorf("a login with white space around alice's token: %d %v, want 303 and a session", a.code, a.cookies)
+		}
+
 		// Alice logs in: a session cookie, not her token.
 		a := b.do("POST", "/login", url.Values{"token": {"tok-alice"}}, "")
 		if a.code != http.StatusSeeOther || len(a.cookies) != 1 {

@@ -234,3 +234,63 @@ func TestStalledBody(t *testing.T) {
 		})
 	}
 }
+
+// TestBadRequests: a body that leaves out a field its endpoint needs
+// (a price, a max_users, a route's bytes) answers 400 invalid naming the
+// field and changes nothing, rather than setting it to 0 (a free node, no
+// cap, a route marked in use by no traffic); a path no endpoint has, or a
+// method the path does not take, answers 404 or 405 in JSON like every
+// other refusal, saying the method and path (and, for 405, the methods
+// it takes, as Allow does), on both stores.
+func TestBadRequests(t *testing.T) { eachStore(t, testBadRequests) }
+
+func testBadRequests(t *testing.T, open opener) {
+	tp := open(&platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
+	for _, tc := range []struct{ path, body, field string }{
+		{"/price", `{"node":"x1"}`, `"price"`},
+		{"/price", `{"price":5}`, `"node"`},
+		{"/max-users", `{"node":"x1"}`, `"max_users"`},
+		{"/traffic", `{"route":"r-only"}`, `"bytes"`},
+		{"/routes", `{"node":"x1","key":"vpn"}`, "user"},
+	} {
+		code, _, b := tp.Raw("POST", tc.path, platformtest.TestToken, tc.body)
+		var ans map[string]string
+		json.Unmarshal(b, &ans)
+		if code != 400 || ans["reason"] != api.ReasonInvalid || !strings.Contains(ans["error"], tc.field) {
+			t.Errorf("POST %s %s: %d %s, want 400 invalid naming %s", tc.path, tc.body, code, b, tc.field)
+		}
+	}
+	n := tp.Node("x1")
+	if n.Price != 100 || n.MaxUsers != 0 {
+		t.Errorf("x1 after the refusals: price %d, max_users %d; want 100 and 0 as seeded", n.Price, n.MaxUsers)
+	}
+	for _, r := range n.Routes {
+		if r.Route.ID == "r-only" && !r.Route.LastTraffic.Equal(platformtest.T0.Add(-time.Minute)) {
+			t.Errorf("r-only marked in use at %v by a refused /traffic", r.Route.LastTraffic)
+		}
+	}
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		says, allow  string
+	}{
+		{"GET", "/price", 405, "GET /price", "POST"},
+		{"DELETE", "/nodes/x1", 405, "DELETE /nodes/x1", "GET, HEAD"},
+		{"PUT", "/report", 405, "PUT /report", "POST"},
+		{"GET", "/no-such-endpoint", 404, "GET /no-such-endpoint", ""},
+		{"GET", "/nodes/x1/nothing", 404, "GET /nodes/x1/nothing", ""},
+	} {
+		code, h, b := tp.Raw(tc.method, tc.path, platformtest.TestToken, "")
+		var ans map[string]string
+		err := json.Unmarshal(b, &ans)
+		if code != tc.code || err != nil || !strings.Contains(ans["error"], tc.says) || ans["reason"] == "" {
+			t.Errorf("%s %s: %d %q, want %d in JSON saying %q", tc.method, tc.path, code, b, tc.code, tc.says)
+		}
+		if got := h.Get("Allow"); got != tc.allow {
+			t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
+		}
+		if tc.allow != "" && !strings.Contains(ans["error"], tc.allow) {
+			t.Errorf("%s %s: %q does not say the methods it takes (%s)", tc.method, tc.path, ans["error"], tc.allow)
+		}
+	}
+}

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,6 +82,7 @@ const (
 	reasonNotInTable   = "not_registered"
 	reasonNotFound     = "not_found"
 	reasonNotAdmitted  = "not_admitted"
+	reasonMethod       = "method_not_allowed"
 	ReasonUnsaved      = "unsaved"
 	ReasonUnavailable  = "unavailable"
 	reasonInternal     = "internal"
@@ -351,8 +350,50 @@ func (h reportFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.report.ServeHTTP(w, r)
 		return
 	}
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		unrouted(h.mux, w, r)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
+
+// unrouted answers a request no endpoint takes as every refusal is
+// answered, in JSON saying what was asked: 405 with the methods the path
+// takes (and Allow), or 404. The mux's own answer, a line of plain
+// text, says neither.
+func unrouted(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	h, _ := mux.Handler(r)
+	rec := &statusRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	path := r.URL.Path
+	if len(path) > 80 {
+		path = path[:80] + "…"
+	}
+	if q := strconv.Quote(path); q[1:len(q)-1] != path {
+		path = q // a control character or bytes that are not UTF-8
+	}
+	what := r.Method + " " + path
+	switch allow := rec.header.Get("Allow"); {
+	case rec.status == http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, reasonMethod, fmt.Errorf("%s: the path takes %s only", what, allow))
+	case rec.status == http.StatusNotFound:
+		writeError(w, http.StatusNotFound, reasonNotFound, fmt.Errorf("%s: no such endpoint", what))
+	default:
+		h.ServeHTTP(w, r)
+	}
+}
+
+// statusRecorder keeps the status and headers the mux's own refusal
+// writes, and drops its body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (s *statusRecorder) Header() http.Header         { return s.header }
+func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusRecorder) WriteHeader(status int)      { s.status = status }
 
 // reportHandler is POST /report's handler: auth's token check and body
 // bound, and handleReport, without the request's copy that auth makes to
@@ -560,13 +601,14 @@ func serve[Req, Resp any](status int, do func(context.Context, identity, Req) (R
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(r.Body)
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeBodyFailure(w, fmt.Errorf("request body: %w", err))
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if isBodyFailure(err) {
-			writeBodyFailure(w, fmt.Errorf("request body: %w", err))
-			return false
-		}
 		writeError(w, http.StatusBadRequest, ReasonInvalid, fmt.Errorf("request body: %w", err))
 		return false
 	}
@@ -576,16 +618,19 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, http.StatusBadRequest, ReasonInvalid, errors.New("request body: data after the JSON object"))
 		return false
 	}
+	// A field left out would be taken as its zero value: a price of 0,
+	// no cap, a route marked in use by no traffic.
+	if rq, ok := v.(interface{ Required() []string }); ok {
+		var fields map[string]json.RawMessage
+		json.Unmarshal(b, &fields) // v took it as an object, or as null
+		for _, name := range rq.Required() {
+			if _, ok := fields[name]; !ok {
+				writeError(w, http.StatusBadRequest, ReasonInvalid, fmt.Errorf("request body: %q is required", name))
+				return false
+			}
+		}
+	}
 	return true
-}
-
-// isBodyFailure reports whether err, from reading a request's body, is
-// the body's fault in transit (too large, or not all of it came in time)
-// rather than its content's.
-func isBodyFailure(err error) bool {
-	var tooLarge *http.MaxBytesError
-	var ne net.Error
-	return errors.As(err, &tooLarge) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // writeBodyFailure answers a body that could not be read: 413 "too_large"

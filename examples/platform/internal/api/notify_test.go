@@ -726,6 +726,129 @@ func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
 	}
 }
 
+// TestNotifyHangingOperatorReceivers: as TestNotifyHangingReceivers,
+// the receivers being the operators' own (PUT /receiver) instead of the
+// notify file's lines: ten operators' receivers hang, and an eleventh
+// operator's notice arrives within a second of its decision.
+func TestNotifyHangingOperatorReceivers(t *testing.T) {
+	eachNotifyStore(t, testNotifyHangingOperatorReceivers)
+}
+
+func testNotifyHangingOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
+	c := &platformtest.Clock{T: platformtest.T0}
+	cfg := apitest.NotifyConfig("")
+	cfg.Timeout = time.Minute // longer than the test: the receivers hang
+	ps, ns := openReplicas(open, c, cfg, replicas)
+	owners := map[string]string{"ok": "healthy"}
+	for i := range 10 {
+		for j := range 8 {
+			owners[fmt.Sprintf("h%d-%d", i, j)] = fmt.Sprintf("op%d", i)
+		}
+	}
+	var fs []*fleet.Fleet
+	for _, p := range ps {
+		f := fleet.New(p.Svc, p.n)
+		f.Owners = owners
+		fs = append(fs, f)
+	}
+	set := func(op string, h *hook) {
+		t.Helper()
+		v, _, err := fs[0].SetReceiver(t.Context(), op, fleet.ReceiverRequest{URL: h.url()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.mu.Lock()
+		h.secrets = []string{v.Secret}
+		h.mu.Unlock()
+	}
+	healthy := newHook(t, c)
+	set("healthy", healthy)
+	var hanging []*hook
+	for i := range 10 {
+		h := newHook(t, c)
+		h.mu.Lock()
+		h.hold = make(chan struct{})
+		h.mu.Unlock()
+		hanging = append(hanging, h)
+		set(fmt.Sprintf("op%d", i), h)
+	}
+	for _, f := range fs {
+		f.NotifyUnreached(t.Context(), platformtest.Logger(t)) // every replica reads them, as at its start
+	}
+	for i := range 10 {
+		for j := range 8 {
+			overloadNode(t, c, fmt.Sprintf("h%d-%d", i, j), ps...)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var running sync.WaitGroup
+	for _, n := range ns {
+		running.Go(func() { n.Run(ctx) })
+	}
+	defer func() {
+		for _, h := range hanging {
+			h.mu.Lock()
+			close(h.hold)
+			h.hold = nil
+			h.mu.Unlock()
+		}
+		cancel()
+		running.Wait()
+	}()
+	testkit.WaitFor(t, "every attempt slot of the replicas taken by the hanging receivers", func() bool {
+		total := 0
+		for _, n := range ns {
+			total += n.AttemptsInFlight()
+		}
+		return total >= notify.DefaultMaxInFlight*len(ns)
+	})
+	overloadNode(t, c, "ok", ps...)
+	testkit.WaitForWithin(t, time.Second, "the healthy operator's receiver has its notice while ten others hang", func() bool {
+		_, acc := healthy.snapshot()
+		return len(acc) == 1
+	})
+}
+
+// TestNotifyStopMidAttempt: a replica that stops (SIGTERM) while an
+// attempt waits on its receiver records it as the platform's doing,
+// not the receiver's: the delivery stays pending, due again at once
+// (for another replica, or this one restarted) rather than after a
+// back-off of up to an hour, its log saying why, on both stores.
+func TestNotifyStopMidAttempt(t *testing.T) { eachNotifyStore(t, testNotifyStopMidAttempt) }
+
+func testNotifyStopMidAttempt(t *testing.T, open notifyOpener, _ int) {
+	c := &platformtest.Clock{T: platformtest.T0}
+	h := newHook(t, c, platformtest.HookSecret)
+	h.mu.Lock()
+	h.hold = make(chan struct{})
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		close(h.hold)
+		h.hold = nil
+		h.mu.Unlock()
+	}()
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg.Timeout = time.Minute
+	np := open(c, cfg)
+	overloadNode(t, c, "s1", np)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); np.n.Run(ctx) }()
+	testkit.WaitFor(t, "the attempt at the receiver", func() bool { return h.held.Load() == 1 })
+	c.Add(time.Second)
+	cancel()
+	<-done
+	ns := np.Notices()
+	if len(ns) != 1 || ns[0].Delivery == nil {
+		t.Fatalf("notices %+v, want one with its delivery", ns)
+	}
+	d := ns[0].Delivery
+	if d.Status != store.StatusPending || d.NextAttempt.After(c.Now()) || len(d.Log) != 1 || !strings.Contains(d.Log[0].Error, "the platform stopped") {
+		t.Errorf("the delivery after a stop mid-attempt: %+v, want pending, due now (%v), its log saying the platform stopped", d, c.Now())
+	}
+}
+
 // TestNotifyCrashAndRestart, on PostgreSQL: a replica dies in the middle
 // of its deliveries (its attempts reach the receiver, their results are
 // never recorded) and the database restarts while readings arrive: every

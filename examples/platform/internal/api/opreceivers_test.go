@@ -210,3 +210,81 @@ func testOperatorReceivers(t *testing.T, open notifyOpener, replicas int) {
 		t.Errorf("after enabling: %+v, want delivered", a)
 	}
 }
+
+// TestOperatorReceiverOnAnotherReplica: an operator's receiver set, or
+// moved, through one replica takes the next notice of their node that
+// another replica decides and delivers, before that replica's next plan
+// round reads every operator's receiver: the notice is neither marked
+// undeliverable (no notify file here) nor sent to the URL the operator
+// left.
+func TestOperatorReceiverOnAnotherReplica(t *testing.T) {
+	eachNotifyStore(t, testOperatorReceiverOnAnotherReplica)
+}
+
+func testOperatorReceiverOnAnotherReplica(t *testing.T, open notifyOpener, replicas int) {
+	if replicas < 2 {
+		t.Skip("one process: a receiver set is in force at once")
+	}
+	c := &platformtest.Clock{T: platformtest.T0}
+	cfg := apitest.NotifyConfig("")
+	var fs []*fleet.Fleet
+	var webs []*apitest.Platform
+	for _, np := range []notifyPlatform{open(c, cfg, dashboardSeed()), open(c, cfg)} {
+		f := fleet.New(np.Svc, np.n)
+		f.Owners = map[string]string{"a1": "alice", "b1": "bob"}
+		srv := httptest.NewServer(api.Handler(f, dashboardTokens))
+		t.Cleanup(srv.Close)
+		f.NotifyUnreached(t.Context(), platformtest.Logger(t)) // as main does at start
+		fs, webs = append(fs, f), append(webs, &apitest.Platform{T: t, Srv: srv})
+	}
+	put := func(url string) string {
+		t.Helper()
+		code, _, b := webs[0].Raw("PUT", "/receiver", "tok-alice", `{"url":"`+url+`"}`)
+		var v store.ReceiverView
+		if json.Unmarshal(b, &v); code != 201 && code != 200 {
+			t.Fatalf("PUT /receiver on the first replica: %d %s", code, b)
+		}
+		return v.Secret
+	}
+	overload := func(seq int) {
+		t.Helper()
+		for i := range 3 {
+			c.Add(time.Second)
+			r := platformtest.Reading("a1", seq+i, 95)
+			r.At = c.Now()
+			if _, err := fs[1].Report(t.Context(), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		drain(t, fs[1].Notify)
+	}
+	secret := put("http://127.0.0.1:9/placeholder")
+	first := newHook(t, c, secret)
+	put(first.url())
+	overload(1)
+	if as, _ := first.snapshot(); len(as) != 1 || !as[0].Verified || as[0].Msg.Data.Node != "a1" {
+		ns, _, _ := fs[1].Notices(t.Context(), 0, 0)
+		t.Fatalf("alice's receiver, set on the first replica, got %+v from the second; its notices: %+v", as, ns)
+	}
+
+	// Moved on the first replica: the second sends the next notice to
+	// the new URL.
+	second := newHook(t, c, secret)
+	put(second.url())
+	for i := range 5 {
+		c.Add(time.Second)
+		r := platformtest.Reading("a1", 10+i, 10)
+		r.At = c.Now()
+		if _, err := fs[1].Report(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Add(2 * time.Hour) // past the hour between two notices
+	overload(20)
+	if as, _ := second.snapshot(); len(as) != 1 || !as[0].Verified {
+		t.Errorf("alice's moved receiver got %+v, want the second notice", as)
+	}
+	if as, _ := first.snapshot(); len(as) != 1 {
+		t.Errorf("the URL alice left got %d messages, want only the first notice", len(as))
+	}
+}

@@ -283,7 +283,7 @@ func TestSeedOperators(t *testing.T) {
 		t.Fatalf("seed: %+v, %v", s, err)
 	}
 	for in, want := range map[string]string{
-		`{"nodes":[{"id":"a1","role":"exit","operator":"a/b"}]}`: "node a1: operator name",
+		`{"nodes":[{"id":"a1","role":"exit","operator":"a/b"}]}`: `node a1: operator "a/b": want`,
 		`{"nodes":[{"id":"a1","role":"exit","owner":"x"}]}`:      "unknown field",
 	} {
 		if err := json.Unmarshal([]byte(in), &s); err == nil || !strings.Contains(err.Error(), want) {

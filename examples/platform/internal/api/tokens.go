@@ -84,6 +84,11 @@ func parseTokens(r io.Reader) (Tokens, error) {
 		}
 		f := strings.Fields(s)
 		tok, rest := f[0], strings.Join(f[1:], " ")
+		if strings.HasPrefix(tok, operatorPrefix) {
+			// Taken as a token, the line would make "operator:NAME",
+			// which anyone can guess, the admin's (or an agent's).
+			return nil, fmt.Errorf("line %d: no token before %.80s", line, tok)
+		}
 		if _, err := identityOf(rest); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/atomicfile"
+	"github.com/proofkit/nodekit/internal/procfile"
 )
 
 func (p *Store) path(id string) string {
@@ -75,7 +76,7 @@ func (p *Store) load() error {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	for _, name := range names {
-		b, err := os.ReadFile(name)
+		b, err := readState(name)
 		if err != nil {
 			return fmt.Errorf("load %s: %w", name, err)
 		}
@@ -146,6 +147,20 @@ func (p *Store) applySeed(s *store.SeedFile, now time.Time) error {
 	return nil
 }
 
+// maxStateFile bounds each file the store reads back at start: far above
+// a node of 100,000 routes (about 30 MB), and below what a file filled
+// by mistake would cost in memory.
+const maxStateFile = 1 << 30
+
+// readState reads a file of the state directory: a regular file of at
+// most maxStateFile bytes, so that a FIFO (whose open blocks until a
+// writer comes, deaf to SIGTERM) or a device (/dev/zero never ends) is
+// refused at once, naming it.
+func readState(path string) ([]byte, error) {
+	b, _, err := procfile.Read(context.Background(), path, maxStateFile)
+	return b, err
+}
+
 // operatorsFile holds the operators' own receivers in the state
 // directory: a JSON object by operator (not *.json, which is a node's).
 const operatorsFile = "operators.state"
@@ -153,7 +168,7 @@ const operatorsFile = "operators.state"
 // loadOperators reads operatorsFile, if there is one.
 func (p *Store) loadOperators() error {
 	p.operators = map[string]store.OperatorReceiver{}
-	b, err := os.ReadFile(filepath.Join(p.Config.StateDir, operatorsFile))
+	b, err := readState(filepath.Join(p.Config.StateDir, operatorsFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

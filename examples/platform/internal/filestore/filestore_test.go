@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/proofkit/nodekit/examples/platform/internal/apitest"
 	"github.com/proofkit/nodekit/examples/platform/internal/filestore"
 	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
+	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/examples/platform/internal/storetest"
@@ -62,6 +64,42 @@ func TestStateFiles(t *testing.T) {
 	}
 	if _, err := filestore.Open(store.Config{StateDir: dir, Now: c.Now}, nil); err == nil || !strings.Contains(err.Error(), "x1.json") {
 		t.Fatalf("broken state file: err %v, want one naming x1.json", err)
+	}
+}
+
+// TestStateNotRegular: a FIFO or a device in the state directory, where
+// a node's file, the outbox log or the operators' receivers are read, is
+// refused at once with an error naming it: opening a FIFO blocks until
+// a writer comes, deaf to SIGTERM, and /dev/zero never ends.
+func TestStateNotRegular(t *testing.T) {
+	for _, name := range []string{"x9.json", "outbox.log", "operators.state"} {
+		for _, kind := range []string{"fifo", "/dev/zero"} {
+			dir := t.TempDir()
+			path := filepath.Join(dir, name)
+			var err error
+			if kind == "fifo" {
+				err = syscall.Mkfifo(path, 0o600)
+			} else {
+				err = os.Symlink(kind, path)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				cfg := store.Config{StateDir: dir, Now: (&platformtest.Clock{T: platformtest.T0}).Now, Dispatch: notify.NewDispatch(notify.Config{}, nil)}
+				_, err := filestore.Open(cfg, nil)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "not a regular file") {
+					t.Errorf("%s as %s: %v, want an error naming it, not a regular file", kind, name, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s as %s: Open still waits after 10 s", kind, name)
+			}
+		}
 	}
 }
 

@@ -55,7 +55,7 @@ var _ store.OutboxStore = (*fileOutbox)(nil)
 // line cut short by a crash is dropped (its append never returned).
 func openFileOutbox(dir string, now time.Time) (*fileOutbox, error) {
 	o := &fileOutbox{path: filepath.Join(dir, outboxFile), all: map[string]*store.Delivery{}, leased: map[string]time.Time{}}
-	b, err := os.ReadFile(o.path)
+	b, err := readState(o.path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}

@@ -33,6 +33,7 @@ func New(st store.Store, n *notify.Notifier) *Fleet {
 	if n != nil {
 		f.Dispatch = n.Dispatch
 		n.Attempted = f.attempted
+		n.ReadOperator = st.OperatorReceiver
 	}
 	return f
 }

@@ -145,6 +145,10 @@ type MaxUsersRequest struct {
 	MaxUsers int    `json:"max_users"`
 }
 
+// Required names the fields its JSON must hold: a cap left out is not
+// "no cap".
+func (MaxUsersRequest) Required() []string { return []string{"node", "max_users"} }
+
 // SetMaxUsers sets the node's cap of live users (0: none): a node whose
 // cap is filled takes nobody new, which is not an overload.
 func (f *Fleet) SetMaxUsers(ctx context.Context, req MaxUsersRequest) error {
@@ -246,11 +250,19 @@ type TrafficRequest struct {
 	Bytes uint64 `json:"bytes"`
 }
 
+// Required names the fields its JSON must hold: bytes left out are not
+// traffic that marks the route in use.
+func (TrafficRequest) Required() []string { return []string{"route", "bytes"} }
+
 // PriceRequest changes a node's asking price.
 type PriceRequest struct {
 	Node  string        `json:"node"`
 	Price pricing.Price `json:"price"`
 }
+
+// Required names the fields its JSON must hold: a price left out is not
+// a price of 0.
+func (PriceRequest) Required() []string { return []string{"node", "price"} }
 
 // AdmitAnswer is /admit's body.
 type AdmitAnswer struct {

@@ -95,7 +95,10 @@ func newDelivery(id, node string, seq int64, m Message, now time.Time, rs *Recei
 		return store.Delivery{}, fmt.Errorf("node %s: message: %w: %w", node, store.ErrUnsaved, err)
 	}
 	d := store.Delivery{ID: id, Node: node, Type: m.Type, At: m.Data.At, Seq: seq, Body: body, Created: now, Status: store.StatusPending, NextAt: now}
-	if rs.ForNode(node) == nil {
+	// A node of an operator's waits for its attempt, which reads the
+	// operator's receiver as the store has it then: one set through
+	// another replica may not be in force here yet.
+	if rs.ForNode(node) == nil && rs.owner(node) == "" {
 		d.Status, d.LastError, d.NextAt = store.StatusUndeliverable, "no receiver for the node in the notify file", time.Time{}
 	}
 	return d, nil
@@ -307,6 +310,12 @@ type Notifier struct {
 	// Attempted, when set, is told of each attempt to an operator's own
 	// receiver, whether it delivered (fleet.Attempted).
 	Attempted func(ctx context.Context, rc *Receiver, ok bool, at time.Time)
+	// ReadOperator, when set, reads an operator's receiver as the store
+	// holds it now (store.ReceiverStore's OperatorReceiver). An attempt
+	// for an operator's node takes the receiver from it, so one set,
+	// moved, rotated, disabled or enabled through another replica is in
+	// force at once, not at this replica's next plan round.
+	ReadOperator func(ctx context.Context, operator string) (store.OperatorReceiver, bool, error)
 }
 
 // New is the notifier of d's receivers, delivering box (a
@@ -399,32 +408,49 @@ func (n *Notifier) busyLocked(key string) bool {
 
 // filter is the claim filter for the receivers now busy, and how many
 // deliveries a claim may take: the free slots, or, with none free, one
-// for each receiver with nothing in flight.
+// for each receiver with nothing in flight. A node's receiver is its
+// operator's own, else its line's, else the "*" line's (ForNode). Own,
+// read only while the "*" receiver is busy, is sent only then.
 func (n *Notifier) filter(rs *Receivers) (store.ClaimFilter, int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var f store.ClaimFilter
-	idle := 0
-	for node, rc := range rs.byNode {
-		f.Own = append(f.Own, node)
-		key := rc.URL.String()
+	idle := map[string]bool{} // receivers with nothing in flight, by URL
+	// mark puts nodes, whose receiver is the one with key, among the
+	// busy when it is busy, and counts it idle when nothing is in flight.
+	mark := func(key string, nodes ...string) {
 		if n.busyLocked(key) {
-			f.Busy = append(f.Busy, node)
+			f.Busy = append(f.Busy, nodes...)
 		} else if n.inFlight[key] == 0 {
-			idle++
+			idle[key] = true
 		}
 	}
 	if rs.any != nil {
 		key := rs.any.URL.String()
-		if n.busyLocked(key) {
-			f.AnyBusy = true
-		} else if n.inFlight[key] == 0 {
-			idle++
+		f.AnyBusy = n.busyLocked(key)
+		mark(key)
+	}
+	for node, rc := range rs.byNode {
+		if rs.byOperator[rs.owners[node]] != nil {
+			continue // its operator's own receiver takes the line's place
+		}
+		if f.AnyBusy {
+			f.Own = append(f.Own, node)
+		}
+		mark(rc.URL.String(), node)
+	}
+	for op, rc := range rs.byOperator {
+		nodes := rs.opNodes[op]
+		if f.AnyBusy {
+			f.Own = append(f.Own, nodes...)
+		}
+		if !rc.disabled { // a disabled one's are settled at once, without an attempt
+			mark(rc.URL.String(), nodes...)
 		}
 	}
 	free := n.cfg.maxInFlight - n.total
 	if free <= 0 {
-		free = idle
+		free = len(idle)
 	}
 	return f, free
 }
@@ -491,7 +517,12 @@ func (n *Notifier) AttemptsInFlight() int {
 // again in a moment).
 func (n *Notifier) start(ctx context.Context, rs *Receivers, d store.Delivery) {
 	now := n.now()
-	rc := rs.ForNode(d.Node)
+	rc, err := n.receiverFor(ctx, rs, d.Node, now)
+	if err != nil {
+		n.log.Warn("notify: receiver not read", "id", d.ID, "node", d.Node, "err", err)
+		n.settle(ctx, d, nil, store.AttemptResult{Outcome: store.OutcomeRelease, At: now, Next: now.Add(time.Second)})
+		return
+	}
 	if rc == nil {
 		n.settle(ctx, d, nil, store.AttemptResult{Outcome: store.OutcomeUndeliverable, At: now, Err: "no receiver for the node: none in the notify file, or its operator's is disabled"})
 		return
@@ -547,6 +578,7 @@ func (n *Notifier) start(ctx context.Context, rs *Receivers, d store.Delivery) {
 func (n *Notifier) Attempt(ctx context.Context, rc *Receiver, d store.Delivery) store.AttemptResult {
 	now := n.now()
 	res := store.AttemptResult{At: now}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rc.URL.String(), bytes.NewReader(d.Body))
@@ -561,6 +593,13 @@ func (n *Notifier) Attempt(ctx context.Context, rc *Receiver, d store.Delivery) 
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", sign(rc.Secrets, d.ID, ts, d.Body))
 	resp, err := n.client.Do(req)
+	if err != nil && parent.Err() != nil {
+		// The platform stops (SIGTERM): not the receiver's failure, and
+		// no reason for a back-off. Due again at once, for another
+		// replica or this one restarted.
+		res.Outcome, res.Err, res.Next = store.OutcomeRetry, "the platform stopped during the attempt", n.now()
+		return res
+	}
 	if err != nil {
 		res.Outcome, res.Err = store.OutcomeRetry, urlless(err)
 	} else {
@@ -643,6 +682,30 @@ func (n *Notifier) settle(ctx context.Context, d store.Delivery, rc *Receiver, r
 		// The lease runs out and another attempt is made: at least once.
 		n.log.Warn("notify: recording a delivery", "id", d.ID, "err", err)
 	}
+}
+
+// receiverFor is node's receiver for an attempt at now: its operator's
+// own as the store holds it now (ReadOperator), unless it has none or
+// cannot be sent to, then the notify file's; nil when there is none or
+// the operator's is disabled.
+func (n *Notifier) receiverFor(ctx context.Context, rs *Receivers, node string, now time.Time) (*Receiver, error) {
+	op := rs.owner(node)
+	if op == "" || n.ReadOperator == nil {
+		return rs.ForNode(node), nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	r, ok, err := n.ReadOperator(sctx, op)
+	if err != nil {
+		return nil, fmt.Errorf("receiver of operator %s: %w", op, err)
+	}
+	if rc := operatorReceiver(op, r, now); ok && rc != nil {
+		if rc.disabled {
+			return nil, nil
+		}
+		return rc, nil
+	}
+	return rs.file.ForNode(node), nil
 }
 
 // storeTimeout bounds each of the notifier's calls to its outbox, as

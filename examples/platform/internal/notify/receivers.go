@@ -48,6 +48,7 @@ type Receivers struct {
 	// and the file's receivers alone.
 	byOperator map[string]*Receiver
 	owners     map[string]string
+	opNodes    map[string][]string // the nodes of each operator in byOperator
 	file       *Receivers
 }
 
@@ -227,12 +228,35 @@ func withOperators(file *Receivers, ops map[string]store.OperatorReceiver, owner
 	rs.owners = maps.Clone(owners)
 	rs.byOperator = map[string]*Receiver{}
 	for op, r := range ops {
-		u, err := url.Parse(r.URL)
-		keys := r.Signing(now)
-		if err != nil || len(keys) == 0 {
-			continue
+		if rc := operatorReceiver(op, r, now); rc != nil {
+			rs.byOperator[op] = rc
 		}
-		rs.byOperator[op] = &Receiver{Operator: op, URL: u, Secrets: keys, FailingSince: r.FailingSince, disabled: !r.Disabled.IsZero()}
+	}
+	rs.opNodes = map[string][]string{}
+	for node, op := range owners {
+		if rs.byOperator[op] != nil {
+			rs.opNodes[op] = append(rs.opNodes[op], node)
+		}
 	}
 	return rs
+}
+
+// operatorReceiver is operator op's own receiver r as in force at now;
+// nil when it cannot be sent to (a URL that does not parse, no secret),
+// and the notify file's stands for the operator's nodes.
+func operatorReceiver(op string, r store.OperatorReceiver, now time.Time) *Receiver {
+	u, err := url.Parse(r.URL)
+	keys := r.Signing(now)
+	if err != nil || len(keys) == 0 {
+		return nil
+	}
+	return &Receiver{Operator: op, URL: u, Secrets: keys, FailingSince: r.FailingSince, disabled: !r.Disabled.IsZero()}
+}
+
+// owner is node's operator as rs has it, or "".
+func (rs *Receivers) owner(node string) string {
+	if rs == nil {
+		return ""
+	}
+	return rs.owners[node]
 }

@@ -191,8 +191,8 @@ func (e *NumberedEvent) UnmarshalJSON(b []byte) error {
 // CheckOperator checks an operator's name: the node-id rule, which a
 // log line and a URL carry as they are. The error wraps ErrBadInput.
 func CheckOperator(name string) error {
-	if err := CheckNodeID(name); err != nil {
-		return fmt.Errorf("operator name: %w", err)
+	if overload.CheckNode(name) != nil {
+		return fmt.Errorf("operator %.80q: want %s: %w", name, overload.NodeRule, ErrBadInput)
 	}
 	return nil
 }

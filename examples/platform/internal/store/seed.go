@@ -2,11 +2,12 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"time"
 
+	"github.com/proofkit/nodekit/internal/procfile"
 	"github.com/proofkit/nodekit/routing"
 )
 
@@ -58,9 +59,15 @@ func (s *SeedFile) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ReadSeed reads the route table file at path.
+// MaxSeedFile bounds the route table's file: a route is a line of about
+// 150 bytes, so 1.5 million routes fit.
+const MaxSeedFile = 256 << 20
+
+// ReadSeed reads the route table file at path: a regular file of at most
+// MaxSeedFile bytes, so that neither a FIFO (which would block the start,
+// deaf to SIGTERM, until a writer came) nor a device is read.
 func ReadSeed(path string) (*SeedFile, error) {
-	b, err := os.ReadFile(path)
+	b, _, err := procfile.Read(context.Background(), path, MaxSeedFile)
 	if err != nil {
 		return nil, fmt.Errorf("route table: %w", err)
 	}
