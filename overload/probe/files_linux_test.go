@@ -301,7 +301,7 @@ func TestNoteOfGarbage(t *testing.T) {
 	}
 	var a accumulator
 	a.note("memory: %v", err)
-	a.note("%s", "é"+string(bytes.Repeat([]byte("é"), 300)))
+	a.note("%s", "é"+string(bytes.Repeat([]byte("é"), 600)))
 	a.note("%s", "short and clean")
 	for _, n := range a.notes {
 		if len(n) > maxNote {

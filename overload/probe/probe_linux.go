@@ -443,7 +443,7 @@ func (a *accumulator) miss(in overload.Input, format string, args ...any) {
 // maxNote bounds a note's length in bytes: an error from a malformed
 // file may quote the file's bytes, and a reading carries its notes to the
 // platform and into its logs.
-const maxNote = 200
+const maxNote = 512
 
 func (a *accumulator) note(format string, args ...any) {
 	n := cleanNote(fmt.Sprintf(format, args...))
