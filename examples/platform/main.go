@@ -91,6 +91,7 @@ Flags:
 	fs.StringVar(&o.notify.File, "notify-file", "", "receivers of notices, one a line: NODE URL SECRET [SECRET…] (NODE * for every node without a line; reloaded on SIGHUP)")
 	fs.DurationVar(&o.notify.GiveUp, "notify-give-up", notify.DefaultGiveUp, "how long a notice's delivery is retried before it is failed")
 	fs.BoolVar(&o.notify.Ended, "notify-ended", false, "also send node.overload_ended when an overload ends")
+	fs.BoolVar(&o.notify.PublicOnly, "notify-public-only", false, "send operators' own receivers (set through the API) messages only at public addresses: refuse a connection to a loopback, private, link-local or shared address, so an operator cannot make the platform call its own network (set it where operators are not the platform's own staff)")
 	fs.DurationVar(&o.notify.Timeout, "notify-timeout", notify.DefaultTimeout, "how long one delivery attempt may take; a replica that dies mid-attempt leaves the delivery to the others after twice this and 5 s")
 	pol := &o.cfg.Policy
 	fs.DurationVar(&pol.CoolDown, "cool-down", routing.DefaultCoolDown, "after an overload ends, how long the node takes nobody new (negative: none)")

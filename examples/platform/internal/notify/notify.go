@@ -12,12 +12,15 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
@@ -149,6 +152,14 @@ type Config struct {
 	Ended bool
 	// Timeout bounds one attempt (15 s).
 	Timeout time.Duration
+	// PublicOnly sends operators' own receivers (set through the API)
+	// messages only at public addresses: a connection to a loopback,
+	// private, link-local, shared (100.64.0.0/10), multicast or
+	// unspecified address is refused as it is made, whatever name led
+	// to it, so an operator cannot make the platform call its own
+	// network. The notify file's receivers are the platform's own and
+	// may be anywhere.
+	PublicOnly bool
 
 	// The back-off schedule (Backoff: from 10 s, doubling, at most an
 	// hour), the poll interval (1 s), and the lease a claim takes (twice
@@ -298,6 +309,7 @@ type Notifier struct {
 	log    *slog.Logger
 	now    func() time.Time
 	client *http.Client
+	public *http.Client // operators' receivers with PublicOnly
 
 	mu       sync.Mutex
 	inFlight map[string]int      // by receiver URL
@@ -338,7 +350,36 @@ func New(cfg Config, d *Dispatch, box store.OutboxStore, log *slog.Logger, now f
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
+	if cfg.PublicOnly {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.Proxy = nil // a proxy's address would pass the check for the receiver's
+		t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: refuseNonPublic}).DialContext
+		c := *n.client
+		c.Transport = t
+		n.public = &c
+	}
 	return n
+}
+
+// shared is 100.64.0.0/10, the carrier-grade NAT's range (RFC 6598).
+var shared = netip.MustParsePrefix("100.64.0.0/10")
+
+// refuseNonPublic is PublicOnly's check, on the address a connection is
+// about to be made to.
+func refuseNonPublic(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return err
+	}
+	ip = ip.Unmap()
+	if !ip.IsGlobalUnicast() || ip.IsPrivate() || shared.Contains(ip) || ip.Is4() && ip.As4()[0] == 0 {
+		return fmt.Errorf("%v is not a public address: an operator's receiver must be public (-notify-public-only)", ip)
+	}
+	return nil
 }
 
 // Reload reads the notify file again; a file that does not parse is
@@ -592,7 +633,11 @@ func (n *Notifier) Attempt(ctx context.Context, rc *Receiver, d store.Delivery) 
 	req.Header.Set("webhook-id", d.ID)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", sign(rc.Secrets, d.ID, ts, d.Body))
-	resp, err := n.client.Do(req)
+	client := n.client
+	if rc.Operator != "" && n.public != nil {
+		client = n.public
+	}
+	resp, err := client.Do(req)
 	if err != nil && parent.Err() != nil {
 		// The platform stops (SIGTERM): not the receiver's failure, and
 		// no reason for a back-off. Due again at once, for another

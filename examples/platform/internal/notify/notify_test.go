@@ -2,6 +2,8 @@ package notify
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +95,58 @@ func TestRetryAfter(t *testing.T) {
 		resp := &http.Response{Header: http.Header{"Retry-After": {tt.v}}}
 		if got := retryAfter(resp, now); got != tt.want {
 			t.Errorf("Retry-After %q: %v, want %v", tt.v, got, tt.want)
+		}
+	}
+}
+
+// TestPublicOnly: with PublicOnly an operator's receiver on a loopback
+// address is refused as the connection is made, and the notify file's
+// receiver at the same address still gets its message; without it both
+// do.
+func TestPublicOnly(t *testing.T) {
+	got := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got++
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	u, err := url.Parse(srv.URL + "/hook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := DecodeSecret(platformtest.HookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := &Receiver{Node: "*", URL: u, Secrets: [][]byte{secret}}
+	own := &Receiver{Operator: "alice", URL: u, Secrets: [][]byte{secret}}
+	d := store.Delivery{ID: "ntc_x_1", Body: []byte(`{}`), Created: time.Now()}
+	for _, public := range []bool{false, true} {
+		got = 0
+		n := New(Config{PublicOnly: public, Timeout: 5 * time.Second}, nil, nil, nil, nil)
+		if res := n.Attempt(t.Context(), file, d); res.Outcome != store.OutcomeDelivered {
+			t.Errorf("public only %v: the file's receiver: %v %s", public, res.Outcome, res.Err)
+		}
+		res := n.Attempt(t.Context(), own, d)
+		switch {
+		case !public && res.Outcome != store.OutcomeDelivered:
+			t.Errorf("the operator's receiver: %v %s", res.Outcome, res.Err)
+		case public && (res.Outcome == store.OutcomeDelivered || !strings.Contains(res.Err, "127.0.0.1 is not a public address")):
+			t.Errorf("public only: the operator's receiver on loopback: %v %q, want it refused", res.Outcome, res.Err)
+		}
+		if want := map[bool]int{false: 2, true: 1}[public]; got != want {
+			t.Errorf("public only %v: the server got %d messages, want %d", public, got, want)
+		}
+	}
+	for addr, ok := range map[string]bool{
+		"8.8.8.8:443": true, "[2a00:1450::1]:443": true, "100.63.255.255:80": true,
+		"127.0.0.1:80": false, "[::1]:80": false, "10.1.2.3:80": false, "172.16.0.1:80": false,
+		"192.168.1.1:80": false, "169.254.169.254:80": false, "100.64.0.1:80": false, "0.1.2.3:80": false,
+		"0.0.0.0:80": false, "[::]:80": false, "[fd00::1]:80": false, "[fe80::1]:80": false,
+		"[::ffff:127.0.0.1]:80": false, "224.0.0.1:80": false,
+	} {
+		if err := refuseNonPublic("tcp", addr, nil); (err == nil) != ok {
+			t.Errorf("%s: %v, want allowed %v", addr, err, ok)
 		}
 	}
 }
