@@ -198,3 +198,79 @@ func BenchmarkReport(b *testing.B) {
 		}
 	}
 }
+
+// TestFullDisk: on a state directory whose file system is full, readings
+// are refused (500 unsaved, which the agent retries), never answered
+// 200 unstored; once space is freed they are taken again, and the
+// directory still loads. tmpfs allocates by the page, so an append to
+// the outbox log stops part way through a line when the disk fills: that
+// part must not stay in the log for the next line to run into.
+func TestFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	c := &platformtest.Clock{T: platformtest.T0}
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* http://127.0.0.1:1/hook "+platformtest.HookSecret))
+	open := func() *apitest.Platform {
+		t.Helper()
+		p, err := filestore.Open(store.Config{StateDir: dir, Now: c.Now, Logger: platformtest.Logger(t),
+			Dispatch: apitest.NewDispatch(t, cfg)}, platformtest.Seed())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp := apitest.Serve(t, c, p)
+		tp.Dir, tp.P = dir, p
+		return tp
+	}
+	tp := open()
+	taken := 0
+	overload := func() (int, int) { // an overload's start (a notice), then its end
+		c.Add(2 * time.Hour)
+		a := tp.Read("x1", 95)
+		c.Add(time.Minute)
+		return a, tp.Read("x1", 40)
+	}
+	for range 3 {
+		if a, b := overload(); a != 200 || b != 200 {
+			t.Fatalf("readings before the disk filled: %d %d", a, b)
+		}
+		taken += 2
+	}
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for buf := make([]byte, 4096); ; {
+		if _, err := filler.Write(buf); err != nil {
+			break
+		}
+	}
+	filler.Close()
+	for i := range 20 {
+		if a, b := overload(); a != 500 || b != 500 {
+			t.Fatalf("reading %d on a full disk: %d %d, want 500 500", i, a, b)
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if a, b := overload(); a != 200 || b != 200 {
+			t.Fatalf("readings once space was freed: %d %d", a, b)
+		}
+		taken += 2
+	}
+	tp.Srv.Close()
+	if err := tp.P.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tp = open()
+	if got := tp.Node("x1").Readings; got != int64(taken) {
+		t.Fatalf("after a restart x1 counts %d readings, want the %d answered 200", got, taken)
+	}
+}

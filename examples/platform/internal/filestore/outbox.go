@@ -37,6 +37,10 @@ type fileOutbox struct {
 	f      *os.File
 	all    map[string]*store.Delivery
 	leased map[string]time.Time // id → when its claim runs out
+	// size is where the log's last whole record ends; torn says an
+	// append failed and could not be cut back to it yet.
+	size int64
+	torn bool
 }
 
 // outboxRecord is one line of the log: put (the delivery's whole state)
@@ -100,6 +104,7 @@ func openFileOutbox(dir string, now time.Time) (*fileOutbox, error) {
 	if o.f, err = os.OpenFile(o.path, os.O_WRONLY|os.O_APPEND, 0); err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
+	o.size = int64(buf.Len())
 	return o, nil
 }
 
@@ -109,18 +114,31 @@ func (o *fileOutbox) close() error {
 	return o.f.Close()
 }
 
-// appendLocked writes rec and syncs it to disk.
+// appendLocked writes rec and syncs it to disk. An append that fails
+// (a full disk writes part of the line) is cut off again, so the next
+// one starts on a line of its own: a torn line in the middle of the log
+// would stop the next start.
 func (o *fileOutbox) appendLocked(rec outboxRecord) error {
 	line, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	if _, err := o.f.Write(append(line, '\n')); err != nil {
+	if o.torn {
+		if err := o.f.Truncate(o.size); err != nil {
+			return fmt.Errorf("outbox: cutting off a failed append: %w", err)
+		}
+		o.torn = false
+	}
+	line = append(line, '\n')
+	_, err = o.f.Write(line)
+	if err == nil {
+		err = o.f.Sync()
+	}
+	if err != nil {
+		o.torn = o.f.Truncate(o.size) != nil
 		return fmt.Errorf("outbox: %w", err)
 	}
-	if err := o.f.Sync(); err != nil {
-		return fmt.Errorf("outbox: %w", err)
-	}
+	o.size += int64(len(line))
 	return nil
 }
 
