@@ -36,7 +36,7 @@ func (p *Proxy) checkRound(ctx context.Context) {
 	ups := append([]*upstream(nil), p.upstreams...)
 	hold := make([]bool, len(ups))
 	for i, u := range ups {
-		hold[i] = u.sessions.refusedRecently()
+		hold[i] = p.holdTestLocked(u)
 	}
 	p.mu.Unlock()
 	timeout := min(p.cfg.DialTimeout, p.cfg.CheckInterval)
@@ -173,7 +173,7 @@ func (p *Proxy) testedLocked(u *upstream, t tested, check bool) bool {
 		if t.refused {
 			p.refusedLocked(u, t.life, false, false)
 		}
-		p.failedLocked(u, now, t.err, check)
+		p.failedLocked(u, now, t.err, check, !t.dialed.IsZero())
 		return false
 	}
 	p.answeredLocked(u, now, check)
