@@ -36,7 +36,7 @@ func (p *Proxy) checkRound(ctx context.Context) {
 	ups := append([]*upstream(nil), p.upstreams...)
 	hold := make([]bool, len(ups))
 	for i, u := range ups {
-		hold[i] = p.holdTestLocked(u)
+		hold[i] = u.sessions.refusedRecently()
 	}
 	p.mu.Unlock()
 	timeout := min(p.cfg.DialTimeout, p.cfg.CheckInterval)

@@ -75,7 +75,10 @@ func (s *sessionState) refusedRecently() bool {
 // FailedBackoff, held ones or not. A node with one inbound slot left
 // holds one session and refuses the next: a test-connect that only
 // connects (or runs an exchange the node answers before it checks its
-// slots, as btcd does) would send it a move it refuses.
+// slots, as btcd does) would send it a move it refuses. Health checks
+// hold only while it refused and held none since: a check every
+// interval, each holding for RefusedWithin, would itself take the slot
+// a move needs.
 func (p *Proxy) holdTestLocked(u *upstream) bool {
 	s := &u.sessions
 	return s.refusedRecently() || !s.lastRefused.IsZero() && time.Since(s.lastRefused) < p.cfg.FailedBackoff
