@@ -309,6 +309,8 @@ type client struct {
 	addr        string       // where it connects; the proxy if empty
 	up          atomic.Bool  // its handshake is done and it is connected
 	disconnects atomic.Int64 // sessions that ended after a connect
+	cur         atomic.Pointer[peer.Peer]
+	pongs       atomic.Int64 // pongs received
 }
 
 // session connects once, completes the handshake, calls then (if not nil)
@@ -336,6 +338,7 @@ func (cl *client) connect() (*peer.Peer, bool) {
 		AllowSelfConns:   true,
 		Listeners: peer.MessageListeners{
 			OnVerAck: func(*peer.Peer, *wire.MsgVerAck) { once.Do(func() { close(verack) }) },
+			OnPong:   func(*peer.Peer, *wire.MsgPong) { cl.pongs.Add(1) },
 		},
 	}
 	addr := cl.addr
@@ -377,6 +380,7 @@ func (cl *client) hold(ctx context.Context) {
 	for ctx.Err() == nil {
 		p, ok := cl.connect()
 		if p != nil {
+			cl.cur.Store(p)
 			cl.up.Store(ok)
 			select {
 			case <-disconnected(p):
