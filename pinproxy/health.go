@@ -173,7 +173,7 @@ func (p *Proxy) testedLocked(u *upstream, t tested, check bool) bool {
 		if t.refused {
 			p.refusedLocked(u, t.life, false, false)
 		}
-		p.failedLocked(u, now, t.err, check)
+		p.failedLocked(u, now, t.err, check, !t.dialed.IsZero())
 		return false
 	}
 	p.answeredLocked(u, now, check)

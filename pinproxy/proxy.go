@@ -696,7 +696,7 @@ func (p *Proxy) dialFailed(u *upstream, client net.Conn, now time.Time, out outc
 		p.mu.Unlock()
 		return false
 	}
-	p.failedLocked(u, p.clock(), err, false)
+	p.failedLocked(u, p.clock(), err, false, false)
 	p.mu.Unlock()
 	p.dialLog.log(p, now, slog.LevelWarn, "upstream does not answer; trying the next",
 		slog.String("client", client.RemoteAddr().String()), slog.String("upstream", u.addr), slog.Any("err", err))

@@ -31,8 +31,8 @@ const localTestConnect = "rebalance: cannot test-connect for want of local resou
 //
 // The test-connect runs the check's exchange when Config.CheckExpect is
 // set. An idle upstream that refused a session and has held none since
-// (Config.RefusedWithin) answers only if it holds the test-connect's
-// session: the connection is kept open until RefusedWithin after the
+// (Config.RefusedWithin), or refused one within Config.FailedBackoff,
+// answers only if it holds the test-connect's session: the connection is kept open until RefusedWithin after the
 // dial, and fails if the upstream ends it first. A connection moved to an
 // upstream whose next session, the moved client's redial, is refused is
 // a failed move: the upstream is refusing sessions at once, and no round
@@ -120,7 +120,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			moves = append(moves, move{c, busy.addr, idle.addr, idle.recovered})
 			continue
 		}
-		hold := idle.sessions.refusedRecently()
+		hold := p.holdTestLocked(idle)
 		idle.dials++
 		p.mu.Unlock()
 

@@ -104,7 +104,7 @@ func (p *Proxy) drainRemoved(ctx context.Context) {
 		p.mu.Unlock()
 		return
 	}
-	hold := to.sessions.refusedRecently()
+	hold := p.holdTestLocked(to)
 	to.dials++
 	p.mu.Unlock()
 

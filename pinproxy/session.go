@@ -69,6 +69,21 @@ func (s *sessionState) refusedRecently() bool {
 	return s.streak > 0 || s.refusing != "" || s.stopped
 }
 
+// holdTestLocked reports whether a test-connect to u holds its session
+// for RefusedWithin, answering only if u does not end it: when u refused
+// a session and has held none since, and also when it refused one within
+// FailedBackoff, held ones or not. A node with one inbound slot left
+// holds one session and refuses the next: a test-connect that only
+// connects (or runs an exchange the node answers before it checks its
+// slots, as btcd does) would send it a move it refuses. Health checks
+// hold only while it refused and held none since: a check every
+// interval, each holding for RefusedWithin, would itself take the slot
+// a move needs.
+func (p *Proxy) holdTestLocked(u *upstream) bool {
+	s := &u.sessions
+	return s.refusedRecently() || !s.lastRefused.IsZero() && time.Since(s.lastRefused) < p.cfg.FailedBackoff
+}
+
 // suspect reports whether a session dialed to the upstream now goes on
 // trial, to be found held at RefusedWithin.
 func (s *sessionState) suspect() bool {

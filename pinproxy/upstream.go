@@ -54,6 +54,11 @@ type upstream struct {
 	// recovered: it came back up from down, and the spread has not been
 	// even since; a rebalance move to it then says "answers again".
 	recovered bool
+	// connectFailed: a connect to it failed since it was last up, so
+	// when it is up again it may be another process (upLocked). A
+	// session or an exchange that failed after the connect says the
+	// same process still runs there.
+	connectFailed bool
 
 	removed   bool      // taken out by SetUpstreams; kept while connections are left
 	removedAt time.Time // when
@@ -161,8 +166,12 @@ func (p *Proxy) weight(u *upstream, now time.Time) float64 {
 }
 
 // failedLocked records a failed attempt to u: a client's dial, a rebalance
-// test-connect, or (check) a health check.
-func (p *Proxy) failedLocked(u *upstream, now time.Time, err error, check bool) {
+// test-connect, or (check) a health check; connected: the connect
+// answered, and the exchange or the session after it failed.
+func (p *Proxy) failedLocked(u *upstream, now time.Time, err error, check, connected bool) {
+	if !connected {
+		u.connectFailed = true
+	}
 	u.failures++
 	u.lastFailure = now
 	u.lastError = err.Error()
@@ -206,12 +215,18 @@ func (p *Proxy) answeredLocked(u *upstream, now time.Time, check bool) {
 	}
 }
 
-// upLocked marks u up; coming back from down starts its slow start.
+// upLocked marks u up; coming back from down starts its slow start. One
+// that refused connects meanwhile is taken for another process, whose
+// sessions are judged afresh; one whose sessions alone failed (a node
+// whose slots were full) is not: it goes on as refusing sessions said.
 func (p *Proxy) upLocked(u *upstream, now time.Time) {
 	if u.state == healthDown {
 		u.upSince = now
 		u.recovered = true
-		u.sessions.restarted()
+		if u.connectFailed {
+			u.sessions.restarted()
+		}
 	}
+	u.connectFailed = false
 	u.state = healthUp
 }

@@ -15,6 +15,13 @@
 // the proxy's address (every client behind the proxy shares it), the
 // clients settle on the other node within seconds, and once the banning
 // node restarts clean, connections move back to it one per rebalance
-// round. It also checks the Bitcoin version/verack check bytes documented
+// round. It plays a node whose inbound slots are full the same way: the
+// clients settle on the other node, and once a slot frees one connection
+// moves back, and no more than the node holds. It plays the pull
+// request's case (a node started after the proxy, then restarted while
+// clients hold connections on it: failover, then moves back until the
+// spread is even) and an upgrade on SIGUSR2 while the clients hold, which
+// drops none and after which each still has its ping answered. It also
+// checks the Bitcoin version/verack check bytes documented
 // in docs/pinproxy.md against btcd's own encoding.
 package btcdlab

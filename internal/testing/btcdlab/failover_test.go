@@ -63,6 +63,14 @@ func TestIntegrationBtcdBanFailover(t *testing.T) {
 		t.Run("checks", func(t *testing.T) { banFailover(t, dir, true) })
 		return
 	}
+	inNamespace(t)
+}
+
+// inNamespace runs t's test function again, as a child process, in a
+// network namespace of its own with the binaries built: the child finds
+// their directory in envChild.
+func inNamespace(t *testing.T) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: needs root, to run two btcd nodes and the proxy in a network namespace of its own")
 	}
@@ -298,8 +306,11 @@ func status(t *testing.T) map[string]upstream {
 // proxy, like a light client pinned to full nodes.
 type client struct {
 	name        string
+	addr        string       // where it connects; the proxy if empty
 	up          atomic.Bool  // its handshake is done and it is connected
 	disconnects atomic.Int64 // sessions that ended after a connect
+	cur         atomic.Pointer[peer.Peer]
+	pongs       atomic.Int64 // pongs received
 }
 
 // session connects once, completes the handshake, calls then (if not nil)
@@ -327,13 +338,18 @@ func (cl *client) connect() (*peer.Peer, bool) {
 		AllowSelfConns:   true,
 		Listeners: peer.MessageListeners{
 			OnVerAck: func(*peer.Peer, *wire.MsgVerAck) { once.Do(func() { close(verack) }) },
+			OnPong:   func(*peer.Peer, *wire.MsgPong) { cl.pongs.Add(1) },
 		},
 	}
-	p, err := peer.NewOutboundPeer(cfg, proxyAddr)
+	addr := cl.addr
+	if addr == "" {
+		addr = proxyAddr
+	}
+	p, err := peer.NewOutboundPeer(cfg, addr)
 	if err != nil {
 		return nil, false
 	}
-	conn, err := net.DialTimeout("tcp", proxyAddr, 5*time.Second)
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, false
 	}
@@ -364,6 +380,7 @@ func (cl *client) hold(ctx context.Context) {
 	for ctx.Err() == nil {
 		p, ok := cl.connect()
 		if p != nil {
+			cl.cur.Store(p)
 			cl.up.Store(ok)
 			select {
 			case <-disconnected(p):
