@@ -108,35 +108,18 @@ func inNamespace(t *testing.T) {
 // connection, is answered by a node that bans the proxy.
 func banFailover(t *testing.T, bin string, checks bool) {
 	tmp := t.TempDir()
-	a := startBtcd(t, bin, tmp, "A", addrA)
+	startBtcd(t, bin, tmp, "A", addrA)
 	// B drops bloom filters, and a client that sends one anyway scores
 	// 100, which B's threshold (99; btcd bans above its threshold,
 	// 100 by default) makes a ban: one misbehaviour bans the address.
 	bFlags := []string{"--nopeerbloomfilters", "--banthreshold", "99"}
 	b := startBtcd(t, bin, tmp, "B", addrB, bFlags...)
 
-	// The check's exchange, as docs/pinproxy.md gives it, for simnet.
-	args := []string{"-listen", proxyAddr, "-admin", adminAddr, "-upstreams", addrB + "," + addrA,
-		"-rebalance-interval", "2s", "-max-conns", "100",
-		"-check-send", hex.EncodeToString(checkSend(t, wire.SimNet)),
-		"-check-expect", hex.EncodeToString(checkExpect(wire.SimNet))}
+	var extra []string
 	if checks {
-		args = append(args, "-check-interval", "1s")
+		extra = append(extra, "-check-interval", "1s")
 	}
-	proxyLog := &testkit.LogBuffer{}
-	proxy := testkit.StartProc(t, exec.Command(filepath.Join(bin, "pinproxy"), args...),
-		func(line string) { proxyLog.Write([]byte(line + "\n")) })
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pinproxy:\n%s\nbtcd A:\n%s\nbtcd B:\n%s", proxy.Log.String(), a.Log.String(), b.Log.String())
-		}
-	})
-	// Not a probe connection: it would hold one of B's until B, which
-	// accepts only once its chain is loaded, closes it, and least-used
-	// dialing would send the misbehaving client to A meanwhile.
-	waitFor(t, "pinproxy to listen", func() bool {
-		return strings.Contains(proxy.Log.String(), `msg="pinproxy listening"`)
-	})
+	proxy := startProxy(t, filepath.Join(bin, "pinproxy"), addrB+","+addrA, extra...)
 	if checks {
 		waitFor(t, "the checks to find both nodes up", func() bool {
 			st := status(t)
@@ -156,34 +139,9 @@ func banFailover(t *testing.T, bin string, checks bool) {
 
 	// Four clients holding one connection each, redialing a second after
 	// each disconnect.
-	ctx, cancel := context.WithCancel(context.Background())
-	var clients []*client
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
 	start := time.Now()
-	for i := range 4 {
-		cl := &client{name: fmt.Sprint("c", i)}
-		clients = append(clients, cl)
-		wg.Go(func() { cl.hold(ctx) })
-	}
-	disconnects := func() int64 {
-		var n int64
-		for _, cl := range clients {
-			n += cl.disconnects.Load()
-		}
-		return n
-	}
-	allUp := func() bool {
-		for _, cl := range clients {
-			if !cl.up.Load() {
-				return false
-			}
-		}
-		return true
-	}
+	clients := holdClients(t, 4)
+	disconnects, allUp := clients.disconnects, clients.allUp
 	waitFor(t, "the clients to settle on A", func() bool {
 		st := status(t)
 		return allUp() && st[addrA].Live == 4 && st[addrB].Live == 0
@@ -200,7 +158,7 @@ func banFailover(t *testing.T, bin string, checks bool) {
 	if settledAfter > 6 {
 		t.Errorf("%d disconnects before settling, want a few (the refused sessions that mark B refusing)", settledAfter)
 	}
-	if st[addrB].Refusing == "" || !strings.Contains(proxyLog.String(), "upstream refuses sessions; trying it last") {
+	if st[addrB].Refusing == "" || !strings.Contains(proxy.Log.String(), "upstream refuses sessions; trying it last") {
 		t.Errorf("B not reported as refusing sessions: %+v", st[addrB])
 	}
 
@@ -218,11 +176,11 @@ func banFailover(t *testing.T, bin string, checks bool) {
 	evened := time.Since(restart)
 	time.Sleep(5 * time.Second) // and stay so
 	st = status(t)
-	moves := strings.Count(proxyLog.String(), `msg="answers again; moving a connection"`) +
-		strings.Count(proxyLog.String(), `msg="spread uneven; moving a connection"`)
+	moves := strings.Count(proxy.Log.String(), `msg="answers again; moving a connection"`) +
+		strings.Count(proxy.Log.String(), `msg="spread uneven; moving a connection"`)
 	t.Logf("B restarted: first connection back on B after %v, spread even (2 and 2) after %v, %d moves, %d disconnects since the restart",
 		firstMove.Round(10*time.Millisecond), evened.Round(10*time.Millisecond), moves, disconnects()-settledAfter)
-	if !strings.Contains(proxyLog.String(), `msg="answers again; moving a connection"`) {
+	if !strings.Contains(proxy.Log.String(), `msg="answers again; moving a connection"`) {
 		t.Error(`no "answers again; moving a connection" line`)
 	}
 	if got := disconnects() - settledAfter; got != int64(moves) || moves != 2 {
@@ -250,8 +208,91 @@ func startBtcd(t *testing.T, bin, tmp, name, addr string, extra ...string) *test
 	cmd := exec.Command(filepath.Join(bin, "btcd"), args...)
 	cmd.Env = append(os.Environ(), "HOME="+home)
 	p := testkit.StartProc(t, cmd, nil)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("btcd %s:\n%s", name, p.Log.String())
+		}
+	})
 	waitListening(t, addr)
 	return p
+}
+
+// startProxy starts the pinproxy binary exe in front of upstreams (a
+// comma-separated list) as every scenario runs it: a rebalance round
+// every 2 s, test-connects running the check's exchange as
+// docs/pinproxy.md gives it for simnet, and extra flags. It waits until
+// the proxy listens, and logs the proxy's output if t fails.
+func startProxy(t *testing.T, exe, upstreams string, extra ...string) *testkit.Proc {
+	t.Helper()
+	args := append([]string{"-listen", proxyAddr, "-admin", adminAddr, "-upstreams", upstreams,
+		"-rebalance-interval", "2s", "-max-conns", "100",
+		"-check-send", hex.EncodeToString(checkSend(t, wire.SimNet)),
+		"-check-expect", hex.EncodeToString(checkExpect(wire.SimNet))}, extra...)
+	p := testkit.StartProc(t, exec.Command(exe, args...), nil)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pinproxy:\n%s", p.Log.String())
+		}
+	})
+	// Not a probe connection: it would hold one of a node's slots until
+	// the node, which accepts only once its chain is loaded, closes it,
+	// and least-used dialing would send the next client elsewhere
+	// meanwhile.
+	waitFor(t, "pinproxy to listen", func() bool {
+		return strings.Contains(p.Log.String(), `msg="pinproxy listening"`)
+	})
+	return p
+}
+
+// clients hold a connection each through the proxy.
+type clients []*client
+
+// holdClients starts n clients, each holding a connection through the
+// proxy and redialing a second after each disconnect, until t ends.
+func holdClients(t *testing.T, n int) clients {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	cs := make(clients, n)
+	for i := range cs {
+		cl := &client{name: fmt.Sprint("c", i)}
+		cs[i] = cl
+		wg.Go(func() { cl.hold(ctx) })
+	}
+	return cs
+}
+
+// disconnects counts the sessions the clients have lost so far.
+func (cs clients) disconnects() int64 {
+	var n int64
+	for _, cl := range cs {
+		n += cl.disconnects.Load()
+	}
+	return n
+}
+
+// allUp reports whether every client holds a connection.
+func (cs clients) allUp() bool {
+	for _, cl := range cs {
+		if !cl.up.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// get reads the proxy's admin path.
+func get(t *testing.T, path string) *http.Response {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + adminAddr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
 
 // waitListening waits until addr accepts a connection.
@@ -283,11 +324,7 @@ type upstream struct {
 // status reads the proxy's /status, by upstream address.
 func status(t *testing.T) map[string]upstream {
 	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + adminAddr + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := get(t, "/status")
 	defer resp.Body.Close()
 	var st struct {
 		Upstreams []upstream `json:"upstreams"`

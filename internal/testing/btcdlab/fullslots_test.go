@@ -2,21 +2,12 @@ package btcdlab
 
 import (
 	"context"
-	"encoding/hex"
-	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/btcsuite/btcd/wire"
-
-	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // A btcd node whose inbound slots are full (--maxpeers 1, taken by a peer
@@ -36,59 +27,27 @@ func TestIntegrationBtcdFullSlots(t *testing.T) {
 
 func fullSlots(t *testing.T, bin string) {
 	tmp := t.TempDir()
-	full := startBtcd(t, bin, tmp, "A", addrA, "--maxpeers", "1")
-	healthy := startBtcd(t, bin, tmp, "B", addrB)
+	startBtcd(t, bin, tmp, "A", addrA, "--maxpeers", "1")
+	startBtcd(t, bin, tmp, "B", addrB)
 
 	// The slot's holder, connected to A directly.
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	holderCtx, freeSlot := context.WithCancel(context.Background())
+	holderDone := make(chan struct{})
 	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
+		freeSlot()
+		<-holderDone
 	})
-	holderCtx, freeSlot := context.WithCancel(ctx)
 	holder := &client{name: "holder", addr: addrA}
-	wg.Go(func() { holder.hold(holderCtx) })
+	go func() {
+		defer close(holderDone)
+		holder.hold(holderCtx)
+	}()
 	waitFor(t, "a peer to take A's only slot", func() bool { return holder.up.Load() })
 
-	args := []string{"-listen", proxyAddr, "-admin", adminAddr, "-upstreams", addrA + "," + addrB,
-		"-rebalance-interval", "2s", "-max-conns", "100",
-		"-check-send", hex.EncodeToString(checkSend(t, wire.SimNet)),
-		"-check-expect", hex.EncodeToString(checkExpect(wire.SimNet))}
-	proxyLog := &testkit.LogBuffer{}
-	proxy := testkit.StartProc(t, exec.Command(filepath.Join(bin, "pinproxy"), args...),
-		func(line string) { proxyLog.Write([]byte(line + "\n")) })
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pinproxy:\n%s\nbtcd A:\n%s\nbtcd B:\n%s", proxy.Log.String(), full.Log.String(), healthy.Log.String())
-		}
-	})
-	waitFor(t, "pinproxy to listen", func() bool {
-		return strings.Contains(proxy.Log.String(), `msg="pinproxy listening"`)
-	})
-
-	var clients []*client
+	proxy := startProxy(t, filepath.Join(bin, "pinproxy"), addrA+","+addrB)
 	start := time.Now()
-	for i := range 4 {
-		cl := &client{name: fmt.Sprint("c", i)}
-		clients = append(clients, cl)
-		wg.Go(func() { cl.hold(ctx) })
-	}
-	disconnects := func() int64 {
-		var n int64
-		for _, cl := range clients {
-			n += cl.disconnects.Load()
-		}
-		return n
-	}
-	allUp := func() bool {
-		for _, cl := range clients {
-			if !cl.up.Load() {
-				return false
-			}
-		}
-		return true
-	}
+	clients := holdClients(t, 4)
+	disconnects, allUp := clients.disconnects, clients.allUp
 	waitFor(t, "the clients to settle on B", func() bool {
 		st := status(t)
 		return allUp() && st[addrB].Live == 4 && st[addrA].Live == 0
@@ -104,13 +63,13 @@ func fullSlots(t *testing.T, bin string) {
 	if settledAfter > 6 {
 		t.Errorf("%d disconnects before settling, want a few", settledAfter)
 	}
-	if st[addrA].Refusing == "" || !strings.Contains(proxyLog.String(), "upstream refuses sessions; trying it last") {
+	if st[addrA].Refusing == "" || !strings.Contains(proxy.Log.String(), "upstream refuses sessions; trying it last") {
 		t.Errorf("A not reported as refusing sessions: %+v", st[addrA])
 	}
 	if m := metrics(t); !strings.Contains(m, `pinproxy_upstream_refusing_sessions{upstream="`+addrA+`"} 1`) {
 		t.Errorf("/metrics does not say A refuses sessions")
 	}
-	if strings.Contains(proxyLog.String(), "moving a connection") {
+	if strings.Contains(proxy.Log.String(), "moving a connection") {
 		t.Errorf("a round moved a connection while A's slots were full")
 	}
 
@@ -122,9 +81,9 @@ func fullSlots(t *testing.T, bin string) {
 	before := disconnects()
 	time.Sleep(8 * time.Second) // four rounds
 	st = status(t)
-	moves := strings.Count(proxyLog.String(), "moving a connection")
+	moves := strings.Count(proxy.Log.String(), "moving a connection")
 	t.Logf("A's slot freed: a connection back on A after %v; then %d moves in all, %d disconnects since the slot freed, failed moves in log: %v",
-		back.Round(10*time.Millisecond), moves, disconnects()-settledAfter, strings.Contains(proxyLog.String(), "redial was refused"))
+		back.Round(10*time.Millisecond), moves, disconnects()-settledAfter, strings.Contains(proxy.Log.String(), "redial was refused"))
 	if st[addrA].Live != 1 || st[addrB].Live != 3 || disconnects() != before || moves != 1 {
 		t.Errorf("after the move back: A %+v, B %+v, %d disconnects since (want none), %d moves (want 1)",
 			st[addrA], st[addrB], disconnects()-before, moves)
@@ -134,11 +93,7 @@ func fullSlots(t *testing.T, bin string) {
 // metrics reads the proxy's /metrics.
 func metrics(t *testing.T) string {
 	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + adminAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := get(t, "/metrics")
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {

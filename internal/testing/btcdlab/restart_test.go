@@ -1,23 +1,16 @@
 package btcdlab
 
 import (
-	"context"
-	"encoding/hex"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/btcsuite/btcd/wire"
-
-	"github.com/proofkit/nodekit/internal/testing/testkit"
 )
 
 // The pull request's scenario against real btcd: the proxy starts before
@@ -37,59 +30,15 @@ func TestIntegrationBtcdRestart(t *testing.T) {
 
 func restart(t *testing.T, bin string) {
 	tmp := t.TempDir()
-	b := startBtcd(t, bin, tmp, "B", addrB)
+	startBtcd(t, bin, tmp, "B", addrB)
 	// The binary runs from a directory of its own, where the upgrade
 	// puts its next copy.
 	exe := filepath.Join(tmp, "bin", "pinproxy")
 	copyFile(t, filepath.Join(bin, "pinproxy"), exe)
-	args := []string{"-listen", proxyAddr, "-admin", adminAddr, "-upstreams", addrA + "," + addrB,
-		"-rebalance-interval", "2s", "-max-conns", "100",
-		"-check-send", hex.EncodeToString(checkSend(t, wire.SimNet)),
-		"-check-expect", hex.EncodeToString(checkExpect(wire.SimNet))}
-	proxyLog := &testkit.LogBuffer{}
-	proxy := testkit.StartProc(t, exec.Command(exe, args...),
-		func(line string) { proxyLog.Write([]byte(line + "\n")) })
-	var a *testkit.Proc
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pinproxy:\n%s\nbtcd B:\n%s", proxy.Log.String(), b.Log.String())
-			if a != nil {
-				t.Logf("btcd A:\n%s", a.Log.String())
-			}
-		}
-	})
-	waitFor(t, "pinproxy to listen", func() bool {
-		return strings.Contains(proxy.Log.String(), `msg="pinproxy listening"`)
-	})
-
-	ctx, cancel := context.WithCancel(context.Background())
-	var clients []*client
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	for i := range 4 {
-		cl := &client{name: fmt.Sprint("c", i)}
-		clients = append(clients, cl)
-		wg.Go(func() { cl.hold(ctx) })
-	}
-	disconnects := func() int64 {
-		var n int64
-		for _, cl := range clients {
-			n += cl.disconnects.Load()
-		}
-		return n
-	}
-	allUp := func() bool {
-		for _, cl := range clients {
-			if !cl.up.Load() {
-				return false
-			}
-		}
-		return true
-	}
-	moves := func() int { return strings.Count(proxyLog.String(), "moving a connection") }
+	proxy := startProxy(t, exe, addrA+","+addrB)
+	clients := holdClients(t, 4)
+	disconnects, allUp := clients.disconnects, clients.allUp
+	moves := func() int { return strings.Count(proxy.Log.String(), "moving a connection") }
 	even := func() bool {
 		st := status(t)
 		return allUp() && st[addrA].Live == 2 && st[addrB].Live == 2
@@ -101,7 +50,7 @@ func restart(t *testing.T, bin string) {
 	}
 	// A starts late.
 	started := time.Now()
-	a = startBtcd(t, bin, tmp, "A", addrA)
+	a := startBtcd(t, bin, tmp, "A", addrA)
 	waitFor(t, "the spread to even out after A started", even)
 	time.Sleep(4 * time.Second)
 	t.Logf("A started: spread even after %v, %d moves, %d disconnects", time.Since(started).Round(10*time.Millisecond), moves(), disconnects())
@@ -119,7 +68,7 @@ func restart(t *testing.T, bin string) {
 		t.Fatalf("while A is down: %d disconnects, %d moves; want 4 (2 moves, 2 on A's end) and 2", d, m)
 	}
 	restarted := time.Now()
-	a = startBtcd(t, bin, tmp, "A", addrA)
+	startBtcd(t, bin, tmp, "A", addrA)
 	waitFor(t, "the spread to even out after A restarted", even)
 	time.Sleep(4 * time.Second)
 	t.Logf("A killed: clients on B after %v; restarted: spread even after %v, %d moves, %d disconnects in all",
@@ -137,8 +86,8 @@ func restart(t *testing.T, bin string) {
 	if err := proxy.Cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the upgrade", func() bool { return strings.Contains(proxyLog.String(), "upgrade: connections handed over") })
-	m := regexp.MustCompile(`new_pid=(\d+)`).FindStringSubmatch(proxyLog.String())
+	waitFor(t, "the upgrade", func() bool { return strings.Contains(proxy.Log.String(), "upgrade: connections handed over") })
+	m := regexp.MustCompile(`new_pid=(\d+)`).FindStringSubmatch(proxy.Log.String())
 	if m == nil {
 		t.Fatal("no new_pid in the upgrade's log line")
 	}
