@@ -687,38 +687,7 @@ func testNotifyHangingReceivers(t *testing.T, open notifyOpener, replicas int) {
 	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, lines...))
 	cfg.Timeout = time.Minute // longer than the test: the receivers hang
 	ps, ns := openReplicas(open, c, cfg, replicas)
-	for i := range 10 {
-		for j := range 8 {
-			overloadNode(t, c, fmt.Sprintf("h%d-%d", i, j), ps...)
-		}
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	var running sync.WaitGroup
-	for _, n := range ns {
-		running.Go(func() { n.Run(ctx) })
-	}
-	defer func() {
-		for _, h := range hanging {
-			h.mu.Lock()
-			close(h.hold)
-			h.hold = nil
-			h.mu.Unlock()
-		}
-		cancel()
-		running.Wait()
-	}()
-	testkit.WaitFor(t, "every attempt slot of the replicas taken by the hanging receivers", func() bool {
-		total := 0
-		for _, n := range ns {
-			total += n.AttemptsInFlight()
-		}
-		return total >= notify.DefaultMaxInFlight*len(ns)
-	})
-	overloadNode(t, c, "ok", ps...)
-	testkit.WaitForWithin(t, time.Second, "the healthy receiver's notice delivered while ten others hang", func() bool {
-		_, acc := healthy.snapshot()
-		return len(acc) == 1
-	})
+	hangAndDeliver(t, c, ps, ns, hanging, healthy)
 	for _, h := range hanging {
 		if _, acc := h.snapshot(); len(acc) != 0 {
 			t.Errorf("a hanging receiver accepted %d messages", len(acc))
@@ -775,6 +744,16 @@ func testNotifyHangingOperatorReceivers(t *testing.T, open notifyOpener, replica
 	for _, f := range fs {
 		f.NotifyUnreached(t.Context(), platformtest.Logger(t)) // every replica reads them, as at its start
 	}
+	hangAndDeliver(t, c, ps, ns, hanging, healthy)
+}
+
+// hangAndDeliver is the hanging receivers' scenario once the receivers
+// are set: the 80 nodes h0-0…h9-7, whose receivers hang, overload; the
+// replicas' notifiers run until every attempt slot is taken by them; then
+// node ok overloads, and its receiver, healthy, must have the notice
+// within a second. The hanging receivers are let go when t ends.
+func hangAndDeliver(t *testing.T, c *platformtest.Clock, ps []notifyPlatform, ns []*notify.Notifier, hanging []*hook, healthy *hook) {
+	t.Helper()
 	for i := range 10 {
 		for j := range 8 {
 			overloadNode(t, c, fmt.Sprintf("h%d-%d", i, j), ps...)
@@ -785,7 +764,7 @@ func testNotifyHangingOperatorReceivers(t *testing.T, open notifyOpener, replica
 	for _, n := range ns {
 		running.Go(func() { n.Run(ctx) })
 	}
-	defer func() {
+	t.Cleanup(func() {
 		for _, h := range hanging {
 			h.mu.Lock()
 			close(h.hold)
@@ -794,7 +773,7 @@ func testNotifyHangingOperatorReceivers(t *testing.T, open notifyOpener, replica
 		}
 		cancel()
 		running.Wait()
-	}()
+	})
 	testkit.WaitFor(t, "every attempt slot of the replicas taken by the hanging receivers", func() bool {
 		total := 0
 		for _, n := range ns {
@@ -803,7 +782,7 @@ func testNotifyHangingOperatorReceivers(t *testing.T, open notifyOpener, replica
 		return total >= notify.DefaultMaxInFlight*len(ns)
 	})
 	overloadNode(t, c, "ok", ps...)
-	testkit.WaitForWithin(t, time.Second, "the healthy operator's receiver has its notice while ten others hang", func() bool {
+	testkit.WaitForWithin(t, time.Second, "the healthy receiver's notice delivered while ten others hang", func() bool {
 		_, acc := healthy.snapshot()
 		return len(acc) == 1
 	})
