@@ -212,17 +212,7 @@ func testAgent(t *testing.T, m *Machine) {
 		m.Run(t, "systemctl", "daemon-reload")
 	}
 
-	rec := &reports{}
-	ln := listen(t, m)
-	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	conf := m.Run(t, "cat", "/etc/default/proofkit-agent")
-	conf = strings.Replace(conf, "PROOFKIT_AGENT_REPORT_URL=\n", "PROOFKIT_AGENT_REPORT_URL=http://"+ln.Addr().String()+"/report\nPROOFKIT_AGENT_INTERVAL=2s\n", 1)
-	if !strings.Contains(conf, ln.Addr().String()) {
-		t.Fatalf("/etc/default/proofkit-agent has no empty PROOFKIT_AGENT_REPORT_URL= line to set:\n%s", conf)
-	}
-	m.WriteFile(t, "/etc/default/proofkit-agent", []byte(conf), 0o644)
+	rec := reportTo(t, m)
 	m.WriteFile(t, "/etc/proofkit-agent/token", []byte("token-1\n"), 0o600)
 	m.Run(t, "chown", "proofkit-agent:", "/etc/proofkit-agent/token")
 
@@ -478,14 +468,7 @@ func TestIntegrationTarballByHand(t *testing.T) {
 		}
 	}
 
-	rec := &reports{}
-	ln := listen(t, m)
-	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	conf := m.Run(t, "cat", "/etc/default/proofkit-agent")
-	conf = strings.Replace(conf, "PROOFKIT_AGENT_REPORT_URL=\n", "PROOFKIT_AGENT_REPORT_URL=http://"+ln.Addr().String()+"/report\nPROOFKIT_AGENT_INTERVAL=2s\n", 1)
-	m.WriteFile(t, "/etc/default/proofkit-agent", []byte(conf), 0o644)
+	rec := reportTo(t, m)
 	if out, err := m.Exec("sh", "-c", start); err != nil {
 		t.Fatalf("%s: %v\n%s", start, err, out)
 	}
@@ -498,4 +481,24 @@ func TestIntegrationTarballByHand(t *testing.T) {
 	}
 	testkit.WaitForWithin(t, time.Minute, "a report with the token installed by hand", func() bool { return rec.seen("token-by-hand") })
 	stopWithin(t, m, "proofkit-agent")
+}
+
+// reportTo serves a platform's readings URL to m, and sets it, with a
+// reading every 2 s, in the agent's settings file there (the empty
+// PROOFKIT_AGENT_REPORT_URL= line the package installs): the readings
+// the agent sends arrive in the reports returned.
+func reportTo(t *testing.T, m *Machine) *reports {
+	t.Helper()
+	rec := &reports{}
+	ln := listen(t, m)
+	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	conf := m.Run(t, "cat", "/etc/default/proofkit-agent")
+	conf = strings.Replace(conf, "PROOFKIT_AGENT_REPORT_URL=\n", "PROOFKIT_AGENT_REPORT_URL=http://"+ln.Addr().String()+"/report\nPROOFKIT_AGENT_INTERVAL=2s\n", 1)
+	if !strings.Contains(conf, ln.Addr().String()) {
+		t.Fatalf("/etc/default/proofkit-agent has no empty PROOFKIT_AGENT_REPORT_URL= line to set:\n%s", conf)
+	}
+	m.WriteFile(t, "/etc/default/proofkit-agent", []byte(conf), 0o644)
+	return rec
 }
