@@ -106,6 +106,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	lw := logbuf.New(stderr, logbuf.Config{})
 	defer lw.CloseWithin(logGrace)
 	log := newLogger(lw, o.logFormat == "json", o.logLevel)
+	cmdkit.WarnUnknownEnv(log, flagSet(&options{}), envPrefix, os.Environ())
 
 	p, err := pinproxy.New(o.config(log))
 	if err != nil {

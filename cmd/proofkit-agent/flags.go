@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -172,34 +171,6 @@ func (o *options) check() error {
 		return f.Errorf("link-speed", o.rawLinkSpeed, "%v", err)
 	}
 	return checkRoots(*o)
-}
-
-// unknownEnv returns the variables of environ (os.Environ's form) whose
-// names start with envPrefix and stand for no flag of the agent, each
-// with the variable meant where one differs only by its underscores
-// (PROOFKIT_AGENT_LINKSPEED for PROOFKIT_AGENT_LINK_SPEED), sorted by
-// name. Such a variable, a typo in /etc/default/proofkit-agent, would
-// otherwise be ignored in silence. PROOFKIT_AGENT_VERSION is left to
-// deployments (see cmdkit.FromEnv).
-func unknownEnv(environ []string) (unknown []struct{ Name, Meant string }) {
-	known := map[string]string{} // the name without underscores → the name
-	flagSet(&options{}).VisitAll(func(f *flag.Flag) {
-		name := cmdkit.EnvName(envPrefix, f.Name)
-		known[strings.ReplaceAll(name, "_", "")] = name
-	})
-	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, envPrefix) || name == cmdkit.EnvName(envPrefix, "version") {
-			continue
-		}
-		meant := known[strings.ReplaceAll(name, "_", "")]
-		if meant == name {
-			continue
-		}
-		unknown = append(unknown, struct{ Name, Meant string }{name, meant})
-	}
-	slices.SortFunc(unknown, func(a, b struct{ Name, Meant string }) int { return strings.Compare(a.Name, b.Name) })
-	return unknown
 }
 
 // placeholderZones are the names reserved for documentation and for

@@ -189,13 +189,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	defer lw.CloseWithin(logGrace)
 	stderr = lw
 	log := newLogger(o, lw)
-	for _, v := range unknownEnv(os.Environ()) {
-		if v.Meant != "" {
-			log.Warn("environment variable names no flag; ignored", "var", v.Name, "meant", v.Meant)
-		} else {
-			log.Warn("environment variable names no flag; ignored", "var", v.Name)
-		}
-	}
+	cmdkit.WarnUnknownEnv(log, flagSet(&options{}), envPrefix, os.Environ())
 	pcfg := probe.Config{
 		ProcRoot: o.procRoot, SysRoot: o.sysRoot, NetNS: o.netns,
 		LinkSpeedMbps: o.linkSpeed, Node: o.node, Logger: log,

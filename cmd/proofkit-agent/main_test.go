@@ -25,6 +25,7 @@ import (
 
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/agent/agenttest"
+	"github.com/proofkit/nodekit/internal/cmdkit"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/sysctl"
@@ -631,26 +632,26 @@ func TestOnce(t *testing.T) {
 	}
 }
 
-// TestBadFlags: each bad start exits 2 with one line naming the reason.
 // TestUnknownEnv: a PROOFKIT_AGENT_ variable that is no flag's, a typo
 // in the settings file, is named, with the one meant where only the
 // underscores differ; the flags' own and PROOFKIT_AGENT_VERSION are not.
 func TestUnknownEnv(t *testing.T) {
-	got := unknownEnv([]string{
+	got := cmdkit.UnknownEnv(flagSet(&options{}), envPrefix, []string{
 		"PROOFKIT_AGENT_REPORT_URL=https://p/r", "PROOFKIT_AGENT_LINKSPEED=eth0=1G", "PATH=/bin",
 		"PROOFKIT_AGENT_VERSION=v0.5.0", "PROOFKIT_AGENT_TOKEN=abc", "PROOFKIT_AGENT_REQUIRE_REPORT=true",
 		"PROOFKIT_AGENT_REPORT__URL=x",
 	})
-	want := []struct{ Name, Meant string }{
-		{"PROOFKIT_AGENT_LINKSPEED", "PROOFKIT_AGENT_LINK_SPEED"},
-		{"PROOFKIT_AGENT_REPORT__URL", "PROOFKIT_AGENT_REPORT_URL"},
-		{"PROOFKIT_AGENT_TOKEN", ""},
+	want := []cmdkit.UnknownVar{
+		{Name: "PROOFKIT_AGENT_LINKSPEED", Meant: "PROOFKIT_AGENT_LINK_SPEED"},
+		{Name: "PROOFKIT_AGENT_REPORT__URL", Meant: "PROOFKIT_AGENT_REPORT_URL"},
+		{Name: "PROOFKIT_AGENT_TOKEN", Meant: ""},
 	}
 	if !slices.Equal(got, want) {
-		t.Errorf("unknownEnv = %v, want %v", got, want)
+		t.Errorf("UnknownEnv = %v, want %v", got, want)
 	}
 }
 
+// TestBadFlags: each bad start exits 2 with one line naming the reason.
 func TestBadFlags(t *testing.T) {
 	dir := node(t, agenttest.Node{})
 	file := filepath.Join(t.TempDir(), "file")

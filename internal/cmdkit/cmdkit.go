@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 )
@@ -110,4 +111,49 @@ func ParseLogFlags(format, level string) (slog.Level, error) {
 		return 0, fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
 	}
 	return l, nil
+}
+
+// UnknownVar is an environment variable with the flags' prefix that
+// stands for no flag.
+type UnknownVar struct {
+	Name  string // the variable
+	Meant string // the flag's variable it differs from only by its underscores, or ""
+}
+
+// UnknownEnv returns the variables of environ (os.Environ's form) whose
+// names start with prefix and stand for no flag of fs, each with the
+// variable meant where one differs only by its underscores
+// (PINPROXY_DIALTIMEOUT for PINPROXY_DIAL_TIMEOUT), sorted by name. Such
+// a variable, a typo in a unit's settings file, would otherwise be
+// ignored in silence. PREFIX_VERSION is left to deployments (see
+// FromEnv).
+func UnknownEnv(fs *flag.FlagSet, prefix string, environ []string) []UnknownVar {
+	known := map[string]string{} // the name without underscores → the name
+	fs.VisitAll(func(f *flag.Flag) {
+		name := EnvName(prefix, f.Name)
+		known[strings.ReplaceAll(name, "_", "")] = name
+	})
+	var unknown []UnknownVar
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, prefix) || name == EnvName(prefix, "version") {
+			continue
+		}
+		if meant := known[strings.ReplaceAll(name, "_", "")]; meant != name {
+			unknown = append(unknown, UnknownVar{name, meant})
+		}
+	}
+	slices.SortFunc(unknown, func(a, b UnknownVar) int { return strings.Compare(a.Name, b.Name) })
+	return unknown
+}
+
+// WarnUnknownEnv logs a warning for each variable UnknownEnv returns.
+func WarnUnknownEnv(log *slog.Logger, fs *flag.FlagSet, prefix string, environ []string) {
+	for _, v := range UnknownEnv(fs, prefix, environ) {
+		if v.Meant != "" {
+			log.Warn("environment variable names no flag; ignored", "var", v.Name, "meant", v.Meant)
+		} else {
+			log.Warn("environment variable names no flag; ignored", "var", v.Name)
+		}
+	}
 }
