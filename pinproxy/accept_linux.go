@@ -232,12 +232,48 @@ func (r *rawListener) accept() error {
 	}
 }
 
+// room reports whether this process has a descriptor free for a client
+// and one for its upstream's socket: two duplicates of the listener are
+// made and closed. A nil r (Serve accepts net.Conns) has room.
+func (r *rawListener) room() bool {
+	if r == nil {
+		return true
+	}
+	a, err := unix.FcntlInt(uintptr(r.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer closeFD(int32(a))
+	b, err := unix.FcntlInt(uintptr(r.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	closeFD(int32(b))
+	return true
+}
+
 // accepted reports whether a loop took a client since the listener last
 // joined the loops' sets: Serve's back-off starts over.
 func (r *rawListener) accepted() bool { return r != nil && r.took.Load() }
 
 func (r *rawListener) opError(err error) error {
 	return &net.OpError{Op: "accept", Net: "tcp", Addr: r.ln.Addr(), Err: err}
+}
+
+// pauseAccepts pauses every listener the loops accept from, for Serve's
+// back-off, as an accept error does: a dial (a client's, a check's)
+// found this host out of descriptors or memory, and a client taken now
+// would find none for its upstream's socket either.
+func (p *Proxy) pauseAccepts(err error) {
+	p.upg.mu.Lock()
+	rs := make([]*rawListener, 0, len(p.upg.raws))
+	for _, r := range p.upg.raws {
+		rs = append(rs, r)
+	}
+	p.upg.mu.Unlock()
+	for _, r := range rs {
+		r.failed(err)
+	}
 }
 
 // failed pauses r on an accept error a loop hit, and passes it to Serve.
@@ -252,6 +288,17 @@ func (r *rawListener) failed(err error) {
 // acceptOn takes the clients queued on r, at most rawBatch, on lp, and
 // admits each: it then counts in starting and lp dials its upstream, or
 // it is closed. lp calls it after a batch of events, without lp.mu.
+//
+// Each client is dialed for (or given to the loop that dials for it)
+// before the next is accepted, so a proxy out of file descriptors closes
+// few clients: those whose accept took the last descriptors and whose
+// upstream's socket found none. The first such dial pauses the
+// listeners (pauseAccepts) for Serve's back-off, as an accept that finds
+// none does; Serve takes them up again once there is room for a client
+// and its upstream (room), and the clients behind wait in the listen
+// queue meanwhile. Accepting the whole batch first had the dials fail
+// for every client past the last descriptor, each closed (up to
+// rawBatch at a time, the first clients among them).
 func (r *rawListener) acceptOn(lp *evloop) {
 	p := r.p
 	// Counted in accepting before paused is read: a hold, which pauses r
@@ -263,30 +310,24 @@ func (r *rawListener) acceptOn(lp *evloop) {
 	if r.paused.Load() {
 		return
 	}
-	fds, addrs := lp.acceptBufs()
-	n := 0
-	for n < rawBatch {
-		sa := &addrs[n]
+	sa := &lp.asa
+	for range rawBatch {
 		sl := uint32(unix.SizeofSockaddrAny)
 		s, _, e := syscall.RawSyscall6(unix.SYS_ACCEPT4, uintptr(r.fd), uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&sl)), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
-		if e == 0 {
-			fds[n] = int32(s)
-			n++
-			continue
-		}
 		if e == unix.EINTR || e == unix.ECONNABORTED { // a client that left while queued
 			continue
 		}
-		if e != unix.EAGAIN {
-			r.failed(os.NewSyscallError("accept4", e))
+		if e != 0 {
+			if e != unix.EAGAIN {
+				r.failed(os.NewSyscallError("accept4", e))
+			}
+			return
 		}
-		break
-	}
-	if n > 0 {
 		r.took.Store(true)
-	}
-	for i, fd := range fds[:n] {
-		p.acceptFD(lp, r.lps, fd, r.clientConn(fd, &addrs[i]), r.preset, r.nodelay)
+		p.acceptFD(lp, r.lps, int32(s), r.clientConn(int32(s), sa), r.preset, r.nodelay)
+		if r.paused.Load() { // its dial found no descriptor (pauseAccepts), or a hold
+			return
+		}
 	}
 }
 

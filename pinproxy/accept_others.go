@@ -12,4 +12,6 @@ func (p *Proxy) rawListener(net.Listener, bool) *rawListener { return nil }
 func (r *rawListener) accept() error                         { return nil }
 func (r *rawListener) accepted() bool                        { return false }
 func (r *rawListener) close()                                {}
+func (r *rawListener) room() bool                            { return true }
 func (p *Proxy) holdRaw(net.Listener)                        {}
+func (p *Proxy) pauseAccepts(error)                          {}

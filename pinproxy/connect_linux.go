@@ -39,6 +39,7 @@ type dialing struct {
 	p     *Proxy
 	lp    *evloop
 	r     route
+	spare int32        // a descriptor kept for the upstream's socket until the dial, or -1 (balance gave the client to another loop)
 	u     *upstream    // the upstream dialed now
 	now   time.Time    // when u was picked, on the proxy's clock
 	raddr *net.TCPAddr // u's address, as dialed
@@ -71,7 +72,20 @@ func (ls *loops) dial(p *Proxy, lp *evloop, lps []*evloop, fd int32, client *hel
 	to := balance(lp, lps)
 	l := &link{client: client, bufs: &p.bufs}
 	l.lfd = [2]int32{fd, -1}
-	l.dl = &dialing{p: p, lp: to} // before its slot: idle reads it
+	l.dl = &dialing{p: p, lp: to, spare: -1} // before its slot: idle reads it
+	if to != lp {
+		// The other loop dials after its next batch, and this one goes
+		// on accepting meanwhile: a descriptor is kept for the client's
+		// upstream, or a proxy running out of them would take clients
+		// whose dials then find none, every one it gave away.
+		spare, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			to = lp
+			l.dl.lp = to
+		} else {
+			l.dl.spare = int32(spare)
+		}
+	}
 	l.onLoop.Store(to)
 	ls.rw.RLock()
 	ok, wake := false, false
@@ -81,6 +95,9 @@ func (ls *loops) dial(p *Proxy, lp *evloop, lps []*evloop, fd int32, client *hel
 	ls.rw.RUnlock()
 	if !ok {
 		closeFD(fd)
+		if l.dl.spare >= 0 {
+			closeFD(l.dl.spare)
+		}
 		p.dialEnded()
 		return
 	}
@@ -139,6 +156,10 @@ func (lp *evloop) hold(l *link, queued bool) (ok, wake bool) {
 // is left (the client is closed).
 func (p *Proxy) dialNext(l *link) {
 	d := l.dl
+	if d.spare >= 0 { // for the socket this dial makes now
+		closeFD(d.spare)
+		d.spare = -1
+	}
 	for {
 		u, now := p.nextUpstream(&d.r, l.client)
 		if u == nil {

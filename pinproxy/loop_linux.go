@@ -159,18 +159,7 @@ type evloop struct {
 	// after it; and the accepts' buffers.
 	lns     map[uint32]*rawListener
 	accepts []*rawListener
-	afds    []int32
-	aaddrs  []unix.RawSockaddrAny
-}
-
-// acceptBufs returns lp's buffers for a batch of accepts, made on the
-// first.
-func (lp *evloop) acceptBufs() ([]int32, []unix.RawSockaddrAny) {
-	if lp.afds == nil {
-		lp.afds = make([]int32, rawBatch)
-		lp.aaddrs = make([]unix.RawSockaddrAny, rawBatch)
-	}
-	return lp.afds, lp.aaddrs
+	asa     unix.RawSockaddrAny // an accepted client's address, read at once
 }
 
 // since is the time since lp's epoch, lp's clock for deadlines.

@@ -296,12 +296,21 @@ func (p *Proxy) Serve(ln net.Listener) error {
 				p.log.LogAttrs(p.stopCtx, slog.LevelWarn, "accept failed; retrying",
 					slog.String("listener", ln.Addr().String()), slog.Duration("in", delay), slog.Any("err", err))
 			}
-			t := time.NewTimer(delay)
-			select {
-			case <-t.C:
-			case <-p.stopCtx.Done():
-				t.Stop()
-				return ErrProxyClosed
+			// Out of descriptors, the loops take no client until there is
+			// room for one and its upstream's socket: one taken sooner
+			// would be closed, its dial finding none.
+			for {
+				t := time.NewTimer(delay)
+				select {
+				case <-t.C:
+				case <-p.stopCtx.Done():
+					t.Stop()
+					return ErrProxyClosed
+				}
+				if !localError(err) || raw.room() {
+					break
+				}
+				delay = min(2*delay, time.Second)
 			}
 			continue
 		}
@@ -347,6 +356,7 @@ func (p *Proxy) failure(ctx context.Context, err error, local string, attrs ...s
 		return gaveUp
 	case localError(err):
 		p.logLocal(local, append(attrs, slog.Any("err", err))...)
+		p.pauseAccepts(err)
 		return noResources
 	}
 	return refused
