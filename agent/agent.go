@@ -93,17 +93,21 @@ type Config struct {
 	QueueMax int
 
 	// ReportURL is where each reading is POSTed as JSON; empty means the
-	// agent only probes, evaluates, logs and serves its handlers. A user
+	// agent only probes, evaluates, logs and serves its handlers. New
+	// refuses one that is not http:// or https:// with a host, or that
+	// holds a fragment, white space or bytes that are not UTF-8. A user
 	// and password in it are never sent (the agent sends its bearer token)
 	// and are redacted wherever the URL is logged (RedactURL); New warns
 	// of them, and of a token sent over plain http:// to a host that is
 	// not loopback.
 	ReportURL string
 	// Token is sent as "Authorization: Bearer <Token>" with each report,
-	// for as long as the agent runs. Give Token or TokenFile, not both.
+	// for as long as the agent runs: printable ASCII without spaces, and
+	// without the "Bearer " (New refuses another). Give Token or
+	// TokenFile, not both.
 	Token string
 	// TokenFile names a file holding the token instead (its content
-	// without the white space around it; one line, not empty), so that the
+	// without the white space around it; one line, as Token), so that the
 	// token can be rotated without a restart. New reads it and fails if it
 	// cannot. The agent reads it again when the platform answers 401 or 403
 	// (at most once an Interval), and when ReloadToken is called (which
@@ -308,17 +312,14 @@ func (cfg Config) check() error {
 	case cfg.ReportCA != "" && cfg.HTTPClient != nil:
 		return errors.New("both ReportCA and HTTPClient given; give one (an HTTPClient's transport sets its own roots)")
 	}
-	if cfg.ReportURL != "" {
-		u, err := url.Parse(cfg.ReportURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return &ConfigError{Field: "ReportURL", Value: strconv.Quote(RedactURL(cfg.ReportURL)), Want: "want an http:// or https:// URL"}
+	if cfg.Token != "" {
+		if err := checkToken(cfg.Token); err != nil {
+			return &ConfigError{Field: "Token", Value: "(not shown)", Want: err.Error()}
 		}
-		// url.Parse takes any digits as a port; a dial would refuse it at
-		// every report, for ever.
-		if p := u.Port(); p != "" {
-			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-				return &ConfigError{Field: "ReportURL", Value: strconv.Quote(RedactURL(cfg.ReportURL)), Want: "port " + p + ": want 1 to 65535"}
-			}
+	}
+	if cfg.ReportURL != "" {
+		if err := checkReportURL(cfg.ReportURL); err != nil {
+			return err
 		}
 	}
 	if cfg.ReportCA != "" {
