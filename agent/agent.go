@@ -470,9 +470,25 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
+			a.compactQueue()
 			return a.Save()
 		case <-t.C:
 		}
+	}
+}
+
+// compactQueue leaves the queue file holding exactly the queued reports
+// as Run ends: none already sent (so the next start sends none twice),
+// and, if there is room now, the reports that could only be kept in
+// memory (a full disk). Those it cannot write are lost with the process,
+// and the log says how many.
+func (a *Agent) compactQueue() {
+	if a.q == nil {
+		return
+	}
+	if err := a.q.compact(); err != nil {
+		a.log.Error("could not write the report queue at stop; the reports kept in memory only are lost",
+			"queued", a.q.len(), "err", err)
 	}
 }
 
