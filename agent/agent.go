@@ -204,6 +204,8 @@ type Agent struct {
 	lastNotice *overload.Notice // the latest notice of this process
 	sysctl     *sysctl.Report   // the kernel sizing at start, if given
 
+	miss missingInputs // what the log said of inputs not measured
+
 	lockMu sync.Mutex // guards lock
 	lock   *os.File   // the state directory's lock; nil without one, or once closed
 }
@@ -588,6 +590,7 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 		a.rep.release(id)
 	}
 	a.noteStep(r, res, saveErr)
+	a.miss.log(a.log, r)
 	a.logResult(r, res)
 	return res, nil
 }
