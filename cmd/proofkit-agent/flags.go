@@ -343,10 +343,23 @@ func parseLinkSpeeds(s string) (map[string]uint64, error) {
 			// refuses such a reading whole.
 			return nil, fmt.Errorf("%q: above 100 Tbit/s, faster than any link", item)
 		}
+		if !ifName(name) {
+			return nil, fmt.Errorf("%q: %q is not a network interface name (1 to 15 bytes, not . or .., no /, : or white space)", item, name)
+		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("link %q given twice", name)
 		}
 		out[name] = n * mult
 	}
 	return out, nil
+}
+
+// ifName says whether the kernel takes name for a network interface
+// (dev_valid_name): 1 to 15 bytes, not . or .., without /, : or white
+// space. A speed given for another name would never apply.
+func ifName(name string) bool {
+	if name == "" || len(name) > 15 || name == "." || name == ".." {
+		return false
+	}
+	return !strings.ContainsAny(name, "/: \t\n\v\f\r")
 }

@@ -183,3 +183,23 @@ func TestNodeFromHostName(t *testing.T) {
 type nopSource struct{}
 
 func (nopSource) Read(context.Context) (overload.Reading, error) { return overload.Reading{}, nil }
+
+// TestParseLinkSpeedsNames: a name no network interface can have (the
+// kernel's rule: 1 to 15 bytes, not . or .., no /, : or white space) was
+// taken, and its speed never applied to any link.
+func TestParseLinkSpeedsNames(t *testing.T) {
+	for _, tt := range []struct{ in, err string }{
+		{"eth0=1000,wg-0.1=10G,a_b=1", ""},
+		{"enp0s31f6abcdef=1", ""}, // 15 bytes
+		{"enp0s31f6abcdefg=1", `"enp0s31f6abcdefg=1": "enp0s31f6abcdefg" is not a network interface name (1 to 15 bytes, not . or .., no /, : or white space)`},
+		{"eth 0=1", `"eth 0=1": "eth 0" is not a network interface name`},
+		{"eth0:1=1", `"eth0:1=1": "eth0:1" is not a network interface name`},
+		{"a/b=1", `"a/b=1": "a/b" is not a network interface name`},
+		{"..=1", `"..=1": ".." is not a network interface name`},
+	} {
+		_, err := parseLinkSpeeds(tt.in)
+		if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.err)) {
+			t.Errorf("parseLinkSpeeds(%q) = %v, want %q", tt.in, err, tt.err)
+		}
+	}
+}
