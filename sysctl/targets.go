@@ -2,6 +2,7 @@ package sysctl
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -79,12 +80,14 @@ const (
 // RAM at 352 B an entry; seven times Cilium's figure), never below
 // kube-proxy's (max(32768 × cpus, 131072)), and never above 5 % of memory
 // (memBytes / 20 / 352 B), which wins on small machines with many cores.
-// It is rounded down to a multiple of 1,024. With one bucket per entry
-// (conntrackBuckets) the whole table stays within that 5 %.
+// It is rounded down to a multiple of 1,024, and never above the largest
+// int (the kernel's type for the key and for the buckets: a larger value
+// is refused), which 32 TiB of memory would ask for. With one bucket per
+// entry (conntrackBuckets) the whole table stays within that 5 %.
 func conntrackMax(memBytes uint64, cpus int) uint64 {
 	t := memBytes / conntrackBytesPerEntry
 	t = max(t, uint64(max(cpus, 1))*kubeProxyPerCore, kubeProxyMin)
-	t = min(t, memBytes/conntrackShareDivisor/conntrackEntryBytes)
+	t = min(t, memBytes/conntrackShareDivisor/conntrackEntryBytes, math.MaxInt32)
 	return roundDown(t, 1024)
 }
 
