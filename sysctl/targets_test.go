@@ -111,6 +111,10 @@ func TestTargetsBounded(t *testing.T) {
 	if ct := conntrackMax(32<<40, 64); ct > math.MaxInt32 {
 		t.Fatalf("conntrack target %d at 32 TiB: above the kernel's int", ct)
 	}
+	// 4 TiB asked for a hash table of 2 GiB, which the kernel refuses.
+	if b := conntrackBuckets(4<<40, 64); b*8 > math.MaxInt32 {
+		t.Fatalf("conntrack buckets %d at 4 TiB: a table above INT_MAX bytes", b)
+	}
 	rapid.Check(t, func(t *rapid.T) {
 		mem := rapid.Uint64Range(64<<20, 1<<50).Draw(t, "mem")
 		cpus := rapid.IntRange(1, 1024).Draw(t, "cpus")
@@ -124,7 +128,7 @@ func TestTargetsBounded(t *testing.T) {
 		if ct*conntrackEntryBytes > mem/20 {
 			t.Fatalf("conntrack %d entries × %d B = %d B, above 5 %% of %d B", ct, conntrackEntryBytes, ct*conntrackEntryBytes, mem)
 		}
-		if buckets != max(ct, 1024) {
+		if buckets != min(max(ct, 1024), maxBuckets) || buckets*8 > math.MaxInt32 {
 			t.Fatalf("buckets %d for max %d", buckets, ct)
 		}
 		if sb := somaxconn(mem); sb > 65535 || sb < 4096 || (sb > 4096 && sb*4096 > mem/64) {
