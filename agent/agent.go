@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -205,6 +206,9 @@ type Agent struct {
 	sysctl     *sysctl.Report   // the kernel sizing at start, if given
 
 	miss missingInputs // what the log said of inputs not measured
+	// stateTaken is set once another agent holds the state directory
+	// (see holdStateDir).
+	stateTaken atomic.Pointer[error]
 
 	lockMu sync.Mutex // guards lock
 	lock   *os.File   // the state directory's lock; nil without one, or once closed
@@ -576,7 +580,9 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	}
 
 	// The report first, held back from sending, then the state with its
-	// seq, then the report may go: see above.
+	// seq, then the report may go: see above. Both go to the directory
+	// this agent locked, or to memory.
+	_ = a.holdStateDir()
 	id, queued := a.queueReport(r)
 	testKill("between", r.Seq)
 	saveErr := a.Save()

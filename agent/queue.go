@@ -601,6 +601,21 @@ func truncateFile(path string) error {
 	return f.Close()
 }
 
+// detach keeps the queue in memory from now on: its file is another's.
+func (q *queue) detach() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.path, q.dirty, q.stale = "", false, 0
+}
+
+// lost says the file is gone (its directory was removed): the next push
+// writes every queued report to a new one.
+func (q *queue) lost() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.dirty, q.stale = true, 0
+}
+
 // compact writes the file again if it holds more than the queued
 // reports (lines of reports already sent, see remove) or lacks some (a
 // failed append): at a clean stop, so that the next start sends nothing
