@@ -476,8 +476,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
+			// The state first: it is small, and a compaction cut short by
+			// the process's end leaves the queue file as it was.
+			err := a.Save()
 			a.compactQueue()
-			return a.Save()
+			return err
 		case <-t.C:
 		}
 	}
