@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -81,5 +82,37 @@ func TestMissingInputIsLogged(t *testing.T) {
 	src.set(nil)
 	if out := step(); !strings.Contains(out, `level=INFO msg="`+back+`" inputs=[bandwidth]`) {
 		t.Errorf("bandwidth back: %s", out)
+	}
+}
+
+// linkSource is a fakeSource whose readings carry a link of this name.
+type linkSource struct {
+	*fakeSource
+	name string
+}
+
+func (s linkSource) Read(ctx context.Context) (overload.Reading, error) {
+	r, err := s.fakeSource.Read(ctx)
+	r.Links[0].Name = s.name
+	return r, err
+}
+
+// TestLinkNameNotUTF8: a link name that is not UTF-8 (which the kernel
+// allows) as a metric label panicked in the Prometheus client, ending
+// the agent at its first reading, and at every restart.
+func TestLinkNameNotUTF8(t *testing.T) {
+	a, err := New(Config{Node: "n1", Source: linkSource{newFakeSource(), "v\xff"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := a.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := httptest.NewRecorder()
+	a.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), `proofkit_agent_network_receive_bytes_total{device="v\\xff"}`) {
+		t.Errorf("no byte counter for the link, its name escaped:\n%s", rec.Body.String())
 	}
 }
