@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,17 +94,21 @@ type Config struct {
 	QueueMax int
 
 	// ReportURL is where each reading is POSTed as JSON; empty means the
-	// agent only probes, evaluates, logs and serves its handlers. A user
+	// agent only probes, evaluates, logs and serves its handlers. New
+	// refuses one that is not http:// or https:// with a host, or that
+	// holds a fragment, white space or bytes that are not UTF-8. A user
 	// and password in it are never sent (the agent sends its bearer token)
 	// and are redacted wherever the URL is logged (RedactURL); New warns
 	// of them, and of a token sent over plain http:// to a host that is
 	// not loopback.
 	ReportURL string
 	// Token is sent as "Authorization: Bearer <Token>" with each report,
-	// for as long as the agent runs. Give Token or TokenFile, not both.
+	// for as long as the agent runs: printable ASCII without spaces, and
+	// without the "Bearer " (New refuses another). Give Token or
+	// TokenFile, not both.
 	Token string
 	// TokenFile names a file holding the token instead (its content
-	// without the white space around it; one line, not empty), so that the
+	// without the white space around it; one line, as Token), so that the
 	// token can be rotated without a restart. New reads it and fails if it
 	// cannot. The agent reads it again when the platform answers 401 or 403
 	// (at most once an Interval), and when ReloadToken is called (which
@@ -199,6 +204,11 @@ type Agent struct {
 	saveErr    error            // the latest Save's error
 	lastNotice *overload.Notice // the latest notice of this process
 	sysctl     *sysctl.Report   // the kernel sizing at start, if given
+
+	miss missingInputs // what the log said of inputs not measured
+	// stateTaken is set once another agent holds the state directory
+	// (see holdStateDir).
+	stateTaken atomic.Pointer[error]
 
 	lockMu sync.Mutex // guards lock
 	lock   *os.File   // the state directory's lock; nil without one, or once closed
@@ -308,17 +318,14 @@ func (cfg Config) check() error {
 	case cfg.ReportCA != "" && cfg.HTTPClient != nil:
 		return errors.New("both ReportCA and HTTPClient given; give one (an HTTPClient's transport sets its own roots)")
 	}
-	if cfg.ReportURL != "" {
-		u, err := url.Parse(cfg.ReportURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return &ConfigError{Field: "ReportURL", Value: strconv.Quote(RedactURL(cfg.ReportURL)), Want: "want an http:// or https:// URL"}
+	if cfg.Token != "" {
+		if err := checkToken(cfg.Token); err != nil {
+			return &ConfigError{Field: "Token", Value: "(not shown)", Want: err.Error()}
 		}
-		// url.Parse takes any digits as a port; a dial would refuse it at
-		// every report, for ever.
-		if p := u.Port(); p != "" {
-			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-				return &ConfigError{Field: "ReportURL", Value: strconv.Quote(RedactURL(cfg.ReportURL)), Want: "port " + p + ": want 1 to 65535"}
-			}
+	}
+	if cfg.ReportURL != "" {
+		if err := checkReportURL(cfg.ReportURL); err != nil {
+			return err
 		}
 	}
 	if cfg.ReportCA != "" {
@@ -469,9 +476,28 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
-			return a.Save()
+			// The state first: it is small, and a compaction cut short by
+			// the process's end leaves the queue file as it was.
+			err := a.Save()
+			a.compactQueue()
+			return err
 		case <-t.C:
 		}
+	}
+}
+
+// compactQueue leaves the queue file holding exactly the queued reports
+// as Run ends: none already sent (so the next start sends none twice),
+// and, if there is room now, the reports that could only be kept in
+// memory (a full disk). Those it cannot write are lost with the process,
+// and the log says how many.
+func (a *Agent) compactQueue() {
+	if a.q == nil {
+		return
+	}
+	if err := a.q.compact(); err != nil {
+		a.log.Error("could not write the report queue at stop; the reports kept in memory only are lost",
+			"queued", a.q.len(), "err", err)
 	}
 }
 
@@ -557,7 +583,9 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 	}
 
 	// The report first, held back from sending, then the state with its
-	// seq, then the report may go: see above.
+	// seq, then the report may go: see above. Both go to the directory
+	// this agent locked, or to memory.
+	_ = a.holdStateDir()
 	id, queued := a.queueReport(r)
 	testKill("between", r.Seq)
 	saveErr := a.Save()
@@ -571,6 +599,7 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 		a.rep.release(id)
 	}
 	a.noteStep(r, res, saveErr)
+	a.miss.log(a.log, r)
 	a.logResult(r, res)
 	return res, nil
 }

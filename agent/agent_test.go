@@ -509,6 +509,22 @@ func TestNewRejects(t *testing.T) {
 		{"negative retry cap", Config{Source: newFakeSource(), RetryMax: -time.Second}, "Config.RetryMax -1s: is negative"},
 		{"token twice", Config{Source: newFakeSource(), Token: "a", TokenFile: file}, "both Token and TokenFile"},
 		{"report URL not http", Config{Source: newFakeSource(), ReportURL: "ftp://joe:pw@x/"}, `Config.ReportURL "ftp://xxxxx@x/"`},
+		{"token not ASCII", Config{Source: newFakeSource(), Token: "tok\u00e9"}, `Config.Token (not shown): byte 4 is not ASCII`},
+		{"token with a space", Config{Source: newFakeSource(), Token: "a b"}, `Config.Token (not shown): white space at byte 2`},
+		// Each of these was taken and sent to (a path of) a URL nobody
+		// meant, or refused with "(unparsable URL)" and no reason.
+		{"report URL without a scheme", Config{Source: newFakeSource(), ReportURL: "127.0.0.1:8080/r"},
+			`Config.ReportURL "127.0.0.1:8080/r": first path segment in URL cannot contain colon, and no scheme; want an http:// or https:// URL`},
+		{"report URL of a path only", Config{Source: newFakeSource(), ReportURL: "platform.net/r"},
+			`Config.ReportURL "platform.net/r": no scheme; want an http:// or https:// URL`},
+		{"report URL unparsable with a password", Config{Source: newFakeSource(), ReportURL: "joe:pw@127.0.0.1:8080/r"},
+			`Config.ReportURL "(unparsable URL)": no scheme; want an http:// or https:// URL`},
+		{"report URL with a fragment", Config{Source: newFakeSource(), ReportURL: "http://127.0.0.1:1/r#x"},
+			`Config.ReportURL "http://127.0.0.1:1/r#x": a fragment (#x) is never sent; want the URL without it`},
+		{"report URL with a trailing space", Config{Source: newFakeSource(), ReportURL: "http://127.0.0.1:1/r "},
+			`Config.ReportURL "http://127.0.0.1:1/r ": white space at byte 21; want an http:// or https:// URL`},
+		{"report URL not UTF-8", Config{Source: newFakeSource(), ReportURL: "http://127.0.0.1:1/\xff"},
+			`Config.ReportURL "http://127.0.0.1:1/\xff": not valid UTF-8; want an http:// or https:// URL`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

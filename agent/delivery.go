@@ -48,13 +48,15 @@ func newDeliveryMetrics(reg prometheus.Registerer) (*deliveryMetrics, error) {
 // RedactURL returns s with the userinfo (user and password) of the URL
 // in it replaced by "xxxxx", for logs and errors; a string that does not
 // parse as a URL is returned as "(unparsable URL)", since it may hold a
-// password in a place url.Parse could not find. An empty s stays empty.
+// password in a place url.Parse could not find, and so is one with an @
+// and no host (user:password@host without a scheme parses as the scheme
+// "user"). An empty s stays empty.
 func RedactURL(s string) string {
 	if s == "" {
 		return ""
 	}
 	u, err := url.Parse(s)
-	if err != nil {
+	if err != nil || (u.Host == "" && strings.Contains(s, "@")) {
 		return "(unparsable URL)"
 	}
 	if u.User != nil {

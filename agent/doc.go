@@ -41,9 +41,11 @@
 // queued under the node's old name (Config.Node changed since): the token
 // may not report for that name, so the report is dropped at once, logged
 // and counted (reason "renamed") and the new name's readings go on; with a
-// token that may (an operator's), it is sent under its old name. A crash
-// between the platform's answer and the queue's rewrite sends that report
-// again, and the platform answers that it has it. A reading's report is
+// token that may (an operator's), it is sent under its old name. A sent
+// report's line stays in the queue file while others wait (draining a
+// backlog writes the file once, not once a report) and goes at a clean
+// stop: a crash before then sends those reports again, and the platform
+// answers that it has them. A reading's report is
 // queued before its seq is saved and sent only after, so a crash between
 // the two leaves no gap in the seqs. One line says when delivery recovers
 // after failures.

@@ -3,6 +3,9 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/proofkit/nodekit/overload"
@@ -62,4 +65,55 @@ func (a *Agent) healthyAt(now time.Time) error {
 		return fmt.Errorf("no reading evaluated for %v (interval %v)", age.Round(time.Second), a.interval)
 	}
 	return nil
+}
+
+// missingInputs says in the log when a reading's inputs go missing and
+// come back: a check whose input is missing counts as not passed, so an
+// input the probe cannot measure (a -proc file turned to garbage, a link
+// whose speed is unknown) must not go unsaid at the default log level.
+type missingInputs struct {
+	mu     sync.Mutex
+	steps  int                     // readings seen by this process
+	prev   []overload.Input        // missing in the previous reading
+	warned map[overload.Input]bool // said to be missing, not yet back
+}
+
+// log warns of the inputs r misses that the previous reading did not
+// (at the second reading, of every one it misses: a first reading has no
+// deltas, so it misses the counters' inputs whatever the node), with r's
+// notes, and says which of those warned about r measures again.
+func (m *missingInputs) log(log *slog.Logger, r overload.Reading) {
+	m.mu.Lock()
+	m.steps++
+	var gone, back []overload.Input
+	if m.steps > 1 {
+		for _, in := range r.Missing {
+			if (m.steps == 2 || !slices.Contains(m.prev, in)) && !m.warned[in] {
+				gone = append(gone, in)
+			}
+		}
+		for in := range m.warned {
+			if !slices.Contains(r.Missing, in) {
+				back = append(back, in)
+			}
+		}
+		slices.Sort(back)
+	}
+	if m.warned == nil {
+		m.warned = make(map[overload.Input]bool)
+	}
+	for _, in := range gone {
+		m.warned[in] = true
+	}
+	for _, in := range back {
+		delete(m.warned, in)
+	}
+	m.prev = slices.Clone(r.Missing)
+	m.mu.Unlock()
+	if len(gone) > 0 {
+		log.Warn("inputs could not be measured; their checks count as not passed", "missing", gone, "notes", r.Notes)
+	}
+	if len(back) > 0 {
+		log.Info("inputs measured again", "inputs", back)
+	}
 }

@@ -94,3 +94,30 @@ func writePID(f *os.File) error {
 	_, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	return err
 }
+
+// lockStill says whether the lock file in dir is still f, the one this
+// agent locked: gone when dir or the file was removed; taken when
+// another file is there now (another agent's, locked since), with that
+// agent's pid if it wrote one (else 0).
+func lockStill(f *os.File, dir string) (gone, taken bool, pid int, err error) {
+	var held, now unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &held); err != nil {
+		return false, false, 0, err
+	}
+	path := filepath.Join(dir, lockFile)
+	err = unix.Lstat(path, &now)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return true, false, 0, nil
+	}
+	if err != nil {
+		return false, false, 0, err
+	}
+	if held.Dev == now.Dev && held.Ino == now.Ino {
+		return false, false, 0, nil
+	}
+	if g, err := os.Open(path); err == nil {
+		pid = readPID(g)
+		g.Close()
+	}
+	return false, true, pid, nil
+}

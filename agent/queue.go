@@ -44,13 +44,16 @@ const maxQueueLine = 1 << 20
 // the readings were taken. A push appends one line and fsyncs it; an
 // append that fails (a full disk) cuts the file back to its length before
 // it, so no part of a line stays to be glued to the next, and the next
-// push rewrites the whole file. Removing from the head (sent, or dropped
-// on overflow) rewrites the whole file atomically (internal/atomicfile),
-// except that a queue left empty (the usual case: each reading sent before
-// the next) is only truncated, since a crash that undoes that sends the
-// removed reports again, which the platform acknowledges as duplicates
-// (same run, seq not above its last). A crash therefore loses nothing that
-// was pushed: at worst the last line is torn. When the queue is opened
+// push rewrites the whole file. Dropping on overflow rewrites the whole
+// file atomically (internal/atomicfile). Removing the head once it is
+// settled leaves its line in the file (stale) while other reports wait,
+// and a queue left empty (the usual case: each reading sent before the
+// next) is truncated; a crash that leaves stale lines sends those reports
+// again, which the platform acknowledges as duplicates (same run, seq not
+// above its last). The file is rewritten once a push would make it hold
+// more lines than the bound, and at a clean stop (compact). A crash
+// therefore loses nothing that was pushed: at worst the last line is
+// torn. When the queue is opened
 // again, the file is read as a stream with the bound applied while
 // reading, so a file of any size opens in bounded memory: a line that is
 // not one JSON object (torn, or longer than 1 MiB) is skipped alone, and
@@ -67,6 +70,9 @@ type queue struct {
 	items []queued
 	next  uint64 // id of the next push
 	dirty bool   // the file lacks an item (a failed append): rewrite it at the next push
+	// stale is how many lines at the start of the file are reports
+	// already taken off the queue (see remove).
+	stale int
 	// sending is set while the head is being sent: the platform may be
 	// counting it at that moment, so an overflow keeps it.
 	sending bool
@@ -345,7 +351,7 @@ func (q *queue) pushItem(report []byte, held bool) (id uint64, dropped []queued,
 		return id, dropped, nil
 	}
 	q.items = append(q.items, item)
-	if q.dirty {
+	if q.dirty || q.stale+len(q.items) > q.fileMax() {
 		err = q.rewrite()
 	} else {
 		err = q.appendLine(item.body)
@@ -456,7 +462,13 @@ func (q *queue) end(id uint64, reached bool) {
 }
 
 // remove takes the report id off the head of the queue if it is still
-// there.
+// there. Its line stays in the file (as stale) while other reports are
+// queued, until a push would make the file hold more lines than the
+// bound (see fileMax) or compact is called; a queue left empty is
+// truncated. So draining n queued reports writes the file once, not n
+// times (5,000 reports of 1 KiB wrote 12 GB when each removal rewrote
+// it); a crash in between sends the stale ones again, which the platform
+// answers as duplicates.
 func (q *queue) remove(id uint64) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -465,6 +477,10 @@ func (q *queue) remove(id uint64) error {
 	}
 	q.items[0] = queued{}
 	q.items = q.items[1:]
+	if len(q.items) > 0 && !q.dirty && q.path != "" {
+		q.stale++
+		return nil
+	}
 	if err := q.rewrite(); err != nil {
 		return fmt.Errorf("remove report: %w", err)
 	}
@@ -539,6 +555,11 @@ func (q *queue) appendLine(item []byte) error {
 	return f.Close()
 }
 
+// fileMax is the most lines the file may hold, stale ones included: as
+// many as opening it keeps (the bound, and a head kept beyond a bound of
+// 1), so that a crash leaves no queued report for opening to drop.
+func (q *queue) fileMax() int { return max(q.max, 2) }
+
 func (q *queue) rewrite() error {
 	if q.path == "" {
 		return nil
@@ -549,7 +570,7 @@ func (q *queue) rewrite() error {
 		if err := truncateFile(q.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		q.dirty = false
+		q.dirty, q.stale = false, 0
 		return nil
 	}
 	var buf bytes.Buffer
@@ -562,7 +583,7 @@ func (q *queue) rewrite() error {
 	if err := atomicfile.WriteFile(q.path, buf.Bytes(), 0o600); err != nil {
 		return err
 	}
-	q.dirty = false
+	q.dirty, q.stale = false, 0
 	return nil
 }
 
@@ -578,4 +599,35 @@ func truncateFile(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// detach keeps the queue in memory from now on: its file is another's.
+func (q *queue) detach() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.path, q.dirty, q.stale = "", false, 0
+}
+
+// lost says the file is gone (its directory was removed): the next push
+// writes every queued report to a new one.
+func (q *queue) lost() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.dirty, q.stale = true, 0
+}
+
+// compact writes the file again if it holds more than the queued
+// reports (lines of reports already sent, see remove) or lacks some (a
+// failed append): at a clean stop, so that the next start sends nothing
+// twice and loses nothing the disk now has room for.
+func (q *queue) compact() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stale == 0 && !q.dirty {
+		return nil
+	}
+	if err := q.rewrite(); err != nil {
+		return fmt.Errorf("compact report queue: %w", err)
+	}
+	return nil
 }

@@ -57,6 +57,9 @@ func TestQueueKeepsOrderAcrossReopen(t *testing.T) {
 	if err := q.remove(it.id); err != nil {
 		t.Fatal(err)
 	}
+	if err := q.compact(); err != nil { // as at a clean stop
+		t.Fatal(err)
+	}
 	q2, ld, err := openQueue(path, 10)
 	if err != nil || ld.badLines != 0 || ld.dropped.n != 0 {
 		t.Fatalf("reopen: bad lines %v dropped %d err %v", ld.bad, ld.dropped.n, err)

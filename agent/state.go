@@ -195,6 +195,9 @@ func (a *Agent) Save() error {
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
+	if err := a.holdStateDir(); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
 	if err := atomicfile.WriteFile(a.state, b, 0o600); err != nil {
 		return fmt.Errorf("save state to %s: %w", a.state, err)
 	}
@@ -204,4 +207,77 @@ func (a *Agent) Save() error {
 	}
 	a.mu.Unlock()
 	return nil
+}
+
+// holdStateDir checks, before the state or the queue is written, that
+// the state directory is still the one this agent locked. One removed
+// is made again (remakeStateDir). One whose lock file another agent holds
+// now (it was removed, and another agent started on its path) is that
+// agent's: from then on this agent keeps its queue in memory and writes
+// no state, and the error says so.
+func (a *Agent) holdStateDir() error {
+	if a.state == "" {
+		return nil
+	}
+	if err := a.stateTaken.Load(); err != nil {
+		return *err
+	}
+	a.lockMu.Lock()
+	lock := a.lock
+	a.lockMu.Unlock()
+	if lock == nil {
+		return nil // closed: nothing to compare
+	}
+	dir := filepath.Dir(a.state)
+	gone, taken, pid, err := lockStill(lock, dir)
+	switch {
+	case err != nil:
+		return nil // cannot tell: the write says what is wrong
+	case gone:
+		a.remakeStateDir()
+		return nil
+	case !taken:
+		return nil
+	}
+	terr := fmt.Errorf("state directory %s was removed and is another agent's now (pid %d); this agent's state and queue stay in memory: stop it", dir, pid)
+	if a.stateTaken.CompareAndSwap(nil, &terr) {
+		if a.q != nil {
+			a.q.detach()
+		}
+		a.log.Error("the state directory was removed and another agent has locked it since; nothing more is written there: stop this agent",
+			"dir", dir, "pid", pid)
+	}
+	return terr
+}
+
+// remakeStateDir makes the state directory again when it was removed
+// while the agent ran (rm -rf of it, to "reset" a node), and locks it
+// again, so that no agent started meanwhile shares it; the queue is
+// written there whole at its next push. It says whether the directory is
+// there, and locked by this agent, again. It does nothing when the
+// agent is closed, or when another agent has locked the new directory.
+// A lock file removed alone is made and locked again the same way.
+func (a *Agent) remakeStateDir() bool {
+	dir := filepath.Dir(a.state)
+	a.lockMu.Lock()
+	defer a.lockMu.Unlock()
+	if a.lock == nil {
+		return false
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		a.log.Error("the state directory was removed while the agent ran and cannot be made again", "dir", dir, "err", err)
+		return false
+	}
+	lock, err := lockStateDir(dir)
+	if err != nil {
+		a.log.Error("the state directory was removed while the agent ran; made it again, but cannot lock it", "dir", dir, "err", err)
+		return false
+	}
+	a.lock.Close() // the removed directory's lock
+	a.lock = lock
+	if a.q != nil {
+		a.q.lost()
+	}
+	a.log.Warn("the state directory was removed while the agent ran; made it again", "dir", dir)
+	return true
 }

@@ -20,9 +20,10 @@ const maxTokenFile = 64 << 10
 // white space around it. It reads it as the probe reads /proc files: a
 // file that is not a regular file (a FIFO, which would block until a
 // writer came; a device such as /dev/zero, which never ends) or is over
-// 64 KiB is an error, at once. An empty file, or one of more than one
-// line, is an error too. Errors name the file and the reason, never the
-// content.
+// 64 KiB is an error, at once. An empty file, one of more than one
+// line, and a token that is not printable ASCII without spaces (see
+// checkToken) are errors too. Errors name the file and the reason, never
+// the content.
 func readTokenFile(path string) (string, error) {
 	b, _, err := procfile.Read(context.Background(), path, maxTokenFile)
 	if errors.Is(err, procfile.ErrNotRegular) || errors.Is(err, procfile.ErrTooLarge) {
@@ -44,7 +45,33 @@ func readTokenFile(path string) (string, error) {
 	if strings.ContainsAny(tok, "\r\n") {
 		return "", fmt.Errorf("token file %s: more than one line", path)
 	}
+	if err := checkToken(tok); err != nil {
+		return "", fmt.Errorf("token file %s: %w", path, err)
+	}
 	return tok, nil
+}
+
+// checkToken says what keeps tok from being a bearer token the platform
+// can match: anything but printable ASCII without spaces (RFC 6750's
+// token is a subset), or the scheme written before it. Such a token would
+// go out in every report (or, with a control character, not at all), and
+// every report would wait for ever. The error says where, never what.
+func checkToken(tok string) error {
+	const want = "want the token alone, in printable ASCII"
+	if len(tok) > len("Bearer ") && strings.EqualFold(tok[:len("Bearer ")], "Bearer ") {
+		return errors.New(`starts with "Bearer "; want the token alone (the agent adds the scheme)`)
+	}
+	for i := 0; i < len(tok); i++ {
+		switch c := tok[i]; {
+		case c == ' ' || c == '\t':
+			return fmt.Errorf("white space at byte %d; %s", i+1, want)
+		case c < 0x20 || c == 0x7f:
+			return fmt.Errorf("a control character at byte %d; %s", i+1, want)
+		case c >= 0x80:
+			return fmt.Errorf("byte %d is not ASCII (another encoding than UTF-8, or a byte-order mark?); %s", i+1, want)
+		}
+	}
+	return nil
 }
 
 // bearer holds the token the reports carry. Reports are sent from the

@@ -75,6 +75,16 @@ func TestReadTokenFile(t *testing.T) {
 		{name: "blank", content: " \n\t\n", want: "empty", wantErr: true},
 		{name: "two lines", content: "tok-A\ntok-B\n", want: "more than one line", wantErr: true},
 		{name: "carriage return inside", content: "tok-A\rtok-B", want: "more than one line", wantErr: true},
+		{name: "CRLF at the end", content: "tok-A\r\n", want: "tok-A"},
+		// Each of these went out in every report's Authorization header:
+		// the platform never matched it (or Go refused to send it), and
+		// the reports waited for ever.
+		{name: "space inside", content: "tok-A tok-B\n", want: "white space at byte 6; want the token alone, in printable ASCII", wantErr: true},
+		{name: "scheme given", content: "Bearer tok-A\n", want: `starts with "Bearer "; want the token alone (the agent adds the scheme)`, wantErr: true},
+		{name: "NUL inside", content: "tok-A\x00\n", want: "a control character at byte 6; want the token alone, in printable ASCII", wantErr: true},
+		{name: "UTF-16", content: "\xff\xfet\x00o\x00k\x00", want: "byte 1 is not ASCII (another encoding than UTF-8, or a byte-order mark?); want the token alone, in printable ASCII", wantErr: true},
+		{name: "byte-order mark", content: "\xef\xbb\xbftok-A\n", want: "byte 1 is not ASCII (another encoding than UTF-8, or a byte-order mark?); want the token alone, in printable ASCII", wantErr: true},
+		{name: "not UTF-8", content: "tok-A\xff\n", want: "byte 6 is not ASCII (another encoding than UTF-8, or a byte-order mark?); want the token alone, in printable ASCII", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package sysctl
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -79,12 +80,14 @@ const (
 // RAM at 352 B an entry; seven times Cilium's figure), never below
 // kube-proxy's (max(32768 × cpus, 131072)), and never above 5 % of memory
 // (memBytes / 20 / 352 B), which wins on small machines with many cores.
-// It is rounded down to a multiple of 1,024. With one bucket per entry
-// (conntrackBuckets) the whole table stays within that 5 %.
+// It is rounded down to a multiple of 1,024, and never above the largest
+// int (the kernel's type for the key and for the buckets: a larger value
+// is refused), which 32 TiB of memory would ask for. With one bucket per
+// entry (conntrackBuckets) the whole table stays within that 5 %.
 func conntrackMax(memBytes uint64, cpus int) uint64 {
 	t := memBytes / conntrackBytesPerEntry
 	t = max(t, uint64(max(cpus, 1))*kubeProxyPerCore, kubeProxyMin)
-	t = min(t, memBytes/conntrackShareDivisor/conntrackEntryBytes)
+	t = min(t, memBytes/conntrackShareDivisor/conntrackEntryBytes, math.MaxInt32)
 	return roundDown(t, 1024)
 }
 
@@ -99,10 +102,17 @@ func conntrackMax(memBytes uint64, cpus int) uint64 {
 // ("there should be at least twice as many buckets … than the maximum
 // number of conntrack objects", 2021). kube-proxy's max/4 would mean
 // chains of eight. A bucket is an 8 B list head, counted in the 352 B of
-// an entry. Writable only from the host's network namespace.
+// an entry. The kernel refuses a table of more than INT_MAX bytes
+// (nf_ct_alloc_hashtable: 268,435,455 buckets), which a machine of 4 TiB
+// or more would ask for: there the target stops below it, and chains
+// grow past two. Writable only from the host's network namespace.
 func conntrackBuckets(memBytes uint64, cpus int) uint64 {
-	return max(conntrackMax(memBytes, cpus), 1024)
+	return min(max(conntrackMax(memBytes, cpus), 1024), maxBuckets)
 }
+
+// maxBuckets is the most buckets the kernel allocates: INT_MAX bytes of
+// 8 B list heads, rounded down to 1,024.
+const maxBuckets = (math.MaxInt32 / 8) &^ 1023
 
 // Anchors for the listen backlogs.
 const (

@@ -3,6 +3,7 @@ package sysctl
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,15 +107,28 @@ func TestTargetsAnchors(t *testing.T) {
 // share of memory (or to the kernel's default, which raise-only leaves
 // alone), and more memory never means a smaller target.
 func TestTargetsBounded(t *testing.T) {
+	// 32 TiB (servers of 24 and 48 TiB are sold) asked for 2^31 entries.
+	if ct := conntrackMax(32<<40, 64); ct > math.MaxInt32 {
+		t.Fatalf("conntrack target %d at 32 TiB: above the kernel's int", ct)
+	}
+	// 4 TiB asked for a hash table of 2 GiB, which the kernel refuses.
+	if b := conntrackBuckets(4<<40, 64); b*8 > math.MaxInt32 {
+		t.Fatalf("conntrack buckets %d at 4 TiB: a table above INT_MAX bytes", b)
+	}
 	rapid.Check(t, func(t *rapid.T) {
-		mem := rapid.Uint64Range(64<<20, 16<<40).Draw(t, "mem")
+		mem := rapid.Uint64Range(64<<20, 1<<50).Draw(t, "mem")
 		cpus := rapid.IntRange(1, 1024).Draw(t, "cpus")
 
 		ct, buckets := conntrackMax(mem, cpus), conntrackBuckets(mem, cpus)
+		// Both are ints in the kernel: a larger value is refused (EINVAL),
+		// and the file would hold one sysctl --system cannot set.
+		if ct > math.MaxInt32 || buckets > math.MaxInt32 {
+			t.Fatalf("conntrack %d entries, %d buckets for %d B: above the kernel's int", ct, buckets, mem)
+		}
 		if ct*conntrackEntryBytes > mem/20 {
 			t.Fatalf("conntrack %d entries × %d B = %d B, above 5 %% of %d B", ct, conntrackEntryBytes, ct*conntrackEntryBytes, mem)
 		}
-		if buckets != max(ct, 1024) {
+		if buckets != min(max(ct, 1024), maxBuckets) || buckets*8 > math.MaxInt32 {
 			t.Fatalf("buckets %d for max %d", buckets, ct)
 		}
 		if sb := somaxconn(mem); sb > 65535 || sb < 4096 || (sb > 4096 && sb*4096 > mem/64) {

@@ -18,6 +18,7 @@ import (
 	"github.com/proofkit/nodekit/agent"
 	"github.com/proofkit/nodekit/internal/cmdkit"
 	"github.com/proofkit/nodekit/internal/procfile"
+	"github.com/proofkit/nodekit/overload"
 	"github.com/proofkit/nodekit/sysctl"
 )
 
@@ -126,8 +127,23 @@ func (o *options) check() error {
 	if o.interval <= 0 {
 		return f.Errorf("interval", o.interval, "must be positive")
 	}
+	if o.interval < minInterval || o.interval > maxInterval {
+		return f.Errorf("interval", o.interval, "want 100ms to 5m (the platform expects 30s)")
+	}
 	if o.queueMax < 1 {
 		return f.Errorf("queue-max", o.queueMax, "must be 1 or more")
+	}
+	if o.queueMax > maxQueueMax {
+		return f.Errorf("queue-max", o.queueMax, "want 1 to %d (a day of readings at the default interval)", maxQueueMax)
+	}
+	if o.node != "" {
+		// Refused whether the agent reports or not: the name is on its
+		// page, in its state and in each reading it would report later.
+		// The host's name, taken when -node is empty, is the agent's to
+		// check when it reports (see configError).
+		if err := overload.CheckNode(o.node); err != nil {
+			return f.Errorf("node", o.node, "want %s, as the platform takes", overload.NodeRule)
+		}
 	}
 	switch o.sysctlMode {
 	case "apply", "file", "off":
@@ -136,7 +152,11 @@ func (o *options) check() error {
 	}
 	level, err := cmdkit.ParseLogFlags(o.logFormat, o.rawLogLevel)
 	if err != nil {
-		return err
+		// Named as it was given: a flag or its variable.
+		if o.logFormat != "text" && o.logFormat != "json" {
+			return f.Errorf("log-format", o.logFormat, "want text or json")
+		}
+		return f.Errorf("log-level", o.rawLogLevel, "want debug, info, warn or error")
 	}
 	o.logLevel = level
 	// -healthcheck runs with the agent's environment and only asks its
@@ -151,6 +171,11 @@ func (o *options) check() error {
 	}
 	if o.reportURL != "" && o.tokenFile == "" {
 		return errors.New("-report-url needs -token-file (the token is never given as a flag value)")
+	}
+	// An empty -listen (PROOFKIT_AGENT_LISTEN= in a settings file) is
+	// not taken for off: that is said as off.
+	if o.listen == "" {
+		return f.Errorf("listen", o.listen, "is empty; want host:port, or off for none")
 	}
 	if o.listen == "off" {
 		o.listen = ""
@@ -172,6 +197,24 @@ func (o *options) check() error {
 	}
 	return checkRoots(*o)
 }
+
+// Bounds of -interval and -queue-max.
+const (
+	// minInterval is the shortest -interval. A reading takes a few
+	// milliseconds and a write of the state; an interval near that keeps
+	// a CPU busy, writes the disk without pause and has /healthz (no
+	// reading for three intervals) fail between two readings.
+	minInterval = 100 * time.Millisecond
+	// maxInterval is the longest -interval: the platform's rules act in
+	// steps of 5 minutes (a route in use moved every 5 minutes once an
+	// overload has lasted 15), and the 3-of-5 window would take longer
+	// than that to see an overload.
+	maxInterval = 5 * time.Minute
+	// maxQueueMax is the largest -queue-max: a day of readings at the
+	// default interval. The queue is held in memory (a report is about
+	// 1 KiB, up to 60 KiB with many listeners) under the unit's 64 MiB.
+	maxQueueMax = 2880
+)
 
 // placeholderZones are the names reserved for documentation and for
 // names that must never resolve (RFC 2606, RFC 6761): a report URL on
@@ -238,6 +281,11 @@ func configError(err error, o options) error {
 // place before the agent starts, so an operator sees one line and exit
 // status 2 rather than an agent that logs a failed reading every interval.
 func checkRoots(o options) error {
+	for _, name := range []string{"proc", "sys"} {
+		if v := map[string]string{"proc": o.procRoot, "sys": o.sysRoot}[name]; v == "" {
+			return o.origins.Errorf(name, v, "is empty; want the mount point of a %sfs, such as /%s", name, name)
+		}
+	}
 	for _, f := range []string{"meminfo", "loadavg"} {
 		if fi, err := os.Stat(filepath.Join(o.procRoot, f)); err != nil || fi.IsDir() {
 			return usageError{Msg: fmt.Sprintf("%s %s: no %s there; want the mount point of a procfs, such as /proc", o.origins.Name("proc"), o.procRoot, f)}
@@ -253,6 +301,10 @@ func checkRoots(o options) error {
 		// A namespace's file (nsfs) is a regular one to open; opening a
 		// FIFO as the probe does would block the start for good.
 		if err := procfile.Check(context.Background(), o.netns); err != nil {
+			return usageError{Msg: fmt.Sprintf("%s %s: %v; want a network namespace, /run/netns/NAME or /proc/PID/ns/net",
+				o.origins.Name("netns"), o.netns, err)}
+		}
+		if err := checkNetNS(o.netns); err != nil {
 			return usageError{Msg: fmt.Sprintf("%s %s: %v; want a network namespace, /run/netns/NAME or /proc/PID/ns/net",
 				o.origins.Name("netns"), o.netns, err)}
 		}
@@ -291,10 +343,23 @@ func parseLinkSpeeds(s string) (map[string]uint64, error) {
 			// refuses such a reading whole.
 			return nil, fmt.Errorf("%q: above 100 Tbit/s, faster than any link", item)
 		}
+		if !ifName(name) {
+			return nil, fmt.Errorf("%q: %q is not a network interface name (1 to 15 bytes, not . or .., no /, : or white space)", item, name)
+		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("link %q given twice", name)
 		}
 		out[name] = n * mult
 	}
 	return out, nil
+}
+
+// ifName says whether the kernel takes name for a network interface
+// (dev_valid_name): 1 to 15 bytes, not . or .., without /, : or white
+// space. A speed given for another name would never apply.
+func ifName(name string) bool {
+	if name == "" || len(name) > 15 || name == "." || name == ".." {
+		return false
+	}
+	return !strings.ContainsAny(name, "/: \t\n\v\f\r")
 }

@@ -32,7 +32,7 @@ func TestSeedSizesAtEveryStartByDefault(t *testing.T) {
 	t.Chdir(compose) // the agent inherits it: where its compose file is
 
 	for start1 := range 2 { // every start: the second finds the raised values
-		a := start(t, dir, "-interval", "1h", "-state-dir", filepath.Join(compose, "state"))
+		a := start(t, dir, "-interval", "5m", "-state-dir", filepath.Join(compose, "state"))
 		testkit.WaitFor(t, "the first reading", func() bool { return a.count("reading") >= 1 })
 		if code := a.stop(); code != 0 {
 			t.Fatalf("start %d: exit status %d", start1+1, code)

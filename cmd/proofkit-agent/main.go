@@ -57,8 +57,12 @@
 // against the platform's rule, 1 to 64 of A-Z a-z 0-9 . _ - not starting
 // with . _ -, since the platform would refuse every reading of another.
 //
+// -interval takes 100ms to 5m, -queue-max 1 to 2880; -listen "" is
+// refused (off is said as off).
+//
 // Exit status: 0 on SIGTERM or SIGINT (state saved) and after -once; 2 for
-// a bad flag (a -proc without meminfo, a flag whose value is missing, a
+// a bad flag (a -proc without meminfo, a -netns that is no network
+// namespace, a flag whose value is missing, a
 // -node the platform would refuse, a placeholder -report-url, no report
 // URL with -require-report), an unreadable token file (also one
 // that is a FIFO, a device or over 64 KiB) or an unwritable state

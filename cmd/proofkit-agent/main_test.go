@@ -695,6 +695,18 @@ func TestBadFlags(t *testing.T) {
 		{"link speed too fast", []string{"-link-speed", "eth0=100000001"}, `-link-speed "eth0=100000001": "eth0=100000001": above 100 Tbit/s`, nil},
 		{"link speed that overflows", []string{"-link-speed", "eth0=18446744073709551615G"}, `"eth0=18446744073709551615G": above 100 Tbit/s`, nil},
 		{"queue bound", []string{"-queue-max", "0"}, "-queue-max 0: must be 1 or more", nil},
+		{"queue bound too large", []string{"-queue-max", "99999999999"}, "-queue-max 99999999999: want 1 to 2880", nil},
+		{"interval of a nanosecond", []string{"-interval", "1ns"}, "-interval 1ns: want 100ms to 5m", nil},
+		{"interval of 99ms", []string{"-interval", "99ms"}, "-interval 99ms: want 100ms to 5m", nil},
+		{"interval over 5m", []string{"-interval", "1000000h"}, "-interval 1000000h0m0s: want 100ms to 5m", nil},
+		{"interval from the environment", nil, "PROOFKIT_AGENT_INTERVAL (-interval) 1ms: want 100ms to 5m", []string{"PROOFKIT_AGENT_INTERVAL=1ms"}},
+		{"node with a space, standalone", []string{"-node", "exit fra"}, `-node "exit fra": want 1 to 64`, nil},
+		{"node not UTF-8, standalone", []string{"-node", "a\xffb"}, `-node "a\xffb": want 1 to 64`, nil},
+		{"listen empty", []string{"-listen", ""}, `-listen "": is empty; want host:port, or off for none`, nil},
+		{"log level empty in the environment", nil, `PROOFKIT_AGENT_LOG_LEVEL (-log-level) "": want debug, info, warn or error`, []string{"PROOFKIT_AGENT_LOG_LEVEL="}},
+		{"proc empty", []string{"-proc", ""}, `-proc "": is empty; want the mount point of a procfs`, nil},
+		{"netns a regular file", []string{"-netns", good}, "-netns " + good + ": not a namespace; want a network namespace", nil},
+		{"netns of another kind", []string{"-netns", "/proc/self/ns/mnt"}, "-netns /proc/self/ns/mnt: a namespace, but not a network one", nil},
 		{"listen address", []string{"-listen", "9464"}, `-listen "9464": want host:port or off`, nil},
 		{"argument", []string{"now"}, `unexpected argument "now"`, nil},
 		{"value missing", []string{"-node", "-once"}, `-node "-once": a value is missing`, nil},
@@ -770,7 +782,7 @@ func TestSysctlOnAFakeTree(t *testing.T) {
 				t.Fatal(err)
 			}
 			confDir := t.TempDir()
-			a := start(t, dir, "-sysctl", mode, "-sysctl-dir", confDir, "-interval", "1h", "-state-dir", t.TempDir())
+			a := start(t, dir, "-sysctl", mode, "-sysctl-dir", confDir, "-interval", "5m", "-state-dir", t.TempDir())
 			testkit.WaitFor(t, "the first reading", func() bool { return a.count("reading") >= 1 })
 			if code := a.stop(); code != 0 {
 				t.Errorf("exit status %d", code)

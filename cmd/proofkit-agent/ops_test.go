@@ -172,18 +172,34 @@ func TestNodeFromHostName(t *testing.T) {
 	if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "; give -node") {
 		t.Errorf("error %q, want it to start %q and end with the flag", got, want)
 	}
-	// From the environment, the variable is named.
-	o, err = parseFlagsEnv([]string{"-sysctl", "off", "-proc", o.procRoot, "-sys", o.sysRoot}, io.Discard,
+	// Given in the environment, it is refused there, naming the variable.
+	_, err = parseFlagsEnv([]string{"-sysctl", "off", "-proc", o.procRoot, "-sys", o.sysRoot}, io.Discard,
 		func(k string) (string, bool) { return "bad name", k == "PROOFKIT_AGENT_NODE" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = agent.New(agent.Config{Node: o.node, Source: nopSource{}, ReportURL: "http://127.0.0.1:1/r", Token: "t"})
-	if got := configError(err, o).Error(); !strings.HasPrefix(got, `PROOFKIT_AGENT_NODE (-node) "bad name": want 1 to 64`) {
-		t.Errorf("error %q does not name the variable", got)
+	if err == nil || !strings.HasPrefix(err.Error(), `PROOFKIT_AGENT_NODE (-node) "bad name": want 1 to 64`) {
+		t.Errorf("error %v does not name the variable", err)
 	}
 }
 
 type nopSource struct{}
 
 func (nopSource) Read(context.Context) (overload.Reading, error) { return overload.Reading{}, nil }
+
+// TestParseLinkSpeedsNames: a name no network interface can have (the
+// kernel's rule: 1 to 15 bytes, not . or .., no /, : or white space) was
+// taken, and its speed never applied to any link.
+func TestParseLinkSpeedsNames(t *testing.T) {
+	for _, tt := range []struct{ in, err string }{
+		{"eth0=1000,wg-0.1=10G,a_b=1", ""},
+		{"enp0s31f6abcdef=1", ""}, // 15 bytes
+		{"enp0s31f6abcdefg=1", `"enp0s31f6abcdefg=1": "enp0s31f6abcdefg" is not a network interface name (1 to 15 bytes, not . or .., no /, : or white space)`},
+		{"eth 0=1", `"eth 0=1": "eth 0" is not a network interface name`},
+		{"eth0:1=1", `"eth0:1=1": "eth0:1" is not a network interface name`},
+		{"a/b=1", `"a/b=1": "a/b" is not a network interface name`},
+		{"..=1", `"..=1": ".." is not a network interface name`},
+	} {
+		_, err := parseLinkSpeeds(tt.in)
+		if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.err)) {
+			t.Errorf("parseLinkSpeeds(%q) = %v, want %q", tt.in, err, tt.err)
+		}
+	}
+}

@@ -44,7 +44,7 @@ func TestLargeQueueFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := node(t, agenttest.Node{MemoryUsedPercent: 40})
-	a := start(t, dir, "-sysctl", "off", "-interval", "1h", "-state-dir", state, "-queue-max", "4")
+	a := start(t, dir, "-sysctl", "off", "-interval", "5m", "-state-dir", state, "-queue-max", "4")
 	// Reading 2 GiB of a sparse file takes 1-15 s here, with the load.
 	testkit.WaitForWithin(t, 2*time.Minute, "the first reading", func() bool { return a.count("reading") >= 1 })
 	hwm := testkit.ProcMemory(t, a.Cmd.Process.Pid, "VmHWM")

@@ -76,7 +76,7 @@ func TestStopWithinBound(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			listen := testkit.FreeAddr(t)
 			cmd := exec.Command(bin, "-proc", agenttest.Proc(dir), "-sys", agenttest.Sys(dir), "-sysctl", "off",
-				"-listen", listen, "-node", "n1", "-log-level", "debug", "-interval", "10ms",
+				"-listen", listen, "-node", "n1", "-log-level", "debug", "-interval", "100ms",
 				"-state-dir", t.TempDir(), "-report-url", "http://"+hang.Addr().String()+"/r", "-token-file", tokenFile(t))
 			var ended <-chan struct{}
 			if !tt.blocked {
@@ -84,9 +84,9 @@ func TestStopWithinBound(t *testing.T) {
 				time.Sleep(time.Second) // a report in flight to the hung platform
 			} else {
 				ended = testkit.StartStderrBlocked(t, cmd)
-				// It reads every 10 ms, and counts the lines it dropped
-				// once its buffer (64 KiB, a few seconds of debug lines)
-				// is full.
+				// It reads every 100 ms (the shortest -interval), and
+				// counts the lines it dropped once its buffer (64 KiB,
+				// some seconds of debug lines) is full.
 				const readings, dropped = "proofkit_agent_readings_total", "proofkit_agent_log_lines_dropped_total"
 				testkit.WaitFor(t, "readings taken with stderr blocked", func() bool { return metric(listen, readings) > 5 })
 				testkit.WaitFor(t, "log lines dropped and counted", func() bool { return metric(listen, dropped) > 0 })

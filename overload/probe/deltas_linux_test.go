@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -342,5 +343,42 @@ func TestSourcesOnePerInput(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("a reading that found nothing misses %v, want %v", r.Missing, want)
+	}
+}
+
+// TestDeltasLinkNamesNotUTF8: the kernel takes any bytes but /, : and
+// white space in a link's name. Two links named v\xff and v\xfe went out
+// as the same "v\ufffd" in the reading's JSON (a reading the platform
+// refuses for a link listed twice), and such a name as a metric label
+// crashed the agent. The reading names them with the bytes escaped.
+func TestDeltasLinkNamesNotUTF8(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	up := uint32(unix.IFF_UP | unix.IFF_RUNNING)
+	s := func(at time.Duration, rx uint64) *sample {
+		return &sample{
+			mono: t0.Add(at), bootID: "b", netnsID: "n", memory: 40, load15: 1, cpus: 2, ctMax: 100,
+			links: []linkSample{
+				{name: "v\xff", index: 2, flags: up, rxBytes: rx, speedMbps: 1000},
+				{name: "v\xfe", index: 3, flags: up, rxBytes: rx, speedMbps: 1000},
+				{name: "vé0", index: 4, flags: up, rxBytes: rx, speedMbps: 1000},
+			},
+		}
+	}
+	r, moved := deltas(s(0, 0), s(time.Second, 1000))
+	r.Version, r.Node, r.At = overload.ReadingVersion, "n1", t0.Add(time.Second)
+	var names []string
+	for _, l := range r.Links {
+		names = append(names, l.Name)
+	}
+	if want := []string{`v\xff`, `v\xfe`, "vé0"}; !slices.Equal(names, want) {
+		t.Errorf("link names %q, want %q", names, want)
+	}
+	for _, b := range moved {
+		if !utf8.ValidString(b.Name) {
+			t.Errorf("link bytes named %q, not UTF-8", b.Name)
+		}
+	}
+	if err := r.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
 	}
 }

@@ -12,7 +12,8 @@
 //	pinproxy-v0.5.0-linux-amd64.tar.gz   the binary, LICENSE, README.md, the systemd
 //	                                     units, the /etc/default file, a FROM scratch Dockerfile
 //	pinproxy_0.5.0_amd64.deb             /usr/bin/pinproxy, its units under
-//	                                     /lib/systemd/system, /etc/default/pinproxy
+//	                                     /lib/systemd/system, /etc/default/pinproxy,
+//	                                     pinproxy(8) made of its -help
 //	SHA256SUMS                           sha256sum -c SHA256SUMS checks them
 //
 // The version is `git describe --tags --match 'v[0-9]*'`'s, or with no
@@ -55,6 +56,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -219,10 +221,16 @@ func release(ctx context.Context, c config) ([]string, error) {
 	defer os.RemoveAll(tmp)
 	var names []string
 	for _, bin := range bins {
+		man, err := binManPage(ctx, root, bin, b, filepath.Join(tmp, runtime.GOARCH, bin.name))
+		if err != nil {
+			return nil, err
+		}
 		for _, arch := range c.Arches {
 			exe := filepath.Join(tmp, arch, bin.name)
-			if err := goBuild(ctx, root, bin.pkg, arch, b, exe); err != nil {
-				return nil, err
+			if !fileExists(exe) {
+				if err := goBuild(ctx, root, bin.pkg, arch, b, exe); err != nil {
+					return nil, err
+				}
 			}
 			body, err := os.ReadFile(exe)
 			if err != nil {
@@ -232,7 +240,7 @@ func release(ctx context.Context, c config) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
-			deb, err := debPackage(root, bin, arch, b, body)
+			deb, err := debPackage(root, bin, arch, b, body, man)
 			if err != nil {
 				return nil, err
 			}
@@ -263,6 +271,24 @@ func release(ctx context.Context, c config) ([]string, error) {
 		return nil, err
 	}
 	return append(names, "SHA256SUMS"), nil
+}
+
+// binManPage builds bin for this machine into exe (where the release of
+// that architecture finds it), runs its -help and returns the gzipped
+// manual page made of it.
+func binManPage(ctx context.Context, root string, bin binary, b build, exe string) ([]byte, error) {
+	if err := goBuild(ctx, root, bin.pkg, runtime.GOARCH, b, exe); err != nil {
+		return nil, err
+	}
+	help, err := helpText(ctx, exe)
+	if err != nil {
+		return nil, err
+	}
+	page, err := manPage(bin, help, b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", bin.name, err)
+	}
+	return gzipped(page)
 }
 
 // tarballName is NAME-VERSION-linux-ARCH.tar.gz.

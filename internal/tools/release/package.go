@@ -57,9 +57,13 @@ func tarball(root string, bin binary, arch string, b build, exe []byte) ([]byte,
 }
 
 // debPackage returns bin's Debian package (format 2.0: an ar archive of
-// debian-binary, control.tar.gz and data.tar.gz).
-func debPackage(root string, bin binary, arch string, b build, exe []byte) ([]byte, error) {
-	data := []entry{{path: "usr/bin/" + bin.name, mode: 0o755, body: exe}}
+// debian-binary, control.tar.gz and data.tar.gz); man is its gzipped
+// manual page.
+func debPackage(root string, bin binary, arch string, b build, exe, man []byte) ([]byte, error) {
+	data := []entry{
+		{path: "usr/bin/" + bin.name, mode: 0o755, body: exe},
+		{path: "usr/share/man/man8/" + bin.name + ".8.gz", mode: 0o644, body: man},
+	}
 	// The units run the binary where the package puts it.
 	for _, u := range bin.units {
 		text, err := deployFile(root, u)

@@ -159,12 +159,12 @@ func lintian(t *testing.T, debs []string) {
 		return
 	}
 	// Run as an operator would, with nothing suppressed: a static Go
-	// binary is the packages' own override, and the one warning left is
-	// that there is no man page (-help is the reference).
+	// binary is the packages' own override. A missing or broken man page
+	// (made of -help) fails too.
 	out, _ := exec.Command("lintian", append([]string{"--tag-display-limit", "0"}, debs...)...).CombinedOutput()
 	for l := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
 		switch {
-		case strings.HasPrefix(l, "E: "):
+		case strings.HasPrefix(l, "E: "), strings.Contains(l, "manual-page"), strings.Contains(l, "manpage"):
 			t.Errorf("lintian: %s", l)
 		case strings.HasPrefix(l, "W: "):
 			t.Logf("lintian: %s", l)
@@ -286,7 +286,8 @@ func checkDeb(t *testing.T, deb string, bin binary, arch, version string) {
 		t.Fatalf("dpkg-deb --contents: %v\n%s", err, out)
 	}
 	want := []string{"./usr/bin/" + bin.name, "./etc/default/" + bin.name,
-		"./usr/share/doc/" + bin.name + "/changelog.gz", "./usr/share/doc/" + bin.name + "/copyright"}
+		"./usr/share/doc/" + bin.name + "/changelog.gz", "./usr/share/doc/" + bin.name + "/copyright",
+		"./usr/share/man/man8/" + bin.name + ".8.gz"}
 	for _, u := range bin.units {
 		want = append(want, "./lib/systemd/system/"+u)
 	}
