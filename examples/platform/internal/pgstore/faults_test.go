@@ -1,10 +1,14 @@
 package pgstore
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
@@ -13,13 +17,14 @@ import (
 	"github.com/proofkit/nodekit/overload"
 )
 
-// dropSessions ends every session of the database at url but the
-// caller's, as a restart or failover would: the replicas' pools open new
+// dropSessions ends every session of the database at url, but the
+// caller's, or with url another database of the cluster, of every database as a restart or failover would: the replicas' pools open new
 // ones, with the database's settings as they are now.
 func dropSessions(t *testing.T, url string) {
 	t.Helper()
 	platformtest.PGExec(t, url, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+		WHERE datname <> 'postgres' AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+			AND (datname = current_database() OR current_database() = 'postgres')`)
 }
 
 // TestPGReadOnlyDatabase: a database that takes no writes (one set
@@ -68,4 +73,75 @@ func TestPGReadOnlyDatabase(t *testing.T) {
 	if v := tp.Node("x1"); v.Readings != 2 {
 		t.Fatalf("%d readings counted, want 2", v.Readings)
 	}
+}
+
+// TestPGReadiness: GET /readyz answers 503 while the replica cannot
+// serve (its database refuses connections; a newer platform migrated the
+// schema beside it), saying what and where to the admin and nothing of
+// the database to a caller without a token, and 200 again by itself
+// once the fault ends; GET /healthz, the process alive, stays 200.
+func TestPGReadiness(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	tp := servePG(t, url, &platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
+	migrations, err := readMigrations(migrationFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := func(t *testing.T, want int, wantAdmin string) {
+		t.Helper()
+		testkit.WaitForWithin(t, 10*time.Second, fmt.Sprintf("GET /readyz answered %d", want), func() bool {
+			code, _, _ := tp.Raw("GET", "/readyz", "", "")
+			return code == want
+		})
+		code, h, b := tp.Raw("GET", "/readyz", platformtest.TestToken, "")
+		if code != want || !strings.Contains(string(b), wantAdmin) {
+			t.Fatalf("GET /readyz with the admin's token: %d %s, want %d saying %q", code, b, want, wantAdmin)
+		}
+		if want == 503 && h.Get("Retry-After") == "" {
+			t.Errorf("GET /readyz: 503 without Retry-After")
+		}
+		if code, _, b := tp.Raw("GET", "/readyz", "", ""); want == 503 && strings.Contains(string(b), "postgres") {
+			t.Errorf("GET /readyz without a token: %d %s, shows the database", code, b)
+		}
+		if code, _, _ := tp.Raw("GET", "/healthz", "", ""); code != 200 {
+			t.Errorf("GET /healthz: %d, want 200 (the process is alive)", code)
+		}
+	}
+	ready(t, 200, `"ready": true`)
+
+	t.Run("newer schema", func(t *testing.T) {
+		newer := len(migrations) + 1
+		platformtest.PGExec(t, url, fmt.Sprintf(`INSERT INTO schema_version (version) VALUES (%d)`, newer))
+		ready(t, 503, fmt.Sprintf("schema version %d", newer))
+		ready(t, 503, RedactDSN(url))
+		platformtest.PGExec(t, url, fmt.Sprintf(`DELETE FROM schema_version WHERE version = %d`, newer))
+		ready(t, 200, `"ready": true`)
+	})
+	t.Run("no connections", func(t *testing.T) {
+		// From another database of the cluster: this one takes none.
+		name, other := pgDatabase(t, url), cluster.URL("postgres")
+		platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS false`, name))
+		t.Cleanup(func() { // t's context is done by now
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if conn, err := pgx.Connect(ctx, other); err == nil {
+				conn.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
+				conn.Close(ctx)
+			}
+		})
+		dropSessions(t, other)
+		ready(t, 503, "not currently accepting connections")
+		platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
+		ready(t, 200, `"ready": true`)
+	})
+}
+
+// pgDatabase is the database the URL names.
+func pgDatabase(t *testing.T, url string) string {
+	t.Helper()
+	c, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Database
 }

@@ -67,6 +67,11 @@ type Store struct {
 	spill   time.Duration
 	stop    chan struct{}
 	workers sync.WaitGroup
+	// where is the -db value, its secrets redacted, for errors that must
+	// say which database; schema is the version this platform migrates to.
+	where   string
+	secrets scrubber
+	schema  int
 }
 
 var _ store.Store = (*Store)(nil)
@@ -187,7 +192,8 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 	if err != nil {
 		return nil, dbError(url, err)
 	}
-	p := &Store{Rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, store.RequestTimeout/2), spill: cmp.Or(opt.Spill, DefaultBatchSpill)}
+	p := &Store{Rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, store.RequestTimeout/2), spill: cmp.Or(opt.Spill, DefaultBatchSpill),
+		where: RedactDSN(url), secrets: scrubber(dsnSecrets(url))}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -198,8 +204,9 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 		if errors.As(err, &ce) {
 			return nil, dbError(url, err)
 		}
-		return nil, fmt.Errorf("database schema: %s", scrubber(dsnSecrets(url)).scrub(err.Error()))
+		return nil, fmt.Errorf("database %s: schema: %s", p.where, p.secrets.scrub(err.Error()))
 	}
+	p.schema = to
 	if from != to {
 		p.Log.Info("database schema migrated", "from", from, "to", to)
 	}
@@ -219,6 +226,30 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 		}
 	}
 	return p, nil
+}
+
+// readyTimeout bounds Ready: a load balancer's probe waits about as long.
+const readyTimeout = 2 * time.Second
+
+// Ready reports whether this replica can serve: its database answers
+// within readyTimeout, and its schema is still the version this platform
+// migrated it to. A newer platform migrating the database beside this
+// one makes it not ready: replicas of an older version must not serve a
+// migrated database. The error names the database, its secrets redacted.
+func (p *Store) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	var v int
+	if err := p.db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&v); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("no answer within %v: %w", readyTimeout, err)
+		}
+		return fmt.Errorf("database %s: %s", p.where, p.secrets.scrub(classify(err).Error()))
+	}
+	if v != p.schema {
+		return fmt.Errorf("database %s: schema version %d, this platform's is %d: a platform of another version migrated it; stop this replica, run that version", p.where, v, p.schema)
+	}
+	return nil
 }
 
 // Outbox is the store's outbox, for its notifier; nil without a
