@@ -145,3 +145,42 @@ func pgDatabase(t *testing.T, url string) string {
 	}
 	return c.Database
 }
+
+// TestPGConnectionsRefused: a database that refuses this replica's new
+// sessions (connections disallowed, a password rotated, the role's
+// connection limit reached) fails every request 503 unavailable, the
+// server's words kept: no node's state is at fault, so no 500 "node state
+// not saved", and the agents retry. Once it takes them again, the
+// platform goes on by itself.
+func TestPGConnectionsRefused(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	tp := servePG(t, url, &platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
+	name, other := pgDatabase(t, url), cluster.URL("postgres")
+	platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS false`, name))
+	t.Cleanup(func() { // t's context is done by now
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, other); err == nil {
+			conn.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
+			conn.Close(ctx)
+		}
+	})
+	dropSessions(t, other)
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/price", `{"node":"x1","price":7}`},
+		{"GET", "/nodes/x1", ""},
+	} {
+		testkit.WaitForWithin(t, 10*time.Second, req.method+" "+req.path+" refused a session", func() bool {
+			_, _, b := tp.Raw(req.method, req.path, platformtest.TestToken, req.body)
+			return strings.Contains(string(b), "not currently accepting connections")
+		})
+		code, h, b := tp.Raw(req.method, req.path, platformtest.TestToken, req.body)
+		if code != 503 || !strings.Contains(string(b), `"reason":"`+api.ReasonUnavailable+`"`) || h.Get("Retry-After") == "" {
+			t.Errorf("%s %s while the database refuses sessions: %d %s, want 503 %q with Retry-After", req.method, req.path, code, b, api.ReasonUnavailable)
+		}
+	}
+	platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
+	if code, _, b := tp.Raw("POST", "/price", platformtest.TestToken, `{"node":"x1","price":7}`); code != 204 {
+		t.Fatalf("POST /price once the database takes sessions again: %d %s", code, b)
+	}
+}

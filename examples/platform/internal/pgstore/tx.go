@@ -94,6 +94,13 @@ func classify(err error) error {
 			return err
 		}
 	}
+	// A session the server refused (connections disallowed, a password
+	// rotated, a role's connection limit), whatever its code: no node is
+	// at fault.
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		// The whole database, not one node's write: the agent retries.
