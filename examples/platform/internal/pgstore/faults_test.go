@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/api"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
+	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
@@ -182,5 +184,67 @@ func TestPGConnectionsRefused(t *testing.T) {
 	platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
 	if code, _, b := tp.Raw("POST", "/price", platformtest.TestToken, `{"node":"x1","price":7}`); code != 204 {
 		t.Fatalf("POST /price once the database takes sessions again: %d %s", code, b)
+	}
+}
+
+// TestPGTamperedSchema: a table not as the migrations left it (a column
+// renamed by hand, a table dropped) stops a start with an error naming
+// the database and what is missing, makes a running replica not ready,
+// saying the same, and fails its requests 503 naming the column, not 500
+// "node state not saved", which blames a node; put back, it serves again
+// by itself.
+func TestPGTamperedSchema(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := servePG(t, url, c, platformtest.Seed())
+	platformtest.PGExec(t, url, `ALTER TABLE nodes RENAME COLUMN readings TO readings_old`)
+	code, _, b := tp.Raw("GET", "/readyz", platformtest.TestToken, "")
+	if code != 503 || !strings.Contains(string(b), "nodes.readings") || !strings.Contains(string(b), RedactDSN(url)) {
+		t.Errorf("GET /readyz with nodes.readings renamed: %d %s, want 503 naming the database and nodes.readings", code, b)
+	}
+	c.Add(30 * time.Second)
+	r, err := json.Marshal(overload.Reading{Node: "x1", At: c.Now(), MemoryUsedPercent: 50, CPUs: 4, ConntrackMax: 262144})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, b := tp.Raw("POST", "/report", "x1-token", string(r)); code != 503 || !strings.Contains(string(b), `"reason":"`+api.ReasonUnavailable+`"`) || !strings.Contains(string(b), "readings") {
+		t.Errorf("POST /report with nodes.readings renamed: %d %s, want 503 %q naming the column", code, b, api.ReasonUnavailable)
+	}
+	_, err = Open(t.Context(), url, store.Config{Now: c.Now, Logger: platformtest.Logger(t)}, Options{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "nodes.readings") || !strings.Contains(err.Error(), RedactDSN(url)) {
+		t.Errorf("a start on the database with nodes.readings renamed: %v, want an error naming the database and nodes.readings", err)
+	}
+	platformtest.PGExec(t, url, `ALTER TABLE nodes RENAME COLUMN readings_old TO readings`)
+	if code, _, b := tp.Raw("GET", "/readyz", "", ""); code != 200 {
+		t.Errorf("GET /readyz with the column back: %d %s", code, b)
+	}
+	if code, _, b := tp.Raw("POST", "/report", "x1-token", string(r)); code != 200 {
+		t.Errorf("POST /report with the column back: %d %s", code, b)
+	}
+}
+
+// TestSchemaColumns: the columns Ready and Open check are the ones the
+// migrations leave, every table's.
+func TestSchemaColumns(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	openPG(t, url, &platformtest.Clock{T: platformtest.T0}, Options{}, nil)
+	rows, err := platformtest.PGConn(t, url).Query(t.Context(), `SELECT table_name, column_name FROM information_schema.columns
+		WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for rows.Next() {
+		var table, column string
+		if err := rows.Scan(&table, &column); err != nil {
+			t.Fatal(err)
+		}
+		got[table] = append(got[table], column)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(schemaColumns, got); diff != "" {
+		t.Errorf("schemaColumns against a migrated database (-want +got):\n%s", diff)
 	}
 }

@@ -207,6 +207,13 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 		return nil, fmt.Errorf("database %s: schema: %s", p.where, p.secrets.scrub(err.Error()))
 	}
 	p.schema = to
+	if missing, err := missingColumns(sctx, db); err != nil || len(missing) > 0 {
+		db.Close()
+		if err == nil {
+			err = schemaError(missing)
+		}
+		return nil, fmt.Errorf("database %s: %s", p.where, p.secrets.scrub(err.Error()))
+	}
 	if from != to {
 		p.Log.Info("database schema migrated", "from", from, "to", to)
 	}
@@ -232,8 +239,8 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 const readyTimeout = 2 * time.Second
 
 // Ready reports whether this replica can serve: its database answers
-// within readyTimeout, and its schema is still the version this platform
-// migrated it to. A newer platform migrating the database beside this
+// within readyTimeout, its schema is still the version this platform
+// migrated it to, and its tables hold every column the platform uses. A newer platform migrating the database beside this
 // one makes it not ready: replicas of an older version must not serve a
 // migrated database. The error names the database, its secrets redacted.
 func (p *Store) Ready(ctx context.Context) error {
@@ -248,6 +255,13 @@ func (p *Store) Ready(ctx context.Context) error {
 	}
 	if v != p.schema {
 		return fmt.Errorf("database %s: schema version %d, this platform's is %d: a platform of another version migrated it; stop this replica, run that version", p.where, v, p.schema)
+	}
+	missing, err := missingColumns(ctx, p.db)
+	if err == nil && len(missing) > 0 {
+		err = schemaError(missing)
+	}
+	if err != nil {
+		return fmt.Errorf("database %s: %s", p.where, p.secrets.scrub(err.Error()))
 	}
 	return nil
 }

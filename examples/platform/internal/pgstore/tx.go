@@ -111,6 +111,8 @@ func classify(err error) error {
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		case "55P03": // lock_not_available: a lock_timeout set in -db ran out
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		case "42P01", "42703": // undefined_table, undefined_column: changed by hand
+			return fmt.Errorf("%w: the database's tables are not as this platform's migrations left them: %w", store.ErrUnavailable, err)
 		}
 		switch pe.Code[:2] {
 		case "08", "57", "53", "40": // connection, operator intervention (shutdown), resources, conflicts
