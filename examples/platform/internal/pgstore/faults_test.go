@@ -248,3 +248,53 @@ func TestSchemaColumns(t *testing.T) {
 		t.Errorf("schemaColumns against a migrated database (-want +got):\n%s", diff)
 	}
 }
+
+// TestPGReadCommittedWhateverTheDefault: a database whose default
+// isolation is another (ALTER DATABASE … SET default_transaction_isolation
+// = 'serializable', as some sites set for every application) still runs
+// the platform's writes, and its outbox's single statements, at READ
+// COMMITTED, which its locks are written for: at SERIALIZABLE the
+// claims and settles of deliveries failed to serialize, and notices
+// waited out leases and went twice.
+func TestPGReadCommittedWhateverTheDefault(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	platformtest.PGExec(t, url, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = serializable', current_database()); END $$;
+		CREATE TABLE isolation_seen (tbl text, level text);
+		CREATE FUNCTION see_isolation() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN INSERT INTO isolation_seen VALUES (TG_TABLE_NAME, current_setting('transaction_isolation')); RETURN NULL; END $$`)
+	c := &platformtest.Clock{T: platformtest.T0}
+	tp := servePG(t, url, c, platformtest.Seed())
+	platformtest.PGExec(t, url, `CREATE TRIGGER see_nodes AFTER UPDATE ON nodes FOR EACH STATEMENT EXECUTE FUNCTION see_isolation();
+		CREATE TRIGGER see_routes AFTER INSERT OR UPDATE ON routes FOR EACH STATEMENT EXECUTE FUNCTION see_isolation()`)
+	for range 3 {
+		if code := tp.Read("x1", 50); code != 200 {
+			t.Fatalf("report: %d", code)
+		}
+		c.Add(30 * time.Second)
+	}
+	if code, _, b := tp.Raw("POST", "/price", platformtest.TestToken, `{"node":"x1","price":7}`); code != 204 {
+		t.Fatalf("price: %d %s", code, b)
+	}
+	if code, _, b := tp.Raw("POST", "/routes", platformtest.TestToken, `{"node":"x1","user":"u9","key":"k"}`); code != 201 {
+		t.Fatalf("open: %d %s", code, b)
+	}
+	rows, err := platformtest.PGConn(t, url).Query(t.Context(), `SELECT tbl, level, count(*) FROM isolation_seen GROUP BY 1, 2 ORDER BY 1, 2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for rows.Next() {
+		var tbl, level string
+		var n int
+		if err := rows.Scan(&tbl, &level, &n); err != nil {
+			t.Fatal(err)
+		}
+		seen += n
+		if level != "read committed" {
+			t.Errorf("%d writes of %s at %s, want read committed", n, tbl, level)
+		}
+	}
+	if rows.Err() != nil || seen == 0 {
+		t.Fatalf("no write seen (%v)", rows.Err())
+	}
+}

@@ -179,6 +179,12 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 		// wanted: each reads by an index on its key (the primary keys, routes
 		// by node, the due plans by time).
 		{"plan_cache_mode", "force_generic_plan"},
+		// The locks and conditional writes the Store's comment lists are
+		// written for READ COMMITTED, PostgreSQL's default; a database or
+		// role whose default is SERIALIZABLE failed the outbox's claims and
+		// settles (single statements, each its own transaction) to
+		// serialize, and notices waited out their leases and went twice.
+		{"default_transaction_isolation", "read committed"},
 	} {
 		if _, set := pc.ConnConfig.RuntimeParams[b.name]; !set {
 			names, values = append(names, b.name), append(values, b.value)
