@@ -298,3 +298,46 @@ func TestPGReadCommittedWhateverTheDefault(t *testing.T) {
 		t.Fatalf("no write seen (%v)", rows.Err())
 	}
 }
+
+// TestPGSynchronousCommitOn: a database or role set to
+// synchronous_commit = off (for speed, by a site's defaults) would
+// acknowledge readings a crash of the server then loses (3 of 2,666 in
+// one pg_ctl stop -m immediate under two replicas' load): the platform's
+// sessions commit with it on, unless the -db URL itself says otherwise.
+func TestPGSynchronousCommitOn(t *testing.T) {
+	for _, tc := range []struct {
+		name, query, want string
+	}{
+		{"database off", "", "on"},
+		{"the URL's own choice", "synchronous_commit=off", "off"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := pgtest.Need(t, cluster).NewDatabase(t)
+			platformtest.PGExec(t, url, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = off', current_database()); END $$;
+				CREATE TABLE commit_seen (level text);
+				CREATE FUNCTION see_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+					BEGIN INSERT INTO commit_seen VALUES (current_setting('synchronous_commit')); RETURN NULL; END $$`)
+			c := &platformtest.Clock{T: platformtest.T0}
+			u := url
+			if tc.query != "" {
+				u += "&" + tc.query
+			}
+			tp := servePG(t, u, c, platformtest.Seed())
+			platformtest.PGExec(t, url, `CREATE TRIGGER see_nodes AFTER UPDATE ON nodes FOR EACH STATEMENT EXECUTE FUNCTION see_commit()`)
+			for range 3 {
+				if code := tp.Read("x1", 50); code != 200 {
+					t.Fatalf("report: %d", code)
+				}
+				c.Add(30 * time.Second)
+			}
+			var levels []string
+			rows, err := platformtest.PGConn(t, url).Query(t.Context(), `SELECT DISTINCT level FROM commit_seen`)
+			if err == nil {
+				levels, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil || len(levels) != 1 || levels[0] != tc.want {
+				t.Fatalf("reports committed with synchronous_commit %v (%v), want %s", levels, err, tc.want)
+			}
+		})
+	}
+}
