@@ -17,6 +17,7 @@ import (
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/internal/testing/testkit"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/routing"
 )
 
 // dropSessions ends every session of the database at url, but the
@@ -339,5 +340,35 @@ func TestPGSynchronousCommitOn(t *testing.T) {
 				t.Fatalf("reports committed with synchronous_commit %v (%v), want %s", levels, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestPGLockTimeoutDefault: a database or role with a lock_timeout (a
+// site's safety default) neither fails replicas started at once (the
+// migration's advisory lock, the seed's rows) nor answers 503 for a
+// report that waits a moment on its node's lock: the platform bounds its
+// waits itself (the request's deadline, statement_timeout), unless the
+// -db URL sets lock_timeout.
+func TestPGLockTimeoutDefault(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	platformtest.PGExec(t, url, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = ''20ms''', current_database()); END $$`)
+	c := &platformtest.Clock{T: platformtest.T0}
+	seed := &store.SeedFile{}
+	for i := range 3000 {
+		seed.Nodes = append(seed.Nodes, routing.Node{ID: fmt.Sprintf("s%d", i), Role: routing.RoleExit, Country: "DE", Price: 100})
+	}
+	seed.Nodes = append(seed.Nodes, platformtest.Seed().Nodes...)
+	for range 3 { // the advisory lock's wait is a race: three starts at once
+		openPGReplicasAtOnce(t, url, c, Options{}, seed)
+	}
+	tp := servePG(t, url, c, nil)
+	release := holdRow(t, url, "x1")
+	done := make(chan int, 1)
+	go func() { done <- tp.Read("x1", 50) }()
+	awaitLockWait(t, url)
+	time.Sleep(100 * time.Millisecond)
+	release()
+	if code := <-done; code != 200 {
+		t.Fatalf("a report that waited 100 ms on its node's lock: %d, want 200", code)
 	}
 }

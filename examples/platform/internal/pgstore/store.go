@@ -167,6 +167,12 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 	for _, b := range []struct{ name, value string }{
 		{"idle_in_transaction_session_timeout", strconv.FormatInt(idle.Milliseconds(), 10)},
 		{"statement_timeout", strconv.FormatInt(serverStatementTimeout.Milliseconds(), 10)},
+		// No lock_timeout from the database's or role's defaults: the waits
+		// are bounded by the requests' deadlines and statement_timeout, and
+		// a site's 20 ms failed replicas started at once (the migration's
+		// advisory lock, the seed's rows) and answered 503 for a report
+		// that waited a moment on its node.
+		{"lock_timeout", "0"},
 		// Every session plans each statement once (plan_cache_mode
 		// force_generic_plan), unless the -db URL says otherwise. pgx prepares
 		// each statement once a session, but the server's default then plans
