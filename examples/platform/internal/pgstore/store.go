@@ -68,7 +68,8 @@ type Store struct {
 	stop    chan struct{}
 	workers sync.WaitGroup
 	// where is the -db value, its secrets redacted, for errors that must
-	// say which database; schema is the version this platform migrates to.
+	// say which database, and secrets scrubs them from the driver's words;
+	// schema is the version this platform migrated the database to.
 	where   string
 	secrets scrubber
 	schema  int
@@ -260,9 +261,10 @@ const readyTimeout = 2 * time.Second
 
 // Ready reports whether this replica can serve: its database answers
 // within readyTimeout, its schema is still the version this platform
-// migrated it to, and its tables hold every column the platform uses. A newer platform migrating the database beside this
-// one makes it not ready: replicas of an older version must not serve a
-// migrated database. The error names the database, its secrets redacted.
+// migrated it to, and its tables hold every column the platform uses. A
+// newer platform migrating the database beside this one makes it not
+// ready: replicas of an older version must not serve a migrated
+// database. The error names the database, its secrets redacted.
 func (p *Store) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()

@@ -82,9 +82,9 @@ func retryable(err error) bool {
 // classify maps a database error to the platform's: the server refusing
 // one node's write (a constraint, a trigger) fails that node's request
 // (ErrUnsaved, 500); the database unreachable, restarting, out of time,
-// out of room or taking no writes is ErrUnavailable (503: the agent
-// retries). The platform's own errors
-// pass as they are.
+// out of room, refusing sessions, taking no writes or with its tables
+// changed by hand is ErrUnavailable (503: the agent retries). The
+// platform's own errors pass as they are.
 func classify(err error) error {
 	if err == nil {
 		return nil
