@@ -117,6 +117,10 @@ func TestPGReadiness(t *testing.T) {
 		platformtest.PGExec(t, url, fmt.Sprintf(`INSERT INTO schema_version (version) VALUES (%d)`, newer))
 		ready(t, 503, fmt.Sprintf("schema version %d", newer))
 		ready(t, 503, RedactDSN(url))
+		_, err := Open(t.Context(), url, store.Config{Logger: platformtest.Logger(t)}, Options{}, nil)
+		if err == nil || !strings.Contains(err.Error(), RedactDSN(url)) || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d is newer", newer)) {
+			t.Errorf("a start on a newer schema: %v, want an error naming the database and the version", err)
+		}
 		platformtest.PGExec(t, url, fmt.Sprintf(`DELETE FROM schema_version WHERE version = %d`, newer))
 		ready(t, 200, `"ready": true`)
 	})
