@@ -11,7 +11,8 @@ import (
 // stepped back, dates a change that appends to the node's history no
 // earlier than what that history already holds, as routing plans a
 // round dated before the node's last with the state's later times taken
-// as now. Refusing instead would answer a price change, a charge or an
+// as now. An overload's start and end, dated by the platform's clock,
+// follow the same rule (platformClock). Refusing instead would answer a price change, a charge or an
 // opened route 400, blaming the caller for the platform's clocks, and a
 // charge refused is traffic never earned.
 

@@ -8,6 +8,7 @@ import (
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
+	"github.com/proofkit/nodekit/overload"
 )
 
 // TestPGClocksApart: two replicas whose clocks are two minutes apart (or
@@ -70,5 +71,36 @@ func TestPGClocksApart(t *testing.T) {
 			t.Errorf("x1's event %d (%s at %s) dated before event %d (%s at %s)", evs.Events[i].ID, evs.Events[i].Kind, evs.Events[i].At,
 				evs.Events[i-1].ID, evs.Events[i-1].Kind, evs.Events[i-1].At)
 		}
+	}
+}
+
+// TestPGClocksApartOverload: an overload started through a replica whose
+// clock is two minutes ahead and ended through one two minutes behind it
+// ends no earlier than it started, so its cool-down runs its full length
+// from the start's clock on.
+func TestPGClocksApartOverload(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	ahead := &platformtest.Clock{T: platformtest.T0.Add(2 * time.Minute)}
+	behind := &platformtest.Clock{T: platformtest.T0}
+	a, b := servePG(t, url, ahead, platformtest.Seed()), servePG(t, url, behind, platformtest.Seed())
+	for seq := 1; seq <= 9; seq++ {
+		tp, mem := a, 95.0
+		if seq > 3 {
+			tp, mem = b, 50.0
+		}
+		r := overload.Reading{Version: 2, Node: "x1", Run: platformtest.RunID, Seq: uint64(seq), At: platformtest.T0.Add(time.Duration(seq) * time.Second),
+			MemoryUsedPercent: mem, CPUs: 4, ConntrackMax: 262144}
+		if code, _, _ := tp.Post("/report", r); code != 200 {
+			t.Fatalf("reading %d: %d", seq, code)
+		}
+		if seq == 3 {
+			if v := a.Node("x1"); !v.Overloaded || !v.Since.Equal(ahead.Now()) {
+				t.Fatalf("after 3 readings at 95 %%: overloaded %v since %v, want since %v", v.Overloaded, v.Since, ahead.Now())
+			}
+		}
+	}
+	v := a.Node("x1")
+	if v.Overloaded || v.OverloadEnded.Before(ahead.Now()) {
+		t.Fatalf("after the overload ended through the replica behind: overloaded %v, ended %v, before it started at %v", v.Overloaded, v.OverloadEnded, ahead.Now())
 	}
 }
