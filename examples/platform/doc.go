@@ -14,7 +14,7 @@
 //
 //	go run ./examples/platform -token-file token -routes examples/platform/routes.json
 //
-// API (everything but /healthz needs "Authorization: Bearer <token>": the
+// API (everything but /healthz and /readyz needs "Authorization: Bearer <token>": the
 // admin's token may do anything; an operator's reads and sets their own
 // nodes only; a node's agent's may only report for that node; see
 // docs/platform.md for the table):
@@ -36,6 +36,7 @@
 //	POST /receiver/enable enables it again after it failed for 5 days
 //	GET  /metrics         notice deliveries, Prometheus text format
 //	GET  /healthz         {"ok":true}, no token
+//	GET  /readyz          {"ready":true}, or 503 while the store cannot serve, no token
 //
 // Every list pages one way: ?limit=N (1 to 1000, by default 1000), and a
 // page that may be followed by more has "Link: <…?after=…&limit=N>;

@@ -139,6 +139,7 @@ func Handler(f *fleet.Fleet, toks Tokens) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})
+	mux.Handle("GET /readyz", &readiness{f: f, idx: idx})
 	rep := reportHandler{f, idx}
 	mux.Handle("POST /report", rep)
 	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, _ identity, req fleet.OpenRequest) (store.Route, error) {

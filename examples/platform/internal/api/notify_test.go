@@ -1167,6 +1167,44 @@ func testNotifyRedeliver(t *testing.T, open notifyOpener, replicas int) {
 	}
 }
 
+// TestNotifyRedeliverRetries: a notice redelivered after -notify-give-up
+// has passed since it was decided (its receiver mended after days down)
+// is retried as a new message is, for another -notify-give-up, not failed
+// at its first 503; and the oldest pending figure runs from the request.
+func TestNotifyRedeliverRetries(t *testing.T) { eachNotifyStore(t, testNotifyRedeliverRetries) }
+
+func testNotifyRedeliverRetries(t *testing.T, open notifyOpener, replicas int) {
+	c := &platformtest.Clock{T: platformtest.T0}
+	h := newHook(t, c, platformtest.HookSecret)
+	cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* "+h.url()+" "+platformtest.HookSecret))
+	cfg.GiveUp = time.Hour
+	ps, ns := openReplicas(open, c, cfg, replicas)
+	overloadNode(t, c, "d1", ps...)
+	drain(t, ns...)
+	nt := ps[0].Notices()[0]
+	if nt.Delivery.Status != store.StatusDelivered {
+		t.Fatalf("the first delivery: %+v", nt.Delivery)
+	}
+	c.Add(2 * cfg.GiveUp)
+	h.setAnswer(http.StatusServiceUnavailable)
+	if code, _, b := ps[0].Raw("POST", fmt.Sprintf("/notices/%d/redeliver", nt.ID), platformtest.TestToken, ""); code != http.StatusAccepted {
+		t.Fatalf("redeliver: %d %s", code, b)
+	}
+	drain(t, ns...)
+	if d := ps[len(ps)-1].Notices()[0].Delivery; d.Status != store.StatusPending || d.LastStatus != 503 {
+		t.Fatalf("the redelivery after one 503: %+v, want pending, to be retried", d)
+	}
+	if _, oldest, err := ps[0].Svc.Outbox().Counts(t.Context()); err != nil || !oldest.Equal(c.Now()) {
+		t.Errorf("the oldest pending delivery from %v (%v), want %v, the redelivery", oldest, err, c.Now())
+	}
+	h.setAnswer(http.StatusOK)
+	c.Add(10 * time.Minute)
+	drain(t, ns...)
+	if d := ps[0].Notices()[0].Delivery; d.Status != store.StatusDelivered {
+		t.Fatalf("the redelivery once the receiver answers: %+v", d)
+	}
+}
+
 // TestNotifyGiveUp: a receiver answering 503 past -notify-give-up: the
 // delivery is failed, and no attempt is made after.
 func TestNotifyGiveUp(t *testing.T) {

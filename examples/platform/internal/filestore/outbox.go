@@ -241,7 +241,8 @@ func (o *fileOutbox) Redeliver(_ context.Context, id string, now time.Time) (boo
 		return false, nil
 	}
 	next := *cur
-	next.Status, next.NextAt, next.DeliveredAt = store.StatusPending, now, time.Time{}
+	// Asked for again: due now, given up only -notify-give-up from now.
+	next.Status, next.NextAt, next.Created, next.DeliveredAt = store.StatusPending, now, now, time.Time{}
 	if err := o.appendLocked(outboxRecord{Op: "put", D: &next}); err != nil {
 		return false, err
 	}

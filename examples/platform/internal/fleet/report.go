@@ -183,15 +183,17 @@ func (c *Fleet) logOutcome(r overload.Reading, out ReportOutcome, now time.Time)
 // clock, when it received the readings, so the move delay and the
 // cool-down run on one clock whatever the node's says: an agent whose
 // clock is behind starts no move early and shortens no cool-down. The
-// readings' own times still order them and are shown beside.
+// readings' own times still order them and are shown beside. A start
+// is dated no earlier than the last end, and an end no earlier than its
+// start, whichever replica's clock reads now (clock.go).
 func platformClock(n *store.Node, ev *overload.Event, ended, now time.Time) {
 	n.Info.OverloadEnded = ended
 	if ev != nil {
 		switch ev.Kind {
 		case overload.Start:
-			n.StartedAt = now
+			n.StartedAt = laterOf(now, ended)
 		case overload.End:
-			n.StartedAt, n.Info.OverloadEnded = time.Time{}, now
+			n.StartedAt, n.Info.OverloadEnded = time.Time{}, laterOf(now, n.StartedAt)
 		}
 	}
 	n.Info.OverloadedSince = time.Time{}

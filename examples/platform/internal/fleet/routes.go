@@ -51,7 +51,8 @@ func (f *Fleet) Open(ctx context.Context, req OpenRequest) (store.Route, error) 
 		if a := f.admitLocked(n, now); !a.Admit {
 			return AdmitError{Answer: a}
 		}
-		s, err := n.Prices.Lock(now)
+		start := openTime(n, now)
+		s, err := n.Prices.Lock(start)
 		if err != nil {
 			return fmt.Errorf("open route through %s: %w: %w", req.Node, store.ErrBadInput, err)
 		}
@@ -68,7 +69,7 @@ func (f *Fleet) Open(ctx context.Context, req OpenRequest) (store.Route, error) 
 		rt := &store.Route{
 			Route: routing.Route{
 				ID: id, User: req.User, Key: req.Key,
-				Node: req.Node, Country: n.Info.Country, Price: s.Locked, Kind: req.Kind, Start: now,
+				Node: req.Node, Country: n.Info.Country, Price: s.Locked, Kind: req.Kind, Start: start,
 			},
 			Session: s,
 		}
@@ -101,6 +102,7 @@ func (f *Fleet) Traffic(ctx context.Context, req TrafficRequest) (store.Route, e
 		if rt == nil { // closed since
 			return unknown
 		}
+		now = trafficTime(rt, now)
 		c, err := n.Prices.Charge(rt.Session, []pricing.Usage{{At: now, Bytes: req.Bytes}})
 		if err != nil {
 			return fmt.Errorf("traffic of route %s: %w: %w", req.Route, store.ErrBadInput, err)
@@ -127,7 +129,7 @@ func (f *Fleet) SetPrice(ctx context.Context, req PriceRequest) error {
 		if n.Info.Role == 0 {
 			return fmt.Errorf("price of %q: %w: it takes a price once the route table holds it", req.Node, store.ErrNotRegistered)
 		}
-		if err := n.Prices.Set(now, req.Price); err != nil {
+		if err := n.Prices.Set(priceChangeTime(n, now), req.Price); err != nil {
 			return fmt.Errorf("price of %s: %w: %w", req.Node, store.ErrBadInput, err)
 		}
 		n.Info.Price = req.Price
@@ -190,7 +192,7 @@ func (f *Fleet) Pause(ctx context.Context, id string, paused bool) error {
 			return nil
 		}
 		n.Info.Paused = paused
-		ev := overload.Event{Kind: store.EventApproved, At: now}
+		ev := overload.Event{Kind: store.EventApproved, At: markTime(n, now)}
 		if paused {
 			ev.Kind = store.EventPaused
 		}

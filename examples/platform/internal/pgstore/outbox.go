@@ -144,7 +144,8 @@ func (o *pgOutbox) Settle(ctx context.Context, d store.Delivery, res store.Attem
 }
 
 func (o *pgOutbox) Redeliver(ctx context.Context, id string, now time.Time) (bool, error) {
-	tag, err := o.db.Exec(ctx, `UPDATE deliveries SET status = 'pending', next_at = $2, delivered_at = NULL WHERE id = $1`, id, now)
+	// Asked for again: due now, given up only -notify-give-up from now.
+	tag, err := o.db.Exec(ctx, `UPDATE deliveries SET status = 'pending', next_at = $2, created_at = $2, delivered_at = NULL WHERE id = $1`, id, now)
 	if err != nil {
 		return false, classify(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -93,4 +94,44 @@ func migrate(ctx context.Context, db interface {
 		}
 	}
 	return from, len(migrations), tx.Commit(ctx)
+}
+
+// schemaColumns are the tables and columns the migrations leave, which
+// the platform reads and writes (TestSchemaColumns checks them against
+// a migrated database; a new migration that changes them changes this).
+var schemaColumns = map[string][]string{
+	"deliveries":         {"id", "node", "type", "at", "body", "created_at", "status", "attempts", "next_at", "last_status", "last_error", "delivered_at", "seq", "log"},
+	"events":             {"id", "node", "kind", "at", "body"},
+	"nodes":              {"id", "role", "country", "state", "readings", "overloaded", "next_plan_at", "version", "updated_at"},
+	"notices":            {"id", "node", "at", "body", "num"},
+	"operator_receivers": {"operator", "body", "updated_at"},
+	"routes":             {"id", "node", "user_id", "key", "country", "price", "last_traffic", "relied_on", "body", "closed_at", "closed_by"},
+	"schema_version":     {"version", "applied_at"},
+}
+
+// missingColumns returns the columns of schemaColumns the database at q
+// does not hold, as table.column, in order: a table changed by hand, or
+// dropped, since the migrations left it.
+func missingColumns(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) ([]string, error) {
+	var tables, columns []string
+	for _, table := range slices.Sorted(maps.Keys(schemaColumns)) {
+		for _, c := range schemaColumns[table] {
+			tables, columns = append(tables, table), append(columns, c)
+		}
+	}
+	rows, err := q.Query(ctx, `SELECT w.t || '.' || w.c FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w (t, c, i)
+		WHERE NOT EXISTS (SELECT 1 FROM information_schema.columns
+			WHERE table_schema = current_schema() AND table_name = w.t AND column_name = w.c)
+		ORDER BY w.i`, tables, columns)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// schemaError is the error of a database whose tables lack missing.
+func schemaError(missing []string) error {
+	return fmt.Errorf("tables not as this platform's migrations left them: missing %s", strings.Join(missing, ", "))
 }

@@ -67,6 +67,12 @@ type Store struct {
 	spill   time.Duration
 	stop    chan struct{}
 	workers sync.WaitGroup
+	// where is the -db value, its secrets redacted, for errors that must
+	// say which database, and secrets scrubs them from the driver's words;
+	// schema is the version this platform migrated the database to.
+	where   string
+	secrets scrubber
+	schema  int
 }
 
 var _ store.Store = (*Store)(nil)
@@ -162,6 +168,12 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 	for _, b := range []struct{ name, value string }{
 		{"idle_in_transaction_session_timeout", strconv.FormatInt(idle.Milliseconds(), 10)},
 		{"statement_timeout", strconv.FormatInt(serverStatementTimeout.Milliseconds(), 10)},
+		// No lock_timeout from the database's or role's defaults: the waits
+		// are bounded by the requests' deadlines and statement_timeout, and
+		// a site's 20 ms failed replicas started at once (the migration's
+		// advisory lock, the seed's rows) and answered 503 for a report
+		// that waited a moment on its node.
+		{"lock_timeout", "0"},
 		// Every session plans each statement once (plan_cache_mode
 		// force_generic_plan), unless the -db URL says otherwise. pgx prepares
 		// each statement once a session, but the server's default then plans
@@ -174,20 +186,35 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 		// wanted: each reads by an index on its key (the primary keys, routes
 		// by node, the due plans by time).
 		{"plan_cache_mode", "force_generic_plan"},
+		// The locks and conditional writes the Store's comment lists are
+		// written for READ COMMITTED, PostgreSQL's default; a database or
+		// role whose default is SERIALIZABLE failed the outbox's claims and
+		// settles (single statements, each its own transaction) to
+		// serialize, and notices waited out their leases and went twice.
+		{"default_transaction_isolation", "read committed"},
 	} {
 		if _, set := pc.ConnConfig.RuntimeParams[b.name]; !set {
 			names, values = append(names, b.name), append(values, b.value)
 		}
 	}
+	// A reading is acknowledged once its commit is on disk: a session
+	// that the database's or role's defaults give synchronous_commit off
+	// commits with it on, unless the -db URL chose off itself. (With it
+	// off, a server crash under two replicas' load lost 3 of 2,666
+	// acknowledged readings.) Stronger settings (remote_apply) and local
+	// are left as they are.
+	_, syncSet := pc.ConnConfig.RuntimeParams["synchronous_commit"]
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, `SELECT set_config(name, value, false) FROM unnest($1::text[], $2::text[]) AS b (name, value)`, names, values)
+		_, err := c.Exec(ctx, `SELECT set_config(name, value, false) FROM unnest($1::text[], $2::text[]) AS b (name, value)
+			UNION ALL SELECT set_config('synchronous_commit', 'on', false) WHERE $3 AND current_setting('synchronous_commit') = 'off'`, names, values, !syncSet)
 		return err
 	}
 	db, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, dbError(url, err)
 	}
-	p := &Store{Rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, store.RequestTimeout/2), spill: cmp.Or(opt.Spill, DefaultBatchSpill)}
+	p := &Store{Rules: c, db: db, cache: newNodeCache(opt.Cache), planEvery: planEvery, batchTimeout: cmp.Or(opt.BatchTimeout, store.RequestTimeout/2), spill: cmp.Or(opt.Spill, DefaultBatchSpill),
+		where: RedactDSN(url), secrets: scrubber(dsnSecrets(url))}
 	// Migrating and seeding a fleet's nodes: minutes at most.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -198,7 +225,15 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 		if errors.As(err, &ce) {
 			return nil, dbError(url, err)
 		}
-		return nil, fmt.Errorf("database schema: %s", scrubber(dsnSecrets(url)).scrub(err.Error()))
+		return nil, fmt.Errorf("database %s: schema: %s", p.where, p.secrets.scrub(err.Error()))
+	}
+	p.schema = to
+	if missing, err := missingColumns(sctx, db); err != nil || len(missing) > 0 {
+		db.Close()
+		if err == nil {
+			err = schemaError(missing)
+		}
+		return nil, fmt.Errorf("database %s: %s", p.where, p.secrets.scrub(err.Error()))
 	}
 	if from != to {
 		p.Log.Info("database schema migrated", "from", from, "to", to)
@@ -219,6 +254,38 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 		}
 	}
 	return p, nil
+}
+
+// readyTimeout bounds Ready: a load balancer's probe waits about as long.
+const readyTimeout = 2 * time.Second
+
+// Ready reports whether this replica can serve: its database answers
+// within readyTimeout, its schema is still the version this platform
+// migrated it to, and its tables hold every column the platform uses. A
+// newer platform migrating the database beside this one makes it not
+// ready: replicas of an older version must not serve a migrated
+// database. The error names the database, its secrets redacted.
+func (p *Store) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	var v int
+	if err := p.db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&v); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("no answer within %v: %w", readyTimeout, err)
+		}
+		return fmt.Errorf("database %s: %s", p.where, p.secrets.scrub(classify(err).Error()))
+	}
+	if v != p.schema {
+		return fmt.Errorf("database %s: schema version %d, this platform's is %d: a platform of another version migrated it; stop this replica, run that version", p.where, v, p.schema)
+	}
+	missing, err := missingColumns(ctx, p.db)
+	if err == nil && len(missing) > 0 {
+		err = schemaError(missing)
+	}
+	if err != nil {
+		return fmt.Errorf("database %s: %s", p.where, p.secrets.scrub(err.Error()))
+	}
+	return nil
 }
 
 // Outbox is the store's outbox, for its notifier; nil without a

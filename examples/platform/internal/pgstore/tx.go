@@ -81,9 +81,10 @@ func retryable(err error) bool {
 
 // classify maps a database error to the platform's: the server refusing
 // one node's write (a constraint, a trigger) fails that node's request
-// (ErrUnsaved, 500); the database unreachable, restarting or out of time
-// is ErrUnavailable (503: the agent retries). The platform's own errors
-// pass as they are.
+// (ErrUnsaved, 500); the database unreachable, restarting, out of time,
+// out of room, refusing sessions, taking no writes or with its tables
+// changed by hand is ErrUnavailable (503: the agent retries). The
+// platform's own errors pass as they are.
 func classify(err error) error {
 	if err == nil {
 		return nil
@@ -93,8 +94,26 @@ func classify(err error) error {
 			return err
 		}
 	}
+	// A session the server refused (connections disallowed, a password
+	// rotated, a role's connection limit), whatever its code: no node is
+	// at fault.
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
+		// The whole database, not one node's write: the agent retries.
+		switch pe.Code {
+		case "25006": // read_only_sql_transaction
+			return fmt.Errorf("%w: the database takes no writes (a standby, or default_transaction_read_only on): %w", store.ErrUnavailable, err)
+		case "25P03": // idle_in_transaction_session_timeout: the session was ended
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		case "55P03": // lock_not_available: a lock_timeout set in -db ran out
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		case "42P01", "42703": // undefined_table, undefined_column: changed by hand
+			return fmt.Errorf("%w: the database's tables are not as this platform's migrations left them: %w", store.ErrUnavailable, err)
+		}
 		switch pe.Code[:2] {
 		case "08", "57", "53", "40": // connection, operator intervention (shutdown), resources, conflicts
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)

@@ -33,7 +33,7 @@ type Delivery struct {
 	// its messages with a lower Seq is pending.
 	Seq     int64     `json:"seq,omitempty"`
 	Body    []byte    `json:"body"`    // the message, byte for byte as signed
-	Created time.Time `json:"created"` // when the platform decided it
+	Created time.Time `json:"created"` // when the platform decided it, or was asked to send it again: the give-up runs from it
 	// What the attempts so far did.
 	Status      string    `json:"status"`
 	Attempts    int       `json:"attempts"`
@@ -150,7 +150,8 @@ type OutboxStore interface {
 	// ByIDs returns the deliveries of ids that exist.
 	ByIDs(ctx context.Context, ids []string) (map[string]Delivery, error)
 	// Redeliver makes delivery id due again at now, whatever its status,
-	// keeping its id and its log; false when there is no such delivery.
+	// keeping its id and its log, and Created now, so its give-up runs
+	// from the request; false when there is no such delivery.
 	Redeliver(ctx context.Context, id string, now time.Time) (bool, error)
 	// ByNode returns node's newest deliveries, newest first.
 	ByNode(ctx context.Context, node string, limit int) ([]Delivery, error)
