@@ -270,13 +270,13 @@ func New(cfg Config) (_ *Agent, err error) {
 	var queuePath string
 	if cfg.StateDir != "" {
 		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("new agent: state directory: %w", err)
+			return nil, fmt.Errorf("new agent: %w", &StateDirError{Dir: cfg.StateDir, Err: fmt.Errorf("state directory: %w", err)})
 		}
 		// Lock before anything reads or writes there: restore may set a
 		// bad state.json aside, which is not ours to do while another
 		// agent runs on it.
 		if a.lock, err = lockStateDir(cfg.StateDir); err != nil {
-			return nil, fmt.Errorf("new agent: %w", err)
+			return nil, fmt.Errorf("new agent: %w", &StateDirError{Dir: cfg.StateDir, Err: err})
 		}
 		defer func() {
 			if err != nil {
@@ -284,7 +284,7 @@ func New(cfg Config) (_ *Agent, err error) {
 			}
 		}()
 		if err := checkStateDir(cfg.StateDir); err != nil {
-			return nil, fmt.Errorf("new agent: %w", err)
+			return nil, fmt.Errorf("new agent: %w", &StateDirError{Dir: cfg.StateDir, Err: err})
 		}
 		a.state = filepath.Join(cfg.StateDir, stateFile)
 		queuePath = filepath.Join(cfg.StateDir, queueFile)

@@ -11,6 +11,17 @@ import (
 // the directory and, when the lock file says it, the other agent's pid.
 var ErrLocked = errors.New("locked by another agent")
 
+// StateDirError is New's error for a Config.StateDir it cannot make,
+// lock or write in. Err says what failed, naming the directory; it wraps
+// ErrLocked when another agent holds it.
+type StateDirError struct {
+	Dir string
+	Err error
+}
+
+func (e *StateDirError) Error() string { return e.Err.Error() }
+func (e *StateDirError) Unwrap() error { return e.Err }
+
 // Close releases the state directory's lock, so that another agent may
 // use the directory. Call it once Run has returned (or the last Step);
 // the agent is not to be used after. Closing an agent that has no state

@@ -262,6 +262,12 @@ var configFlags = map[string]string{
 // configError is err, from agent.New, with a refused Config field named
 // by its flag.
 func configError(err error, o options) error {
+	var sd *agent.StateDirError
+	if errors.As(err, &sd) {
+		msg := strings.TrimPrefix(sd.Err.Error(), "state directory "+sd.Dir+": ")
+		msg = strings.TrimPrefix(msg, "state directory: ")
+		return fmt.Errorf("%s %s: %s", o.origins.Name("state-dir"), sd.Dir, msg)
+	}
 	var ce *agent.ConfigError
 	if !errors.As(err, &ce) {
 		return err

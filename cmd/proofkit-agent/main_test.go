@@ -557,7 +557,7 @@ func TestStateDirLocked(t *testing.T) {
 		t.Fatalf("second agent: exit status %d (%v), want 1; stderr:\n%s", code, err, stderr.String())
 	}
 	msg := strings.TrimRight(stderr.String(), "\n")
-	want := fmt.Sprintf("proofkit-agent: new agent: state directory %s: locked by another agent (pid %d)", state, a.Cmd.Process.Pid)
+	want := fmt.Sprintf("proofkit-agent: -state-dir %s: locked by another agent (pid %d)", state, a.Cmd.Process.Pid)
 	if msg != want {
 		t.Errorf("second agent's stderr = %q, want %q", msg, want)
 	}
@@ -690,7 +690,8 @@ func TestBadFlags(t *testing.T) {
 			"token file " + filepath.Join(dir, "nope") + ": no such file or directory", nil},
 		{"token file empty", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", file}, "token file " + file + ": empty", nil},
 		{"token file of two lines", []string{"-report-url", "http://127.0.0.1:1/r", "-token-file", twoLines}, "token file " + twoLines + ": more than one line", nil},
-		{"state dir unwritable", []string{"-state-dir", filepath.Join(file, "state")}, "state directory", nil},
+		{"state dir unwritable", []string{"-state-dir", filepath.Join(file, "state")}, "-state-dir " + filepath.Join(file, "state") + ": mkdir", nil},
+		{"state dir from the environment", nil, "PROOFKIT_AGENT_STATE_DIR (-state-dir) " + filepath.Join(file, "state") + ": mkdir", []string{"PROOFKIT_AGENT_STATE_DIR=" + filepath.Join(file, "state")}},
 		{"link speed", []string{"-link-speed", "eth0=fast"}, `-link-speed "eth0=fast"`, nil},
 		{"link speed too fast", []string{"-link-speed", "eth0=100000001"}, `-link-speed "eth0=100000001": "eth0=100000001": above 100 Tbit/s`, nil},
 		{"link speed that overflows", []string{"-link-speed", "eth0=18446744073709551615G"}, `"eth0=18446744073709551615G": above 100 Tbit/s`, nil},
