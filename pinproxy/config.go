@@ -121,8 +121,13 @@ type Config struct {
 	// of DialTimeout and CheckInterval). After CheckFall failed checks in
 	// a row an upstream is down: it takes no clients and no rebalance
 	// moves, and only the checks connect to it, until CheckRise checks
-	// in a row answer. An upstream not checked yet takes clients. Zero
-	// means off: health is passive, from clients' dials.
+	// in a row answer. An upstream not checked yet takes clients. An
+	// upstream's test-connects go one at a time: a check is left out
+	// while a rebalance round's or a drain's test-connect to it is under
+	// way, within 100 ms (at most a quarter of an interval) of the last
+	// one's end, and while a move's redial is due there; a round waits
+	// for a check under way and takes its answer. Zero means off: health
+	// is passive, from clients' dials.
 	CheckInterval time.Duration
 	CheckRise     int // zero means DefaultCheckRise (2)
 	CheckFall     int // zero means DefaultCheckFall (3)

@@ -30,13 +30,17 @@ func (p *Proxy) checkLoop() {
 
 // checkRound test-connects every upstream in the list at once and records
 // each answer or failure. A failure for want of local resources counts as
-// neither.
+// neither. An upstream whose test-connect must wait (probe.go) is left
+// out of the round.
 func (p *Proxy) checkRound(ctx context.Context) {
 	p.mu.Lock()
-	ups := append([]*upstream(nil), p.upstreams...)
-	hold := make([]bool, len(ups))
-	for i, u := range ups {
-		hold[i] = u.sessions.refusedRecently()
+	var ups []*upstream
+	var hold []bool
+	for _, u := range p.upstreams {
+		if p.checkProbeLocked(u) {
+			ups = append(ups, u)
+			hold = append(hold, u.sessions.refusedRecently())
+		}
 	}
 	p.mu.Unlock()
 	timeout := min(p.cfg.DialTimeout, p.cfg.CheckInterval)
@@ -45,13 +49,14 @@ func (p *Proxy) checkRound(ctx context.Context) {
 		wg.Go(func() {
 			r := p.testConnect(ctx, u, timeout, hold[i], "health check: cannot connect for want of local resources",
 				slog.String("upstream", u.addr))
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			u.endProbeLocked(r)
 			if r.out == gaveUp || r.out == noResources || ctx.Err() != nil {
 				return
 			}
-			p.mu.Lock()
 			u.dials++
 			p.testedLocked(u, r, true)
-			p.mu.Unlock()
 		})
 	}
 	wg.Wait()

@@ -46,6 +46,13 @@ const localTestConnect = "rebalance: cannot test-connect for want of local resou
 // upstream that SetUpstreams removed at least that long ago, if the
 // upstream its redial would go to answers a test-connect.
 //
+// A health check's test-connect to the idle upstream under way when the
+// round comes to it is waited for, and its answer taken for the round's
+// if it says as much (a session held where the round would hold one);
+// else the round test-connects no sooner than 100 ms after the check's
+// ended (see Config.CheckInterval), so that a node with one slot left
+// never sees the two at once.
+//
 // At most Config.RebalanceMaxMoves connections (default one) are closed
 // per round, each only once its idle upstream answered a test-connect in
 // that round, and never more than evens out the spread: each move counts
@@ -74,8 +81,9 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("from", m.from), slog.String("to", m.to))
 		}
 	}()
-	planned := make(map[*upstream]int)   // redials each move sends to its idle upstream
-	answered := make(map[*upstream]bool) // idle upstreams that answered this round
+	roundStart := time.Now()
+	planned := make(map[*upstream]int)    // redials each move sends to its idle upstream
+	answering := make(map[*upstream]bool) // idle upstreams that answered this round
 
 	p.mu.Lock()
 	for len(moves) < p.cfg.RebalanceMaxMoves {
@@ -89,12 +97,12 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 				u.recovered = false
 			}
 		}
-		if idle == nil || answered[idle] && busy.tail == nil {
+		if idle == nil || answering[idle] && busy.tail == nil {
 			most := busy.load()
 			p.mu.Unlock()
 			switch {
 			case len(moves) > 0:
-			case len(answered) > 0:
+			case len(answering) > 0:
 				p.log.LogAttrs(ctx, slog.LevelDebug, "rebalance: spread evened out during the test-connect; nothing moved",
 					slog.String("to", busy.addr))
 			default:
@@ -103,14 +111,15 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			}
 			return nil
 		}
-		if answered[idle] && idle.sessions.refusedRecently() { // a client's session to it was refused meanwhile
+		if answering[idle] && idle.sessions.refusedRecently() { // a client's session to it was refused meanwhile
 			p.mu.Unlock()
 			p.log.LogAttrs(ctx, slog.LevelInfo, "idle node still refuses sessions; nothing moved",
 				slog.String("from", busy.addr), slog.String("to", idle.addr), slog.String("err", idle.sessions.refusing))
 			return nil
 		}
-		if answered[idle] {
+		if answering[idle] {
 			idle.sessions.moving++ // its redial is the move's successor (session.go)
+			idle.sessions.movedAt = time.Now()
 			c := busy.tail
 			p.unlinkLocked(c)
 			busy.moved++
@@ -121,18 +130,34 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			continue
 		}
 		hold := p.holdTestLocked(idle)
-		idle.dials++
-		p.mu.Unlock()
-
-		t := p.testConnect(ctx, idle, p.cfg.DialTimeout, hold, localTestConnect, slog.String("to", idle.addr))
+		t, checked := idle.probeSinceLocked(roundStart, hold) // a health check's, while the round waited
+		if !checked {
+			if wait := p.probeWaitLocked(idle); wait != nil {
+				p.mu.Unlock()
+				if err := wait(ctx); err != nil {
+					return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, err)
+				}
+				p.mu.Lock()
+				continue // things may have changed meanwhile: look again
+			}
+			idle.startProbeLocked()
+			idle.dials++
+			p.mu.Unlock()
+			t = p.testConnect(ctx, idle, p.cfg.DialTimeout, hold, localTestConnect, slog.String("to", idle.addr))
+			p.mu.Lock()
+			idle.endProbeLocked(t)
+			if t.out == answered || t.out == refused {
+				p.testedLocked(idle, t, false)
+			}
+		}
 		switch t.out {
 		case gaveUp:
+			p.mu.Unlock()
 			return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, ctx.Err())
 		case noResources:
+			p.mu.Unlock()
 			return nil
 		case refused:
-			p.mu.Lock()
-			p.testedLocked(idle, t, false)
 			p.mu.Unlock()
 			msg := "idle node still does not answer; nothing moved"
 			if t.refused {
@@ -142,9 +167,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 				slog.String("from", busy.addr), slog.String("to", idle.addr), slog.Any("err", t.err))
 			return nil
 		}
-		p.mu.Lock()
-		p.testedLocked(idle, t, false)
-		answered[idle] = true
+		answering[idle] = true
 		// Connections may have come and gone during the test-connect:
 		// the loop looks again.
 	}

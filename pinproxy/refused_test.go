@@ -9,6 +9,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -457,5 +458,80 @@ func TestRebalanceAfterFailedMoveRestart(t *testing.T) {
 	}
 	if want := fmt.Sprintf(`msg="answers again; moving a connection" from=%s to=%s`, b.Addr, a.Addr); !strings.Contains(logs.String(), want) {
 		t.Errorf("log lacks %q", want)
+	}
+}
+
+// slotNode is a Line node with one inbound slot, as a P2P daemon with
+// --maxpeers one above its peers: a connection while the slot is taken is
+// closed at once, and counted.
+type slotNode struct {
+	taken   atomic.Int32
+	refused atomic.Int32
+}
+
+func (s *slotNode) handle(n *pinproxytest.Node, c net.Conn) {
+	if s.taken.Add(1) > 1 {
+		s.taken.Add(-1)
+		s.refused.Add(1)
+		return // the node closes c
+	}
+	defer s.taken.Add(-1)
+	pinproxytest.Line(n, c)
+}
+
+// A node with one free inbound slot, behind health checks twice as
+// frequent as the rebalance rounds, gets one connection back, and on the
+// way no two of the proxy's connections meet at its slot: a round's
+// test-connect waits for a check's and takes its outcome, a check is left
+// out while a round's test-connect is there or a moved client's redial is
+// due, and none starts just as another ended. Before, each round's
+// test-connect met a check's holding the one slot (btcd with --maxpeers,
+// -check-interval 1s, -rebalance-interval 2s: the connection moved back
+// after 20 s to a minute and more).
+func TestOneFreeSlotBehindChecks(t *testing.T) {
+	var slot slotNode
+	a := pinproxytest.New(t, "A", slot.handle)
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
+	// A peer of A's own takes its slot.
+	own, err := net.Dial("tcp", a.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	testkit.WaitFor(t, "A's slot taken", func() bool { return slot.taken.Load() == 1 })
+
+	log, logs := testLogger(t)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams: []string{a.Addr, b.Addr}, Logger: log,
+		RefusedWithin:     200 * time.Millisecond, // checks while A refused hold their sessions for two intervals
+		FailedBackoff:     time.Second,
+		CheckInterval:     100 * time.Millisecond,
+		RebalanceInterval: 200 * time.Millisecond,
+	})
+	addr := serve(t, p)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range 4 {
+		wg.Go(func() { redialer(ctx, addr) })
+	}
+	testkit.WaitFor(t, "the clients on B", func() bool { return stat(p, b.Addr).Live == 4 })
+	testkit.WaitFor(t, "A down by the checks", func() bool { return stat(p, a.Addr).State == "down" })
+
+	own.Close() // the slot frees
+	testkit.WaitFor(t, "A's slot free", func() bool { return slot.taken.Load() == 0 })
+	before := slot.refused.Load()
+	testkit.WaitFor(t, "a connection moved back to A", func() bool { return stat(p, a.Addr).Live == 1 })
+	if n := slot.refused.Load() - before; n > 0 || strings.Contains(logs.String(), "redial was refused") {
+		t.Errorf("%d of the proxy's connections met another at A's free slot", n)
+	}
+	// It stays there, and the others on B: A's slot is full again.
+	time.Sleep(time.Second)
+	if sa, sb := stat(p, a.Addr), stat(p, b.Addr); sa.Live != 1 || sb.Live != 3 {
+		t.Fatalf("a second after the move: A holds %d, B %d; want 1 and 3", sa.Live, sb.Live)
+	}
+	if n := strings.Count(logs.String(), "moving a connection"); n != 1 {
+		t.Errorf("%d moves, want 1", n)
 	}
 }

@@ -81,6 +81,14 @@ func (p *Proxy) drainRemoved(ctx context.Context) {
 	if p.cfg.DrainRemoved <= 0 {
 		return
 	}
+	for !p.drainOne(ctx) {
+	}
+}
+
+// drainOne is drainRemoved's work. It reports false when it waited for
+// another test-connect to the upstream it would test (probe.go): what it
+// picked is to be picked again.
+func (p *Proxy) drainOne(ctx context.Context) (done bool) {
 	now := p.clock()
 	p.mu.Lock()
 	var from *upstream
@@ -92,7 +100,7 @@ func (p *Proxy) drainRemoved(ctx context.Context) {
 	}
 	if from == nil {
 		p.mu.Unlock()
-		return
+		return true
 	}
 	var small [1]uint64
 	tried := small[:]
@@ -102,30 +110,37 @@ func (p *Proxy) drainRemoved(ctx context.Context) {
 	_, to := p.pickLocked(tried, now)
 	if to == nil {
 		p.mu.Unlock()
-		return
+		return true
+	}
+	if wait := p.probeWaitLocked(to); wait != nil {
+		p.mu.Unlock()
+		return wait(ctx) != nil
 	}
 	hold := p.holdTestLocked(to)
+	to.startProbeLocked()
 	to.dials++
 	p.mu.Unlock()
 
 	t := p.testConnect(ctx, to, p.cfg.DialTimeout, hold, localTestConnect, slog.String("to", to.addr))
+	p.mu.Lock()
+	to.endProbeLocked(t)
 	if t.out != answered {
-		if t.out != refused {
-			return
+		if t.out == refused {
+			p.testedLocked(to, t, false)
 		}
-		p.mu.Lock()
-		p.testedLocked(to, t, false)
 		p.mu.Unlock()
+		if t.out != refused {
+			return true
+		}
 		p.log.LogAttrs(ctx, slog.LevelInfo, "drain: upstream does not answer; nothing moved",
 			slog.String("from", from.addr), slog.String("to", to.addr), slog.Any("err", t.err))
-		return
+		return true
 	}
-	p.mu.Lock()
 	p.testedLocked(to, t, false)
 	c := from.tail
 	if c == nil || p.closed {
 		p.mu.Unlock()
-		return
+		return true
 	}
 	p.unlinkLocked(c)
 	from.moved++
@@ -135,6 +150,7 @@ func (p *Proxy) drainRemoved(ctx context.Context) {
 	p.closeConn(c)
 	p.log.LogAttrs(ctx, slog.LevelInfo, "removed upstream; moving a connection",
 		slog.String("from", from.addr), slog.String("to", to.addr))
+	return true
 }
 
 // warnDuplicates resolves addrs and warns about any two that resolve to

@@ -42,7 +42,7 @@ type sessionState struct {
 	trials   int // sessions to it on trial: dialed under suspicion, neither held nor ended yet
 	// moving counts rebalance moves to it whose redial has not come yet;
 	// the next session dialed to it is taken for the moved connection's
-	// successor. stopped: a successor was refused; no move goes to it
+	// successor; movedAt is the real time of the last move. stopped: a successor was refused; no move goes to it
 	// until a client's session holds there, or, once stoppedUntil (the
 	// failed move plus Config.FailedBackoff, on the proxy's clock) has
 	// passed, a test-connect's. probation: it answered again after
@@ -50,6 +50,7 @@ type sessionState struct {
 	// to it at a time, each once the last one's successor has shown,
 	// until a client's session holds there.
 	moving       int
+	movedAt      time.Time
 	stopped      bool
 	stoppedUntil time.Time
 	probation    bool
@@ -104,7 +105,7 @@ func (s *sessionState) noMove(now time.Time) bool {
 // connects and accepts them again, so it is another process, whose
 // sessions are to be judged afresh (a node restarted clean keeps no ban).
 func (s *sessionState) restarted() {
-	*s = sessionState{refused: s.refused, lastRefused: s.lastRefused, trials: s.trials, moving: s.moving}
+	*s = sessionState{refused: s.refused, lastRefused: s.lastRefused, trials: s.trials, moving: s.moving, movedAt: s.movedAt}
 }
 
 // dialedLocked starts watching c's session; connect calls it once c is

@@ -64,6 +64,7 @@ type upstream struct {
 	removedAt time.Time // when
 
 	sessions sessionState // refused and held sessions (session.go)
+	probe    probeState   // its test-connects, one at a time (probe.go)
 }
 
 func (u *upstream) load() int { return u.live + u.dialing }

@@ -16,16 +16,19 @@ import (
 // node after a few disconnects, the full node is reported as refusing
 // sessions, and no rebalance round moves a connection onto it. Once its
 // slot frees, one connection moves back, which fills the slot again, and
-// no round moves another there.
+// no round moves another there. The same with health checks every second
+// (half the rebalance interval): a round's test-connect and a check's
+// never meet at the node's one slot.
 func TestIntegrationBtcdFullSlots(t *testing.T) {
 	if dir := os.Getenv(envChild); dir != "" {
-		fullSlots(t, dir)
+		t.Run("passive", func(t *testing.T) { fullSlots(t, dir, false) })
+		t.Run("checks", func(t *testing.T) { fullSlots(t, dir, true) })
 		return
 	}
 	inNamespace(t)
 }
 
-func fullSlots(t *testing.T, bin string) {
+func fullSlots(t *testing.T, bin string, checks bool) {
 	tmp := t.TempDir()
 	startBtcd(t, bin, tmp, "A", addrA, "--maxpeers", "1")
 	startBtcd(t, bin, tmp, "B", addrB)
@@ -44,7 +47,11 @@ func fullSlots(t *testing.T, bin string) {
 	}()
 	waitFor(t, "a peer to take A's only slot", func() bool { return holder.up.Load() })
 
-	proxy := startProxy(t, filepath.Join(bin, "pinproxy"), addrA+","+addrB)
+	var extra []string
+	if checks {
+		extra = append(extra, "-check-interval", "1s")
+	}
+	proxy := startProxy(t, filepath.Join(bin, "pinproxy"), addrA+","+addrB, extra...)
 	start := time.Now()
 	clients := holdClients(t, 4)
 	disconnects, allUp := clients.disconnects, clients.allUp
