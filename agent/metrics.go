@@ -1,10 +1,7 @@
 package agent
 
 import (
-	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -152,7 +149,7 @@ func (m *metrics) observeReading(r overload.Reading, moved []probe.LinkBytes, si
 	m.linkSpeed.Reset()
 	for _, l := range r.Links {
 		if l.SpeedMbps > 0 {
-			m.linkSpeed.WithLabelValues(labelValue(l.Name)).Set(float64(l.SpeedMbps) * 1e6 / 8)
+			m.linkSpeed.WithLabelValues(probe.LinkName(l.Name)).Set(float64(l.SpeedMbps) * 1e6 / 8)
 		}
 	}
 	addLinkBytes(m.linkRx, m.linkTx, r.Links, moved, sinceLast)
@@ -167,15 +164,15 @@ func (m *metrics) observeReading(r overload.Reading, moved []probe.LinkBytes, si
 func addLinkBytes(rx, tx *prometheus.CounterVec, links []overload.Link, moved []probe.LinkBytes, sinceLast time.Duration) {
 	if moved != nil {
 		for _, b := range moved {
-			rx.WithLabelValues(labelValue(b.Name)).Add(float64(b.RxBytes))
-			tx.WithLabelValues(labelValue(b.Name)).Add(float64(b.TxBytes))
+			rx.WithLabelValues(probe.LinkName(b.Name)).Add(float64(b.RxBytes))
+			tx.WithLabelValues(probe.LinkName(b.Name)).Add(float64(b.TxBytes))
 		}
 		return
 	}
 	dt := sinceLast.Seconds()
 	for _, l := range links {
-		rx.WithLabelValues(labelValue(l.Name)).Add(max(l.RxBitsPerSecond, 0) / 8 * dt)
-		tx.WithLabelValues(labelValue(l.Name)).Add(max(l.TxBitsPerSecond, 0) / 8 * dt)
+		rx.WithLabelValues(probe.LinkName(l.Name)).Add(max(l.RxBitsPerSecond, 0) / 8 * dt)
+		tx.WithLabelValues(probe.LinkName(l.Name)).Add(max(l.TxBitsPerSecond, 0) / 8 * dt)
 	}
 }
 
@@ -184,25 +181,4 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// labelValue is a link's name as a metric label: itself, or, when it is
-// not UTF-8 (which the Prometheus client refuses with a panic), with each
-// byte that is not written \xNN, as overload/probe names such a link in
-// its readings. A Source other than the probe may give any name.
-func labelValue(name string) string {
-	if utf8.ValidString(name) {
-		return name
-	}
-	var b strings.Builder
-	for len(name) > 0 {
-		r, n := utf8.DecodeRuneInString(name)
-		if r == utf8.RuneError && n == 1 {
-			fmt.Fprintf(&b, `\x%02x`, name[0])
-		} else {
-			b.WriteString(name[:n])
-		}
-		name = name[n:]
-	}
-	return b.String()
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/prometheus/procfs"
 
@@ -240,7 +238,7 @@ func readLinks(ctx context.Context, p *Probe, env *readEnv, s *sample) {
 		// Given by the kernel's name, or by the one readings show.
 		if v, ok := p.cfg.LinkSpeedMbps[l.name]; ok {
 			l.speedMbps = v
-		} else if v, ok := p.cfg.LinkSpeedMbps[linkName(l.name)]; ok {
+		} else if v, ok := p.cfg.LinkSpeedMbps[LinkName(l.name)]; ok {
 			l.speedMbps = v
 		} else {
 			l.speedMbps, l.speedWhy = linkSpeed(ctx, p.cfg.SysRoot, l)
@@ -284,7 +282,7 @@ func fillBandwidth(prev, cur *sample, r *overload.Reading, acc *accumulator) {
 			continue
 		}
 		link := overload.Link{
-			Name:            linkName(l.name),
+			Name:            LinkName(l.name),
 			RxBitsPerSecond: float64(l.rxBytes-pl.rxBytes) * 8 / elapsed,
 			TxBitsPerSecond: float64(l.txBytes-pl.txBytes) * 8 / elapsed,
 			SpeedMbps:       l.speedMbps,
@@ -305,26 +303,4 @@ func fillBandwidth(prev, cur *sample, r *overload.Reading, acc *accumulator) {
 	case checkable == 0:
 		acc.miss(in, "bandwidth: no link has both a rate and a known speed")
 	}
-}
-
-// linkName is a link's name as a reading gives it: the kernel's, or,
-// when that is not UTF-8 (the kernel takes any bytes but /, : and white
-// space), with each byte that is not written \xNN, so that two such
-// links keep two names in the reading's JSON and a metric label can
-// carry them. The kernel's name stays the one sysfs is read by.
-func linkName(name string) string {
-	if utf8.ValidString(name) {
-		return name
-	}
-	var b strings.Builder
-	for len(name) > 0 {
-		r, n := utf8.DecodeRuneInString(name)
-		if r == utf8.RuneError && n == 1 {
-			fmt.Fprintf(&b, `\x%02x`, name[0])
-		} else {
-			b.WriteString(name[:n])
-		}
-		name = name[n:]
-	}
-	return b.String()
 }
