@@ -126,21 +126,32 @@ func TestPGReadiness(t *testing.T) {
 	})
 	t.Run("no connections", func(t *testing.T) {
 		// From another database of the cluster: this one takes none.
-		name, other := pgDatabase(t, url), cluster.URL("postgres")
-		platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS false`, name))
-		t.Cleanup(func() { // t's context is done by now
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if conn, err := pgx.Connect(ctx, other); err == nil {
-				conn.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
-				conn.Close(ctx)
-			}
-		})
-		dropSessions(t, other)
+		allow := refuseConnections(t, url)
 		ready(t, 503, "not currently accepting connections")
-		platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
+		allow()
 		ready(t, 200, `"ready": true`)
 	})
+}
+
+// refuseConnections has the database at url refuse new sessions (from
+// another database of the cluster: this one takes none) and ends those it
+// has. allow, or the test's end, lets them in again.
+func refuseConnections(t *testing.T, url string) (allow func()) {
+	t.Helper()
+	name, other := pgDatabase(t, url), cluster.URL("postgres")
+	platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS false`, name))
+	t.Cleanup(func() { // t's context is done by now
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, other); err == nil {
+			conn.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
+			conn.Close(ctx)
+		}
+	})
+	dropSessions(t, other)
+	return func() {
+		platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
+	}
 }
 
 // pgDatabase is the database the URL names.
@@ -162,17 +173,7 @@ func pgDatabase(t *testing.T, url string) string {
 func TestPGConnectionsRefused(t *testing.T) {
 	url := pgtest.Need(t, cluster).NewDatabase(t)
 	tp := servePG(t, url, &platformtest.Clock{T: platformtest.T0}, platformtest.Seed())
-	name, other := pgDatabase(t, url), cluster.URL("postgres")
-	platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS false`, name))
-	t.Cleanup(func() { // t's context is done by now
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if conn, err := pgx.Connect(ctx, other); err == nil {
-			conn.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
-			conn.Close(ctx)
-		}
-	})
-	dropSessions(t, other)
+	allow := refuseConnections(t, url)
 	for _, req := range []struct{ method, path, body string }{
 		{"POST", "/price", `{"node":"x1","price":7}`},
 		{"GET", "/nodes/x1", ""},
@@ -186,7 +187,7 @@ func TestPGConnectionsRefused(t *testing.T) {
 			t.Errorf("%s %s while the database refuses sessions: %d %s, want 503 %q with Retry-After", req.method, req.path, code, b, api.ReasonUnavailable)
 		}
 	}
-	platformtest.PGExec(t, other, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, name))
+	allow()
 	if code, _, b := tp.Raw("POST", "/price", platformtest.TestToken, `{"node":"x1","price":7}`); code != 204 {
 		t.Fatalf("POST /price once the database takes sessions again: %d %s", code, b)
 	}
