@@ -194,7 +194,7 @@ func (o *fileOutbox) Claim(_ context.Context, now time.Time, max int, lease time
 	}
 	var due []*store.Delivery
 	for id, d := range o.all {
-		if d.Status != store.StatusPending || d.NextAt.After(now) || o.leased[id].After(now) || !f.Allows(d.Node) || d.Seq > first[d.Node] {
+		if d.Status != store.StatusPending || !f.Due(d.NextAt, now, lease) || !f.Due(o.leased[id], now, lease) || !f.Allows(d.Node) || d.Seq > first[d.Node] {
 			continue
 		}
 		due = append(due, d)

@@ -158,7 +158,7 @@ func (c *Fleet) Take(n *store.Node, r overload.Reading, now time.Time) (ReportOu
 	// figure never counts as above the move threshold).
 	ended := n.Info.OverloadEnded
 	n.Info.SetOverload(n.Tracker, r)
-	platformClock(n, res.Event, ended, now)
+	platformClock(n, res.Event, ended, now, c.Config.Policy.WithDefaults())
 	return ReportOutcome{Node: r.Node, Overloaded: res.Overloaded, Event: res.Event, Notice: res.Notice}, nil
 }
 
@@ -186,7 +186,23 @@ func (c *Fleet) logOutcome(r overload.Reading, out ReportOutcome, now time.Time)
 // readings' own times still order them and are shown beside. A start
 // is dated no earlier than the last end, and an end no earlier than its
 // start, whichever replica's clock reads now (clock.go).
-func platformClock(n *store.Node, ev *overload.Event, ended, now time.Time) {
+//
+// A start or an end dated further ahead of now than the rule that runs
+// from it lasts (the move delay, the cool-down; and store.ClockSlack)
+// was dated by a clock that has since stepped back: it is dated now
+// instead. Left as it was, it would put off the moves, or keep the node
+// from new connections, for as long as the step, an hour for a clock an
+// hour ahead; dated now, the rule runs its full length from now on:
+// never shorter than it would have without the step, at most its own
+// length longer. Replicas whose clocks are apart by less than that
+// leave each other's dates alone.
+func platformClock(n *store.Node, ev *overload.Event, ended, now time.Time, pol routing.Policy) {
+	if pol.CoolDown > 0 && !ended.IsZero() && store.SteppedBack(ended, now, pol.CoolDown) {
+		ended = now
+	}
+	if !n.StartedAt.IsZero() && store.SteppedBack(n.StartedAt, now, pol.MoveAfter) {
+		n.StartedAt = now
+	}
 	n.Info.OverloadEnded = ended
 	if ev != nil {
 		switch ev.Kind {

@@ -489,6 +489,9 @@ func (n *Notifier) filter(rs *Receivers) (store.ClaimFilter, int) {
 			mark(rc.URL.String(), nodes...)
 		}
 	}
+	// The longest wait an attempt schedules: a back-off, or a
+	// Retry-After, capped at BackoffMax; a release's second.
+	f.Lead = max(n.cfg.BackoffMax, time.Second)
 	free := n.cfg.maxInFlight - n.total
 	if free <= 0 {
 		free = len(idle)

@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proofkit/nodekit/examples/platform/internal/fleet"
 	"github.com/proofkit/nodekit/examples/platform/internal/platformtest"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/testing/pgtest"
 	"github.com/proofkit/nodekit/overload"
+	"github.com/proofkit/nodekit/routing"
 )
 
 // TestPGClocksApart: two replicas whose clocks are two minutes apart (or
@@ -102,5 +104,49 @@ func TestPGClocksApartOverload(t *testing.T) {
 	v := a.Node("x1")
 	if v.Overloaded || v.OverloadEnded.Before(ahead.Now()) {
 		t.Fatalf("after the overload ended through the replica behind: overloaded %v, ended %v, before it started at %v", v.Overloaded, v.OverloadEnded, ahead.Now())
+	}
+}
+
+// TestPGPlanTimeWithinLead: a plan time no further ahead than a plan
+// period and the clocks' slack (store.ClockSlack) is the node's
+// schedule, not a clock step: a round at the same time, or on a replica
+// a second behind, does not plan the node again; one whose clock is
+// behind by more than that does.
+func TestPGPlanTimeWithinLead(t *testing.T) {
+	url := pgtest.Need(t, cluster).NewDatabase(t)
+	c := &platformtest.Clock{T: platformtest.T0}
+	seed := &store.SeedFile{Nodes: []routing.Node{{ID: "x1", Role: routing.RoleExit, Country: "DE", Price: 100, Paused: true}}}
+	p := openPG(t, url, c, Options{PlanEvery: 30 * time.Second}, seed)
+	version := func() int64 {
+		t.Helper()
+		var v int64
+		if err := p.db.QueryRow(t.Context(), `SELECT version FROM nodes WHERE id = 'x1'`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	round := func() int64 {
+		t.Helper()
+		before := version()
+		if err := fleet.New(p, nil).PlanRound(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return version() - before
+	}
+	c.Add(31 * time.Second)
+	if n := round(); n != 1 {
+		t.Fatalf("x1, paused and due, saved %d times by a round, want once", n)
+	}
+	for _, back := range []time.Duration{0, time.Second, store.ClockSlack} {
+		c.Add(-back)
+		if n := round(); n != 0 {
+			t.Errorf("a round %v behind the one that planned x1 saved it %d times, want none: its plan time is its schedule", back, n)
+		}
+		c.Add(back)
+	}
+	c.Add(-(30*time.Second + store.ClockSlack + time.Second))
+	if n := round(); n != 1 {
+		t.Errorf("a round %v behind the one that planned x1 saved it %d times, want once: its plan time was set by a clock since stepped back",
+			30*time.Second+store.ClockSlack+time.Second, n)
 	}
 }

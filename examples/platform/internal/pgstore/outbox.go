@@ -93,7 +93,10 @@ func scanDelivery(row pgx.Row) (store.Delivery, error) {
 	return d, err
 }
 
-func (o *pgOutbox) Claim(ctx context.Context, now time.Time, max int, lease time.Duration, f store.ClaimFilter) ([]store.Delivery, error) {
+// Claim takes the due rows (next_at <= now) first, then those a clock
+// step put ahead (f.Due): each a statement of its own that walks the
+// index from its end, so neither passes the rows waiting out a back-off.
+func (o *pgOutbox) Claim(ctx context.Context, now time.Time, limit int, lease time.Duration, f store.ClaimFilter) ([]store.Delivery, error) {
 	busy, own := f.Busy, f.Own
 	if busy == nil {
 		busy = []string{}
@@ -101,15 +104,40 @@ func (o *pgOutbox) Claim(ctx context.Context, now time.Time, max int, lease time
 	if own == nil {
 		own = []string{}
 	}
-	rows, err := o.db.Query(ctx, `WITH due AS (
+	out, err := o.claim(ctx, claimDue, now, now.Add(lease), limit, busy, f.AnyBusy, own)
+	if err != nil || len(out) == limit {
+		return out, err
+	}
+	ahead, err := o.claim(ctx, claimAhead, now.Add(max(f.Lead, lease)+store.ClockSlack), now.Add(lease), limit-len(out), busy, f.AnyBusy, own)
+	if err != nil && len(out) > 0 {
+		return out, nil // those claimed go now; the others at the next claim
+	}
+	return append(out, ahead...), err
+}
+
+// claimDue and claimAhead claim up to $3 pending rows until $2, not of
+// the nodes $4 (nor, with $5, of any node but $6's), each its node's
+// first pending message: claimDue those due at $1, oldest first,
+// claimAhead those due after $1, furthest first.
+var (
+	claimDue   = claimSQL(`next_at <= $1`, `next_at`)
+	claimAhead = claimSQL(`next_at > $1`, `next_at DESC`)
+)
+
+func claimSQL(due, order string) string {
+	return `WITH due AS (
 			SELECT id FROM deliveries x
-			WHERE status = 'pending' AND next_at <= $1 AND NOT (node = ANY($4)) AND (NOT $5 OR node = ANY($6))
+			WHERE status = 'pending' AND ` + due + ` AND NOT (node = ANY($4)) AND (NOT $5 OR node = ANY($6))
 				-- a node's messages in the order they were decided
 				AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.node = x.node AND e.status = 'pending' AND e.seq < x.seq)
-			ORDER BY next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+			ORDER BY ` + order + ` LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE deliveries d SET attempts = d.attempts + 1, next_at = $2
 		FROM due WHERE d.id = due.id
-		RETURNING `+claimedColumns, now, now.Add(lease), max, busy, f.AnyBusy, own)
+		RETURNING ` + claimedColumns
+}
+
+func (o *pgOutbox) claim(ctx context.Context, sql string, at, until time.Time, limit int, busy []string, anyBusy bool, own []string) ([]store.Delivery, error) {
+	rows, err := o.db.Query(ctx, sql, at, until, limit, busy, anyBusy, own)
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,13 @@ import (
 // goes on with the others; the round's error counts and names those
 // nodes. Only the round's own deadline, or a database that cannot be
 // reached, ends it early.
+//
+// A node's plan time is at most planEvery ahead of the clock that set
+// it. One further ahead of now than that (and store.ClockSlack) was set
+// by a clock that has since stepped back, or by a replica whose clock is
+// ahead of this one's: the node is due now, not when this clock reaches
+// the time (store.SteppedBack). Without that, a replica's clock stepped
+// back an hour planned no node for an hour but those it reported.
 func (p *Store) PlanDue(ctx context.Context, plan store.PlanFunc) error {
 	// Notices committed since the last numbering.
 	if err := p.numberNotices(ctx); err != nil {
@@ -41,6 +48,13 @@ func (p *Store) PlanDue(ctx context.Context, plan store.PlanFunc) error {
 			var state []byte
 			err := tx.QueryRow(ctx, `SELECT id, state FROM nodes WHERE role IS NOT NULL AND next_plan_at <= $1
 				AND NOT (id = ANY($2)) ORDER BY next_plan_at LIMIT 1 FOR UPDATE SKIP LOCKED`, now, failed).Scan(&id, &state)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// A plan time a clock step put ahead: a query of its
+				// own, so each walks the index from its end and stops at
+				// the first row, not past every node planned lately.
+				err = tx.QueryRow(ctx, `SELECT id, state FROM nodes WHERE role IS NOT NULL AND next_plan_at > $1
+					AND NOT (id = ANY($2)) ORDER BY next_plan_at DESC LIMIT 1 FOR UPDATE SKIP LOCKED`, now.Add(p.planEvery+store.ClockSlack), failed).Scan(&id, &state)
+			}
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
 			}

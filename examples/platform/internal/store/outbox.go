@@ -114,11 +114,27 @@ type AttemptResult struct {
 }
 
 // ClaimFilter tells a claim which nodes' deliveries to leave: those whose
-// receiver has as many attempts in flight as it may.
+// receiver has as many attempts in flight as it may; and how far ahead a
+// delivery's next attempt may be scheduled.
 type ClaimFilter struct {
 	Busy    []string // nodes with a line of their own whose receiver is busy
 	AnyBusy bool     // the "*" receiver is busy: only nodes in Own
 	Own     []string // nodes with a line of their own
+	// Lead is the furthest ahead of now the caller schedules a
+	// delivery's next attempt (its longest back-off); zero: the claim's
+	// lease. A pending delivery whose next attempt, or claim, runs out
+	// further ahead than that and the lease (and ClockSlack) was dated
+	// by a clock that has since stepped back, or a replica's far ahead,
+	// and is due now (Due).
+	Lead time.Duration
+}
+
+// Due reports whether a pending delivery whose next attempt, or whose
+// claim, is at at may be claimed at now under a lease of lease: at is
+// not after now, or lies further ahead than any wait the caller
+// schedules (SteppedBack).
+func (f ClaimFilter) Due(at, now time.Time, lease time.Duration) bool {
+	return !at.After(now) || SteppedBack(at, now, max(f.Lead, lease))
 }
 
 // Allows reports whether a claim under f may take a delivery of node.
@@ -142,8 +158,8 @@ func (f ClaimFilter) Allows(node string) bool {
 // OutboxStore is the outbox of a store: the file store's log, or the
 // deliveries table.
 type OutboxStore interface {
-	// Claim leases up to max due pending deliveries until now+lease,
-	// counting an attempt of each, and returns them.
+	// Claim leases up to max due pending deliveries (f.Due) until
+	// now+lease, counting an attempt of each, and returns them.
 	Claim(ctx context.Context, now time.Time, max int, lease time.Duration, f ClaimFilter) ([]Delivery, error)
 	// Settle records the result of the attempt d (as claim returned it).
 	Settle(ctx context.Context, d Delivery, res AttemptResult) error

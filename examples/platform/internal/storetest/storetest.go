@@ -42,6 +42,7 @@ func Run(t *testing.T, st Store) {
 		{"NodeStore", testNodeStore},
 		{"Report", testReport},
 		{"PlanDue", testPlanDue},
+		{"PlanDueClockStep", testPlanDueClockStep},
 		{"Pages", testPages},
 		{"Receivers", testReceivers},
 	} {
@@ -311,6 +312,50 @@ func testPlanDue(t *testing.T, open Opener, replicas bool) {
 	}
 	if ps, _, err := b.Plans(ctx, "", 0); err != nil || len(ps) != 1 || ps[0].Node != "x1" {
 		t.Errorf("plans after x1's closures: %+v, %v; want x1's", ps, err)
+	}
+}
+
+// testPlanDueClockStep: a node whose plans are due every round (a
+// paused one, being emptied) is planned by the first round after the
+// platform's clock stepped back an hour, and by every round a plan
+// period apart after that, as before the step: the plan time the clock
+// set before the step, now an hour ahead, does not put its plans off for
+// the hour.
+func testPlanDueClockStep(t *testing.T, open Opener, _ bool) {
+	c := &platformtest.Clock{T: platformtest.T0}
+	a := open(c, platformtest.Seed())
+	ctx := t.Context()
+	if err := a.Update(ctx, "x1", func(n *store.Node, _ time.Time, _ store.NodeTx) error { n.Info.Paused = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	f := fleet.New(a, nil)
+	planned := func(when string) bool {
+		t.Helper()
+		var seen bool
+		var mu sync.Mutex
+		if err := a.PlanDue(ctx, func(n *store.Node, now time.Time, tx store.NodeTx) error {
+			mu.Lock()
+			seen = seen || n.Info.ID == "x1"
+			mu.Unlock()
+			return f.PlanNode(n, now, tx)
+		}); err != nil {
+			t.Fatalf("the round %s: %v", when, err)
+		}
+		return seen
+	}
+	c.Add(time.Minute)
+	if !planned("a minute after the pause") {
+		t.Fatal("paused x1 not planned a minute after its pause")
+	}
+	c.Add(-time.Hour)
+	if !planned("just after the clock stepped back an hour") {
+		t.Error("paused x1 not planned by the round just after the clock stepped back an hour")
+	}
+	for i := range 3 {
+		c.Add(31 * time.Second)
+		if !planned("after the step") {
+			t.Errorf("paused x1 not planned by round %d after the step, %v later", i+1, time.Duration(i+1)*31*time.Second)
+		}
 	}
 }
 
