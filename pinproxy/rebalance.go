@@ -51,7 +51,10 @@ const localTestConnect = "rebalance: cannot test-connect for want of local resou
 // if it says as much (a session held where the round would hold one);
 // else the round test-connects no sooner than 100 ms after the check's
 // ended (see Config.CheckInterval), so that a node with one slot left
-// never sees the two at once.
+// never sees the two at once. A connection is moved no sooner than
+// 100 ms after the test-connect that answered for it ended, so that the
+// moved client, if it redials at once, does not find the node still
+// holding the test-connect's session.
 //
 // At most Config.RebalanceMaxMoves connections (default one) are closed
 // per round, each only once its idle upstream answered a test-connect in
@@ -118,6 +121,17 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			return nil
 		}
 		if answering[idle] {
+			// The test-connect's session just ended: the node may not
+			// have let go of it yet, and the moved client may redial at
+			// once (probe.go).
+			if wait := p.probeWaitLocked(idle); wait != nil {
+				p.mu.Unlock()
+				if err := wait(ctx); err != nil {
+					return fmt.Errorf("pinproxy: rebalance: move to %s: %w", idle.addr, err)
+				}
+				p.mu.Lock()
+				continue
+			}
 			idle.sessions.moving++ // its redial is the move's successor (session.go)
 			idle.sessions.movedAt = time.Now()
 			c := busy.tail
