@@ -42,10 +42,9 @@
 // may not report for that name, so the report is dropped at once, logged
 // and counted (reason "renamed") and the new name's readings go on; with a
 // token that may (an operator's), it is sent under its old name. A sent
-// report's line stays in the queue file while others wait (draining a
-// backlog writes the file once, not once a report) and goes at a clean
-// stop: a crash before then sends those reports again, and the platform
-// answers that it has them. A reading's report is
+// report's line is blanked in place while others wait (draining a backlog
+// writes each report once more, not the whole file once a report), so a
+// crash sends none of them again. A reading's report is
 // queued before its seq is saved and sent only after, so a crash between
 // the two leaves no gap in the seqs. One line says when delivery recovers
 // after failures.

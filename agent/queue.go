@@ -46,13 +46,14 @@ const maxQueueLine = 1 << 20
 // it, so no part of a line stays to be glued to the next, and the next
 // push rewrites the whole file. Dropping on overflow rewrites the whole
 // file atomically (internal/atomicfile). Removing the head once it is
-// settled leaves its line in the file (stale) while other reports wait,
-// and a queue left empty (the usual case: each reading sent before the
-// next) is truncated; a crash that leaves stale lines sends those reports
-// again, which the platform acknowledges as duplicates (same run, seq not
-// above its last). The file is rewritten once a push would make it hold
-// more lines than the bound, and at a clean stop (compact). A crash
-// therefore loses nothing that was pushed: at worst the last line is
+// settled blanks its line in place (spaces, fsynced) while other reports
+// wait, and a queue left empty (the usual case: each reading sent before
+// the next) is truncated (a crash that undoes a truncation sends the
+// last report again, which the platform acknowledges as a duplicate:
+// same run, seq not above its last). The file is rewritten once a push
+// would make it hold more lines than the bound, and at a clean stop
+// (compact). A crash therefore loses nothing that was pushed, and sends
+// nothing removed again but that last report: at worst the last line is
 // torn. When the queue is opened
 // again, the file is read as a stream with the bound applied while
 // reading, so a file of any size opens in bounded memory: a line that is
@@ -71,8 +72,11 @@ type queue struct {
 	next  uint64 // id of the next push
 	dirty bool   // the file lacks an item (a failed append): rewrite it at the next push
 	// stale is how many lines at the start of the file are reports
-	// already taken off the queue (see remove).
-	stale int
+	// already taken off the queue (see remove), blanked; headAt is the
+	// byte offset of the line after them, the head's. The rest of the
+	// file is the queued reports' lines, each its body and a newline.
+	stale  int
+	headAt int64
 	// sending is set while the head is being sent: the platform may be
 	// counting it at that moment, so an overflow keeps it.
 	sending bool
@@ -201,8 +205,9 @@ func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
 		ring  = make([]queued, 0, min(bound, 1024))
 		start int // the oldest of ring once it is full
 		keep  = max(bound, 2) - 1
+		size  int64 // the file's bytes
 	)
-	clean, err := scanQueue(f, func(body []byte) {
+	clean, err := scanQueue(countingReader{f, &size}, func(body []byte) {
 		it := q.item(body)
 		switch {
 		case head == nil:
@@ -230,12 +235,31 @@ func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
 		q.items = append(q.items, ring[start:]...)
 		q.items = append(q.items, ring[:start]...)
 	}
-	if !clean || ld.badLines > 0 || ld.dropped.n > 0 {
+	// A file that is not just the kept reports' lines (blank lines of
+	// reports sent before, white space around a line) is written again,
+	// so that remove can blank the head's line where it is.
+	var lines int64
+	for _, it := range q.items {
+		lines += int64(len(it.body)) + 1
+	}
+	if !clean || ld.badLines > 0 || ld.dropped.n > 0 || lines != size {
 		if err := q.rewrite(); err != nil {
 			return nil, loaded{}, fmt.Errorf("open report queue: %w", err)
 		}
 	}
 	return q, ld, nil
+}
+
+// countingReader counts the bytes read through it in n.
+type countingReader struct {
+	r io.Reader
+	n *int64
+}
+
+func (c countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	*c.n += int64(n)
+	return n, err
 }
 
 // scanQueue reads a queue file from r, line by line in bounded memory
@@ -462,29 +486,54 @@ func (q *queue) end(id uint64, reached bool) {
 }
 
 // remove takes the report id off the head of the queue if it is still
-// there. Its line stays in the file (as stale) while other reports are
-// queued, until a push would make the file hold more lines than the
-// bound (see fileMax) or compact is called; a queue left empty is
-// truncated. So draining n queued reports writes the file once, not n
-// times (5,000 reports of 1 KiB wrote 12 GB when each removal rewrote
-// it); a crash in between sends the stale ones again, which the platform
-// answers as duplicates.
+// there. While other reports are queued, its line is blanked where it
+// is (spaces in place of the report, fsynced; opening the file skips
+// blank lines) and stays in the file, until a push would make the file
+// hold more lines than the bound (see fileMax) or compact is called; a
+// queue left empty is truncated. So draining n queued reports writes
+// each report's bytes once more, not the whole file n times (5,000
+// reports of 1 KiB wrote 12 GB when each removal rewrote it), and a
+// crash in between sends none of them again: a report's line left in
+// the file would be sent again by the next process, which may have
+// started another run, and a platform that has seen another run since
+// counts it twice.
 func (q *queue) remove(id uint64) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.items) == 0 || q.items[0].id != id {
 		return nil
 	}
+	head := q.items[0]
 	q.items[0] = queued{}
 	q.items = q.items[1:]
 	if len(q.items) > 0 && !q.dirty && q.path != "" {
-		q.stale++
-		return nil
+		if err := q.blank(q.headAt, len(head.body)); err == nil {
+			q.stale++
+			q.headAt += int64(len(head.body)) + 1
+			return nil
+		}
+		// Not blanked: the file is written again without it.
 	}
 	if err := q.rewrite(); err != nil {
 		return fmt.Errorf("remove report: %w", err)
 	}
 	return nil
+}
+
+// blank overwrites n bytes of the file at off with spaces and fsyncs.
+func (q *queue) blank(off int64, n int) error {
+	f, err := os.OpenFile(q.path, os.O_WRONLY|oNoFollow, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(bytes.Repeat([]byte{' '}, n), off)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // len returns the number of reports waiting.
@@ -570,7 +619,7 @@ func (q *queue) rewrite() error {
 		if err := truncateFile(q.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		q.dirty, q.stale = false, 0
+		q.dirty, q.stale, q.headAt = false, 0, 0
 		return nil
 	}
 	var buf bytes.Buffer
@@ -583,7 +632,7 @@ func (q *queue) rewrite() error {
 	if err := atomicfile.WriteFile(q.path, buf.Bytes(), 0o600); err != nil {
 		return err
 	}
-	q.dirty, q.stale = false, 0
+	q.dirty, q.stale, q.headAt = false, 0, 0
 	return nil
 }
 
@@ -605,7 +654,7 @@ func truncateFile(path string) error {
 func (q *queue) detach() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.path, q.dirty, q.stale = "", false, 0
+	q.path, q.dirty, q.stale, q.headAt = "", false, 0, 0
 }
 
 // lost says the file is gone (its directory was removed): the next push
@@ -613,7 +662,7 @@ func (q *queue) detach() {
 func (q *queue) lost() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.dirty, q.stale = true, 0
+	q.dirty, q.stale, q.headAt = true, 0, 0
 }
 
 // compact writes the file again if it holds more than the queued

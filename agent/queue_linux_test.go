@@ -93,11 +93,12 @@ func mustSize(t *testing.T, path string) int64 {
 // TestQueueDrainWritesLinearly: a queue of n reports drained one by one
 // (the platform back after an outage) wrote the whole file again at every
 // removal, n²/2 reports in all: 5,000 queued reports of 1 KiB wrote
-// 12 GB to the disk. Now a removal leaves the sent report's line in the
-// file until the file would hold more lines than the bound, so draining
-// writes nothing but the final truncation; a crash in between sends the
-// sent ones again, which the platform answers as duplicates, and opening
-// drops none of the queued ones to make room for them.
+// 12 GB to the disk. Now a removal blanks the sent report's line in
+// place, and the file is written again only once it would hold more
+// lines than the bound; a crash in between sends none of the removed
+// reports again (the next process may have another run, and a platform
+// that has seen that run since would count them twice), and opening
+// drops none of the queued ones to make room for their lines.
 func TestQueueDrainWritesLinearly(t *testing.T) {
 	path := filepath.Join(t.TempDir(), queueFile)
 	const n = 200
@@ -131,6 +132,23 @@ func TestQueueDrainWritesLinearly(t *testing.T) {
 	if rewrites > 0 {
 		t.Errorf("draining %d of %d reports rewrote the file %d times, want none", n-10, n, rewrites)
 	}
+	// A crash now, on a copy of the file: opening finds the 10 reports
+	// still queued, and none of those removed.
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := filepath.Join(t.TempDir(), queueFile)
+	if err := os.WriteFile(crashed, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	q1, _, err := openQueue(crashed, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q1.len() != 10 || q1.items[0].seq != n-9 {
+		t.Errorf("reopened after the drain: %d queued from seq %d, want the 10 from seq %d", q1.len(), q1.items[0].seq, n-9)
+	}
 	// Pushes while draining: the file is rewritten once it would hold
 	// more lines than the bound, never for each push.
 	for i := range n - 10 {
@@ -144,13 +162,12 @@ func TestQueueDrainWritesLinearly(t *testing.T) {
 	if rewrites != 1 {
 		t.Errorf("%d pushes after draining rewrote the file %d times, want once", n-10, rewrites)
 	}
-	// A crash now (no close): opening keeps every queued report, and at
-	// most resends some already sent.
+	// A crash now (no close): opening keeps every queued report.
 	q2, ld, err := openQueue(path, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ld.dropped.n != 0 || q2.len() < q.len() {
+	if ld.dropped.n != 0 || q2.len() != q.len() {
 		t.Errorf("reopened: %d queued, %d dropped; want the %d queued, none dropped", q2.len(), ld.dropped.n, q.len())
 	}
 	last := q2.items[len(q2.items)-1]
