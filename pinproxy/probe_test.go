@@ -1,0 +1,131 @@
+package pinproxy_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/proofkit/nodekit/internal/testing/testkit"
+	"github.com/proofkit/nodekit/pinproxy"
+	"github.com/proofkit/nodekit/pinproxy/pinproxytest"
+)
+
+// lingerSlot is a Line node with one inbound slot that it lets go of
+// linger after a connection ends, as btcd frees a peer's slot a moment
+// after the peer's connection closes: a connection while the slot is
+// taken is closed at once, and counted.
+type lingerSlot struct {
+	linger  time.Duration
+	taken   atomic.Int32
+	refused atomic.Int32
+}
+
+func (s *lingerSlot) handle(n *pinproxytest.Node, c net.Conn) {
+	if s.taken.Add(1) > 1 {
+		s.taken.Add(-1)
+		s.refused.Add(1)
+		return
+	}
+	pinproxytest.Line(n, c)
+	time.Sleep(s.linger)
+	s.taken.Add(-1)
+}
+
+// pingThrough dials the proxy, announces id and returns the name of the
+// node that answers a ping, or the error.
+func pingThrough(addr, id string) (string, net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, pinproxytest.WaitFor)
+	if err != nil {
+		return "", nil, err
+	}
+	c.SetDeadline(time.Now().Add(pinproxytest.WaitFor))
+	if _, err := io.WriteString(c, "id "+id+"\nping\n"); err != nil {
+		c.Close()
+		return "", nil, err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		c.Close()
+		return "", nil, err
+	}
+	c.SetDeadline(time.Time{})
+	name, _, _ := strings.Cut(line, " ")
+	return name, c, nil
+}
+
+// A drain moves a removed upstream's connection no sooner than the probe
+// gap after the test-connect that answered for it, as a round does: a
+// client that redials at once finds a node that frees its slot a moment
+// after a connection closes with the slot free again.
+func TestDrainMovesAfterTheGap(t *testing.T) {
+	slot := lingerSlot{linger: 30 * time.Millisecond} // under the 100 ms gap
+	a := pinproxytest.New(t, "A", slot.handle)
+	r := pinproxytest.New(t, "R", pinproxytest.Line)
+	log, _ := testLogger(t)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams: []string{r.Addr}, RebalanceInterval: -1, DrainRemoved: time.Millisecond,
+		Logger: log,
+	})
+	addr := serve(t, p)
+	cl, on := pinproxytest.Dial(t, addr, "c1")
+	if on != "R" {
+		t.Fatalf("c1 landed on %s, want R", on)
+	}
+	if err := p.SetUpstreams([]string{a.Addr}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // DrainRemoved passes
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !cl.Closed() {
+		t.Fatal("the drain did not move c1")
+	}
+	// c1 redials at once.
+	on, c, err := pingThrough(addr, "c1")
+	if err == nil {
+		defer c.Close()
+	}
+	if n := slot.refused.Load(); n > 0 || err != nil || on != "A" {
+		t.Fatalf("the drained client's redial: on %q, err %v; %d of the proxy's connections met another at A's slot", on, err, n)
+	}
+}
+
+// No health check goes to the upstream a drained client's redial is due
+// at, as none goes to one a rebalance move's redial is due at: it would
+// take the slot the redial needs.
+func TestNoCheckWhileDrainedRedialDue(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	r := pinproxytest.New(t, "R", pinproxytest.Line)
+	log, _ := testLogger(t)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams: []string{r.Addr}, RebalanceInterval: -1, DrainRemoved: time.Millisecond,
+		CheckInterval: 20 * time.Millisecond, Logger: log,
+	})
+	addr := serve(t, p)
+	cl, _ := pinproxytest.Dial(t, addr, "c1")
+	if err := p.SetUpstreams([]string{a.Addr}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "checks at A", func() bool { return a.Accepts.Load() >= 2 })
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !cl.Closed() {
+		t.Fatal("the drain did not move c1")
+	}
+	n := a.Accepts.Load()
+	time.Sleep(200 * time.Millisecond) // ten check intervals before c1 redials
+	if got := a.Accepts.Load() - n; got > 0 {
+		t.Errorf("%d health checks at A while the drained client's redial was due", got)
+	}
+	if on := cl.Redial(); on != "A" {
+		t.Fatalf("c1 redialled onto %s, want A", on)
+	}
+	n = a.Accepts.Load()
+	testkit.WaitFor(t, "checks at A again", func() bool { return a.Accepts.Load() > n+1 })
+}
