@@ -129,3 +129,32 @@ func TestNoCheckWhileDrainedRedialDue(t *testing.T) {
 	n = a.Accepts.Load()
 	testkit.WaitFor(t, "checks at A again", func() bool { return a.Accepts.Load() > n+1 })
 }
+
+// With refused-session detection off (RefusedWithin < 0), a moved
+// client's redial still ends the wait for it: the health checks of the
+// upstream it went to go on, not stopping for FailedBackoff.
+func TestChecksGoOnAfterMoveWithoutSessionWatch(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
+	log, _ := testLogger(t)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1, RefusedWithin: -1,
+		CheckInterval: 20 * time.Millisecond, Logger: log,
+	})
+	addr := serve(t, p)
+	pinproxytest.Dial(t, addr, "c1")
+	newer, _ := pinproxytest.Dial(t, addr, "c2")
+	b.Start()
+	testkit.WaitFor(t, "B up", func() bool { return stat(p, b.Addr).State == "up" })
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !newer.Closed() {
+		t.Fatal("the round did not move c2")
+	}
+	if on := newer.Redial(); on != "B" {
+		t.Fatalf("c2 redialled onto %s, want B", on)
+	}
+	n := b.Accepts.Load()
+	testkit.WaitForWithin(t, 5*time.Second, "checks at B after the redial", func() bool { return b.Accepts.Load() > n+2 })
+}
