@@ -158,3 +158,39 @@ func TestChecksGoOnAfterMoveWithoutSessionWatch(t *testing.T) {
 	n := b.Accepts.Load()
 	testkit.WaitForWithin(t, 5*time.Second, "checks at B after the redial", func() bool { return b.Accepts.Load() > n+2 })
 }
+
+// A round counts the redial its drain sent to an upstream as a
+// connection already there, as it counts its own moves' redials: it
+// neither test-connects that upstream while the redial is due nor moves
+// a connection there that the redial evens out.
+func TestRoundCountsDrainedRedial(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Line)
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
+	r := pinproxytest.New(t, "R", pinproxytest.Line)
+	log, _ := testLogger(t)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams: []string{b.Addr, r.Addr}, RebalanceInterval: -1, DrainRemoved: time.Millisecond,
+		Logger: log,
+	})
+	addr := serve(t, p)
+	var on string
+	for _, id := range []string{"c1", "c2", "c3"} {
+		_, got := pinproxytest.Dial(t, addr, id)
+		on += got
+	}
+	if on != "BRB" {
+		t.Fatalf("the clients landed on %s, want BRB", on)
+	}
+	// R leaves, A comes: the drain moves c2 to A, and then B's two
+	// against A's one (c2's redial) are even.
+	if err := p.SetUpstreams([]string{a.Addr, b.Addr}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // DrainRemoved passes
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n, moves := a.Accepts.Load(), p.Totals().Moves; n != 1 || moves != 1 {
+		t.Errorf("the round made %d connections to A (want 1, the drain's test-connect) and %d moves (want 1, the drain's)", n, moves)
+	}
+}

@@ -78,21 +78,29 @@ func (p *Proxy) SetUpstreams(addrs []string) error {
 // one its client's redial would go to. As a round's move, it closes the
 // connection no sooner than probeGap after that test-connect ended, and
 // the health checks leave that upstream out while the redial is due
-// (probe.go). A rebalance round calls it, under rebalanceMu.
-func (p *Proxy) drainRemoved(ctx context.Context) {
+// (probe.go). A rebalance round calls it, under rebalanceMu, and counts
+// the redial on its way to the upstream it returns, if it moved one.
+func (p *Proxy) drainRemoved(ctx context.Context) (to *upstream) {
 	if p.cfg.DrainRemoved <= 0 {
-		return
+		return nil
 	}
-	var answering *upstream // the upstream whose test-connect answered
-	for !p.drainOne(ctx, &answering) {
+	var d drain
+	for !p.drainOne(ctx, &d) {
 	}
+	return d.movedTo
+}
+
+// drain is what drainOne leaves for its next call.
+type drain struct {
+	answering *upstream // the upstream whose test-connect answered
+	movedTo   *upstream // where the moved connection's redial goes
 }
 
 // drainOne is drainRemoved's work. It reports false when it waited for
 // another test-connect to the upstream it would test, or for probeGap
 // after its own answered (probe.go): what it picked is to be picked
-// again, and *answering is the upstream that answered it, if any.
-func (p *Proxy) drainOne(ctx context.Context, answering **upstream) (done bool) {
+// again, and d.answering is the upstream that answered, if any.
+func (p *Proxy) drainOne(ctx context.Context, d *drain) (done bool) {
 	now := p.clock()
 	p.mu.Lock()
 	var from *upstream
@@ -116,7 +124,7 @@ func (p *Proxy) drainOne(ctx context.Context, answering **upstream) (done bool) 
 		p.mu.Unlock()
 		return true
 	}
-	if *answering == to && to.sessions.refusedRecently() { // a client's session to it was refused meanwhile
+	if d.answering == to && to.sessions.refusedRecently() { // a client's session to it was refused meanwhile
 		p.mu.Unlock()
 		p.log.LogAttrs(ctx, slog.LevelInfo, "drain: upstream does not answer; nothing moved",
 			slog.String("from", from.addr), slog.String("to", to.addr), slog.String("err", to.sessions.refusing))
@@ -126,7 +134,7 @@ func (p *Proxy) drainOne(ctx context.Context, answering **upstream) (done bool) 
 		p.mu.Unlock()
 		return wait(ctx) != nil
 	}
-	if *answering != to {
+	if d.answering != to {
 		hold := p.holdTestLocked(to)
 		to.startProbeLocked()
 		to.dials++
@@ -148,7 +156,7 @@ func (p *Proxy) drainOne(ctx context.Context, answering **upstream) (done bool) 
 			return true
 		}
 		p.testedLocked(to, t, false)
-		*answering = to
+		d.answering = to
 		// The test-connect's session just ended: the node may not have
 		// let go of it yet, and the client may redial at once.
 		if wait := p.probeWaitLocked(to); wait != nil {
@@ -167,6 +175,7 @@ func (p *Proxy) drainOne(ctx context.Context, answering **upstream) (done bool) 
 	from.moved++
 	p.moves++
 	p.endLocked(c, endDrained)
+	d.movedTo = to
 	p.mu.Unlock()
 	p.closeConn(c)
 	p.log.LogAttrs(ctx, slog.LevelInfo, "removed upstream; moving a connection",
