@@ -194,3 +194,58 @@ func TestRoundCountsDrainedRedial(t *testing.T) {
 		t.Errorf("the round made %d connections to A (want 1, the drain's test-connect) and %d moves (want 1, the drain's)", n, moves)
 	}
 }
+
+// A round that moves more than one connection sends each to the upstream
+// its redial goes to, the first in least-used order counting the redials
+// already on their way, and test-connects each of them first: two moves
+// from a busy node to two idle ones go one to each, not both to the
+// first. The health checks of both go on once the redials came.
+func TestRoundMovesEachToWhereItsRedialGoes(t *testing.T) {
+	a := pinproxytest.Down(t, "A", pinproxytest.Line)
+	b := pinproxytest.Down(t, "B", pinproxytest.Line)
+	c := pinproxytest.New(t, "C", pinproxytest.Line)
+	log, logs := testLogger(t)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams: []string{a.Addr, b.Addr, c.Addr}, RebalanceInterval: -1, RebalanceMaxMoves: 2,
+		CheckInterval: 20 * time.Millisecond, CheckRise: 1, Logger: log,
+	})
+	addr := serve(t, p)
+	var cls []*pinproxytest.Client
+	for _, id := range []string{"c1", "c2", "c3", "c4"} {
+		cl, on := pinproxytest.Dial(t, addr, id)
+		if on != "C" {
+			t.Fatalf("%s landed on %s, want C", id, on)
+		}
+		cls = append(cls, cl)
+	}
+	a.Start()
+	b.Start()
+	testkit.WaitFor(t, "A and B up", func() bool {
+		return stat(p, a.Addr).State == "up" && stat(p, b.Addr).State == "up"
+	})
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Totals().Moves; got != 2 {
+		t.Fatalf("%d moves, want 2", got)
+	}
+	for _, to := range []string{a.Addr, b.Addr} {
+		if n := strings.Count(logs.String(), "moving a connection\" from="+c.Addr+" to="+to); n != 1 {
+			t.Errorf("%d moves to %s, want 1", n, to)
+		}
+	}
+	var on string
+	for _, cl := range cls[2:] {
+		if !cl.Closed() {
+			t.Fatalf("%s was not moved", cl.ID)
+		}
+		on += cl.Redial()
+	}
+	if on != "AB" {
+		t.Fatalf("the moved clients redialled onto %s, want AB", on)
+	}
+	na, nb := a.Accepts.Load(), b.Accepts.Load()
+	testkit.WaitForWithin(t, 5*time.Second, "checks at A and B after the redials", func() bool {
+		return a.Accepts.Load() > na+2 && b.Accepts.Load() > nb+2
+	})
+}

@@ -200,9 +200,9 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 
 // spreadLocked returns the busiest upstream (the first listed among
 // equals) and the upstream a round moves a connection to: among those
-// holding at least two connections fewer, the first in least-used order,
-// which is where the moved client's redial goes. planned counts the
-// redials already on their way to each upstream. idle is nil when the
+// holding at least two connections fewer, the first in least-used order
+// counting the redials already on their way to each (planned), which is
+// where the moved client's redial goes. idle is nil when the
 // spread is even. An upstream the health checks mark down is never idle,
 // nor one in slow start (moving connections to it at once is what slow
 // start is there to prevent), nor one a move to which failed until a
@@ -221,7 +221,7 @@ func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, id
 		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 || u.sessions.noMove(now) {
 			continue // down by the checks, in slow start, or its sessions are in doubt (session.go)
 		}
-		if load(u) <= load(busy)-2 && (idle == nil || p.before(u, idle, now)) {
+		if load(u) <= load(busy)-2 && (idle == nil || p.beforeLoads(u, idle, load(u), load(idle), now)) {
 			idle = u
 		}
 	}
