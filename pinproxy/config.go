@@ -112,8 +112,11 @@ type Config struct {
 	// rebalance round moves one of them as it moves a connection back to
 	// an idle node: if the upstream in the list that a redial would go to
 	// answers a test-connect, the removed upstream's newest connection is
-	// closed, and its client redials into the list. Zero leaves those
-	// connections until they close by themselves.
+	// closed, and its client redials into the list. The connection is
+	// closed as a round's move is: no sooner than 100 ms after that
+	// test-connect ended, and the health checks leave the upstream out
+	// while the redial is due. Zero leaves those connections until they
+	// close by themselves.
 	DrainRemoved time.Duration
 
 	// CheckInterval, when positive, turns on active health checks: every

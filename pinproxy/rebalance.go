@@ -44,7 +44,10 @@ const localTestConnect = "rebalance: cannot test-connect for want of local resou
 //
 // With Config.DrainRemoved, a round first moves one connection off an
 // upstream that SetUpstreams removed at least that long ago, if the
-// upstream its redial would go to answers a test-connect.
+// upstream its redial would go to answers a test-connect. That counts as
+// one of the round's moves to that upstream: the round does not
+// test-connect it again, nor move a connection there that the redial
+// evens out.
 //
 // A health check's test-connect to the idle upstream under way when the
 // round comes to it is waited for, and its answer taken for the round's
@@ -66,7 +69,7 @@ const localTestConnect = "rebalance: cannot test-connect for want of local resou
 func (p *Proxy) Rebalance(ctx context.Context) error {
 	p.rebalanceMu.Lock()
 	defer p.rebalanceMu.Unlock()
-	p.drainRemoved(ctx)
+	drainedTo := p.drainRemoved(ctx)
 
 	type move struct {
 		c        *conn
@@ -87,6 +90,11 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 	roundStart := time.Now()
 	planned := make(map[*upstream]int)    // redials each move sends to its idle upstream
 	answering := make(map[*upstream]bool) // idle upstreams that answered this round
+	tested := false                       // the round's own test-connect (or a check's) answered
+	if drainedTo != nil {                 // the drain's redial is on its way there, on its test-connect's word
+		planned[drainedTo]++
+		answering[drainedTo] = true
+	}
 
 	p.mu.Lock()
 	for len(moves) < p.cfg.RebalanceMaxMoves {
@@ -105,7 +113,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			p.mu.Unlock()
 			switch {
 			case len(moves) > 0:
-			case len(answering) > 0:
+			case tested:
 				p.log.LogAttrs(ctx, slog.LevelDebug, "rebalance: spread evened out during the test-connect; nothing moved",
 					slog.String("to", busy.addr))
 			default:
@@ -182,6 +190,7 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			return nil
 		}
 		answering[idle] = true
+		tested = true
 		// Connections may have come and gone during the test-connect:
 		// the loop looks again.
 	}
@@ -191,9 +200,9 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 
 // spreadLocked returns the busiest upstream (the first listed among
 // equals) and the upstream a round moves a connection to: among those
-// holding at least two connections fewer, the first in least-used order,
-// which is where the moved client's redial goes. planned counts the
-// redials already on their way to each upstream. idle is nil when the
+// holding at least two connections fewer, the first in least-used order
+// counting the redials already on their way to each (planned), which is
+// where the moved client's redial goes. idle is nil when the
 // spread is even. An upstream the health checks mark down is never idle,
 // nor one in slow start (moving connections to it at once is what slow
 // start is there to prevent), nor one a move to which failed until a
@@ -212,7 +221,7 @@ func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, id
 		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 || u.sessions.noMove(now) {
 			continue // down by the checks, in slow start, or its sessions are in doubt (session.go)
 		}
-		if load(u) <= load(busy)-2 && (idle == nil || p.before(u, idle, now)) {
+		if load(u) <= load(busy)-2 && (idle == nil || p.beforeLoads(u, idle, load(u), load(idle), now)) {
 			idle = u
 		}
 	}

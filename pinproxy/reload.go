@@ -75,20 +75,32 @@ func (p *Proxy) SetUpstreams(addrs []string) error {
 // drainRemoved moves one connection off a removed upstream whose
 // Config.DrainRemoved has passed (the first by address, its newest
 // connection) once an upstream in the list answers a test-connect: the
-// one its client's redial would go to. A rebalance round calls it, under
-// rebalanceMu.
-func (p *Proxy) drainRemoved(ctx context.Context) {
+// one its client's redial would go to. As a round's move, it closes the
+// connection no sooner than probeGap after that test-connect ended, and
+// the health checks leave that upstream out while the redial is due
+// (probe.go). A rebalance round calls it, under rebalanceMu, and counts
+// the redial on its way to the upstream it returns, if it moved one.
+func (p *Proxy) drainRemoved(ctx context.Context) (to *upstream) {
 	if p.cfg.DrainRemoved <= 0 {
-		return
+		return nil
 	}
-	for !p.drainOne(ctx) {
+	var d drain
+	for !p.drainOne(ctx, &d) {
 	}
+	return d.movedTo
+}
+
+// drain is what drainOne leaves for its next call.
+type drain struct {
+	answering *upstream // the upstream whose test-connect answered
+	movedTo   *upstream // where the moved connection's redial goes
 }
 
 // drainOne is drainRemoved's work. It reports false when it waited for
-// another test-connect to the upstream it would test (probe.go): what it
-// picked is to be picked again.
-func (p *Proxy) drainOne(ctx context.Context) (done bool) {
+// another test-connect to the upstream it would test, or for probeGap
+// after its own answered (probe.go): what it picked is to be picked
+// again, and d.answering is the upstream that answered, if any.
+func (p *Proxy) drainOne(ctx context.Context, d *drain) (done bool) {
 	now := p.clock()
 	p.mu.Lock()
 	var from *upstream
@@ -98,7 +110,7 @@ func (p *Proxy) drainOne(ctx context.Context) (done bool) {
 			break
 		}
 	}
-	if from == nil {
+	if from == nil || p.closed {
 		p.mu.Unlock()
 		return true
 	}
@@ -112,40 +124,58 @@ func (p *Proxy) drainOne(ctx context.Context) (done bool) {
 		p.mu.Unlock()
 		return true
 	}
+	if d.answering == to && to.sessions.refusedRecently() { // a client's session to it was refused meanwhile
+		p.mu.Unlock()
+		p.log.LogAttrs(ctx, slog.LevelInfo, "drain: upstream does not answer; nothing moved",
+			slog.String("from", from.addr), slog.String("to", to.addr), slog.String("err", to.sessions.refusing))
+		return true
+	}
 	if wait := p.probeWaitLocked(to); wait != nil {
 		p.mu.Unlock()
 		return wait(ctx) != nil
 	}
-	hold := p.holdTestLocked(to)
-	to.startProbeLocked()
-	to.dials++
-	p.mu.Unlock()
-
-	t := p.testConnect(ctx, to, p.cfg.DialTimeout, hold, localTestConnect, slog.String("to", to.addr))
-	p.mu.Lock()
-	to.endProbeLocked(t)
-	if t.out != answered {
-		if t.out == refused {
-			p.testedLocked(to, t, false)
-		}
+	if d.answering != to {
+		hold := p.holdTestLocked(to)
+		to.startProbeLocked()
+		to.dials++
 		p.mu.Unlock()
-		if t.out != refused {
+
+		t := p.testConnect(ctx, to, p.cfg.DialTimeout, hold, localTestConnect, slog.String("to", to.addr))
+		p.mu.Lock()
+		to.endProbeLocked(t)
+		if t.out != answered {
+			if t.out == refused {
+				p.testedLocked(to, t, false)
+			}
+			p.mu.Unlock()
+			if t.out != refused {
+				return true
+			}
+			p.log.LogAttrs(ctx, slog.LevelInfo, "drain: upstream does not answer; nothing moved",
+				slog.String("from", from.addr), slog.String("to", to.addr), slog.Any("err", t.err))
 			return true
 		}
-		p.log.LogAttrs(ctx, slog.LevelInfo, "drain: upstream does not answer; nothing moved",
-			slog.String("from", from.addr), slog.String("to", to.addr), slog.Any("err", t.err))
-		return true
+		p.testedLocked(to, t, false)
+		d.answering = to
+		// The test-connect's session just ended: the node may not have
+		// let go of it yet, and the client may redial at once.
+		if wait := p.probeWaitLocked(to); wait != nil {
+			p.mu.Unlock()
+			return wait(ctx) != nil
+		}
 	}
-	p.testedLocked(to, t, false)
 	c := from.tail
 	if c == nil || p.closed {
 		p.mu.Unlock()
 		return true
 	}
+	to.sessions.moving++ // its redial is the move's successor (session.go)
+	to.sessions.movedAt = time.Now()
 	p.unlinkLocked(c)
 	from.moved++
 	p.moves++
 	p.endLocked(c, endDrained)
+	d.movedTo = to
 	p.mu.Unlock()
 	p.closeConn(c)
 	p.log.LogAttrs(ctx, slog.LevelInfo, "removed upstream; moving a connection",

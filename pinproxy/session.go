@@ -109,18 +109,19 @@ func (s *sessionState) restarted() {
 }
 
 // dialedLocked starts watching c's session; connect calls it once c is
-// linked. A session dialed under suspicion goes on trial: a timer finds it
-// held at RefusedWithin unless it ended first.
+// linked. The first session dialed after a move is the move's successor,
+// watched or not. A session dialed under suspicion goes on trial: a timer
+// finds it held at RefusedWithin unless it ended first.
 func (p *Proxy) dialedLocked(c *conn) {
+	s := &c.up.sessions
+	if s.moving > 0 { // even unwatched: the health checks wait for it (probe.go)
+		s.moving--
+		c.successor = true
+	}
 	if p.cfg.RefusedWithin < 0 {
 		return
 	}
 	c.dialed = time.Now()
-	s := &c.up.sessions
-	if s.moving > 0 {
-		s.moving--
-		c.successor = true
-	}
 	if !s.suspect() && !c.successor {
 		return
 	}

@@ -118,11 +118,16 @@ func (p *Proxy) pickLocked(tried []uint64, now time.Time) (int, *upstream) {
 // probes it, and the others do not wait on it too. Both must be guarded
 // by Proxy.mu.
 func (p *Proxy) before(a, b *upstream, now time.Time) bool {
+	return p.beforeLoads(a, b, a.load(), b.load(), now)
+}
+
+// beforeLoads is before with la and lb for a's and b's live connections:
+// a rebalance round adds the redials it sent to each.
+func (p *Proxy) beforeLoads(a, b *upstream, la, lb int, now time.Time) bool {
 	aBack, bBack := a.backingOff(now), b.backingOff(now)
 	if aBack != bBack {
 		return bBack
 	}
-	la, lb := a.load(), b.load()
 	if wa, wb := p.weight(a, now), p.weight(b, now); wa != 1 || wb != 1 {
 		// Compare (la+1)/wa with (lb+1)/wb: an upstream at a tenth of
 		// its weight takes a client only when the other holds ten
