@@ -17,10 +17,12 @@ import (
 //
 // So a health check leaves out an upstream whose test-connect is under
 // way, one whose last ended less than probeGap ago, and one a rebalance
-// move's redial is due at. A round or a drain waits for a test-connect
-// under way and takes its outcome when it says enough (a session held,
-// if the round would hold its own), and otherwise starts its own no
-// sooner than probeGap after the last ended.
+// move's redial is due at (for at most FailedBackoff: redialDueLocked).
+// A round waits for a test-connect under way and takes its outcome when
+// it says enough (a session held, if the round would hold its own); a
+// drain waits for it too. Either starts its own no sooner than probeGap
+// after the last ended, and moves a connection no sooner than probeGap
+// after the test-connect that answered for it.
 
 // probeState is an upstream's test-connects. Guarded by Proxy.mu.
 type probeState struct {
@@ -61,18 +63,32 @@ func (u *upstream) endProbeLocked(t tested) {
 // checkProbeLocked reports whether a health check may test-connect u now,
 // and if so marks it under way: not while another test-connect is, nor
 // within probeGap of the last, nor while a rebalance move's redial is
-// due at u (for at most FailedBackoff after the move: a client that
-// never redials does not stop the checks for good).
+// due at u (redialDueLocked: a client that never redials does not stop
+// the checks for good).
 func (p *Proxy) checkProbeLocked(u *upstream) bool {
-	s := &u.sessions
-	switch {
-	case u.probe.busy, time.Since(u.probe.ended) < p.probeGap():
-		return false
-	case s.moving > 0 && time.Since(s.movedAt) < p.cfg.FailedBackoff:
+	if u.probe.busy || time.Since(u.probe.ended) < p.probeGap() || p.redialDueLocked(u) {
 		return false
 	}
 	u.startProbeLocked()
 	return true
+}
+
+// redialDueLocked reports whether a move's redial is due at u: a round
+// or a drain sent one there, and it has not come. One that has not come
+// within FailedBackoff of the last move (DefaultFailedBackoff when that
+// is not positive) is not coming, its client gone: it is forgotten, so
+// that the checks go on and a later client's session is not taken for a
+// moved connection's.
+func (p *Proxy) redialDueLocked(u *upstream) bool {
+	s := &u.sessions
+	wait := p.cfg.FailedBackoff
+	if wait <= 0 {
+		wait = DefaultFailedBackoff
+	}
+	if s.moving > 0 && time.Since(s.movedAt) >= wait {
+		s.moving = 0
+	}
+	return s.moving > 0
 }
 
 // probeSinceLocked returns the outcome of a test-connect to u that ended

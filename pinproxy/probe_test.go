@@ -249,3 +249,40 @@ func TestRoundMovesEachToWhereItsRedialGoes(t *testing.T) {
 		return a.Accepts.Load() > na+2 && b.Accepts.Load() > nb+2
 	})
 }
+
+// A move whose client never redials (it went away) is forgotten once
+// FailedBackoff has passed: a later client's session to that upstream is
+// not taken for the moved connection's redial, so its refusal is not a
+// failed move that stops the moves there, and the health checks, which
+// leave the upstream out while a redial is due, go on.
+func TestMoveWithoutRedialForgotten(t *testing.T) {
+	var refuse atomic.Bool
+	a := pinproxytest.New(t, "A", refuser(&refuse))
+	b := pinproxytest.New(t, "B", pinproxytest.Line)
+	log, logs := testLogger(t)
+	p := newProxy(t, pinproxy.Config{
+		Upstreams: []string{a.Addr, b.Addr}, RebalanceInterval: -1, Logger: log,
+		FailedBackoff: 300 * time.Millisecond, RefusedWithin: 100 * time.Millisecond,
+	})
+	addr := serve(t, p)
+	a.Stop() // both clients land on B
+	pinproxytest.Dial(t, addr, "c0")
+	pinproxytest.Dial(t, addr, "c1")
+	a.Start()
+	if err := p.Rebalance(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Totals().Moves; n != 1 {
+		t.Fatalf("the round moved %d, want 1", n)
+	}
+	// c1 does not redial. Past FailedBackoff, A refuses a new client.
+	time.Sleep(400 * time.Millisecond)
+	refuse.Store(true)
+	if _, on := session(t, addr, "c2"); on != "" {
+		t.Fatalf("c2 answered by %s, want its session refused by A", on)
+	}
+	testkit.WaitFor(t, "A's refusal to count", func() bool { return stat(p, a.Addr).RefusedSessions == 1 })
+	if n := p.Totals().FailedMoves; n != 0 || strings.Contains(logs.String(), "redial was refused") {
+		t.Errorf("a new client's refused session counted as the move's redial: %d failed moves", n)
+	}
+}

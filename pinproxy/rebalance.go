@@ -218,6 +218,7 @@ func (p *Proxy) spreadLocked(now time.Time, planned map[*upstream]int) (busy, id
 		}
 	}
 	for _, u := range p.upstreams {
+		p.redialDueLocked(u) // forgets a redial that is not coming
 		if p.cfg.CheckInterval > 0 && u.state == healthDown || p.weight(u, now) < 1 || u.sessions.noMove(now) {
 			continue // down by the checks, in slow start, or its sessions are in doubt (session.go)
 		}

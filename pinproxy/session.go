@@ -114,7 +114,7 @@ func (s *sessionState) restarted() {
 // finds it held at RefusedWithin unless it ended first.
 func (p *Proxy) dialedLocked(c *conn) {
 	s := &c.up.sessions
-	if s.moving > 0 { // even unwatched: the health checks wait for it (probe.go)
+	if p.redialDueLocked(c.up) { // even unwatched: the health checks wait for it (probe.go)
 		s.moving--
 		c.successor = true
 	}
