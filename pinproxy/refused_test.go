@@ -461,24 +461,6 @@ func TestRebalanceAfterFailedMoveRestart(t *testing.T) {
 	}
 }
 
-// slotNode is a Line node with one inbound slot, as a P2P daemon with
-// --maxpeers one above its peers: a connection while the slot is taken is
-// closed at once, and counted.
-type slotNode struct {
-	taken   atomic.Int32
-	refused atomic.Int32
-}
-
-func (s *slotNode) handle(n *pinproxytest.Node, c net.Conn) {
-	if s.taken.Add(1) > 1 {
-		s.taken.Add(-1)
-		s.refused.Add(1)
-		return // the node closes c
-	}
-	defer s.taken.Add(-1)
-	pinproxytest.Line(n, c)
-}
-
 // A node with one free inbound slot, behind health checks twice as
 // frequent as the rebalance rounds, gets one connection back, and on the
 // way no two of the proxy's connections meet at its slot: a round's
@@ -489,7 +471,7 @@ func (s *slotNode) handle(n *pinproxytest.Node, c net.Conn) {
 // -check-interval 1s, -rebalance-interval 2s: the connection moved back
 // after 20 s to a minute and more).
 func TestOneFreeSlotBehindChecks(t *testing.T) {
-	var slot slotNode
+	var slot lingerSlot
 	a := pinproxytest.New(t, "A", slot.handle)
 	b := pinproxytest.New(t, "B", pinproxytest.Line)
 	// A peer of A's own takes its slot.
