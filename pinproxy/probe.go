@@ -91,6 +91,19 @@ func (p *Proxy) redialDueLocked(u *upstream) bool {
 	return s.moving > 0
 }
 
+// moveLocked ends c, the newest connection of its upstream, for a move
+// to u (a round's or a drain's, why): its client's redial is expected at
+// u as the move's successor (session.go), and the checks leave u out
+// until it comes (redialDueLocked). The caller closes c without p.mu.
+func (p *Proxy) moveLocked(c *conn, u *upstream, why endReason) {
+	u.sessions.moving++
+	u.sessions.movedAt = time.Now()
+	c.up.moved++
+	p.moves++
+	p.unlinkLocked(c)
+	p.endLocked(c, why)
+}
+
 // probeSinceLocked returns the outcome of a test-connect to u that ended
 // after since, if it says enough for a round or a drain that began then:
 // a refusal, or an answer with the session held when hold asks for that.
@@ -106,33 +119,36 @@ func (u *upstream) probeSinceLocked(since time.Time, hold bool) (tested, bool) {
 	return tested{}, false
 }
 
-// probeWaitLocked returns nil if a round or a drain may test-connect u
-// now; else a wait, to run without p.mu, for the test-connect under way
-// to end or for probeGap after the last to pass. The wait fails only when
-// ctx ends.
-func (p *Proxy) probeWaitLocked(u *upstream) func(ctx context.Context) error {
-	if pr := u.probe; pr.busy {
-		return func(ctx context.Context) error {
-			select {
-			case <-pr.done:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+// awaitProbeLocked waits, without p.mu, until a round or a drain may
+// test-connect u or move a connection to it: until the test-connect under
+// way ends and probeGap after the last one has passed. It returns with
+// p.mu held, and waited false if it did not wait (nothing it looked at
+// changed); it fails only when ctx ends.
+func (p *Proxy) awaitProbeLocked(ctx context.Context, u *upstream) (waited bool, err error) {
+	for {
+		var done <-chan struct{} // the busy test-connect's end
+		var gap <-chan time.Time // probeGap after the last one's
+		stop := func() bool { return false }
+		if u.probe.busy {
+			done = u.probe.done
+		} else if left := p.probeGap() - time.Since(u.probe.ended); left > 0 {
+			t := time.NewTimer(left)
+			gap, stop = t.C, t.Stop
+		} else {
+			return waited, nil
 		}
-	}
-	left := p.probeGap() - time.Since(u.probe.ended)
-	if left <= 0 {
-		return nil
-	}
-	return func(ctx context.Context) error {
-		t := time.NewTimer(left)
-		defer t.Stop()
+		p.mu.Unlock()
+		waited = true
 		select {
-		case <-t.C:
-			return nil
+		case <-done:
+		case <-gap:
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
+		}
+		stop()
+		p.mu.Lock()
+		if err != nil {
+			return true, err
 		}
 	}
 }

@@ -132,34 +132,25 @@ func (p *Proxy) Rebalance(ctx context.Context) error {
 			// The test-connect's session just ended: the node may not
 			// have let go of it yet, and the moved client may redial at
 			// once (probe.go).
-			if wait := p.probeWaitLocked(idle); wait != nil {
+			if waited, err := p.awaitProbeLocked(ctx, idle); err != nil {
 				p.mu.Unlock()
-				if err := wait(ctx); err != nil {
-					return fmt.Errorf("pinproxy: rebalance: move to %s: %w", idle.addr, err)
-				}
-				p.mu.Lock()
-				continue
+				return fmt.Errorf("pinproxy: rebalance: move to %s: %w", idle.addr, err)
+			} else if waited {
+				continue // things may have changed meanwhile: look again
 			}
-			idle.sessions.moving++ // its redial is the move's successor (session.go)
-			idle.sessions.movedAt = time.Now()
 			c := busy.tail
-			p.unlinkLocked(c)
-			busy.moved++
-			p.moves++
+			p.moveLocked(c, idle, endRebalanced)
 			planned[idle]++
-			p.endLocked(c, endRebalanced)
 			moves = append(moves, move{c, busy.addr, idle.addr, idle.recovered})
 			continue
 		}
 		hold := p.holdTestLocked(idle)
 		t, checked := idle.probeSinceLocked(roundStart, hold) // a health check's, while the round waited
 		if !checked {
-			if wait := p.probeWaitLocked(idle); wait != nil {
+			if waited, err := p.awaitProbeLocked(ctx, idle); err != nil {
 				p.mu.Unlock()
-				if err := wait(ctx); err != nil {
-					return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, err)
-				}
-				p.mu.Lock()
+				return fmt.Errorf("pinproxy: rebalance: test-connect to %s: %w", idle.addr, err)
+			} else if waited {
 				continue // things may have changed meanwhile: look again
 			}
 			idle.startProbeLocked()

@@ -130,9 +130,9 @@ func (p *Proxy) drainOne(ctx context.Context, d *drain) (done bool) {
 			slog.String("from", from.addr), slog.String("to", to.addr), slog.String("err", to.sessions.refusing))
 		return true
 	}
-	if wait := p.probeWaitLocked(to); wait != nil {
+	if waited, err := p.awaitProbeLocked(ctx, to); waited || err != nil {
 		p.mu.Unlock()
-		return wait(ctx) != nil
+		return err != nil
 	}
 	if d.answering != to {
 		hold := p.holdTestLocked(to)
@@ -159,9 +159,9 @@ func (p *Proxy) drainOne(ctx context.Context, d *drain) (done bool) {
 		d.answering = to
 		// The test-connect's session just ended: the node may not have
 		// let go of it yet, and the client may redial at once.
-		if wait := p.probeWaitLocked(to); wait != nil {
+		if waited, err := p.awaitProbeLocked(ctx, to); waited || err != nil {
 			p.mu.Unlock()
-			return wait(ctx) != nil
+			return err != nil
 		}
 	}
 	c := from.tail
@@ -169,12 +169,7 @@ func (p *Proxy) drainOne(ctx context.Context, d *drain) (done bool) {
 		p.mu.Unlock()
 		return true
 	}
-	to.sessions.moving++ // its redial is the move's successor (session.go)
-	to.sessions.movedAt = time.Now()
-	p.unlinkLocked(c)
-	from.moved++
-	p.moves++
-	p.endLocked(c, endDrained)
+	p.moveLocked(c, to, endDrained)
 	d.movedTo = to
 	p.mu.Unlock()
 	p.closeConn(c)
