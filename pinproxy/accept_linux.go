@@ -239,16 +239,16 @@ func (r *rawListener) room() bool {
 	if r == nil {
 		return true
 	}
-	a, err := unix.FcntlInt(uintptr(r.fd), unix.F_DUPFD_CLOEXEC, 0)
+	a, err := dupRaw(r.fd)
 	if err != nil {
 		return false
 	}
-	defer closeFD(int32(a))
-	b, err := unix.FcntlInt(uintptr(r.fd), unix.F_DUPFD_CLOEXEC, 0)
+	defer closeFD(a)
+	b, err := dupRaw(r.fd)
 	if err != nil {
 		return false
 	}
-	closeFD(int32(b))
+	closeFD(b)
 	return true
 }
 

@@ -78,12 +78,12 @@ func (ls *loops) dial(p *Proxy, lp *evloop, lps []*evloop, fd int32, client *hel
 		// on accepting meanwhile: a descriptor is kept for the client's
 		// upstream, or a proxy running out of them would take clients
 		// whose dials then find none, every one it gave away.
-		spare, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		spare, err := dupRaw(fd)
 		if err != nil {
 			to = lp
 			l.dl.lp = to
 		} else {
-			l.dl.spare = int32(spare)
+			l.dl.spare = spare
 		}
 	}
 	l.onLoop.Store(to)

@@ -481,15 +481,21 @@ func dupFD(sc syscall.Conn) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	fd := -1
+	var fd int32 = -1
 	var derr error
-	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+	if err := rc.Control(func(s uintptr) { fd, derr = dupRaw(int32(s)) }); err != nil {
 		return -1, err
 	}
 	if derr != nil {
 		return -1, os.NewSyscallError("fcntl", derr)
 	}
-	return fd, nil
+	return int(fd), nil
+}
+
+// dupRaw duplicates the descriptor fd, close-on-exec.
+func dupRaw(fd int32) (int32, error) {
+	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	return int32(d), err
 }
 
 func closeFD(fd int32) {
