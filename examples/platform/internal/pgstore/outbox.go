@@ -106,7 +106,7 @@ func (o *pgOutbox) Claim(ctx context.Context, now time.Time, limit int, lease ti
 	if own == nil {
 		own = []string{}
 	}
-	rows, err := o.db.Query(ctx, claimSQL, now, now.Add(lease), limit, busy, f.AnyBusy, own, now.Add(max(f.Lead, lease)+store.ClockSlack))
+	rows, err := o.db.Query(ctx, claimSQL, now, now.Add(lease), limit, busy, f.AnyBusy, own, f.StepBound(now, lease))
 	if err != nil {
 		return nil, err
 	}
