@@ -93,9 +93,11 @@ func scanDelivery(row pgx.Row) (store.Delivery, error) {
 	return d, err
 }
 
-// Claim takes the due rows (next_at <= now) first, then those a clock
-// step put ahead (f.Due): each a statement of its own that walks the
-// index from its end, so neither passes the rows waiting out a back-off.
+// Claim takes the due rows (next_at <= now), oldest first, then, while
+// there is room, those a clock step put ahead (f.Due), furthest first:
+// one statement, whose two scans each walk the index from its end, so
+// neither passes the rows waiting out a back-off; the second runs only
+// when the first leaves room.
 func (o *pgOutbox) Claim(ctx context.Context, now time.Time, limit int, lease time.Duration, f store.ClaimFilter) ([]store.Delivery, error) {
 	busy, own := f.Busy, f.Own
 	if busy == nil {
@@ -104,40 +106,7 @@ func (o *pgOutbox) Claim(ctx context.Context, now time.Time, limit int, lease ti
 	if own == nil {
 		own = []string{}
 	}
-	out, err := o.claim(ctx, claimDue, now, now.Add(lease), limit, busy, f.AnyBusy, own)
-	if err != nil || len(out) == limit {
-		return out, err
-	}
-	ahead, err := o.claim(ctx, claimAhead, now.Add(max(f.Lead, lease)+store.ClockSlack), now.Add(lease), limit-len(out), busy, f.AnyBusy, own)
-	if err != nil && len(out) > 0 {
-		return out, nil // those claimed go now; the others at the next claim
-	}
-	return append(out, ahead...), err
-}
-
-// claimDue and claimAhead claim up to $3 pending rows until $2, not of
-// the nodes $4 (nor, with $5, of any node but $6's), each its node's
-// first pending message: claimDue those due at $1, oldest first,
-// claimAhead those due after $1, furthest first.
-var (
-	claimDue   = claimSQL(`next_at <= $1`, `next_at`)
-	claimAhead = claimSQL(`next_at > $1`, `next_at DESC`)
-)
-
-func claimSQL(due, order string) string {
-	return `WITH due AS (
-			SELECT id FROM deliveries x
-			WHERE status = 'pending' AND ` + due + ` AND NOT (node = ANY($4)) AND (NOT $5 OR node = ANY($6))
-				-- a node's messages in the order they were decided
-				AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.node = x.node AND e.status = 'pending' AND e.seq < x.seq)
-			ORDER BY ` + order + ` LIMIT $3 FOR UPDATE SKIP LOCKED)
-		UPDATE deliveries d SET attempts = d.attempts + 1, next_at = $2
-		FROM due WHERE d.id = due.id
-		RETURNING ` + claimedColumns
-}
-
-func (o *pgOutbox) claim(ctx context.Context, sql string, at, until time.Time, limit int, busy []string, anyBusy bool, own []string) ([]store.Delivery, error) {
-	rows, err := o.db.Query(ctx, sql, at, until, limit, busy, anyBusy, own)
+	rows, err := o.db.Query(ctx, claimSQL, now, now.Add(lease), limit, busy, f.AnyBusy, own, f.StepBound(now, lease))
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +120,25 @@ func (o *pgOutbox) claim(ctx context.Context, sql string, at, until time.Time, l
 		out = append(out, d)
 	}
 	return out, rows.Err()
+}
+
+// claimSQL claims up to $3 pending rows until $2, not of the nodes $4
+// (nor, with $5, of any node but $6's), each its node's first pending
+// message: those due at $1, oldest first, then those due after $7,
+// furthest first.
+var claimSQL = `WITH due AS (` + claimable(`next_at <= $1`, `next_at`) + `),
+		ahead AS (` + claimable(`next_at > $7`, `next_at DESC`) + `),
+		picked AS (SELECT id FROM due UNION ALL SELECT id FROM ahead LIMIT $3)
+	UPDATE deliveries d SET attempts = d.attempts + 1, next_at = $2
+	FROM picked WHERE d.id = picked.id
+	RETURNING ` + claimedColumns
+
+func claimable(due, order string) string {
+	return `SELECT id FROM deliveries x
+			WHERE status = 'pending' AND ` + due + ` AND NOT (node = ANY($4)) AND (NOT $5 OR node = ANY($6))
+				-- a node's messages in the order they were decided
+				AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.node = x.node AND e.status = 'pending' AND e.seq < x.seq)
+			ORDER BY ` + order + ` LIMIT $3 FOR UPDATE SKIP LOCKED`
 }
 
 func (o *pgOutbox) Settle(ctx context.Context, d store.Delivery, res store.AttemptResult) error {

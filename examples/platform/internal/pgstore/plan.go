@@ -53,7 +53,7 @@ func (p *Store) PlanDue(ctx context.Context, plan store.PlanFunc) error {
 				// own, so each walks the index from its end and stops at
 				// the first row, not past every node planned lately.
 				err = tx.QueryRow(ctx, `SELECT id, state FROM nodes WHERE role IS NOT NULL AND next_plan_at > $1
-					AND NOT (id = ANY($2)) ORDER BY next_plan_at DESC LIMIT 1 FOR UPDATE SKIP LOCKED`, now.Add(p.planEvery+store.ClockSlack), failed).Scan(&id, &state)
+					AND NOT (id = ANY($2)) ORDER BY next_plan_at DESC LIMIT 1 FOR UPDATE SKIP LOCKED`, store.StepBound(now, p.planEvery), failed).Scan(&id, &state)
 			}
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil

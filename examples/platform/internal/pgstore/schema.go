@@ -109,12 +109,12 @@ var schemaColumns = map[string][]string{
 	"schema_version":     {"version", "applied_at"},
 }
 
-// missingColumns returns the columns of schemaColumns the database at q
+// checkColumns reports the columns of schemaColumns the database at q
 // does not hold, as table.column, in order: a table changed by hand, or
 // dropped, since the migrations left it.
-func missingColumns(ctx context.Context, q interface {
+func checkColumns(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}) ([]string, error) {
+}) error {
 	var tables, columns []string
 	for _, table := range slices.Sorted(maps.Keys(schemaColumns)) {
 		for _, c := range schemaColumns[table] {
@@ -126,12 +126,11 @@ func missingColumns(ctx context.Context, q interface {
 			WHERE table_schema = current_schema() AND table_name = w.t AND column_name = w.c)
 		ORDER BY w.i`, tables, columns)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
-// schemaError is the error of a database whose tables lack missing.
-func schemaError(missing []string) error {
+	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(missing) == 0 {
+		return err
+	}
 	return fmt.Errorf("tables not as this platform's migrations left them: missing %s", strings.Join(missing, ", "))
 }

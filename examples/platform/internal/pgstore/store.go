@@ -225,15 +225,12 @@ func Open(ctx context.Context, url string, cfg store.Config, opt Options, seed *
 		if errors.As(err, &ce) {
 			return nil, dbError(url, err)
 		}
-		return nil, fmt.Errorf("database %s: schema: %s", p.where, p.secrets.scrub(err.Error()))
+		return nil, p.dbErr(fmt.Errorf("schema: %w", err))
 	}
 	p.schema = to
-	if missing, err := missingColumns(sctx, db); err != nil || len(missing) > 0 {
+	if err := checkColumns(sctx, db); err != nil {
 		db.Close()
-		if err == nil {
-			err = schemaError(missing)
-		}
-		return nil, fmt.Errorf("database %s: %s", p.where, p.secrets.scrub(err.Error()))
+		return nil, p.dbErr(err)
 	}
 	if from != to {
 		p.Log.Info("database schema migrated", "from", from, "to", to)
@@ -273,19 +270,21 @@ func (p *Store) Ready(ctx context.Context) error {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("no answer within %v: %w", readyTimeout, err)
 		}
-		return fmt.Errorf("database %s: %s", p.where, p.secrets.scrub(classify(err).Error()))
+		return p.dbErr(classify(err))
 	}
 	if v != p.schema {
 		return fmt.Errorf("database %s: schema version %d, this platform's is %d: a platform of another version migrated it; stop this replica, run that version", p.where, v, p.schema)
 	}
-	missing, err := missingColumns(ctx, p.db)
-	if err == nil && len(missing) > 0 {
-		err = schemaError(missing)
-	}
-	if err != nil {
-		return fmt.Errorf("database %s: %s", p.where, p.secrets.scrub(err.Error()))
+	if err := checkColumns(ctx, p.db); err != nil {
+		return p.dbErr(err)
 	}
 	return nil
+}
+
+// dbErr is err from the database, or about it: the database named, its
+// secrets scrubbed from the driver's words.
+func (p *Store) dbErr(err error) error {
+	return fmt.Errorf("database %s: %s", p.where, p.secrets.scrub(err.Error()))
 }
 
 // Outbox is the store's outbox, for its notifier; nil without a

@@ -107,9 +107,8 @@ func classify(err error) error {
 		switch pe.Code {
 		case "25006": // read_only_sql_transaction
 			return fmt.Errorf("%w: the database takes no writes (a standby, or default_transaction_read_only on): %w", store.ErrUnavailable, err)
-		case "25P03": // idle_in_transaction_session_timeout: the session was ended
-			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
-		case "55P03": // lock_not_available: a lock_timeout set in -db ran out
+		case "25P03", // idle_in_transaction_session_timeout: the session was ended
+			"55P03": // lock_not_available: a lock_timeout set in -db ran out
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		case "42P01", "42703": // undefined_table, undefined_column: changed by hand
 			return fmt.Errorf("%w: the database's tables are not as this platform's migrations left them: %w", store.ErrUnavailable, err)

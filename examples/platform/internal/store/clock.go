@@ -18,5 +18,12 @@ const ClockSlack = 5 * time.Second
 // puts the work at most lead early; a wait that is meant to hold longer
 // than lead must not be judged by this.
 func SteppedBack(due, now time.Time, lead time.Duration) bool {
-	return due.Sub(now) > lead+ClockSlack
+	return due.After(StepBound(now, lead))
+}
+
+// StepBound is the latest time a clock reading now stores as now plus a
+// wait of at most lead, give or take ClockSlack: a time after it is
+// SteppedBack. A query that looks for such times compares with it.
+func StepBound(now time.Time, lead time.Duration) time.Time {
+	return now.Add(lead + ClockSlack)
 }

@@ -134,7 +134,13 @@ type ClaimFilter struct {
 // not after now, or lies further ahead than any wait the caller
 // schedules (SteppedBack).
 func (f ClaimFilter) Due(at, now time.Time, lease time.Duration) bool {
-	return !at.After(now) || SteppedBack(at, now, max(f.Lead, lease))
+	return !at.After(now) || at.After(f.StepBound(now, lease))
+}
+
+// StepBound is the StepBound of a claim at now under a lease of lease:
+// a pending delivery whose next attempt, or claim, is after it is Due.
+func (f ClaimFilter) StepBound(now time.Time, lease time.Duration) time.Time {
+	return StepBound(now, max(f.Lead, lease))
 }
 
 // Allows reports whether a claim under f may take a delivery of node.
