@@ -150,13 +150,9 @@ func (o *options) check() error {
 	default:
 		return f.Errorf("sysctl", o.sysctlMode, "want apply, file or off")
 	}
-	level, err := cmdkit.ParseLogFlags(o.logFormat, o.rawLogLevel)
+	level, err := f.ParseLogFlags(o.logFormat, o.rawLogLevel)
 	if err != nil {
-		// Named as it was given: a flag or its variable.
-		if o.logFormat != "text" && o.logFormat != "json" {
-			return f.Errorf("log-format", o.logFormat, "want text or json")
-		}
-		return f.Errorf("log-level", o.rawLogLevel, "want debug, info, warn or error")
+		return err
 	}
 	o.logLevel = level
 	// -healthcheck runs with the agent's environment and only asks its
