@@ -584,11 +584,11 @@ func (a *Agent) Step(ctx context.Context) (overload.Result, error) {
 
 	// The report first, held back from sending, then the state with its
 	// seq, then the report may go: see above. Both go to the directory
-	// this agent locked, or to memory.
-	_ = a.holdStateDir()
+	// this agent locked, or to memory: one look at the lock for both.
+	held := a.holdStateDir()
 	id, queued := a.queueReport(r)
 	testKill("between", r.Seq)
-	saveErr := a.Save()
+	saveErr := a.save(held)
 	if saveErr != nil {
 		a.log.Error("could not save state", "err", saveErr)
 		if a.rep != nil {

@@ -73,9 +73,8 @@ func (a *Agent) healthyAt(now time.Time) error {
 // whose speed is unknown) must not go unsaid at the default log level.
 type missingInputs struct {
 	mu     sync.Mutex
-	steps  int                     // readings seen by this process
-	prev   []overload.Input        // missing in the previous reading
-	warned map[overload.Input]bool // said to be missing, not yet back
+	seen   bool             // a reading was seen by this process
+	warned []overload.Input // said to be missing, not yet back: the previous reading's
 }
 
 // log warns of the inputs r misses that the previous reading did not
@@ -84,31 +83,23 @@ type missingInputs struct {
 // notes, and says which of those warned about r measures again.
 func (m *missingInputs) log(log *slog.Logger, r overload.Reading) {
 	m.mu.Lock()
-	m.steps++
 	var gone, back []overload.Input
-	if m.steps > 1 {
+	if m.seen {
 		for _, in := range r.Missing {
-			if (m.steps == 2 || !slices.Contains(m.prev, in)) && !m.warned[in] {
+			if !slices.Contains(m.warned, in) {
 				gone = append(gone, in)
 			}
 		}
-		for in := range m.warned {
+		for _, in := range m.warned {
 			if !slices.Contains(r.Missing, in) {
 				back = append(back, in)
 			}
 		}
 		slices.Sort(back)
+		back = slices.Compact(back) // as a set: Missing may name an input twice
+		m.warned = slices.Clone(r.Missing)
 	}
-	if m.warned == nil {
-		m.warned = make(map[overload.Input]bool)
-	}
-	for _, in := range gone {
-		m.warned[in] = true
-	}
-	for _, in := range back {
-		delete(m.warned, in)
-	}
-	m.prev = slices.Clone(r.Missing)
+	m.seen = true
 	m.mu.Unlock()
 	if len(gone) > 0 {
 		log.Warn("inputs could not be measured; their checks count as not passed", "missing", gone, "notes", r.Notes)

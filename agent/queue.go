@@ -190,7 +190,7 @@ func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
 		return nil, ld, fmt.Errorf("open report queue: %s is a symbolic link; want a file of the agent's own (remove the link)", path)
 	}
-	f, _, err := procfile.Open(context.Background(), path)
+	f, fi, err := procfile.Open(context.Background(), path)
 	if errors.Is(err, os.ErrNotExist) {
 		return q, ld, nil
 	}
@@ -205,9 +205,8 @@ func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
 		ring  = make([]queued, 0, min(bound, 1024))
 		start int // the oldest of ring once it is full
 		keep  = max(bound, 2) - 1
-		size  int64 // the file's bytes
 	)
-	clean, err := scanQueue(countingReader{f, &size}, func(body []byte) {
+	clean, err := scanQueue(f, func(body []byte) {
 		it := q.item(body)
 		switch {
 		case head == nil:
@@ -242,24 +241,12 @@ func openQueue(path string, bound int) (q *queue, ld loaded, err error) {
 	for _, it := range q.items {
 		lines += int64(len(it.body)) + 1
 	}
-	if !clean || ld.badLines > 0 || ld.dropped.n > 0 || lines != size {
+	if !clean || ld.badLines > 0 || ld.dropped.n > 0 || lines != fi.Size() {
 		if err := q.rewrite(); err != nil {
 			return nil, loaded{}, fmt.Errorf("open report queue: %w", err)
 		}
 	}
 	return q, ld, nil
-}
-
-// countingReader counts the bytes read through it in n.
-type countingReader struct {
-	r io.Reader
-	n *int64
-}
-
-func (c countingReader) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	*c.n += int64(n)
-	return n, err
 }
 
 // scanQueue reads a queue file from r, line by line in bounded memory

@@ -179,6 +179,12 @@ func (a *Agent) restore() *overload.Tracker {
 // Save writes the agent's state to StateDir atomically (temp file, fsync,
 // rename). Run saves after every reading and when it stops.
 func (a *Agent) Save() error {
+	return a.save(a.holdStateDir())
+}
+
+// save writes the state unless held, what holdStateDir said before it, is
+// an error.
+func (a *Agent) save(held error) error {
 	if a.state == "" {
 		return nil
 	}
@@ -195,8 +201,8 @@ func (a *Agent) Save() error {
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	if err := a.holdStateDir(); err != nil {
-		return fmt.Errorf("save state: %w", err)
+	if held != nil {
+		return fmt.Errorf("save state: %w", held)
 	}
 	if err := atomicfile.WriteFile(a.state, b, 0o600); err != nil {
 		return fmt.Errorf("save state to %s: %w", a.state, err)

@@ -150,13 +150,9 @@ func (o *options) check() error {
 	default:
 		return f.Errorf("sysctl", o.sysctlMode, "want apply, file or off")
 	}
-	level, err := cmdkit.ParseLogFlags(o.logFormat, o.rawLogLevel)
+	level, err := f.ParseLogFlags(o.logFormat, o.rawLogLevel)
 	if err != nil {
-		// Named as it was given: a flag or its variable.
-		if o.logFormat != "text" && o.logFormat != "json" {
-			return f.Errorf("log-format", o.logFormat, "want text or json")
-		}
-		return f.Errorf("log-level", o.rawLogLevel, "want debug, info, warn or error")
+		return err
 	}
 	o.logLevel = level
 	// -healthcheck runs with the agent's environment and only asks its
@@ -287,9 +283,9 @@ func configError(err error, o options) error {
 // place before the agent starts, so an operator sees one line and exit
 // status 2 rather than an agent that logs a failed reading every interval.
 func checkRoots(o options) error {
-	for _, name := range []string{"proc", "sys"} {
-		if v := map[string]string{"proc": o.procRoot, "sys": o.sysRoot}[name]; v == "" {
-			return o.origins.Errorf(name, v, "is empty; want the mount point of a %sfs, such as /%s", name, name)
+	for _, root := range []struct{ name, path string }{{"proc", o.procRoot}, {"sys", o.sysRoot}} {
+		if root.path == "" {
+			return o.origins.Errorf(root.name, root.path, "is empty; want the mount point of a %sfs, such as /%s", root.name, root.name)
 		}
 	}
 	for _, f := range []string{"meminfo", "loadavg"} {
@@ -306,11 +302,12 @@ func checkRoots(o options) error {
 		}
 		// A namespace's file (nsfs) is a regular one to open; opening a
 		// FIFO as the probe does would block the start for good.
-		if err := procfile.Check(context.Background(), o.netns); err != nil {
-			return usageError{Msg: fmt.Sprintf("%s %s: %v; want a network namespace, /run/netns/NAME or /proc/PID/ns/net",
-				o.origins.Name("netns"), o.netns, err)}
+		f, _, err := procfile.Open(context.Background(), o.netns)
+		if err == nil {
+			err = checkNetNS(f)
+			f.Close()
 		}
-		if err := checkNetNS(o.netns); err != nil {
+		if err != nil {
 			return usageError{Msg: fmt.Sprintf("%s %s: %v; want a network namespace, /run/netns/NAME or /proc/PID/ns/net",
 				o.origins.Name("netns"), o.netns, err)}
 		}

@@ -7,14 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// checkNetNS says whether path is a network namespace, as the probe
-// opens it: a bind mount of one (/run/netns/NAME) or /proc/PID/ns/net.
-func checkNetNS(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
+// checkNetNS says whether f, opened as the probe opens it, is a network
+// namespace: a bind mount of one (/run/netns/NAME) or /proc/PID/ns/net.
+func checkNetNS(f *os.File) error {
 	typ, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE)
 	switch {
 	case errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EINVAL):

@@ -101,14 +101,20 @@ func ReplaceAttr(_ []string, a slog.Attr) slog.Attr {
 // (debug, info, warn or error) flags both binaries take, and returns the
 // level. The error names the flag, its value and what it wants.
 func ParseLogFlags(format, level string) (slog.Level, error) {
+	return Origins{}.ParseLogFlags(format, level)
+}
+
+// ParseLogFlags is the package's ParseLogFlags, its error naming the flag
+// as Name does: by its variable when the value came from the environment.
+func (o Origins) ParseLogFlags(format, level string) (slog.Level, error) {
 	switch format {
 	case "text", "json":
 	default:
-		return 0, fmt.Errorf("-log-format %q: want text or json", format)
+		return 0, o.Errorf("log-format", format, "want text or json")
 	}
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return 0, fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
+		return 0, o.Errorf("log-level", level, "want debug, info, warn or error")
 	}
 	return l, nil
 }
