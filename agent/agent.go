@@ -270,7 +270,7 @@ func New(cfg Config) (_ *Agent, err error) {
 	var queuePath string
 	if cfg.StateDir != "" {
 		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("new agent: %w", &StateDirError{Dir: cfg.StateDir, Err: fmt.Errorf("state directory: %w", err)})
+			return nil, fmt.Errorf("new agent: %w", &StateDirError{Dir: cfg.StateDir, Err: err})
 		}
 		// Lock before anything reads or writes there: restore may set a
 		// bad state.json aside, which is not ours to do while another

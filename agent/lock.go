@@ -12,14 +12,14 @@ import (
 var ErrLocked = errors.New("locked by another agent")
 
 // StateDirError is New's error for a Config.StateDir it cannot make,
-// lock or write in. Err says what failed, naming the directory; it wraps
-// ErrLocked when another agent holds it.
+// lock or write in. Err says what failed; it wraps ErrLocked when another
+// agent holds the directory.
 type StateDirError struct {
 	Dir string
 	Err error
 }
 
-func (e *StateDirError) Error() string { return e.Err.Error() }
+func (e *StateDirError) Error() string { return "state directory " + e.Dir + ": " + e.Err.Error() }
 func (e *StateDirError) Unwrap() error { return e.Err }
 
 // Close releases the state directory's lock, so that another agent may

@@ -32,17 +32,17 @@ func lockStateDir(dir string) (*os.File, error) {
 	// /etc/hostname was).
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if errors.Is(err, unix.ELOOP) {
-		return nil, fmt.Errorf("state directory %s: lock %s is a symbolic link; want a file of the agent's own (remove the link)", dir, path)
+		return nil, fmt.Errorf("lock %s is a symbolic link; want a file of the agent's own (remove the link)", path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("state directory %s: lock: %w", dir, err)
+		return nil, fmt.Errorf("lock: %w", err)
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()
 		if err == nil {
 			err = fmt.Errorf("%s is not a regular file (%v); want a file of the agent's own (remove it)", path, fi.Mode().Type())
 		}
-		return nil, fmt.Errorf("state directory %s: lock: %w", dir, err)
+		return nil, fmt.Errorf("lock: %w", err)
 	}
 	for {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
@@ -53,15 +53,15 @@ func lockStateDir(dir string) (*os.File, error) {
 	switch {
 	case errors.Is(err, unix.EWOULDBLOCK):
 		if pid := readPID(f); pid > 0 {
-			err = fmt.Errorf("state directory %s: %w (pid %d)", dir, ErrLocked, pid)
+			err = fmt.Errorf("%w (pid %d)", ErrLocked, pid)
 		} else {
-			err = fmt.Errorf("state directory %s: %w", dir, ErrLocked)
+			err = ErrLocked
 		}
 	case err != nil:
-		err = fmt.Errorf("state directory %s: lock %s: %w", dir, path, err)
+		err = fmt.Errorf("lock %s: %w", path, err)
 	default:
 		if err = writePID(f); err != nil {
-			err = fmt.Errorf("state directory %s: lock %s: %w", dir, path, err)
+			err = fmt.Errorf("lock %s: %w", path, err)
 		}
 	}
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 // runs with no StateDir (in memory) or not at all, rather than with a
 // directory another agent could share.
 func lockStateDir(dir string) (*os.File, error) {
-	return nil, fmt.Errorf("state directory %s: lock: %w", dir, errors.ErrUnsupported)
+	return nil, fmt.Errorf("lock: %w", errors.ErrUnsupported)
 }
 
 // lockStill has no lock to look at off Linux.

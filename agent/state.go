@@ -83,10 +83,10 @@ func newRun() string {
 func checkStateDir(dir string) error {
 	probe := filepath.Join(dir, ".write-check")
 	if err := atomicfile.WriteFile(probe, nil, 0o600); err != nil {
-		return fmt.Errorf("state directory %s is not writable: %w", dir, err)
+		return fmt.Errorf("not writable: %w", err)
 	}
 	if err := os.Remove(probe); err != nil {
-		return fmt.Errorf("state directory %s: %w", dir, err)
+		return err
 	}
 	return nil
 }

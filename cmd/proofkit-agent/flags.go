@@ -260,9 +260,7 @@ var configFlags = map[string]string{
 func configError(err error, o options) error {
 	var sd *agent.StateDirError
 	if errors.As(err, &sd) {
-		msg := strings.TrimPrefix(sd.Err.Error(), "state directory "+sd.Dir+": ")
-		msg = strings.TrimPrefix(msg, "state directory: ")
-		return fmt.Errorf("%s %s: %s", o.origins.Name("state-dir"), sd.Dir, msg)
+		return fmt.Errorf("%s %s: %w", o.origins.Name("state-dir"), sd.Dir, sd.Err)
 	}
 	var ce *agent.ConfigError
 	if !errors.As(err, &ce) {
