@@ -241,6 +241,20 @@ func testAgent(t *testing.T, m *Machine) {
 	if got := m.Show(t, "proofkit-agent", "MainPID"); got != pid {
 		t.Errorf("reload restarted the agent: main PID %s, then %s", pid, got)
 	}
+
+	// A drop-in's Environment= is the other way to change a setting: no
+	// flag on the unit's command line may beat it.
+	m.WriteFile(t, "/etc/systemd/system/proofkit-agent.service.d/listen.conf",
+		[]byte("[Service]\nEnvironment=PROOFKIT_AGENT_LISTEN=127.0.0.1:9465\n"), 0o644)
+	m.Run(t, "systemctl", "daemon-reload")
+	m.Run(t, "systemctl", "restart", "proofkit-agent")
+	if out, err := m.Exec("/usr/bin/proofkit-agent", "-healthcheck", "-listen", "127.0.0.1:9465"); err != nil {
+		t.Errorf("a drop-in set PROOFKIT_AGENT_LISTEN=127.0.0.1:9465; nothing answers there: %v\n%s\n%s", err, out,
+			m.Run(t, "systemctl", "cat", "proofkit-agent"))
+	}
+	m.Run(t, "rm", "/etc/systemd/system/proofkit-agent.service.d/listen.conf")
+	m.Run(t, "systemctl", "daemon-reload")
+	m.Run(t, "systemctl", "restart", "proofkit-agent")
 	took := stopWithin(t, m, "proofkit-agent")
 	t.Logf("systemctl stop proofkit-agent took %v", took.Round(time.Millisecond))
 	if st := m.Show(t, "proofkit-agent", "ExecMainStatus"); st != "0" {
