@@ -39,8 +39,10 @@ func TestDeployUnitFlags(t *testing.T) {
 	if o.upstreamsFile == "" || len(o.upstreams) != 2 {
 		t.Errorf("the unit reads upstreams %q from %q, want the example file's two", o.upstreams, o.upstreamsFile)
 	}
-	if got := deploytest.UnitValue(t, "pinproxy.service", unit, "ExecReload"); got != "/bin/kill -HUP $MAINPID" {
-		t.Errorf("ExecReload=%s, want SIGHUP to the proxy", got)
+	// Reload upgrades in place (SIGUSR2): the new process reads the
+	// upstreams file afresh, and a binary installed over the old one runs.
+	if got := deploytest.UnitValue(t, "pinproxy.service", unit, "ExecReload"); got != "/bin/kill -USR2 $MAINPID" {
+		t.Errorf("ExecReload=%s, want SIGUSR2 to the proxy: systemctl reload upgrades", got)
 	}
 	// systemd must wait out the drain before it kills.
 	if !strings.Contains(unit, "TimeoutStopSec=45") || o.shutdownTimeout.Seconds() >= 45 {

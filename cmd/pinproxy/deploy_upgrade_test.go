@@ -27,7 +27,7 @@ func TestDeployUnitNotifiesAndUpgrades(t *testing.T) {
 			t.Errorf("%s=%s, want %s", key, got, want)
 		}
 	}
-	if !strings.Contains(unit, "systemctl kill -s USR2 --kill-whom=main pinproxy") {
+	if !strings.Contains(unit, "`systemctl reload pinproxy` runs it") {
 		t.Error("the unit does not say how to upgrade")
 	}
 	args := strings.Fields(deploytest.UnitValue(t, "pinproxy.service", unit, "ExecStart"))

@@ -31,45 +31,32 @@ func TestDeployUnitFlags(t *testing.T) {
 	if args[0] != "/usr/bin/proofkit-agent" && args[0] != "/usr/local/bin/proofkit-agent" {
 		t.Errorf("ExecStart runs %s, want /usr/bin/proofkit-agent (the package's) or /usr/local/bin/proofkit-agent", args[0])
 	}
-	// systemd sets STATE_DIRECTORY from StateDirectory=.
-	state := t.TempDir()
-	for i, a := range args {
-		args[i] = strings.ReplaceAll(a, "${STATE_DIRECTORY}", state)
-	}
 	if !strings.Contains(unit, "EnvironmentFile=-"+defaultFile) {
-		// A unit that gives the URL on its command line: as shipped, with
-		// the documentation's placeholder, which the agent refuses, and
-		// parses once the operator has put a real one in its place.
-		if _, err := parseFlags(args[1:], io.Discard); err != nil && strings.Contains(err.Error(), "placeholder") {
-			for i, a := range args {
-				if u, ok := strings.CutPrefix(a, "https://platform.example"); ok {
-					args[i] = "https://platform.nodekit.test" + u
-				}
-			}
-		}
-		o, err := parseFlags(args[1:], io.Discard)
-		if err != nil {
-			t.Fatalf("the unit's ExecStart does not parse: %v\nargs: %q", err, args[1:])
-		}
-		if o.tokenFile == "" || o.reportURL == "" {
-			t.Errorf("the unit reports nowhere: -report-url %q -token-file %q", o.reportURL, o.tokenFile)
-		}
-		return
+		t.Fatalf("the unit does not read %s", defaultFile)
 	}
-	// The unit whose settings are in the default file: a flag on the
-	// command line would win over the file, so the URL must not be one,
-	// and -require-report makes an unedited file a clear exit 2.
+	// The agent's environment under systemd: the unit's Environment=
+	// lines, then the settings file over them; the command line wins
+	// over both, so the URL must not be on it, and the unit's
+	// REQUIRE_REPORT makes an unedited file a clear exit 2.
 	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(strings.TrimLeft(a, "-"), "report-url") }) {
 		t.Errorf("ExecStart gives -report-url, which would win over %s: %q", defaultFile, args)
 	}
-	if !slices.Contains(args, "-require-report") {
-		t.Errorf("ExecStart lacks -require-report: an unedited %s would start an agent that reports nowhere", defaultFile)
-	}
+	state, sysctlDir := t.TempDir(), t.TempDir()
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("tok\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := func(vars map[string]string) func(string) (string, bool) {
+	env := func(file map[string]string) func(string) (string, bool) {
+		vars := deploytest.UnitEnvironment(t, "proofkit-agent.service", unit)
+		// The unit's absolute directories, here temporary ones.
+		for k, dir := range map[string]string{"PROOFKIT_AGENT_STATE_DIR": state, "PROOFKIT_AGENT_SYSCTL_DIR": sysctlDir} {
+			if _, ok := vars[k]; ok {
+				vars[k] = dir
+			}
+		}
+		for k, v := range file {
+			vars[k] = v
+		}
 		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
 	}
 	unedited := map[string]string{"PROOFKIT_AGENT_REPORT_URL": "", "PROOFKIT_AGENT_TOKEN_FILE": token}
@@ -79,10 +66,19 @@ func TestDeployUnitFlags(t *testing.T) {
 	edited := map[string]string{"PROOFKIT_AGENT_REPORT_URL": "https://platform.nodekit.test/api/v1/readings", "PROOFKIT_AGENT_TOKEN_FILE": token}
 	o, err := parseFlagsEnv(args[1:], io.Discard, env(edited))
 	if err != nil {
-		t.Fatalf("the unit's ExecStart with the default file edited does not parse: %v\nargs: %q", err, args[1:])
+		t.Fatalf("the unit with the default file edited does not parse: %v\nargs: %q", err, args[1:])
 	}
 	if o.reportURL != edited["PROOFKIT_AGENT_REPORT_URL"] || o.tokenFile != token {
 		t.Errorf("with the default file edited: -report-url %q -token-file %q", o.reportURL, o.tokenFile)
+	}
+	if o.stateDir != state || o.sysctlDir != sysctlDir || o.logFormat != "json" {
+		t.Errorf("the unit's settings: -state-dir %q -sysctl-dir %q -log-format %q; want its directories and json", o.stateDir, o.sysctlDir, o.logFormat)
+	}
+	// A setting in the file (or a drop-in's Environment=) wins over the
+	// unit's own.
+	edited["PROOFKIT_AGENT_LISTEN"] = "127.0.0.1:9465"
+	if o, err := parseFlagsEnv(args[1:], io.Discard, env(edited)); err != nil || o.listen != "127.0.0.1:9465" {
+		t.Errorf("PROOFKIT_AGENT_LISTEN=127.0.0.1:9465 in the file: -listen %q, %v", o.listen, err)
 	}
 }
 

@@ -714,3 +714,32 @@ func TestCutLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeTestCommand: the README's test command is the one .ci/run
+// runs, flags and all, so a newcomer's run is CI's (with Go's default
+// 10-minute timeout the slow suites could fail a run CI passes).
+func TestReadmeTestCommand(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tests, _ := strings.Cut(string(readme), "\n## Tests\n")
+	var cmd string
+	for l := range strings.SplitSeq(tests, "\n") {
+		if strings.HasPrefix(l, "go test ") {
+			cmd, _, _ = strings.Cut(l, "#")
+			cmd = strings.TrimSpace(cmd)
+			break
+		}
+	}
+	if cmd == "" {
+		t.Fatal("README.md: no go test line under ## Tests")
+	}
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(cmd) + `( \|\||$)`).Match(ci) {
+		t.Errorf("README.md's test command %q is not a line of .ci/run", cmd)
+	}
+}

@@ -207,7 +207,7 @@ func TestBinaryConnectionCap(t *testing.T) {
 // token file.
 func TestBinaryVersion(t *testing.T) {
 	out, err := exec.Command(platformBinary(t), "-version").CombinedOutput()
-	if err != nil || !regexp.MustCompile(`^platform \S+ \(commit \S+, go\S+\)\n$`).Match(out) {
+	if err != nil || !regexp.MustCompile(`^proofkit-platform \S+ \(commit \S+, go\S+\)\n$`).Match(out) {
 		t.Fatalf("-version: %v, output %q", err, out)
 	}
 }

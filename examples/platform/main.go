@@ -182,7 +182,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	bi := buildinfo.Read()
 	if o.version {
-		fmt.Fprintf(stdout, "platform %s\n", bi)
+		// The name it is installed as (the release's proofkit-platform), so
+		// the line matches the file it came in.
+		fmt.Fprintf(stdout, "proofkit-platform %s\n", bi)
 		return 0
 	}
 	if o.healthcheck {

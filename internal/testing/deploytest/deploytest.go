@@ -180,3 +180,22 @@ func Settings(t testing.TB, name string) map[string]string {
 	}
 	return env
 }
+
+// UnitEnvironment returns the variables a unit's Environment= lines set
+// (KEY=VALUE, one a line, unquoted), later lines winning as in systemd.
+func UnitEnvironment(t testing.TB, name, unit string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for line := range strings.SplitSeq(unit, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "Environment=")
+		if !ok {
+			continue
+		}
+		k, v, ok := strings.Cut(v, "=")
+		if !ok || strings.ContainsAny(v, "\"' ") {
+			t.Fatalf("%s: Environment=%s: want one KEY=VALUE, unquoted", name, v)
+		}
+		env[k] = v
+	}
+	return env
+}

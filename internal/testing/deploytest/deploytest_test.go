@@ -14,6 +14,10 @@ func TestUnitValueAndEntrypoint(t *testing.T) {
 	if got := UnitValue(t, "x.service", unit, "ExecReload"); got != "/bin/kill -HUP $MAINPID" {
 		t.Errorf("ExecReload = %q", got)
 	}
+	env := UnitEnvironment(t, "x.service", "[Service]\nEnvironment=A=1\nEnvironment=B=2\nEnvironment=A=3\n")
+	if len(env) != 2 || env["A"] != "3" || env["B"] != "2" {
+		t.Errorf("UnitEnvironment = %v", env)
+	}
 	df := "FROM scratch\nENTRYPOINT [\"/x\", \\\n    \"-a\", \"1\"]\n"
 	if got := Entrypoint(t, "Dockerfile", df); !slices.Equal(got, []string{"/x", "-a", "1"}) {
 		t.Errorf("Entrypoint = %q", got)

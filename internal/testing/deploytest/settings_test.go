@@ -36,20 +36,19 @@ func TestSettingsFiles(t *testing.T) {
 	}
 }
 
-// TestAgentUnitSettings: the platform's address and the token file come
-// from /etc/default/proofkit-agent, where an operator sets them, not from
-// the command line, where a setting in that file would lose to them; the
+// TestAgentUnitSettings: every setting, the unit's own included, is a
+// variable: the platform's address and the token file come from
+// /etc/default/proofkit-agent, where an operator sets them, and the
+// unit's choices are Environment= lines that file or a drop-in
+// overrides, never flags on ExecStart, which would win over both; the
 // agent refuses to run without an address, and systemd does not retry.
 func TestAgentUnitSettings(t *testing.T) {
 	unit := Read(t, "proofkit-agent.service")
-	args := strings.Fields(UnitValue(t, "proofkit-agent.service", unit, "ExecStart"))
-	for _, a := range args {
-		if strings.HasPrefix(a, "-report-url") || strings.HasPrefix(a, "-token-file") {
-			t.Errorf("ExecStart gives %s: the settings file could not change it", a)
-		}
+	if args := strings.Fields(UnitValue(t, "proofkit-agent.service", unit, "ExecStart")); len(args) != 1 {
+		t.Errorf("ExecStart gives flags %q: a flag wins over /etc/default/proofkit-agent and over a drop-in's Environment=; make it an Environment= line", args[1:])
 	}
-	if !strings.Contains(strings.Join(args, " "), " -require-report ") {
-		t.Errorf("ExecStart lacks -require-report: %q", args)
+	if got := UnitEnvironment(t, "proofkit-agent.service", unit)["PROOFKIT_AGENT_REQUIRE_REPORT"]; got != "true" {
+		t.Errorf("Environment=PROOFKIT_AGENT_REQUIRE_REPORT=%q, want true", got)
 	}
 	if got := UnitValue(t, "proofkit-agent.service", unit, "RestartPreventExitStatus"); got != "2" {
 		t.Errorf("RestartPreventExitStatus=%s, want 2 (the agent's configuration errors)", got)
@@ -60,9 +59,6 @@ func TestAgentUnitSettings(t *testing.T) {
 	}
 	if got := settings["PROOFKIT_AGENT_TOKEN_FILE"]; got != "/etc/proofkit-agent/token" {
 		t.Errorf("proofkit-agent.default: PROOFKIT_AGENT_TOKEN_FILE=%q, want /etc/proofkit-agent/token", got)
-	}
-	if strings.Contains(unit, "Environment=PROOFKIT_AGENT_") {
-		t.Error("the unit suggests Environment= in a drop-in; the settings file is where settings go")
 	}
 	for _, name := range []string{"proofkit-agent.service", "proofkit-agent.default"} {
 		for i, l := range strings.Split(Read(t, name), "\n") {

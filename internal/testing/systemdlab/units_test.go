@@ -61,9 +61,10 @@ func deb(t *testing.T, dir, bin string) string {
 // Debian system whose PID 1 is systemd, and drives their units as an
 // operator does: nothing runs until configured; the agent refuses to
 // start without its platform's address, starts (READY) once given it,
-// reads its token again on reload and stops in time; pinproxy starts,
-// and a package upgrade hands every connection of a running load to the
-// new binary while systemd follows the new main process; the platform
+// reads its token again on reload, takes a drop-in's setting and stops
+// in time; pinproxy starts, and a package upgrade, then systemctl
+// reload, each hand every connection of a running load to the new
+// process while systemd follows the new main process; the platform
 // waits for its tokens file.
 func TestIntegrationUnits(t *testing.T) {
 	if testing.Short() {
@@ -241,6 +242,20 @@ func testAgent(t *testing.T, m *Machine) {
 	if got := m.Show(t, "proofkit-agent", "MainPID"); got != pid {
 		t.Errorf("reload restarted the agent: main PID %s, then %s", pid, got)
 	}
+
+	// A drop-in's Environment= is the other way to change a setting: no
+	// flag on the unit's command line may beat it.
+	m.WriteFile(t, "/etc/systemd/system/proofkit-agent.service.d/listen.conf",
+		[]byte("[Service]\nEnvironment=PROOFKIT_AGENT_LISTEN=127.0.0.1:9465\n"), 0o644)
+	m.Run(t, "systemctl", "daemon-reload")
+	m.Run(t, "systemctl", "restart", "proofkit-agent")
+	if out, err := m.Exec("/usr/bin/proofkit-agent", "-healthcheck", "-listen", "127.0.0.1:9465"); err != nil {
+		t.Errorf("a drop-in set PROOFKIT_AGENT_LISTEN=127.0.0.1:9465; nothing answers there: %v\n%s\n%s", err, out,
+			m.Run(t, "systemctl", "cat", "proofkit-agent"))
+	}
+	m.Run(t, "rm", "/etc/systemd/system/proofkit-agent.service.d/listen.conf")
+	m.Run(t, "systemctl", "daemon-reload")
+	m.Run(t, "systemctl", "restart", "proofkit-agent")
 	took := stopWithin(t, m, "proofkit-agent")
 	t.Logf("systemctl stop proofkit-agent took %v", took.Round(time.Millisecond))
 	if st := m.Show(t, "proofkit-agent", "ExecMainStatus"); st != "0" {
@@ -352,12 +367,29 @@ func testPinproxy(t *testing.T, m *Machine) {
 	if _, err := m.Exec("kill", "-0", pid1); err == nil {
 		t.Errorf("the old process %s still runs after the upgrade", pid1)
 	}
+
+	// systemctl reload is an upgrade too: the binary installed now runs,
+	// with every connection of the load.
+	m.Run(t, "systemctl", "reload", "pinproxy")
+	var pid3 string
+	testkit.WaitForWithin(t, time.Minute, "systemd to follow the main process systemctl reload started", func() bool {
+		pid3 = m.Show(t, "pinproxy", "MainPID")
+		return pid3 != pid2 && pid3 != "0"
+	})
+	before = echoed.Load()
+	testkit.WaitFor(t, "the load to run on through the reloaded process", func() bool { return echoed.Load() > before+clients*10 })
+	if st, sub, n := m.Show(t, "pinproxy", "ActiveState"), m.Show(t, "pinproxy", "SubState"), m.Show(t, "pinproxy", "NRestarts"); st != "active" || sub != "running" || n != "0" {
+		t.Errorf("after systemctl reload: %s/%s, %s restarts; want active/running, none", st, sub, n)
+	}
+	if _, err := m.Exec("kill", "-0", pid2); err == nil {
+		t.Errorf("the process %s still runs after systemctl reload", pid2)
+	}
 	cancel()
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
-		t.Errorf("%d of %d connections failed across the upgrade (dpkg said:\n%s); first: %v", n, clients, out, firstFailure)
+		t.Errorf("%d of %d connections failed across the upgrade and the reload (dpkg said:\n%s); first: %v", n, clients, out, firstFailure)
 	}
-	t.Logf("%d lines echoed by %d connections across the upgrade (main PID %s → %s)", echoed.Load(), clients, pid1, pid2)
+	t.Logf("%d lines echoed by %d connections across the upgrade and the reload (main PID %s → %s → %s)", echoed.Load(), clients, pid1, pid2, pid3)
 	for _, c := range conns {
 		c.Close()
 	}

@@ -249,8 +249,8 @@ func checkTarball(t *testing.T, tgz string, bin binary, arch, version string) {
 	if err != nil {
 		t.Fatalf("%s -version: %v\n%s", bin.name, err, out)
 	}
-	if !strings.Contains(string(out), " "+version+" (commit ") {
-		t.Errorf("%s -version prints %q, want the version %s its file is named with", bin.name, out, version)
+	if !strings.HasPrefix(string(out), bin.name+" "+version+" (commit ") {
+		t.Errorf("%s -version prints %q, want its name and the version %s its file is named with", bin.name, out, version)
 	}
 }
 
