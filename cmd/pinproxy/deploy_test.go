@@ -17,6 +17,30 @@ import (
 // noEnv is an empty environment, so the files' flags are all there is.
 func noEnv(string) (string, bool) { return "", false }
 
+// unitOptions returns the options the shipped unit gives the proxy: its
+// ExecStart names the binary alone (a flag there would win over
+// /etc/default/pinproxy and a drop-in), and its Environment= lines hold
+// its settings, the upstreams file being the example's.
+func unitOptions(t *testing.T, unit string) options {
+	t.Helper()
+	args := strings.Fields(deploytest.UnitValue(t, "pinproxy.service", unit, "ExecStart"))
+	if args[0] != "/usr/local/bin/pinproxy" {
+		t.Errorf("ExecStart runs %s, want /usr/local/bin/pinproxy (where the unit's comment installs it)", args[0])
+	}
+	if len(args) > 1 {
+		t.Errorf("ExecStart gives flags %q: a flag wins over /etc/default/pinproxy and over a drop-in's Environment=; make it an Environment= line", args[1:])
+	}
+	env := deploytest.UnitEnvironment(t, "pinproxy.service", unit)
+	for k, v := range env {
+		env[k] = exampleUpstreams(t).Replace(v)
+	}
+	o, err := parseFlags(args[1:], func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard)
+	if err != nil {
+		t.Fatalf("the unit's settings do not parse: %v\nExecStart: %q, Environment: %q", err, args, env)
+	}
+	return o
+}
+
 // exampleUpstreams replaces the deployed upstreams file's path with the
 // example file's.
 func exampleUpstreams(t *testing.T) *strings.Replacer {
@@ -25,17 +49,7 @@ func exampleUpstreams(t *testing.T) *strings.Replacer {
 
 func TestDeployUnitFlags(t *testing.T) {
 	unit := deploytest.Read(t, "pinproxy.service")
-	args := strings.Fields(deploytest.UnitValue(t, "pinproxy.service", unit, "ExecStart"))
-	if args[0] != "/usr/local/bin/pinproxy" {
-		t.Errorf("ExecStart runs %s, want /usr/local/bin/pinproxy (where the unit's comment installs it)", args[0])
-	}
-	for i, a := range args {
-		args[i] = exampleUpstreams(t).Replace(a)
-	}
-	o, err := parseFlags(args[1:], noEnv, io.Discard)
-	if err != nil {
-		t.Fatalf("the unit's ExecStart does not parse: %v\nargs: %q", err, args[1:])
-	}
+	o := unitOptions(t, unit)
 	if o.upstreamsFile == "" || len(o.upstreams) != 2 {
 		t.Errorf("the unit reads upstreams %q from %q, want the example file's two", o.upstreams, o.upstreamsFile)
 	}

@@ -30,14 +30,7 @@ func TestDeployUnitNotifiesAndUpgrades(t *testing.T) {
 	if !strings.Contains(unit, "`systemctl reload pinproxy` runs it") {
 		t.Error("the unit does not say how to upgrade")
 	}
-	args := strings.Fields(deploytest.UnitValue(t, "pinproxy.service", unit, "ExecStart"))
-	for i, a := range args {
-		args[i] = exampleUpstreams(t).Replace(a)
-	}
-	o, err := parseFlags(args[1:], noEnv, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := unitOptions(t, unit)
 	sock := deploytest.Read(t, "pinproxy.socket")
 	if got := deploytest.UnitValue(t, "pinproxy.socket", sock, "ListenStream"); got != o.listen {
 		t.Errorf("pinproxy.socket listens on %s, the service's -listen on %s", got, o.listen)
