@@ -184,7 +184,7 @@ func (d *dashboard) mine(r *http.Request, s *dashboardSession, node string, do f
 // refusal in the API's status.
 func (d *dashboard) done(w http.ResponseWriter, r *http.Request, s *dashboardSession, err error, ok string) {
 	if err != nil {
-		status, _ := statusOf(err)
+		status, _, err := failureOf(err)
 		d.refuse(w, r, status, err.Error())
 		return
 	}
@@ -256,7 +256,7 @@ func (d *dashboard) home(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	page, err := d.page(ctx, s)
 	if err != nil {
-		status, _ := statusOf(err)
+		status, _, err := failureOf(err)
 		d.refuse(w, r, status, err.Error())
 		return
 	}

@@ -673,8 +673,20 @@ func statusOf(err error) (int, string) {
 	}
 }
 
-func writeFailure(w http.ResponseWriter, err error) {
+// failureOf is err's status, reason word and the error to answer: for
+// an unknown node, the same words for every node that is not there and
+// for another operator's, since naming the node would make the answers
+// differ by the one thing the caller may not learn from them.
+func failureOf(err error) (int, string, error) {
 	status, reason := statusOf(err)
+	if reason == reasonUnknownNode {
+		err = store.ErrUnknownNode
+	}
+	return status, reason, err
+}
+
+func writeFailure(w http.ResponseWriter, err error) {
+	status, reason, err := failureOf(err)
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}

@@ -14,7 +14,9 @@ import (
 // found, as one that does not exist. The delivery is due at once and
 // keeps its log.
 func (f *Fleet) Redeliver(ctx context.Context, id int64, keep func(node string) bool) error {
-	notFound := fmt.Errorf("notice %d: %w", id, store.ErrUnknown)
+	// The same words for every notice an operator may not redeliver,
+	// whether it is another operator's or none at all.
+	notFound := fmt.Errorf("notice %w", store.ErrUnknown)
 	if id < 1 {
 		return notFound
 	}
