@@ -7,7 +7,9 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
+	"sync/atomic"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/procfile"
@@ -161,6 +163,46 @@ func (x tokenIndex) lookup(header string) (id identity, ok bool) {
 	id, ok = x[sha256.Sum256(append(a[:0], header[len(scheme):]...))]
 	return id, ok
 }
+
+// keys is the token file in force, put in force whole when the file is
+// read again (SIGHUP): who each token speaks for, and each node's
+// operator by the token file and the route table.
+type keys struct {
+	p atomic.Pointer[access]
+	// table is each node's operator by the route table: read once, at
+	// start, and kept beside every token file put in force.
+	table map[string]string
+}
+
+// access is one token file's index and the owners it makes.
+type access struct {
+	idx    tokenIndex
+	owners map[string]string
+}
+
+// newKeys is toks in force beside the route table's operators.
+func newKeys(toks Tokens, table map[string]string) *keys {
+	k := &keys{table: maps.Clone(table)}
+	k.p.Store(k.accessOf(toks))
+	return k
+}
+
+// accessOf is toks's index and owners: the agents' lines', then the
+// route table's, which main has checked do not disagree.
+func (k *keys) accessOf(toks Tokens) *access {
+	owners, _ := toks.owners()
+	if owners == nil {
+		owners = map[string]string{}
+	}
+	maps.Copy(owners, k.table)
+	return &access{idx: toks.index(), owners: owners}
+}
+
+// load is the token file in force.
+func (k *keys) load() *access { return k.p.Load() }
+
+// lookup is tokenIndex.lookup in the token file in force.
+func (k *keys) lookup(header string) (identity, bool) { return k.load().idx.lookup(header) }
 
 // CheckOwners refuses a token file that names a node's operator
 // otherwise than the route table does.

@@ -84,7 +84,7 @@ func nodeDeliveries(ctx context.Context, box store.OutboxStore, node string) ([]
 // at start which nodes have no receiver: their notices are kept, and
 // marked undeliverable.
 func (f *Fleet) NotifyUnreached(ctx context.Context, log *slog.Logger) {
-	if err := f.refreshReceivers(ctx); err != nil {
+	if err := f.RefreshReceivers(ctx); err != nil {
 		log.Warn("notify: the operators' receivers not read", "err", err)
 	}
 	f.Notify.LogUnreached(ctx, log, f.Store.NodeIDs)
