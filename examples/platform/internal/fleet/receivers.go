@@ -68,8 +68,10 @@ func (f *Fleet) SetReceiver(ctx context.Context, operator string, req ReceiverRe
 }
 
 // RotateReceiver gives operator's receiver a new secret, returned once;
-// the one it replaces signs beside it for RotatedFor, and any older one
-// no more.
+// the one it replaces signs beside it for RotatedFor, and one rotated
+// out before still signs until its own day is over (the newest
+// MaxRotatedOut of them): a second rotation within the day, a double
+// click, must not take the secret the receiver still checks with.
 func (f *Fleet) RotateReceiver(ctx context.Context, operator string) (store.ReceiverView, error) {
 	key, err := notify.NewSecret()
 	if err != nil {
@@ -82,7 +84,16 @@ func (f *Fleet) RotateReceiver(ctx context.Context, operator string) (store.Rece
 		}
 		old := r.Secrets[0]
 		old.Until = now.Add(store.RotatedFor)
-		r.Secrets = []store.OperatorSecret{{Key: key}, old}
+		keep := []store.OperatorSecret{{Key: key}, old}
+		for _, s := range r.Secrets[1:] {
+			if len(keep) > store.MaxRotatedOut {
+				break
+			}
+			if !s.Until.IsZero() && now.Before(s.Until) {
+				keep = append(keep, s)
+			}
+		}
+		r.Secrets = keep
 		v = r.View(now)
 		return nil
 	})
