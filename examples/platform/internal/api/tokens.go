@@ -13,6 +13,7 @@ import (
 
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/procfile"
+	"github.com/proofkit/nodekit/overload"
 )
 
 // identity is who a bearer token speaks for. The admin is the platform's
@@ -39,23 +40,25 @@ type Tokens map[string]string
 // never hold a ':'.
 const operatorPrefix = "operator:"
 
-// identityOf parses a tokens value.
+// identityOf parses a tokens value. Its errors quote nothing of v: a
+// line written the wrong way round ("NODE TOKEN") has its token where
+// the node goes, and the error is printed and logged.
 func identityOf(v string) (identity, error) {
 	var id identity
 	f := strings.Fields(v)
 	if len(f) > 0 && !strings.HasPrefix(f[0], operatorPrefix) {
-		if err := store.CheckNodeID(f[0]); err != nil {
-			return id, err
+		if store.CheckNodeID(f[0]) != nil {
+			return id, fmt.Errorf("the field after the token is neither a node (%s) nor operator:NAME (the field is not repeated here: it may be a token): %w", overload.NodeRule, store.ErrBadInput)
 		}
 		id.node, f = f[0], f[1:]
 	}
 	if len(f) > 0 {
 		name, ok := strings.CutPrefix(f[0], operatorPrefix)
 		if !ok {
-			return id, fmt.Errorf("%q: want operator:NAME", f[0])
+			return id, fmt.Errorf("the field after the node: want operator:NAME (the field is not repeated here: it may be a token): %w", store.ErrBadInput)
 		}
-		if err := store.CheckOperator(name); err != nil {
-			return id, err
+		if store.CheckOperator(name) != nil {
+			return id, fmt.Errorf("the operator's name: want %s: %w", overload.NodeRule, store.ErrBadInput)
 		}
 		id.operator, f = name, f[1:]
 	}
