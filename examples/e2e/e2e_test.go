@@ -62,9 +62,9 @@ func testMain(m *testing.M) int {
 // cluster is the tests' PostgreSQL cluster; nil without PostgreSQL.
 var cluster *pgtest.Cluster
 
-// operatorToken is the platform's operator token in these tests: the
-// GETs that show users' data need it.
-const operatorToken = "e2e-operator"
+// adminToken is the platform's own token, the admin's, in these tests:
+// the GETs that show users' data need it.
+const adminToken = "e2e-admin"
 
 // wait is how long any one condition may take to come true; generous, for
 // a loaded 2-core box. Conditions are polled, never slept on.
@@ -148,7 +148,7 @@ func getJSON(t *testing.T, url string, v any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 	// The platform knows its admin's token and node-1's; the agent
 	// holds node-1's.
 	tokens, agentToken := filepath.Join(dir, "tokens"), filepath.Join(dir, "agent-token")
-	if err := os.WriteFile(tokens, []byte("e2e-operator\ne2e-node-1 node-1\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(adminToken+"\ne2e-node-1 node-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(agentToken, []byte("e2e-node-1\n"), 0o600); err != nil {
@@ -334,10 +334,10 @@ func testOverloadEndToEnd(t *testing.T, db string) {
 	if a := admit(); a.Admit || a.Reason != string(routing.ReasonOverloaded) {
 		t.Fatalf("overloaded node-1: %+v, want refused, reason overloaded", a)
 	}
-	if code := post(t, api+"/routes", operatorToken, `{"node":"node-1","user":"u7","key":"vpn"}`); code != http.StatusConflict {
+	if code := post(t, api+"/routes", adminToken, `{"node":"node-1","user":"u7","key":"vpn"}`); code != http.StatusConflict {
 		t.Fatalf("a new route through overloaded node-1: status %d, want 409", code)
 	}
-	if code := post(t, api+"/routes", operatorToken, `{"node":"node-2","user":"u7","key":"vpn"}`); code != http.StatusCreated {
+	if code := post(t, api+"/routes", adminToken, `{"node":"node-2","user":"u7","key":"vpn"}`); code != http.StatusCreated {
 		t.Fatalf("a new route through node-2: status %d, want 201", code)
 	}
 	v := node()
@@ -504,7 +504,7 @@ func TestNotifyReplicaKilled(t *testing.T) {
 	db := pgtest.Need(t, cluster).NewDatabase(t)
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("e2e-operator\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(adminToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	hook := newReceiver(t)
@@ -522,7 +522,7 @@ func TestNotifyReplicaKilled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code := post(t, api+"/report", operatorToken, string(r)); code != 200 {
+		if code := post(t, api+"/report", adminToken, string(r)); code != 200 {
 			t.Fatalf("reading %d: %d", i, code)
 		}
 	}
@@ -596,7 +596,7 @@ func TestPinproxyLeastUsed(t *testing.T) {
 func TestNotifyFileReload(t *testing.T) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("e2e-operator\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(adminToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	hook := newReceiver(t)
@@ -628,7 +628,7 @@ func TestNotifyFileReload(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code := post(t, api+"/report", operatorToken, string(r)); code != 200 {
+		if code := post(t, api+"/report", adminToken, string(r)); code != 200 {
 			t.Fatalf("reading %d: %d", i, code)
 		}
 	}

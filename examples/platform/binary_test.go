@@ -289,3 +289,112 @@ func TestBinaryConfigFiles(t *testing.T) {
 		t.Errorf("the refusal does not say why:\n%s", out())
 	}
 }
+
+// TestBinaryReloadsTokens: on SIGHUP the built platform reads its token
+// file again: an operator's line added is taken at once, one taken out
+// is refused (its dashboard session with it), an agent's line naming a
+// node's operator moves the node to them; a file replaced by a FIFO is
+// refused naming the flag and the path, the one in force kept, and
+// SIGTERM still stops the platform.
+func TestBinaryReloadsTokens(t *testing.T) {
+	bin := platformBinary(t)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(tokens+".new", []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tokens+".new", tokens); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tok\nbob-tok operator:bob\n")
+	addr := testkit.FreeAddr(t)
+	p := testkit.StartProc(t, exec.Command(bin, "-token-file", tokens, "-listen", addr, "-state-dir", filepath.Join(dir, "state")), nil)
+	out := p.Log.String
+	testkit.WaitFor(t, "the platform serving", func() bool { return strings.Contains(out(), "platform serving") })
+	get := func(path, token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// The admin's reading makes node d1, nobody's yet.
+	body := fmt.Sprintf(`{"v":1,"node":"d1","at":%q,"memory_used_percent":10,"cpus":4,"conntrack_max":262144}`, time.Now().UTC().Format(time.RFC3339Nano))
+	req, _ := http.NewRequest("POST", "http://"+addr+"/report", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer tok")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the admin's reading: %v %v", resp, err)
+	}
+	login := func(token string) *http.Cookie {
+		t.Helper()
+		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.PostForm("http://"+addr+"/login", map[string][]string{"token": {token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) == 0 {
+			t.Fatalf("login: %s", resp.Status)
+		}
+		return resp.Cookies()[0]
+	}
+	page := func(c *http.Cookie) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+		req.AddCookie(c)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	bobSession := login("bob-tok")
+	hup := func(says string) {
+		t.Helper()
+		n := strings.Count(out(), says)
+		p.Cmd.Process.Signal(syscall.SIGHUP)
+		testkit.WaitFor(t, says, func() bool { return strings.Count(out(), says) > n })
+	}
+	if got := get("/nodes/d1", "alice-tok"); got != 401 {
+		t.Fatalf("alice before her line: %d, want 401", got)
+	}
+	write("tok\nalice-tok operator:alice\nd1-tok d1 operator:alice\n")
+	hup("token file reloaded")
+	if got := get("/nodes/d1", "alice-tok"); got != 200 {
+		t.Errorf("alice's node after her lines were added and SIGHUP: %d, want 200", got)
+	}
+	if got := get("/nodes", "bob-tok"); got != 401 {
+		t.Errorf("bob's token after his line was taken out and SIGHUP: %d, want 401", got)
+	}
+	if got := page(bobSession); got != 401 {
+		t.Errorf("bob's dashboard session after his line was taken out: %d, want 401", got)
+	}
+	if err := os.Remove(tokens); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(tokens, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup("token file not reloaded")
+	if want := "-token-file " + tokens + ": " + tokens + " is a named pipe (FIFO), not a regular file"; !strings.Contains(out(), want) {
+		t.Errorf("the refusal does not say %q:\n%s", want, out())
+	}
+	if got := get("/nodes/d1", "alice-tok"); got != 200 {
+		t.Errorf("alice's token after a refused reload: %d, want 200 (the file in force kept)", got)
+	}
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30 s after SIGTERM:\n%s", out())
+	}
+}

@@ -75,7 +75,7 @@ Flags:
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
 	fs.StringVar(&o.debug, "debug-listen", "", "address to serve Go's profiles on (/debug/pprof/), without a token: a loopback address, for measuring (empty: none)")
-	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (the admin: any node, every endpoint), TOKEN operator:NAME (an operator: their own nodes), TOKEN NODE [operator:NAME] (that node's agent: reports only) (required)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens, one a line: TOKEN (the admin: any node, every endpoint), TOKEN operator:NAME (an operator: their own nodes), TOKEN NODE [operator:NAME] (that node's agent: reports only); reloaded on SIGHUP (required)")
 	fs.StringVar(&o.cfg.StateDir, "state-dir", "platform-state", "directory for one JSON file per node (the embedded store, when -db is not given)")
 	fs.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://…): keep the state in that database instead of -state-dir, so several replicas can share it")
 	fs.IntVar(&o.dbBatch, "db-batch", 64, "with -db: the most reports one transaction takes when they arrive together (1: a transaction a report)")
@@ -260,7 +260,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	ln = api.NewCapListener(ln, o.maxConns, log)
-	srv := api.NewServer(api.Handler(f, toks), o.maxConns, log)
+	h := api.Handler(f, toks)
+	srv := api.NewServer(h, o.maxConns, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	if o.debug != "" {
@@ -288,6 +289,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for {
 		select {
 		case <-hup:
+			reloadTokens(ctx, h, o.tokenFile, log)
 			if err := sender.Reload(); err != nil {
 				log.Error("notify file not reloaded", "err", err)
 			}
@@ -311,4 +313,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// reloadTokens reads the token file again (SIGHUP) and puts it in force;
+// a file that cannot be read, or is refused, leaves the one in force.
+func reloadTokens(ctx context.Context, h *api.API, path string, log *slog.Logger) {
+	toks, err := api.ReadTokens(path)
+	if err == nil {
+		err = h.Reload(ctx, toks)
+	}
+	if err != nil {
+		log.Error("token file not reloaded", "err", fmt.Errorf("-token-file %s: %w (the previous file stays in force)", path, err))
+		return
+	}
+	log.Info("token file reloaded", "file", path, "tokens", len(toks))
 }

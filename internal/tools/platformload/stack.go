@@ -36,14 +36,14 @@ func buildPlatform(dir, pkg string) (string, error) {
 	return bin, nil
 }
 
-// writeFleet writes the token file (an operator's token, then one token a
+// writeFleet writes the token file (the admin's token, then one token a
 // node) and the route table: every node an exit in one of 4 countries
 // (by hundreds, so neighbours share one), each with two of its users'
 // routes: one unused for 3 hours (closed when the node is overloaded),
 // one in use whose user holds the same route through the previous node.
 func writeFleet(dir string, nodes int, now time.Time) (tokenFile, routeFile string, err error) {
 	var tb bytes.Buffer
-	tb.WriteString(operatorToken + "\n")
+	tb.WriteString(adminToken + "\n")
 	for i := range nodes {
 		fmt.Fprintf(&tb, "%s %s\n", nodeToken(i), nodeName(i))
 	}
@@ -85,8 +85,9 @@ func writeFleet(dir string, nodes int, now time.Time) (tokenFile, routeFile stri
 	return tokenFile, routeFile, os.WriteFile(routeFile, b, 0o600)
 }
 
-// operatorToken is the load's operator token (for GET /nodes).
-const operatorToken = "load-operator-token"
+// adminToken is the load's admin token, the platform's own (for GET
+// /nodes).
+const adminToken = "load-admin-token"
 
 // replica is one running platform process.
 type replica struct {

@@ -140,7 +140,7 @@ func TestParseTokens(t *testing.T) {
 		{"a ../x", nil, "node"},
 		{"adm\nal operator:alice\nag x1 operator:alice\n", Tokens{"adm": "", "al": "operator:alice", "ag": "x1 operator:alice"}, ""},
 		{"a\tx1\t operator:alice", Tokens{"a": "x1 operator:alice"}, ""},
-		{"a operator:", nil, `operator ""`},
+		{"a operator:", nil, "the operator's name: want 1 to 64"},
 		{"a x1 alice", nil, "operator:NAME"},
 		{"a operator:alice x1", nil, "want TOKEN"},
 		{"a x1 operator:bob\nb x1 operator:carol", nil, "node x1 is named operator"},
@@ -148,12 +148,19 @@ func TestParseTokens(t *testing.T) {
 		// "operator:alice", which anyone could guess.
 		{"adm\noperator:alice\n", nil, "line 2: no token before operator:alice"},
 		{"operator:alice x1", nil, "line 1: no token before operator:alice"},
-		{"a operator:a:b", nil, `operator "a:b": want 1 to 64`},
+		{"a operator:a:b", nil, "the operator's name: want 1 to 64"},
+		// A line the wrong way round, its token where the node goes:
+		// the error, printed and logged, does not repeat it.
+		{"adm\nde-fra-1 Qm3+/SeCrEt=\n", nil, "line 2: the field after the token is neither a node"},
+		{"adm\nQm3+/SeCrEt= de-fra-1 SeCrEt2\n", nil, "line 2: the field after the node: want operator:NAME"},
 	} {
 		got, err := parseTokens(strings.NewReader(tc.in))
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%q: err %v, want %q", tc.in, err, tc.err)
+			}
+			if err != nil && strings.Contains(err.Error(), "SeCrEt") {
+				t.Errorf("%q: err %v repeats a token", tc.in, err)
 			}
 			continue
 		}

@@ -75,7 +75,8 @@ const (
 // dashboardSession is one operator's login.
 type dashboardSession struct {
 	operator string
-	csrf     string // the hidden field every form of the session carries
+	token    [sha256.Size]byte // the SHA-256 of the token it logged in with
+	csrf     string            // the hidden field every form of the session carries
 	expires  time.Time
 	flash    string // what the last form did, shown once
 }
@@ -83,18 +84,17 @@ type dashboardSession struct {
 // dashboard serves the pages; its sessions are keyed by the SHA-256 of
 // the cookie's value.
 type dashboard struct {
-	f      *fleet.Fleet
-	idx    tokenIndex
-	owners map[string]string
-	cross  *http.CrossOriginProtection
+	f     *fleet.Fleet
+	keys  *keys
+	cross *http.CrossOriginProtection
 
 	mu       sync.Mutex
 	sessions map[[sha256.Size]byte]*dashboardSession
 }
 
 // serveDashboard registers the dashboard's pages on mux.
-func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, idx tokenIndex, owners map[string]string) {
-	d := &dashboard{f: f, idx: idx, owners: owners, cross: http.NewCrossOriginProtection(),
+func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, ks *keys) {
+	d := &dashboard{f: f, keys: ks, cross: http.NewCrossOriginProtection(),
 		sessions: map[[sha256.Size]byte]*dashboardSession{}}
 	mux.HandleFunc("GET /{$}", d.home)
 	mux.HandleFunc("POST /login", d.login)
@@ -164,7 +164,7 @@ func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, idx tokenIndex, owners m
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 		defer cancel()
-		err = d.f.Redeliver(ctx, id, func(node string) bool { return d.owners[node] == s.operator })
+		err = d.f.Redeliver(ctx, id, func(node string) bool { return d.keys.load().owners[node] == s.operator })
 		d.done(w, r, s, err, fmt.Sprintf("Notice %d is to be delivered again, with its first webhook-id.", id))
 	}))
 }
@@ -172,7 +172,7 @@ func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, idx tokenIndex, owners m
 // mine runs do on node if it is s's operator's, within requestTimeout;
 // another's node is refused as one that does not exist.
 func (d *dashboard) mine(r *http.Request, s *dashboardSession, node string, do func(ctx context.Context) error) error {
-	if d.owners[node] != s.operator {
+	if d.keys.load().owners[node] != s.operator {
 		return notYours(node)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
@@ -184,7 +184,7 @@ func (d *dashboard) mine(r *http.Request, s *dashboardSession, node string, do f
 // refusal in the API's status.
 func (d *dashboard) done(w http.ResponseWriter, r *http.Request, s *dashboardSession, err error, ok string) {
 	if err != nil {
-		status, _ := statusOf(err)
+		status, _, err := failureOf(err)
 		d.refuse(w, r, status, err.Error())
 		return
 	}
@@ -212,7 +212,8 @@ func cookieName(r *http.Request) string {
 }
 
 // sessionFrom is r's session, or why there is none: "" (no cookie),
-// "unknown" or "expired".
+// "unknown", "expired" or "revoked" (its token taken out of the token
+// file since).
 func (d *dashboard) sessionFrom(r *http.Request) (*dashboardSession, string) {
 	c, err := r.Cookie(cookieName(r))
 	if err != nil || c.Value == "" {
@@ -230,6 +231,10 @@ func (d *dashboard) sessionFrom(r *http.Request) (*dashboardSession, string) {
 		delete(d.sessions, key)
 		return nil, "expired"
 	}
+	if id, ok := d.keys.load().idx[s.token]; !ok || id != (identity{operator: s.operator}) {
+		delete(d.sessions, key)
+		return nil, "revoked"
+	}
 	return s, ""
 }
 
@@ -237,6 +242,7 @@ func (d *dashboard) sessionFrom(r *http.Request) (*dashboardSession, string) {
 var sessionRefusal = map[string]string{
 	"unknown": "This session is not known (logged out, or the platform restarted): log in again.",
 	"expired": "Your session has expired: log in again.",
+	"revoked": "The token this session logged in with is no longer accepted: log in with your current one.",
 }
 
 // home shows the operator's nodes, or the login form.
@@ -256,7 +262,7 @@ func (d *dashboard) home(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	page, err := d.page(ctx, s)
 	if err != nil {
-		status, _ := statusOf(err)
+		status, _, err := failureOf(err)
 		d.refuse(w, r, status, err.Error())
 		return
 	}
@@ -323,7 +329,7 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 	p := nodesPage{Operator: s.operator, CSRF: s.csrf, Flash: s.flash, At: d.f.Now()}
 	s.flash = ""
 	d.mu.Unlock()
-	vs, _, err := d.f.OperatorViews(ctx, fleet.NodesOf(d.owners, s.operator), "", fleet.MaxPage)
+	vs, _, err := d.f.OperatorViews(ctx, fleet.NodesOf(d.keys.load().owners, s.operator), "", fleet.MaxPage)
 	if err != nil {
 		return p, err
 	}
@@ -348,7 +354,7 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 	case !errors.Is(err, store.ErrUnknown):
 		return p, err
 	}
-	p.Notices, err = d.newestNotices(ctx, func(node string) bool { return d.owners[node] == s.operator })
+	p.Notices, err = d.newestNotices(ctx, func(node string) bool { return d.keys.load().owners[node] == s.operator })
 	return p, err
 }
 
@@ -442,7 +448,8 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 	// A token holds no white space (the token file splits its lines
 	// at it): what a paste brings around it is not the token's.
 	tok := strings.TrimSpace(r.PostForm.Get("token"))
-	id, known := d.idx[sha256.Sum256([]byte(tok))]
+	key := sha256.Sum256([]byte(tok))
+	id, known := d.keys.load().idx[key]
 	var msg string
 	status := http.StatusForbidden
 	switch {
@@ -462,7 +469,7 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	sid, csrf := random256(), random256()
 	now := d.f.Now()
-	s := &dashboardSession{operator: id.operator, csrf: csrf, expires: now.Add(SessionLifetime)}
+	s := &dashboardSession{operator: id.operator, token: key, csrf: csrf, expires: now.Add(SessionLifetime)}
 	d.mu.Lock()
 	if len(d.sessions) >= maxSessions {
 		d.evictLocked(now)

@@ -317,9 +317,9 @@ func TestDashboard(t *testing.T) {
 			form url.Values
 			want string
 		}{
-			{"/dashboard/price", form("node", "NODE", "price", "1"), `node &#34;NODE&#34;: unknown node`},
-			{"/dashboard/max-users", form("node", "NODE", "max_users", "1"), `node &#34;NODE&#34;: unknown node`},
-			{"/dashboard/notices/NOTICE/redeliver", form(), "notice NOTICE: not found"},
+			{"/dashboard/price", form("node", "NODE", "price", "1"), "unknown node"},
+			{"/dashboard/max-users", form("node", "NODE", "max_users", "1"), "unknown node"},
+			{"/dashboard/notices/NOTICE/redeliver", form(), "notice not found"},
 		} {
 			var bodies []string
 			for _, node := range []string{"b1", "zz"} {
@@ -334,7 +334,7 @@ func TestDashboard(t *testing.T) {
 				if msg == nil {
 					t.Fatalf("alice's %s on %s: no message:\n%s", tc.path, node, a.body)
 				}
-				bodies = append(bodies, strings.NewReplacer(node, "X", notice, "N").Replace(msg[1]))
+				bodies = append(bodies, msg[1])
 			}
 			if bodies[0] != bodies[1] {
 				t.Errorf("%s: bob's node answers alice\n%q\nwhere a node that does not exist answers\n%q", tc.path, bodies[0], bodies[1])

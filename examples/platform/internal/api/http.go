@@ -94,17 +94,17 @@ const (
 // operator reads and sets their own nodes only, and a node that is not
 // theirs answers as a node that does not exist; a node's agent may only
 // report for its node.
-func Handler(f *fleet.Fleet, toks Tokens) http.Handler {
+func Handler(f *fleet.Fleet, toks Tokens) *API {
 	mux := http.NewServeMux()
-	idx := toks.index()
 	// Each node's operator, by the route table and the token file: the
 	// fleet's too, whose operators' receivers take their nodes' notices.
-	owners := ownersWith(f, toks)
-	f.Owners = owners
+	ks := newKeys(toks, f.Owners)
+	f.SetOwners(ks.load().owners)
+	a := &API{f: f, keys: ks}
 	// auth serves h to the admin, and to an operator when operators may.
 	auth := func(operatorMay bool, h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			id, ok := authorize(idx, w, r)
+			id, ok := authorize(ks, w, r)
 			if !ok {
 				return
 			}
@@ -125,7 +125,16 @@ func Handler(f *fleet.Fleet, toks Tokens) http.Handler {
 	}
 	// owns reports whether id may see and set node: an operator's own
 	// node, or any node for the admin.
-	owns := func(id identity, node string) bool { return id.admin() || owners[node] == id.operator }
+	owns := func(id identity, node string) bool { return id.admin() || ks.load().owners[node] == id.operator }
+	// ownedBy keeps the nodes of id's operator; nil (every node) for the
+	// admin.
+	ownedBy := func(id identity) func(node string) bool {
+		if !id.isOperator() {
+			return nil
+		}
+		owners := ks.load().owners
+		return func(node string) bool { return owners[node] == id.operator }
+	}
 	get := func(operatorMay bool, do func(r *http.Request, id identity) (any, error)) http.HandlerFunc {
 		return auth(operatorMay, func(w http.ResponseWriter, r *http.Request, id identity) {
 			v, err := do(r, id)
@@ -139,8 +148,8 @@ func Handler(f *fleet.Fleet, toks Tokens) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})
-	mux.Handle("GET /readyz", &readiness{f: f, idx: idx})
-	rep := reportHandler{f, idx}
+	mux.Handle("GET /readyz", &readiness{f: f, keys: ks})
+	rep := reportHandler{f, ks}
 	mux.Handle("POST /report", rep)
 	mux.HandleFunc("POST /routes", auth(false, serve(http.StatusCreated, func(ctx context.Context, _ identity, req fleet.OpenRequest) (store.Route, error) {
 		return f.Open(ctx, req)
@@ -194,7 +203,7 @@ func Handler(f *fleet.Fleet, toks Tokens) http.Handler {
 			return page{}, err
 		}
 		if id.isOperator() {
-			vs, last, err := f.OperatorViews(r.Context(), fleet.NodesOf(owners, id.operator), after, limit)
+			vs, last, err := f.OperatorViews(r.Context(), fleet.NodesOf(ks.load().owners, id.operator), after, limit)
 			return page{vs, last, len(vs) == limit}, err
 		}
 		vs, last, err := f.Views(r.Context(), after, limit)
@@ -234,11 +243,7 @@ func Handler(f *fleet.Fleet, toks Tokens) http.Handler {
 		if err != nil {
 			return page{}, err
 		}
-		var keep func(node string) bool
-		if id.isOperator() {
-			keep = func(node string) bool { return owners[node] == id.operator }
-		}
-		ns, last, err := f.NoticesOf(r.Context(), keep, from, limit)
+		ns, last, err := f.NoticesOf(r.Context(), ownedBy(id), from, limit)
 		return page{ns, strconv.FormatInt(last, 10), len(ns) == limit}, err
 	}))
 	mux.HandleFunc("POST /notices/{id}/redeliver", auth(true, func(w http.ResponseWriter, r *http.Request, id identity) {
@@ -247,11 +252,7 @@ func Handler(f *fleet.Fleet, toks Tokens) http.Handler {
 			writeFailure(w, fmt.Errorf("redeliver: notice %.80q: want a notice's id, 1 or more: %w", r.PathValue("id"), store.ErrBadInput))
 			return
 		}
-		var keep func(node string) bool
-		if id.isOperator() {
-			keep = func(node string) bool { return owners[node] == id.operator }
-		}
-		if err := f.Redeliver(r.Context(), n, keep); err != nil {
+		if err := f.Redeliver(r.Context(), n, ownedBy(id)); err != nil {
 			writeFailure(w, err)
 			return
 		}
@@ -323,8 +324,35 @@ func Handler(f *fleet.Fleet, toks Tokens) http.Handler {
 	mux.HandleFunc("GET /metrics", auth(false, func(w http.ResponseWriter, r *http.Request, _ identity) {
 		serveMetrics(f.Notify, w, r)
 	}))
-	serveDashboard(mux, f, idx, owners) // GET /, POST /login, /logout, /dashboard/…: dashboard.go
-	return reportFirst{rep, mux}
+	serveDashboard(mux, f, ks) // GET /, POST /login, /logout, /dashboard/…: dashboard.go
+	a.h = reportFirst{rep, mux}
+	return a
+}
+
+// API is the platform's API (Handler); Reload puts a token file read
+// again in force.
+type API struct {
+	h    http.Handler
+	f    *fleet.Fleet
+	keys *keys
+}
+
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.h.ServeHTTP(w, r) }
+
+// Reload puts toks in force in place of the token file read before, for
+// every request from now on: a token taken out is refused at once, and
+// a dashboard session logged in with it ends. A file that names a node's
+// operator otherwise than the route table does is refused, and the one
+// in force kept. The operators' receivers take the nodes toks gives
+// them from the next message.
+func (a *API) Reload(ctx context.Context, toks Tokens) error {
+	if err := CheckOwners(toks, a.keys.table); err != nil {
+		return err
+	}
+	acc := a.keys.accessOf(toks)
+	a.keys.p.Store(acc)
+	a.f.SetOwners(acc.owners)
+	return a.f.RefreshReceivers(ctx)
 }
 
 // notYours is the error for a node an operator does not own: the one a
@@ -400,12 +428,12 @@ func (s *statusRecorder) WriteHeader(status int)      { s.status = status }
 // bound, and handleReport, without the request's copy that auth makes to
 // carry its context (handleReport takes the context as an argument).
 type reportHandler struct {
-	f   *fleet.Fleet
-	idx tokenIndex
+	f    *fleet.Fleet
+	keys *keys
 }
 
 func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id, ok := authorize(h.idx, w, r)
+	id, ok := authorize(h.keys, w, r)
 	if !ok {
 		return
 	}
@@ -421,8 +449,8 @@ func (h reportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // authorize returns who r's token speaks for; without a known token it
 // answers 401 and returns false.
-func authorize(idx tokenIndex, w http.ResponseWriter, r *http.Request) (id identity, ok bool) {
-	id, ok = idx.lookup(r.Header.Get("Authorization"))
+func authorize(ks *keys, w http.ResponseWriter, r *http.Request) (id identity, ok bool) {
+	id, ok = ks.lookup(r.Header.Get("Authorization"))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="platform"`)
 		writeError(w, http.StatusUnauthorized, ReasonUnauthorized, errors.New("missing or wrong bearer token"))
@@ -673,8 +701,20 @@ func statusOf(err error) (int, string) {
 	}
 }
 
-func writeFailure(w http.ResponseWriter, err error) {
+// failureOf is err's status, reason word and the error to answer: for
+// an unknown node, the same words for every node that is not there and
+// for another operator's, since naming the node would make the answers
+// differ by the one thing the caller may not learn from them.
+func failureOf(err error) (int, string, error) {
 	status, reason := statusOf(err)
+	if reason == reasonUnknownNode {
+		err = store.ErrUnknownNode
+	}
+	return status, reason, err
+}
+
+func writeFailure(w http.ResponseWriter, err error) {
+	status, reason, err := failureOf(err)
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
@@ -710,17 +750,4 @@ func serveMetrics(n *notify.Notifier, w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Write(b.Bytes())
-}
-
-// ownersWith is each node's operator, as the seed names it and as the
-// token file's agent lines do (main refuses the two disagreeing).
-func ownersWith(f *fleet.Fleet, toks Tokens) map[string]string {
-	out, _ := toks.owners()
-	if out == nil {
-		out = map[string]string{}
-	}
-	for node, op := range f.Owners {
-		out[node] = op
-	}
-	return out
 }

@@ -1050,7 +1050,8 @@ func TestNotifyTimeout(t *testing.T) {
 }
 
 // TestNotifyEnded: with -notify-ended, the end of an overload is sent as
-// node.overload_ended too; without it, only the start.
+// node.overload_ended too; without it, only the start. An overload whose
+// start had no notice (within the hour of the last) sends no end.
 func TestNotifyEnded(t *testing.T) { eachNotifyStore(t, testNotifyEnded) }
 
 func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
@@ -1072,6 +1073,17 @@ func testNotifyEnded(t *testing.T, open notifyOpener, replicas int) {
 	for _, a := range attempts {
 		if a.Msg.Type == store.TypeOverloadEnded && (a.Msg.Data.Lasted == "" || !strings.Contains(a.Msg.Data.Text, "e1 is no longer overloaded")) {
 			t.Fatalf("end message %+v", a.Msg.Data)
+		}
+	}
+	// Overloaded again within the hour: no notice, so no end either;
+	// an end alone would follow no node.overloaded of its overload.
+	c.Add(10 * time.Minute)
+	overloadNode(t, c, "e1", ps...)
+	calm(t, c, "e1", ps...)
+	drain(t, ns...)
+	if attempts, _ := h.snapshot(); len(attempts) != 2 {
+		for _, a := range attempts[2:] {
+			t.Errorf("an overload within the hour, which had no notice, sent %s %s", a.Msg.Type, a.Msg.Data.Text)
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package api_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -287,4 +289,60 @@ func testOperatorReceiverOnAnotherReplica(t *testing.T, open notifyOpener, repli
 	if as, _ := first.snapshot(); len(as) != 1 {
 		t.Errorf("the URL alice left got %d messages, want only the first notice", len(as))
 	}
+}
+
+// TestOperatorReceiverRotatedTwice: a secret rotated out keeps signing
+// for its day when the receiver is rotated again within it (a double
+// click on the dashboard's button), beside both newer secrets; at most
+// store.MaxRotatedOut rotated out sign at once.
+func TestOperatorReceiverRotatedTwice(t *testing.T) {
+	eachNotifyStore(t, func(t *testing.T, open notifyOpener, _ int) {
+		c := &platformtest.Clock{T: platformtest.T0}
+		cfg := apitest.NotifyConfig(apitest.NotifyFile(t, "* http://127.0.0.1:9/ "+platformtest.HookSecret))
+		np := open(c, cfg, dashboardSeed())
+		f := fleet.New(np.Svc, np.n)
+		f.Owners = map[string]string{"a1": "alice", "b1": "bob"}
+		srv := httptest.NewServer(api.Handler(f, dashboardTokens))
+		defer srv.Close()
+		web := &apitest.Platform{T: t, Srv: srv}
+		secret := func(method, path string) store.ReceiverView {
+			t.Helper()
+			code, _, b := web.Raw(method, path, "tok-alice", `{"url":"http://127.0.0.1:9/"}`)
+			var v store.ReceiverView
+			if code/100 != 2 || json.Unmarshal(b, &v) != nil || !strings.HasPrefix(v.Secret, "whsec_") {
+				t.Fatalf("%s %s: %d %s", method, path, code, b)
+			}
+			return v
+		}
+		secrets := []string{secret("PUT", "/receiver").Secret}
+		var v store.ReceiverView
+		for i := range store.MaxRotatedOut + 1 {
+			c.Add(time.Minute)
+			v = secret("POST", "/receiver/rotate")
+			secrets = append(secrets, v.Secret)
+			if want := platformtest.T0.Add(time.Minute + store.RotatedFor); i == 0 && !v.Rotating.Equal(want) {
+				t.Errorf("rotating_until %v, want %v", v.Rotating, want)
+			}
+		}
+		if want := c.Now().Add(store.RotatedFor); !v.Rotating.Equal(want) {
+			t.Errorf("after %d rotations, rotating_until %v, want the last rotation's day, %v", store.MaxRotatedOut+1, v.Rotating, want)
+		}
+		rcv, ok, err := np.Svc.OperatorReceiver(t.Context(), "alice")
+		if err != nil || !ok {
+			t.Fatalf("alice's receiver in the store: %v %v", ok, err)
+		}
+		signing := rcv.Signing(c.Now())
+		if len(signing) != store.MaxRotatedOut+1 {
+			t.Fatalf("%d secrets sign, want the one in force and %d rotated out", len(signing), store.MaxRotatedOut)
+		}
+		for i, s := range secrets[1:] { // the first, the oldest, is past the bound
+			key, err := notify.DecodeSecret(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(signing, func(k []byte) bool { return bytes.Equal(k, key) }) {
+				t.Errorf("secret %d of %d does not sign %v after it was made", i+2, len(secrets), c.Now().Sub(platformtest.T0))
+			}
+		}
+	})
 }

@@ -23,8 +23,8 @@ type readier interface {
 // when it changes, so the log holds each fault once, not once a probe.
 // GET /healthz stays 200 while the process is alive.
 type readiness struct {
-	f   *fleet.Fleet
-	idx tokenIndex
+	f    *fleet.Fleet
+	keys *keys
 
 	mu   sync.Mutex
 	last string // the last answer's error; "" while ready
@@ -43,7 +43,7 @@ func (h *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := map[string]any{"ready": false, "reason": ReasonUnavailable}
-	if id, ok := h.idx.lookup(r.Header.Get("Authorization")); ok && id.admin() {
+	if id, ok := h.keys.lookup(r.Header.Get("Authorization")); ok && id.admin() {
 		body["error"] = err.Error()
 	}
 	w.Header().Set("Retry-After", "1")

@@ -7,10 +7,13 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
+	"sync/atomic"
 
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/procfile"
+	"github.com/proofkit/nodekit/overload"
 )
 
 // identity is who a bearer token speaks for. The admin is the platform's
@@ -37,23 +40,25 @@ type Tokens map[string]string
 // never hold a ':'.
 const operatorPrefix = "operator:"
 
-// identityOf parses a tokens value.
+// identityOf parses a tokens value. Its errors quote nothing of v: a
+// line written the wrong way round ("NODE TOKEN") has its token where
+// the node goes, and the error is printed and logged.
 func identityOf(v string) (identity, error) {
 	var id identity
 	f := strings.Fields(v)
 	if len(f) > 0 && !strings.HasPrefix(f[0], operatorPrefix) {
-		if err := store.CheckNodeID(f[0]); err != nil {
-			return id, err
+		if store.CheckNodeID(f[0]) != nil {
+			return id, fmt.Errorf("the field after the token is neither a node (%s) nor operator:NAME (the field is not repeated here: it may be a token): %w", overload.NodeRule, store.ErrBadInput)
 		}
 		id.node, f = f[0], f[1:]
 	}
 	if len(f) > 0 {
 		name, ok := strings.CutPrefix(f[0], operatorPrefix)
 		if !ok {
-			return id, fmt.Errorf("%q: want operator:NAME", f[0])
+			return id, fmt.Errorf("the field after the node: want operator:NAME (the field is not repeated here: it may be a token): %w", store.ErrBadInput)
 		}
-		if err := store.CheckOperator(name); err != nil {
-			return id, err
+		if store.CheckOperator(name) != nil {
+			return id, fmt.Errorf("the operator's name: want %s: %w", overload.NodeRule, store.ErrBadInput)
 		}
 		id.operator, f = name, f[1:]
 	}
@@ -161,6 +166,46 @@ func (x tokenIndex) lookup(header string) (id identity, ok bool) {
 	id, ok = x[sha256.Sum256(append(a[:0], header[len(scheme):]...))]
 	return id, ok
 }
+
+// keys is the token file in force, put in force whole when the file is
+// read again (SIGHUP): who each token speaks for, and each node's
+// operator by the token file and the route table.
+type keys struct {
+	p atomic.Pointer[access]
+	// table is each node's operator by the route table: read once, at
+	// start, and kept beside every token file put in force.
+	table map[string]string
+}
+
+// access is one token file's index and the owners it makes.
+type access struct {
+	idx    tokenIndex
+	owners map[string]string
+}
+
+// newKeys is toks in force beside the route table's operators.
+func newKeys(toks Tokens, table map[string]string) *keys {
+	k := &keys{table: maps.Clone(table)}
+	k.p.Store(k.accessOf(toks))
+	return k
+}
+
+// accessOf is toks's index and owners: the agents' lines', then the
+// route table's, which main has checked do not disagree.
+func (k *keys) accessOf(toks Tokens) *access {
+	owners, _ := toks.owners()
+	if owners == nil {
+		owners = map[string]string{}
+	}
+	maps.Copy(owners, k.table)
+	return &access{idx: toks.index(), owners: owners}
+}
+
+// load is the token file in force.
+func (k *keys) load() *access { return k.p.Load() }
+
+// lookup is tokenIndex.lookup in the token file in force.
+func (k *keys) lookup(header string) (identity, bool) { return k.load().idx.lookup(header) }
 
 // CheckOwners refuses a token file that names a node's operator
 // otherwise than the route table does.

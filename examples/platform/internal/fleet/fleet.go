@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"sync/atomic"
+
 	"github.com/proofkit/nodekit/examples/platform/internal/notify"
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 )
@@ -21,9 +23,25 @@ type Fleet struct {
 	Notify *notify.Notifier
 	// receivers keeps the operators' own receivers: the store.
 	receivers store.ReceiverStore
-	// Owners is each node's operator as the route table names it (and,
-	// once wired, the token file too: the API's ownersWith).
+	// Owners is each node's operator as the route table names it, set
+	// before the API is wired; from then on SetOwners puts in force the
+	// route table's and the token file's together.
 	Owners map[string]string
+	// owners is what SetOwners put in force; nil: Owners.
+	owners atomic.Pointer[map[string]string]
+}
+
+// SetOwners puts owners in force as each node's operator: at once for
+// the use cases, and for the operators' receivers from the next
+// RefreshReceivers. owners is not changed afterwards.
+func (f *Fleet) SetOwners(owners map[string]string) { f.owners.Store(&owners) }
+
+// ownersNow is each node's operator in force.
+func (f *Fleet) ownersNow() map[string]string {
+	if p := f.owners.Load(); p != nil {
+		return *p
+	}
+	return f.Owners
 }
 
 // New is the use cases over st, whose deliveries n delivers (nil:

@@ -14,7 +14,9 @@ import (
 // found, as one that does not exist. The delivery is due at once and
 // keeps its log.
 func (f *Fleet) Redeliver(ctx context.Context, id int64, keep func(node string) bool) error {
-	notFound := fmt.Errorf("notice %d: %w", id, store.ErrUnknown)
+	// The same words for every notice an operator may not redeliver,
+	// whether it is another operator's or none at all.
+	notFound := fmt.Errorf("notice %w", store.ErrUnknown)
 	if id < 1 {
 		return notFound
 	}
@@ -82,7 +84,7 @@ func nodeDeliveries(ctx context.Context, box store.OutboxStore, node string) ([]
 // at start which nodes have no receiver: their notices are kept, and
 // marked undeliverable.
 func (f *Fleet) NotifyUnreached(ctx context.Context, log *slog.Logger) {
-	if err := f.refreshReceivers(ctx); err != nil {
+	if err := f.RefreshReceivers(ctx); err != nil {
 		log.Warn("notify: the operators' receivers not read", "err", err)
 	}
 	f.Notify.LogUnreached(ctx, log, f.Store.NodeIDs)

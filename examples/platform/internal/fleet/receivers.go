@@ -64,12 +64,14 @@ func (f *Fleet) SetReceiver(ctx context.Context, operator string, req ReceiverRe
 		v.Secret = notify.SecretText(key)
 	}
 	f.Log.Info("receiver set", "operator", operator, "host", u.Host, "new", created)
-	return v, created, f.refreshReceivers(ctx)
+	return v, created, f.RefreshReceivers(ctx)
 }
 
 // RotateReceiver gives operator's receiver a new secret, returned once;
-// the one it replaces signs beside it for RotatedFor, and any older one
-// no more.
+// the one it replaces signs beside it for RotatedFor, and one rotated
+// out before still signs until its own day is over (the newest
+// MaxRotatedOut of them): a second rotation within the day, a double
+// click, must not take the secret the receiver still checks with.
 func (f *Fleet) RotateReceiver(ctx context.Context, operator string) (store.ReceiverView, error) {
 	key, err := notify.NewSecret()
 	if err != nil {
@@ -82,7 +84,16 @@ func (f *Fleet) RotateReceiver(ctx context.Context, operator string) (store.Rece
 		}
 		old := r.Secrets[0]
 		old.Until = now.Add(store.RotatedFor)
-		r.Secrets = []store.OperatorSecret{{Key: key}, old}
+		keep := []store.OperatorSecret{{Key: key}, old}
+		for _, s := range r.Secrets[1:] {
+			if len(keep) > store.MaxRotatedOut {
+				break
+			}
+			if !s.Until.IsZero() && now.Before(s.Until) {
+				keep = append(keep, s)
+			}
+		}
+		r.Secrets = keep
 		v = r.View(now)
 		return nil
 	})
@@ -91,14 +102,14 @@ func (f *Fleet) RotateReceiver(ctx context.Context, operator string) (store.Rece
 	}
 	v.Secret = notify.SecretText(key)
 	f.Log.Info("receiver secret rotated", "operator", operator, "old_until", v.Rotating)
-	return v, f.refreshReceivers(ctx)
+	return v, f.RefreshReceivers(ctx)
 }
 
-// refreshReceivers puts the operators' receivers, as the store keeps
+// RefreshReceivers puts the operators' receivers, as the store keeps
 // them now, into the dispatch's receivers, beside the notify file's, for
-// the nodes f.Owners gives each operator: after a change here at once,
+// the nodes each operator has (SetOwners): after a change here at once,
 // and on the other replicas at their next plan round.
-func (f *Fleet) refreshReceivers(ctx context.Context) error {
+func (f *Fleet) RefreshReceivers(ctx context.Context) error {
 	if f.Dispatch == nil || f.receivers == nil {
 		return nil
 	}
@@ -106,7 +117,7 @@ func (f *Fleet) refreshReceivers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.Dispatch.SetOperators(ops, f.Owners, f.Now())
+	f.Dispatch.SetOperators(ops, f.ownersNow(), f.Now())
 	return nil
 }
 
@@ -114,7 +125,7 @@ func (f *Fleet) refreshReceivers(ctx context.Context) error {
 // force as the store keeps them (another replica's changes), then a plan
 // round.
 func (f *Fleet) Round(ctx context.Context) error {
-	if err := f.refreshReceivers(ctx); err != nil {
+	if err := f.RefreshReceivers(ctx); err != nil {
 		f.Log.Warn("the operators' receivers not read", "err", err)
 	}
 	return f.PlanRound(ctx)
@@ -180,7 +191,7 @@ func (f *Fleet) EnableReceiver(ctx context.Context, operator string) (store.Rece
 		return store.ReceiverView{}, err
 	}
 	f.Log.Info("receiver enabled", "operator", operator)
-	return v, f.refreshReceivers(ctx)
+	return v, f.RefreshReceivers(ctx)
 }
 
 // attempted records an attempt of a notice's delivery to an operator's
@@ -216,7 +227,7 @@ func (f *Fleet) attempted(ctx context.Context, rc *notify.Receiver, ok bool, at 
 	if disabled {
 		f.Log.Warn("notify: receiver disabled after failing for 5 days; its operator enables it again", "operator", rc.Operator, "receiver", rc.Host())
 	}
-	if err := f.refreshReceivers(ctx); err != nil {
+	if err := f.RefreshReceivers(ctx); err != nil {
 		f.Log.Warn("the operators' receivers not read", "err", err)
 	}
 }

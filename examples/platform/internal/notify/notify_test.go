@@ -31,7 +31,11 @@ func TestParseReceivers(t *testing.T) {
 		{"x1 ftp://a/ " + platformtest.HookSecret + "\n", "notify:1: node x1: the URL is not an absolute http:// or https:// URL"},
 		{"x1 https://a/\n", "notify:1: want NODE URL SECRET [SECRET…], got 2 field(s)"},
 		{"x1 https://a/ s3cr3t-not-whsec\n", `notify:1: node x1: secret 1: want "whsec_"`},
-		{"bad/node https://a/ " + platformtest.HookSecret + "\n", `notify:1: node "bad/node"`},
+		{"bad/node https://a/ " + platformtest.HookSecret + "\n", "notify:1: the first field is neither a node"},
+		// A line out of order: its URL's credential or its secret is
+		// not repeated.
+		{"https://ops:s3cr3t@a/ x1 " + platformtest.HookSecret + "\n", "notify:1: the first field is neither a node"},
+		{"whsec_s3cr3tMfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw x1 https://a/\n", "notify:1: the first field is neither a node"},
 		{"x1 https://a/ whsec_!!!\n", "notify:1: node x1: secret 1: not base64"},
 	} {
 		_, err := parseReceivers("notify", strings.NewReader(c.file))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/proofkit/nodekit/examples/platform/internal/store"
 	"github.com/proofkit/nodekit/internal/procfile"
+	"github.com/proofkit/nodekit/overload"
 )
 
 // Receiver is where one node's notices go: a URL and the secrets its
@@ -107,10 +108,10 @@ func parseReceiverLine(text string) (*Receiver, error) {
 		return nil, fmt.Errorf("want NODE URL SECRET [SECRET…], got %d field(s)", len(f))
 	}
 	rc := &Receiver{Node: f[0]}
-	if rc.Node != "*" {
-		if err := store.CheckNodeID(rc.Node); err != nil {
-			return nil, err
-		}
+	if rc.Node != "*" && (store.CheckNodeID(rc.Node) != nil || strings.HasPrefix(rc.Node, secretPrefix)) {
+		// Not quoted: a line out of order has its URL, which may hold
+		// a credential, or its secret there, and the error is logged.
+		return nil, fmt.Errorf("the first field is neither a node (%s) nor * (the field is not repeated here: it may be a URL or a secret): %w", overload.NodeRule, store.ErrBadInput)
 	}
 	u, err := parseReceiverURL(f[1])
 	if err != nil {
@@ -142,9 +143,12 @@ func parseReceiverURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
+// secretPrefix begins every Standard Webhooks secret.
+const secretPrefix = "whsec_"
+
 // DecodeSecret decodes a Standard Webhooks secret, "whsec_" and base64.
 func DecodeSecret(s string) ([]byte, error) {
-	b64, ok := strings.CutPrefix(s, "whsec_")
+	b64, ok := strings.CutPrefix(s, secretPrefix)
 	if !ok {
 		return nil, fmt.Errorf(`want "whsec_" and base64 of at least %d bytes`, minSecret)
 	}

@@ -33,6 +33,11 @@ type OperatorSecret struct {
 // beside the new one, so a receiver has a day to take the new one.
 const RotatedFor = 24 * time.Hour
 
+// MaxRotatedOut is the most secrets rotated out that still sign beside
+// the one in force: a secret rotated again within its day keeps the
+// day it was given, up to this many rotations a day.
+const MaxRotatedOut = 3
+
 // Signing is r's secrets that sign a message at now: the one in force
 // and those rotated out less than RotatedFor ago.
 func (r OperatorReceiver) Signing(now time.Time) [][]byte {
@@ -50,8 +55,8 @@ func (r OperatorReceiver) Signing(now time.Time) [][]byte {
 type ReceiverView struct {
 	URL     string    `json:"url"`
 	Created time.Time `json:"created"`
-	// Rotating is when the secret rotated out last stops signing; zero
-	// when none does.
+	// Rotating is when the last of the secrets rotated out stops
+	// signing; zero when none does.
 	Rotating time.Time `json:"rotating_until,omitzero"`
 	// Secret is the new secret, in the answer that made it alone.
 	Secret       string    `json:"secret,omitempty"`
@@ -63,7 +68,7 @@ type ReceiverView struct {
 func (r OperatorReceiver) View(now time.Time) ReceiverView {
 	v := ReceiverView{URL: r.URL, Created: r.Created, FailingSince: r.FailingSince, Disabled: r.Disabled}
 	for _, s := range r.Secrets {
-		if !s.Until.IsZero() && now.Before(s.Until) {
+		if !s.Until.IsZero() && now.Before(s.Until) && s.Until.After(v.Rotating) {
 			v.Rotating = s.Until
 		}
 	}

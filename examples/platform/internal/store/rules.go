@@ -173,12 +173,17 @@ func (r Rules) NoticeDelivery(n *Node, now time.Time) (Delivery, bool, error) {
 }
 
 // EndDelivery is the outbox's delivery of the end of n's overload, when
-// its change ended one and the dispatch sends ends, dated when it ended
-// by the platform's clock (now for a node that does not say); false
-// otherwise.
+// its change ended one whose start had a notice and the dispatch sends
+// ends, dated when it ended by the platform's clock (now for a node that
+// does not say); false otherwise. An overload that started within the
+// hour of the node's last notice had none, and its end alone would reach
+// the receiver without the node.overloaded it follows.
 func (r Rules) EndDelivery(n *Node, now time.Time) (Delivery, bool, error) {
 	e := n.Event
 	if r.Dispatch == nil || e == nil || e.Kind != overload.End {
+		return Delivery{}, false, nil
+	}
+	if n.Tracker != nil && !n.Tracker.LastNotice().Equal(e.At.Add(-e.Lasted)) {
 		return Delivery{}, false, nil
 	}
 	d, ok, err := r.Dispatch.EndDelivery(n.Info.ID, n.Readings, *e, cmp.Or(n.Info.OverloadEnded, now))
