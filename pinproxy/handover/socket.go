@@ -133,7 +133,9 @@ func checkPath(e *env, path string) error {
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("handover: socket %s: %w", path, err)
+		// Not fs.ErrNotExist: a missing directory is a mistake in the
+		// path, not "nobody listens there".
+		return fmt.Errorf("handover: socket %s: its directory: %v", path, err)
 	}
 	uid := e.geteuid()
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != uid && st.Uid != 0 {
