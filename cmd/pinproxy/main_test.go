@@ -413,6 +413,9 @@ func TestBinaryUsageErrors(t *testing.T) {
 			args []string
 			want string
 		}{
+			// The one line: PINPROXY_HANDOFF_FD is not warned about as a
+			// variable that names no flag (every upgraded process has it).
+			{"bad handoff fd", []string{"PINPROXY_HANDOFF_FD=x"}, ok, `PINPROXY_HANDOFF_FD="x": want a descriptor number`},
 			{"no upgrade socket dir", nil, append(ok, "-upgrade-socket", filepath.Join(t.TempDir(), "none", "up.sock")), "-upgrade-socket: handover: socket "},
 		}...)
 	}
