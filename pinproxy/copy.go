@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // This file is the data path: the bytes of one client connection and its
@@ -73,7 +74,10 @@ type spliceResult struct {
 	// half-closed it, or reading it failed (with net.ErrClosed in err when
 	// the proxy closed the conns itself).
 	first side
-	err   error // both directions' errors joined; nil when both ended cleanly (EOF)
+	// firstAt is when that stream ended: an upstream that closes at once
+	// has refused the session even if the client holds its end long after.
+	firstAt time.Time
+	err     error // both directions' errors joined; nil when both ended cleanly (EOF)
 }
 
 // link is one connection's data path: its two conns and what the copy
@@ -86,6 +90,7 @@ type link struct {
 	dirs             [2]direction // 0: client→upstream, 1: upstream→client
 	clean            atomic.Int32 // directions that ended with EOF
 	first            atomic.Int32 // side whose stream ended first
+	firstAt          atomic.Int64 // when it ended: nanoseconds since linkEpoch
 
 	// Parking (park_linux.go). state is read without mu but changed
 	// under it, except by the link's run goroutine where it says so.
@@ -214,8 +219,30 @@ func (l *link) copyDir(i int) {
 		return // paused: the bytes not read yet stay queued on src, those not written in d.pending
 	}
 	d.ended, d.err = true, err
-	l.first.CompareAndSwap(int32(sideNone), int32(s))
+	l.endedFirst(s)
 	endDirection(dst, src, err, &l.clean)
+}
+
+// linkEpoch is the origin of link.firstAt, read once so that the times
+// it gives carry the monotonic clock.
+var linkEpoch = time.Now()
+
+// endedFirst records that s's stream ended, and when, unless the other
+// side's ended before.
+func (l *link) endedFirst(s side) {
+	if l.first.CompareAndSwap(int32(sideNone), int32(s)) {
+		l.firstAt.Store(int64(time.Since(linkEpoch)))
+	}
+}
+
+// firstEnded returns the side whose stream ended first and when, or
+// sideNone.
+func (l *link) firstEnded() (side, time.Time) {
+	s := side(l.first.Load())
+	if s == sideNone {
+		return s, time.Time{}
+	}
+	return s, linkEpoch.Add(time.Duration(l.firstAt.Load()))
 }
 
 // writePending writes out d's pending bytes, if any.
@@ -242,11 +269,13 @@ func (l *link) end() {
 	l.pk.remove(l)
 	l.client.Close()
 	l.upstream.Close()
+	first, at := l.firstEnded()
 	l.done(spliceResult{
-		up:    l.dirs[0].n.Load(),
-		down:  l.dirs[1].n.Load(),
-		first: side(l.first.Load()),
-		err:   joinCauses(l.dirs[0].err, l.dirs[1].err),
+		up:      l.dirs[0].n.Load(),
+		down:    l.dirs[1].n.Load(),
+		first:   first,
+		firstAt: at,
+		err:     joinCauses(l.dirs[0].err, l.dirs[1].err),
 	})
 }
 

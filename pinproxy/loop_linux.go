@@ -892,7 +892,7 @@ func (lp *evloop) stall(l *link, i int, op string, errno syscall.Errno) {
 // eof ends direction i cleanly: its source's stream ended.
 func (lp *evloop) eof(l *link, i int) {
 	l.dirs[i].ended = true
-	l.first.CompareAndSwap(int32(sideNone), int32(sideClient+side(i)))
+	l.endedFirst(sideClient + side(i))
 	if l.clean.Add(1) == 2 {
 		lp.closeLocked(l, nil, false)
 		return
@@ -910,7 +910,7 @@ func (lp *evloop) fail(l *link, i int, op string, errno syscall.Errno) {
 	}
 	d.ended = true
 	d.err = &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
-	l.first.CompareAndSwap(int32(sideNone), int32(sideClient+side(i)))
+	l.endedFirst(sideClient + side(i))
 	lp.closeLocked(l, nil, true)
 }
 

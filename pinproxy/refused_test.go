@@ -179,6 +179,49 @@ func TestRefusedSessionsNotClientHangUps(t *testing.T) {
 	}
 }
 
+// An upstream that closes at once refuses the session even when the
+// client lingers past RefusedWithin after reading the upstream's end and
+// only then writes (its bytes draw a reset): what counts is when the
+// upstream ended it. One that only half-closes and goes on reading holds
+// the session as long as the client keeps it.
+func TestRefusedSessionsClientLingers(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	closer := pinproxytest.New(t, "closer", refuser(&refuse))
+	halfCloser := pinproxytest.New(t, "half-closer", func(_ *pinproxytest.Node, c net.Conn) {
+		c.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, c)
+	})
+	const within = 100 * time.Millisecond
+	for _, tt := range []struct {
+		node    *pinproxytest.Node
+		refused int64
+	}{{closer, 3}, {halfCloser, 0}} {
+		p := newProxy(t, pinproxy.Config{Upstreams: []string{tt.node.Addr}, RebalanceInterval: -1, RefusedWithin: within})
+		addr := serve(t, p)
+		for i := range pinproxy.DefaultRefusedSessions {
+			c := mustDial(t, addr)
+			c.SetReadDeadline(time.Now().Add(pinproxytest.WaitFor))
+			if _, err := io.Copy(io.Discard, c); pinproxytest.IsTimeout(err) {
+				t.Fatalf("%s, session %d: the upstream's end did not reach the client", tt.node.Name, i)
+			}
+			time.Sleep(2 * within) // the client notices late, then pings
+			for range 3 {
+				if _, err := c.Write([]byte("ping\n")); err != nil {
+					break
+				}
+				time.Sleep(within / 4)
+			}
+			c.Close()
+			testkit.WaitFor(t, "the session to end", func() bool { return stat(p, tt.node.Addr).Live == 0 })
+		}
+		s := stat(p, tt.node.Addr)
+		if s.RefusedSessions != tt.refused || (tt.refused == 3) != refusingReason.MatchString(s.Refusing) {
+			t.Errorf("%s after 3 sessions: %d refused, refusing %q; want %d refused", tt.node.Name, s.RefusedSessions, s.Refusing, tt.refused)
+		}
+	}
+}
+
 // refusedLab is a proxy in front of A, which refuses sessions while
 // refuse is set (at first), and B, which holds them; rounds are run by
 // hand, RefusedWithin is 200 ms and the proxy's clock moves when told.

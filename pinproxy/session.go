@@ -130,7 +130,8 @@ func (p *Proxy) dialedLocked(c *conn) {
 }
 
 // trialOver runs RefusedWithin after c's dial: if c is still linked to its
-// upstream, the upstream held the session.
+// upstream, and the upstream has not ended its stream (the client may
+// hold its end after that), the upstream held the session.
 func (p *Proxy) trialOver(c *conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -139,9 +140,15 @@ func (p *Proxy) trialOver(c *conn) {
 	}
 	c.trial = nil
 	c.up.sessions.trials--
-	if c.linked {
-		p.heldLocked(c.up, c.dialed, true)
+	if !c.linked {
+		return
 	}
+	if c.link != nil {
+		if first, at := c.link.firstEnded(); first == sideUpstream && at.Sub(c.dialed) < p.cfg.RefusedWithin {
+			return // sessionEndedLocked judges it when the client lets go
+		}
+	}
+	p.heldLocked(c.up, c.dialed, true)
 }
 
 // sessionEndedLocked is told of every connection that ended: how long
@@ -160,6 +167,14 @@ func (p *Proxy) sessionEndedLocked(c *conn, r spliceResult) {
 		s.trials--
 	}
 	life := time.Since(c.dialed)
+	if r.first == sideUpstream && r.err != nil && !r.firstAt.IsZero() {
+		// The upstream closed the connection, not just its stream: the
+		// client's bytes after its end drew a reset. What counts is when
+		// it ended, however long the client lingered before it wrote.
+		// (After a clean half-close the session lasts until its end: the
+		// upstream may still be reading.)
+		life = r.firstAt.Sub(c.dialed)
+	}
 	switch {
 	case c.reason != endClosed: // the proxy closed it (a move, a drain, a forced shutdown): it tells nothing
 	case life >= p.cfg.RefusedWithin:

@@ -23,6 +23,11 @@ import (
 // PINPROXY_DIAL_TIMEOUT.
 const envPrefix = "PINPROXY_"
 
+// handoffEnv names the descriptor a child started for an upgrade takes
+// the hand-over from. It has the flags' prefix but is no flag, and is
+// not warned about as a misspelt one.
+const handoffEnv = envPrefix + "HANDOFF_FD"
+
 // options are the parsed flags.
 type options struct {
 	listen            string

@@ -56,6 +56,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -106,7 +107,8 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	lw := logbuf.New(stderr, logbuf.Config{})
 	defer lw.CloseWithin(logGrace)
 	log := newLogger(lw, o.logFormat == "json", o.logLevel)
-	cmdkit.WarnUnknownEnv(log, flagSet(&options{}), envPrefix, os.Environ())
+	environ := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, handoffEnv+"=") })
+	cmdkit.WarnUnknownEnv(log, flagSet(&options{}), envPrefix, environ)
 
 	p, err := pinproxy.New(o.config(log))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -404,6 +405,19 @@ func TestBinaryUsageErrors(t *testing.T) {
 		{"bad refused sessions", nil, append(ok, "-refused-sessions", "0"), "-refused-sessions 0: must be at least 1"},
 		{"negative refused within", nil, append(ok, "-refused-within", "-1s"), "-refused-within -1s: must not be negative"},
 		{"bad bool env", []string{"PINPROXY_LOG_CONNECTIONS=maybe"}, ok, `PINPROXY_LOG_CONNECTIONS="maybe": parse error (want true or false)`},
+	}
+	if runtime.GOOS == "linux" {
+		tests = append(tests, []struct {
+			name string
+			env  []string
+			args []string
+			want string
+		}{
+			// The one line: PINPROXY_HANDOFF_FD is not warned about as a
+			// variable that names no flag (every upgraded process has it).
+			{"bad handoff fd", []string{"PINPROXY_HANDOFF_FD=x"}, ok, `PINPROXY_HANDOFF_FD="x": want a descriptor number`},
+			{"no upgrade socket dir", nil, append(ok, "-upgrade-socket", filepath.Join(t.TempDir(), "none", "up.sock")), "-upgrade-socket: handover: socket "},
+		}...)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -33,10 +33,6 @@ import (
 // upgradeSignal asks for an upgrade.
 var upgradeSignal os.Signal = syscall.SIGUSR2
 
-// handoffEnv names the descriptor a child started for an upgrade takes
-// the hand-over from.
-const handoffEnv = "PINPROXY_HANDOFF_FD"
-
 // peerPolicy admits, at either end of -upgrade-socket, a process of this
 // user whose binary is in the directory this one's is in.
 func peerPolicy() handover.Policy {

@@ -1175,6 +1175,55 @@ func TestBinaryUpgradeSocketGuarded(t *testing.T) {
 	}
 }
 
+// A process that connects to -upgrade-socket, adopts everything and then
+// hangs is killed when the old process takes everything back, as a child
+// started by SIGUSR2 is: alive, it would hold a copy of every socket, and
+// a connection the old process then closed would send its peers no FIN.
+func TestBinaryUpgradeSocketKillsHungAdopter(t *testing.T) {
+	up := pinproxytest.New(t, "A", pinproxytest.Line)
+	buildVariants(t)
+	dir := t.TempDir()
+	path, badPath := filepath.Join(dir, "pinproxy"), filepath.Join(dir, "badnew")
+	install(t, builds.a, path)
+	install(t, builds.bad, badPath)
+	sock := filepath.Join(t.TempDir(), "upgrade.sock")
+	old := startFamily(t, path, nil, "-upstreams", up.Addr, "-rebalance-interval", "0", "-upgrade-socket", sock, "-upgrade-timeout", "1s")
+	cl, on := pinproxytest.Dial(t, old.addr, "c")
+	if on != "A" {
+		t.Fatalf("on %s", on)
+	}
+	bad := exec.Command(badPath)
+	bad.Env = append(os.Environ(), "BADNEW_STEP=adopt-hang", "BADNEW_SOCKET="+sock)
+	if err := bad.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- bad.Wait(); close(exited) }()
+	defer func() {
+		bad.Process.Kill()
+		<-exited
+	}()
+	old.waitCount(`msg="upgrade failed; keeping every connection and serving on"`, 1)
+	select {
+	case err := <-exited:
+		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("the hung process ended with %v, want killed", err)
+		}
+	case <-time.After(pinproxytest.WaitFor):
+		t.Fatalf("the hung process still runs %v after the old process took everything back", pinproxytest.WaitFor)
+	}
+	if on, err := cl.Ping(); err != nil || on != "A" {
+		t.Fatalf("after the failed upgrade: %q, %v", on, err)
+	}
+	// The client half-closes; the node ends the session, and its end
+	// reaches the client.
+	cl.Conn.(*net.TCPConn).CloseWrite()
+	cl.Conn.SetReadDeadline(time.Now().Add(pinproxytest.WaitFor))
+	if _, err := io.Copy(io.Discard, cl.Conn); err != nil {
+		t.Errorf("after the client half-closed: %v, want the node's end (EOF)", err)
+	}
+}
+
 // openFiles returns how many descriptors process pid has open.
 func openFiles(pid int) int {
 	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))

@@ -26,6 +26,9 @@ type env struct {
 	peerCred func(uc *net.UnixConn) (Cred, error)
 	// exe returns the path of process pid's executable.
 	exe func(pid int) (string, error)
+	// watch returns process pid, not a child (one that connected to a
+	// Socket), to be killed if its hand-over fails; nil if it cannot.
+	watch func(pid int) (process, error)
 }
 
 // stdEnv is the operating system's: the per-OS parts are startStd,
@@ -41,6 +44,7 @@ var stdEnv = &env{
 	start:      startStd,
 	peerCred:   peerCred,
 	exe:        exeOf,
+	watch:      watchPeer,
 }
 
 // process is a child: the new process, to the old one that started it.

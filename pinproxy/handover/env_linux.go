@@ -1,6 +1,7 @@
 package handover
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -69,3 +70,51 @@ func startChildUSR2Blocked(path string, args, environ []string, files []*os.File
 	s := <-done
 	return s.p, s.err
 }
+
+// peerProcess is a process that connected to a Socket: not a child, so it
+// is watched and killed through a pidfd, which names that process and
+// never a later one given its pid.
+type peerProcess struct {
+	pid    int
+	fd     int
+	exited chan struct{}
+}
+
+// watchPeer is env.watch on Linux.
+func watchPeer(pid int) (process, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("handover: pidfd_open %d: %w", pid, err)
+	}
+	p := &peerProcess{pid: pid, fd: fd, exited: make(chan struct{})}
+	go func() {
+		// The pidfd becomes readable once the process has exited.
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+				break
+			}
+		}
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (p *peerProcess) Pid() int { return p.pid }
+
+func (p *peerProcess) Kill() error {
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	return unix.PidfdSendSignal(p.fd, unix.SIGKILL, nil, 0)
+}
+
+func (p *peerProcess) Exited() <-chan struct{} { return p.exited }
+
+// errNotChild is a peerProcess's Err: how it exited is its parent's to
+// know.
+var errNotChild = errors.New("not this process's child: status unknown")
+
+func (p *peerProcess) Err() error { return errNotChild }

@@ -18,3 +18,7 @@ func peerCred(*net.UnixConn) (Cred, error) {
 func exeOf(pid int) (string, error) {
 	return "", fmt.Errorf("handover: reading process %d's executable: %w", pid, errors.ErrUnsupported)
 }
+
+func watchPeer(pid int) (process, error) {
+	return nil, fmt.Errorf("handover: watching process %d: %w", pid, errors.ErrUnsupported)
+}

@@ -87,8 +87,8 @@ var ErrStalled = errors.New("handover: the other process stalled")
 // "serving" could not reach this process (the socket is shut for reading
 // first, so a later one fails), and a new process never touches a
 // descriptor before its "serving" is sent. The caller takes everything
-// back. A child peer that did not take over is killed. Handoff closes
-// peer.
+// back. A peer that did not take over is killed: a child, or a process
+// that connected to a Socket. Handoff closes peer.
 func Handoff(ctx context.Context, peer *Peer, cfg Config, prepare func(context.Context) (*Offer, error)) (rep Report, err error) {
 	h := &handing{peer: peer, stall: cfg.stall(), ctx: ctx, msgs: make(chan inMsg, 1), quit: make(chan struct{})}
 	setBuffer(peer.conn)

@@ -398,6 +398,18 @@ func TestSocket(t *testing.T) {
 	if _, err := Dial(context.Background(), path, Policy{}); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Dial with nobody listening: %v, want fs.ErrNotExist", err)
 	}
+	// A directory that is not there is a wrong path, not nobody
+	// listening: a process started with it would serve on unable to
+	// take over or be taken over.
+	for _, f := range []func(string) error{
+		func(p string) error { _, err := Dial(context.Background(), p, Policy{}); return err },
+		func(p string) error { _, err := Listen(p, Policy{}); return err },
+	} {
+		missing := filepath.Join(dir, "none", "upgrade.sock")
+		if err := f(missing); err == nil || errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "its directory") {
+			t.Errorf("socket in a missing directory: %v, want an error naming the directory, not fs.ErrNotExist", err)
+		}
+	}
 	old := syscall.Umask(0)
 	s, err := Listen(path, Policy{})
 	syscall.Umask(old)

@@ -9,7 +9,7 @@ import (
 // this process started it (Exec), the process itself.
 type Peer struct {
 	conn *net.UnixConn
-	proc process // nil unless this process started it
+	proc process // nil unless this process started it, or it connected to a Socket
 	env  *env
 }
 
@@ -25,7 +25,8 @@ func NewPeer(c *net.UnixConn, child *os.Process) *Peer {
 	return pe
 }
 
-// PID returns the process id of a peer this process started, or 0.
+// PID returns the process id of a peer this process started or that
+// connected to its Socket, or 0.
 func (pe *Peer) PID() int {
 	if pe.proc == nil {
 		return 0
@@ -36,8 +37,8 @@ func (pe *Peer) PID() int {
 // Close closes the socket to the peer.
 func (pe *Peer) Close() error { return pe.conn.Close() }
 
-// exited returns a channel closed once a child peer has exited (nil for
-// another peer: never).
+// exited returns a channel closed once a peer whose process is known has
+// exited (nil for another peer: never).
 func (pe *Peer) exited() <-chan struct{} {
 	if pe.proc == nil {
 		return nil

@@ -64,25 +64,36 @@ func listenEnv(e *env, path string, pol Policy) (*Socket, error) {
 
 // Accept waits for a process to connect and returns it as a Peer for
 // Handoff. A process that Policy does not admit is refused (closed): the
-// error wraps ErrPeer, and the socket listens on.
+// error wraps ErrPeer, and the socket listens on. A Handoff to the
+// process that does not end with it serving kills it, as it kills a
+// child: one that hangs with copies of every descriptor would otherwise
+// keep each connection's sockets open after the old process closes them,
+// and no FIN would reach the peers.
 func (s *Socket) Accept() (*Peer, error) {
 	c, err := s.ln.AcceptUnix()
 	if err != nil {
 		return nil, err
 	}
-	if err := s.admit(c); err != nil {
+	cred, err := s.admit(c)
+	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	return &Peer{conn: c, env: s.env}, nil
+	pe := &Peer{conn: c, env: s.env}
+	if s.env.watch != nil && cred.PID != s.env.getpid() {
+		if p, err := s.env.watch(cred.PID); err == nil {
+			pe.proc = p
+		}
+	}
+	return pe, nil
 }
 
-func (s *Socket) admit(c *net.UnixConn) error {
+func (s *Socket) admit(c *net.UnixConn) (Cred, error) {
 	cred, err := s.env.peerCred(c)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrPeer, err)
+		return cred, fmt.Errorf("%w: %v", ErrPeer, err)
 	}
-	return s.pol.check(s.env, cred)
+	return cred, s.pol.check(s.env, cred)
 }
 
 // Close stops listening. The path is left for the next process.
@@ -133,7 +144,9 @@ func checkPath(e *env, path string) error {
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("handover: socket %s: %w", path, err)
+		// Not fs.ErrNotExist: a missing directory is a mistake in the
+		// path, not "nobody listens there".
+		return fmt.Errorf("handover: socket %s: its directory: %v", path, err)
 	}
 	uid := e.geteuid()
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != uid && st.Uid != 0 {

@@ -12,7 +12,8 @@
 //	commit       reads the commit (before it says it serves)
 //	commit-hang  reads the commit and hangs
 //	adopt-panic  adopts with package pinproxy, and panics
-//	adopt-hang   adopts with package pinproxy, and hangs
+//	adopt-hang   adopts with package pinproxy, and hangs (with
+//	             BADNEW_SOCKET, from the process listening there)
 package main
 
 import (
@@ -46,6 +47,9 @@ func main() {
 			fail(err)
 		}
 		peer, err := handover.Inherited("PINPROXY_HANDOFF_FD")
+		if path := os.Getenv("BADNEW_SOCKET"); path != "" {
+			peer, err = handover.Dial(context.Background(), path, handover.Policy{})
+		}
 		if err != nil || peer == nil {
 			fail(fmt.Errorf("no hand-over socket: %v", err))
 		}
