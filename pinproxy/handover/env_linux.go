@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -76,8 +77,9 @@ func startChildUSR2Blocked(path string, args, environ []string, files []*os.File
 // never a later one given its pid.
 type peerProcess struct {
 	pid    int
-	fd     int
 	exited chan struct{}
+	mu     sync.Mutex
+	fd     int // the pidfd; -1 once the process has exited and it is closed
 }
 
 // watchPeer is env.watch on Linux.
@@ -95,6 +97,10 @@ func watchPeer(pid int) (process, error) {
 				break
 			}
 		}
+		p.mu.Lock()
+		unix.Close(p.fd)
+		p.fd = -1
+		p.mu.Unlock()
 		close(p.exited)
 	}()
 	return p, nil
@@ -103,10 +109,10 @@ func watchPeer(pid int) (process, error) {
 func (p *peerProcess) Pid() int { return p.pid }
 
 func (p *peerProcess) Kill() error {
-	select {
-	case <-p.exited:
-		return nil
-	default:
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fd < 0 {
+		return nil // exited
 	}
 	return unix.PidfdSendSignal(p.fd, unix.SIGKILL, nil, 0)
 }

@@ -48,3 +48,48 @@ func TestStartBlocksSIGUSR2(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// A process that connected to a Socket is killed through its pidfd, and
+// the pidfd is closed once the process has exited: each failed hand-over
+// to such a process would otherwise keep a descriptor.
+func TestWatchPeerKillsAndCloses(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep(1) to start")
+	}
+	before := openFDs(t)
+	cmd := exec.Command(sleep, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan struct{})
+	go func() { cmd.Wait(); close(reaped) }()
+	p, err := watchPeer(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the killed process was not seen to exit")
+	}
+	<-reaped
+	if err := p.Kill(); err != nil {
+		t.Errorf("Kill after the exit: %v, want nil", err)
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open after the process exited, %d before: the pidfd was kept", after, before)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
+}
