@@ -200,6 +200,10 @@ func (d *daemon) serve(lns []net.Listener, bi buildinfo.Info) {
 		"upstreams", strings.Join(o.upstreams, ","), "upstreams_file", o.upstreamsFile,
 		"rebalance_interval", o.rebalanceInterval, "dial_timeout", o.dialTimeout,
 		"max_conns", o.maxConns, "max_conns_from", o.maxConnsFrom, "check_interval", o.checkInterval)
+	if n, ok := fileLimit(); ok && o.maxConnsFrom == "-max-conns" && o.maxConns > pinproxy.MaxConnsForFiles(n) {
+		log.Warn("-max-conns is more than the open-file limit allows: past it, the listeners pause until a client ends",
+			"max_conns", o.maxConns, "rlimit_nofile", n, "fits", pinproxy.MaxConnsForFiles(n))
+	}
 }
 
 // serveAdmin starts the admin server, if there is one.

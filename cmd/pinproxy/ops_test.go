@@ -323,3 +323,13 @@ func TestBinaryVersionNotFromEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// A -max-conns beyond what the open-file limit allows is taken, and the
+// start-up says so with the figure that fits.
+func TestBinaryMaxConnsOverFileLimit(t *testing.T) {
+	a := pinproxytest.New(t, "A", pinproxytest.Echo)
+	p := startShell(t, "ulimit -n 200 && exec "+binary+" -listen 127.0.0.1:0 -upstreams "+a.Addr+" -max-conns 1000")
+	p.waitLines(func(l []string) bool {
+		return count(l, `-max-conns is more than the open-file limit allows`) == 1 && count(l, `max_conns=1000 rlimit_nofile=200 fits=84`) == 1
+	})
+}
