@@ -125,12 +125,13 @@ func (p *Store) Report(_ context.Context, id string, run store.ReportRun) (*over
 		p.dropDecided(added)
 		return nil, err
 	}
-	p.carryOut(n, now, nil)
 	if err := p.save(n); err != nil {
 		p.revert(n)
 		p.dropDecided(added)
 		return nil, err
 	}
+	run.Kept(n.Notice)
+	p.carryOut(n, now, nil)
 	return n.Notice, nil
 }
 

@@ -14,8 +14,9 @@ import (
 // Report takes reading r of the node it names and plans the node: a
 // reading the node's tracker already counted returns ErrDuplicate and
 // an older one ErrStale, with the node's name and state; both change
-// nothing. The outcome is logged, and the notifier woken for what it
-// sent, once the store has kept it: only for a node with a receiver (a
+// nothing. The outcome is logged once the store has kept it, before
+// the routes its plan closed (reportRun.Kept), and the notifier woken
+// for what it sent: only for a node with a receiver (a
 // wake costs the PostgreSQL store a claim, a statement and a commit,
 // which for an undeliverable notice finds nothing).
 func (f *Fleet) Report(ctx context.Context, r overload.Reading) (ReportOutcome, error) {
@@ -24,13 +25,15 @@ func (f *Fleet) Report(ctx context.Context, r overload.Reading) (ReportOutcome, 
 	}
 	run := &reportRun{f: f, r: r, out: ReportOutcome{Node: r.Node}}
 	notice, err := f.Store.Report(ctx, r.Node, run)
-	out, at, first, planErr := run.out, run.at, run.first, run.planErr
 	switch {
 	case errors.Is(err, store.ErrDuplicate) || errors.Is(err, store.ErrStale):
-		return out, err
+		return run.out, err
 	case err != nil:
+		// run is not read: a batch the request stopped waiting for may
+		// still be taking it.
 		return ReportOutcome{}, err
 	}
+	out, first, planErr := run.out, run.first, run.planErr
 	out.Notice = notice
 	if planErr != nil {
 		f.Log.Error("plan round", "node", r.Node, "err", planErr)
@@ -39,7 +42,6 @@ func (f *Fleet) Report(ctx context.Context, r overload.Reading) (ReportOutcome, 
 		f.Log.Warn("reports from a node the route table does not hold: tracked, not admitted until it is, never planned",
 			"node", r.Node)
 	}
-	f.logOutcome(r, out, at)
 	if f.Dispatch != nil && (out.Notice != nil || (out.Event != nil && out.Event.Kind == overload.End && f.Dispatch.SendsEnds())) &&
 		f.Dispatch.Receivers().ForNode(r.Node) != nil {
 		f.Dispatch.Poke()
@@ -73,6 +75,14 @@ func (run *reportRun) Take(n *store.Node, now time.Time) error {
 func (run *reportRun) Plan(n *store.Node, now time.Time, tx store.NodeTx) (err error) {
 	run.planErr, err = run.f.plan(n, now, tx)
 	return err
+}
+
+// Kept logs what the reading started or ended, and its notice, once the
+// store has kept them, before the store logs the routes the plan closed.
+func (run *reportRun) Kept(notice *overload.Notice) {
+	out := run.out
+	out.Notice = notice
+	run.f.logOutcome(run.r, out, run.at)
 }
 
 // PlanNode plans node n at now and carries the plan out in n (plan),
@@ -129,8 +139,8 @@ type ReportOutcome struct {
 
 // Take is a report's first step on node n, locked by the store: the
 // tracker observes reading r, taken at now by the platform's clock, and
-// n is dated by it; the outcome is logged by Report (logOutcome), not
-// here. The error of a duplicate or older reading wraps
+// n is dated by it; the outcome is logged once the store kept it
+// (reportRun.Kept), not here. The error of a duplicate or older reading wraps
 // store.ErrDuplicate or store.ErrStale.
 func (c *Fleet) Take(n *store.Node, r overload.Reading, now time.Time) (ReportOutcome, error) {
 	if r.Run == "" && r.At.After(now.Add(maxAhead)) {

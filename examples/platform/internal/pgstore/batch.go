@@ -156,7 +156,7 @@ func (p *Store) runBatch(batch []*reportJob) {
 	cancel()
 	if err == nil {
 		p.settleQuick(t.qs, t.written) // every one written, or taken the usual way
-		p.logClosures(t.nodes...)      // before the copies go back: another report may take one
+		p.logKept(t)                   // before the copies go back: another report may take one
 		p.cache.keep(t.nodes)
 		return
 	}
@@ -195,7 +195,8 @@ func byNode(a, b *reportJob) int { return strings.Compare(a.id, b.id) }
 
 // batchTaken is what a batch's transaction committed.
 type batchTaken struct {
-	nodes []*pgNode // the nodes written the usual way, nil for each reading refused
+	nodes []*pgNode    // the nodes written the usual way, nil for each reading refused
+	jobs  []*reportJob // their reports, nodes[i] jobs[i]'s
 	// qs are the reports decided on copies of their nodes that the
 	// transaction took (nil when it ran again: they were then taken the
 	// usual way), and written the new versions of those it wrote so.
@@ -353,7 +354,7 @@ func (p *Store) takeBatchOnce(ctx context.Context, qs []quickReport, rest []*rep
 			j.notice = nodes[i].Notice // nil if the database refused it
 		}
 	}
-	t.nodes = nodes
+	t.nodes, t.jobs = nodes, jobs
 	return t, nil
 }
 

@@ -228,6 +228,7 @@ func (p *Store) settleQuick(qs []quickReport, written map[string]int64) []*repor
 			continue
 		}
 		q.j.notice, q.j.err = nil, nil
+		q.j.run.Kept(nil)
 		p.cache.put(q.n, v)
 		p.cache.taken.Add(1)
 	}

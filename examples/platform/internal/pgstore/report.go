@@ -45,7 +45,7 @@ func (p *Store) reportAlone(ctx context.Context, j *reportJob) {
 		j.notice, j.err = nil, err
 		return
 	}
-	p.logClosures(t.nodes...) // before the copies go back: another report may take one
+	p.logKept(t) // before the copies go back: another report may take one
 	p.cache.keep(t.nodes)
 }
 

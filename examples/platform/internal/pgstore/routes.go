@@ -331,6 +331,20 @@ func unusedClosure(a routing.Action) bool {
 	return a.Reason == routing.ReasonUnused || a.Reason == routing.ReasonDrain
 }
 
+// logKept tells each report t took the usual way that it was kept
+// (ReportRun.Kept: the use case logs what the reading started), then
+// logs the closures of its plan, so a node's "overload started" comes
+// before the routes its plan closed.
+func (p *Store) logKept(t batchTaken) {
+	for i, n := range t.nodes {
+		if n == nil {
+			continue
+		}
+		t.jobs[i].run.Kept(t.jobs[i].notice)
+		p.logClosures(n)
+	}
+}
+
 // logClosures logs the closures of nodes, committed.
 func (p *Store) logClosures(nodes ...*pgNode) {
 	for _, n := range nodes {

@@ -83,6 +83,12 @@ type ReportRun interface {
 	// Plan plans node n at now, asking tx for routes only when it
 	// needs them.
 	Plan(n *Node, now time.Time, tx NodeTx) error
+	// Kept is called once the store has kept the reading and its plan
+	// (committed), with the notice it kept, and before it logs the
+	// routes the plan closed: what a reading started is logged before
+	// what its plan did about it. It is called even when Report's
+	// caller has stopped waiting.
+	Kept(notice *overload.Notice)
 }
 
 // ReportFuncs is the ReportRun of take and plan.
@@ -95,6 +101,7 @@ type funcsRun struct {
 
 func (r funcsRun) Take(n *Node, now time.Time) error            { return r.take(n, now) }
 func (r funcsRun) Plan(n *Node, now time.Time, tx NodeTx) error { return r.plan(n, now, tx) }
+func (r funcsRun) Kept(*overload.Notice)                        {}
 
 // TakeFunc takes a reading on node n at now (ReportFuncs).
 type TakeFunc func(n *Node, now time.Time) error
