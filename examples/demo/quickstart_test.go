@@ -373,9 +373,11 @@ func matches(want, got map[string]string, wantKeys []string) bool {
 	return true
 }
 
-// waitSamples waits until every line of sample block b has been logged.
+// waitSamples waits until every line of sample block b has been logged,
+// in the block's order: each after the line the one before it matched.
 func (s *session) waitSamples(b block) {
 	s.t.Helper()
+	after := -1 // the log line the previous sample matched
 	for i, l := range strings.Split(strings.TrimSpace(b.text), "\n") {
 		// A labelled sample line matches only that process's lines.
 		label, line := cutLabel(l)
@@ -384,12 +386,13 @@ func (s *session) waitSamples(b block) {
 			s.t.Fatalf("README.md:%d: sample line %q: %v", b.line+1+i, l, err)
 		}
 		seen := func() bool {
-			for _, g := range strings.Split(s.proc.Log.String(), "\n") {
+			for k, g := range strings.Split(s.proc.Log.String(), "\n") {
 				gotLabel, g := cutLabel(g)
-				if label != "" && gotLabel != label {
+				if k <= after || label != "" && gotLabel != label {
 					continue
 				}
 				if got, _, err := logfmt(g); err == nil && matches(want, got, keys) {
+					after = k
 					return true
 				}
 			}
