@@ -164,7 +164,7 @@ func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, ks *keys) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 		defer cancel()
-		err = d.f.Redeliver(ctx, id, func(node string) bool { return d.keys.load().owners[node] == s.operator })
+		err = d.f.Redeliver(ctx, id, func(node string) bool { return d.f.OwnersNow()[node] == s.operator })
 		d.done(w, r, s, err, fmt.Sprintf("Notice %d is to be delivered again, with its first webhook-id.", id))
 	}))
 }
@@ -172,7 +172,7 @@ func serveDashboard(mux *http.ServeMux, f *fleet.Fleet, ks *keys) {
 // mine runs do on node if it is s's operator's, within requestTimeout;
 // another's node is refused as one that does not exist.
 func (d *dashboard) mine(r *http.Request, s *dashboardSession, node string, do func(ctx context.Context) error) error {
-	if d.keys.load().owners[node] != s.operator {
+	if d.f.OwnersNow()[node] != s.operator {
 		return notYours(node)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
@@ -231,7 +231,7 @@ func (d *dashboard) sessionFrom(r *http.Request) (*dashboardSession, string) {
 		delete(d.sessions, key)
 		return nil, "expired"
 	}
-	if id, ok := d.keys.load().idx[s.token]; !ok || id != (identity{operator: s.operator}) {
+	if id, ok := d.keys.load()[s.token]; !ok || id != (identity{operator: s.operator}) {
 		delete(d.sessions, key)
 		return nil, "revoked"
 	}
@@ -329,7 +329,7 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 	p := nodesPage{Operator: s.operator, CSRF: s.csrf, Flash: s.flash, At: d.f.Now()}
 	s.flash = ""
 	d.mu.Unlock()
-	vs, _, err := d.f.OperatorViews(ctx, fleet.NodesOf(d.keys.load().owners, s.operator), "", fleet.MaxPage)
+	vs, _, err := d.f.OperatorViews(ctx, fleet.NodesOf(d.f.OwnersNow(), s.operator), "", fleet.MaxPage)
 	if err != nil {
 		return p, err
 	}
@@ -354,7 +354,7 @@ func (d *dashboard) page(ctx context.Context, s *dashboardSession) (nodesPage, e
 	case !errors.Is(err, store.ErrUnknown):
 		return p, err
 	}
-	p.Notices, err = d.newestNotices(ctx, func(node string) bool { return d.keys.load().owners[node] == s.operator })
+	p.Notices, err = d.newestNotices(ctx, func(node string) bool { return d.f.OwnersNow()[node] == s.operator })
 	return p, err
 }
 
@@ -449,7 +449,7 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 	// at it): what a paste brings around it is not the token's.
 	tok := strings.TrimSpace(r.PostForm.Get("token"))
 	key := sha256.Sum256([]byte(tok))
-	id, known := d.keys.load().idx[key]
+	id, known := d.keys.load()[key]
 	var msg string
 	status := http.StatusForbidden
 	switch {

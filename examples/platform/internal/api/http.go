@@ -98,8 +98,8 @@ func Handler(f *fleet.Fleet, toks Tokens) *API {
 	mux := http.NewServeMux()
 	// Each node's operator, by the route table and the token file: the
 	// fleet's too, whose operators' receivers take their nodes' notices.
-	ks := newKeys(toks, f.Owners)
-	f.SetOwners(ks.load().owners)
+	ks := newKeys(toks)
+	f.SetOwners(ownersWith(toks, f.Owners))
 	a := &API{f: f, keys: ks}
 	// auth serves h to the admin, and to an operator when operators may.
 	auth := func(operatorMay bool, h func(w http.ResponseWriter, r *http.Request, id identity)) http.HandlerFunc {
@@ -125,14 +125,14 @@ func Handler(f *fleet.Fleet, toks Tokens) *API {
 	}
 	// owns reports whether id may see and set node: an operator's own
 	// node, or any node for the admin.
-	owns := func(id identity, node string) bool { return id.admin() || ks.load().owners[node] == id.operator }
+	owns := func(id identity, node string) bool { return id.admin() || f.OwnersNow()[node] == id.operator }
 	// ownedBy keeps the nodes of id's operator; nil (every node) for the
 	// admin.
 	ownedBy := func(id identity) func(node string) bool {
 		if !id.isOperator() {
 			return nil
 		}
-		owners := ks.load().owners
+		owners := f.OwnersNow()
 		return func(node string) bool { return owners[node] == id.operator }
 	}
 	get := func(operatorMay bool, do func(r *http.Request, id identity) (any, error)) http.HandlerFunc {
@@ -203,7 +203,7 @@ func Handler(f *fleet.Fleet, toks Tokens) *API {
 			return page{}, err
 		}
 		if id.isOperator() {
-			vs, last, err := f.OperatorViews(r.Context(), fleet.NodesOf(ks.load().owners, id.operator), after, limit)
+			vs, last, err := f.OperatorViews(r.Context(), fleet.NodesOf(f.OwnersNow(), id.operator), after, limit)
 			return page{vs, last, len(vs) == limit}, err
 		}
 		vs, last, err := f.Views(r.Context(), after, limit)
@@ -346,12 +346,11 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.h.ServeHTTP(
 // in force kept. The operators' receivers take the nodes toks gives
 // them from the next message.
 func (a *API) Reload(ctx context.Context, toks Tokens) error {
-	if err := CheckOwners(toks, a.keys.table); err != nil {
+	if err := CheckOwners(toks, a.f.Owners); err != nil {
 		return err
 	}
-	acc := a.keys.accessOf(toks)
-	a.keys.p.Store(acc)
-	a.f.SetOwners(acc.owners)
+	a.keys.put(toks)
+	a.f.SetOwners(ownersWith(toks, a.f.Owners))
 	return a.f.RefreshReceivers(ctx)
 }
 

@@ -167,45 +167,40 @@ func (x tokenIndex) lookup(header string) (id identity, ok bool) {
 	return id, ok
 }
 
-// keys is the token file in force, put in force whole when the file is
-// read again (SIGHUP): who each token speaks for, and each node's
-// operator by the token file and the route table.
-type keys struct {
-	p atomic.Pointer[access]
-	// table is each node's operator by the route table: read once, at
-	// start, and kept beside every token file put in force.
-	table map[string]string
-}
+// keys is the token file in force: who each token speaks for, put in
+// force whole when the file is read again (SIGHUP). Each node's operator
+// is the fleet's (Fleet.OwnersNow), set from the same file (ownersWith).
+type keys struct{ p atomic.Pointer[tokenIndex] }
 
-// access is one token file's index and the owners it makes.
-type access struct {
-	idx    tokenIndex
-	owners map[string]string
-}
-
-// newKeys is toks in force beside the route table's operators.
-func newKeys(toks Tokens, table map[string]string) *keys {
-	k := &keys{table: maps.Clone(table)}
-	k.p.Store(k.accessOf(toks))
+// newKeys is toks in force.
+func newKeys(toks Tokens) *keys {
+	k := &keys{}
+	k.put(toks)
 	return k
 }
 
-// accessOf is toks's index and owners: the agents' lines', then the
-// route table's, which main has checked do not disagree.
-func (k *keys) accessOf(toks Tokens) *access {
+// put puts toks in force.
+func (k *keys) put(toks Tokens) {
+	idx := toks.index()
+	k.p.Store(&idx)
+}
+
+// load is the token file in force.
+func (k *keys) load() tokenIndex { return *k.p.Load() }
+
+// lookup is tokenIndex.lookup in the token file in force.
+func (k *keys) lookup(header string) (identity, bool) { return k.load().lookup(header) }
+
+// ownersWith is each node's operator by toks's agent lines and by the
+// route table (table), which CheckOwners has found agreeing.
+func ownersWith(toks Tokens, table map[string]string) map[string]string {
 	owners, _ := toks.owners()
 	if owners == nil {
 		owners = map[string]string{}
 	}
-	maps.Copy(owners, k.table)
-	return &access{idx: toks.index(), owners: owners}
+	maps.Copy(owners, table)
+	return owners
 }
-
-// load is the token file in force.
-func (k *keys) load() *access { return k.p.Load() }
-
-// lookup is tokenIndex.lookup in the token file in force.
-func (k *keys) lookup(header string) (identity, bool) { return k.load().idx.lookup(header) }
 
 // CheckOwners refuses a token file that names a node's operator
 // otherwise than the route table does.

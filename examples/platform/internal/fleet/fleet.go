@@ -24,8 +24,9 @@ type Fleet struct {
 	// receivers keeps the operators' own receivers: the store.
 	receivers store.ReceiverStore
 	// Owners is each node's operator as the route table names it, set
-	// before the API is wired; from then on SetOwners puts in force the
-	// route table's and the token file's together.
+	// before the API is wired and not changed after; from then on
+	// SetOwners puts in force the route table's and the token file's
+	// together (OwnersNow).
 	Owners map[string]string
 	// owners is what SetOwners put in force; nil: Owners.
 	owners atomic.Pointer[map[string]string]
@@ -36,8 +37,9 @@ type Fleet struct {
 // RefreshReceivers. owners is not changed afterwards.
 func (f *Fleet) SetOwners(owners map[string]string) { f.owners.Store(&owners) }
 
-// ownersNow is each node's operator in force.
-func (f *Fleet) ownersNow() map[string]string {
+// OwnersNow is each node's operator in force; the caller does not change
+// it.
+func (f *Fleet) OwnersNow() map[string]string {
 	if p := f.owners.Load(); p != nil {
 		return *p
 	}

@@ -117,7 +117,7 @@ func (f *Fleet) RefreshReceivers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.Dispatch.SetOperators(ops, f.ownersNow(), f.Now())
+	f.Dispatch.SetOperators(ops, f.OwnersNow(), f.Now())
 	return nil
 }
 
